@@ -1,0 +1,41 @@
+"""User-facing errors.
+
+Every error a user can see is an ``NbxlaError``: its message says what went wrong, where
+(the HLO line or the cell line) and what to do instead.  Lower layers raise the specific
+subclass; the notebook layer only formats them.
+"""
+
+from __future__ import annotations
+
+
+class NbxlaError(Exception):
+    """Base class of every error nbxla reports to a user."""
+
+
+class HloShapeError(NbxlaError, ValueError):
+    """Operands of an HLO instruction are inconsistent with its opcode or attributes."""
+
+
+class HloParseError(NbxlaError, ValueError):
+    """Malformed HLO text; the message starts with ``file:line:column``."""
+
+    def __init__(self, message: str, filename: str = "<hlo>", line: int = 0, column: int = 0,
+                 source_line: str | None = None):
+        self.filename, self.line, self.column = filename, line, column
+        self.bare_message = message
+        text = f"{filename}:{line}:{column}: {message}"
+        if source_line is not None:
+            text += f"\n    {source_line.rstrip()}\n    {' ' * max(column - 1, 0)}^"
+        super().__init__(text)
+
+
+class HloVerificationError(NbxlaError, ValueError):
+    """A module violates an IR invariant (dangling operand, wrong operand count, ...)."""
+
+
+class EvaluationError(NbxlaError, RuntimeError):
+    """The reference evaluator cannot run an instruction (e.g. unknown custom-call target)."""
+
+
+class UnsupportedError(NbxlaError, NotImplementedError):
+    """A construct nbxla understands but does not (yet) run."""

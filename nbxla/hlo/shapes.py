@@ -1,0 +1,200 @@
+"""Element types and shapes, with XLA's text spelling (``f32[8,8]{1,0}``, ``(s32[], f32[4])``).
+
+A ``Shape`` is an array shape (element type, dimensions, layout); a ``TupleShape`` holds
+other shapes.  The layout is XLA's ``minor_to_major`` list; ``None`` means the default
+row-major layout.  Layouts only matter to ``bitcast`` and to printing: values are always
+logical arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Union
+
+import numpy as np
+
+from ..errors import HloShapeError
+
+# XLA primitive type name -> NumPy dtype (None where NumPy has no such type).
+_NUMPY_OF = {
+    "pred": np.dtype(np.bool_),
+    "s8": np.dtype(np.int8), "s16": np.dtype(np.int16),
+    "s32": np.dtype(np.int32), "s64": np.dtype(np.int64),
+    "u8": np.dtype(np.uint8), "u16": np.dtype(np.uint16),
+    "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
+    "f16": np.dtype(np.float16), "bf16": None,
+    "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
+    "c64": np.dtype(np.complex64), "c128": np.dtype(np.complex128),
+}
+ELEMENT_TYPES = tuple(_NUMPY_OF)
+_TYPE_OF = {dt: name for name, dt in _NUMPY_OF.items() if dt is not None}
+
+SIGNED_INTS = ("s8", "s16", "s32", "s64")
+UNSIGNED_INTS = ("u8", "u16", "u32", "u64")
+INTEGRAL = SIGNED_INTS + UNSIGNED_INTS
+FLOATS = ("f16", "bf16", "f32", "f64")
+COMPLEX = ("c64", "c128")
+_BITS = {"pred": 8, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "f16": 16, "bf16": 16,
+         "s32": 32, "u32": 32, "f32": 32, "s64": 64, "u64": 64, "f64": 64,
+         "c64": 64, "c128": 128}
+
+
+def is_float(t: str) -> bool:
+    return t in FLOATS
+
+
+def is_complex(t: str) -> bool:
+    return t in COMPLEX
+
+
+def is_integral(t: str) -> bool:
+    return t in INTEGRAL
+
+
+def is_signed(t: str) -> bool:
+    return t in SIGNED_INTS or t in FLOATS or t in COMPLEX
+
+
+def bit_width(t: str) -> int:
+    return _BITS[t]
+
+
+def complex_component(t: str) -> str:
+    """The real type of a complex type (c64 -> f32)."""
+    return {"c64": "f32", "c128": "f64"}[t]
+
+
+def to_numpy_dtype(t: str) -> np.dtype:
+    """NumPy dtype of an element type; bf16 has none and raises a clear error."""
+    try:
+        dt = _NUMPY_OF[t]
+    except KeyError:
+        raise HloShapeError(f"unknown element type {t!r}; expected one of {', '.join(ELEMENT_TYPES)}") from None
+    if dt is None:
+        raise HloShapeError(f"element type {t} has no NumPy equivalent: it can be parsed and "
+                            "printed but not evaluated; convert to f32 first")
+    return dt
+
+
+def from_numpy_dtype(dtype) -> str:
+    """Element type of a NumPy dtype (e.g. float32 -> 'f32')."""
+    dt = np.dtype(dtype)
+    try:
+        return _TYPE_OF[dt]
+    except KeyError:
+        raise HloShapeError(f"NumPy dtype {dt} has no HLO element type; supported: "
+                            + ", ".join(str(d) for d in _TYPE_OF)) from None
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An array shape: element type, dimensions and (optional) minor-to-major layout."""
+
+    element_type: str
+    dims: tuple[int, ...] = ()
+    layout: tuple[int, ...] | None = None
+
+    is_tuple = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
+        if self.element_type not in _NUMPY_OF:
+            raise HloShapeError(f"unknown element type {self.element_type!r}")
+        if any(d < 0 for d in self.dims):
+            raise HloShapeError(f"negative dimension in {self.dims}")
+        if self.layout is not None:
+            layout = tuple(int(d) for d in self.layout)
+            if sorted(layout) != list(range(len(self.dims))):
+                raise HloShapeError(f"layout {{{','.join(map(str, layout))}}} is not a permutation "
+                                    f"of the {len(self.dims)} dimensions of {self.element_type}{list(self.dims)}")
+            if layout == default_layout(len(self.dims)):
+                layout = None  # normalise: default layout is stored as None
+            object.__setattr__(self, "layout", layout)
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+
+    @property
+    def minor_to_major(self) -> tuple[int, ...]:
+        return self.layout if self.layout is not None else default_layout(len(self.dims))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return to_numpy_dtype(self.element_type)
+
+    @property
+    def byte_size(self) -> int:
+        return self.size * bit_width(self.element_type) // 8
+
+    def with_type(self, element_type: str) -> "Shape":
+        return Shape(element_type, self.dims, self.layout)
+
+    def with_dims(self, dims: Iterable[int]) -> "Shape":
+        return Shape(self.element_type, tuple(dims))
+
+    def compatible(self, other: "AnyShape") -> bool:
+        """Equal element type and dimensions (layouts may differ)."""
+        return (not other.is_tuple and self.element_type == other.element_type
+                and self.dims == other.dims)
+
+    def to_text(self, with_layout: bool = True) -> str:
+        text = f"{self.element_type}[{','.join(map(str, self.dims))}]"
+        if with_layout and self.dims:
+            text += "{" + ",".join(map(str, self.minor_to_major)) + "}"
+        return text
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+@dataclass(frozen=True)
+class TupleShape:
+    """A tuple of shapes (possibly nested, possibly empty)."""
+
+    elements: tuple["AnyShape", ...] = ()
+
+    is_tuple = True
+    element_type = "tuple"
+
+    def __post_init__(self):
+        object.__setattr__(self, "elements", tuple(self.elements))
+
+    def compatible(self, other: "AnyShape") -> bool:
+        return (other.is_tuple and len(self.elements) == len(other.elements)
+                and all(a.compatible(b) for a, b in zip(self.elements, other.elements)))
+
+    @property
+    def byte_size(self) -> int:
+        return sum(e.byte_size for e in self.elements)
+
+    def leaves(self) -> list[Shape]:
+        out: list[Shape] = []
+        for e in self.elements:
+            out.extend(e.leaves() if e.is_tuple else [e])
+        return out
+
+    def to_text(self, with_layout: bool = True) -> str:
+        return "(" + ", ".join(e.to_text(with_layout) for e in self.elements) + ")"
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+AnyShape = Union[Shape, TupleShape]
+
+
+def default_layout(rank: int) -> tuple[int, ...]:
+    return tuple(range(rank - 1, -1, -1))
+
+
+def shape_of(value) -> AnyShape:
+    """The HLO shape of a NumPy value (array, scalar, or nested tuple of them)."""
+    if isinstance(value, (tuple, list)):
+        return TupleShape(tuple(shape_of(v) for v in value))
+    arr = np.asarray(value)
+    return Shape(from_numpy_dtype(arr.dtype), arr.shape)
