@@ -57,3 +57,13 @@ for _name, _arity in _OTHER.items():
 # Ops whose called computations are applied to scalars (the reducer / comparator).
 COMPARISON_DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
 COMPARISON_TYPES = ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")
+
+# Names people reach for (NumPy, JAX, MLIR) -> the HLO opcode; used for "did you mean" hints.
+FAMILIAR_NAMES = {
+    "exp": "exponential", "expm1": "exponential-minus-one", "log1p": "log-plus-one",
+    "neg": "negate", "sub": "subtract", "mul": "multiply", "div": "divide", "rem": "remainder",
+    "pow": "power", "max": "maximum", "min": "minimum", "sin": "sine", "cos": "cosine",
+    "sigmoid": "logistic", "round": "round-nearest-even", "eq": "compare", "lt": "compare",
+    "where": "select", "matmul": "dot", "dot_general": "dot", "concat": "concatenate",
+    "gte": "get-tuple-element", "broadcast_in_dim": "broadcast", "convert_element_type": "convert",
+}

@@ -11,6 +11,7 @@ written shape is checked against shape inference.
 from __future__ import annotations
 
 import bisect
+import difflib
 import re
 
 import numpy as np
@@ -19,7 +20,7 @@ from ..errors import HloParseError, HloShapeError
 from .attributes import (ATTRIBUTE_KINDS, ConvDimensionNumbers, Metadata, PadDim, RawAttr,
                          SliceDim, Window, WindowDim)
 from .ir import Computation, Instruction, Module, SourceLocation
-from .opcodes import COMPARISON_DIRECTIONS, OPCODES, VARIADIC
+from .opcodes import COMPARISON_DIRECTIONS, FAMILIAR_NAMES, OPCODES, VARIADIC
 from .shape_inference import infer_shape
 from .shapes import ELEMENT_TYPES, Shape, TupleShape, is_complex, is_float
 
@@ -188,6 +189,7 @@ class _Parser:
             module.debug_sections[m.group()] = rows
 
     def parse_computation(self) -> Computation:
+        self.skip_ws()
         start = self.pos
         name = self.name("a computation name")
         comp = Computation(name)
@@ -256,6 +258,7 @@ class _Parser:
         return order
 
     def parse_instruction(self) -> tuple[Instruction, list[tuple[str, int]]]:
+        self.skip_ws()
         start = self.pos
         name = self.name("an instruction name")
         self.expect("=", f"'=' after instruction name %{name}")
@@ -264,8 +267,11 @@ class _Parser:
         op_pos = self.pos
         opcode = self.name("an opcode")
         if opcode not in OPCODES:
-            raise self.error(f"unknown opcode {opcode!r}; see nbxla.hlo.opcodes.OPCODES for the "
-                             "supported set", op_pos)
+            close = [FAMILIAR_NAMES[opcode]] if opcode in FAMILIAR_NAMES else \
+                difflib.get_close_matches(opcode, OPCODES, n=3)
+            hint = f"did you mean {' or '.join(close)}?" if close else \
+                "nbxla.hlo.opcodes.OPCODES lists the supported opcodes"
+            raise self.error(f"unknown opcode {opcode!r}; {hint}", op_pos)
         self.expect("(", f"'(' after opcode {opcode}")
         attrs: dict = {}
         operands: list[tuple[str, int]] = []

@@ -106,7 +106,7 @@ class Shape:
             layout = tuple(int(d) for d in self.layout)
             if sorted(layout) != list(range(len(self.dims))):
                 raise HloShapeError(f"layout {{{','.join(map(str, layout))}}} is not a permutation "
-                                    f"of the {len(self.dims)} dimensions of {self.element_type}{list(self.dims)}")
+                                    f"of the {len(self.dims)} dimensions of {self.to_text(with_layout=False)}")
             if layout == default_layout(len(self.dims)):
                 layout = None  # normalise: default layout is stored as None
             object.__setattr__(self, "layout", layout)
