@@ -39,3 +39,24 @@ class EvaluationError(NbxlaError, RuntimeError):
 
 class UnsupportedError(NbxlaError, NotImplementedError):
     """A construct nbxla understands but does not (yet) run."""
+
+
+class TraceError(NbxlaError):
+    """A problem found while tracing user code; ``location`` is the user's file/cell and line."""
+
+    def __init__(self, message: str, location=None, hint: str | None = None):
+        self.location, self.hint, self.bare_message = location, hint, message
+        text = f"{location}: {message}" if location is not None else message
+        if location is not None and getattr(location, "source", None):
+            text += f"\n    {location.source.strip()}"
+        if hint:
+            text += f"\n{hint}"
+        super().__init__(text)
+
+
+class NotCompilableError(TraceError):
+    """Code that cannot become one static HLO graph (data-dependent shapes, hidden state, ...)."""
+
+
+class ConcretizationError(TraceError):
+    """Python needed a concrete value (``if``, ``float()``, ``int()``) from a traced array."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from ..errors import HloVerificationError
@@ -26,6 +26,7 @@ class SourceLocation:
     line: int
     column: int | None = None
     function: str | None = None
+    source: str | None = field(default=None, compare=False)   # the line's text, for messages
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}" + (f":{self.column}" if self.column else "")

@@ -1,0 +1,79 @@
+"""The trace context: where traced NumPy operations become HLO instructions.
+
+One ``TraceContext`` lives for one trace.  It owns the HLO builder, turns Python and NumPy
+values into constants, and stamps every instruction with the user's source line (the
+innermost stack frame outside nbxla and NumPy), so that errors and the stage viewer can
+point at the cell line that produced each instruction.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from typing import Callable
+
+import numpy as np
+
+from ..errors import NotCompilableError
+from ..hlo import Builder, Shape, SourceLocation, from_numpy_dtype
+from ..hlo.ir import Instruction
+
+_NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
+_SKIP_DIRS = (_NBXLA_DIR + os.sep, _NUMPY_DIR + os.sep)
+
+
+class TraceContext:
+    def __init__(self, name: str, filename_display: Callable[[str], str | None] | None = None):
+        self.builder = Builder(name)
+        # Maps a code filename (e.g. IPython's cell file) to what users see ("cell [3]").
+        self.filename_display = filename_display or (lambda f: None)
+        self._constants: dict[tuple, Instruction] = {}
+        # Lines to subtract for display (cells are compiled with a leading blank line).
+        self.line_offsets: dict[str, int] = {}
+
+    # ---- source locations -------------------------------------------------------------------
+
+    def user_location(self) -> SourceLocation | None:
+        frame = sys._getframe(1)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if not filename.startswith(_SKIP_DIRS) and not filename.startswith("<frozen"):
+                line = frame.f_lineno
+                shown = self.filename_display(filename)
+                source = linecache.getline(filename, line) or None
+                if shown is None:
+                    shown = filename
+                return SourceLocation(shown, line - self.line_offsets.get(filename, 0), None,
+                                      frame.f_code.co_name, source)
+            frame = frame.f_back
+        return None
+
+    def not_compilable(self, what: str, hint: str | None = None) -> NotCompilableError:
+        return NotCompilableError(what, self.user_location(), hint)
+
+    # ---- emitting ---------------------------------------------------------------------------
+
+    def emit(self, opcode: str, *operands: Instruction, shape=None, **attrs) -> Instruction:
+        self.builder.location = self.user_location()
+        return self.builder.op(opcode, *operands, shape=shape, **attrs)
+
+    def parameter(self, shape, name: str) -> Instruction:
+        self.builder.location = None     # inputs come from the caller, not from a line
+        return self.builder.parameter(shape, name)
+
+    def constant(self, value, dtype=None) -> Instruction:
+        """A constant instruction for a NumPy/Python value (deduplicated by value)."""
+        arr = np.asarray(value, dtype=dtype)
+        if arr.dtype == object or arr.dtype.kind in "USVMm":
+            raise self.not_compilable(f"a constant of dtype {arr.dtype} cannot be part of a "
+                                      "compiled computation", "use numeric arrays only")
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        instr = self._constants.get(key)
+        if instr is None:
+            self.builder.location = self.user_location()
+            instr = self.builder.op("constant", shape=Shape(from_numpy_dtype(arr.dtype), arr.shape),
+                                    literal=arr.copy())
+            self._constants[key] = instr
+        return instr

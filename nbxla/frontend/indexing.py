@@ -1,0 +1,253 @@
+"""Indexing and item assignment on traced arrays, with NumPy's semantics.
+
+* Basic indexing (ints, slices with any step, ``None``, ``...``) gives a *view*: one ``slice``
+  (plus ``reverse`` for negative steps and a ``reshape``); writes through it become a
+  ``dynamic-update-slice`` (unit steps) or a ``scatter`` into the base.
+* Indexing with constant integer or boolean arrays is resolved at trace time: NumPy itself
+  computes which flat positions are selected, and one ``gather`` reads them.
+* One traced integer array among slices (``x[idx]``, ``x[:, idx]``) becomes a ``gather``
+  along that axis (and a ``scatter`` for assignment).  Negative indices wrap as in NumPy;
+  out-of-range traced indices cannot raise and are clamped, as in XLA.
+* Boolean masks that are traced values cannot be compiled: the result's shape would depend
+  on the data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hlo import Builder, Shape, from_numpy_dtype
+from .rules import (asarray, broadcast_to, compare, convert, emit, like, make_view, reshape,
+                    select)
+from .tracer import Tracer
+
+
+def _normalize_key(key) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _is_advanced(k) -> bool:
+    return isinstance(k, (list, np.ndarray, Tracer)) and not (isinstance(k, np.ndarray) and k.ndim == 0
+                                                              and k.dtype.kind in "iu")
+
+
+def _classify(x: Tracer, key: tuple):
+    traced = [k for k in key if isinstance(k, Tracer)]
+    if traced:
+        return "traced"
+    if any(_is_advanced(k) for k in key):
+        return "constant"
+    return "basic"
+
+
+def getitem(x: Tracer, key):
+    key = _normalize_key(key)
+    kind = _classify(x, key)
+    if kind == "basic":
+        plan = _BasicIndex(x.shape, key)
+        strides = plan.view_strides(x.strides)
+        return make_view(x, plan.read, plan.write, strides)
+    if kind == "constant":
+        return _gather_positions(x, _positions(x, key))
+    return _traced_take(x, key)
+
+
+def setitem(x: Tracer, key, value) -> None:
+    key = _normalize_key(key)
+    kind = _classify(x, key)
+    value = value if isinstance(value, Tracer) else asarray(x.ctx, value)
+    if kind == "basic":
+        x.assign(_BasicIndex(x.shape, key).write(x, value))
+    elif kind == "constant":
+        x.assign(_scatter_positions(x, _positions(x, key), value))
+    else:
+        x.assign(_traced_put(x, key, value))
+
+
+# ---- basic indexing ----------------------------------------------------------------------------
+
+class _BasicIndex:
+    """A basic index resolved against a shape: per-dimension (start, stop, step, count)."""
+
+    def __init__(self, shape, key):
+        key = list(key)
+        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if sum(1 for k in key if k is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if n_real > len(shape):
+            raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, "
+                             f"but {n_real} were indexed")
+        if Ellipsis in key:
+            i = key.index(Ellipsis)
+            key[i:i + 1] = [slice(None)] * (len(shape) - n_real)
+        else:
+            key += [slice(None)] * (len(shape) - n_real)
+        self.shape = tuple(shape)
+        self.dims = []          # per input dim: (start, step, count, keep)
+        self.out_shape = []     # result shape (with None dims)
+        self.new_axes = []      # result positions of None
+        d = 0
+        for k in key:
+            if k is None:
+                self.new_axes.append(len(self.out_shape))
+                self.out_shape.append(1)
+                continue
+            n = shape[d]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                count = len(range(start, stop, step))
+                self.dims.append((start, step, count, True))
+                self.out_shape.append(count)
+            else:
+                i = int(k)
+                if not -n <= i < n:
+                    raise IndexError(f"index {i} is out of bounds for axis {d} with size {n}")
+                self.dims.append((i % n, 1, 1, False))
+            d += 1
+        self.out_shape = tuple(self.out_shape)
+
+    def view_strides(self, strides):
+        out, it = [], iter(zip(self.dims, strides))
+        for pos in range(len(self.out_shape)):
+            if pos in self.new_axes:
+                out.append(0)
+                continue
+            for (start, step, count, keep), s in it:
+                if keep:
+                    out.append(s * step)
+                    break
+        return out
+
+    def _region(self):
+        """The slice covering the selected elements, and the dims to reverse after slicing."""
+        from ..hlo.attributes import SliceDim
+        dims, reverse = [], []
+        for axis, (start, step, count, keep) in enumerate(self.dims):
+            if count == 0:
+                dims.append(SliceDim(0, 0, 1))
+            elif step > 0:
+                dims.append(SliceDim(start, start + (count - 1) * step + 1, step))
+            else:
+                last = start + (count - 1) * step          # smallest index selected
+                dims.append(SliceDim(last, start + 1, -step))
+                reverse.append(axis)
+        return tuple(dims), tuple(reverse)
+
+    def read(self, x: Tracer) -> Tracer:
+        sl, rev = self._region()
+        y = x
+        if any((s.start, s.limit, s.stride) != (0, n, 1) for s, n in zip(sl, x.shape)):
+            y = emit(x.ctx, "slice", x, slice=sl)
+        if rev:
+            y = emit(x.ctx, "reverse", y, dimensions=rev)
+        return reshape(y, self.out_shape)
+
+    def write(self, x: Tracer, value: Tracer) -> Tracer:
+        """``x`` with the selected elements replaced by ``value`` (broadcast as NumPy does)."""
+        value = convert(broadcast_to(value, self.out_shape), x.dtype)
+        region = tuple(count for _, _, count, _ in self.dims)
+        sl, rev = self._region()
+        v = reshape(value, region)       # same elements; ints become size-1 dims, None dims go
+        if rev:
+            v = emit(x.ctx, "reverse", v, dimensions=rev)
+        if all(s.stride == 1 for s in sl):
+            if region == x.shape:
+                return v
+            starts = [asarray(x.ctx, np.int64(s.start)) for s in sl]
+            return emit(x.ctx, "dynamic-update-slice", x, v, *starts)
+        positions = np.arange(x.size, dtype=np.int64).reshape(x.shape)[
+            tuple(slice(s.start, s.limit, s.stride) for s in sl)]
+        return _scatter_positions(x, positions, v)
+
+
+# ---- constant advanced indexing: NumPy picks the flat positions ---------------------------------
+
+def _positions(x: Tracer, key: tuple) -> np.ndarray:
+    resolved = tuple(np.asarray(k) if isinstance(k, list) else k for k in key)
+    return np.arange(x.size, dtype=np.int64).reshape(x.shape)[resolved]
+
+
+def _flat(x: Tracer) -> Tracer:
+    return reshape(x, (x.size,))
+
+
+def _gather_positions(x: Tracer, positions: np.ndarray) -> Tracer:
+    idx = asarray(x.ctx, positions.reshape(-1, 1))
+    g = emit(x.ctx, "gather", _flat(x), idx, offset_dims=(), collapsed_slice_dims=(0,),
+             start_index_map=(0,), index_vector_dim=1, slice_sizes=(1,))
+    return reshape(g, positions.shape)
+
+
+def _replace_computation(dtype):
+    b = Builder(f"replace_{from_numpy_dtype(dtype)}")
+    s = Shape(from_numpy_dtype(dtype))
+    b.parameter(s, "old")
+    new = b.parameter(s, "new")
+    return b.build(new)
+
+
+def _scatter_positions(x: Tracer, positions: np.ndarray, value: Tracer) -> Tracer:
+    value = convert(broadcast_to(value, positions.shape), x.dtype)
+    idx = asarray(x.ctx, positions.reshape(-1, 1))
+    out = emit(x.ctx, "scatter", _flat(x), idx, reshape(value, (positions.size,)),
+               update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,),
+               index_vector_dim=1, to_apply=_replace_computation(x.dtype))
+    return reshape(out, x.shape)
+
+
+# ---- one traced index array --------------------------------------------------------------------
+
+def _traced_axis(x: Tracer, key: tuple) -> tuple[int, Tracer]:
+    """The axis indexed by the single traced array (all other entries must be full slices)."""
+    ctx = x.ctx
+    traced = [i for i, k in enumerate(key) if isinstance(k, Tracer)]
+    others_full = all(isinstance(k, slice) and k == slice(None) or k is Ellipsis
+                      for i, k in enumerate(key) if i not in traced)
+    if len(traced) != 1 or not others_full:
+        raise ctx.not_compilable(
+            "indexing with a traced array is supported for one index array among full slices "
+            "(x[idx], x[:, idx], x[..., idx])",
+            "index one axis at a time, e.g. x[0][idx] or np.take(x, idx, axis=...)")
+    (pos,) = traced
+    idx = key[pos]
+    if idx.dtype == np.bool_:
+        raise ctx.not_compilable(
+            "boolean-mask indexing cannot be compiled: the result's shape depends on the data",
+            "use np.where(mask, x, fill) to keep the shape, or index outside the compiled cell")
+    if idx.dtype.kind not in "iu":
+        raise IndexError("arrays used as indices must be of integer (or boolean) type")
+    if Ellipsis in key[:pos]:
+        axis = x.ndim - (len(key) - pos)
+    else:
+        axis = pos
+    return axis, _wrap_negative(idx, x.shape[axis])
+
+
+def _wrap_negative(idx: Tracer, n: int) -> Tracer:
+    if idx.dtype.kind == "u":
+        return idx
+    return select(compare(idx, like(idx, 0), "LT"), emit(idx.ctx, "add", idx, like(idx, n)), idx)
+
+
+def take_along(x: Tracer, idx: Tracer, axis: int) -> Tracer:
+    """``np.take(x, idx, axis)`` for traced ``idx`` with non-negative entries."""
+    out_shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+    offset_dims = tuple(range(axis)) + tuple(range(axis + idx.ndim, len(out_shape)))
+    sizes = tuple(1 if d == axis else n for d, n in enumerate(x.shape))
+    return emit(x.ctx, "gather", x, idx, offset_dims=offset_dims, collapsed_slice_dims=(axis,),
+                start_index_map=(axis,), index_vector_dim=idx.ndim, slice_sizes=sizes)
+
+
+def _traced_take(x: Tracer, key: tuple) -> Tracer:
+    axis, idx = _traced_axis(x, key)
+    return take_along(x, idx, axis)
+
+
+def _traced_put(x: Tracer, key: tuple, value: Tracer) -> Tracer:
+    axis, idx = _traced_axis(x, key)
+    upd_shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+    value = convert(broadcast_to(value, upd_shape), x.dtype)
+    window_dims = tuple(range(axis)) + tuple(range(axis + idx.ndim, len(upd_shape)))
+    return emit(x.ctx, "scatter", x, idx, value, update_window_dims=window_dims,
+                inserted_window_dims=(axis,), scatter_dims_to_operand_dims=(axis,),
+                index_vector_dim=idx.ndim, to_apply=_replace_computation(x.dtype))

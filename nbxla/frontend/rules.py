@@ -1,0 +1,586 @@
+"""The NumPy -> HLO lowering registry and the elementwise (ufunc) rules.
+
+Dtypes are NumPy's own: a ufunc's loop is chosen with ``ufunc.resolve_dtypes``, which
+implements NEP 50 (Python scalars are weak), so results have exactly the dtype eager NumPy
+gives.  Operands are then cast, broadcast, and lowered to HLO that computes NumPy's answer,
+including where HLO's own op differs (floor division, modulo, fmax, ...).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Callable
+
+import numpy as np
+
+from ..hlo import Shape, from_numpy_dtype, scalar_computation
+from .context import TraceContext
+from .tracer import Tracer, View
+
+FUNCTIONS: dict[Callable, Callable] = {}     # np.func -> rule(*args, **kwargs)
+UFUNCS: dict[np.ufunc, Callable] = {}        # ufunc -> rule(ctx, *operands cast and broadcast)
+
+# Functions that cannot be compiled, with the reason shown to the user.
+NOT_COMPILABLE = {
+    "unique": "its output shape depends on the data",
+    "nonzero": "its output shape depends on the data",
+    "argwhere": "its output shape depends on the data",
+    "flatnonzero": "its output shape depends on the data",
+    "extract": "its output shape depends on the data",
+    "compress": "its output shape depends on the data",
+    "trim_zeros": "its output shape depends on the data",
+    "histogram": "its bins depend on the data",
+    "save": "it has side effects outside the computation",
+    "savetxt": "it has side effects outside the computation",
+}
+
+
+def implements(*funcs):
+    def register(rule):
+        for f in funcs:
+            FUNCTIONS[f] = rule
+        return rule
+    return register
+
+
+# ---- helpers shared by all rules -------------------------------------------------------------
+
+def find_context(values) -> TraceContext:
+    for v in values:
+        if isinstance(v, Tracer):
+            return v.ctx
+        if isinstance(v, (list, tuple)):
+            for w in v:
+                if isinstance(w, Tracer):
+                    return w.ctx
+    raise AssertionError("a lowering rule was called without any traced operand")
+
+
+def wrap(ctx: TraceContext, instr) -> Tracer:
+    return Tracer(ctx, instr)
+
+
+def asarray(ctx: TraceContext, value, dtype=None) -> Tracer:
+    """A Tracer for a Tracer, NumPy array or Python value (the latter become constants)."""
+    if isinstance(value, Tracer):
+        return convert(value, dtype) if dtype is not None else value
+    if isinstance(value, (list, tuple)) and any(isinstance(v, Tracer) for v in value):
+        from .functions import stack
+        return asarray(ctx, stack([asarray(ctx, v) for v in value]), dtype)
+    arr = np.asarray(value, dtype=dtype)
+    return wrap(ctx, ctx.constant(arr))
+
+
+def emit(ctx: TraceContext, opcode: str, *operands: Tracer, shape=None, **attrs) -> Tracer:
+    return wrap(ctx, ctx.emit(opcode, *(o.instr for o in operands), shape=shape, **attrs))
+
+
+def convert(x: Tracer, dtype) -> Tracer:
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    if x.dtype.kind == "c" and dtype.kind != "c":
+        x = emit(x.ctx, "real", x)      # NumPy drops the imaginary part (with a warning)
+        if x.dtype == dtype:
+            return x
+    return emit(x.ctx, "convert", x, shape=Shape(from_numpy_dtype(dtype), x.shape))
+
+
+def broadcast_to(x: Tracer, shape) -> Tracer:
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    try:
+        np.broadcast_shapes(x.shape, shape)
+        if len(x.shape) > len(shape):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"operands could not be broadcast together: {x.shape} -> {shape}") from None
+    offset = len(shape) - len(x.shape)
+    keep = [i for i, n in enumerate(x.shape) if n == shape[i + offset]]
+    if len(keep) != len(x.shape):                 # drop size-1 dims that get stretched
+        x = reshape(x, [x.shape[i] for i in keep])
+    return emit(x.ctx, "broadcast", x, shape=Shape(from_numpy_dtype(x.dtype), shape),
+                dimensions=tuple(i + offset for i in keep))
+
+
+def reshape(x: Tracer, shape) -> Tracer:
+    shape = tuple(int(s) for s in shape)
+    if x.shape == shape:
+        return x
+    return emit(x.ctx, "reshape", x, shape=Shape(from_numpy_dtype(x.dtype), shape))
+
+
+def full(ctx: TraceContext, shape, value, dtype) -> Tracer:
+    c = asarray(ctx, np.asarray(value, dtype=dtype))
+    return broadcast_to(c, shape)
+
+
+def scalar(ctx: TraceContext, value, dtype) -> Tracer:
+    return asarray(ctx, np.asarray(value, dtype=dtype))
+
+
+def like(x: Tracer, value) -> Tracer:
+    """A constant broadcast to ``x``'s shape and dtype."""
+    return full(x.ctx, x.shape, value, x.dtype)
+
+
+def binop(opcode: str, a: Tracer, b: Tracer, **attrs) -> Tracer:
+    return emit(a.ctx, opcode, a, b, **attrs)
+
+
+def compare(a: Tracer, b: Tracer, direction: str) -> Tracer:
+    return emit(a.ctx, "compare", a, b, direction=direction)
+
+
+def select(p: Tracer, a: Tracer, b: Tracer) -> Tracer:
+    return emit(a.ctx, "select", p, a, b)
+
+
+def reducer(opcode: str, dtype) -> object:
+    return scalar_computation(opcode, from_numpy_dtype(dtype))
+
+
+def make_view(base: Tracer, forward: Callable, backward: Callable | None, strides) -> Tracer:
+    """A Tracer that reads ``forward(base)`` and writes back through ``backward``."""
+    value = forward(base)
+    return Tracer(base.ctx, value.instr, View(base, forward, backward, tuple(strides)))
+
+
+# ---- ufunc dispatch --------------------------------------------------------------------------
+
+def _resolve_input(value):
+    """The dtype NumPy's type resolution sees: Python scalars stay weak (NEP 50)."""
+    if isinstance(value, Tracer):
+        return value.dtype
+    if isinstance(value, bool):
+        return np.dtype(bool)
+    if isinstance(value, numbers.Integral) and not isinstance(value, np.generic):
+        return int
+    if isinstance(value, numbers.Real) and not isinstance(value, np.generic):
+        return float
+    if isinstance(value, numbers.Complex) and not isinstance(value, np.generic):
+        return complex
+    return np.asarray(value).dtype
+
+
+def apply_ufunc(ufunc: np.ufunc, method: str, inputs, kwargs):
+    ctx = find_context(list(inputs) + list(kwargs.get("out") or ()))
+    if method == "__call__":
+        return _call_ufunc(ctx, ufunc, inputs, kwargs)
+    from . import reductions
+    handler = {"reduce": reductions.ufunc_reduce, "accumulate": reductions.ufunc_accumulate,
+               "outer": _ufunc_outer}.get(method)
+    if handler is None:
+        raise ctx.not_compilable(f"np.{ufunc.__name__}.{method} is not supported by nbxla")
+    return handler(ctx, ufunc, *inputs, **kwargs)
+
+
+def _call_ufunc(ctx, ufunc, inputs, kwargs):
+    out = kwargs.pop("out", None)
+    where = kwargs.pop("where", True)
+    dtype = kwargs.pop("dtype", None)
+    kwargs.pop("casting", None)
+    if kwargs:
+        raise ctx.not_compilable(f"np.{ufunc.__name__}: argument(s) {', '.join(kwargs)} are not supported")
+    if ufunc is np.matmul:
+        from .functions import matmul
+        result = matmul(*inputs)
+        return _store(ctx, (result,), out, where) if out is not None else result
+    rule = UFUNCS.get(ufunc)
+    if rule is None:
+        raise ctx.not_compilable(f"np.{ufunc.__name__} is not supported by nbxla",
+                                 "see the supported-API table in the README")
+    # Raises NumPy's own TypeError where NumPy has no loop (e.g. bool subtraction).
+    in_dtypes = tuple(_resolve_input(v) for v in inputs) + (None,) * ufunc.nout
+    if dtype is None:
+        dtypes = ufunc.resolve_dtypes(in_dtypes)
+    else:
+        dtypes = ufunc.resolve_dtypes(in_dtypes, signature=(None,) * ufunc.nin + (np.dtype(dtype),) * ufunc.nout)
+    shape = np.broadcast_shapes(*(np.shape(v) if not isinstance(v, Tracer) else v.shape for v in inputs))
+    operands = [broadcast_to(asarray(ctx, v, dt) if not isinstance(v, Tracer) else convert(v, dt), shape)
+                for v, dt in zip(inputs, dtypes[:ufunc.nin])]
+    results = rule(ctx, *operands)
+    results = results if isinstance(results, tuple) else (results,)
+    results = tuple(convert(r, dt) for r, dt in zip(results, dtypes[ufunc.nin:]))
+    if out is not None or where is not True:
+        return _store(ctx, results, out, where)
+    return results if ufunc.nout > 1 else results[0]
+
+
+def _store(ctx, results, out, where):
+    """``out=`` and ``where=``: write results into the given Tracers (in place)."""
+    outs = out if isinstance(out, tuple) else (out,)
+    stored = []
+    for r, o in zip(results, outs):
+        if o is None:
+            if where is not True:
+                raise ctx.not_compilable("where= without out= leaves elements uninitialised",
+                                         "pass out= as well, or use np.where")
+            stored.append(r)
+            continue
+        if not isinstance(o, Tracer):
+            raise ctx.not_compilable("out= must be a traced array (an input or a value of the cell)")
+        if where is not True:
+            mask = broadcast_to(asarray(ctx, where, bool), o.shape)
+            r = select(mask, convert(broadcast_to(r, o.shape), o.dtype), o)
+        o.assign(r)
+        stored.append(o)
+    return tuple(stored) if len(stored) > 1 else stored[0]
+
+
+def _ufunc_outer(ctx, ufunc, a, b, **kwargs):
+    a, b = asarray(ctx, a), asarray(ctx, b)
+    a2 = reshape(a, a.shape + (1,) * b.ndim)
+    return ufunc(a2, b, **kwargs)
+
+
+def apply_function(func, args, kwargs):
+    rule = FUNCTIONS.get(func)
+    ctx = find_context(list(args) + list(kwargs.values()))
+    if rule is None:
+        name = getattr(func, "__name__", str(func))
+        reason = NOT_COMPILABLE.get(name)
+        if reason:
+            raise ctx.not_compilable(f"np.{name} cannot be compiled: {reason}",
+                                     "compute it outside the compiled cell, or use a fixed-shape "
+                                     "formulation (e.g. np.where with a mask)")
+        raise ctx.not_compilable(f"np.{name} is not supported by nbxla",
+                                 "see the supported-API table in the README")
+    return rule(*args, **kwargs)
+
+
+# ---- elementwise lowering rules ----------------------------------------------------------------
+
+def _unary(opcode):
+    return lambda ctx, x: emit(ctx, opcode, x)
+
+
+def _binary(opcode):
+    return lambda ctx, a, b: binop(opcode, a, b)
+
+
+def _is_bool(x):
+    return x.dtype == np.bool_
+
+
+def _is_int(x):
+    return x.dtype.kind in "iu"
+
+
+def _add(ctx, a, b):
+    return binop("or" if _is_bool(a) else "add", a, b)
+
+
+def _multiply(ctx, a, b):
+    return binop("and" if _is_bool(a) else "multiply", a, b)
+
+
+def _maximum(ctx, a, b):
+    return binop("or" if _is_bool(a) else "maximum", a, b)
+
+
+def _minimum(ctx, a, b):
+    return binop("and" if _is_bool(a) else "minimum", a, b)
+
+
+def isnan(x):
+    if x.dtype.kind not in "fc":
+        return like_bool(x, False)
+    if x.dtype.kind == "c":
+        return binop("or", isnan(emit(x.ctx, "real", x)), isnan(emit(x.ctx, "imag", x)))
+    return compare(x, x, "NE")
+
+
+def like_bool(x, value):
+    return full(x.ctx, x.shape, value, bool)
+
+
+def _isinf(ctx, x):
+    if x.dtype.kind not in "fc":
+        return like_bool(x, False)
+    if x.dtype.kind == "c":
+        return binop("or", _isinf(ctx, emit(ctx, "real", x)), _isinf(ctx, emit(ctx, "imag", x)))
+    return compare(emit(ctx, "abs", x), like(x, np.inf), "EQ")
+
+
+def _isfinite(ctx, x):
+    if x.dtype.kind not in "fc":
+        return like_bool(x, True)
+    if x.dtype.kind == "c":
+        return binop("and", _isfinite(ctx, emit(ctx, "real", x)), _isfinite(ctx, emit(ctx, "imag", x)))
+    return emit(ctx, "is-finite", x)
+
+
+def _fmax_fmin(opcode):
+    def rule(ctx, a, b):
+        if a.dtype.kind not in "fc":
+            return binop(opcode, a, b) if not _is_bool(a) else binop("or" if opcode == "maximum" else "and", a, b)
+        m = binop(opcode, a, b)
+        return select(isnan(a), b, select(isnan(b), a, m))
+    return rule
+
+
+def _floor_divide(ctx, a, b):
+    if _is_bool(a):
+        a, b = convert(a, np.int8), convert(b, np.int8)
+        return convert(_floor_divide(ctx, a, b), bool)
+    if _is_int(a):
+        zero = like(a, 0)
+        q = binop("divide", a, b)                   # truncates toward zero
+        r = binop("remainder", a, b)
+        adjust = binop("and", compare(r, zero, "NE"),
+                       compare(compare(r, zero, "LT"), compare(b, zero, "LT"), "NE"))
+        q = select(adjust, binop("subtract", q, like(q, 1)), q)
+        return select(compare(b, zero, "EQ"), zero, q)  # NumPy: x // 0 == 0 for integers
+    return _float_divmod(ctx, a, b)[0]
+
+
+def _remainder(ctx, a, b):
+    if _is_int(a) or _is_bool(a):
+        zero = like(a, 0)
+        r = binop("remainder", a, b)
+        adjust = binop("and", compare(r, zero, "NE"),
+                       compare(compare(r, zero, "LT"), compare(b, zero, "LT"), "NE"))
+        r = select(adjust, binop("add", r, b), r)
+        return select(compare(b, zero, "EQ"), zero, r)  # NumPy: x % 0 == 0 for integers
+    return _float_divmod(ctx, a, b)[1]
+
+
+def _float_divmod(ctx, a, b):
+    """NumPy's npy_divmod for floats: floor division and a modulo with the divisor's sign."""
+    zero = like(a, 0)
+    mod = binop("remainder", a, b)                  # fmod
+    div = binop("divide", binop("subtract", a, mod), b)
+    fix = binop("and", compare(mod, zero, "NE"),
+                compare(compare(b, zero, "LT"), compare(mod, zero, "LT"), "NE"))
+    mod = select(fix, binop("add", mod, b), mod)
+    div = select(fix, binop("subtract", div, like(a, 1)), div)
+    mod = select(compare(mod, zero, "EQ"), _copysign(ctx, zero, b), mod)
+    floordiv = emit(ctx, "floor", div)
+    floordiv = select(compare(binop("subtract", div, floordiv), like(a, 0.5), "GT"),
+                      binop("add", floordiv, like(a, 1)), floordiv)
+    floordiv = select(compare(div, zero, "EQ"), _copysign(ctx, zero, binop("divide", a, b)), floordiv)
+    b_zero = compare(b, zero, "EQ")
+    return (select(b_zero, binop("divide", a, b), floordiv),
+            select(b_zero, binop("remainder", a, b), mod))
+
+
+def _divmod(ctx, a, b):
+    return _floor_divide(ctx, a, b), _remainder(ctx, a, b)
+
+
+def _fmod(ctx, a, b):
+    if _is_int(a):
+        zero = like(a, 0)
+        return select(compare(b, zero, "EQ"), zero, binop("remainder", a, b))
+    return binop("remainder", a, b)
+
+
+def _signbit_of(ctx, x):
+    bits = {2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize]
+    as_int = emit(ctx, "bitcast-convert", x, shape=Shape(from_numpy_dtype(bits), x.shape))
+    return compare(as_int, like(as_int, 0), "LT")
+
+
+def _copysign(ctx, a, b):
+    mag = emit(ctx, "abs", a)
+    return select(_signbit_of(ctx, b), emit(ctx, "negate", mag), mag)
+
+
+def _power(ctx, a, b):
+    if _is_bool(a):
+        raise TypeError("ufunc 'power' not supported for bool inputs")
+    return binop("power", a, b)
+
+
+def _true_divide(ctx, a, b):
+    return binop("divide", a, b)
+
+
+def _reciprocal(ctx, x):
+    if _is_int(x):
+        return _int_reciprocal(ctx, x)
+    return binop("divide", like(x, 1), x)
+
+
+def _int_reciprocal(ctx, x):
+    # NumPy's integer reciprocal is C division 1 / x (0 for |x| > 1); 1/0 gives 0 with a warning.
+    one, zero = like(x, 1), like(x, 0)
+    return select(compare(x, zero, "EQ"), zero, binop("divide", one, x))
+
+
+def _square(ctx, x):
+    return _multiply(ctx, x, x)
+
+
+def _sign(ctx, x):
+    if _is_bool(x):
+        raise TypeError("ufunc 'sign' did not contain a loop with signature matching types bool")
+    return emit(ctx, "sign", x)
+
+
+def _absolute(ctx, x):
+    return x if _is_bool(x) or x.dtype.kind == "u" else emit(ctx, "abs", x)
+
+
+def _negative(ctx, x):
+    if _is_bool(x):
+        raise TypeError("The numpy boolean negative, the `-` operator, is not supported, "
+                        "use the `~` operator or the logical_not function instead.")
+    return emit(ctx, "negate", x)
+
+
+def _conjugate(ctx, x):
+    if x.dtype.kind != "c":
+        return x
+    return binop("complex", emit(ctx, "real", x), emit(ctx, "negate", emit(ctx, "imag", x)))
+
+
+def _to_bool(x):
+    return x if _is_bool(x) else compare(x, like(x, 0), "NE")
+
+
+def _logical(opcode):
+    return lambda ctx, a, b: binop(opcode, _to_bool(a), _to_bool(b))
+
+
+def _logical_not(ctx, x):
+    return emit(ctx, "not", _to_bool(x))
+
+
+def _right_shift(ctx, a, b):
+    return binop("shift-right-arithmetic" if a.dtype.kind == "i" else "shift-right-logical", a, b)
+
+
+def _compare(direction):
+    return lambda ctx, a, b: compare(a, b, direction)
+
+
+def _trunc(ctx, x):
+    if x.dtype.kind != "f":
+        return x
+    return select(compare(x, like(x, 0), "LT"), emit(ctx, "ceil", x), emit(ctx, "floor", x))
+
+
+def _exact_float(opcode):
+    """floor/ceil/rint on ints are the identity in NumPy (same dtype)."""
+    return lambda ctx, x: x if x.dtype.kind in "iub" else emit(ctx, opcode, x)
+
+
+def _log_base(base):
+    return lambda ctx, x: binop("divide", emit(ctx, "log", x), like(x, np.log(base)))
+
+
+def _exp2(ctx, x):
+    return binop("power", like(x, 2), x)
+
+
+def _arctan(ctx, x):
+    return binop("atan2", x, like(x, 1))
+
+
+def _arcsin(ctx, x):
+    # asin(x) = atan2(x, sqrt(1 - x^2))
+    return binop("atan2", x, emit(ctx, "sqrt", binop("subtract", like(x, 1), binop("multiply", x, x))))
+
+
+def _arccos(ctx, x):
+    return binop("atan2", emit(ctx, "sqrt", binop("subtract", like(x, 1), binop("multiply", x, x))), x)
+
+
+def _sinh(ctx, x):
+    # (e^x - e^-x)/2, accurate near 0 through expm1: sinh = (expm1(x) - expm1(-x)) / 2
+    e1 = emit(ctx, "exponential-minus-one", x)
+    e2 = emit(ctx, "exponential-minus-one", emit(ctx, "negate", x))
+    return binop("multiply", binop("subtract", e1, e2), like(x, 0.5))
+
+
+def _cosh(ctx, x):
+    e1 = emit(ctx, "exponential", x)
+    e2 = emit(ctx, "exponential", emit(ctx, "negate", x))
+    return binop("multiply", binop("add", e1, e2), like(x, 0.5))
+
+
+def _arcsinh(ctx, x):
+    # sign(x) * log1p(|x| + x^2 / (1 + sqrt(1 + x^2)))
+    a = emit(ctx, "abs", x)
+    x2 = binop("multiply", x, x)
+    t = binop("add", a, binop("divide", x2, binop("add", like(x, 1),
+                                                    emit(ctx, "sqrt", binop("add", like(x, 1), x2)))))
+    r = emit(ctx, "log-plus-one", t)
+    return select(compare(x, like(x, 0), "LT"), emit(ctx, "negate", r), r)
+
+
+def _arccosh(ctx, x):
+    # log(x + sqrt(x - 1) * sqrt(x + 1))
+    one = like(x, 1)
+    return emit(ctx, "log", binop("add", x, binop("multiply", emit(ctx, "sqrt", binop("subtract", x, one)),
+                                                   emit(ctx, "sqrt", binop("add", x, one)))))
+
+
+def _arctanh(ctx, x):
+    # 0.5 * log1p(2x / (1 - x))
+    one = like(x, 1)
+    return binop("multiply", like(x, 0.5),
+                 emit(ctx, "log-plus-one", binop("divide", binop("add", x, x), binop("subtract", one, x))))
+
+
+def _hypot(ctx, a, b):
+    a, b = emit(ctx, "abs", a), emit(ctx, "abs", b)
+    hi, lo = binop("maximum", a, b), binop("minimum", a, b)
+    safe_hi = select(compare(hi, like(hi, 0), "EQ"), like(hi, 1), hi)
+    r = binop("divide", lo, safe_hi)
+    out = binop("multiply", hi, emit(ctx, "sqrt", binop("add", like(r, 1), binop("multiply", r, r))))
+    inf = binop("or", _isinf(ctx, a), _isinf(ctx, b))
+    return select(inf, like(out, np.inf), out)
+
+
+def _logaddexp(ctx, a, b):
+    hi = binop("maximum", a, b)
+    d = emit(ctx, "negate", emit(ctx, "abs", binop("subtract", a, b)))
+    out = binop("add", hi, emit(ctx, "log-plus-one", emit(ctx, "exponential", d)))
+    return select(compare(a, b, "EQ"), binop("add", a, like(a, np.log(2))), out)  # also a == b == inf
+
+
+def _deg2rad(ctx, x):
+    return binop("multiply", x, like(x, np.pi / 180))
+
+
+def _rad2deg(ctx, x):
+    return binop("multiply", x, like(x, 180 / np.pi))
+
+
+def _signbit(ctx, x):
+    return _signbit_of(ctx, x) if x.dtype.kind == "f" else compare(x, like(x, 0), "LT")
+
+
+UFUNCS.update({
+    np.add: _add, np.subtract: _binary("subtract"), np.multiply: _multiply,
+    np.true_divide: _true_divide, np.floor_divide: _floor_divide, np.remainder: _remainder,
+    np.divmod: _divmod, np.fmod: _fmod, np.power: _power, np.float_power: _power,
+    np.maximum: _maximum, np.minimum: _minimum,
+    np.fmax: _fmax_fmin("maximum"), np.fmin: _fmax_fmin("minimum"),
+    np.negative: _negative, np.positive: lambda ctx, x: x, np.absolute: _absolute,
+    np.fabs: _unary("abs"), np.sign: _sign, np.conjugate: _conjugate,
+    np.exp: _unary("exponential"), np.exp2: _exp2, np.expm1: _unary("exponential-minus-one"),
+    np.log: _unary("log"), np.log2: _log_base(2), np.log10: _log_base(10),
+    np.log1p: _unary("log-plus-one"), np.sqrt: _unary("sqrt"), np.cbrt: _unary("cbrt"),
+    np.square: _square, np.reciprocal: _reciprocal,
+    np.sin: _unary("sine"), np.cos: _unary("cosine"), np.tan: _unary("tan"),
+    np.arcsin: _arcsin, np.arccos: _arccos, np.arctan: _arctan, np.arctan2: _binary("atan2"),
+    np.sinh: _sinh, np.cosh: _cosh, np.tanh: _unary("tanh"),
+    np.arcsinh: _arcsinh, np.arccosh: _arccosh, np.arctanh: _arctanh,
+    np.hypot: _hypot, np.logaddexp: _logaddexp, np.deg2rad: _deg2rad, np.rad2deg: _rad2deg,
+    np.floor: _exact_float("floor"), np.ceil: _exact_float("ceil"),
+    np.rint: _exact_float("round-nearest-even"), np.trunc: _trunc,
+    np.isnan: lambda ctx, x: isnan(x), np.isinf: _isinf, np.isfinite: _isfinite,
+    np.signbit: _signbit, np.copysign: _copysign,
+    np.equal: _compare("EQ"), np.not_equal: _compare("NE"), np.less: _compare("LT"),
+    np.less_equal: _compare("LE"), np.greater: _compare("GT"), np.greater_equal: _compare("GE"),
+    np.logical_and: _logical("and"), np.logical_or: _logical("or"),
+    np.logical_xor: _logical("xor"), np.logical_not: _logical_not,
+    np.bitwise_and: _binary("and"), np.bitwise_or: _binary("or"), np.bitwise_xor: _binary("xor"),
+    np.invert: _unary("not"), np.left_shift: _binary("shift-left"), np.right_shift: _right_shift,
+})
+

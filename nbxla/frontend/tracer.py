@@ -1,0 +1,233 @@
+"""``Tracer``: an array stand-in that records HLO while ordinary NumPy code runs on it.
+
+NumPy hands every ufunc and array function applied to a Tracer back to us through
+``__array_ufunc__`` and ``__array_function__``; Python operators and array methods are
+spelled in terms of those, so there is one lowering path (``rules.py``) for all of them.
+
+In-place writes (``a += b``, ``a[1:] = v``, ``np.add(a, b, out=a)``) rebind the Tracer to a new
+value: the computation stays pure, and the caller's array is updated afterwards.  A Tracer
+made by basic indexing, ``.T``, ``transpose`` or ``reshape`` is a *view*: it remembers its
+base and how to map values between the two, so writes through it reach the base and reads
+from it see later writes to the base, as with NumPy views.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ConcretizationError, NotCompilableError
+from ..hlo.ir import Instruction
+from .context import TraceContext
+
+
+class View:
+    """How a view Tracer relates to its base: ``forward(base) -> view``, ``backward(base, view) -> base``.
+
+    ``strides`` (in elements, as NumPy would have them) tell whether the view is contiguous,
+    which decides, as in NumPy, whether a reshape of it is again a view or a copy.
+    ``backward`` is None for a copy that NumPy might have made a view: writing to it is an error.
+    """
+
+    __slots__ = ("base", "forward", "backward", "base_version", "strides")
+
+    def __init__(self, base: "Tracer", forward: Callable, backward: Callable | None,
+                 strides: tuple[int, ...]):
+        self.base, self.forward, self.backward = base, forward, backward
+        self.base_version = base.version
+        self.strides = strides
+
+
+def c_strides(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+class Tracer:
+    __array_priority__ = 1000
+    __slots__ = ("ctx", "_instr", "version", "view", "__weakref__")
+
+    def __init__(self, ctx: TraceContext, instr: Instruction, view: View | None = None):
+        self.ctx, self._instr, self.version, self.view = ctx, instr, 0, view
+
+    # ---- value, views and in-place writes ------------------------------------------------------
+
+    @property
+    def instr(self) -> Instruction:
+        v = self.view
+        if v is not None and (v.base_version != v.base.version or v.base.view is not None):
+            fresh = v.forward(v.base)        # the base changed since we were derived: re-derive
+            if fresh._instr is not self._instr:
+                self._instr = fresh._instr
+            v.base_version = v.base.version
+        return self._instr
+
+    def assign(self, value: "Tracer") -> None:
+        """Replace this array's contents (same shape and dtype), as an in-place write does."""
+        from .rules import broadcast_to, convert
+        value = convert(broadcast_to(value, self.shape), self.dtype)
+        if self.view is not None:
+            if self.view.backward is None:
+                raise NotCompilableError(
+                    "writing into a reshaped copy of a non-contiguous view: NumPy may or may "
+                    "not write through to the original array here", self.ctx.user_location(),
+                    "assign through the original array (e.g. a[...] = ...) or make the copy "
+                    "explicit with .copy()")
+            base = self.view.base
+            base.assign(self.view.backward(base, value))
+            self.view.base_version = base.version
+        self._instr = value.instr
+        self.version += 1
+
+    # ---- array attributes -----------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.instr.shape.dims
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.instr.shape.dtype
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Element strides NumPy would give this array (views are not always contiguous)."""
+        return self.view.strides if self.view is not None else c_strides(self.shape)
+
+    @property
+    def contiguous(self) -> bool:
+        expected = 1
+        for n, s in zip(reversed(self.shape), reversed(self.strides)):
+            if n == 0:
+                return True
+            if n != 1 and s != expected:
+                return False
+            expected *= n
+        return True
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __repr__(self) -> str:
+        return f"Tracer({self.instr.shape.to_text(with_layout=False)})"
+
+    # ---- NumPy protocols ------------------------------------------------------------------------
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from .rules import apply_ufunc
+        return apply_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from .rules import apply_function
+        return apply_function(func, args, kwargs)
+
+    def __array__(self, dtype=None, copy=None):
+        raise self._concrete("NumPy asked for the concrete values of a traced array",
+                             "a function nbxla cannot trace converted it with np.asarray")
+
+    def _concrete(self, what: str, why: str = "") -> ConcretizationError:
+        return ConcretizationError(
+            f"{what}{' (' + why + ')' if why else ''}: inside %%xla / @nbxla.jit arrays have no "
+            f"values yet, only a shape and dtype ({self.instr.shape.to_text(with_layout=False)})",
+            self.ctx.user_location(),
+            "Compute both branches and choose with np.where(cond, a, b), keep the value as an "
+            "array, or move this code outside the compiled cell.")
+
+    def __bool__(self):
+        raise self._concrete("the truth value of a traced array was needed", "if/while/and/or on an array")
+
+    def __float__(self):
+        raise self._concrete("float() of a traced array")
+
+    def __int__(self):
+        raise self._concrete("int() of a traced array")
+
+    def __complex__(self):
+        raise self._concrete("complex() of a traced array")
+
+    def __index__(self):
+        raise self._concrete("a traced array was used as a Python index")
+
+    def item(self, *args):
+        raise self._concrete(".item() of a traced array")
+
+    def tolist(self):
+        raise self._concrete(".tolist() of a traced array")
+
+    def __hash__(self):
+        return id(self)
+
+    # ---- indexing -------------------------------------------------------------------------------
+
+    def __getitem__(self, key):
+        from .indexing import getitem
+        return getitem(self, key)
+
+    def __setitem__(self, key, value):
+        from .indexing import setitem
+        setitem(self, key, value)
+
+
+# Python operators are NumPy ufuncs, so they share the one lowering path.
+def _binary(ufunc):
+    return (lambda self, other: ufunc(self, other),
+            lambda self, other: ufunc(other, self),
+            lambda self, other: _inplace(self, ufunc(self, other)))
+
+
+def _inplace(self: Tracer, result: Tracer) -> Tracer:
+    if np.result_type(result.dtype, self.dtype) != self.dtype and \
+            not np.can_cast(result.dtype, self.dtype, casting="same_kind"):
+        raise TypeError(f"Cannot cast ufunc output from dtype('{result.dtype}') to "
+                        f"dtype('{self.dtype}') with casting rule 'same_kind'")
+    self.assign(result)
+    return self
+
+
+for _name, _ufunc in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                      ("truediv", np.true_divide), ("floordiv", np.floor_divide),
+                      ("mod", np.remainder), ("pow", np.power), ("matmul", np.matmul),
+                      ("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor),
+                      ("lshift", np.left_shift), ("rshift", np.right_shift)]:
+    _f, _r, _i = _binary(_ufunc)
+    setattr(Tracer, f"__{_name}__", _f)
+    setattr(Tracer, f"__r{_name}__", _r)
+    setattr(Tracer, f"__i{_name}__", _i)
+
+for _name, _ufunc in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                      ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+    setattr(Tracer, f"__{_name}__", (lambda u: lambda self, other: u(self, other))(_ufunc))
+
+Tracer.__neg__ = lambda self: np.negative(self)
+Tracer.__pos__ = lambda self: np.positive(self)
+Tracer.__abs__ = lambda self: np.absolute(self)
+Tracer.__invert__ = lambda self: np.invert(self)
+Tracer.__divmod__ = lambda self, other: np.divmod(self, other)
+Tracer.__rdivmod__ = lambda self, other: np.divmod(other, self)
