@@ -1,3 +1,16 @@
 """nbxla: an XLA-style compiler for NumPy code in notebooks."""
 
+from .api import CompiledFunction, jit
+from .errors import ConcretizationError, NbxlaError, NotCompilableError
+from .runtime.cache import DEFAULT_CACHE as cache
+
 __version__ = "0.1.0"
+
+__all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "ConcretizationError",
+           "cache"]
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext nbxla``: register the %%xla, %xla_ir and %xla_cache magics."""
+    from .jupyter.magics import register
+    register(ipython)

@@ -1,0 +1,136 @@
+"""``nbxla.jit``: compile a NumPy function, like ``tf.function(jit_compile=True)``.
+
+    @nbxla.jit
+    def f(x, y):
+        return np.mean(3 * x**2 + y)
+
+Array arguments (and NumPy scalars) become parameters; every other argument is a
+compile-time constant, so a new value means a new compilation.  Writes into argument arrays
+are copied back into the caller's arrays after the run, as NumPy would have made them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .compiler import Compilation, compile_module
+from .flags import current_flags
+from .frontend.trace import (TracedProgram, leaf_signature, trace, tree_flatten,
+                             tree_unflatten)
+from .runtime.cache import DEFAULT_CACHE, CompilationCache
+from .runtime.executable import resolve_device
+
+
+@dataclass
+class CompiledProgram:
+    program: TracedProgram
+    compilation: Compilation
+
+
+def run_program(compiled: CompiledProgram, leaves: list):
+    """Run on the argument leaves; write back mutated arguments; rebuild the result."""
+    program = compiled.program
+    inputs = [leaves[i] for i in program.param_leaves]
+    outputs = compiled.compilation.executable.run(inputs)
+    for leaf_index, k in program.writebacks:
+        np.copyto(leaves[leaf_index], outputs[k])
+    result = []
+    for kind, value in program.out_slots:
+        if kind == "out":
+            value = outputs[value]
+            value = value[()] if value.ndim == 0 else value   # NumPy gives scalars for 0-d results
+        result.append(value)
+    return tree_unflatten(program.out_treedef, result)
+
+
+def _paths(name: str, tree) -> list[str]:
+    if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
+        return [p for i, item in enumerate(tree) for p in _paths(f"{name}[{i}]", item)]
+    if isinstance(tree, dict):
+        return [p for k, item in tree.items() for p in _paths(f"{name}[{k!r}]", item)]
+    return [name]
+
+
+class CompiledFunction:
+    """A function compiled per input signature; see ``jit``."""
+
+    def __init__(self, fn: Callable, device: str = "cpu", cache: CompilationCache | None = None):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.device = device
+        self.cache = cache or DEFAULT_CACHE
+        self.last_compilation: Compilation | None = None
+        try:
+            self._signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            self._signature = None
+
+    def _leaf_names(self, args, kwargs) -> list[str]:
+        names = []
+        params = list(self._signature.parameters) if self._signature else []
+        for i, a in enumerate(args):
+            names += _paths(params[i] if i < len(params) and
+                            self._signature.parameters[params[i]].kind.name.startswith("POSITIONAL")
+                            else f"args[{i}]", a)
+        for k, v in kwargs.items():
+            names += _paths(k, v)
+        return names
+
+    def _lookup(self, args, kwargs, device=None):
+        flags = current_flags()
+        device = resolve_device(device or self.device)
+        leaves, treedef = tree_flatten((args, kwargs))
+        signature = tuple(leaf_signature(leaf) for leaf in leaves)
+        key = (self, device, flags, signature, treedef)
+
+        def compile_now():
+            start = time.perf_counter()
+            program = trace(self.fn, leaves, treedef, name=_module_name(self.fn),
+                            leaf_names=self._leaf_names(args, kwargs))
+            trace_ms = (time.perf_counter() - start) * 1e3
+            return CompiledProgram(program, compile_module(program.module, device, trace_ms,
+                                                           dump_to=flags.dump_to))
+
+        entry, hit = self.cache.get_or_compile(key, self, self.__name__, signature,
+                                               lambda: self._leaf_names(args, kwargs), device,
+                                               compile_now)
+        if not hit:
+            entry.value.compilation.explanation = entry.explanation
+        self.last_compilation = entry.value.compilation
+        return entry.value, leaves
+
+    def __call__(self, *args, **kwargs):
+        compiled, leaves = self._lookup(args, kwargs)
+        return run_program(compiled, leaves)
+
+    def get_compiler_ir(self, *args, device: str | None = None, **kwargs) -> Callable[..., str]:
+        """Like TensorFlow's ``experimental_get_compiler_ir``: ``f.get_compiler_ir(x)(stage='hlo')``."""
+        compiled, _ = self._lookup(args, kwargs, device)
+        return lambda stage="hlo": compiled.compilation.stage(stage)
+
+    def __get__(self, obj, objtype=None):       # methods: bind like a function would
+        return self if obj is None else functools.partial(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<nbxla.jit {self.__name__} device={self.device}>"
+
+
+def _module_name(fn) -> str:
+    name = getattr(fn, "__name__", "fn")
+    return name if name.isidentifier() else "lambda_fn"
+
+
+def jit(fn: Callable | None = None, *, device: str = "cpu", cache: CompilationCache | None = None):
+    """Compile ``fn``; usable as ``@jit``, ``@jit(device='cuda')`` or ``jit(fn, device=...)``."""
+    if fn is None:
+        return lambda f: CompiledFunction(f, device, cache)
+    return CompiledFunction(fn, device, cache)
+
+
+__all__ = ["jit", "CompiledFunction"]

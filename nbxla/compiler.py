@@ -1,0 +1,95 @@
+"""The compilation pipeline: traced module -> optimized module -> executable, with a record.
+
+A ``Compilation`` is what the notebook layer reads: every stage's text, timings, the device
+and backend, and why it was compiled.  Stages are produced on demand and memoized.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+
+from .errors import NbxlaError
+from .hlo import Module
+from .hlo.printer import print_module
+from .runtime.executable import Executable, build_executable, resolve_device
+
+_module_ids = itertools.count(1)
+
+
+class UnknownStageError(NbxlaError, ValueError):
+    """A stage name that this compilation does not have."""
+
+
+# Stages a compilation can show, in pipeline order; backend stages arrive with the backends.
+STAGES = ("hlo", "optimized_hlo", "optimized_hlo_dot")
+LATER_STAGES = {"passes": "the optimizer", "llvm_ir": "the CPU backend", "asm": "the CPU backend",
+                "ptx": "the CUDA backend"}
+
+
+@dataclass
+class Compilation:
+    name: str
+    device: str
+    hlo: Module                       # as traced
+    optimized: Module                 # after the pass pipeline
+    executable: Executable
+    timings_ms: dict[str, float]
+    explanation: str = ""
+    module_id: int = field(default_factory=lambda: next(_module_ids))
+    _stage_text: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def backend(self) -> str:
+        return self.executable.backend
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        return STAGES
+
+    def stage(self, name: str) -> str:
+        if name not in self._stage_text:
+            if name == "hlo":
+                text = print_module(self.hlo)
+            elif name == "optimized_hlo":
+                text = print_module(self.optimized)
+            elif name == "optimized_hlo_dot":
+                from .hlo.graphviz import to_dot
+                text = to_dot(self.optimized)
+            elif name in LATER_STAGES:
+                raise UnknownStageError(f"stage {name!r} is not available yet: it comes with "
+                                        f"{LATER_STAGES[name]}; available: {', '.join(STAGES)}")
+            else:
+                raise UnknownStageError(f"unknown stage {name!r}; available: {', '.join(STAGES)}")
+            self._stage_text[name] = text
+        return self._stage_text[name]
+
+    def dump(self, directory: str) -> list[str]:
+        """Write every stage as ``module_NNNN.<name>.<stage>.txt`` (XLA's --xla_dump_to habit)."""
+        os.makedirs(directory, exist_ok=True)
+        paths = []
+        for stage in self.stages:
+            path = os.path.join(directory, f"module_{self.module_id:04d}.{self.name}.{stage}.txt")
+            with open(path, "w") as f:
+                f.write(self.stage(stage))
+            paths.append(path)
+        return paths
+
+
+def compile_module(module: Module, device: str, trace_ms: float = 0.0, explanation: str = "",
+                   dump_to: str | None = None) -> Compilation:
+    device = resolve_device(device)
+    start = time.perf_counter()
+    optimized = module          # the pass pipeline plugs in here (optimizer issue)
+    optimize_ms = (time.perf_counter() - start) * 1e3
+    start = time.perf_counter()
+    executable = build_executable(optimized, device)
+    codegen_ms = (time.perf_counter() - start) * 1e3
+    comp = Compilation(module.name, device, module, optimized, executable,
+                       {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
+                       explanation)
+    if dump_to:
+        comp.dump(dump_to)
+    return comp

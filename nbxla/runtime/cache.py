@@ -1,0 +1,138 @@
+"""The compilation cache: one compiled program per (code, input signature, constants, device, flags).
+
+A lookup is a dict access under a lock.  Every entry keeps its statistics, and every miss
+records *why* it missed, compared with the nearest earlier entry for the same code:
+``x: f32[10,10] -> f32[100,100]`` or ``axis: 0 -> 1 (constant)``.  Bounded (LRU).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+from ..hlo.shapes import from_numpy_dtype
+
+
+@dataclass
+class CacheEntry:
+    key: Hashable
+    code_name: str
+    signature: tuple                   # per argument leaf: ("array", shape, dtype) / ("static", type, value)
+    leaf_names: list[str]
+    device: str
+    value: Any                         # what was compiled (a Compilation)
+    compile_seconds: float
+    explanation: str
+    hits: int = 0
+    created: float = field(default_factory=time.time)
+    last_use: float = field(default_factory=time.time)
+
+    def summary(self) -> str:
+        return ", ".join(f"{n}: {describe_leaf(s)}" for n, s in zip(self.leaf_names, self.signature))
+
+
+def describe_leaf(sig: tuple) -> str:
+    if sig[0] == "array":
+        _, shape, dtype = sig
+        return f"{from_numpy_dtype(np.dtype(dtype))}[{','.join(map(str, shape))}]"
+    return f"{sig[2]!r} (constant)"
+
+
+def _describe_change(old: tuple, new: tuple) -> str:
+    if old[0] == new[0] == "static":
+        return f"{old[2]!r} -> {new[2]!r} (constant)"
+    return f"{describe_leaf(old)} -> {describe_leaf(new)}"
+
+
+def explain_miss(code_name: str, signature: tuple, names: list[str], earlier: list[CacheEntry]) -> str:
+    """Why this signature needed a new compilation, against the closest earlier one."""
+    if not earlier:
+        return "first compilation"
+    best, best_diff = None, None
+    for entry in earlier:
+        if len(entry.signature) != len(signature):
+            diff = [f"arguments changed structure ({len(entry.signature)} -> {len(signature)} leaves)"]
+        else:
+            diff = [f"{name}: {_describe_change(old, new)}"
+                    for name, old, new in zip(names, entry.signature, signature) if old != new]
+        if best_diff is None or len(diff) < len(best_diff):
+            best, best_diff = entry, diff
+    return "; ".join(best_diff) if best_diff else "same inputs, different device or flags"
+
+
+class CompilationCache:
+    def __init__(self, max_entries: int = 256):
+        self.max_entries = max_entries
+        self._entries: OrderedDict[Hashable, CacheEntry] = OrderedDict()
+        self._lock = threading.RLock()
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    def lookup(self, key: Hashable) -> CacheEntry | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry.hits += 1
+                entry.last_use = time.time()
+                self._entries.move_to_end(key)
+                self.hits += 1
+            return entry
+
+    def get_or_compile(self, key: Hashable, code_key: Hashable, code_name: str, signature: tuple,
+                       names: Callable[[], list[str]], device: str,
+                       compile_fn: Callable[[], Any]) -> tuple[CacheEntry, bool]:
+        """The entry for ``key``, compiling it on a miss; returns (entry, was_hit)."""
+        entry = self.lookup(key)
+        if entry is not None:
+            return entry, True
+        with self._lock:                        # one compilation at a time; re-check first
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry.hits += 1
+                self.hits += 1
+                return entry, True
+            leaf_names = names()
+            earlier = [e for e in self._entries.values() if e.key[0] == code_key]
+            explanation = explain_miss(code_name, signature, leaf_names, earlier)
+            start = time.perf_counter()
+            value = compile_fn()
+            seconds = time.perf_counter() - start
+            entry = CacheEntry(key, code_name, signature, leaf_names, device, value, seconds, explanation)
+            self._entries[key] = entry
+            self.misses += 1
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+                self.evictions += 1
+            return entry, False
+
+    def entries(self) -> list[CacheEntry]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = self.evictions = 0
+
+    def table(self) -> str:
+        """A plain-text table of the entries (the notebook renders richer views)."""
+        rows = [("code", "inputs", "device", "hits", "compile ms", "last use", "why compiled")]
+        for e in self.entries():
+            rows.append((e.code_name, e.summary(), e.device, str(e.hits),
+                         f"{e.compile_seconds * 1e3:.1f}", time.strftime("%H:%M:%S", time.localtime(e.last_use)),
+                         e.explanation))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines.append(f"{len(self._entries)} entries, {self.hits} hits, {self.misses} misses, "
+                     f"{self.evictions} evictions")
+        return "\n".join(lines)
+
+
+DEFAULT_CACHE = CompilationCache()

@@ -1,0 +1,54 @@
+"""Executables: a compiled module bound to the backend that runs it.
+
+Backends register here by device name.  Until the native CPU backend lands, ``cpu`` runs the
+reference evaluator (correct, not fast) and the compilation record says so.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from ..hlo import Module
+from ..hlo.evaluator import evaluate, flatten
+
+
+class Executable:
+    """Runs one module; ``run(inputs)`` returns the flat list of its outputs."""
+
+    def __init__(self, module: Module, backend: str, runner: Callable[[list], list]):
+        self.module, self.backend, self._runner = module, backend, runner
+
+    def run(self, inputs: list) -> list[np.ndarray]:
+        return self._runner(inputs)
+
+
+def _evaluator_backend(module: Module) -> Executable:
+    return Executable(module, "evaluator (reference interpreter)",
+                      lambda inputs: flatten(evaluate(module, inputs)))
+
+
+def _cuda_backend(module: Module) -> Executable:
+    raise UnsupportedError("device 'cuda' is not available yet: the CUDA backend has not landed; "
+                           "use device='cpu'")
+
+
+BACKENDS: dict[str, Callable[[Module], Executable]] = {
+    "cpu": _evaluator_backend,
+    "evaluator": _evaluator_backend,
+    "cuda": _cuda_backend,
+}
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cpu"
+    if device not in BACKENDS:
+        raise UnsupportedError(f"unknown device {device!r}; choose one of cpu, cuda, auto")
+    return device
+
+
+def build_executable(module: Module, device: str) -> Executable:
+    return BACKENDS[resolve_device(device)](module)
