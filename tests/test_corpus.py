@@ -12,6 +12,12 @@ from .conftest import corpus_files
 # Constructs the evaluator cannot run yet, by case name, with the reason (empty: all run).
 UNSUPPORTED: dict[str, str] = {}
 
+# Cases whose recorded outputs are ill-conditioned, with the relative tolerance they need.
+# fori_loop_while iterates x = 0.9x + i*sin(x) ten times: |d/dx| reaches ~10 per step, so a
+# 1-ulp difference in sin (NumPy's vs XLA's) grows to ~5e-4 relative; the same loop in float64
+# differs from JAX's float32 result by more (6e-3 absolute) than our float32 result does.
+CASE_RTOL = {"fori_loop_while": 1e-3}
+
 
 def case_inputs_and_outputs(path):
     case = path.name.split(".")[0]
@@ -31,5 +37,5 @@ def test_corpus_case_matches_jax(path):
     assert len(got) == len(outs)
     for i, (g, want) in enumerate(zip(got, outs)):
         assert g.dtype == want.dtype and g.shape == want.shape, f"out{i}: {g.dtype}{g.shape}"
-        ok, detail = compare_arrays(g, want)
+        ok, detail = compare_arrays(g, want, rtol=CASE_RTOL.get(case))
         assert ok, f"out{i}: {detail}"

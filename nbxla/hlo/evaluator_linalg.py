@@ -1,0 +1,149 @@
+"""Reference rules for dot, convolution and the LAPACK custom-call targets."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .attributes import PadDim, Window, WindowDim
+from .evaluator_common import fail, operand_type
+from .evaluator_data import pad_array
+from .evaluator_elementwise import convert_array
+from .shape_inference import window_output_size
+
+
+def _operands_in_result_type(instr, args):
+    """dot/convolution may name a preferred result type: convert the operands to it first,
+    then compute in it (f16 in f32, rounded once at the end, like XLA's CPU backend)."""
+    dst = instr.shape.element_type
+    converted = [convert_array(x, operand_type(instr, i), dst) for i, x in enumerate(args)]
+    compute = np.float32 if dst == "f16" else instr.shape.dtype
+    return [np.asarray(x, compute) for x in converted]
+
+
+def _dot(instr, args, interp):
+    a, b = _operands_in_result_type(instr, args)
+    at = instr.attrs
+    lb, rb = list(at.get("lhs_batch_dims", ())), list(at.get("rhs_batch_dims", ()))
+    lc, rc = list(at.get("lhs_contracting_dims", ())), list(at.get("rhs_contracting_dims", ()))
+    lf = [d for d in range(a.ndim) if d not in lb and d not in lc]
+    rf = [d for d in range(b.ndim) if d not in rb and d not in rc]
+
+    def size(x, dims):
+        return int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
+
+    batch, m, k, n = size(a, lb), size(a, lf), size(a, lc), size(b, rf)
+    # As one batched matmul: lhs (batch, free, contract) @ rhs (batch, contract, free).
+    lhs = np.transpose(a, lb + lf + lc).reshape(batch, m, k)
+    rhs = np.transpose(b, rb + rc + rf).reshape(batch, k, n)
+    out = np.matmul(lhs, rhs)  # ints wrap, pred is or-of-ands
+    dims = [a.shape[d] for d in lb] + [a.shape[d] for d in lf] + [b.shape[d] for d in rf]
+    return out.reshape(dims)
+
+
+def _convolution(instr, args, interp):
+    """General convolution: operands in canonical (batch, feature, spatial...) order, input
+    dilated and padded, then one einsum per kernel offset over a strided window slice."""
+    x, k = _operands_in_result_type(instr, args)
+    dn = instr.attrs["dim_labels"]
+    window = instr.attrs.get("window") or Window(tuple(WindowDim(args[1].shape[d]) for d in dn.kernel_spatial))
+    groups = instr.attrs.get("feature_group_count", 1)
+    batch_groups = instr.attrs.get("batch_group_count", 1)
+    if groups > 1 and batch_groups > 1:
+        raise fail(instr, "feature_group_count and batch_group_count cannot both exceed 1")
+    x = np.transpose(x, [dn.input_batch, dn.input_feature, *dn.input_spatial])
+    k = np.transpose(k, [dn.kernel_output_feature, dn.kernel_input_feature, *dn.kernel_spatial])
+    reversed_axes = [2 + i for i, w in enumerate(window.dims) if w.reversal]
+    if reversed_axes:
+        k = np.flip(k, reversed_axes)
+    out_spatial = [window_output_size(x.shape[2 + i], w) for i, w in enumerate(window.dims)]
+    if 0 in out_spatial:  # also covers negative padding that crops everything away
+        return np.zeros(instr.shape.dims, x.dtype)
+    x = pad_array(x, x.dtype.type(0), [PadDim(0, 0), PadDim(0, 0)] +
+                  [PadDim(w.pad_low, w.pad_high, w.base_dilation - 1) for w in window.dims])
+    n, c = x.shape[:2]
+    o, i = k.shape[:2]
+    spatial = x.shape[2:]
+    if batch_groups > 1:
+        # Output feature group g reads input batch group g (batch split group-major).
+        xg = x.reshape(batch_groups, n // batch_groups, c, *spatial)
+        spec = "gnc...,goc->ngo..."
+        acc = np.zeros((n // batch_groups, batch_groups, o // batch_groups, *out_spatial), x.dtype)
+    else:
+        # Output feature group g reads input feature group g.
+        xg = x.reshape(n, groups, c // groups, *spatial)
+        spec = "ngc...,goc->ngo..."
+        acc = np.zeros((n, groups, o // groups, *out_spatial), x.dtype)
+    kg = k.reshape(max(groups, batch_groups), o // max(groups, batch_groups), i, *k.shape[2:])
+    for offsets in np.ndindex(*k.shape[2:]):
+        sl = tuple(slice(off * w.window_dilation, off * w.window_dilation + (size - 1) * w.stride + 1, w.stride)
+                   for off, w, size in zip(offsets, window.dims, out_spatial))
+        acc = acc + np.einsum(spec, xg[(slice(None),) * 3 + sl], kg[(Ellipsis,) + offsets])
+    out = acc.reshape(acc.shape[0], o, *out_spatial)
+    order = [dn.output_batch, dn.output_feature, *dn.output_spatial]
+    return np.transpose(out, np.argsort(order))
+
+
+# --- LAPACK custom calls (JAX's CPU linear algebra) ---------------------------------------------
+
+_UPLO = {76: "L", 85: "U"}  # ASCII codes, as jaxlib passes them
+
+
+def _uplo(instr) -> str:
+    config = instr.attrs.get("backend_config")
+    text = getattr(config, "text", config) or ""
+    match = re.search(r"uplo\s*=\s*(\d+)", str(text))
+    code = int(match.group(1)) if match else 76
+    if code not in _UPLO:
+        raise fail(instr, f"backend_config uplo = {code} is neither 76 ('L') nor 85 ('U')")
+    return _UPLO[code]
+
+
+def lapack_potrf(instr, args, interp):
+    """Cholesky factorisation of a matrix or batch (``lapack_{s,d}potrf_ffi``).
+
+    Returns (factor, info) like LAPACK: the factor fills the ``uplo`` triangle, the other
+    triangle keeps the input (the buffer is updated in place); info is 0 on success.  On
+    failure info is the order of the first leading minor that is not positive definite and
+    the factor is all NaN (LAPACK leaves a partial factor, which JAX masks with NaN anyway).
+    """
+    (a,) = args
+    expected = {"lapack_spotrf_ffi": np.float32, "lapack_dpotrf_ffi": np.float64}
+    target = instr.attrs.get("custom_call_target")
+    if a.dtype != expected[target] or a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise fail(instr, f"{target} needs square {np.dtype(expected[target])} matrices, got {a.dtype}{list(a.shape)}")
+    lower = _uplo(instr) == "L"
+    size = a.shape[-1]
+    mats = a.reshape(-1, size, size)
+    factor = mats.copy()
+    info = np.zeros(len(mats), np.int32)
+    triangle = np.tril(np.ones((size, size), bool)) if lower else np.triu(np.ones((size, size), bool))
+    for b, m in enumerate(mats):
+        # Only the uplo triangle is read: build the symmetric matrix it describes.
+        t = np.where(triangle, m, 0)
+        sym = t + t.T - np.diag(np.diag(m))
+        try:
+            chol = np.linalg.cholesky(sym)
+        except np.linalg.LinAlgError:
+            info[b] = _first_failing_minor(sym)
+            factor[b] = np.nan
+            continue
+        factor[b][triangle] = (chol if lower else chol.T)[triangle]
+    return factor.reshape(a.shape), info.reshape(a.shape[:-2])
+
+
+def _first_failing_minor(sym: np.ndarray) -> int:
+    """Smallest k whose leading k x k minor is not positive definite (monotone in k)."""
+    lo, hi = 1, sym.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            np.linalg.cholesky(sym[:mid, :mid])
+            lo = mid + 1
+        except np.linalg.LinAlgError:
+            hi = mid
+    return lo
+
+
+LINALG_RULES = {"dot": _dot, "convolution": _convolution}
