@@ -241,3 +241,33 @@ def check_operand_count(instr: Instruction) -> None:
     if arity != VARIADIC and len(instr.operands) != arity:
         raise HloVerificationError(
             f"{instr.opcode} %{instr.name} takes {arity} operand(s) but has {len(instr.operands)}")
+
+
+def clone_module(module: Module) -> Module:
+    """A deep copy (instructions, computations, attributes) sharing nothing mutable."""
+    comp_map: dict[int, Computation] = {}
+    for comp in module.computations:
+        comp_map[id(comp)] = Computation(comp.name)
+
+    def remap(value):
+        if isinstance(value, Computation):
+            return comp_map[id(value)]
+        if isinstance(value, tuple) and value and all(isinstance(v, Computation) for v in value):
+            return tuple(comp_map[id(v)] for v in value)
+        return value
+
+    clone = Module(module.name)
+    for comp in module.computations:
+        new = comp_map[id(comp)]
+        instr_map: dict[int, Instruction] = {}
+        for instr in comp.instructions:
+            copy = Instruction(instr.opcode, instr.shape, [instr_map[id(o)] for o in instr.operands],
+                               {k: remap(v) for k, v in instr.attrs.items()}, instr.name, instr.location)
+            instr_map[id(instr)] = copy
+            new.add(copy)
+        new.root = instr_map[id(comp.root)]
+        clone.add_computation(new)
+    clone.entry = comp_map[id(module.entry)]
+    clone.header = dict(module.header)
+    clone.debug_sections = {k: list(v) for k, v in module.debug_sections.items()}
+    return clone

@@ -1,0 +1,52 @@
+"""The one tolerance rule for comparing results with expected ones (run-hlo, corpus tests, --verify).
+
+``compare_arrays(got, want) -> (ok, detail)``: dtype and shape must match; integers and
+booleans exactly; floats within a per-dtype tolerance (float32 rtol 1e-5, float64 1e-12), with
+an absolute tolerance scaled by the largest expected magnitude; NaN and Inf positions equal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Default (rtol, atol) per element type kind; atol is scaled by the largest |expected| value
+# so that it means "error relative to the output's magnitude" for outputs near zero.
+_TOLERANCES = {
+    "float16": (1e-3, 1e-3),
+    "float32": (1e-5, 1e-6), "complex64": (1e-5, 1e-6),
+    "float64": (1e-12, 1e-13), "complex128": (1e-12, 1e-13),
+}
+
+
+def compare_arrays(got: np.ndarray, want: np.ndarray, rtol=None, atol=None) -> tuple[bool, str]:
+    """Compare one output with its expected value; returns (ok, a short explanation)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype != want.dtype:
+        return False, f"dtype {got.dtype}, expected {want.dtype}"
+    if got.shape != want.shape:
+        return False, f"shape {got.shape}, expected {want.shape}"
+    if want.dtype.kind not in "fc":  # integers and pred: exact
+        bad = int(np.count_nonzero(got != want))
+        return bad == 0, f"{bad} of {want.size} elements differ" if bad else "exact"
+    default_rtol, default_atol = _TOLERANCES.get(want.dtype.name, (1e-5, 1e-6))
+    rtol = default_rtol if rtol is None else rtol
+    with np.errstate(all="ignore"):
+        finite = np.isfinite(want)
+        scale = float(np.abs(want[finite]).max()) if finite.any() else 1.0
+        atol = default_atol * max(scale, 1.0) if atol is None else atol
+        both = finite & np.isfinite(got)
+        nan_ok = np.array_equal(np.isnan(got), np.isnan(want))
+        # Wherever either side is not finite, both must hold the same NaN or the same signed Inf.
+        inf_ok = np.array_equal(np.where(both, 0, got), np.where(both, 0, want), equal_nan=True)
+        err = np.abs(got[both].astype(np.complex128 if want.dtype.kind == "c" else np.float64)
+                     - want[both])
+        ref = np.abs(want[both])
+        max_abs = float(err.max()) if err.size else 0.0
+        max_rel = float((err / np.where(ref > 0, ref, np.inf)).max()) if err.size else 0.0
+        close = bool(np.all(err <= atol + rtol * ref))
+    detail = f"max abs err {max_abs:.3g}, max rel err {max_rel:.3g} (rtol {rtol:g}, atol {atol:.3g})"
+    if not nan_ok:
+        detail = "NaN positions differ; " + detail
+    elif not inf_ok:
+        detail = "Inf positions or signs differ; " + detail
+    return nan_ok and inf_ok and close, detail
