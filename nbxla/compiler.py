@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from .errors import NbxlaError
 from .hlo import Module
 from .hlo.printer import print_module
+from .passes import PipelineResult, optimize
+from .passes.report import FusionReport, fusion_report
 from .runtime.executable import Executable, build_executable, resolve_device
 
 _module_ids = itertools.count(1)
@@ -24,9 +26,8 @@ class UnknownStageError(NbxlaError, ValueError):
 
 
 # Stages a compilation can show, in pipeline order; backend stages arrive with the backends.
-STAGES = ("hlo", "optimized_hlo", "optimized_hlo_dot")
-LATER_STAGES = {"passes": "the optimizer", "llvm_ir": "the CPU backend", "asm": "the CPU backend",
-                "ptx": "the CUDA backend"}
+STAGES = ("hlo", "passes", "optimized_hlo", "optimized_hlo_dot", "fusion_report")
+LATER_STAGES = {"llvm_ir": "the CPU backend", "asm": "the CPU backend", "ptx": "the CUDA backend"}
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Compilation:
     optimized: Module                 # after the pass pipeline
     executable: Executable
     timings_ms: dict[str, float]
+    pipeline: PipelineResult
     explanation: str = ""
     module_id: int = field(default_factory=lambda: next(_module_ids))
     _stage_text: dict[str, str] = field(default_factory=dict, repr=False)
@@ -44,6 +46,10 @@ class Compilation:
     @property
     def backend(self) -> str:
         return self.executable.backend
+
+    @property
+    def fusion_report(self) -> FusionReport:
+        return fusion_report(self.optimized, self.pipeline.facts.get("fusion"))
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -55,6 +61,10 @@ class Compilation:
                 text = print_module(self.hlo)
             elif name == "optimized_hlo":
                 text = print_module(self.optimized)
+            elif name == "passes":
+                text = self.pipeline.history_text()
+            elif name == "fusion_report":
+                text = self.fusion_report.to_text()
             elif name == "optimized_hlo_dot":
                 from .hlo.graphviz import to_dot
                 text = to_dot(self.optimized)
@@ -82,14 +92,15 @@ def compile_module(module: Module, device: str, trace_ms: float = 0.0, explanati
                    dump_to: str | None = None) -> Compilation:
     device = resolve_device(device)
     start = time.perf_counter()
-    optimized = module          # the pass pipeline plugs in here (optimizer issue)
+    pipeline = optimize(module)
+    optimized = pipeline.module
     optimize_ms = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
     executable = build_executable(optimized, device)
     codegen_ms = (time.perf_counter() - start) * 1e3
     comp = Compilation(module.name, device, module, optimized, executable,
                        {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
-                       explanation)
+                       pipeline, explanation)
     if dump_to:
         comp.dump(dump_to)
     return comp

@@ -133,6 +133,34 @@ class Computation:
         params = [p for p in self.parameters if id(p) not in seen]
         return params + order
 
+    def sort_topologically(self) -> None:
+        """Reorder instructions so operands come first, keeping the current order where valid.
+
+        Raises ``CycleError`` (naming an instruction on the cycle) if there is none.
+        """
+        state: dict[int, int] = {}      # 1: on the stack, 2: placed
+        order: list[Instruction] = []
+        for start in self.instructions:
+            if id(start) in state:
+                continue
+            stack = [(start, iter(start.operands))]
+            state[id(start)] = 1
+            while stack:
+                instr, operands = stack[-1]
+                for op in operands:
+                    mark = state.get(id(op))
+                    if mark == 1:
+                        raise CycleError(op, f"%{self.name}: instruction %{op.name} depends on itself (cycle)")
+                    if mark is None:
+                        state[id(op)] = 1
+                        stack.append((op, iter(op.operands)))
+                        break
+                else:
+                    stack.pop()
+                    state[id(instr)] = 2
+                    order.append(instr)
+        self.instructions = order
+
     def replace_all_uses(self, old: Instruction, new: Instruction) -> None:
         for instr in self.instructions:
             instr.operands = [new if op is old else op for op in instr.operands]
@@ -234,6 +262,12 @@ def _callees_post_order(root: Computation) -> list[Computation]:
 
     visit(root)
     return order
+
+
+class CycleError(HloVerificationError):
+    def __init__(self, instr: Instruction, message: str):
+        self.instruction = instr
+        super().__init__(message)
 
 
 def check_operand_count(instr: Instruction) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import HloParseError, HloShapeError
 from .attributes import (ATTRIBUTE_KINDS, ConvDimensionNumbers, Metadata, PadDim, RawAttr,
                          SliceDim, Window, WindowDim)
-from .ir import Computation, Instruction, Module, SourceLocation
+from .ir import Computation, CycleError, Instruction, Module, SourceLocation
 from .opcodes import COMPARISON_DIRECTIONS, FAMILIAR_NAMES, OPCODES, VARIADIC
 from .shape_inference import infer_shape
 from .shapes import ELEMENT_TYPES, Shape, TupleShape, is_complex, is_float
@@ -237,25 +237,12 @@ class _Parser:
 
     def dependency_order(self, comp: Computation) -> list[Instruction]:
         """Keep text order where it is valid; move uses after definitions (forward refs)."""
-        placed: set[int] = set()
-        order: list[Instruction] = []
-        visiting: set[int] = set()
-
-        def place(instr: Instruction) -> None:
-            if id(instr) in placed:
-                return
-            if id(instr) in visiting:
-                raise self.error(f"instruction %{instr.name} depends on itself (cycle)", self.where[id(instr)])
-            visiting.add(id(instr))
-            for op in instr.operands:
-                place(op)
-            visiting.discard(id(instr))
-            placed.add(id(instr))
-            order.append(instr)
-
-        for instr in comp.instructions:
-            place(instr)
-        return order
+        try:
+            comp.sort_topologically()
+        except CycleError as e:
+            raise self.error(f"instruction %{e.instruction.name} depends on itself (cycle)",
+                             self.where[id(e.instruction)]) from None
+        return comp.instructions
 
     def parse_instruction(self) -> tuple[Instruction, list[tuple[str, int]]]:
         self.skip_ws()

@@ -1,0 +1,387 @@
+"""Fusion: group instructions into kernels that read their inputs once and keep the rest in registers.
+
+Groups grow from consumers towards producers (XLA's instruction fusion), then siblings that
+read the same inputs merge (multi-output fusion):
+
+* a producer joins its consumer's group when all of its users are already in the group;
+* a cheap producer (add, broadcast, convert...) with users elsewhere is *duplicated* into the
+  group; an expensive one (exp, log, divide, a reduction...) is never duplicated: it joins
+  as an extra output of the group when that is legal, and otherwise stays apart (the
+  refusal and its reason are recorded);
+* reductions fuse with their producers (``sum(x + y*z)`` is one kernel) and with consumers in
+  the reduced ("outer") space (``mean = sum / n``); when the reduced axes are the trailing
+  ones, consumers that broadcast the result back along those axes fuse too, giving one
+  row-wise kernel for softmax and layernorm;
+* ``dot`` is a library call and never fused: the elementwise work after it (bias, activation)
+  becomes one kernel (a dot epilogue);
+* a fusion never creates a cycle and has at most ``MAX_OPERANDS`` parameters.
+
+Fusions whose root is (or contains) a reduction are ``kind=kInput``, the others ``kLoop``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..hlo import Module
+from ..hlo.builder import unique_name
+from ..hlo.ir import Computation, Instruction
+from ..hlo.opcodes import OPCODES
+from ..hlo.shapes import TupleShape
+from .pipeline import Pass
+
+MAX_OPERANDS = 32
+
+FUSIBLE = {op for op, info in OPCODES.items() if info.elementwise} | {
+    "broadcast", "reshape", "transpose", "slice", "concatenate", "pad", "iota", "reverse",
+    "constant", "bitcast", "reduce", "dynamic-slice"}
+
+EXPENSIVE = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic",
+             "power", "divide", "remainder", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan",
+             "atan2", "erf", "reduce"}
+
+# Instructions that are not kernels on their own (no data is computed).
+NOT_KERNELS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape"}
+
+# Computations applied to scalars (reducers, comparators) are not fused into.
+_SCALAR_CALLERS = {"reduce", "reduce-window", "scatter", "sort"}
+
+
+@dataclass
+class Refusal:
+    producer: str
+    consumer: str
+    reason: str
+
+
+@dataclass
+class FusionDecisions:
+    """What the fusion pass did, for the fusion report."""
+    kernels_before: int = 0
+    kernels_after: int = 0
+    fusions: list[str] = field(default_factory=list)         # names of fusion instructions
+    refusals: list[Refusal] = field(default_factory=list)
+
+
+def is_kernel(instr: Instruction) -> bool:
+    return instr.opcode not in NOT_KERNELS
+
+
+def _reduce_space(r: Instruction):
+    """(input dims, reduced dims) of a reduce."""
+    return r.operands[0].shape.dims, tuple(sorted(r.attrs["dimensions"]))
+
+
+class _Group:
+    def __init__(self, seed: Instruction):
+        self.members: list[Instruction] = [seed]
+        self.ids = {id(seed)}
+
+    def add(self, instr: Instruction) -> None:
+        self.members.append(instr)
+        self.ids.add(id(instr))
+
+    def __contains__(self, instr: Instruction) -> bool:
+        return id(instr) in self.ids
+
+
+class _Fuser:
+    def __init__(self, comp: Computation, decisions: FusionDecisions):
+        self.comp, self.decisions = comp, decisions
+        self.group_of: dict[int, _Group] = {}
+        self._refused: set[tuple[int, int]] = set()
+
+    # ---- graph queries --------------------------------------------------------------------
+
+    def users(self) -> dict[int, list[Instruction]]:
+        users: dict[int, list[Instruction]] = {id(i): [] for i in self.comp.instructions}
+        for instr in self.comp.instructions:
+            for op in dict.fromkeys(instr.operands):
+                users[id(op)].append(instr)
+        return users
+
+    def _reaches(self, start: list[Instruction], targets: set[int], users) -> bool:
+        """Is any of ``targets`` reachable from ``start`` along user edges?
+
+        Other groups count as single nodes (they become one fusion): reaching any member of
+        one reaches the users of all its members.
+        """
+        seen: set[int] = set()
+        stack = list(start)
+        while stack:
+            instr = stack.pop()
+            if id(instr) in targets:
+                return True
+            if id(instr) in seen:
+                continue
+            seen.add(id(instr))
+            stack.extend(users[id(instr)])
+            group = self.group_of.get(id(instr))
+            if group is not None:
+                for m in group.members:
+                    if id(m) not in targets:
+                        stack.extend(users[id(m)])
+        return False
+
+    # ---- legality ---------------------------------------------------------------------------
+
+    def check(self, members: list[Instruction], users) -> str | None:
+        """Why ``members`` cannot be one kernel, or None if they can."""
+        ids = {id(m) for m in members}
+        reduces = [m for m in members if m.opcode == "reduce"]
+        spaces = {_reduce_space(r) for r in reduces}
+        if len(spaces) > 1:
+            return "reductions over different shapes or axes need separate kernels"
+        after: set[int] = set()      # members computed from a reduction inside the group
+        for m in self._topological(members):
+            if any(id(o) in ids and (o.opcode == "reduce" or id(o) in after) for o in m.operands):
+                after.add(id(m))
+        if reduces:
+            (in_dims, red) = next(iter(spaces))
+            outer = _squeeze(n for i, n in enumerate(in_dims) if i not in red)
+            for m in members:
+                if id(m) not in after or m.shape.is_tuple:
+                    continue
+                if _squeeze(m.shape.dims) == outer:          # the reduced space (keepdims too)
+                    continue
+                if m.shape.dims == in_dims and m.opcode == "broadcast":
+                    if any(m.attrs["dimensions"][k] in red
+                           for k, n in enumerate(m.operands[0].shape.dims) if n != 1):
+                        return "a reduced value is broadcast along other than the reduced axes"
+                    continue
+                if m.shape.dims == in_dims:                  # e.g. softmax's x - max(x)
+                    continue
+                return "a reduction's result is used in a different iteration space"
+        outputs = [m for m in members if m is self.comp.root or any(id(u) not in ids for u in users[id(m)])]
+        if not reduces and len({o.shape.dims for o in outputs}) > 1:
+            return "outputs of different shapes cannot share one loop"
+        params = {id(o) for m in members for o in m.operands if id(o) not in ids}
+        if len(params) > MAX_OPERANDS:
+            return f"the kernel would read more than {MAX_OPERANDS} arrays"
+        external_users = [u for m in members for u in users[id(m)] if id(u) not in ids]
+        if self._reaches(external_users, ids, users):
+            return "it would create a cycle (a path leaves the kernel and comes back)"
+        return None
+
+    def _topological(self, members):
+        ids = {id(m) for m in members}
+        return [i for i in self.comp.instructions if id(i) in ids]
+
+    # ---- growing groups ---------------------------------------------------------------------
+
+    def run(self) -> bool:
+        for instr in list(reversed(self.comp.instructions)):
+            if instr.opcode in FUSIBLE and id(instr) not in self.group_of and \
+                    instr.opcode not in ("constant",) and not self._trivial(instr):
+                self.grow(_Group(instr))
+        self.merge_siblings()
+        return self.materialize()
+
+    def _trivial(self, instr: Instruction) -> bool:
+        return instr.opcode in ("reshape", "bitcast") and all(o.opcode == "parameter" for o in instr.operands)
+
+    def grow(self, group: _Group) -> None:
+        self.group_of[id(group.members[0])] = group
+        changed = True
+        while changed:
+            changed = False
+            users = self.users()
+            for member in list(group.members):
+                for p in dict.fromkeys(member.operands):
+                    if p in group or p.opcode not in FUSIBLE or id(p) in self.group_of:
+                        continue
+                    if self._try_add(group, p, member, users):
+                        changed = True
+                        users = self.users()
+
+    def _try_add(self, group: _Group, p: Instruction, consumer: Instruction, users) -> bool:
+        outside = [u for u in users[id(p)] if u not in group]
+        # A value that must be written anyway (for the root or an unfusible user such as a
+        # dot or tuple) is best computed here once and exported: a multi-output fusion.
+        must_write = p is self.comp.root or any(u.opcode not in FUSIBLE for u in outside)
+        if outside and must_write and p.opcode not in EXPENSIVE and \
+                self.check(group.members + [p], users) is None:
+            group.add(p)
+            self.group_of[id(p)] = group
+            return True
+        if outside and p.opcode not in EXPENSIVE:
+            # Cheap: recompute it inside this kernel; the original stays for its other users.
+            clone = self._duplicate(p, group)
+            reason = self.check(group.members + [clone], self.users())
+            if reason is not None:
+                self._undo_duplicate(clone, p)
+                return self._refuse(p, consumer, reason)
+            group.add(clone)
+            self.group_of[id(clone)] = group
+            return True
+        reason = self.check(group.members + [p], users)
+        if reason is not None:
+            if outside:    # expensive values are computed once: only as an extra output
+                reason = (f"{p.opcode} is expensive and has {len(users[id(p)])} users, so it is "
+                          f"not duplicated; as an extra output of this kernel: {reason}")
+            return self._refuse(p, consumer, reason)
+        group.add(p)
+        self.group_of[id(p)] = group
+        return True
+
+    def _same_group(self, a: str, b: str) -> bool:
+        by_name = {i.name: i for i in self.comp.instructions}
+        ga, gb = self.group_of.get(id(by_name.get(a))), self.group_of.get(id(by_name.get(b)))
+        return ga is not None and ga is gb
+
+    def _refuse(self, p, consumer, reason) -> bool:
+        key = (id(p), id(consumer))
+        if key not in self._refused:
+            self._refused.add(key)
+            self.decisions.refusals.append(Refusal(p.name, consumer.name, reason))
+        return False
+
+    def _duplicate(self, p: Instruction, group: _Group) -> Instruction:
+        clone = Instruction(p.opcode, p.shape, p.operands, p.attrs, unique_name(p.name.split(".")[0]),
+                            p.location)
+        clone.parent = self.comp
+        self.comp.instructions.insert(self.comp.instructions.index(p) + 1, clone)
+        for m in group.members:
+            m.operands = [clone if o is p else o for o in m.operands]
+        return clone
+
+    def _undo_duplicate(self, clone: Instruction, p: Instruction) -> None:
+        for m in self.comp.instructions:
+            m.operands = [p if o is clone else o for o in m.operands]
+        self.comp.instructions.remove(clone)
+
+    # ---- multi-output sibling fusion -------------------------------------------------------
+
+    def merge_siblings(self) -> None:
+        """Merge groups that read the same inputs and can share one pass over them."""
+        changed = True
+        while changed:
+            changed = False
+            groups = list({id(g): g for g in self.group_of.values()}.values())
+            users = self.users()
+            for i, a in enumerate(groups):
+                for b in groups[i + 1:]:
+                    if not self._share_inputs(a, b):
+                        continue
+                    if self.check(a.members + b.members, users) is None:
+                        for m in b.members:
+                            a.add(m)
+                            self.group_of[id(m)] = a
+                        changed = True
+                        break
+                if changed:
+                    break
+
+    @staticmethod
+    def _share_inputs(a: _Group, b: _Group) -> bool:
+        ins_a = {id(o) for m in a.members for o in m.operands
+                 if o not in a and o.opcode not in ("constant",) and o.shape.rank > 0}
+        return any(id(o) in ins_a for m in b.members for o in m.operands if o not in b)
+
+    # ---- building fusion instructions -------------------------------------------------------
+
+    def materialize(self) -> bool:
+        groups = list({id(g): g for g in self.group_of.values()}.values())
+        if not groups:
+            return False
+        # Refusals that later growth overcame are not worth reporting.
+        self.decisions.refusals = [r for r in self.decisions.refusals
+                                   if not self._same_group(r.producer, r.consumer)]
+        users = self.users()
+        for group in groups:
+            self._build_fusion(group, users)
+        self.comp.sort_topologically()
+        return True
+
+    def _build_fusion(self, group: _Group, users) -> None:
+        comp = self.comp
+        members = self._topological(group.members)
+        ids = {id(m) for m in members}
+        outputs = [m for m in members if m is comp.root or any(id(u) not in ids for u in users[id(m)])]
+        params: list[Instruction] = []
+        for m in members:
+            for o in m.operands:
+                if id(o) not in ids and o not in params:
+                    params.append(o)
+        name = _fusion_name(members, outputs)
+        fused = Computation(unique_name(f"fused_{name}"))
+        mapping: dict[int, Instruction] = {}
+        for i, p in enumerate(params):
+            param = Instruction("parameter", p.shape, (), {"parameter_number": i}, unique_name(f"param_{i}"))
+            fused.add(param)
+            mapping[id(p)] = param
+        for m in members:
+            clone = Instruction(m.opcode, m.shape, [mapping[id(o)] for o in m.operands], m.attrs,
+                                m.name, m.location)
+            fused.add(clone)
+            mapping[id(m)] = clone
+        if len(outputs) == 1:
+            fused.root = mapping[id(outputs[0])]
+        else:
+            fused.root = fused.add(Instruction("tuple", TupleShape(tuple(o.shape for o in outputs)),
+                                               [mapping[id(o)] for o in outputs], {}, unique_name("tuple")))
+        comp.parent.add_computation(fused)
+        kind = "kInput" if any(m.opcode == "reduce" for m in members) else "kLoop"
+        fusion = Instruction("fusion", fused.root.shape, params, {"kind": kind, "calls": fused},
+                             unique_name(f"{name}_fusion"), outputs[-1].location)
+        fusion.parent = comp
+        position = max(comp.instructions.index(m) for m in members)
+        comp.instructions.insert(position + 1, fusion)
+        replacements = {}
+        if len(outputs) == 1:
+            replacements[id(outputs[0])] = fusion
+        else:
+            for k, out in enumerate(outputs):
+                gte = Instruction("get-tuple-element", out.shape, [fusion], {"index": k},
+                                  unique_name(f"{out.name}.out"), out.location)
+                gte.parent = comp
+                comp.instructions.insert(comp.instructions.index(fusion) + 1 + k, gte)
+                replacements[id(out)] = gte
+        for instr in comp.instructions:
+            if id(instr) not in ids:
+                instr.operands = [replacements.get(id(o), o) for o in instr.operands]
+        comp.root = replacements.get(id(comp.root), comp.root)
+        comp.instructions = [i for i in comp.instructions if id(i) not in ids]
+        self.decisions.fusions.append(fusion.name)
+
+
+def _squeeze(dims) -> tuple[int, ...]:
+    return tuple(n for n in dims if n != 1)
+
+
+def _fusion_name(members, outputs) -> str:
+    """XLA-style names: the opcodes at the heart of the kernel (``reduce_multiply_fusion``)."""
+    heads = [m.opcode for m in members if m.opcode == "reduce"] or [o.opcode for o in outputs]
+    seen = list(dict.fromkeys(h.replace("-", "_") for h in heads))
+    return "_".join(seen[:2])
+
+
+def kernel_count(comp: Computation) -> int:
+    return sum(1 for i in comp.instructions if is_kernel(i))
+
+
+def fusion_targets(module: Module) -> list[Computation]:
+    """Computations that run as programs (entry, loop bodies, branches), not scalar reducers."""
+    scalar = set()
+    for instr in module.instructions():
+        if instr.opcode in _SCALAR_CALLERS:
+            scalar.update(id(c) for c in instr.called_computations)
+    return [c for c in module.computations_post_order()
+            if id(c) not in scalar and not any(i.opcode == "fusion" and i.attrs.get("calls") is c
+                                               for i in module.instructions())]
+
+
+class Fusion(Pass):
+    name = "fusion"
+
+    def __init__(self):
+        self.report = FusionDecisions()
+
+    def run(self, module: Module) -> bool:
+        self.report = FusionDecisions()
+        changed = False
+        for comp in fusion_targets(module):
+            self.report.kernels_before += kernel_count(comp)
+            changed |= _Fuser(comp, self.report).run()
+            self.report.kernels_after += kernel_count(comp)
+        return changed

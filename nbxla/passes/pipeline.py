@@ -1,0 +1,70 @@
+"""Passes as small objects in a pipeline, with a verifier between them and a history.
+
+A pass has a ``name`` and ``run(module) -> changed``.  The pipeline runs them in order on its
+own copy of the module, verifies the module after each one, and records the module text after
+every pass that changed something: ``%xla_ir stage=passes`` and ``--dump_to`` show the
+module's history step by step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..hlo import Module
+from ..hlo.ir import clone_module
+from ..hlo.printer import print_module
+from .verifier import verify_module
+
+
+class Pass:
+    name = "pass"
+
+    def run(self, module: Module) -> bool:      # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@dataclass
+class PassRecord:
+    name: str
+    changed: bool
+    milliseconds: float
+    text: str | None = None            # module text after the pass, when it changed something
+
+
+@dataclass
+class PipelineResult:
+    module: Module
+    history: list[PassRecord] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)   # what passes report (fusion decisions, buffers)
+
+    def history_text(self) -> str:
+        parts = []
+        for rec in self.history:
+            status = "changed" if rec.changed else "no change"
+            parts.append(f"// ---- after {rec.name} ({status}, {rec.milliseconds:.2f} ms)")
+            if rec.text is not None:
+                parts.append(rec.text)
+        return "\n".join(parts)
+
+
+class Pipeline:
+    def __init__(self, passes: list[Pass], verify: bool = True, record_text: bool = True):
+        self.passes, self.verify, self.record_text = passes, verify, record_text
+
+    def run(self, module: Module) -> PipelineResult:
+        module = clone_module(module)
+        module.make_names_unique()
+        result = PipelineResult(module)
+        for p in self.passes:
+            start = time.perf_counter()
+            changed = bool(p.run(module))
+            ms = (time.perf_counter() - start) * 1e3
+            if self.verify:
+                verify_module(module, after=p.name)
+            text = print_module(module) if (changed and self.record_text) else None
+            result.history.append(PassRecord(p.name, changed, ms, text))
+            report = getattr(p, "report", None)
+            if report is not None:
+                result.facts[p.name] = report
+        return result

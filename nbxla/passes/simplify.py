@@ -1,0 +1,227 @@
+"""Algebraic simplification and constant folding.
+
+Only rewrites that give bit-identical results are made (``x*1 -> x`` but not ``x*0 -> 0``
+for floats, ``x+0 -> x`` only where ``-0.0`` cannot be changed), so the evaluator gives the
+same answer before and after.  Constant folding runs the reference evaluator on small
+constant subexpressions; broadcasts of scalars and iotas are left alone because they are
+cheaper to compute inside a kernel than to read from memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hlo import Module, Shape
+from ..hlo.builder import unique_name
+from ..hlo.evaluator import evaluate
+from ..hlo.ir import Computation, Instruction
+from .pipeline import Pass
+
+FOLD_LIMIT = 1024          # largest constant (in elements) folding may create
+
+
+def scalar_value(instr: Instruction):
+    """The single value of a constant or a broadcast of a scalar constant, else None."""
+    while instr.opcode == "broadcast" and instr.operands[0].shape.rank == 0:
+        instr = instr.operands[0]
+    if instr.opcode == "constant":
+        lit = instr.literal
+        if lit.size and np.all(lit == lit.flat[0]) and not np.isnan(lit.flat[0]):
+            return lit.flat[0]
+    return None
+
+
+def _is(instr, value) -> bool:
+    v = scalar_value(instr)
+    return v is not None and v == value
+
+
+def _is_negative_zero(instr) -> bool:
+    v = scalar_value(instr)
+    return v is not None and v == 0 and np.signbit(v)
+
+
+class _Rewriter:
+    """Creates replacement instructions placed before the one being rewritten."""
+
+    def __init__(self, at: Instruction):
+        self.at, self.new = at, []
+
+    def op(self, opcode, *operands, shape, **attrs) -> Instruction:
+        instr = Instruction(opcode, shape, operands, attrs, unique_name(opcode.replace("-", "_")),
+                            self.at.location)
+        self.new.append(instr)
+        return instr
+
+
+def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
+    op, ops, t = instr.opcode, instr.operands, instr.shape.element_type if not instr.shape.is_tuple else None
+    floaty = t is not None and t[0] in "fcb"   # f16/f32/f64/bf16, c64/c128
+    if op == "add":
+        a, b = ops
+        for x, zero in ((a, b), (b, a)):
+            if _is(zero, 0) and (not floaty or _is_negative_zero(zero)) and t != "pred":
+                return x
+    if op == "subtract" and _is(ops[1], 0) and t != "pred":
+        return ops[0]
+    if op == "multiply" and t != "pred":
+        a, b = ops
+        if _is(b, 1):
+            return a
+        if _is(a, 1):
+            return b
+    if op == "divide" and _is(ops[1], 1):
+        return ops[0]
+    if op == "divide" and floaty and t[0] == "f":
+        c = scalar_value(ops[1])
+        if c is not None and c != 0 and np.isfinite(c):
+            m, e = np.frexp(np.float64(c))
+            if abs(m) == 0.5:        # a power of two: x / c == x * (1/c) exactly
+                inv = rw.op("constant", shape=Shape(t), literal=np.asarray(1 / c, instr.shape.dtype))
+                if instr.shape.rank:
+                    inv = rw.op("broadcast", inv, shape=instr.shape, dimensions=())
+                return rw.op("multiply", ops[0], inv, shape=instr.shape)
+    if op == "power":
+        if _is(ops[1], 2):
+            return rw.op("multiply", ops[0], ops[0], shape=instr.shape)
+        if _is(ops[1], 1):
+            return ops[0]
+    if op in ("negate", "not") and ops[0].opcode == op:
+        return ops[0].operands[0]
+    if op == "reshape":
+        x = ops[0]
+        if x.shape.dims == instr.shape.dims:
+            return x
+        if x.opcode == "reshape":
+            return rw.op("reshape", x.operands[0], shape=instr.shape)
+    if op == "transpose":
+        perm = instr.attrs["dimensions"]
+        if perm == tuple(range(len(perm))):
+            return ops[0]
+        x = ops[0]
+        if x.opcode == "transpose":
+            inner = x.attrs["dimensions"]
+            composed = tuple(inner[p] for p in perm)
+            if composed == tuple(range(len(composed))):
+                return x.operands[0]
+            return rw.op("transpose", x.operands[0], shape=instr.shape, dimensions=composed)
+    if op == "broadcast":
+        x, dims = ops[0], instr.attrs["dimensions"]
+        if x.shape.dims == instr.shape.dims and dims == tuple(range(len(dims))):
+            return x
+        if x.opcode == "broadcast":
+            inner_dims = x.attrs["dimensions"]
+            inner = x.operands[0]
+            if all(inner.shape.dims[i] == x.shape.dims[d] for i, d in enumerate(inner_dims)):
+                return rw.op("broadcast", inner, shape=instr.shape,
+                             dimensions=tuple(dims[d] for d in inner_dims))
+    if op == "convert":
+        x = ops[0]
+        if x.shape.element_type == t:
+            return x
+        if x.opcode == "convert":
+            src = x.operands[0]
+            if _widens(src.shape, x.shape):
+                if src.shape.element_type == t:
+                    return src
+                return rw.op("convert", src, shape=instr.shape)
+    if op == "slice":
+        x = ops[0]
+        if all((s.start, s.limit, s.stride) == (0, n, 1) for s, n in zip(instr.attrs["slice"], x.shape.dims)):
+            return x
+    if op == "copy" and ops[0].opcode != "parameter":
+        return ops[0]
+    if op == "select":
+        p, a, b = ops
+        if a is b:
+            return a
+        v = scalar_value(p)
+        if v is not None:
+            return a if v else b
+    return None
+
+
+def _widens(src: Shape, mid: Shape) -> bool:
+    """Every value of src's type is exactly representable in mid's type."""
+    try:
+        return bool(np.can_cast(src.dtype, mid.dtype, casting="safe"))
+    except Exception:          # bf16 and friends: no NumPy dtype, be conservative
+        return False
+
+
+class AlgebraicSimplifier(Pass):
+    name = "algsimp"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in module.computations:
+            changed |= _rewrite_computation(comp, _simplify)
+        return changed
+
+
+def _rewrite_computation(comp: Computation, rule) -> bool:
+    """Apply ``rule`` to each instruction; replacements take over all uses."""
+    changed = False
+    replace: dict[int, Instruction] = {}
+    order: list[Instruction] = []
+    for instr in comp.instructions:
+        instr.operands = [replace.get(id(o), o) for o in instr.operands]
+        rw = _Rewriter(instr)
+        new = rule(instr, rw)
+        for n in rw.new:
+            n.parent = comp
+        order.extend(rw.new)
+        order.append(instr)
+        if new is not None and new is not instr:
+            while id(new) in replace:
+                new = replace[id(new)]
+            replace[id(instr)] = new
+            changed = True
+    comp.instructions = order
+    if id(comp.root) in replace:
+        comp.root = replace[id(comp.root)]
+    return changed
+
+
+# ---- constant folding ----------------------------------------------------------------------
+
+_NEVER_FOLD = {"parameter", "constant", "iota", "broadcast", "rng-bit-generator", "custom-call",
+               "while", "conditional", "call", "fusion", "tuple", "get-tuple-element"}
+
+
+def _fold(instr: Instruction, rw: _Rewriter) -> Instruction | None:
+    if instr.opcode in _NEVER_FOLD or instr.shape.is_tuple or not instr.operands:
+        return None
+    if not all(o.opcode == "constant" or (o.opcode == "broadcast" and o.operands[0].opcode == "constant")
+               for o in instr.operands):
+        return None
+    if instr.shape.size > FOLD_LIMIT or instr.shape.element_type == "bf16":
+        return None
+    value = _evaluate_alone(instr)
+    return rw.op("constant", shape=instr.shape, literal=value)
+
+
+def _evaluate_alone(instr: Instruction) -> np.ndarray:
+    """Evaluate one instruction whose operands are constants (or broadcasts of constants)."""
+    copies = {}
+    comp = Computation(unique_name("fold"))
+
+    def copy(i: Instruction) -> Instruction:
+        if id(i) not in copies:
+            c = Instruction(i.opcode, i.shape, [copy(o) for o in i.operands], i.attrs, i.name)
+            comp.add(c)
+            copies[id(i)] = c
+        return copies[id(i)]
+
+    comp.root = copy(instr)
+    return np.asarray(evaluate(comp, []))
+
+
+class ConstantFolding(Pass):
+    name = "constant-folding"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in module.computations:
+            changed |= _rewrite_computation(comp, _fold)
+        return changed
