@@ -21,8 +21,9 @@ import numpy as np
 
 from .compiler import Compilation, compile_module
 from .flags import current_flags
-from .frontend.trace import (TracedProgram, leaf_signature, trace, tree_flatten,
+from .frontend.trace import (TracedProgram, alias_pattern, leaf_signature, trace, tree_flatten,
                              tree_unflatten)
+from .frontend.tracer import Tracer
 from .runtime.cache import DEFAULT_CACHE, CompilationCache
 from .runtime.executable import resolve_device
 
@@ -87,7 +88,7 @@ class CompiledFunction:
         device = resolve_device(device or self.device)
         leaves, treedef = tree_flatten((args, kwargs))
         signature = tuple(leaf_signature(leaf) for leaf in leaves)
-        key = (self, device, flags, signature, treedef)
+        key = (self, device, flags, signature, treedef, alias_pattern(leaves))
 
         def compile_now():
             start = time.perf_counter()
@@ -106,6 +107,8 @@ class CompiledFunction:
         return entry.value, leaves
 
     def __call__(self, *args, **kwargs):
+        if any(isinstance(leaf, Tracer) for leaf in tree_flatten((args, kwargs))[0]):
+            return self.fn(*args, **kwargs)     # called while tracing (%%xla, another jit): inline
         compiled, leaves = self._lookup(args, kwargs)
         return run_program(compiled, leaves)
 

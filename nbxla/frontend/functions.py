@@ -272,7 +272,7 @@ def matmul(a, b, out=None, **kwargs):
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: Input operand does not have enough dimensions")
     if a.dtype == np.bool_:
-        return np.not_equal(matmul(convert(a, np.int8), convert(b, np.int8)), 0)
+        return np.not_equal(matmul(convert(a, np.int64), convert(b, np.int64)), 0)  # int8 could wrap to 0
     a2 = reshape(a, (1,) + a.shape) if a.ndim == 1 else a
     b2 = reshape(b, b.shape + (1,)) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
@@ -283,7 +283,7 @@ def matmul(a, b, out=None, **kwargs):
     b2 = broadcast_to(b2, batch + b2.shape[-2:])
     nb = len(batch)
     result = dot_general(a2, b2, ((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb))))
-    shape = batch + (a.shape[-2],) * (a.ndim > 1) + (b.shape[-1],) * (b.ndim > 1)
+    shape = batch + (a.shape[-2:-1] if a.ndim > 1 else ()) + (b.shape[-1:] if b.ndim > 1 else ())
     result = reshape(result, shape)
     if out is not None:
         out.assign(result)
@@ -300,8 +300,8 @@ def dot(a, b, out=None):
     elif b.ndim <= 2:
         result = matmul(a, b)
     else:   # dot(a, b)[i,j,k,m] = sum(a[i,j,:] * b[k,:,m])
-        a, b = _promote([a, b])
-        result = dot_general(a, b, ((a.ndim - 1,), (b.ndim - 2,)))
+        from .linalg import contract
+        result = contract(a, b, ((a.ndim - 1,), (b.ndim - 2,)))
     if out is not None:
         out.assign(result)
         return out
@@ -312,14 +312,16 @@ def dot(a, b, out=None):
 def vdot(a, b):
     ctx = find_context([a, b])
     a, b = asarray(ctx, a), asarray(ctx, b)
-    return dot(np.conjugate(reshape(a, (a.size,))), reshape(b, (b.size,)))
+    a = reshape(a, (a.size,))
+    return dot(np.conjugate(a) if a.dtype.kind == "c" else a, reshape(b, (b.size,)))
 
 
 @implements(np.inner)
 def inner(a, b):
     ctx = find_context([a, b])
-    a, b = _promote([asarray(ctx, a), asarray(ctx, b)])
+    a, b = asarray(ctx, a), asarray(ctx, b)
     if a.ndim == 0 or b.ndim == 0:
         return np.multiply(a, b)
-    return dot_general(a, b, ((a.ndim - 1,), (b.ndim - 1,)))
+    from .linalg import contract
+    return contract(a, b, ((a.ndim - 1,), (b.ndim - 1,)))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hlo import Builder, Shape, from_numpy_dtype
+from ..hlo.builder import unique_name
 from .rules import (asarray, broadcast_to, compare, convert, emit, like, make_view, reshape,
                     select)
 from .tracer import Tracer
@@ -179,7 +180,7 @@ def _gather_positions(x: Tracer, positions: np.ndarray) -> Tracer:
 
 
 def _replace_computation(dtype):
-    b = Builder(f"replace_{from_numpy_dtype(dtype)}")
+    b = Builder(unique_name(f"replace_{from_numpy_dtype(dtype)}"))
     s = Shape(from_numpy_dtype(dtype))
     b.parameter(s, "old")
     new = b.parameter(s, "new")

@@ -25,6 +25,10 @@ def _sort(self, axis=-1, kind=None, order=None):
     self.assign(np.sort(self, axis=axis, kind=kind))
 
 
+def _fill(self, value):
+    self.assign(np.full_like(self, value))
+
+
 def _flatten(self, order="C"):
     return F.np_reshape(self, (-1,), order, copy=True)
 
@@ -58,6 +62,7 @@ Tracer.T = property(lambda self: F.transpose(self))
 Tracer.mT = property(lambda self: F.swapaxes(self, -1, -2))
 Tracer.astype = F.astype
 Tracer.sort = _sort
+Tracer.fill = _fill
 Tracer.flatten = _flatten
 Tracer.real = property(_real)
 Tracer.imag = property(_imag)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hlo import Builder, Shape, from_numpy_dtype
+from ..hlo.builder import unique_name
 from ..hlo.attributes import Window, WindowDim
 from .rules import (asarray, binop, compare, convert, emit, find_context, full, implements,
                     reducer, reshape, scalar, select)
@@ -195,7 +196,7 @@ def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Tru
 
 def _arg_reducer(dtype, maximum: bool):
     """(value, index) x (value, index) -> the winner; NaN wins, ties go to the lower index."""
-    b = Builder(f"arg{'max' if maximum else 'min'}_{from_numpy_dtype(dtype)}")
+    b = Builder(unique_name(f"arg{'max' if maximum else 'min'}_{from_numpy_dtype(dtype)}"))
     vs, is_ = Shape(from_numpy_dtype(dtype)), Shape("s64")
     av, ai, bv, bi = b.parameter(vs, "a"), b.parameter(is_, "ai"), b.parameter(vs, "b"), b.parameter(is_, "bi")
     better = b.compare(av, bv, "GT" if maximum else "LT")

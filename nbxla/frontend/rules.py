@@ -405,9 +405,11 @@ def _reciprocal(ctx, x):
 
 
 def _int_reciprocal(ctx, x):
-    # NumPy's integer reciprocal is C division 1 / x (0 for |x| > 1); 1/0 gives 0 with a warning.
+    # NumPy's integer reciprocal is C division 1 / x (0 for |x| > 1).  1/0 warns and gives
+    # what x86-64 gives for it: the most negative value for 32- and 64-bit signed ints, else 0.
     one, zero = like(x, 1), like(x, 0)
-    return select(compare(x, zero, "EQ"), zero, binop("divide", one, x))
+    at_zero = like(x, np.iinfo(x.dtype).min) if x.dtype in (np.int32, np.int64) else zero
+    return select(compare(x, zero, "EQ"), at_zero, binop("divide", one, x))
 
 
 def _square(ctx, x):
@@ -469,7 +471,19 @@ def _exact_float(opcode):
 
 
 def _log_base(base):
-    return lambda ctx, x: binop("divide", emit(ctx, "log", x), like(x, np.log(base)))
+    def rule(ctx, x):
+        r = binop("divide", emit(ctx, "log", x), like(x, np.log(base)))
+        # log(1000)/log(10) is 2.9999999999999996: return exact powers of the base exactly,
+        # as NumPy's log10/log2 do (floor(log10(x)) is a common idiom).
+        k = emit(ctx, "round-nearest-even", r)
+        exact = compare(binop("power", like(x, base), k), x, "EQ")
+        return select(exact, k, r)
+    return rule
+
+
+def _large(x):
+    """|x| beyond which 1 + x**2 == x**2 in x's precision: asinh/acosh/sinh/cosh switch formulas."""
+    return like(x, 1 / np.sqrt(np.finfo(x.dtype).eps))
 
 
 def _exp2(ctx, x):
@@ -489,17 +503,31 @@ def _arccos(ctx, x):
     return binop("atan2", emit(ctx, "sqrt", binop("subtract", like(x, 1), binop("multiply", x, x))), x)
 
 
+def _half_exp_abs(ctx, x):
+    """e^|x| / 2 without overflowing early: exp(|x| - log 2)."""
+    return emit(ctx, "exponential", binop("subtract", emit(ctx, "abs", x), like(x, np.log(2))))
+
+
+def _exp_dominates(x):
+    # e^-|x| is below x's precision relative to e^|x| past this point
+    return compare(emit(x.ctx, "abs", x), like(x, -np.log(np.finfo(x.dtype).eps) / 2 + 1), "GT")
+
+
 def _sinh(ctx, x):
     # (e^x - e^-x)/2, accurate near 0 through expm1: sinh = (expm1(x) - expm1(-x)) / 2
     e1 = emit(ctx, "exponential-minus-one", x)
     e2 = emit(ctx, "exponential-minus-one", emit(ctx, "negate", x))
-    return binop("multiply", binop("subtract", e1, e2), like(x, 0.5))
+    small = binop("multiply", binop("subtract", e1, e2), like(x, 0.5))
+    big = _half_exp_abs(ctx, x)
+    big = select(compare(x, like(x, 0), "LT"), emit(ctx, "negate", big), big)
+    return select(_exp_dominates(x), big, small)
 
 
 def _cosh(ctx, x):
     e1 = emit(ctx, "exponential", x)
     e2 = emit(ctx, "exponential", emit(ctx, "negate", x))
-    return binop("multiply", binop("add", e1, e2), like(x, 0.5))
+    small = binop("multiply", binop("add", e1, e2), like(x, 0.5))
+    return select(_exp_dominates(x), _half_exp_abs(ctx, x), small)
 
 
 def _arcsinh(ctx, x):
@@ -509,14 +537,20 @@ def _arcsinh(ctx, x):
     t = binop("add", a, binop("divide", x2, binop("add", like(x, 1),
                                                     emit(ctx, "sqrt", binop("add", like(x, 1), x2)))))
     r = emit(ctx, "log-plus-one", t)
+    r = select(compare(a, _large(x), "GT"), _log_2x(ctx, a), r)      # x**2 would overflow
     return select(compare(x, like(x, 0), "LT"), emit(ctx, "negate", r), r)
 
 
+def _log_2x(ctx, a):
+    return binop("add", emit(ctx, "log", a), like(a, np.log(2)))
+
+
 def _arccosh(ctx, x):
-    # log(x + sqrt(x - 1) * sqrt(x + 1))
+    # log(x + sqrt(x - 1) * sqrt(x + 1)); log(2x) once x + x would overflow
     one = like(x, 1)
-    return emit(ctx, "log", binop("add", x, binop("multiply", emit(ctx, "sqrt", binop("subtract", x, one)),
-                                                   emit(ctx, "sqrt", binop("add", x, one)))))
+    r = emit(ctx, "log", binop("add", x, binop("multiply", emit(ctx, "sqrt", binop("subtract", x, one)),
+                                                emit(ctx, "sqrt", binop("add", x, one)))))
+    return select(compare(x, _large(x), "GT"), _log_2x(ctx, x), r)
 
 
 def _arctanh(ctx, x):

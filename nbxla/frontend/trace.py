@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import NotCompilableError
 from ..hlo import Module, Shape, from_numpy_dtype
 from .context import TraceContext
-from .tracer import Tracer
+from .tracer import ScalarTracer, Tracer
 
 # ---- pytrees: nested tuples / lists / dicts of leaves -------------------------------------------
 
@@ -94,6 +94,13 @@ def leaf_signature(x) -> tuple:
     return ("static", type(x).__name__, x)
 
 
+def alias_pattern(leaves: list) -> tuple[int, ...]:
+    """Which array leaves are the same object: a trace passes each array once, so a program
+    traced for ``f(x, x)`` must not be reused for ``f(x, y)``."""
+    first: dict[int, int] = {}
+    return tuple(first.setdefault(id(leaf), i) for i, leaf in enumerate(leaves) if is_array_leaf(leaf))
+
+
 def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
           leaf_names: list[str] | None = None,
           filename_display: Callable[[str], str | None] | None = None) -> TracedProgram:
@@ -107,7 +114,8 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
             if id(leaf) not in tracers:
                 pname = leaf_names[i] if leaf_names else f"arg{i}"
                 shape = Shape(from_numpy_dtype(arr.dtype), arr.shape)
-                tracers[id(leaf)] = Tracer(ctx, ctx.parameter(shape, _hlo_name(pname)))
+                kind = ScalarTracer if isinstance(leaf, np.generic) else Tracer
+                tracers[id(leaf)] = kind(ctx, ctx.parameter(shape, _hlo_name(pname)))
                 param_leaves.append(i)
             traced_leaves.append(tracers[id(leaf)])
         else:

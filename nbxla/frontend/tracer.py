@@ -231,3 +231,14 @@ Tracer.__abs__ = lambda self: np.absolute(self)
 Tracer.__invert__ = lambda self: np.invert(self)
 Tracer.__divmod__ = lambda self, other: np.divmod(self, other)
 Tracer.__rdivmod__ = lambda self, other: np.divmod(other, self)
+
+
+class ScalarTracer(Tracer):
+    """A traced NumPy scalar (``np.float32(2)``): immutable, so ``s += 1`` makes a new value and
+    another name bound to ``s`` keeps the old one, as in NumPy."""
+    __slots__ = ()
+
+
+for _name in ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
+              "xor", "lshift", "rshift"]:
+    setattr(ScalarTracer, f"__i{_name}__", getattr(Tracer, f"__{_name}__"))

@@ -170,8 +170,10 @@ class _Fuser:
     # ---- growing groups ---------------------------------------------------------------------
 
     def run(self) -> bool:
+        # Dead instructions are DCE's business: a group grown from one would have no output.
+        live = {id(i) for i in self.comp.post_order()}
         for instr in list(reversed(self.comp.instructions)):
-            if instr.opcode in FUSIBLE and id(instr) not in self.group_of and \
+            if instr.opcode in FUSIBLE and id(instr) not in self.group_of and id(instr) in live and \
                     instr.opcode not in ("constant",) and not self._trivial(instr):
                 self.grow(_Group(instr))
         self.merge_siblings()

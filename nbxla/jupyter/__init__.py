@@ -1,0 +1,5 @@
+"""The notebook layer: magics (and, later, widgets).  It only calls the public API."""
+
+from .magics import XlaMagics, register
+
+__all__ = ["XlaMagics", "register"]

@@ -1,0 +1,346 @@
+"""Buffer assignment: where every array value of the entry computation lives while it runs.
+
+After fusion the entry computation is a list of kernels and library calls in the order they
+will run (this order is the schedule).  Each array value they produce needs memory from the
+moment it is written until its last reader has run.  The plan places all such values in one
+arena, reusing the memory of dead values (best fit by size, offsets aligned to 64 bytes), so
+the arena is usually much smaller than the sum of all values.
+
+* **Parameters** are owned by the caller and are never placed in the arena; **constants**
+  are part of the executable.
+* **Aliases** need no memory of their own: ``tuple`` and ``get-tuple-element`` name existing
+  buffers, ``bitcast`` reinterprets its operand's, and ``reshape`` of a row-major array is the
+  same bytes.  Their readers keep the underlying buffer alive.
+* **In-place updates**: an elementwise kernel (a ``kLoop`` fusion, or an unfused elementwise
+  op) may write its output over an operand that dies at that kernel, when the operand has the
+  output's byte size and dimensions, is not a parameter, and is read only elementwise (output
+  element *j* depends on operand element *j* only), so no element is overwritten before it is
+  read.
+* **Donation** (input/output aliasing): when the caller donates parameter *k*
+  (``donated_parameters``), an output of the same shape may be written into that parameter's
+  buffer, as long as nothing reads the parameter afterwards -- the notebook pattern
+  ``w = w - lr * g`` then updates ``w`` without a new allocation.  Donating is the *runtime's*
+  decision: it may only donate an array when no other reference to the old array can observe
+  the change (a separate issue); this pass only plans for what it is told.
+
+Only the entry computation is planned; loop bodies and branches keep their own temporaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..hlo import Module, Shape
+from ..hlo.ir import Instruction
+from .pipeline import Pass
+
+ALIGNMENT = 64
+_ALIASING = {"tuple", "get-tuple-element", "bitcast", "reshape"}
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGNMENT) * ALIGNMENT
+
+
+@dataclass
+class BufferAssignment_:
+    """Where one array value lives (see ``BufferPlan``)."""
+    name: str                          # instruction name, ``name{i}`` for a tuple element
+    shape: Shape
+    kind: str                          # "arena", "parameter", "constant"
+    offset: int | None                 # arena offset (arena) or None
+    size: int                          # bytes
+    start: int                         # index of the defining instruction
+    end: int                           # index of the last reader; ``live_out`` when an output
+    parameter: int | None = None       # kind "parameter": its number
+    note: str = ""                     # "alias of X", "in place of X", "donated parameter k"
+    allocation: int | None = None      # arena values sharing memory share this id
+
+    @property
+    def location(self):
+        """``(offset, size)`` in the arena, ``("parameter", k)``, or ``("constant", name)``."""
+        if self.kind == "arena":
+            return (self.offset, self.size)
+        if self.kind == "parameter":
+            return ("parameter", self.parameter)
+        return ("constant", self.name)
+
+
+Assignment = BufferAssignment_
+
+
+@dataclass
+class BufferPlan:
+    """Every array value of the entry computation and where it lives, in schedule order."""
+    values: dict[str, Assignment] = field(default_factory=dict)
+    arena_bytes: int = 0                    # bytes allocated with reuse
+    bytes_without_reuse: int = 0            # the sum of all values the kernels produce
+    length: int = 0                         # instructions in the schedule ("live out" = length)
+    in_place: list[tuple[str, str]] = field(default_factory=list)    # (value, operand it overwrote)
+    donated: dict[int, str] = field(default_factory=dict)           # parameter -> output value
+
+    def __getitem__(self, name: str) -> Assignment:
+        return self.values[name]
+
+    def location(self, name: str):
+        return self.values[name].location
+
+    def live_ranges_overlap(self, a: Assignment, b: Assignment) -> bool:
+        return a.start <= b.end and b.start <= a.end
+
+    def to_text(self) -> str:
+        lines = [f"buffer assignment: arena {self.arena_bytes} B with reuse, "
+                 f"{self.bytes_without_reuse} B without reuse "
+                 f"({len(self.in_place)} in-place, {len(self.donated)} donated)"]
+        for v in self.values.values():
+            where = {"arena": f"offset {v.offset}", "parameter": f"parameter {v.parameter}",
+                     "constant": "constant"}[v.kind]
+            end = "out" if v.end >= self.length else str(v.end)
+            note = f"  ({v.note})" if v.note else ""
+            lines.append(f"  %{v.name}: {v.shape.to_text(False)} {where} size {v.size} "
+                         f"live [{v.start}, {end}]{note}")
+        return "\n".join(lines)
+
+
+class _Allocation:
+    def __init__(self, ident: int, offset: int, size: int, end: int):
+        self.ident, self.offset, self.size, self.end = ident, offset, size, end
+
+
+class _Arena:
+    """A best-fit allocator over one growing arena, with a free list of (offset, size)."""
+
+    def __init__(self):
+        self.free: list[list[int]] = []
+        self.top = 0
+
+    def alloc(self, size: int) -> int:
+        size = _align(size)
+        fits = [c for c in self.free if c[1] >= size]
+        if fits:
+            best = min(fits, key=lambda c: (c[1], c[0]))
+            offset = best[0]
+            best[0] += size
+            best[1] -= size
+            if best[1] == 0:
+                self.free.remove(best)
+            return offset
+        if self.free and self.free[-1][0] + self.free[-1][1] == self.top:
+            last = self.free.pop()           # grow the arena from its free tail
+            self.top = last[0] + size
+            return last[0]
+        offset, self.top = self.top, self.top + size
+        return offset
+
+    def release(self, offset: int, size: int) -> None:
+        size = _align(size)
+        self.free.append([offset, size])
+        self.free.sort()
+        merged: list[list[int]] = []
+        for chunk in self.free:
+            if merged and merged[-1][0] + merged[-1][1] == chunk[0]:
+                merged[-1][1] += chunk[1]
+            else:
+                merged.append(chunk)
+        self.free = merged
+
+
+def _leaves(shape, prefix=()) -> list[tuple[tuple[int, ...], Shape]]:
+    if not shape.is_tuple:
+        return [(prefix, shape)]
+    out = []
+    for i, e in enumerate(shape.elements):
+        out.extend(_leaves(e, prefix + (i,)))
+    return out
+
+
+def _value_name(instr: Instruction, index: tuple[int, ...]) -> str:
+    return instr.name + ("{" + ",".join(map(str, index)) + "}" if index else "")
+
+
+def _reads_elementwise(instr: Instruction, operand_index: int) -> bool:
+    """Does ``instr`` read operand ``operand_index`` only at the index it writes?"""
+    out = instr.shape
+    operand = instr.operands[operand_index]
+    if out.is_tuple or operand.shape.is_tuple or operand.shape.dims != out.dims:
+        return False
+    if instr.opcode == "fusion":
+        if instr.attrs.get("kind") != "kLoop":
+            return False
+        body = instr.attrs["calls"]
+        params = [p for p in body.parameters if p.parameter_number == operand_index]
+        users = body.users()
+        stack, seen = list(params), set()
+        while stack:
+            v = stack.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            for u in users[v]:
+                if not u.is_elementwise or u.shape.is_tuple or u.shape.dims != out.dims:
+                    return False
+                stack.append(u)
+        return True
+    return instr.is_elementwise
+
+
+class BufferAssignment(Pass):
+    """Plans the entry computation's memory; changes nothing in the module."""
+    name = "buffer-assignment"
+
+    def __init__(self, donated_parameters=frozenset()):
+        self.donated_parameters = set(donated_parameters)
+        self.report: BufferPlan | None = None
+
+    def run(self, module: Module) -> bool:
+        self.report = plan_buffers(module, self.donated_parameters)
+        return False
+
+
+def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
+    comp = module.entry
+    instrs = comp.instructions
+    n = len(instrs)
+    plan = BufferPlan(length=n)
+    # buffer[(id(instr), index)] -> the name of the value that owns the memory.
+    buffer: dict[tuple[int, tuple], str] = {}
+    values: dict[str, Assignment] = {}
+    defined_by: dict[str, Instruction] = {}
+
+    def new_value(instr, index, shape, kind, i, **kw) -> Assignment:
+        name = _value_name(instr, index)
+        a = Assignment(name, shape, kind, None, shape.byte_size, i, i, **kw)
+        values[name] = a
+        defined_by[name] = instr
+        buffer[(id(instr), index)] = name
+        return a
+
+    def alias(instr, index, source: str, i: int) -> None:
+        src = values[source]
+        name = _value_name(instr, index)
+        values[name] = Assignment(name, src.shape if instr.opcode != "reshape" else instr.shape,
+                                  "alias", None, src.size, i, i, note=f"alias of %{source}")
+        buffer[(id(instr), index)] = source
+
+    # 1. values, aliases and last uses
+    last_use: dict[str, int] = {}
+    for i, instr in enumerate(instrs):
+        op = instr.opcode
+        if op == "parameter":
+            for index, shape in _leaves(instr.shape):
+                new_value(instr, index, shape, "parameter", i, parameter=instr.parameter_number)
+        elif op == "constant":
+            new_value(instr, (), instr.shape, "constant", i)
+        elif op == "tuple":
+            for k, o in enumerate(instr.operands):
+                for index, _ in _leaves(o.shape):
+                    alias(instr, (k,) + index, buffer[(id(o), index)], i)
+        elif op == "get-tuple-element":
+            (o,) = instr.operands
+            for index, _ in _leaves(instr.shape):
+                alias(instr, index, buffer[(id(o), (instr.attrs["index"],) + index)], i)
+        elif op == "bitcast" or (op == "reshape" and instr.shape.layout is None
+                                 and instr.operands[0].shape.layout is None):
+            alias(instr, (), buffer[(id(instr.operands[0]), ())], i)
+        else:
+            for index, shape in _leaves(instr.shape):
+                new_value(instr, index, shape, "arena", i)
+            for o in instr.operands:
+                for index, _ in _leaves(o.shape):
+                    last_use[buffer[(id(o), index)]] = i
+    for index, _ in _leaves(comp.root.shape):
+        last_use[buffer[(id(comp.root), index)]] = n       # outputs live out
+    for name, a in values.items():
+        if a.kind != "alias":
+            a.end = max(a.end, last_use.get(name, a.start))
+    for name, a in values.items():                          # an alias shows its owner's range
+        if a.kind == "alias":
+            owner = values[a.note.removeprefix("alias of %")]
+            a.end = owner.end
+
+    # 2. donation: an output written into a donated parameter's buffer
+    outputs = list(dict.fromkeys(buffer[(id(comp.root), index)] for index, _ in _leaves(comp.root.shape)))
+    params = {p.parameter_number: p for p in comp.parameters}
+    for k in sorted(donated_parameters):
+        p = params.get(k)
+        if p is None or p.shape.is_tuple:
+            continue
+        pv = values[p.name]
+        if pv.end >= n:                 # the parameter itself is an output
+            continue
+        for out in outputs:
+            v = values[out]
+            if v.kind != "arena" or v.note or not v.shape.compatible(p.shape):
+                continue
+            writer = defined_by[out]
+            if pv.end > v.start:        # read after the output is written
+                continue
+            if pv.end == v.start and not all(_reads_elementwise(writer, j)
+                                             for j, o in enumerate(writer.operands)
+                                             if not o.shape.is_tuple and buffer.get((id(o), ())) == p.name):
+                continue
+            v.kind, v.parameter, v.note = "parameter", k, f"donated parameter {k}"
+            plan.donated[k] = out
+            break
+
+    # 3. the arena: allocate in schedule order, free after each value's last reader
+    arena = _Arena()
+    allocations: dict[str, _Allocation] = {}
+    idents = iter(range(1 << 62))
+    ending: dict[int, list[_Allocation]] = {}
+    for i, instr in enumerate(instrs):
+        for index, _ in _leaves(instr.shape) if instr.opcode not in ("parameter", "constant") else ():
+            name = _value_name(instr, index)
+            v = values.get(name)
+            if v is None or v.kind != "arena" or buffer[(id(instr), index)] != name:
+                continue
+            plan.bytes_without_reuse += v.size
+            victim = _in_place_victim(instr, index, values, allocations, buffer, i)
+            if victim is not None:
+                a = allocations[victim]
+                ending[a.end].remove(a)
+                a.end = v.end
+                ending.setdefault(a.end, []).append(a)
+                v.note = f"in place of %{victim}"
+                plan.in_place.append((name, victim))
+            elif v.size == 0:
+                v.offset = 0
+                continue
+            else:
+                a = _Allocation(next(idents), arena.alloc(v.size), v.size, v.end)
+                ending.setdefault(a.end, []).append(a)
+            v.offset, v.allocation = a.offset, a.ident
+            allocations[name] = a
+        for a in ending.pop(i, []):
+            arena.release(a.offset, a.size)
+    for plan_value in (v for v in values.values() if v.kind == "alias"):
+        owner = values[plan_value.note.removeprefix("alias of %")]
+        plan_value.kind, plan_value.offset, plan_value.parameter = owner.kind, owner.offset, owner.parameter
+        plan_value.allocation = owner.allocation
+    for v in values.values():
+        if v.kind == "donated":
+            v.kind = "parameter"
+    plan.arena_bytes = arena.top
+    plan.values = values
+    return plan
+
+
+def _in_place_victim(instr, index, values, allocations, buffer, i) -> str | None:
+    """A dying operand buffer that ``instr`` may overwrite with its output, or None."""
+    if index or instr.shape.is_tuple:
+        return None
+    if not (instr.opcode == "fusion" or instr.is_elementwise):
+        return None
+    out = values[_value_name(instr, index)]
+    by_buffer: dict[str, list[int]] = {}
+    for j, o in enumerate(instr.operands):
+        for oi, _ in _leaves(o.shape):
+            by_buffer.setdefault(buffer[(id(o), oi)], []).append(j)
+    for name, positions in by_buffer.items():
+        v = values[name]
+        a = allocations.get(name)
+        if v.kind != "arena" or a is None or a.end != i or a.size != out.size or v.size != out.size:
+            continue
+        if all(_reads_elementwise(instr, j) for j in positions):
+            return name
+    return None
