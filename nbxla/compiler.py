@@ -26,7 +26,8 @@ class UnknownStageError(NbxlaError, ValueError):
 
 
 # Stages a compilation can show, in pipeline order; backend stages arrive with the backends.
-STAGES = ("hlo", "passes", "optimized_hlo", "optimized_hlo_dot", "fusion_report")
+STAGES = ("hlo", "passes", "optimized_hlo", "optimized_hlo_dot", "fusion_report",
+          "buffer_assignment")
 LATER_STAGES = {"llvm_ir": "the CPU backend", "asm": "the CPU backend", "ptx": "the CUDA backend"}
 
 
@@ -65,6 +66,8 @@ class Compilation:
                 text = self.pipeline.history_text()
             elif name == "fusion_report":
                 text = self.fusion_report.to_text()
+            elif name == "buffer_assignment":
+                text = self.pipeline.facts["buffer-assignment"].to_text()
             elif name == "optimized_hlo_dot":
                 from .hlo.graphviz import to_dot
                 text = to_dot(self.optimized)

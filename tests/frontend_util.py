@@ -5,6 +5,9 @@ compiled — and asserts that the results *and the arguments afterwards* (in-pla
 the same: identical dtypes and shapes, values within a per-dtype tolerance, NaNs in the same
 places.  NumPy's warnings are silenced in both runs (the evaluator computes with NumPy too).
 
+The compiled side runs on the reference evaluator (``NBXLA_FRONTEND_TEST_DEVICE`` picks another
+device): these tests check the lowering; backends are checked against the evaluator elsewhere.
+
 Tolerances (relative, with an absolute floor of the same size for values near zero):
   bool, integers   exact
   float16          1e-2
@@ -15,6 +18,8 @@ Tolerances (relative, with an absolute floor of the same size for values near ze
 
 from __future__ import annotations
 
+import functools
+import os
 import warnings
 
 import numpy as np
@@ -23,6 +28,8 @@ from hypothesis.extra import numpy as hnp
 
 import nbxla
 
+DEVICE = os.environ.get("NBXLA_FRONTEND_TEST_DEVICE", "evaluator")
+jit = functools.partial(nbxla.jit, device=DEVICE)
 TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12,
        np.dtype(np.complex64): 1e-5, np.dtype(np.complex128): 1e-12}
 TRANSCENDENTAL_TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4,
@@ -96,7 +103,7 @@ def check(fn, *args, transcendental=False, rtol=None, **kwargs):
     jit_args, jit_kwargs = _copy(args), _copy(kwargs)
     with quiet():
         expected = fn(*eager_args, **eager_kwargs)
-        actual = nbxla.jit(fn)(*jit_args, **jit_kwargs)
+        actual = jit(fn)(*jit_args, **jit_kwargs)
     assert_same(expected, actual, transcendental=transcendental, rtol=rtol)
     assert_same(eager_args, jit_args, transcendental=transcendental, rtol=rtol, path="arguments")
     assert_same(eager_kwargs, jit_kwargs, transcendental=transcendental, rtol=rtol, path="kwargs")
@@ -120,7 +127,7 @@ def check_or_same_error(fn, *args, transcendental=False, rtol=None, **kwargs):
         return check(fn, *args, transcendental=transcendental, rtol=rtol, **kwargs)
     try:
         with quiet():
-            nbxla.jit(fn)(*_copy(args), **_copy(kwargs))
+            jit(fn)(*_copy(args), **_copy(kwargs))
     except Exception as e:  # noqa: BLE001
         assert isinstance(e, err) or issubclass(err, type(e)) or \
             (issubclass(err, (TypeError, ValueError, IndexError)) and

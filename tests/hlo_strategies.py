@@ -259,6 +259,15 @@ class GraphBuilder:
         self.add(self.b.op("dot", a, rhs, lhs_batch_dims=(0,), rhs_batch_dims=(0,),
                            lhs_contracting_dims=(2,), rhs_contracting_dims=(1,)))
 
+    def op_call(self):
+        """A value computed in a called computation (how JAX wraps jnp.where, clip, ...)."""
+        v = self.pick()
+        w = self.like(v)
+        inner = Builder(f"callee_{len(self.pool)}")
+        a, c = inner.parameter(v.shape, "a"), inner.parameter(w.shape, "c")
+        body = inner.op(self.draw(st.sampled_from(BINARY)), inner.op("exponential", inner.op("negate", a)), c)
+        self.add(self.b.op("call", v, w, to_apply=inner.build(body)))
+
     def op_new_parameter(self):
         self.parameter(self.dims())
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nbxla
-from tests.frontend_util import DTYPES, array_of, check, check_or_same_error
+from tests.frontend_util import DTYPES, array_of, check, check_or_same_error, jit
 
 FEW = settings(max_examples=25, deadline=None)
 
@@ -132,19 +132,19 @@ def test_traced_index_assignment():
 
 
 def test_traced_boolean_mask_not_compilable():
-    f = nbxla.jit(lambda a: a[a > 2])
+    f = jit(lambda a: a[a > 2])
     with pytest.raises(nbxla.NotCompilableError, match="boolean-mask"):
         f(np.arange(5.0))
 
 
 def test_two_traced_index_arrays_not_compilable():
-    f = nbxla.jit(lambda a, i, j: a[i, j])
+    f = jit(lambda a, i, j: a[i, j])
     with pytest.raises(nbxla.NotCompilableError, match="one index array"):
         f(np.ones((3, 3)), np.array([0, 1]), np.array([1, 2]))
 
 
 def test_traced_array_as_python_index_is_concretization_error():
-    f = nbxla.jit(lambda a, i: a[i.sum():])
+    f = jit(lambda a, i: a[i.sum():])
     with pytest.raises(nbxla.ConcretizationError):
         f(np.ones(5), np.array([1, 1]))
 
@@ -242,7 +242,7 @@ def test_same_array_passed_twice():
         return b * 1
     expected_x = x.copy()
     expected = f(expected_x, expected_x)
-    got = nbxla.jit(f)(x, x)
+    got = jit(f)(x, x)
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(x, expected_x)
 
@@ -254,7 +254,7 @@ def test_overlapping_arguments_refused():
         a += 1
         return b
     with pytest.raises(nbxla.NotCompilableError, match="shares its memory"):
-        nbxla.jit(f)(x[:4], x[2:])
+        jit(f)(x[:4], x[2:])
 
 
 def test_write_to_readonly_argument():
@@ -264,7 +264,7 @@ def test_write_to_readonly_argument():
     def f(a):
         a += 1
     with pytest.raises(ValueError, match="read-only"):
-        nbxla.jit(f)(x)
+        jit(f)(x)
 
 
 def test_write_through_broadcast_view_refused():
@@ -272,7 +272,7 @@ def test_write_through_broadcast_view_refused():
         b = np.broadcast_to(a, (2, 3))
         b[0] = 1
     with pytest.raises((ValueError, nbxla.NotCompilableError)):
-        nbxla.jit(f)(np.zeros(3))
+        jit(f)(np.zeros(3))
 
 
 def test_iteration_and_len():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import nbxla
-from tests.frontend_util import check
+from tests.frontend_util import check, jit
 
 X = (np.arange(12.0).reshape(3, 4) % 5) - 2
 
@@ -66,4 +66,4 @@ def test_in_place_methods():
 @pytest.mark.parametrize("name", ["item", "tolist"])
 def test_item_and_tolist_need_values(name):
     with pytest.raises(nbxla.ConcretizationError, match=f".{name}\\(\\) of a traced array"):
-        nbxla.jit(lambda a: getattr(a, name)())(X)
+        jit(lambda a: getattr(a, name)())(X)

@@ -9,10 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import nbxla
 from nbxla.frontend.rules import UFUNCS
 from tests.frontend_util import (DTYPES, FLOATS, array_of, arrays, broadcast_pair, check,
-                                 check_or_same_error)
+                                 check_or_same_error, jit)
 
 TRANSCENDENTAL = {np.exp, np.exp2, np.expm1, np.log, np.log2, np.log10, np.log1p, np.sin, np.cos,
                   np.tan, np.arcsin, np.arccos, np.arctan, np.arctan2, np.sinh, np.cosh, np.tanh,
@@ -154,7 +153,7 @@ def test_nep50_promotion(fn, x):
 
 def test_python_int_out_of_range_raises_like_numpy():
     with pytest.raises(OverflowError):
-        nbxla.jit(lambda x: x + 300)(np.ones(3, np.int8))
+        jit(lambda x: x + 300)(np.ones(3, np.int8))
 
 
 # ---- integer division, NaN propagation, wrap-around ---------------------------------------------

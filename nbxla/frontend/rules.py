@@ -29,7 +29,19 @@ NOT_COMPILABLE = {
     "extract": "its output shape depends on the data",
     "compress": "its output shape depends on the data",
     "trim_zeros": "its output shape depends on the data",
+    "unique_values": "its output shape depends on the data",
+    "unique_counts": "its output shape depends on the data",
+    "unique_inverse": "its output shape depends on the data",
+    "unique_all": "its output shape depends on the data",
+    "intersect1d": "its output shape depends on the data",
+    "union1d": "its output shape depends on the data",
+    "setdiff1d": "its output shape depends on the data",
+    "setxor1d": "its output shape depends on the data",
+    "bincount": "its output length depends on the largest value in the data",
     "histogram": "its bins depend on the data",
+    "histogram2d": "its bins depend on the data",
+    "histogramdd": "its bins depend on the data",
+    "histogram_bin_edges": "its bins depend on the data",
     "save": "it has side effects outside the computation",
     "savetxt": "it has side effects outside the computation",
 }
@@ -190,7 +202,7 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
     rule = UFUNCS.get(ufunc)
     if rule is None:
         raise ctx.not_compilable(f"np.{ufunc.__name__} is not supported by nbxla",
-                                 "see the supported-API table in the README")
+                                 "see the supported-API table in docs/supported_numpy.md")
     # Raises NumPy's own TypeError where NumPy has no loop (e.g. bool subtraction).
     in_dtypes = tuple(_resolve_input(v) for v in inputs) + (None,) * ufunc.nout
     if dtype is None:
@@ -241,12 +253,15 @@ def apply_function(func, args, kwargs):
     if rule is None:
         name = getattr(func, "__name__", str(func))
         reason = NOT_COMPILABLE.get(name)
+        module = getattr(func, "__module__", None) or "numpy"
+        if module.startswith("numpy."):          # np.linalg.inv, np.fft.fft
+            name = module.split(".", 1)[1].replace("_core.", "") + "." + name
         if reason:
             raise ctx.not_compilable(f"np.{name} cannot be compiled: {reason}",
                                      "compute it outside the compiled cell, or use a fixed-shape "
                                      "formulation (e.g. np.where with a mask)")
         raise ctx.not_compilable(f"np.{name} is not supported by nbxla",
-                                 "see the supported-API table in the README")
+                                 "see the supported-API table in docs/supported_numpy.md")
     return rule(*args, **kwargs)
 
 

@@ -1,24 +1,29 @@
 """The optimizer: a pipeline of small passes over an HLO module."""
 
+from .buffer_assignment import BufferAssignment, BufferPlan
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fusion import Fusion
+from .inline import CallInliner
 from .pipeline import Pass, Pipeline, PipelineResult
 from .simplify import AlgebraicSimplifier, ConstantFolding
 from .verifier import verify_module
 
 
-def default_pipeline() -> Pipeline:
+def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
+    """The optimizer; ``donated_parameters`` are entry parameters whose buffers the caller gives
+    up, so that outputs may be written into them (see ``buffer_assignment``)."""
     return Pipeline([
-        AlgebraicSimplifier(), ConstantFolding(), CommonSubexpressionElimination(),
+        CallInliner(), AlgebraicSimplifier(), ConstantFolding(), CommonSubexpressionElimination(),
         DeadCodeElimination(), Fusion(), DeadCodeElimination(),
+        BufferAssignment(donated_parameters),
     ])
 
 
-def optimize(module) -> PipelineResult:
-    return default_pipeline().run(module)
+def optimize(module, donated_parameters=frozenset()) -> PipelineResult:
+    return default_pipeline(donated_parameters).run(module)
 
 
 __all__ = ["Pass", "Pipeline", "PipelineResult", "default_pipeline", "optimize", "verify_module",
            "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
-           "DeadCodeElimination", "Fusion"]
+           "DeadCodeElimination", "Fusion", "BufferAssignment", "BufferPlan", "CallInliner"]

@@ -43,7 +43,7 @@ def _align(n: int) -> int:
 
 
 @dataclass
-class BufferAssignment_:
+class ValueAssignment:
     """Where one array value lives (see ``BufferPlan``)."""
     name: str                          # instruction name, ``name{i}`` for a tuple element
     shape: Shape
@@ -53,8 +53,9 @@ class BufferAssignment_:
     start: int                         # index of the defining instruction
     end: int                           # index of the last reader; ``live_out`` when an output
     parameter: int | None = None       # kind "parameter": its number
-    note: str = ""                     # "alias of X", "in place of X", "donated parameter k"
+    note: str = ""                     # "in place of X", "donated parameter k"
     allocation: int | None = None      # arena values sharing memory share this id
+    alias_of: str | None = None        # the value whose buffer this one names (no memory of its own)
 
     @property
     def location(self):
@@ -66,27 +67,26 @@ class BufferAssignment_:
         return ("constant", self.name)
 
 
-Assignment = BufferAssignment_
-
 
 @dataclass
 class BufferPlan:
     """Every array value of the entry computation and where it lives, in schedule order."""
-    values: dict[str, Assignment] = field(default_factory=dict)
+    values: dict[str, ValueAssignment] = field(default_factory=dict)
     arena_bytes: int = 0                    # bytes allocated with reuse
     bytes_without_reuse: int = 0            # the sum of all values the kernels produce
     length: int = 0                         # instructions in the schedule ("live out" = length)
     in_place: list[tuple[str, str]] = field(default_factory=list)    # (value, operand it overwrote)
     donated: dict[int, str] = field(default_factory=dict)           # parameter -> output value
 
-    def __getitem__(self, name: str) -> Assignment:
+    def __getitem__(self, name: str) -> ValueAssignment:
         return self.values[name]
 
     def location(self, name: str):
         return self.values[name].location
 
-    def live_ranges_overlap(self, a: Assignment, b: Assignment) -> bool:
-        return a.start <= b.end and b.start <= a.end
+    def buffers(self) -> list[ValueAssignment]:
+        """The values that own arena memory (not aliases, parameters or constants)."""
+        return [v for v in self.values.values() if v.kind == "arena" and v.alias_of is None]
 
     def to_text(self) -> str:
         lines = [f"buffer assignment: arena {self.arena_bytes} B with reuse, "
@@ -96,7 +96,8 @@ class BufferPlan:
             where = {"arena": f"offset {v.offset}", "parameter": f"parameter {v.parameter}",
                      "constant": "constant"}[v.kind]
             end = "out" if v.end >= self.length else str(v.end)
-            note = f"  ({v.note})" if v.note else ""
+            note = v.note or (f"alias of %{v.alias_of}" if v.alias_of else "")
+            note = f"  ({note})" if note else ""
             lines.append(f"  %{v.name}: {v.shape.to_text(False)} {where} size {v.size} "
                          f"live [{v.start}, {end}]{note}")
         return "\n".join(lines)
@@ -204,22 +205,21 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
     plan = BufferPlan(length=n)
     # buffer[(id(instr), index)] -> the name of the value that owns the memory.
     buffer: dict[tuple[int, tuple], str] = {}
-    values: dict[str, Assignment] = {}
+    values: dict[str, ValueAssignment] = {}
     defined_by: dict[str, Instruction] = {}
 
-    def new_value(instr, index, shape, kind, i, **kw) -> Assignment:
+    def new_value(instr, index, shape, kind, i, **kw) -> ValueAssignment:
         name = _value_name(instr, index)
-        a = Assignment(name, shape, kind, None, shape.byte_size, i, i, **kw)
+        a = ValueAssignment(name, shape, kind, None, shape.byte_size, i, i, **kw)
         values[name] = a
         defined_by[name] = instr
         buffer[(id(instr), index)] = name
         return a
 
-    def alias(instr, index, source: str, i: int) -> None:
-        src = values[source]
+    def alias(instr, index, shape, source: str, i: int) -> None:
         name = _value_name(instr, index)
-        values[name] = Assignment(name, src.shape if instr.opcode != "reshape" else instr.shape,
-                                  "alias", None, src.size, i, i, note=f"alias of %{source}")
+        values[name] = ValueAssignment(name, shape, "alias", None, values[source].size, i, i,
+                                       alias_of=source)
         buffer[(id(instr), index)] = source
 
     # 1. values, aliases and last uses
@@ -233,15 +233,15 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
             new_value(instr, (), instr.shape, "constant", i)
         elif op == "tuple":
             for k, o in enumerate(instr.operands):
-                for index, _ in _leaves(o.shape):
-                    alias(instr, (k,) + index, buffer[(id(o), index)], i)
+                for index, shape in _leaves(o.shape):
+                    alias(instr, (k,) + index, shape, buffer[(id(o), index)], i)
         elif op == "get-tuple-element":
             (o,) = instr.operands
-            for index, _ in _leaves(instr.shape):
-                alias(instr, index, buffer[(id(o), (instr.attrs["index"],) + index)], i)
+            for index, shape in _leaves(instr.shape):
+                alias(instr, index, shape, buffer[(id(o), (instr.attrs["index"],) + index)], i)
         elif op == "bitcast" or (op == "reshape" and instr.shape.layout is None
                                  and instr.operands[0].shape.layout is None):
-            alias(instr, (), buffer[(id(instr.operands[0]), ())], i)
+            alias(instr, (), instr.shape, buffer[(id(instr.operands[0]), ())], i)
         else:
             for index, shape in _leaves(instr.shape):
                 new_value(instr, index, shape, "arena", i)
@@ -251,12 +251,11 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
     for index, _ in _leaves(comp.root.shape):
         last_use[buffer[(id(comp.root), index)]] = n       # outputs live out
     for name, a in values.items():
-        if a.kind != "alias":
+        if a.alias_of is None:
             a.end = max(a.end, last_use.get(name, a.start))
-    for name, a in values.items():                          # an alias shows its owner's range
-        if a.kind == "alias":
-            owner = values[a.note.removeprefix("alias of %")]
-            a.end = owner.end
+
+    plan.bytes_without_reuse = sum(v.size for v in values.values()
+                                   if v.kind == "arena" and v.alias_of is None)
 
     # 2. donation: an output written into a donated parameter's buffer
     outputs = list(dict.fromkeys(buffer[(id(comp.root), index)] for index, _ in _leaves(comp.root.shape)))
@@ -294,7 +293,6 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
             v = values.get(name)
             if v is None or v.kind != "arena" or buffer[(id(instr), index)] != name:
                 continue
-            plan.bytes_without_reuse += v.size
             victim = _in_place_victim(instr, index, values, allocations, buffer, i)
             if victim is not None:
                 a = allocations[victim]
@@ -313,13 +311,11 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
             allocations[name] = a
         for a in ending.pop(i, []):
             arena.release(a.offset, a.size)
-    for plan_value in (v for v in values.values() if v.kind == "alias"):
-        owner = values[plan_value.note.removeprefix("alias of %")]
-        plan_value.kind, plan_value.offset, plan_value.parameter = owner.kind, owner.offset, owner.parameter
-        plan_value.allocation = owner.allocation
-    for v in values.values():
-        if v.kind == "donated":
-            v.kind = "parameter"
+    for v in values.values():            # an alias lives where its owner lives, as long
+        if v.alias_of is not None:
+            owner = values[v.alias_of]
+            v.kind, v.offset, v.parameter = owner.kind, owner.offset, owner.parameter
+            v.allocation, v.end = owner.allocation, owner.end
     plan.arena_bytes = arena.top
     plan.values = values
     return plan
@@ -327,7 +323,7 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
 
 def _in_place_victim(instr, index, values, allocations, buffer, i) -> str | None:
     """A dying operand buffer that ``instr`` may overwrite with its output, or None."""
-    if index or instr.shape.is_tuple:
+    if index or instr.shape.is_tuple or instr.shape.byte_size == 0:
         return None
     if not (instr.opcode == "fusion" or instr.is_elementwise):
         return None

@@ -33,22 +33,29 @@ class CommonSubexpressionElimination(Pass):
     def run(self, module: Module) -> bool:
         changed = False
         for comp in module.computations:
-            seen: dict[tuple, Instruction] = {}
-            replace: dict[int, Instruction] = {}
-            kept = []
-            for instr in comp.instructions:
-                instr.operands = [replace.get(id(o), o) for o in instr.operands]
-                if instr.opcode in _NOT_MERGED:
-                    kept.append(instr)
-                    continue
-                key = instruction_key(instr)
-                first = seen.get(key)
-                if first is None:
-                    seen[key] = instr
-                    kept.append(instr)
-                else:
-                    replace[id(instr)] = first
-                    changed = True
-            comp.instructions = kept
-            comp.root = replace.get(id(comp.root), comp.root)
+            changed |= eliminate_common_subexpressions(comp)
         return changed
+
+
+def eliminate_common_subexpressions(comp: Computation) -> bool:
+    """Merge duplicate instructions of one computation; True if any were merged."""
+    changed = False
+    seen: dict[tuple, Instruction] = {}
+    replace: dict[int, Instruction] = {}
+    kept = []
+    for instr in comp.instructions:
+        instr.operands = [replace.get(id(o), o) for o in instr.operands]
+        if instr.opcode in _NOT_MERGED:
+            kept.append(instr)
+            continue
+        key = instruction_key(instr)
+        first = seen.get(key)
+        if first is None:
+            seen[key] = instr
+            kept.append(instr)
+        else:
+            replace[id(instr)] = first
+            changed = True
+    comp.instructions = kept
+    comp.root = replace.get(id(comp.root), comp.root)
+    return changed

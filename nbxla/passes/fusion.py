@@ -28,7 +28,8 @@ from ..hlo.builder import unique_name
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import OPCODES
 from ..hlo.shapes import TupleShape
-from .pipeline import Pass
+from .cse import eliminate_common_subexpressions
+from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 MAX_OPERANDS = 32
 
@@ -306,7 +307,11 @@ class _Fuser:
                 if id(o) not in ids and o not in params:
                     params.append(o)
         name = _fusion_name(members, outputs)
-        fused = Computation(unique_name(f"fused_{name}"))
+        taken = {c.name for c in comp.parent.computations}
+        fused_name = unique_name(f"fused_{name}")
+        while fused_name in taken:          # parsed HLO may already use the counter's names
+            fused_name = unique_name(f"fused_{name}")
+        fused = Computation(fused_name)
         mapping: dict[int, Instruction] = {}
         for i, p in enumerate(params):
             param = Instruction("parameter", p.shape, (), {"parameter_number": i}, unique_name(f"param_{i}"))
@@ -322,6 +327,8 @@ class _Fuser:
         else:
             fused.root = fused.add(Instruction("tuple", TupleShape(tuple(o.shape for o in outputs)),
                                                [mapping[id(o)] for o in outputs], {}, unique_name("tuple")))
+        # A cheap producer duplicated into this kernel may have joined it later as well.
+        eliminate_common_subexpressions(fused)
         comp.parent.add_computation(fused)
         kind = "kInput" if any(m.opcode == "reduce" for m in members) else "kLoop"
         fusion = Instruction("fusion", fused.root.shape, params, {"kind": kind, "calls": fused},
@@ -344,7 +351,7 @@ class _Fuser:
                 instr.operands = [replacements.get(id(o), o) for o in instr.operands]
         comp.root = replacements.get(id(comp.root), comp.root)
         comp.instructions = [i for i in comp.instructions if id(i) not in ids]
-        self.decisions.fusions.append(fusion.name)
+        self.decisions.fusions.append(fusion)
 
 
 def _squeeze(dims) -> tuple[int, ...]:
@@ -381,9 +388,11 @@ class Fusion(Pass):
 
     def run(self, module: Module) -> bool:
         self.report = FusionDecisions()
-        changed = False
+        before, changed = instruction_ids(module), False
         for comp in fusion_targets(module):
             self.report.kernels_before += kernel_count(comp)
             changed |= _Fuser(comp, self.report).run()
             self.report.kernels_after += kernel_count(comp)
+        rename_new_instructions(module, before)
+        self.report.fusions = [f.name for f in self.report.fusions]   # names after renaming
         return changed

@@ -8,6 +8,7 @@ module's history step by step.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +23,30 @@ class Pass:
 
     def run(self, module: Module) -> bool:      # pragma: no cover - interface
         raise NotImplementedError
+
+
+def instruction_ids(module: Module) -> set[int]:
+    return {id(i) for i in module.instructions()}
+
+
+def rename_new_instructions(module: Module, before: set[int]) -> None:
+    """Give instructions a pass created (not in ``before``) names no other instruction has.
+
+    Passes name new instructions with ``builder.unique_name`` (a process-wide counter), which
+    can collide with names that came from parsed HLO text (``%constant.4``); the instructions
+    that were there before the pass keep their names.
+    """
+    taken = {i.name for i in module.instructions() if id(i) in before}
+    for instr in module.instructions():
+        if id(instr) in before:
+            continue
+        if instr.name in taken:
+            base = re.sub(r"\.\d+$", "", instr.name)
+            n = 1
+            while f"{base}.{n}" in taken:
+                n += 1
+            instr.name = f"{base}.{n}"
+        taken.add(instr.name)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from ..hlo import Module, Shape
 from ..hlo.builder import unique_name
 from ..hlo.evaluator import evaluate
 from ..hlo.ir import Computation, Instruction
-from .pipeline import Pass
+from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 FOLD_LIMIT = 1024          # largest constant (in elements) folding may create
 
@@ -93,6 +93,8 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         if x.shape.dims == instr.shape.dims:
             return x
         if x.opcode == "reshape":
+            if x.operands[0].shape.dims == instr.shape.dims:     # keepdims and back again
+                return x.operands[0]
             return rw.op("reshape", x.operands[0], shape=instr.shape)
     if op == "transpose":
         perm = instr.attrs["dimensions"]
@@ -153,9 +155,10 @@ class AlgebraicSimplifier(Pass):
     name = "algsimp"
 
     def run(self, module: Module) -> bool:
-        changed = False
+        before, changed = instruction_ids(module), False
         for comp in module.computations:
             changed |= _rewrite_computation(comp, _simplify)
+        rename_new_instructions(module, before)
         return changed
 
 
@@ -221,7 +224,8 @@ class ConstantFolding(Pass):
     name = "constant-folding"
 
     def run(self, module: Module) -> bool:
-        changed = False
+        before, changed = instruction_ids(module), False
         for comp in module.computations:
             changed |= _rewrite_computation(comp, _fold)
+        rename_new_instructions(module, before)
         return changed

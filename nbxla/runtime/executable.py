@@ -1,7 +1,7 @@
 """Executables: a compiled module bound to the backend that runs it.
 
-Backends register here by device name.  Until the native CPU backend lands, ``cpu`` runs the
-reference evaluator (correct, not fast) and the compilation record says so.
+Backends register here by device name: ``cpu`` compiles fusions to machine code through
+LLVM; ``evaluator`` runs the reference interpreter (for teaching and debugging).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ class Executable:
 
     def __init__(self, module: Module, backend: str, runner: Callable[[list], list]):
         self.module, self.backend, self._runner = module, backend, runner
+        self.native = None      # the backend's own object (e.g. compiled kernels), if any
 
     def run(self, inputs: list) -> list[np.ndarray]:
         return self._runner(inputs)
@@ -30,13 +31,21 @@ def _evaluator_backend(module: Module) -> Executable:
                       lambda inputs: flatten(evaluate(module, inputs)))
 
 
+def _cpu_backend(module: Module) -> Executable:
+    from .cpu_executable import CpuExecutable
+    cpu = CpuExecutable(module)
+    executable = Executable(module, cpu.backend, cpu.run)
+    executable.native = cpu
+    return executable
+
+
 def _cuda_backend(module: Module) -> Executable:
     raise UnsupportedError("device 'cuda' is not available yet: the CUDA backend has not landed; "
                            "use device='cpu'")
 
 
 BACKENDS: dict[str, Callable[[Module], Executable]] = {
-    "cpu": _evaluator_backend,
+    "cpu": _cpu_backend,
     "evaluator": _evaluator_backend,
     "cuda": _cuda_backend,
 }

@@ -1,0 +1,582 @@
+"""The elemental emitter: LLVM IR computing one element of a fused computation at an index.
+
+Given an index into an instruction's shape, ``value(instr, index)`` emits the code that
+computes that element from the fusion's parameters, following indexing through broadcast,
+reshape, transpose, slice, pad, concatenate, reverse and iota.  Nothing in a fusion is
+materialized: intermediate values live in registers.  The emitter is backend-neutral; the
+CPU loop emitters (and later the GPU ones) decide which indices to ask for.
+
+An index is a list of i64 values, one per dimension.  A parameter element is read through
+a ``load(param_number, index)`` callback supplied by the loop emitter, which knows where
+each buffer lives.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from llvmlite import ir
+
+from ..errors import UnsupportedError
+from ..hlo.ir import Computation, Instruction
+from ..hlo.shapes import is_float, is_integral
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+
+_LLVM_TYPES = {
+    "pred": I1, "s8": I8, "u8": I8, "s16": ir.IntType(16), "u16": ir.IntType(16),
+    "s32": I32, "u32": I32, "s64": I64, "u64": I64,
+    "f16": ir.HalfType(), "f32": ir.FloatType(), "f64": ir.DoubleType(),
+}
+
+
+def llvm_type(element_type: str) -> ir.Type:
+    """Register type of an element (pred is i1 in registers, i8 in memory)."""
+    try:
+        return _LLVM_TYPES[element_type]
+    except KeyError:
+        raise UnsupportedError(f"element type {element_type} has no native code path yet") from None
+
+
+def storage_type(element_type: str) -> ir.Type:
+    return I8 if element_type == "pred" else llvm_type(element_type)
+
+
+def const_i64(v: int) -> ir.Constant:
+    return ir.Constant(I64, int(v))
+
+
+def row_major_strides(dims) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(dims):
+        strides.append(step)
+        step *= n
+    return list(reversed(strides))
+
+
+class ElementalEmitter:
+    """Emits element computations for one fused computation into ``builder``."""
+
+    def __init__(self, builder: ir.IRBuilder, comp: Computation,
+                 load: Callable[[int, list], ir.Value], reduced: dict[int, ir.Value] | None = None):
+        self.b = builder
+        self.comp = comp
+        self.load = load
+        self.module = builder.module
+        # Values of reductions already computed for the current row (row fusions).
+        self.reduced = reduced if reduced is not None else {}
+        self._memo: dict[tuple, ir.Value] = {}
+
+    def reset_memo(self) -> None:
+        self._memo.clear()
+
+    # ---- entry point --------------------------------------------------------------------------
+
+    def value(self, instr: Instruction, index: list) -> ir.Value:
+        key = (id(instr), tuple(id(i) for i in index))
+        v = self._memo.get(key)
+        if v is None:
+            v = self._emit(instr, index)
+            self._memo[key] = v
+        return v
+
+    def _emit(self, instr: Instruction, index: list) -> ir.Value:
+        op = instr.opcode
+        if id(instr) in self.reduced:
+            return self.reduced[id(instr)]
+        if op == "parameter":
+            return self.load(instr.parameter_number, index)
+        rule = getattr(self, "_" + op.replace("-", "_"), None)
+        if rule is None:
+            raise UnsupportedError(f"no native code for {op} yet")
+        return rule(instr, index)
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _intrinsic(self, name: str, ty: ir.Type, args: list) -> ir.Value:
+        """Call an overloaded LLVM intrinsic whose arguments and result all have type ``ty``."""
+        fn = self.module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [ty] * len(args)))
+        return self.b.call(fn, args)
+
+    def _libm(self, name: str, ty: ir.Type, args: list) -> ir.Value:
+        suffix = {"float": "f", "double": "", "half": None}[str(ty)]
+        if suffix is None:
+            raise UnsupportedError(f"{name} on f16 has no native code path yet")
+        fname = name + suffix
+        fn = self.module.globals.get(fname)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * len(args)), fname)
+        return self.b.call(fn, args)
+
+    def _t(self, instr: Instruction) -> str:
+        return instr.shape.element_type
+
+    def _operand(self, instr: Instruction, k: int, index: list) -> ir.Value:
+        return self.value(instr.operands[k], index)
+
+    # ---- constants and index-producing ops ----------------------------------------------------
+
+    def _constant(self, instr, index):
+        lit = instr.literal
+        ty = llvm_type(self._t(instr))
+        if lit.ndim == 0 or lit.size == 1:
+            return self._scalar_constant(ty, self._t(instr), lit.reshape(-1)[0])
+        # A small constant array: a private global indexed at run time.
+        flat = lit.reshape(-1)
+        name = f"const_{instr.name.replace('.', '_')}"
+        g = self.module.globals.get(name)
+        sty = storage_type(self._t(instr))
+        if g is None:
+            arr_ty = ir.ArrayType(sty, flat.size)
+            g = ir.GlobalVariable(self.module, arr_ty, name)
+            g.global_constant = True
+            g.linkage = "private"
+            g.initializer = ir.Constant(arr_ty, [self._scalar_constant(sty, self._t(instr), v, storage=True)
+                                                 for v in flat])
+        offset = self._linearize(index, instr.shape.dims)
+        ptr = self.b.gep(g, [const_i64(0), offset])
+        v = self.b.load(ptr)
+        return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if self._t(instr) == "pred" else v
+
+    def _scalar_constant(self, ty, t, v, storage=False):
+        if t == "pred":
+            return ir.Constant(I8 if storage else I1, int(bool(v)))
+        if is_float(t):
+            return ir.Constant(ty, float(v))
+        return ir.Constant(ty, int(np.asarray(v).astype(np.int64 if t[0] == "s" else np.uint64)))
+
+    def _iota(self, instr, index):
+        i = index[instr.attrs["iota_dimension"]]
+        return self._convert_int(i, "s64", self._t(instr))
+
+    # ---- index arithmetic ---------------------------------------------------------------------
+
+    def _linearize(self, index, dims) -> ir.Value:
+        b = self.b
+        acc = const_i64(0)
+        for i, stride in zip(index, row_major_strides(dims)):
+            if stride == 0:
+                continue
+            term = i if stride == 1 else b.mul(i, const_i64(stride))
+            acc = term if acc is None or (isinstance(acc, ir.Constant) and acc.constant == 0) else b.add(acc, term)
+        return acc
+
+    def _delinearize(self, linear, dims) -> list:
+        b = self.b
+        out = []
+        for n, stride in zip(dims, row_major_strides(dims)):
+            if n == 1:
+                out.append(const_i64(0))
+                continue
+            q = linear if stride == 1 else b.udiv(linear, const_i64(stride))
+            out.append(q if stride == row_major_strides(dims)[0] and n == dims[0] else b.urem(q, const_i64(n)))
+        return out
+
+    def _broadcast(self, instr, index):
+        x = instr.operands[0]
+        dims = instr.attrs["dimensions"]
+        sub = [const_i64(0) if x.shape.dims[k] == 1 else index[d] for k, d in enumerate(dims)]
+        return self.value(x, sub)
+
+    def _reshape(self, instr, index):
+        x = instr.operands[0]
+        src, dst = x.shape.dims, instr.shape.dims
+        if [n for n in src if n != 1] == [n for n in dst if n != 1]:
+            # Only size-1 dims are inserted or removed: map the other dims directly.
+            it = iter([i for i, n in zip(index, dst) if n != 1])
+            return self.value(x, [const_i64(0) if n == 1 else next(it) for n in src])
+        return self.value(x, self._delinearize(self._linearize(index, dst), src))
+
+    _bitcast = _reshape
+
+    def _copy(self, instr, index):
+        return self._operand(instr, 0, index)
+
+    def _transpose(self, instr, index):
+        perm = instr.attrs["dimensions"]
+        sub = [None] * len(perm)
+        for out_dim, in_dim in enumerate(perm):
+            sub[in_dim] = index[out_dim]
+        return self._operand(instr, 0, sub)
+
+    def _slice(self, instr, index):
+        b = self.b
+        sub = []
+        for i, s in zip(index, instr.attrs["slice"]):
+            v = i if s.stride == 1 else b.mul(i, const_i64(s.stride))
+            sub.append(v if s.start == 0 else b.add(v, const_i64(s.start)))
+        return self._operand(instr, 0, sub)
+
+    def _reverse(self, instr, index):
+        dims = instr.attrs["dimensions"]
+        sub = [self.b.sub(const_i64(n - 1), i) if d in dims else i
+               for d, (i, n) in enumerate(zip(index, instr.shape.dims))]
+        return self._operand(instr, 0, sub)
+
+    def _select_among(self, choices: list[tuple[ir.Value, Callable[[], ir.Value]]], default, ty):
+        """Emit if/else blocks choosing a value; used by concatenate and pad."""
+        b = self.b
+        end = b.append_basic_block("merge")
+        incoming = []
+        for cond, make in choices:
+            then = b.append_basic_block("take")
+            other = b.append_basic_block("next")
+            b.cbranch(cond, then, other)
+            b.position_at_end(then)
+            v = make()
+            incoming.append((v, b.block))
+            b.branch(end)
+            b.position_at_end(other)
+        v = default()
+        incoming.append((v, b.block))
+        b.branch(end)
+        b.position_at_end(end)
+        phi = b.phi(ty)
+        for v, block in incoming:
+            phi.add_incoming(v, block)
+        self._memo.clear()     # values computed inside branches do not dominate what follows
+        return phi
+
+    def _concatenate(self, instr, index):
+        b = self.b
+        d = instr.attrs["dimensions"][0]
+        ty = llvm_type(self._t(instr))
+        offsets, start = [], 0
+        for op in instr.operands:
+            offsets.append(start)
+            start += op.shape.dims[d]
+
+        def piece(k):
+            def make():
+                sub = list(index)
+                if offsets[k]:
+                    sub[d] = b.sub(index[d], const_i64(offsets[k]))
+                return self.value(instr.operands[k], sub)
+            return make
+
+        choices = [(b.icmp_signed("<", index[d], const_i64(offsets[k + 1])), piece(k))
+                   for k in range(len(instr.operands) - 1)]
+        return self._select_among(choices, piece(len(instr.operands) - 1), ty)
+
+    def _pad(self, instr, index):
+        b = self.b
+        x, pad_value = instr.operands
+        ty = llvm_type(self._t(instr))
+        inside = ir.Constant(I1, 1)
+        sub = []
+        for i, p, n in zip(index, instr.attrs["padding"], x.shape.dims):
+            shifted = b.sub(i, const_i64(p.low)) if p.low else i
+            step = p.interior + 1
+            if step != 1:
+                ok = b.icmp_signed("==", b.srem(shifted, const_i64(step)), const_i64(0))
+                inside = b.and_(inside, ok)
+                shifted = b.sdiv(shifted, const_i64(step))
+            inside = b.and_(inside, b.icmp_signed(">=", shifted, const_i64(0)))
+            inside = b.and_(inside, b.icmp_signed("<", shifted, const_i64(n)))
+            sub.append(shifted)
+        return self._select_among([(inside, lambda: self.value(x, sub))],
+                                  lambda: self.value(pad_value, []), ty)
+
+    def _dynamic_slice(self, instr, index):
+        b = self.b
+        x = instr.operands[0]
+        starts = instr.operands[1:]
+        sub = []
+        for d, (i, n, size) in enumerate(zip(index, x.shape.dims, instr.shape.dims)):
+            s = self._convert_int(self.value(starts[d], []), starts[d].shape.element_type, "s64")
+            s = b.select(b.icmp_signed("<", s, const_i64(0)), const_i64(0), s)
+            hi = const_i64(n - size)
+            s = b.select(b.icmp_signed(">", s, hi), hi, s)
+            sub.append(b.add(i, s))
+        return self.value(x, sub)
+
+    # ---- elementwise --------------------------------------------------------------------------
+
+    def _convert_int(self, v, src: str, dst: str):
+        """Integer-to-integer or integer-to-float conversion with HLO semantics."""
+        return self._convert_value(v, src, dst)
+
+    def _convert_value(self, v, src: str, dst: str):
+        b = self.b
+        if src == dst:
+            return v
+        ty = llvm_type(dst)
+        if src == "pred":
+            if is_float(dst):
+                return b.uitofp(v, ty)
+            return b.zext(v, ty)
+        if dst == "pred":
+            if is_float(src):
+                return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
+            return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+        if is_integral(src) and is_integral(dst):
+            sw, dw = v.type.width, ty.width
+            if sw == dw:
+                return v
+            if sw > dw:
+                return b.trunc(v, ty)
+            return b.sext(v, ty) if src[0] == "s" else b.zext(v, ty)
+        if is_integral(src):
+            return b.sitofp(v, ty) if src[0] == "s" else b.uitofp(v, ty)
+        if is_integral(dst):
+            # NaN -> 0, saturate out of range (XLA's convert semantics).
+            name = "llvm.fptosi.sat" if dst[0] == "s" else "llvm.fptoui.sat"
+            fn = self.module.declare_intrinsic(name, [ty, v.type], ir.FunctionType(ty, [v.type]))
+            return b.call(fn, [v])
+        if _float_width(src) < _float_width(dst):
+            return b.fpext(v, ty)
+        return b.fptrunc(v, ty)
+
+    def _convert(self, instr, index):
+        x = instr.operands[0]
+        return self._convert_value(self.value(x, index), x.shape.element_type, self._t(instr))
+
+    def _unary_float(self, instr, index, intrinsic):
+        v = self._operand(instr, 0, index)
+        return self._intrinsic(intrinsic, v.type, [v])
+
+    def _negate(self, instr, index):
+        v = self._operand(instr, 0, index)
+        return self.b.fneg(v) if is_float(self._t(instr)) else self.b.neg(v)
+
+    def _abs(self, instr, index):
+        v = self._operand(instr, 0, index)
+        if is_float(self._t(instr)):
+            return self._intrinsic("llvm.fabs", v.type, [v])
+        if self._t(instr)[0] == "u":
+            return v
+        fn = self.module.declare_intrinsic("llvm.abs", [v.type], ir.FunctionType(v.type, [v.type, I1]))
+        return self.b.call(fn, [v, ir.Constant(I1, 0)])
+
+    def _exponential(self, instr, index):
+        return self._unary_float(instr, index, "llvm.exp")
+
+    def _log(self, instr, index):
+        return self._unary_float(instr, index, "llvm.log")
+
+    def _sqrt(self, instr, index):
+        return self._unary_float(instr, index, "llvm.sqrt")
+
+    def _sine(self, instr, index):
+        return self._unary_float(instr, index, "llvm.sin")
+
+    def _cosine(self, instr, index):
+        return self._unary_float(instr, index, "llvm.cos")
+
+    def _floor(self, instr, index):
+        return self._unary_float(instr, index, "llvm.floor")
+
+    def _ceil(self, instr, index):
+        return self._unary_float(instr, index, "llvm.ceil")
+
+    def _round_nearest_even(self, instr, index):
+        return self._unary_float(instr, index, "llvm.roundeven")
+
+    def _round_nearest_afz(self, instr, index):
+        return self._unary_float(instr, index, "llvm.round")
+
+    def _rsqrt(self, instr, index):
+        v = self._unary_float(instr, index, "llvm.sqrt")
+        return self.b.fdiv(ir.Constant(v.type, 1.0), v)
+
+    def _tanh(self, instr, index):
+        return self._libm("tanh", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
+
+    def _exponential_minus_one(self, instr, index):
+        return self._libm("expm1", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
+
+    def _log_plus_one(self, instr, index):
+        return self._libm("log1p", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
+
+    def _cbrt(self, instr, index):
+        return self._libm("cbrt", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
+
+    def _tan(self, instr, index):
+        return self._libm("tan", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
+
+    def _erf(self, instr, index):
+        return self._libm("erf", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
+
+    def _atan2(self, instr, index):
+        return self._libm("atan2", llvm_type(self._t(instr)),
+                          [self._operand(instr, 0, index), self._operand(instr, 1, index)])
+
+    def _logistic(self, instr, index):
+        b = self.b
+        v = self._operand(instr, 0, index)
+        e = self._intrinsic("llvm.exp", v.type, [b.fneg(v)])
+        return b.fdiv(ir.Constant(v.type, 1.0), b.fadd(ir.Constant(v.type, 1.0), e))
+
+    def _is_finite(self, instr, index):
+        v = self._operand(instr, 0, index)
+        a = self._intrinsic("llvm.fabs", v.type, [v])
+        return self.b.fcmp_ordered("<", a, ir.Constant(v.type, float("inf")))
+
+    def _sign(self, instr, index):
+        b = self.b
+        v = self._operand(instr, 0, index)
+        if is_float(self._t(instr)):
+            zero, one = ir.Constant(v.type, 0.0), ir.Constant(v.type, 1.0)
+            s = b.select(b.fcmp_ordered(">", v, zero), one,
+                         b.select(b.fcmp_ordered("<", v, zero), ir.Constant(v.type, -1.0), v))
+            return s      # keeps NaN and signed zero
+        zero = ir.Constant(v.type, 0)
+        if self._t(instr)[0] == "u":
+            return b.zext(b.icmp_unsigned("!=", v, zero), v.type)
+        gt = b.zext(b.icmp_signed(">", v, zero), v.type)
+        lt = b.zext(b.icmp_signed("<", v, zero), v.type)
+        return b.sub(gt, lt)
+
+    def _not(self, instr, index):
+        return self.b.not_(self._operand(instr, 0, index))
+
+    def _popcnt(self, instr, index):
+        v = self._operand(instr, 0, index)
+        return self._intrinsic("llvm.ctpop", v.type, [v])
+
+    def _count_leading_zeros(self, instr, index):
+        v = self._operand(instr, 0, index)
+        fn = self.module.declare_intrinsic("llvm.ctlz", [v.type], ir.FunctionType(v.type, [v.type, I1]))
+        return self.b.call(fn, [v, ir.Constant(I1, 0)])
+
+    def _binary(self, instr, index):
+        return self._operand(instr, 0, index), self._operand(instr, 1, index)
+
+    def _add(self, instr, index):
+        a, c = self._binary(instr, index)
+        return self.b.fadd(a, c) if is_float(self._t(instr)) else self.b.add(a, c)
+
+    def _subtract(self, instr, index):
+        a, c = self._binary(instr, index)
+        return self.b.fsub(a, c) if is_float(self._t(instr)) else self.b.sub(a, c)
+
+    def _multiply(self, instr, index):
+        a, c = self._binary(instr, index)
+        if self._t(instr) == "pred":
+            return self.b.and_(a, c)
+        return self.b.fmul(a, c) if is_float(self._t(instr)) else self.b.mul(a, c)
+
+    def _divide(self, instr, index):
+        a, c = self._binary(instr, index)
+        t = self._t(instr)
+        if is_float(t):
+            return self.b.fdiv(a, c)
+        return self._int_divide(a, c, t, remainder=False)
+
+    def _remainder(self, instr, index):
+        a, c = self._binary(instr, index)
+        t = self._t(instr)
+        if is_float(t):
+            return self.b.frem(a, c)
+        return self._int_divide(a, c, t, remainder=True)
+
+    def _int_divide(self, a, c, t, remainder):
+        """XLA integer division: x/0 = -1 (all bits), x%0 = x, INT_MIN/-1 = INT_MIN, INT_MIN%-1 = 0."""
+        b = self.b
+        ty = a.type
+        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        is_zero = b.icmp_unsigned("==", c, zero)
+        if t[0] == "u":
+            safe = b.select(is_zero, one, c)
+            q = b.urem(a, safe) if remainder else b.udiv(a, safe)
+            return b.select(is_zero, a if remainder else ir.Constant(ty, -1), q)
+        int_min = ir.Constant(ty, -(1 << (ty.width - 1)))
+        overflow = b.and_(b.icmp_signed("==", a, int_min), b.icmp_signed("==", c, ir.Constant(ty, -1)))
+        bad = b.or_(is_zero, overflow)
+        safe = b.select(bad, one, c)
+        q = b.srem(a, safe) if remainder else b.sdiv(a, safe)
+        if remainder:
+            return b.select(is_zero, a, b.select(overflow, zero, q))
+        return b.select(is_zero, ir.Constant(ty, -1), b.select(overflow, int_min, q))
+
+    def _power(self, instr, index):
+        a, c = self._binary(instr, index)
+        if not is_float(self._t(instr)):
+            raise UnsupportedError("integer power has no native code path yet")
+        return self._intrinsic("llvm.pow", a.type, [a, c])
+
+    def _maximum(self, instr, index):
+        return self._minmax(instr, index, True)
+
+    def _minimum(self, instr, index):
+        return self._minmax(instr, index, False)
+
+    def _minmax(self, instr, index, is_max):
+        a, c = self._binary(instr, index)
+        t = self._t(instr)
+        b = self.b
+        if is_float(t):
+            return self._intrinsic("llvm.maximum" if is_max else "llvm.minimum", a.type, [a, c])
+        if t == "pred":
+            return b.or_(a, c) if is_max else b.and_(a, c)
+        cmp = b.icmp_signed if t[0] == "s" else b.icmp_unsigned
+        return b.select(cmp(">" if is_max else "<", a, c), a, c)
+
+    def _and(self, instr, index):
+        return self.b.and_(*self._binary(instr, index))
+
+    def _or(self, instr, index):
+        return self.b.or_(*self._binary(instr, index))
+
+    def _xor(self, instr, index):
+        return self.b.xor(*self._binary(instr, index))
+
+    def _shift(self, instr, index, kind):
+        b = self.b
+        a, c = self._binary(instr, index)
+        width = ir.Constant(a.type, a.type.width)
+        too_big = b.icmp_unsigned(">=", c, width)
+        safe = b.select(too_big, ir.Constant(a.type, 0), c)
+        if kind == "shl":
+            return b.select(too_big, ir.Constant(a.type, 0), b.shl(a, safe))
+        if kind == "lshr":
+            return b.select(too_big, ir.Constant(a.type, 0), b.lshr(a, safe))
+        fill = b.ashr(a, ir.Constant(a.type, a.type.width - 1))
+        return b.select(too_big, fill, b.ashr(a, safe))
+
+    def _shift_left(self, instr, index):
+        return self._shift(instr, index, "shl")
+
+    def _shift_right_logical(self, instr, index):
+        return self._shift(instr, index, "lshr")
+
+    def _shift_right_arithmetic(self, instr, index):
+        return self._shift(instr, index, "ashr")
+
+    def _compare(self, instr, index):
+        b = self.b
+        x = instr.operands[0]
+        a, c = self._binary(instr, index)
+        t = x.shape.element_type
+        direction = instr.attrs["direction"]
+        op = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}[direction]
+        if is_float(t):
+            if instr.attrs.get("type") == "TOTALORDER":
+                raise UnsupportedError("total-order float compare has no native code path yet")
+            return b.fcmp_unordered(op, a, c) if direction == "NE" else b.fcmp_ordered(op, a, c)
+        if t == "pred" or t[0] == "u":
+            return b.icmp_unsigned(op, a, c)
+        return b.icmp_signed(op, a, c)
+
+    def _select(self, instr, index):
+        p = instr.operands[0]
+        pv = self.value(p, [] if p.shape.rank == 0 else index)
+        return self.b.select(pv, self._operand(instr, 1, index), self._operand(instr, 2, index))
+
+    def _clamp(self, instr, index):
+        lo_i, x_i, hi_i = instr.operands
+        lo = self.value(lo_i, [] if lo_i.shape.rank == 0 else index)
+        hi = self.value(hi_i, [] if hi_i.shape.rank == 0 else index)
+        x = self.value(x_i, index)
+        b = self.b
+        t = self._t(instr)
+        if is_float(t):
+            return self._intrinsic("llvm.minimum", x.type, [self._intrinsic("llvm.maximum", x.type, [x, lo]), hi])
+        cmp = b.icmp_signed if t[0] == "s" else b.icmp_unsigned
+        m = b.select(cmp(">", x, lo), x, lo)
+        return b.select(cmp("<", m, hi), m, hi)
+
+
+def _float_width(t: str) -> int:
+    return {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}[t]

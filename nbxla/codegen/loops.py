@@ -1,0 +1,381 @@
+"""Loop emitters: wrap the elemental emitter in loops over a fusion's iteration space.
+
+Every kernel has the C signature ``void kernel(i8** buffers, i64 begin, i64 end)``: the
+buffers are the fusion's parameters then its outputs (row-major, contiguous), and
+``[begin, end)`` is the part of the parallel dimension this call computes, so the runtime
+can split a kernel across threads.
+
+* Loop fusions whose operands are indexed like the output (elementwise, scalar broadcasts,
+  reshapes) iterate over one flat index: the contiguous fast path that LLVM vectorizes.
+* Other loop fusions iterate over rows (all dims but the last) and the last dim inside.
+* Reduction fusions iterate over the kept ("outer") index; per outer index each reduction
+  runs in turn over the reduced dims, and values after a reduction (a mean's division,
+  softmax's ``exp(x - max)``) are computed from the reduced values held in registers.
+* A full reduction of elementwise work (``mean(3*x**2 + y)``) is split over threads: a
+  ``partial`` kernel reduces a flat range into one slot per chunk, and a ``finish`` kernel
+  combines the slots and computes the epilogue.
+
+Float additions in reductions are summed in blocks of ``BLOCK`` elements (vectorized, in the
+element type) whose sums are accumulated in double precision: as accurate as NumPy's
+pairwise summation, at full vector speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ..errors import UnsupportedError
+from ..hlo.ir import Computation, Instruction
+from ..hlo.shapes import is_float
+from .elemental import I1, I8, I64, ElementalEmitter, const_i64, llvm_type, row_major_strides, storage_type
+
+BLOCK = 1024
+_LINEAR_OPS = {"parameter", "constant", "convert", "reshape", "bitcast", "copy", "select", "clamp",
+               "compare"}
+_RECOGNIZED_REDUCERS = {"add", "multiply", "maximum", "minimum", "and", "or"}
+
+
+@dataclass
+class KernelSpec:
+    """How the runtime calls one kernel."""
+    name: str
+    style: str                 # "linear", "rows", "reduce", "full-reduce"
+    parallel_extent: int       # size of the [begin, end) range
+    work_per_unit: int         # elements computed per unit of the range (for threading decisions)
+    finish_name: str | None = None
+
+
+def _kernel_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
+    fnty = ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64])
+    fn = ir.Function(module, fnty, name)
+    fn.args[0].name, fn.args[1].name, fn.args[2].name = "buffers", "begin", "end"
+    for arg in (fn.args[0],):
+        arg.add_attribute("noalias")
+    block = fn.append_basic_block("entry")
+    return fn, ir.IRBuilder(block)
+
+
+class _Buffers:
+    """Typed pointers to the kernel's buffers, loaded once in the entry block."""
+
+    def __init__(self, b: ir.IRBuilder, arg, shapes: list):
+        self.ptrs = []
+        for k, shape in enumerate(shapes):
+            raw = b.load(b.gep(arg, [const_i64(k)]))
+            self.ptrs.append(b.bitcast(raw, storage_type(shape.element_type).as_pointer()))
+        self.shapes = shapes
+
+    def load(self, b, k: int, offset) -> ir.Value:
+        v = b.load(b.gep(self.ptrs[k], [offset]))
+        if self.shapes[k].element_type == "pred":
+            return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        return v
+
+    def store(self, b, k: int, offset, value) -> None:
+        if self.shapes[k].element_type == "pred":
+            value = b.zext(value, I8)
+        b.store(value, b.gep(self.ptrs[k], [offset]))
+
+
+def _loop(b: ir.IRBuilder, begin, end, name: str, body) -> None:
+    """``for (i = begin; i < end; ++i) body(i)``; leaves the builder after the loop."""
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    loop = b.append_basic_block(f"{name}.body")
+    after = b.append_basic_block(f"{name}.end")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name)
+    i.add_incoming(begin, pre)
+    b.cbranch(b.icmp_signed("<", i, end), loop, after)
+    b.position_at_end(loop)
+    body(i)
+    nxt = b.add(i, const_i64(1), name=f"{name}.next")
+    i.add_incoming(nxt, b.block)
+    b.branch(head)
+    b.position_at_end(after)
+
+
+def _nest(b, dims, name, body, index=()):
+    """Nested loops over ``dims``; ``body(index_list)``."""
+    if not dims:
+        body(list(index))
+        return
+    _loop(b, const_i64(0), const_i64(dims[0]), f"{name}{len(index)}",
+          lambda i: _nest(b, dims[1:], name, body, index + (i,)))
+
+
+def _outputs(comp: Computation) -> list[Instruction]:
+    root = comp.root
+    return list(root.operands) if root.opcode == "tuple" else [root]
+
+
+def _is_linear(comp: Computation, dims) -> bool:
+    """Can every value be indexed by the output's flat index?"""
+    for instr in comp.instructions:
+        if instr is comp.root and instr.opcode == "tuple":
+            continue
+        if instr.shape.is_tuple:
+            return False
+        n = instr.shape.size
+        same = instr.shape.dims == dims or (n == int(_prod(dims)) and instr.opcode in ("reshape", "bitcast"))
+        if instr.opcode == "broadcast" and instr.operands[0].shape.rank == 0:
+            continue
+        if instr.shape.rank == 0 and instr.opcode in ("constant", "parameter"):
+            continue
+        if not same:
+            return False
+        if not (instr.is_elementwise or instr.opcode in _LINEAR_OPS):
+            return False
+        if instr.opcode in ("reshape", "bitcast") and instr.operands[0].shape.size != n:
+            return False
+    return True
+
+
+def _prod(dims) -> int:
+    out = 1
+    for n in dims:
+        out *= n
+    return out
+
+
+class _LinearEmitter(ElementalEmitter):
+    """Elemental emitter over flat indices: reshapes are free, parameters are read at i."""
+
+    def _reshape(self, instr, index):
+        return self.value(instr.operands[0], index)
+
+    _bitcast = _reshape
+
+    def _broadcast(self, instr, index):
+        return self.value(instr.operands[0], [])
+
+
+def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+    outputs = _outputs(comp)
+    dims = outputs[0].shape.dims
+    params = comp.parameters
+    shapes = [p.shape for p in params] + [o.shape for o in outputs]
+    fn, b = _kernel_function(module, name)
+    bufs = _Buffers(b, fn.args[0], shapes)
+    begin, end = fn.args[1], fn.args[2]
+    if _is_linear(comp, dims):
+        def load(k, index):
+            return bufs.load(b, k, index[0] if index and params[k].shape.rank else const_i64(0))
+        em = _LinearEmitter(b, comp, load)
+
+        def body(i):
+            em.reset_memo()
+            for k, out in enumerate(outputs):
+                bufs.store(b, len(params) + k, i, em.value(out, [i]))
+        _loop(b, begin, end, "i", body)
+        b.ret_void()
+        return KernelSpec(name, "linear", _prod(dims), 1)
+
+    em = ElementalEmitter(b, comp, lambda k, index: _load_at(b, bufs, k, params[k].shape.dims, index))
+    rows, last = dims[:-1], dims[-1:]
+
+    def row_body(r):
+        outer = _delinearize(b, r, rows)
+
+        def inner(idx):
+            em.reset_memo()
+            full = outer + idx
+            for k, out in enumerate(outputs):
+                bufs.store(b, len(params) + k, _linear(b, full, dims), em.value(out, full))
+        _nest(b, last, "j", inner)
+    _loop(b, begin, end, "row", row_body)
+    b.ret_void()
+    return KernelSpec(name, "rows", _prod(rows), _prod(last))
+
+
+def _load_at(b, bufs, k, dims, index):
+    return bufs.load(b, k, _linear(b, index, dims))
+
+
+def _linear(b, index, dims):
+    acc = None
+    for i, stride, n in zip(index, row_major_strides(dims), dims):
+        if n == 1:
+            continue
+        term = i if stride == 1 else b.mul(i, const_i64(stride))
+        acc = term if acc is None else b.add(acc, term)
+    return acc if acc is not None else const_i64(0)
+
+
+def _delinearize(b, linear, dims):
+    out = []
+    strides = row_major_strides(dims)
+    for d, (n, stride) in enumerate(zip(dims, strides)):
+        if n == 1:
+            out.append(const_i64(0))
+            continue
+        q = linear if stride == 1 else b.udiv(linear, const_i64(stride))
+        out.append(q if d == 0 else b.urem(q, const_i64(n)))
+    return out
+
+
+# ---- reductions --------------------------------------------------------------------------------
+
+def _reducer_opcode(reduce: Instruction) -> str | None:
+    comp = reduce.attrs["to_apply"]
+    root = comp.root
+    params = comp.parameters
+    if len(params) == 2 and root.opcode in _RECOGNIZED_REDUCERS and \
+            {id(o) for o in root.operands} == {id(p) for p in params}:
+        return root.opcode
+    return None
+
+
+def _combine(b: ir.IRBuilder, em: ElementalEmitter, opcode: str, t: str, acc, x):
+    if opcode == "add":
+        return b.fadd(acc, x, flags=("reassoc", "nsz")) if is_float(t) else b.add(acc, x)
+    if opcode == "multiply":
+        if t == "pred":
+            return b.and_(acc, x)
+        return b.fmul(acc, x, flags=("reassoc", "nsz")) if is_float(t) else b.mul(acc, x)
+    if opcode in ("and", "or"):
+        return getattr(b, opcode + "_")(acc, x)
+    is_max = opcode == "maximum"
+    if is_float(t):
+        return em._intrinsic("llvm.maximum" if is_max else "llvm.minimum", acc.type, [acc, x])
+    if t == "pred":
+        return b.or_(acc, x) if is_max else b.and_(acc, x)
+    cmp = b.icmp_signed if t[0] == "s" else b.icmp_unsigned
+    return b.select(cmp(">" if is_max else "<", x, acc), x, acc)
+
+
+class _ReductionPlan:
+    def __init__(self, comp: Computation):
+        self.reduces = [i for i in comp.instructions if i.opcode == "reduce"]
+        for r in self.reduces:
+            if r.shape.is_tuple or _reducer_opcode(r) is None:
+                raise UnsupportedError("variadic or custom reducers have no native code path yet")
+        first = self.reduces[0]
+        self.in_dims = first.operands[0].shape.dims
+        self.reduced = tuple(sorted(first.attrs["dimensions"]))
+        self.outer_dims = tuple(n for i, n in enumerate(self.in_dims) if i not in self.reduced)
+        self.red_dims = tuple(self.in_dims[i] for i in self.reduced)
+
+    def merge(self, outer_index, red_index):
+        """The input-space index from an outer index and a reduced index."""
+        it_o, it_r = iter(outer_index), iter(red_index)
+        return [next(it_r) if d in self.reduced else next(it_o) for d in range(len(self.in_dims))]
+
+
+def _entry_alloca(b: ir.IRBuilder, ty: ir.Type):
+    """A stack slot in the entry block (mem2reg turns it into registers), not in a loop."""
+    entry = b.function.entry_basic_block
+    here = b.block
+    if entry.is_terminated:
+        b.position_before(entry.terminator)
+    else:
+        b.position_at_end(entry)
+    slot = b.alloca(ty)
+    b.position_at_end(here)
+    return slot
+
+
+def _accumulate(b, em, plan, reduce, outer_index, name):
+    """Emit the reduction of ``reduce`` at ``outer_index``; returns the result value."""
+    opcode = _reducer_opcode(reduce)
+    t = reduce.shape.element_type
+    ty = llvm_type(t)
+    init = em.value(reduce.operands[1], [])
+    x_instr = reduce.operands[0]
+    if not plan.red_dims:                 # reducing no dimensions: f(init, x)
+        return _combine(b, em, opcode, t, init, em.value(x_instr, plan.merge(outer_index, [])))
+    blocked = opcode == "add" and t in ("f32", "f16")
+    acc_slot = _entry_alloca(b, ty)
+    # Blocked float sums: a running double total of per-block sums.
+    total_slot = _entry_alloca(b, ir.DoubleType()) if blocked else None
+    b.store(init, acc_slot)
+    if blocked:
+        b.store(b.fpext(init, ir.DoubleType()), total_slot)
+        b.store(ir.Constant(ty, 0.0), acc_slot)
+    red_dims = plan.red_dims
+    inner = red_dims[-1] if red_dims else 1
+
+    def innermost(prefix):
+        def run_block(lo, hi):
+            def body(j):
+                em.reset_memo()
+                idx = plan.merge(outer_index, prefix + [j])
+                x = em.value(x_instr, idx)
+                b.store(_combine(b, em, opcode, t, b.load(acc_slot), x), acc_slot)
+            _loop(b, lo, hi, name + "r", body)
+        if blocked and inner > BLOCK:
+            def block_body(k):
+                lo = b.mul(k, const_i64(BLOCK))
+                hi = b.add(lo, const_i64(BLOCK))
+                hi = b.select(b.icmp_signed(">", hi, const_i64(inner)), const_i64(inner), hi)
+                b.store(ir.Constant(ty, 0.0), acc_slot)
+                run_block(lo, hi)
+                b.store(b.fadd(b.load(total_slot), b.fpext(b.load(acc_slot), ir.DoubleType())), total_slot)
+            _loop(b, const_i64(0), const_i64(-(-inner // BLOCK)), name + "blk", block_body)
+        else:
+            run_block(const_i64(0), const_i64(inner))
+            if blocked:
+                b.store(b.fadd(b.load(total_slot), b.fpext(b.load(acc_slot), ir.DoubleType())), total_slot)
+                b.store(ir.Constant(ty, 0.0), acc_slot)
+
+    _nest(b, list(red_dims[:-1]), name + "o", innermost)
+    if blocked:
+        return b.fptrunc(b.load(total_slot), ty)
+    return b.load(acc_slot)
+
+
+def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+    plan = _ReductionPlan(comp)
+    outputs = _outputs(comp)
+    params = comp.parameters
+    shapes = [p.shape for p in params] + [o.shape for o in outputs]
+    fn, b = _kernel_function(module, name)
+    bufs = _Buffers(b, fn.args[0], shapes)
+    reduced: dict[int, ir.Value] = {}
+    em = ElementalEmitter(b, comp, lambda k, index: _load_at(b, bufs, k, params[k].shape.dims, index),
+                          reduced)
+
+    def outer_body(o):
+        reduced.clear()
+        outer_index = _delinearize(b, o, plan.outer_dims)
+        for n, r in enumerate(plan.reduces):
+            reduced[id(r)] = _accumulate(b, em, plan, r, outer_index, f"red{n}")
+        em.reset_memo()
+        for k, out in enumerate(outputs):
+            if _squeeze(out.shape.dims) == _squeeze(plan.outer_dims) and out.shape.dims != plan.in_dims:
+                idx = _expand(outer_index, plan.outer_dims, out.shape.dims)
+                bufs.store(b, len(params) + k, _linear(b, idx, out.shape.dims), em.value(out, idx))
+        row_outputs = [(k, out) for k, out in enumerate(outputs) if out.shape.dims == plan.in_dims]
+        if row_outputs:
+            def write_row(red_index):
+                em.reset_memo()
+                idx = plan.merge(outer_index, red_index)
+                for k, out in row_outputs:
+                    bufs.store(b, len(params) + k, _linear(b, idx, plan.in_dims), em.value(out, idx))
+            _nest(b, list(plan.red_dims), "w", write_row)
+
+    for out in outputs:
+        if _squeeze(out.shape.dims) != _squeeze(plan.outer_dims) and out.shape.dims != plan.in_dims:
+            raise UnsupportedError("a reduction fusion output outside the reduced and input spaces")
+    _loop(b, fn.args[1], fn.args[2], "outer", outer_body)
+    b.ret_void()
+    return KernelSpec(name, "reduce", _prod(plan.outer_dims), _prod(plan.red_dims))
+
+
+def _squeeze(dims):
+    return tuple(n for n in dims if n != 1)
+
+
+def _expand(outer_index, outer_dims, dims):
+    """Map an outer-space index to a shape equal to it up to size-1 dims."""
+    it = iter([i for i, n in zip(outer_index, outer_dims) if n != 1])
+    return [const_i64(0) if n == 1 else next(it) for n in dims]
+
+
+def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+    if any(i.opcode == "reduce" for i in comp.instructions):
+        return emit_reduction_kernel(module, name, comp)
+    return emit_loop_kernel(module, name, comp)

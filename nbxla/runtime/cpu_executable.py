@@ -1,0 +1,157 @@
+"""The CPU executable: a list of thunks over the entry computation of an optimized module.
+
+Each entry instruction becomes one thunk: a native kernel call for a fusion (split across
+a thread pool when it is large; ctypes releases the GIL during the call), a library call
+for ``dot`` (NumPy's BLAS, through the reference rule's ``np.matmul``), a view for
+reshape/bitcast, and the reference evaluator's rule for everything else (sort, while,
+gather, ...) and for the fusions the code generator cannot emit yet, which the compilation
+record lists.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import numpy as np
+
+from ..codegen.cpu import CompiledKernels, compile_kernels
+from ..hlo import Module
+from ..hlo.evaluator import RULES, Interpreter
+from ..hlo.evaluator import _conform as conform
+from ..hlo.ir import Instruction
+
+# Kernels doing less work than this run on the calling thread (threads cost ~10 µs).
+PARALLEL_THRESHOLD = 1 << 17
+_KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+
+def worker_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:       # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _thread_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=worker_count(), thread_name_prefix="nbxla")
+    return _pool
+
+
+def _data_pointer(arr: np.ndarray) -> int:
+    return arr.__array_interface__["data"][0]
+
+
+class _KernelThunk:
+    """Calls one compiled kernel on its operand arrays, writing fresh output arrays."""
+
+    def __init__(self, instr: Instruction, address: int, extent: int, work_per_unit: int):
+        self.fn = _KERNEL_TYPE(address)
+        self.outputs = [(s.dims, s.dtype) for s in
+                        (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
+        self.pointer_array = ctypes.c_void_p * (len(instr.operands) + len(self.outputs))
+        self.extent = extent
+        self.parallel = extent >= 2 and extent * work_per_unit >= PARALLEL_THRESHOLD
+        self.tuple_result = instr.shape.is_tuple
+
+    def __call__(self, operands: list[np.ndarray]):
+        outs = [np.empty(dims, dtype) for dims, dtype in self.outputs]
+        ptrs = self.pointer_array()       # per call: executables may run on several threads
+        for k, arr in enumerate(operands):
+            ptrs[k] = _data_pointer(arr)
+        for k, arr in enumerate(outs, len(operands)):
+            ptrs[k] = _data_pointer(arr)
+        if self.parallel:
+            n = min(worker_count(), self.extent)
+            bounds = [self.extent * i // n for i in range(n + 1)]
+            futures = [_thread_pool().submit(self.fn, ptrs, bounds[i], bounds[i + 1])
+                       for i in range(1, n)]
+            self.fn(ptrs, bounds[0], bounds[1])
+            for f in futures:
+                f.result()
+        else:
+            self.fn(ptrs, 0, self.extent)
+        return tuple(outs) if self.tuple_result else outs[0]
+
+
+def _contiguous(value):
+    if isinstance(value, tuple):
+        return tuple(_contiguous(v) for v in value)
+    arr = np.asarray(value)
+    # (np.ascontiguousarray would turn 0-d arrays into 1-d ones)
+    return arr if arr.flags.c_contiguous else np.array(arr, order="C")
+
+
+class CpuExecutable:
+    backend = "cpu (LLVM)"
+
+    def __init__(self, module: Module):
+        self.module = module
+        entry = module.entry
+        fusions = [(i.name.replace(".", "_").replace("-", "_"), i) for i in entry.instructions
+                   if i.opcode == "fusion"]
+        self.kernels: CompiledKernels = compile_kernels(module.name, [(n, i.attrs["calls"]) for n, i in fusions])
+        kernel_of = {id(instr): name for name, instr in fusions}
+        self._interpreter = Interpreter()
+        self._literal_ids: set[int] = set()
+        self._steps: list[tuple[Instruction, Callable]] = []
+        for instr in entry.instructions:
+            self._steps.append((instr, self._thunk(instr, kernel_of.get(id(instr)))))
+        self._root = entry.root
+        self.interpreted = {name: why for name, why in self.kernels.unsupported.items()}
+
+    def _thunk(self, instr: Instruction, kernel: str | None) -> Callable:
+        op = instr.opcode
+        if kernel is not None and kernel in self.kernels.addresses:
+            spec = self.kernels.specs[kernel]
+            return _KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
+                                spec.work_per_unit)
+        if op == "constant":
+            lit = _contiguous(instr.literal)
+            self._literal_ids.add(id(lit))
+            return lambda ops: lit
+        if op == "tuple":
+            return lambda ops: tuple(ops)
+        if op == "get-tuple-element":
+            index = instr.attrs["index"]
+            return lambda ops: ops[0][index]
+        if op in ("reshape", "bitcast") and instr.shape.layout is None and \
+                instr.operands[0].shape.layout is None and \
+                instr.shape.element_type == instr.operands[0].shape.element_type:
+            dims = instr.shape.dims
+            return lambda ops: ops[0].reshape(dims)
+        rule = RULES[op]
+        interp = self._interpreter
+
+        def interpreted(ops, instr=instr, rule=rule):
+            with np.errstate(all="ignore"):
+                # _conform: exactly the instruction's dtype, which native kernels rely on.
+                return _contiguous(conform(instr, instr.shape, rule(instr, ops, interp), False))
+        return interpreted
+
+    def run(self, inputs: list) -> list[np.ndarray]:
+        env: dict[int, object] = {}
+        for instr, thunk in self._steps:
+            if instr.opcode == "parameter":
+                env[id(instr)] = _contiguous(inputs[instr.parameter_number])
+            else:
+                env[id(instr)] = thunk([env[id(o)] for o in instr.operands])
+        # Results never alias inputs or cached constants (reshapes are views).
+        return [leaf if leaf.base is None and not self._is_literal(leaf) else leaf.copy()
+                for leaf in _flatten(env[id(self._root)])]
+
+    def _is_literal(self, arr) -> bool:
+        return id(arr) in self._literal_ids
+
+
+def _flatten(value) -> list[np.ndarray]:
+    if isinstance(value, tuple):
+        return [leaf for v in value for leaf in _flatten(v)]
+    return [np.asarray(value)]
