@@ -26,8 +26,35 @@ def _run_evaluator(module, args: list) -> list[np.ndarray]:
     return flatten(evaluate(module, args))
 
 
-# Backend name -> run(module, args) -> flattened results.  The CPU and CUDA backends plug in here.
-BACKENDS: dict[str, Callable] = {"evaluator": _run_evaluator}
+def _run_cpu(module, args: list) -> list[np.ndarray]:
+    """Optimize and compile ``module`` for the CPU backend (LLVM), then run it.
+
+    Prints the compile time and, for each fusion, whether it runs as a native kernel or is
+    interpreted by the evaluator's rule (with the code generator's reason).
+    """
+    from .compiler import compile_module
+
+    t0 = time.perf_counter()
+    compilation = compile_module(module, "cpu")
+    t_compile = time.perf_counter() - t0
+    fusions = [i.name for i in compilation.optimized.entry.instructions if i.opcode == "fusion"]
+    interpreted = dict(compilation.executable.native.interpreted)
+    timings = compilation.timings_ms
+    print(f"compiled for {compilation.backend} in {t_compile * 1e3:.1f} ms (optimize "
+          f"{timings['optimize']:.1f} ms, codegen {timings['codegen']:.1f} ms): {len(fusions)} "
+          f"fusion(s), {len(fusions) - len(interpreted)} native, {len(interpreted)} interpreted")
+    # The executable keys fusions by kernel name (the instruction name with . and - as _).
+    hlo_name = {n.replace(".", "_").replace("-", "_"): n for n in fusions}
+    for name, why in interpreted.items():
+        print(f"  interpreted %{hlo_name.get(name, name)}: {why}")
+    t0 = time.perf_counter()
+    results = compilation.executable.run(args)
+    print(f"executed in {(time.perf_counter() - t0) * 1e3:.1f} ms")
+    return results
+
+
+# Backend name -> run(module, args) -> flattened results.  The CUDA backend plugs in here.
+BACKENDS: dict[str, Callable] = {"evaluator": _run_evaluator, "cpu": _run_cpu}
 
 class _UsageError(NbxlaError):
     """A bad command line or inputs file (exit code 2, like a parse error)."""
@@ -86,7 +113,8 @@ def run_hlo(opts) -> int:
     results = BACKENDS[opts.backend](module, args)
     t_run = time.perf_counter() - t0
     print(f"{path}: module {module.name}, {len(params)} parameter(s); parsed in {t_parse * 1e3:.1f} ms, "
-          f"ran on {opts.backend} in {t_run * 1e3:.1f} ms")
+          f"ran on {opts.backend} in {t_run * 1e3:.1f} ms"
+          + (" (compilation included)" if opts.backend == "cpu" else ""))
     for i, r in enumerate(results):
         print(f"  result {i}: {_shape_text(r)}  {_summary(r)}")
 

@@ -28,7 +28,9 @@ class UnknownStageError(NbxlaError, ValueError):
 # Stages a compilation can show, in pipeline order; backend stages arrive with the backends.
 STAGES = ("hlo", "passes", "optimized_hlo", "optimized_hlo_dot", "fusion_report",
           "buffer_assignment")
-LATER_STAGES = {"llvm_ir": "the CPU backend", "asm": "the CPU backend", "ptx": "the CUDA backend"}
+# Backend stages: present when the backend produced them (the evaluator has none).
+BACKEND_STAGES = {"llvm_ir": "the CPU backend", "llvm_ir_optimized": "the CPU backend",
+                  "asm": "the CPU backend", "ptx": "the CUDA backend"}
 
 
 @dataclass
@@ -54,7 +56,7 @@ class Compilation:
 
     @property
     def stages(self) -> tuple[str, ...]:
-        return STAGES
+        return STAGES + tuple(self.executable.stages)
 
     def stage(self, name: str) -> str:
         if name not in self._stage_text:
@@ -71,11 +73,14 @@ class Compilation:
             elif name == "optimized_hlo_dot":
                 from .hlo.graphviz import to_dot
                 text = to_dot(self.optimized)
-            elif name in LATER_STAGES:
-                raise UnknownStageError(f"stage {name!r} is not available yet: it comes with "
-                                        f"{LATER_STAGES[name]}; available: {', '.join(STAGES)}")
+            elif name in self.executable.stages:
+                text = self.executable.stages[name]
+            elif name in BACKEND_STAGES:
+                raise UnknownStageError(
+                    f"stage {name!r} comes from {BACKEND_STAGES[name]}, and this compilation ran on "
+                    f"{self.backend}; available: {', '.join(self.stages)}")
             else:
-                raise UnknownStageError(f"unknown stage {name!r}; available: {', '.join(STAGES)}")
+                raise UnknownStageError(f"unknown stage {name!r}; available: {', '.join(self.stages)}")
             self._stage_text[name] = text
         return self._stage_text[name]
 

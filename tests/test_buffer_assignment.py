@@ -10,7 +10,6 @@ lets a value overwrite one still needed changes the answer.
 import os
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

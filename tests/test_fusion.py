@@ -5,16 +5,15 @@ constant folding, CSE, DCE and the per-pass history."""
 import inspect
 
 import numpy as np
-import pytest
 
 import nbxla
 from nbxla.frontend.trace import trace, tree_flatten
 from nbxla.hlo import Builder, Module, Shape, scalar_computation
 from nbxla.hlo.attributes import SliceDim
 from nbxla.hlo.evaluator import evaluate, flatten
+from nbxla.hlo.ir import clone_module
 from nbxla.passes import (AlgebraicSimplifier, CommonSubexpressionElimination, ConstantFolding,
                           DeadCodeElimination, Pipeline, optimize, verify_module)
-from nbxla.hlo.ir import clone_module
 from nbxla.passes.cse import eliminate_common_subexpressions
 from nbxla.passes.report import fusion_report
 from nbxla.passes.simplify import FOLD_LIMIT

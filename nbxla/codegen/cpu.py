@@ -46,9 +46,18 @@ class CompiledKernels:
     addresses: dict[str, int]
     llvm_ir: str
     llvm_ir_optimized: str
-    asm: str
     unsupported: dict[str, str] = field(default_factory=dict)   # fusion -> why it is interpreted
     engine: object = None
+    _asm: str | None = None
+
+    @property
+    def asm(self) -> str:
+        """The assembly, printed on first request (it costs a second code generation)."""
+        if self._asm is None:
+            with _lock:
+                mod = llvm.parse_assembly(self.llvm_ir_optimized)
+                self._asm = host_target_machine().emit_assembly(mod)
+        return self._asm
 
 
 def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]]) -> CompiledKernels:
@@ -78,8 +87,10 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]]) ->
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
         optimized = str(mod)
-        asm = tm.emit_assembly(mod)
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
         engine.finalize_object()
         addresses = {name: engine.get_function_address(name) for name in specs}
-    return CompiledKernels(specs, addresses, text, optimized, asm, unsupported, engine)
+        for spec in specs.values():
+            if spec.finish_name:
+                addresses[spec.finish_name] = engine.get_function_address(spec.finish_name)
+    return CompiledKernels(specs, addresses, text, optimized, unsupported, engine)

@@ -31,7 +31,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import is_float
 from .elemental import I1, I8, I64, ElementalEmitter, const_i64, llvm_type, row_major_strides, storage_type
 
-BLOCK = 1024
+BLOCK = 4096
 _LINEAR_OPS = {"parameter", "constant", "convert", "reshape", "bitcast", "copy", "select", "clamp",
                "compare"}
 _RECOGNIZED_REDUCERS = {"add", "multiply", "maximum", "minimum", "and", "or"}
@@ -45,6 +45,7 @@ class KernelSpec:
     parallel_extent: int       # size of the [begin, end) range
     work_per_unit: int         # elements computed per unit of the range (for threading decisions)
     finish_name: str | None = None
+    scratch_slots: int = 0     # full reductions: 8-byte partial results per chunk
 
 
 def _kernel_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
@@ -112,10 +113,10 @@ def _outputs(comp: Computation) -> list[Instruction]:
     return list(root.operands) if root.opcode == "tuple" else [root]
 
 
-def _is_linear(comp: Computation, dims) -> bool:
+def _is_linear(instructions: list[Instruction], dims) -> bool:
     """Can every value be indexed by the output's flat index?"""
-    for instr in comp.instructions:
-        if instr is comp.root and instr.opcode == "tuple":
+    for instr in instructions:
+        if instr.opcode == "tuple":
             continue
         if instr.shape.is_tuple:
             return False
@@ -161,7 +162,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
     fn, b = _kernel_function(module, name)
     bufs = _Buffers(b, fn.args[0], shapes)
     begin, end = fn.args[1], fn.args[2]
-    if _is_linear(comp, dims):
+    if _is_linear(comp.instructions, dims):
         def load(k, index):
             return bufs.load(b, k, index[0] if index and params[k].shape.rank else const_i64(0))
         em = _LinearEmitter(b, comp, load)
@@ -375,7 +376,123 @@ def _expand(outer_index, outer_dims, dims):
     return [const_i64(0) if n == 1 else next(it) for n in dims]
 
 
+# ---- full reductions split across threads -------------------------------------------------------
+
+def _full_reduction_plan(comp: Computation) -> _ReductionPlan | None:
+    """A plan when the fusion reduces everything in one phase from linear-indexable inputs."""
+    plan = _ReductionPlan(comp)
+    if plan.outer_dims and _prod(plan.outer_dims) != 1:
+        return None
+    reduce_ids = {id(r) for r in plan.reduces}
+    feeding = _ancestors([r.operands[0] for r in plan.reduces])
+    if reduce_ids & {id(i) for i in feeding}:
+        return None                       # a reduction feeds another: several phases
+    feeding_ids = {id(f) for f in feeding}
+    prefix = [i for i in comp.instructions if id(i) in feeding_ids]
+    if not prefix or not _is_linear(prefix, plan.in_dims):
+        return None
+    if any(o.shape.dims == plan.in_dims and plan.in_dims for o in _outputs(comp)):
+        return None
+    return plan
+
+
+def _ancestors(roots: list[Instruction]) -> list[Instruction]:
+    seen: dict[int, Instruction] = {}
+    stack = list(roots)
+    while stack:
+        i = stack.pop()
+        if id(i) not in seen:
+            seen[id(i)] = i
+            stack.extend(i.operands)
+    return list(seen.values())
+
+
+def _slot_pointer(b, scratch, slot: int, ty):
+    return b.bitcast(b.gep(scratch, [const_i64(8 * slot)]), ty.as_pointer())
+
+
+def _partial_type(r: Instruction):
+    t = r.shape.element_type
+    return ir.DoubleType() if _reducer_opcode(r) == "add" and t in ("f32", "f16") else llvm_type(t)
+
+
+def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -> KernelSpec:
+    """``name`` reduces the flat range [begin, end) into 8-byte slots (one per reduction) of the
+    scratch buffer passed after the parameters; ``name_finish`` combines ``begin`` chunks of
+    slots and computes the outputs."""
+    params = comp.parameters
+    outputs = _outputs(comp)
+    shapes = [p.shape for p in params]
+    fn, b = _kernel_function(module, name)
+    bufs = _Buffers(b, fn.args[0], shapes)
+    scratch = b.load(b.gep(fn.args[0], [const_i64(len(params))]))
+    em = _LinearEmitter(b, comp, lambda k, index: bufs.load(
+        b, k, index[0] if index and params[k].shape.rank else const_i64(0)))
+    for n, r in enumerate(plan.reduces):
+        opcode, t = _reducer_opcode(r), r.shape.element_type
+        pty, ty = _partial_type(r), llvm_type(t)
+        blocked = pty != ty
+        acc = _entry_alloca(b, ty)
+        total = _entry_alloca(b, pty)
+        b.store(ir.Constant(ty, 0.0) if blocked else em.value(r.operands[1], []), acc)
+        if blocked:
+            b.store(ir.Constant(pty, 0.0), total)
+
+        def element(i, r=r, acc=acc, opcode=opcode, t=t):
+            em.reset_memo()
+            b.store(_combine(b, em, opcode, t, b.load(acc), em.value(r.operands[0], [i])), acc)
+
+        if blocked:
+            def block(k, acc=acc, total=total, element=element):
+                lo = b.add(fn.args[1], b.mul(k, const_i64(BLOCK)))
+                hi = b.add(lo, const_i64(BLOCK))
+                hi = b.select(b.icmp_signed(">", hi, fn.args[2]), fn.args[2], hi)
+                b.store(ir.Constant(ty, 0.0), acc)
+                _loop(b, lo, hi, f"p{n}", element)
+                b.store(b.fadd(b.load(total), b.fpext(b.load(acc), pty)), total)
+            nblocks = b.sdiv(b.add(b.sub(fn.args[2], fn.args[1]), const_i64(BLOCK - 1)), const_i64(BLOCK))
+            _loop(b, const_i64(0), nblocks, f"blk{n}", block)
+            b.store(b.load(total), _slot_pointer(b, scratch, n, pty))
+        else:
+            _loop(b, fn.args[1], fn.args[2], f"p{n}", element)
+            b.store(b.load(acc), _slot_pointer(b, scratch, n, ty))
+    b.ret_void()
+
+    # finish(buffers = params, outputs, scratch; begin = number of chunks)
+    fin, b = _kernel_function(module, name + "_finish")
+    shapes = [p.shape for p in params] + [o.shape for o in outputs]
+    bufs = _Buffers(b, fin.args[0], shapes)
+    scratch = b.load(b.gep(fin.args[0], [const_i64(len(shapes))]))
+    reduced: dict[int, ir.Value] = {}
+    em = ElementalEmitter(b, comp, lambda k, index: bufs.load(b, k, const_i64(0)), reduced)
+    nred = len(plan.reduces)
+    for n, r in enumerate(plan.reduces):
+        opcode, t = _reducer_opcode(r), r.shape.element_type
+        pty, ty = _partial_type(r), llvm_type(t)
+        acc = _entry_alloca(b, pty)
+        init = em.value(r.operands[1], [])
+        b.store(b.fpext(init, pty) if pty != ty else init, acc)
+
+        def combine(k, n=n, acc=acc, opcode=opcode, t=t, pty=pty):
+            slot = b.add(b.mul(k, const_i64(nred)), const_i64(n))
+            ptr = b.bitcast(b.gep(scratch, [b.mul(slot, const_i64(8))]), pty.as_pointer())
+            part = b.load(ptr)
+            b.store(_combine(b, em, opcode, "f64" if pty != llvm_type(t) else t, b.load(acc), part), acc)
+        _loop(b, const_i64(0), fin.args[1], f"c{n}", combine)
+        v = b.load(acc)
+        reduced[id(r)] = b.fptrunc(v, ty) if pty != ty else v
+    em.reset_memo()
+    for k, out in enumerate(outputs):
+        idx = [const_i64(0)] * out.shape.rank
+        bufs.store(b, len(params) + k, const_i64(0), em.value(out, idx))
+    b.ret_void()
+    return KernelSpec(name, "full-reduce", _prod(plan.in_dims), 1, name + "_finish", len(plan.reduces))
+
+
 def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     if any(i.opcode == "reduce" for i in comp.instructions):
+        plan = _full_reduction_plan(comp)
+        if plan is not None:
+            return emit_full_reduction(module, name, comp, plan)
         return emit_reduction_kernel(module, name, comp)
     return emit_loop_kernel(module, name, comp)

@@ -51,7 +51,7 @@ class ValueAssignment:
     offset: int | None                 # arena offset (arena) or None
     size: int                          # bytes
     start: int                         # index of the defining instruction
-    end: int                           # index of the last reader; ``live_out`` when an output
+    end: int                           # index of the last reader; the plan's ``length`` for outputs
     parameter: int | None = None       # kind "parameter": its number
     note: str = ""                     # "in place of X", "donated parameter k"
     allocation: int | None = None      # arena values sharing memory share this id
@@ -64,8 +64,7 @@ class ValueAssignment:
             return (self.offset, self.size)
         if self.kind == "parameter":
             return ("parameter", self.parameter)
-        return ("constant", self.name)
-
+        return ("constant", self.alias_of or self.name)
 
 
 @dataclass
@@ -73,7 +72,7 @@ class BufferPlan:
     """Every array value of the entry computation and where it lives, in schedule order."""
     values: dict[str, ValueAssignment] = field(default_factory=dict)
     arena_bytes: int = 0                    # bytes allocated with reuse
-    bytes_without_reuse: int = 0            # the sum of all values the kernels produce
+    bytes_without_reuse: int = 0            # the sum of all values the kernels produce (unaligned)
     length: int = 0                         # instructions in the schedule ("live out" = length)
     in_place: list[tuple[str, str]] = field(default_factory=list)    # (value, operand it overwrote)
     donated: dict[int, str] = field(default_factory=dict)           # parameter -> output value

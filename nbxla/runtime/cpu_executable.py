@@ -81,6 +81,36 @@ class _KernelThunk:
         return tuple(outs) if self.tuple_result else outs[0]
 
 
+class _FullReductionThunk:
+    """A full reduction: chunks reduced in parallel into 8-byte slots, then one finish call."""
+
+    def __init__(self, instr: Instruction, address: int, finish: int, extent: int, slots: int):
+        self.partial, self.finish = _KERNEL_TYPE(address), _KERNEL_TYPE(finish)
+        self.outputs = [(s.dims, s.dtype) for s in
+                        (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
+        self.n_in = len(instr.operands)
+        self.extent, self.slots = extent, slots
+        self.parts = max(1, min(worker_count(), extent // (PARALLEL_THRESHOLD // 2)))
+        self.tuple_result = instr.shape.is_tuple
+
+    def __call__(self, operands: list[np.ndarray]):
+        scratch = np.empty(self.parts * self.slots, np.float64)      # 8-byte slots
+        base = [_data_pointer(a) for a in operands]
+        calls = []
+        for c in range(self.parts):
+            ptrs = (ctypes.c_void_p * (self.n_in + 1))(*base, _data_pointer(scratch) + 8 * self.slots * c)
+            calls.append((ptrs, self.extent * c // self.parts, self.extent * (c + 1) // self.parts))
+        futures = [_thread_pool().submit(self.partial, *call) for call in calls[1:]]
+        self.partial(*calls[0])
+        for f in futures:
+            f.result()
+        outs = [np.empty(dims, dtype) for dims, dtype in self.outputs]
+        ptrs = (ctypes.c_void_p * (self.n_in + len(outs) + 1))(
+            *base, *[_data_pointer(o) for o in outs], _data_pointer(scratch))
+        self.finish(ptrs, self.parts, 0)
+        return tuple(outs) if self.tuple_result else outs[0]
+
+
 def _contiguous(value):
     if isinstance(value, tuple):
         return tuple(_contiguous(v) for v in value)
@@ -111,6 +141,10 @@ class CpuExecutable:
         op = instr.opcode
         if kernel is not None and kernel in self.kernels.addresses:
             spec = self.kernels.specs[kernel]
+            if spec.style == "full-reduce":
+                return _FullReductionThunk(instr, self.kernels.addresses[kernel],
+                                           self.kernels.addresses[spec.finish_name],
+                                           spec.parallel_extent, spec.scratch_slots)
             return _KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
                                 spec.work_per_unit)
         if op == "constant":

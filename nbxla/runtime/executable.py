@@ -21,6 +21,7 @@ class Executable:
     def __init__(self, module: Module, backend: str, runner: Callable[[list], list]):
         self.module, self.backend, self._runner = module, backend, runner
         self.native = None      # the backend's own object (e.g. compiled kernels), if any
+        self.stages: dict[str, str] = {}   # backend stages (llvm_ir, asm, ...) by name
 
     def run(self, inputs: list) -> list[np.ndarray]:
         return self._runner(inputs)
@@ -31,11 +32,25 @@ def _evaluator_backend(module: Module) -> Executable:
                       lambda inputs: flatten(evaluate(module, inputs)))
 
 
+class _LazyStages(dict):
+    """Stage name -> text, each produced on first access."""
+
+    def __getitem__(self, name):
+        value = super().__getitem__(name)
+        if callable(value):
+            value = value()
+            self[name] = value
+        return value
+
+
 def _cpu_backend(module: Module) -> Executable:
     from .cpu_executable import CpuExecutable
     cpu = CpuExecutable(module)
     executable = Executable(module, cpu.backend, cpu.run)
     executable.native = cpu
+    executable.stages = _LazyStages({"llvm_ir": lambda: cpu.kernels.llvm_ir,
+                                     "llvm_ir_optimized": lambda: cpu.kernels.llvm_ir_optimized,
+                                     "asm": lambda: cpu.kernels.asm})
     return executable
 
 

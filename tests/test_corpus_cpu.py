@@ -1,0 +1,100 @@
+"""The JAX corpus compiled for the CPU backend (optimizer + LLVM kernels) matches JAX's outputs,
+and ``run-hlo --backend cpu`` reports which fusions run natively and which are interpreted."""
+
+import re
+
+import pytest
+
+from nbxla.__main__ import main
+from nbxla.compiler import compile_module
+from nbxla.hlo.parser import parse_hlo
+from nbxla.testing import compare_arrays
+
+from .conftest import CORPUS_HLO, corpus_files
+from .test_corpus import CASE_RTOL, UNSUPPORTED, case_inputs_and_outputs
+
+# Cases the CPU backend gets wrong (codegen bugs), by case name, with the reason.
+CPU_XFAIL = {
+    "concatenate_stack": "codegen: concatenate whose operands index a value at the same index in "
+                         "several branches (concat along a size-1 dim) reuses a memoized value "
+                         "across branches -> LLVM 'Instruction does not dominate all uses'",
+}
+
+# Why a fusion may be interpreted: ops the code generator does not emit yet.  Any other reason
+# (an elementwise op, a data-movement op, a plain reduction) is a regression.
+ALLOWED_INTERPRETED = re.compile(
+    r"no native code for (dot|gather|scatter|dynamic-update-slice|reduce-window|sort) yet"
+    r"|variadic or custom reducers have no native code path yet")
+
+
+def _params():
+    out = []
+    for p in corpus_files("*.hlo"):
+        name = getattr(p, "name", "")
+        case = name.split(".")[0]
+        if case in CPU_XFAIL:
+            p = pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=CPU_XFAIL[case]))
+        out.append(p)
+    return out
+
+
+def _name(p):
+    return getattr(p, "name", "corpus")
+
+
+@pytest.mark.parametrize("path", _params(), ids=_name)
+def test_corpus_case_on_cpu_matches_jax(path):
+    case, ins, outs = case_inputs_and_outputs(path)
+    if case in UNSUPPORTED:
+        pytest.skip(UNSUPPORTED[case])
+    compilation = compile_module(parse_hlo(path.read_text(), str(path)), "cpu")
+    got = compilation.executable.run(ins)
+    assert len(got) == len(outs)
+    for i, (g, want) in enumerate(zip(got, outs)):
+        assert g.dtype == want.dtype and g.shape == want.shape, f"out{i}: {g.dtype}{g.shape}"
+        ok, detail = compare_arrays(g, want, rtol=CASE_RTOL.get(case))
+        assert ok, f"out{i}: {detail}"
+    interpreted = compilation.executable.native.interpreted
+    kernels = {i.name.replace(".", "_").replace("-", "_")
+               for i in compilation.optimized.entry.instructions if i.opcode == "fusion"}
+    assert set(interpreted) <= kernels
+    for name, why in interpreted.items():
+        assert ALLOWED_INTERPRETED.fullmatch(why), f"fusion {name} interpreted: {why}"
+
+
+def _case(name):
+    path = CORPUS_HLO / f"{name}.hlo"
+    if not path.exists():
+        pytest.skip(f"HLO corpus not found at {CORPUS_HLO}")
+    return str(path), str(CORPUS_HLO / f"{name}.npz")
+
+
+def test_run_hlo_backend_cpu_native(capsys):
+    hlo, npz = _case("softmax")
+    assert main(["run-hlo", hlo, "--inputs", npz, "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"compiled for cpu \(LLVM\) in [\d.]+ ms .*: 1 fusion\(s\), 1 native, 0 interpreted", out)
+    assert "ran on cpu" in out and "PASS" in out and "FAIL" not in out
+
+
+def test_run_hlo_backend_cpu_lists_interpreted_fusions(capsys):
+    hlo, npz = _case("reduce_argmax_argmin")
+    assert main(["run-hlo", hlo, "--inputs", npz, "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\d+ fusion\(s\), \d+ native, 2 interpreted", out)
+    lines = [line for line in out.splitlines() if line.strip().startswith("interpreted %")]
+    assert len(lines) == 2
+    # Named as in the optimized HLO (%reduce_fusion.N), with the code generator's reason.
+    assert all(re.match(r"\s+interpreted %[\w.\-]+\.\d+: variadic or custom reducers", line) for line in lines)
+    assert "all outputs match" in out
+
+
+def test_run_hlo_backend_cpu_detects_mismatch(capsys, tmp_path):
+    import numpy as np
+    hlo, npz = _case("softmax")
+    data = dict(np.load(npz))
+    data["out0"] = data["out0"] + 1
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **data)
+    assert main(["run-hlo", hlo, "--inputs", str(bad), "--backend", "cpu"]) == 1
+    assert "FAIL" in capsys.readouterr().out
