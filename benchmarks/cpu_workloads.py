@@ -157,11 +157,14 @@ _FLOAT_LITERAL = re.compile(r"(?<![\w.])(\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\
 def _ne_float32(expr: str) -> tuple[str, tuple[tuple[str, F32], ...]]:
     """Float literals -> named float32 scalars (numexpr computes ``f32 * 0.5`` in float64)."""
     consts: dict[str, F32] = {}
+    names: dict[float, str] = {}
 
     def name(m):
-        key = f"_c{len(consts)}"
-        consts[key] = F32(float(m.group(1)))
-        return key
+        value = float(m.group(1))
+        if value not in names:
+            names[value] = f"_c{len(names)}"
+            consts[names[value]] = F32(value)
+        return names[value]
     return _FLOAT_LITERAL.sub(name, expr), tuple(consts.items())
 
 
@@ -170,12 +173,13 @@ def ne32(expr: str, **arrays):
     return ne.evaluate(text, local_dict={**arrays, **dict(consts)})
 
 
-def _as_cdf_expr(d: str) -> str:
-    a = f"abs({d})"
-    t = f"(1.0 / (1.0 + {AS_P} * {a}))"
+def _as_cdf_expr(d: str, t: str) -> str:
+    """A&S 26.2.17 given ``t = 1 / (1 + p |d|)`` as an array (numexpr has no common
+    subexpressions); ``where(d < 0, 1 - n, n)`` as ``0.5 + sign * (0.5 - q)``, the same
+    formula written so that ``q = pdf * poly`` appears once."""
     poly = f"{t} * ({AS_B[0]} + {t} * ({AS_B[1]} + {t} * ({AS_B[2]} + {t} * ({AS_B[3]} + {t} * {AS_B[4]}))))"
-    n = f"(1.0 - {INV_SQRT_2PI} * exp(-0.5 * {a} * {a}) * {poly})"
-    return f"where({d} < 0, 1.0 - {n}, {n})"
+    q = f"{INV_SQRT_2PI} * exp(-0.5 * {d} * {d}) * {poly}"
+    return f"(0.5 + where({d} < 0, -1.0, 1.0) * (0.5 - {q}))"
 
 
 def ne_running(x, y):
@@ -202,8 +206,11 @@ def ne_layernorm(x, gamma, beta):                   # hyb: the row means in NumP
 
 def ne_black_scholes(S, K, T):
     d1 = ne32(f"(log(S / K) + {BS_R + 0.5 * BS_V * BS_V} * T) / ({BS_V} * sqrt(T))", S=S, K=K, T=T)
-    call = ne32(f"S * {_as_cdf_expr('d1')} - K * exp(-{BS_R} * T) * {_as_cdf_expr(f'(d1 - {BS_V} * sqrt(T))')}",
-                S=S, K=K, T=T, d1=d1)
+    d2 = ne32(f"d1 - {BS_V} * sqrt(T)", d1=d1, T=T)
+    t1 = ne32(f"1.0 / (1.0 + {AS_P} * abs(d1))", d1=d1)
+    t2 = ne32(f"1.0 / (1.0 + {AS_P} * abs(d2))", d2=d2)
+    call = ne32(f"S * {_as_cdf_expr('d1', 't1')} - K * exp(-{BS_R} * T) * {_as_cdf_expr('d2', 't2')}",
+                S=S, K=K, T=T, d1=d1, d2=d2, t1=t1, t2=t2)
     put = ne32(f"call - S + K * exp(-{BS_R} * T)", call=call, S=S, K=K, T=T)
     return call, put
 

@@ -1,8 +1,13 @@
 """Shared test helpers: where the external corpus lives."""
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Compiled-code cache: private to this test session, never the user's ~/.cache.
+os.environ.setdefault("NBXLA_CACHE_DIR", tempfile.mkdtemp(prefix="nbxla-test-cache-"))
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS_HLO = REPO.parent / "shared" / "corpus" / "hlo"

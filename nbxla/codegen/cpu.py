@@ -7,8 +7,11 @@ optimization and the assembly are kept for ``%xla_ir stage=llvm_ir|llvm_ir_opt|a
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -48,6 +51,8 @@ class CompiledKernels:
     llvm_ir_optimized: str
     unsupported: dict[str, str] = field(default_factory=dict)   # fusion -> why it is interpreted
     engine: object = None
+    object_code: bytes | None = None
+    from_cache: bool = False
     _asm: str | None = None
 
     @property
@@ -60,9 +65,40 @@ class CompiledKernels:
         return self._asm
 
 
-def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]]) -> CompiledKernels:
+def target_fingerprint() -> str:
+    """What compiled code depends on besides the module: code generator source, LLVM, the CPU."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                digest.update(name.encode() + f.read())
+    digest.update(repr((llvm.llvm_version_info, llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                        llvm.get_host_cpu_features().flatten())).encode())
+    return digest.hexdigest()
+
+
+class ObjectStore(Protocol):
+    """Where compiled object code is kept between processes (see runtime.persistent_cache)."""
+
+    def load(self, key: str) -> tuple[dict, bytes] | None: ...
+
+    def save(self, key: str, meta: dict, obj: bytes) -> None: ...
+
+
+def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
+                    store: ObjectStore | None = None, key: str | None = None) -> CompiledKernels:
     """Emit, optimize and load one kernel per fusion; fusions that cannot be emitted natively
-    are listed in ``unsupported`` with the reason (the runtime interprets those)."""
+    are listed in ``unsupported`` with the reason (the runtime interprets those).
+
+    With a ``store`` and ``key``, object code compiled earlier for the same key is loaded
+    instead of running LLVM's optimizer and code generator again.
+    """
+    cached = store.load(key) if store is not None and key else None
+    if cached is not None:
+        meta, obj = cached
+        specs = {name: KernelSpec(**spec) for name, spec in meta["specs"].items()}
+        return _load(specs, meta["unsupported"], meta["llvm_ir"], meta["llvm_ir_optimized"], obj)
     ir_module = ir.Module(name=module_name)
     ir_module.triple = llvm.get_process_triple()
     specs, unsupported = {}, {}
@@ -87,10 +123,28 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]]) ->
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
         optimized = str(mod)
+    kernels = _load(specs, unsupported, text, optimized, None, mod)
+    if store is not None and key and kernels.object_code is not None:
+        store.save(key, {"specs": {n: asdict(s) for n, s in specs.items()}, "unsupported": unsupported,
+                         "llvm_ir": text, "llvm_ir_optimized": optimized}, kernels.object_code)
+    return kernels
+
+
+def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None) -> CompiledKernels:
+    """JIT-load the optimized module; with ``obj``, its machine code is taken as given."""
+    captured: list[bytes] = []
+    with _lock:
+        if mod is None:
+            mod = llvm.parse_assembly(optimized)
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
+        engine.set_object_cache(notify_func=lambda m, buf: captured.append(bytes(buf)),
+                                getbuffer_func=lambda m: obj)
         engine.finalize_object()
         addresses = {name: engine.get_function_address(name) for name in specs}
         for spec in specs.values():
             if spec.finish_name:
                 addresses[spec.finish_name] = engine.get_function_address(spec.finish_name)
-    return CompiledKernels(specs, addresses, text, optimized, unsupported, engine)
+    kernels = CompiledKernels(specs, addresses, text, optimized, unsupported, engine)
+    kernels.object_code = obj if obj is not None else (captured[0] if captured else None)
+    kernels.from_cache = obj is not None
+    return kernels

@@ -11,13 +11,16 @@ record lists.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
 
-from ..codegen.cpu import CompiledKernels, compile_kernels
+from ..codegen.cpu import CompiledKernels, compile_kernels, target_fingerprint
+from ..hlo.printer import print_module
+from .persistent_cache import default_cache
 from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator import _conform as conform
@@ -127,7 +130,13 @@ class CpuExecutable:
         entry = module.entry
         fusions = [(i.name.replace(".", "_").replace("-", "_"), i) for i in entry.instructions
                    if i.opcode == "fusion"]
-        self.kernels: CompiledKernels = compile_kernels(module.name, [(n, i.attrs["calls"]) for n, i in fusions])
+        store = default_cache()
+        key = None
+        if store is not None:
+            names = ",".join(n for n, _ in fusions)
+            key = hashlib.sha256((target_fingerprint() + names + print_module(module)).encode()).hexdigest()
+        self.kernels: CompiledKernels = compile_kernels(
+            module.name, [(n, i.attrs["calls"]) for n, i in fusions], store, key)
         kernel_of = {id(instr): name for name, instr in fusions}
         self._interpreter = Interpreter()
         self._literal_ids: set[int] = set()
