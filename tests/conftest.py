@@ -17,5 +17,6 @@ def corpus_files(pattern: str) -> list:
     """Corpus files matching ``pattern``, or one skipped parameter when the corpus is absent."""
     files = sorted(CORPUS_HLO.glob(pattern))
     if not files:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=f"HLO corpus not found at {CORPUS_HLO}"))]
-    return files
+        return [pytest.param(None, id="corpus-missing",
+                             marks=pytest.mark.skip(reason=f"HLO corpus not found at {CORPUS_HLO}"))]
+    return [pytest.param(f, id=f.name) for f in files]

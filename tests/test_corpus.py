@@ -27,7 +27,7 @@ def case_inputs_and_outputs(path):
     return case, ins, outs
 
 
-@pytest.mark.parametrize("path", corpus_files("*.hlo"), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", corpus_files("*.hlo"))
 def test_corpus_case_matches_jax(path):
     case, ins, outs = case_inputs_and_outputs(path)
     if case in UNSUPPORTED:

@@ -14,10 +14,10 @@ from .test_corpus import CASE_RTOL, UNSUPPORTED, case_inputs_and_outputs
 from .test_passes_property import assert_well_formed_fusions
 
 # The unoptimized exports (with and without debug info), not XLA's optimized modules.
-UNOPTIMIZED = [p for p in corpus_files("*.hlo") if ".opt." not in getattr(p, "name", "")]
+UNOPTIMIZED = [p for p in corpus_files("*.hlo") if ".opt." not in (p.id or "")]
 
 
-@pytest.mark.parametrize("path", UNOPTIMIZED, ids=lambda p: getattr(p, "name", "corpus"))
+@pytest.mark.parametrize("path", UNOPTIMIZED)
 def test_optimized_corpus_case_matches_jax(path):
     case, ins, outs = case_inputs_and_outputs(path)
     if case in UNSUPPORTED:
@@ -33,7 +33,7 @@ def test_optimized_corpus_case_matches_jax(path):
     check_plan(result.module, result.facts["buffer-assignment"], ins)
 
 
-@pytest.mark.parametrize("path", UNOPTIMIZED, ids=lambda p: getattr(p, "name", "corpus"))
+@pytest.mark.parametrize("path", UNOPTIMIZED)
 def test_optimized_corpus_case_with_donated_inputs(path):
     case, ins, _ = case_inputs_and_outputs(path)
     if case in UNSUPPORTED:
@@ -50,7 +50,7 @@ def test_new_names_never_collide_with_parsed_ones(monkeypatch, start):
     import itertools
 
     import nbxla.hlo.builder as builder
-    paths = [p for p in UNOPTIMIZED if getattr(p, "name", "").startswith(("fori_loop_while", "mlp", "lstm"))]
+    paths = [p.values[0] for p in UNOPTIMIZED if (p.id or "").startswith(("fori_loop_while", "mlp", "lstm"))]
     if not paths:
         pytest.skip("HLO corpus not found")
     for path in paths:

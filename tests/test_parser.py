@@ -23,14 +23,14 @@ def roundtrip(module: Module) -> Module:
     return again
 
 
-@pytest.mark.parametrize("path", corpus_files("*.hlo"), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", corpus_files("*.hlo"))
 def test_corpus_module_parses_and_prints_stably(path):
     module = parse_hlo(path.read_text(), str(path))
     assert module.entry is not None and module.entry.root is not None
     roundtrip(module)
 
 
-@pytest.mark.parametrize("path", corpus_files("*.hlo"), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", corpus_files("*.hlo"))
 def test_corpus_module_prints_every_instruction(path):
     module = parse_hlo(path.read_text(), str(path))
     text = print_module(module)

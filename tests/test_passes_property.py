@@ -63,7 +63,7 @@ def assert_well_formed_fusions(module):
                    for i in comp.instructions)
 
 
-@pytest.mark.parametrize("p", PASSES, ids=lambda p: p.name)
+@pytest.mark.parametrize("p", PASSES)
 @settings(PROPERTY, max_examples=EXAMPLES or 80)
 @given(case=hlo_modules())
 def test_each_pass_alone_preserves_results(p, case):
