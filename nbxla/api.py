@@ -24,7 +24,7 @@ from .flags import current_flags
 from .frontend.trace import (TracedProgram, alias_pattern, leaf_signature, trace, tree_flatten,
                              tree_unflatten)
 from .frontend.tracer import Tracer
-from .runtime.cache import DEFAULT_CACHE, CompilationCache
+from .runtime.cache import DEFAULT_CACHE, CacheKey, CompilationCache
 from .runtime.executable import resolve_device
 
 
@@ -67,6 +67,7 @@ class CompiledFunction:
         self.device = device
         self.cache = cache or DEFAULT_CACHE
         self.last_compilation: Compilation | None = None
+        self._fast: dict = {}       # (flags, arg shapes and dtypes) -> (cache entry, cache generation)
         try:
             self._signature = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -88,7 +89,7 @@ class CompiledFunction:
         device = resolve_device(device or self.device)
         leaves, treedef = tree_flatten((args, kwargs))
         signature = tuple(leaf_signature(leaf) for leaf in leaves)
-        key = (self, device, flags, signature, treedef, alias_pattern(leaves))
+        key = CacheKey(self, device, flags, signature, treedef, alias_pattern(leaves))
 
         def compile_now():
             start = time.perf_counter()
@@ -104,17 +105,30 @@ class CompiledFunction:
         if not hit:
             entry.value.compilation.explanation = entry.explanation
         self.last_compilation = entry.value.compilation
-        return entry.value, leaves
+        return entry.value, leaves, entry
 
     def __call__(self, *args, **kwargs):
-        if any(isinstance(leaf, Tracer) for leaf in tree_flatten((args, kwargs))[0]):
+        # Fast path for the common call f(array, array, ...): a cache hit then costs one dict
+        # lookup keyed by shapes and dtypes, instead of flattening and hashing a full key.
+        fast_key = None
+        if not kwargs and all(type(a) is np.ndarray for a in args) and len({id(a) for a in args}) == len(args):
+            fast_key = (current_flags(), tuple((a.shape, a.dtype) for a in args))
+            hit = self._fast.get(fast_key)
+            if hit is not None and hit[1] == self.cache.generation:
+                entry = hit[0]
+                self.cache.touch(entry)
+                self.last_compilation = entry.value.compilation
+                return run_program(entry.value, list(args))
+        elif any(isinstance(leaf, Tracer) for leaf in tree_flatten((args, kwargs))[0]):
             return self.fn(*args, **kwargs)     # called while tracing (%%xla, another jit): inline
-        compiled, leaves = self._lookup(args, kwargs)
+        compiled, leaves, entry = self._lookup(args, kwargs)
+        if fast_key is not None:
+            self._fast[fast_key] = (entry, self.cache.generation)
         return run_program(compiled, leaves)
 
     def get_compiler_ir(self, *args, device: str | None = None, **kwargs) -> Callable[..., str]:
         """Like TensorFlow's ``experimental_get_compiler_ir``: ``f.get_compiler_ir(x)(stage='hlo')``."""
-        compiled, _ = self._lookup(args, kwargs, device)
+        compiled, _, _ = self._lookup(args, kwargs, device)
         return lambda stage="hlo": compiled.compilation.stage(stage)
 
     def __get__(self, obj, objtype=None):       # methods: bind like a function would

@@ -35,5 +35,12 @@ def parse_flags(text: str | None) -> Flags:
     return Flags(**values)
 
 
+_parsed: dict[str | None, Flags] = {}
+
+
 def current_flags() -> Flags:
-    return parse_flags(os.environ.get("NBXLA_FLAGS"))
+    text = os.environ.get("NBXLA_FLAGS")
+    flags = _parsed.get(text)
+    if flags is None:
+        flags = _parsed[text] = parse_flags(text)
+    return flags

@@ -53,6 +53,7 @@ class CompiledKernels:
     engine: object = None
     object_code: bytes | None = None
     from_cache: bool = False
+    engines: list = field(default_factory=list)
     _asm: str | None = None
 
     @property
@@ -88,6 +89,31 @@ class ObjectStore(Protocol):
 
 def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                     store: ObjectStore | None = None, key: str | None = None) -> CompiledKernels:
+    try:
+        return _compile_kernels(module_name, fusions, store, key)
+    except RuntimeError:
+        pass
+    # LLVM rejected the module (a code generator bug): compile the kernels one by one, so
+    # only the broken one is interpreted, and say so in the record.
+    parts = []
+    for name, comp in fusions:
+        try:
+            parts.append(_compile_kernels(f"{module_name}_{name}", [(name, comp)], None, None))
+        except RuntimeError as e:
+            parts.append(CompiledKernels({}, {}, "", "", {name: f"internal code generation error: {e}"}))
+    merged = CompiledKernels({}, {}, "", "", {})
+    for p in parts:
+        merged.specs.update(p.specs)
+        merged.addresses.update(p.addresses)
+        merged.unsupported.update(p.unsupported)
+        merged.llvm_ir += p.llvm_ir
+        merged.llvm_ir_optimized += p.llvm_ir_optimized
+    merged.engines = [p.engine for p in parts]          # keep every engine's code alive
+    return merged
+
+
+def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
+                     store: ObjectStore | None, key: str | None) -> CompiledKernels:
     """Emit, optimize and load one kernel per fusion; fusions that cannot be emitted natively
     are listed in ``unsupported`` with the reason (the runtime interprets those).
 

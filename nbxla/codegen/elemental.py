@@ -21,6 +21,7 @@ from llvmlite import ir
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import is_float, is_integral
+from . import transcendentals
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 
@@ -219,15 +220,20 @@ class ElementalEmitter:
         b = self.b
         end = b.append_basic_block("merge")
         incoming = []
+        # Values computed before the branches dominate all of them; values computed inside
+        # one branch dominate nothing else, so each branch starts from the same memo.
+        before = dict(self._memo)
         for cond, make in choices:
             then = b.append_basic_block("take")
             other = b.append_basic_block("next")
             b.cbranch(cond, then, other)
             b.position_at_end(then)
+            self._memo = dict(before)
             v = make()
             incoming.append((v, b.block))
             b.branch(end)
             b.position_at_end(other)
+        self._memo = dict(before)
         v = default()
         incoming.append((v, b.block))
         b.branch(end)
@@ -235,7 +241,7 @@ class ElementalEmitter:
         phi = b.phi(ty)
         for v, block in incoming:
             phi.add_incoming(v, block)
-        self._memo.clear()     # values computed inside branches do not dominate what follows
+        self._memo = before
         return phi
 
     def _concatenate(self, instr, index):
@@ -326,6 +332,10 @@ class ElementalEmitter:
             return b.call(fn, [v])
         if _float_width(src) < _float_width(dst):
             return b.fpext(v, ty)
+        if src == "f64" and dst == "f16":
+            # LLVM lowers this to compiler-rt's __truncdfhf2, which is not in the process (the
+            # kernel would jump to address 0); going through f32 would round twice.
+            raise UnsupportedError("convert f64 -> f16 has no native code path yet")
         return b.fptrunc(v, ty)
 
     def _convert(self, instr, index):
@@ -350,19 +360,19 @@ class ElementalEmitter:
         return self.b.call(fn, [v, ir.Constant(I1, 0)])
 
     def _exponential(self, instr, index):
-        return self._unary_float(instr, index, "llvm.exp")
+        return transcendentals.emit_exp(self.b, self._operand(instr, 0, index))
 
     def _log(self, instr, index):
-        return self._unary_float(instr, index, "llvm.log")
+        return transcendentals.emit_log(self.b, self._operand(instr, 0, index))
 
     def _sqrt(self, instr, index):
         return self._unary_float(instr, index, "llvm.sqrt")
 
     def _sine(self, instr, index):
-        return self._unary_float(instr, index, "llvm.sin")
+        return transcendentals.emit_sin(self.b, self._operand(instr, 0, index))
 
     def _cosine(self, instr, index):
-        return self._unary_float(instr, index, "llvm.cos")
+        return transcendentals.emit_cos(self.b, self._operand(instr, 0, index))
 
     def _floor(self, instr, index):
         return self._unary_float(instr, index, "llvm.floor")
@@ -381,32 +391,29 @@ class ElementalEmitter:
         return self.b.fdiv(ir.Constant(v.type, 1.0), v)
 
     def _tanh(self, instr, index):
-        return self._libm("tanh", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
+        return transcendentals.emit_tanh(self.b, self._operand(instr, 0, index))
 
     def _exponential_minus_one(self, instr, index):
-        return self._libm("expm1", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
+        return transcendentals.emit_expm1(self.b, self._operand(instr, 0, index))
 
     def _log_plus_one(self, instr, index):
-        return self._libm("log1p", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
+        return transcendentals.emit_log1p(self.b, self._operand(instr, 0, index))
 
     def _cbrt(self, instr, index):
         return self._libm("cbrt", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
 
     def _tan(self, instr, index):
-        return self._libm("tan", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
+        return transcendentals.emit_tan(self.b, self._operand(instr, 0, index))
 
     def _erf(self, instr, index):
-        return self._libm("erf", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
+        return transcendentals.emit_erf(self.b, self._operand(instr, 0, index))
 
     def _atan2(self, instr, index):
         return self._libm("atan2", llvm_type(self._t(instr)),
                           [self._operand(instr, 0, index), self._operand(instr, 1, index)])
 
     def _logistic(self, instr, index):
-        b = self.b
-        v = self._operand(instr, 0, index)
-        e = self._intrinsic("llvm.exp", v.type, [b.fneg(v)])
-        return b.fdiv(ir.Constant(v.type, 1.0), b.fadd(ir.Constant(v.type, 1.0), e))
+        return transcendentals.emit_logistic(self.b, self._operand(instr, 0, index))
 
     def _is_finite(self, instr, index):
         v = self._operand(instr, 0, index)
@@ -445,6 +452,8 @@ class ElementalEmitter:
 
     def _add(self, instr, index):
         a, c = self._binary(instr, index)
+        if self._t(instr) == "pred":
+            return self.b.or_(a, c)        # pred addition is logical or (XLA, the evaluator)
         return self.b.fadd(a, c) if is_float(self._t(instr)) else self.b.add(a, c)
 
     def _subtract(self, instr, index):
@@ -494,7 +503,7 @@ class ElementalEmitter:
         a, c = self._binary(instr, index)
         if not is_float(self._t(instr)):
             raise UnsupportedError("integer power has no native code path yet")
-        return self._intrinsic("llvm.pow", a.type, [a, c])
+        return transcendentals.emit_pow(self.b, a, c)
 
     def _maximum(self, instr, index):
         return self._minmax(instr, index, True)

@@ -266,6 +266,14 @@ class _ReductionPlan:
         return [next(it_r) if d in self.reduced else next(it_o) for d in range(len(self.in_dims))]
 
 
+def _narrow(b: ir.IRBuilder, value, ty):
+    """double -> ty; to half through float (a direct double->half truncation is a libcall
+    that MCJIT cannot resolve)."""
+    if isinstance(ty, ir.HalfType):
+        return b.fptrunc(b.fptrunc(value, ir.FloatType()), ty)
+    return b.fptrunc(value, ty)
+
+
 def _entry_alloca(b: ir.IRBuilder, ty: ir.Type):
     """A stack slot in the entry block (mem2reg turns it into registers), not in a loop."""
     entry = b.function.entry_basic_block
@@ -324,7 +332,7 @@ def _accumulate(b, em, plan, reduce, outer_index, name):
 
     _nest(b, list(red_dims[:-1]), name + "o", innermost)
     if blocked:
-        return b.fptrunc(b.load(total_slot), ty)
+        return _narrow(b, b.load(total_slot), ty)
     return b.load(acc_slot)
 
 
@@ -480,7 +488,7 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
             b.store(_combine(b, em, opcode, "f64" if pty != llvm_type(t) else t, b.load(acc), part), acc)
         _loop(b, const_i64(0), fin.args[1], f"c{n}", combine)
         v = b.load(acc)
-        reduced[id(r)] = b.fptrunc(v, ty) if pty != ty else v
+        reduced[id(r)] = _narrow(b, v, ty) if pty != ty else v
     em.reset_memo()
     for k, out in enumerate(outputs):
         idx = [const_i64(0)] * out.shape.rank

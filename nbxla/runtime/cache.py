@@ -18,6 +18,24 @@ import numpy as np
 from ..hlo.shapes import from_numpy_dtype
 
 
+class CacheKey:
+    """A cache key whose hash is computed once (keys hold signatures and tree structures)."""
+    __slots__ = ("parts", "_hash")
+
+    def __init__(self, *parts):
+        self.parts = parts
+        self._hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, CacheKey) and self._hash == other._hash and self.parts == other.parts
+
+    def __getitem__(self, i):
+        return self.parts[i]
+
+
 @dataclass
 class CacheEntry:
     key: Hashable
@@ -73,6 +91,17 @@ class CompilationCache:
         self.hits = 0
         self.misses = 0
         self.evictions = 0
+        # Bumped whenever entries leave the cache, so shortcuts to entries can tell they are stale.
+        self.generation = 0
+
+    def touch(self, entry: CacheEntry) -> None:
+        """Count a hit on an entry found without a lookup (a caller's shortcut)."""
+        with self._lock:
+            entry.hits += 1
+            entry.last_use = time.time()
+            self.hits += 1
+            if entry.key in self._entries:          # CacheKey hashes are precomputed: cheap
+                self._entries.move_to_end(entry.key)
 
     def lookup(self, key: Hashable) -> CacheEntry | None:
         with self._lock:
@@ -109,6 +138,7 @@ class CompilationCache:
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
                 self.evictions += 1
+                self.generation += 1
             return entry, False
 
     def entries(self) -> list[CacheEntry]:
@@ -119,6 +149,7 @@ class CompilationCache:
         with self._lock:
             self._entries.clear()
             self.hits = self.misses = self.evictions = 0
+            self.generation += 1
 
     def table(self) -> str:
         """A plain-text table of the entries (the notebook renders richer views)."""

@@ -49,7 +49,7 @@ def _thread_pool() -> ThreadPoolExecutor:
 
 
 def _data_pointer(arr: np.ndarray) -> int:
-    return arr.__array_interface__["data"][0]
+    return arr.ctypes.data
 
 
 class _KernelThunk:
@@ -144,6 +144,7 @@ class CpuExecutable:
         for instr in entry.instructions:
             self._steps.append((instr, self._thunk(instr, kernel_of.get(id(instr)))))
         self._root = entry.root
+        self._plan = self._schedule()
         self.interpreted = {name: why for name, why in self.kernels.unsupported.items()}
 
     def _thunk(self, instr: Instruction, kernel: str | None) -> Callable:
@@ -179,16 +180,30 @@ class CpuExecutable:
                 return _contiguous(conform(instr, instr.shape, rule(instr, ops, interp), False))
         return interpreted
 
-    def run(self, inputs: list) -> list[np.ndarray]:
-        env: dict[int, object] = {}
+    def _schedule(self):
+        """Steps as (thunk, operand slots) over a flat list of values: the per-call loop does
+        no dictionary work (dispatch overhead matters for small computations)."""
+        slot = {}
+        params, steps = [], []
         for instr, thunk in self._steps:
+            slot[id(instr)] = len(slot)
             if instr.opcode == "parameter":
-                env[id(instr)] = _contiguous(inputs[instr.parameter_number])
+                params.append((slot[id(instr)], instr.parameter_number))
             else:
-                env[id(instr)] = thunk([env[id(o)] for o in instr.operands])
+                steps.append((thunk, [slot[id(o)] for o in instr.operands], slot[id(instr)]))
+        return len(slot), params, steps, slot[id(self._root)]
+
+    def run(self, inputs: list) -> list[np.ndarray]:
+        size, params, steps, root = self._plan
+        values = [None] * size
+        for k, number in params:
+            arr = inputs[number]
+            values[k] = arr if type(arr) is np.ndarray and arr.flags.c_contiguous else _contiguous(arr)
+        for thunk, operands, out in steps:
+            values[out] = thunk([values[k] for k in operands])
         # Results never alias inputs or cached constants (reshapes are views).
         return [leaf if leaf.base is None and not self._is_literal(leaf) else leaf.copy()
-                for leaf in _flatten(env[id(self._root)])]
+                for leaf in _flatten(values[root])]
 
     def _is_literal(self, arr) -> bool:
         return id(arr) in self._literal_ids
