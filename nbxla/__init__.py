@@ -7,10 +7,17 @@ from .runtime.cache import DEFAULT_CACHE as cache
 __version__ = "0.1.0"
 
 __all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "ConcretizationError",
-           "cache"]
+           "cache", "dashboard"]
+
+
+def dashboard(cache=None):
+    """An ipywidgets view of the compilation cache and the last compilation's stages,
+    updated after every cell (``nbxla.jupyter.dashboard``)."""
+    from .jupyter.dashboard import dashboard as make
+    return make(cache)
 
 
 def load_ipython_extension(ipython):
-    """``%load_ext nbxla``: register the %%xla, %xla_ir and %xla_cache magics."""
+    """``%load_ext nbxla``: register the %%xla, %xla_ir, %xla_cache and %xla_bench magics."""
     from .jupyter.magics import register
     register(ipython)

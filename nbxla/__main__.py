@@ -43,10 +43,8 @@ def _run_cpu(module, args: list) -> list[np.ndarray]:
     print(f"compiled for {compilation.backend} in {t_compile * 1e3:.1f} ms (optimize "
           f"{timings['optimize']:.1f} ms, codegen {timings['codegen']:.1f} ms): {len(fusions)} "
           f"fusion(s), {len(fusions) - len(interpreted)} native, {len(interpreted)} interpreted")
-    # The executable keys fusions by kernel name (the instruction name with . and - as _).
-    hlo_name = {n.replace(".", "_").replace("-", "_"): n for n in fusions}
     for name, why in interpreted.items():
-        print(f"  interpreted %{hlo_name.get(name, name)}: {why}")
+        print(f"  interpreted %{name}: {why}")
     t0 = time.perf_counter()
     results = compilation.executable.run(args)
     print(f"executed in {(time.perf_counter() - t0) * 1e3:.1f} ms")

@@ -20,3 +20,8 @@ def corpus_files(pattern: str) -> list:
         return [pytest.param(None, id="corpus-missing",
                              marks=pytest.mark.skip(reason=f"HLO corpus not found at {CORPUS_HLO}"))]
     return [pytest.param(f, id=f.name) for f in files]
+
+
+# ---- CUDA backend: tests that need a real GPU (skipped with a reason when CuPy sees none) ----
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: runs on a real NVIDIA GPU through CuPy (skipped without one)")

@@ -25,10 +25,14 @@ def shell():
 
 
 def run(ip, source: str):
-    """Run a cell as a kernel does; returns (ExecutionResult, everything it printed)."""
+    """Run a cell as a kernel does; returns (ExecutionResult, everything it printed or displayed).
+
+    Displayed objects contribute their ``text/plain``, as terminal IPython would show them.
+    """
     with capture_output() as out:
         result = ip.run_cell(source, store_history=True)
-    return result, out.stdout + out.stderr
+    shown = "".join(o.data.get("text/plain", "") + "\n" for o in out.outputs)
+    return result, out.stdout + out.stderr + shown
 
 
 def user_names(ip) -> dict:

@@ -14,11 +14,7 @@ from .conftest import CORPUS_HLO, corpus_files
 from .test_corpus import CASE_RTOL, UNSUPPORTED, case_inputs_and_outputs
 
 # Cases the CPU backend gets wrong (codegen bugs), by case name, with the reason.
-CPU_XFAIL = {
-    "concatenate_stack": "codegen: concatenate whose operands index a value at the same index in "
-                         "several branches (concat along a size-1 dim) reuses a memoized value "
-                         "across branches -> LLVM 'Instruction does not dominate all uses'",
-}
+CPU_XFAIL: dict[str, str] = {}
 
 # Why a fusion may be interpreted: ops the code generator does not emit yet.  Any other reason
 # (an elementwise op, a data-movement op, a plain reduction) is a regression.
@@ -30,19 +26,15 @@ ALLOWED_INTERPRETED = re.compile(
 def _params():
     out = []
     for p in corpus_files("*.hlo"):
-        name = getattr(p, "name", "")
-        case = name.split(".")[0]
+        case = (p.id or "").split(".")[0]
         if case in CPU_XFAIL:
-            p = pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=CPU_XFAIL[case]))
+            p = pytest.param(*p.values, id=p.id, marks=[*p.marks, pytest.mark.xfail(
+                strict=True, reason=CPU_XFAIL[case])])
         out.append(p)
     return out
 
 
-def _name(p):
-    return getattr(p, "name", "corpus")
-
-
-@pytest.mark.parametrize("path", _params(), ids=_name)
+@pytest.mark.parametrize("path", _params())
 def test_corpus_case_on_cpu_matches_jax(path):
     case, ins, outs = case_inputs_and_outputs(path)
     if case in UNSUPPORTED:
@@ -55,8 +47,7 @@ def test_corpus_case_on_cpu_matches_jax(path):
         ok, detail = compare_arrays(g, want, rtol=CASE_RTOL.get(case))
         assert ok, f"out{i}: {detail}"
     interpreted = compilation.executable.native.interpreted
-    kernels = {i.name.replace(".", "_").replace("-", "_")
-               for i in compilation.optimized.entry.instructions if i.opcode == "fusion"}
+    kernels = {i.name for i in compilation.optimized.entry.instructions if i.opcode == "fusion"}
     assert set(interpreted) <= kernels
     for name, why in interpreted.items():
         assert ALLOWED_INTERPRETED.fullmatch(why), f"fusion {name} interpreted: {why}"

@@ -238,9 +238,12 @@ def test_special_values(dtype):
     def check(name, expect):
         got = run(name, x)
         expect = np.array(expect, dtype=dtype)
-        ok = (got == expect) | (np.isnan(got) & np.isnan(expect))
-        ok &= np.signbit(got) == np.signbit(expect)
-        # finite non-special values: only the accuracy matters
+        ok = ((got == expect) & (np.signbit(got) == np.signbit(expect))) | (np.isnan(got) & np.isnan(expect))
+        # finite nonzero results (exp(1), ...): only the accuracy matters
+        close = np.isfinite(expect) & (expect != 0) & (np.sign(got) == np.sign(expect))
+        with np.errstate(all="ignore"):
+            close &= ulp_error(got, reference(name, x)) <= 4
+        ok |= close
         assert ok.all(), (name, x[~ok], got[~ok], expect[~ok])
 
     with np.errstate(all="ignore"):
@@ -263,7 +266,8 @@ def test_exp_limits(dtype):
     lo = float(np.log(wide(info.smallest_subnormal))) - 2
     hi = float(np.log(wide(info.max))) + 2
     x = np.linspace(lo, hi, 20001).astype(dtype)
-    x = np.concatenate([x, np.nextafter(np.array(np.log(wide(info.max)), dtype=dtype), [-np.inf, np.inf])])
+    top = np.array(np.log(wide(info.max)), dtype=dtype)
+    x = np.concatenate([x, np.nextafter(np.array([top, top]), np.array([-np.inf, np.inf], dtype=dtype))])
     got = run("exp", x)
     ref = np.exp(x.astype(wide))
     err = ulp_error(got, ref)
@@ -324,14 +328,15 @@ def test_pow_special_cases(dtype):
     x, y = np.meshgrid(np.array(vals, dtype=dtype), np.array(vals, dtype=dtype))
     x, y = x.ravel(), y.ravel()
     got = run("pow", x, y)
+    wide = np.float64 if dtype == np.float32 else np.longdouble
     with np.errstate(all="ignore"):
         expect = np.power(x, y)      # NumPy follows C99 pow for the special cases
+        exact = np.power(x.astype(wide), y.astype(wide))
     ok = (got == expect) | (np.isnan(got) & np.isnan(expect))
     ok &= (np.signbit(got) == np.signbit(expect)) | np.isnan(got)
     # finite non-special results only need to be accurate
     finite = np.isfinite(expect) & (expect != 0) & np.isfinite(got)
-    ok |= finite & (ulp_error(got, np.power(x.astype(np.float64 if dtype == np.float32 else np.longdouble),
-                                               y.astype(np.float64 if dtype == np.float32 else np.longdouble))) <= 1)
+    ok |= finite & (ulp_error(got, exact) <= 1)
     assert ok.all(), list(zip(x[~ok], y[~ok], got[~ok], expect[~ok]))
 
 
@@ -347,11 +352,14 @@ def test_pow_integer_powers_exact_enough():
 # ---- wiring and vectorization -----------------------------------------------------------------
 
 def test_kernels_vectorize():
-    """Every f32/f64 kernel's loop is vectorized: packed math, no scalar libm calls."""
+    """Every f32/f64 kernel's loop is vectorized: packed math and no calls at all (no libm)."""
+    import re
     for dtype in (np.float32, np.float64):
         _, _, asm = _compile(dtype)
-        for libm in ("expf", "logf", "sinf", "cosf", "tanhf", "powf", "erff", "exp@", "log@"):
-            assert f"call{'q'}\t{libm}" not in asm and f"\t{libm}@PLT" not in asm
+        assert not re.findall(r"\bcall\w*\s+(\S+)", asm)
+        for block in re.split(r"\n(?=k_\w+:)", asm)[1:]:
+            packed = re.findall(r"\bv?\w+p[sd]\s+.*%[xyz]mm", block)
+            assert len(packed) > 10, block.split(":")[0]
 
 
 def test_jit_exp_plus_one_vectorized():
@@ -412,3 +420,14 @@ def test_compile_kernels_erf_logistic_pow():
         ref = {"erf": lambda: _erf_ref(x), "logistic": lambda: reference("logistic", x),
                "power": lambda: np.power(xs.astype(np.float64), y.astype(np.float64))}[op]()
         assert ulp_error(out, ref).max() <= F32_ULP_BOUND, op
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_trig_beyond_reduction_limit_is_nan(dtype):
+    """Documented: arguments beyond the exact Cody-Waite range give NaN, never inf/garbage."""
+    lim = T.TRIG_LIMIT[32 if dtype == np.float32 else 64]
+    x = np.array([lim * 1.01, -lim * 4, 1e30, np.finfo(dtype).max, np.inf, -np.inf], dtype=dtype)
+    for name in ("sin", "cos", "tan"):
+        assert np.isnan(run(name, x)).all(), name
+    below = np.array([np.nextafter(dtype(lim), dtype(0))], dtype=dtype)
+    assert np.isfinite(run("sin", below)).all()

@@ -157,6 +157,8 @@ class _LinearEmitter(ElementalEmitter):
 def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     outputs = _outputs(comp)
     dims = outputs[0].shape.dims
+    if any(o.shape.dims != dims for o in outputs):
+        raise UnsupportedError("a loop fusion whose outputs have different shapes")
     params = comp.parameters
     shapes = [p.shape for p in params] + [o.shape for o in outputs]
     fn, b = _kernel_function(module, name)

@@ -11,7 +11,7 @@ import contextlib
 import io
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -77,6 +77,8 @@ class Timing:
     numpy_s: float
     repeats: int
     backend: str
+    compiled_samples: list[float] = field(default_factory=list)   # seconds, every repeat
+    numpy_samples: list[float] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
@@ -106,4 +108,4 @@ def compare_times(prepared: PreparedCell, user_ns: dict, filename: str, repeats:
             exec(code, ns)
             eager.append(time.perf_counter() - t0)
     return Timing(statistics.median(compiled), statistics.median(eager), len(compiled),
-                  prepared.compilation.backend)
+                  prepared.compilation.backend, compiled, eager)

@@ -30,7 +30,7 @@ _PARAMETER = 'shape=ellipse, style=filled, fillcolor="#d6eaf8"'
 _CONSTANT = 'shape=box, style="rounded,filled", fillcolor="#eeeeee"'
 _ROOT = 'shape=box, style="rounded,filled,bold", fillcolor="#fdebd0", peripheries=2'
 _PLAIN = 'shape=box, style=rounded'
-_CLUSTER = 'style="rounded,filled", fillcolor="#eafaf1", color="#27ae60"'
+_CLUSTER = 'style="rounded,filled"; fillcolor="#eafaf1"; color="#27ae60"'  # statements: ";" between
 
 
 def quote(text: str) -> str:

@@ -1,5 +1,15 @@
-"""The notebook layer: magics (and, later, widgets).  It only calls the public API."""
+"""The notebook layer: magics, display objects and the dashboard.  It only calls the public API."""
 
+from .display import BenchReport, CacheTable, Comparison, StageView, bench
 from .magics import XlaMagics, register
 
-__all__ = ["XlaMagics", "register"]
+
+def last_compilation():
+    """The Compilation that ran last (a %%xla cell or an @nbxla.jit call), or None."""
+    from ..runtime.cache import DEFAULT_CACHE
+    from .dashboard import _last_compilation
+    return _last_compilation(DEFAULT_CACHE)[0]
+
+
+__all__ = ["XlaMagics", "register", "StageView", "CacheTable", "Comparison", "BenchReport", "bench",
+           "last_compilation"]

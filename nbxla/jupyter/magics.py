@@ -1,9 +1,10 @@
-"""``%%xla``, ``%xla_ir`` and ``%xla_cache``: thin wrappers over ``nbxla.frontend.cell``.
+"""``%%xla``, ``%xla_ir``, ``%xla_cache`` and ``%xla_bench``: thin wrappers over the public API.
 
 The magics parse options, name the cell the way IPython does (``Cell In[N]``), call the
 public API, and present errors: an ``NbxlaError`` as a short message with the cell line, any
 other exception from the user's code as a traceback trimmed to the notebook's frames.  The
-exception is still raised, so "run all" stops at the failing cell as usual.
+exception is still raised, so "run all" stops at the failing cell as usual.  What they show
+are the display objects of ``nbxla.jupyter.display`` (text in a terminal, HTML in a notebook).
 """
 
 from __future__ import annotations
@@ -18,11 +19,18 @@ from IPython.core.error import UsageError
 from IPython.core.magic import (Magics, cell_magic, line_magic, magics_class,
                                 output_can_be_silenced)
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
 
 from ..errors import NbxlaError, TraceError
 from ..frontend.cell import prepare_cell
 from ..frontend.cell_check import compare_times, verify
 from ..runtime.cache import DEFAULT_CACHE
+from ..runtime.cuda_executable import DeviceUnavailableError, show_compiled_only  # CUDA backend
+from . import dashboard
+from .bench import bench
+from .cache_view import CacheTable
+from .compare_view import Comparison
+from .stage_view import StageView
 
 _NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
@@ -37,6 +45,7 @@ class XlaMagics(Magics):
     def __init__(self, shell):
         super().__init__(shell)
         self.last_compilation = None      # of the last %%xla cell, for %xla_ir
+        self.last_source = None           # its text, line 1 being the %%xla line
 
     # ---- %%xla ------------------------------------------------------------------------------
 
@@ -47,7 +56,8 @@ class XlaMagics(Magics):
               help="also time the cell with eager NumPy and report the speedup")
     @argument("--verify", action="store_true",
               help="check every output against eager NumPy on copies of the inputs")
-    @argument("--stage", metavar="NAME", help="show a stage after compiling (hlo, optimized_hlo, ...)")
+    @argument("--stage", metavar="NAME",
+              help="show a stage after compiling (hlo, optimized_hlo, ...), or 'all' for the stage viewer")
     @argument("--dump", metavar="DIR", help="write every stage to DIR/module_NNNN.<name>.<stage>.txt")
     @argument("--no-cache", action="store_true", dest="no_cache",
               help="compile afresh, neither using nor filling the compilation cache")
@@ -70,16 +80,26 @@ class XlaMagics(Magics):
             prepared = prepare_cell(source, ns, label=f"Cell In[{number}]", filename=filename,
                                     name=f"cell_{number}", device=args.device,
                                     use_cache=not args.no_cache, filename_display=self._display_name)
-            self.last_compilation = prepared.compilation
-            result = prepared.run()
-            report = []
+            full_source = f"%%xla {line}".rstrip() + source
+            self.last_compilation, self.last_source = prepared.compilation, full_source
+            dashboard.notify(prepared.compilation, full_source)
+            try:                          # CUDA backend: without a GPU, --stage shows, nothing runs
+                result = prepared.run()
+            except DeviceUnavailableError as e:
+                if not args.stage:
+                    raise
+                return show_compiled_only(prepared.compilation, args.stage, e)
+            report = []                   # texts and display objects, shown once all succeeded
             if args.verify:
                 checked = verify(prepared, result, ns, filename)
                 report.append(f"--verify: {len(checked)} output(s) match eager NumPy")
             if args.compare:
-                report.append(str(compare_times(prepared, ns, filename)))
+                report.append(Comparison(compare_times(prepared, ns, filename), prepared.compilation,
+                                         reused=prepared.hit, name=f"Cell In[{number}]"))
             if args.stage:
-                report.append(prepared.compilation.stage(args.stage))
+                report.append(StageView(prepared.compilation,
+                                        None if args.stage == "all" else [args.stage], source=full_source,
+                                        title=f"Cell In[{number}]"))
             if args.dump:
                 paths = prepared.compilation.dump(args.dump)
                 report.append(f"wrote {len(paths)} files to {args.dump}")
@@ -94,20 +114,30 @@ class XlaMagics(Magics):
             self._presentable(e)
             raise
         value = result.commit(ns)                 # only now does the namespace change
-        for text in report:
-            print(text)
+        for item in report:
+            if isinstance(item, str):
+                print(item, flush=True)           # flushed: streams and displays stay in order
+            else:
+                display(item)
         return value
 
-    # ---- %xla_ir, %xla_cache ----------------------------------------------------------------
+    # ---- %xla_ir, %xla_cache, %xla_bench ----------------------------------------------------
 
     @line_magic
     def xla_ir(self, line):
-        """%xla_ir [stage=]NAME [function]: show a stage of the last %%xla cell or of a jit function."""
+        """%xla_ir [[stage=]NAME] [function]: show a stage of the last %%xla cell or of a jit function.
+
+        Without NAME (or with NAME ``all``) it shows every stage: the stage viewer, with the
+        source beside the optimized HLO, each line colored by the kernel it went into.
+        """
         words = line.split()
-        if not words or len(words) > 2:
+        if len(words) > 2:
             raise UsageError("usage: %xla_ir [stage=]NAME [function_name], "
                              "e.g. %xla_ir stage=optimized_hlo")
-        stage = words[0].split("=", 1)[1] if words[0].startswith("stage=") else words[0]
+        stage = None
+        if words:
+            stage = words[0].split("=", 1)[1] if words[0].startswith("stage=") else words[0]
+        source = None
         if len(words) == 2:
             fn = self.shell.user_ns.get(words[1])
             if not hasattr(fn, "last_compilation"):
@@ -116,14 +146,15 @@ class XlaMagics(Magics):
             if compilation is None:
                 raise UsageError(f"{words[1]} has not been called yet: call it once to compile it")
         else:
-            compilation = self.last_compilation
+            compilation, source = self.last_compilation, self.last_source
             if compilation is None:
                 raise UsageError("no %%xla cell has been compiled yet")
         try:
-            print(compilation.stage(stage))
+            view = StageView(compilation, None if stage in (None, "all") else [stage], source=source)
         except NbxlaError as e:
             self._presentable(e)
             raise
+        display(view)
 
     @line_magic
     def xla_cache(self, line):
@@ -132,9 +163,54 @@ class XlaMagics(Magics):
             DEFAULT_CACHE.clear()
             print("nbxla compilation cache cleared")
         elif not line.strip():
-            print(DEFAULT_CACHE.table())
+            display(CacheTable(DEFAULT_CACHE))
         else:
             raise UsageError("usage: %xla_cache [clear]")
+
+    @magic_arguments()
+    @argument("-r", "--repeats", type=int, default=5, help="timed runs per size and contender (default 5)")
+    @argument("--budget", type=float, default=2.0, metavar="SECONDS",
+              help="stop repeating a size after this long (at least one run each; default 2)")
+    @argument("-o", "--output", action="store_true",
+              help="return the report (a BenchReport) instead of displaying it")
+    @argument("function", help="an @nbxla.jit function")
+    @argument("inputs", help="a function of the size n returning f's arguments (a tuple or one array)")
+    @argument("sizes", nargs="*",
+              help="sizes: numbers (1e6, 2**20) or a name holding a list (default 1e3 1e4 1e5 1e6)")
+    @line_magic
+    def xla_bench(self, line):
+        """Time an @nbxla.jit function against eager NumPy over sizes, and chart time and GB/s.
+
+            def inputs(n):
+                return np.ones(n, np.float32), np.ones(n, np.float32)
+            %xla_bench f inputs 1e4 1e5 1e6
+
+        f's own Python body is the eager contender.  The first call per size (the one that
+        compiles) is not in the timings; the chart's dashed line is a NumPy copy's bandwidth.
+        """
+        args = parse_argstring(self.xla_bench, line)
+        ns = self.shell.user_ns
+        f, make_inputs = ns.get(args.function), ns.get(args.inputs)
+        if not hasattr(f, "last_compilation") or not hasattr(f, "fn"):
+            raise UsageError(f"{args.function!r} is not an @nbxla.jit function in this namespace")
+        if not callable(make_inputs):
+            raise UsageError(f"{args.inputs!r} must be a function of the size n that returns "
+                             f"{args.function}'s arguments")
+        sizes = []
+        for word in args.sizes or ["1e3", "1e4", "1e5", "1e6"]:
+            try:
+                value = eval(word, ns)           # the user's own namespace, as %timeit does
+            except Exception as e:
+                raise UsageError(f"size {word!r}: {type(e).__name__}: {e}") from None
+            values = value if isinstance(value, (list, tuple, range)) else [value]
+            try:
+                sizes += [int(v) for v in values]
+            except (TypeError, ValueError):
+                raise UsageError(f"size {word!r} is not a number or a list of numbers") from None
+        report = bench(f, make_inputs, sizes, repeats=args.repeats, budget_s=args.budget)
+        if args.output:
+            return report
+        display(report)
 
     # ---- naming cells and presenting errors ---------------------------------------------------
 

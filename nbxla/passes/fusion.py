@@ -74,13 +74,29 @@ def _reduce_space(r: Instruction):
 
 
 class _Group:
-    def __init__(self, seed: Instruction):
-        self.members: list[Instruction] = [seed]
-        self.ids = {id(seed)}
+    """Members of a future fusion, with the facts legality checks need kept up to date."""
 
-    def add(self, instr: Instruction) -> None:
+    def __init__(self, seed: Instruction, users):
+        self.members: list[Instruction] = []
+        self.ids: set[int] = set()
+        self.dims: set[tuple] = set()
+        self.has_reduce = False
+        self.params: set[int] = set()               # operands from outside
+        self.external_users: dict[int, Instruction] = {}
+        self.add(seed, users)
+
+    def add(self, instr: Instruction, users) -> None:
         self.members.append(instr)
         self.ids.add(id(instr))
+        if not (instr.opcode == "constant" and instr.shape.rank == 0):   # scalars: duplicated
+            self.dims.add(None if instr.shape.is_tuple else instr.shape.dims)
+        self.has_reduce |= instr.opcode == "reduce"
+        self.params.discard(id(instr))
+        self.params.update(id(o) for o in instr.operands if id(o) not in self.ids)
+        self.external_users.pop(id(instr), None)
+        for u in users[id(instr)]:
+            if id(u) not in self.ids:
+                self.external_users[id(u)] = u
 
     def __contains__(self, instr: Instruction) -> bool:
         return id(instr) in self.ids
@@ -91,15 +107,21 @@ class _Fuser:
         self.comp, self.decisions = comp, decisions
         self.group_of: dict[int, _Group] = {}
         self._refused: set[tuple[int, int]] = set()
+        self._users: dict[int, list[Instruction]] = {}
+        self._position: dict[int, float] = {}
 
     # ---- graph queries --------------------------------------------------------------------
 
     def users(self) -> dict[int, list[Instruction]]:
-        users: dict[int, list[Instruction]] = {id(i): [] for i in self.comp.instructions}
+        """Users of every instruction (kept up to date as producers are duplicated)."""
+        return self._users
+
+    def _index(self) -> None:
+        self._users = {id(i): [] for i in self.comp.instructions}
         for instr in self.comp.instructions:
             for op in dict.fromkeys(instr.operands):
-                users[id(op)].append(instr)
-        return users
+                self._users[id(op)].append(instr)
+        self._position = {id(i): float(k) for k, i in enumerate(self.comp.instructions)}
 
     def _reaches(self, start: list[Instruction], targets: set[int], users) -> bool:
         """Is any of ``targets`` reachable from ``start`` along user edges?
@@ -125,6 +147,22 @@ class _Fuser:
         return False
 
     # ---- legality ---------------------------------------------------------------------------
+
+    def check_add(self, group: _Group, p: Instruction, users) -> str | None:
+        """``check(group.members + [p])``, in time independent of the group's size when
+        neither has a reduction and all have one shape (long elementwise chains)."""
+        if group.has_reduce or p.opcode == "reduce" or p.shape.is_tuple or \
+                (not (p.opcode == "constant" and p.shape.rank == 0) and group.dims != {p.shape.dims}):
+            return self.check(group.members + [p], users)
+        params = len(group.params) - (id(p) in group.params) + \
+            sum(1 for o in dict.fromkeys(p.operands) if id(o) not in group.ids and id(o) not in group.params)
+        if params > MAX_OPERANDS:
+            return f"the kernel would read more than {MAX_OPERANDS} arrays"
+        external = [u for k, u in group.external_users.items() if k != id(p)]
+        external += [u for u in users[id(p)] if id(u) not in group.ids]
+        if self._reaches(external, group.ids | {id(p)}, users):
+            return "it would create a cycle (a path leaves the kernel and comes back)"
+        return None
 
     def check(self, members: list[Instruction], users) -> str | None:
         """Why ``members`` cannot be one kernel, or None if they can."""
@@ -165,18 +203,18 @@ class _Fuser:
         return None
 
     def _topological(self, members):
-        ids = {id(m) for m in members}
-        return [i for i in self.comp.instructions if id(i) in ids]
+        return sorted(members, key=lambda m: self._position[id(m)])
 
     # ---- growing groups ---------------------------------------------------------------------
 
     def run(self) -> bool:
         # Dead instructions are DCE's business: a group grown from one would have no output.
         live = {id(i) for i in self.comp.post_order()}
+        self._index()
         for instr in list(reversed(self.comp.instructions)):
             if instr.opcode in FUSIBLE and id(instr) not in self.group_of and id(instr) in live and \
                     instr.opcode not in ("constant",) and not self._trivial(instr):
-                self.grow(_Group(instr))
+                self.grow(_Group(instr, self._users))
         self.merge_siblings()
         return self.materialize()
 
@@ -184,46 +222,60 @@ class _Fuser:
         return instr.opcode in ("reshape", "bitcast") and all(o.opcode == "parameter" for o in instr.operands)
 
     def grow(self, group: _Group) -> None:
+        """Pull producers into the group until none more can join.
+
+        A producer refused because some of its users were still outside is tried again
+        whenever one of its users joins (layernorm's mean joins once both of its uses have).
+        """
         self.group_of[id(group.members[0])] = group
-        changed = True
-        while changed:
-            changed = False
-            users = self.users()
-            for member in list(group.members):
-                for p in dict.fromkeys(member.operands):
-                    if p in group or p.opcode not in FUSIBLE or id(p) in self.group_of:
-                        continue
-                    if self._try_add(group, p, member, users):
-                        changed = True
-                        users = self.users()
+        work = [group.members[0]]
+        waiting: dict[int, tuple[Instruction, Instruction]] = {}   # refused producer -> (p, consumer)
+        while work:
+            member = work.pop()
+            for p in dict.fromkeys(member.operands):
+                if p in group or p.opcode not in FUSIBLE or id(p) in self.group_of:
+                    continue
+                before = len(group.members)
+                if self._try_add(group, p, member, self._users):
+                    work.extend(group.members[before:])
+                else:
+                    waiting[id(p)] = (p, member)
+            # A refused producer whose users have all joined since gets another chance.
+            for p, consumer in list(waiting.values()):
+                if id(p) not in self.group_of and all(u in group for u in self._users[id(p)]):
+                    del waiting[id(p)]
+                    before = len(group.members)
+                    if self._try_add(group, p, consumer, self._users):
+                        work.extend(group.members[before:])
 
     def _try_add(self, group: _Group, p: Instruction, consumer: Instruction, users) -> bool:
         outside = [u for u in users[id(p)] if u not in group]
         # A value that must be written anyway (for the root or an unfusible user such as a
         # dot or tuple) is best computed here once and exported: a multi-output fusion.
         must_write = p is self.comp.root or any(u.opcode not in FUSIBLE for u in outside)
+        must_write = must_write and p.opcode != "constant"     # constants are copied, never exported
         if outside and must_write and p.opcode not in EXPENSIVE and \
-                self.check(group.members + [p], users) is None:
-            group.add(p)
+                self.check_add(group, p, users) is None:
+            group.add(p, users)
             self.group_of[id(p)] = group
             return True
         if outside and p.opcode not in EXPENSIVE:
             # Cheap: recompute it inside this kernel; the original stays for its other users.
             clone = self._duplicate(p, group)
-            reason = self.check(group.members + [clone], self.users())
+            reason = self.check_add(group, clone, self._users)
             if reason is not None:
                 self._undo_duplicate(clone, p)
                 return self._refuse(p, consumer, reason)
-            group.add(clone)
+            group.add(clone, self._users)
             self.group_of[id(clone)] = group
             return True
-        reason = self.check(group.members + [p], users)
+        reason = self.check_add(group, p, users)
         if reason is not None:
             if outside:    # expensive values are computed once: only as an extra output
                 reason = (f"{p.opcode} is expensive and has {len(users[id(p)])} users, so it is "
                           f"not duplicated; as an extra output of this kernel: {reason}")
             return self._refuse(p, consumer, reason)
-        group.add(p)
+        group.add(p, users)
         self.group_of[id(p)] = group
         return True
 
@@ -243,14 +295,23 @@ class _Fuser:
         clone = Instruction(p.opcode, p.shape, p.operands, p.attrs, unique_name(p.name.split(".")[0]),
                             p.location)
         clone.parent = self.comp
-        self.comp.instructions.insert(self.comp.instructions.index(p) + 1, clone)
-        for m in group.members:
+        self.comp.instructions.append(clone)          # placed properly by the final sort
+        self._position[id(clone)] = self._position[id(p)] + 0.5
+        moved = [u for u in self._users[id(p)] if u in group]
+        for m in moved:
             m.operands = [clone if o is p else o for o in m.operands]
+        self._users[id(p)] = [u for u in self._users[id(p)] if u not in group]
+        self._users[id(clone)] = moved
+        for o in dict.fromkeys(p.operands):
+            self._users[id(o)].append(clone)
         return clone
 
     def _undo_duplicate(self, clone: Instruction, p: Instruction) -> None:
-        for m in self.comp.instructions:
+        for m in self._users[id(clone)]:
             m.operands = [p if o is clone else o for o in m.operands]
+        self._users[id(p)].extend(self._users.pop(id(clone)))
+        for o in dict.fromkeys(p.operands):
+            self._users[id(o)].remove(clone)
         self.comp.instructions.remove(clone)
 
     # ---- multi-output sibling fusion -------------------------------------------------------
@@ -268,7 +329,7 @@ class _Fuser:
                         continue
                     if self.check(a.members + b.members, users) is None:
                         for m in b.members:
-                            a.add(m)
+                            a.add(m, users)
                             self.group_of[id(m)] = a
                         changed = True
                         break

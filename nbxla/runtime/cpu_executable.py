@@ -128,8 +128,10 @@ class CpuExecutable:
     def __init__(self, module: Module):
         self.module = module
         entry = module.entry
-        fusions = [(i.name.replace(".", "_").replace("-", "_"), i) for i in entry.instructions
-                   if i.opcode == "fusion"]
+        # Kernel symbols get a prefix: a fusion named like a libm function ("cbrt") must not
+        # become the definition its own body calls.
+        fusions = [("nbxla_" + i.name.replace(".", "_").replace("-", "_"), i)
+                   for i in entry.instructions if i.opcode == "fusion"]
         store = default_cache()
         key = None
         if store is not None:
@@ -145,7 +147,9 @@ class CpuExecutable:
             self._steps.append((instr, self._thunk(instr, kernel_of.get(id(instr)))))
         self._root = entry.root
         self._plan = self._schedule()
-        self.interpreted = {name: why for name, why in self.kernels.unsupported.items()}
+        # Fusions the code generator could not emit, by HLO instruction name, with the reason.
+        hlo_name = {kernel: instr.name for kernel, instr in fusions}
+        self.interpreted = {hlo_name[k]: why for k, why in self.kernels.unsupported.items()}
 
     def _thunk(self, instr: Instruction, kernel: str | None) -> Callable:
         op = instr.opcode

@@ -54,21 +54,37 @@ def _cpu_backend(module: Module) -> Executable:
     return executable
 
 
-def _cuda_backend(module: Module) -> Executable:
-    raise UnsupportedError("device 'cuda' is not available yet: the CUDA backend has not landed; "
-                           "use device='cpu'")
+# ---- CUDA backend (nbxla/runtime/cuda_executable.py) -------------------------------------------
+def _cuda_backend(module: Module, emulate: bool = False) -> Executable:
+    """PTX compiled on any machine; running needs CuPy and a GPU (else a DeviceUnavailableError
+    at run time).  ``cuda-emulator`` runs the same kernels' IR on the host (for testing)."""
+    from .cuda_executable import CudaExecutable
+    cuda = CudaExecutable(module, emulate=emulate)
+    executable = Executable(module, cuda.backend, cuda.run)
+    executable.native = cuda
+    executable.stages = _LazyStages({"llvm_ir": lambda: cuda.kernels.llvm_ir,
+                                     "llvm_ir_optimized": lambda: cuda.kernels.llvm_ir_optimized,
+                                     "ptx": lambda: cuda.kernels.ptx})
+    return executable
+
+
+def _cuda_usable() -> bool:
+    from .cuda_executable import cuda_available      # probes CuPy once; never raises
+    return cuda_available()
+# ---- end CUDA backend ----------------------------------------------------------------------------
 
 
 BACKENDS: dict[str, Callable[[Module], Executable]] = {
     "cpu": _cpu_backend,
     "evaluator": _evaluator_backend,
     "cuda": _cuda_backend,
+    "cuda-emulator": lambda module: _cuda_backend(module, emulate=True),   # CUDA backend
 }
 
 
 def resolve_device(device: str) -> str:
     if device == "auto":
-        return "cpu"
+        return "cuda" if _cuda_usable() else "cpu"      # CUDA backend: a GPU CuPy can use
     if device not in BACKENDS:
         raise UnsupportedError(f"unknown device {device!r}; choose one of cpu, cuda, auto")
     return device

@@ -1,0 +1,721 @@
+"""The CUDA target: LLVM IR kernels for NVPTX built around the elemental emitter, and PTX.
+
+Every fusion becomes one ``__global__`` kernel (two for a full reduction) whose arguments
+are the fusion's parameters then its outputs, as pointers to row-major contiguous buffers
+(``i8`` for ``pred``).  The elemental emitter (``elemental.py``, unchanged) computes values;
+this module only decides which thread computes which index, the way XLA:GPU does:
+
+* ``elementwise``: one grid-stride loop over the flat output index
+  (``i = ctaid*ntid + tid; i < n; i += ntid*nctaid``); operands indexed like the output are
+  read at ``i`` (coalesced), others through the emitter's index arithmetic.
+* ``row-warp`` / ``row-block`` (the reduced dimensions include the minor-most one): one warp
+  per row for rows of at most ``ROW_WARP_MAX`` elements, else one block per row.  Lanes
+  stride through the row (consecutive lanes read consecutive elements), combine with a
+  butterfly of ``shfl.sync.bfly`` (every lane ends with the row's value), and in block mode
+  warps combine through shared memory.  Fusions with several reductions over the same row
+  (softmax, layer norm) run them in turn, each one seeing the earlier ones' row values; the
+  row-shaped outputs are then written by the same threads.
+* ``column`` (the minor-most dimension is kept): blocks of 32 x (ntid/32) threads; lane x
+  owns one kept index (consecutive lanes -> consecutive addresses: coalesced), the y threads
+  split the reduced range, and partial values meet in shared memory.
+* ``full-reduce`` (everything reduced from elementwise work): two kernels.  ``k`` reduces a
+  grid-stride share per thread, then the block (shuffles + shared memory) and writes one
+  8-byte slot per reduction per block; ``k_finish`` (one block) combines the blocks' slots
+  and computes the epilogue.
+* Multi-output fusions write every output from the same loop.
+
+Reductions start every thread from the reducer's identity and combine the fusion's init
+value once at the end (exact even for a non-identity init).  f16 sums and products are
+accumulated in f32.  Thread ids are read once at kernel entry; all index math is 64-bit.
+
+Transcendentals: the elemental emitter's polynomial code (``transcendentals.py``) is plain
+IR NVPTX selects (error bounds in its docstring); the two libm calls it still makes (cbrt,
+atan2) get device bodies from ``gpu_math``.  ``frem`` is lowered by LLVM's NVPTX back end as
+``x - trunc(x/y)*y`` (exact only while the quotient is below 2**24 (f32) / 2**53 (f64)).
+
+``compile_gpu`` emits the module, optimizes it at O3 for the NVPTX target machine and prints
+PTX (llvmlite's built-in NVPTX back end: no GPU, driver or CUDA toolkit needed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..errors import UnsupportedError
+from ..hlo.ir import Computation, Instruction
+from ..hlo.shapes import is_float
+from . import gpu_math
+from .elemental import I1, I8, I32, I64, ElementalEmitter, const_i64, llvm_type, storage_type
+from .loops import (_LinearEmitter, _ReductionPlan, _expand, _full_reduction_plan, _is_linear, _outputs,
+                    _prod, _reducer_opcode, _squeeze)
+
+TRIPLE = "nvptx64-nvidia-cuda"
+DEFAULT_ARCH = "sm_80"
+WARP = 32
+BLOCK = 256                 # threads per block of every kernel (the maxntid annotation)
+ROW_WARP_MAX = 512          # rows up to this long get one warp each, longer ones a block
+FULL_REDUCE_BLOCKS = 1024   # at most this many partial slots per reduction
+FULL_REDUCE_PER_THREAD = 8  # elements per thread before another block is worth it
+_F32 = ir.FloatType()
+
+
+@dataclass
+class GpuKernelSpec:
+    """How the runtime launches one kernel (blocks of ``block`` threads, 1-D grid)."""
+    name: str
+    style: str                # elementwise, row-warp, row-block, column, full-reduce
+    units: int                # work items of the grid-stride loop (elements, rows, tiles)
+    units_per_block: int      # items one block covers per grid step
+    n_params: int
+    n_outputs: int
+    block: int = BLOCK
+    finish_name: str | None = None      # full-reduce: the second kernel
+    slots: int = 0                      # full-reduce: 8-byte slots per block
+
+    def grid(self, max_blocks: int = 1 << 16) -> int:
+        """Blocks to launch: enough to cover the work once, at most ``max_blocks``."""
+        cap = FULL_REDUCE_BLOCKS if self.style == "full-reduce" else max_blocks
+        return max(1, min(-(-self.units // self.units_per_block), cap))
+
+
+# ---- kernel scaffolding ------------------------------------------------------------------------
+
+def _declare(module: ir.Module, name: str, ret: ir.Type, args: list) -> ir.Function:
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, args), name)
+    return fn
+
+
+class _Kernel:
+    """One ``__global__`` function: typed buffer pointers, special registers, GPU primitives."""
+
+    def __init__(self, module: ir.Module, name: str, in_shapes: list, out_shapes: list,
+                 extra: tuple = ()):
+        self.module = module
+        types = [storage_type(s.element_type).as_pointer() for s in in_shapes + out_shapes]
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), types + list(extra)), name)
+        for k, arg in enumerate(fn.args[:len(types)]):
+            arg.name = f"in{k}" if k < len(in_shapes) else f"out{k - len(in_shapes)}"
+            arg.add_attribute("noalias")     # (O3 infers readonly: loads become ld.global.nc)
+        self.fn = fn
+        self.shapes = list(in_shapes) + list(out_shapes)
+        self.n_in = len(in_shapes)
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        md = module.add_metadata([fn, ir.MetaDataString(module, "kernel"), ir.Constant(I32, 1)])
+        module.add_named_metadata("nvvm.annotations", md)
+        md = module.add_metadata([fn, ir.MetaDataString(module, "maxntid"), ir.Constant(I32, BLOCK)])
+        module.add_named_metadata("nvvm.annotations", md)
+        self.tid, self.ctaid, self.ntid, self.nctaid = (self._sreg(r) for r in ("tid", "ctaid", "ntid", "nctaid"))
+
+    def _sreg(self, reg: str) -> ir.Value:
+        fn = _declare(self.module, f"llvm.nvvm.read.ptx.sreg.{reg}.x", I32, [])
+        return self.b.zext(self.b.call(fn, []), I64, name=reg)
+
+    # buffers
+    def load(self, k: int, offset) -> ir.Value:
+        b = self.b
+        v = b.load(b.gep(self.fn.args[k], [offset]))
+        return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if self.shapes[k].element_type == "pred" else v
+
+    def store(self, k: int, offset, value) -> None:
+        b = self.b
+        if self.shapes[k].element_type == "pred":
+            value = b.zext(value, I8)
+        b.store(value, b.gep(self.fn.args[k], [offset]))
+
+    def load_linear(self, k: int, index: list, dims) -> ir.Value:
+        return self.load(k, _linear(self.b, index, dims))
+
+    # GPU primitives
+    def barrier(self) -> None:
+        self.b.call(_declare(self.module, "llvm.nvvm.barrier0", ir.VoidType(), []), [])
+
+    def shfl_bfly(self, v: ir.Value, lane_mask: int) -> ir.Value:
+        """``__shfl_xor_sync(0xffffffff, v, lane_mask)`` for any scalar type (split to i32s)."""
+        b = self.b
+        fn = _declare(self.module, "llvm.nvvm.shfl.sync.bfly.i32", I32, [I32, I32, I32, I32])
+
+        def shfl32(x):
+            return b.call(fn, [ir.Constant(I32, -1), x, ir.Constant(I32, lane_mask), ir.Constant(I32, 31)])
+        ty = v.type
+        if isinstance(ty, ir.IntType) and ty.width == 32:
+            return shfl32(v)
+        if isinstance(ty, ir.FloatType):
+            return b.bitcast(shfl32(b.bitcast(v, I32)), ty)
+        if isinstance(ty, ir.DoubleType) or (isinstance(ty, ir.IntType) and ty.width == 64):
+            bits = b.bitcast(v, I64) if isinstance(ty, ir.DoubleType) else v
+            lo = shfl32(b.trunc(bits, I32))
+            hi = shfl32(b.trunc(b.lshr(bits, const_i64(32)), I32))
+            out = b.or_(b.zext(lo, I64), b.shl(b.zext(hi, I64), const_i64(32)))
+            return b.bitcast(out, ty) if isinstance(ty, ir.DoubleType) else out
+        if isinstance(ty, ir.HalfType):
+            i16 = ir.IntType(16)
+            return b.bitcast(b.trunc(shfl32(b.zext(b.bitcast(v, i16), I32)), i16), ty)
+        if isinstance(ty, ir.IntType) and ty.width < 32:
+            return b.trunc(shfl32(b.zext(v, I32)), ty)
+        raise UnsupportedError(f"no warp shuffle for {ty}")
+
+    def shared(self, name: str, ty: ir.Type, n: int):
+        """A per-block shared-memory array ``[n x ty]`` (addrspace 3)."""
+        st = I8 if ty == I1 else ty
+        g = self.module.globals.get(name)
+        if g is None:
+            arr = ir.ArrayType(st, n)
+            g = ir.GlobalVariable(self.module, arr, name, addrspace=3)
+            g.linkage = "internal"
+            g.initializer = ir.Constant(arr, ir.Undefined)
+            g.align = 8
+        return g
+
+    def shared_store(self, g, index, value):
+        b = self.b
+        if value.type == I1:
+            value = b.zext(value, I8)
+        b.store(value, b.gep(g, [const_i64(0), index]))
+
+    def shared_load(self, g, index, ty):
+        v = self.b.load(self.b.gep(g, [const_i64(0), index]))
+        return self.b.trunc(v, I1) if ty == I1 else v
+
+
+def _linear(b, index, dims):
+    acc = None
+    stride = 1
+    terms = []
+    for i, n in zip(reversed(list(index)), reversed(list(dims))):
+        if n != 1:
+            terms.append(i if stride == 1 else b.mul(i, const_i64(stride)))
+        stride *= n
+    for t in reversed(terms):
+        acc = t if acc is None else b.add(acc, t)
+    return acc if acc is not None else const_i64(0)
+
+
+def _delinearize(b, linear, dims) -> list:
+    out, stride = [], 1
+    strides = []
+    for n in reversed(list(dims)):
+        strides.append(stride)
+        stride *= n
+    strides.reverse()
+    first = next((d for d, n in enumerate(dims) if n != 1), None)
+    for d, (n, s) in enumerate(zip(dims, strides)):
+        if n == 1:
+            out.append(const_i64(0))
+            continue
+        q = linear if s == 1 else b.udiv(linear, const_i64(s))
+        out.append(q if d == first else b.urem(q, const_i64(n)))
+    return out
+
+
+def _stride_loop(b: ir.IRBuilder, start, end, step, name: str, body) -> None:
+    """``for (i = start; i < end; i += step) body(i)``; leaves the builder after the loop."""
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    loop = b.append_basic_block(f"{name}.body")
+    after = b.append_basic_block(f"{name}.end")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name)
+    i.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", i, end), loop, after)
+    b.position_at_end(loop)
+    body(i)
+    i.add_incoming(b.add(i, step, name=f"{name}.next"), b.block)
+    b.branch(head)
+    b.position_at_end(after)
+
+
+def _if(b: ir.IRBuilder, cond, name: str, body) -> None:
+    then = b.append_basic_block(f"{name}.then")
+    after = b.append_basic_block(f"{name}.end")
+    b.cbranch(cond, then, after)
+    b.position_at_end(then)
+    body()
+    b.branch(after)
+    b.position_at_end(after)
+
+
+def _entry_alloca(b: ir.IRBuilder, ty: ir.Type):
+    entry = b.function.entry_basic_block
+    here = b.block
+    if entry.is_terminated:
+        b.position_before(entry.terminator)
+    else:
+        b.position_at_end(entry)
+    slot = b.alloca(ty)
+    b.position_at_end(here)
+    return slot
+
+
+# ---- reducers ------------------------------------------------------------------------------------
+
+class _Reducer:
+    """A recognized reducer on one element type: identity, combine, accumulator type."""
+
+    def __init__(self, r: Instruction, em: ElementalEmitter):
+        self.instr, self.em = r, em
+        self.op = _reducer_opcode(r)
+        if r.shape.is_tuple or self.op is None:
+            raise UnsupportedError("variadic or custom reducers have no native code path yet")
+        self.t = r.shape.element_type
+        self.ty = llvm_type(self.t)
+        self.acc_ty = _F32 if self.t == "f16" and self.op in ("add", "multiply") else self.ty
+        self.acc_t = "f32" if self.acc_ty != self.ty else self.t
+
+    def identity(self) -> ir.Constant:
+        t, ty, op = self.acc_t, self.acc_ty, self.op
+        if t == "pred":
+            return ir.Constant(I1, 1 if op in ("multiply", "minimum", "and") else 0)
+        if op in ("add", "or", "xor"):
+            return ir.Constant(ty, 0.0 if is_float(t) else 0)
+        if op == "multiply":
+            return ir.Constant(ty, 1.0 if is_float(t) else 1)
+        if op == "and":
+            return ir.Constant(ty, -1)
+        big = op == "minimum"
+        if is_float(t):
+            return ir.Constant(ty, float("inf") if big else float("-inf"))
+        w = ty.width
+        if t[0] == "u":
+            return ir.Constant(ty, (1 << w) - 1 if big else 0)
+        return ir.Constant(ty, (1 << (w - 1)) - 1 if big else -(1 << (w - 1)))
+
+    def widen(self, b, x):
+        return b.fpext(x, self.acc_ty) if self.acc_ty != self.ty else x
+
+    def combine(self, b, acc, x):
+        t, op = self.acc_t, self.op
+        if t == "pred":
+            return b.and_(acc, x) if op in ("multiply", "minimum", "and") else b.or_(acc, x)
+        if op == "add":
+            return b.fadd(acc, x) if is_float(t) else b.add(acc, x)
+        if op == "multiply":
+            return b.fmul(acc, x) if is_float(t) else b.mul(acc, x)
+        if op in ("and", "or"):
+            return getattr(b, op + "_")(acc, x)
+        is_max = op == "maximum"
+        if is_float(t):
+            return self.em._intrinsic("llvm.maximum" if is_max else "llvm.minimum", acc.type, [acc, x])
+        cmp = b.icmp_signed if t[0] == "s" else b.icmp_unsigned
+        return b.select(cmp(">" if is_max else "<", x, acc), x, acc)
+
+    def finish(self, b, total):
+        """combine(init, total), narrowed to the element type."""
+        init = self.widen(b, self.em.value(self.instr.operands[1], []))
+        v = self.combine(b, init, total)
+        return b.fptrunc(v, self.ty) if self.acc_ty != self.ty else v
+
+
+def _warp_allreduce(k: _Kernel, red: _Reducer, v):
+    for off in (16, 8, 4, 2, 1):
+        v = red.combine(k.b, v, k.shfl_bfly(v, off))
+    return v
+
+
+def _block_allreduce(k: _Kernel, red: _Reducer, v, sh):
+    """Every thread of the block gets the combination of all threads' ``v`` (same bits)."""
+    b = k.b
+    v = _warp_allreduce(k, red, v)
+    lane = b.and_(k.tid, const_i64(WARP - 1))
+    warp = b.lshr(k.tid, const_i64(5))
+    _if(b, b.icmp_unsigned("==", lane, const_i64(0)), "wlead", lambda: k.shared_store(sh, warp, v))
+    k.barrier()
+    acc = _entry_alloca(b, red.acc_ty)
+    b.store(red.identity(), acc)
+    _stride_loop(b, const_i64(0), b.lshr(k.ntid, const_i64(5)), const_i64(1), "wsum",
+                 lambda w: b.store(red.combine(b, b.load(acc), k.shared_load(sh, w, red.acc_ty)), acc))
+    total = b.load(acc)
+    k.barrier()                 # the shared slots may be written again after this
+    return total
+
+
+def _accumulate(k: _Kernel, em, red: _Reducer, start, end, step, index_of, name):
+    """This thread's combination of the reduce's operand over indices start, start+step, ..."""
+    b = k.b
+    acc = _entry_alloca(b, red.acc_ty)
+    b.store(red.identity(), acc)
+    x_instr = red.instr.operands[0]
+
+    def body(j):
+        em.reset_memo()
+        x = red.widen(b, em.value(x_instr, index_of(j)))
+        b.store(red.combine(b, b.load(acc), x), acc)
+    _stride_loop(b, start, end, step, name, body)
+    em.reset_memo()
+    return b.load(acc)
+
+
+# ---- kernels -------------------------------------------------------------------------------------
+
+def _emit_elementwise(module, name, comp: Computation) -> list[GpuKernelSpec]:
+    outputs = _outputs(comp)
+    params = comp.parameters
+    dims = outputs[0].shape.dims
+    if any(_prod(o.shape.dims) != _prod(dims) for o in outputs):
+        raise UnsupportedError("a multi-output loop fusion with outputs of different sizes")
+    k = _Kernel(module, name, [p.shape for p in params], [o.shape for o in outputs])
+    b = k.b
+    n = _prod(dims)
+    start = b.add(b.mul(k.ctaid, k.ntid), k.tid)
+    step = b.mul(k.ntid, k.nctaid)
+    if _is_linear(comp.instructions, dims):
+        em = _LinearEmitter(b, comp, lambda p, idx: k.load(p, idx[0] if idx and params[p].shape.rank else const_i64(0)))
+
+        def body(i):
+            em.reset_memo()
+            for j, out in enumerate(outputs):
+                k.store(len(params) + j, i, em.value(out, [i]))
+    else:
+        em = ElementalEmitter(b, comp, lambda p, idx: k.load_linear(p, idx, params[p].shape.dims))
+
+        def body(i):
+            em.reset_memo()
+            full = _delinearize(b, i, dims)
+            for j, out in enumerate(outputs):
+                k.store(len(params) + j, i, em.value(out, full if out.shape.dims == dims else
+                                                     _delinearize(b, i, out.shape.dims)))
+    _stride_loop(b, start, const_i64(n), step, "i", body)
+    b.ret_void()
+    return [GpuKernelSpec(name, "elementwise", n, BLOCK, len(params), len(outputs))]
+
+
+def _output_kinds(plan, outputs):
+    outer, rows = [], []
+    for j, out in enumerate(outputs):
+        if out.shape.dims == plan.in_dims and plan.in_dims:
+            rows.append((j, out))
+        elif _squeeze(out.shape.dims) == _squeeze(plan.outer_dims):
+            outer.append((j, out))
+        else:
+            raise UnsupportedError("a reduction fusion output outside the reduced and input spaces")
+    return outer, rows
+
+
+def _row_style(plan) -> bool:
+    """Do the reduced dimensions include the minor-most non-trivial one?"""
+    nontrivial = [d for d, n in enumerate(plan.in_dims) if n != 1]
+    return not nontrivial or nontrivial[-1] in plan.reduced
+
+
+def _emit_rows(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]:
+    R, O = _prod(plan.red_dims), _prod(plan.outer_dims)
+    warp_mode = R <= ROW_WARP_MAX
+    k = _Kernel(module, name, [p.shape for p in params], [o.shape for o in outputs])
+    b = k.b
+    reduced: dict[int, ir.Value] = {}
+    em = ElementalEmitter(b, comp, lambda p, idx: k.load_linear(p, idx, params[p].shape.dims), reduced)
+    reducers = [_Reducer(r, em) for r in plan.reduces]
+    outer_outs, row_outs = _output_kinds(plan, outputs)
+    if warp_mode:
+        lane, group = b.and_(k.tid, const_i64(WARP - 1)), b.lshr(k.tid, const_i64(5))
+        per_block, width = b.lshr(k.ntid, const_i64(5)), const_i64(WARP)
+    else:
+        lane, group, per_block, width = k.tid, const_i64(0), const_i64(1), k.ntid
+    start = b.add(b.mul(k.ctaid, per_block), group)
+    step = b.mul(k.nctaid, per_block)
+    shared = [None if warp_mode else k.shared(f"{name}_sh{n}", red.acc_ty, BLOCK // WARP)
+              for n, red in enumerate(reducers)]
+
+    def row_body(row):
+        reduced.clear()
+        em.reset_memo()
+        outer_index = _delinearize(b, row, plan.outer_dims)
+
+        def index_of(j):
+            return plan.merge(outer_index, _delinearize(b, j, plan.red_dims))
+        for n, red in enumerate(reducers):
+            v = _accumulate(k, em, red, lane, const_i64(R), width, index_of, f"r{n}")
+            v = _warp_allreduce(k, red, v) if warp_mode else _block_allreduce(k, red, v, shared[n])
+            reduced[id(red.instr)] = red.finish(b, v)
+        em.reset_memo()
+        if outer_outs:
+            def write_outer():
+                em.reset_memo()
+                for j, out in outer_outs:
+                    idx = _expand(outer_index, plan.outer_dims, out.shape.dims)
+                    k.store(len(params) + j, _linear(b, idx, out.shape.dims), em.value(out, idx))
+                em.reset_memo()
+            _if(b, b.icmp_unsigned("==", lane, const_i64(0)), "lead", write_outer)
+        if row_outs:
+            def write(j):
+                em.reset_memo()
+                idx = index_of(j)
+                for jj, out in row_outs:
+                    k.store(len(params) + jj, _linear(b, idx, plan.in_dims), em.value(out, idx))
+            _stride_loop(b, lane, const_i64(R), width, "w", write)
+            em.reset_memo()
+    _stride_loop(b, start, const_i64(O), step, "row", row_body)
+    b.ret_void()
+    style = "row-warp" if warp_mode else "row-block"
+    return [GpuKernelSpec(name, style, O, BLOCK // WARP if warp_mode else 1, len(params), len(outputs))]
+
+
+def _emit_columns(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]:
+    R, O = _prod(plan.red_dims), _prod(plan.outer_dims)
+    k = _Kernel(module, name, [p.shape for p in params], [o.shape for o in outputs])
+    b = k.b
+    reduced: dict[int, ir.Value] = {}
+    em = ElementalEmitter(b, comp, lambda p, idx: k.load_linear(p, idx, params[p].shape.dims), reduced)
+    reducers = [_Reducer(r, em) for r in plan.reduces]
+    outer_outs, row_outs = _output_kinds(plan, outputs)
+    tx, ty = b.and_(k.tid, const_i64(WARP - 1)), b.lshr(k.tid, const_i64(5))
+    height = b.lshr(k.ntid, const_i64(5))
+    tiles = -(-O // WARP)
+    shared = [k.shared(f"{name}_sh{n}", red.acc_ty, BLOCK) for n, red in enumerate(reducers)]
+
+    def tile_body(tile):
+        reduced.clear()
+        em.reset_memo()
+        o = b.add(b.mul(tile, const_i64(WARP)), tx)
+        valid = b.icmp_signed("<", o, const_i64(O))
+        outer_index = _delinearize(b, b.select(valid, o, const_i64(0)), plan.outer_dims)
+        limit = b.select(valid, const_i64(R), const_i64(0))     # no reads past the last column
+
+        def index_of(j):
+            return plan.merge(outer_index, _delinearize(b, j, plan.red_dims))
+        for n, red in enumerate(reducers):
+            v = _accumulate(k, em, red, ty, limit, height, index_of, f"c{n}")
+            k.shared_store(shared[n], b.add(b.mul(ty, const_i64(WARP)), tx), v)
+            k.barrier()
+            acc = _entry_alloca(b, red.acc_ty)
+            b.store(red.identity(), acc)
+            _stride_loop(b, const_i64(0), height, const_i64(1), f"cs{n}", lambda y, red=red, n=n, acc=acc: b.store(
+                red.combine(b, b.load(acc), k.shared_load(shared[n], b.add(b.mul(y, const_i64(WARP)), tx),
+                                                           red.acc_ty)), acc))
+            total = b.load(acc)
+            k.barrier()
+            reduced[id(red.instr)] = red.finish(b, total)
+        em.reset_memo()
+        if outer_outs:
+            def write_outer():
+                em.reset_memo()
+                for j, out in outer_outs:
+                    idx = _expand(outer_index, plan.outer_dims, out.shape.dims)
+                    k.store(len(params) + j, _linear(b, idx, out.shape.dims), em.value(out, idx))
+                em.reset_memo()
+            _if(b, b.and_(valid, b.icmp_unsigned("==", ty, const_i64(0))), "lead", write_outer)
+        if row_outs:
+            def write(j):
+                em.reset_memo()
+                idx = index_of(j)
+                for jj, out in row_outs:
+                    k.store(len(params) + jj, _linear(b, idx, plan.in_dims), em.value(out, idx))
+            _stride_loop(b, ty, limit, height, "w", write)
+            em.reset_memo()
+    _stride_loop(b, k.ctaid, const_i64(tiles), k.nctaid, "tile", tile_body)
+    b.ret_void()
+    return [GpuKernelSpec(name, "column", tiles, 1, len(params), len(outputs))]
+
+
+def _emit_full(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]:
+    n_in = len(params)
+    N = _prod(plan.in_dims)
+    nred = len(plan.reduces)
+    # phase 1: k(params..., scratch): per-block partials
+    k = _Kernel(module, name, [p.shape for p in params], [], (I8.as_pointer(),))
+    b = k.b
+    scratch = k.fn.args[n_in]
+    scratch.add_attribute("noalias")
+    em = _LinearEmitter(b, comp, lambda p, idx: k.load(p, idx[0] if idx and params[p].shape.rank else const_i64(0)))
+    reducers = [_Reducer(r, em) for r in plan.reduces]
+    accs = []
+    for red in reducers:
+        acc = _entry_alloca(b, red.acc_ty)
+        b.store(red.identity(), acc)
+        accs.append(acc)
+
+    def body(i):
+        em.reset_memo()
+        for red, acc in zip(reducers, accs):
+            x = red.widen(b, em.value(red.instr.operands[0], [i]))
+            b.store(red.combine(b, b.load(acc), x), acc)
+    _stride_loop(b, b.add(b.mul(k.ctaid, k.ntid), k.tid), const_i64(N), b.mul(k.ntid, k.nctaid), "i", body)
+    em.reset_memo()
+    for n, (red, acc) in enumerate(zip(reducers, accs)):
+        v = _block_allreduce(k, red, b.load(acc), k.shared(f"{name}_sh{n}", red.acc_ty, BLOCK // WARP))
+        slot = b.add(b.mul(k.ctaid, const_i64(nred)), const_i64(n))
+
+        def write(v=v, slot=slot, red=red):
+            st = I8 if red.acc_ty == I1 else red.acc_ty
+            ptr = b.bitcast(b.gep(scratch, [b.mul(slot, const_i64(8))]), st.as_pointer())
+            b.store(b.zext(v, I8) if red.acc_ty == I1 else v, ptr)
+        _if(b, b.icmp_unsigned("==", k.tid, const_i64(0)), f"slot{n}", write)
+    b.ret_void()
+
+    # phase 2: k_finish(params..., outputs..., scratch, i64 nparts), one block
+    fin_name = name + "_finish"
+    f = _Kernel(module, fin_name, [p.shape for p in params], [o.shape for o in outputs], (I8.as_pointer(), I64))
+    b = f.b
+    scratch, nparts = f.fn.args[n_in + len(outputs)], f.fn.args[n_in + len(outputs) + 1]
+    reduced: dict[int, ir.Value] = {}
+    em = ElementalEmitter(b, comp, lambda p, idx: f.load(p, const_i64(0)), reduced)
+    reducers = [_Reducer(r, em) for r in plan.reduces]
+    for n, red in enumerate(reducers):
+        acc = _entry_alloca(b, red.acc_ty)
+        b.store(red.identity(), acc)
+        st = I8 if red.acc_ty == I1 else red.acc_ty
+
+        def part(j, n=n, red=red, acc=acc, st=st):
+            slot = b.add(b.mul(j, const_i64(nred)), const_i64(n))
+            v = b.load(b.bitcast(b.gep(scratch, [b.mul(slot, const_i64(8))]), st.as_pointer()))
+            v = b.trunc(v, I1) if red.acc_ty == I1 else v
+            b.store(red.combine(b, b.load(acc), v), acc)
+        _stride_loop(b, f.tid, nparts, f.ntid, f"p{n}", part)
+        v = _block_allreduce(f, red, b.load(acc), f.shared(f"{fin_name}_sh{n}", red.acc_ty, BLOCK // WARP))
+        reduced[id(red.instr)] = red.finish(b, v)
+    em.reset_memo()
+
+    def write_outputs():
+        em.reset_memo()
+        for j, out in enumerate(outputs):
+            f.store(n_in + j, const_i64(0), em.value(out, [const_i64(0)] * out.shape.rank))
+    _if(b, b.icmp_unsigned("==", f.tid, const_i64(0)), "out", write_outputs)
+    b.ret_void()
+    return [GpuKernelSpec(name, "full-reduce", N, BLOCK * FULL_REDUCE_PER_THREAD, len(params), len(outputs),
+                          finish_name=fin_name, slots=nred)]
+
+
+def _emit_reduction(module, name, comp: Computation) -> list[GpuKernelSpec]:
+    plan = _ReductionPlan(comp)
+    outputs, params = _outputs(comp), comp.parameters
+    _output_kinds(plan, outputs)
+    if _full_reduction_plan(comp) is not None:
+        return _emit_full(module, name, comp, plan, outputs, params)
+    if _row_style(plan):
+        return _emit_rows(module, name, comp, plan, outputs, params)
+    return _emit_columns(module, name, comp, plan, outputs, params)
+
+
+def emit_gpu_kernel(module: ir.Module, name: str, comp: Computation) -> GpuKernelSpec:
+    """Emit the kernel(s) of one fusion into ``module``; returns how to launch them."""
+    if any(i.opcode == "reduce" for i in comp.instructions):
+        return _emit_reduction(module, name, comp)[0]
+    return _emit_elementwise(module, name, comp)[0]
+
+
+# ---- compiling to PTX ----------------------------------------------------------------------------
+
+_lock = threading.RLock()
+_machines: dict[str, object] = {}
+# Architectures LLVM's NVPTX back end knows, newest first (a device newer than all of them gets
+# the newest; PTX is forward compatible through the driver's JIT).
+KNOWN_ARCHS = ("sm_120", "sm_100", "sm_90", "sm_89", "sm_87", "sm_86", "sm_80")
+
+
+def arch_for_capability(major: int, minor: int) -> str:
+    cc = major * 10 + minor
+    for arch in KNOWN_ARCHS:
+        if int(arch[3:]) <= cc:
+            return arch
+    return DEFAULT_ARCH
+
+
+def nvptx_target_machine(arch: str = DEFAULT_ARCH):
+    with _lock:
+        tm = _machines.get(arch)
+        if tm is None:
+            try:
+                llvm.initialize_all_targets()
+                llvm.initialize_all_asmprinters()
+            except Exception:          # pragma: no cover - older/newer llvmlite spellings
+                pass
+            tm = _machines[arch] = llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=arch, opt=3)
+        return tm
+
+
+@dataclass
+class GpuKernels:
+    """PTX for a module's fusions, with the IR it came from."""
+    specs: dict[str, GpuKernelSpec]
+    llvm_ir: str
+    llvm_ir_optimized: str
+    ptx: str
+    arch: str
+    unsupported: dict[str, str] = field(default_factory=dict)   # fusion -> why it is interpreted
+
+
+def emit_gpu_module(module_name: str, fusions: list[tuple[str, Computation]]):
+    """The (unoptimized) NVPTX LLVM module for ``fusions``, the specs, and what was left out."""
+    ir_module = ir.Module(name=module_name)
+    ir_module.triple = TRIPLE
+    specs, unsupported = {}, {}
+    for name, comp in fusions:
+        trial = ir.Module(name="trial")
+        trial.triple = TRIPLE
+        try:
+            emit_gpu_kernel(trial, name, comp)        # alone first: a failure leaves no trace
+            gpu_math.define_device_functions(trial)
+        except UnsupportedError as e:
+            unsupported[name] = str(e)
+            continue
+        specs[name] = emit_gpu_kernel(ir_module, name, comp)
+    gpu_math.define_device_functions(ir_module)
+    return ir_module, specs, unsupported
+
+
+def compile_gpu(module_name: str, fusions: list[tuple[str, Computation]], arch: str = DEFAULT_ARCH) -> GpuKernels:
+    ir_module, specs, unsupported = emit_gpu_module(module_name, fusions)
+    with _lock:
+        tm = nvptx_target_machine(arch)
+        ir_module.data_layout = str(tm.target_data)
+        text = str(ir_module)
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        optimized = str(mod)
+        ptx = tm.emit_assembly(mod)
+    return GpuKernels(specs, text, optimized, ptx, arch, unsupported)
+
+
+# ---- ptxas (checking PTX without a GPU) ----------------------------------------------------------
+
+@dataclass
+class PtxasResult:
+    arch: str
+    ok: bool
+    log: str
+    registers: dict[str, int]          # kernel -> registers per thread
+    spills: dict[str, tuple[int, int]]  # kernel -> (spill store bytes, spill load bytes)
+
+
+def find_ptxas() -> str | None:
+    return shutil.which("ptxas")
+
+
+def run_ptxas(ptx: str, arch: str = "sm_80", ptxas: str | None = None) -> PtxasResult:
+    """Assemble ``ptx`` for ``arch`` with ``ptxas -v``; registers and spills per kernel."""
+    ptxas = ptxas or find_ptxas()
+    if ptxas is None:
+        raise FileNotFoundError("ptxas not found on PATH")
+    with tempfile.TemporaryDirectory(prefix="nbxla-ptx-") as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as fh:
+            fh.write(ptx)
+        p = subprocess.run([ptxas, f"-arch={arch}", "-v", src, "-o", os.path.join(d, "k.cubin")],
+                           capture_output=True, text=True, timeout=300)
+    log = p.stdout + p.stderr
+    registers, spills, current = {}, {}, None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            current = m.group(1)
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and current:
+            spills[current] = (int(m.group(1)), int(m.group(2)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m and current:
+            registers[current] = int(m.group(1))
+    return PtxasResult(arch, p.returncode == 0 and "error" not in log.lower(), log, registers, spills)

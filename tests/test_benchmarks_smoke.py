@@ -1,0 +1,49 @@
+"""Smoke test of benchmarks/cpu_workloads.py: it runs and prints its table.
+
+Timings are never asserted (the machine may be busy); only that the script completes with
+``--quick`` (small sizes; numexpr and JAX are used when installed, skipped otherwise) and
+that nbxla's results agree with NumPy's (the ``check`` column).
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "cpu_workloads.py"
+
+
+def _table_rows(out: str) -> list[str]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("workload")) + 2   # + rule
+    end = next((i for i in range(start, len(lines))     # a blank line or the footnotes end it
+                if not lines[i].strip() or lines[i].startswith("*")), len(lines))
+    return lines[start:end]
+
+
+def _run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+def test_quick_run_prints_the_table():
+    proc = _run("--quick")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    out = proc.stdout
+    header = next((line for line in out.splitlines() if line.startswith("workload")), None)
+    assert header is not None, out
+    for column in ("NumPy", "numexpr", "JAX", "nbxla", "xNumPy", "xJAX", "GB/s", "%BW", "check"):
+        assert column in header.split(), header
+    names = [row.split()[0] for row in _table_rows(out)]
+    for workload in ("running", "sum_xyz", "softmax", "layernorm", "blackscholes", "lstm", "chain20"):
+        assert workload in names, (workload, names)
+    assert "bandwidth" in out and "peak extra memory" in out
+    for row in _table_rows(out):        # nbxla computed NumPy's answer and did not fail
+        check = row.split("  ")[-1]
+        assert "nbxla" not in check, row
+
+
+def test_only_selects_workloads():
+    proc = _run("--quick", "--only", "chain20", "--repeats", "1")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert [row.split()[0] for row in _table_rows(proc.stdout)] == ["chain20"], proc.stdout
