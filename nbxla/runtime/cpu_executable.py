@@ -114,6 +114,29 @@ class _FullReductionThunk:
         return tuple(outs) if self.tuple_result else outs[0]
 
 
+def _matmul_thunk(instr: Instruction):
+    """A dot in matmul form ([batch..., m, k] x [batch..., k, n], same dtype) as one np.matmul
+    into a fresh output: NumPy's BLAS, without the reference rule's generality."""
+    a, b = (o.shape for o in instr.operands)
+    nb = len(instr.attrs.get("lhs_batch_dims", ()))
+    batch = tuple(range(nb))
+    canonical = (a.rank == b.rank == nb + 2 and a.element_type == b.element_type == instr.shape.element_type
+                 and a.element_type in ("f32", "f64", "c64", "c128")
+                 and tuple(instr.attrs.get("lhs_batch_dims", ())) == batch
+                 and tuple(instr.attrs.get("rhs_batch_dims", ())) == batch
+                 and tuple(instr.attrs.get("lhs_contracting_dims", ())) == (nb + 1,)
+                 and tuple(instr.attrs.get("rhs_contracting_dims", ())) == (nb,))
+    if not canonical:
+        return None
+    dims, dtype = instr.shape.dims, instr.shape.dtype
+
+    def matmul(ops):
+        out = np.empty(dims, dtype)
+        np.matmul(ops[0], ops[1], out=out)
+        return out
+    return matmul
+
+
 def _contiguous(value):
     if isinstance(value, tuple):
         return tuple(_contiguous(v) for v in value)
@@ -161,6 +184,10 @@ class CpuExecutable:
                                            spec.parallel_extent, spec.scratch_slots)
             return _KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
                                 spec.work_per_unit)
+        if op == "dot":
+            thunk = _matmul_thunk(instr)
+            if thunk is not None:
+                return thunk
         if op == "constant":
             lit = _contiguous(instr.literal)
             self._literal_ids.add(id(lit))
