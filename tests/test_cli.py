@@ -107,8 +107,9 @@ def test_demo_runs_small(capsys):
     code, out, err = run(capsys, "demo", "--size", "64", "--repeats", "1")
     assert code == 0, out + err
     assert "== stage hlo ==" in out and "HloModule running_example" in out
-    assert "== stage hlo_dot ==" in out and "parameter(0)" in out
-    assert "match:" in out and "reference interpreter" in out
+    assert "== stage optimized_hlo ==" in out and "kind=kInput" in out
+    assert "kernels: 6 before fusion -> 1 after" in out
+    assert "match:" in out and "backend: cpu (LLVM)" in out
 
 
 def test_module_entry_point_lists_commands():
