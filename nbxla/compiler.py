@@ -104,7 +104,7 @@ def compile_module(module: Module, device: str, trace_ms: float = 0.0, explanati
     optimized = pipeline.module
     optimize_ms = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
-    executable = build_executable(optimized, device)
+    executable = build_executable(optimized, device, pipeline.facts.get("buffer-assignment"))
     codegen_ms = (time.perf_counter() - start) * 1e3
     comp = Compilation(module.name, device, module, optimized, executable,
                        {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},

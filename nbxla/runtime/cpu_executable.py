@@ -64,8 +64,9 @@ class _KernelThunk:
         self.parallel = extent >= 2 and extent * work_per_unit >= PARALLEL_THRESHOLD
         self.tuple_result = instr.shape.is_tuple
 
-    def __call__(self, operands: list[np.ndarray]):
-        outs = [np.empty(dims, dtype) for dims, dtype in self.outputs]
+    def __call__(self, operands: list[np.ndarray], outs: list | None = None):
+        if outs is None:
+            outs = [np.empty(dims, dtype) for dims, dtype in self.outputs]
         ptrs = self.pointer_array()       # per call: executables may run on several threads
         for k, arr in enumerate(operands):
             ptrs[k] = _data_pointer(arr)
@@ -96,7 +97,7 @@ class _FullReductionThunk:
         self.parts = max(1, min(worker_count(), extent // (PARALLEL_THRESHOLD // 2)))
         self.tuple_result = instr.shape.is_tuple
 
-    def __call__(self, operands: list[np.ndarray]):
+    def __call__(self, operands: list[np.ndarray], outs: list | None = None):
         scratch = np.empty(self.parts * self.slots, np.float64)      # 8-byte slots
         base = [_data_pointer(a) for a in operands]
         calls = []
@@ -107,34 +108,38 @@ class _FullReductionThunk:
         self.partial(*calls[0])
         for f in futures:
             f.result()
-        outs = [np.empty(dims, dtype) for dims, dtype in self.outputs]
+        if outs is None:
+            outs = [np.empty(dims, dtype) for dims, dtype in self.outputs]
         ptrs = (ctypes.c_void_p * (self.n_in + len(outs) + 1))(
             *base, *[_data_pointer(o) for o in outs], _data_pointer(scratch))
         self.finish(ptrs, self.parts, 0)
         return tuple(outs) if self.tuple_result else outs[0]
 
 
-def _matmul_thunk(instr: Instruction):
-    """A dot in matmul form ([batch..., m, k] x [batch..., k, n], same dtype) as one np.matmul
-    into a fresh output: NumPy's BLAS, without the reference rule's generality."""
-    a, b = (o.shape for o in instr.operands)
-    nb = len(instr.attrs.get("lhs_batch_dims", ()))
-    batch = tuple(range(nb))
-    canonical = (a.rank == b.rank == nb + 2 and a.element_type == b.element_type == instr.shape.element_type
-                 and a.element_type in ("f32", "f64", "c64", "c128")
-                 and tuple(instr.attrs.get("lhs_batch_dims", ())) == batch
-                 and tuple(instr.attrs.get("rhs_batch_dims", ())) == batch
-                 and tuple(instr.attrs.get("lhs_contracting_dims", ())) == (nb + 1,)
-                 and tuple(instr.attrs.get("rhs_contracting_dims", ())) == (nb,))
-    if not canonical:
-        return None
-    dims, dtype = instr.shape.dims, instr.shape.dtype
+class _MatmulThunk:
+    """A dot in matmul form ([batch..., m, k] x [batch..., k, n], same float dtype): one
+    np.matmul (NumPy's BLAS) into the planned buffer, without the reference rule's generality."""
 
-    def matmul(ops):
-        out = np.empty(dims, dtype)
-        np.matmul(ops[0], ops[1], out=out)
+    def __init__(self, instr: Instruction):
+        self.dims, self.dtype = instr.shape.dims, instr.shape.dtype
+
+    @staticmethod
+    def applies(instr: Instruction) -> bool:
+        a, b = (o.shape for o in instr.operands)
+        nb = len(instr.attrs.get("lhs_batch_dims", ()))
+        batch = tuple(range(nb))
+        return (a.rank == b.rank == nb + 2
+                and a.element_type == b.element_type == instr.shape.element_type
+                and a.element_type in ("f32", "f64", "c64", "c128")
+                and tuple(instr.attrs.get("lhs_batch_dims", ())) == batch
+                and tuple(instr.attrs.get("rhs_batch_dims", ())) == batch
+                and tuple(instr.attrs.get("lhs_contracting_dims", ())) == (nb + 1,)
+                and tuple(instr.attrs.get("rhs_contracting_dims", ())) == (nb,))
+
+    def __call__(self, operands, outs=None):
+        out = outs[0] if outs else np.empty(self.dims, self.dtype)
+        np.matmul(operands[0], operands[1], out=out)
         return out
-    return matmul
 
 
 def _contiguous(value):
@@ -148,8 +153,9 @@ def _contiguous(value):
 class CpuExecutable:
     backend = "cpu (LLVM)"
 
-    def __init__(self, module: Module):
+    def __init__(self, module: Module, plan=None):
         self.module = module
+        self.plan = plan
         entry = module.entry
         # Kernel symbols get a prefix: a fusion named like a libm function ("cbrt") must not
         # become the definition its own body calls.
@@ -184,10 +190,8 @@ class CpuExecutable:
                                            spec.parallel_extent, spec.scratch_slots)
             return _KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
                                 spec.work_per_unit)
-        if op == "dot":
-            thunk = _matmul_thunk(instr)
-            if thunk is not None:
-                return thunk
+        if op == "dot" and _MatmulThunk.applies(instr):
+            return _MatmulThunk(instr)
         if op == "constant":
             lit = _contiguous(instr.literal)
             self._literal_ids.add(id(lit))
@@ -221,8 +225,27 @@ class CpuExecutable:
             if instr.opcode == "parameter":
                 params.append((slot[id(instr)], instr.parameter_number))
             else:
-                steps.append((thunk, [slot[id(o)] for o in instr.operands], slot[id(instr)]))
+                places = self._arena_outputs(instr, thunk)
+                steps.append((thunk, [slot[id(o)] for o in instr.operands], slot[id(instr)], places))
+        self._arena_bytes = self.plan.arena_bytes if self.plan is not None and \
+            any(st[3] is not None for st in steps) else 0
         return len(slot), params, steps, slot[id(self._root)]
+
+    def _arena_outputs(self, instr: Instruction, thunk) -> list | None:
+        """(offset, dims, dtype) per output of a kernel whose outputs the buffer plan places
+        in the arena; None when it has none (or is live-out: results get their own memory,
+        so that what a caller keeps does not pin the whole arena)."""
+        if self.plan is None or not isinstance(thunk, (_KernelThunk, _FullReductionThunk, _MatmulThunk)):
+            return None
+        shapes = instr.shape.elements if instr.shape.is_tuple else [instr.shape]
+        names = [f"{instr.name}{{{k}}}" for k in range(len(shapes))] if instr.shape.is_tuple else [instr.name]
+        places = []
+        for name, shape in zip(names, shapes):
+            v = self.plan.values.get(name)
+            if v is None or v.kind != "arena" or v.end >= self.plan.length or v.offset is None:
+                return None
+            places.append((v.offset, shape.dims, shape.dtype))
+        return places
 
     def run(self, inputs: list) -> list[np.ndarray]:
         size, params, steps, root = self._plan
@@ -230,8 +253,18 @@ class CpuExecutable:
         for k, number in params:
             arr = inputs[number]
             values[k] = arr if type(arr) is np.ndarray and arr.flags.c_contiguous else _contiguous(arr)
-        for thunk, operands, out in steps:
-            values[out] = thunk([values[k] for k in operands])
+        arena = None
+        if self._arena_bytes:
+            raw = np.empty(self._arena_bytes + 64, np.uint8)      # one allocation per run
+            start = -raw.ctypes.data % 64
+            arena = raw[start:start + self._arena_bytes]
+        for thunk, operands, out, places in steps:
+            if places is None:
+                values[out] = thunk([values[k] for k in operands])
+            else:
+                outs = [np.ndarray(dims, dtype, buffer=arena, offset=offset) for offset, dims, dtype in places]
+                result = thunk([values[k] for k in operands], outs)
+                values[out] = result
         # Results never alias inputs or cached constants (reshapes are views).
         return [leaf if leaf.base is None and not self._is_literal(leaf) else leaf.copy()
                 for leaf in _flatten(values[root])]

@@ -43,9 +43,9 @@ class _LazyStages(dict):
         return value
 
 
-def _cpu_backend(module: Module) -> Executable:
+def _cpu_backend(module: Module, plan=None) -> Executable:
     from .cpu_executable import CpuExecutable
-    cpu = CpuExecutable(module)
+    cpu = CpuExecutable(module, plan)
     executable = Executable(module, cpu.backend, cpu.run)
     executable.native = cpu
     executable.stages = _LazyStages({"llvm_ir": lambda: cpu.kernels.llvm_ir,
@@ -90,5 +90,10 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def build_executable(module: Module, device: str) -> Executable:
-    return BACKENDS[resolve_device(device)](module)
+def build_executable(module: Module, device: str, plan=None) -> Executable:
+    """An executable for ``device``; the CPU backend runs its kernels over ``plan`` (the
+    buffer assignment) when given one."""
+    device = resolve_device(device)
+    if device == "cpu":
+        return _cpu_backend(module, plan)
+    return BACKENDS[device](module)
