@@ -93,7 +93,7 @@ def resolve_device(device: str) -> str:
 def build_executable(module: Module, device: str, plan=None) -> Executable:
     """An executable for ``device``; the CPU backend runs its kernels over ``plan`` (the
     buffer assignment) when given one."""
-    device = resolve_device(device)
-    if device == "cpu":
-        return _cpu_backend(module, plan)
-    return BACKENDS[device](module)
+    backend = BACKENDS[resolve_device(device)]
+    if backend is _cpu_backend:            # the one backend that executes over a plan so far
+        return backend(module, plan)
+    return backend(module)
