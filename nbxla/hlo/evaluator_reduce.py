@@ -82,11 +82,17 @@ def _reduce_window(instr, args, interp):
     acc = [np.broadcast_to(init, out_shape) for init in inits]
     if 0 in out_shape:
         return _from_list(acc)
+    op = recognized_binary(comp) if n == 1 else None
+    axis = _prefix_axis(window, inputs[0].shape) if op is not None else None
+    if axis is not None:
+        # A prefix window (cumsum, cumprod, running max): one accumulate, O(n) rather than
+        # one slice per window position, O(n^2).
+        scan = _UFUNCS[op].accumulate(inputs[0], axis=axis, dtype=inputs[0].dtype)
+        return _UFUNCS[op](inits[0], scan)
     pads = [PadDim(w.pad_low, w.pad_high, w.base_dilation - 1) for w in window]
     padded = [pad_array(x, init, pads) for x, init in zip(inputs, inits)]
     holes = any(w.pad_low or w.pad_high or w.base_dilation > 1 for w in window)
     valid = pad_array(np.ones(inputs[0].shape, bool), False, pads) if holes else None
-    op = recognized_binary(comp) if n == 1 else None
     for offsets in np.ndindex(*[w.size for w in window]):
         sl = tuple(slice(k * w.window_dilation, k * w.window_dilation + (o - 1) * w.stride + 1, w.stride)
                    for k, w, o in zip(offsets, window, out_shape))
@@ -100,6 +106,21 @@ def _reduce_window(instr, args, interp):
             new = [np.where(inside, v, a) for v, a in zip(new, acc)]
         acc = new
     return _from_list(acc)
+
+
+def _prefix_axis(window, shape) -> int | None:
+    """The axis of a window that covers, at each position, everything before it (size n,
+    low padding n-1, stride 1) and nothing along the other axes; None for other windows."""
+    axis = None
+    for d, (w, n) in enumerate(zip(window, shape)):
+        plain = w.stride == 1 and w.base_dilation == 1 and w.window_dilation == 1 and not w.reversal
+        if plain and w.size == 1 and w.pad_low == w.pad_high == 0:
+            continue
+        if plain and axis is None and n > 1 and w.size == n and w.pad_low == n - 1 and w.pad_high == 0:
+            axis = d
+            continue
+        return None
+    return axis
 
 
 # --- sort -----------------------------------------------------------------------------------
