@@ -27,6 +27,8 @@ from nbxla.errors import NbxlaError
 from nbxla.runtime.cuda_executable import DeviceUnavailableError, cuda_available
 from nbxla.testing import compare_arrays
 
+from .ipython_util import run, shell  # noqa: F401  (fixture)
+
 rng = np.random.default_rng(0)
 
 
@@ -256,18 +258,11 @@ def test_nbxla_works_without_cupy():
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr
 
 
-def test_magic_compiles_and_shows_ptx_without_a_gpu():
+def test_magic_compiles_and_shows_ptx_without_a_gpu(shell):
     if cuda_available():
         pytest.skip("a GPU is present: the cell runs")
-    from tests.ipython_util import run
-    from IPython.core.interactiveshell import InteractiveShell
-    from IPython.testing.globalipapp import start_ipython
-    start_ipython()
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "nbxla")
-    ip.user_ns.update(np=np, xin=np.ones((4, 64), np.float32))
-    ip.user_ns.pop("yout", None)
-    result, out = run(ip, "%%xla --device cuda --stage ptx\nyout = np.exp(xin).sum(axis=1)")
+    shell.user_ns["xin"] = np.ones((4, 64), np.float32)
+    result, out = run(shell, "%%xla --device cuda --stage ptx\nyout = np.exp(xin).sum(axis=1)")
     assert ".entry" in out and "shfl.sync.bfly" in out
     assert "cannot run here" in out
-    assert "yout" not in ip.user_ns
+    assert "yout" not in shell.user_ns

@@ -297,6 +297,54 @@ class ElementalEmitter:
             sub.append(b.add(i, s))
         return self.value(x, sub)
 
+    def _clamped_start(self, start: Instruction, index: list, limit: int) -> ir.Value:
+        """An index operand as i64, clamped to [0, limit] (XLA clamps dynamic starts)."""
+        b = self.b
+        v = self._convert_value(self.value(start, index), start.shape.element_type, "s64")
+        v = b.select(b.icmp_signed("<", v, const_i64(0)), const_i64(0), v)
+        return b.select(b.icmp_signed(">", v, const_i64(limit)), const_i64(limit), v)
+
+    def _gather(self, instr, index):
+        x, idx = instr.operands
+        a = instr.attrs
+        if a.get("operand_batching_dims") or a.get("start_indices_batching_dims"):
+            raise UnsupportedError("gather with batching dims has no native code path yet")
+        offset_dims, collapsed = a.get("offset_dims", ()), a.get("collapsed_slice_dims", ())
+        start_map, sizes = a.get("start_index_map", ()), a.get("slice_sizes", ())
+        ivd = a.get("index_vector_dim", idx.shape.rank)
+        batch_index = [i for d, i in enumerate(index) if d not in offset_dims]
+        starts = {}
+        for k, operand_dim in enumerate(start_map):
+            sub = list(batch_index)
+            if ivd < idx.shape.rank:
+                sub.insert(ivd, const_i64(k))
+            starts[operand_dim] = self._clamped_start(idx, sub, x.shape.dims[operand_dim] - sizes[operand_dim])
+        kept = [d for d in range(x.shape.rank) if d not in collapsed]
+        sub = []
+        for d in range(x.shape.rank):
+            offset = index[offset_dims[kept.index(d)]] if d in kept else const_i64(0)
+            sub.append(self.b.add(starts[d], offset) if d in starts else offset)
+        return self.value(x, sub)
+
+    def _dynamic_update_slice(self, instr, index):
+        b = self.b
+        x, update = instr.operands[:2]
+        starts = instr.operands[2:]
+        if len(starts) != x.shape.rank:
+            raise UnsupportedError("dynamic-update-slice with a start vector has no native code path yet")
+        inside = ir.Constant(I1, 1)
+        sub = []
+        for i, n, u, start in zip(index, x.shape.dims, update.shape.dims, starts):
+            rel = b.sub(i, self._clamped_start(start, [], n - u))
+            inside = b.and_(inside, b.and_(b.icmp_signed(">=", rel, const_i64(0)),
+                                           b.icmp_signed("<", rel, const_i64(u))))
+            # Clamped so the (discarded) read outside the update stays in bounds.
+            rel = b.select(b.icmp_signed("<", rel, const_i64(0)), const_i64(0), rel)
+            sub.append(b.select(b.icmp_signed(">=", rel, const_i64(max(u, 1))), const_i64(max(u - 1, 0)), rel))
+        if 0 in update.shape.dims:
+            return self.value(x, index)
+        return b.select(inside, self.value(update, sub), self.value(x, index))
+
     # ---- elementwise --------------------------------------------------------------------------
 
     def _convert_int(self, v, src: str, dst: str):

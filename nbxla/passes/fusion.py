@@ -35,7 +35,7 @@ MAX_OPERANDS = 32
 
 FUSIBLE = {op for op, info in OPCODES.items() if info.elementwise} | {
     "broadcast", "reshape", "transpose", "slice", "concatenate", "pad", "iota", "reverse",
-    "constant", "bitcast", "reduce", "dynamic-slice"}
+    "constant", "bitcast", "reduce", "dynamic-slice", "dynamic-update-slice", "gather"}
 
 EXPENSIVE = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic",
              "power", "divide", "remainder", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan",
