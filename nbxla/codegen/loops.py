@@ -376,6 +376,76 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
     return KernelSpec(name, "reduce", _prod(plan.outer_dims), _prod(plan.red_dims))
 
 
+COLUMN_BLOCK = 512
+
+
+def _column_plan(comp: Computation):
+    """A plan when the fusion reduces leading axes into one trailing axis and its single
+    output (the reduction or an elementwise epilogue of it) has the reduction's type: then
+    the output buffer can hold the accumulators."""
+    plan = _ReductionPlan(comp)
+    outputs = _outputs(comp)
+    r = plan.reduces[0]
+    if (len(plan.reduces) != 1 or len(outputs) != 1 or len(plan.outer_dims) != 1
+            or plan.reduced != tuple(range(len(plan.reduced))) or not plan.reduced
+            or outputs[0].shape.element_type != r.shape.element_type
+            or _squeeze(outputs[0].shape.dims) != _squeeze(plan.outer_dims)):
+        return None
+    return plan
+
+
+def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan) -> KernelSpec:
+    """Reduce leading axes with the columns innermost: for each block of columns, one pass
+    over the rows accumulates a contiguous vector of partial results (kept in the output
+    buffer), then the epilogue runs over the block.  Reads are contiguous and vectorized; the
+    summation order per column is NumPy's (row by row)."""
+    (out,) = _outputs(comp)
+    (r,) = plan.reduces
+    params = comp.parameters
+    shapes = [p.shape for p in params] + [out.shape]
+    fn, b = _kernel_function(module, name)
+    bufs = _Buffers(b, fn.args[0], shapes)
+    k_out = len(params)
+    reduced: dict[int, ir.Value] = {}
+    em = ElementalEmitter(b, comp, lambda k, index: _load_at(b, bufs, k, params[k].shape.dims, index),
+                          reduced)
+    opcode, t = _reducer_opcode(r), r.shape.element_type
+    rows = _prod(plan.red_dims)
+
+    def block_body(blk):
+        lo = b.add(fn.args[1], b.mul(blk, const_i64(COLUMN_BLOCK)))
+        hi = b.add(lo, const_i64(COLUMN_BLOCK))
+        hi = b.select(b.icmp_signed(">", hi, fn.args[2]), fn.args[2], hi)
+
+        def init(c):
+            em.reset_memo()
+            bufs.store(b, k_out, c, em.value(r.operands[1], []))
+        _loop(b, lo, hi, "ci", init)
+
+        def row(i):
+            red_index = _delinearize(b, i, plan.red_dims)
+
+            def column(c):
+                em.reset_memo()
+                x = em.value(r.operands[0], plan.merge([c], red_index))
+                bufs.store(b, k_out, c, _combine(b, em, opcode, t, bufs.load(b, k_out, c), x))
+            _loop(b, lo, hi, "cc", column)
+        _loop(b, const_i64(0), const_i64(rows), "cr", row)
+        if out is not r:
+            def epilogue(c):
+                em.reset_memo()
+                reduced.clear()
+                reduced[id(r)] = bufs.load(b, k_out, c)
+                idx = _expand([c], plan.outer_dims, out.shape.dims)
+                bufs.store(b, k_out, c, em.value(out, idx))
+            _loop(b, lo, hi, "ce", epilogue)
+
+    nblocks = b.sdiv(b.add(b.sub(fn.args[2], fn.args[1]), const_i64(COLUMN_BLOCK - 1)), const_i64(COLUMN_BLOCK))
+    _loop(b, const_i64(0), nblocks, "cb", block_body)
+    b.ret_void()
+    return KernelSpec(name, "reduce", _prod(plan.outer_dims), rows)
+
+
 def _squeeze(dims):
     return tuple(n for n in dims if n != 1)
 
@@ -504,5 +574,8 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
         plan = _full_reduction_plan(comp)
         if plan is not None:
             return emit_full_reduction(module, name, comp, plan)
+        plan = _column_plan(comp)
+        if plan is not None:
+            return emit_column_reduction(module, name, comp, plan)
         return emit_reduction_kernel(module, name, comp)
     return emit_loop_kernel(module, name, comp)
