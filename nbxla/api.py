@@ -34,13 +34,19 @@ class CompiledProgram:
     compilation: Compilation
 
 
+def to_host(value):
+    """A NumPy array for a backend's output (CUDA outputs are CuPy arrays on the device)."""
+    return value if isinstance(value, np.ndarray) else value.get() if hasattr(value, "get") \
+        else np.asarray(value)
+
+
 def run_program(compiled: CompiledProgram, leaves: list):
     """Run on the argument leaves; write back mutated arguments; rebuild the result."""
     program = compiled.program
     inputs = [leaves[i] for i in program.param_leaves]
     outputs = compiled.compilation.executable.run(inputs)
     for leaf_index, k in program.writebacks:
-        np.copyto(leaves[leaf_index], outputs[k])
+        np.copyto(leaves[leaf_index], to_host(outputs[k]))
     result = []
     for kind, value in program.out_slots:
         if kind == "out":

@@ -540,12 +540,6 @@ def _sincos_poly(m: _M, r, rlo, key):
     return s, c
 
 
-def _sincos_f64(m: _M, x, key, parts):
-    q, r, rlo = _reduce_pio2(m, x, parts)
-    s, c = _sincos_poly(m, r, rlo, key)
-    return q, s, c
-
-
 def _sin_from(m: _M, q, s, c):
     odd = m.b.icmp_unsigned("!=", m.b.and_(q, m.ci(1)), m.ci(0))
     neg = m.b.icmp_unsigned("!=", m.b.and_(q, m.ci(2)), m.ci(0))
@@ -566,15 +560,231 @@ def _tan_from(m: _M, q, s, c):
     return m.sel(odd, m.neg(m.div(c, s)), m.div(s, c))
 
 
-# Arguments the reduction handles exactly (|j| below 2**29 / 2**27); larger ones give NaN.
-TRIG_LIMIT = {32: 2.0 ** 29 * 1.5707963267948966, 64: 2.0 ** 27 * 1.5707963267948966}
+# ---- Payne-Hanek reduction for large arguments ------------------------------------------------
+#
+# x = m * 2**e (m the integer significand).  x * 2/pi mod 4 only depends on the bits of 2/pi at
+# positions e-1, e, ... (bit i has weight 2**-i; earlier bits contribute multiples of 4), so a
+# window of those bits, picked by the exponent from a constant table, times m in exact integer
+# arithmetic (32 x 32 -> 64-bit products: ``vpmuludq``, gathers for the table) gives the
+# quadrant and the fraction as a fixed-point number; the fraction is centred on [-1/2, 1/2)
+# in the integer domain (exact), converted to double(-double) and multiplied by pi/2.
+
+def _two_over_pi_bits(nbits: int) -> int:
+    """floor(2/pi * 2**nbits), by Machin's formula in integer arithmetic (64 guard bits)."""
+    prec = nbits + 64
+    one = 1 << prec
+
+    def atan_inv(k):                                   # atan(1/k) * 2**prec (truncations)
+        total, term, n, sign = 0, one // k, 1, 1
+        while term:
+            total += sign * (term // n)
+            term //= k * k
+            n += 2
+            sign = -sign
+        return total
+    pi = 16 * atan_inv(5) - 4 * atan_inv(239)         # pi * 2**prec, off by < 2**10 units
+    return (1 << (prec + nbits + 1)) // pi
+
+
+# f64: 32-bit words of 2/pi from bit position -63 on (the first two words are zeros, for the
+# exponents below 2**54), enough for the largest exponent (e = 971) plus the 192-bit window.
+_PH_WORDS = 40
+_PH_NBITS = 32 * _PH_WORDS - 64
+_TWO_OVER_PI_INT = _two_over_pi_bits(_PH_NBITS)        # bits at positions 1 .. _PH_NBITS
+_PH_W32 = [0, 0] + [(_TWO_OVER_PI_INT >> (_PH_NBITS - 32 * (k - 1))) & 0xFFFFFFFF
+                    for k in range(2, _PH_WORDS)]     # word k: positions 32k-63 .. 32k-32
+# overlapping pairs: (W[k] << 32 | W[k+1]) << s >> 32 is the 32-bit window word at bit offset
+# 32k + s
+_PH_W64 = [(_PH_W32[k] << 32) | _PH_W32[k + 1] for k in range(_PH_WORDS - 1)]
+
+
+def _f32_window(biased: int) -> list[int]:
+    """The 96 bits of 2/pi at positions e-1 .. e+94 for f32 exponent field ``biased``
+    (x = m * 2**e, e = biased - 150), as three 32-bit words (most significant first)."""
+    last = biased - 150 - 1 + 95                       # position of the window's last bit
+    w = (_TWO_OVER_PI_INT >> (_PH_NBITS - last)) & ((1 << 96) - 1) if last >= 0 else 0
+    return [(w >> 64) & 0xFFFFFFFF, (w >> 32) & 0xFFFFFFFF, w & 0xFFFFFFFF]
+
+
+_PH_F32 = [_f32_window(b) for b in range(256)]
+# pi/2 * 2**-62 as a double-double (the fixed-point fraction has 62 bits after the point)
+_PIO2_SCALED = (float.fromhex("0x1.921fb54442d18p-62"), float.fromhex("0x1.1a62633145c07p-116"))
+
+_I32, _I64 = ir.IntType(32), ir.IntType(64)
+
+
+def _table(module: ir.Module, name: str, elem: ir.IntType, values: list[int]) -> ir.GlobalVariable:
+    gv = module.globals.get(name)
+    if gv is None:
+        arr = ir.ArrayType(elem, len(values))
+        gv = ir.GlobalVariable(module, arr, name)
+        gv.global_constant = True
+        gv.linkage = "internal"
+        gv.initializer = ir.Constant(arr, values)
+        gv.align = 16
+    return gv
+
+
+def _lookup(b: ir.IRBuilder, gv: ir.GlobalVariable, idx: ir.Value) -> ir.Value:
+    """gv[idx] for an i64 index, scalar or vector (per-lane loads; the loop vectorizer turns
+    the scalar form into a gather)."""
+    zero = ir.Constant(_I32, 0)
+    if not isinstance(idx.type, ir.VectorType):
+        return b.load(b.gep(gv, [zero, idx], inbounds=True))
+    n = idx.type.count
+    out = ir.Constant(ir.VectorType(gv.type.pointee.element, n), None)
+    for lane in range(n):
+        k = b.extract_element(idx, ir.Constant(_I32, lane))
+        out = b.insert_element(out, b.load(b.gep(gv, [zero, k], inbounds=True)), ir.Constant(_I32, lane))
+    return out
+
+
+class _Int:
+    """i64 helpers with scalar/vector constants (the lanes of an _M for doubles)."""
+
+    def __init__(self, m: _M):
+        self.b, self.m = m.b, m
+
+    def c(self, v: int):
+        return self.m.ci(v)
+
+    def lo(self, v): return self.b.and_(v, self.c(0xFFFFFFFF))
+    def hi(self, v): return self.b.lshr(v, self.c(32))
+    def add(self, a, c): return self.b.add(a, c)
+    def mul(self, a, c): return self.b.mul(a, c)
+    def shl(self, a, k): return self.b.shl(a, self.c(k) if isinstance(k, int) else k)
+
+
+def _u64_to_f64(m: _M, v):
+    """An integer 0 <= v < 2**52 (i64) as a double, exactly, without a (scalarized) i64
+    conversion instruction: the bits 0x433 | v are 2**52 + v."""
+    return m.sub(m.from_bits(m.b.or_(v, m.ci(0x4330000000000000))), m.c(2.0 ** 52))
+
+
+def _ph_finish(m: _M, q, F, L, xneg):
+    """Quadrant q and the centred fraction (F + L * 2**-64) * 2**-62 (F signed, |F| <= 2**61,
+    L unsigned) of |x| * 2/pi; returns (q, r_hi, r_lo) for x (sign xneg)."""
+    b, I = m.b, _Int(m)
+    zero = m.ci(0)
+    neg = b.icmp_signed("<", F, zero)
+    # |F + L 2**-64| in two's complement (exact): -(F:L) = ~F + (L == 0) : -L
+    Ln = b.select(neg, b.sub(zero, L), L)
+    Fn = b.select(neg, b.add(b.not_(F), b.zext(b.icmp_unsigned("==", L, zero), m.ity)), F)
+    # four exact non-negative pieces in decreasing magnitude, summed with Fast2Sum errors
+    A = m.mul(_u64_to_f64(m, I.hi(Fn)), m.c(2.0 ** 32))
+    B = _u64_to_f64(m, I.lo(Fn))
+    C = m.mul(_u64_to_f64(m, I.hi(Ln)), m.c(2.0 ** -32))
+    D = m.mul(_u64_to_f64(m, I.lo(Ln)), m.c(2.0 ** -64))
+    s = m.add(A, B)
+    err = m.sub(B, m.sub(s, A))
+    t = m.add(s, C)
+    err = m.add(err, m.sub(C, m.sub(t, s)))
+    u = m.add(t, D)
+    err = m.add(err, m.sub(D, m.sub(u, t)))
+    hi = m.add(u, err)
+    lo = m.sub(err, m.sub(hi, u))
+    # times pi/2 * 2**-62 (double-double)
+    ph, pl = _PIO2_SCALED
+    rh = m.mul(hi, m.c(ph))
+    rl = m.add(m.fma(hi, m.c(ph), m.neg(rh)), m.muladd(hi, m.c(pl), m.mul(lo, m.c(ph))))
+    r = m.add(rh, rl)
+    rlo = m.sub(rl, m.sub(r, rh))
+    flip = b.xor(neg, xneg)
+    r = m.sel(flip, m.neg(r), r)
+    rlo = m.sel(flip, m.neg(rlo), rlo)
+    q = b.select(xneg, b.sub(zero, q), q)
+    return q, r, rlo
+
+
+def _centre(m: _M, H):
+    """H = x*2/pi mod 4 in 2.62 fixed point -> (nearest quadrant, signed fraction F)."""
+    b = m.b
+    H = b.add(H, m.ci(1 << 61))
+    q = b.lshr(H, m.ci(62))
+    F = b.sub(b.and_(H, m.ci((1 << 62) - 1)), m.ci(1 << 61))
+    return q, F
+
+
+def _ph_f64(m: _M, x):
+    """Payne-Hanek reduction of a double x (any finite value; garbage for tiny ones, which
+    use the Cody-Waite result).  (q, r_hi, r_lo), r accurate to ~2**-100 relative."""
+    b, I = m.b, _Int(m)
+    bits = m.bits(x)
+    xneg = b.icmp_signed("<", bits, m.ci(0))
+    bexp = b.and_(b.lshr(bits, m.ci(52)), m.ci(0x7FF))
+    mant = b.or_(b.and_(bits, m.ci((1 << 52) - 1)), m.ci(1 << 52))
+    # bit offset of position e-1 (e = bexp - 1075) in the table, which starts at position -63
+    low = b.icmp_signed("<", bexp, m.ci(1013))
+    o = b.sub(b.select(low, m.ci(1013), bexp), m.ci(1013))
+    k = b.lshr(o, m.ci(5))
+    sh = b.and_(o, m.ci(31))
+    tab = _table(m.module, "nbxla_two_over_pi_w64", _I64, _PH_W64)
+    W = [b.lshr(b.shl(_lookup(b, tab, b.add(k, m.ci(j))), sh), m.ci(32)) for j in range(6)]
+    ml, mh = I.lo(mant), I.hi(mant)
+    pl = [I.mul(ml, w) for w in W]
+    ph = [I.mul(mh, w) for w in W]
+    # m * W = sum of 32-bit columns; column 6 and up are multiples of 4 (dropped), column 0
+    # only feeds a carry below 2**-124 (dropped)
+    cols = {c: [] for c in range(1, 6)}
+    for j in range(6):
+        base = 5 - j                                     # column of the low half of ml*W[j]
+        for prod, off in ((pl[j], 0), (ph[j], 1)):
+            if 1 <= base + off <= 5:
+                cols[base + off].append(I.lo(prod))
+            if 1 <= base + off + 1 <= 5:
+                cols[base + off + 1].append(I.hi(prod))
+    acc = {}
+    carry = None
+    for c in range(1, 6):
+        v = cols[c][0]
+        for t in cols[c][1:]:
+            v = I.add(v, t)
+        if carry is not None:
+            v = I.add(v, carry)
+        carry = I.hi(v)
+        acc[c] = v
+    H = b.or_(I.shl(acc[5], 32), I.lo(acc[4]))
+    L = b.or_(I.shl(acc[3], 32), I.lo(acc[2]))
+    q, F = _centre(m, H)
+    q, r, rlo = _ph_finish(m, q, F, L, xneg)
+    return q, m.add(r, m.sub(x, x)), rlo                  # +-inf -> NaN
+
+
+def _ph_f32(m: _M, x32):
+    """Payne-Hanek reduction of a float argument (computed with doubles/i64 in m):
+    24-bit significand times a 96-bit window (per exponent table) of 2/pi."""
+    b, I = m.b, _Int(m)
+    ity32 = ir.VectorType(_I32, m.lanes) if m.lanes else _I32
+    bits = b.zext(b.bitcast(x32, ity32), m.ity)
+    xneg = b.icmp_unsigned(">=", bits, m.ci(1 << 31))
+    bexp = b.and_(b.lshr(bits, m.ci(23)), m.ci(0xFF))
+    mant = b.or_(b.and_(bits, m.ci((1 << 23) - 1)), m.ci(1 << 23))
+    W = [b.zext(_lookup(b, _table(m.module, f"nbxla_two_over_pi_f32_{j}", _I32,
+                                  [w[j] for w in _PH_F32]), bexp), m.ity) for j in range(3)]
+    # bits 32..95 of mant * W (mod 2**96): 2 integer bits (mod 4) and 62 fraction bits
+    H = I.add(I.add(I.shl(I.mul(mant, W[0]), 32), I.mul(mant, W[1])), I.hi(I.mul(mant, W[2])))
+    L = I.shl(I.mul(mant, W[2]), 32)                       # the next 32 bits
+    q, F = _centre(m, H)
+    q, r, rlo = _ph_finish(m, q, F, L, xneg)
+    return q, r, rlo
+
+
+# The Cody-Waite reduction is exact below these (|j| < 2**29 / 2**27); Payne-Hanek above.
+CODY_WAITE_LIMIT = {32: 2.0 ** 29 * 1.5707963267948966, 64: 2.0 ** 27 * 1.5707963267948966}
+
+
+def _pick(m: _M, big, a, c):
+    return tuple(m.b.select(big, u, v) for u, v in zip(c, a))
 
 
 def _trig(which, tiny_identity):
     def f64(m: _M, x):
-        q, s, c = _sincos_f64(m, x, 64, _PIO2_FOR_F64)
+        cw = _reduce_pio2(m, x, _PIO2_FOR_F64)
+        ph = _ph_f64(m, x)
+        big = m.ge(m.abs(x), m.c(CODY_WAITE_LIMIT[64]))  # false for NaN: NaN from Cody-Waite
+        q, r, rlo = _pick(m, big, cw, ph)
+        s, c = _sincos_poly(m, r, rlo, 64)
         r = which(m, q, s, c)
-        r = m.sel(m.lt(m.abs(x), m.c(TRIG_LIMIT[64])), r, m.c(float("nan")))
         if tiny_identity:
             r = m.sel(m.lt(m.abs(x), m.c(2.0 ** -27)), x, r)
         return r
@@ -583,9 +793,13 @@ def _trig(which, tiny_identity):
         b = m32.b
         xd = _widen(b, x, 64)
         m = _M(b, xd.type)
-        q, s, c = _sincos_f64(m, xd, "f32d", _PIO2_FOR_F32)
+        cw = _reduce_pio2(m, xd, _PIO2_FOR_F32)
+        ph = _ph_f32(m, x)
+        big = m.ge(m.abs(xd), m.c(CODY_WAITE_LIMIT[32]))
+        q, r, rlo = _pick(m, big, cw, ph)
+        r = m.add(r, m.sub(xd, xd))                       # +-inf -> NaN
+        s, c = _sincos_poly(m, r, rlo, "f32d")
         r = which(m, q, s, c)
-        r = m.sel(m.lt(m.abs(xd), m.c(TRIG_LIMIT[32])), r, m.c(float("nan")))
         r = b.fptrunc(r, x.type)
         if tiny_identity:
             r = m32.sel(m32.lt(m32.abs(x), m32.c(2.0 ** -13)), x, r)

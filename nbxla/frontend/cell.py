@@ -180,7 +180,7 @@ class CellResult:
     def commit(self, user_ns: dict):
         """Write everything back; returns the cell's display value (None if there is none)."""
         for array, new in self.writebacks:
-            np.copyto(array, new)
+            np.copyto(array, new if isinstance(new, np.ndarray) else new.get())  # CuPy: to host
         for b in self.cell.bindings:
             if b.action == "delete":
                 user_ns.pop(b.name, None)
