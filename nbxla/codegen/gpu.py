@@ -55,7 +55,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import is_float
 from . import gpu_math
 from .elemental import I1, I8, I32, I64, ElementalEmitter, const_i64, llvm_type, storage_type
-from .loops import (_LinearEmitter, _ReductionPlan, _expand, _full_reduction_plan, _is_linear, _outputs,
+from .loops import (_loop, _LinearEmitter, _ReductionPlan, _expand, _full_reduction_plan, _is_linear, _outputs,
                     _prod, _reducer_opcode, _squeeze)
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -219,21 +219,8 @@ def _delinearize(b, linear, dims) -> list:
 
 
 def _stride_loop(b: ir.IRBuilder, start, end, step, name: str, body) -> None:
-    """``for (i = start; i < end; i += step) body(i)``; leaves the builder after the loop."""
-    pre = b.block
-    head = b.append_basic_block(f"{name}.head")
-    loop = b.append_basic_block(f"{name}.body")
-    after = b.append_basic_block(f"{name}.end")
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64, name)
-    i.add_incoming(start, pre)
-    b.cbranch(b.icmp_signed("<", i, end), loop, after)
-    b.position_at_end(loop)
-    body(i)
-    i.add_incoming(b.add(i, step, name=f"{name}.next"), b.block)
-    b.branch(head)
-    b.position_at_end(after)
+    """``for (i = start; i < end; i += step) body(i)`` (grid- and block-stride loops)."""
+    _loop(b, start, end, name, body, step)
 
 
 def _if(b: ir.IRBuilder, cond, name: str, body) -> None:

@@ -80,8 +80,9 @@ class _Buffers:
         b.store(value, b.gep(self.ptrs[k], [offset]))
 
 
-def _loop(b: ir.IRBuilder, begin, end, name: str, body) -> None:
-    """``for (i = begin; i < end; ++i) body(i)``; leaves the builder after the loop."""
+def _loop(b: ir.IRBuilder, begin, end, name: str, body, step=None) -> None:
+    """``for (i = begin; i < end; i += step) body(i)`` (step 1 by default); leaves the
+    builder after the loop."""
     pre = b.block
     head = b.append_basic_block(f"{name}.head")
     loop = b.append_basic_block(f"{name}.body")
@@ -93,7 +94,7 @@ def _loop(b: ir.IRBuilder, begin, end, name: str, body) -> None:
     b.cbranch(b.icmp_signed("<", i, end), loop, after)
     b.position_at_end(loop)
     body(i)
-    nxt = b.add(i, const_i64(1), name=f"{name}.next")
+    nxt = b.add(i, const_i64(1) if step is None else step, name=f"{name}.next")
     i.add_incoming(nxt, b.block)
     b.branch(head)
     b.position_at_end(after)

@@ -25,6 +25,7 @@ from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator import _conform as conform
 from ..hlo.ir import Instruction
+from .thunks import structural_thunk
 
 # Kernels doing less work than this run on the calling thread (threads cost ~10 µs).
 PARALLEL_THRESHOLD = 1 << 17
@@ -196,16 +197,9 @@ class CpuExecutable:
             lit = _contiguous(instr.literal)
             self._literal_ids.add(id(lit))
             return lambda ops: lit
-        if op == "tuple":
-            return lambda ops: tuple(ops)
-        if op == "get-tuple-element":
-            index = instr.attrs["index"]
-            return lambda ops: ops[0][index]
-        if op in ("reshape", "bitcast") and instr.shape.layout is None and \
-                instr.operands[0].shape.layout is None and \
-                instr.shape.element_type == instr.operands[0].shape.element_type:
-            dims = instr.shape.dims
-            return lambda ops: ops[0].reshape(dims)
+        structural = structural_thunk(instr)
+        if structural is not None:
+            return structural
         rule = RULES[op]
         interp = self._interpreter
 

@@ -43,6 +43,7 @@ from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator import _conform as conform
 from ..hlo.ir import Instruction
+from .thunks import structural_thunk
 
 BLOCKS_PER_SM = 32
 _FLOAT_DOT = {"f16", "f32", "f64"}
@@ -190,16 +191,9 @@ class CudaExecutable:
             lit = dev.to_device(instr.literal)
             self._literal_ids.add(id(lit))
             return lambda ops: lit
-        if op == "tuple":
-            return lambda ops: tuple(ops)
-        if op == "get-tuple-element":
-            index = instr.attrs["index"]
-            return lambda ops: ops[0][index]
-        if op in ("reshape", "bitcast") and instr.shape.layout is None and \
-                instr.operands[0].shape.layout is None and \
-                instr.shape.element_type == instr.operands[0].shape.element_type:
-            dims = instr.shape.dims
-            return lambda ops: ops[0].reshape(dims)
+        structural = structural_thunk(instr)
+        if structural is not None:
+            return structural
         if self._device_dot(instr):
             return functools.partial(_dot, dev, instr)
         rule = RULES[op]

@@ -1,0 +1,24 @@
+"""Thunks every executable shares: the instructions that only rearrange existing values."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..hlo.ir import Instruction
+
+
+def structural_thunk(instr: Instruction) -> Callable | None:
+    """A thunk for tuple, get-tuple-element and a row-major reshape/bitcast (a view of the
+    same bytes), or None for any other instruction."""
+    op = instr.opcode
+    if op == "tuple":
+        return lambda ops: tuple(ops)
+    if op == "get-tuple-element":
+        index = instr.attrs["index"]
+        return lambda ops: ops[0][index]
+    if op in ("reshape", "bitcast") and instr.shape.layout is None and \
+            instr.operands[0].shape.layout is None and \
+            instr.shape.element_type == instr.operands[0].shape.element_type:
+        dims = instr.shape.dims
+        return lambda ops: ops[0].reshape(dims)
+    return None
