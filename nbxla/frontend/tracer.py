@@ -149,16 +149,19 @@ class Tracer:
         return apply_function(func, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
-        raise self._concrete("NumPy asked for the concrete values of a traced array",
-                             "a function nbxla cannot trace converted it with np.asarray")
+        raise self._concrete(
+            "NumPy asked for the concrete values of a traced array",
+            "np.asarray/np.array, or a function nbxla cannot trace, converted it",
+            "Inside compiled code a traced value already is an array: drop np.asarray(x), "
+            "write x.astype(dtype) to convert, or move this call outside the compiled cell.")
 
-    def _concrete(self, what: str, why: str = "") -> ConcretizationError:
+    def _concrete(self, what: str, why: str = "", hint: str | None = None) -> ConcretizationError:
         return ConcretizationError(
             f"{what}{' (' + why + ')' if why else ''}: inside %%xla / @nbxla.jit arrays have no "
             f"values yet, only a shape and dtype ({self.instr.shape.to_text(with_layout=False)})",
             self.ctx.user_location(),
-            "Compute both branches and choose with np.where(cond, a, b), keep the value as an "
-            "array, or move this code outside the compiled cell.")
+            hint or "Compute both branches and choose with np.where(cond, a, b), keep the value "
+            "as an array, or move this code outside the compiled cell.")
 
     def __bool__(self):
         raise self._concrete("the truth value of a traced array was needed", "if/while/and/or on an array")
