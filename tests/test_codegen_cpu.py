@@ -129,9 +129,6 @@ MAY_BE_INTERPRETED = {"real", "imag", "complex", "compare_TOTALORDER_LT", "compa
 
 # Known codegen bugs, by (dtype, op): xfail(strict) so a fix is noticed.
 KNOWN_BUGS: dict[tuple[str, str], str] = {}
-_HUGE_TRIG = ("transcendentals: sin/cos/tan range reduction breaks for |x| >= 2^63 (~9.2e18): f32 "
-              "sin(1e30) gives inf (NumPy -0.5218765), cos -inf, tan -7e20; f64 gives NaN")
-KNOWN_BUGS.update({(t, op): _HUGE_TRIG for t in ("f32", "f64") for op in ("sine", "cosine", "tan")})
 # Ops whose native code once crashed the process: left out of the shared modules, checked in
 # a subprocess (test_crash_prone_ops_in_a_subprocess) so that a regression fails one test
 # instead of killing the session.

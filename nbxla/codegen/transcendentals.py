@@ -2,15 +2,16 @@
 
 LLVM turns ``llvm.exp`` and friends (and libm calls) into scalar calls, which stops the loop
 vectorizer.  The functions here emit branch-free code instead: range reduction (Cody-Waite,
-with split constants whose products with the reduction integer are exact), a polynomial, the
-scale by ``2**n`` built with integer bit operations, and ``select`` for special cases.  Every
-step is an ordinary float/int instruction or a vectorizable intrinsic (``fmuladd``, ``fma``,
+with split constants whose products with the reduction integer are exact; Payne-Hanek for
+sin/cos/tan), a polynomial, the scale by ``2**n`` built with integer bit operations, and
+``select`` for special cases.  Every step is an ordinary float/int instruction, a load from a
+constant table (a gather once vectorized), or a vectorizable intrinsic (``fmuladd``, ``fma``,
 ``fabs``, ``copysign``, ``rint``), so loops using them vectorize to the host's SIMD width.
 
 ``emit_<name>(builder, value[, value2]) -> value`` work on ``half``, ``float`` and ``double``
 values (scalars or vectors).  ``half`` is computed in ``float`` and rounded once at the end.
 Some ``float`` functions compute internally in ``double`` (as glibc's ``sinf``/``powf`` do):
-sin/cos/tan (the reduction needs more than 24 bits) and pow (needs ``log`` to more than 24
+sin/cos/tan (the polynomial after the reduction) and pow (needs ``log`` to more than 24
 bits).  ``fma`` is used for exact products in double-precision ``pow`` (one instruction on
 every x86-64-v3 / GPU target).
 
@@ -36,10 +37,12 @@ tanh       2.35       2.42       saturates to +-1; tanh(+-0) = +-0
 logistic   2.17       2.28       1/(1+e^-x) for x>=0, e^x/(1+e^x) below: no early overflow,
                                  denormal results (f32: x in [-103, -87]); (+-inf) -> 1, 0
 erf        0.96       1.00       erf(+-inf) = +-1, erf(+-0) = +-0
-sin, cos   0.50       0.77       f32 computed in double; exact reduction for |x| < TRIG_LIMIT
-                                 (f32: 2**29*pi/2 ~ 8.4e8, f64: 2**27*pi/2 ~ 2.1e8), NaN at
-                                 and beyond it (and for +-inf)
-tan        0.50       2.07       same reduction limits as sin/cos
+sin, cos   0.50       0.77       every finite x (no limit: Payne-Hanek reduction, exact
+                                 integer products with a window of 2/pi picked by the
+                                 exponent; f32: 96-bit window chosen with selects, f64:
+                                 192-bit window from a table, 3 gathers); same errors up to
+                                 1.7e308; sin/cos/tan(+-inf) = NaN
+tan        0.50       2.10       as sin/cos
 pow        0.50       2.16       f32 in double; f64 through a double-double log and an exp
                                  with a low-order correction (uses llvm.fma); C99 special
                                  cases (pow(x, +-0) = 1, pow(1, y) = 1 even for NaN, negative
@@ -65,16 +68,6 @@ _F32, _F64, _F16 = ir.FloatType(), ir.DoubleType(), ir.HalfType()
 _LN2 = {32: (float.fromhex("0x1.62e4p-1"), float.fromhex("0x1.7f7d1cf79abcap-20")),
         64: (float.fromhex("0x1.62e42fefa2p-1"), float.fromhex("0x1.9ef35793c7673p-41"))}
 _LOG2E = 1.4426950408889634
-_TWO_OVER_PI = 0.6366197723675814
-# pi/2 in parts for the double-precision reduction of f32 arguments: four 24-bit parts
-# (j * part exact for |j| < 2**29).
-_PIO2_FOR_F32 = [float.fromhex(h) for h in
-                 ("0x1.921fb4p+0", "0x1.4442dp-24", "0x1.846988p-48", "0x1.8cc516p-72")]
-# pi/2 for f64 arguments: five 26-bit parts (j * part exact for |j| < 2**27) and the rest.
-_PIO2_FOR_F64 = [float.fromhex(h) for h in
-                 ("0x1.921fb5p+0", "0x1.110b46p-26", "0x1.1a626300p-54", "0x1.8a2e03p-81",
-                  "0x1.c1cd128p-107", "0x1.024e088a67cc7p-135")]
-
 
 def _taylor_exp(degree: int) -> list[float]:
     """1/k! for k = 0..degree (exact rationals rounded once)."""
@@ -500,31 +493,6 @@ def emit_erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 # ---- sin / cos / tan --------------------------------------------------------------------------
 
-def _reduce_pio2(m: _M, x, parts):
-    """x = j*pi/2 + r in double precision.  Returns (j mod 4 as int, r_hi, r_lo).
-
-    Every product j*part is exact while |j| < 2**(53 - bits of part); the partial remainders
-    are carried in double-double, so r is accurate to ~2**-100 absolute in that range.  Beyond
-    it (|x| >= TRIG_LIMIT: 2**29*pi/2 ~ 8.4e8 for f32 arguments, 2**27*pi/2 ~ 2.1e8 for f64)
-    the products round and the result would be meaningless: sin/cos/tan return NaN there
-    (a Payne-Hanek reduction would be needed; it is not branch-free-cheap)."""
-    shift = m.c(_SHIFT[64])
-    kf = m.muladd(x, m.c(_TWO_OVER_PI), shift)
-    q = m.b.and_(m.bits(kf), m.ci(3))
-    j = m.sub(kf, shift)
-    r = m.muladd(j, m.c(-parts[0]), x)                 # exact
-    lo = m.c(0.0)
-    for p in parts[1:]:
-        w = m.mul(j, m.c(p))                           # exact (except the last part)
-        s = m.sub(r, w)                                # TwoSum(r, -w)
-        bb = m.sub(s, r)
-        err = m.add(m.sub(r, m.sub(s, bb)), m.sub(m.neg(w), bb))
-        r, lo = s, m.add(lo, err)
-    hi = m.add(r, lo)
-    lo = m.sub(lo, m.sub(hi, r))
-    return q, hi, lo
-
-
 def _sincos_poly(m: _M, r, rlo, key):
     """(sin(r + rlo), cos(r + rlo)) for |r| <= pi/4 (+ rounding)."""
     z = m.mul(r, r)
@@ -564,10 +532,12 @@ def _tan_from(m: _M, q, s, c):
 #
 # x = m * 2**e (m the integer significand).  x * 2/pi mod 4 only depends on the bits of 2/pi at
 # positions e-1, e, ... (bit i has weight 2**-i; earlier bits contribute multiples of 4), so a
-# window of those bits, picked by the exponent from a constant table, times m in exact integer
-# arithmetic (32 x 32 -> 64-bit products: ``vpmuludq``, gathers for the table) gives the
-# quadrant and the fraction as a fixed-point number; the fraction is centred on [-1/2, 1/2)
-# in the integer domain (exact), converted to double(-double) and multiplied by pi/2.
+# window of those bits, picked by the exponent (constant table or selects), times m in exact
+# integer arithmetic (32 x 32 -> 64-bit products: ``vpmuludq``) gives the quadrant and the
+# fraction as a fixed-point number; the fraction is centred on [-1/2, 1/2) in the integer
+# domain (exact), converted to double(-double) and multiplied by pi/2.  Used for every
+# |x| >= pi/4 (smaller x need no reduction): computing a Cody-Waite reduction as well and
+# selecting would only add work, since a branch-free kernel pays for both paths anyway.
 
 def _two_over_pi_bits(nbits: int) -> int:
     """floor(2/pi * 2**nbits), by Machin's formula in integer arithmetic (64 guard bits)."""
@@ -586,27 +556,33 @@ def _two_over_pi_bits(nbits: int) -> int:
     return (1 << (prec + nbits + 1)) // pi
 
 
-# f64: 32-bit words of 2/pi from bit position -63 on (the first two words are zeros, for the
-# exponents below 2**54), enough for the largest exponent (e = 971) plus the 192-bit window.
-_PH_WORDS = 40
-_PH_NBITS = 32 * _PH_WORDS - 64
-_TWO_OVER_PI_INT = _two_over_pi_bits(_PH_NBITS)        # bits at positions 1 .. _PH_NBITS
-_PH_W32 = [0, 0] + [(_TWO_OVER_PI_INT >> (_PH_NBITS - 32 * (k - 1))) & 0xFFFFFFFF
-                    for k in range(2, _PH_WORDS)]     # word k: positions 32k-63 .. 32k-32
-# overlapping pairs: (W[k] << 32 | W[k+1]) << s >> 32 is the 32-bit window word at bit offset
-# 32k + s
-_PH_W64 = [(_PH_W32[k] << 32) | _PH_W32[k + 1] for k in range(_PH_WORDS - 1)]
+# Bits at positions 1 .. _PH_NBITS: enough for the largest f64 exponent (e = 972 for inf/NaN)
+# plus the 192-bit window.
+_PH_NBITS = 1200
+_TWO_OVER_PI_INT = _two_over_pi_bits(_PH_NBITS)
 
 
-def _f32_window(biased: int) -> list[int]:
-    """The 96 bits of 2/pi at positions e-1 .. e+94 for f32 exponent field ``biased``
-    (x = m * 2**e, e = biased - 150), as three 32-bit words (most significant first)."""
-    last = biased - 150 - 1 + 95                       # position of the window's last bit
-    w = (_TWO_OVER_PI_INT >> (_PH_NBITS - last)) & ((1 << 96) - 1) if last >= 0 else 0
-    return [(w >> 64) & 0xFFFFFFFF, (w >> 32) & 0xFFFFFFFF, w & 0xFFFFFFFF]
+def _window(first: int, nbits: int) -> int:
+    """The bits of 2/pi at positions first .. first+nbits-1 as an integer (zeros before 1)."""
+    last = first + nbits - 1
+    return (_TWO_OVER_PI_INT >> (_PH_NBITS - last)) & ((1 << nbits) - 1) if last >= 0 else 0
 
 
-_PH_F32 = [_f32_window(b) for b in range(256)]
+# f64 (x = m * 2**e, e = biased - 1075): the 192 bits from position e-1 for every biased
+# exponent from 1013 (x ~ 2**-10; the table is only used from 2**27 on) to 2047, pre-shifted,
+# as three 64-bit words (three gathers, no shifts).
+_PH_F64_FIRST = 1013
+_PH_F64 = [_window(b - 1075 - 1, 192) for b in range(_PH_F64_FIRST, 2048)]
+
+
+# f32 (x = m * 2**e, e = biased - 150): the window starts at position e-1 = biased - 151, in
+# the first 200 bits of 2/pi for every biased exponent >= 120.  Words of 32 bits from
+# position -31 on (word 0 is zeros); the window is picked with selects (no gathers).
+_PH_F32_FIRST = 120
+_PH_F32_W32 = [_window(32 * k - 31, 32) for k in range(8)]
+_PH_F32_W64 = [(_PH_F32_W32[k] << 32) | _PH_F32_W32[k + 1] for k in range(7)]
+
+
 # pi/2 * 2**-62 as a double-double (the fixed-point fraction has 62 bits after the point)
 _PIO2_SCALED = (float.fromhex("0x1.921fb54442d18p-62"), float.fromhex("0x1.1a62633145c07p-116"))
 
@@ -706,20 +682,22 @@ def _centre(m: _M, H):
 
 
 def _ph_f64(m: _M, x):
-    """Payne-Hanek reduction of a double x (any finite value; garbage for tiny ones, which
-    use the Cody-Waite result).  (q, r_hi, r_lo), r accurate to ~2**-100 relative."""
+    """Payne-Hanek reduction of a double x, |x| >= 2**-10 finite (x * 2/pi mod 4 is known to
+    ~2**-124 absolute; the closest double to a multiple of pi/2 is ~2**-61 away from it, so
+    r is accurate to ~2**-60 relative at worst).  Returns (q, r_hi, r_lo); NaN for +-inf."""
     b, I = m.b, _Int(m)
     bits = m.bits(x)
     xneg = b.icmp_signed("<", bits, m.ci(0))
     bexp = b.and_(b.lshr(bits, m.ci(52)), m.ci(0x7FF))
     mant = b.or_(b.and_(bits, m.ci((1 << 52) - 1)), m.ci(1 << 52))
-    # bit offset of position e-1 (e = bexp - 1075) in the table, which starts at position -63
-    low = b.icmp_signed("<", bexp, m.ci(1013))
-    o = b.sub(b.select(low, m.ci(1013), bexp), m.ci(1013))
-    k = b.lshr(o, m.ci(5))
-    sh = b.and_(o, m.ci(31))
-    tab = _table(m.module, "nbxla_two_over_pi_w64", _I64, _PH_W64)
-    W = [b.lshr(b.shl(_lookup(b, tab, b.add(k, m.ci(j))), sh), m.ci(32)) for j in range(6)]
+    idx = b.sub(b.select(b.icmp_signed("<", bexp, m.ci(_PH_F64_FIRST)), m.ci(_PH_F64_FIRST), bexp),
+                m.ci(_PH_F64_FIRST))
+    W = []
+    for j in range(3):
+        tab = _table(m.module, f"nbxla_two_over_pi_f64_{j}", _I64,
+                     [(w >> (128 - 64 * j)) & 0xFFFFFFFFFFFFFFFF for w in _PH_F64])
+        w = _lookup(b, tab, idx)
+        W += [I.hi(w), I.lo(w)]
     ml, mh = I.lo(mant), I.hi(mant)
     pl = [I.mul(ml, w) for w in W]
     ph = [I.mul(mh, w) for w in W]
@@ -750,39 +728,55 @@ def _ph_f64(m: _M, x):
     return q, m.add(r, m.sub(x, x)), rlo                  # +-inf -> NaN
 
 
+def _i64_to_f64(m: _M, v):
+    """A signed integer |v| < 2**62 (i64) as a double (one rounding): exact halves summed."""
+    b = m.b
+    hi = b.ashr(v, m.ci(32))                               # |hi| < 2**30: 1.5*2**52 + hi exact
+    hd = m.sub(m.from_bits(b.add(hi, m.ci(0x4338000000000000))), m.c(1.5 * 2.0 ** 52))
+    lo = _u64_to_f64(m, b.and_(v, m.ci(0xFFFFFFFF)))
+    return m.muladd(hd, m.c(2.0 ** 32), lo)
+
+
 def _ph_f32(m: _M, x32):
-    """Payne-Hanek reduction of a float argument (computed with doubles/i64 in m):
-    24-bit significand times a 96-bit window (per exponent table) of 2/pi."""
+    """Payne-Hanek reduction of a float argument |x| >= 2**-7 (computed with doubles/i64 in
+    m): 24-bit significand times a 96-bit window of 2/pi (chosen with selects).  The fraction is
+    known to 2**-62 (quadrant units); the closest f32 to a multiple of pi/2 is ~2**-30 away
+    from it, so r is accurate to ~2**-32 relative at worst, far below the f32 rounding."""
     b, I = m.b, _Int(m)
     ity32 = ir.VectorType(_I32, m.lanes) if m.lanes else _I32
     bits = b.zext(b.bitcast(x32, ity32), m.ity)
     xneg = b.icmp_unsigned(">=", bits, m.ci(1 << 31))
     bexp = b.and_(b.lshr(bits, m.ci(23)), m.ci(0xFF))
     mant = b.or_(b.and_(bits, m.ci((1 << 23) - 1)), m.ci(1 << 23))
-    W = [b.zext(_lookup(b, _table(m.module, f"nbxla_two_over_pi_f32_{j}", _I32,
-                                  [w[j] for w in _PH_F32]), bexp), m.ity) for j in range(3)]
+    o = b.sub(b.select(b.icmp_unsigned("<", bexp, m.ci(_PH_F32_FIRST)), m.ci(_PH_F32_FIRST), bexp),
+              m.ci(_PH_F32_FIRST))                     # bit offset of position e-1, 0 .. 134
+    k, sh = b.lshr(o, m.ci(5)), b.and_(o, m.ci(31))
+    is_k = [b.icmp_unsigned("==", k, m.ci(v)) for v in range(1, 5)]
+
+    def word(j):                                       # W64[k + j] << sh >> 32
+        v = m.ci(_PH_F32_W64[j])
+        for kk in range(1, 5):
+            v = b.select(is_k[kk - 1], m.ci(_PH_F32_W64[kk + j]), v)
+        return b.lshr(b.shl(v, sh), m.ci(32))
+    W = [word(j) for j in range(3)]
     # bits 32..95 of mant * W (mod 2**96): 2 integer bits (mod 4) and 62 fraction bits
     H = I.add(I.add(I.shl(I.mul(mant, W[0]), 32), I.mul(mant, W[1])), I.hi(I.mul(mant, W[2])))
-    L = I.shl(I.mul(mant, W[2]), 32)                       # the next 32 bits
+    H = b.select(xneg, b.sub(m.ci(0), H), H)               # x * 2/pi for negative x
     q, F = _centre(m, H)
-    q, r, rlo = _ph_finish(m, q, F, L, xneg)
-    return q, r, rlo
+    r = m.mul(_i64_to_f64(m, F), m.c(_PIO2_SCALED[0]))
+    return q, r, m.c(0.0)
 
 
-# The Cody-Waite reduction is exact below these (|j| < 2**29 / 2**27); Payne-Hanek above.
-CODY_WAITE_LIMIT = {32: 2.0 ** 29 * 1.5707963267948966, 64: 2.0 ** 27 * 1.5707963267948966}
-
-
-def _pick(m: _M, big, a, c):
-    return tuple(m.b.select(big, u, v) for u, v in zip(c, a))
+_PIO4 = 0.7853981633974483
 
 
 def _trig(which, tiny_identity):
     def f64(m: _M, x):
-        cw = _reduce_pio2(m, x, _PIO2_FOR_F64)
-        ph = _ph_f64(m, x)
-        big = m.ge(m.abs(x), m.c(CODY_WAITE_LIMIT[64]))  # false for NaN: NaN from Cody-Waite
-        q, r, rlo = _pick(m, big, cw, ph)
+        q, r, rlo = _ph_f64(m, x)
+        small = m.lt(m.abs(x), m.c(_PIO4))                      # |x| < pi/4: no reduction
+        q = m.b.select(small, m.ci(0), q)
+        r = m.sel(small, x, r)
+        rlo = m.sel(small, m.c(0.0), rlo)
         s, c = _sincos_poly(m, r, rlo, 64)
         r = which(m, q, s, c)
         if tiny_identity:
@@ -793,11 +787,10 @@ def _trig(which, tiny_identity):
         b = m32.b
         xd = _widen(b, x, 64)
         m = _M(b, xd.type)
-        cw = _reduce_pio2(m, xd, _PIO2_FOR_F32)
-        ph = _ph_f32(m, x)
-        big = m.ge(m.abs(xd), m.c(CODY_WAITE_LIMIT[32]))
-        q, r, rlo = _pick(m, big, cw, ph)
-        r = m.add(r, m.sub(xd, xd))                       # +-inf -> NaN
+        q, r, rlo = _ph_f32(m, x)
+        small = m.lt(m.abs(xd), m.c(_PIO4))                     # |x| < pi/4: no reduction
+        q = b.select(small, m.ci(0), q)
+        r = m.sel(small, xd, m.add(r, m.sub(xd, xd)))     # +-inf, NaN -> NaN
         s, c = _sincos_poly(m, r, rlo, "f32d")
         r = which(m, q, s, c)
         r = b.fptrunc(r, x.type)
