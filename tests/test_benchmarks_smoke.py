@@ -47,3 +47,17 @@ def test_only_selects_workloads():
     proc = _run("--quick", "--only", "chain20", "--repeats", "1")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert [row.split()[0] for row in _table_rows(proc.stdout)] == ["chain20"], proc.stdout
+
+
+def test_gpu_benchmark_script_runs_on_the_emulator():
+    """The GPU benchmark's own logic, checked without a GPU (no timings asserted)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "gpu_workloads.py"),
+                          "--device", "cuda-emulator", "--quick"], capture_output=True, text=True,
+                         timeout=300, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "running" in out.stdout and "sum_xyz" in out.stdout
