@@ -20,7 +20,7 @@ from llvmlite import ir
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
-from ..hlo.shapes import is_float, is_integral
+from ..hlo.shapes import complex_component, is_complex, is_float, is_integral
 from . import transcendentals
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -29,7 +29,18 @@ _LLVM_TYPES = {
     "pred": I1, "s8": I8, "u8": I8, "s16": ir.IntType(16), "u16": ir.IntType(16),
     "s32": I32, "u32": I32, "s64": I64, "u64": I64,
     "f16": ir.HalfType(), "f32": ir.FloatType(), "f64": ir.DoubleType(),
+    # Complex values are {re, im} structs in registers and in memory (NumPy's interleaved
+    # layout); the loop emitters load and store the two components separately.
+    "c64": ir.LiteralStructType([ir.FloatType(), ir.FloatType()]),
+    "c128": ir.LiteralStructType([ir.DoubleType(), ir.DoubleType()]),
 }
+
+# Ops whose code does not depend on the element type (they only move values or choose
+# between them): complex values go through their ordinary rules.  Every other op with a
+# complex operand or result goes to a ``_complex_<op>`` rule, or is unsupported.
+_TYPE_AGNOSTIC = {"parameter", "constant", "broadcast", "reshape", "bitcast", "copy", "transpose",
+                  "slice", "reverse", "concatenate", "pad", "dynamic-slice", "gather",
+                  "dynamic-update-slice", "select", "tuple"}
 
 
 def llvm_type(element_type: str) -> ir.Type:
@@ -88,6 +99,11 @@ class ElementalEmitter:
             return self.reduced[id(instr)]
         if op == "parameter":
             return self.load(instr.parameter_number, index)
+        if op not in _TYPE_AGNOSTIC and _involves_complex(instr):
+            rule = getattr(self, "_complex_" + op.replace("-", "_"), None)
+            if rule is None:
+                raise UnsupportedError(f"no native code for complex {op} yet")
+            return rule(instr, index)
         rule = getattr(self, "_" + op.replace("-", "_"), None)
         if rule is None:
             raise UnsupportedError(f"no native code for {op} yet")
@@ -141,6 +157,9 @@ class ElementalEmitter:
         return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if self._t(instr) == "pred" else v
 
     def _scalar_constant(self, ty, t, v, storage=False):
+        if is_complex(t):
+            v = complex(v)
+            return ir.Constant(ty, [ir.Constant(ty.elements[0], v.real), ir.Constant(ty.elements[1], v.imag)])
         if t == "pred":
             return ir.Constant(I8 if storage else I1, int(bool(v)))
         if is_float(t):
@@ -634,6 +653,314 @@ class ElementalEmitter:
         m = b.select(cmp(">", x, lo), x, lo)
         return b.select(cmp("<", m, hi), m, hi)
 
+    # ---- real/imag of real numbers ------------------------------------------------------------
+
+    def _real(self, instr, index):
+        return self._operand(instr, 0, index)
+
+    def _imag(self, instr, index):
+        v = self._operand(instr, 0, index)
+        return ir.Constant(v.type, 0.0 if is_float(self._t(instr)) else 0)
+
+    # ---- complex numbers ----------------------------------------------------------------------
+    #
+    # Following NumPy (the evaluator), which follows C99 Annex G (glibc's cexp/clog/csqrt):
+    # the special values (infinite and NaN components, signed zeros) are chosen explicitly with
+    # selects; the rest is straight-line code.  c64 abs, log and sqrt are computed in double
+    # precision (no scaling needed, rounded once at the end); c128 ones scale by powers of two
+    # to avoid overflow and underflow.
+
+    def _parts(self, v):
+        return self.b.extract_value(v, 0), self.b.extract_value(v, 1)
+
+    def _pack(self, re, im):
+        ty = ir.LiteralStructType([re.type, re.type])
+        return self.b.insert_value(self.b.insert_value(ir.Constant(ty, ir.Undefined), re, 0), im, 1)
+
+    def _complex_operand(self, instr, k, index):
+        return self._parts(self._operand(instr, k, index))
+
+    def _fabs(self, v):
+        return self._intrinsic("llvm.fabs", v.type, [v])
+
+    def _isnan(self, v):
+        return self.b.fcmp_unordered("uno", v, v)
+
+    def _isinf(self, v):
+        return self.b.fcmp_ordered("==", self._fabs(v), ir.Constant(v.type, float("inf")))
+
+    def _copysign(self, mag, sign):
+        return self._intrinsic("llvm.copysign", mag.type, [mag, sign])
+
+    def _complex_add(self, instr, index):
+        (a, b), (c, d) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
+        return self._pack(self.b.fadd(a, c), self.b.fadd(b, d))
+
+    def _complex_subtract(self, instr, index):
+        (a, b), (c, d) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
+        return self._pack(self.b.fsub(a, c), self.b.fsub(b, d))
+
+    def _complex_negate(self, instr, index):
+        a, b = self._complex_operand(instr, 0, index)
+        return self._pack(self.b.fneg(a), self.b.fneg(b))
+
+    def complex_multiply(self, a, b, c, d):
+        """(a + ib)(c + id) as NumPy computes it (no Annex G recovery of infinities): on a host
+        with FMA its SIMD loops compute ``fma(a, c, -(b*d))`` and ``fma(a, d, b*c)``."""
+        B = self.b
+        if not _host_has_fma():
+            return B.fsub(B.fmul(a, c), B.fmul(b, d)), B.fadd(B.fmul(a, d), B.fmul(b, c))
+        fma = self.module.declare_intrinsic("llvm.fma", [a.type], ir.FunctionType(a.type, [a.type] * 3))
+        return B.call(fma, [a, c, B.fneg(B.fmul(b, d))]), B.call(fma, [a, d, B.fmul(b, c)])
+
+    def _complex_multiply(self, instr, index):
+        (a, b), (c, d) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
+        return self._pack(*self.complex_multiply(a, b, c, d))
+
+    def complex_divide(self, a, b, c, d):
+        """(a + ib) / (c + id) by Smith's algorithm, exactly as NumPy's complex divide loop."""
+        B = self.b
+        ty = a.type
+        one = ir.Constant(ty, 1.0)
+        ac, ad = self._fabs(c), self._fabs(d)
+        real_big = B.fcmp_ordered(">=", ac, ad)
+        both_zero = B.and_(B.fcmp_ordered("==", ac, ir.Constant(ty, 0.0)),
+                           B.fcmp_ordered("==", ad, ir.Constant(ty, 0.0)))
+        # |c| >= |d|
+        rat = B.fdiv(d, c)
+        scl = B.fdiv(one, B.fadd(c, B.fmul(d, rat)))
+        re1 = B.fmul(B.fadd(a, B.fmul(b, rat)), scl)
+        im1 = B.fmul(B.fsub(b, B.fmul(a, rat)), scl)
+        # division by zero: a complex inf or NaN
+        re0, im0 = B.fdiv(a, ac), B.fdiv(b, ac)
+        # |c| < |d| (or NaN)
+        rat2 = B.fdiv(c, d)
+        scl2 = B.fdiv(one, B.fadd(d, B.fmul(c, rat2)))
+        re2 = B.fmul(B.fadd(B.fmul(a, rat2), b), scl2)
+        im2 = B.fmul(B.fsub(B.fmul(b, rat2), a), scl2)
+        re = B.select(real_big, B.select(both_zero, re0, re1), re2)
+        im = B.select(real_big, B.select(both_zero, im0, im1), im2)
+        return re, im
+
+    def _complex_divide(self, instr, index):
+        (a, b), (c, d) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
+        return self._pack(*self.complex_divide(a, b, c, d))
+
+    def _complex_complex(self, instr, index):
+        return self._pack(self._operand(instr, 0, index), self._operand(instr, 1, index))
+
+    def _complex_real(self, instr, index):
+        return self._complex_operand(instr, 0, index)[0]
+
+    def _complex_imag(self, instr, index):
+        return self._complex_operand(instr, 0, index)[1]
+
+    def _complex_compare(self, instr, index):
+        direction = instr.attrs["direction"]
+        if direction not in ("EQ", "NE"):
+            raise UnsupportedError(f"complex compare {direction} has no native code path")
+        B = self.b
+        (a, b), (c, d) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
+        if direction == "EQ":
+            return B.and_(B.fcmp_ordered("==", a, c), B.fcmp_ordered("==", b, d))
+        return B.or_(B.fcmp_unordered("!=", a, c), B.fcmp_unordered("!=", b, d))
+
+    def _complex_convert(self, instr, index):
+        x = instr.operands[0]
+        src, dst = x.shape.element_type, self._t(instr)
+        v = self.value(x, index)
+        if is_complex(src):
+            re, im = self._parts(v)
+            part = complex_component(src)
+            if not is_complex(dst):
+                return self._convert_value(re, part, dst)     # the real part (as the evaluator)
+            return self._pack(self._convert_value(re, part, complex_component(dst)),
+                              self._convert_value(im, part, complex_component(dst)))
+        re = self._convert_value(v, src, complex_component(dst))
+        return self._pack(re, ir.Constant(re.type, 0.0))
+
+    def _widen(self, v):
+        return self.b.fpext(v, ir.DoubleType()) if isinstance(v.type, ir.FloatType) else v
+
+    def _like(self, v, ty):
+        return self.b.fptrunc(v, ty) if v.type != ty else v
+
+    def complex_hypot(self, x, y):
+        """|x + iy| without undue overflow/underflow; inf if either part is infinite."""
+        B = self.b
+        ty = x.type
+        ax, ay = self._fabs(x), self._fabs(y)
+        if isinstance(ty, ir.FloatType):
+            dx, dy = B.fpext(ax, ir.DoubleType()), B.fpext(ay, ir.DoubleType())
+            s = B.fadd(B.fmul(dx, dx), B.fmul(dy, dy))
+            h = B.fptrunc(self._intrinsic("llvm.sqrt", s.type, [s]), ty)
+        else:
+            h, _, unscale = self._scaled_hypot(x, y)
+            h = B.fmul(h, unscale)
+        inf = B.or_(self._isinf(x), self._isinf(y))
+        return B.select(inf, ir.Constant(ty, float("inf")), h)
+
+    def _scaled_hypot(self, x, y):
+        """(|x + iy| * 2**k, -k ln 2, 2**-k) for f64 parts, k = 600 for tiny and -600 for
+        huge magnitudes (0 otherwise): sqrt(x*x + y*y) without overflow or underflow."""
+        B = self.b
+        ty = x.type
+        ax, ay = self._fabs(x), self._fabs(y)
+        m = B.select(B.fcmp_ordered(">", ax, ay), ax, ay)
+        big = B.fcmp_ordered(">", m, ir.Constant(ty, 2.0 ** 500))
+        small = B.fcmp_ordered("<", m, ir.Constant(ty, 2.0 ** -500))
+
+        def pick(if_big, if_small, otherwise):
+            return B.select(big, ir.Constant(ty, if_big),
+                            B.select(small, ir.Constant(ty, if_small), ir.Constant(ty, otherwise)))
+        scale = pick(2.0 ** -600, 2.0 ** 600, 1.0)
+        ln2 = float(np.log(2.0))
+        xs, ys = B.fmul(ax, scale), B.fmul(ay, scale)
+        s = B.fadd(B.fmul(xs, xs), B.fmul(ys, ys))
+        return (self._intrinsic("llvm.sqrt", ty, [s]), pick(600 * ln2, -600 * ln2, 0.0),
+                pick(2.0 ** 600, 2.0 ** -600, 1.0))
+
+    def _complex_abs(self, instr, index):
+        return self.complex_hypot(*self._complex_operand(instr, 0, index))
+
+    def _complex_sign(self, instr, index):
+        """z / |z| (0 for 0), as the evaluator: a complex division by (|z|, 0)."""
+        a, b = self._complex_operand(instr, 0, index)
+        mag = self.complex_hypot(a, b)
+        re, im = self.complex_divide(a, b, mag, ir.Constant(mag.type, 0.0))
+        zero = self.b.fcmp_ordered("==", mag, ir.Constant(mag.type, 0.0))
+        return self._pack(self.b.select(zero, a, re), self.b.select(zero, b, im))
+
+    def _complex_exponential(self, instr, index):
+        """e^x (cos y + i sin y) in glibc's order of operations (NumPy calls cexp): for x
+        above t = int((MAX_EXP - 1) ln 2), e^t is multiplied into cos y and sin y (once or
+        twice) first, so results with a small cos/sin stay finite, and the finite part of a
+        half-infinite result is NumPy's.  c64's sin, cos and exp are computed in double and
+        rounded (correctly rounded values, as glibc's).  C99 special cases: y = 0 gives
+        (e^x, y); x = -inf with y inf or NaN gives 0; x = +inf with y inf or NaN (inf, NaN)."""
+        B = self.b
+        x, y = self._complex_operand(instr, 0, index)
+        ty = x.type
+        single = isinstance(ty, ir.FloatType)
+        t = 88.0 if single else 709.0
+        exp_t = float(np.float32(np.exp(np.float64(88.0)))) if single else float(np.exp(709.0))
+        tiny = float(np.finfo(np.float32 if single else np.float64).tiny)
+        huge = float(np.finfo(np.float32 if single else np.float64).max)
+
+        def rounded(emit, v):
+            r = emit(B, self._widen(v))
+            return B.fptrunc(r, ty) if single else r
+        one, zero, inf = ir.Constant(ty, 1.0), ir.Constant(ty, 0.0), ir.Constant(ty, float("inf"))
+        normal = B.fcmp_ordered(">", self._fabs(y), ir.Constant(ty, tiny))
+        s = B.select(normal, rounded(transcendentals.emit_sin, y), y)
+        c = B.select(normal, rounded(transcendentals.emit_cos, y), one)
+        for _ in range(2):
+            big = B.fcmp_ordered(">", x, ir.Constant(ty, t))
+            x = B.select(big, B.fsub(x, ir.Constant(ty, t)), x)
+            s = B.select(big, B.fmul(s, ir.Constant(ty, exp_t)), s)
+            c = B.select(big, B.fmul(c, ir.Constant(ty, exp_t)), c)
+        big = B.fcmp_ordered(">", x, ir.Constant(ty, t))
+        e = rounded(transcendentals.emit_exp, x)
+        re = B.select(big, B.fmul(ir.Constant(ty, huge), c), B.fmul(e, c))
+        im = B.select(big, B.fmul(ir.Constant(ty, huge), s), B.fmul(e, s))
+        x = self._complex_operand(instr, 0, index)[0]
+        y_zero = B.fcmp_ordered("==", y, zero)
+        im = B.select(y_zero, y, im)
+        y_bad = B.or_(self._isnan(y), self._isinf(y))
+        minus_inf = B.and_(y_bad, B.fcmp_ordered("==", x, ir.Constant(ty, float("-inf"))))
+        plus_inf = B.and_(y_bad, B.fcmp_ordered("==", x, inf))
+        re = B.select(minus_inf, zero, B.select(plus_inf, inf, re))
+        im = B.select(minus_inf, self._copysign(zero, y), B.select(plus_inf, B.fsub(y, y), im))
+        return self._pack(re, im)
+
+    def _complex_log(self, instr, index):
+        """log|z| + i atan2(y, x) (C99 special values come from hypot and atan2)."""
+        B = self.b
+        x, y = self._complex_operand(instr, 0, index)
+        ty = x.type
+        if isinstance(ty, ir.FloatType):
+            dx, dy = B.fpext(x, ir.DoubleType()), B.fpext(y, ir.DoubleType())
+            s = B.fadd(B.fmul(dx, dx), B.fmul(dy, dy))
+            re = B.fmul(transcendentals.emit_log(B, s), ir.Constant(s.type, 0.5))
+            inf = B.or_(self._isinf(x), self._isinf(y))
+            re = B.select(inf, ir.Constant(ty, float("inf")), B.fptrunc(re, ty))
+        else:
+            h, log_unscale, _ = self._scaled_hypot(x, y)
+            re = B.fadd(transcendentals.emit_log(B, h), log_unscale)
+            inf = B.or_(self._isinf(x), self._isinf(y))
+            re = B.select(inf, ir.Constant(ty, float("inf")), re)
+        return self._pack(re, self._libm("atan2", ty, [y, x]))
+
+    def _complex_sqrt(self, instr, index):
+        """Principal square root: t = sqrt((|x| + |z|) / 2); x >= 0: (t, y / 2t), else
+        (|y| / 2t, copysign(t, y)); special values as C99 (csqrt)."""
+        B = self.b
+        x0, y0 = self._complex_operand(instr, 0, index)
+        ty = x0.type
+        if isinstance(ty, ir.FloatType):
+            x, y = B.fpext(x0, ir.DoubleType()), B.fpext(y0, ir.DoubleType())
+            wt = x.type
+            ax, ay = self._fabs(x), self._fabs(y)
+            s = B.fadd(B.fmul(ax, ax), B.fmul(ay, ay))
+            h = self._intrinsic("llvm.sqrt", wt, [s])
+            unscale = ir.Constant(wt, 1.0)
+        else:
+            wt = ty
+            ax0, ay0 = self._fabs(x0), self._fabs(y0)
+            m = B.select(B.fcmp_ordered(">", ax0, ay0), ax0, ay0)
+            big = B.fcmp_ordered(">=", m, ir.Constant(ty, 2.0 ** 1021))
+            small = B.fcmp_ordered("<", m, ir.Constant(ty, 2.0 ** -1000))
+            scale = B.select(big, ir.Constant(ty, 0.25), B.select(small, ir.Constant(ty, 2.0 ** 108),
+                                                               ir.Constant(ty, 1.0)))
+            unscale = B.select(big, ir.Constant(ty, 2.0), B.select(small, ir.Constant(ty, 2.0 ** -54),
+                                                                ir.Constant(ty, 1.0)))
+            x, y = B.fmul(x0, scale), B.fmul(y0, scale)
+            ax, ay = self._fabs(x), self._fabs(y)
+            h = self.complex_hypot(x, y)
+        t = self._intrinsic("llvm.sqrt", wt, [B.fmul(B.fadd(ax, h), ir.Constant(wt, 0.5))])
+        q = B.fdiv(ay, B.fadd(t, t))                     # |y| / 2t
+        nonneg = B.fcmp_ordered(">=", x, ir.Constant(wt, 0.0))
+        re = B.select(nonneg, t, q)
+        im = B.select(nonneg, self._copysign(q, y), self._copysign(t, y))
+        re, im = B.fmul(re, unscale), B.fmul(im, unscale)
+        re, im = self._like(re, ty), self._like(im, ty)
+        x, y = x0, y0
+        zero, inf, nan = ir.Constant(ty, 0.0), ir.Constant(ty, float("inf")), ir.Constant(ty, float("nan"))
+        is_zero = B.and_(B.fcmp_ordered("==", x, zero), B.fcmp_ordered("==", y, zero))
+        re, im = B.select(is_zero, zero, re), B.select(is_zero, y, im)
+        any_nan = B.or_(self._isnan(x), self._isnan(y))
+        re, im = B.select(any_nan, nan, re), B.select(any_nan, nan, im)
+        y_nan = self._isnan(y)
+        x_pinf = B.fcmp_ordered("==", x, inf)
+        re = B.select(x_pinf, inf, re)
+        im = B.select(x_pinf, B.select(y_nan, nan, self._copysign(zero, y)), im)
+        x_ninf = B.fcmp_ordered("==", x, ir.Constant(ty, float("-inf")))
+        re = B.select(x_ninf, B.select(y_nan, nan, zero), re)
+        im = B.select(x_ninf, self._copysign(inf, y), im)
+        y_inf = self._isinf(y)
+        re, im = B.select(y_inf, inf, re), B.select(y_inf, y, im)
+        return self._pack(re, im)
+
 
 def _float_width(t: str) -> int:
     return {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}[t]
+
+
+def _involves_complex(instr: Instruction) -> bool:
+    if not instr.shape.is_tuple and is_complex(instr.shape.element_type):
+        return True
+    return any(not o.shape.is_tuple and is_complex(o.shape.element_type) for o in instr.operands)
+
+
+_HAS_FMA: list[bool] = []
+
+
+def _host_has_fma() -> bool:
+    if not _HAS_FMA:
+        try:
+            import llvmlite.binding as llvm
+            features = llvm.get_host_cpu_features()
+            _HAS_FMA.append(bool(features.get("fma", False)) or llvm.get_process_triple().startswith("aarch64"))
+        except Exception:            # noqa: BLE001 (no host information: plain arithmetic)
+            _HAS_FMA.append(False)
+    return _HAS_FMA[0]

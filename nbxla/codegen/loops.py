@@ -28,8 +28,8 @@ from llvmlite import ir
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
-from ..hlo.shapes import is_float
-from .elemental import I1, I8, I64, ElementalEmitter, const_i64, llvm_type, row_major_strides, storage_type
+from ..hlo.shapes import is_complex, is_float
+from .elemental import I1, I8, I32, I64, ElementalEmitter, const_i64, llvm_type, row_major_strides, storage_type
 
 BLOCK = 4096
 _LINEAR_OPS = {"parameter", "constant", "convert", "reshape", "bitcast", "copy", "select", "clamp",
@@ -69,12 +69,24 @@ class _Buffers:
         self.shapes = shapes
 
     def load(self, b, k: int, offset) -> ir.Value:
+        if is_complex(self.shapes[k].element_type):
+            # Two scalar loads (re, im): interleaved accesses LLVM's vectorizer understands.
+            p = b.gep(self.ptrs[k], [offset])
+            v = ir.Constant(self.ptrs[k].type.pointee, ir.Undefined)
+            for part in (0, 1):
+                v = b.insert_value(v, b.load(b.gep(p, [ir.Constant(I32, 0), ir.Constant(I32, part)])), part)
+            return v
         v = b.load(b.gep(self.ptrs[k], [offset]))
         if self.shapes[k].element_type == "pred":
             return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
         return v
 
     def store(self, b, k: int, offset, value) -> None:
+        if is_complex(self.shapes[k].element_type):
+            p = b.gep(self.ptrs[k], [offset])
+            for part in (0, 1):
+                b.store(b.extract_value(value, part), b.gep(p, [ir.Constant(I32, 0), ir.Constant(I32, part)]))
+            return
         if self.shapes[k].element_type == "pred":
             value = b.zext(value, I8)
         b.store(value, b.gep(self.ptrs[k], [offset]))
@@ -234,6 +246,13 @@ def _reducer_opcode(reduce: Instruction) -> str | None:
 
 
 def _combine(b: ir.IRBuilder, em: ElementalEmitter, opcode: str, t: str, acc, x):
+    if is_complex(t):
+        (p, q), (r, s) = em._parts(acc), em._parts(x)
+        if opcode == "add":
+            return em._pack(b.fadd(p, r, flags=("reassoc", "nsz")), b.fadd(q, s, flags=("reassoc", "nsz")))
+        if opcode == "multiply":
+            return em._pack(*em.complex_multiply(p, q, r, s))
+        raise UnsupportedError(f"complex {opcode} reductions have no native code path")
     if opcode == "add":
         return b.fadd(acc, x, flags=("reassoc", "nsz")) if is_float(t) else b.add(acc, x)
     if opcode == "multiply":
@@ -269,9 +288,43 @@ class _ReductionPlan:
         return [next(it_r) if d in self.reduced else next(it_o) for d in range(len(self.in_dims))]
 
 
+def _wide_type(ty):
+    """The type blocked sums of ``ty`` are totalled in: double, or {double, double}."""
+    if isinstance(ty, ir.LiteralStructType):
+        return ir.LiteralStructType([ir.DoubleType(), ir.DoubleType()])
+    return ir.DoubleType()
+
+
+def _zero(ty):
+    if isinstance(ty, ir.LiteralStructType):
+        return ir.Constant(ty, [ir.Constant(e, 0.0) for e in ty.elements])
+    return ir.Constant(ty, 0.0)
+
+
+def _componentwise(b, fn, ty, *values):
+    """``fn`` on each component of struct (complex) values, or on the values themselves."""
+    if not isinstance(values[0].type, ir.LiteralStructType):
+        return fn(*values)
+    out = ir.Constant(ty, ir.Undefined)
+    for part in (0, 1):
+        out = b.insert_value(out, fn(*[b.extract_value(v, part) for v in values]), part)
+    return out
+
+
+def _widen(b, value, wide):
+    elem = wide.elements[0] if isinstance(wide, ir.LiteralStructType) else wide
+    return _componentwise(b, lambda v: v if v.type == elem else b.fpext(v, elem), wide, value)
+
+
+def _wide_add(b, x, y):
+    return _componentwise(b, b.fadd, x.type, x, y)
+
+
 def _narrow(b: ir.IRBuilder, value, ty):
     """double -> ty; to half through float (a direct double->half truncation is a libcall
     that MCJIT cannot resolve)."""
+    if isinstance(ty, ir.LiteralStructType):
+        return _componentwise(b, lambda v: _narrow(b, v, ty.elements[0]), ty, value)
     if isinstance(ty, ir.HalfType):
         return b.fptrunc(b.fptrunc(value, ir.FloatType()), ty)
     return b.fptrunc(value, ty)
@@ -299,14 +352,15 @@ def _accumulate(b, em, plan, reduce, outer_index, name):
     x_instr = reduce.operands[0]
     if not plan.red_dims:                 # reducing no dimensions: f(init, x)
         return _combine(b, em, opcode, t, init, em.value(x_instr, plan.merge(outer_index, [])))
-    blocked = opcode == "add" and t in ("f32", "f16")
+    blocked = opcode == "add" and t in ("f32", "f16", "c64")
+    wide = _wide_type(ty)
     acc_slot = _entry_alloca(b, ty)
     # Blocked float sums: a running double total of per-block sums.
-    total_slot = _entry_alloca(b, ir.DoubleType()) if blocked else None
+    total_slot = _entry_alloca(b, wide) if blocked else None
     b.store(init, acc_slot)
     if blocked:
-        b.store(b.fpext(init, ir.DoubleType()), total_slot)
-        b.store(ir.Constant(ty, 0.0), acc_slot)
+        b.store(_widen(b, init, wide), total_slot)
+        b.store(_zero(ty), acc_slot)
     red_dims = plan.red_dims
     inner = red_dims[-1] if red_dims else 1
 
@@ -323,15 +377,15 @@ def _accumulate(b, em, plan, reduce, outer_index, name):
                 lo = b.mul(k, const_i64(BLOCK))
                 hi = b.add(lo, const_i64(BLOCK))
                 hi = b.select(b.icmp_signed(">", hi, const_i64(inner)), const_i64(inner), hi)
-                b.store(ir.Constant(ty, 0.0), acc_slot)
+                b.store(_zero(ty), acc_slot)
                 run_block(lo, hi)
-                b.store(b.fadd(b.load(total_slot), b.fpext(b.load(acc_slot), ir.DoubleType())), total_slot)
+                b.store(_wide_add(b, b.load(total_slot), _widen(b, b.load(acc_slot), wide)), total_slot)
             _loop(b, const_i64(0), const_i64(-(-inner // BLOCK)), name + "blk", block_body)
         else:
             run_block(const_i64(0), const_i64(inner))
             if blocked:
-                b.store(b.fadd(b.load(total_slot), b.fpext(b.load(acc_slot), ir.DoubleType())), total_slot)
-                b.store(ir.Constant(ty, 0.0), acc_slot)
+                b.store(_wide_add(b, b.load(total_slot), _widen(b, b.load(acc_slot), wide)), total_slot)
+                b.store(_zero(ty), acc_slot)
 
     _nest(b, list(red_dims[:-1]), name + "o", innermost)
     if blocked:
@@ -464,6 +518,8 @@ def _full_reduction_plan(comp: Computation) -> _ReductionPlan | None:
     plan = _ReductionPlan(comp)
     if plan.outer_dims and _prod(plan.outer_dims) != 1:
         return None
+    if any(is_complex(r.shape.element_type) for r in plan.reduces):
+        return None                       # (partial results are 8-byte slots)
     reduce_ids = {id(r) for r in plan.reduces}
     feeding = _ancestors([r.operands[0] for r in plan.reduces])
     if reduce_ids & {id(i) for i in feeding}:
@@ -571,6 +627,8 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
 
 
 def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+    if comp.root.opcode == "scatter":
+        return emit_scatter_kernel(module, name, comp)
     if any(i.opcode == "reduce" for i in comp.instructions):
         plan = _full_reduction_plan(comp)
         if plan is not None:
@@ -580,3 +638,136 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
             return emit_column_reduction(module, name, comp, plan)
         return emit_reduction_kernel(module, name, comp)
     return emit_loop_kernel(module, name, comp)
+
+
+# ---- scatter ------------------------------------------------------------------------------------
+
+_SCATTER_COMBINERS = {"add", "multiply", "maximum", "minimum", "and", "or"}
+
+
+def scatter_combiner(scatter: Instruction) -> str | None:
+    """The recognized combiner of a scatter: a binary opcode of (current, update), or
+    "replace" (the computation returns the update); None for anything else."""
+    comp = scatter.attrs["to_apply"]
+    params, root = comp.parameters, comp.root
+    if len(params) != 2:
+        return None
+    if root is params[1]:
+        return "replace"
+    if root.opcode in _SCATTER_COMBINERS and len(root.operands) == 2 and \
+            {id(o) for o in root.operands} == {id(p) for p in params} and root.operands[0] is not root.operands[1]:
+        return root.opcode
+    return None
+
+
+def emit_scatter_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+    """A computation whose root is ``scatter(operand, indices, updates)`` of its parameters.
+
+    The output starts as a copy of the operand (nothing is copied when the runtime passes the
+    operand's own buffer); then the updates are applied one at a time, in row-major order of
+    the updates with the scatter dimensions outer and the window inner (the evaluator's
+    order: with duplicate indices, float sums round the same way and the last update of a
+    replace wins).  An update whose whole window does not fit in the operand is skipped
+    (XLA's semantics).  Single-threaded: duplicate indices make splitting unsafe.
+    """
+    scatter = comp.root
+    if scatter.opcode != "scatter" or scatter.shape.is_tuple or len(scatter.operands) != 3:
+        raise UnsupportedError("variadic scatter has no native code path yet")
+    if any(o.opcode != "parameter" for o in scatter.operands):
+        raise UnsupportedError("a fused scatter has no native code path yet")
+    a = scatter.attrs
+    if a.get("input_batching_dims") or a.get("scatter_indices_batching_dims"):
+        raise UnsupportedError("scatter with batching dims has no native code path yet")
+    opcode = scatter_combiner(scatter)
+    if opcode is None:
+        raise UnsupportedError("scatter with a custom combiner has no native code path yet")
+    operand, indices, updates = scatter.operands
+    t = scatter.shape.element_type
+    if opcode == "add" and t == "pred":
+        opcode = "or"
+    if is_complex(t) and opcode not in ("add", "multiply", "replace"):
+        raise UnsupportedError(f"complex scatter with {opcode} has no native code path")
+    params = comp.parameters
+    k_operand, k_indices, k_updates = (params.index(o) for o in (operand, indices, updates))
+    shapes = [p.shape for p in params] + [scatter.shape]
+    k_out = len(params)
+    fn, b = _kernel_function(module, name)
+    bufs = _Buffers(b, fn.args[0], shapes)
+    em = ElementalEmitter(b, comp, lambda k, index: _load_at(b, bufs, k, params[k].shape.dims, index))
+
+    odims = operand.shape.dims
+    udims = updates.shape.dims
+    idims = indices.shape.dims
+    rank = len(odims)
+    window_dims = tuple(a.get("update_window_dims", ()))
+    inserted = tuple(a.get("inserted_window_dims", ()))
+    to_operand = tuple(a.get("scatter_dims_to_operand_dims", ()))
+    ivd = a.get("index_vector_dim", len(idims))
+    scatter_dims = [d for d in range(len(udims)) if d not in window_dims]
+    covered = [d for d in range(rank) if d not in inserted]
+    window_shape = [udims[d] for d in window_dims]
+    extent = [1] * rank
+    for k, d in enumerate(covered):
+        extent[d] = window_shape[k]
+    itype = indices.shape.element_type
+
+    # 1. out = operand (skipped when they are the same buffer: an in-place update)
+    size = _prod(odims)
+    src = b.ptrtoint(bufs.ptrs[k_operand], I64)
+    dst = b.ptrtoint(bufs.ptrs[k_out], I64)
+    copy_block = b.append_basic_block("copy")
+    after_copy = b.append_basic_block("copied")
+    b.cbranch(b.icmp_unsigned("!=", src, dst), copy_block, after_copy)
+    b.position_at_end(copy_block)
+    _loop(b, const_i64(0), const_i64(size), "cp",
+          lambda i: bufs.store(b, k_out, i, bufs.load(b, k_operand, i)))
+    b.branch(after_copy)
+    b.position_at_end(after_copy)
+
+    # 2. the updates, in order
+    def per_scatter_index(sidx):
+        batch = list(sidx)                       # indices' dims other than the index vector dim
+        starts = {}
+        for k, d in enumerate(to_operand):
+            sub = list(batch)
+            if ivd < len(idims):
+                sub.insert(ivd, const_i64(k))
+            v = bufs.load(b, k_indices, _linear(b, sub, idims))
+            starts[d] = em._convert_value(v, itype, "s64")
+        fits = ir.Constant(I1, 1)
+        for d in range(rank):
+            s = starts.get(d, const_i64(0))
+            fits = b.and_(fits, b.icmp_signed(">=", s, const_i64(0)))
+            fits = b.and_(fits, b.icmp_signed("<=", s, const_i64(odims[d] - extent[d])))
+        apply_block = b.append_basic_block("apply")
+        skip_block = b.append_basic_block("skip")
+        b.cbranch(fits, apply_block, skip_block)
+        b.position_at_end(apply_block)
+
+        def per_window_index(widx):
+            uidx = [None] * len(udims)
+            for d, i in zip(scatter_dims, sidx):
+                uidx[d] = i
+            for d, i in zip(window_dims, widx):
+                uidx[d] = i
+            oidx = []
+            for d in range(rank):
+                s = starts.get(d, const_i64(0))
+                if d in covered:
+                    w = widx[covered.index(d)]
+                    s = w if d not in starts else b.add(s, w)
+                oidx.append(s)
+            off = _linear(b, oidx, odims)
+            u = bufs.load(b, k_updates, _linear(b, uidx, udims))
+            if opcode == "replace":
+                new = u
+            else:
+                new = _combine(b, em, opcode, t, bufs.load(b, k_out, off), u)
+            bufs.store(b, k_out, off, new)
+        _nest(b, window_shape, "w", per_window_index)
+        b.branch(skip_block)
+        b.position_at_end(skip_block)
+
+    _nest(b, [udims[d] for d in scatter_dims], "s", per_scatter_index)
+    b.ret_void()
+    return KernelSpec(name, "scatter", 1, max(1, _prod(udims)))

@@ -181,6 +181,12 @@ class _Fuser:
             for m in members:
                 if id(m) not in after or m.shape.is_tuple:
                     continue
+                # A reduced value is held per outer index: what follows may only read it at
+                # that same index (no reverse, transpose, slice... of reduced values).
+                if not (m.is_elementwise or m.opcode in ("broadcast", "reduce", "constant") or
+                        (m.opcode in ("reshape", "bitcast") and
+                         _squeeze(m.shape.dims) == _squeeze(m.operands[0].shape.dims))):
+                    return f"a reduction's result is read by {m.opcode} at other positions"
                 if _squeeze(m.shape.dims) == outer:          # the reduced space (keepdims too)
                     continue
                 if m.shape.dims == in_dims and m.opcode == "broadcast":

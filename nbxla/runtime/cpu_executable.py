@@ -24,7 +24,7 @@ from .persistent_cache import default_cache
 from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator import _conform as conform
-from ..hlo.ir import Instruction
+from ..hlo.ir import Computation, Instruction
 from .thunks import structural_thunk
 
 # Kernels doing less work than this run on the calling thread (threads cost ~10 µs).
@@ -162,14 +162,19 @@ class CpuExecutable:
         # become the definition its own body calls.
         fusions = [("nbxla_" + i.name.replace(".", "_").replace("-", "_"), i)
                    for i in entry.instructions if i.opcode == "fusion"]
+        # Standalone scatters (the fusion pass leaves them alone) are compiled like a fusion
+        # of one instruction: a kernel of their own.
+        scatters = [("nbxla_" + i.name.replace(".", "_").replace("-", "_"), i)
+                    for i in entry.instructions if i.opcode == "scatter"]
         store = default_cache()
         key = None
         if store is not None:
-            names = ",".join(n for n, _ in fusions)
+            names = ",".join(n for n, _ in fusions + scatters)
             key = hashlib.sha256((target_fingerprint() + names + print_module(module)).encode()).hexdigest()
         self.kernels: CompiledKernels = compile_kernels(
-            module.name, [(n, i.attrs["calls"]) for n, i in fusions], store, key)
-        kernel_of = {id(instr): name for name, instr in fusions}
+            module.name, [(n, i.attrs["calls"]) for n, i in fusions] +
+            [(n, _single_instruction_computation(i)) for n, i in scatters], store, key)
+        kernel_of = {id(instr): name for name, instr in fusions + scatters}
         self._interpreter = Interpreter()
         self._literal_ids: set[int] = set()
         self._steps: list[tuple[Instruction, Callable]] = []
@@ -179,7 +184,13 @@ class CpuExecutable:
         self._plan = self._schedule()
         # Fusions the code generator could not emit, by HLO instruction name, with the reason.
         hlo_name = {kernel: instr.name for kernel, instr in fusions}
-        self.interpreted = {hlo_name[k]: why for k, why in self.kernels.unsupported.items()}
+        self.interpreted = {hlo_name[k]: why for k, why in self.kernels.unsupported.items()
+                            if k in hlo_name}
+        # Standalone ops that were offered to the code generator but run through the
+        # evaluator's rule (a scatter with a custom combiner, say), with the reason.
+        op_name = {kernel: instr.name for kernel, instr in scatters}
+        self.interpreted_ops = {op_name[k]: why for k, why in self.kernels.unsupported.items()
+                                if k in op_name}
 
     def _thunk(self, instr: Instruction, kernel: str | None) -> Callable:
         op = instr.opcode
@@ -265,6 +276,14 @@ class CpuExecutable:
 
     def _is_literal(self, arr) -> bool:
         return id(arr) in self._literal_ids
+
+
+def _single_instruction_computation(instr: Instruction) -> Computation:
+    """``instr`` applied to parameters: how a standalone op is handed to the code generator."""
+    params = [Instruction("parameter", o.shape, attrs={"parameter_number": k}, name=f"{instr.name}.p{k}")
+              for k, o in enumerate(instr.operands)]
+    root = Instruction(instr.opcode, instr.shape, params, dict(instr.attrs), name=instr.name)
+    return Computation(f"{instr.name}.computation", params + [root], root)
 
 
 def _flatten(value) -> list[np.ndarray]:
