@@ -169,14 +169,6 @@ def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, d
     return broadcast_to(convert(fill, dt), shp)
 
 
-@implements(np.asarray, np.asanyarray, np.array, np.ascontiguousarray)
-def np_asarray(a, dtype=None, *args, copy=None, **kwargs):
-    x = asarray(find_context([a]), a)
-    if dtype is not None:
-        return Tracer(x.ctx, convert(x, dtype).instr)
-    return Tracer(x.ctx, x.instr) if copy or (args and args[0]) else x
-
-
 # ---- joining -----------------------------------------------------------------------------------
 
 @implements(np.concatenate)
