@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from .compiler import Compilation, compile_module
+from .frontend.cell_ast import check_function_no_random
 from .flags import current_flags
 from .frontend.trace import (TracedProgram, alias_pattern, leaf_signature, trace, tree_flatten,
                              tree_unflatten)
@@ -98,6 +99,7 @@ class CompiledFunction:
         key = CacheKey(self, device, flags, signature, treedef, alias_pattern(leaves))
 
         def compile_now():
+            check_function_no_random(self.fn)
             start = time.perf_counter()
             program = trace(self.fn, leaves, treedef, name=_module_name(self.fn),
                             leaf_names=self._leaf_names(args, kwargs))

@@ -273,3 +273,16 @@ def test_unsupported_kernels_fail_clearly():
         jit(data_dependent_loop)(rand(5))
     # ...and the fixed-shape rewrites the messages suggest compile fine:
     check(lambda x: np.where(x > 0, x, 0).sum() / np.maximum((x > 0).sum(), 1), rand(5))
+
+
+def test_random_draws_inside_a_jit_function_are_refused():
+    """A generator call would run once, at trace time, and be frozen into the program."""
+    import nbxla
+
+    def noisy(x):
+        return x + np.random.rand(*x.shape)
+
+    with pytest.raises(nbxla.NotCompilableError, match="np.random has hidden state") as info:
+        nbxla.jit(noisy)(np.ones(3))
+    assert "pass them in as arguments" in str(info.value)
+    assert "np.random.rand(*x.shape)" in str(info.value)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import ast
 import functools
+import inspect
 import linecache
+import textwrap
 from dataclasses import dataclass
-from types import CodeType, ModuleType
+from types import CodeType, ModuleType, SimpleNamespace
 
 import numpy as np
 
@@ -134,7 +136,9 @@ def _is_numpy_random(value) -> bool:
     return isinstance(module, str) and module.startswith("numpy.random")
 
 
-def check_no_random(analysis: CellAnalysis, namespace: dict, filename: str, label: str) -> None:
+def check_no_random(analysis: CellAnalysis, namespace: dict, filename: str, label: str,
+                    hint: str = "draw the random arrays in an ordinary cell before this one and "
+                                "use them here") -> None:
     """Refuse ``np.random.*`` (and generators from it) before the cell runs."""
     for node in ast.walk(analysis.tree):
         what = None
@@ -153,5 +157,25 @@ def check_no_random(analysis: CellAnalysis, namespace: dict, filename: str, labe
             raise NotCompilableError(
                 f"{what} has hidden state (a random generator that advances on every call): "
                 "a compiled cell would not draw new numbers when it runs again",
-                SourceLocation(label, node.lineno, None, None, source),
-                "draw the random arrays in an ordinary cell before this one and use them here")
+                SourceLocation(label, node.lineno, None, None, source), hint)
+
+
+def check_function_no_random(fn) -> None:
+    """``check_no_random`` for an ``@nbxla.jit`` function's own source (when Python has it):
+    a generator call traced once would be frozen into the compiled program as a constant."""
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):     # no source (REPL, lambdas mid-expression)
+        return
+    ast.increment_lineno(tree, start - 1)
+    namespace = dict(getattr(fn, "__globals__", {}))
+    closure = getattr(fn, "__closure__", None) or ()
+    for name, cell in zip(getattr(getattr(fn, "__code__", None), "co_freevars", ()), closure):
+        try:
+            namespace[name] = cell.cell_contents
+        except ValueError:
+            pass
+    filename = fn.__code__.co_filename
+    check_no_random(SimpleNamespace(tree=tree), namespace, filename, filename,
+                    "draw the random arrays outside and pass them in as arguments")
