@@ -50,7 +50,12 @@ def _thread_pool() -> ThreadPoolExecutor:
 
 
 def _data_pointer(arr: np.ndarray) -> int:
-    return arr.ctypes.data
+    # Through the buffer protocol: ~0.4 us, against ~1.5 us for arr.ctypes.data (this is paid
+    # per buffer per call, and dispatch overhead matters for small computations).
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(arr))
+    except (TypeError, ValueError):          # read-only or empty arrays
+        return arr.__array_interface__["data"][0]
 
 
 class _KernelThunk:
