@@ -906,3 +906,13 @@ def test_threaded_running_example_is_deterministic_and_accurate():
     assert all(np.asarray(cpu(x, x)).tobytes() == np.asarray(first).tobytes() for _ in range(3))
     exact = np.mean(3 * x.astype(np.float64) ** 2 + x)
     assert _relative_error(first, exact) < 1e-6
+
+
+def test_array_constant_in_the_linear_fast_path():
+    """A multi-dimensional constant read by a flat (linear) kernel: found by the random-graph
+    property test (the flat index was taken as the first dimension's index)."""
+    import nbxla
+    c = np.array([[1.0, 2.0], [4.0, 8.0]], np.float32)
+    f = nbxla.jit(lambda x: x / c)
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    np.testing.assert_array_equal(f(x), x / c)

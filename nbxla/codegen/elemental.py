@@ -70,6 +70,9 @@ def row_major_strides(dims) -> list[int]:
 class ElementalEmitter:
     """Emits element computations for one fused computation into ``builder``."""
 
+    # True when indices are flat element numbers (the linear fast path), not per-dimension.
+    flat_index = False
+
     def __init__(self, builder: ir.IRBuilder, comp: Computation,
                  load: Callable[[int, list], ir.Value], reduced: dict[int, ir.Value] | None = None):
         self.b = builder
@@ -151,7 +154,7 @@ class ElementalEmitter:
             g.linkage = "private"
             g.initializer = ir.Constant(arr_ty, [self._scalar_constant(sty, self._t(instr), v, storage=True)
                                                  for v in flat])
-        offset = self._linearize(index, instr.shape.dims)
+        offset = index[0] if self.flat_index else self._linearize(index, instr.shape.dims)
         ptr = self.b.gep(g, [const_i64(0), offset])
         v = self.b.load(ptr)
         return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if self._t(instr) == "pred" else v

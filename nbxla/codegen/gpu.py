@@ -55,7 +55,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import is_float
 from . import gpu_math
 from .elemental import I1, I8, I32, I64, ElementalEmitter, const_i64, llvm_type, storage_type
-from .loops import (_loop, _LinearEmitter, _ReductionPlan, _expand, _full_reduction_plan, _is_linear, _outputs,
+from .loops import (_entry_alloca, _loop, _LinearEmitter, _ReductionPlan, _expand, _full_reduction_plan, _is_linear, _outputs,
                     _prod, _reducer_opcode, _squeeze)
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -231,18 +231,6 @@ def _if(b: ir.IRBuilder, cond, name: str, body) -> None:
     body()
     b.branch(after)
     b.position_at_end(after)
-
-
-def _entry_alloca(b: ir.IRBuilder, ty: ir.Type):
-    entry = b.function.entry_basic_block
-    here = b.block
-    if entry.is_terminated:
-        b.position_before(entry.terminator)
-    else:
-        b.position_at_end(entry)
-    slot = b.alloca(ty)
-    b.position_at_end(here)
-    return slot
 
 
 # ---- reducers ------------------------------------------------------------------------------------

@@ -158,6 +158,8 @@ def _prod(dims) -> int:
 class _LinearEmitter(ElementalEmitter):
     """Elemental emitter over flat indices: reshapes are free, parameters are read at i."""
 
+    flat_index = True
+
     def _reshape(self, instr, index):
         return self.value(instr.operands[0], index)
 

@@ -22,24 +22,30 @@ def _operands_in_result_type(instr, args):
     return [np.asarray(x, compute) for x in converted]
 
 
-def _dot(instr, args, interp):
-    a, b = _operands_in_result_type(instr, args)
+def matmul_layout(instr, a_shape, b_shape):
+    """A dot as one batched matmul: the operand permutations and (batch, m, k, n) such that
+    ``transpose(a, lhs_perm).reshape(batch, m, k) @ transpose(b, rhs_perm).reshape(batch, k, n)``
+    reshaped to the dot's result dims is the dot (shared with the device runtimes)."""
     at = instr.attrs
     lb, rb = list(at.get("lhs_batch_dims", ())), list(at.get("rhs_batch_dims", ()))
     lc, rc = list(at.get("lhs_contracting_dims", ())), list(at.get("rhs_contracting_dims", ()))
-    lf = [d for d in range(a.ndim) if d not in lb and d not in lc]
-    rf = [d for d in range(b.ndim) if d not in rb and d not in rc]
+    lf = [d for d in range(len(a_shape)) if d not in lb and d not in lc]
+    rf = [d for d in range(len(b_shape)) if d not in rb and d not in rc]
 
-    def size(x, dims):
-        return int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
+    def size(shape, dims):
+        return int(np.prod([shape[d] for d in dims], dtype=np.int64))
 
-    batch, m, k, n = size(a, lb), size(a, lf), size(a, lc), size(b, rf)
-    # As one batched matmul: lhs (batch, free, contract) @ rhs (batch, contract, free).
-    lhs = np.transpose(a, lb + lf + lc).reshape(batch, m, k)
-    rhs = np.transpose(b, rb + rc + rf).reshape(batch, k, n)
+    return lb + lf + lc, rb + rc + rf, (size(a_shape, lb), size(a_shape, lf), size(a_shape, lc),
+                                        size(b_shape, rf))
+
+
+def _dot(instr, args, interp):
+    a, b = _operands_in_result_type(instr, args)
+    lhs_perm, rhs_perm, (batch, m, k, n) = matmul_layout(instr, a.shape, b.shape)
+    lhs = np.transpose(a, lhs_perm).reshape(batch, m, k)
+    rhs = np.transpose(b, rhs_perm).reshape(batch, k, n)
     out = np.matmul(lhs, rhs)  # ints wrap, pred is or-of-ands
-    dims = [a.shape[d] for d in lb] + [a.shape[d] for d in lf] + [b.shape[d] for d in rf]
-    return out.reshape(dims)
+    return out.reshape(instr.shape.dims)
 
 
 def _convolution(instr, args, interp):

@@ -42,6 +42,7 @@ from ..errors import NbxlaError
 from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator import _conform as conform
+from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from .thunks import structural_thunk
 
@@ -260,18 +261,10 @@ def _dot(dev, instr: Instruction, ops):
     """dot as one batched matmul on the device (cuBLAS under cupy.matmul)."""
     xp = dev.xp
     a, b = ops
-    at = instr.attrs
-    lb, rb = list(at.get("lhs_batch_dims", ())), list(at.get("rhs_batch_dims", ()))
-    lc, rc = list(at.get("lhs_contracting_dims", ())), list(at.get("rhs_contracting_dims", ()))
-    lf = [d for d in range(a.ndim) if d not in lb and d not in lc]
-    rf = [d for d in range(b.ndim) if d not in rb and d not in rc]
-
-    def size(x, dims):
-        return int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
-    batch, m, k, n = size(a, lb), size(a, lf), size(a, lc), size(b, rf)
+    lhs_perm, rhs_perm, (batch, m, k, n) = matmul_layout(instr, a.shape, b.shape)
     compute = np.float32 if instr.shape.element_type == "f16" else instr.shape.dtype
-    lhs = xp.transpose(a, lb + lf + lc).reshape(batch, m, k).astype(compute, copy=False)
-    rhs = xp.transpose(b, rb + rc + rf).reshape(batch, k, n).astype(compute, copy=False)
+    lhs = xp.transpose(a, lhs_perm).reshape(batch, m, k).astype(compute, copy=False)
+    rhs = xp.transpose(b, rhs_perm).reshape(batch, k, n).astype(compute, copy=False)
     out = xp.matmul(lhs, rhs).astype(instr.shape.dtype, copy=False)
     return _contiguous(xp, out.reshape(instr.shape.dims))
 
