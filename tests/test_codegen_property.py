@@ -15,7 +15,7 @@ from nbxla.testing import compare_arrays
 
 from .hlo_strategies import hlo_modules
 
-EXAMPLES = int(os.environ.get("NBXLA_HYPOTHESIS_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("NBXLA_HYPOTHESIS_EXAMPLES", "100"))
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
