@@ -583,7 +583,10 @@ class ElementalEmitter:
 
     def _minmax(self, instr, index, is_max):
         a, c = self._binary(instr, index)
-        t = self._t(instr)
+        return self.minmax(self._t(instr), a, c, is_max)
+
+    def minmax(self, t: str, a, c, is_max: bool):
+        """max/min of two values of element type ``t`` (NaN-propagating for floats)."""
         b = self.b
         if is_float(t):
             return self._intrinsic("llvm.maximum" if is_max else "llvm.minimum", a.type, [a, c])

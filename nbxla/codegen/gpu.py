@@ -377,6 +377,21 @@ def _output_kinds(plan, outputs):
     return outer, rows
 
 
+def _write_outer_outputs(k: _Kernel, em, plan, outer_outs, first, outer_index, lead) -> None:
+    """One thread (``lead``) writes the outputs in the reduced space for this outer index."""
+    if not outer_outs:
+        return
+    b = k.b
+
+    def write():
+        em.reset_memo()
+        for j, out in outer_outs:
+            idx = _expand(outer_index, plan.outer_dims, out.shape.dims)
+            k.store(first + j, _linear(b, idx, out.shape.dims), em.value(out, idx))
+        em.reset_memo()
+    _if(b, lead, "lead", write)
+
+
 def _row_style(plan) -> bool:
     """Do the reduced dimensions include the minor-most non-trivial one?"""
     nontrivial = [d for d, n in enumerate(plan.in_dims) if n != 1]
@@ -414,14 +429,7 @@ def _emit_rows(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]
             v = _warp_allreduce(k, red, v) if warp_mode else _block_allreduce(k, red, v, shared[n])
             reduced[id(red.instr)] = red.finish(b, v)
         em.reset_memo()
-        if outer_outs:
-            def write_outer():
-                em.reset_memo()
-                for j, out in outer_outs:
-                    idx = _expand(outer_index, plan.outer_dims, out.shape.dims)
-                    k.store(len(params) + j, _linear(b, idx, out.shape.dims), em.value(out, idx))
-                em.reset_memo()
-            _if(b, b.icmp_unsigned("==", lane, const_i64(0)), "lead", write_outer)
+        _write_outer_outputs(k, em, plan, outer_outs, len(params), outer_index, b.icmp_unsigned("==", lane, const_i64(0)))
         if row_outs:
             def write(j):
                 em.reset_memo()
@@ -472,14 +480,7 @@ def _emit_columns(module, name, comp, plan, outputs, params) -> list[GpuKernelSp
             k.barrier()
             reduced[id(red.instr)] = red.finish(b, total)
         em.reset_memo()
-        if outer_outs:
-            def write_outer():
-                em.reset_memo()
-                for j, out in outer_outs:
-                    idx = _expand(outer_index, plan.outer_dims, out.shape.dims)
-                    k.store(len(params) + j, _linear(b, idx, out.shape.dims), em.value(out, idx))
-                em.reset_memo()
-            _if(b, b.and_(valid, b.icmp_unsigned("==", ty, const_i64(0))), "lead", write_outer)
+        _write_outer_outputs(k, em, plan, outer_outs, len(params), outer_index, b.and_(valid, b.icmp_unsigned("==", ty, const_i64(0))))
         if row_outs:
             def write(j):
                 em.reset_memo()

@@ -263,13 +263,7 @@ def _combine(b: ir.IRBuilder, em: ElementalEmitter, opcode: str, t: str, acc, x)
         return b.fmul(acc, x, flags=("reassoc", "nsz")) if is_float(t) else b.mul(acc, x)
     if opcode in ("and", "or"):
         return getattr(b, opcode + "_")(acc, x)
-    is_max = opcode == "maximum"
-    if is_float(t):
-        return em._intrinsic("llvm.maximum" if is_max else "llvm.minimum", acc.type, [acc, x])
-    if t == "pred":
-        return b.or_(acc, x) if is_max else b.and_(acc, x)
-    cmp = b.icmp_signed if t[0] == "s" else b.icmp_unsigned
-    return b.select(cmp(">" if is_max else "<", x, acc), x, acc)
+    return em.minmax(t, x, acc, opcode == "maximum")
 
 
 class _ReductionPlan:

@@ -25,7 +25,7 @@ from ..errors import NbxlaError, TraceError
 from ..frontend.cell import prepare_cell
 from ..frontend.cell_check import compare_times, verify
 from ..runtime.cache import DEFAULT_CACHE
-from ..runtime.cuda_executable import DeviceUnavailableError, show_compiled_only  # CUDA backend
+from ..runtime.cuda_executable import DeviceUnavailableError  # CUDA backend
 from . import dashboard
 from .bench import bench
 from .cache_view import CacheTable
@@ -38,6 +38,18 @@ _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
 
 class CellSyntaxError(NbxlaError):
     """The %%xla cell is not valid Python (shown like IPython shows a SyntaxError)."""
+
+
+def show_compiled_only(compilation, stage: str, error: DeviceUnavailableError) -> None:
+    """``%%xla --device cuda --stage NAME`` on a machine without a GPU: show the stage(s) and
+    say plainly that the cell was compiled but not run."""
+    names = compilation.stages if stage == "all" else [stage]
+    for name in names:
+        if len(names) > 1:
+            print(f"==== {name} ====")
+        print(compilation.stage(name))
+    print(f"nbxla: compiled for device 'cuda', but this cell cannot run here -- {error}\n"
+          "(nothing ran and no names were assigned)")
 
 
 @magics_class

@@ -151,15 +151,20 @@ def _widens(src: Shape, mid: Shape) -> bool:
         return False
 
 
-class AlgebraicSimplifier(Pass):
-    name = "algsimp"
+class _RewritePass(Pass):
+    """Applies ``rule(instr, rewriter) -> replacement or None`` to every instruction."""
 
     def run(self, module: Module) -> bool:
         before, changed = instruction_ids(module), False
         for comp in module.computations:
-            changed |= _rewrite_computation(comp, _simplify)
+            changed |= _rewrite_computation(comp, type(self).rule)
         rename_new_instructions(module, before)
         return changed
+
+
+class AlgebraicSimplifier(_RewritePass):
+    name = "algsimp"
+    rule = staticmethod(_simplify)
 
 
 def _rewrite_computation(comp: Computation, rule) -> bool:
@@ -220,12 +225,6 @@ def _evaluate_alone(instr: Instruction) -> np.ndarray:
     return np.asarray(evaluate(comp, []))
 
 
-class ConstantFolding(Pass):
+class ConstantFolding(_RewritePass):
     name = "constant-folding"
-
-    def run(self, module: Module) -> bool:
-        before, changed = instruction_ids(module), False
-        for comp in module.computations:
-            changed |= _rewrite_computation(comp, _fold)
-        rename_new_instructions(module, before)
-        return changed
+    rule = staticmethod(_fold)

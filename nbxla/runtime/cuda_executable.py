@@ -285,14 +285,3 @@ def _flatten(value) -> list:
         return [leaf for v in value for leaf in _flatten(v)]
     return [value]
 
-
-def show_compiled_only(compilation, stage: str, error: DeviceUnavailableError) -> None:
-    """``%%xla --device cuda --stage NAME`` on a machine without a GPU: print the stage(s) and
-    say plainly that the cell was compiled but not run."""
-    names = compilation.stages if stage == "all" else [stage]
-    for name in names:
-        if len(names) > 1:
-            print(f"==== {name} ====")
-        print(compilation.stage(name))
-    print(f"nbxla: compiled for device 'cuda', but this cell cannot run here -- {error}\n"
-          "(nothing ran and no names were assigned)")
