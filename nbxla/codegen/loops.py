@@ -622,6 +622,11 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
     return KernelSpec(name, "full-reduce", _prod(plan.in_dims), 1, name + "_finish", len(plan.reduces))
 
 
+# Unfused ops that get a kernel of their own (the runtime offers each one alone, as a
+# computation of one instruction over parameters).
+STANDALONE_KERNEL_OPS = frozenset({"scatter"})
+
+
 def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     if comp.root.opcode == "scatter":
         return emit_scatter_kernel(module, name, comp)

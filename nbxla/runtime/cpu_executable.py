@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ..codegen.cpu import CompiledKernels, compile_kernels, target_fingerprint
+from ..codegen.loops import STANDALONE_KERNEL_OPS
 from ..hlo.printer import print_module
 from .persistent_cache import default_cache
 from ..hlo import Module
@@ -167,10 +168,10 @@ class CpuExecutable:
         # become the definition its own body calls.
         fusions = [("nbxla_" + i.name.replace(".", "_").replace("-", "_"), i)
                    for i in entry.instructions if i.opcode == "fusion"]
-        # Standalone scatters (the fusion pass leaves them alone) are compiled like a fusion
-        # of one instruction: a kernel of their own.
+        # Ops the fusion pass leaves alone but the code generator can emit (scatter, ...) are
+        # compiled like a fusion of one instruction: a kernel of their own.
         scatters = [("nbxla_" + i.name.replace(".", "_").replace("-", "_"), i)
-                    for i in entry.instructions if i.opcode == "scatter"]
+                    for i in entry.instructions if i.opcode in STANDALONE_KERNEL_OPS]
         store = default_cache()
         key = None
         if store is not None:
