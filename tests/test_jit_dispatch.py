@@ -1,0 +1,121 @@
+"""``nbxla.jit`` on a cache hit: the fast path must give exactly what the general path gives."""
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.runtime.cache import CompilationCache
+
+
+def _jit(fn):
+    return nbxla.jit(fn, cache=CompilationCache())
+
+
+def test_repeated_calls_compile_once_and_count_hits():
+    f = _jit(lambda x, y: x * 2 + y)
+    x, y = np.arange(6.0).reshape(2, 3), np.ones((2, 3))
+    for _ in range(5):
+        np.testing.assert_array_equal(f(x, y), x * 2 + y)
+    assert f.cache.misses == 1 and f.cache.hits == 4
+    assert f.cache.entries()[0].hits == 4
+
+
+def test_new_shape_dtype_or_type_takes_the_general_path():
+    f = _jit(lambda x: x + 1)
+    f(np.zeros(3, np.float32))
+    np.testing.assert_array_equal(f(np.zeros(4, np.float32)), np.ones(4, np.float32))
+    assert f(np.zeros(4, np.int32)).dtype == np.int32
+    assert f(np.float64(2.0)) == 3.0                       # a NumPy scalar, not an array
+    assert f.cache.misses == 4
+
+
+def test_aliased_arguments_after_distinct_ones():
+    f = _jit(lambda x, y: x + 2 * y)
+    a, b = np.arange(4.0), np.full(4, 10.0)
+    np.testing.assert_array_equal(f(a, b), a + 2 * b)
+    np.testing.assert_array_equal(f(a, a), 3 * a)
+    np.testing.assert_array_equal(f(a, b), a + 2 * b)
+
+
+def test_distinct_arguments_after_aliased_ones():
+    f = _jit(lambda x, y: x + 2 * y)
+    a, b = np.arange(4.0), np.full(4, 10.0)
+    for _ in range(2):
+        np.testing.assert_array_equal(f(a, a), 3 * a)
+        np.testing.assert_array_equal(f(a, b), a + 2 * b)
+
+
+def test_writes_into_arguments_on_every_call():
+    def bump(x, y):
+        x += y
+        return x.sum()
+    f = _jit(bump)
+    a, b = np.zeros(3), np.ones(3)
+    for k in range(1, 4):
+        assert f(a, b) == 3 * k
+        np.testing.assert_array_equal(a, np.full(3, float(k)))
+    f(a, a)                                                  # aliased: a += a
+    np.testing.assert_array_equal(a, np.full(3, 6.0))
+
+
+def test_zero_d_results_are_numpy_scalars_like_numpy():
+    f = _jit(lambda x: np.sum(x))
+    x = np.arange(5, dtype=np.float32)
+    for _ in range(2):
+        r = f(x)
+        assert type(r) is np.float32 and r == 10
+
+
+def test_tuple_results_and_unused_arguments():
+    f = _jit(lambda x, unused, y: (x + y, x - y))
+    x, u, y = np.ones(3), np.zeros(7), np.arange(3.0)
+    for _ in range(2):
+        s, d = f(x, u, y)
+        np.testing.assert_array_equal(s, x + y)
+        np.testing.assert_array_equal(d, x - y)
+
+
+def test_non_contiguous_input_on_a_hit():
+    f = _jit(lambda x: x * 3)
+    base = np.arange(24.0).reshape(4, 6)
+    f(np.ascontiguousarray(base[:, ::2]))
+    np.testing.assert_array_equal(f(base[:, ::2]), base[:, ::2] * 3)
+    np.testing.assert_array_equal(f(np.asfortranarray(base[:, :3])), base[:, :3] * 3)
+
+
+def test_results_are_fresh_arrays():
+    f = _jit(lambda x: x.reshape(-1))
+    x = np.arange(6.0).reshape(2, 3)
+    r1, r2 = f(x), f(x)
+    assert not np.shares_memory(r1, x) and not np.shares_memory(r1, r2)
+
+
+def test_changing_flags_recompiles(monkeypatch, tmp_path):
+    f = _jit(lambda x: x - 1)
+    x = np.ones(2)
+    f(x)
+    monkeypatch.setenv("NBXLA_FLAGS", f"--dump_to={tmp_path}")
+    f(x)
+    assert f.cache.misses == 2 and any(tmp_path.iterdir())
+    monkeypatch.delenv("NBXLA_FLAGS")
+    f(x)
+    assert f.cache.misses == 2
+
+
+def test_evicted_entries_are_not_used_by_the_fast_path():
+    cache = CompilationCache(max_entries=1)
+    f = nbxla.jit(lambda x: x + 1, cache=cache)
+    g = nbxla.jit(lambda x: x + 2, cache=cache)
+    x = np.zeros(2)
+    f(x)
+    g(x)                                     # evicts f's entry
+    np.testing.assert_array_equal(f(x), x + 1)
+    assert cache.misses == 3
+
+
+@pytest.mark.parametrize("device", ["cpu", "evaluator"])
+def test_fast_path_on_every_device(device):
+    f = nbxla.jit(lambda x: np.exp(x), device=device, cache=CompilationCache())
+    x = np.linspace(-1, 1, 9)
+    for _ in range(2):
+        np.testing.assert_allclose(f(x), np.exp(x), rtol=1e-12)
