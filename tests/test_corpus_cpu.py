@@ -70,7 +70,15 @@ def test_run_hlo_backend_cpu_native(capsys):
     assert "ran on cpu" in out and "PASS" in out and "FAIL" not in out
 
 
-def test_run_hlo_backend_cpu_lists_interpreted_fusions(capsys):
+def test_run_hlo_backend_cpu_lists_interpreted_fusions(capsys, monkeypatch):
+    # Every corpus fusion has native code now: make the code generator refuse argmax-style
+    # (variadic) reductions to see how interpreted fusions are reported.
+    from nbxla.codegen import loops
+    from nbxla.errors import UnsupportedError
+
+    def refuse(b, em, plan, reduce, outer_index, name):
+        raise UnsupportedError("variadic or custom reducers refused by this test")
+    monkeypatch.setattr(loops, "_accumulate_custom", refuse)
     hlo, npz = _case("reduce_argmax_argmin")
     assert main(["run-hlo", hlo, "--inputs", npz, "--backend", "cpu"]) == 0
     out = capsys.readouterr().out
@@ -78,8 +86,16 @@ def test_run_hlo_backend_cpu_lists_interpreted_fusions(capsys):
     lines = [line for line in out.splitlines() if line.strip().startswith("interpreted %")]
     assert len(lines) == 2
     # Named as in the optimized HLO (%reduce_fusion.N), with the code generator's reason.
-    assert all(re.match(r"\s+interpreted %[\w.\-]+\.\d+: variadic or custom reducers", line) for line in lines)
+    assert all(re.match(r"\s+interpreted %[\w.\-]+\.\d+: variadic or custom reducers refused", line)
+               for line in lines)
     assert "all outputs match" in out
+
+
+def test_argmax_and_argmin_run_natively(capsys):
+    hlo, npz = _case("reduce_argmax_argmin")
+    assert main(["run-hlo", hlo, "--inputs", npz, "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"3 fusion\(s\), 3 native, 0 interpreted", out) and "all outputs match" in out
 
 
 def test_run_hlo_backend_cpu_detects_mismatch(capsys, tmp_path):

@@ -564,6 +564,7 @@ def _emit_full(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]
 
 def _emit_reduction(module, name, comp: Computation) -> list[GpuKernelSpec]:
     plan = _ReductionPlan(comp)
+    plan.require_recognized()
     outputs, params = _outputs(comp), comp.parameters
     _output_kinds(plan, outputs)
     if _full_reduction_plan(comp) is not None:

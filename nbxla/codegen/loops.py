@@ -269,14 +269,18 @@ def _combine(b: ir.IRBuilder, em: ElementalEmitter, opcode: str, t: str, acc, x)
 class _ReductionPlan:
     def __init__(self, comp: Computation):
         self.reduces = [i for i in comp.instructions if i.opcode == "reduce"]
-        for r in self.reduces:
-            if r.shape.is_tuple or _reducer_opcode(r) is None:
-                raise UnsupportedError("variadic or custom reducers have no native code path yet")
+        # Variadic (argmax) or custom reducers: only the row kernel, which applies the
+        # reducer computation element by element in the evaluator's order, handles them.
+        self.custom = any(r.shape.is_tuple or _reducer_opcode(r) is None for r in self.reduces)
         first = self.reduces[0]
         self.in_dims = first.operands[0].shape.dims
         self.reduced = tuple(sorted(first.attrs["dimensions"]))
         self.outer_dims = tuple(n for i, n in enumerate(self.in_dims) if i not in self.reduced)
         self.red_dims = tuple(self.in_dims[i] for i in self.reduced)
+
+    def require_recognized(self) -> None:
+        if self.custom:
+            raise UnsupportedError("variadic or custom reducers have no native code path yet")
 
     def merge(self, outer_index, red_index):
         """The input-space index from an outer index and a reduced index."""
@@ -339,9 +343,44 @@ def _entry_alloca(b: ir.IRBuilder, ty: ir.Type):
     return slot
 
 
+def apply_scalar_computation(b: ir.IRBuilder, comp: Computation, args: list) -> list:
+    """Emit ``comp`` (a reducer: scalar parameters, scalar or tuple result) on ``args``;
+    returns its result values."""
+    em = ElementalEmitter(b, comp, lambda k, index: args[k])
+    root = comp.root
+    return [em.value(o, []) for o in root.operands] if root.opcode == "tuple" else [em.value(root, [])]
+
+
+def _accumulate_custom(b, em, plan, reduce, outer_index, name) -> list:
+    """A variadic or custom reduction: acc = reducer(acc, x) over the reduced elements in
+    row-major order (the evaluator's), one accumulator per result."""
+    n = len(reduce.operands) // 2
+    inputs, inits = reduce.operands[:n], reduce.operands[n:]
+    slots = []
+    for init in inits:
+        slot = _entry_alloca(b, llvm_type(init.shape.element_type))
+        b.store(em.value(init, []), slot)
+        slots.append(slot)
+    comp = reduce.attrs["to_apply"]
+
+    def body(red_index):
+        em.reset_memo()
+        idx = plan.merge(outer_index, red_index)
+        xs = [em.value(x, idx) for x in inputs]
+        new = apply_scalar_computation(b, comp, [b.load(s) for s in slots] + xs)
+        for slot, v in zip(slots, new):
+            b.store(v, slot)
+    _nest(b, list(plan.red_dims), name + "c", body)
+    return [b.load(s) for s in slots]
+
+
 def _accumulate(b, em, plan, reduce, outer_index, name):
-    """Emit the reduction of ``reduce`` at ``outer_index``; returns the result value."""
+    """Emit the reduction of ``reduce`` at ``outer_index``; returns the result value (a list
+    of values for a variadic reduction)."""
     opcode = _reducer_opcode(reduce)
+    if reduce.shape.is_tuple or opcode is None:
+        values = _accumulate_custom(b, em, plan, reduce, outer_index, name)
+        return values if reduce.shape.is_tuple else values[0]
     t = reduce.shape.element_type
     ty = llvm_type(t)
     init = em.value(reduce.operands[1], [])
@@ -391,26 +430,40 @@ def _accumulate(b, em, plan, reduce, outer_index, name):
 
 def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     plan = _ReductionPlan(comp)
-    outputs = _outputs(comp)
+    # Output values: (instruction, element) with element None, or k for the k-th result of
+    # a variadic reduction that is itself an output.
+    outputs = [(o, k) for o in _outputs(comp) for k in (range(len(o.shape.elements)) if o.shape.is_tuple else [None])]
+    out_shapes = [o.shape if k is None else o.shape.elements[k] for o, k in outputs]
     params = comp.parameters
-    shapes = [p.shape for p in params] + [o.shape for o in outputs]
+    shapes = [p.shape for p in params] + out_shapes
     fn, b = _kernel_function(module, name)
     bufs = _Buffers(b, fn.args[0], shapes)
     reduced: dict[int, ir.Value] = {}
     em = ElementalEmitter(b, comp, lambda k, index: _load_at(b, bufs, k, params[k].shape.dims, index),
                           reduced)
+    users = {id(r): [u for u in comp.instructions if u.opcode == "get-tuple-element" and u.operands[0] is r]
+             for r in plan.reduces if r.shape.is_tuple}
 
     def outer_body(o):
         reduced.clear()
+        tuples = {}
         outer_index = _delinearize(b, o, plan.outer_dims)
         for n, r in enumerate(plan.reduces):
-            reduced[id(r)] = _accumulate(b, em, plan, r, outer_index, f"red{n}")
+            value = _accumulate(b, em, plan, r, outer_index, f"red{n}")
+            if r.shape.is_tuple:
+                tuples[id(r)] = value
+                for u in users[id(r)]:
+                    reduced[id(u)] = value[u.attrs["index"]]
+            else:
+                reduced[id(r)] = value
         em.reset_memo()
-        for k, out in enumerate(outputs):
-            if _squeeze(out.shape.dims) == _squeeze(plan.outer_dims) and out.shape.dims != plan.in_dims:
-                idx = _expand(outer_index, plan.outer_dims, out.shape.dims)
-                bufs.store(b, len(params) + k, _linear(b, idx, out.shape.dims), em.value(out, idx))
-        row_outputs = [(k, out) for k, out in enumerate(outputs) if out.shape.dims == plan.in_dims]
+        for k, ((out, element), shape) in enumerate(zip(outputs, out_shapes)):
+            if _squeeze(shape.dims) == _squeeze(plan.outer_dims) and shape.dims != plan.in_dims:
+                idx = _expand(outer_index, plan.outer_dims, shape.dims)
+                value = em.value(out, idx) if element is None else tuples[id(out)][element]
+                bufs.store(b, len(params) + k, _linear(b, idx, shape.dims), value)
+        row_outputs = [(k, out) for k, ((out, element), shape) in enumerate(zip(outputs, out_shapes))
+                       if shape.dims == plan.in_dims and element is None]
         if row_outputs:
             def write_row(red_index):
                 em.reset_memo()
@@ -419,8 +472,8 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
                     bufs.store(b, len(params) + k, _linear(b, idx, plan.in_dims), em.value(out, idx))
             _nest(b, list(plan.red_dims), "w", write_row)
 
-    for out in outputs:
-        if _squeeze(out.shape.dims) != _squeeze(plan.outer_dims) and out.shape.dims != plan.in_dims:
+    for (out, element), shape in zip(outputs, out_shapes):
+        if _squeeze(shape.dims) != _squeeze(plan.outer_dims) and (shape.dims != plan.in_dims or element is not None):
             raise UnsupportedError("a reduction fusion output outside the reduced and input spaces")
     _loop(b, fn.args[1], fn.args[2], "outer", outer_body)
     b.ret_void()
@@ -437,7 +490,7 @@ def _column_plan(comp: Computation):
     plan = _ReductionPlan(comp)
     outputs = _outputs(comp)
     r = plan.reduces[0]
-    if (len(plan.reduces) != 1 or len(outputs) != 1 or len(plan.outer_dims) != 1
+    if (plan.custom or len(plan.reduces) != 1 or len(outputs) != 1 or len(plan.outer_dims) != 1
             or plan.reduced != tuple(range(len(plan.reduced))) or not plan.reduced
             or outputs[0].shape.element_type != r.shape.element_type
             or _squeeze(outputs[0].shape.dims) != _squeeze(plan.outer_dims)):
@@ -512,7 +565,7 @@ def _expand(outer_index, outer_dims, dims):
 def _full_reduction_plan(comp: Computation) -> _ReductionPlan | None:
     """A plan when the fusion reduces everything in one phase from linear-indexable inputs."""
     plan = _ReductionPlan(comp)
-    if plan.outer_dims and _prod(plan.outer_dims) != 1:
+    if plan.custom or plan.outer_dims and _prod(plan.outer_dims) != 1:
         return None
     if any(is_complex(r.shape.element_type) for r in plan.reduces):
         return None                       # (partial results are 8-byte slots)

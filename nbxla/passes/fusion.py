@@ -392,8 +392,18 @@ class _Fuser:
         if len(outputs) == 1:
             fused.root = mapping[id(outputs[0])]
         else:
-            fused.root = fused.add(Instruction("tuple", TupleShape(tuple(o.shape for o in outputs)),
-                                               [mapping[id(o)] for o in outputs], {}, unique_name("tuple")))
+            # A flat tuple of arrays, one buffer each: a tuple-shaped output (a variadic
+            # reduction) contributes its elements.
+            elements = []
+            for o in outputs:
+                if o.shape.is_tuple:
+                    elements += [fused.add(Instruction("get-tuple-element", s, [mapping[id(o)]], {"index": k},
+                                                       unique_name(f"{o.name}.{k}")))
+                                 for k, s in enumerate(o.shape.elements)]
+                else:
+                    elements.append(mapping[id(o)])
+            fused.root = fused.add(Instruction("tuple", TupleShape(tuple(e.shape for e in elements)),
+                                               elements, {}, unique_name("tuple")))
         # A cheap producer duplicated into this kernel may have joined it later as well.
         eliminate_common_subexpressions(fused)
         comp.parent.add_computation(fused)
@@ -407,12 +417,23 @@ class _Fuser:
         if len(outputs) == 1:
             replacements[id(outputs[0])] = fusion
         else:
-            for k, out in enumerate(outputs):
-                gte = Instruction("get-tuple-element", out.shape, [fusion], {"index": k},
-                                  unique_name(f"{out.name}.out"), out.location)
-                gte.parent = comp
-                comp.instructions.insert(comp.instructions.index(fusion) + 1 + k, gte)
-                replacements[id(out)] = gte
+            position = comp.instructions.index(fusion) + 1
+            k = 0
+
+            def add(instr):
+                nonlocal position
+                instr.parent = comp
+                comp.instructions.insert(position, instr)
+                position += 1
+                return instr
+            for out in outputs:
+                parts = out.shape.elements if out.shape.is_tuple else [out.shape]
+                gtes = [add(Instruction("get-tuple-element", s, [fusion], {"index": k + j},
+                                        unique_name(f"{out.name}.out"), out.location))
+                        for j, s in enumerate(parts)]
+                k += len(parts)
+                replacements[id(out)] = add(Instruction("tuple", out.shape, gtes, {}, unique_name(
+                    f"{out.name}.out"), out.location)) if out.shape.is_tuple else gtes[0]
         for instr in comp.instructions:
             if id(instr) not in ids:
                 instr.operands = [replacements.get(id(o), o) for o in instr.operands]

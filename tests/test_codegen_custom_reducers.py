@@ -1,0 +1,117 @@
+"""Variadic (argmax-style) and custom reducers in native row kernels, against NumPy and the
+reference evaluator (which applies the reducer element by element in row-major order)."""
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.compiler import compile_module
+from nbxla.hlo.parser import parse_hlo
+from nbxla.runtime.cache import CompilationCache
+
+
+def _native(f):
+    ex = f.last_compilation.executable
+    assert ex.native.interpreted == {}, ex.native.interpreted
+    return ex
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8, np.int64])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+@pytest.mark.parametrize("which", [np.argmax, np.argmin])
+def test_argmax_argmin_match_numpy(dtype, axis, which):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 5, (37, 53)).astype(dtype)       # many ties: the first index wins
+    if np.dtype(dtype).kind == "f":
+        x[3, 7] = np.nan
+        x[10, :] = np.nan
+        x[:, 20] = -np.inf
+    f = nbxla.jit(lambda a: which(a, axis=axis), cache=CompilationCache())
+    got = f(x)
+    np.testing.assert_array_equal(got, which(x, axis=axis))
+    _native(f)
+
+
+def test_argmax_of_a_fused_expression_with_keepdims():
+    x = np.random.default_rng(1).standard_normal((64, 100)).astype(np.float32)
+    f = nbxla.jit(lambda a: np.argmax(np.exp(a) * 2 - a, axis=1, keepdims=True), cache=CompilationCache())
+    np.testing.assert_array_equal(f(x), np.argmax(np.exp(x) * 2 - x, axis=1, keepdims=True))
+    _native(f)
+
+
+def test_max_and_argmax_together():
+    x = np.random.default_rng(2).standard_normal((300, 17))
+    f = nbxla.jit(lambda a: (np.max(a, axis=0), np.argmax(a, axis=0)), cache=CompilationCache())
+    m, i = f(x)
+    np.testing.assert_array_equal(m, x.max(axis=0))
+    np.testing.assert_array_equal(i, x.argmax(axis=0))
+
+
+# A reducer that is neither associative nor commutative: acc * 0.5 + x.  Only the exact
+# row-major order of combination gives the evaluator's result.
+_CUSTOM = """
+HloModule custom_reduce
+
+halve_and_add {
+  acc = f64[] parameter(0)
+  x = f64[] parameter(1)
+  half = f64[] constant(0.5)
+  scaled = f64[] multiply(acc, half)
+  ROOT sum = f64[] add(scaled, x)
+}
+
+ENTRY main {
+  p = f64[DIMS] parameter(0)
+  e = f64[DIMS] exponential(p)
+  init = f64[] constant(1)
+  ROOT r = f64[OUT] reduce(e, init), dimensions={RED}, to_apply=halve_and_add
+}
+"""
+
+
+@pytest.mark.parametrize("dims,red,out", [
+    ((6, 50), (1,), (6,)), ((6, 50), (0,), (50,)), ((4, 5, 6), (0, 2), (5,)),
+    ((4, 5, 6), (0, 1, 2), ()), ((3, 0), (1,), (3,)),
+])
+def test_custom_reducer_matches_the_evaluator_exactly(dims, red, out):
+    text = (_CUSTOM.replace("DIMS", ",".join(map(str, dims))).replace("OUT", ",".join(map(str, out)))
+            .replace("RED", ",".join(map(str, red))))
+    x = np.random.default_rng(3).standard_normal(dims)
+    cpu = compile_module(parse_hlo(text), "cpu")
+    ref = compile_module(parse_hlo(text), "evaluator")
+    assert cpu.executable.native.interpreted == {}
+    (got,), (want,) = cpu.executable.run([x]), ref.executable.run([x])
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+    assert got.shape == out
+
+
+def test_variadic_reduce_as_the_fusion_root():
+    text = """
+HloModule argmin_rows
+pick {
+  a = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  b = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  le = pred[] compare(a, b), direction=LE
+  v = f32[] select(le, a, b)
+  i = s32[] select(le, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+ENTRY main {
+  x = f32[9,33] parameter(0)
+  sq = f32[9,33] multiply(x, x)
+  idx = s32[9,33] iota(), iota_dimension=1
+  inf = f32[] constant(inf)
+  zero = s32[] constant(0)
+  ROOT r = (f32[9], s32[9]) reduce(sq, idx, inf, zero), dimensions={1}, to_apply=pick
+}
+"""
+    x = np.random.default_rng(4).standard_normal((9, 33)).astype(np.float32)
+    cpu = compile_module(parse_hlo(text), "cpu")
+    assert cpu.executable.native.interpreted == {}
+    got = cpu.executable.run([x])
+    want = compile_module(parse_hlo(text), "evaluator").executable.run([x])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(got[1], np.argmin(x * x, axis=1))
