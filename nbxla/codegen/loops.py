@@ -693,6 +693,9 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
             return emit_full_reduction(module, name, comp, plan)
         plan = _column_plan(comp)
         if plan is not None:
+            from . import column_groups               # (column_groups builds on this module)
+            if column_groups.applies(comp, plan):
+                return column_groups.emit_grouped_column_reduction(module, name, comp, plan)
             return emit_column_reduction(module, name, comp, plan)
         return emit_reduction_kernel(module, name, comp)
     return emit_loop_kernel(module, name, comp)

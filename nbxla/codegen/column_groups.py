@@ -1,0 +1,154 @@
+"""Column reductions over few columns (``x.sum(axis=0)`` of an N x 3 array), split across threads.
+
+The column kernel in loops.py keeps one accumulator per column and walks the rows; with a
+handful of columns its inner loop is a few elements long, so it neither vectorizes nor
+splits across threads (its parallel range is the columns).  Here the input is read as flat
+*groups* of ``k`` whole rows (``W = k * C`` contiguous elements), with one accumulator per
+position in the group: the inner loop is W long and vectorizes, and position j always
+belongs to column ``j % C``.  The groups are split across threads like a full reduction:
+
+* ``partial`` reduces groups [begin, end) into W slots of the scratch buffer passed after
+  the parameters (float32 sums in blocks, totalled in double, as everywhere else);
+* ``finish`` (begin = number of chunks) combines, per column, its k slots of every chunk and
+  the rows left over after the last whole group, then computes the epilogue (a mean's
+  division) into the output.
+
+Applies when the reduced input is linear-indexable (elementwise work on full-shape arrays);
+other column reductions keep the loops.py kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from ..hlo.ir import Computation
+from ..hlo.shapes import is_complex
+from .elemental import ElementalEmitter, const_i64, llvm_type
+from .loops import (BLOCK, KernelSpec, _ancestors, _Buffers, _combine, _delinearize, _entry_alloca, _expand,
+                    _is_linear, _kernel_function, _linear, _LinearEmitter, _load_at, _loop, _narrow, _outputs,
+                    _partial_type, _prod, _reducer_opcode)
+
+MAX_COLUMNS = 32          # beyond this, the column kernel's inner loop is long enough
+MIN_ELEMENTS = 1 << 14    # below this, one call of the column kernel is cheaper than two
+
+
+def group_width(columns: int) -> int:
+    """W: a multiple of the column count and of 16 (a full AVX-512 float vector), >= 128."""
+    unit = math.lcm(columns, 16)
+    return unit * max(1, -(-128 // unit))
+
+
+def applies(comp: Computation, plan) -> bool:
+    """For a column plan (see loops._column_plan): few columns, many rows, linear input."""
+    (r,) = plan.reduces
+    columns, rows = _prod(plan.outer_dims), _prod(plan.red_dims)
+    if not 1 <= columns <= MAX_COLUMNS or columns * rows < MIN_ELEMENTS:
+        return False
+    if rows < 2 * group_width(columns) // columns or is_complex(r.shape.element_type):
+        return False
+    feeding = {id(i) for i in _ancestors([r.operands[0]])}
+    prefix = [i for i in comp.instructions if id(i) in feeding]
+    return _is_linear(prefix, plan.in_dims)
+
+
+def emit_grouped_column_reduction(module: ir.Module, name: str, comp: Computation, plan) -> KernelSpec:
+    (r,) = plan.reduces
+    (out,) = _outputs(comp)
+    params = comp.parameters
+    columns, rows = _prod(plan.outer_dims), _prod(plan.red_dims)
+    width = group_width(columns)
+    per_group = width // columns
+    groups = rows // per_group
+    opcode, t = _reducer_opcode(r), r.shape.element_type
+    ty, pty = llvm_type(t), _partial_type(r)
+    blocked = pty != ty                         # float sums: f32 blocks, double totals
+    slots = 2 * width if blocked else width
+
+    # ---- partial: groups [begin, end) -> W totals (then W f32 block sums) in the scratch ----
+    fn, b = _kernel_function(module, name)
+    bufs = _Buffers(b, fn.args[0], [p.shape for p in params])
+    scratch = b.load(b.gep(fn.args[0], [const_i64(len(params))]))
+    totals = b.bitcast(scratch, pty.as_pointer())
+    accs = b.bitcast(b.gep(scratch, [const_i64(8 * width)]), ty.as_pointer()) if blocked else totals
+    em = _LinearEmitter(b, comp, lambda k, index: bufs.load(
+        b, k, index[0] if index and params[k].shape.rank else const_i64(0)))
+    init = em.value(r.operands[1], [])
+
+    def fill(ptr, value):
+        _loop(b, const_i64(0), const_i64(width), "fill", lambda j: b.store(value, b.gep(ptr, [j])))
+
+    def accumulate(lo, hi):
+        def group(g):
+            base = b.mul(g, const_i64(width))
+
+            def position(j):
+                em.reset_memo()
+                x = em.value(r.operands[0], [b.add(base, j)])
+                slot = b.gep(accs, [j])
+                b.store(_combine(b, em, opcode, t, b.load(slot), x), slot)
+            _loop(b, const_i64(0), const_i64(width), "pos", position)
+        _loop(b, lo, hi, "grp", group)
+
+    if blocked:
+        fill(totals, ir.Constant(pty, 0.0))
+        per_block = max(1, BLOCK // width)
+
+        def block(k):
+            lo = b.add(fn.args[1], b.mul(k, const_i64(per_block)))
+            hi = b.add(lo, const_i64(per_block))
+            hi = b.select(b.icmp_signed(">", hi, fn.args[2]), fn.args[2], hi)
+            fill(accs, ir.Constant(ty, 0.0))
+            accumulate(lo, hi)
+
+            def add_block(j):
+                total = b.gep(totals, [j])
+                b.store(b.fadd(b.load(total), b.fpext(b.load(b.gep(accs, [j])), pty)), total)
+            _loop(b, const_i64(0), const_i64(width), "tot", add_block)
+        count = b.sdiv(b.add(b.sub(fn.args[2], fn.args[1]), const_i64(per_block - 1)), const_i64(per_block))
+        _loop(b, const_i64(0), count, "blk", block)
+    else:
+        fill(totals, init)                      # (an identity, as XLA requires of reduce inits)
+        accumulate(fn.args[1], fn.args[2])
+    b.ret_void()
+
+    # ---- finish: per column, the chunks' slots and the leftover rows, then the epilogue ----
+    fin, b = _kernel_function(module, name + "_finish")
+    fin.attributes.add("minsize")               # a few hundred scalar steps: compile for size
+    fin.attributes.add("optsize")
+    bufs = _Buffers(b, fin.args[0], [p.shape for p in params] + [out.shape])
+    scratch = b.load(b.gep(fin.args[0], [const_i64(len(params) + 1)]))
+    reduced: dict = {}
+    em = ElementalEmitter(b, comp, lambda k, index: _load_at(b, bufs, k, params[k].shape.dims, index), reduced)
+    wide_t = "f64" if blocked else t
+    acc = _entry_alloca(b, pty)
+
+    def column(c):
+        em.reset_memo()
+        first = em.value(r.operands[1], [])
+        b.store(b.fpext(first, pty) if blocked else first, acc)
+
+        def chunk(p):
+            base = b.bitcast(b.gep(scratch, [b.mul(p, const_i64(8 * slots))]), pty.as_pointer())
+
+            def slot(k):
+                part = b.load(b.gep(base, [b.add(b.mul(k, const_i64(columns)), c)]))
+                b.store(_combine(b, em, opcode, wide_t, b.load(acc), part), acc)
+            _loop(b, const_i64(0), const_i64(per_group), "slot", slot)
+        _loop(b, const_i64(0), fin.args[1], "chunk", chunk)
+
+        def leftover(row):
+            em.reset_memo()
+            x = em.value(r.operands[0], plan.merge([c], _delinearize(b, row, plan.red_dims)))
+            b.store(_combine(b, em, opcode, wide_t, b.load(acc), b.fpext(x, pty) if blocked else x), acc)
+        _loop(b, const_i64(groups * per_group), const_i64(rows), "left", leftover)
+        em.reset_memo()
+        reduced.clear()
+        reduced[id(r)] = _narrow(b, b.load(acc), ty) if blocked else b.load(acc)
+        index = _expand([c], plan.outer_dims, out.shape.dims)
+        bufs.store(b, len(params), _linear(b, index, out.shape.dims), em.value(out, index))
+    _loop(b, const_i64(0), const_i64(columns), "col", column)
+    b.ret_void()
+    return KernelSpec(name, "full-reduce", groups, width, name + "_finish", slots)
+
