@@ -1,0 +1,398 @@
+"""Library calls of the CPU backend: ``sort`` through NumPy's sorts, ``convolution`` as im2col + BLAS.
+
+Both must compute exactly what the reference evaluator computes; what they cannot match
+they leave to the evaluator's rule, saying why.
+
+**sort.**  The evaluator runs a stable merge sort driven by the comparator computation.  A
+comparator that orders by keys is recognized here and replaced by ``np.argsort(kind="stable")``
+(``np.lexsort`` for several keys) plus ``np.take_along_axis`` for every operand.  A key is any
+elementwise expression of the lhs parameters, compared (LT ascending, GT descending) with the
+same expression of the rhs parameters: the plain parameter, JAX's NaN/zero canonicalization
+(``select(x != x, nan, select(x == 0, 0, x))``), XLA's integer total-order key of the float
+bits, ...  The expression is evaluated on whole arrays.  Recognized shapes of comparator:
+
+* ``compare(K(lhs), K(rhs)), direction=LT|GT`` (any ``type``: TOTALORDER, SIGNED, UNSIGNED);
+* nbxla's NaN-last form ``or(lt(l, r), and(isnan(r), not(isnan(l))))`` (and NaN-first);
+* nbxla's pred form ``and(not(l), r)`` (false before true);
+* JAX's lexicographic form ``or(lt(k0), and(eq(k0), <the same for k1, ...>))``.
+
+A plain (non-total-order) float comparison is no strict weak order when NaNs occur, so the
+evaluator's answer then depends on its algorithm: such a sort checks its keys for NaN on
+each call and hands calls with NaNs to the evaluator's rule.
+
+**convolution.**  f32/f64 convolutions (any dim_labels, strides, padding including negative,
+lhs and rhs dilation, reversal, feature or batch groups) gather patches of the padded,
+dilated input with ``sliding_window_view`` into one matrix and multiply it with the reshaped
+kernel in one ``np.matmul`` (one batched matmul over groups).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ..hlo.attributes import PadDim, Window, WindowDim
+from ..hlo.evaluator import RULES, Interpreter
+from ..hlo.evaluator_common import signed_of, unsigned_of
+from ..hlo.evaluator_data import pad_array
+from ..hlo.evaluator_elementwise import total_order_key
+from ..hlo.ir import Instruction
+from ..hlo.shape_inference import window_output_size
+
+__all__ = ["library_thunk"]
+
+
+def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | None, str | None]:
+    """(thunk, None) for a sort or convolution this module runs, else (None, why not).
+
+    ``fallback`` (the evaluator's rule as a thunk) is what a sort uses for calls it cannot
+    answer exactly (NaN keys under a plain float comparison)."""
+    if instr.opcode == "sort":
+        return _sort_thunk(instr, fallback)
+    if instr.opcode == "convolution":
+        return _convolution_thunk(instr)
+    return None, f"{instr.opcode} has no library call"
+
+
+# ---- sort ---------------------------------------------------------------------------------------
+
+class _NotRecognized(Exception):
+    """The comparator is not a key order this module knows (the message says why)."""
+
+
+@dataclass(frozen=True)
+class _Key:
+    """One sort key: ``expr`` over the comparator's lhs parameters, compared with ``kind``."""
+    expr: Instruction
+    descending: bool
+    kind: str               # the compare's type attribute ("" for the default)
+    nans: str = ""          # "last" / "first" for the NaN-clause form, else ""
+
+
+# Ops a key expression may use: evaluated on whole arrays, they act elementwise.
+_SCALAR_VIEWS = {"bitcast", "bitcast-convert", "copy", "reshape", "broadcast"}
+
+
+def _sort_thunk(instr: Instruction, fallback: Callable):
+    comparator = instr.attrs["to_apply"]
+    try:
+        keys = _ordered_keys(comparator.root)
+        for key in keys:
+            _check_key_expression(key.expr)
+    except _NotRecognized as e:
+        return None, f"sort comparator %{comparator.name} is not a recognized key order ({e}); " \
+                     "it runs through the evaluator's merge sort"
+    return _SortThunk(instr, keys, fallback), None
+
+
+def _ordered_keys(node: Instruction) -> list[_Key]:
+    """The keys, most significant first, of a comparator returning ``node``."""
+    strict = _strict_order(node)
+    if strict is not None:
+        return [strict]
+    if node.opcode == "or":
+        for first, rest in _pairs(node.operands):
+            key = _strict_order(first)
+            if key is None or rest.opcode != "and" or key.nans:
+                continue
+            for equal, tail in _pairs(rest.operands):
+                if _is_equality(equal, key):
+                    return [key] + _ordered_keys(tail)
+    raise _NotRecognized(f"%{node.name} ({node.opcode}) is neither a comparison of mirrored keys "
+                         "nor a lexicographic or(less, and(equal, ...))")
+
+
+def _pairs(operands):
+    """Both orders of a commutative op's two operands."""
+    a, b = operands
+    return ((a, b), (b, a))
+
+
+def _strict_order(node: Instruction) -> _Key | None:
+    """The key of a comparator that orders by one key, or None."""
+    if node.opcode == "compare" and node.attrs["direction"] in ("LT", "GT"):
+        oriented = _oriented(*node.operands)
+        if oriented is not None:
+            expr, swapped = oriented
+            return _Key(expr, (node.attrs["direction"] == "GT") != swapped, node.attrs.get("type", ""))
+    if node.opcode == "and" and all(o.shape.element_type == "pred" for o in node.operands):
+        for negated, plain in _pairs(node.operands):     # and(not(l), r): false before true
+            if negated.opcode == "not":
+                oriented = _oriented(negated.operands[0], plain)
+                if oriented is not None:
+                    return _Key(oriented[0], oriented[1], "")
+    if node.opcode == "or":
+        for less, nan_clause in _pairs(node.operands):
+            key = _strict_order(less)
+            if key is not None and key.kind in ("", "FLOAT") and less.opcode == "compare":
+                placement = _nan_placement(nan_clause, key.expr)
+                if placement:
+                    return _Key(key.expr, key.descending, key.kind, placement)
+    return None
+
+
+def _oriented(a: Instruction, b: Instruction):
+    """(lhs-side expression, whether a is the rhs side) when a and b are one key expression
+    on mirrored parameters, else None."""
+    if _mirrored(a, b):
+        return a, False
+    if _mirrored(b, a):
+        return b, True
+    return None
+
+
+def _is_equality(node: Instruction, key: _Key) -> bool:
+    return (node.opcode == "compare" and node.attrs["direction"] == "EQ"
+            and node.attrs.get("type", "") == key.kind
+            and any(_same(a, key.expr) and _mirrored(a, b) for a, b in _pairs(node.operands)))
+
+
+def _nan_placement(clause: Instruction, expr: Instruction) -> str:
+    """"last" for and(isnan(K(rhs)), not(isnan(K(lhs)))), "first" for the mirror, else ""."""
+    if clause.opcode != "and":
+        return ""
+    for nan, other in _pairs(clause.operands):
+        if other.opcode != "not" or not _is_nan_test(nan) or not _is_nan_test(other.operands[0]):
+            continue
+        tested, not_tested = nan.operands[0], other.operands[0].operands[0]
+        if _same(not_tested, expr) and _mirrored(not_tested, tested):
+            return "last"
+        if _same(tested, expr) and _mirrored(tested, not_tested):
+            return "first"
+    return ""
+
+
+def _is_nan_test(node: Instruction) -> bool:
+    return (node.opcode == "compare" and node.attrs["direction"] == "NE"
+            and node.operands[0] is node.operands[1] and node.attrs.get("type", "") in ("", "FLOAT"))
+
+
+def _mirrored(a: Instruction, b: Instruction) -> bool:
+    """Is ``b`` the expression ``a`` with every lhs parameter 2k replaced by rhs parameter 2k+1?"""
+    return _structurally_equal(a, b, lambda pa, pb: pa % 2 == 0 and pb == pa + 1, {})
+
+
+def _same(a: Instruction, b: Instruction) -> bool:
+    return _structurally_equal(a, b, lambda pa, pb: pa == pb, {})
+
+
+def _structurally_equal(a, b, params_match, memo) -> bool:
+    known = memo.get((id(a), id(b)))
+    if known is not None:
+        return known
+    if a.opcode != b.opcode or a.shape != b.shape or len(a.operands) != len(b.operands):
+        result = False
+    elif a.opcode == "parameter":
+        result = params_match(a.parameter_number, b.parameter_number)
+    elif a.opcode == "constant":
+        la, lb = np.asarray(a.literal), np.asarray(b.literal)
+        result = la.dtype == lb.dtype and la.shape == lb.shape and la.tobytes() == lb.tobytes()
+    else:
+        result = _semantic_attrs(a) == _semantic_attrs(b) and all(_structurally_equal(x, y, params_match, memo)
+                                            for x, y in zip(a.operands, b.operands))
+    memo[(id(a), id(b))] = result
+    return result
+
+
+def _semantic_attrs(instr: Instruction) -> dict:
+    return {k: v for k, v in instr.attrs.items() if k != "metadata"}      # as CSE compares
+
+
+def _check_key_expression(expr: Instruction) -> None:
+    """Keys are computed on whole arrays: only scalar elementwise ops can be."""
+    for node in _post_order(expr):
+        op = node.opcode
+        if node.shape.is_tuple or node.shape.rank != 0:
+            raise _NotRecognized(f"key operation %{node.name} is not on scalars")
+        if op in ("parameter", "constant") or op in _SCALAR_VIEWS or node.is_elementwise:
+            if op in ("bitcast", "bitcast-convert") and \
+                    node.shape.dtype.itemsize != node.operands[0].shape.dtype.itemsize:
+                raise _NotRecognized(f"%{node.name} changes the element width")
+            continue
+        raise _NotRecognized(f"key operation %{node.name} ({op}) is not elementwise")
+    if expr.shape.element_type in ("c64", "c128", "bf16"):
+        raise _NotRecognized(f"keys of type {expr.shape.element_type} are not ordered here")
+
+
+def _post_order(root: Instruction) -> list[Instruction]:
+    seen, order = set(), []
+
+    def visit(node):
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        for o in node.operands:
+            visit(o)
+        order.append(node)
+    visit(root)
+    return order
+
+
+class _SortThunk:
+    """A stable sort by recognized keys: one permutation, applied to every operand."""
+
+    def __init__(self, instr: Instruction, keys: list[_Key], fallback: Callable):
+        self.keys, self.fallback = keys, fallback
+        self.axis = instr.attrs["dimensions"][0]
+        self.tuple_result = instr.shape.is_tuple
+        self.interpreter = Interpreter()
+
+    def __call__(self, operands: list[np.ndarray]):
+        if operands[0].ndim == 0:
+            result = [o.copy() for o in operands]
+        else:
+            with np.errstate(all="ignore"):
+                columns = self._sortable_columns(operands)
+            if columns is None:             # NaNs under a plain float comparison
+                return self.fallback(operands)
+            if len(columns) == 1:
+                perm = np.argsort(columns[0], axis=self.axis, kind="stable")
+            else:
+                perm = np.lexsort(columns[::-1], axis=self.axis)   # lexsort: last key first
+            result = [np.take_along_axis(o, perm, self.axis) for o in operands]
+        return tuple(result) if self.tuple_result else result[0]
+
+    def _sortable_columns(self, operands) -> list[np.ndarray] | None:
+        """Arrays whose stable ascending lexicographic order is the comparator's order."""
+        columns = []
+        for key in self.keys:
+            values = _evaluate_key(key.expr, operands, self.interpreter)
+            values = np.broadcast_to(values, operands[0].shape)
+            ascending = _ascending_columns(values, key)
+            if ascending is None:
+                return None
+            columns += ascending
+        return columns
+
+
+def _evaluate_key(expr: Instruction, operands, interp) -> np.ndarray:
+    """The key expression on whole arrays (parameter 2k is operand k)."""
+    values: dict[int, np.ndarray] = {}
+    for node in _post_order(expr):
+        op, dtype = node.opcode, node.shape.dtype
+        if op == "parameter":
+            value = operands[node.parameter_number // 2]
+        elif op == "constant":
+            value = np.asarray(node.literal, dtype).reshape(())
+        elif op in _SCALAR_VIEWS:
+            value = values[id(node.operands[0])]
+            value = value.view(dtype) if value.dtype != dtype else value
+        else:
+            value = np.asarray(RULES[op](node, [values[id(o)] for o in node.operands], interp))
+        values[id(node)] = value if value.dtype == dtype else value.astype(dtype)
+    return values[id(expr)]
+
+
+def _ascending_columns(values: np.ndarray, key: _Key) -> list[np.ndarray] | None:
+    """Columns sorting ascending (stable, lexicographic) like the key's comparison."""
+    if values.dtype.kind == "f":
+        if key.kind == "TOTALORDER":
+            column = total_order_key(values)     # -NaN < -inf < ... < -0 < +0 < ... < +NaN
+            return [~column if key.descending else column]
+        nan = np.isnan(values)
+        if key.nans:
+            # NaNs all equal, placed apart; the rest compare as floats (-0 == +0).
+            rest = np.where(nan, 0, values)
+            flag = nan if key.nans == "last" else ~nan
+            if key.nans == "last" and not key.descending:
+                return [values]                  # NumPy's own float order: NaNs last
+            return [flag, -rest if key.descending else rest]
+        if nan.any():
+            return None
+        return [-values if key.descending else values]
+    if key.kind == "UNSIGNED" and values.dtype.kind == "i":
+        values = values.view(unsigned_of(values.dtype))
+    elif key.kind == "SIGNED" and values.dtype.kind == "u":
+        values = values.view(signed_of(values.dtype))
+    return [~values if key.descending else values]     # ~ reverses ints and bools exactly
+
+
+# ---- convolution --------------------------------------------------------------------------------
+
+def _convolution_thunk(instr: Instruction):
+    types = {o.shape.element_type for o in instr.operands} | {instr.shape.element_type}
+    if types not in ({"f32"}, {"f64"}):
+        return None, (f"convolution %{instr.name} on {'/'.join(sorted(types))} runs through the "
+                      "evaluator's rule (the BLAS path takes f32 or f64 operands and result)")
+    if instr.attrs.get("feature_group_count", 1) > 1 and instr.attrs.get("batch_group_count", 1) > 1:
+        return None, (f"convolution %{instr.name} has both feature_group_count and "
+                      "batch_group_count above 1")
+    return _ConvolutionThunk(instr), None
+
+
+class _ConvolutionThunk:
+    """Convolution as im2col + matmul, computed in channels-last order: input (N, S..., C),
+    kernel (KS..., I, O), patches (N, OS..., KS..., C), result (N, OS..., O)."""
+
+    def __init__(self, instr: Instruction):
+        dn = instr.attrs["dim_labels"]
+        kernel_dims = instr.operands[1].shape.dims
+        window = instr.attrs.get("window") or Window(tuple(WindowDim(kernel_dims[d]) for d in dn.kernel_spatial))
+        self.dims, self.dtype = instr.shape.dims, instr.shape.dtype
+        self.rank = len(dn.input_spatial)
+        self.input_order = [dn.input_batch, *dn.input_spatial, dn.input_feature]
+        self.kernel_order = [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
+        self.output_order = np.argsort([dn.output_batch, *dn.output_spatial, dn.output_feature])
+        self.window = window.dims
+        self.reversed = tuple(i for i, w in enumerate(window.dims) if w.reversal)
+        self.padding = [PadDim(0, 0)] + [PadDim(w.pad_low, w.pad_high, w.base_dilation - 1)
+                                         for w in window.dims] + [PadDim(0, 0)]
+        self.pads = any(p != PadDim(0, 0) for p in self.padding)
+        self.groups = instr.attrs.get("feature_group_count", 1)
+        self.batch_groups = instr.attrs.get("batch_group_count", 1)
+
+    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
+        x = np.transpose(operands[0], self.input_order)
+        k = np.transpose(operands[1], self.kernel_order)
+        if self.reversed:
+            k = np.flip(k, self.reversed)
+        out_spatial = [window_output_size(n, w) for n, w in zip(x.shape[1:-1], self.window)]
+        if 0 in out_spatial or 0 in self.dims:
+            return np.zeros(self.dims, self.dtype)   # (negative padding may crop everything)
+        if self.pads:
+            x = pad_array(x, self.dtype.type(0), self.padding)
+        patches = self._patches(x, out_spatial)
+        if self.batch_groups > 1:
+            out = self._batch_grouped(patches, k)
+        else:
+            out = self._feature_grouped(patches, k)
+        return np.ascontiguousarray(np.transpose(out, self.output_order))
+
+    def _patches(self, x: np.ndarray, out_spatial) -> np.ndarray:
+        """(N, OS..., KS..., C): the input window of every output position, as a strided view."""
+        r = self.rank
+        spans = [(w.size - 1) * w.window_dilation + 1 for w in self.window]
+        windows = sliding_window_view(x, spans, axis=tuple(range(1, r + 1)))  # (N, P..., C, span...)
+        picks = (slice(None),) + tuple(slice(0, (n - 1) * w.stride + 1, w.stride)
+                                       for n, w in zip(out_spatial, self.window)) + \
+            (slice(None),) + tuple(slice(None, None, w.window_dilation) for w in self.window)
+        windows = windows[picks]
+        return np.transpose(windows, [0, *range(1, r + 1), *range(r + 2, 2 * r + 2), r + 1])
+
+    def _feature_grouped(self, patches: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """Output feature group g reads input feature group g (groups = 1: one plain matmul)."""
+        g, r = self.groups, self.rank
+        n, out_spatial, c = patches.shape[0], patches.shape[1:r + 1], patches.shape[-1]
+        rows, taps, o = n * int(np.prod(out_spatial)), int(np.prod(k.shape[:r])), k.shape[-1]
+        if g == 1:
+            out = np.matmul(patches.reshape(rows, taps * c), k.reshape(taps * c, o))
+            return out.reshape(n, *out_spatial, o)
+        # patches (rows, taps, g, c/g) -> (g, rows, taps*c/g); kernel (taps, c/g, g, o/g) likewise.
+        cols = patches.reshape(rows, taps, g, c // g).transpose(2, 0, 1, 3).reshape(g, rows, taps * (c // g))
+        kg = k.reshape(taps, c // g, g, o // g).transpose(2, 0, 1, 3).reshape(g, taps * (c // g), o // g)
+        out = np.matmul(cols, kg)                                   # (g, rows, o/g)
+        return out.transpose(1, 0, 2).reshape(n, *out_spatial, o)
+
+    def _batch_grouped(self, patches: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """Output feature group g reads input batch group g (the batch split group-major)."""
+        b, r = self.batch_groups, self.rank
+        n, out_spatial, c = patches.shape[0], patches.shape[1:r + 1], patches.shape[-1]
+        positions, taps, o = int(np.prod(out_spatial)), int(np.prod(k.shape[:r])), k.shape[-1]
+        cols = patches.reshape(b, (n // b) * positions, taps * c)
+        kg = k.reshape(taps * c, b, o // b).transpose(1, 0, 2)     # (b, taps*c, o/b)
+        out = np.matmul(cols, kg)                                   # (b, n/b * positions, o/b)
+        out = out.reshape(b, n // b, positions, o // b).transpose(1, 2, 0, 3)
+        return out.reshape(n // b, *out_spatial, o)
