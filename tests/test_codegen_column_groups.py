@@ -78,11 +78,11 @@ def test_fused_input_epilogue_keepdims_and_three_dims():
 
 
 def test_threads_on_and_off_agree(monkeypatch):
-    from nbxla.runtime import cpu_executable
+    from nbxla.runtime import cpu_kernels
     x = np.random.default_rng(3).integers(0, 1000, (400_000, 4)).astype(np.int64)
     f = _jit(lambda a: (a * 3 - 1).sum(axis=0))
     threaded = f(x)
-    monkeypatch.setattr(cpu_executable, "worker_count", lambda: 1)
+    monkeypatch.setattr(cpu_kernels, "worker_count", lambda: 1)
     single = _jit(lambda a: (a * 3 - 1).sum(axis=0))(x)
     np.testing.assert_array_equal(threaded, single)
     np.testing.assert_array_equal(threaded, (x * 3 - 1).sum(axis=0))

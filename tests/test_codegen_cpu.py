@@ -25,7 +25,7 @@ from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.hlo.opcodes import OPCODES
 from nbxla.hlo.shape_inference import infer_shape
 from nbxla.hlo.shapes import to_numpy_dtype
-from nbxla.runtime import cpu_executable
+from nbxla.runtime import cpu_kernels
 from nbxla.runtime.executable import build_executable
 from nbxla.testing import compare_arrays
 
@@ -881,10 +881,10 @@ def test_threading_on_and_off_give_identical_results(monkeypatch):
     module = _threading_module()
     threaded = build_executable(module, "cpu")
     assert not threaded.native.interpreted
-    if cpu_executable.worker_count() > 1:
+    if cpu_kernels.worker_count() > 1:
         assert _parallel_thunks(threaded) >= 6
     got = threaded.run(ins)
-    monkeypatch.setattr(cpu_executable, "PARALLEL_THRESHOLD", 1 << 62)
+    monkeypatch.setattr(cpu_kernels, "PARALLEL_THRESHOLD", 1 << 62)
     inline = build_executable(module, "cpu")
     assert _parallel_thunks(inline) == 0
     alone = inline.run(ins)

@@ -407,7 +407,7 @@ def test_call_runs_its_computation_as_a_compiled_program():
     # %f.1 (entry) and %f_1 (in %scale) would both be nbxla_f_1: the entry keeps that form.
     assert native.kernel_symbols["f.1"] == "nbxla_f_1"
     assert native.kernel_symbols["f_1"] != "nbxla_f_1"
-    assert set(native.kernel_symbols.values()) == set(native.kernels.addresses)
+    assert set(native.kernel_symbols.values()) == set(native.kernels.specs)
 
 
 def test_records_list_nothing_interpreted_for_control_flow():

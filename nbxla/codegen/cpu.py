@@ -88,9 +88,12 @@ class ObjectStore(Protocol):
 
 
 def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
-                    store: ObjectStore | None = None, key: str | None = None) -> CompiledKernels:
+                    store: ObjectStore | None = None, key: str | None = None,
+                    object_data_offset: int | None = None) -> CompiledKernels:
+    """Machine code for one kernel per fusion.  With ``object_data_offset``, kernels also get an
+    entry point taking array objects (see ``_emit_object_entry``)."""
     try:
-        return _compile_kernels(module_name, fusions, store, key)
+        return _compile_kernels(module_name, fusions, store, key, object_data_offset)
     except RuntimeError:
         pass
     # LLVM rejected the module (a code generator bug): compile the kernels one by one, so
@@ -98,7 +101,8 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     parts = []
     for name, comp in fusions:
         try:
-            parts.append(_compile_kernels(f"{module_name}_{name}", [(name, comp)], None, None))
+            parts.append(_compile_kernels(f"{module_name}_{name}", [(name, comp)], None, None,
+                                          object_data_offset))
         except RuntimeError as e:
             parts.append(CompiledKernels({}, {}, "", "", {name: f"internal code generation error: {e}"}))
     merged = CompiledKernels({}, {}, "", "", {})
@@ -113,7 +117,8 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
 
 
 def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
-                     store: ObjectStore | None, key: str | None) -> CompiledKernels:
+                     store: ObjectStore | None, key: str | None,
+                     object_data_offset: int | None = None) -> CompiledKernels:
     """Emit, optimize and load one kernel per fusion; fusions that cannot be emitted natively
     are listed in ``unsupported`` with the reason (the runtime interprets those).
 
@@ -136,7 +141,9 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
         except UnsupportedError as e:
             unsupported[name] = str(e)
             continue
-        specs[name] = emit_kernel(ir_module, name, comp)
+        spec = specs[name] = emit_kernel(ir_module, name, comp)
+        if object_data_offset is not None and spec.style != "full-reduce":
+            spec.object_entry = _emit_object_entry(ir_module, name, _buffer_count(comp), object_data_offset)
     with _lock:
         tm = host_target_machine()
         ir_module.data_layout = str(tm.target_data)
@@ -168,9 +175,36 @@ def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None) -> C
         engine.finalize_object()
         addresses = {name: engine.get_function_address(name) for name in specs}
         for spec in specs.values():
-            if spec.finish_name:
-                addresses[spec.finish_name] = engine.get_function_address(spec.finish_name)
+            for extra in (spec.finish_name, spec.object_entry):
+                if extra:
+                    addresses[extra] = engine.get_function_address(extra)
     kernels = CompiledKernels(specs, addresses, text, optimized, unsupported, engine)
     kernels.object_code = obj if obj is not None else (captured[0] if captured else None)
     kernels.from_cache = obj is not None
     return kernels
+
+
+def _buffer_count(comp: Computation) -> int:
+    """A kernel's buffers: the computation's parameters, then one per output array."""
+    root = comp.root
+    return len(comp.parameters) + (len(root.shape.elements) if root.shape.is_tuple else 1)
+
+
+def _emit_object_entry(module: ir.Module, name: str, buffers: int, data_offset: int) -> str:
+    """``name_objects(PyObject* array_0, ..., PyObject* array_n-1, i64 begin, i64 end)``: reads
+    each NumPy array's data pointer at ``data_offset`` in the array object, and calls ``name``.
+
+    Why: calling a small kernel from Python is dominated by dispatch; handing ctypes the
+    arrays themselves skips building a pointer array and reading every data pointer in
+    Python (the runtime checks the offset on a probe array and passes only exact ndarrays)."""
+    i8p = ir.IntType(8).as_pointer()
+    i64 = ir.IntType(64)
+    entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p] * buffers + [i64, i64]), name + "_objects")
+    b = ir.IRBuilder(entry.append_basic_block("entry"))
+    array = b.alloca(ir.ArrayType(i8p, buffers))
+    for k in range(buffers):
+        field = b.bitcast(b.gep(entry.args[k], [ir.Constant(i64, data_offset)]), i8p.as_pointer())
+        b.store(b.load(field), b.gep(array, [ir.Constant(i64, 0), ir.Constant(ir.IntType(32), k)]))
+    b.call(module.get_global(name), [b.bitcast(array, i8p.as_pointer()), entry.args[-2], entry.args[-1]])
+    b.ret_void()
+    return entry.name

@@ -46,6 +46,7 @@ class KernelSpec:
     work_per_unit: int         # elements computed per unit of the range (for threading decisions)
     finish_name: str | None = None
     scratch_slots: int = 0     # full reductions: 8-byte partial results per chunk
+    object_entry: str | None = None   # the same kernel taking array objects (see cpu.py)
 
 
 def _kernel_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:

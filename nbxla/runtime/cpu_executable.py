@@ -23,10 +23,7 @@ offered to a native or library path that run through their rule instead, with th
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
@@ -38,130 +35,12 @@ from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator import _conform as conform
 from ..hlo.ir import Computation, Instruction
 from ..hlo.printer import print_module
+from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
+    program_callees, program_computations
+from .cpu_kernels import ARRAY_DATA_OFFSET, FullReductionThunk, KernelThunk, MatmulThunk
 from .cpu_library import library_thunk
 from .persistent_cache import default_cache
 from .thunks import structural_thunk
-
-# Kernels doing less work than this run on the calling thread (threads cost ~10 µs).
-PARALLEL_THRESHOLD = 1 << 17
-_KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-
-
-def worker_count() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:       # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
-_pool: ThreadPoolExecutor | None = None
-
-
-def _thread_pool() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=worker_count(), thread_name_prefix="nbxla")
-    return _pool
-
-
-def _data_pointer(arr: np.ndarray) -> int:
-    # Through the buffer protocol: ~0.4 us, against ~1.5 us for arr.ctypes.data (this is paid
-    # per buffer per call, and dispatch overhead matters for small computations).
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(arr))
-    except (TypeError, ValueError):          # read-only or empty arrays
-        return arr.__array_interface__["data"][0]
-
-
-class _KernelThunk:
-    """Calls one compiled kernel on its operand arrays, writing fresh output arrays."""
-
-    def __init__(self, instr: Instruction, address: int, extent: int, work_per_unit: int):
-        self.fn = _KERNEL_TYPE(address)
-        self.outputs = [(s.dims, s.dtype) for s in
-                        (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
-        self.pointer_array = ctypes.c_void_p * (len(instr.operands) + len(self.outputs))
-        self.extent = extent
-        self.parallel = extent >= 2 and extent * work_per_unit >= PARALLEL_THRESHOLD
-        self.tuple_result = instr.shape.is_tuple
-
-    def __call__(self, operands: list[np.ndarray], outs: list | None = None):
-        if outs is None:
-            outs = [np.empty(dims, dtype) for dims, dtype in self.outputs]
-        ptrs = self.pointer_array()       # per call: executables may run on several threads
-        for k, arr in enumerate(operands):
-            ptrs[k] = _data_pointer(arr)
-        for k, arr in enumerate(outs, len(operands)):
-            ptrs[k] = _data_pointer(arr)
-        if self.parallel:
-            n = min(worker_count(), self.extent)
-            bounds = [self.extent * i // n for i in range(n + 1)]
-            futures = [_thread_pool().submit(self.fn, ptrs, bounds[i], bounds[i + 1])
-                       for i in range(1, n)]
-            self.fn(ptrs, bounds[0], bounds[1])
-            for f in futures:
-                f.result()
-        else:
-            self.fn(ptrs, 0, self.extent)
-        return tuple(outs) if self.tuple_result else outs[0]
-
-
-class _FullReductionThunk:
-    """A full reduction: chunks reduced in parallel into 8-byte slots, then one finish call."""
-
-    def __init__(self, instr: Instruction, address: int, finish: int, extent: int, slots: int):
-        self.partial, self.finish = _KERNEL_TYPE(address), _KERNEL_TYPE(finish)
-        self.outputs = [(s.dims, s.dtype) for s in
-                        (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
-        self.n_in = len(instr.operands)
-        self.extent, self.slots = extent, slots
-        self.parts = max(1, min(worker_count(), extent // (PARALLEL_THRESHOLD // 2)))
-        self.tuple_result = instr.shape.is_tuple
-
-    def __call__(self, operands: list[np.ndarray], outs: list | None = None):
-        scratch = np.empty(self.parts * self.slots, np.float64)      # 8-byte slots
-        base = [_data_pointer(a) for a in operands]
-        calls = []
-        for c in range(self.parts):
-            ptrs = (ctypes.c_void_p * (self.n_in + 1))(*base, _data_pointer(scratch) + 8 * self.slots * c)
-            calls.append((ptrs, self.extent * c // self.parts, self.extent * (c + 1) // self.parts))
-        futures = [_thread_pool().submit(self.partial, *call) for call in calls[1:]]
-        self.partial(*calls[0])
-        for f in futures:
-            f.result()
-        if outs is None:
-            outs = [np.empty(dims, dtype) for dims, dtype in self.outputs]
-        ptrs = (ctypes.c_void_p * (self.n_in + len(outs) + 1))(
-            *base, *[_data_pointer(o) for o in outs], _data_pointer(scratch))
-        self.finish(ptrs, self.parts, 0)
-        return tuple(outs) if self.tuple_result else outs[0]
-
-
-class _MatmulThunk:
-    """A dot in matmul form ([batch..., m, k] x [batch..., k, n], same float dtype): one
-    np.matmul (NumPy's BLAS) into the planned buffer, without the reference rule's generality."""
-
-    def __init__(self, instr: Instruction):
-        self.dims, self.dtype = instr.shape.dims, instr.shape.dtype
-
-    @staticmethod
-    def applies(instr: Instruction) -> bool:
-        a, b = (o.shape for o in instr.operands)
-        nb = len(instr.attrs.get("lhs_batch_dims", ()))
-        batch = tuple(range(nb))
-        return (a.rank == b.rank == nb + 2
-                and a.element_type == b.element_type == instr.shape.element_type
-                and a.element_type in ("f32", "f64", "c64", "c128")
-                and tuple(instr.attrs.get("lhs_batch_dims", ())) == batch
-                and tuple(instr.attrs.get("rhs_batch_dims", ())) == batch
-                and tuple(instr.attrs.get("lhs_contracting_dims", ())) == (nb + 1,)
-                and tuple(instr.attrs.get("rhs_contracting_dims", ())) == (nb,))
-
-    def __call__(self, operands, outs=None):
-        out = outs[0] if outs else np.empty(self.dims, self.dtype)
-        np.matmul(operands[0], operands[1], out=out)
-        return out
-
 
 def _contiguous(value):
     if isinstance(value, tuple):
@@ -204,120 +83,11 @@ class _Program:
 
     def predicate_factory(self) -> Callable[[], Callable]:
         """For a while condition: a maker of ``state -> truth value`` (one per loop run)."""
-        fast = _kernel_condition(self)
+        fast = kernel_condition(self)
         if fast is not None:
             return fast.predicate
         run = self.run
         return lambda: (lambda state: run([state]))
-
-
-class _KernelCondition:
-    """A condition that picks parts of its one parameter and feeds them to one native kernel
-    producing a pred scalar: per iteration only the operand pointers are set and the kernel
-    called (the pointer array and the result scalar live as long as the loop)."""
-
-    def __init__(self, kernel: "_KernelThunk", pickers: list[Callable]):
-        self.kernel, self.pickers = kernel, pickers
-
-    def predicate(self) -> Callable:
-        fn, extent, pickers = self.kernel.fn, self.kernel.extent, self.pickers
-        result = np.empty((), np.bool_)
-        ptrs = self.kernel.pointer_array()
-        ptrs[len(pickers)] = _data_pointer(result)
-
-        def holds(state) -> bool:
-            for k, pick in enumerate(pickers):
-                ptrs[k] = _data_pointer(pick(state))
-            fn(ptrs, 0, extent)
-            return result[()]
-        return holds
-
-
-def _kernel_condition(program: _Program) -> _KernelCondition | None:
-    """The condition ``program`` as a _KernelCondition, or None when it is not of that form."""
-    paths: dict[int, tuple] = {}
-    comp = program.computation
-    steps = {out: (thunk, operands) for thunk, operands, out, _ in program.steps}
-    for slot, instr in enumerate(comp.instructions):
-        if instr.opcode == "parameter":
-            paths[slot] = ()
-        elif instr.opcode == "get-tuple-element" and steps[slot][1][0] in paths:
-            paths[slot] = paths[steps[slot][1][0]] + (instr.attrs["index"],)
-        elif instr is not comp.root:
-            return None
-    thunk, operands = steps.get(program.root, (None, ()))
-    if not isinstance(thunk, _KernelThunk) or thunk.parallel or thunk.outputs != [((), np.dtype(np.bool_))] \
-            or not all(k in paths for k in operands):
-        return None
-    return _KernelCondition(thunk, [_picker(paths[k]) for k in operands])
-
-
-def _picker(path: tuple) -> Callable:
-    if len(path) == 1:
-        index = path[0]
-        return lambda state: state[index]
-
-    def pick(state):
-        for index in path:
-            state = state[index]
-        return state
-    return pick
-
-
-class _WhileThunk:
-    """``while``: the condition and body programs run from the host until the condition fails."""
-
-    def __init__(self, condition: _Program, body: _Program):
-        self.make_predicate = condition.predicate_factory()
-        self.body = body
-
-    def __call__(self, operands):
-        holds, run_body = self.make_predicate(), self.body.run
-        state = operands[0]
-        while holds(state):
-            state = run_body([state])
-        return state
-
-
-class _ConditionalThunk:
-    """``conditional``: one branch program, chosen by a pred (true, false) or an index (an
-    out-of-range index runs the last branch, as in XLA)."""
-
-    def __init__(self, instr: Instruction, branches: list[_Program]):
-        self.branches = branches
-        self.indexed = "branch_computations" in instr.attrs
-
-    def __call__(self, operands):
-        if self.indexed:
-            index = int(operands[0])
-            if not 0 <= index < len(self.branches):
-                index = len(self.branches) - 1
-        else:
-            index = 0 if bool(operands[0]) else 1
-        return self.branches[index].run([operands[1 + index]])
-
-
-class _OwnedResult:
-    """Wraps a control-flow thunk of the entry: its result may be its operand (a loop that
-    does not run, a branch that passes its input on) or a nested constant; those leaves are
-    copied, so that nothing the entry overwrites later (the arena, donated inputs) or the
-    caller keeps aliases them."""
-
-    def __init__(self, thunk: Callable, callees: list[_Program]):
-        self.thunk = thunk
-        self.constants = [lit for p in callees for lit in p.reachable_literals()]
-
-    def __call__(self, operands):
-        foreign = _flatten(tuple(operands)) + self.constants
-        return _copy_shared(self.thunk(operands), foreign)
-
-
-def _copy_shared(value, foreign: list[np.ndarray]):
-    if isinstance(value, tuple):
-        return tuple(_copy_shared(v, foreign) for v in value)
-    if any(np.may_share_memory(value, f) for f in foreign):
-        return value.copy()
-    return value
 
 
 class CpuExecutable:
@@ -332,10 +102,11 @@ class CpuExecutable:
         key = None
         if store is not None:
             names = ",".join(symbol for symbol, _ in compiled)
-            key = hashlib.sha256((target_fingerprint() + names + print_module(module)).encode()).hexdigest()
+            key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
+                                  print_module(module)).encode()).hexdigest()
         self.kernels: CompiledKernels = compile_kernels(
             module.name, [(symbol, i.attrs["calls"] if i.opcode == "fusion" else _single_instruction_computation(i))
-                          for symbol, i in compiled], store, key)
+                          for symbol, i in compiled], store, key, ARRAY_DATA_OFFSET)
         # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name.
         self.kernel_symbols = {i.name: symbol for symbol, i in compiled}
         self._kernel_of = {id(i): symbol for symbol, i in compiled}
@@ -358,6 +129,9 @@ class CpuExecutable:
         self._arena_bytes = self.plan.arena_bytes if self.plan is not None and \
             any(st[3] is not None for st in entry.steps) else 0
         self._plan = entry.size, entry.params, entry.steps, entry.root
+        direct = self._direct_runner(entry)
+        if direct is not None:
+            self.run = direct
         # (instruction, thunk) of the entry, in order: how each instruction runs.
         entry_ops = [i for i in module.entry.instructions if i.opcode != "parameter"]
         self._steps = [(instr, step[0]) for instr, step in zip(entry_ops, entry.steps)]
@@ -374,12 +148,12 @@ class CpuExecutable:
             if instr.opcode == "parameter":
                 params.append((slot[id(instr)], instr.parameter_number))
                 continue
-            nested = [self._program(c) for c in _program_callees(instr)]
+            nested = [self._program(c) for c in program_callees(instr)]
             thunk = self._thunk(instr, nested, literals)
             if nested:
                 callees += nested
                 if is_entry:
-                    thunk = _OwnedResult(thunk, nested)
+                    thunk = OwnedResult(thunk, nested)
             places = self._arena_outputs(instr, thunk) if is_entry else None
             steps.append((thunk, [slot[id(o)] for o in instr.operands], slot[id(instr)], places))
         program = _Program(comp, len(slot), params, steps, slot[id(comp.root)], literals, callees)
@@ -392,21 +166,21 @@ class CpuExecutable:
         if kernel is not None and kernel in self.kernels.addresses:
             spec = self.kernels.specs[kernel]
             if spec.style == "full-reduce":
-                return _FullReductionThunk(instr, self.kernels.addresses[kernel],
+                return FullReductionThunk(instr, self.kernels.addresses[kernel],
                                            self.kernels.addresses[spec.finish_name],
                                            spec.parallel_extent, spec.scratch_slots)
-            return _KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
-                                spec.work_per_unit)
-        if op == "dot" and _MatmulThunk.applies(instr):
-            return _MatmulThunk(instr)
+            return KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
+                               spec.work_per_unit, self.kernels.addresses.get(spec.object_entry))
+        if op == "dot" and MatmulThunk.applies(instr):
+            return MatmulThunk(instr)
         if op == "constant":
             lit = _contiguous(instr.literal)
             literals.append(lit)
             return lambda ops: lit
         if op == "while":
-            return _WhileThunk(*nested)
+            return WhileThunk(*nested)
         if op == "conditional":
-            return _ConditionalThunk(instr, nested)
+            return ConditionalThunk(instr, nested)
         if op == "call":
             return nested[0].run
         structural = structural_thunk(instr)
@@ -434,7 +208,7 @@ class CpuExecutable:
         """(offset, dims, dtype) per output of a kernel whose outputs the buffer plan places
         in the arena; None when it has none (or is live-out: results get their own memory,
         so that what a caller keeps does not pin the whole arena)."""
-        if self.plan is None or not isinstance(thunk, (_KernelThunk, _FullReductionThunk, _MatmulThunk)):
+        if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, MatmulThunk)):
             return None
         shapes = instr.shape.elements if instr.shape.is_tuple else [instr.shape]
         names = [f"{instr.name}{{{k}}}" for k in range(len(shapes))] if instr.shape.is_tuple else [instr.name]
@@ -445,6 +219,28 @@ class CpuExecutable:
                 return None
             places.append((v.offset, shape.dims, shape.dtype))
         return places
+
+    def _direct_runner(self, entry: _Program) -> Callable | None:
+        """For an entry that is one kernel on the parameters (a fused elementwise chain, the
+        running example): ``run`` without the general loop over steps.  The kernel's outputs
+        are fresh arrays, so no result needs the alias check either."""
+        if len(entry.steps) != 1:
+            return None
+        thunk, operands, out, places = entry.steps[0]
+        if not isinstance(thunk, (KernelThunk, FullReductionThunk)) or places is not None or out != entry.root:
+            return None
+        number = dict(entry.params)
+        order = [number[k] for k in operands]
+        tuple_result = thunk.tuple_result
+
+        def run(inputs: list) -> list[np.ndarray]:
+            args = [inputs[n] for n in order]
+            for k, arr in enumerate(args):
+                if type(arr) is not np.ndarray or not arr.flags.c_contiguous:
+                    args[k] = _contiguous(arr)
+            result = thunk(args)
+            return list(result) if tuple_result else [result]
+        return run
 
     def run(self, inputs: list) -> list[np.ndarray]:
         size, params, steps, root = self._plan
@@ -466,38 +262,10 @@ class CpuExecutable:
                 values[out] = result
         # Results never alias inputs or cached constants (reshapes are views).
         return [leaf if leaf.base is None and not self._is_literal(leaf) else leaf.copy()
-                for leaf in _flatten(values[root])]
+                for leaf in flatten_leaves(values[root])]
 
     def _is_literal(self, arr) -> bool:
         return id(arr) in self._literal_ids
-
-
-def _program_callees(instr: Instruction) -> list[Computation]:
-    """The computations ``instr`` runs as programs (not reducers, comparators or fusions)."""
-    at = instr.attrs
-    if instr.opcode == "while":
-        return [at["condition"], at["body"]]
-    if instr.opcode == "conditional":
-        return list(at["branch_computations"]) if "branch_computations" in at else \
-            [at["true_computation"], at["false_computation"]]
-    if instr.opcode == "call":
-        return [at["to_apply"]]
-    return []
-
-
-def program_computations(module: Module) -> list[Computation]:
-    """The entry and every computation reached from it through while/conditional/call."""
-    order, seen = [], set()
-
-    def visit(comp):
-        if id(comp) not in seen:
-            seen.add(id(comp))
-            order.append(comp)
-            for instr in comp.instructions:
-                for callee in _program_callees(instr):
-                    visit(callee)
-    visit(module.entry)
-    return order
 
 
 def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruction]]:
@@ -526,9 +294,3 @@ def _single_instruction_computation(instr: Instruction) -> Computation:
               for k, o in enumerate(instr.operands)]
     root = Instruction(instr.opcode, instr.shape, params, dict(instr.attrs), name=instr.name)
     return Computation(f"{instr.name}.computation", params + [root], root)
-
-
-def _flatten(value) -> list[np.ndarray]:
-    if isinstance(value, tuple):
-        return [leaf for v in value for leaf in _flatten(v)]
-    return [np.asarray(value)]

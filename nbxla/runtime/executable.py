@@ -19,12 +19,11 @@ class Executable:
     """Runs one module; ``run(inputs)`` returns the flat list of its outputs."""
 
     def __init__(self, module: Module, backend: str, runner: Callable[[list], list]):
-        self.module, self.backend, self._runner = module, backend, runner
+        self.module, self.backend = module, backend
+        # ``run(inputs)``: the backend's runner itself (no extra call per run).
+        self.run: Callable[[list], list[np.ndarray]] = runner
         self.native = None      # the backend's own object (e.g. compiled kernels), if any
         self.stages: dict[str, str] = {}   # backend stages (llvm_ir, asm, ...) by name
-
-    def run(self, inputs: list) -> list[np.ndarray]:
-        return self._runner(inputs)
 
 
 def _evaluator_backend(module: Module) -> Executable:
