@@ -3,10 +3,11 @@
     python benchmarks/gpu_workloads.py                    # needs CuPy and a GPU
     python benchmarks/gpu_workloads.py --device cuda-emulator --quick   # smoke test, no GPU
 
-The running example ``mean(3*x**2 + y)`` (default 16384 x 16384 float32) and
-``sum(x + y*z)``, each timed with the inputs already on the device: nbxla (``nbxla.jit``,
-device cuda, CuPy inputs so nothing is copied), eager CuPy (the same NumPy-style code on
-CuPy arrays) and ``jax.jit`` on the GPU when JAX has one.  Contenders are interleaved
+The running example ``mean(3*x**2 + y)`` (default 16384 x 16384 float32), ``sum(x + y*z)``
+and a column reduction with few columns, ``x.sum(axis=0)`` over (size**2/16) x 4 (2**24 x 4
+by default: its rows are split across blocks), each timed with the inputs already on the
+device: nbxla (``nbxla.jit``, device cuda, CuPy inputs so nothing is copied), eager CuPy (the
+same NumPy-style code on CuPy arrays) and ``jax.jit`` on the GPU when JAX has one.  Contenders are interleaved
 round-robin; medians of the repeats; device time measured with CUDA events around
 ``inner`` back-to-back calls.  Achieved bandwidth is the bytes of the inputs divided by
 the time, and is compared with the device's copy bandwidth measured in the same run
@@ -38,7 +39,14 @@ def sum_xyz(x, y, z):
     return (x + y * z).sum()
 
 
-WORKLOADS = {"running": (running_example, 2), "sum_xyz": (sum_xyz, 3)}
+def column_sum(x):
+    return x.sum(axis=0)
+
+
+# name -> (function, number of inputs, input shape for --size n)
+WORKLOADS = {"running": (running_example, 2, lambda n: (n, n)),
+             "sum_xyz": (sum_xyz, 3, lambda n: (n, n)),
+             "columns4": (column_sum, 1, lambda n: (n * n // 16, 4))}
 
 
 def _cupy():
@@ -101,15 +109,16 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     print(f"{'workload':10} {'size':>11} {'nbxla':>10} {'CuPy':>10} {'JAX':>10} "
           f"{'xCuPy':>6} {'GB/s':>7} {'%copyBW':>8}")
-    for name, (fn, arity) in WORKLOADS.items():
-        host = [rng.random((n, n), dtype=np.float32) for _ in range(arity)]
+    for name, (fn, arity, shape_of) in WORKLOADS.items():
+        shape = shape_of(n)
+        host = [rng.random(shape, dtype=np.float32) for _ in range(arity)]
         args = [cupy.asarray(a) for a in host] if cupy is not None else host
         compiled = nbxla.jit(fn, device=opts.device)
         got = compiled(*args)
-        want = fn(*host)
-        got = float(got.get() if hasattr(got, "get") else got)
-        if not np.isclose(got, want, rtol=1e-4):
-            print(f"{name}: nbxla gives {got}, NumPy {want}")
+        want = fn(*[a.astype(np.float64) for a in host])
+        got = np.asarray(got.get() if hasattr(got, "get") else got)
+        if not np.allclose(got, want, rtol=1e-4):
+            print(f"{name}: nbxla gives {got}, NumPy (float64) {want}")
             return 1
         contenders = {"nbxla": lambda: compiled(*args)}
         if cupy is not None:
@@ -129,7 +138,8 @@ def main(argv=None) -> int:
         ratio = f"{t['CuPy'] / t['nbxla']:6.2f}" if "CuPy" in t else "     -"
         frac = f"{gbs / bandwidth:8.0%}" if bandwidth else "       -"
         cells = [f"{t[k] * 1e3:8.3f}ms" if k in t else f"{'-':>10}" for k in ("nbxla", "CuPy", "JAX")]
-        print(f"{name:10} {f'{n}x{n}':>11} {' '.join(cells)} {ratio} {gbs:7.1f} {frac}")
+        size = "x".join(map(str, shape))
+        print(f"{name:10} {size:>11} {' '.join(cells)} {ratio} {gbs:7.1f} {frac}")
     if bandwidth:
         print(f"device copy bandwidth (read + write): {bandwidth:.0f} GB/s; "
               "targets: running >= 85 % of it and >= 3x CuPy")

@@ -6,14 +6,20 @@
 * The same kernels' IR runs under the host emulator (``device='cuda-emulator'``: real 32-lane
   warps and block barriers, two warps per block, at most three blocks) and must match NumPy;
   each program also asserts which kernel style it exercised, so every style is covered:
-  elementwise (linear and index-mapped), row-warp, row-block, column, full-reduce, multi-output
-  loop and reduction fusions, and the multi-phase row fusions (softmax, layer norm).
+  elementwise (linear and index-mapped), row-warp, row-block, column, column-split,
+  full-reduce, multi-output loop and reduction fusions, and the multi-phase row fusions
+  (softmax, layer norm).
+* 16-byte accesses: the PTX of contiguous kernels has vector loads and stores; sizes around
+  the chunk width (tails), every dtype width, aligned arrays and offset (unaligned) views all
+  match NumPy, and a single emulated thread shows which path the alignment check took.
+* Column reductions over 1..100 columns and 1..100000 rows, split across blocks or not.
 * Stages and errors without a GPU: ``get_compiler_ir(...)(stage='ptx')`` works, running raises
   ``DeviceUnavailableError``; importing nbxla and the CPU path work without CuPy.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -76,6 +82,12 @@ PROGRAMS = {
     "column_middle_axis": (lambda x: x.max(axis=1), (_r(5, 40, 50),), {"column"}, None),
     "column_centered": (lambda x: x - x.mean(axis=0), (_r(90, 45),), {"column"}, None),
     "column_f64_prod": (lambda x: np.prod(1 + x / 100, axis=0), (_r(50, 40, dtype=np.float64),), {"column"}, 1e-10),
+    "column_split_sum": (lambda x: x.sum(axis=0), (_r(3000, 4),), {"column-split"}, 1e-4),
+    "column_split_epilogue": (lambda x, b: (np.sqrt(np.abs(x).max(axis=0)) + b, x.mean(axis=0), (x > 3).any(axis=0)),
+                              (_r(2000, 3), _r(3)), {"column-split"}, 1e-4),
+    "column_split_centered": (lambda x: x - x.mean(axis=0), (_r(1500, 8),), {"column-split"}, None),
+    "column_split_f64_middle_axis": (lambda x: np.prod(1 + x / 100, axis=1), (_r(2, 1100, 5, dtype=np.float64),),
+                                     {"column-split"}, 1e-10),
     "full_mean": (lambda x, y: np.mean(3 * x ** 2 + y), (_r(300, 77), _r(300, 77)), {"full-reduce"}, None),
     "full_multi_output": (lambda x: (x.sum(), x.max(), x.min()), (_r(5000),), {"full-reduce"}, None),
     "full_int_and_pred": (lambda a: (a.sum(), (a > 40).any()), (rng.integers(-50, 50, 3000).astype(np.int64),),
@@ -134,10 +146,11 @@ def test_emulated_kernels_match_numpy(name):
 
 def test_every_kernel_style_is_covered():
     assert {s for *_, styles, _ in PROGRAMS.values() for s in styles} == {
-        "elementwise", "row-warp", "row-block", "column", "full-reduce"}
+        "elementwise", "row-warp", "row-block", "column", "column-split", "full-reduce"}
 
 
-@pytest.mark.parametrize("name", ["row_block_softmax", "column_centered", "full_multi_output", "row_warp_softmax"])
+@pytest.mark.parametrize("name", ["row_block_softmax", "column_centered", "full_multi_output", "row_warp_softmax",
+                                  "column_split_epilogue", "column_split_centered"])
 def test_emulated_with_full_size_blocks(name, monkeypatch):
     """The real launch shape: 256-thread blocks (8 warps), two blocks."""
     monkeypatch.setattr(gpu_emulator, "EMU_BLOCK", gpu.BLOCK)
@@ -176,6 +189,225 @@ def test_emulator_reports_a_divergent_barrier(monkeypatch):
         host.launch("bad", 1, 64, [np.zeros(1, np.float32)])
 
 
+# ---- 16-byte accesses in contiguous kernels ------------------------------------------------------
+
+_VECTOR_LOAD = re.compile(r"ld\.global(?:\.nc)?\.v[24]\.(?:b32|b64|f32|f64)")
+_VECTOR_STORE = re.compile(r"st\.global\.v[24]\.(?:b32|b64|f32|f64)")
+
+
+def _ptx_of(fn, *args):
+    f = nbxla.jit(fn, device="cuda")
+    return f.get_compiler_ir(*args)(stage="ptx")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int8])
+def test_contiguous_elementwise_ptx_has_16_byte_accesses(dtype):
+    x = np.ones(4099, dtype)
+    ptx = _ptx_of(lambda x, y: x * 3 + y, x, x.copy())
+    want = "v4.b32" if dtype != np.float64 else "v2.b64"       # (f16, i8: packed into b32)
+    assert f"ld.global.nc.{want}" in ptx and f"st.global.{want}" in ptx, _VECTOR_LOAD.findall(ptx)
+    if gpu.find_ptxas() is not None:
+        for arch in ("sm_80", "sm_90"):
+            result = gpu.run_ptxas(ptx, arch)
+            assert result.ok and all(s == (0, 0) for s in result.spills.values()), result.log
+
+
+def test_plain_f32_kernel_reads_and_writes_v4():
+    x = _r(1 << 12)
+    ptx = _ptx_of(lambda x, y: x * 2 + y, x, _r(1 << 12))
+    assert len(_VECTOR_LOAD.findall(ptx)) == 2 and len(_VECTOR_STORE.findall(ptx)) == 1
+    assert "ld.global.nc.v4.b32" in ptx and "st.global.v4.b32" in ptx
+
+
+def test_full_reduction_reads_16_bytes_at_a_time():
+    x = _r(1 << 14)
+    assert _VECTOR_LOAD.search(_ptx_of(lambda x, y: (3 * x * x + y).sum(), x, x + 1))
+
+
+def _buffer(values: np.ndarray, offset: int) -> np.ndarray:
+    """``values`` copied to an address ``offset`` elements past a 64-byte boundary."""
+    size = values.dtype.itemsize
+    raw = np.zeros((values.size + offset) * size + 64, np.uint8)
+    start = -raw.ctypes.data % 64 + offset * size
+    out = raw[start:start + values.nbytes].view(values.dtype)
+    out[...] = values
+    return out
+
+
+_ELEMENTWISE_BY_DTYPE = {
+    np.float32: lambda x, y: (x * 2 + y, x > y),                 # with a pred output
+    np.float64: lambda x, y: np.exp(x) * 0.5 - y,
+    np.float16: lambda x, y: x * y + np.float16(1),
+    np.int32: lambda x, y: (x * 3 - y, (x ^ y) & 7),
+    np.int8: lambda x, y: x * 3 + y,                             # width 16
+    np.bool_: lambda x, y: (x ^ y, x & ~y),
+}
+
+
+def _random(n, dtype):
+    if dtype == np.bool_:
+        return rng.random(n) > 0.5
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-100, 100, n).astype(dtype)
+    return _r(n, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", list(_ELEMENTWISE_BY_DTYPE), ids=lambda d: np.dtype(d).name)
+def test_elementwise_tails_and_unaligned_views_match_numpy(dtype):
+    fn = _ELEMENTWISE_BY_DTYPE[dtype]
+    f = nbxla.jit(fn, device="cuda-emulator")
+    for n in (0, 1, 3, 4, 5, 1023, 4099):
+        x, y = _random(n, dtype), _random(n, dtype)
+        want = fn(x, y)
+        want = want if isinstance(want, tuple) else (want,)
+        for x_offset, y_offset in ((0, 0), (1, 1), (0, 1), (1, 0)):
+            got = f(_buffer(x, x_offset), _buffer(y, y_offset))
+            got = got if isinstance(got, tuple) else (got,)
+            for g, w in zip(got, want):
+                ok, detail = compare_arrays(np.asarray(g), w)
+                assert ok, f"n={n}, offsets {x_offset},{y_offset}: {detail}"
+
+
+def test_mixed_widths_and_scalars_in_one_kernel():
+    """f32 in, f64 and pred out, and a broadcast scalar: chunks of 2 (16 bytes of f64)."""
+    def fn(x, s):
+        return (x.astype(np.float64) * s, x > 0)
+    x, s = _r(1001), np.float64(1.5)
+    f = nbxla.jit(fn, device="cuda-emulator")
+    for offset in (0, 1):
+        got = f(_buffer(x, offset), s)
+        for g, w in zip(got, fn(x, s)):
+            ok, detail = compare_arrays(np.asarray(g), w)
+            assert ok, detail
+
+
+def test_alignment_check_chooses_the_chunk_loop():
+    """One emulated thread of a 4096-thread launch over 4099 f32 elements: with aligned
+    buffers it owns chunk 0 (elements 0..3) and the tail element 4096; with one operand an
+    element off a 16-byte boundary, the scalar loop gives it elements 0 and 4096 only."""
+    n = 4099
+    f = nbxla.jit(lambda x, y: x * 2 + y, device="cuda-emulator")
+    f.get_compiler_ir(_r(n), _r(n))
+    kernels = f.last_compilation.executable.native.kernels
+    (spec,) = kernels.specs.values()
+    assert spec.style == "elementwise" and spec.units == -(-n // 4)
+    host = gpu_emulator.HostKernels(kernels)
+    x, y = _r(n), _r(n)
+    for x_offset, owned in ((0, [0, 1, 2, 3, 4096]), (1, [0, 4096])):
+        out = _buffer(np.full(n, np.nan, np.float32), 0)
+        host.run_thread(spec.name, [_buffer(x, x_offset), _buffer(y, 0), out], tid=0, ctaid=0, ntid=4096, nctaid=1)
+        assert np.flatnonzero(~np.isnan(out)).tolist() == owned
+        np.testing.assert_allclose(out[owned], (x * 2 + y)[owned], rtol=1e-6)
+
+
+# ---- column reductions: split across blocks when the columns are few -----------------------------
+
+def test_column_layout_splits_few_columns_with_many_rows():
+    layout = gpu.column_layout(1 << 24, 4)
+    assert (layout.width, layout.tiles, layout.chunks) == (4, 1, gpu.COLUMN_FILL_BLOCKS)
+    assert gpu.column_layout(1_000_000, 8).chunks > 1
+    assert gpu.column_layout(1_000, 100_000).chunks == 1               # enough columns already
+    assert gpu.column_layout(gpu.COLUMN_CHUNK_MIN_ROWS * 2 - 1, 8).chunks == 1   # too few rows
+    assert gpu.column_layout(1 << 20, 8, splittable=False).chunks == 1
+    assert [gpu.column_layout(9, c).width for c in (0, 1, 2, 3, 8, 9, 32, 100)] == [1, 1, 2, 4, 8, 16, 32, 32]
+    for rows, cols in ((1025, 3), (100_000, 100), (777_777, 8)):
+        lay = gpu.column_layout(rows, cols)
+        assert (lay.chunks - 1) * lay.chunk_rows < rows <= lay.chunks * lay.chunk_rows    # no empty chunk
+
+
+def _column_program(x, b):
+    return x.sum(axis=0), np.maximum(x.max(axis=0), b) * 2 + 1
+
+
+_COLUMN_CASES = [(cols, rows) for cols in (1, 2, 3, 8, 100) for rows in (1, 7, 600, 1100, 5000)] + \
+    [(2, 100_000), (8, 100_000), (3, 30_000)]
+
+
+@pytest.mark.parametrize("cols,rows", _COLUMN_CASES)
+def test_column_reductions_match_numpy(cols, rows):
+    x, b = _r(rows, cols), _r(cols)
+    f = nbxla.jit(_column_program, device="cuda-emulator")
+    got = f(x, b)
+    want = [w.astype(np.float32) for w in _column_program(x.astype(np.float64), b)]
+    for g, w in zip(got, want):
+        ok, detail = compare_arrays(np.asarray(g), w)
+        assert ok, detail
+    styles = {s.style for s in f.last_compilation.executable.native.kernels.specs.values()}
+    if rows > 1 and cols > 1:
+        assert styles == {"column-split" if gpu.column_layout(rows, cols).chunks > 1 else "column"}
+
+
+def _in_f64(fn):
+    """NumPy's result computed in float64 and rounded to the input's float type (a float32
+    column sum by NumPy is itself off by more than our per-dtype tolerance)."""
+    def reference(x):
+        out = fn(x.astype(np.float64))
+        out = out if isinstance(out, tuple) else (out,)
+        return tuple(o.astype(x.dtype) if o.dtype.kind == "f" else o for o in out)
+    return reference
+
+
+_COLUMN_DTYPE_PROGRAMS = {
+    "f16_sum": (lambda x: x.sum(axis=0), lambda: _r(3000, 5).astype(np.float16)),       # accumulated in f32
+    "f64_min_epilogue": (lambda x: np.sqrt(np.abs(x.min(axis=0))), lambda: _r(2500, 6, dtype=np.float64)),
+    "s32_sum_prod": (lambda x: (x.sum(axis=0), (x % 3 + 1).prod(axis=0)),
+                     lambda: rng.integers(-9, 9, (1200, 7)).astype(np.int32)),
+    "pred_any_all": (lambda x: ((x > 2).any(axis=0), (x > -3).all(axis=0)), lambda: _r(1500, 9)),
+    "centered_rows_out": (lambda x: (x - x.mean(axis=0), x.sum(axis=0)), lambda: _r(1100, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_COLUMN_DTYPE_PROGRAMS))
+def test_split_column_reductions_by_dtype(name):
+    fn, make = _COLUMN_DTYPE_PROGRAMS[name]
+    x = make()
+    f = nbxla.jit(fn, device="cuda-emulator")
+    got, want = f(x), _in_f64(fn)(x) if x.dtype.kind == "f" else fn(x)
+    got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+    assert {s.style for s in f.last_compilation.executable.native.kernels.specs.values()} == {"column-split"}
+    for g, w in zip(got, want):
+        ok, detail = compare_arrays(np.asarray(g), w, rtol=2e-3 if w.dtype == np.float16 else None)
+        assert ok, detail
+
+
+def test_split_column_reductions_are_deterministic():
+    """Partials are combined in chunk order, never by atomics: equal bits on every run, even
+    though the emulated threads' timing differs from run to run."""
+    x = _r(5000, 3)
+    f = nbxla.jit(lambda x: (x.sum(axis=0), x - x.mean(axis=0)), device="cuda-emulator")
+    first = f(x)
+    for _ in range(3):
+        assert all(np.array_equal(a, b) for a, b in zip(f(x), first))
+
+
+def test_dependent_column_reductions_are_not_split():
+    """A variance needs the final mean inside the second reduction: one kernel, in order."""
+    x = _r(5000, 4)
+    f = nbxla.jit(lambda x: ((x - x.mean(axis=0)) ** 2).mean(axis=0), device="cuda-emulator")
+    ok, detail = compare_arrays(f(x), x.astype(np.float64).var(axis=0).astype(np.float32))
+    assert ok, detail
+    assert {s.style for s in f.last_compilation.executable.native.kernels.specs.values()} == {"column"}
+
+
+# ---- on a real GPU (skipped without one) ---------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no usable GPU (CuPy sees none)")
+def test_vector_and_split_kernels_on_a_gpu():
+    import cupy
+    x, y = _r(4099), _r(4099)
+    f = nbxla.jit(lambda x, y: x * 2 + y, device="cuda")
+    dx, dy = cupy.asarray(np.concatenate([[0], x])), cupy.asarray(y)
+    for args in ((dx[1:], dy), (cupy.asarray(x), dy)):                  # unaligned, aligned
+        np.testing.assert_allclose(cupy.asnumpy(f(*args)), x * 2 + y, rtol=1e-6)
+    big = rng.random((1 << 20, 4), dtype=np.float32)
+    g = nbxla.jit(lambda x: (x.sum(axis=0), x - x.mean(axis=0)), device="cuda")
+    total, centered = g(cupy.asarray(big))
+    assert "column-split" in {s.style for s in g.last_compilation.executable.native.kernels.specs.values()}
+    np.testing.assert_allclose(cupy.asnumpy(total), big.astype(np.float64).sum(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(cupy.asnumpy(centered), big - big.mean(axis=0), atol=1e-5)
+
+
 # ---- transcendental device functions (gpu_math), measured through the emulated kernels -----------
 
 def _ulps(got, ref, dtype):
@@ -186,8 +418,9 @@ def _ulps(got, ref, dtype):
     return float(err[finite].max())
 
 
-@pytest.mark.parametrize("dtype,cbrt_max,atan2_max", [(np.float32, 0.5, 0.5), (np.float64, 1.0, 2.0)])
+@pytest.mark.parametrize("dtype,cbrt_max,atan2_max", [(np.float32, 0.5, 0.5), (np.float64, 1.0, 2.5)])
 def test_cbrt_and_atan2_device_functions(dtype, cbrt_max, atan2_max):
+    rng = np.random.default_rng(6)              # the same samples whichever tests ran before
     n = 20000
     mant = rng.random(n) + 0.5
     exps = rng.integers(-60, 60, n)
@@ -208,7 +441,7 @@ def test_cbrt_and_atan2_device_functions(dtype, cbrt_max, atan2_max):
     np.testing.assert_array_equal(np.signbit(a), np.signbit(want))
 
 
-# ---- stages and errors without a GPU ---------------------------------------------------------------
+# ---- stages and errors without a GPU -------------------------------------------------------------
 
 def test_ptx_stage_without_a_gpu():
     x = _r(8, 100)

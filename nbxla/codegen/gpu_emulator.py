@@ -25,6 +25,9 @@ Elementwise kernels use no warp or block primitive, so their (block, thread) pai
 after another on the calling thread, which is much faster; the primitives raise there.
 Launches use small blocks (64 threads: two warps) and at most a few blocks, so grid-stride
 loops, several warps per block and the block-level combination all run on small inputs.
+Two-phase kernels (full and split column reductions) run both phases, with the scratch
+buffer the runtime would allocate.  Buffers are real host addresses, so the kernels' run-time
+alignment checks (16-byte chunk loads) see aligned fresh arrays and unaligned offset views.
 Speed is that of Python callbacks (about a microsecond per primitive): use small arrays.
 """
 
@@ -212,6 +215,19 @@ class HostKernels:
         if errors:
             raise EmulationError(f"kernel {name}: {errors[0]} ({len(errors)} problem(s))")
 
+    def run_thread(self, name: str, args: list, tid: int, ctaid: int, ntid: int, nctaid: int) -> None:
+        """Run one thread of a launch of ``nctaid`` blocks of ``ntid`` threads, alone: what it
+        writes shows which elements that thread owns (kernels without shuffles or barriers)."""
+        errors: list[str] = []
+        _state.errors, _state.block = errors, None
+        _state.tid, _state.ctaid, _state.ntid, _state.nctaid = tid, ctaid, ntid, nctaid
+        try:
+            self._function(name, args)(*[a if type(a) is int else a.ctypes.data for a in args])
+        finally:
+            _state.errors = None
+        if errors:
+            raise EmulationError(f"kernel {name}: {errors[0]}")
+
 
 def run_fusion(host: HostKernels, name: str, operands: list[np.ndarray], out_shapes: list,
                block: int = EMU_BLOCK, max_blocks: int = EMU_MAX_BLOCKS) -> list[np.ndarray]:
@@ -220,10 +236,11 @@ def run_fusion(host: HostKernels, name: str, operands: list[np.ndarray], out_sha
     operands = [a if a.flags.c_contiguous else np.array(a, order="C") for a in map(np.asarray, operands)]
     outs = [np.empty(dims, dtype) for dims, dtype in out_shapes]
     grid = spec.grid(max_blocks)
-    if spec.style == "full-reduce":
-        scratch = np.zeros(grid * spec.slots * 8, np.uint8)
+    if spec.finish_name:
+        scratch = np.zeros(spec.scratch_bytes(grid), np.uint8)
         host.launch(spec.name, grid, block, operands + [scratch])
-        host.launch(spec.finish_name, 1, block, operands + outs + [scratch, grid])
+        host.launch(spec.finish_name, spec.finish_grid(max_blocks), block,
+                    operands + outs + [scratch] + spec.finish_args(grid))
     else:
         host.launch(spec.name, grid, block, operands + outs, lockstep=spec.style != "elementwise")
     return outs

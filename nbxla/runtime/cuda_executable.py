@@ -13,7 +13,9 @@ At run time (a GPU present):
   loop grid-stride);
 * ``dot`` on floating-point operands runs through ``cupy.matmul`` (cuBLAS) as one batched
   matmul, and the fused epilogue that consumes it is the next kernel;
-* every buffer (outputs, temporaries, full-reduction scratch) comes from CuPy's memory pool;
+* every buffer (outputs, temporaries, the partial results of two-phase reductions) comes from
+  CuPy's memory pool (256-byte aligned); C-contiguous operands are passed in place, so an
+  offset view may be unaligned: the kernels check alignment before their 16-byte accesses;
 * inputs given as NumPy arrays are copied to the device once per call, at the start (CuPy
   arrays are used in place);
 * **outputs stay on the device**: ``run`` returns CuPy arrays.  Ask for NumPy arrays with
@@ -242,15 +244,17 @@ class _KernelThunk:
         self.outputs = [(s.dims, s.dtype) for s in shapes]
         self.tuple_result = instr.shape.is_tuple
         self.grid = spec.grid(dev.max_blocks)
+        self.finish_grid = spec.finish_grid(dev.max_blocks)
 
     def __call__(self, operands):
         dev, spec = self.dev, self.spec
         operands = [_contiguous(dev.xp, o) for o in operands]
         outs = [dev.empty(dims, dtype) for dims, dtype in self.outputs]
-        if spec.style == "full-reduce":
-            scratch = dev.empty((self.grid * spec.slots * 8,), np.uint8)
+        if spec.finish_name:            # two phases: partial results in scratch, then the finish
+            scratch = dev.empty((spec.scratch_bytes(self.grid),), np.uint8)
             dev.launch(spec.name, self.grid, spec.block, operands + [scratch])
-            dev.launch(spec.finish_name, 1, spec.block, operands + outs + [scratch, self.grid])
+            dev.launch(spec.finish_name, self.finish_grid, spec.block,
+                       operands + outs + [scratch] + spec.finish_args(self.grid))
         else:
             dev.launch(spec.name, self.grid, spec.block, operands + outs,
                        lockstep=spec.style != "elementwise")
