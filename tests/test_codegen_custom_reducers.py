@@ -115,3 +115,22 @@ ENTRY main {
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     np.testing.assert_array_equal(got[1], np.argmin(x * x, axis=1))
+
+
+def test_pred_add_reduction_is_or():
+    text = """HloModule t
+add_pred {
+  a = pred[] parameter(0)
+  b = pred[] parameter(1)
+  ROOT s = pred[] add(a, b)
+}
+ENTRY main {
+  x = pred[4,6] parameter(0)
+  f = pred[] constant(false)
+  ROOT r = pred[4] reduce(x, f), dimensions={1}, to_apply=add_pred
+}"""
+    x = np.zeros((4, 6), bool)
+    x[0, :2] = x[1, 0] = x[3, :] = True          # even counts of True: xor would give False
+    cpu = compile_module(parse_hlo(text), "cpu")
+    assert cpu.executable.native.interpreted == {}
+    np.testing.assert_array_equal(cpu.executable.run([x])[0], [True, True, False, True])

@@ -119,3 +119,23 @@ def test_fast_path_on_every_device(device):
     x = np.linspace(-1, 1, 9)
     for _ in range(2):
         np.testing.assert_allclose(f(x), np.exp(x), rtol=1e-12)
+
+
+def test_run_keeps_the_machine_code_alive():
+    """``build_executable(...).run`` outlives its executable: the runner must keep the JIT
+    engine (and so the kernels' code) alive.  In a subprocess: the failure mode is a crash."""
+    import subprocess
+    import sys
+    script = """
+import gc, numpy as np
+from nbxla.hlo.parser import parse_hlo
+from nbxla.runtime.executable import build_executable
+m = parse_hlo('HloModule t\\nENTRY main {\\n  x = f32[16] parameter(0)\\n  ROOT y = f32[16] add(x, x)\\n}')
+run = build_executable(m, "cpu").run
+gc.collect()
+assert (run([np.ones(16, np.float32)])[0] == 2).all()
+print("OK")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "NBXLA_CACHE_DIR": "off"})
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-500:]

@@ -257,6 +257,8 @@ def _combine(b: ir.IRBuilder, em: ElementalEmitter, opcode: str, t: str, acc, x)
             return em._pack(*em.complex_multiply(p, q, r, s))
         raise UnsupportedError(f"complex {opcode} reductions have no native code path")
     if opcode == "add":
+        if t == "pred":
+            return b.or_(acc, x)            # (a one-bit add would be xor; pred add is "or")
         return b.fadd(acc, x, flags=("reassoc", "nsz")) if is_float(t) else b.add(acc, x)
     if opcode == "multiply":
         if t == "pred":
@@ -682,12 +684,15 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
 
 # Unfused ops that get a kernel of their own (the runtime offers each one alone, as a
 # computation of one instruction over parameters).
-STANDALONE_KERNEL_OPS = frozenset({"scatter"})
+STANDALONE_KERNEL_OPS = frozenset({"scatter", "reduce-window"})
 
 
 def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     if comp.root.opcode == "scatter":
         return emit_scatter_kernel(module, name, comp)
+    if comp.root.opcode == "reduce-window":
+        from .windows import emit_reduce_window_kernel     # (windows builds on this module)
+        return emit_reduce_window_kernel(module, name, comp)
     if any(i.opcode == "reduce" for i in comp.instructions):
         plan = _full_reduction_plan(comp)
         if plan is not None:

@@ -240,6 +240,7 @@ class CpuExecutable:
                     args[k] = _contiguous(arr)
             result = thunk(args)
             return list(result) if tuple_result else [result]
+        run.executable = self       # the machine code lives as long as the executable does
         return run
 
     def run(self, inputs: list) -> list[np.ndarray]:
