@@ -124,8 +124,7 @@ EXACT_FLOAT_OPS = {"add", "subtract", "multiply", "divide", "remainder", "sqrt",
 TRANSCENDENTAL = {"exponential", "exponential-minus-one", "log", "log-plus-one", "rsqrt", "cbrt",
                   "tanh", "logistic", "sine", "cosine", "tan", "erf", "atan2", "power"}
 # Not expected to have native code (yet): checked through the evaluator fallback only.
-MAY_BE_INTERPRETED = {"real", "imag", "complex", "compare_TOTALORDER_LT", "compare_TOTALORDER_EQ",
-                      "bitcast-convert", "reduce-precision", "convert_c64", "convert_c128"}
+MAY_BE_INTERPRETED = {"real", "imag", "complex", "bitcast-convert", "convert_c64", "convert_c128"}
 
 # Known codegen bugs, by (dtype, op): xfail(strict) so a fix is noticed.
 KNOWN_BUGS: dict[tuple[str, str], str] = {}
@@ -346,7 +345,8 @@ def test_transcendentals_are_native(t):
 
 
 COMPLEX_NATIVE = {"abs", "negate", "exponential", "log", "sqrt", "sign", "real", "imag", "copy", "add",
-                  "subtract", "multiply", "divide", "compare_EQ", "compare_NE", "select"}
+                  "subtract", "multiply", "divide", "compare_EQ", "compare_NE", "select", "log-plus-one",
+                  "exponential-minus-one", "sine", "cosine", "tan", "tanh", "logistic", "power", "rsqrt"}
 
 
 @pytest.mark.parametrize("t", COMPLEX_TYPES)

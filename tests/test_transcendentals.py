@@ -28,6 +28,8 @@ _UNARY = {
     "logistic": (T.emit_logistic, lambda x: 1 / (1 + np.exp(-x))),
     "erf": (T.emit_erf, None),
 }
+# the two outputs of emit_sincos, as kernels of their own
+_SINCOS = {"sincos_sin": 0, "sincos_cos": 1}
 _LLVM = {np.float32: ir.FloatType(), np.float64: ir.DoubleType(), np.float16: ir.HalfType()}
 _kernels: dict = {}
 
@@ -43,7 +45,7 @@ def _compile(dtype):
     mod = ir.Module("transcendentals_test")
     mod.triple = llvm.get_process_triple()
     i64 = ir.IntType(64)
-    names = list(_UNARY) + ["pow"]
+    names = list(_UNARY) + ["pow"] + list(_SINCOS)
     for name in names:
         nargs = 2 if name == "pow" else 1
         fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ty.as_pointer()] * (nargs + 1) + [i64]),
@@ -58,7 +60,12 @@ def _compile(dtype):
         i = b.phi(i64)
         i.add_incoming(ir.Constant(i64, 0), entry)
         args = [b.load(b.gep(fn.args[k], [i])) for k in range(nargs)]
-        r = T.emit_pow(b, *args) if name == "pow" else _UNARY[name][0](b, *args)
+        if name == "pow":
+            r = T.emit_pow(b, *args)
+        elif name in _SINCOS:
+            r = T.emit_sincos(b, *args)[_SINCOS[name]]
+        else:
+            r = _UNARY[name][0](b, *args)
         b.store(r, b.gep(fn.args[nargs], [i]))
         i1 = b.add(i, ir.Constant(i64, 1))
         i.add_incoming(i1, b.block)
@@ -458,3 +465,14 @@ def test_compile_kernels_erf_logistic_pow():
         ref = {"erf": lambda: _erf_ref(x), "logistic": lambda: reference("logistic", x),
                "power": lambda: np.power(xs.astype(np.float64), y.astype(np.float64))}[op]()
         assert ulp_error(out, ref).max() <= F32_ULP_BOUND, op
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sincos_is_sin_and_cos_bit_for_bit(dtype):
+    """emit_sincos shares one argument reduction; its values are emit_sin's and emit_cos's."""
+    x = np.concatenate([samples("sin", dtype, 100_000),
+                        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, np.finfo(dtype).max], dtype)])
+    for name, single in (("sincos_sin", "sin"), ("sincos_cos", "cos")):
+        got, want = run(name, x), run(single, x)
+        same = (got.view(f"u{x.itemsize}") == want.view(f"u{x.itemsize}")) | (np.isnan(got) & np.isnan(want))
+        assert same.all(), (name, x[~same][:4])

@@ -22,6 +22,7 @@ from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import complex_component, is_complex, is_float, is_integral
 from . import transcendentals
+from .complex_math import ComplexMath
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 
@@ -82,6 +83,7 @@ class ElementalEmitter:
         # Values of reductions already computed for the current row (row fusions).
         self.reduced = reduced if reduced is not None else {}
         self._memo: dict[tuple, ir.Value] = {}
+        self.cmath = ComplexMath(builder, self._libm)
 
     def reset_memo(self) -> None:
         self._memo.clear()
@@ -120,10 +122,12 @@ class ElementalEmitter:
         return self.b.call(fn, args)
 
     def _libm(self, name: str, ty: ir.Type, args: list) -> ir.Value:
-        suffix = {"float": "f", "double": "", "half": None}[str(ty)]
-        if suffix is None:
-            raise UnsupportedError(f"{name} on f16 has no native code path yet")
-        fname = name + suffix
+        if isinstance(ty, ir.HalfType):
+            # libm has no half functions: the float one, rounded once to half (as NumPy's
+            # half loops compute)
+            wide = [self.b.fpext(a, ir.FloatType()) for a in args]
+            return self.b.fptrunc(self._libm(name, ir.FloatType(), wide), ty)
+        fname = name + {"float": "f", "double": ""}[str(ty)]
         fn = self.module.globals.get(fname)
         if fn is None:
             fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * len(args)), fname)
@@ -307,17 +311,19 @@ class ElementalEmitter:
                                   lambda: self.value(pad_value, []), ty)
 
     def _dynamic_slice(self, instr, index):
-        b = self.b
         x = instr.operands[0]
-        starts = instr.operands[1:]
-        sub = []
-        for d, (i, n, size) in enumerate(zip(index, x.shape.dims, instr.shape.dims)):
-            s = self._convert_int(self.value(starts[d], []), starts[d].shape.element_type, "s64")
-            s = b.select(b.icmp_signed("<", s, const_i64(0)), const_i64(0), s)
-            hi = const_i64(n - size)
-            s = b.select(b.icmp_signed(">", s, hi), hi, s)
-            sub.append(b.add(i, s))
+        starts = self._start_operands(instr.operands[1:], x.shape.rank)
+        sub = [self.b.add(i, self._clamped_start(start, at, n - size))
+               for i, (start, at), n, size in zip(index, starts, x.shape.dims, instr.shape.dims)]
         return self.value(x, sub)
+
+    @staticmethod
+    def _start_operands(starts: list, rank: int) -> list[tuple[Instruction, list]]:
+        """(operand, index) of each dimension's start: scalar operands, or the old form's one
+        vector of starts (the evaluator accepts both)."""
+        if len(starts) == 1 and starts[0].shape.rank == 1:
+            return [(starts[0], [const_i64(d)]) for d in range(rank)]
+        return [(s, []) for s in starts]
 
     def _clamped_start(self, start: Instruction, index: list, limit: int) -> ir.Value:
         """An index operand as i64, clamped to [0, limit] (XLA clamps dynamic starts)."""
@@ -329,9 +335,8 @@ class ElementalEmitter:
     def _gather(self, instr, index):
         x, idx = instr.operands
         a = instr.attrs
-        if a.get("operand_batching_dims") or a.get("start_indices_batching_dims"):
-            raise UnsupportedError("gather with batching dims has no native code path yet")
         offset_dims, collapsed = a.get("offset_dims", ()), a.get("collapsed_slice_dims", ())
+        operand_batching = a.get("operand_batching_dims", ())
         start_map, sizes = a.get("start_index_map", ()), a.get("slice_sizes", ())
         ivd = a.get("index_vector_dim", idx.shape.rank)
         batch_index = [i for d, i in enumerate(index) if d not in offset_dims]
@@ -341,7 +346,13 @@ class ElementalEmitter:
             if ivd < idx.shape.rank:
                 sub.insert(ivd, const_i64(k))
             starts[operand_dim] = self._clamped_start(idx, sub, x.shape.dims[operand_dim] - sizes[operand_dim])
-        kept = [d for d in range(x.shape.rank) if d not in collapsed]
+        # A batching dimension of the operand is indexed by the output's position along the
+        # paired batch dimension of the indices (clamped like every start).
+        batch_axes = [d for d in range(idx.shape.rank) if d != ivd]
+        for operand_dim, idx_dim in zip(operand_batching, a.get("start_indices_batching_dims", ())):
+            i, limit = batch_index[batch_axes.index(idx_dim)], const_i64(x.shape.dims[operand_dim] - 1)
+            starts[operand_dim] = self.b.select(self.b.icmp_signed(">", i, limit), limit, i)
+        kept = [d for d in range(x.shape.rank) if d not in collapsed and d not in operand_batching]
         sub = []
         for d in range(x.shape.rank):
             offset = index[offset_dims[kept.index(d)]] if d in kept else const_i64(0)
@@ -351,13 +362,11 @@ class ElementalEmitter:
     def _dynamic_update_slice(self, instr, index):
         b = self.b
         x, update = instr.operands[:2]
-        starts = instr.operands[2:]
-        if len(starts) != x.shape.rank:
-            raise UnsupportedError("dynamic-update-slice with a start vector has no native code path yet")
+        starts = self._start_operands(instr.operands[2:], x.shape.rank)
         inside = ir.Constant(I1, 1)
         sub = []
-        for i, n, u, start in zip(index, x.shape.dims, update.shape.dims, starts):
-            rel = b.sub(i, self._clamped_start(start, [], n - u))
+        for i, n, u, (start, at) in zip(index, x.shape.dims, update.shape.dims, starts):
+            rel = b.sub(i, self._clamped_start(start, at, n - u))
             inside = b.and_(inside, b.and_(b.icmp_signed(">=", rel, const_i64(0)),
                                            b.icmp_signed("<", rel, const_i64(u))))
             # Clamped so the (discarded) read outside the update stays in bounds.
@@ -403,14 +412,73 @@ class ElementalEmitter:
         if _float_width(src) < _float_width(dst):
             return b.fpext(v, ty)
         if src == "f64" and dst == "f16":
-            # LLVM lowers this to compiler-rt's __truncdfhf2, which is not in the process (the
-            # kernel would jump to address 0); going through f32 would round twice.
-            raise UnsupportedError("convert f64 -> f16 has no native code path yet")
+            return self._f64_to_f16(v)
         return b.fptrunc(v, ty)
+
+    def _f64_to_f16(self, v):
+        """f64 -> f16 correctly rounded.  LLVM lowers the direct fptrunc to compiler-rt's
+        __truncdfhf2, which is not in the process (the kernel would jump to address 0), and
+        rounding to f32 first would round twice (1 + 2**-11 + 2**-40 -> 1 + 2**-11 -> 1).  So:
+        f64 -> f32 rounded to odd (truncate, then set the last bit if anything was cut off),
+        then f32 -> f16 (hardware, to nearest even): with 13 more bits in f32 than in f16,
+        the odd bit only says "above the halfway point", so the second rounding is correct."""
+        b = self.b
+        f32, i32 = ir.FloatType(), I32
+        nearest = b.fptrunc(v, f32)
+        magnitude = self._intrinsic("llvm.fabs", v.type, [v])
+        rounded_up = b.fcmp_ordered(">", self._intrinsic("llvm.fabs", v.type, [b.fpext(nearest, v.type)]), magnitude)
+        bits = b.bitcast(nearest, i32)
+        bits = b.select(rounded_up, b.sub(bits, ir.Constant(i32, 1)), bits)   # toward zero
+        inexact = b.fcmp_ordered("!=", b.fpext(b.bitcast(bits, f32), v.type), v)
+        bits = b.select(inexact, b.or_(bits, ir.Constant(i32, 1)), bits)
+        return b.fptrunc(b.bitcast(bits, f32), ir.HalfType())
 
     def _convert(self, instr, index):
         x = instr.operands[0]
         return self._convert_value(self.value(x, index), x.shape.element_type, self._t(instr))
+
+    def _bitcast_convert(self, instr, index):
+        """The same bits as another type of the same width (between widths a dimension of
+        the width ratio appears or vanishes: not an elementwise op, left to the evaluator)."""
+        x = instr.operands[0]
+        src, dst = storage_type(x.shape.element_type), storage_type(self._t(instr))
+        if "pred" in (x.shape.element_type, self._t(instr)) or _bit_width(src) != _bit_width(dst):
+            raise UnsupportedError("bitcast-convert between widths (or of pred) has no native code path yet")
+        return self.b.bitcast(self.value(x, index), dst)
+
+    def _reduce_precision(self, instr, index):
+        """Round to a float format with fewer bits, on the bit pattern (the evaluator's rule,
+        as XLA's emitter): mantissa to nearest even, exponent overflow -> signed inf,
+        underflow (the target's subnormals included) -> signed zero, NaN stays NaN while a
+        mantissa bit remains."""
+        b = self.b
+        v = self._operand(instr, 0, index)
+        ebits, mbits = instr.attrs["exponent_bits"], instr.attrs["mantissa_bits"]
+        width = _float_width(self._t(instr))
+        src_m = {16: 10, 32: 23, 64: 52}[width]
+        src_e = width - 1 - src_m
+        ity = ir.IntType(width)
+
+        def k(value):
+            return ir.Constant(ity, value)
+        bits = b.bitcast(v, ity)
+        if mbits < src_m:
+            shift = src_m - mbits
+            last = 1 << shift
+            bias = b.add(b.lshr(b.and_(bits, k(last)), k(shift)), k((last >> 1) - 1))
+            bits = b.and_(b.add(bits, bias), k(((1 << width) - 1) ^ (last - 1)))
+        if ebits < src_e:
+            exp_mask = ((1 << src_e) - 1) << src_m
+            bias, reduced_bias = (1 << (src_e - 1)) - 1, (1 << (ebits - 1)) - 1
+            exponent = b.and_(bits, k(exp_mask))
+            signed_zero = b.and_(bits, k(1 << (width - 1)))
+            overflow = b.icmp_unsigned(">", exponent, k((bias + reduced_bias) << src_m))
+            underflow = b.icmp_unsigned("<=", exponent, k((bias - reduced_bias) << src_m))
+            bits = b.select(overflow, b.or_(signed_zero, k(exp_mask)), b.select(underflow, signed_zero, bits))
+        out = b.bitcast(bits, v.type)
+        if mbits > 0:
+            out = b.select(b.fcmp_unordered("uno", v, v), v, out)
+        return out
 
     def _unary_float(self, instr, index, intrinsic):
         v = self._operand(instr, 0, index)
@@ -571,9 +639,29 @@ class ElementalEmitter:
 
     def _power(self, instr, index):
         a, c = self._binary(instr, index)
-        if not is_float(self._t(instr)):
-            raise UnsupportedError("integer power has no native code path yet")
-        return transcendentals.emit_pow(self.b, a, c)
+        t = self._t(instr)
+        if is_float(t):
+            return transcendentals.emit_pow(self.b, a, c)
+        return self._int_power(a, c, signed=t[0] == "s")
+
+    def _int_power(self, base, exponent, signed: bool):
+        """XLA's integer power (the evaluator's rule): exponentiation by squaring over every
+        bit of the exponent read as unsigned, wrapping around; a negative exponent gives 0
+        (1 for base 1).  Unrolled over the bit width with selects: no branches, so loops
+        over it vectorize."""
+        b = self.b
+        ty = base.type
+        one = ir.Constant(ty, 1)
+        acc, square = one, base
+        for k in range(ty.width):
+            bit = b.trunc(b.lshr(exponent, ir.Constant(ty, k)), I1)
+            acc = b.select(bit, b.mul(acc, square), acc)
+            if k + 1 < ty.width:
+                square = b.mul(square, square)
+        if not signed:
+            return acc
+        negative = b.icmp_signed("<", exponent, ir.Constant(ty, 0))
+        return b.select(negative, b.zext(b.icmp_signed("==", base, one), ty), acc)
 
     def _maximum(self, instr, index):
         return self._minmax(instr, index, True)
@@ -635,11 +723,22 @@ class ElementalEmitter:
         op = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}[direction]
         if is_float(t):
             if instr.attrs.get("type") == "TOTALORDER":
-                raise UnsupportedError("total-order float compare has no native code path yet")
+                return b.icmp_signed(op, self._total_order_key(a), self._total_order_key(c))
             return b.fcmp_unordered(op, a, c) if direction == "NE" else b.fcmp_ordered(op, a, c)
         if t == "pred" or t[0] == "u":
             return b.icmp_unsigned(op, a, c)
         return b.icmp_signed(op, a, c)
+
+    def _total_order_key(self, v):
+        """A signed integer ordered like IEEE totalOrder (-NaN < -inf < ... < -0 < +0 < ...
+        < +inf < +NaN): floats are sign-magnitude, so flipping the magnitude bits of negative
+        values turns their bits into two's complement order."""
+        b = self.b
+        width = {"half": 16, "float": 32, "double": 64}[str(v.type)]
+        ity = ir.IntType(width)
+        bits = b.bitcast(v, ity)
+        negative_mask = b.ashr(bits, ir.Constant(ity, width - 1))      # all ones if negative
+        return b.xor(bits, b.and_(negative_mask, ir.Constant(ity, (1 << (width - 1)) - 1)))
 
     def _select(self, instr, index):
         p = instr.operands[0]
@@ -670,11 +769,9 @@ class ElementalEmitter:
 
     # ---- complex numbers ----------------------------------------------------------------------
     #
-    # Following NumPy (the evaluator), which follows C99 Annex G (glibc's cexp/clog/csqrt):
-    # the special values (infinite and NaN components, signed zeros) are chosen explicitly with
-    # selects; the rest is straight-line code.  c64 abs, log and sqrt are computed in double
-    # precision (no scaling needed, rounded once at the end); c128 ones scale by powers of two
-    # to avoid overflow and underflow.
+    # The functions live in complex_math.ComplexMath (NumPy, i.e. glibc's C99 Annex G
+    # functions, is the oracle); these rules read the operands' parts, choose the precision a
+    # function computes in (c64: mostly double, rounded once) and pack the result.
 
     def _parts(self, v):
         return self.b.extract_value(v, 0), self.b.extract_value(v, 1)
@@ -686,71 +783,38 @@ class ElementalEmitter:
     def _complex_operand(self, instr, k, index):
         return self._parts(self._operand(instr, k, index))
 
-    def _fabs(self, v):
-        return self._intrinsic("llvm.fabs", v.type, [v])
+    def complex_multiply(self, a, b, c, d):
+        return self.cmath.multiply(a, b, c, d)
 
-    def _isnan(self, v):
-        return self.b.fcmp_unordered("uno", v, v)
+    def _complex_function(self, instr, index, fn, in_double=True):
+        """Apply ``fn(re, im) -> (re, im)`` to operand 0, in double (rounded once) for c64
+        unless ``in_double`` is false."""
+        cm = self.cmath
+        x, y = self._complex_operand(instr, 0, index)
+        part = x.type
+        if in_double:
+            x, y = cm.widen(x), cm.widen(y)
+        re, im = fn(x, y)
+        return self._pack(cm.narrow(re, part), cm.narrow(im, part))
 
-    def _isinf(self, v):
-        return self.b.fcmp_ordered("==", self._fabs(v), ir.Constant(v.type, float("inf")))
-
-    def _copysign(self, mag, sign):
-        return self._intrinsic("llvm.copysign", mag.type, [mag, sign])
+    def _complex_binary(self, instr, index, fn):
+        (a, b), (c, d) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
+        return self._pack(*fn(a, b, c, d))
 
     def _complex_add(self, instr, index):
-        (a, b), (c, d) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
-        return self._pack(self.b.fadd(a, c), self.b.fadd(b, d))
+        return self._complex_binary(instr, index, lambda a, b, c, d: (self.b.fadd(a, c), self.b.fadd(b, d)))
 
     def _complex_subtract(self, instr, index):
-        (a, b), (c, d) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
-        return self._pack(self.b.fsub(a, c), self.b.fsub(b, d))
-
-    def _complex_negate(self, instr, index):
-        a, b = self._complex_operand(instr, 0, index)
-        return self._pack(self.b.fneg(a), self.b.fneg(b))
-
-    def complex_multiply(self, a, b, c, d):
-        """(a + ib)(c + id) as NumPy computes it (no Annex G recovery of infinities): on a host
-        with FMA its SIMD loops compute ``fma(a, c, -(b*d))`` and ``fma(a, d, b*c)``."""
-        B = self.b
-        if not _host_has_fma():
-            return B.fsub(B.fmul(a, c), B.fmul(b, d)), B.fadd(B.fmul(a, d), B.fmul(b, c))
-        fma = self.module.declare_intrinsic("llvm.fma", [a.type], ir.FunctionType(a.type, [a.type] * 3))
-        return B.call(fma, [a, c, B.fneg(B.fmul(b, d))]), B.call(fma, [a, d, B.fmul(b, c)])
+        return self._complex_binary(instr, index, lambda a, b, c, d: (self.b.fsub(a, c), self.b.fsub(b, d)))
 
     def _complex_multiply(self, instr, index):
-        (a, b), (c, d) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
-        return self._pack(*self.complex_multiply(a, b, c, d))
-
-    def complex_divide(self, a, b, c, d):
-        """(a + ib) / (c + id) by Smith's algorithm, exactly as NumPy's complex divide loop."""
-        B = self.b
-        ty = a.type
-        one = ir.Constant(ty, 1.0)
-        ac, ad = self._fabs(c), self._fabs(d)
-        real_big = B.fcmp_ordered(">=", ac, ad)
-        both_zero = B.and_(B.fcmp_ordered("==", ac, ir.Constant(ty, 0.0)),
-                           B.fcmp_ordered("==", ad, ir.Constant(ty, 0.0)))
-        # |c| >= |d|
-        rat = B.fdiv(d, c)
-        scl = B.fdiv(one, B.fadd(c, B.fmul(d, rat)))
-        re1 = B.fmul(B.fadd(a, B.fmul(b, rat)), scl)
-        im1 = B.fmul(B.fsub(b, B.fmul(a, rat)), scl)
-        # division by zero: a complex inf or NaN
-        re0, im0 = B.fdiv(a, ac), B.fdiv(b, ac)
-        # |c| < |d| (or NaN)
-        rat2 = B.fdiv(c, d)
-        scl2 = B.fdiv(one, B.fadd(d, B.fmul(c, rat2)))
-        re2 = B.fmul(B.fadd(B.fmul(a, rat2), b), scl2)
-        im2 = B.fmul(B.fsub(B.fmul(b, rat2), a), scl2)
-        re = B.select(real_big, B.select(both_zero, re0, re1), re2)
-        im = B.select(real_big, B.select(both_zero, im0, im1), im2)
-        return re, im
+        return self._complex_binary(instr, index, self.cmath.multiply)
 
     def _complex_divide(self, instr, index):
-        (a, b), (c, d) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
-        return self._pack(*self.complex_divide(a, b, c, d))
+        return self._complex_binary(instr, index, self.cmath.divide)
+
+    def _complex_negate(self, instr, index):
+        return self._complex_function(instr, index, lambda x, y: (self.b.fneg(x), self.b.fneg(y)), False)
 
     def _complex_complex(self, instr, index):
         return self._pack(self._operand(instr, 0, index), self._operand(instr, 1, index))
@@ -785,167 +849,58 @@ class ElementalEmitter:
         re = self._convert_value(v, src, complex_component(dst))
         return self._pack(re, ir.Constant(re.type, 0.0))
 
-    def _widen(self, v):
-        return self.b.fpext(v, ir.DoubleType()) if isinstance(v.type, ir.FloatType) else v
-
-    def _like(self, v, ty):
-        return self.b.fptrunc(v, ty) if v.type != ty else v
-
-    def complex_hypot(self, x, y):
-        """|x + iy| without undue overflow/underflow; inf if either part is infinite."""
-        B = self.b
-        ty = x.type
-        ax, ay = self._fabs(x), self._fabs(y)
-        if isinstance(ty, ir.FloatType):
-            dx, dy = B.fpext(ax, ir.DoubleType()), B.fpext(ay, ir.DoubleType())
-            s = B.fadd(B.fmul(dx, dx), B.fmul(dy, dy))
-            h = B.fptrunc(self._intrinsic("llvm.sqrt", s.type, [s]), ty)
-        else:
-            h, _, unscale = self._scaled_hypot(x, y)
-            h = B.fmul(h, unscale)
-        inf = B.or_(self._isinf(x), self._isinf(y))
-        return B.select(inf, ir.Constant(ty, float("inf")), h)
-
-    def _scaled_hypot(self, x, y):
-        """(|x + iy| * 2**k, -k ln 2, 2**-k) for f64 parts, k = 600 for tiny and -600 for
-        huge magnitudes (0 otherwise): sqrt(x*x + y*y) without overflow or underflow."""
-        B = self.b
-        ty = x.type
-        ax, ay = self._fabs(x), self._fabs(y)
-        m = B.select(B.fcmp_ordered(">", ax, ay), ax, ay)
-        big = B.fcmp_ordered(">", m, ir.Constant(ty, 2.0 ** 500))
-        small = B.fcmp_ordered("<", m, ir.Constant(ty, 2.0 ** -500))
-
-        def pick(if_big, if_small, otherwise):
-            return B.select(big, ir.Constant(ty, if_big),
-                            B.select(small, ir.Constant(ty, if_small), ir.Constant(ty, otherwise)))
-        scale = pick(2.0 ** -600, 2.0 ** 600, 1.0)
-        ln2 = float(np.log(2.0))
-        xs, ys = B.fmul(ax, scale), B.fmul(ay, scale)
-        s = B.fadd(B.fmul(xs, xs), B.fmul(ys, ys))
-        return (self._intrinsic("llvm.sqrt", ty, [s]), pick(600 * ln2, -600 * ln2, 0.0),
-                pick(2.0 ** 600, 2.0 ** -600, 1.0))
-
     def _complex_abs(self, instr, index):
-        return self.complex_hypot(*self._complex_operand(instr, 0, index))
+        return self.cmath.hypot(*self._complex_operand(instr, 0, index))
 
     def _complex_sign(self, instr, index):
-        """z / |z| (0 for 0), as the evaluator: a complex division by (|z|, 0)."""
-        a, b = self._complex_operand(instr, 0, index)
-        mag = self.complex_hypot(a, b)
-        re, im = self.complex_divide(a, b, mag, ir.Constant(mag.type, 0.0))
-        zero = self.b.fcmp_ordered("==", mag, ir.Constant(mag.type, 0.0))
-        return self._pack(self.b.select(zero, a, re), self.b.select(zero, b, im))
+        return self._complex_function(instr, index, self.cmath.sign, False)
 
     def _complex_exponential(self, instr, index):
-        """e^x (cos y + i sin y) in glibc's order of operations (NumPy calls cexp): for x
-        above t = int((MAX_EXP - 1) ln 2), e^t is multiplied into cos y and sin y (once or
-        twice) first, so results with a small cos/sin stay finite, and the finite part of a
-        half-infinite result is NumPy's.  c64's sin, cos and exp are computed in double and
-        rounded (correctly rounded values, as glibc's).  C99 special cases: y = 0 gives
-        (e^x, y); x = -inf with y inf or NaN gives 0; x = +inf with y inf or NaN (inf, NaN)."""
-        B = self.b
-        x, y = self._complex_operand(instr, 0, index)
-        ty = x.type
-        single = isinstance(ty, ir.FloatType)
-        t = 88.0 if single else 709.0
-        exp_t = float(np.float32(np.exp(np.float64(88.0)))) if single else float(np.exp(709.0))
-        tiny = float(np.finfo(np.float32 if single else np.float64).tiny)
-        huge = float(np.finfo(np.float32 if single else np.float64).max)
+        return self._complex_function(instr, index, self.cmath.exp, False)
 
-        def rounded(emit, v):
-            r = emit(B, self._widen(v))
-            return B.fptrunc(r, ty) if single else r
-        one, zero, inf = ir.Constant(ty, 1.0), ir.Constant(ty, 0.0), ir.Constant(ty, float("inf"))
-        normal = B.fcmp_ordered(">", self._fabs(y), ir.Constant(ty, tiny))
-        s = B.select(normal, rounded(transcendentals.emit_sin, y), y)
-        c = B.select(normal, rounded(transcendentals.emit_cos, y), one)
-        for _ in range(2):
-            big = B.fcmp_ordered(">", x, ir.Constant(ty, t))
-            x = B.select(big, B.fsub(x, ir.Constant(ty, t)), x)
-            s = B.select(big, B.fmul(s, ir.Constant(ty, exp_t)), s)
-            c = B.select(big, B.fmul(c, ir.Constant(ty, exp_t)), c)
-        big = B.fcmp_ordered(">", x, ir.Constant(ty, t))
-        e = rounded(transcendentals.emit_exp, x)
-        re = B.select(big, B.fmul(ir.Constant(ty, huge), c), B.fmul(e, c))
-        im = B.select(big, B.fmul(ir.Constant(ty, huge), s), B.fmul(e, s))
-        x = self._complex_operand(instr, 0, index)[0]
-        y_zero = B.fcmp_ordered("==", y, zero)
-        im = B.select(y_zero, y, im)
-        y_bad = B.or_(self._isnan(y), self._isinf(y))
-        minus_inf = B.and_(y_bad, B.fcmp_ordered("==", x, ir.Constant(ty, float("-inf"))))
-        plus_inf = B.and_(y_bad, B.fcmp_ordered("==", x, inf))
-        re = B.select(minus_inf, zero, B.select(plus_inf, inf, re))
-        im = B.select(minus_inf, self._copysign(zero, y), B.select(plus_inf, B.fsub(y, y), im))
-        return self._pack(re, im)
+    def _complex_logistic(self, instr, index):
+        return self._complex_function(instr, index, self.cmath.logistic, False)
 
     def _complex_log(self, instr, index):
-        """log|z| + i atan2(y, x) (C99 special values come from hypot and atan2)."""
-        B = self.b
-        x, y = self._complex_operand(instr, 0, index)
-        ty = x.type
-        if isinstance(ty, ir.FloatType):
-            dx, dy = B.fpext(x, ir.DoubleType()), B.fpext(y, ir.DoubleType())
-            s = B.fadd(B.fmul(dx, dx), B.fmul(dy, dy))
-            re = B.fmul(transcendentals.emit_log(B, s), ir.Constant(s.type, 0.5))
-            inf = B.or_(self._isinf(x), self._isinf(y))
-            re = B.select(inf, ir.Constant(ty, float("inf")), B.fptrunc(re, ty))
-        else:
-            h, log_unscale, _ = self._scaled_hypot(x, y)
-            re = B.fadd(transcendentals.emit_log(B, h), log_unscale)
-            inf = B.or_(self._isinf(x), self._isinf(y))
-            re = B.select(inf, ir.Constant(ty, float("inf")), re)
-        return self._pack(re, self._libm("atan2", ty, [y, x]))
+        return self._complex_function(instr, index, self.cmath.log)
+
+    def _complex_log_plus_one(self, instr, index):
+        return self._complex_function(instr, index, self.cmath.log1p)
+
+    def _complex_exponential_minus_one(self, instr, index):
+        part = llvm_type(complex_component(self._t(instr)))
+        return self._complex_function(instr, index, lambda x, y: self.cmath.expm1(x, y, part))
 
     def _complex_sqrt(self, instr, index):
-        """Principal square root: t = sqrt((|x| + |z|) / 2); x >= 0: (t, y / 2t), else
-        (|y| / 2t, copysign(t, y)); special values as C99 (csqrt)."""
-        B = self.b
-        x0, y0 = self._complex_operand(instr, 0, index)
-        ty = x0.type
-        if isinstance(ty, ir.FloatType):
-            x, y = B.fpext(x0, ir.DoubleType()), B.fpext(y0, ir.DoubleType())
-            wt = x.type
-            ax, ay = self._fabs(x), self._fabs(y)
-            s = B.fadd(B.fmul(ax, ax), B.fmul(ay, ay))
-            h = self._intrinsic("llvm.sqrt", wt, [s])
-            unscale = ir.Constant(wt, 1.0)
-        else:
-            wt = ty
-            ax0, ay0 = self._fabs(x0), self._fabs(y0)
-            m = B.select(B.fcmp_ordered(">", ax0, ay0), ax0, ay0)
-            big = B.fcmp_ordered(">=", m, ir.Constant(ty, 2.0 ** 1021))
-            small = B.fcmp_ordered("<", m, ir.Constant(ty, 2.0 ** -1000))
-            scale = B.select(big, ir.Constant(ty, 0.25), B.select(small, ir.Constant(ty, 2.0 ** 108),
-                                                               ir.Constant(ty, 1.0)))
-            unscale = B.select(big, ir.Constant(ty, 2.0), B.select(small, ir.Constant(ty, 2.0 ** -54),
-                                                                ir.Constant(ty, 1.0)))
-            x, y = B.fmul(x0, scale), B.fmul(y0, scale)
-            ax, ay = self._fabs(x), self._fabs(y)
-            h = self.complex_hypot(x, y)
-        t = self._intrinsic("llvm.sqrt", wt, [B.fmul(B.fadd(ax, h), ir.Constant(wt, 0.5))])
-        q = B.fdiv(ay, B.fadd(t, t))                     # |y| / 2t
-        nonneg = B.fcmp_ordered(">=", x, ir.Constant(wt, 0.0))
-        re = B.select(nonneg, t, q)
-        im = B.select(nonneg, self._copysign(q, y), self._copysign(t, y))
-        re, im = B.fmul(re, unscale), B.fmul(im, unscale)
-        re, im = self._like(re, ty), self._like(im, ty)
-        x, y = x0, y0
-        zero, inf, nan = ir.Constant(ty, 0.0), ir.Constant(ty, float("inf")), ir.Constant(ty, float("nan"))
-        is_zero = B.and_(B.fcmp_ordered("==", x, zero), B.fcmp_ordered("==", y, zero))
-        re, im = B.select(is_zero, zero, re), B.select(is_zero, y, im)
-        any_nan = B.or_(self._isnan(x), self._isnan(y))
-        re, im = B.select(any_nan, nan, re), B.select(any_nan, nan, im)
-        y_nan = self._isnan(y)
-        x_pinf = B.fcmp_ordered("==", x, inf)
-        re = B.select(x_pinf, inf, re)
-        im = B.select(x_pinf, B.select(y_nan, nan, self._copysign(zero, y)), im)
-        x_ninf = B.fcmp_ordered("==", x, ir.Constant(ty, float("-inf")))
-        re = B.select(x_ninf, B.select(y_nan, nan, zero), re)
-        im = B.select(x_ninf, self._copysign(inf, y), im)
-        y_inf = self._isinf(y)
-        re, im = B.select(y_inf, inf, re), B.select(y_inf, y, im)
-        return self._pack(re, im)
+        return self._complex_function(instr, index, self.cmath.sqrt)
+
+    def _complex_rsqrt(self, instr, index):
+        return self._complex_function(instr, index, self.cmath.rsqrt)
+
+    def _complex_sine(self, instr, index):
+        return self._complex_function(instr, index, self.cmath.sin)
+
+    def _complex_cosine(self, instr, index):
+        return self._complex_function(instr, index, self.cmath.cos)
+
+    def _complex_tan(self, instr, index):
+        return self._complex_function(instr, index, self.cmath.tan)
+
+    def _complex_tanh(self, instr, index):
+        return self._complex_function(instr, index, self.cmath.tanh)
+
+    def _complex_power(self, instr, index):
+        """NumPy's a**b: its integer-exponent path in the part type, glibc's cpow in double."""
+        cm = self.cmath
+        (ar, ai), (br, bi) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
+        general = cm.pow_general(ar, ai, br, bi)
+        applies, re, im = cm.pow_small_integer(ar, ai, br, bi)
+        re, im = cm.sel2(applies, (re, im), general)
+        return self._pack(*cm.pow_special_cases(ar, ai, br, bi, re, im))
+
+
+def _bit_width(ty: ir.Type) -> int:
+    return ty.width if isinstance(ty, ir.IntType) else {"half": 16, "float": 32, "double": 64}.get(str(ty), 0)
 
 
 def _float_width(t: str) -> int:
@@ -956,17 +911,3 @@ def _involves_complex(instr: Instruction) -> bool:
     if not instr.shape.is_tuple and is_complex(instr.shape.element_type):
         return True
     return any(not o.shape.is_tuple and is_complex(o.shape.element_type) for o in instr.operands)
-
-
-_HAS_FMA: list[bool] = []
-
-
-def _host_has_fma() -> bool:
-    if not _HAS_FMA:
-        try:
-            import llvmlite.binding as llvm
-            features = llvm.get_host_cpu_features()
-            _HAS_FMA.append(bool(features.get("fma", False)) or llvm.get_process_triple().startswith("aarch64"))
-        except Exception:            # noqa: BLE001 (no host information: plain arithmetic)
-            _HAS_FMA.append(False)
-    return _HAS_FMA[0]

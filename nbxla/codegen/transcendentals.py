@@ -9,7 +9,8 @@ constant table (a gather once vectorized), or a vectorizable intrinsic (``fmulad
 ``fabs``, ``copysign``, ``rint``), so loops using them vectorize to the host's SIMD width.
 
 ``emit_<name>(builder, value[, value2]) -> value`` work on ``half``, ``float`` and ``double``
-values (scalars or vectors).  ``half`` is computed in ``float`` and rounded once at the end.
+values (scalars or vectors); ``emit_sincos`` returns ``(sin, cos)`` from one argument
+reduction (bit for bit emit_sin's and emit_cos's values; the complex functions need both).  ``half`` is computed in ``float`` and rounded once at the end.
 Some ``float`` functions compute internally in ``double`` (as glibc's ``sinf``/``powf`` do):
 sin/cos/tan (the polynomial after the reduction) and pow (needs ``log`` to more than 24
 bits).  ``fma`` is used for exact products in double-precision ``pow`` (one instruction on
@@ -50,7 +51,8 @@ pow        0.50       2.16       f32 in double; f64 through a double-double log 
 =========  =========  =========  ============================================================
 
 NaN inputs give NaN everywhere (except the C99 ``pow`` cases above).  cbrt and atan2 are
-still libm calls (scalar).
+still libm calls (scalar; half values call the float ones and round once, as NumPy's half
+loops do; the GPU backend gives them device bodies).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 __all__ = ["emit_exp", "emit_expm1", "emit_log", "emit_log1p", "emit_tanh", "emit_logistic",
-           "emit_erf", "emit_sin", "emit_cos", "emit_tan", "emit_pow"]
+           "emit_erf", "emit_sin", "emit_cos", "emit_sincos", "emit_tan", "emit_pow"]
 
 _F32, _F64, _F16 = ir.FloatType(), ir.DoubleType(), ir.HalfType()
 
@@ -770,7 +772,12 @@ def _ph_f32(m: _M, x32):
 _PIO4 = 0.7853981633974483
 
 
-def _trig(which, tiny_identity):
+def _trig(*outputs):
+    """f32 and f64 implementations of the functions ``outputs`` ((from_quadrant,
+    tiny_identity) pairs) sharing one argument reduction; one value, or a tuple for several."""
+    def finish(values):
+        return values[0] if len(values) == 1 else tuple(values)
+
     def f64(m: _M, x):
         q, r, rlo = _ph_f64(m, x)
         small = m.lt(m.abs(x), m.c(_PIO4))                      # |x| < pi/4: no reduction
@@ -778,10 +785,13 @@ def _trig(which, tiny_identity):
         r = m.sel(small, x, r)
         rlo = m.sel(small, m.c(0.0), rlo)
         s, c = _sincos_poly(m, r, rlo, 64)
-        r = which(m, q, s, c)
-        if tiny_identity:
-            r = m.sel(m.lt(m.abs(x), m.c(2.0 ** -27)), x, r)
-        return r
+        values = []
+        for which, tiny_identity in outputs:
+            v = which(m, q, s, c)
+            if tiny_identity:
+                v = m.sel(m.lt(m.abs(x), m.c(2.0 ** -27)), x, v)
+            values.append(v)
+        return finish(values)
 
     def f32(m32: _M, x):
         b = m32.b
@@ -792,17 +802,20 @@ def _trig(which, tiny_identity):
         q = b.select(small, m.ci(0), q)
         r = m.sel(small, xd, m.add(r, m.sub(xd, xd)))     # +-inf, NaN -> NaN
         s, c = _sincos_poly(m, r, rlo, "f32d")
-        r = which(m, q, s, c)
-        r = b.fptrunc(r, x.type)
-        if tiny_identity:
-            r = m32.sel(m32.lt(m32.abs(x), m32.c(2.0 ** -13)), x, r)
-        return r
+        values = []
+        for which, tiny_identity in outputs:
+            v = b.fptrunc(which(m, q, s, c), x.type)
+            if tiny_identity:
+                v = m32.sel(m32.lt(m32.abs(x), m32.c(2.0 ** -13)), x, v)
+            values.append(v)
+        return finish(values)
     return f32, f64
 
 
-_SIN = _trig(_sin_from, True)
-_COS = _trig(_cos_from, False)
-_TAN = _trig(_tan_from, True)
+_SIN = _trig((_sin_from, True))
+_COS = _trig((_cos_from, False))
+_TAN = _trig((_tan_from, True))
+_SINCOS = _trig((_sin_from, True), (_cos_from, False))
 
 
 def emit_sin(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
@@ -815,6 +828,16 @@ def emit_cos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 def emit_tan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return _dispatch(b, x, *_TAN)
+
+
+def emit_sincos(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(sin x, cos x) from one argument reduction."""
+    st = str(_scalar(x.type))
+    if st == "half":
+        s, c = emit_sincos(b, _widen(b, x, 32))
+        return b.fptrunc(s, x.type), b.fptrunc(c, x.type)
+    f32, f64 = _SINCOS
+    return f32(_M(b, x.type), x) if st == "float" else f64(_M(b, x.type), x)
 
 
 # ---- pow --------------------------------------------------------------------------------------
