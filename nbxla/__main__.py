@@ -37,14 +37,21 @@ def _run_cpu(module, args: list) -> list[np.ndarray]:
     t0 = time.perf_counter()
     compilation = compile_module(module, "cpu")
     t_compile = time.perf_counter() - t0
-    fusions = [i.name for i in compilation.optimized.entry.instructions if i.opcode == "fusion"]
-    interpreted = dict(compilation.executable.native.interpreted)
+    native = compilation.executable.native
+    # Fusions of every program: the entry, loop bodies and conditions, branches.
+    fusions = [i.name for p in native.programs.values() for i in p.computation.instructions
+               if i.opcode == "fusion"]
+    interpreted = dict(native.interpreted)
     timings = compilation.timings_ms
     print(f"compiled for {compilation.backend} in {t_compile * 1e3:.1f} ms (optimize "
           f"{timings['optimize']:.1f} ms, codegen {timings['codegen']:.1f} ms): {len(fusions)} "
           f"fusion(s), {len(fusions) - len(interpreted)} native, {len(interpreted)} interpreted")
     for name, why in interpreted.items():
         print(f"  interpreted %{name}: {why}")
+    for name, why in native.interpreted_ops.items():
+        print(f"  interpreted %{name} (not a fusion): {why}")
+    if native.library_calls:
+        print("  library calls: " + ", ".join(f"%{n} ({op})" for n, op in native.library_calls.items()))
     t0 = time.perf_counter()
     results = compilation.executable.run(args)
     print(f"executed in {(time.perf_counter() - t0) * 1e3:.1f} ms")
