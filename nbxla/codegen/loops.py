@@ -377,11 +377,13 @@ def _accumulate_custom(b, em, plan, reduce, outer_index, name) -> list:
     return [b.load(s) for s in slots]
 
 
-def _accumulate(b, em, plan, reduce, outer_index, name):
+def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
     """Emit the reduction of ``reduce`` at ``outer_index``; returns the result value (a list
-    of values for a variadic reduction)."""
+    of values for a variadic reduction).  ``keep(idx)``, when given, runs at every reduced
+    element after the operand is computed (to store a value of it for a later phase)."""
     opcode = _reducer_opcode(reduce)
     if reduce.shape.is_tuple or opcode is None:
+        assert keep is None
         values = _accumulate_custom(b, em, plan, reduce, outer_index, name)
         return values if reduce.shape.is_tuple else values[0]
     t = reduce.shape.element_type
@@ -389,6 +391,7 @@ def _accumulate(b, em, plan, reduce, outer_index, name):
     init = em.value(reduce.operands[1], [])
     x_instr = reduce.operands[0]
     if not plan.red_dims:                 # reducing no dimensions: f(init, x)
+        assert keep is None
         return _combine(b, em, opcode, t, init, em.value(x_instr, plan.merge(outer_index, [])))
     blocked = opcode == "add" and t in ("f32", "f16", "c64")
     wide = _wide_type(ty)
@@ -408,6 +411,8 @@ def _accumulate(b, em, plan, reduce, outer_index, name):
                 em.reset_memo()
                 idx = plan.merge(outer_index, prefix + [j])
                 x = em.value(x_instr, idx)
+                if keep is not None:
+                    keep(idx)
                 b.store(_combine(b, em, opcode, t, b.load(acc_slot), x), acc_slot)
             _loop(b, lo, hi, name + "r", body)
         if blocked and inner > BLOCK:
@@ -447,12 +452,21 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
     users = {id(r): [u for u in comp.instructions if u.opcode == "get-tuple-element" and u.operands[0] is r]
              for r in plan.reduces if r.shape.is_tuple}
 
+    kept = _kept_row_value(comp, plan, outputs)
+    if kept is not None:
+        kept_phase, kept_value, kept_k = kept
+        kept_buffer = len(params) + kept_k
+
+        def keep(idx):
+            bufs.store(b, kept_buffer, _linear(b, idx, plan.in_dims), em.value(kept_value, idx))
+
     def outer_body(o):
         reduced.clear()
         tuples = {}
         outer_index = _delinearize(b, o, plan.outer_dims)
         for n, r in enumerate(plan.reduces):
-            value = _accumulate(b, em, plan, r, outer_index, f"red{n}")
+            value = _accumulate(b, em, plan, r, outer_index, f"red{n}",
+                                keep if kept is not None and r is kept_phase else None)
             if r.shape.is_tuple:
                 tuples[id(r)] = value
                 for u in users[id(r)]:
@@ -471,8 +485,12 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
             def write_row(red_index):
                 em.reset_memo()
                 idx = plan.merge(outer_index, red_index)
+                if kept is not None:
+                    reduced[id(kept_value)] = bufs.load(b, kept_buffer, _linear(b, idx, plan.in_dims))
                 for k, out in row_outputs:
                     bufs.store(b, len(params) + k, _linear(b, idx, plan.in_dims), em.value(out, idx))
+                if kept is not None:
+                    del reduced[id(kept_value)]
             _nest(b, list(plan.red_dims), "w", write_row)
 
     for (out, element), shape in zip(outputs, out_shapes):
@@ -481,6 +499,54 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
     _loop(b, fn.args[1], fn.args[2], "outer", outer_body)
     b.ret_void()
     return KernelSpec(name, "reduce", _prod(plan.outer_dims), _prod(plan.red_dims))
+
+
+# Elementwise ops costly enough that reading a stored value back beats computing it again.
+_COSTLY = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic", "power",
+           "sine", "cosine", "tan", "erf", "atan2"}
+
+
+def _kept_row_value(comp: Computation, plan, outputs):
+    """Softmax's ``e = exp(x - max)`` is needed twice per element: by the sum and by the output
+    ``e / sum``.  When the one row output depends on its parameters only through such a
+    costly value computed in a reduction phase, that phase stores the value into the output
+    buffer and the output pass reads it back instead of computing it again.
+
+    Returns (reduce whose phase computes it, the value, its output number) or None.  Only
+    from the last phase, and only when nothing else the output pass reads could be
+    overwritten by those stores (no parameter is read there except through the kept value;
+    a reduction kernel's output never shares memory with its operands: buffer assignment
+    updates in place only for loop fusions)."""
+    rows = [(k, o) for k, (o, element) in enumerate(outputs)
+            if element is None and o.shape.dims == plan.in_dims and plan.red_dims]
+    if len(rows) != 1 or plan.custom:
+        return None
+    k, out = rows[0]
+    last = plan.reduces[-1]
+    reduce_ids = {id(r) for r in plan.reduces}
+    for value in _ancestors([last.operands[0]]):
+        if value.shape.dims == plan.in_dims and value.opcode in _COSTLY and value is not out \
+                and value.shape.element_type == out.shape.element_type \
+                and _reads_only_through(out, value, reduce_ids):
+            return last, value, k
+    return None
+
+
+def _reads_only_through(out: Instruction, value: Instruction, reduce_ids: set) -> bool:
+    """Does ``out`` use ``value``, and reach array parameters only through it and reductions?"""
+    stack, seen, uses_value = [out], set(), False
+    while stack:
+        i = stack.pop()
+        if id(i) in seen or id(i) in reduce_ids:
+            continue
+        seen.add(id(i))
+        if i is value:
+            uses_value = True
+        elif i.opcode == "parameter" and i.shape.rank > 0:
+            return False
+        else:
+            stack.extend(i.operands)
+    return uses_value
 
 
 COLUMN_BLOCK = 512

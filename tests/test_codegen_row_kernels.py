@@ -1,0 +1,71 @@
+"""Row-reduction kernels that keep a costly per-element value (softmax's exp) in the output
+buffer between phases: used exactly where it is safe, and the results match."""
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.codegen import loops
+from nbxla.runtime.cache import CompilationCache
+
+
+def _softmax(x):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def _log_softmax(x):
+    m = np.max(x, axis=-1, keepdims=True)
+    return x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+
+
+def _weighted_softmax(x, w):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e * w / np.sum(e, axis=-1, keepdims=True)
+
+
+def _sum_of_exp_and_exp(x):
+    e = np.exp(x)
+    return e, e.sum(axis=-1)
+
+
+def _kept(fn, *args):
+    f = nbxla.jit(fn, cache=CompilationCache())
+    f(*args)
+    fusions = [i for i in f.last_compilation.optimized.entry.instructions if i.opcode == "fusion"]
+    found = []
+    for fusion in fusions:
+        comp = fusion.attrs["calls"]
+        if any(i.opcode == "reduce" for i in comp.instructions):
+            plan = loops._ReductionPlan(comp)
+            outputs = [(o, None) for o in loops._outputs(comp)]
+            found.append(loops._kept_row_value(comp, plan, outputs))
+    return found
+
+
+def test_softmax_keeps_its_exponential():
+    x = np.random.default_rng(0).standard_normal((8, 33)).astype(np.float32)
+    (kept,) = _kept(_softmax, x)
+    assert kept is not None and kept[1].opcode == "exponential"
+
+
+@pytest.mark.parametrize("fn", [_log_softmax, _weighted_softmax])
+def test_not_kept_when_the_output_pass_reads_an_array(fn):
+    x = np.random.default_rng(0).standard_normal((8, 33)).astype(np.float32)
+    args = (x, np.ones(33, np.float32)) if fn is _weighted_softmax else (x,)
+    assert all(k is None for k in _kept(fn, *args))
+
+
+@pytest.mark.parametrize("fn", [_softmax, _log_softmax, _weighted_softmax, _sum_of_exp_and_exp])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(5, 7), (300, 1000), (2, 3, 4100)])
+def test_row_kernels_match_the_evaluator(fn, dtype, shape):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    args = (x, rng.random(shape[-1]).astype(dtype)) if fn is _weighted_softmax else (x,)
+    cpu = nbxla.jit(fn, cache=CompilationCache())
+    ref = nbxla.jit(fn, device="evaluator", cache=CompilationCache())
+    got, want = cpu(*args), ref(*args)
+    for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
+        np.testing.assert_allclose(g, w, rtol=2e-5 if dtype == np.float32 else 1e-12, atol=1e-30)
+    assert cpu.last_compilation.executable.native.interpreted == {}
