@@ -30,7 +30,7 @@ STAGES = ("hlo", "passes", "optimized_hlo", "optimized_hlo_dot", "fusion_report"
           "buffer_assignment")
 # Backend stages: present when the backend produced them (the evaluator has none).
 BACKEND_STAGES = {"llvm_ir": "the CPU backend", "llvm_ir_optimized": "the CPU backend",
-                  "asm": "the CPU backend", "ptx": "the CUDA backend"}
+                  "asm": "the CPU backend", "execution": "the CPU backend", "ptx": "the CUDA backend"}
 
 
 @dataclass

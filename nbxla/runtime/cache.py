@@ -71,7 +71,7 @@ def explain_miss(code_name: str, signature: tuple, names: list[str], earlier: li
     """Why this signature needed a new compilation, against the closest earlier one."""
     if not earlier:
         return "first compilation"
-    best, best_diff = None, None
+    best_diff = None
     for entry in earlier:
         if len(entry.signature) != len(signature):
             diff = [f"arguments changed structure ({len(entry.signature)} -> {len(signature)} leaves)"]
@@ -79,7 +79,7 @@ def explain_miss(code_name: str, signature: tuple, names: list[str], earlier: li
             diff = [f"{name}: {_describe_change(old, new)}"
                     for name, old, new in zip(names, entry.signature, signature) if old != new]
         if best_diff is None or len(diff) < len(best_diff):
-            best, best_diff = entry, diff
+            best_diff = diff
     return "; ".join(best_diff) if best_diff else "same inputs, different device or flags"
 
 

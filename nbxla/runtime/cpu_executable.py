@@ -37,7 +37,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.printer import print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_callees, program_computations
-from .cpu_kernels import ARRAY_DATA_OFFSET, FullReductionThunk, KernelThunk, MatmulThunk
+from .cpu_kernels import ARRAY_DATA_OFFSET, FullReductionThunk, KernelThunk, MatmulThunk, worker_count
 from .cpu_library import library_thunk
 from .persistent_cache import default_cache
 from .thunks import structural_thunk
@@ -167,8 +167,8 @@ class CpuExecutable:
             spec = self.kernels.specs[kernel]
             if spec.style == "full-reduce":
                 return FullReductionThunk(instr, self.kernels.addresses[kernel],
-                                           self.kernels.addresses[spec.finish_name],
-                                           spec.parallel_extent, spec.scratch_slots)
+                                          self.kernels.addresses[spec.finish_name],
+                                          spec.parallel_extent, spec.scratch_slots, spec.work_per_unit)
             return KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
                                spec.work_per_unit, self.kernels.addresses.get(spec.object_entry))
         if op == "dot" and MatmulThunk.applies(instr):
@@ -264,6 +264,45 @@ class CpuExecutable:
         # Results never alias inputs or cached constants (reshapes are views).
         return [leaf if leaf.base is None and not self._is_literal(leaf) else leaf.copy()
                 for leaf in flatten_leaves(values[root])]
+
+    def describe(self) -> str:
+        """The ``execution`` stage: how every instruction of every program runs."""
+        lines = []
+        for program in self.programs.values():
+            comp = program.computation
+            lines.append(f"{'entry' if comp is self.module.entry else 'program'} %{comp.name}")
+            ops = [i for i in comp.instructions if i.opcode != "parameter"]
+            for instr, (thunk, _, _, places) in zip(ops, program.steps):
+                where = " -> arena" if places else ""
+                lines.append(f"  %{instr.name}: {self._how(instr, thunk)}{where}")
+        return "\n".join(lines)
+
+    def _how(self, instr: Instruction, thunk) -> str:
+        thunk = getattr(thunk, "thunk", thunk)               # (OwnedResult wraps control flow)
+        symbol = self.kernel_symbols.get(instr.name)
+        if isinstance(thunk, KernelThunk):
+            spec = self.kernels.specs[symbol]
+            split = f"split over {worker_count()} threads" if thunk.parallel else "on the calling thread"
+            return f"native kernel {symbol} ({spec.style} over {spec.parallel_extent}, {split})"
+        if isinstance(thunk, FullReductionThunk):
+            return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
+        if isinstance(thunk, MatmulThunk):
+            return "library call: np.matmul (NumPy's BLAS)"
+        if instr.name in self.library_calls:
+            return {"sort": "library call: NumPy's stable argsort/lexsort",
+                    "convolution": "library call: im2col + np.matmul"}[instr.opcode]
+        if instr.opcode in ("while", "conditional", "call"):
+            names = ", ".join(f"%{c.name}" for c in program_callees(instr))
+            return {"while": "host loop", "conditional": "host branch", "call": "runs"}[instr.opcode] + \
+                f" over compiled program(s) {names}"
+        why = self.interpreted.get(instr.name) or self.interpreted_ops.get(instr.name)
+        if why:
+            return f"evaluator rule (interpreted: {why})"
+        if instr.opcode == "constant":
+            return "constant"
+        if instr.opcode in ("tuple", "get-tuple-element", "bitcast", "reshape"):
+            return "no work (a view or a name)"
+        return "evaluator rule"
 
     def _is_literal(self, arr) -> bool:
         return id(arr) in self._literal_ids

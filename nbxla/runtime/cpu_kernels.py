@@ -112,13 +112,14 @@ class KernelThunk:
 class FullReductionThunk:
     """A full reduction: chunks reduced in parallel into 8-byte slots, then one finish call."""
 
-    def __init__(self, instr: Instruction, address: int, finish: int, extent: int, slots: int):
+    def __init__(self, instr: Instruction, address: int, finish: int, extent: int, slots: int,
+                 work_per_unit: int = 1):
         self.partial, self.finish = _KERNEL_TYPE(address), _KERNEL_TYPE(finish)
         self.outputs = [(s.dims, s.dtype) for s in
                         (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
         self.n_in = len(instr.operands)
         self.extent, self.slots = extent, slots
-        self.parts = max(1, min(worker_count(), extent // (PARALLEL_THRESHOLD // 2)))
+        self.parts = max(1, min(worker_count(), extent, extent * work_per_unit // (PARALLEL_THRESHOLD // 2)))
         self.tuple_result = instr.shape.is_tuple
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):

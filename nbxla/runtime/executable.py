@@ -49,7 +49,8 @@ def _cpu_backend(module: Module, plan=None) -> Executable:
     executable.native = cpu
     executable.stages = _LazyStages({"llvm_ir": lambda: cpu.kernels.llvm_ir,
                                      "llvm_ir_optimized": lambda: cpu.kernels.llvm_ir_optimized,
-                                     "asm": lambda: cpu.kernels.asm})
+                                     "asm": lambda: cpu.kernels.asm,
+                                     "execution": cpu.describe})
     return executable
 
 
