@@ -88,12 +88,38 @@ def test_threads_on_and_off_agree(monkeypatch):
     np.testing.assert_array_equal(threaded, (x * 3 - 1).sum(axis=0))
 
 
+@pytest.mark.parametrize("columns", [1, 3, 4, 7, 32])
+def test_row_vector_broadcasts_are_grouped(columns):
+    rng = np.random.default_rng(columns)
+    x = rng.standard_normal((50_003, columns)).astype(np.float32)
+    m, w = x.mean(axis=0), rng.random(columns).astype(np.float32)
+    # (one reduction per function: several in one fusion make a row kernel)
+    centered = _jit(lambda a, m: ((a - m) ** 2).sum(axis=0))
+    peak = _jit(lambda a, w: (a * (w * 2) + 1).max(axis=0))
+    above = _jit(lambda a, m: (a > m).any(axis=0))
+    ref = ((x.astype(np.float64) - m) ** 2).sum(axis=0)
+    np.testing.assert_allclose(centered(x, m), ref, rtol=1e-6)
+    np.testing.assert_array_equal(peak(x, w), (x * (w * 2) + 1).max(axis=0))
+    np.testing.assert_array_equal(above(x, m), (x > m).any(axis=0))
+    for f in (centered, peak, above):
+        assert_all_native(f.last_compilation)
+        assert _kernel_styles(f) == {"full-reduce"}
+
+
+def test_integer_row_vector_broadcast_in_the_leftover_rows():
+    x = np.arange(3 * 40_001, dtype=np.int64).reshape(40_001, 3) % 97
+    v = np.array([5, -7, 11], np.int64)
+    f = _jit(lambda a, v: (a * v - 3).sum(axis=0))
+    np.testing.assert_array_equal(f(x, v), (x * v - 3).sum(axis=0))
+    assert "full-reduce" in _kernel_styles(f)
+
+
 def test_what_is_not_grouped():
-    # many columns, or a broadcast row vector in the input (not linear-indexable): the
+    # a column vector broadcast along the columns (not linear-indexable in a group): the
     # column kernel, which still gives the right answer
     x = np.random.default_rng(4).random((5000, 4), dtype=np.float32)
-    mu = x.mean(axis=0)
-    f = _jit(lambda a, m: ((a - m) ** 2).sum(axis=0))
-    np.testing.assert_allclose(f(x, mu), ((x - mu) ** 2).sum(axis=0), rtol=1e-4)
+    v = np.random.default_rng(5).random(5000, dtype=np.float32)
+    f = _jit(lambda a, v: (a * v[:, None]).sum(axis=0))
+    np.testing.assert_allclose(f(x, v), (x * v[:, None]).sum(axis=0), rtol=1e-4)
     assert "full-reduce" not in _kernel_styles(f)
     assert column_groups.group_width(3) % 48 == 0 and column_groups.group_width(32) == 128

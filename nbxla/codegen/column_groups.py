@@ -13,8 +13,9 @@ belongs to column ``j % C``.  The groups are split across threads like a full re
   the rows left over after the last whole group, then computes the epilogue (a mean's
   division) into the output.
 
-Applies when the reduced input is linear-indexable (elementwise work on full-shape arrays);
-other column reductions keep the loops.py kernel.
+Applies when the reduced input is elementwise work on full-shape arrays, scalars and row
+vectors broadcast along the rows (``(x - mean)**2``); other column reductions keep the
+loops.py kernel.
 """
 
 from __future__ import annotations
@@ -41,16 +42,50 @@ def group_width(columns: int) -> int:
 
 
 def applies(comp: Computation, plan) -> bool:
-    """For a column plan (see loops._column_plan): few columns, many rows, linear input."""
+    """For a column plan (see loops._column_plan): few columns, many rows, an input that is
+    linear-indexable but for row-vector broadcasts."""
     (r,) = plan.reduces
     columns, rows = _prod(plan.outer_dims), _prod(plan.red_dims)
     if not 1 <= columns <= MAX_COLUMNS or columns * rows < MIN_ELEMENTS:
         return False
     if rows < 2 * group_width(columns) // columns or is_complex(r.shape.element_type):
         return False
+    return _grouped_input(comp, r, plan) is not None
+
+
+def _grouped_input(comp: Computation, r, plan) -> list | None:
+    """The row-vector broadcasts in the reduced input (``x - mean`` with ``mean`` of shape
+    (C,)), when everything else is linear-indexable and the vectors themselves are; else None.
+
+    In a group of whole rows, position j always belongs to column j % C: a row vector's values
+    over a group form one fixed tile of W values, filled once per kernel call."""
     feeding = {id(i) for i in _ancestors([r.operands[0]])}
     prefix = [i for i in comp.instructions if id(i) in feeding]
-    return _is_linear(prefix, plan.in_dims)
+    columns = plan.in_dims[-1:]
+    rows_bc = [i for i in prefix if i.opcode == "broadcast" and i.shape.dims == plan.in_dims
+               and i.operands[0].shape.dims == columns and tuple(i.attrs["dimensions"]) == (len(plan.in_dims) - 1,)]
+    vector_parts = {id(a) for bc in rows_bc for a in _ancestors([bc.operands[0]])}
+    rest = [i for i in prefix if id(i) not in vector_parts and i not in rows_bc]
+    vectors = [i for i in prefix if id(i) in vector_parts]
+    if not _is_linear(rest, plan.in_dims) or not _is_linear(vectors, columns):
+        return None
+    return rows_bc
+
+
+class _GroupEmitter(_LinearEmitter):
+    """The linear emitter, with row-vector broadcasts read from their tiles at the position
+    in the group (``group_base`` is the flat index of the group's first element)."""
+
+    def __init__(self, *args, tiles: dict):
+        super().__init__(*args)
+        self.tiles = tiles
+        self.group_base = None
+
+    def _broadcast(self, instr, index):
+        tile = self.tiles.get(id(instr))
+        if tile is None:
+            return super()._broadcast(instr, index)
+        return self.b.load(self.b.gep(tile, [self.b.sub(index[0], self.group_base)]))
 
 
 def emit_grouped_column_reduction(module: ir.Module, name: str, comp: Computation, plan) -> KernelSpec:
@@ -72,16 +107,28 @@ def emit_grouped_column_reduction(module: ir.Module, name: str, comp: Computatio
     scratch = b.load(b.gep(fn.args[0], [const_i64(len(params))]))
     totals = b.bitcast(scratch, pty.as_pointer())
     accs = b.bitcast(b.gep(scratch, [const_i64(8 * width)]), ty.as_pointer()) if blocked else totals
-    em = _LinearEmitter(b, comp, lambda k, index: bufs.load(
-        b, k, index[0] if index and params[k].shape.rank else const_i64(0)))
+    tiles = {id(bc): _entry_alloca(b, ir.ArrayType(llvm_type(bc.shape.element_type), width))
+             for bc in _grouped_input(comp, r, plan)}
+    em = _GroupEmitter(b, comp, lambda k, index: bufs.load(
+        b, k, index[0] if index and params[k].shape.rank else const_i64(0)), tiles=tiles)
     init = em.value(r.operands[1], [])
 
     def fill(ptr, value):
         _loop(b, const_i64(0), const_i64(width), "fill", lambda j: b.store(value, b.gep(ptr, [j])))
 
+    for bc in _grouped_input(comp, r, plan):
+        tile = b.bitcast(tiles[id(bc)], llvm_type(bc.shape.element_type).as_pointer())
+        tiles[id(bc)] = tile
+
+        def fill_tile(j, bc=bc, tile=tile):
+            em.reset_memo()
+            b.store(em.value(bc.operands[0], [b.urem(j, const_i64(columns))]), b.gep(tile, [j]))
+        _loop(b, const_i64(0), const_i64(width), "tile", fill_tile)
+
     def accumulate(lo, hi):
         def group(g):
             base = b.mul(g, const_i64(width))
+            em.group_base = base
 
             def position(j):
                 em.reset_memo()
