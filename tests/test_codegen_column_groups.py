@@ -123,3 +123,20 @@ def test_what_is_not_grouped():
     np.testing.assert_allclose(f(x, v), (x * v[:, None]).sum(axis=0), rtol=1e-4)
     assert "full-reduce" not in _kernel_styles(f)
     assert column_groups.group_width(3) % 48 == 0 and column_groups.group_width(32) == 128
+
+
+@pytest.mark.parametrize("shape", [(200_003, 3), (3000, 300)])
+def test_variance_over_rows_is_two_row_major_passes(shape):
+    """x.var(axis=0): the mean and the centered sum are separate kernels (one fused kernel
+    would walk the input column by column, once per phase), and the result is at least as
+    accurate as NumPy's."""
+    x = np.random.default_rng(6).random(shape, dtype=np.float32)
+    f = _jit(lambda a: a.var(axis=0))
+    got = f(x)
+    exact = x.astype(np.float64).var(axis=0)
+    assert np.all(np.abs(got - exact) <= np.maximum(2 * np.abs(x.var(axis=0) - exact), 1e-7 * exact))
+    comp = f.last_compilation
+    assert len([i for i in comp.optimized.entry.instructions if i.opcode == "fusion"]) == 2
+    assert "a reduction over leading axes is used back in the input's space" in comp.stage("fusion_report")
+    if shape[1] <= column_groups.MAX_COLUMNS:
+        assert _kernel_styles(f) == {"full-reduce"}

@@ -380,13 +380,16 @@ def test_split_column_reductions_are_deterministic():
         assert all(np.array_equal(a, b) for a, b in zip(f(x), first))
 
 
-def test_dependent_column_reductions_are_not_split():
-    """A variance needs the final mean inside the second reduction: one kernel, in order."""
+def test_dependent_column_reductions_are_two_kernels():
+    """A variance over axis 0 needs the final mean in the second reduction: the fusion pass
+    keeps the two column reductions apart (one kernel would read the input column by column
+    once per phase), so each can be split across blocks on its own."""
     x = _r(5000, 4)
     f = nbxla.jit(lambda x: ((x - x.mean(axis=0)) ** 2).mean(axis=0), device="cuda-emulator")
     ok, detail = compare_arrays(f(x), x.astype(np.float64).var(axis=0).astype(np.float32))
     assert ok, detail
-    assert {s.style for s in f.last_compilation.executable.native.kernels.specs.values()} == {"column"}
+    styles = [s.style for s in f.last_compilation.executable.native.kernels.specs.values()]
+    assert len(styles) == 2 and set(styles) <= {"column", "column-split"}, styles
 
 
 # ---- on a real GPU (skipped without one) ---------------------------------------------------------

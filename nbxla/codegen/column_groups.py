@@ -27,9 +27,9 @@ from llvmlite import ir
 from ..hlo.ir import Computation
 from ..hlo.shapes import is_complex
 from .elemental import ElementalEmitter, const_i64, llvm_type
-from .loops import (BLOCK, KernelSpec, _ancestors, _Buffers, _combine, _delinearize, _entry_alloca, _expand,
+from .loops import (_LINEAR_OPS, BLOCK, KernelSpec, _ancestors, _Buffers, _combine, _delinearize, _entry_alloca, _expand,
                     _is_linear, _kernel_function, _linear, _LinearEmitter, _load_at, _loop, _narrow, _outputs,
-                    _partial_type, _prod, _reducer_opcode)
+                    _partial_type, _prod, _reducer_opcode, _squeeze)
 
 MAX_COLUMNS = 32          # beyond this, the column kernel's inner loop is long enough
 MIN_ELEMENTS = 1 << 14    # below this, one call of the column kernel is cheaper than two
@@ -67,9 +67,20 @@ def _grouped_input(comp: Computation, r, plan) -> list | None:
     vector_parts = {id(a) for bc in rows_bc for a in _ancestors([bc.operands[0]])}
     rest = [i for i in prefix if id(i) not in vector_parts and i not in rows_bc]
     vectors = [i for i in prefix if id(i) in vector_parts]
-    if not _is_linear(rest, plan.in_dims) or not _is_linear(vectors, columns):
+    if not _is_linear(rest, plan.in_dims) or not all(_row_vector_value(i, columns) for i in vectors):
         return None
     return rows_bc
+
+
+def _row_vector_value(instr, columns) -> bool:
+    """Can ``instr`` (in a row vector's expression) be read at a flat column index?  Size-1
+    dims do not matter (keepdims means are (1, C))."""
+    if instr.shape.rank == 0 and instr.opcode in ("constant", "parameter"):
+        return True
+    if instr.opcode == "broadcast" and instr.operands[0].shape.rank == 0:
+        return True
+    return _squeeze(instr.shape.dims) == _squeeze(columns) and \
+        (instr.is_elementwise or instr.opcode in _LINEAR_OPS)
 
 
 class _GroupEmitter(_LinearEmitter):

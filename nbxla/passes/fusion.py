@@ -178,6 +178,7 @@ class _Fuser:
         if reduces:
             (in_dims, red) = next(iter(spaces))
             outer = _squeeze(n for i, n in enumerate(in_dims) if i not in red)
+            trailing = tuple(red) == tuple(range(len(in_dims) - len(red), len(in_dims)))
             for m in members:
                 if id(m) not in after or m.shape.is_tuple:
                     continue
@@ -189,6 +190,10 @@ class _Fuser:
                     return f"a reduction's result is read by {m.opcode} at other positions"
                 if _squeeze(m.shape.dims) == outer:          # the reduced space (keepdims too)
                     continue
+                if m.shape.dims == in_dims and not trailing:
+                    # One kernel would walk the input column by column, once per phase (x.var(
+                    # axis=0): 7x slower than NumPy); two kernels each read it row by row.
+                    return "a reduction over leading axes is used back in the input's space"
                 if m.shape.dims == in_dims and m.opcode == "broadcast":
                     if any(m.attrs["dimensions"][k] in red
                            for k, n in enumerate(m.operands[0].shape.dims) if n != 1):
