@@ -85,8 +85,7 @@ def test_custom_reducer_matches_the_evaluator_exactly(dims, red, out):
     assert got.shape == out
 
 
-def test_variadic_reduce_as_the_fusion_root():
-    text = """
+_ARGMIN = """
 HloModule argmin_rows
 pick {
   a = f32[] parameter(0)
@@ -107,6 +106,10 @@ ENTRY main {
   ROOT r = (f32[9], s32[9]) reduce(sq, idx, inf, zero), dimensions={1}, to_apply=pick
 }
 """
+
+
+def test_variadic_reduce_as_the_fusion_root():
+    text = _ARGMIN
     x = np.random.default_rng(4).standard_normal((9, 33)).astype(np.float32)
     cpu = compile_module(parse_hlo(text), "cpu")
     assert cpu.executable.native.interpreted == {}
@@ -134,3 +137,32 @@ ENTRY main {
     cpu = compile_module(parse_hlo(text), "cpu")
     assert cpu.executable.native.interpreted == {}
     np.testing.assert_array_equal(cpu.executable.run([x])[0], [True, True, False, True])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16, np.uint32])
+@pytest.mark.parametrize("which", [np.argmax, np.argmin])
+def test_row_argmax_runs_in_two_vectorizable_passes(dtype, which):
+    from nbxla.codegen import arg_reductions, loops
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((300, 257)) * 3).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        x[5, 100], x[5, 7] = np.nan, -np.nan       # the first NaN wins, whatever its sign
+        x[6, :] = -np.inf
+        x[7, 3], x[7, 200] = -0.0, 0.0             # signed zeros tie: the first one wins
+        x[7] = np.where(np.arange(257) % 2 == 0, x[7], -1e30)
+    f = nbxla.jit(lambda a: which(a, axis=-1), cache=CompilationCache())
+    np.testing.assert_array_equal(f(x), which(x, axis=-1))
+    fusion = next(i for i in f.last_compilation.optimized.entry.instructions if i.opcode == "fusion")
+    comp = fusion.attrs["calls"]
+    reduce = next(i for i in comp.instructions if i.opcode == "reduce")
+    assert arg_reductions.arg_reduction_kind(reduce, loops._ReductionPlan(comp)) == \
+        ("max" if which is np.argmax else "min")
+
+
+def test_reducers_that_only_look_like_argmax_are_not_taken_for_it():
+    from nbxla.codegen import arg_reductions, loops
+    # last index on ties (<= instead of <): not argmax's order
+    text = _ARGMIN.replace("direction=LE", "direction=LT")
+    comp = parse_hlo(text).entry
+    plan = loops._ReductionPlan(comp)
+    assert arg_reductions.arg_reduction_kind(comp.root, plan) is None

@@ -384,6 +384,10 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
     opcode = _reducer_opcode(reduce)
     if reduce.shape.is_tuple or opcode is None:
         assert keep is None
+        from . import arg_reductions                  # (arg_reductions builds on this module)
+        kind = arg_reductions.arg_reduction_kind(reduce, plan)
+        if kind is not None:
+            return arg_reductions.emit_arg_reduction(b, em, plan, reduce, outer_index, name, kind)
         values = _accumulate_custom(b, em, plan, reduce, outer_index, name)
         return values if reduce.shape.is_tuple else values[0]
     t = reduce.shape.element_type

@@ -1,0 +1,143 @@
+"""argmax / argmin along the innermost axis in two vectorizable passes.
+
+``np.argmax`` traces to a variadic reduce over (values, iota) whose reducer keeps the better
+of two (value, index) pairs: the larger value (the smaller for argmin), NaN above every
+number, the smaller index on ties.  Applied element by element (loops.py's general path for
+custom reducers) that is a chain of selects LLVM cannot vectorize: 10x slower than NumPy.
+
+Folding such a reducer over a row gives the best pair under that order, which two passes
+compute, both plain reductions that vectorize:
+
+1. ``m``: the NaN-propagating max (min) of the row;
+2. ``i``: the smallest position whose value matches ``m`` (equal, or NaN when ``m`` is NaN);
+
+and the value output is the row's value at ``i`` (its exact bits).  The init pair only
+matters for an empty row (then the kernel is not used), provided it is the order's identity.
+
+Which reducers qualify is decided by running the reducer in the reference evaluator on every
+combination of probe values and indices (NaN, infinities, signed zeros, ties, both index
+orders) and comparing with the order above: the reducer's own text (JAX's or nbxla's
+spelling) does not matter.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from llvmlite import ir
+
+from ..hlo.evaluator import Interpreter
+from ..hlo.ir import Instruction
+from ..hlo.shapes import is_float, is_integral, to_numpy_dtype
+from .elemental import I64, const_i64, llvm_type
+from .loops import _entry_alloca, _loop
+
+
+def arg_reduction_kind(reduce: Instruction, plan) -> str | None:
+    """"max" or "min" when ``reduce`` is an argmax/argmin this module can emit, else None."""
+    # Along the innermost axis only: the row is read twice, from the cache; down a column
+    # two strided passes cost more than the one select chain.
+    if len(reduce.operands) != 4 or plan.reduced != (len(plan.in_dims) - 1,) or not all(plan.red_dims):
+        return None
+    values, indices, init_value, init_index = reduce.operands
+    vt, it = values.shape.element_type, indices.shape.element_type
+    if not (is_float(vt) or is_integral(vt)) or vt == "pred" or not is_integral(it) or it == "pred":
+        return None
+    if not _is_position(indices, plan.reduced[0]):
+        return None
+    for kind in ("max", "min"):
+        if _behaves_as(reduce.attrs["to_apply"], kind, vt, it) and _is_identity(init_value, init_index, kind, vt):
+            return kind
+    return None
+
+
+def _is_position(instr: Instruction, axis: int) -> bool:
+    """Is ``instr`` the position along ``axis`` (an iota, or a broadcast 1-D iota)?"""
+    if instr.opcode == "iota":
+        return instr.attrs["iota_dimension"] == axis
+    if instr.opcode == "broadcast" and instr.operands[0].opcode == "iota" and instr.operands[0].shape.rank == 1:
+        return tuple(instr.attrs["dimensions"]) == (axis,)
+    return False
+
+
+def _is_identity(value: Instruction, index: Instruction, kind: str, vt: str) -> bool:
+    if value.opcode != "constant" or index.opcode != "constant":
+        return False
+    v = np.asarray(value.literal)
+    if is_float(vt):
+        return bool(v == (-np.inf if kind == "max" else np.inf))
+    info = np.iinfo(to_numpy_dtype(vt))
+    return int(v) == (info.min if kind == "max" else info.max)
+
+
+def _probe_values(vt: str) -> list:
+    if is_float(vt):
+        return [np.nan, -np.inf, -2.5, -0.0, 0.0, 1.0, 3.0, np.inf]
+    info = np.iinfo(to_numpy_dtype(vt))
+    return [info.min, info.min + 1, 0, 1, 7, info.max]
+
+
+def _behaves_as(comp, kind: str, vt: str, it: str) -> bool:
+    """Does the reducer pick the better (value, index) pair, on every probe combination?"""
+    vtype, itype = to_numpy_dtype(vt), to_numpy_dtype(it)
+    pairs = list(itertools.product(_probe_values(vt), [0, 1, 5]))
+    combos = list(itertools.product(pairs, pairs))
+    a = np.array([p[0][0] for p in combos], vtype)
+    ai = np.array([p[0][1] for p in combos], itype)
+    b = np.array([p[1][0] for p in combos], vtype)
+    bi = np.array([p[1][1] for p in combos], itype)
+    try:
+        with np.errstate(all="ignore"):
+            got_v, got_i = Interpreter().map(comp, [a, ai, b, bi])
+    except Exception:        # noqa: BLE001 -- a reducer the evaluator cannot batch: not ours
+        return False
+    pick_a = _better_or_tie_first(a, ai, b, bi, kind)
+    want_v, want_i = np.where(pick_a, a, b), np.where(pick_a, ai, bi)
+    same_v = (np.asarray(got_v).view(np.uint8).reshape(len(combos), -1) ==
+              want_v.view(np.uint8).reshape(len(combos), -1)).all(axis=1)
+    return bool(np.all(same_v) and np.array_equal(np.asarray(got_i), want_i))
+
+
+def _better_or_tie_first(a, ai, b, bi, kind):
+    """Is (a, ai) at least as good as (b, bi): NaN first, then the value, then the index."""
+    a_nan, b_nan = a != a, b != b
+    better = (a > b) if kind == "max" else (a < b)
+    better = (better & ~a_nan & ~b_nan) | (a_nan & ~b_nan)
+    tie = (a == b) | (a_nan & b_nan)
+    return better | (tie & (ai < bi))
+
+
+def emit_arg_reduction(b: ir.IRBuilder, em, plan, reduce: Instruction, outer_index, name: str,
+                       kind: str) -> list:
+    """(value, index) of the best pair along the reduced axis at ``outer_index``."""
+    values = reduce.operands[0]
+    vt, it = values.shape.element_type, reduce.operands[1].shape.element_type
+    n = plan.red_dims[0]
+
+    def value_at(j):
+        em.reset_memo()
+        return em.value(values, plan.merge(outer_index, [j]))
+
+    best = _entry_alloca(b, llvm_type(vt))
+    b.store(value_at(const_i64(0)), best)
+    _loop(b, const_i64(1), const_i64(n), name + "m",
+         lambda j: b.store(em.minmax(vt, value_at(j), b.load(best), kind == "max"), best))
+    m = b.load(best)
+
+    def matches(v):
+        if not is_float(vt):
+            return b.icmp_signed("==", v, m)
+        return b.or_(b.fcmp_ordered("==", v, m),
+                     b.and_(b.fcmp_unordered("uno", m, m), b.fcmp_unordered("uno", v, v)))
+
+    first = _entry_alloca(b, I64)
+    b.store(const_i64(n), first)
+
+    def position(j):
+        candidate = b.select(matches(value_at(j)), j, const_i64(n))
+        b.store(b.select(b.icmp_signed("<", candidate, b.load(first)), candidate, b.load(first)), first)
+    _loop(b, const_i64(0), const_i64(n), name + "i", position)
+    i = b.load(first)
+    index = b.trunc(i, llvm_type(it)) if llvm_type(it).width < 64 else i
+    return [value_at(i), index]
