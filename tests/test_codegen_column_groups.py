@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import nbxla
-from nbxla.codegen import column_groups
+from nbxla.codegen import column_groups, loops
 from nbxla.runtime.cache import CompilationCache
 
 from .test_codegen_cpu import assert_all_native
@@ -140,3 +140,23 @@ def test_variance_over_rows_is_two_row_major_passes(shape):
     assert "a reduction over leading axes is used back in the input's space" in comp.stage("fusion_report")
     if shape[1] <= column_groups.MAX_COLUMNS:
         assert _kernel_styles(f) == {"full-reduce"}
+
+
+@pytest.mark.parametrize("shape,axes", [((64, 100, 8), (0,)), ((30, 16, 16, 3), (0,)), ((20_000, 4, 8), (0,)),
+                                        ((50, 7, 6, 5), (0, 1))])
+def test_several_kept_axes_are_flat_columns(shape, axes):
+    """Reducing leading axes and keeping several (a batch's mean image): elementwise inputs
+    are read as rows of flat columns (the column kernels); all forms match NumPy."""
+    rng = np.random.default_rng(8)
+    x = rng.random(shape, dtype=np.float32)
+    v = rng.random(shape[len(axes):], dtype=np.float32)
+    for fn, args in [(lambda a: (a * 2).sum(axis=axes), (x,)), (lambda a: a.max(axis=axes), (x,)),
+                     (lambda a, v: ((a - v) ** 2).mean(axis=axes, keepdims=True), (x, v))]:
+        f = _jit(fn)
+        got = f(*args)
+        np.testing.assert_allclose(got, fn(*[a.astype(np.float64) for a in args]), rtol=2e-6)
+        assert_all_native(f.last_compilation)
+    linear = _jit(lambda a: (a * 2).sum(axis=axes))
+    linear(x)
+    fusion = next(i for i in linear.last_compilation.optimized.entry.instructions if i.opcode == "fusion")
+    assert loops._column_plan(fusion.attrs["calls"]) is not None

@@ -879,6 +879,7 @@ def test_threading_on_and_off_give_identical_results(monkeypatch):
     ins = [rng.standard_normal((1024, 640)).astype(np.float32),
            rng.integers(-50000, 50000, (1024, 640), dtype=np.int32)]
     module = _threading_module()
+    monkeypatch.setattr(cpu_kernels, "PARALLEL_THRESHOLD", 1 << 17)     # split these sizes
     threaded = build_executable(module, "cpu")
     assert not threaded.native.interpreted
     if cpu_kernels.worker_count() > 1:

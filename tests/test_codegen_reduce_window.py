@@ -406,6 +406,7 @@ def _split_across_threads(run: Run) -> int:
 
 
 def test_threads_on_and_off_give_identical_bits(monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "PARALLEL_THRESHOLD", 1 << 17)     # split these sizes
     threaded = compile_and_compare(THREAD_CASES, seed=5, name="threads")
     assert _split_across_threads(threaded) == len(THREAD_CASES)
     monkeypatch.setattr(cpu_kernels, "PARALLEL_THRESHOLD", 1 << 62)

@@ -61,9 +61,10 @@ def _grouped_input(comp: Computation, r, plan) -> list | None:
     over a group form one fixed tile of W values, filled once per kernel call."""
     feeding = {id(i) for i in _ancestors([r.operands[0]])}
     prefix = [i for i in comp.instructions if id(i) in feeding]
-    columns = plan.in_dims[-1:]
+    columns = plan.outer_dims                    # (the kept axes are the trailing ones)
+    kept_axes = tuple(range(len(plan.reduced), len(plan.in_dims)))
     rows_bc = [i for i in prefix if i.opcode == "broadcast" and i.shape.dims == plan.in_dims
-               and i.operands[0].shape.dims == columns and tuple(i.attrs["dimensions"]) == (len(plan.in_dims) - 1,)]
+               and i.operands[0].shape.dims == columns and tuple(i.attrs["dimensions"]) == kept_axes]
     vector_parts = {id(a) for bc in rows_bc for a in _ancestors([bc.operands[0]])}
     rest = [i for i in prefix if id(i) not in vector_parts and i not in rows_bc]
     vectors = [i for i in prefix if id(i) in vector_parts]
@@ -198,13 +199,14 @@ def emit_grouped_column_reduction(module: ir.Module, name: str, comp: Computatio
 
         def leftover(row):
             em.reset_memo()
-            x = em.value(r.operands[0], plan.merge([c], _delinearize(b, row, plan.red_dims)))
+            x = em.value(r.operands[0], plan.merge(_delinearize(b, c, plan.outer_dims),
+                                                   _delinearize(b, row, plan.red_dims)))
             b.store(_combine(b, em, opcode, wide_t, b.load(acc), b.fpext(x, pty) if blocked else x), acc)
         _loop(b, const_i64(groups * per_group), const_i64(rows), "left", leftover)
         em.reset_memo()
         reduced.clear()
         reduced[id(r)] = _narrow(b, b.load(acc), ty) if blocked else b.load(acc)
-        index = _expand([c], plan.outer_dims, out.shape.dims)
+        index = _expand(_delinearize(b, c, plan.outer_dims), plan.outer_dims, out.shape.dims)
         bufs.store(b, len(params), _linear(b, index, out.shape.dims), em.value(out, index))
     _loop(b, const_i64(0), const_i64(columns), "col", column)
     b.ret_void()

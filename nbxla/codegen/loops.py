@@ -563,12 +563,24 @@ def _column_plan(comp: Computation):
     plan = _ReductionPlan(comp)
     outputs = _outputs(comp)
     r = plan.reduces[0]
-    if (plan.custom or len(plan.reduces) != 1 or len(outputs) != 1 or len(plan.outer_dims) != 1
+    if (plan.custom or len(plan.reduces) != 1 or len(outputs) != 1 or not plan.outer_dims
             or plan.reduced != tuple(range(len(plan.reduced))) or not plan.reduced
             or outputs[0].shape.element_type != r.shape.element_type
             or _squeeze(outputs[0].shape.dims) != _squeeze(plan.outer_dims)):
         return None
+    # Several kept axes (the mean image of a batch, (N, H, W) -> (H, W)) are one flat column
+    # index when the input can be read at flat positions.
+    if len(plan.outer_dims) > 1 and not _linear_input(comp, r, plan):
+        from . import column_groups               # (column_groups builds on this module)
+        if not column_groups.applies(comp, plan):
+            return None
     return plan
+
+
+def _linear_input(comp: Computation, r: Instruction, plan) -> bool:
+    """Can the reduced input be read at flat positions (elementwise work on full arrays)?"""
+    feeding = {id(i) for i in _ancestors([r.operands[0]])}
+    return _is_linear([i for i in comp.instructions if id(i) in feeding], plan.in_dims)
 
 
 def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan) -> KernelSpec:
@@ -588,6 +600,16 @@ def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan)
                           reduced)
     opcode, t = _reducer_opcode(r), r.shape.element_type
     rows = _prod(plan.red_dims)
+    columns = _prod(plan.outer_dims)
+    if len(plan.outer_dims) > 1:               # flat columns: read the input at flat positions
+        flat = _LinearEmitter(b, comp, lambda k, index: bufs.load(
+            b, k, index[0] if index and params[k].shape.rank else const_i64(0)))
+
+        def input_at(c, i, red_index):
+            return flat.value(r.operands[0], [b.add(b.mul(i, const_i64(columns)), c)])
+    else:
+        def input_at(c, i, red_index):
+            return em.value(r.operands[0], plan.merge([c], red_index))
 
     def block_body(blk):
         lo = b.add(fn.args[1], b.mul(blk, const_i64(COLUMN_BLOCK)))
@@ -604,7 +626,9 @@ def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan)
 
             def column(c):
                 em.reset_memo()
-                x = em.value(r.operands[0], plan.merge([c], red_index))
+                if len(plan.outer_dims) > 1:
+                    flat.reset_memo()
+                x = input_at(c, i, red_index)
                 bufs.store(b, k_out, c, _combine(b, em, opcode, t, bufs.load(b, k_out, c), x))
             _loop(b, lo, hi, "cc", column)
         _loop(b, const_i64(0), const_i64(rows), "cr", row)
@@ -613,7 +637,7 @@ def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan)
                 em.reset_memo()
                 reduced.clear()
                 reduced[id(r)] = bufs.load(b, k_out, c)
-                idx = _expand([c], plan.outer_dims, out.shape.dims)
+                idx = _expand(_delinearize(b, c, plan.outer_dims), plan.outer_dims, out.shape.dims)
                 bufs.store(b, k_out, c, em.value(out, idx))
             _loop(b, lo, hi, "ce", epilogue)
 
