@@ -149,6 +149,8 @@ class CompiledFunction:
                     self.cache.touch(entry)
                     self.last_compilation = entry.value.compilation
                     return runner(args)
+                if hit is not None:             # the cache has evicted since: do not pin it
+                    self._fast.clear()
         leaves = tree_flatten((args, kwargs))[0]
         if any(isinstance(leaf, Tracer) for leaf in leaves):
             return self.fn(*args, **kwargs)     # called while tracing (%%xla, another jit): inline
