@@ -5,6 +5,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (a CI result does not depend on luck);
+# NBXLA_HYPOTHESIS_RANDOM=1 draws new ones, to look for bugs (with NBXLA_HYPOTHESIS_EXAMPLES
+# for more of them in the random-graph tests).
+settings.register_profile("nbxla", derandomize=os.environ.get("NBXLA_HYPOTHESIS_RANDOM") != "1")
+settings.load_profile("nbxla")
 
 # Compiled-code cache: private to this test session, never the user's ~/.cache.
 os.environ.setdefault("NBXLA_CACHE_DIR", tempfile.mkdtemp(prefix="nbxla-test-cache-"))

@@ -475,3 +475,33 @@ def test_history_records_text_only_for_passes_that_changed_the_module():
     assert "// ---- after algsimp (changed" in text and "// ---- after buffer-assignment (no change" in text
     assert text.count("HloModule") == sum(r.changed for r in result.history)
     assert "fusion(" in text.split("// ---- after fusion")[1]
+
+
+def test_reduction_kernels_do_not_take_outputs_from_other_spaces():
+    """Found by the random-graph property test: a transpose of the input (shape [2,1]) as an
+    extra output of a full reduction of that input ([1,2] -> []) was written at its first
+    element only.  Such an output now stays out of the reduction kernel."""
+    from nbxla.compiler import compile_module
+    from nbxla.hlo.parser import parse_hlo
+    text = """
+HloModule t
+add_f32 {
+  lhs = f32[] parameter(0)
+  rhs = f32[] parameter(1)
+  ROOT s = f32[] add(lhs, rhs)
+}
+ENTRY main {
+  x = f32[1,2] parameter(0)
+  c = f32[] parameter(1)
+  t = f32[2,1] transpose(x), dimensions={1,0}
+  zero = f32[] constant(0)
+  r = f32[] reduce(x, zero), dimensions={0,1}, to_apply=add_f32
+  a = f32[] add(r, c)
+  ROOT out = (f32[], f32[2,1]) tuple(a, t)
+}"""
+    args = [np.array([[0.5, -0.9]], np.float32), np.array(-1.8, np.float32)]
+    cpu = compile_module(parse_hlo(text), "cpu")
+    got = cpu.executable.run(args)
+    np.testing.assert_allclose(got[0], 0.5 - 0.9 - 1.8, rtol=1e-6)
+    np.testing.assert_array_equal(got[1], args[0].T)
+    assert cpu.executable.native.interpreted == {}

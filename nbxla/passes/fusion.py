@@ -205,6 +205,9 @@ class _Fuser:
         outputs = [m for m in members if m is self.comp.root or any(id(u) not in ids for u in users[id(m)])]
         if not reduces and len({o.shape.dims for o in outputs}) > 1:
             return "outputs of different shapes cannot share one loop"
+        if reduces and any(not o.shape.is_tuple and o.shape.dims != in_dims and _squeeze(o.shape.dims) != outer
+                           for o in outputs):
+            return "a reduction kernel's outputs must be in its input's or its result's space"
         params = {id(o) for m in members for o in m.operands if id(o) not in ids}
         if len(params) > MAX_OPERANDS:
             return f"the kernel would read more than {MAX_OPERANDS} arrays"
