@@ -50,8 +50,8 @@ def _array_data_offset() -> int | None:
     return offset
 
 
-_DATA_OFFSET = _array_data_offset()
-ARRAY_DATA_OFFSET = _DATA_OFFSET       # for kernels' array-object entry points (codegen/cpu.py)
+# (Also compiled into the kernels' array-object entry points: codegen/cpu.py.)
+ARRAY_DATA_OFFSET = _array_data_offset()
 _read_pointer = ctypes.c_void_p.from_address
 
 
@@ -59,8 +59,8 @@ def data_pointer(arr: np.ndarray) -> int:
     """The address of an array's first element.  Paid per buffer per kernel call, where
     dispatch overhead matters: reading it from the array object takes ~0.12 us, the buffer
     protocol ~0.3 us, ``arr.ctypes.data`` ~0.9 us."""
-    if _DATA_OFFSET is not None and type(arr) is np.ndarray:
-        return _read_pointer(id(arr) + _DATA_OFFSET).value or 0
+    if ARRAY_DATA_OFFSET is not None and type(arr) is np.ndarray:
+        return _read_pointer(id(arr) + ARRAY_DATA_OFFSET).value or 0
     return arr.__array_interface__["data"][0]
 
 
@@ -83,7 +83,7 @@ class KernelThunk:
         self.tuple_result = instr.shape.is_tuple
         # Small kernels are called with the arrays themselves (the cheapest dispatch).
         self.object_fn = None
-        if object_entry is not None and not self.parallel and _DATA_OFFSET is not None:
+        if object_entry is not None and not self.parallel and ARRAY_DATA_OFFSET is not None:
             self.object_fn = object_entry_type(len(instr.operands) + len(self.outputs))(object_entry)
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
