@@ -65,9 +65,8 @@ def _fast_runner(compiled: CompiledProgram, n_args: int) -> Callable | None:
     if program.writebacks:
         return None
     run = compiled.compilation.executable.run
-    if program.param_leaves != list(range(n_args)):
-        return lambda args: run_program(compiled, list(args))
-    if program.out_treedef.kind == "leaf" and program.out_slots == [("out", 0)]:
+    if program.param_leaves == list(range(n_args)) and program.out_treedef.kind == "leaf" \
+            and program.out_slots == [("out", 0)]:
         def single_result(args):
             value = run(args)[0]
             return value[()] if value.ndim == 0 else value  # NumPy gives scalars for 0-d results

@@ -336,20 +336,9 @@ def test_scatter_replace_last_duplicate_wins_and_out_of_bounds_skipped():
 
 
 def test_corpus_scatter_add_is_native():
-    from nbxla.compiler import compile_module
-    from nbxla.hlo.parser import parse_hlo
-    from nbxla.testing import compare_arrays
-    from .conftest import CORPUS_HLO
-    from .test_corpus import case_inputs_and_outputs
-    path = CORPUS_HLO / "scatter_add.hlo"
-    if not path.exists():
-        pytest.skip(f"HLO corpus not found at {CORPUS_HLO}")
-    compilation = compile_module(parse_hlo(path.read_text(), str(path)), "cpu")
+    from .test_corpus_cpu import compiled_corpus_case
+    compilation = compiled_corpus_case("scatter_add")
     native = compilation.executable.native
     scatters = [i.name for i in compilation.optimized.entry.instructions if i.opcode == "scatter"]
     assert len(scatters) == 2 and native.interpreted_ops == {}
     assert all(native.kernels.specs[f"nbxla_{kernel_name(s)}"].style == "scatter" for s in scatters)
-    _, ins, outs = case_inputs_and_outputs(path)
-    for g, w in zip(compilation.executable.run(ins), outs):
-        ok, detail = compare_arrays(g, w)
-        assert ok, detail

@@ -157,7 +157,7 @@ def elementwise_ops(t: str, checked=True) -> list[tuple[str, str, tuple, dict]]:
     ``checked``, defined by the evaluator).  Roles: x, y, z are arrays of type t, p a pred array."""
     if checked:
         return [op for op in elementwise_ops(t, False) if _evaluator_supports(t, op[0])]
-    s, p = Shape(t, (4,)), Shape("pred", (4,))
+    s = Shape(t, (4,))
     ops = []
     for op in UNARY:
         if _valid(op, [s]):
@@ -870,8 +870,8 @@ def _threading_module():
 
 
 def _parallel_thunks(executable) -> int:
-    steps = getattr(executable.native, "_steps", [])
-    return sum(1 for _, thunk in steps if getattr(thunk, "parallel", False) or getattr(thunk, "parts", 1) > 1)
+    entry = executable.native.programs[executable.module.entry.name]
+    return sum(1 for thunk, *_ in entry.steps if getattr(thunk, "parallel", False) or getattr(thunk, "parts", 1) > 1)
 
 
 def test_threading_on_and_off_give_identical_results(monkeypatch):

@@ -500,18 +500,9 @@ def test_numpy_scans_through_jit_are_native_and_match_numpy(name):
 
 
 def test_jax_cumsum_corpus_runs_as_native_scans():
-    from nbxla.testing import compare_arrays
-    from .conftest import CORPUS_HLO
-    from .test_corpus import case_inputs_and_outputs
-    path = CORPUS_HLO / "cumsum.hlo"
-    if not path.exists():
-        pytest.skip(f"HLO corpus not found at {CORPUS_HLO}")
-    compilation = compile_module(parse_hlo(path.read_text(), str(path)), "cpu")
+    from .test_corpus_cpu import compiled_corpus_case
+    compilation = compiled_corpus_case("cumsum")
     native = compilation.executable.native
     windows = [i.name for i in compilation.optimized.entry.instructions if i.opcode == "reduce-window"]
     assert len(windows) == 3 and native.interpreted_ops == {}
     assert all(native.kernels.specs[f"nbxla_{kernel_name(w)}"].style == "scan" for w in windows)
-    _, ins, outs = case_inputs_and_outputs(path)
-    for g, w in zip(compilation.executable.run(ins), outs):
-        ok, detail = compare_arrays(g, w)
-        assert ok, detail

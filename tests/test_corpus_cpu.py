@@ -65,6 +65,18 @@ def _case(name):
     return str(path), str(CORPUS_HLO / f"{name}.npz")
 
 
+def compiled_corpus_case(name):
+    """The corpus case ``name`` compiled for the CPU, after checking it gives JAX's outputs
+    (skips without the corpus)."""
+    hlo, _ = _case(name)
+    compilation = compile_module(parse_hlo(open(hlo).read(), hlo), "cpu")
+    _, ins, outs = case_inputs_and_outputs(CORPUS_HLO / f"{name}.hlo")
+    for g, w in zip(compilation.executable.run(ins), outs):
+        ok, detail = compare_arrays(g, w)
+        assert ok, detail
+    return compilation
+
+
 def test_run_hlo_backend_cpu_native(capsys):
     hlo, npz = _case("softmax")
     assert main(["run-hlo", hlo, "--inputs", npz, "--backend", "cpu"]) == 0

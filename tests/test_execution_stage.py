@@ -7,46 +7,18 @@ from nbxla.compiler import compile_module
 from nbxla.hlo.parser import parse_hlo
 from nbxla.runtime.cache import CompilationCache
 
-WHILE = """
-HloModule counted
-cond {
-  s = (s32[], f32[8]) parameter(0)
-  i = s32[] get-tuple-element(s), index=0
-  n = s32[] constant(5)
-  ROOT lt = pred[] compare(i, n), direction=LT
-}
-body {
-  s = (s32[], f32[8]) parameter(0)
-  i = s32[] get-tuple-element(s), index=0
-  x = f32[8] get-tuple-element(s), index=1
-  one = s32[] constant(1)
-  j = s32[] add(i, one)
-  y = f32[8] tanh(x)
-  half = f32[] constant(0.5)
-  h = f32[8] broadcast(half), dimensions={}
-  z = f32[8] multiply(y, h)
-  ROOT t = (s32[], f32[8]) tuple(j, z)
-}
-ENTRY main {
-  x = f32[8] parameter(0)
-  zero = s32[] constant(0)
-  s = (s32[], f32[8]) tuple(zero, x)
-  w = (s32[], f32[8]) while(s), condition=cond, body=body
-  ROOT r = f32[8] get-tuple-element(w), index=1
-}
-"""
+from .test_cpu_control_flow import COUNTED_LOOP, check
 
 
 def test_control_flow_programs_and_kernels_are_described():
-    c = compile_module(parse_hlo(WHILE), "cpu")
+    module = parse_hlo(COUNTED_LOOP % 5)
+    c = compile_module(module, "cpu")
     text = c.stage("execution")
     assert "execution" in c.stages
     assert "entry %main" in text and "program %cond" in text and "program %body" in text
     assert "%w: host loop over compiled program(s) %cond, %body" in text
     assert "native kernel nbxla_" in text and "evaluator rule" not in text
-    x = np.linspace(-1, 1, 8, dtype=np.float32)
-    want = compile_module(parse_hlo(WHILE), "evaluator").executable.run([x])[0]
-    np.testing.assert_allclose(c.executable.run([x])[0], want, rtol=1e-6)
+    check(c.executable, module, [np.linspace(-1, 1, 16, dtype=np.float32), np.ones(16, np.float32)])
 
 
 def test_library_calls_threads_and_the_arena_are_described():

@@ -124,20 +124,22 @@ def container(inner_html: str) -> str:
     return f'<div style="{FONT} color: #222; max-width: 100%;">{inner_html}</div>'
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+def _in_thousands(n: float, units: tuple[str, ...], space: str) -> str:
+    """``n`` in the largest of ``units`` (steps of 1000) that keeps it under 1000."""
+    if abs(n) < 1000:
+        return f"{n:.0f}{space}{units[0]}"
+    for unit in units[1:]:
         n /= 1000
-    return f"{n:.3g} GB"
+        if abs(n) < 1000 or unit == units[-1]:
+            return f"{n:.3g}{space}{unit}"
+
+
+def human_bytes(n: float) -> str:
+    return _in_thousands(n, ("B", "KB", "MB", "GB"), " ")
 
 
 def human_count(n: float) -> str:
-    for unit in ("", "K", "M", "G"):
-        if abs(n) < 1000 or unit == "G":
-            return f"{n:.0f}" if unit == "" else f"{n:.3g}{unit}"
-        n /= 1000
-    return f"{n:.3g}G"
+    return _in_thousands(n, ("", "K", "M", "G"), "")
 
 
 def human_ms(ms: float) -> str:

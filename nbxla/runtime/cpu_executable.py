@@ -128,13 +128,11 @@ class CpuExecutable:
         self.programs = {p.computation.name: p for p in self._programs.values()}
         self._arena_bytes = self.plan.arena_bytes if self.plan is not None and \
             any(st[3] is not None for st in entry.steps) else 0
+        # (The entry's fields unpacked once: ``run`` reads them on every call.)
         self._plan = entry.size, entry.params, entry.steps, entry.root
         direct = self._direct_runner(entry)
         if direct is not None:
             self.run = direct
-        # (instruction, thunk) of the entry, in order: how each instruction runs.
-        entry_ops = [i for i in module.entry.instructions if i.opcode != "parameter"]
-        self._steps = [(instr, step[0]) for instr, step in zip(entry_ops, entry.steps)]
 
     def _program(self, comp: Computation) -> _Program:
         """``comp`` as a program (built once; the entry's kernels write into the arena)."""
