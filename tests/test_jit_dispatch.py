@@ -90,6 +90,18 @@ def test_results_are_fresh_arrays():
     assert not np.shares_memory(r1, x) and not np.shares_memory(r1, r2)
 
 
+@pytest.mark.parametrize("device", ["cpu", "evaluator"])
+def test_results_returning_an_argument_do_not_share_its_memory(device):
+    # (An argument returned as itself next to other results used to come back uncopied:
+    # writing into the result then changed the caller's array.)
+    f = nbxla.jit(lambda x, y: (x, x.reshape(2, 2), y.T, x[1:] * 2), device=device, cache=CompilationCache())
+    x, y = np.arange(4.0), np.ones((2, 3))
+    for results in (f(x, y), f(x, y)):
+        assert not any(np.shares_memory(r, a) for r in results for a in (x, y))
+        np.testing.assert_array_equal(results[0], x)
+        np.testing.assert_array_equal(results[2], y.T)
+
+
 def test_changing_flags_recompiles(monkeypatch, tmp_path):
     f = _jit(lambda x: x - 1)
     x = np.ones(2)

@@ -38,6 +38,8 @@ from ..hlo.printer import print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_callees, program_computations
 from .cpu_kernels import ARRAY_DATA_OFFSET, FullReductionThunk, KernelThunk, MatmulThunk, worker_count
+from . import host_memory
+from .host_memory import memory_owner
 from .cpu_library import library_thunk
 from .persistent_cache import default_cache
 from .thunks import structural_thunk
@@ -123,11 +125,12 @@ class CpuExecutable:
         self._interpreter = Interpreter()
         self._programs: dict[int, _Program] = {}
         entry = self._program(module.entry)
-        self._literal_ids = {id(lit) for lit in entry.literals}
+        self._literal_owners = {id(memory_owner(lit)) for lit in entry.literals}
         # Every program by computation name: the entry's and those its control flow runs.
         self.programs = {p.computation.name: p for p in self._programs.values()}
         self._arena_bytes = self.plan.arena_bytes if self.plan is not None and \
             any(st[3] is not None for st in entry.steps) else 0
+        self._new_arena = host_memory.allocator(self._arena_bytes + 64, np.uint8)
         # (The entry's fields unpacked once: ``run`` reads them on every call.)
         self._plan = entry.size, entry.params, entry.steps, entry.root
         direct = self._direct_runner(entry)
@@ -249,7 +252,7 @@ class CpuExecutable:
             values[k] = arr if type(arr) is np.ndarray and arr.flags.c_contiguous else _contiguous(arr)
         arena = None
         if self._arena_bytes:
-            raw = np.empty(self._arena_bytes + 64, np.uint8)      # one allocation per run
+            raw = self._new_arena()                               # one allocation per run
             start = -raw.ctypes.data % 64
             arena = raw[start:start + self._arena_bytes]
         for thunk, operands, out, places in steps:
@@ -259,8 +262,12 @@ class CpuExecutable:
                 outs = [np.ndarray(dims, dtype, buffer=arena, offset=offset) for offset, dims, dtype in places]
                 result = thunk([values[k] for k in operands], outs)
                 values[out] = result
-        # Results never alias inputs or cached constants (reshapes are views).
-        return [leaf if leaf.base is None and not self._is_literal(leaf) else leaf.copy()
+        # Results never share memory with inputs, cached constants or the arena (reshapes
+        # and some evaluator rules give views).
+        foreign = self._literal_owners | {id(memory_owner(a)) for a in flatten_leaves(tuple(inputs))}
+        if arena is not None:
+            foreign.add(id(memory_owner(arena)))
+        return [leaf.copy() if id(memory_owner(leaf)) in foreign else leaf
                 for leaf in flatten_leaves(values[root])]
 
     def describe(self) -> str:
@@ -302,8 +309,6 @@ class CpuExecutable:
             return "no work (a view or a name)"
         return "evaluator rule"
 
-    def _is_literal(self, arr) -> bool:
-        return id(arr) in self._literal_ids
 
 
 def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruction]]:

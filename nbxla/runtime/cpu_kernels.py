@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..hlo.ir import Instruction
+from . import host_memory
 
 # Kernels doing less work (elements) than this run on the calling thread: handing work to
 # the pool and waiting for it costs 30-50 us here (2-vCPU VM), more than splitting saves
@@ -77,6 +78,7 @@ class KernelThunk:
         self.fn = _KERNEL_TYPE(address)
         self.outputs = [(s.dims, s.dtype) for s in
                         (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
+        self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.outputs]
         self.pointer_array = ctypes.c_void_p * (len(instr.operands) + len(self.outputs))
         self.extent = extent
         self.parallel = extent >= 2 and extent * work_per_unit >= PARALLEL_THRESHOLD
@@ -88,7 +90,7 @@ class KernelThunk:
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
         if outs is None:
-            outs = [np.empty(dims, dtype) for dims, dtype in self.outputs]
+            outs = [make() for make in self.makers]
         if self.object_fn is not None:
             for a in operands:
                 if type(a) is not np.ndarray:    # only exact ndarrays have the known layout
@@ -119,6 +121,7 @@ class FullReductionThunk:
         self.partial, self.finish = _KERNEL_TYPE(address), _KERNEL_TYPE(finish)
         self.outputs = [(s.dims, s.dtype) for s in
                         (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
+        self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.outputs]
         self.n_in = len(instr.operands)
         self.extent, self.slots = extent, slots
         self.parts = max(1, min(worker_count(), extent, extent * work_per_unit // (PARALLEL_THRESHOLD // 2)))
@@ -136,7 +139,7 @@ class FullReductionThunk:
         for f in futures:
             f.result()
         if outs is None:
-            outs = [np.empty(dims, dtype) for dims, dtype in self.outputs]
+            outs = [make() for make in self.makers]
         ptrs = (ctypes.c_void_p * (self.n_in + len(outs) + 1))(
             *base, *[data_pointer(o) for o in outs], data_pointer(scratch))
         self.finish(ptrs, self.parts, 0)
@@ -148,7 +151,7 @@ class MatmulThunk:
     np.matmul (NumPy's BLAS) into the planned buffer, without the reference rule's generality."""
 
     def __init__(self, instr: Instruction):
-        self.dims, self.dtype = instr.shape.dims, instr.shape.dtype
+        self.make = host_memory.allocator(instr.shape.dims, instr.shape.dtype)
 
     @staticmethod
     def applies(instr: Instruction) -> bool:
@@ -164,6 +167,6 @@ class MatmulThunk:
                 and tuple(instr.attrs.get("rhs_contracting_dims", ())) == (nb,))
 
     def __call__(self, operands, outs=None):
-        out = outs[0] if outs else np.empty(self.dims, self.dtype)
+        out = outs[0] if outs else self.make()
         np.matmul(operands[0], operands[1], out=out)
         return out

@@ -1,0 +1,66 @@
+"""Recycled large host buffers (runtime/host_memory.py): memory is reused only after every
+array using it is gone, and kernels writing into recycled memory give the same results."""
+
+import numpy as np
+
+import nbxla
+from nbxla.runtime import host_memory
+from nbxla.runtime.cache import CompilationCache
+
+BIG = (1024, 512)                     # 2 MiB of float32: pooled
+
+
+def test_small_requests_are_plain_arrays():
+    a = host_memory.empty((4, 4), np.float64)
+    assert a.base is None and a.shape == (4, 4) and a.dtype == np.float64
+
+
+def test_pooled_arrays_are_aligned_writable_contiguous():
+    a = host_memory.empty(BIG, np.float32)
+    assert isinstance(a.base, host_memory.PooledBlock)
+    assert a.shape == BIG and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
+    assert a.ctypes.data % host_memory.ALIGNMENT == 0
+    a[...] = 3.0
+    assert float(a.sum()) == 3.0 * a.size
+
+
+def test_memory_is_reused_only_after_the_last_view_dies():
+    host_memory.release()
+    a = host_memory.empty(BIG, np.float32)
+    address = a.ctypes.data
+    view = a[::2]
+    flat = a.reshape(-1)
+    del a
+    assert host_memory.free_bytes() == 0            # views keep the block in use
+    b = host_memory.empty(BIG, np.float32)
+    assert b.ctypes.data != address and not np.shares_memory(b, view)
+    del view, flat
+    assert host_memory.free_bytes() >= BIG[0] * BIG[1] * 4
+    c = host_memory.empty(BIG, np.float32)
+    assert c.ctypes.data == address                 # the freed block came back
+    del b, c
+    assert host_memory.release() > 0 and host_memory.free_bytes() == 0
+
+
+def test_free_memory_is_bounded(monkeypatch):
+    host_memory.release()
+    monkeypatch.setattr(host_memory, "MAX_FREE_BYTES", 3 << 20)
+    arrays = [host_memory.empty(BIG, np.float32) for _ in range(4)]     # 4 x 2 MiB
+    del arrays
+    assert host_memory.free_bytes() <= 3 << 20
+    host_memory.release()
+
+
+def test_kernel_results_in_recycled_memory_are_right_and_distinct():
+    f = nbxla.jit(lambda x: (np.exp(x) * 2, x + 1), cache=CompilationCache())
+    x = np.random.default_rng(0).standard_normal(BIG).astype(np.float32)
+    kept = []
+    for _ in range(6):                    # results dropped and kept in turn
+        e, p = f(x)
+        np.testing.assert_allclose(e, np.exp(x) * 2, rtol=1e-6)
+        np.testing.assert_array_equal(p, x + 1)
+        assert isinstance(e.base, host_memory.PooledBlock)
+        kept.append(p)
+    assert not any(np.shares_memory(a, b) for i, a in enumerate(kept) for b in kept[i + 1:])
+    for p in kept:
+        np.testing.assert_array_equal(p, x + 1)
