@@ -917,3 +917,27 @@ def test_array_constant_in_the_linear_fast_path():
     f = nbxla.jit(lambda x: x / c)
     x = np.arange(4, dtype=np.float32).reshape(2, 2)
     np.testing.assert_array_equal(f(x), x / c)
+
+
+def test_a_kernel_that_cannot_be_emitted_is_interpreted_and_the_others_stay_native(monkeypatch):
+    # Emission failing half-way through one kernel must leave the module's other kernels
+    # intact (the module is emitted again without it) and the record must say why.
+    from nbxla.codegen import cpu
+    from nbxla.errors import UnsupportedError
+    real = cpu.emit_kernel
+
+    def emit(module, name, comp):
+        spec = real(module, name, comp)              # leaves a complete function behind...
+        if any(i.opcode == "exponential" for i in comp.instructions):
+            raise UnsupportedError("refused by the test")   # ...then fails
+        return spec
+    monkeypatch.setattr(cpu, "emit_kernel", emit)
+    f = nbxla.jit(lambda x, y: (np.exp(x).sum(axis=1), (y * 2 + 1).max()), device="cpu",
+                  cache=nbxla.runtime.cache.CompilationCache())
+    x, y = np.random.default_rng(0).random((2, 50, 30), dtype=np.float32)
+    got = f(x, y)
+    np.testing.assert_allclose(got[0], np.exp(x).sum(axis=1), rtol=1e-6)
+    assert got[1] == (y * 2 + 1).max()
+    native = f.last_compilation.executable.native
+    assert list(native.interpreted.values()) == ["refused by the test"]
+    assert len(native.kernels.specs) == 1 and "exp" not in native.kernels.llvm_ir

@@ -130,20 +130,7 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
         meta, obj = cached
         specs = {name: KernelSpec(**spec) for name, spec in meta["specs"].items()}
         return _load(specs, meta["unsupported"], meta["llvm_ir"], meta["llvm_ir_optimized"], obj)
-    ir_module = ir.Module(name=module_name)
-    ir_module.triple = llvm.get_process_triple()
-    specs, unsupported = {}, {}
-    for name, comp in fusions:
-        trial = ir.Module(name="trial")
-        trial.triple = ir_module.triple
-        try:
-            emit_kernel(trial, name, comp)       # emit alone first: failures leave no trace
-        except UnsupportedError as e:
-            unsupported[name] = str(e)
-            continue
-        spec = specs[name] = emit_kernel(ir_module, name, comp)
-        if object_data_offset is not None and spec.style != "full-reduce":
-            spec.object_entry = _emit_object_entry(ir_module, name, _buffer_count(comp), object_data_offset)
+    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset)
     with _lock:
         tm = host_target_machine()
         ir_module.data_layout = str(tm.target_data)
@@ -165,6 +152,32 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
         store.save(key, {"specs": {n: asdict(s) for n, s in specs.items()}, "unsupported": unsupported,
                          "llvm_ir": text, "llvm_ir_optimized": optimized}, kernels.object_code)
     return kernels
+
+
+def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
+                 object_data_offset: int | None):
+    """The LLVM module of every fusion that can be emitted natively, their specs, and the
+    reason for each one that cannot.  A kernel that fails half-way leaves a broken function
+    behind, so the module is emitted again without it (failures are rare: emitting each
+    kernel alone first would double the emission time of every module)."""
+    unsupported: dict[str, str] = {}
+    while True:
+        ir_module = ir.Module(name=module_name)
+        ir_module.triple = llvm.get_process_triple()
+        specs = {}
+        try:
+            for name, comp in fusions:
+                if name in unsupported:
+                    continue
+                current = name
+                spec = specs[name] = emit_kernel(ir_module, name, comp)
+                if object_data_offset is not None and spec.style != "full-reduce":
+                    spec.object_entry = _emit_object_entry(ir_module, name, _buffer_count(comp),
+                                                           object_data_offset)
+        except UnsupportedError as e:
+            unsupported[current] = str(e)
+            continue
+        return ir_module, specs, unsupported
 
 
 def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None) -> CompiledKernels:

@@ -81,11 +81,13 @@ class Pipeline:
         module = clone_module(module)
         module.make_names_unique()
         result = PipelineResult(module)
+        if self.verify:
+            verify_module(module)
         for p in self.passes:
             start = time.perf_counter()
             changed = bool(p.run(module))
             ms = (time.perf_counter() - start) * 1e3
-            if self.verify:
+            if self.verify and changed:         # (an unchanged module was verified before)
                 verify_module(module, after=p.name)
             text = print_module(module) if (changed and self.record_text) else None
             result.history.append(PassRecord(p.name, changed, ms, text))
