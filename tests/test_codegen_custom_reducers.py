@@ -159,6 +159,44 @@ def test_row_argmax_runs_in_two_vectorizable_passes(dtype, which):
         ("max" if which is np.argmax else "min")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.int32, np.uint16])
+@pytest.mark.parametrize("which", [np.argmax, np.argmin])
+@pytest.mark.parametrize("case", ["random", "ties", "nan_late", "nan_first", "rising", "falling",
+                                  "signed_zeros", "extreme_last"])
+def test_long_rows_are_searched_chunk_by_chunk(dtype, which, case, monkeypatch):
+    """Rows longer than a chunk: the best pair must be the first best position of the whole
+    row, whichever chunk holds it (ties across chunks keep the earlier one)."""
+    from nbxla.codegen import arg_reductions
+    monkeypatch.setattr(arg_reductions, "CHUNK", 64)           # many chunks, a ragged last one
+    rng = np.random.default_rng(hash(case) % 1000)
+    n = 64 * 7 + 13
+    is_float = np.dtype(dtype).kind == "f"
+    x = (rng.standard_normal((3, n)) * 20).astype(dtype) if is_float else \
+        rng.integers(0, 50, (3, n)).astype(dtype)
+    if case == "ties":
+        x = (x % 3).astype(dtype)                              # the extreme repeats in every chunk
+    elif case == "nan_late" and is_float:
+        x[0, 400], x[1, 65], x[1, 300] = np.nan, np.nan, np.nan
+    elif case == "nan_first" and is_float:
+        x[:, 0] = np.nan
+    elif case == "rising":
+        x = np.sort(x, axis=1)                                 # the best moves in every chunk
+    elif case == "falling":
+        x = np.sort(x, axis=1)[:, ::-1].copy()
+    elif case == "signed_zeros" and is_float:
+        x[:] = -1.0
+        x[0, 100], x[0, 300] = -0.0, 0.0
+        x[1, 5], x[1, 200] = 0.0, -0.0
+    elif case == "extreme_last":
+        x[:, -1] = np.iinfo(dtype).max if not is_float else np.inf
+        x[:, -2] = np.iinfo(dtype).min if not is_float else -np.inf
+    f = nbxla.jit(lambda a: (which(a, axis=1), which(a.reshape(-1))), cache=CompilationCache())
+    rows, flat = f(x)
+    np.testing.assert_array_equal(rows, which(x, axis=1))
+    assert flat == which(x.reshape(-1))
+    _native(f)
+
+
 def test_reducers_that_only_look_like_argmax_are_not_taken_for_it():
     from nbxla.codegen import arg_reductions, loops
     # last index on ties (<= instead of <): not argmax's order

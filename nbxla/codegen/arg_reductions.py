@@ -1,4 +1,4 @@
-"""argmax / argmin along the innermost axis in two vectorizable passes.
+"""argmax / argmin along the innermost axis in vectorizable passes.
 
 ``np.argmax`` traces to a variadic reduce over (values, iota) whose reducer keeps the better
 of two (value, index) pairs: the larger value (the smaller for argmin), NaN above every
@@ -11,7 +11,8 @@ compute, both plain reductions that vectorize:
 1. ``m``: the NaN-propagating max (min) of the row;
 2. ``i``: the smallest position whose value matches ``m`` (equal, or NaN when ``m`` is NaN);
 
-and the value output is the row's value at ``i`` (its exact bits).  The init pair only
+and the value output is the row's value at ``i`` (its exact bits).  A long row is read once,
+chunk by chunk: a chunk's positions are searched only when its max beats the best so far.  The init pair only
 matters for an empty row (then the kernel is not used), provided it is the order's identity.
 
 Which reducers qualify is decided by running the reducer in the reference evaluator on every
@@ -108,6 +109,11 @@ def _better_or_tie_first(a, ai, b, bi, kind):
     return better | (tie & (ai < bi))
 
 
+# Rows longer than this are read once, in chunks of this many elements: the chunk's max (min)
+# first, and its positions only when it beats the best so far (the chunk is still in L1).
+CHUNK = 4096
+
+
 def emit_arg_reduction(b: ir.IRBuilder, em, plan, reduce: Instruction, outer_index, name: str,
                        kind: str) -> list:
     """(value, index) of the best pair along the reduced axis at ``outer_index``."""
@@ -119,25 +125,56 @@ def emit_arg_reduction(b: ir.IRBuilder, em, plan, reduce: Instruction, outer_ind
         em.reset_memo()
         return em.value(values, plan.merge(outer_index, [j]))
 
-    best = _entry_alloca(b, llvm_type(vt))
-    b.store(value_at(const_i64(0)), best)
-    _loop(b, const_i64(1), const_i64(n), name + "m",
-         lambda j: b.store(em.minmax(vt, value_at(j), b.load(best), kind == "max"), best))
-    m = b.load(best)
+    def extreme(lo, hi, tag):
+        """The NaN-propagating max (min) of positions [lo, hi), hi > lo."""
+        slot = _entry_alloca(b, llvm_type(vt))
+        b.store(value_at(lo), slot)
+        _loop(b, b.add(lo, const_i64(1)), hi, name + tag,
+              lambda j: b.store(em.minmax(vt, value_at(j), b.load(slot), kind == "max"), slot),
+              interleave=4)
+        return b.load(slot)
 
-    def matches(v):
-        if not is_float(vt):
-            return b.icmp_signed("==", v, m)
-        return b.or_(b.fcmp_ordered("==", v, m),
-                     b.and_(b.fcmp_unordered("uno", m, m), b.fcmp_unordered("uno", v, v)))
+    def first_match(lo, hi, m, tag):
+        """The smallest position in [lo, hi) whose value matches ``m`` (hi if none)."""
+        def matches(v):
+            if not is_float(vt):
+                return b.icmp_signed("==", v, m)
+            return b.or_(b.fcmp_ordered("==", v, m),
+                         b.and_(b.fcmp_unordered("uno", m, m), b.fcmp_unordered("uno", v, v)))
+        slot = _entry_alloca(b, I64)
+        b.store(hi, slot)
 
-    first = _entry_alloca(b, I64)
-    b.store(const_i64(n), first)
+        def position(j):
+            candidate = b.select(matches(value_at(j)), j, hi)
+            b.store(b.select(b.icmp_signed("<", candidate, b.load(slot)), candidate, b.load(slot)), slot)
+        _loop(b, lo, hi, name + tag, position)
+        return b.load(slot)
 
-    def position(j):
-        candidate = b.select(matches(value_at(j)), j, const_i64(n))
-        b.store(b.select(b.icmp_signed("<", candidate, b.load(first)), candidate, b.load(first)), first)
-    _loop(b, const_i64(0), const_i64(n), name + "i", position)
-    i = b.load(first)
+    if n <= CHUNK:                        # two passes over a row that stays in the cache
+        m = extreme(const_i64(0), const_i64(n), "m")
+        i = first_match(const_i64(0), const_i64(n), m, "i")
+    else:
+        best_value, best_index = _entry_alloca(b, llvm_type(vt)), _entry_alloca(b, I64)
+        first_end = const_i64(CHUNK)
+        m0 = extreme(const_i64(0), first_end, "m")
+        b.store(m0, best_value)
+        b.store(first_match(const_i64(0), first_end, m0, "i"), best_index)
+
+        def chunk(c):
+            lo = b.mul(c, const_i64(CHUNK))
+            hi = b.add(lo, const_i64(CHUNK))
+            hi = b.select(b.icmp_signed(">", hi, const_i64(n)), const_i64(n), hi)
+            cm = extreme(lo, hi, "cm")
+            best = b.load(best_value)
+            merged = em.minmax(vt, cm, best, kind == "max")
+            if is_float(vt):              # strictly better: a tie keeps the earlier position
+                better = b.and_(b.fcmp_unordered("!=", merged, best), b.fcmp_ordered("ord", best, best))
+            else:
+                better = b.icmp_signed("!=", merged, best)
+            with b.if_then(better):
+                b.store(cm, best_value)
+                b.store(first_match(lo, hi, cm, "ci"), best_index)
+        _loop(b, const_i64(1), const_i64(-(-n // CHUNK)), name + "c", chunk)
+        i = b.load(best_index)
     index = b.trunc(i, llvm_type(it)) if llvm_type(it).width < 64 else i
     return [value_at(i), index]
