@@ -67,6 +67,9 @@ def _fast_runner(compiled: CompiledProgram, n_args: int) -> Callable | None:
     run = compiled.compilation.executable.run
     if program.param_leaves == list(range(n_args)) and program.out_treedef.kind == "leaf" \
             and program.out_slots == [("out", 0)]:
+        if compiled.compilation.executable.run_single is not None:
+            return compiled.compilation.executable.run_single        # (rank > 0: no scalar)
+
         def single_result(args):
             value = run(args)[0]
             return value[()] if value.ndim == 0 else value  # NumPy gives scalars for 0-d results

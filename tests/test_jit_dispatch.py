@@ -83,6 +83,20 @@ def test_non_contiguous_input_on_a_hit():
     np.testing.assert_array_equal(f(np.asfortranarray(base[:, :3])), base[:, :3] * 3)
 
 
+def test_single_kernel_shortcut_falls_back_for_other_layouts_and_types():
+    f = _jit(lambda x, y: np.sqrt(x * 2 + y))
+    x, y = np.arange(12.0).reshape(3, 4), np.ones((3, 4))
+    np.testing.assert_array_equal(f(x, y), np.sqrt(x * 2 + y))
+    assert f.last_compilation.executable.run_single is not None      # the shortcut is in use
+
+    class Sub(np.ndarray):
+        pass
+    for a, b in [(np.asfortranarray(x), y), (x, y.view(Sub)), (x[:, ::-1], y), (x, y)]:
+        np.testing.assert_array_equal(f(a, b), np.sqrt(np.asarray(a) * 2 + np.asarray(b)))
+    out = f(x, y)
+    assert type(out) is np.ndarray and out.flags.c_contiguous and not np.shares_memory(out, x)
+
+
 def test_results_are_fresh_arrays():
     f = _jit(lambda x: x.reshape(-1))
     x = np.arange(6.0).reshape(2, 3)

@@ -136,6 +136,7 @@ class CpuExecutable:
         direct = self._direct_runner(entry)
         if direct is not None:
             self.run = direct
+        self.run_single = self._single_kernel_runner(entry, direct)
 
     def _program(self, comp: Computation) -> _Program:
         """``comp`` as a program (built once; the entry's kernels write into the arena)."""
@@ -244,6 +245,36 @@ class CpuExecutable:
         run.executable = self       # the machine code lives as long as the executable does
         return run
 
+    def _single_kernel_runner(self, entry: _Program, general: Callable | None) -> Callable | None:
+        """For a direct entry whose kernel takes array objects and gives one array (of rank
+        > 0): ``run_single(inputs)`` returns that array, calling the kernel straight from
+        here.  The jit fast path calls it as is: on a 20-op chain over 128 elements, the
+        layers of calls it skips were a sixth of the whole call."""
+        if general is None:
+            return None
+        thunk, operands, _, _ = entry.steps[0]
+        if not isinstance(thunk, KernelThunk) or thunk.object_fn is None or thunk.tuple_result \
+                or not thunk.outputs[0][0]:
+            return None
+        number = dict(entry.params)
+        order = [number[k] for k in operands]
+        fn, make, extent = thunk.object_fn, thunk.makers[0], thunk.extent
+        # Arrays with these exact strides are C-contiguous (checking them is cheaper than
+        # reading ``flags``); others, or other types, take the general runner.
+        shape_of = {p.parameter_number: p.shape for p in self.module.entry.parameters}
+        strides = [_c_strides(shape_of[n].dims, shape_of[n].dtype.itemsize) for n in order]
+
+        def run_single(inputs):
+            args = [inputs[n] for n in order]
+            for arr, st in zip(args, strides):
+                if type(arr) is not np.ndarray or arr.strides != st:
+                    return general(inputs)[0]
+            out = make()
+            fn(*args, out, 0, extent)
+            return out
+        run_single.executable = self
+        return run_single
+
     def run(self, inputs: list) -> list[np.ndarray]:
         size, params, steps, root = self._plan
         values = [None] * size
@@ -309,6 +340,14 @@ class CpuExecutable:
             return "no work (a view or a name)"
         return "evaluator rule"
 
+
+
+def _c_strides(dims, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for n in reversed(dims):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
 
 
 def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruction]]:

@@ -22,6 +22,9 @@ class Executable:
         self.module, self.backend = module, backend
         # ``run(inputs)``: the backend's runner itself (no extra call per run).
         self.run: Callable[[list], list[np.ndarray]] = runner
+        # ``run_single(inputs)``: the one output array, where the backend offers a shortcut
+        # for modules giving a single array of rank > 0 (the jit fast path uses it).
+        self.run_single: Callable[[list], np.ndarray] | None = None
         self.native = None      # the backend's own object (e.g. compiled kernels), if any
         self.stages: dict[str, str] = {}   # backend stages (llvm_ir, asm, ...) by name
 
@@ -46,6 +49,7 @@ def _cpu_backend(module: Module, plan=None) -> Executable:
     from .cpu_executable import CpuExecutable
     cpu = CpuExecutable(module, plan)
     executable = Executable(module, cpu.backend, cpu.run)
+    executable.run_single = cpu.run_single
     executable.native = cpu
     executable.stages = _LazyStages({"llvm_ir": lambda: cpu.kernels.llvm_ir,
                                      "llvm_ir_optimized": lambda: cpu.kernels.llvm_ir_optimized,
