@@ -69,3 +69,22 @@ def test_row_kernels_match_the_evaluator(fn, dtype, shape):
     for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
         np.testing.assert_allclose(g, w, rtol=2e-5 if dtype == np.float32 else 1e-12, atol=1e-30)
     assert cpu.last_compilation.executable.native.interpreted == {}
+
+
+@pytest.mark.parametrize("fn,interleaved", [
+    (lambda a: a.max(axis=-1), True),                             # a long max/min chain
+    (lambda a: np.log1p(np.exp(-np.abs(a))).sum(axis=-1), True),  # transcendental, no stores
+    (lambda a: (a * a).sum(axis=-1), False),                      # cheap: one accumulator
+    (_softmax, None),                                             # max phase only
+])
+def test_row_reduction_loops_ask_llvm_for_interleaving_where_it_pays(fn, interleaved):
+    x = np.random.default_rng(5).standard_normal((64, 1000)).astype(np.float32)
+    f = nbxla.jit(fn, cache=CompilationCache())
+    np.testing.assert_allclose(f(x), fn(x), rtol=2e-5)
+    ir_text = f.last_compilation.executable.native.kernels.llvm_ir
+    marks = ir_text.count("!llvm.loop !")          # loops carrying the request
+    assert ('!"llvm.loop.interleave.count"' in ir_text) == bool(marks)
+    if interleaved is None:
+        assert marks == 1                  # softmax: the max loop, not the exp loop that stores
+    else:
+        assert (marks > 0) == interleaved
