@@ -12,8 +12,9 @@ compute, both plain reductions that vectorize:
 2. ``i``: the smallest position whose value matches ``m`` (equal, or NaN when ``m`` is NaN);
 
 and the value output is the row's value at ``i`` (its exact bits).  A long row is read once,
-chunk by chunk: a chunk's positions are searched only when its max beats the best so far.  The init pair only
-matters for an empty row (then the kernel is not used), provided it is the order's identity.
+chunk by chunk: a chunk's positions are searched only when its max beats the best so far.
+The init pair only matters for an empty row (then the kernel is not used), provided it is
+the order's identity.
 
 Which reducers qualify is decided by running the reducer in the reference evaluator on every
 combination of probe values and indices (NaN, infinities, signed zeros, ties, both index

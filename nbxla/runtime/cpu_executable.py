@@ -38,9 +38,9 @@ from ..hlo.printer import print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_callees, program_computations
 from .cpu_kernels import ARRAY_DATA_OFFSET, FullReductionThunk, KernelThunk, MatmulThunk, worker_count
+from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
-from .cpu_library import library_thunk
 from .persistent_cache import default_cache
 from .thunks import structural_thunk
 
@@ -339,7 +339,6 @@ class CpuExecutable:
         if instr.opcode in ("tuple", "get-tuple-element", "bitcast", "reshape"):
             return "no work (a view or a name)"
         return "evaluator rule"
-
 
 
 def _c_strides(dims, itemsize: int) -> tuple:
