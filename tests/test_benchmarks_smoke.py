@@ -61,3 +61,11 @@ def test_gpu_benchmark_script_runs_on_the_emulator():
                          timeout=300, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "running" in out.stdout and "sum_xyz" in out.stdout
+
+
+def test_reductions_script_runs_and_agrees_with_numpy():
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "reductions.py"), "--quick", "--repeats", "2"],
+                          capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    rows = [line for line in proc.stdout.splitlines()[2:] if line.strip()]
+    assert len(rows) >= 9 and all(row.endswith("ok") for row in rows), proc.stdout
