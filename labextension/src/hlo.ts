@@ -28,31 +28,19 @@ export const TOKEN_CLASSES = ['comment', 'keyword', 'string', 'type', 'name', 'c
 
 /** Append one line of HLO to `parent`, its tokens in `<span class="nbxla-hlo-...">`. */
 export function highlightLine(line: string, parent: HTMLElement): void {
-  let last = 0;
-  TOKEN.lastIndex = 0;
-  let m: RegExpExecArray | null;
-  while ((m = TOKEN.exec(line)) !== null) {
-    if (m[0].length === 0) {
-      TOKEN.lastIndex++;
+  for (const [cls, text] of tokens(line)) {
+    if (cls === 'text') {
+      parent.appendChild(document.createTextNode(text));
       continue;
     }
-    if (m.index > last) {
-      parent.appendChild(document.createTextNode(line.slice(last, m.index)));
-    }
-    const groups = m.groups || {};
-    const cls = TOKEN_CLASSES.find(c => groups[c] !== undefined) || 'text';
     const span = document.createElement('span');
     span.className = `nbxla-hlo-${cls}`;
-    span.textContent = m[0];
+    span.textContent = text;
     parent.appendChild(span);
-    last = m.index + m[0].length;
-  }
-  if (last < line.length) {
-    parent.appendChild(document.createTextNode(line.slice(last)));
   }
 }
 
-/** The tokens of a line as [class, text] pairs (for tests without a DOM). */
+/** The tokens of a line as [class, text] pairs; "text" for what no class matches. */
 export function tokens(line: string): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   let last = 0;

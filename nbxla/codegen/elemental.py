@@ -38,10 +38,21 @@ _LLVM_TYPES = {
 
 # Ops whose code does not depend on the element type (they only move values or choose
 # between them): complex values go through their ordinary rules.  Every other op with a
-# complex operand or result goes to a ``_complex_<op>`` rule, or is unsupported.
+# complex operand or result goes to ``_COMPLEX_FUNCTIONS`` or a ``_complex_<op>`` rule, or is
+# unsupported.
 _TYPE_AGNOSTIC = {"parameter", "constant", "broadcast", "reshape", "bitcast", "copy", "transpose",
                   "slice", "reverse", "concatenate", "pad", "dynamic-slice", "gather",
                   "dynamic-update-slice", "select", "tuple"}
+
+# Complex functions of one operand: opcode -> (the ComplexMath method, whether c64 computes it
+# in double and rounds once).  exp, sign and logistic take the part type as given: they follow
+# NumPy's float order of operations, or pick double themselves (see complex_math).
+_COMPLEX_FUNCTIONS = {
+    "sign": ("sign", False), "exponential": ("exp", False), "logistic": ("logistic", False),
+    "log": ("log", True), "log-plus-one": ("log1p", True), "sqrt": ("sqrt", True),
+    "rsqrt": ("rsqrt", True), "sine": ("sin", True), "cosine": ("cos", True),
+    "tan": ("tan", True), "tanh": ("tanh", True),
+}
 
 
 def llvm_type(element_type: str) -> ir.Type:
@@ -105,6 +116,9 @@ class ElementalEmitter:
         if op == "parameter":
             return self.load(instr.parameter_number, index)
         if op not in _TYPE_AGNOSTIC and _involves_complex(instr):
+            if op in _COMPLEX_FUNCTIONS:
+                name, in_double = _COMPLEX_FUNCTIONS[op]
+                return self._complex_function(instr, index, getattr(self.cmath, name), in_double)
             rule = getattr(self, "_complex_" + op.replace("-", "_"), None)
             if rule is None:
                 raise UnsupportedError(f"no native code for complex {op} yet")
@@ -852,42 +866,9 @@ class ElementalEmitter:
     def _complex_abs(self, instr, index):
         return self.cmath.hypot(*self._complex_operand(instr, 0, index))
 
-    def _complex_sign(self, instr, index):
-        return self._complex_function(instr, index, self.cmath.sign, False)
-
-    def _complex_exponential(self, instr, index):
-        return self._complex_function(instr, index, self.cmath.exp, False)
-
-    def _complex_logistic(self, instr, index):
-        return self._complex_function(instr, index, self.cmath.logistic, False)
-
-    def _complex_log(self, instr, index):
-        return self._complex_function(instr, index, self.cmath.log)
-
-    def _complex_log_plus_one(self, instr, index):
-        return self._complex_function(instr, index, self.cmath.log1p)
-
     def _complex_exponential_minus_one(self, instr, index):
         part = llvm_type(complex_component(self._t(instr)))
         return self._complex_function(instr, index, lambda x, y: self.cmath.expm1(x, y, part))
-
-    def _complex_sqrt(self, instr, index):
-        return self._complex_function(instr, index, self.cmath.sqrt)
-
-    def _complex_rsqrt(self, instr, index):
-        return self._complex_function(instr, index, self.cmath.rsqrt)
-
-    def _complex_sine(self, instr, index):
-        return self._complex_function(instr, index, self.cmath.sin)
-
-    def _complex_cosine(self, instr, index):
-        return self._complex_function(instr, index, self.cmath.cos)
-
-    def _complex_tan(self, instr, index):
-        return self._complex_function(instr, index, self.cmath.tan)
-
-    def _complex_tanh(self, instr, index):
-        return self._complex_function(instr, index, self.cmath.tanh)
 
     def _complex_power(self, instr, index):
         """NumPy's a**b: its integer-exponent path in the part type, glibc's cpow in double."""
