@@ -152,6 +152,32 @@ def black_scholes(S, K, T, xp=np):
     return call, call - S + k_disc
 
 
+# ---- --reductions: reductions beyond rows and whole arrays --------------------------------
+
+def sum_middle(x, xp=np):
+    return x.sum(axis=1)                        # (N, R, C) -> (N, C): a batch of column sums
+
+
+def mean_hw(x, xp=np):
+    return x.mean(axis=(2, 3))                  # an NCHW batch's spatial mean
+
+
+def sum_columns(x, xp=np):
+    return x.sum(axis=0)
+
+
+def argmax_all(x, xp=np):
+    return xp.argmax(x)
+
+
+def argmax_rows(x, xp=np):
+    return xp.argmax(x, axis=1)
+
+
+def argmax_columns(x, xp=np):
+    return xp.argmax(x, axis=0)
+
+
 def _sigmoid(v, xp):
     return 1.0 / (1.0 + xp.exp(-v))
 
@@ -316,10 +342,24 @@ def build_cases(args) -> list[Case]:
                           per_call_us=hidden <= 128))
     cases.append(Case("chain20", "128", chain20, lambda rng: (_uniform(rng, (128,)),), ne_chain20,
                       per_call_us=True))
+    if args.reductions:
+        cases += reduction_cases(quick)
     if args.only:
         wanted = [w.strip() for w in args.only.split(",")]
         cases = [c for c in cases if any(w in c.name for w in wanted)]
     return cases
+
+
+def reduction_cases(quick: bool) -> list[Case]:
+    def scaled(shape):
+        return tuple(max(2, n // 16) for n in shape) if quick else shape
+    table = [("sum_middle", sum_middle, (8, 64, 1000)), ("sum_middle", sum_middle, (64, 256, 1024)),
+             ("mean_hw", mean_hw, (16, 3, 224, 224)), ("sum_columns", sum_columns, (2048, 3000)),
+             ("sum_columns", sum_columns, (256, 100000)), ("argmax_all", argmax_all, (4096, 4096)),
+             ("argmax_rows", argmax_rows, (4096, 4096)), ("argmax_columns", argmax_columns, (4096, 4096))]
+    return [Case(name, "x".join(map(str, scaled(shape))), fn,
+                 lambda rng, shape=scaled(shape): (_uniform(rng, shape),))
+            for name, fn, shape in table]
 
 
 # ---- measuring --------------------------------------------------------------------------
@@ -685,6 +725,9 @@ def main(argv=None) -> int:
                    help="add the running example at 16384x16384 (1 GiB per input; ~6 GiB resident with all contenders)")
     p.add_argument("--only", help="run only workloads whose name contains one of these (comma separated): "
                                   "running, sum_xyz, softmax, layernorm, blackscholes, lstm, chain20")
+    p.add_argument("--reductions", action="store_true",
+                   help="add reductions over middle axes and wide columns, and argmax "
+                        "(sum_middle, mean_hw, sum_columns, argmax_all, argmax_rows, argmax_columns)")
     p.add_argument("--repeats", type=int, help="samples per contender (default 9; 3 with --quick)")
     p.add_argument("--disk-cache", action="store_true",
                    help="let nbxla use its persistent object-code cache (compile times then show "

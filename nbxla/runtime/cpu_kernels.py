@@ -70,14 +70,18 @@ def object_entry_type(buffers: int):
     return ctypes.CFUNCTYPE(None, *[ctypes.py_object] * buffers, ctypes.c_int64, ctypes.c_int64)
 
 
+def _output_shapes(instr: Instruction) -> list[tuple]:
+    """(dims, dtype) of each array an instruction gives (one, or a tuple's elements)."""
+    return [(s.dims, s.dtype) for s in (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
+
+
 class KernelThunk:
     """Calls one compiled kernel on its operand arrays, writing fresh output arrays."""
 
     def __init__(self, instr: Instruction, address: int, extent: int, work_per_unit: int,
                  object_entry: int | None = None):
         self.fn = _KERNEL_TYPE(address)
-        self.outputs = [(s.dims, s.dtype) for s in
-                        (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
+        self.outputs = _output_shapes(instr)
         self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.outputs]
         self.pointer_array = ctypes.c_void_p * (len(instr.operands) + len(self.outputs))
         self.extent = extent
@@ -119,9 +123,7 @@ class FullReductionThunk:
     def __init__(self, instr: Instruction, address: int, finish: int, extent: int, slots: int,
                  work_per_unit: int = 1):
         self.partial, self.finish = _KERNEL_TYPE(address), _KERNEL_TYPE(finish)
-        self.outputs = [(s.dims, s.dtype) for s in
-                        (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
-        self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.outputs]
+        self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in _output_shapes(instr)]
         self.n_in = len(instr.operands)
         self.extent, self.slots = extent, slots
         self.parts = max(1, min(worker_count(), extent, extent * work_per_unit // (PARALLEL_THRESHOLD // 2)))
