@@ -81,3 +81,20 @@ def test_a_transposed_input_is_read_in_place():
     fn = lambda a: (a.transpose(1, 0, 2) * 3).sum(axis=1)              # noqa: E731
     cpu, ref = _jit(fn), _jit(fn, "evaluator")
     np.testing.assert_allclose(cpu(x), ref(x), rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 23, 64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_column_sums_add_row_by_row_like_numpy(rows, dtype):
+    # The kernel combines 8 rows per pass; the sum per column must still be taken in row order
+    # (as NumPy does for axis 0 of a C-ordered array), so the results are bitwise NumPy's.
+    x = np.random.default_rng(rows).standard_normal((rows, 2, 37)).astype(dtype) * 1e3
+    expected = np.zeros((2, 37), dtype)
+    for row in x:
+        expected += row
+    np.testing.assert_array_equal(_jit(lambda a: a.sum(axis=0))(x), expected)
+    batched = np.zeros((3, 37), dtype)
+    y = np.stack([x[:, 0]] * 3)                                    # (3, rows, 37): axis 1
+    for k in range(rows):
+        batched += y[:, k]
+    np.testing.assert_array_equal(_jit(lambda a: a.sum(axis=1))(y), batched)
