@@ -68,7 +68,7 @@ def _fast_runner(compiled: CompiledProgram, n_args: int) -> Callable | None:
     if program.param_leaves == list(range(n_args)) and program.out_treedef.kind == "leaf" \
             and program.out_slots == [("out", 0)]:
         if compiled.compilation.executable.run_single is not None:
-            return compiled.compilation.executable.run_single        # (rank > 0: no scalar)
+            return compiled.compilation.executable.run_single        # (0-d: a NumPy scalar)
 
         def single_result(args):
             value = run(args)[0]

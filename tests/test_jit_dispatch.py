@@ -97,6 +97,42 @@ def test_single_kernel_shortcut_falls_back_for_other_layouts_and_types():
     assert type(out) is np.ndarray and out.flags.c_contiguous and not np.shares_memory(out, x)
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: np.max(x),                        # a full reduction: both phases in one call
+    lambda x: x.sum(),
+    lambda x: np.argmax(x),                     # (value, index) reduction, index picked
+    lambda x: np.argmin(x, axis=1),
+    lambda x: np.mean(x * x),
+], ids=["max", "sum", "argmax", "argmin_rows", "mean_sq"])
+def test_reductions_take_the_shortcut_and_give_what_numpy_gives(fn):
+    f = _jit(fn)
+    x = np.random.default_rng(0).standard_normal((7, 9)).astype(np.float32)
+    x[3, 4] = 5.0
+    expected = fn(x)
+    for _ in range(2):                           # (the first call compiles, the second hits)
+        out = f(x)
+        assert type(out) is type(expected) and np.shape(out) == np.shape(expected)
+        np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert f.last_compilation.executable.run_single is not None
+
+    class Sub(np.ndarray):
+        pass
+    for a in (x.view(Sub), np.asfortranarray(x), x[:, ::-1].copy()[:, ::-1]):
+        out = f(a)
+        assert type(out) is type(expected)
+        np.testing.assert_allclose(out, fn(np.asarray(a)), rtol=1e-6)
+
+
+def test_large_full_reductions_still_split_across_threads(monkeypatch):
+    from nbxla.runtime import cpu_kernels
+    monkeypatch.setattr(cpu_kernels, "worker_count", lambda: 3)
+    f = _jit(lambda x: np.max(x))
+    x = np.random.default_rng(1).standard_normal(3 << 20).astype(np.float32)
+    x[12345] = 99.0
+    assert f(x) == np.float32(99.0)
+    assert "(3 partial chunk(s) in parallel)" in f.last_compilation.stage("execution")
+
+
 def test_results_are_fresh_arrays():
     f = _jit(lambda x: x.reshape(-1))
     x = np.arange(6.0).reshape(2, 3)

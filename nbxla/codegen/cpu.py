@@ -171,7 +171,12 @@ def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
                     continue
                 current = name
                 spec = specs[name] = emit_kernel(ir_module, name, comp)
-                if object_data_offset is not None and spec.style != "full-reduce":
+                if object_data_offset is None:
+                    continue
+                if spec.style == "full-reduce":
+                    spec.object_entry = _emit_full_reduction_entry(ir_module, spec, len(comp.parameters),
+                                                                   _buffer_count(comp), object_data_offset)
+                else:
                     spec.object_entry = _emit_object_entry(ir_module, name, _buffer_count(comp),
                                                            object_data_offset)
         except UnsupportedError as e:
@@ -207,6 +212,29 @@ def _buffer_count(comp: Computation) -> int:
     return len(comp.parameters) + (len(root.shape.elements) if root.shape.is_tuple else 1)
 
 
+_I8P = ir.IntType(8).as_pointer()
+_I64 = ir.IntType(64)
+
+
+def _object_entry_function(module: ir.Module, name: str, buffers: int):
+    """``name_objects(PyObject* array_0, ..., PyObject* array_n-1, i64 begin, i64 end)``, its
+    builder, and a function giving the data pointer of array ``k``."""
+    entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [_I8P] * buffers + [_I64, _I64]),
+                        name + "_objects")
+    b = ir.IRBuilder(entry.append_basic_block("entry"))
+
+    def data(k: int, data_offset: int):
+        return b.load(b.bitcast(b.gep(entry.args[k], [ir.Constant(_I64, data_offset)]), _I8P.as_pointer()))
+    return entry, b, data
+
+
+def _pointer_array(b: ir.IRBuilder, pointers: list):
+    array = b.alloca(ir.ArrayType(_I8P, len(pointers)))
+    for k, p in enumerate(pointers):
+        b.store(p, b.gep(array, [ir.Constant(_I64, 0), ir.Constant(ir.IntType(32), k)]))
+    return b.bitcast(array, _I8P.as_pointer())
+
+
 def _emit_object_entry(module: ir.Module, name: str, buffers: int, data_offset: int) -> str:
     """``name_objects(PyObject* array_0, ..., PyObject* array_n-1, i64 begin, i64 end)``: reads
     each NumPy array's data pointer at ``data_offset`` in the array object, and calls ``name``.
@@ -214,16 +242,26 @@ def _emit_object_entry(module: ir.Module, name: str, buffers: int, data_offset: 
     Why: calling a small kernel from Python is dominated by dispatch; handing ctypes the
     arrays themselves skips building a pointer array and reading every data pointer in
     Python (the runtime checks the offset on a probe array and passes only exact ndarrays)."""
-    i8p = ir.IntType(8).as_pointer()
-    i64 = ir.IntType(64)
-    entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p] * buffers + [i64, i64]), name + "_objects")
-    b = ir.IRBuilder(entry.append_basic_block("entry"))
-    array = b.alloca(ir.ArrayType(i8p, buffers))
-    for k in range(buffers):
-        field = b.bitcast(b.gep(entry.args[k], [ir.Constant(i64, data_offset)]), i8p.as_pointer())
-        b.store(b.load(field), b.gep(array, [ir.Constant(i64, 0), ir.Constant(ir.IntType(32), k)]))
+    entry, b, data = _object_entry_function(module, name, buffers)
     kernel = module.get_global(name)
     kernel.attributes.add("noinline")       # one copy of the kernel's code, not two
-    b.call(kernel, [b.bitcast(array, i8p.as_pointer()), entry.args[-2], entry.args[-1]])
+    pointers = [data(k, data_offset) for k in range(buffers)]
+    b.call(kernel, [_pointer_array(b, pointers), entry.args[-2], entry.args[-1]])
+    b.ret_void()
+    return entry.name
+
+
+def _emit_full_reduction_entry(module: ir.Module, spec, params: int, buffers: int, data_offset: int) -> str:
+    """A full reduction in one call, for ranges too small to split: ``name_objects`` (as
+    above; ``begin`` is ignored) reduces ``[0, end)`` into partial slots on its stack and
+    finishes them.  Two kernel calls and a scratch array from Python cost 4 us of the 6.6 us
+    that ``np.max`` of a 16x16 array took."""
+    entry, b, data = _object_entry_function(module, spec.name, buffers)
+    scratch = b.bitcast(b.alloca(ir.ArrayType(_I64, max(1, spec.scratch_slots))), _I8P)
+    pointers = [data(k, data_offset) for k in range(buffers)]
+    partial, finish = module.get_global(spec.name), module.get_global(spec.finish_name)
+    partial.attributes.add("noinline")
+    b.call(partial, [_pointer_array(b, pointers[:params] + [scratch]), ir.Constant(_I64, 0), entry.args[-1]])
+    b.call(finish, [_pointer_array(b, pointers + [scratch]), ir.Constant(_I64, 1), ir.Constant(_I64, 0)])
     b.ret_void()
     return entry.name

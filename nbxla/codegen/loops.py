@@ -528,6 +528,9 @@ _COSTLY = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh"
            "sine", "cosine", "tan", "erf", "atan2"}
 
 
+MINMAX_INTERLEAVE = 4
+
+
 def _reduction_interleave(opcode: str, operand: Instruction, keep) -> int:
     """How many vector iterations a row reduction's loop keeps in flight (see
     ``_interleave_metadata``).  Measured side by side on 1024-wide rows: 4 for max/min (row
@@ -536,7 +539,7 @@ def _reduction_interleave(opcode: str, operand: Instruction, keep) -> int:
     (softmax's exp, kept for the next phase) got slower out of cache, and cheap sums gained
     nothing (layernorm got slower), so those keep one."""
     if opcode in ("maximum", "minimum"):
-        return 4
+        return MINMAX_INTERLEAVE
     if keep is None and any(i.opcode in _COSTLY for i in _ancestors([operand])):
         return 4
     return 1
@@ -817,19 +820,20 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
             em.reset_memo()
             b.store(_combine(b, em, opcode, t, b.load(acc), em.value(r.operands[0], [i])), acc)
 
+        interleave = _reduction_interleave(opcode, r.operands[0], None)
         if blocked:
-            def block(k, acc=acc, total=total, element=element):
+            def block(k, acc=acc, total=total, element=element, interleave=interleave):
                 lo = b.add(fn.args[1], b.mul(k, const_i64(BLOCK)))
                 hi = b.add(lo, const_i64(BLOCK))
                 hi = b.select(b.icmp_signed(">", hi, fn.args[2]), fn.args[2], hi)
                 b.store(ir.Constant(ty, 0.0), acc)
-                _loop(b, lo, hi, f"p{n}", element)
+                _loop(b, lo, hi, f"p{n}", element, interleave=interleave)
                 b.store(b.fadd(b.load(total), b.fpext(b.load(acc), pty)), total)
             nblocks = b.sdiv(b.add(b.sub(fn.args[2], fn.args[1]), const_i64(BLOCK - 1)), const_i64(BLOCK))
             _loop(b, const_i64(0), nblocks, f"blk{n}", block)
             b.store(b.load(total), _slot_pointer(b, scratch, n, pty))
         else:
-            _loop(b, fn.args[1], fn.args[2], f"p{n}", element)
+            _loop(b, fn.args[1], fn.args[2], f"p{n}", element, interleave=interleave)
             b.store(b.load(acc), _slot_pointer(b, scratch, n, ty))
     b.ret_void()
 

@@ -170,7 +170,8 @@ class CpuExecutable:
             if spec.style == "full-reduce":
                 return FullReductionThunk(instr, self.kernels.addresses[kernel],
                                           self.kernels.addresses[spec.finish_name],
-                                          spec.parallel_extent, spec.scratch_slots, spec.work_per_unit)
+                                          spec.parallel_extent, spec.scratch_slots, spec.work_per_unit,
+                                          self.kernels.addresses.get(spec.object_entry))
             return KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
                                spec.work_per_unit, self.kernels.addresses.get(spec.object_entry))
         if op == "dot" and MatmulThunk.applies(instr):
@@ -222,18 +223,34 @@ class CpuExecutable:
             places.append((v.offset, shape.dims, shape.dtype))
         return places
 
+    @staticmethod
+    def _one_kernel(entry: _Program):
+        """(thunk, operands, pick) when the entry is one kernel on the parameters whose
+        result is the entry's result, or whose tuple result's element ``pick`` is (argmax:
+        the (value, index) reduction and the index taken from it); None otherwise."""
+        steps, pick = entry.steps, None
+        ops = [i for i in entry.computation.instructions if i.opcode != "parameter"]
+        if len(steps) == 2 and ops[1].opcode == "get-tuple-element" and ops[1].operands[0] is ops[0] \
+                and steps[1][2] == entry.root:
+            steps, pick = steps[:1], ops[1].attrs["index"]
+        elif len(steps) != 1 or steps[0][2] != entry.root:
+            return None
+        thunk, operands, _, places = steps[0]
+        if not isinstance(thunk, (KernelThunk, FullReductionThunk)) or places is not None:
+            return None
+        return thunk, operands, pick
+
     def _direct_runner(self, entry: _Program) -> Callable | None:
         """For an entry that is one kernel on the parameters (a fused elementwise chain, the
         running example): ``run`` without the general loop over steps.  The kernel's outputs
         are fresh arrays, so no result needs the alias check either."""
-        if len(entry.steps) != 1:
+        one = self._one_kernel(entry)
+        if one is None:
             return None
-        thunk, operands, out, places = entry.steps[0]
-        if not isinstance(thunk, (KernelThunk, FullReductionThunk)) or places is not None or out != entry.root:
-            return None
+        thunk, operands, pick = one
         number = dict(entry.params)
         order = [number[k] for k in operands]
-        tuple_result = thunk.tuple_result
+        tuple_result = thunk.tuple_result and pick is None
 
         def run(inputs: list) -> list[np.ndarray]:
             args = [inputs[n] for n in order]
@@ -241,37 +258,45 @@ class CpuExecutable:
                 if type(arr) is not np.ndarray or not arr.flags.c_contiguous:
                     args[k] = _contiguous(arr)
             result = thunk(args)
+            if pick is not None:
+                return [result[pick]]
             return list(result) if tuple_result else [result]
         run.executable = self       # the machine code lives as long as the executable does
         return run
 
     def _single_kernel_runner(self, entry: _Program, general: Callable | None) -> Callable | None:
-        """For a direct entry whose kernel takes array objects and gives one array (of rank
-        > 0): ``run_single(inputs)`` returns that array, calling the kernel straight from
-        here.  The jit fast path calls it as is: on a 20-op chain over 128 elements, the
-        layers of calls it skips were a sixth of the whole call."""
+        """For a direct entry whose kernel takes array objects and whose result is one array:
+        ``run_single(inputs)`` returns that array (a NumPy scalar for a 0-d result, as NumPy
+        gives), calling the kernel straight from here.  The jit fast path calls it as is: on a
+        20-op chain over 128 elements, the layers of calls it skips were a sixth of the whole
+        call."""
         if general is None:
             return None
-        thunk, operands, _, _ = entry.steps[0]
-        if not isinstance(thunk, KernelThunk) or thunk.object_fn is None or thunk.tuple_result \
-                or not thunk.outputs[0][0]:
+        thunk, operands, pick = self._one_kernel(entry)
+        if thunk.object_fn is None or (thunk.tuple_result and pick is None):
             return None
         number = dict(entry.params)
         order = [number[k] for k in operands]
-        fn, make, extent = thunk.object_fn, thunk.makers[0], thunk.extent
+        fn, makers, extent = thunk.object_fn, thunk.makers, thunk.extent
+        scalar = not thunk.outputs[pick or 0][0]
         # Arrays with these exact strides are C-contiguous (checking them is cheaper than
         # reading ``flags``); others, or other types, take the general runner.
         shape_of = {p.parameter_number: p.shape for p in self.module.entry.parameters}
         strides = [_c_strides(shape_of[n].dims, shape_of[n].dtype.itemsize) for n in order]
 
+        def fallback(inputs):
+            value = general(inputs)[0]
+            return value[()] if scalar else value
+
         def run_single(inputs):
             args = [inputs[n] for n in order]
             for arr, st in zip(args, strides):
                 if type(arr) is not np.ndarray or arr.strides != st:
-                    return general(inputs)[0]
-            out = make()
-            fn(*args, out, 0, extent)
-            return out
+                    return fallback(inputs)
+            outs = [make() for make in makers]
+            fn(*args, *outs, 0, extent)
+            out = outs[pick or 0]
+            return out[()] if scalar else out
         run_single.executable = self
         return run_single
 

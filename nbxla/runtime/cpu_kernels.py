@@ -121,15 +121,25 @@ class FullReductionThunk:
     """A full reduction: chunks reduced in parallel into 8-byte slots, then one finish call."""
 
     def __init__(self, instr: Instruction, address: int, finish: int, extent: int, slots: int,
-                 work_per_unit: int = 1):
+                 work_per_unit: int = 1, object_entry: int | None = None):
         self.partial, self.finish = _KERNEL_TYPE(address), _KERNEL_TYPE(finish)
-        self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in _output_shapes(instr)]
+        self.outputs = _output_shapes(instr)
+        self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.outputs]
         self.n_in = len(instr.operands)
         self.extent, self.slots = extent, slots
         self.parts = max(1, min(worker_count(), extent, extent * work_per_unit // (PARALLEL_THRESHOLD // 2)))
         self.tuple_result = instr.shape.is_tuple
+        # Unsplit, both phases run in one call taking the arrays themselves (codegen/cpu.py).
+        self.object_fn = None
+        if object_entry is not None and self.parts == 1 and ARRAY_DATA_OFFSET is not None:
+            self.object_fn = object_entry_type(self.n_in + len(self.outputs))(object_entry)
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
+        if self.object_fn is not None and all(type(a) is np.ndarray for a in operands):
+            if outs is None:
+                outs = [make() for make in self.makers]
+            self.object_fn(*operands, *outs, 0, self.extent)
+            return tuple(outs) if self.tuple_result else outs[0]
         scratch = np.empty(self.parts * self.slots, np.float64)      # 8-byte slots
         base = [data_pointer(a) for a in operands]
         calls = []

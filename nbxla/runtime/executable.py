@@ -22,8 +22,8 @@ class Executable:
         self.module, self.backend = module, backend
         # ``run(inputs)``: the backend's runner itself (no extra call per run).
         self.run: Callable[[list], list[np.ndarray]] = runner
-        # ``run_single(inputs)``: the one output array, where the backend offers a shortcut
-        # for modules giving a single array of rank > 0 (the jit fast path uses it).
+        # ``run_single(inputs)``: the one output array (a NumPy scalar when 0-d), where the
+        # backend offers a shortcut for modules giving a single array (the jit fast path).
         self.run_single: Callable[[list], np.ndarray] | None = None
         self.native = None      # the backend's own object (e.g. compiled kernels), if any
         self.stages: dict[str, str] = {}   # backend stages (llvm_ir, asm, ...) by name
