@@ -88,3 +88,31 @@ def test_row_reduction_loops_ask_llvm_for_interleaving_where_it_pays(fn, interle
         assert marks == 1                  # softmax: the max loop, not the exp loop that stores
     else:
         assert (marks > 0) == interleaved
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("op", [np.max, np.min])
+@pytest.mark.parametrize("axis", [None, 1, (1, 2)])
+def test_float_extremes_propagate_nan_wherever_it_is(dtype, op, axis):
+    # Max/min reductions keep the max of the numbers and a NaN flag apart (one vector
+    # instruction on the dependency chain instead of six): a NaN anywhere, in the vectorized
+    # body or the scalar tail, in one lane or in all, must still give NaN.
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((9, 5, 203)) * 100).astype(dtype)
+    x[1, 0, 0] = np.nan                  # first element of a row
+    x[2, 4, 202] = np.nan                # last (the tail)
+    x[3, 2, 77] = np.nan                 # inside the body
+    x[4] = np.nan                        # a whole batch
+    x[5, 1, 5] = np.inf
+    x[5, 3, 9] = -np.inf
+    x[6] = -np.inf                       # only infinities
+    x[7, :, ::2] = -0.0                  # zeros of both signs
+    x[7, :, 1::2] = 0.0
+    f = nbxla.jit(lambda a: op(a, axis=axis), cache=CompilationCache())
+    got, want = np.asarray(f(x)), np.asarray(op(x, axis=axis))
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype
+    if axis is None:                     # (many chunks: also split across threads)
+        big = np.repeat(x.reshape(-1), 300)
+        big[-1] = np.nan
+        assert np.isnan(nbxla.jit(lambda a: op(a), cache=CompilationCache())(big))
