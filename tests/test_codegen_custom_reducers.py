@@ -163,11 +163,14 @@ def test_row_argmax_runs_in_two_vectorizable_passes(dtype, which):
 @pytest.mark.parametrize("which", [np.argmax, np.argmin])
 @pytest.mark.parametrize("case", ["random", "ties", "nan_late", "nan_first", "rising", "falling",
                                   "signed_zeros", "extreme_last"])
-def test_long_rows_are_searched_chunk_by_chunk(dtype, which, case, monkeypatch):
+@pytest.mark.parametrize("search_block", [128, 5])
+def test_long_rows_are_searched_chunk_by_chunk(dtype, which, case, search_block, monkeypatch):
     """Rows longer than a chunk: the best pair must be the first best position of the whole
-    row, whichever chunk holds it (ties across chunks keep the earlier one)."""
+    row, whichever chunk holds it (ties across chunks keep the earlier one).  Within a chunk
+    the position is searched block by block (5: many ragged blocks per chunk)."""
     from nbxla.codegen import arg_reductions
     monkeypatch.setattr(arg_reductions, "CHUNK", 64)           # many chunks, a ragged last one
+    monkeypatch.setattr(arg_reductions, "SEARCH_BLOCK", search_block)
     rng = np.random.default_rng(hash(case) % 1000)
     n = 64 * 7 + 13
     is_float = np.dtype(dtype).kind == "f"

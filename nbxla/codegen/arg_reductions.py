@@ -32,8 +32,8 @@ from llvmlite import ir
 from ..hlo.evaluator import Interpreter
 from ..hlo.ir import Instruction
 from ..hlo.shapes import is_float, is_integral, to_numpy_dtype
-from .elemental import I64, const_i64, llvm_type
-from .loops import _entry_alloca, _loop
+from .elemental import I1, I64, const_i64, llvm_type
+from .loops import _entry_alloca, _loop, _NanTrackingExtreme
 
 
 def arg_reduction_kind(reduce: Instruction, plan) -> str | None:
@@ -114,6 +114,10 @@ def _better_or_tie_first(a, ai, b, bi, kind):
 # first, and its positions only when it beats the best so far (the chunk is still in L1).
 CHUNK = 4096
 
+# The search for the best value's position tests blocks of this many elements for a match
+# before it looks for the position inside one.
+SEARCH_BLOCK = 128
+
 
 def emit_arg_reduction(b: ir.IRBuilder, em, plan, reduce: Instruction, outer_index, name: str,
                        kind: str) -> list:
@@ -128,6 +132,10 @@ def emit_arg_reduction(b: ir.IRBuilder, em, plan, reduce: Instruction, outer_ind
 
     def extreme(lo, hi, tag):
         """The NaN-propagating max (min) of positions [lo, hi), hi > lo."""
+        if is_float(vt):
+            acc = _NanTrackingExtreme(b, vt, kind == "max", value_at(lo))
+            _loop(b, b.add(lo, const_i64(1)), hi, name + tag, lambda j: acc.add(value_at(j)), interleave=4)
+            return acc.result()
         slot = _entry_alloca(b, llvm_type(vt))
         b.store(value_at(lo), slot)
         _loop(b, b.add(lo, const_i64(1)), hi, name + tag,
@@ -136,19 +144,33 @@ def emit_arg_reduction(b: ir.IRBuilder, em, plan, reduce: Instruction, outer_ind
         return b.load(slot)
 
     def first_match(lo, hi, m, tag):
-        """The smallest position in [lo, hi) whose value matches ``m`` (hi if none)."""
+        """The smallest position in [lo, hi) whose value matches ``m`` (hi if none).  Blocks
+        are tested with a cheap vectorized "any match" until one holds a match; only that
+        block is searched for the position (a vectorized min over positions)."""
         def matches(v):
             if not is_float(vt):
                 return b.icmp_signed("==", v, m)
             return b.or_(b.fcmp_ordered("==", v, m),
                          b.and_(b.fcmp_unordered("uno", m, m), b.fcmp_unordered("uno", v, v)))
-        slot = _entry_alloca(b, I64)
+        slot, found = _entry_alloca(b, I64), _entry_alloca(b, I1)
         b.store(hi, slot)
 
         def position(j):
             candidate = b.select(matches(value_at(j)), j, hi)
             b.store(b.select(b.icmp_signed("<", candidate, b.load(slot)), candidate, b.load(slot)), slot)
-        _loop(b, lo, hi, name + tag, position)
+
+        def block(k):
+            with b.if_then(b.icmp_signed("==", b.load(slot), hi)):      # (not found yet)
+                start = b.add(lo, b.mul(k, const_i64(SEARCH_BLOCK)))
+                end = b.add(start, const_i64(SEARCH_BLOCK))
+                end = b.select(b.icmp_signed(">", end, hi), hi, end)
+                b.store(ir.Constant(I1, 0), found)
+                _loop(b, start, end, name + tag + "a",
+                      lambda j: b.store(b.or_(b.load(found), matches(value_at(j))), found))
+                with b.if_then(b.load(found)):
+                    _loop(b, start, end, name + tag, position)
+        blocks = b.sdiv(b.add(b.sub(hi, lo), const_i64(SEARCH_BLOCK - 1)), const_i64(SEARCH_BLOCK))
+        _loop(b, const_i64(0), blocks, name + tag + "b", block)
         return b.load(slot)
 
     if n <= CHUNK:                        # two passes over a row that stays in the cache
