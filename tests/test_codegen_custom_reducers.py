@@ -207,3 +207,57 @@ def test_reducers_that_only_look_like_argmax_are_not_taken_for_it():
     comp = parse_hlo(text).entry
     plan = loops._ReductionPlan(comp)
     assert arg_reductions.arg_reduction_kind(comp.root, plan) is None
+
+
+def _column_kernel(f) -> bool:
+    """Was a reduction emitted as the column kernel (its row-group loop is in the IR)?"""
+    return '"cr.head"' in f.last_compilation.executable.native.kernels.llvm_ir
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.uint16, np.int64])
+@pytest.mark.parametrize("which", [np.argmax, np.argmin])
+@pytest.mark.parametrize("shape,axis,column_kernel", [
+    ((203, 37), 0, True), ((5, 70, 24), 1, True), ((9, 2), 0, True),
+    ((3, 17, 40), 0, False),                     # two kept axes: the row kernel's general path
+])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_argmax_down_columns_runs_in_the_column_kernel(dtype, which, shape, axis, column_kernel, threads,
+                                                       monkeypatch):
+    # (value, index) pairs accumulate row by row in the output buffers, vectorized across
+    # columns; ties keep the first row, NaN beats every number and the first NaN wins.
+    from nbxla.runtime import cpu_kernels
+    monkeypatch.setattr(cpu_kernels, "worker_count", lambda: threads)
+    monkeypatch.setattr(cpu_kernels, "PARALLEL_THRESHOLD", 64)
+    rng = np.random.default_rng(shape[0])
+    x = rng.integers(0, 4, shape).astype(dtype)           # many ties
+    if np.dtype(dtype).kind == "f":
+        x.reshape(-1)[::97] = np.nan
+        x.reshape(-1)[5::31] = -np.inf
+    f = nbxla.jit(lambda a: which(a, axis=axis), cache=CompilationCache())
+    np.testing.assert_array_equal(f(x), which(x, axis=axis))
+    _native(f)
+    assert _column_kernel(f) == column_kernel
+
+
+def test_custom_reducer_down_columns_matches_the_evaluator():
+    # Neither associative nor commutative: the kernel must apply it row by row, the
+    # accumulator first, in the evaluator's order.
+    text = """HloModule t
+weird {
+  a = f64[] parameter(0)
+  b = f64[] parameter(1)
+  half = f64[] constant(0.5)
+  s = f64[] multiply(a, half)
+  ROOT r = f64[] add(s, b)
+}
+ENTRY main {
+  x = f64[50,30] parameter(0)
+  z = f64[] constant(1)
+  ROOT r = f64[30] reduce(x, z), dimensions={0}, to_apply=weird
+}"""
+    x = np.random.default_rng(3).standard_normal((50, 30))
+    cpu = compile_module(parse_hlo(text), "cpu")
+    ref = compile_module(parse_hlo(text), "evaluator")
+    assert cpu.executable.native.interpreted == {}
+    assert '"cr.head"' in cpu.executable.native.kernels.llvm_ir
+    np.testing.assert_array_equal(cpu.executable.run([x])[0], ref.executable.run([x])[0])

@@ -91,9 +91,9 @@ def test_run_hlo_backend_cpu_lists_interpreted_fusions(capsys, monkeypatch):
     from nbxla.codegen import loops
     from nbxla.errors import UnsupportedError
 
-    def refuse(b, em, plan, reduce, outer_index, name):
+    def refuse(b, comp, args):
         raise UnsupportedError("variadic or custom reducers refused by this test")
-    monkeypatch.setattr(loops, "_accumulate_custom", refuse)
+    monkeypatch.setattr(loops, "apply_scalar_computation", refuse)
     hlo, npz = _case("reduce_argmax_argmin")
     assert main(["run-hlo", hlo, "--inputs", npz, "--backend", "cpu"]) == 0
     out = capsys.readouterr().out

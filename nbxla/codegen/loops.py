@@ -669,13 +669,20 @@ def _column_plan(comp: Computation):
     plan = _ReductionPlan(comp)
     outputs = _outputs(comp)
     r = plan.reduces[0]
-    if (plan.custom or len(plan.reduces) != 1 or len(outputs) != 1 or not plan.reduced
+    if (len(plan.reduces) != 1 or len(outputs) != 1 or not plan.reduced
             or plan.reduced != tuple(range(plan.reduced[0], plan.reduced[-1] + 1))
-            or plan.reduced[-1] == len(plan.in_dims) - 1
-            or outputs[0].shape.element_type != r.shape.element_type
-            or _squeeze(outputs[0].shape.dims) != _squeeze(plan.outer_dims)):
+            or plan.reduced[-1] == len(plan.in_dims) - 1):
         return None
     kept = plan.in_dims[plan.reduced[-1] + 1:]
+    if plan.custom:
+        # Variadic (argmax down columns) or custom reducers: the reduction itself is the
+        # output (a buffer per result holds the accumulators), its inputs read per element.
+        if outputs[0] is not r or len(kept) > 1 or plan.reduced[0] > 0 and _prod(kept) < MIN_BATCHED_COLUMNS:
+            return None
+        return plan
+    if (outputs[0].shape.element_type != r.shape.element_type
+            or _squeeze(outputs[0].shape.dims) != _squeeze(plan.outer_dims)):
+        return None
     if plan.reduced[0] > 0:                       # batched: middle axes
         if _prod(kept) < MIN_BATCHED_COLUMNS or (len(kept) > 1 and not _linear_input(comp, r, plan)):
             return None
@@ -707,14 +714,23 @@ def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan)
     (out,) = _outputs(comp)
     (r,) = plan.reduces
     params = comp.parameters
-    shapes = [p.shape for p in params] + [out.shape]
+    results = list(r.shape.elements) if r.shape.is_tuple else [r.shape]    # (out is r when custom)
+    shapes = [p.shape for p in params] + ([out.shape] if out is not r else results)
     fn, b = _kernel_function(module, name)
     bufs = _Buffers(b, fn.args[0], shapes)
     k_out = len(params)
+    accumulators = range(k_out, k_out + len(results))
+    n_in = len(r.operands) // 2
     reduced: dict[int, ir.Value] = {}
     em = ElementalEmitter(b, comp, lambda k, index: _load_at(b, bufs, k, params[k].shape.dims, index),
                           reduced)
-    opcode, t = _reducer_opcode(r), r.shape.element_type
+    opcode = _reducer_opcode(r) if not plan.custom else None
+    t = results[0].element_type
+
+    def combine(accs, xs):
+        if plan.custom:
+            return apply_scalar_computation(b, r.attrs["to_apply"], accs + xs)
+        return [_combine(b, em, opcode, t, accs[0], xs[0], ordered=True)]
     first, last = plan.reduced[0], plan.reduced[-1]
     batch_dims, kept_dims = plan.in_dims[:first], plan.in_dims[last + 1:]
     rows = _prod(plan.red_dims)
@@ -723,13 +739,14 @@ def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan)
         flat = _LinearEmitter(b, comp, lambda k, index: bufs.load(
             b, k, index[0] if index and params[k].shape.rank else const_i64(0)))
 
-        def input_at(batch, c, i, red_index):
+        def inputs_at(batch, c, i, red_index):
             row = b.add(b.mul(batch, const_i64(rows)), i)
-            return flat.value(r.operands[0], [b.add(b.mul(row, const_i64(columns)), c)])
+            return [flat.value(r.operands[0], [b.add(b.mul(row, const_i64(columns)), c)])]
     else:
-        def input_at(batch, c, i, red_index):
+        def inputs_at(batch, c, i, red_index):
             outer = _delinearize(b, batch, batch_dims) + [c] if batch_dims else [c]
-            return em.value(r.operands[0], plan.merge(outer, red_index))
+            idx = plan.merge(outer, red_index)
+            return [em.value(x, idx) for x in r.operands[:n_in]]
 
     def batch_body(batch):
         base = b.mul(batch, const_i64(columns))            # flat output position of column 0
@@ -743,7 +760,8 @@ def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan)
 
             def init(c):
                 em.reset_memo()
-                bufs.store(b, k_out, b.add(base, c), em.value(r.operands[1], []))
+                for k, init_value in zip(accumulators, r.operands[n_in:]):
+                    bufs.store(b, k, b.add(base, c), em.value(init_value, []))
             _loop(b, lo, hi, "ci", init)
 
             def rows_from(i, count):
@@ -752,14 +770,14 @@ def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan)
 
                 def column(c):
                     o = b.add(base, c)
-                    acc = bufs.load(b, k_out, o)
+                    accs = [bufs.load(b, k, o) for k in accumulators]
                     for u in range(count):
                         em.reset_memo()
                         if len(kept_dims) > 1:
                             flat.reset_memo()
-                        x = input_at(batch, c, b.add(i, const_i64(u)), red_indices[u])
-                        acc = _combine(b, em, opcode, t, acc, x, ordered=True)
-                    bufs.store(b, k_out, o, acc)
+                        accs = combine(accs, inputs_at(batch, c, b.add(i, const_i64(u)), red_indices[u]))
+                    for k, acc in zip(accumulators, accs):
+                        bufs.store(b, k, o, acc)
                 _loop(b, lo, hi, "cc", column)
             whole = rows - rows % COLUMN_ROWS_PER_PASS
             if whole:
@@ -951,7 +969,7 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
         plan = _column_plan(comp)
         if plan is not None:
             from . import column_groups               # (column_groups builds on this module)
-            if column_groups.applies(comp, plan):
+            if not plan.custom and column_groups.applies(comp, plan):
                 return column_groups.emit_grouped_column_reduction(module, name, comp, plan)
             return emit_column_reduction(module, name, comp, plan)
         return emit_reduction_kernel(module, name, comp)
