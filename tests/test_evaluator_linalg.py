@@ -1,13 +1,15 @@
-"""dot, convolution and the LAPACK Cholesky custom call."""
+"""dot, convolution, fft and the LAPACK Cholesky custom call."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from nbxla.errors import EvaluationError
+from nbxla.errors import EvaluationError, HloParseError
 from nbxla.hlo import Builder, Shape, TupleShape, shape_of
 from nbxla.hlo.attributes import ConvDimensionNumbers, RawAttr, Window, WindowDim
 from nbxla.hlo.evaluator import evaluate
+from nbxla.hlo.parser import parse_hlo
+from nbxla.hlo.printer import print_module
 from nbxla.hlo.shape_inference import window_output_size
 
 F32 = np.float32
@@ -233,3 +235,32 @@ def test_cholesky_rejects_bad_uplo_and_dtype():
     b.op("custom-call", p, shape=TupleShape((Shape("f64", (2, 2)), Shape("s32"))), custom_call_target="lapack_spotrf_ffi")
     with pytest.raises(EvaluationError, match="lapack_spotrf_ffi needs square float32"):
         evaluate(b.build(), [spd(2)])
+
+
+FFT_TEXT = """
+HloModule fft
+ENTRY %main (x: f32[3,4,8]) -> (c64[3,4,8], c64[3,4,8], c64[3,4,5], f32[3,4,8]) {
+  %x = f32[3,4,8]{2,1,0} parameter(0)
+  %c = c64[3,4,8]{2,1,0} convert(%x)
+  %f = c64[3,4,8]{2,1,0} fft(%c), fft_type=FFT, fft_length={4,8}
+  %i = c64[3,4,8]{2,1,0} fft(%f), fft_type=IFFT, fft_length={8}
+  %r = c64[3,4,5]{2,1,0} fft(%x), fft_type=RFFT, fft_length={8}
+  %ir = f32[3,4,8]{2,1,0} fft(%r), fft_type=IRFFT, fft_length={8}
+  ROOT %t = (c64[3,4,8], c64[3,4,8], c64[3,4,5], f32[3,4,8]) tuple(%f, %i, %r, %ir)
+}"""
+
+
+def test_fft_types_match_numpy_and_roundtrip():
+    module = parse_hlo(FFT_TEXT)
+    assert print_module(parse_hlo(print_module(module))) == print_module(module)
+    x = np.random.default_rng(0).standard_normal((3, 4, 8)).astype(F32)
+    f, i, r, ir = evaluate(module, [x])
+    assert f.dtype == np.complex64 and np.allclose(f, np.fft.fft2(x), atol=1e-4)
+    assert np.allclose(i, np.fft.ifft(np.fft.fft2(x), axis=-1), atol=1e-5)
+    assert np.allclose(r, np.fft.rfft(x), atol=1e-5) and ir.dtype == F32 and np.allclose(ir, x, atol=1e-5)
+
+
+def test_fft_shape_errors_say_what_the_type_needs():
+    bad = FFT_TEXT.replace("fft_type=RFFT, fft_length={8}", "fft_type=RFFT, fft_length={6}")
+    with pytest.raises(HloParseError, match=r"RFFT takes f32/f64 operands ending in \[6\]"):
+        parse_hlo(bad)

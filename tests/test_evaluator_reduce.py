@@ -1,4 +1,5 @@
-"""Rules that run a called computation: reduce, reduce-window, sort, scatter."""
+"""Rules that run a called computation: reduce, reduce-window, select-and-scatter, sort,
+top-k, scatter."""
 
 import functools
 
@@ -11,6 +12,7 @@ from nbxla.hlo import Builder, Shape, TupleShape, scalar_computation, shape_of
 from nbxla.hlo.attributes import Window, WindowDim
 from nbxla.hlo.evaluator import Interpreter, evaluate
 from nbxla.hlo.evaluator_reduce import recognized_binary
+from nbxla.hlo.parser import parse_hlo
 from nbxla.hlo.shape_inference import window_output_size
 
 from .evaluator_util import scalar_fn
@@ -216,6 +218,55 @@ def test_variadic_reduce_window_argmax():
     assert values.tolist() == [4, 4, 5, 9, 9, 9] and where.tolist() == [2, 2, 4, 5, 5, 5]
 
 
+# --- select-and-scatter ----------------------------------------------------------------------------
+
+def select_and_scatter(x, source, init, window, select, scatter_fn):
+    b = Builder("sas")
+    ps = [b.parameter(shape_of(v)) for v in (x, source, init)]
+    b.op("select-and-scatter", *ps, window=window, select=select, scatter=scatter_fn)
+    return evaluate(b.build(), [x, source, init])
+
+
+def naive_select_and_scatter(x, source, init, window, select, combine):
+    """Per window: the first in-bounds element that ``select(picked, candidate)`` keeps
+    against every later one; its source value is combined into the result there."""
+    out = np.full(x.shape, init, x.dtype)
+    for o in np.ndindex(*source.shape):
+        picked = None
+        for k in np.ndindex(*[w.size for w in window.dims]):
+            pos = [oi * w.stride + ki * w.window_dilation - w.pad_low for oi, ki, w in zip(o, k, window.dims)]
+            if any(p % w.base_dilation for p, w in zip(pos, window.dims)):
+                continue
+            src = tuple(p // w.base_dilation for p, w in zip(pos, window.dims))
+            if all(0 <= s < n for s, n in zip(src, x.shape)) and (picked is None or not select(x[picked], x[src])):
+                picked = src
+        if picked is not None:
+            out[picked] = combine(out[picked], source[o])
+    return out
+
+
+@given(window_cases(), st.sampled_from(["GE", "LE"]), st.sampled_from(["add", "maximum"]))
+@settings(max_examples=100, deadline=None)
+def test_select_and_scatter_matches_naive_loop(case, direction, combiner):
+    x, window = case
+    out_shape = tuple(window_output_size(n, w) for n, w in zip(x.shape, window.dims))
+    source = np.arange(1, int(np.prod(out_shape)) + 1, dtype=np.int32).reshape(out_shape)
+    select = scalar_fn(lambda b, p, q: b.compare(p, q, direction), "s32", "s32")
+    got = select_and_scatter(x, source, np.int32(0), window, select, scalar_computation(combiner, "s32"))
+    want = naive_select_and_scatter(x, source, 0, window, {"GE": np.greater_equal, "LE": np.less_equal}[direction],
+                                    {"add": lambda a, b: a + b, "maximum": max}[combiner])
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+def test_select_and_scatter_is_the_gradient_of_a_max_pool():
+    # Ties go to the first element of the window (GE keeps the one already picked).
+    x = np.array([[1, 5, 5, 0], [2, 5, 3, 3]], F32)
+    ge = scalar_fn(lambda b, p, q: b.compare(p, q, "GE"), "f32", "f32")
+    got = select_and_scatter(x, np.array([[10, 20]], F32), np.float32(0), Window((WindowDim(2, 2), WindowDim(2, 2))),
+                             ge, scalar_computation("add", "f32"))
+    assert got.tolist() == [[0, 10, 20, 0], [0, 0, 0, 0]]
+
+
 # --- sort --------------------------------------------------------------------------------------
 
 def less_than(t, direction="LT", total=True):
@@ -297,6 +348,37 @@ def test_sort_with_non_vectorizable_comparator_falls_back():
 def test_sort_scalar_and_empty():
     assert sort([np.zeros((0, 4), F32)], 1, less_than("f32")).shape == (0, 4)
     assert sort([np.zeros((3, 0), F32)], 1, less_than("f32")).shape == (3, 0)
+
+
+def test_topk_orders_like_total_order_with_ties_by_position():
+    x = np.array([[1.0, np.nan, 3.0, 3.0, -0.0, 0.0, -np.inf]], F32)
+    b = Builder("topk")
+    b.op("topk", b.parameter(shape_of(x)), k=5, largest=True)
+    values, where = evaluate(b.build(), [x])
+    assert np.array_equal(values, [[np.nan, 3, 3, 1, 0]], equal_nan=True)
+    assert where.dtype == np.int32 and where.tolist() == [[1, 2, 3, 0, 5]]
+    b = Builder("bottomk")
+    b.op("topk", b.parameter(shape_of(x)), k=2, largest=False)
+    values, where = evaluate(b.build(), [x])
+    assert where.tolist() == [[6, 4]] and np.signbit(values[0, 1])
+
+
+def test_xla_cpu_topk_custom_call_sorts_with_its_comparator():
+    module = parse_hlo("""
+HloModule topk
+%greater (a: s32[], b: s32[], i: s32[], j: s32[]) -> pred[] {
+  %a = s32[] parameter(0)
+  %b = s32[] parameter(1)
+  %i = s32[] parameter(2)
+  %j = s32[] parameter(3)
+  ROOT %gt = pred[] compare(%a, %b), direction=GT
+}
+ENTRY %main (x: s32[2,5]) -> (s32[2,2], s32[2,2]) {
+  %x = s32[2,5]{1,0} parameter(0)
+  ROOT %top = (s32[2,2]{1,0}, s32[2,2]{1,0}) custom-call(%x), custom_call_target="TopK", called_computations={%greater}
+}""")
+    values, where = evaluate(module, [np.array([[4, 9, 1, 9, 0], [-3, -1, -2, -5, -4]], np.int32)])
+    assert values.tolist() == [[9, 9], [-1, -2]] and where.tolist() == [[1, 3], [1, 2]]
 
 
 # --- scatter --------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from .evaluator_common import label
 from .evaluator_data import DATA_RULES
 from .evaluator_elementwise import ELEMENTWISE_RULES
 from .evaluator_linalg import LINALG_RULES, lapack_potrf
-from .evaluator_reduce import REDUCE_RULES
+from .evaluator_reduce import REDUCE_RULES, topk_custom_call
 from .ir import Computation, Instruction, Module
 from .shapes import AnyShape, from_numpy_dtype
 
@@ -36,6 +36,8 @@ CUSTOM_CALL_TARGETS: dict[str, Callable] = {
     # JAX's CPU Cholesky (jnp.linalg.cholesky) calls LAPACK's potrf through XLA's FFI.
     "lapack_spotrf_ffi": lapack_potrf,
     "lapack_dpotrf_ffi": lapack_potrf,
+    # XLA:CPU rewrites a sort followed by a slice of its first k (lax.top_k) into this call.
+    "TopK": topk_custom_call,
 }
 
 
@@ -160,6 +162,8 @@ class Interpreter:
                 else:
                     value = RULES[instr.opcode](instr, [env[o] for o in instr.operands], self)
                 env[instr] = _conform(instr, instr.shape, value, batched)
+            except HloShapeError as e:  # e.g. a bf16 value inside a rule: say which instruction
+                raise EvaluationError(f"while evaluating {label(instr)}: {e}") from e
             except NbxlaError:
                 raise
             except Exception as e:  # a NumPy error inside a rule: say which instruction
@@ -290,6 +294,10 @@ def _conditional(instr, args, interp):
     return interp.call(branches[index], [args[1 + index]])
 
 
+def _opt_barrier(instr, args, interp):
+    return args[0]     # only stops XLA from moving work across it; the value passes through
+
+
 def _custom_call(instr, args, interp):
     target = instr.attrs.get("custom_call_target", "")
     fn = CUSTOM_CALL_TARGETS.get(target)
@@ -305,6 +313,7 @@ _STRUCTURE_RULES = {
     "parameter": _parameter, "constant": _constant, "tuple": _tuple,
     "get-tuple-element": _get_tuple_element, "call": _call, "fusion": _fusion,
     "while": _while, "conditional": _conditional, "custom-call": _custom_call,
+    "opt-barrier": _opt_barrier,
 }
 
 RULES: dict[str, Callable] = {**ELEMENTWISE_RULES, **DATA_RULES, **REDUCE_RULES, **LINALG_RULES,

@@ -1,4 +1,4 @@
-"""Reference rules for dot, convolution and the LAPACK custom-call targets."""
+"""Reference rules for dot, convolution, fft and the LAPACK custom-call targets."""
 
 from __future__ import annotations
 
@@ -152,4 +152,22 @@ def _first_failing_minor(sym: np.ndarray) -> int:
     return lo
 
 
-LINALG_RULES = {"dot": _dot, "convolution": _convolution}
+def _fft(instr, args, interp):
+    """NumPy's FFT over the trailing ``fft_length`` axes (computed in double precision, then
+    rounded to the result type); IFFT and IRFFT are normalized by 1/n as in XLA."""
+    (x,) = args
+    lengths = tuple(instr.attrs["fft_length"])
+    axes = tuple(range(x.ndim - len(lengths), x.ndim))
+    kind = instr.attrs["fft_type"]
+    if x.size == 0:
+        return np.zeros(instr.shape.dims, instr.shape.dtype)
+    if kind == "FFT":
+        return np.fft.fftn(x, axes=axes)
+    if kind == "IFFT":
+        return np.fft.ifftn(x, axes=axes)
+    if kind == "RFFT":
+        return np.fft.rfftn(x, axes=axes)
+    return np.fft.irfftn(x, s=lengths, axes=axes)
+
+
+LINALG_RULES = {"dot": _dot, "convolution": _convolution, "fft": _fft}

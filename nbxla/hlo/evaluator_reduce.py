@@ -1,5 +1,5 @@
 """Reference rules for the opcodes that apply a called computation to elements: reduce,
-reduce-window, sort and scatter.
+reduce-window, select-and-scatter, sort (and top-k) and scatter.
 
 The called computation decides the result, so the general path always runs it (through
 ``Interpreter.map``, on whole arrays at once when it is elementwise).  A reducer that is a
@@ -13,6 +13,7 @@ import numpy as np
 from .attributes import PadDim
 from .evaluator_common import arange_along
 from .evaluator_data import full_start_indices, index_vectors, pad_array
+from .evaluator_elementwise import total_order_key
 from . import shapes as S
 
 # Reducers with a NumPy ufunc (on pred, add is "or" and multiply is "and", as in XLA).
@@ -93,9 +94,7 @@ def _reduce_window(instr, args, interp):
     padded = [pad_array(x, init, pads) for x, init in zip(inputs, inits)]
     holes = any(w.pad_low or w.pad_high or w.base_dilation > 1 for w in window)
     valid = pad_array(np.ones(inputs[0].shape, bool), False, pads) if holes else None
-    for offsets in np.ndindex(*[w.size for w in window]):
-        sl = tuple(slice(k * w.window_dilation, k * w.window_dilation + (o - 1) * w.stride + 1, w.stride)
-                   for k, w, o in zip(offsets, window, out_shape))
+    for sl in _window_slices(window, out_shape):
         values = [p[sl] for p in padded]
         if op is not None:
             new = [_UFUNCS[op](acc[0], values[0])]
@@ -106,6 +105,42 @@ def _reduce_window(instr, args, interp):
             new = [np.where(inside, v, a) for v, a in zip(new, acc)]
         acc = new
     return _from_list(acc)
+
+
+def _window_slices(window, out_shape):
+    """For each window offset, the slice of the padded input its elements come from."""
+    for offsets in np.ndindex(*[w.size for w in window]):
+        yield tuple(slice(k * w.window_dilation, k * w.window_dilation + (o - 1) * w.stride + 1, w.stride)
+                    for k, w, o in zip(offsets, window, out_shape))
+
+
+def _select_and_scatter(instr, args, interp):
+    """Each window picks one operand element -- the first in row-major window order that
+    ``select(picked, candidate)`` keeps against every later candidate, padding never picked --
+    and the window's source value is combined into the result there with ``scatter``
+    (result initialized to the init value, windows applied in row-major order)."""
+    operand, source, init = args
+    window = instr.attrs["window"].dims
+    out = np.array(np.broadcast_to(init, operand.shape)).reshape(-1)
+    if source.size == 0 or operand.size == 0:
+        return out.reshape(operand.shape)
+    pads = [PadDim(w.pad_low, w.pad_high, w.base_dilation - 1) for w in window]
+    padded = pad_array(operand, operand.dtype.type(0), pads)
+    position = pad_array(np.arange(operand.size).reshape(operand.shape), -1, pads)  # -1: padding
+    picked_value, picked = np.zeros(source.shape, operand.dtype), np.full(source.shape, -1)
+    for sl in _window_slices(window, source.shape):
+        value, where = padded[sl], position[sl]
+        keeps = np.asarray(interp.map(instr.attrs["select"], [picked_value, value]), bool)
+        take = (where >= 0) & ((picked < 0) | ~keeps)
+        picked_value, picked = np.where(take, value, picked_value), np.where(take, where, picked)
+    chosen = picked >= 0
+    targets, values = picked[chosen], source[chosen]
+    scatter = instr.attrs["scatter"]
+    if recognized_binary(scatter) == "add":
+        np.add.at(out, targets, values)
+    else:
+        _apply_in_rounds([out], targets, [values], _combiner(scatter, 1, interp))
+    return out.reshape(operand.shape)
 
 
 def _prefix_axis(window, shape) -> int | None:
@@ -126,16 +161,18 @@ def _prefix_axis(window, shape) -> int | None:
 # --- sort -----------------------------------------------------------------------------------
 
 def _sort(instr, args, interp):
+    return _from_list(sort_by_comparator(instr.attrs["to_apply"], args, instr.attrs["dimensions"][0], interp))
+
+
+def sort_by_comparator(comp, args, axis, interp) -> list[np.ndarray]:
     """Stable bottom-up merge sort along one axis, all rows at once.
 
     Merging two sorted runs needs, for each element, how many elements of the other run go
     before it; that count comes from a binary search in the other run, vectorized over every
     element of every row.  The comparator therefore runs O(log^2 n) times on whole arrays.
     """
-    comp = instr.attrs["to_apply"]
-    axis = instr.attrs["dimensions"][0]
     if args[0].ndim == 0:
-        return _from_list(list(args))
+        return list(args)
     moved = [np.moveaxis(a, axis, -1) for a in args]
     shape = moved[0].shape
     n = shape[-1]
@@ -176,7 +213,32 @@ def _sort(instr, args, interp):
         new_perm[row, new_pos] = perm
         perm = new_perm
         width *= 2
-    return _from_list([np.moveaxis(f[row, perm].reshape(shape), -1, axis) for f in flat])
+    return [np.moveaxis(f[row, perm].reshape(shape), -1, axis) for f in flat]
+
+
+def _topk(instr, args, interp):
+    """The k largest (``largest=false``: smallest) elements along the last axis, best first,
+    with their positions; floats ordered as IEEE totalOrder (NaN above +inf, -0 below +0),
+    equal elements by position."""
+    (x,) = args
+    k = instr.attrs["k"]
+    key = total_order_key(x) if x.dtype.kind == "f" else x.astype(np.int64 if x.dtype.kind == "b" else x.dtype)
+    if instr.attrs.get("largest", True):
+        key = ~key                         # reverses integer order exactly (no overflow)
+    order = np.argsort(key, axis=-1, kind="stable")[..., :k]
+    return np.take_along_axis(x, order, axis=-1), order.astype(np.int32)
+
+
+def topk_custom_call(instr, args, interp):
+    """XLA:CPU's ``TopK`` custom call: sort ``(x, positions)`` along the last axis with the
+    comparator it calls, keep the first k of each row."""
+    (x,) = args
+    values_shape = instr.shape.elements[0]
+    k = values_shape.dims[-1]
+    positions = np.broadcast_to(arange_along(x.shape[-1], x.ndim - 1, x.ndim), x.shape).astype(np.int32)
+    comparator = instr.attrs["called_computations"][0]
+    values, order = sort_by_comparator(comparator, [x, positions], x.ndim - 1, interp)
+    return values[..., :k], order[..., :k]
 
 
 # --- scatter ---------------------------------------------------------------------------------
@@ -258,4 +320,4 @@ def _apply_in_rounds(outs, targets, values, combine):
 
 
 REDUCE_RULES = {"reduce": _reduce, "reduce-window": _reduce_window, "sort": _sort,
-                "scatter": _scatter}
+                "scatter": _scatter, "select-and-scatter": _select_and_scatter, "topk": _topk}

@@ -42,6 +42,7 @@ _OTHER = {
     "convolution": 2, "gather": 2, "scatter": VARIADIC, "sort": VARIADIC, "while": 1,
     "conditional": VARIADIC, "call": VARIADIC, "tuple": VARIADIC, "get-tuple-element": 1,
     "fusion": VARIADIC, "custom-call": VARIADIC, "rng-bit-generator": 1,
+    "select-and-scatter": 3, "fft": 1, "topk": 1, "opt-barrier": 1,
 }
 
 OPCODES: dict[str, OpcodeInfo] = {}

@@ -343,6 +343,27 @@ def _reduce_window(opcode, operands, attrs):
     return _tuple_if_many([Shape(s.element_type, out) for s in inits])
 
 
+def _select_and_scatter(opcode, operands, attrs):
+    x, source, init = (_array(opcode, operands, i) for i in range(3))
+    window = attrs.get("window")
+    if window is None or len(window.dims) != x.rank:
+        raise _err(opcode, operands, "window must have one entry per operand dimension")
+    windows = tuple(window_output_size(n, w) for n, w in zip(x.dims, window.dims))
+    if source.dims != windows:
+        raise _err(opcode, operands, f"source must have one element per window position "
+                   f"({list(windows)}), not {list(source.dims)}")
+    if init.rank != 0 or init.element_type != source.element_type:
+        raise _err(opcode, operands, f"the initial value must be a scalar {source.element_type}")
+    for key, types, result in (("select", [x.element_type] * 2, "pred"),
+                               ("scatter", [source.element_type] * 2, source.element_type)):
+        comp = attrs.get(key)
+        if comp is None or len(comp.parameter_shapes) != 2 or \
+                not all(p.compatible(Shape(t)) for p, t in zip(comp.parameter_shapes, types)) or \
+                not comp.result_shape.compatible(Shape(result)):
+            raise _err(opcode, operands, f"needs {key}=<computation ({types[0]}, {types[1]}) -> {result}>")
+    return x.with_type(source.element_type)
+
+
 def _dot(opcode, operands, attrs):
     a, b = _array(opcode, operands, 0), _array(opcode, operands, 1)
     lb, rb = attrs.get("lhs_batch_dims", ()), attrs.get("rhs_batch_dims", ())
@@ -465,6 +486,46 @@ def _sort(opcode, operands, attrs):
     return _tuple_if_many(arrays)
 
 
+def _topk(opcode, operands, attrs):
+    x = _array(opcode, operands, 0)
+    k = attrs.get("k")
+    if x.rank == 0 or k is None or not 0 <= k <= x.dims[-1]:
+        raise _err(opcode, operands, f"k={k} must be at most the size of the last dimension")
+    dims = x.dims[:-1] + (k,)
+    return TupleShape((Shape(x.element_type, dims), Shape("s32", dims)))
+
+
+_FFT_TYPES = ("FFT", "IFFT", "RFFT", "IRFFT")
+
+
+def _fft(opcode, operands, attrs):
+    """FFT/IFFT keep a complex shape; RFFT keeps n//2+1 of the last axis' n outputs; IRFFT
+    takes those back to fft_length real values."""
+    x = _array(opcode, operands, 0)
+    kind, lengths = attrs.get("fft_type"), tuple(attrs.get("fft_length", ()))
+    if kind not in _FFT_TYPES:
+        raise _err(opcode, operands, f"fft_type must be one of {', '.join(_FFT_TYPES)}")
+    if not 1 <= len(lengths) <= min(3, x.rank):
+        raise _err(opcode, operands, "fft_length must give 1 to 3 trailing dimensions")
+    inner = x.dims[x.rank - len(lengths):]
+    real_types = {"c64": "f32", "c128": "f64"}
+    if kind == "RFFT":
+        if x.element_type not in ("f32", "f64") or inner != lengths:
+            raise _err(opcode, operands, f"RFFT takes f32/f64 operands ending in {list(lengths)}")
+        complex_type = "c64" if x.element_type == "f32" else "c128"
+        return Shape(complex_type, x.dims[:-1] + (lengths[-1] // 2 + 1,))
+    if x.element_type not in real_types:
+        raise _err(opcode, operands, f"{kind} takes complex operands")
+    if kind == "IRFFT":
+        if inner != lengths[:-1] + (lengths[-1] // 2 + 1,):
+            raise _err(opcode, operands, f"IRFFT of fft_length {list(lengths)} takes trailing "
+                       f"dimensions {list(lengths[:-1]) + [lengths[-1] // 2 + 1]}")
+        return Shape(real_types[x.element_type], x.dims[:-1] + (lengths[-1],))
+    if inner != lengths:
+        raise _err(opcode, operands, f"{kind} operands must end in {list(lengths)}")
+    return x
+
+
 # --- control flow and structure ----------------------------------------------------------------
 
 def _callee(opcode, operands, attrs, key):
@@ -543,6 +604,7 @@ _RULES = {
     "dot": _dot, "convolution": _convolution, "gather": _gather, "scatter": _scatter,
     "sort": _sort, "call": _call, "fusion": _call, "while": _while,
     "conditional": _conditional, "tuple": _tuple, "get-tuple-element": _get_tuple_element,
+    "select-and-scatter": _select_and_scatter, "topk": _topk, "fft": _fft, "opt-barrier": _copy_like,
 }
 for _op in DECLARED:
     _RULES.pop(_op, None)
