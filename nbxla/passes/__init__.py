@@ -5,6 +5,7 @@ from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fusion import Fusion
 from .inline import CallInliner
+from .layouts import LayoutNormalization
 from .pipeline import Pass, Pipeline, PipelineResult
 from .simplify import AlgebraicSimplifier, ConstantFolding
 from .verifier import verify_module
@@ -14,8 +15,8 @@ def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
     """The optimizer; ``donated_parameters`` are entry parameters whose buffers the caller gives
     up, so that outputs may be written into them (see ``buffer_assignment``)."""
     return Pipeline([
-        CallInliner(), AlgebraicSimplifier(), ConstantFolding(), CommonSubexpressionElimination(),
-        DeadCodeElimination(), Fusion(), DeadCodeElimination(),
+        LayoutNormalization(), CallInliner(), AlgebraicSimplifier(), ConstantFolding(),
+        CommonSubexpressionElimination(), DeadCodeElimination(), Fusion(), DeadCodeElimination(),
         BufferAssignment(donated_parameters),
     ])
 
@@ -26,4 +27,5 @@ def optimize(module, donated_parameters=frozenset()) -> PipelineResult:
 
 __all__ = ["Pass", "Pipeline", "PipelineResult", "default_pipeline", "optimize", "verify_module",
            "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
-           "DeadCodeElimination", "Fusion", "BufferAssignment", "BufferPlan", "CallInliner"]
+           "DeadCodeElimination", "Fusion", "BufferAssignment", "BufferPlan", "CallInliner",
+           "LayoutNormalization"]

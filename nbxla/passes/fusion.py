@@ -44,8 +44,10 @@ EXPENSIVE = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tan
 # Instructions that are not kernels on their own (no data is computed).
 NOT_KERNELS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape"}
 
-# Computations applied to scalars (reducers, comparators) are not fused into.
-_SCALAR_CALLERS = {"reduce", "reduce-window", "scatter", "sort"}
+# Ops that run the computations they call as programs; every other caller (reduce, sort,
+# scatter, select-and-scatter, a custom call's comparator...) applies them to scalars, and
+# those computations are not fused into.
+_PROGRAM_CALLERS = {"while", "conditional", "call", "fusion"}
 
 
 @dataclass
@@ -130,6 +132,7 @@ class _Fuser:
         one reaches the users of all its members.
         """
         seen: set[int] = set()
+        expanded: set[int] = set()        # groups whose members' users are already stacked
         stack = list(start)
         while stack:
             instr = stack.pop()
@@ -140,7 +143,10 @@ class _Fuser:
             seen.add(id(instr))
             stack.extend(users[id(instr)])
             group = self.group_of.get(id(instr))
-            if group is not None:
+            # (once per group: doing it for each member reached made this quadratic in the
+            # group's size, minutes on the long elementwise chains of jax.random's threefry)
+            if group is not None and id(group) not in expanded:
+                expanded.add(id(group))
                 for m in group.members:
                     if id(m) not in targets:
                         stack.extend(users[id(m)])
@@ -469,7 +475,7 @@ def fusion_targets(module: Module) -> list[Computation]:
     """Computations that run as programs (entry, loop bodies, branches), not scalar reducers."""
     scalar = set()
     for instr in module.instructions():
-        if instr.opcode in _SCALAR_CALLERS:
+        if instr.opcode not in _PROGRAM_CALLERS:
             scalar.update(id(c) for c in instr.called_computations)
     return [c for c in module.computations_post_order()
             if id(c) not in scalar and not any(i.opcode == "fusion" and i.attrs.get("calls") is c

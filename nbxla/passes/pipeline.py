@@ -25,11 +25,14 @@ class Pass:
         raise NotImplementedError
 
 
-def instruction_ids(module: Module) -> set[int]:
-    return {id(i) for i in module.instructions()}
+def instruction_ids(module: Module) -> dict[int, object]:
+    """The module's instructions by id (test membership with ``id(i) in ids``).  The values
+    keep them alive: an instruction a pass drops could otherwise be freed and its id reused
+    by one the pass creates, which would then pass for an old one (and keep a taken name)."""
+    return {id(i): i for i in module.instructions()}
 
 
-def rename_new_instructions(module: Module, before: set[int]) -> None:
+def rename_new_instructions(module: Module, before: dict[int, object]) -> None:
     """Give instructions a pass created (not in ``before``) names no other instruction has.
 
     Passes name new instructions with ``builder.unique_name`` (a process-wide counter), which

@@ -133,6 +133,10 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
             return x
     if op == "copy" and ops[0].opcode != "parameter":
         return ops[0]
+    if op == "opt-barrier":
+        # It keeps XLA's scheduler and rematerialization from moving work across it; nbxla
+        # has neither, and its value is its operand's.
+        return ops[0]
     if op == "select":
         p, a, b = ops
         if a is b:
