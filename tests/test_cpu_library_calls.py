@@ -243,6 +243,29 @@ def test_sort_property_against_the_evaluator(values, name):
     assert_identical(got, want)
 
 
+@given(st.lists(st.sampled_from(SPECIAL.tolist() + [0.5, -2.5]), min_size=1, max_size=30),
+       st.sampled_from(sorted(FLOAT_COMPARATORS)), st.integers(1, 3))
+@settings(max_examples=60, deadline=None)
+def test_one_operand_sort_property_against_the_evaluator(values, name, rows):
+    # One operand sorted by itself takes NumPy's unstable (fast) sort unless ties could be
+    # told apart (-0 and +0, NaNs): the bits must still be the stable sort's.
+    x = np.tile(np.array(values, np.float32), (rows, 1))
+    x[0] = x[0, ::-1]
+    for axis in (0, 1):
+        got, want, _ = run_both(sort_module(["f32"], list(x.shape), axis, FLOAT_COMPARATORS[name]), [x])
+        assert_identical(got, want)
+
+
+@pytest.mark.parametrize("dtype,t", [(np.int32, "s32"), (np.uint8, "u8"), (np.float64, "f64")])
+def test_one_operand_sort_without_ties_to_tell_apart(dtype, t):
+    x = (np.random.default_rng(5).standard_normal((4, 300)) * 50).astype(dtype)   # (ints: many ties)
+    for direction in ("LT", "GT"):
+        module = sort_module([t], [4, 300], 1, f"  ROOT c = pred[] compare(l0, r0), direction={direction}")
+        got, want, native = run_both(module, [x])
+        assert_identical(got, want)
+        assert native.library_calls == {"s": "sort"}
+
+
 # ---- sort through nbxla.jit (the frontend's comparators) -------------------------------------
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8, np.bool_])

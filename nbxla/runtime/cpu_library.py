@@ -248,12 +248,30 @@ class _SortThunk:
                 columns = self._sortable_columns(operands)
             if columns is None:             # NaNs under a plain float comparison
                 return self.fallback(operands)
-            if len(columns) == 1:
-                perm = np.argsort(columns[0], axis=self.axis, kind="stable")
-            else:
+            if len(columns) > 1:
                 perm = np.lexsort(columns[::-1], axis=self.axis)   # lexsort: last key first
+            else:
+                (column,) = columns
+                # NumPy's default sort (vectorized quicksort) is ~10x faster than its stable
+                # one; it gives the same result where no two elements tie on the key but
+                # differ otherwise.
+                kind = "stable" if self._tie_order_matters(operands, column) else "quicksort"
+                if len(operands) == 1 and _same_array(column, operands[0]):
+                    result = [np.sort(operands[0], axis=self.axis, kind=kind)]
+                    return tuple(result) if self.tuple_result else result[0]
+                perm = np.argsort(column, axis=self.axis, kind=kind)
             result = [np.take_along_axis(o, perm, self.axis) for o in operands]
         return tuple(result) if self.tuple_result else result[0]
+
+    @staticmethod
+    def _tie_order_matters(operands, column: np.ndarray) -> bool:
+        """Could a stable sort differ from an unstable one here?  Not when the one operand is
+        sorted by a key that equal values share: integer keys (a bijection of the value),
+        float keys without zeros (-0 == +0) or NaNs (all tie).  (Sorts that need not be
+        stable are sorted stably all the same: the results then match the evaluator's.)"""
+        if len(operands) > 1:
+            return True
+        return column.dtype.kind == "f" and column.size > 0 and not np.min(np.abs(column)) > 0  # NaN: not > 0
 
     def _sortable_columns(self, operands) -> list[np.ndarray] | None:
         """Arrays whose stable ascending lexicographic order is the comparator's order."""
@@ -266,6 +284,12 @@ class _SortThunk:
                 return None
             columns += ascending
         return columns
+
+
+def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
+    """Are ``a`` and ``b`` the same elements of the same memory (the key is the operand)?"""
+    return a.dtype == b.dtype and a.shape == b.shape and a.strides == b.strides and \
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
 def _evaluate_key(expr: Instruction, operands, interp) -> np.ndarray:
@@ -292,13 +316,13 @@ def _ascending_columns(values: np.ndarray, key: _Key) -> list[np.ndarray] | None
         if key.kind == "TOTALORDER":
             column = total_order_key(values)     # -NaN < -inf < ... < -0 < +0 < ... < +NaN
             return [~column if key.descending else column]
+        if key.nans == "last" and not key.descending:
+            return [values]                      # NumPy's own float order: NaNs last
         nan = np.isnan(values)
         if key.nans:
             # NaNs all equal, placed apart; the rest compare as floats (-0 == +0).
             rest = np.where(nan, 0, values)
             flag = nan if key.nans == "last" else ~nan
-            if key.nans == "last" and not key.descending:
-                return [values]                  # NumPy's own float order: NaNs last
             return [flag, -rest if key.descending else rest]
         if nan.any():
             return None
