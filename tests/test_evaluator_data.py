@@ -252,3 +252,20 @@ def test_rng_bit_generator_is_deterministic_and_advances_state():
     assert len(np.unique(bits1)) > 15  # looks random
     s3, bits3 = rng(np.array([1, 2, 3], np.uint64), Shape("u8", (7,)), "rng_philox")
     assert s3.shape == (3,) and bits3.dtype == np.uint8 and bits3.shape == (7,)
+
+
+def test_rng_bit_generator_gives_xla_bits():
+    # Recorded from JAX 0.10.2 on XLA:CPU, lax.rng_bit_generator with key u32[4] (7, 0, 0, 0).
+    state = np.array([7, 0], np.uint64)
+    new, bits = rng(state, Shape("u32", (4,)), "rng_three_fry")
+    assert bits.tolist() == [3901892970, 3158004665, 2964889903, 1334547408] and new.tolist() == [7, 2]
+    # A 32-bit ThreeFry result splits its first even axis: block words go to the two halves.
+    _, bits = rng(state, Shape("u32", (2, 1, 3)), "rng_three_fry")
+    assert bits.reshape(-1).tolist() == [3901892970, 2964889903, 407867057, 3158004665, 1334547408, 314635895]
+    new, bits = rng(state, Shape("u32", (6,)), "rng_philox")
+    assert bits.tolist() == [2065998352, 3620038622, 1304461075, 3457000136, 3480380019, 1020443737]
+    assert new.tolist() == [7, 2]
+    _, bits = rng(state, Shape("u64", (3,)), "rng_default")           # Philox on the CPU
+    assert bits.tolist() == [15547947493812904464, 14847702527692013331, 4382772481303405171]
+    _, low = rng(state, Shape("u8", (4,)), "rng_three_fry")           # the low byte of each word
+    assert low.tolist() == [v & 0xFF for v in [3901892970, 3158004665, 2964889903, 1334547408]]

@@ -172,29 +172,108 @@ def _gather(instr, args, interp):
 
 # --- random bits ------------------------------------------------------------------------------
 
+_U32 = np.uint32
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def _halves(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) 32-bit halves of u64 values."""
+    return (words & _MASK32).astype(_U32), (words >> np.uint64(32)).astype(_U32)
+
+
+def _threefry2x32(key, x0, x1):
+    """Threefry-2x32 with 20 rounds (Salmon et al., "Random123")."""
+    k0, k1 = key
+    ks = (k0, k1, k0 ^ k1 ^ _U32(0x1BD11BDA))
+    rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    for block in range(5):
+        for r in rotations[block % 2]:
+            x0 = x0 + x1
+            x1 = ((x1 << _U32(r)) | (x1 >> _U32(32 - r))) ^ x0
+        x0 = x0 + ks[(block + 1) % 3]
+        x1 = x1 + ks[(block + 2) % 3] + _U32(block + 1)
+    return x0, x1
+
+
+def _philox4x32(key, c):
+    """Philox-4x32 with 10 rounds (Random123)."""
+    k0, k1 = key
+    c0, c1, c2, c3 = c
+    for _ in range(10):
+        p0 = c0.astype(np.uint64) * np.uint64(0xD2511F53)
+        p1 = c2.astype(np.uint64) * np.uint64(0xCD9E8D57)
+        hi0, hi1 = (p0 >> np.uint64(32)).astype(_U32), (p1 >> np.uint64(32)).astype(_U32)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, p1.astype(_U32), hi0 ^ c3 ^ k1, p0.astype(_U32)
+        k0, k1 = k0 + _U32(0x9E3779B9), k1 + _U32(0xBB67AE85)
+    return c0, c1, c2, c3
+
+
+def _threefry_bits(state, dims, wide):
+    """XLA's ThreeFry generator: key = state[0], counters state[1] + i.  64-bit results take
+    one block each (low word first).  32-bit results split one axis in two -- the first of
+    even length, else the longest -- and take both words of a block next to each other
+    along it: the first word in the first half of each pair of entries, the second in the
+    other (an odd axis drops the last entry)."""
+    if wide:
+        n = int(np.prod(dims, dtype=np.int64))
+        y0, y1 = _threefry2x32(_halves(state[0]), *_halves(state[1] + np.arange(n, dtype=np.uint64)))
+        return (y0.astype(np.uint64) | (y1.astype(np.uint64) << np.uint64(32))).reshape(dims), n
+    shape = tuple(dims) or (1,)
+    even = [d for d, k in enumerate(shape) if k % 2 == 0]
+    axis = even[0] if even else int(np.argmax(shape))
+    half = shape[:axis] + (-(-shape[axis] // 2), 1) + shape[axis + 1:]
+    n = int(np.prod(half, dtype=np.int64))
+    y0, y1 = _threefry2x32(_halves(state[0]), *_halves(state[1] + np.arange(n, dtype=np.uint64)))
+    pairs = np.concatenate([y0.reshape(half), y1.reshape(half)], axis + 1)
+    pairs = pairs.reshape(shape[:axis] + (2 * half[axis],) + shape[axis + 1:])
+    return np.take(pairs, np.arange(shape[axis]), axis).reshape(dims), n
+
+
+def _philox_bits(state, dims, wide):
+    """XLA's Philox generator: key = state[0]; a 128-bit counter whose low 64 bits are
+    state[1] and high 64 bits state[0] (a two-word state) or state[2], plus i.  Each block
+    gives four 32-bit words (or two 64-bit ones) to the flattened result in order."""
+    size = int(np.prod(dims, dtype=np.int64))
+    per_block = 2 if wide else 4
+    n = -(-size // per_block)
+    low = state[1] + np.arange(n, dtype=np.uint64)
+    high = (state[0] if state.size == 2 else state[2]) + (low < state[1]).astype(np.uint64)   # carry
+    words = _philox4x32(_halves(state[0]), (*_halves(low), *_halves(high)))
+    if wide:
+        words = [words[0].astype(np.uint64) | (words[1].astype(np.uint64) << np.uint64(32)),
+                 words[2].astype(np.uint64) | (words[3].astype(np.uint64) << np.uint64(32))]
+    return np.stack(words, -1).reshape(-1)[:size].reshape(dims), n
+
+
+_GENERATORS = {"rng_three_fry": _threefry_bits, "rng_philox": _philox_bits, "rng_default": _philox_bits}
+
+
 def _rng_bit_generator(instr, args, interp):
-    """Deterministic counter-based bits from the u64 state: NumPy's Philox keyed by the state
-    words but the last, counting from the last word; the new state advances that word by the
-    number of 64-bit words drawn.  The bits differ from XLA's (same algorithm names, not the
-    same streams), so programs must not depend on particular random values."""
+    """The bits XLA's CPU and GPU backends produce, bit for bit: ThreeFry or Philox (also
+    for rng_default) keyed by state[0] and counting from state[1]; the new state is state[1]
+    advanced by the number of blocks used.  8- and 16-bit results are the low bits of the
+    32-bit ones."""
     (state,) = args
-    state_shape, bits_shape = instr.shape.elements
+    _, bits_shape = instr.shape.elements
+    algorithm = str(instr.attrs.get("algorithm", "rng_default")).lower()
     if bits_shape.element_type not in ("s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"):
         raise fail(instr, f"rng-bit-generator output must be an integer type, not {bits_shape.element_type}")
+    if algorithm not in _GENERATORS:
+        raise fail(instr, f"unknown rng-bit-generator algorithm {algorithm}; expected one of "
+                          f"{', '.join(_GENERATORS)}")
     words = np.asarray(state).astype(np.uint64).reshape(-1)
-    if words.size == 0:
-        raise fail(instr, "rng-bit-generator needs a non-empty u64 state")
-    key = np.zeros(2, np.uint64)
-    key[:min(2, words.size - 1)] = words[:-1][:2]
-    counter = np.array([words[-1], 0, 0, 0], np.uint64)
-    n_words = -(-bits_shape.byte_size // 8)
-    raw = np.random.Philox(key=key, counter=counter).random_raw(n_words)
-    raw = np.asarray(raw, np.uint64).astype("<u8")
-    bits = raw.view(np.uint8)[:bits_shape.byte_size].view(bits_shape.dtype.newbyteorder("<"))
-    new_state = words.copy()
-    new_state[-1] += np.uint64(n_words)
-    return (new_state.reshape(state_shape.dims).astype(state_shape.dtype),
-            bits.astype(bits_shape.dtype).reshape(bits_shape.dims))
+    if words.size < 2:
+        raise fail(instr, "rng-bit-generator needs a u64 state of at least two words (key, counter)")
+    wide = bits_shape.dtype.itemsize == 8
+    with np.errstate(over="ignore"):
+        bits, used = _GENERATORS[algorithm](words, bits_shape.dims, wide)
+        new_state = words.copy()
+        new_state[1] += np.uint64(used)
+    bits = np.asarray(bits, np.uint64 if wide else _U32)
+    if bits_shape.dtype.itemsize < 4:
+        bits = bits.astype(np.dtype(f"u{bits_shape.dtype.itemsize}"))   # the low bits
+    return new_state.reshape(np.shape(state)), bits.view(bits_shape.dtype).reshape(bits_shape.dims)
 
 
 DATA_RULES = {
