@@ -338,29 +338,34 @@ class _Fuser:
 
     def merge_siblings(self) -> None:
         """Merge groups that read the same inputs and can share one pass over them."""
+        inputs: dict[int, set[int]] = {}        # (each group's inputs, computed once per change)
         changed = True
         while changed:
             changed = False
             groups = list({id(g): g for g in self.group_of.values()}.values())
             users = self.users()
+            for g in groups:
+                if id(g) not in inputs:
+                    inputs[id(g)] = self._inputs(g)
             for i, a in enumerate(groups):
                 for b in groups[i + 1:]:
-                    if not self._share_inputs(a, b):
+                    if inputs[id(a)].isdisjoint(inputs[id(b)]):
                         continue
                     if self.check(a.members + b.members, users) is None:
                         for m in b.members:
                             a.add(m, users)
                             self.group_of[id(m)] = a
+                        del inputs[id(a)], inputs[id(b)]
                         changed = True
                         break
                 if changed:
                     break
 
     @staticmethod
-    def _share_inputs(a: _Group, b: _Group) -> bool:
-        ins_a = {id(o) for m in a.members for o in m.operands
-                 if o not in a and o.opcode not in ("constant",) and o.shape.rank > 0}
-        return any(id(o) in ins_a for m in b.members for o in m.operands if o not in b)
+    def _inputs(group: _Group) -> set[int]:
+        """The arrays a group reads from outside (constants and scalars do not count)."""
+        return {id(o) for m in group.members for o in m.operands
+                if o not in group and o.opcode not in ("constant",) and o.shape.rank > 0}
 
     # ---- building fusion instructions -------------------------------------------------------
 
@@ -473,13 +478,11 @@ def kernel_count(comp: Computation) -> int:
 
 def fusion_targets(module: Module) -> list[Computation]:
     """Computations that run as programs (entry, loop bodies, branches), not scalar reducers."""
-    scalar = set()
+    skipped = set()         # computations applied to scalars, and fused computations
     for instr in module.instructions():
-        if instr.opcode not in _PROGRAM_CALLERS:
-            scalar.update(id(c) for c in instr.called_computations)
-    return [c for c in module.computations_post_order()
-            if id(c) not in scalar and not any(i.opcode == "fusion" and i.attrs.get("calls") is c
-                                               for i in module.instructions())]
+        if instr.opcode not in _PROGRAM_CALLERS or instr.opcode == "fusion":
+            skipped.update(id(c) for c in instr.called_computations)
+    return [c for c in module.computations_post_order() if id(c) not in skipped]
 
 
 class Fusion(Pass):
