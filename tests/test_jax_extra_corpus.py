@@ -44,6 +44,14 @@ CASE_RTOL: dict[str, float] = {
     "fori_loop_tuple_carry": 1e-6,
 }
 
+# Outputs where JAX's recorded value breaks HLO's own semantics, with the value HLO defines:
+# (case, output index) -> (expected value, why).
+JAX_DEVIATIONS: dict[tuple[str, int], tuple[object, str]] = {
+    ("reductions_nan_medium", 4): (np.float32(np.nan), "x.max() of an array holding NaNs: HLO's maximum "
+                                   "propagates NaN (the row and column maxima JAX gives are NaN), but "
+                                   "XLA:CPU's vectorized full reduction drops it and returns 3.75"),
+}
+
 # (case, form, where) -> reason, for known bugs outside the files this corpus may fix;
 # ``where`` is "evaluator", "cpu" or "optimized".
 XFAIL: dict[tuple[str, str, str], str] = {}
@@ -54,6 +62,9 @@ def _load(case: str, form: str):
     data = np.load(HERE / f"{case}.npz")
     ins = [data[f"in{i}"] for i in range(sum(k.startswith("in") for k in data.files))]
     outs = [data[f"out{i}"] for i in range(sum(k.startswith("out") for k in data.files))]
+    for i, out in enumerate(outs):
+        if (case, i) in JAX_DEVIATIONS:
+            outs[i] = np.full_like(out, JAX_DEVIATIONS[case, i][0])
     return path, ins, outs
 
 
@@ -127,6 +138,6 @@ def test_corpus_is_complete():
     expected = {f"{c}.{ext}" for c in CASES for ext in ("hlo", "opt.hlo", "npz")}
     assert files == expected
     assert set(EXPECTED_ERRORS) <= set(CASES)
-    assert {c for c, _, _ in XFAIL} <= set(CASES)
+    assert {c for c, _, _ in XFAIL} <= set(CASES) and {c for c, _ in JAX_DEVIATIONS} <= set(CASES)
     for pattern in EXPECTED_ERRORS.values():
         re.compile(pattern)

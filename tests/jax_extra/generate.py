@@ -823,6 +823,204 @@ def select_polyval():
     return f, (f32(4), f32(6))
 
 
+# ---- more programs -------------------------------------------------------------------------------
+
+@case("lax.rng_bit_generator with the THREE_FRY, PHILOX and DEFAULT algorithms (u32 and u64 outputs)")
+def rng_bit_generator_algorithms():
+    def f(key):
+        outs = []
+        for alg in (lax.RandomAlgorithm.RNG_THREE_FRY, lax.RandomAlgorithm.RNG_PHILOX,
+                    lax.RandomAlgorithm.RNG_DEFAULT):
+            k, bits = lax.rng_bit_generator(key, (3, 5), dtype=jnp.uint32, algorithm=alg)
+            outs += [k, bits]
+        outs.append(lax.rng_bit_generator(key, (7,), dtype=jnp.uint64,
+                                          algorithm=lax.RandomAlgorithm.RNG_THREE_FRY)[1])
+        return tuple(outs)
+    return f, (np.array([1, 2, 3, 4], np.uint32),)
+
+
+@case("jax.random.gamma and poisson (rejection sampling in while loops)")
+def random_rejection_sampling():
+    def f(key, a):
+        k1, k2 = jax.random.split(key)
+        return jax.random.gamma(k1, a), jax.random.poisson(k2, 3.5, (6,))
+    return f, (np.array([3, 9], np.uint32), np.array([0.5, 1.0, 2.5, 7.0], np.float32))
+
+
+@case("scan with reverse=True and unroll=2; fori_loop with a traced trip count; bool in the carry")
+def scan_variants():
+    def f(xs, n):
+        c1, ys = lax.scan(lambda c, x: (c * 0.9 + x, c), jnp.float32(0), xs, reverse=True, unroll=2)
+
+        def body(i, c):
+            s, flag, k = c
+            return s + i, jnp.logical_xor(flag, s % 3 == 0), k * 2
+        return c1, ys, lax.fori_loop(0, n, body, (jnp.int32(0), jnp.bool_(False), jnp.uint8(1)))
+    return f, (f32(9), np.int32(6))
+
+
+@case("jnp.nonzero/argwhere/unique with a static size, bincount, histogram, isin")
+def data_dependent_sizes():
+    def f(x, n):
+        return (jnp.nonzero(x > 0, size=8, fill_value=-1)[0], jnp.argwhere(x.reshape(3, 4) > 0.5, size=5),
+                jnp.unique(n, size=6, fill_value=-1), jnp.bincount(n, length=7),
+                jnp.histogram(x, bins=4, range=(-2.0, 2.0))[0], jnp.isin(n, jnp.array([1, 3, 5])))
+    return f, (f32(12), ints(0, 7, 10))
+
+
+@case("sort of complex numbers (lexicographic), lexsort, sort along axis 0 of a 3-D s64 array")
+def sort_complex_lexsort():
+    def f(z, a, b, t):
+        return jnp.sort(z), jnp.lexsort((a, b)), jnp.sort(t, axis=0)
+    z = (np.round(f32(8), 0) + 1j * f32(8)).astype(np.complex64)
+    return f, (z, ints(0, 3, 9), ints(0, 3, 9), ints(-5, 5, 4, 2, 3, dtype=np.int64))
+
+
+@case("integer and float64 convolutions, conv with preferred_element_type, f64 batch-grouped conv")
+def conv_dtypes():
+    def f(x, k, xd, kd):
+        return (lax.conv_general_dilated(x, k, (1,), "SAME", dimension_numbers=("NWC", "WIO", "NWC")),
+                lax.conv_general_dilated(x.astype(jnp.int8), k.astype(jnp.int8), (2,), "VALID",
+                                         dimension_numbers=("NWC", "WIO", "NWC"), preferred_element_type=jnp.int32),
+                lax.conv_general_dilated(xd, kd, (1, 1), "VALID", batch_group_count=2,
+                                         dimension_numbers=("NCHW", "OIHW", "NCHW")))
+    return f, (ints(-5, 5, 2, 9, 3), ints(-3, 3, 3, 3, 4), f64(4, 3, 5, 5), f64(4, 3, 2, 2))
+
+
+@case("einsum with a repeated index (diagonal), trace of a batch, outer products with size-1 dims")
+def einsum_special():
+    def f(a, b, c):
+        return (jnp.einsum("ii->i", a), jnp.einsum("bii->b", b), jnp.einsum("i,j->ij", c[:, 0], c[0]),
+                jnp.einsum("ij,jk->ik", c, c.T), jnp.einsum("bij->bji", b) + a[None], c[:, :1] * c[:1, :])
+    return f, (f32(4, 4), f32(3, 4, 4), f32(5, 6))
+
+
+@case("64-bit and 16-bit integers: u64 arithmetic, shifts and division by zero; s16/u16 division")
+def wide_and_narrow_ints():
+    def f(u, v, s, t):
+        return (u * v, u + v, u >> jnp.uint64(60), u << jnp.uint64(3), lax.div(u, v), lax.rem(u, v),
+                lax.div(s, t), lax.rem(s, t), s * t, t.astype(jnp.uint16) // jnp.uint16(7))
+    return f, (np.array([2**64 - 1, 2**63, 12345678901234567, 7, 0], np.uint64),
+               np.array([3, 2, 0, 2**40, 5], np.uint64),
+               np.array([-32768, 1000, -7, 7, 0, 32767], np.int16), np.array([-1, 7, 2, -2, 0, 0], np.int16))
+
+
+@case("converts at 64-bit edges: u64/s64 -> f32/f64 rounding, f64 -> u64/s64 beyond 2**63, f32 -> u32")
+def convert_64bit_edges():
+    def f(u, s, d):
+        return (u.astype(jnp.float32), u.astype(jnp.float64), s.astype(jnp.float32), d.astype(jnp.uint64),
+                d.astype(jnp.int64), d.astype(jnp.float32).astype(jnp.uint32), s.astype(jnp.uint64))
+    return f, (np.array([2**64 - 1, 2**63 + 2**40, 2**53 + 1, 16777217, 0], np.uint64),
+               np.array([-2**63, 2**63 - 1, -(2**53) - 1, 16777217, -1], np.int64),
+               np.array([1.5e19, 9.3e18, -1.0, 2.0**63, 4.2e9, np.nan, 1e300, -1e300], np.float64))
+
+
+@case("jax.nn.dot_product_attention (xla implementation) with a bias and a mask")
+def dot_product_attention():
+    def f(q, k, v, bias):
+        mask = jnp.tril(jnp.ones((1, 1, 6, 6), bool))
+        return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation="xla")
+    return f, (f32(2, 6, 2, 8), f32(2, 6, 2, 8), f32(2, 6, 2, 8), f32(1, 2, 6, 6))
+
+
+@case("clip with NaN bounds, where with NaN, sign/abs of -0.0 and NaN, maximum of ints with floats")
+def nan_edge_elementwise():
+    def f(x, lo):
+        return (jnp.clip(x, lo, 1.0), jnp.where(jnp.isnan(x), 0.0, x), jnp.sign(x), jnp.abs(x),
+                jnp.maximum(x, 0), jnp.minimum(lo, x), jnp.float_power(jnp.abs(x), 0.5))
+    x = np.array([np.nan, -0.0, 0.0, -3.0, 2.5, np.inf, -np.inf, 0.7], np.float32)
+    return f, (x, np.array([0.0, np.nan, -1.0, np.nan, 3.0, 0.0, -np.inf, 0.8], np.float32))
+
+
+# ---- medium sizes (vectorized loops, row/column/middle-axis reduction kernels, tails) ------------
+
+def _with_nans(x, count):
+    flat = x.reshape(-1)
+    flat[RNG.choice(flat.size, count, replace=False)] = np.nan
+    return x
+
+
+@case("max/min/argmax/argmin over rows, columns and all of a 67x130 f32 with NaNs; nanmax")
+def reductions_nan_medium():
+    def f(x, y):
+        return (x.max(0), x.max(1), x.min(0), x.min(1), x.max(), jnp.argmax(x, 0), jnp.argmax(x, 1),
+                jnp.argmin(x, 0), jnp.argmin(x, 1), jnp.argmax(x), jnp.nanmax(x, 1), y.max(0), jnp.argmin(y, 1))
+    return f, (_with_nans(f32(67, 130), 9), f32(67, 130))
+
+
+@case("sum/mean/var/prod over axes 0, 1, 2 and (0, 2) of odd 3-D shapes, f32 and f64")
+def reductions_odd_shapes():
+    def f(x, d):
+        return (x.sum(0), x.sum(1), x.sum(2), x.sum((0, 2)), x.mean(1), x.var(0), jnp.prod(1 + x / 50, axis=2),
+                d.sum(0), d.var(1), d.std(), jnp.abs(x).max(1))
+    return f, (f32(33, 65, 7), f64(129, 31))
+
+
+@case("integer reductions over medium arrays: s32 sum with wrap-around, u8 max, s8 min, argmax with ties")
+def reductions_integer_medium():
+    def f(a, b, c, t):
+        return (a.sum(0, dtype=jnp.int32), a.sum(1, dtype=jnp.int32), b.max(0), b.max(1), c.min(0), jnp.argmax(t, 0),
+                jnp.argmin(t, 1), jnp.argmax(t))
+    return f, (ints(-2**30, 2**30, 40, 300), ints(0, 256, 77, 129, dtype=np.uint8),
+               ints(-128, 128, 50, 70, dtype=np.int8), ints(0, 4, 90, 60))
+
+
+@case("transcendentals over 4098 values incl. large, tiny, negative, NaN and inf arguments (f32)")
+def transcendentals_wide_range():
+    def f(x, p):
+        a = jnp.abs(x)
+        return (jnp.exp(x), jnp.log(a), jnp.tanh(x), jnp.sin(x), jnp.cos(x), jnp.expm1(x), jnp.log1p(a),
+                jax.nn.sigmoid(x), lax.erf(x), jnp.sqrt(a), lax.rsqrt(a), jnp.cbrt(x), jnp.power(a, p),
+                jnp.arctan2(x, p), jnp.tan(x / 100))
+    x = np.concatenate([f32(3000, scale=3), f32(1000, scale=40),
+                        np.array([0.0, -0.0, 1e-30, -1e-30, 88.5, -103.0, 89.0, 1e4, -1e4, np.nan, np.inf, -np.inf,
+                                  3.4e38, -3.4e38, 0.5, -0.5, 1.0, -1.0, 2.0, 20.0, -20.0, 9.0, 1e-7,
+                                  -1e-7] + [float(v) for v in f32(74, scale=0.01)], np.float32)])
+    return f, (x, np.concatenate([f32(4089, scale=2), np.array([0, -0.0, 1, -1, 0.5, 2, np.nan, np.inf, -np.inf],
+                                                                np.float32)]))
+
+
+@case("float64 transcendentals over 2051 values incl. edge arguments")
+def transcendentals_f64():
+    def f(x):
+        a = jnp.abs(x)
+        return jnp.exp(x), jnp.log(a), jnp.tanh(x), jnp.sin(x), jnp.cos(x), jnp.expm1(x), jnp.log1p(a), lax.erf(x)
+    return f, (np.concatenate([f64(2000, scale=5), np.array([0, -0.0, 1e-300, 709.0, -745.0, 710.0, 1e5, np.nan,
+                                                              np.inf, -np.inf, 1e-8], np.float64),
+                               f64(40, scale=1e-3)]),)
+
+
+@case("softmax, log_softmax and layer norm over 65x131, cumsum along both axes of 30x200")
+def normalizations_medium():
+    def f(x, c):
+        mu = x.mean(-1, keepdims=True)
+        ln = (x - mu) * lax.rsqrt(x.var(-1, keepdims=True) + 1e-5)
+        return jax.nn.softmax(x), jax.nn.log_softmax(x, axis=0), ln, jnp.cumsum(c, 0), jnp.cumsum(c, 1)
+    return f, (f32(65, 131, scale=3), f32(30, 200))
+
+
+@case("3-D transposes, a strided slice, reverse, concatenate and pad over 9x17x33")
+def data_movement_medium():
+    def f(x):
+        return (x.transpose(2, 0, 1), x.transpose(1, 2, 0) * 2, x[:, ::3, 1::2], x[::-1, :, ::-1] + 1,
+                jnp.concatenate([x, x[:, :5]], axis=1), jnp.pad(x, ((1, 2), (0, 0), (3, 1))))
+    return f, (f32(9, 17, 33),)
+
+
+@case("float16 reductions and elementwise over medium arrays (accumulation precision)")
+def float16_medium():
+    def f(a):
+        return a.sum(0), a.sum(1), a.max(1), jnp.exp(a / 4), a.mean(), (a * a).sum(1)
+    return f, (f32(64, 100).astype(np.float16),)
+
+
+@case("segment_sum of 3000 rows into 50 segments and a gather of 1000 rows")
+def scatter_gather_medium():
+    def f(data, seg, idx):
+        return jax.ops.segment_sum(data, seg, num_segments=50), data[idx], jnp.take(data, idx[:7], axis=0).sum(1)
+    return f, (f32(3000, 4), ints(0, 50, 3000), ints(0, 3000, 1000))
+
+
 # ---- expected errors ----------------------------------------------------------------------------
 
 @case("jnp.linalg.solve: LAPACK getrf custom call (not supported by nbxla)")
