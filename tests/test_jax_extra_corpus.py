@@ -18,6 +18,7 @@ from nbxla.compiler import compile_module
 from nbxla.errors import NbxlaError
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.hlo.parser import parse_hlo
+from nbxla.hlo.printer import print_module
 from nbxla.passes import optimize
 from nbxla.testing import compare_arrays
 
@@ -101,9 +102,12 @@ def _run_or_expect_error(case: str, run) -> list | None:
 
 @pytest.mark.parametrize("case, form", _params("evaluator"))
 def test_evaluator_matches_jax(case, form):
+    """Run on the module as nbxla prints it back (printing and parsing again changes nothing)."""
     path, ins, outs = _load(case, form)
-    got = _run_or_expect_error(
-        case, lambda: flatten(evaluate(parse_hlo(path.read_text(), str(path)), ins)))
+    text = print_module(parse_hlo(path.read_text(), str(path)))
+    printed = parse_hlo(text, f"printed {path.name}")
+    assert print_module(printed) == text
+    got = _run_or_expect_error(case, lambda: flatten(evaluate(printed, ins)))
     if got is not None:
         _check_outputs(case, got, outs)
 

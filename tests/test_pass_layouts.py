@@ -9,14 +9,15 @@ from nbxla.hlo.parser import parse_hlo
 from nbxla.passes import LayoutNormalization, optimize
 
 # As XLA:CPU writes it: a dot result transposed by a bitcast into a column-major layout and
-# copied back to row-major; a transpose (in a transposed layout) copied and bitcast to 2-D.
+# copied back to row-major; a transpose (in a transposed layout) copied and bitcast to 2-D;
+# a bitcast that changes the layout back and the element type at once.
 TRANSPOSING_BITCASTS = """
 HloModule layouts
 %copy_back (p: f32[4,2,3]) -> f32[4,2,3] {
   %p = f32[4,2,3]{0,2,1} parameter(0)
   ROOT %c = f32[4,2,3]{2,1,0} copy(%p)
 }
-ENTRY %main (x: f32[2,3,4], y: f32[2,5,3]) -> (f32[4,2,3], f32[6,5], f32[2,3,4]) {
+ENTRY %main (x: f32[2,3,4], y: f32[2,5,3]) -> (f32[4,2,3], f32[6,5], f32[2,3,4], s32[3,8]) {
   %x = f32[2,3,4]{2,1,0} parameter(0)
   %y = f32[2,5,3]{2,1,0} parameter(1)
   %b = f32[4,2,3]{0,2,1} bitcast(%x)
@@ -26,7 +27,8 @@ ENTRY %main (x: f32[2,3,4], y: f32[2,5,3]) -> (f32[4,2,3], f32[6,5], f32[2,3,4])
   %flat = f32[6,5]{1,0} bitcast(%tc)
   %u = s32[2,3,4]{0,1,2} bitcast-convert(%x)
   %back = f32[2,3,4]{2,1,0} bitcast-convert(%u)
-  ROOT %r = (f32[4,2,3]{2,1,0}, f32[6,5]{1,0}, f32[2,3,4]{2,1,0}) tuple(%f, %flat, %back)
+  %bits = s32[3,8]{1,0} bitcast(%b)
+  ROOT %r = (f32[4,2,3]{2,1,0}, f32[6,5]{1,0}, f32[2,3,4]{2,1,0}, s32[3,8]{1,0}) tuple(%f, %flat, %back, %bits)
 }"""
 
 
@@ -37,11 +39,13 @@ def _inputs():
 
 def test_transposing_bitcasts_mean_what_xla_means():
     x, y = _inputs()
-    b, flat, back = flatten(evaluate(parse_hlo(TRANSPOSING_BITCASTS), [x, y]))
+    b, flat, back, bits = flatten(evaluate(parse_hlo(TRANSPOSING_BITCASTS), [x, y]))
     # {0,2,1} stores dim 1 outermost, then 2, then 0: x's bytes read as [2][3][4] -> b[k,i,j] = x[i,j,k].
     assert np.array_equal(b, np.transpose(x, (2, 0, 1)))
     assert np.array_equal(flat, np.transpose(y, (0, 2, 1)).reshape(6, 5))
     assert np.array_equal(back, x)
+    # b's bytes (x's own) read as row-major s32[3,8]: an element type change too.
+    assert np.array_equal(bits, x.view(np.int32).reshape(3, 8))
 
 
 def test_optimizer_and_cpu_backend_keep_their_meaning():

@@ -39,6 +39,12 @@ def case(description):
     return register
 
 
+def _with_nans(x, count):
+    flat = x.reshape(-1)
+    flat[RNG.choice(flat.size, count, replace=False)] = np.nan
+    return x
+
+
 def f32(*shape, scale=1.0):
     return (RNG.standard_normal(shape) * scale).astype(np.float32)
 
@@ -932,13 +938,18 @@ def nan_edge_elementwise():
     return f, (x, np.array([0.0, np.nan, -1.0, np.nan, 3.0, 0.0, -np.inf, 0.8], np.float32))
 
 
+@case("NaN through scatter max/min, max pool, cummax/cummin and segment_max; signed zeros in max")
+def nan_windows_scatter():
+    def f(x, idx, v, img, z):
+        return (x.at[idx].max(v), x.at[idx].min(v), _pool(img, -jnp.inf, lax.max, (2, 2), (1, 1), "VALID"),
+                lax.cummax(img, axis=1), lax.cummin(img, axis=0), jax.ops.segment_max(v, idx, num_segments=6),
+                jnp.max(z), jnp.min(z), lax.max(z, -z))
+    v = np.array([1.0, np.nan, 3.0, -1.0, 2.0, np.nan], np.float32)
+    img = _with_nans(f32(5, 6), 3)
+    return f, (f32(6), np.array([0, 0, 2, 3, 3, 5], np.int32), v, img, np.array([0.0, -0.0, -0.0], np.float32))
+
+
 # ---- medium sizes (vectorized loops, row/column/middle-axis reduction kernels, tails) ------------
-
-def _with_nans(x, count):
-    flat = x.reshape(-1)
-    flat[RNG.choice(flat.size, count, replace=False)] = np.nan
-    return x
-
 
 @case("max/min/argmax/argmin over rows, columns and all of a 67x130 f32 with NaNs; nanmax")
 def reductions_nan_medium():
