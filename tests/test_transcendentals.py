@@ -28,6 +28,7 @@ _UNARY = {
     "logistic": (T.emit_logistic, lambda x: 1 / (1 + np.exp(-x))),
     "erf": (T.emit_erf, None),
 }
+_BINARY = {"pow": T.emit_pow, "atan2": T.emit_atan2}
 # the two outputs of emit_sincos, as kernels of their own
 _SINCOS = {"sincos_sin": 0, "sincos_cos": 1}
 _LLVM = {np.float32: ir.FloatType(), np.float64: ir.DoubleType(), np.float16: ir.HalfType()}
@@ -45,9 +46,9 @@ def _compile(dtype):
     mod = ir.Module("transcendentals_test")
     mod.triple = llvm.get_process_triple()
     i64 = ir.IntType(64)
-    names = list(_UNARY) + ["pow"] + list(_SINCOS)
+    names = list(_UNARY) + list(_BINARY) + list(_SINCOS)
     for name in names:
-        nargs = 2 if name == "pow" else 1
+        nargs = 2 if name in _BINARY else 1
         fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ty.as_pointer()] * (nargs + 1) + [i64]),
                          "k_" + name)
         for a in fn.args[:-1]:
@@ -60,8 +61,8 @@ def _compile(dtype):
         i = b.phi(i64)
         i.add_incoming(ir.Constant(i64, 0), entry)
         args = [b.load(b.gep(fn.args[k], [i])) for k in range(nargs)]
-        if name == "pow":
-            r = T.emit_pow(b, *args)
+        if name in _BINARY:
+            r = _BINARY[name](b, *args)
         elif name in _SINCOS:
             r = T.emit_sincos(b, *args)[_SINCOS[name]]
         else:
@@ -87,7 +88,7 @@ def _compile(dtype):
         engine.finalize_object()
     fns = {}
     for name in names:
-        nargs = 2 if name == "pow" else 1
+        nargs = 2 if name in _BINARY else 1
         proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (nargs + 1)), ctypes.c_int64)
         fns[name] = proto(engine.get_function_address("k_" + name))
     _kernels[key] = (fns, engine, asm)
@@ -116,6 +117,8 @@ def reference(name, *args):
     with np.errstate(all="ignore"):
         if name == "pow":
             return np.power(a[0], a[1])
+        if name == "atan2":
+            return np.arctan2(a[0], a[1])
         if name == "erf":
             return _erf_ref(args[0]).astype(wide)
         if name == "logistic":
@@ -193,11 +196,25 @@ def pow_samples(dtype, n, seed=1):
     return (np.concatenate([x, near1, xi]).astype(dtype), np.concatenate([y, ybig, yi]).astype(dtype))
 
 
+def atan2_samples(dtype, n, seed=2):
+    """(y, x): magnitudes over many binades (ratios from tiny to huge), similar magnitudes
+    (results near every k/4 centre and near pi/4), and the axes and special values."""
+    rng = np.random.default_rng(seed)
+    hi = 120 if dtype == np.float32 else 1000
+    y, x = _spread(rng, np.float64, n, -hi, hi), _spread(rng, np.float64, n, -hi, hi)
+    xs = _spread(rng, np.float64, n, -3, 3)
+    ys = xs * rng.uniform(-3, 3, n)
+    special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30])
+    sy, sx = (a.ravel() for a in np.meshgrid(special, special))
+    with np.errstate(over="ignore"):
+        return np.concatenate([y, ys, sy]).astype(dtype), np.concatenate([x, xs, sx]).astype(dtype)
+
+
 def max_ulp(name, dtype, n=400_000):
-    if name == "pow":
-        x, y = pow_samples(dtype, n)
-        got = run("pow", x, y)
-        return ulp_error(got, reference("pow", x, y)).max()
+    if name in _BINARY:
+        x, y = (pow_samples if name == "pow" else atan2_samples)(dtype, n)
+        got = run(name, x, y)
+        return ulp_error(got, reference(name, x, y)).max()
     x = samples(name, dtype, n)
     got = run(name, x)
     return ulp_error(got, reference(name, x)).max()
@@ -205,14 +222,14 @@ def max_ulp(name, dtype, n=400_000):
 
 # ---- tests ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted(list(_UNARY) + ["pow"]))
+@pytest.mark.parametrize("name", sorted(list(_UNARY) + list(_BINARY)))
 def test_f32_accuracy(name):
     n = 300_000 if name != "erf" else 100_000
     err = max_ulp(name, np.float32, n)
     assert err <= F32_ULP_BOUND, (name, err)
 
 
-@pytest.mark.parametrize("name", sorted(list(_UNARY) + ["pow"]))
+@pytest.mark.parametrize("name", sorted(list(_UNARY) + list(_BINARY)))
 def test_f64_accuracy(name):
     n = 100_000 if name != "erf" else 50_000
     err = max_ulp(name, np.float64, n)

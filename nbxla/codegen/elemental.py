@@ -561,8 +561,7 @@ class ElementalEmitter:
         return transcendentals.emit_erf(self.b, self._operand(instr, 0, index))
 
     def _atan2(self, instr, index):
-        return self._libm("atan2", llvm_type(self._t(instr)),
-                          [self._operand(instr, 0, index), self._operand(instr, 1, index)])
+        return transcendentals.emit_atan2(self.b, self._operand(instr, 0, index), self._operand(instr, 1, index))
 
     def _logistic(self, instr, index):
         return transcendentals.emit_logistic(self.b, self._operand(instr, 0, index))

@@ -43,7 +43,7 @@ accumulated in f32.  Thread ids are read once at kernel entry; all index math is
 
 Transcendentals: the elemental emitter's polynomial code (``transcendentals.py``) is plain
 IR NVPTX selects (error bounds in its docstring); the two libm calls it still makes (cbrt,
-atan2) get device bodies from ``gpu_math``.  ``frem`` is lowered by LLVM's NVPTX back end as
+and atan2 in complex functions) get device bodies from ``gpu_math``.  ``frem`` is lowered by LLVM's NVPTX back end as
 ``x - trunc(x/y)*y`` (exact only while the quotient is below 2**24 (f32) / 2**53 (f64)).
 
 ``compile_gpu`` emits the module, optimizes it at O3 for the NVPTX target machine and prints

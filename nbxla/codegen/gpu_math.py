@@ -1,4 +1,5 @@
-"""Device bodies for the libm functions the elemental emitter still calls (``cbrt``, ``atan2``).
+"""Device bodies for the libm functions the elemental emitter still calls (``cbrt``, and
+``atan2`` inside the complex functions: real ``atan2`` is ``transcendentals.emit_atan2``).
 
 The elemental emitter calls LLVM intrinsics and the polynomial code of ``transcendentals``
 for almost every function; NVPTX selects all of those (``llvm.fma``/``fmuladd``/``rint``/

@@ -50,12 +50,19 @@ pow        0.50       2.16       f32 in double; f64 through a double-double log 
                                  x with integer y, signed zeros, infinities)
 =========  =========  =========  ============================================================
 
-NaN inputs give NaN everywhere (except the C99 ``pow`` cases above).  cbrt and atan2 are
-still libm calls (scalar; half values call the float ones and round once, as NumPy's half
-loops do; the GPU backend gives them device bodies).
+atan2 (C99 special cases: signed zeros, infinities) reduces atan(min/max) to |t| <= 1/8 around
+k/4 and sums a Taylor series; f32 in double.  Measured the same way (3e5 argument pairs over
+all binades, similar magnitudes and the special values): f32 0.50 ulp, f64 2.14 ulp.
+
+NaN inputs give NaN everywhere (except the C99 ``pow`` cases above).  cbrt, and atan2 inside
+the complex functions (whose special cases were matched to glibc's), are still libm calls
+(scalar; half values call the float ones and round once, as NumPy's half loops do; the GPU
+backend gives them device bodies).
 """
 
 from __future__ import annotations
+
+import math
 
 from llvmlite import ir
 
@@ -938,3 +945,63 @@ def emit_pow(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     if st == "double":
         return _pow_core(_M(b, x.type), x, y, _pow_magnitude_f64)
     raise TypeError(f"no pow for {x.type}")
+
+
+# ---- atan2 ------------------------------------------------------------------------------------
+# atan2(y, x) from a = atan(n / d) with n = min(|y|, |x|), d = max(|y|, |x|) (0 <= n/d <= 1):
+# a, pi/2 - a (|y| > |x|), pi - a (x negative or -0) or pi/2 + a (both), with y's sign.  atan on
+# [0, 1]: the nearest c = k/4 (k = 0..4) and atan(r) = atan(c) + atan(t), t = (r - c) / (1 + r c),
+# |t| <= 1/8, by its odd Taylor series (error below 2**-56 with 9 terms, 2**-32 with 5).
+# f32 and f16 compute in double and round once.  Special cases come out of the same formula
+# (0/0 and inf/inf are replaced by 0 and 1 first): atan2(+-0, +0) = +-0, atan2(+-0, -0) = +-pi,
+# atan2(+-inf, -inf) = +-3pi/4, NaN in, NaN out.
+
+_ATAN_CENTRES = [math.atan(k / 4) for k in range(5)]
+_ATAN_TERMS = {"f32d": 5, 64: 9}
+_PI = (math.pi, 1.2246467991473532e-16)             # pi as a double-double
+_PI_2 = (math.pi / 2, 6.123233995736766e-17)
+
+
+def _atan_unit(m: _M, r, terms: int):
+    """atan(r) for 0 <= r <= 1."""
+    k = m.rint(m.mul(r, m.c(4.0)))
+    c = m.mul(k, m.c(0.25))
+    t = m.div(m.sub(r, c), m.muladd(r, c, m.c(1.0)))
+    t2 = m.mul(t, t)
+    series = m.mul(t, m.poly(t2, [(-1) ** n / (2 * n + 1) for n in range(terms)]))
+    centre = m.c(_ATAN_CENTRES[0])
+    for j in range(1, 5):
+        centre = m.sel(m.eq(k, m.c(float(j))), m.c(_ATAN_CENTRES[j]), centre)
+    return m.add(centre, series)
+
+
+def _atan2_core(m: _M, y, x, terms: int):
+    ay, ax = m.abs(y), m.abs(x)
+    steep = m.gt(ay, ax)
+    n, d = m.sel(steep, ax, ay), m.sel(steep, ay, ax)
+    zero, one = m.c(0.0), m.c(1.0)
+    r = m.div(n, d)
+    r = m.sel(m.eq(d, zero), zero, r)                          # atan2(+-0, +-0)
+    r = m.sel(m.eq(n, m.c(float("inf"))), one, r)             # both infinite: pi/4
+    a = _atan_unit(m, r, terms)
+    # |result| = hi + (lo +- a): a; pi/2 - a (steep); pi - a (x < 0); pi/2 + a (both)
+    x_neg = m.b.icmp_signed("<", m.bits(x), m.ci(0))
+    hi = m.sel(steep, m.c(_PI_2[0]), m.sel(x_neg, m.c(_PI[0]), zero))
+    lo = m.sel(steep, m.c(_PI_2[1]), m.sel(x_neg, m.c(_PI[1]), zero))
+    a = m.add(hi, m.sel(m.b.xor(steep, x_neg), m.sub(lo, a), m.add(lo, a)))
+    a = m.copysign(a, y)
+    return m.sel(m.b.or_(m.isnan(x), m.isnan(y)), m.add(x, y), a)
+
+
+def emit_atan2(b: ir.IRBuilder, y: ir.Value, x: ir.Value) -> ir.Value:
+    """atan2(y, x) (C99 special cases), vectorizable; f32 and f16 through double."""
+    st = str(_scalar(y.type))
+    if st == "double":
+        return _atan2_core(_M(b, y.type), y, x, _ATAN_TERMS[64])
+    if st == "half":                # (through float: half <-> double would be libcalls)
+        r = emit_atan2(b, _widen(b, y, 32), _widen(b, x, 32))
+        return b.fptrunc(r, y.type)
+    if st == "float":
+        yd, xd = _widen(b, y, 64), _widen(b, x, 64)
+        return b.fptrunc(_atan2_core(_M(b, yd.type), yd, xd, _ATAN_TERMS["f32d"]), y.type)
+    raise TypeError(f"no atan2 for {y.type}")
