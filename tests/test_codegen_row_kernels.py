@@ -116,3 +116,26 @@ def test_float_extremes_propagate_nan_wherever_it_is(dtype, op, axis):
         big = np.repeat(x.reshape(-1), 300)
         big[-1] = np.nan
         assert np.isnan(nbxla.jit(lambda a: op(a), cache=CompilationCache())(big))
+
+
+@pytest.mark.parametrize("shapes,axis", [
+    ([(5, 4), (5, 9), (5, 1)], 1),                 # along the last axis: a loop per operand
+    ([(3, 6), (1, 6), (4, 6)], 0),                 # along another: the operand chosen per row
+    ([(2, 3, 7), (2, 1, 7), (2, 4, 7)], 1),
+    ([(2, 3, 4), (2, 3, 0), (2, 3, 5)], 2),        # an empty operand
+    ([(9,), (4,)], 0),                             # 1-D: one row
+])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_concatenation_rows_operand_by_operand(shapes, axis, threads, monkeypatch):
+    from nbxla.runtime import cpu_kernels
+    monkeypatch.setattr(cpu_kernels, "worker_count", lambda: threads)
+    monkeypatch.setattr(cpu_kernels, "PARALLEL_THRESHOLD", 8)          # split the rows
+    rng = np.random.default_rng(len(shapes) + axis)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    plain = nbxla.jit(lambda *a: np.concatenate(a, axis=axis), cache=CompilationCache())
+    fused = nbxla.jit(lambda *a: np.concatenate([x * (k + 2) for k, x in enumerate(a)], axis=axis),
+                      cache=CompilationCache())
+    np.testing.assert_array_equal(plain(*arrays), np.concatenate(arrays, axis=axis))
+    np.testing.assert_array_equal(fused(*arrays), np.concatenate([x * (k + 2) for k, x in enumerate(arrays)],
+                                                                 axis=axis))
+    assert '"cat0.head"' in fused.last_compilation.executable.native.kernels.llvm_ir

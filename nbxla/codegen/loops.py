@@ -213,6 +213,9 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
 
     def row_body(r):
         outer = _delinearize(b, r, rows)
+        if len(outputs) == 1 and outputs[0].opcode == "concatenate" and dims:
+            _concatenated_row(b, em, bufs, len(params), outputs[0], outer)
+            return
 
         def inner(idx):
             em.reset_memo()
@@ -223,6 +226,44 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
     _loop(b, begin, end, "row", row_body)
     b.ret_void()
     return KernelSpec(name, "rows", _prod(rows), _prod(last))
+
+
+def _concatenated_row(b, em, bufs, k_out: int, concat: Instruction, outer: list) -> None:
+    """One output row of a concatenation, operand by operand: along the last axis a loop per
+    operand over its columns, along another axis the one operand the row lies in (chosen
+    once per row).  Why: choosing the operand per element (the elemental emitter's way) is a
+    branch in the inner loop, which LLVM does not vectorize (a 2-operand concatenation ran
+    at a quarter of NumPy's speed)."""
+    dims = concat.shape.dims
+    axis = concat.attrs["dimensions"][0]
+    offsets = [0]
+    for op in concat.operands:
+        offsets.append(offsets[-1] + op.shape.dims[axis])
+
+    def copy_row(k, sub_outer, out_outer, column_offset=0):
+        def column(j):
+            em.reset_memo()
+            out_j = b.add(j, const_i64(column_offset)) if column_offset else j
+            bufs.store(b, k_out, _linear(b, out_outer + [out_j], dims), em.value(concat.operands[k], sub_outer + [j]))
+        _loop(b, const_i64(0), const_i64(concat.operands[k].shape.dims[-1]), f"cat{k}", column)
+
+    if axis == len(dims) - 1:
+        for k in range(len(concat.operands)):
+            copy_row(k, outer, outer, offsets[k])
+        return
+
+    def from_operand(k):
+        sub = list(outer)
+        sub[axis] = b.sub(outer[axis], const_i64(offsets[k]))
+        if k == len(concat.operands) - 1:
+            copy_row(k, sub, outer)
+            return
+        with b.if_else(b.icmp_signed("<", outer[axis], const_i64(offsets[k + 1]))) as (this, later):
+            with this:
+                copy_row(k, sub, outer)
+            with later:
+                from_operand(k + 1)
+    from_operand(0)
 
 
 def _load_at(b, bufs, k, dims, index):
