@@ -112,13 +112,32 @@ def test_evaluator_matches_jax(case, form):
         _check_outputs(case, got, outs)
 
 
+# What the CPU backend still leaves to the evaluator's rules in this corpus (correct, not
+# native); any other reason for interpreting a fusion or a library op is a regression.
+KNOWN_GAPS = re.compile(
+    r"no native code for dot yet"
+    r"|bitcast-convert between widths \(or of pred\) has no native code path yet"
+    r"|reduce-window with a reducer other than .* has no native code path yet"
+    r"|variadic reduce-window \(several inputs\) has no native code path yet"
+    r"|a reduction fusion output outside the reduced and input spaces"
+    r"|convolution %[\w.\-]+ on [\w/]+ runs through the evaluator's rule .*")
+
+
 @pytest.mark.parametrize("case, form", _params("cpu"))
 def test_cpu_backend_matches_jax(case, form):
     path, ins, outs = _load(case, form)
-    got = _run_or_expect_error(
-        case, lambda: compile_module(parse_hlo(path.read_text(), str(path)), "cpu").executable.run(ins))
-    if got is not None:
-        _check_outputs(case, got, outs)
+    compiled = []
+
+    def run():
+        compiled.append(compile_module(parse_hlo(path.read_text(), str(path)), "cpu").executable)
+        return compiled[0].run(ins)
+    got = _run_or_expect_error(case, run)
+    if got is None:
+        return
+    _check_outputs(case, got, outs)
+    native = compiled[0].native
+    for name, why in {**native.interpreted, **native.interpreted_ops}.items():
+        assert KNOWN_GAPS.fullmatch(why), f"%{name} runs through the evaluator: {why}"
 
 
 @pytest.mark.parametrize("case, form", _params("optimized", forms=("hlo",)))
