@@ -262,8 +262,8 @@ def test_select_and_scatter_is_the_gradient_of_a_max_pool():
     # Ties go to the first element of the window (GE keeps the one already picked).
     x = np.array([[1, 5, 5, 0], [2, 5, 3, 3]], F32)
     ge = scalar_fn(lambda b, p, q: b.compare(p, q, "GE"), "f32", "f32")
-    got = select_and_scatter(x, np.array([[10, 20]], F32), np.float32(0), Window((WindowDim(2, 2), WindowDim(2, 2))),
-                             ge, scalar_computation("add", "f32"))
+    window = Window((WindowDim(2, 2), WindowDim(2, 2)))
+    got = select_and_scatter(x, np.array([[10, 20]], F32), np.float32(0), window, ge, scalar_computation("add", "f32"))
     assert got.tolist() == [[0, 10, 20, 0], [0, 0, 0, 0]]
 
 

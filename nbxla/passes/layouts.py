@@ -26,8 +26,9 @@ from ..hlo.shapes import AnyShape, Shape, TupleShape, bit_width
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 
-def _row_major(shape: Shape) -> bool:
-    return shape.layout is None
+def _reads_layout(bitcast: Instruction) -> bool:
+    """Does the bitcast's meaning depend on a layout (not both sides row-major)?"""
+    return bitcast.shape.layout is not None or bitcast.operands[0].shape.layout is not None
 
 
 def _physical_order(shape: Shape) -> tuple[int, ...]:
@@ -82,7 +83,7 @@ class LayoutNormalization(Pass):
             order: list[Instruction] = []
             for instr in comp.instructions:
                 instr.operands = [replace.get(id(o), o) for o in instr.operands]
-                if instr.opcode == "bitcast" and not (_row_major(instr.shape) and _row_major(instr.operands[0].shape)):
+                if instr.opcode == "bitcast" and _reads_layout(instr):
                     if bit_width(instr.shape.element_type) != bit_width(instr.operands[0].shape.element_type):
                         keep_layouts = True
                     else:

@@ -413,7 +413,8 @@ def remat_grad():
 @case("lax.clamp with array and scalar bounds (f32, s32), jnp.clip on u8")
 def clamp_variants():
     def f(lo, x, hi, n, u):
-        return lax.clamp(lo, x, hi), lax.clamp(np.float32(-2), x, np.float32(0.5)), lax.clamp(np.int32(-3), n, np.int32(4)), jnp.clip(u, 10, 200)
+        return (lax.clamp(lo, x, hi), lax.clamp(np.float32(-2), x, np.float32(0.5)),
+                lax.clamp(np.int32(-3), n, np.int32(4)), jnp.clip(u, 10, 200))
     lo = f32(3, 4) - 1.0
     return f, (lo, f32(3, 4), lo + 1.5, ints(-10, 10, 3, 4), ints(0, 256, 3, 4, dtype=np.uint8))
 
@@ -479,7 +480,8 @@ def reduce_precision():
                 lax.reduce_precision(x, exponent_bits=8, mantissa_bits=7),
                 lax.reduce_precision(y, exponent_bits=8, mantissa_bits=23),
                 lax.reduce_precision(x, exponent_bits=4, mantissa_bits=3))
-    x = np.concatenate([f32(8, scale=100), np.array([1e-6, 7e4, 1e30, np.nan, -np.inf, 1.00048828125, 2.5e-8], np.float32)])
+    x = np.concatenate([f32(8, scale=100),
+                        np.array([1e-6, 7e4, 1e30, np.nan, -np.inf, 1.00048828125, 2.5e-8], np.float32)])
     return f, (x, np.concatenate([f64(6, scale=1e3), np.array([1e-40, 3.4e38, 1e39])]))
 
 
