@@ -79,6 +79,14 @@ def row_major_strides(dims) -> list[int]:
     return list(reversed(strides))
 
 
+# A kernel whose elements need more values than this is not emitted (the runtime interprets
+# its fusion instead).  Fused values read at several positions are recomputed per position,
+# and chains of such reads multiply: a Python loop of 1-D stencil updates fused into one
+# kernel needs 3**steps values and hung the code generator.  The largest kernel of the two
+# JAX corpora needs under 1000.
+MAX_EMITTED_VALUES = 20000
+
+
 class ElementalEmitter:
     """Emits element computations for one fused computation into ``builder``."""
 
@@ -94,6 +102,7 @@ class ElementalEmitter:
         # Values of reductions already computed for the current row (row fusions).
         self.reduced = reduced if reduced is not None else {}
         self._memo: dict[tuple, ir.Value] = {}
+        self._emitted = 0
         self.cmath = ComplexMath(builder, self._libm)
 
     def reset_memo(self) -> None:
@@ -105,6 +114,12 @@ class ElementalEmitter:
         key = (id(instr), tuple(id(i) for i in index))
         v = self._memo.get(key)
         if v is None:
+            self._emitted += 1
+            if self._emitted > MAX_EMITTED_VALUES:
+                raise UnsupportedError(
+                    f"the fused expression of %{self.comp.name} needs more than {MAX_EMITTED_VALUES} "
+                    "values per element (values read at many positions, recomputed for each); it "
+                    "runs through the evaluator")
             v = self._emit(instr, index)
             self._memo[key] = v
         return v

@@ -85,6 +85,7 @@ class _Group:
         self.has_reduce = False
         self.params: set[int] = set()               # operands from outside
         self.external_users: dict[int, Instruction] = {}
+        self.clones: dict[int, Instruction] = {}    # original's id -> its copy in this group
         self.add(seed, users)
 
     def add(self, instr: Instruction, users) -> None:
@@ -281,12 +282,19 @@ class _Fuser:
             return True
         if outside and p.opcode not in EXPENSIVE:
             # Cheap: recompute it inside this kernel; the original stays for its other users.
+            if id(p) in group.clones:
+                # Copied in already: new readers share that copy.  (A copy per request made
+                # the copies' own operands be copied again: a Python loop of stencil
+                # updates grew one group exponentially, 598 copies at 3 steps.)
+                self._redirect(p, group.clones[id(p)], group)
+                return True
             clone = self._duplicate(p, group)
             reason = self.check_add(group, clone, self._users)
             if reason is not None:
                 self._undo_duplicate(clone, p)
                 return self._refuse(p, consumer, reason)
             group.add(clone, self._users)
+            group.clones[id(p)] = clone
             self.group_of[id(clone)] = group
             return True
         reason = self.check_add(group, p, users)
@@ -325,6 +333,15 @@ class _Fuser:
         for o in dict.fromkeys(p.operands):
             self._users[id(o)].append(clone)
         return clone
+
+    def _redirect(self, p: Instruction, copy: Instruction, group: _Group) -> None:
+        """Members reading ``p`` read its copy in the group instead."""
+        moved = [u for u in self._users[id(p)] if u in group]
+        for m in moved:
+            m.operands = [copy if o is p else o for o in m.operands]
+        self._users[id(p)] = [u for u in self._users[id(p)] if u not in group]
+        self._users[id(copy)] += [m for m in moved if m not in self._users[id(copy)]]
+        group.params.discard(id(p))
 
     def _undo_duplicate(self, clone: Instruction, p: Instruction) -> None:
         for m in self._users[id(clone)]:
