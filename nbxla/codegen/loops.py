@@ -488,8 +488,8 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
     if not plan.red_dims:                 # reducing no dimensions: f(init, x)
         assert keep is None
         return _combine(b, em, opcode, t, init, em.value(x_instr, plan.merge(outer_index, [])))
-    if _NanTrackingExtreme.applies(opcode, t):
-        return _extreme(b, em, plan, x_instr, outer_index, name, keep, opcode == "maximum", init)
+    extreme = _NanTrackingExtreme(b, t, opcode == "maximum", init) if _NanTrackingExtreme.applies(opcode, t) \
+        else None
     blocked = opcode == "add" and t in ("f32", "f16", "c64")
     wide = _wide_type(ty)
     acc_slot = _entry_alloca(b, ty)
@@ -510,7 +510,10 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
                 x = em.value(x_instr, idx)
                 if keep is not None:
                     keep(idx)
-                b.store(_combine(b, em, opcode, t, b.load(acc_slot), x), acc_slot)
+                if extreme is not None:
+                    extreme.add(x)
+                else:
+                    b.store(_combine(b, em, opcode, t, b.load(acc_slot), x), acc_slot)
             _loop(b, lo, hi, name + "r", body, interleave=_reduction_interleave(opcode, x_instr, keep))
         if blocked and inner > BLOCK:
             def block_body(k):
@@ -528,28 +531,11 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
                 b.store(_zero(ty), acc_slot)
 
     _nest(b, list(red_dims[:-1]), name + "o", innermost)
+    if extreme is not None:
+        return extreme.result()
     if blocked:
         return _narrow(b, b.load(total_slot), ty)
     return b.load(acc_slot)
-
-
-def _extreme(b, em, plan, x_instr, outer_index, name, keep, is_max: bool, init):
-    """``_accumulate`` for a float max/min (see ``_NanTrackingExtreme``)."""
-    acc = _NanTrackingExtreme(b, x_instr.shape.element_type, is_max, init)
-    red_dims = plan.red_dims
-
-    def innermost(prefix):
-        def body(j):
-            em.reset_memo()
-            idx = plan.merge(outer_index, prefix + [j])
-            x = em.value(x_instr, idx)
-            if keep is not None:
-                keep(idx)
-            acc.add(x)
-        _loop(b, const_i64(0), const_i64(red_dims[-1]), name + "r", body,
-              interleave=_reduction_interleave("maximum", x_instr, keep))
-    _nest(b, list(red_dims[:-1]), name + "o", innermost)
-    return acc.result()
 
 
 def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
