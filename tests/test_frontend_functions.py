@@ -144,6 +144,12 @@ def test_where(pair, c):
     check(lambda p, x, y: (np.where(p, x, y), np.where(p, x, 0), np.where(p, 1.5, y)), c, a, b)
 
 
+def test_where_with_two_python_scalars():
+    """Only the condition is traced: the branches still find the trace they belong to."""
+    c = np.array([True, False, True])
+    check(lambda p: (np.where(p, 1, 2), np.where(p, 1.5, 0), np.where(p, 1, np.float32(2))), c)
+
+
 def test_where_one_argument_not_compilable():
     with pytest.raises(nbxla.NotCompilableError, match="output shape depends on the data"):
         jit(lambda a: np.where(a > 0))(np.ones(3))

@@ -137,6 +137,44 @@ def test_traced_boolean_mask_not_compilable():
         f(np.arange(5.0))
 
 
+def test_traced_boolean_mask_assignment_of_one_value_is_a_select():
+    x = np.linspace(-2, 2, 12).reshape(3, 4)
+
+    def f(a, b, rows):
+        a[a < 0] = 0                        # a Python scalar, cast like NumPy (int -> float)
+        a[a > 1.5] = np.float32(1.5)
+        b[b % 3 == 0] = -1.7                # a float into ints: truncated, as NumPy casts
+        a[rows] = np.arange(4.0)            # a row mask: one value per column
+        a[rows] = np.ones((1, 4)) * 7
+        return a, b
+    check(f, x, np.arange(12).reshape(3, 4), np.array([True, False, True]))
+    check_or_same_error(lambda a, m: a.__setitem__(m, 1.0), x, np.array([True, False]))
+    with pytest.raises(nbxla.NotCompilableError, match="one value per selected element") as info:
+        jit(lambda a, v: a.__setitem__(a > 0, v))(x, np.ones(6))
+    assert "np.where" in info.value.hint
+
+
+def test_writing_traced_values_into_an_untraced_array_names_the_fix():
+    def made_inside(a):
+        out = np.zeros(3)
+        out[0] = a.sum()                    # NumPy calls float() on the traced value
+
+    def sliced(a):
+        out = np.empty((2, 3))
+        out[1:] = a                         # ... or asks for its values with __array__
+
+    def augmented(a):
+        out = np.zeros(3)
+        out += a                            # np.add(out, a, out=out)
+    for fn in (made_inside, sliced, augmented):
+        with pytest.raises(nbxla.NotCompilableError, match="into a NumPy array that is not traced") as info:
+            jit(fn)(np.ones(3))
+        assert "np.zeros_like(x, shape=" in info.value.hint
+        assert info.value.location.source.strip().startswith("out")
+    with pytest.raises(nbxla.ConcretizationError, match=r"float\(\) of a traced array"):
+        jit(lambda a: float(a.sum()))(np.ones(3))      # not a write: the usual message
+
+
 def test_two_traced_index_arrays_not_compilable():
     f = jit(lambda a, i, j: a[i, j])
     with pytest.raises(nbxla.NotCompilableError, match="one index array"):

@@ -169,6 +169,11 @@ def check_function_no_random(fn) -> None:
     except (OSError, TypeError, SyntaxError):     # no source (REPL, lambdas mid-expression)
         return
     ast.increment_lineno(tree, start - 1)
+    func = tree.body[0] if tree.body else None
+    if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        # Only the body runs on each call: decorators and default values were evaluated once,
+        # when the function was defined (``@register(lambda: rng.random(3))`` is no draw).
+        tree = ast.Module(body=func.body, type_ignores=[])
     namespace = dict(getattr(fn, "__globals__", {}))
     closure = getattr(fn, "__closure__", None) or ()
     for name, cell in zip(getattr(getattr(fn, "__code__", None), "co_freevars", ()), closure):

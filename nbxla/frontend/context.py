@@ -8,9 +8,11 @@ point at the cell line that produced each instruction.
 
 from __future__ import annotations
 
+import dis
 import linecache
 import os
 import sys
+from contextvars import ContextVar
 from typing import Callable
 
 import numpy as np
@@ -22,9 +24,14 @@ from ..hlo.ir import Instruction
 _NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
 _SKIP_DIRS = (_NBXLA_DIR + os.sep, _NUMPY_DIR + os.sep)
+_STORE_SUBSCR = dis.opmap["STORE_SUBSCR"]
 
 
 class TraceContext:
+    # The trace running now: a rule whose traced operand is not among the values it looks at
+    # (np.where(traced_mask, 1, 2) promotes the two Python ints) still finds its context.
+    active: ContextVar["TraceContext | None"] = ContextVar("nbxla_trace_context", default=None)
+
     def __init__(self, name: str, filename_display: Callable[[str], str | None] | None = None):
         self.builder = Builder(name)
         # Maps a code filename (e.g. IPython's cell file) to what users see ("cell [3]").
@@ -35,20 +42,35 @@ class TraceContext:
 
     # ---- source locations -------------------------------------------------------------------
 
-    def user_location(self) -> SourceLocation | None:
+    def user_frame(self):
+        """The innermost stack frame of the user's code (outside nbxla and NumPy)."""
         frame = sys._getframe(1)
         while frame is not None:
             filename = frame.f_code.co_filename
             if not filename.startswith(_SKIP_DIRS) and not filename.startswith("<frozen"):
-                line = frame.f_lineno
-                shown = self.filename_display(filename)
-                source = linecache.getline(filename, line) or None
-                if shown is None:
-                    shown = filename
-                return SourceLocation(shown, line - self.line_offsets.get(filename, 0), None,
-                                      frame.f_code.co_name, source)
+                return frame
             frame = frame.f_back
         return None
+
+    def user_location(self) -> SourceLocation | None:
+        frame = self.user_frame()
+        if frame is None:
+            return None
+        filename, line = frame.f_code.co_filename, frame.f_lineno
+        shown = self.filename_display(filename)
+        source = linecache.getline(filename, line) or None
+        return SourceLocation(filename if shown is None else shown,
+                              line - self.line_offsets.get(filename, 0), None,
+                              frame.f_code.co_name, source)
+
+    def user_is_storing_item(self) -> bool:
+        """Is the user's code in the middle of ``a[key] = value``?  (NumPy asks a Tracer for
+        its values when ``a`` is a NumPy array: that is where such a write fails.)"""
+        frame = self.user_frame()
+        if frame is None:
+            return False
+        code = frame.f_code.co_code
+        return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _STORE_SUBSCR
 
     def not_compilable(self, what: str, hint: str | None = None) -> NotCompilableError:
         return NotCompilableError(what, self.user_location(), hint)

@@ -9,7 +9,8 @@
   along that axis (and a ``scatter`` for assignment).  Negative indices wrap as in NumPy;
   out-of-range traced indices cannot raise and are clamped, as in XLA.
 * Boolean masks that are traced values cannot be compiled: the result's shape would depend
-  on the data.
+  on the data.  Assigning one value to every selected element (``x[x < 0] = 0``) keeps the
+  shape, though: that is a ``select``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def setitem(x: Tracer, key, value) -> None:
         x.assign(_BasicIndex(x.shape, key).write(x, value))
     elif kind == "constant":
         x.assign(_scatter_positions(x, _positions(x, key), value))
+    elif _is_traced_mask(key):
+        x.assign(_masked_fill(x, key[0], value))
     else:
         x.assign(_traced_put(x, key, value))
 
@@ -196,6 +199,39 @@ def _scatter_positions(x: Tracer, positions: np.ndarray, value: Tracer) -> Trace
     return reshape(out, x.shape)
 
 
+# ---- a traced boolean mask: x[mask] = v -----------------------------------------------------
+
+def _is_traced_mask(key: tuple) -> bool:
+    return len(key) == 1 and isinstance(key[0], Tracer) and key[0].dtype == np.bool_ \
+        and key[0].ndim > 0
+
+
+def _masked_fill(x: Tracer, mask: Tracer, value: Tracer) -> Tracer:
+    """``x[mask] = value`` where every selected element gets the same value (a scalar, or one
+    value per position of the axes after the mask's): a select, whatever the mask holds.  A
+    value with one entry per selected element needs the number selected: refused."""
+    rest = x.shape[mask.ndim:]
+    if mask.shape != x.shape[:mask.ndim]:
+        raise IndexError(f"boolean index did not match indexed array: mask shape {mask.shape}, "
+                         f"array shape {x.shape}")
+    shape = value.shape
+    if len(shape) == len(rest) + 1 and shape[0] == 1:
+        shape = shape[1:]                         # (1, *rest): one value for every selection
+    try:
+        fits = len(shape) <= len(rest) and np.broadcast_shapes(shape, rest) == rest
+    except ValueError:
+        fits = False
+    if not fits:
+        raise x.ctx.not_compilable(
+            "boolean-mask assignment of one value per selected element cannot be compiled: "
+            "how many elements the mask selects depends on the data",
+            "write x[:] = np.where(mask, new_values, x) with new_values of x's shape "
+            "(x[mask] = scalar compiles)")
+    value = convert(broadcast_to(reshape(value, shape), x.shape), x.dtype)
+    mask = broadcast_to(reshape(mask, mask.shape + (1,) * len(rest)), x.shape)
+    return select(mask, value, x)
+
+
 # ---- one traced index array --------------------------------------------------------------------
 
 def _traced_axis(x: Tracer, key: tuple) -> tuple[int, Tracer]:
@@ -214,7 +250,8 @@ def _traced_axis(x: Tracer, key: tuple) -> tuple[int, Tracer]:
     if idx.dtype == np.bool_:
         raise ctx.not_compilable(
             "boolean-mask indexing cannot be compiled: the result's shape depends on the data",
-            "use np.where(mask, x, fill) to keep the shape, or index outside the compiled cell")
+            "use np.where(mask, x, fill) to keep the shape (x[mask] op= v: x[:] = np.where(mask, "
+            "x op v, x)), or index outside the compiled cell; x[mask] = scalar compiles")
     if idx.dtype.kind not in "iu":
         raise IndexError("arrays used as indices must be of integer (or boolean) type")
     if Ellipsis in key[:pos]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..hlo import Shape, from_numpy_dtype, scalar_computation
 from .context import TraceContext
-from .tracer import Tracer, View
+from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer, View
 
 FUNCTIONS: dict[Callable, Callable] = {}     # np.func -> rule(*args, **kwargs)
 UFUNCS: dict[np.ufunc, Callable] = {}        # ufunc -> rule(ctx, *operands cast and broadcast)
@@ -65,7 +65,10 @@ def find_context(values) -> TraceContext:
             for w in v:
                 if isinstance(w, Tracer):
                     return w.ctx
-    raise AssertionError("a lowering rule was called without any traced operand")
+    ctx = TraceContext.active.get()
+    if ctx is None:
+        raise AssertionError("a lowering rule was called outside a trace")
+    return ctx
 
 
 def wrap(ctx: TraceContext, instr) -> Tracer:
@@ -198,7 +201,7 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
     if ufunc is np.matmul:
         from .functions import matmul
         result = matmul(*inputs)
-        return _store(ctx, (result,), out, where) if out is not None else result
+        return _store(ctx, ufunc, (result,), out, where) if out is not None else result
     rule = UFUNCS.get(ufunc)
     if rule is None:
         raise ctx.not_compilable(f"np.{ufunc.__name__} is not supported by nbxla",
@@ -216,11 +219,11 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
     results = results if isinstance(results, tuple) else (results,)
     results = tuple(convert(r, dt) for r, dt in zip(results, dtypes[ufunc.nin:]))
     if out is not None or where is not True:
-        return _store(ctx, results, out, where)
+        return _store(ctx, ufunc, results, out, where)
     return results if ufunc.nout > 1 else results[0]
 
 
-def _store(ctx, results, out, where):
+def _store(ctx, ufunc, results, out, where):
     """``out=`` and ``where=``: write results into the given Tracers (in place)."""
     outs = out if isinstance(out, tuple) else (out,)
     stored = []
@@ -231,8 +234,10 @@ def _store(ctx, results, out, where):
                                          "pass out= as well, or use np.where")
             stored.append(r)
             continue
-        if not isinstance(o, Tracer):
-            raise ctx.not_compilable("out= must be a traced array (an input or a value of the cell)")
+        if not isinstance(o, Tracer):     # ``a += traced`` on a NumPy array, or out=a
+            raise ctx.not_compilable(
+                f"{WRITE_INTO_NUMPY} (out= of np.{ufunc.__name__}, or an in-place operator)",
+                WRITE_INTO_NUMPY_HINT)
         if where is not True:
             mask = broadcast_to(asarray(ctx, where, bool), o.shape)
             r = select(mask, convert(broadcast_to(r, o.shape), o.dtype), o)

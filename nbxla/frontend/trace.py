@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import NotCompilableError
+from ..errors import NotCompilableError, TraceError
 from ..hlo import Module, Shape, from_numpy_dtype
 from .context import TraceContext
 from .tracer import ScalarTracer, Tracer
@@ -121,7 +121,17 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
         else:
             traced_leaves.append(leaf)
     args, kwargs = tree_unflatten(arg_treedef, traced_leaves)
-    result = fn(*args, **kwargs)
+    active = TraceContext.active.set(ctx)
+    try:
+        result = fn(*args, **kwargs)
+    except (ValueError, TypeError) as e:
+        # NumPy turns our error from a Tracer's __float__ (``a[i] = traced`` into a NumPy
+        # array) into "setting an array element with a sequence"; ours says what and where.
+        if isinstance(e.__cause__, TraceError):
+            raise e.__cause__ from None
+        raise
+    finally:
+        TraceContext.active.reset(active)
 
     out_leaves, out_treedef = tree_flatten(result)
     outputs, out_slots = [], []

@@ -17,9 +17,21 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ConcretizationError, NotCompilableError
+from ..errors import ConcretizationError, NotCompilableError, TraceError
 from ..hlo.ir import Instruction
 from .context import TraceContext
+
+
+# A write of a traced value into an array that is not traced (made by np.zeros inside the
+# compiled code, or a global): NumPy's own __setitem__ / out= would need the value now.
+WRITE_INTO_NUMPY = ("writing a traced value into a NumPy array that is not traced (one made "
+                    "inside the compiled code by np.zeros/np.empty/np.ones/np.eye..., or a "
+                    "global array): NumPy would need the value now")
+WRITE_INTO_NUMPY_HINT = ("Make the array from a traced one so that it is traced too: "
+                         "np.zeros_like(x, shape=(m, n)) or np.empty_like(x, shape=...) instead of "
+                         "np.zeros((m, n)), np.zeros_like(x, shape=(n, n)) + np.eye(n, dtype=x.dtype) "
+                         "instead of np.eye(n); a global "
+                         "array: pass it in as an argument (or read it from the cell's namespace).")
 
 
 class View:
@@ -155,7 +167,9 @@ class Tracer:
             "Inside compiled code a traced value already is an array: drop np.asarray(x), "
             "write x.astype(dtype) to convert, or move this call outside the compiled cell.")
 
-    def _concrete(self, what: str, why: str = "", hint: str | None = None) -> ConcretizationError:
+    def _concrete(self, what: str, why: str = "", hint: str | None = None) -> TraceError:
+        if self.ctx.user_is_storing_item():
+            return self.ctx.not_compilable(WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT)
         return ConcretizationError(
             f"{what}{' (' + why + ')' if why else ''}: inside %%xla / @nbxla.jit arrays have no "
             f"values yet, only a shape and dtype ({self.instr.shape.to_text(with_layout=False)})",
