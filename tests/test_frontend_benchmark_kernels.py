@@ -804,6 +804,33 @@ def azimint_hist(data, radius, npt):
     return histw / histu
 
 
+@kernel(lambda: {"data": rand(200), "radius": rand(200), "npt": 8}, rtol=1e-10)
+def azimint_add_at(data, radius, npt):
+    """azimint_hist with a fixed number of bins: np.add.at (a scatter) instead of np.histogram."""
+    rmax = radius.max()
+    bins = np.minimum((radius / rmax * npt).astype(np.int64), npt - 1)
+    histu = np.zeros_like(data, shape=(npt,))
+    histw = np.zeros_like(data, shape=(npt,))
+    np.add.at(histu, bins, 1.0)
+    np.add.at(histw, bins, data)
+    return histw / histu
+
+
+@kernel(lambda: {"pos": randn(6, 3)},
+        error=(nbxla.ConcretizationError, r"np\.stack\(\[a, b\]\)",
+               "com = np.array([pos[:, 0].mean(), pos[:, 1].mean(), pos[:, 2].mean()])"))
+def center_with_np_array(pos):
+    com = np.array([pos[:, 0].mean(), pos[:, 1].mean(), pos[:, 2].mean()])
+    return pos - com
+
+
+@kernel(lambda: {"u": randn(16), "dx": 0.1},
+        error=(nbxla.ConcretizationError, r"np\.minimum", "dt = min(0.5 * dx / np.abs(u).max(), 0.1)"))
+def cfl_step(u, dx):
+    dt = min(0.5 * dx / np.abs(u).max(), 0.1)
+    return u - dt * np.gradient(u)
+
+
 @kernel(lambda: {"data": RNG.integers(0, 256, 16, dtype=np.uint8), "poly": 0x8408},
         error=(nbxla.ConcretizationError, r"truth value of a traced array",
                "if (crc & 0x0001) ^ (cur_byte & 0x0001):"))

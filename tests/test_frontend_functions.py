@@ -150,6 +150,18 @@ def test_where_with_two_python_scalars():
     check(lambda p: (np.where(p, 1, 2), np.where(p, 1.5, 0), np.where(p, 1, np.float32(2))), c)
 
 
+def test_copyto():
+    def f(a, b):
+        np.copyto(a, b)                          # broadcast
+        np.copyto(a[0], 5, where=a[1] > 0.5)     # into a view, with a mask
+        np.copyto(a[2], np.float32(-1))
+        return a
+    check(f, np.linspace(0, 1, 12).reshape(3, 4), np.linspace(1, 0, 4))
+    check_or_same_error(lambda a: np.copyto(a, 1.5), np.zeros(3, np.int64))   # same_kind
+    with pytest.raises(nbxla.NotCompilableError, match="not traced"):
+        jit(lambda a: np.copyto(np.zeros(3), a))(np.ones(3))
+
+
 def test_where_one_argument_not_compilable():
     with pytest.raises(nbxla.NotCompilableError, match="output shape depends on the data"):
         jit(lambda a: np.where(a > 0))(np.ones(3))
@@ -493,7 +505,7 @@ def test_average(dtype):
     (lambda a: np.unique_values(a), "np.unique_values cannot be compiled"),
     (lambda a: np.convolve(a[0], a[1]), "np.convolve is not supported"),
     (lambda a: np.frexp(a), "np.frexp is not supported"),
-    (lambda a: np.add.at(a, [0], 1), "np.add.at is not supported"),
+    (lambda a: np.divide.at(a, [0], 1), "np.divide.at is not supported"),
     (lambda a: np.repeat(a, a.astype(int)[0]), "traced repeats"),
     (lambda a: np.roll(a, a.astype(int)[0, 0]), "traced shift"),
 ])

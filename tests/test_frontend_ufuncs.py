@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import nbxla
 from nbxla.frontend.rules import UFUNCS
 from tests.frontend_util import (DTYPES, FLOATS, array_of, arrays, broadcast_pair, check,
                                  check_or_same_error, jit)
@@ -210,6 +211,38 @@ def test_ufunc_dtype_argument():
 @given(pair=broadcast_pair([np.dtype(np.int32), np.dtype(np.float64)]))
 def test_ufunc_outer(pair):
     check(lambda a, b: np.multiply.outer(a, b), *pair)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32, np.float64])
+def test_ufunc_at_applies_every_repeated_index(dtype):
+    """np.add.at is unbuffered: a histogram with a fixed number of bins compiles (a scatter)."""
+    def histogram(x, nbins):
+        bins = np.clip((x * nbins).astype(np.int64), 0, nbins - 1)
+        counts = np.zeros_like(x, dtype=np.int64, shape=(nbins,))
+        np.add.at(counts, bins, 1)
+        return counts
+
+    def updates(a, i, j, v):
+        np.add.at(a, (i, j), v)                 # points
+        np.maximum.at(a, i, 3)                  # rows, a scalar broadcast to each
+        np.subtract.at(a, [0, 0, -1], 1)        # constant indices, negative wrap
+        np.multiply.at(a, i[:2], 2)
+        np.minimum.at(a, j, a[0].copy())
+        return a
+    check(histogram, np.random.default_rng(0).random(40).astype(np.float32), 7)
+    a = (np.arange(12) % 5).astype(dtype).reshape(4, 3)
+    check(updates, a, np.array([0, 1, 1, -1]), np.array([2, 0, 0, 1]), np.arange(4).astype(dtype))
+    check_or_same_error(lambda x: np.add.at(x, [4], 1), a)          # NumPy's IndexError
+
+
+def test_ufunc_at_refuses_what_it_cannot_do_exactly():
+    with pytest.raises(nbxla.NotCompilableError, match="compute in float64") as info:
+        jit(lambda a: np.multiply.at(a, [0, 0], 1.5))(np.ones(3, np.int64))
+    assert "astype" in info.value.hint          # NumPy rounds after every update: refused
+    with pytest.raises(nbxla.NotCompilableError, match="integer index arrays"):
+        jit(lambda a: np.add.at(a, (slice(None), [0]), 1.0))(np.ones((2, 2)))
+    with pytest.raises(nbxla.NotCompilableError, match="np.divide.at is not supported"):
+        jit(lambda a: np.divide.at(a, [0], 2.0))(np.ones(2))
 
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])

@@ -11,7 +11,7 @@ import numpy as np
 from .reductions import normalize_axes
 from .rules import (asarray, broadcast_to, convert, emit, find_context, implements, make_view,
                     reshape, select)
-from .tracer import Tracer, c_strides
+from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer, c_strides
 
 
 def _ctx_array(a):
@@ -136,6 +136,21 @@ def np_broadcast_to(array, shape, subok=False):
 def copy(a, order="K", subok=False):
     x = _ctx_array(a)
     return Tracer(x.ctx, x.instr)
+
+
+@implements(np.copyto)
+def copyto(dst, src, casting="same_kind", where=True):
+    ctx = find_context([dst, src, where])
+    if not isinstance(dst, Tracer):
+        raise ctx.not_compilable(f"{WRITE_INTO_NUMPY} (np.copyto)", WRITE_INTO_NUMPY_HINT)
+    value = asarray(ctx, src)
+    # NumPy itself says whether the cast is allowed (Python scalars are weak, NEP 50).
+    np.copyto(np.empty((), dst.dtype), np.empty((), value.dtype) if isinstance(src, Tracer) else src,
+              casting=casting)
+    value = convert(broadcast_to(value, dst.shape), dst.dtype)
+    if where is not True:
+        value = select(broadcast_to(asarray(ctx, where, bool), dst.shape), value, dst)
+    dst.assign(value)
 
 
 def astype(x: Tracer, dtype, order="K", casting="unsafe", subok=True, copy=True):

@@ -19,9 +19,9 @@ import numpy as np
 
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
-from .rules import (asarray, broadcast_to, compare, convert, emit, like, make_view, reshape,
-                    select)
-from .tracer import Tracer
+from .rules import (_resolve_input, asarray, broadcast_to, compare, convert, emit, like, make_view,
+                    reducer, reshape, select)
+from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer
 
 
 def _normalize_key(key) -> tuple:
@@ -230,6 +230,64 @@ def _masked_fill(x: Tracer, mask: Tracer, value: Tracer) -> Tracer:
     value = convert(broadcast_to(reshape(value, shape), x.shape), x.dtype)
     mask = broadcast_to(reshape(mask, mask.shape + (1,) * len(rest)), x.shape)
     return select(mask, value, x)
+
+
+# ---- ufunc.at: np.add.at(a, idx, b) -------------------------------------------------------------
+
+# ufunc -> the scatter combiner (old, update) -> new; repeated indices all apply, in turn.
+_AT_COMBINERS = {np.add: "add", np.subtract: "subtract", np.multiply: "multiply",
+                 np.maximum: "maximum", np.minimum: "minimum"}
+
+
+def ufunc_at(ctx, ufunc, a, indices, b=None):
+    """``ufunc.at(a, indices, b)``: unbuffered, so every repeated index applies (a histogram
+    is ``np.add.at(counts, bins, 1)``): one ``scatter`` whose combiner is the ufunc."""
+    name = f"np.{ufunc.__name__}.at"
+    if ufunc not in _AT_COMBINERS or b is None:
+        raise ctx.not_compilable(f"{name} is not supported by nbxla",
+                                 "np.add/subtract/multiply/maximum/minimum.at(a, indices, values) "
+                                 "compile")
+    if not isinstance(a, Tracer):
+        raise ctx.not_compilable(f"{WRITE_INTO_NUMPY} ({name})", WRITE_INTO_NUMPY_HINT)
+    loop = ufunc.resolve_dtypes((a.dtype, _resolve_input(b), None))
+    if not loop[0] == loop[2] == a.dtype or (a.dtype == np.bool_ and ufunc is not np.add):
+        # NumPy would compute in the loop's dtype and cast back after every single update.
+        raise ctx.not_compilable(
+            f"{name} on a {a.dtype} array with values that make it compute in {loop[2]} "
+            "is not supported", f"cast the values to the array's dtype first "
+            f"(values.astype(np.{a.dtype}) changes the result where a cast rounds)")
+    keys = indices if isinstance(indices, tuple) else (indices,)
+    if not keys or len(keys) > a.ndim or any(isinstance(k, (slice, type(Ellipsis))) or k is None
+                                                 for k in keys):
+        raise ctx.not_compilable(f"{name} is supported with integer index arrays for the leading "
+                                 "axes", "e.g. np.add.at(a, idx, v) or np.add.at(a, (i, j), v)")
+    arrays = [asarray(ctx, k) for k in keys]
+    if any(k.dtype.kind not in "iu" for k in arrays):
+        raise ctx.not_compilable(f"{name} is supported with integer index arrays only",
+                                 "turn a boolean mask into values: np.add(a, np.where(mask, v, 0), "
+                                 "out=a)")
+    for d, k in enumerate(keys):                     # constant indices: NumPy's IndexError now
+        if not isinstance(k, Tracer):
+            k, n = np.asarray(k), a.shape[d]
+            bad = k[(k < -n) | (k >= n)]
+            if bad.size:
+                raise IndexError(f"index {bad.flat[0]} is out of bounds for axis with size {n}")
+    shape = np.broadcast_shapes(*(k.shape for k in arrays))
+    columns = [reshape(broadcast_to(_wrap_negative(convert(k, np.int64), a.shape[d]), shape),
+                       shape + (1,)) for d, k in enumerate(arrays)]
+    index = columns[0] if len(columns) == 1 else emit(ctx, "concatenate", *columns,
+                                                      dimensions=(len(shape),))
+    updates_shape = shape + a.shape[len(arrays):]
+    values = convert(broadcast_to(asarray(ctx, b), updates_shape), a.dtype)
+    combiner = _AT_COMBINERS[ufunc]
+    if a.dtype == np.bool_:
+        combiner = "or"
+    axes = tuple(range(len(arrays)))
+    result = emit(ctx, "scatter", a, index, values,
+                  update_window_dims=tuple(range(len(shape), len(updates_shape))),
+                  inserted_window_dims=axes, scatter_dims_to_operand_dims=axes,
+                  index_vector_dim=len(shape), to_apply=reducer(combiner, a.dtype))
+    a.assign(result)
 
 
 # ---- one traced index array --------------------------------------------------------------------

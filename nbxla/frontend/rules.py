@@ -183,9 +183,9 @@ def apply_ufunc(ufunc: np.ufunc, method: str, inputs, kwargs):
     ctx = find_context(list(inputs) + list(kwargs.get("out") or ()))
     if method == "__call__":
         return _call_ufunc(ctx, ufunc, inputs, kwargs)
-    from . import reductions
+    from . import indexing, reductions
     handler = {"reduce": reductions.ufunc_reduce, "accumulate": reductions.ufunc_accumulate,
-               "outer": _ufunc_outer}.get(method)
+               "outer": _ufunc_outer, "at": indexing.ufunc_at}.get(method)
     if handler is None:
         raise ctx.not_compilable(f"np.{ufunc.__name__}.{method} is not supported by nbxla")
     return handler(ctx, ufunc, *inputs, **kwargs)

@@ -165,7 +165,9 @@ class Tracer:
             "NumPy asked for the concrete values of a traced array",
             "np.asarray/np.array, or a function nbxla cannot trace, converted it",
             "Inside compiled code a traced value already is an array: drop np.asarray(x), "
-            "write x.astype(dtype) to convert, or move this call outside the compiled cell.")
+            "write x.astype(dtype) to convert, build an array from traced values with "
+            "np.stack([a, b]) instead of np.array([a, b]), or move this call outside the "
+            "compiled cell.")
 
     def _concrete(self, what: str, why: str = "", hint: str | None = None) -> TraceError:
         if self.ctx.user_is_storing_item():
@@ -178,10 +180,18 @@ class Tracer:
             "as an array, or move this code outside the compiled cell.")
 
     def __bool__(self):
-        raise self._concrete("the truth value of a traced array was needed", "if/while/and/or on an array")
+        raise self._concrete(
+            "the truth value of a traced array was needed", "if/while/and/or/min()/max() on an array",
+            "Compute both branches and choose with np.where(cond, a, b) (Python's min()/max(): "
+            "np.minimum/np.maximum), keep the value as an array, or move this code outside the "
+            "compiled cell.")
 
     def __float__(self):
-        raise self._concrete("float() of a traced array")
+        raise self._concrete(
+            "float() of a traced array", "float(x), or a math.* function",
+            "Keep the value as an array: x.astype(float) converts, np.sqrt/np.exp/... replace "
+            "math.sqrt/math.exp/..., np.where(cond, a, b) replaces if/else on it; or move this "
+            "code outside the compiled cell.")
 
     def __int__(self):
         raise self._concrete("int() of a traced array")
