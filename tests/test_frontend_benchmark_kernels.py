@@ -992,11 +992,12 @@ def test_cell_matches_numpy(shell, name):
     args = case.make_args()
     source, _ = _body(case.fn)
     helpers = _helpers(case.fn)
-    eager_ns = {"np": np, **helpers, **_copy(args)}
+    eager_args, given = _copy(args), _copy(args)
+    eager_ns = {"np": np, **helpers, **eager_args}
     with quiet():
         exec(compile(source, f"<eager {name}>", "exec"), eager_ns)
     shell.user_ns.update(helpers)
-    shell.user_ns.update(_copy(args))
+    shell.user_ns.update(given)
     with quiet():
         result, out = run(shell, "%%xla\n" + source)
     assert result.success, out
@@ -1004,6 +1005,9 @@ def test_cell_matches_numpy(shell, name):
         if key in ("np", "__builtins__") or key in helpers:
             continue
         _same(key, want, shell.user_ns[key], case.rtol)
+    for key, value in given.items():      # a name the cell did not rebind is the user's array,
+        if isinstance(value, np.ndarray) and eager_ns[key] is eager_args[key]:   # written in place
+            assert shell.user_ns[key] is value, key
 
 
 @pytest.mark.parametrize("name", _params(expect_error=True))
