@@ -33,7 +33,7 @@ from ..hlo.evaluator import Interpreter
 from ..hlo.ir import Instruction
 from ..hlo.shapes import is_float, is_integral, to_numpy_dtype
 from .elemental import I1, I64, const_i64, llvm_type
-from .loops import _entry_alloca, _loop, _NanTrackingExtreme
+from .toolkit import counted_loop, entry_alloca, NanTrackingExtreme
 
 
 def arg_reduction_kind(reduce: Instruction, plan) -> str | None:
@@ -133,12 +133,12 @@ def emit_arg_reduction(b: ir.IRBuilder, em, plan, reduce: Instruction, outer_ind
     def extreme(lo, hi, tag):
         """The NaN-propagating max (min) of positions [lo, hi), hi > lo."""
         if is_float(vt):
-            acc = _NanTrackingExtreme(b, vt, kind == "max", value_at(lo))
-            _loop(b, b.add(lo, const_i64(1)), hi, name + tag, lambda j: acc.add(value_at(j)), interleave=4)
+            acc = NanTrackingExtreme(b, vt, kind == "max", value_at(lo))
+            counted_loop(b, b.add(lo, const_i64(1)), hi, name + tag, lambda j: acc.add(value_at(j)), interleave=4)
             return acc.result()
-        slot = _entry_alloca(b, llvm_type(vt))
+        slot = entry_alloca(b, llvm_type(vt))
         b.store(value_at(lo), slot)
-        _loop(b, b.add(lo, const_i64(1)), hi, name + tag,
+        counted_loop(b, b.add(lo, const_i64(1)), hi, name + tag,
               lambda j: b.store(em.minmax(vt, value_at(j), b.load(slot), kind == "max"), slot),
               interleave=4)
         return b.load(slot)
@@ -152,7 +152,7 @@ def emit_arg_reduction(b: ir.IRBuilder, em, plan, reduce: Instruction, outer_ind
                 return b.icmp_signed("==", v, m)
             return b.or_(b.fcmp_ordered("==", v, m),
                          b.and_(b.fcmp_unordered("uno", m, m), b.fcmp_unordered("uno", v, v)))
-        slot, found = _entry_alloca(b, I64), _entry_alloca(b, I1)
+        slot, found = entry_alloca(b, I64), entry_alloca(b, I1)
         b.store(hi, slot)
 
         def position(j):
@@ -165,19 +165,19 @@ def emit_arg_reduction(b: ir.IRBuilder, em, plan, reduce: Instruction, outer_ind
                 end = b.add(start, const_i64(SEARCH_BLOCK))
                 end = b.select(b.icmp_signed(">", end, hi), hi, end)
                 b.store(ir.Constant(I1, 0), found)
-                _loop(b, start, end, name + tag + "a",
+                counted_loop(b, start, end, name + tag + "a",
                       lambda j: b.store(b.or_(b.load(found), matches(value_at(j))), found))
                 with b.if_then(b.load(found)):
-                    _loop(b, start, end, name + tag, position)
+                    counted_loop(b, start, end, name + tag, position)
         blocks = b.sdiv(b.add(b.sub(hi, lo), const_i64(SEARCH_BLOCK - 1)), const_i64(SEARCH_BLOCK))
-        _loop(b, const_i64(0), blocks, name + tag + "b", block)
+        counted_loop(b, const_i64(0), blocks, name + tag + "b", block)
         return b.load(slot)
 
     if n <= CHUNK:                        # two passes over a row that stays in the cache
         m = extreme(const_i64(0), const_i64(n), "m")
         i = first_match(const_i64(0), const_i64(n), m, "i")
     else:
-        best_value, best_index = _entry_alloca(b, llvm_type(vt)), _entry_alloca(b, I64)
+        best_value, best_index = entry_alloca(b, llvm_type(vt)), entry_alloca(b, I64)
         first_end = const_i64(CHUNK)
         m0 = extreme(const_i64(0), first_end, "m")
         b.store(m0, best_value)
@@ -197,7 +197,7 @@ def emit_arg_reduction(b: ir.IRBuilder, em, plan, reduce: Instruction, outer_ind
             with b.if_then(better):
                 b.store(cm, best_value)
                 b.store(first_match(lo, hi, cm, "ci"), best_index)
-        _loop(b, const_i64(1), const_i64(-(-n // CHUNK)), name + "c", chunk)
+        counted_loop(b, const_i64(1), const_i64(-(-n // CHUNK)), name + "c", chunk)
         i = b.load(best_index)
     index = b.trunc(i, llvm_type(it)) if llvm_type(it).width < 64 else i
     return [value_at(i), index]

@@ -28,7 +28,7 @@ the finite results are computed as accurately as cheaply possible:
   ``2x + x*x + y*y`` exactly (products split with fma, sums with TwoSum) and round once, so
   their real parts stay accurate where they cancel (NumPy's log1p loses all digits there).
 
-Measured accuracy (tests/test_codegen_elemental_gaps.py measures the same way and asserts a
+Measured accuracy (tests/codegen/test_elemental_gaps.py measures the same way and asserts a
 little above these): max error in ulps of the part type over 10**5 random arguments per
 function (parts spread over many binades, plus uniform ones, points near |z| = 1 for log,
 near |1 + z| = 1 for log1p, near the poles for logistic) against complex long double
@@ -55,7 +55,7 @@ pow        0.5      1.7 |f|      c128: w = b log a rounded to double, as glibc; 
                                  double while -104 <= Re w <= 80, else NumPy's float path
 =========  =======  ===========  ===========================================================
 
-Known differences from NumPy (tests/test_codegen_elemental_gaps.py checks each one):
+Known differences from NumPy (tests/codegen/test_elemental_gaps.py checks each one):
 
 * log1p where NumPy's hypot(1 + x, y) overflows (|z| near the largest value): NumPy gives
   inf, this gives the finite log.  log1p of tiny z: NumPy's real part is 0, this the value.

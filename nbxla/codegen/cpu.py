@@ -18,7 +18,9 @@ from llvmlite import ir
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
-from .loops import KernelSpec, emit_kernel
+from .kernels import emit_kernel
+from .toolkit import KernelSpec
+
 
 _lock = threading.RLock()
 _target_machine = None

@@ -20,6 +20,7 @@ from llvmlite import ir
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
+from ..hlo.opcodes import TYPE_AGNOSTIC
 from ..hlo.shapes import complex_component, is_complex, is_float, is_integral
 from . import transcendentals
 from .complex_math import ComplexMath
@@ -40,9 +41,6 @@ _LLVM_TYPES = {
 # between them): complex values go through their ordinary rules.  Every other op with a
 # complex operand or result goes to ``_COMPLEX_FUNCTIONS`` or a ``_complex_<op>`` rule, or is
 # unsupported.
-_TYPE_AGNOSTIC = {"parameter", "constant", "broadcast", "reshape", "bitcast", "copy", "transpose",
-                  "slice", "reverse", "concatenate", "pad", "dynamic-slice", "gather",
-                  "dynamic-update-slice", "select", "tuple"}
 
 # Complex functions of one operand: opcode -> (the ComplexMath method, whether c64 computes it
 # in double and rounds once).  exp, sign and logistic take the part type as given: they follow
@@ -85,6 +83,32 @@ def row_major_strides(dims) -> list[int]:
 # kernel needs 3**steps values and hung the code generator.  The largest kernel of the two
 # JAX corpora needs under 1000.
 MAX_EMITTED_VALUES = 20000
+
+
+def linear_index(b: ir.IRBuilder, index: list, dims) -> ir.Value:
+    """The row-major flat position of a per-dimension ``index`` (size-1 dims contribute nothing)."""
+    acc = None
+    for i, stride, n in zip(index, row_major_strides(dims), dims):
+        if n == 1 or stride == 0:
+            continue
+        term = i if stride == 1 else b.mul(i, const_i64(stride))
+        acc = term if acc is None else b.add(acc, term)
+    return acc if acc is not None else const_i64(0)
+
+
+def delinearize(b: ir.IRBuilder, linear: ir.Value, dims) -> list:
+    """The per-dimension index of row-major position ``linear`` (no remainder on the outermost
+    non-unit dimension: ``linear`` is already below its extent)."""
+    strides = row_major_strides(dims)
+    first = next((d for d, n in enumerate(dims) if n != 1), None)
+    out = []
+    for d, (n, stride) in enumerate(zip(dims, strides)):
+        if n == 1:
+            out.append(const_i64(0))
+            continue
+        q = linear if stride == 1 else b.udiv(linear, const_i64(stride))
+        out.append(q if d == first else b.urem(q, const_i64(n)))
+    return out
 
 
 class ElementalEmitter:
@@ -130,22 +154,22 @@ class ElementalEmitter:
             return self.reduced[id(instr)]
         if op == "parameter":
             return self.load(instr.parameter_number, index)
-        if op not in _TYPE_AGNOSTIC and _involves_complex(instr):
+        if op not in TYPE_AGNOSTIC and _involves_complex(instr):
             if op in _COMPLEX_FUNCTIONS:
                 name, in_double = _COMPLEX_FUNCTIONS[op]
                 return self._complex_function(instr, index, getattr(self.cmath, name), in_double)
-            rule = getattr(self, "_complex_" + op.replace("-", "_"), None)
+            rule = COMPLEX_RULES.get(op)
             if rule is None:
                 raise UnsupportedError(f"no native code for complex {op} yet")
-            return rule(instr, index)
-        rule = getattr(self, "_" + op.replace("-", "_"), None)
+            return getattr(self, rule)(instr, index)
+        rule = ELEMENTAL_RULES.get(op)
         if rule is None:
             raise UnsupportedError(f"no native code for {op} yet")
-        return rule(instr, index)
+        return getattr(self, rule)(instr, index)
 
     # ---- helpers ------------------------------------------------------------------------------
 
-    def _intrinsic(self, name: str, ty: ir.Type, args: list) -> ir.Value:
+    def intrinsic(self, name: str, ty: ir.Type, args: list) -> ir.Value:
         """Call an overloaded LLVM intrinsic whose arguments and result all have type ``ty``."""
         fn = self.module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [ty] * len(args)))
         return self.b.call(fn, args)
@@ -187,7 +211,7 @@ class ElementalEmitter:
             g.linkage = "private"
             g.initializer = ir.Constant(arr_ty, [self._scalar_constant(sty, self._t(instr), v, storage=True)
                                                  for v in flat])
-        offset = index[0] if self.flat_index else self._linearize(index, instr.shape.dims)
+        offset = index[0] if self.flat_index else linear_index(self.b, index, instr.shape.dims)
         ptr = self.b.gep(g, [const_i64(0), offset])
         v = self.b.load(ptr)
         return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if self._t(instr) == "pred" else v
@@ -208,27 +232,6 @@ class ElementalEmitter:
 
     # ---- index arithmetic ---------------------------------------------------------------------
 
-    def _linearize(self, index, dims) -> ir.Value:
-        b = self.b
-        acc = const_i64(0)
-        for i, stride in zip(index, row_major_strides(dims)):
-            if stride == 0:
-                continue
-            term = i if stride == 1 else b.mul(i, const_i64(stride))
-            acc = term if acc is None or (isinstance(acc, ir.Constant) and acc.constant == 0) else b.add(acc, term)
-        return acc
-
-    def _delinearize(self, linear, dims) -> list:
-        b = self.b
-        out = []
-        for n, stride in zip(dims, row_major_strides(dims)):
-            if n == 1:
-                out.append(const_i64(0))
-                continue
-            q = linear if stride == 1 else b.udiv(linear, const_i64(stride))
-            out.append(q if stride == row_major_strides(dims)[0] and n == dims[0] else b.urem(q, const_i64(n)))
-        return out
-
     def _broadcast(self, instr, index):
         x = instr.operands[0]
         dims = instr.attrs["dimensions"]
@@ -242,7 +245,7 @@ class ElementalEmitter:
             # Only size-1 dims are inserted or removed: map the other dims directly.
             it = iter([i for i, n in zip(index, dst) if n != 1])
             return self.value(x, [const_i64(0) if n == 1 else next(it) for n in src])
-        return self.value(x, self._delinearize(self._linearize(index, dst), src))
+        return self.value(x, delinearize(self.b, linear_index(self.b, index, dst), src))
 
     _bitcast = _reshape
 
@@ -357,7 +360,7 @@ class ElementalEmitter:
     def _clamped_start(self, start: Instruction, index: list, limit: int) -> ir.Value:
         """An index operand as i64, clamped to [0, limit] (XLA clamps dynamic starts)."""
         b = self.b
-        v = self._convert_value(self.value(start, index), start.shape.element_type, "s64")
+        v = self.convert_value(self.value(start, index), start.shape.element_type, "s64")
         v = b.select(b.icmp_signed("<", v, const_i64(0)), const_i64(0), v)
         return b.select(b.icmp_signed(">", v, const_i64(limit)), const_i64(limit), v)
 
@@ -409,9 +412,9 @@ class ElementalEmitter:
 
     def _convert_int(self, v, src: str, dst: str):
         """Integer-to-integer or integer-to-float conversion with HLO semantics."""
-        return self._convert_value(v, src, dst)
+        return self.convert_value(v, src, dst)
 
-    def _convert_value(self, v, src: str, dst: str):
+    def convert_value(self, v, src: str, dst: str):
         b = self.b
         if src == dst:
             return v
@@ -434,7 +437,11 @@ class ElementalEmitter:
         if is_integral(src):
             return b.sitofp(v, ty) if src[0] == "s" else b.uitofp(v, ty)
         if is_integral(dst):
-            # NaN -> 0, saturate out of range (XLA's convert semantics).
+            # NaN -> 0, saturate out of range (XLA's convert semantics).  Half goes through
+            # float first (exact): LLVM 20's x86 lowering of the saturating conversion from half
+            # gives the integer minimum for NaN.
+            if _float_width(src) == 16:
+                v = b.fpext(v, ir.FloatType())
             name = "llvm.fptosi.sat" if dst[0] == "s" else "llvm.fptoui.sat"
             fn = self.module.declare_intrinsic(name, [ty, v.type], ir.FunctionType(ty, [v.type]))
             return b.call(fn, [v])
@@ -454,8 +461,8 @@ class ElementalEmitter:
         b = self.b
         f32, i32 = ir.FloatType(), I32
         nearest = b.fptrunc(v, f32)
-        magnitude = self._intrinsic("llvm.fabs", v.type, [v])
-        rounded_up = b.fcmp_ordered(">", self._intrinsic("llvm.fabs", v.type, [b.fpext(nearest, v.type)]), magnitude)
+        magnitude = self.intrinsic("llvm.fabs", v.type, [v])
+        rounded_up = b.fcmp_ordered(">", self.intrinsic("llvm.fabs", v.type, [b.fpext(nearest, v.type)]), magnitude)
         bits = b.bitcast(nearest, i32)
         bits = b.select(rounded_up, b.sub(bits, ir.Constant(i32, 1)), bits)   # toward zero
         inexact = b.fcmp_ordered("!=", b.fpext(b.bitcast(bits, f32), v.type), v)
@@ -464,7 +471,7 @@ class ElementalEmitter:
 
     def _convert(self, instr, index):
         x = instr.operands[0]
-        return self._convert_value(self.value(x, index), x.shape.element_type, self._t(instr))
+        return self.convert_value(self.value(x, index), x.shape.element_type, self._t(instr))
 
     def _bitcast_convert(self, instr, index):
         """The same bits as another type of the same width (between widths a dimension of
@@ -511,7 +518,7 @@ class ElementalEmitter:
 
     def _unary_float(self, instr, index, intrinsic):
         v = self._operand(instr, 0, index)
-        return self._intrinsic(intrinsic, v.type, [v])
+        return self.intrinsic(intrinsic, v.type, [v])
 
     def _negate(self, instr, index):
         v = self._operand(instr, 0, index)
@@ -520,7 +527,7 @@ class ElementalEmitter:
     def _abs(self, instr, index):
         v = self._operand(instr, 0, index)
         if is_float(self._t(instr)):
-            return self._intrinsic("llvm.fabs", v.type, [v])
+            return self.intrinsic("llvm.fabs", v.type, [v])
         if self._t(instr)[0] == "u":
             return v
         fn = self.module.declare_intrinsic("llvm.abs", [v.type], ir.FunctionType(v.type, [v.type, I1]))
@@ -583,7 +590,7 @@ class ElementalEmitter:
 
     def _is_finite(self, instr, index):
         v = self._operand(instr, 0, index)
-        a = self._intrinsic("llvm.fabs", v.type, [v])
+        a = self.intrinsic("llvm.fabs", v.type, [v])
         return self.b.fcmp_ordered("<", a, ir.Constant(v.type, float("inf")))
 
     def _sign(self, instr, index):
@@ -606,7 +613,7 @@ class ElementalEmitter:
 
     def _popcnt(self, instr, index):
         v = self._operand(instr, 0, index)
-        return self._intrinsic("llvm.ctpop", v.type, [v])
+        return self.intrinsic("llvm.ctpop", v.type, [v])
 
     def _count_leading_zeros(self, instr, index):
         v = self._operand(instr, 0, index)
@@ -705,7 +712,7 @@ class ElementalEmitter:
         """max/min of two values of element type ``t`` (NaN-propagating for floats)."""
         b = self.b
         if is_float(t):
-            return self._intrinsic("llvm.maximum" if is_max else "llvm.minimum", a.type, [a, c])
+            return self.intrinsic("llvm.maximum" if is_max else "llvm.minimum", a.type, [a, c])
         if t == "pred":
             return b.or_(a, c) if is_max else b.and_(a, c)
         cmp = b.icmp_signed if t[0] == "s" else b.icmp_unsigned
@@ -781,7 +788,7 @@ class ElementalEmitter:
         b = self.b
         t = self._t(instr)
         if is_float(t):
-            return self._intrinsic("llvm.minimum", x.type, [self._intrinsic("llvm.maximum", x.type, [x, lo]), hi])
+            return self.intrinsic("llvm.minimum", x.type, [self.intrinsic("llvm.maximum", x.type, [x, lo]), hi])
         cmp = b.icmp_signed if t[0] == "s" else b.icmp_unsigned
         m = b.select(cmp(">", x, lo), x, lo)
         return b.select(cmp("<", m, hi), m, hi)
@@ -801,15 +808,15 @@ class ElementalEmitter:
     # functions, is the oracle); these rules read the operands' parts, choose the precision a
     # function computes in (c64: mostly double, rounded once) and pack the result.
 
-    def _parts(self, v):
+    def parts(self, v):
         return self.b.extract_value(v, 0), self.b.extract_value(v, 1)
 
-    def _pack(self, re, im):
+    def pack(self, re, im):
         ty = ir.LiteralStructType([re.type, re.type])
         return self.b.insert_value(self.b.insert_value(ir.Constant(ty, ir.Undefined), re, 0), im, 1)
 
     def _complex_operand(self, instr, k, index):
-        return self._parts(self._operand(instr, k, index))
+        return self.parts(self._operand(instr, k, index))
 
     def complex_multiply(self, a, b, c, d):
         return self.cmath.multiply(a, b, c, d)
@@ -823,11 +830,11 @@ class ElementalEmitter:
         if in_double:
             x, y = cm.widen(x), cm.widen(y)
         re, im = fn(x, y)
-        return self._pack(cm.narrow(re, part), cm.narrow(im, part))
+        return self.pack(cm.narrow(re, part), cm.narrow(im, part))
 
     def _complex_binary(self, instr, index, fn):
         (a, b), (c, d) = self._complex_operand(instr, 0, index), self._complex_operand(instr, 1, index)
-        return self._pack(*fn(a, b, c, d))
+        return self.pack(*fn(a, b, c, d))
 
     def _complex_add(self, instr, index):
         return self._complex_binary(instr, index, lambda a, b, c, d: (self.b.fadd(a, c), self.b.fadd(b, d)))
@@ -845,7 +852,7 @@ class ElementalEmitter:
         return self._complex_function(instr, index, lambda x, y: (self.b.fneg(x), self.b.fneg(y)), False)
 
     def _complex_complex(self, instr, index):
-        return self._pack(self._operand(instr, 0, index), self._operand(instr, 1, index))
+        return self.pack(self._operand(instr, 0, index), self._operand(instr, 1, index))
 
     def _complex_real(self, instr, index):
         return self._complex_operand(instr, 0, index)[0]
@@ -868,14 +875,14 @@ class ElementalEmitter:
         src, dst = x.shape.element_type, self._t(instr)
         v = self.value(x, index)
         if is_complex(src):
-            re, im = self._parts(v)
+            re, im = self.parts(v)
             part = complex_component(src)
             if not is_complex(dst):
-                return self._convert_value(re, part, dst)     # the real part (as the evaluator)
-            return self._pack(self._convert_value(re, part, complex_component(dst)),
-                              self._convert_value(im, part, complex_component(dst)))
-        re = self._convert_value(v, src, complex_component(dst))
-        return self._pack(re, ir.Constant(re.type, 0.0))
+                return self.convert_value(re, part, dst)     # the real part (as the evaluator)
+            return self.pack(self.convert_value(re, part, complex_component(dst)),
+                              self.convert_value(im, part, complex_component(dst)))
+        re = self.convert_value(v, src, complex_component(dst))
+        return self.pack(re, ir.Constant(re.type, 0.0))
 
     def _complex_abs(self, instr, index):
         return self.cmath.hypot(*self._complex_operand(instr, 0, index))
@@ -891,8 +898,34 @@ class ElementalEmitter:
         general = cm.pow_general(ar, ai, br, bi)
         applies, re, im = cm.pow_small_integer(ar, ai, br, bi)
         re, im = cm.sel2(applies, (re, im), general)
-        return self._pack(*cm.pow_special_cases(ar, ai, br, bi, re, im))
+        return self.pack(*cm.pow_special_cases(ar, ai, br, bi, re, im))
 
+
+def _method_names(prefix: str, opcodes: str) -> dict[str, str]:
+    return {op: prefix + op.replace("-", "_") for op in opcodes.split()}
+
+
+# The elemental codegen rules: opcode -> the ElementalEmitter method that emits one element of
+# it.  Looked up by name on the emitter (so a subclass's override, e.g. the flat-index reshape,
+# is the one used); the check below turns a renamed or missing method into an import error
+# instead of a silent fall-back to the evaluator.
+ELEMENTAL_RULES = _method_names("_", """
+    abs negate exponential exponential-minus-one log log-plus-one sqrt rsqrt cbrt tanh logistic
+    sine cosine tan erf floor ceil round-nearest-even round-nearest-afz sign not is-finite popcnt
+    count-leading-zeros real imag convert bitcast-convert reduce-precision copy
+    add subtract multiply divide remainder power maximum minimum and or xor atan2 shift-left
+    shift-right-arithmetic shift-right-logical compare select clamp
+    constant iota broadcast reshape transpose slice reverse bitcast pad dynamic-slice
+    dynamic-update-slice concatenate gather""")
+
+# Rules for ops with complex operands or results, beside the one-operand complex functions of
+# _COMPLEX_FUNCTIONS (type-agnostic ops need neither).
+COMPLEX_RULES = _method_names("_complex_", """
+    abs negate exponential-minus-one real imag convert add subtract multiply divide power complex
+    compare""")
+
+for _rule in (*ELEMENTAL_RULES.values(), *COMPLEX_RULES.values()):
+    assert callable(getattr(ElementalEmitter, _rule, None)), f"ElementalEmitter has no {_rule}"
 
 def _bit_width(ty: ir.Type) -> int:
     return ty.width if isinstance(ty, ir.IntType) else {"half": 16, "float": 32, "double": 64}.get(str(ty), 0)

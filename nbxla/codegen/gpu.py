@@ -68,9 +68,10 @@ from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import is_complex, is_float
 from . import gpu_math
-from .elemental import I1, I8, I32, I64, ElementalEmitter, const_i64, llvm_type, storage_type
-from .loops import (_ancestors, _entry_alloca, _loop, _LinearEmitter, _ReductionPlan, _expand, _full_reduction_plan,
-                    _is_linear, _outputs, _prod, _reducer_opcode, _squeeze)
+from .elemental import (I1, I32, I64, I8, const_i64, delinearize, ElementalEmitter, linear_index,
+                        llvm_type, storage_type)
+from .toolkit import (ancestors, counted_loop, entry_alloca, expand_index, full_reduction_plan, is_linear,
+                      kernel_outputs, LinearEmitter, product, reducer_opcode, ReductionPlan, squeeze_dims)
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = "sm_80"
@@ -178,7 +179,7 @@ class _Kernel:
         b.store(value, b.gep(self.fn.args[k], [offset]))
 
     def load_linear(self, k: int, index: list, dims) -> ir.Value:
-        return self.load(k, _linear(self.b, index, dims))
+        return self.load(k, linear_index(self.b, index, dims))
 
     # 16-byte accesses: ``width`` consecutive elements from ``base`` (an element index), the
     # first one at an address aligned to the whole chunk.
@@ -270,39 +271,9 @@ class _Kernel:
         return self.b.trunc(v, I1) if ty == I1 else v
 
 
-def _linear(b, index, dims):
-    acc = None
-    stride = 1
-    terms = []
-    for i, n in zip(reversed(list(index)), reversed(list(dims))):
-        if n != 1:
-            terms.append(i if stride == 1 else b.mul(i, const_i64(stride)))
-        stride *= n
-    for t in reversed(terms):
-        acc = t if acc is None else b.add(acc, t)
-    return acc if acc is not None else const_i64(0)
-
-
-def _delinearize(b, linear, dims) -> list:
-    out, stride = [], 1
-    strides = []
-    for n in reversed(list(dims)):
-        strides.append(stride)
-        stride *= n
-    strides.reverse()
-    first = next((d for d, n in enumerate(dims) if n != 1), None)
-    for d, (n, s) in enumerate(zip(dims, strides)):
-        if n == 1:
-            out.append(const_i64(0))
-            continue
-        q = linear if s == 1 else b.udiv(linear, const_i64(s))
-        out.append(q if d == first else b.urem(q, const_i64(n)))
-    return out
-
-
 def _stride_loop(b: ir.IRBuilder, start, end, step, name: str, body) -> None:
     """``for (i = start; i < end; i += step) body(i)`` (grid- and block-stride loops)."""
-    _loop(b, start, end, name, body, step)
+    counted_loop(b, start, end, name, body, step)
 
 
 def _if(b: ir.IRBuilder, cond, name: str, body) -> None:
@@ -338,7 +309,7 @@ class _LinearReads:
 
     def __init__(self, k: _Kernel, params: list, roots: list[Instruction], written: list):
         self.k, self.params = k, params
-        used = {i.parameter_number for i in _ancestors(roots) if i.opcode == "parameter"}
+        used = {i.parameter_number for i in ancestors(roots) if i.opcode == "parameter"}
         self.arrays = sorted(p for p in used if params[p].shape.rank)
         self.width = vector_width([params[p].shape for p in self.arrays] + list(written))
         self._chunk: dict[int, list[ir.Value]] = {}
@@ -406,7 +377,7 @@ class _Reducer:
 
     def __init__(self, r: Instruction, em: ElementalEmitter):
         self.instr, self.em = r, em
-        self.op = _reducer_opcode(r)
+        self.op = reducer_opcode(r)
         if r.shape.is_tuple or self.op is None:
             raise UnsupportedError("variadic or custom reducers have no native code path yet")
         self.t = r.shape.element_type
@@ -447,7 +418,7 @@ class _Reducer:
             return getattr(b, op + "_")(acc, x)
         is_max = op == "maximum"
         if is_float(t):
-            return self.em._intrinsic("llvm.maximum" if is_max else "llvm.minimum", acc.type, [acc, x])
+            return self.em.intrinsic("llvm.maximum" if is_max else "llvm.minimum", acc.type, [acc, x])
         cmp = b.icmp_signed if t[0] == "s" else b.icmp_unsigned
         return b.select(cmp(">" if is_max else "<", x, acc), x, acc)
 
@@ -472,7 +443,7 @@ def _block_allreduce(k: _Kernel, red: _Reducer, v, sh):
     warp = b.lshr(k.tid, const_i64(5))
     _if(b, b.icmp_unsigned("==", lane, const_i64(0)), "wlead", lambda: k.shared_store(sh, warp, v))
     k.barrier()
-    acc = _entry_alloca(b, red.acc_ty)
+    acc = entry_alloca(b, red.acc_ty)
     b.store(red.identity(), acc)
     _stride_loop(b, const_i64(0), b.lshr(k.ntid, const_i64(5)), const_i64(1), "wsum",
                  lambda w: b.store(red.combine(b, b.load(acc), k.shared_load(sh, w, red.acc_ty)), acc))
@@ -484,7 +455,7 @@ def _block_allreduce(k: _Kernel, red: _Reducer, v, sh):
 def _accumulate(k: _Kernel, em, red: _Reducer, start, end, step, index_of, name):
     """This thread's combination of the reduce's operand over indices start, start+step, ..."""
     b = k.b
-    acc = _entry_alloca(b, red.acc_ty)
+    acc = entry_alloca(b, red.acc_ty)
     b.store(red.identity(), acc)
     x_instr = red.instr.operands[0]
 
@@ -500,18 +471,18 @@ def _accumulate(k: _Kernel, em, red: _Reducer, start, end, step, index_of, name)
 # ---- kernels -------------------------------------------------------------------------------------
 
 def _emit_elementwise(module, name, comp: Computation) -> list[GpuKernelSpec]:
-    outputs = _outputs(comp)
+    outputs = kernel_outputs(comp)
     params = comp.parameters
     dims = outputs[0].shape.dims
-    if any(_prod(o.shape.dims) != _prod(dims) for o in outputs):
+    if any(product(o.shape.dims) != product(dims) for o in outputs):
         raise UnsupportedError("a multi-output loop fusion with outputs of different sizes")
     k = _Kernel(module, name, [p.shape for p in params], [o.shape for o in outputs])
     b = k.b
-    n = _prod(dims)
+    n = product(dims)
     out_slots = [len(params) + j for j in range(len(outputs))]
-    if _is_linear(comp.instructions, dims):
+    if is_linear(comp.instructions, dims):
         reads = _LinearReads(k, params, outputs, [o.shape for o in outputs])
-        em = _LinearEmitter(b, comp, reads.load)
+        em = LinearEmitter(b, comp, reads.load)
 
         def body(i):
             em.reset_memo()
@@ -525,9 +496,9 @@ def _emit_elementwise(module, name, comp: Computation) -> list[GpuKernelSpec]:
 
     def gather_body(i):
         em.reset_memo()
-        full = _delinearize(b, i, dims)
+        full = delinearize(b, i, dims)
         for slot, out in zip(out_slots, outputs):
-            k.store(slot, i, em.value(out, full if out.shape.dims == dims else _delinearize(b, i, out.shape.dims)))
+            k.store(slot, i, em.value(out, full if out.shape.dims == dims else delinearize(b, i, out.shape.dims)))
     _stride_loop(b, b.add(b.mul(k.ctaid, k.ntid), k.tid), const_i64(n), b.mul(k.ntid, k.nctaid), "i", gather_body)
     b.ret_void()
     return [GpuKernelSpec(name, "elementwise", n, BLOCK, len(params), len(outputs))]
@@ -538,7 +509,7 @@ def _output_kinds(plan, outputs):
     for j, out in enumerate(outputs):
         if out.shape.dims == plan.in_dims and plan.in_dims:
             rows.append((j, out))
-        elif _squeeze(out.shape.dims) == _squeeze(plan.outer_dims):
+        elif squeeze_dims(out.shape.dims) == squeeze_dims(plan.outer_dims):
             outer.append((j, out))
         else:
             raise UnsupportedError("a reduction fusion output outside the reduced and input spaces")
@@ -554,8 +525,8 @@ def _write_outer_outputs(k: _Kernel, em, plan, outer_outs, first, outer_index, l
     def write():
         em.reset_memo()
         for j, out in outer_outs:
-            idx = _expand(outer_index, plan.outer_dims, out.shape.dims)
-            k.store(first + j, _linear(b, idx, out.shape.dims), em.value(out, idx))
+            idx = expand_index(outer_index, plan.outer_dims, out.shape.dims)
+            k.store(first + j, linear_index(b, idx, out.shape.dims), em.value(out, idx))
         em.reset_memo()
     _if(b, lead, "lead", write)
 
@@ -567,7 +538,7 @@ def _row_style(plan) -> bool:
 
 
 def _emit_rows(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]:
-    R, O = _prod(plan.red_dims), _prod(plan.outer_dims)
+    R, O = product(plan.red_dims), product(plan.outer_dims)
     warp_mode = R <= ROW_WARP_MAX
     k = _Kernel(module, name, [p.shape for p in params], [o.shape for o in outputs])
     b = k.b
@@ -588,10 +559,10 @@ def _emit_rows(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]
     def row_body(row):
         reduced.clear()
         em.reset_memo()
-        outer_index = _delinearize(b, row, plan.outer_dims)
+        outer_index = delinearize(b, row, plan.outer_dims)
 
         def index_of(j):
-            return plan.merge(outer_index, _delinearize(b, j, plan.red_dims))
+            return plan.merge(outer_index, delinearize(b, j, plan.red_dims))
         for n, red in enumerate(reducers):
             v = _accumulate(k, em, red, lane, const_i64(R), width, index_of, f"r{n}")
             v = _warp_allreduce(k, red, v) if warp_mode else _block_allreduce(k, red, v, shared[n])
@@ -603,7 +574,7 @@ def _emit_rows(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]
                 em.reset_memo()
                 idx = index_of(j)
                 for jj, out in row_outs:
-                    k.store(len(params) + jj, _linear(b, idx, plan.in_dims), em.value(out, idx))
+                    k.store(len(params) + jj, linear_index(b, idx, plan.in_dims), em.value(out, idx))
             _stride_loop(b, lane, const_i64(R), width, "w", write)
             em.reset_memo()
     _stride_loop(b, start, const_i64(O), step, "row", row_body)
@@ -659,7 +630,7 @@ def _splittable(plan) -> bool:
     """Can the reductions be computed per row chunk and combined afterwards?  Not when a
     reduction's operand uses another reduction's value (it needs the final value first), nor
     for complex values (partials are 8-byte slots)."""
-    feeding = {id(i) for i in _ancestors([r.operands[0] for r in plan.reduces])}
+    feeding = {id(i) for i in ancestors([r.operands[0] for r in plan.reduces])}
     return not feeding & {id(r) for r in plan.reduces} and \
         not any(is_complex(r.shape.element_type) for r in plan.reduces)
 
@@ -695,7 +666,7 @@ class _ColumnLanes:
             o = b.add(b.mul(tile, const_i64(layout.width)), self.column)
             valid = b.icmp_signed("<", o, const_i64(layout.columns))
             o = b.select(valid, o, const_i64(0))
-            body(_ColumnUnit(o, valid, chunk, _delinearize(b, o, outer_dims)))
+            body(_ColumnUnit(o, valid, chunk, delinearize(b, o, outer_dims)))
         _stride_loop(b, self.k.ctaid, const_i64(layout.tiles * chunks), self.k.nctaid, "unit", unit)
 
     def chunk_rows(self, unit: _ColumnUnit) -> tuple:
@@ -720,7 +691,7 @@ class _ColumnLanes:
         k, b = self.k, self.k.b
         k.shared_store(sh, k.tid, v)
         k.barrier()
-        acc = _entry_alloca(b, red.acc_ty)
+        acc = entry_alloca(b, red.acc_ty)
         b.store(red.identity(), acc)
         width = const_i64(self.layout.width)
         _stride_loop(b, const_i64(0), self.rows, const_i64(1), "lanes", lambda r: b.store(
@@ -745,7 +716,7 @@ class _ColumnKernel:
         b, plan = self.k.b, self.plan
         first, end = self.lanes.chunk_rows(unit)
         return _accumulate(self.k, self.em, self.reducers[n], first, end, self.lanes.rows,
-                           lambda j: plan.merge(unit.outer_index, _delinearize(b, j, plan.red_dims)), f"c{n}")
+                           lambda j: plan.merge(unit.outer_index, delinearize(b, j, plan.red_dims)), f"c{n}")
 
 
 def _scratch_slot(b, chunk, o, n: int, layout: ColumnLayout, nred: int):
@@ -778,9 +749,9 @@ def _emit_column_results(k: _Kernel, comp, plan, layout, outputs, params, partia
         if row_outs:
             def write(j):
                 em.reset_memo()
-                idx = plan.merge(unit.outer_index, _delinearize(b, j, plan.red_dims))
+                idx = plan.merge(unit.outer_index, delinearize(b, j, plan.red_dims))
                 for jj, out in row_outs:
-                    k.store(len(params) + jj, _linear(b, idx, plan.in_dims), em.value(out, idx))
+                    k.store(len(params) + jj, linear_index(b, idx, plan.in_dims), em.value(out, idx))
             first, end = lanes.chunk_rows(unit)
             _stride_loop(b, first, end, lanes.rows, "w", write)
             em.reset_memo()
@@ -789,7 +760,7 @@ def _emit_column_results(k: _Kernel, comp, plan, layout, outputs, params, partia
 
 
 def _emit_columns(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]:
-    layout = column_layout(_prod(plan.red_dims), _prod(plan.outer_dims), _splittable(plan))
+    layout = column_layout(product(plan.red_dims), product(plan.outer_dims), _splittable(plan))
     if layout.chunks > 1:
         return _emit_split_columns(module, name, comp, plan, layout, outputs, params)
     k = _Kernel(module, name, [p.shape for p in params], [o.shape for o in outputs])
@@ -825,7 +796,7 @@ def _emit_split_columns(module, name, comp, plan, layout, outputs, params) -> li
 
     def slots_partial(ck, n, unit):
         b, red, lanes = f.b, ck.reducers[n], ck.lanes
-        acc = _entry_alloca(b, red.acc_ty)
+        acc = entry_alloca(b, red.acc_ty)
         b.store(red.identity(), acc)
 
         def add_chunk(j):
@@ -860,7 +831,7 @@ def _load_slot(b, scratch, slot, red: _Reducer):
 
 def _emit_full(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]:
     n_in = len(params)
-    N = _prod(plan.in_dims)
+    N = product(plan.in_dims)
     nred = len(plan.reduces)
     # phase 1: k(params..., scratch): per-block partials
     k = _Kernel(module, name, [p.shape for p in params], [], (I8.as_pointer(),))
@@ -869,11 +840,11 @@ def _emit_full(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]
     scratch.add_attribute("noalias")
     operands = [r.operands[0] for r in plan.reduces]
     reads = _LinearReads(k, params, operands, [])
-    em = _LinearEmitter(b, comp, reads.load)
+    em = LinearEmitter(b, comp, reads.load)
     reducers = [_Reducer(r, em) for r in plan.reduces]
     accs = []
     for red in reducers:
-        acc = _entry_alloca(b, red.acc_ty)
+        acc = entry_alloca(b, red.acc_ty)
         b.store(red.identity(), acc)
         accs.append(acc)
 
@@ -902,7 +873,7 @@ def _emit_full(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]
     em = ElementalEmitter(b, comp, lambda p, idx: f.load(p, const_i64(0)), reduced)
     reducers = [_Reducer(r, em) for r in plan.reduces]
     for n, red in enumerate(reducers):
-        acc = _entry_alloca(b, red.acc_ty)
+        acc = entry_alloca(b, red.acc_ty)
         b.store(red.identity(), acc)
 
         def part(j, n=n, red=red, acc=acc):
@@ -924,11 +895,11 @@ def _emit_full(module, name, comp, plan, outputs, params) -> list[GpuKernelSpec]
 
 
 def _emit_reduction(module, name, comp: Computation) -> list[GpuKernelSpec]:
-    plan = _ReductionPlan(comp)
+    plan = ReductionPlan(comp)
     plan.require_recognized()
-    outputs, params = _outputs(comp), comp.parameters
+    outputs, params = kernel_outputs(comp), comp.parameters
     _output_kinds(plan, outputs)
-    if _full_reduction_plan(comp) is not None:
+    if full_reduction_plan(comp) is not None:
         return _emit_full(module, name, comp, plan, outputs, params)
     if _row_style(plan):
         return _emit_rows(module, name, comp, plan, outputs, params)

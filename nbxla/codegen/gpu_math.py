@@ -13,7 +13,7 @@ Both compute in double precision (f32 arguments are widened, the result rounded 
 
 * ``cbrt(x) = sign(x) * y`` with ``y = exp(log|x| / 3)`` refined by one Newton step
   ``y -= (y**3 - |x|) / (3 y**2)``; special cases (+-0, +-inf, NaN) return ``x``.
-  Measured (tests/test_cuda_codegen.py, host JIT of the same IR): f32 <= 0.5 ulp (correctly
+  Measured (tests/codegen/test_cuda.py, host JIT of the same IR): f32 <= 0.5 ulp (correctly
   rounded on every sample), f64 <= 1 ulp.
 * ``atan2(y, x)``: ``t = min(|x|,|y|) / max(|x|,|y|)`` in [0, 1], reduced to
   ``|u| <= tan(pi/8)`` with ``u = (t-1)/(t+1)`` and ``atan t = pi/4 + atan u``; ``atan u`` by

@@ -24,7 +24,7 @@ nodes in 90-digit decimal arithmetic) of ``erf(x)/x`` in ``x**2`` on ``|x| < 1``
 Measured accuracy (max error in ulps of the result type against a float64 reference for f32
 and an 80-bit long double reference for f64 -- erf f64 against ``math.erf``; 2e6 (f32) / 1e6
 (f64) samples spread over all binades of the domain plus uniform samples, plus raw f32 bit
-patterns; tests/test_transcendentals.py measures the same way and asserts <= 4 ulp):
+patterns; tests/codegen/test_transcendentals.py measures the same way and asserts <= 4 ulp):
 
 =========  =========  =========  ============================================================
 function   f32 (ulp)  f64 (ulp)  special values

@@ -31,12 +31,13 @@ from ..errors import UnsupportedError
 from ..hlo.attributes import WindowDim
 # The evaluator's own test for a prefix window: the scan kernel is used exactly where the
 # evaluator uses ``ufunc.accumulate``, so both combine the init value the same way.
-from ..hlo.evaluator_reduce import _prefix_axis
+from ..hlo.evaluator_reduce import prefix_axis
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import is_complex, is_float
-from .elemental import ElementalEmitter, const_i64, llvm_type, row_major_strides
-from .loops import KernelSpec, _Buffers, _combine, _delinearize, _entry_alloca, _kernel_function, _loop, \
-    _prod, _reducer_opcode
+from .elemental import const_i64, delinearize, ElementalEmitter, llvm_type, row_major_strides
+from .toolkit import (combine_values, counted_loop, entry_alloca, kernel_function, KernelBuffers,
+                      KernelSpec, product, reducer_opcode)
+
 
 # Output columns per unit of a window kernel: 512 accumulators (2-8 KiB) stay in L1 while the
 # window loops pass over them, and rows this long are still split across threads.
@@ -51,20 +52,20 @@ def emit_reduce_window_kernel(module: ir.Module, name: str, comp: Computation) -
     """A computation whose root is ``reduce-window(input, init)`` of its parameters."""
     rw = comp.root
     opcode = _native_reducer(rw)
-    axis = _prefix_axis(rw.attrs["window"].dims, rw.operands[0].shape.dims)
+    axis = prefix_axis(rw.attrs["window"].dims, rw.operands[0].shape.dims)
     if axis is not None:
         return _emit_scan(module, name, comp, rw, opcode, axis)
     return _emit_windows(module, name, comp, rw, opcode)
 
 
 def _native_reducer(rw: Instruction) -> str:
-    """The opcode ``_combine`` applies for this reduce-window, or UnsupportedError saying why
+    """The opcode ``combine_values`` applies for this reduce-window, or UnsupportedError saying why
     there is none."""
     if rw.shape.is_tuple or len(rw.operands) != 2:
         raise UnsupportedError("variadic reduce-window (several inputs) has no native code path yet")
     if any(o.opcode != "parameter" for o in rw.operands):
         raise UnsupportedError("a fused reduce-window has no native code path yet")
-    opcode = _reducer_opcode(rw)
+    opcode = reducer_opcode(rw)
     if opcode is None:
         raise UnsupportedError("reduce-window with a reducer other than a single add, multiply, maximum, "
                                "minimum, and, or has no native code path yet")
@@ -75,19 +76,19 @@ def _native_reducer(rw: Instruction) -> str:
     if is_float(t) and opcode in ("and", "or"):
         raise UnsupportedError(f"reduce-window with {opcode} on {t} has no native code path")
     if t == "pred":
-        # NumPy (and XLA) add booleans as "or"; _combine's integer add would be xor on i1.
+        # NumPy (and XLA) add booleans as "or"; combine_values's integer add would be xor on i1.
         return {"add": "or", "multiply": "and"}.get(opcode, opcode)
     return opcode
 
 
 class _Kernel:
-    """A kernel function over (input, init, output) with the emitter ``_combine`` needs."""
+    """A kernel function over (input, init, output) with the emitter ``combine_values`` needs."""
 
     def __init__(self, module: ir.Module, name: str, comp: Computation, rw: Instruction, opcode: str):
-        self.fn, self.b = _kernel_function(module, name)
+        self.fn, self.b = kernel_function(module, name)
         x, init = rw.operands
         params = comp.parameters
-        self.bufs = _Buffers(self.b, self.fn.args[0], [p.shape for p in params] + [rw.shape])
+        self.bufs = KernelBuffers(self.b, self.fn.args[0], [p.shape for p in params] + [rw.shape])
         self.slot = {_INPUT: x.parameter_number, _INIT: init.parameter_number, _OUTPUT: len(params)}
         # Only its scalar helpers (minmax, complex parts) are used: loads are emitted here.
         self.em = ElementalEmitter(self.b, comp, lambda k, index: self.load(_INIT, const_i64(0)))
@@ -101,17 +102,17 @@ class _Kernel:
         self.bufs.store(self.b, self.slot[_OUTPUT], offset, value)
 
     def combine(self, acc, x) -> ir.Value:
-        """acc op x, with float sums and products rounded in exactly this order: _combine
+        """acc op x, with float sums and products rounded in exactly this order: combine_values
         marks them reassociable (right for reductions, whose order is free), and then x86's
         backend turns a scan's ``(run + x) + init`` into ``run + (x + init)``.  (Complex
-        products go through _combine: NumPy's formula, without reassociation flags.)"""
+        products go through combine_values: NumPy's formula, without reassociation flags.)"""
         b, t, op = self.b, self.t, self.opcode
         if is_float(t) and op in ("add", "multiply"):
             return b.fadd(acc, x) if op == "add" else b.fmul(acc, x)
         if is_complex(t) and op == "add":
-            (p, q), (r, s) = self.em._parts(acc), self.em._parts(x)
-            return self.em._pack(b.fadd(p, r), b.fadd(q, s))
-        return _combine(b, self.em, op, t, acc, x)
+            (p, q), (r, s) = self.em.parts(acc), self.em.parts(x)
+            return self.em.pack(b.fadd(p, r), b.fadd(q, s))
+        return combine_values(b, self.em, op, t, acc, x)
 
     def unit_block(self, unit, blocks: int, width: int, total: int):
         """(outer index, lo, hi) of a unit of ``blocks`` blocks of ``width`` per outer index."""
@@ -165,7 +166,7 @@ def _emit_windows(module, name, comp, rw, opcode) -> KernelSpec:
     kernel = _Kernel(module, name, comp, rw, opcode)
     axes = _axes(rw)
     out_dims = [a.out for a in axes]
-    rows, columns = _prod(out_dims[:-1]), out_dims[-1]
+    rows, columns = product(out_dims[:-1]), out_dims[-1]
     if rows * columns == 0:
         return _empty_kernel(kernel, name, "window")
     width = min(WINDOW_COLUMNS, columns)
@@ -177,14 +178,14 @@ def _emit_windows(module, name, comp, rw, opcode) -> KernelSpec:
     def unit(u):
         row, lo, hi = kernel.unit_block(u, blocks, width, columns)
         out_row = b.mul(row, const_i64(columns))
-        _loop(b, lo, hi, "fill", lambda c: kernel.store(b.add(out_row, c), init))
-        outer = _delinearize(b, row, out_dims[:-1])
+        counted_loop(b, lo, hi, "fill", lambda c: kernel.store(b.add(out_row, c), init))
+        outer = delinearize(b, row, out_dims[:-1])
         _over_window(kernel, axes, in_strides, outer, 0, const_i64(0),
                      lambda offset: _combine_columns(kernel, axes[-1], offset, out_row, lo, hi))
 
-    _loop(b, kernel.begin, kernel.end, "unit", unit)
+    counted_loop(b, kernel.begin, kernel.end, "unit", unit)
     b.ret_void()
-    window_size = _prod([a.w.size for a in axes])
+    window_size = product([a.w.size for a in axes])
     return KernelSpec(name, "window", rows * blocks, max(1, width * window_size))
 
 
@@ -203,7 +204,7 @@ def _over_window(kernel, axes, in_strides, outer, d, offset, innermost) -> None:
         with b.if_then(valid):
             inner = b.add(offset, b.mul(i, const_i64(in_strides[d])))
             _over_window(kernel, axes, in_strides, outer, d + 1, inner, innermost)
-    _loop(b, const_i64(0), const_i64(axis.w.size), f"k{d}", body)
+    counted_loop(b, const_i64(0), const_i64(axis.w.size), f"k{d}", body)
 
 
 def _input_index(b, axis: _Axis, pos):
@@ -245,8 +246,8 @@ def _combine_columns(kernel, axis: _Axis, row_offset, out_row, lo, hi) -> None:
                 hole = b.icmp_signed("!=", b.srem(pos, const_i64(w.base_dilation)), const_i64(0))
                 new = b.select(hole, acc, new)
             kernel.store(out_at, new)
-        _loop(b, _max(b, first, lo), _min(b, end, hi), "c", column)
-    _loop(b, const_i64(0), const_i64(w.size), "kc", per_offset)
+        counted_loop(b, _max(b, first, lo), _min(b, end, hi), "c", column)
+    counted_loop(b, const_i64(0), const_i64(w.size), "kc", per_offset)
 
 
 def _ceil_div_nonneg(b, x, d: int):
@@ -261,14 +262,14 @@ def _ceil_div_nonneg(b, x, d: int):
 def _emit_scan(module, name, comp, rw, opcode, axis: int) -> KernelSpec:
     kernel = _Kernel(module, name, comp, rw, opcode)
     dims = rw.shape.dims
-    outer, n, inner = _prod(dims[:axis]), dims[axis], _prod(dims[axis + 1:])
+    outer, n, inner = product(dims[:axis]), dims[axis], product(dims[axis + 1:])
     if outer * n * inner == 0:
         return _empty_kernel(kernel, name, "scan")
     lanes = min(SCAN_LANES, inner)
     blocks = -(-inner // lanes)
     b = kernel.b
     init = kernel.load(_INIT, const_i64(0))
-    running = _entry_alloca(b, ir.ArrayType(llvm_type(kernel.t), lanes))
+    running = entry_alloca(b, ir.ArrayType(llvm_type(kernel.t), lanes))
 
     def unit(u):
         o, lo, hi = kernel.unit_block(u, blocks, lanes, inner)
@@ -283,11 +284,11 @@ def _emit_scan(module, name, comp, rw, opcode, axis: int) -> KernelSpec:
                 value = x if first else kernel.combine(b.load(slot), x)
                 b.store(value, slot)
                 kernel.store(b.add(row, j), kernel.combine(init, value))
-            _loop(b, lo, hi, "lane0" if first else "lane", lane)
+            counted_loop(b, lo, hi, "lane0" if first else "lane", lane)
 
         step(const_i64(0), True)
-        _loop(b, const_i64(1), const_i64(n), "t", lambda t: step(t, False))
+        counted_loop(b, const_i64(1), const_i64(n), "t", lambda t: step(t, False))
 
-    _loop(b, kernel.begin, kernel.end, "unit", unit)
+    counted_loop(b, kernel.begin, kernel.end, "unit", unit)
     b.ret_void()
     return KernelSpec(name, "scan", outer * blocks, n * lanes)

@@ -18,7 +18,7 @@ def _ctx_array(a):
     return asarray(find_context([a]), a)
 
 
-def _promote(arrays):
+def promote_arrays(arrays):
     """Cast arrays to their NumPy result dtype (NEP 50: Python scalars are weak)."""
     ctx = find_context(arrays)
     dtype = np.result_type(*(a.dtype if isinstance(a, Tracer) else a for a in arrays))
@@ -194,7 +194,7 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
         xs, axis = [reshape(x, (x.size,)) for x in xs], 0
     if not xs:
         raise ValueError("need at least one array to concatenate")
-    xs = _promote(xs) if dtype is None else [convert(x, dtype) for x in xs]
+    xs = promote_arrays(xs) if dtype is None else [convert(x, dtype) for x in xs]
     if any(x.ndim == 0 for x in xs):
         raise ValueError("zero-dimensional arrays cannot be concatenated")
     axis = normalize_axes(axis, xs[0].ndim)[0]
@@ -244,7 +244,7 @@ def where(condition, x=None, y=None):
                                  "its output shape depends on the data",
                                  "use the three-argument form np.where(condition, x, y)")
     cond = asarray(ctx, condition)
-    a, b = _promote([x, y])
+    a, b = promote_arrays([x, y])
     shape = np.broadcast_shapes(cond.shape, a.shape, b.shape)
     c = cond if cond.dtype == np.bool_ else np.not_equal(cond, 0)
     return select(broadcast_to(c, shape), broadcast_to(a, shape), broadcast_to(b, shape))
@@ -275,7 +275,7 @@ def dot_general(a: Tracer, b: Tracer, contract, batch=((), ())) -> Tracer:
 
 def matmul(a, b, out=None, **kwargs):
     ctx = find_context([a, b])
-    a, b = _promote([asarray(ctx, a), asarray(ctx, b)])
+    a, b = promote_arrays([asarray(ctx, a), asarray(ctx, b)])
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: Input operand does not have enough dimensions")
     if a.dtype == np.bool_:

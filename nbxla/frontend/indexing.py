@@ -19,7 +19,7 @@ import numpy as np
 
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
-from .rules import (_resolve_input, asarray, broadcast_to, compare, convert, emit, like, make_view,
+from .rules import (resolve_input, asarray, broadcast_to, compare, convert, emit, like, make_view,
                     reducer, reshape, select)
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer
 
@@ -249,7 +249,7 @@ def ufunc_at(ctx, ufunc, a, indices, b=None):
                                  "compile")
     if not isinstance(a, Tracer):
         raise ctx.not_compilable(f"{WRITE_INTO_NUMPY} ({name})", WRITE_INTO_NUMPY_HINT)
-    loop = ufunc.resolve_dtypes((a.dtype, _resolve_input(b), None))
+    loop = ufunc.resolve_dtypes((a.dtype, resolve_input(b), None))
     if not loop[0] == loop[2] == a.dtype or (a.dtype == np.bool_ and ufunc is not np.add):
         # NumPy would compute in the loop's dtype and cast back after every single update.
         raise ctx.not_compilable(

@@ -11,7 +11,7 @@ import string
 
 import numpy as np
 
-from .functions import _promote, dot_general, transpose_value
+from .functions import promote_arrays, dot_general, transpose_value
 from .reductions import normalize_axes, reduce
 from .rules import asarray, broadcast_to, convert, find_context, implements, reshape
 from .tracer import Tracer
@@ -19,7 +19,7 @@ from .tracer import Tracer
 
 def contract(a: Tracer, b: Tracer, contracting, batch=((), ())) -> Tracer:
     """``dot_general`` in the operands' common dtype; bools contract as logical or-of-ands."""
-    a, b = _promote([a, b])
+    a, b = promote_arrays([a, b])
     if a.dtype == np.bool_:
         return np.not_equal(contract(convert(a, np.int64), convert(b, np.int64), contracting, batch), 0)
     return dot_general(a, b, contracting, batch)

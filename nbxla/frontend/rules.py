@@ -164,7 +164,7 @@ def make_view(base: Tracer, forward: Callable, backward: Callable | None, stride
 
 # ---- ufunc dispatch --------------------------------------------------------------------------
 
-def _resolve_input(value):
+def resolve_input(value):
     """The dtype NumPy's type resolution sees: Python scalars stay weak (NEP 50)."""
     if isinstance(value, Tracer):
         return value.dtype
@@ -207,7 +207,7 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
         raise ctx.not_compilable(f"np.{ufunc.__name__} is not supported by nbxla",
                                  "see the supported-API table in docs/supported_numpy.md")
     # Raises NumPy's own TypeError where NumPy has no loop (e.g. bool subtraction).
-    in_dtypes = tuple(_resolve_input(v) for v in inputs) + (None,) * ufunc.nout
+    in_dtypes = tuple(resolve_input(v) for v in inputs) + (None,) * ufunc.nout
     if dtype is None:
         dtypes = ufunc.resolve_dtypes(in_dtypes)
     else:
@@ -597,6 +597,20 @@ def _logaddexp(ctx, a, b):
     return select(compare(a, b, "EQ"), binop("add", a, like(a, np.log(2))), out)  # also a == b == inf
 
 
+def _logaddexp2(ctx, a, b):
+    """log2(2**a + 2**b) as max + log2(1 + 2**-|a-b|), so large inputs do not overflow."""
+    hi = binop("maximum", a, b)
+    d = binop("multiply", emit(ctx, "negate", emit(ctx, "abs", binop("subtract", a, b))), like(a, np.log(2)))
+    tail = binop("multiply", emit(ctx, "log-plus-one", emit(ctx, "exponential", d)), like(a, 1 / np.log(2)))
+    return select(compare(a, b, "EQ"), binop("add", a, like(a, 1)), binop("add", hi, tail))  # also a == b == inf
+
+
+def _heaviside(ctx, x, h0):
+    """0 below zero, h0 at zero, 1 above; NaN stays NaN (it fails every comparison)."""
+    above = select(compare(x, like(x, 0), "GT"), like(x, 1), x)
+    return select(compare(x, like(x, 0), "LT"), like(x, 0), select(compare(x, like(x, 0), "EQ"), h0, above))
+
+
 def _deg2rad(ctx, x):
     return binop("multiply", x, like(x, np.pi / 180))
 
@@ -625,7 +639,8 @@ UFUNCS.update({
     np.arcsin: _arcsin, np.arccos: _arccos, np.arctan: _arctan, np.arctan2: _binary("atan2"),
     np.sinh: _sinh, np.cosh: _cosh, np.tanh: _unary("tanh"),
     np.arcsinh: _arcsinh, np.arccosh: _arccosh, np.arctanh: _arctanh,
-    np.hypot: _hypot, np.logaddexp: _logaddexp, np.deg2rad: _deg2rad, np.rad2deg: _rad2deg,
+    np.hypot: _hypot, np.logaddexp: _logaddexp, np.logaddexp2: _logaddexp2, np.heaviside: _heaviside,
+    np.deg2rad: _deg2rad, np.rad2deg: _rad2deg,
     np.floor: _exact_float("floor"), np.ceil: _exact_float("ceil"),
     np.rint: _exact_float("round-nearest-even"), np.trunc: _trunc,
     np.isnan: lambda ctx, x: isnan(x), np.isinf: _isinf, np.isfinite: _isfinite,

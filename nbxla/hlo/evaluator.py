@@ -161,7 +161,7 @@ class Interpreter:
                     value = env[instr.operands[0]]
                 else:
                     value = RULES[instr.opcode](instr, [env[o] for o in instr.operands], self)
-                env[instr] = _conform(instr, instr.shape, value, batched)
+                env[instr] = conform_value(instr, instr.shape, value, batched)
             except HloShapeError as e:  # e.g. a bf16 value inside a rule: say which instruction
                 raise EvaluationError(f"while evaluating {label(instr)}: {e}") from e
             except NbxlaError:
@@ -224,14 +224,14 @@ def _stack(values: list, result_shape: AnyShape, shape: tuple):
     return out.reshape(shape)
 
 
-def _conform(instr: Instruction, shape: AnyShape, value, batched: bool):
+def conform_value(instr: Instruction, shape: AnyShape, value, batched: bool):
     """Make a rule's result exactly ``shape``: the right dtype always, the right dims unless
     batched (then scalar instructions carry the batch's dims)."""
     if shape.is_tuple:
         if not isinstance(value, tuple) or len(value) != len(shape.elements):
             raise EvaluationError(f"internal error: {label(instr)} produced {type(value).__name__}, "
                                   f"expected a tuple {shape}")
-        return tuple(_conform(instr, s, v, batched) for s, v in zip(shape.elements, value))
+        return tuple(conform_value(instr, s, v, batched) for s, v in zip(shape.elements, value))
     if shape.element_type == "bf16":
         raise EvaluationError(f"{label(instr)} has element type bf16, which NumPy cannot hold: the "
                               "evaluator cannot run it; convert to f32 before this instruction")

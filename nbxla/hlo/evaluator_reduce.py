@@ -84,7 +84,7 @@ def _reduce_window(instr, args, interp):
     if 0 in out_shape:
         return _from_list(acc)
     op = recognized_binary(comp) if n == 1 else None
-    axis = _prefix_axis(window, inputs[0].shape) if op is not None else None
+    axis = prefix_axis(window, inputs[0].shape) if op is not None else None
     if axis is not None:
         # A prefix window (cumsum, cumprod, running max): one accumulate, O(n) rather than
         # one slice per window position, O(n^2).
@@ -143,7 +143,7 @@ def _select_and_scatter(instr, args, interp):
     return out.reshape(operand.shape)
 
 
-def _prefix_axis(window, shape) -> int | None:
+def prefix_axis(window, shape) -> int | None:
     """The axis of a window that covers, at each position, everything before it (size n,
     low padding n-1, stride 1) and nothing along the other axes; None for other windows."""
     axis = None

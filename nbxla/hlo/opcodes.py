@@ -1,8 +1,15 @@
-"""The HLO opcode vocabulary, spelled as in XLA's text form.
+"""The HLO opcode vocabulary, spelled as in XLA's text form, and every property of an opcode
+that more than one layer reads.
 
-Every opcode listed here has a shape rule (``shape_inference``), a reference rule
-(``evaluator``) and, later, a codegen rule; ``tests/test_opcode_tables.py`` checks that the
-tables cover the same set.
+Every opcode listed here has a shape rule (``shape_inference.SHAPE_RULE_OPCODES``), a reference
+rule (``evaluator.RULES``) and a way to run on the CPU: an elemental codegen rule
+(``codegen.elemental.ELEMENTAL_RULES``) when it can sit inside a fused kernel, else the place
+named in ``CPU_PLACEMENT`` below.  ``tests/hlo/test_opcode_tables.py`` checks that these tables
+cover the same set, so adding an opcode means: its record here, a shape rule, an evaluator rule,
+a codegen rule (or a placement), and the frontend line that produces it.
+
+Properties are named groups (frozensets) beside the records, one comment per notion: passes,
+emitters and reports import them from here instead of keeping lists of their own.
 """
 
 from __future__ import annotations
@@ -68,3 +75,100 @@ FAMILIAR_NAMES = {
     "where": "select", "matmul": "dot", "dot_general": "dot", "concat": "concatenate",
     "gte": "get-tuple-element", "broadcast_in_dim": "broadcast", "convert_element_type": "convert",
 }
+
+
+# ---- properties read by several layers ---------------------------------------------------------
+
+ELEMENTWISE = frozenset(op for op, info in OPCODES.items() if info.elementwise)
+
+# Counted as transcendental in flop reports (XLA's cost analysis counts these separately from
+# plain arithmetic): a libm-style polynomial or iteration per element.
+TRANSCENDENTAL = frozenset({
+    "exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic", "power",
+    "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan", "atan2", "erf"})
+
+# Not duplicated into several consumers by fusion (XLA's IsExpensive): the transcendentals plus
+# integer/float division and remainder (tens of cycles each) and reductions (a whole row per
+# element).  Duplicating a cheap op costs less than a round trip through memory; these cost more.
+EXPENSIVE = TRANSCENDENTAL | {"divide", "remainder", "reduce"}
+
+# Worth storing and reading back rather than computing again inside one kernel (a row kernel
+# keeps softmax's exp in the output buffer).  Narrower than TRANSCENDENTAL on purpose: sqrt,
+# rsqrt and cbrt are one or a few vector instructions, cheaper than a reload.
+COSTLY_TO_RECOMPUTE = TRANSCENDENTAL - {"sqrt", "rsqrt", "cbrt"}
+
+# Computes nothing: names a value, reinterprets a buffer, or is a literal.  Never a kernel.
+NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape"})
+
+# Moves or selects data without arithmetic: zero flops in reports (their cost is bytes).
+DATA_MOVEMENT = NOT_KERNELS | {
+    "broadcast", "transpose", "slice", "concatenate", "pad", "reverse", "copy", "iota",
+    "dynamic-slice", "dynamic-update-slice", "gather"}
+
+# May sit inside a loop fusion: elementwise ops and the data movement an elemental emitter reads
+# through by index arithmetic, plus reduce (row and column kernels).
+FUSIBLE = ELEMENTWISE | {
+    "broadcast", "reshape", "transpose", "slice", "concatenate", "pad", "iota", "reverse",
+    "constant", "bitcast", "reduce", "dynamic-slice", "dynamic-update-slice", "gather"}
+
+# Same code for every element type: they move or choose values and never do arithmetic on them,
+# so complex operands need no complex rule.
+TYPE_AGNOSTIC = frozenset({
+    "parameter", "constant", "broadcast", "reshape", "bitcast", "copy", "transpose", "slice",
+    "reverse", "concatenate", "pad", "dynamic-slice", "gather", "dynamic-update-slice", "select",
+    "tuple"})
+
+# Element i of the result depends only on element i of each operand of the same element count
+# (shapes may differ by a reshape): a kernel made of these indexes every buffer by one flat index.
+LINEAR_INDEXABLE = frozenset({
+    "parameter", "constant", "convert", "reshape", "bitcast", "copy", "select", "clamp", "compare"})
+
+# Binary reducers / scatter combiners with a native accumulator: the called computation is this
+# one op applied to (accumulator, value).
+NATIVE_COMBINERS = frozenset({"add", "multiply", "maximum", "minimum", "and", "or"})
+
+# Run as a kernel of their own when not fused (the runtime hands the code generator a computation
+# of this one instruction over parameters).
+OWN_KERNEL = frozenset({"scatter", "reduce-window"})
+
+# Run the computations they call as whole programs (every other caller applies its computation
+# to scalars: a reducer, a comparator, a combiner).
+PROGRAM_CALLERS = frozenset({"while", "conditional", "call", "fusion"})
+
+# Two instructions with the same operands and attributes may still differ (random bits, external
+# calls, loop state) or are not worth comparing: common-subexpression elimination leaves them.
+NEVER_CSE = frozenset({"parameter", "rng-bit-generator", "custom-call", "while", "conditional"})
+
+# Constant folding leaves them: folding would not shrink the program (literals, broadcasts of a
+# scalar, iotas), would change its meaning (random bits, custom calls), or needs programs run.
+NEVER_FOLD = frozenset({"parameter", "constant", "iota", "broadcast", "rng-bit-generator",
+                        "custom-call", "while", "conditional", "call", "fusion", "tuple",
+                        "get-tuple-element"})
+
+# How an opcode without an elemental codegen rule runs on the CPU backend (those with one run
+# inside fused kernels; any of them may also end up on the evaluator with a stated reason).
+CPU_PLACEMENT = {
+    "parameter": "program input",
+    "tuple": "no work (a name)", "get-tuple-element": "no work (a name)",
+    "complex": "fused (complex rules)",
+    "reduce": "fused: row, column or full-reduction kernel",
+    "reduce-window": "own kernel", "scatter": "own kernel",
+    "dot": "library call: NumPy's BLAS (np.matmul)",
+    "convolution": "library call: im2col + np.matmul",
+    "sort": "library call: NumPy's argsort/lexsort (evaluator for comparators it cannot read)",
+    "while": "host loop over compiled programs",
+    "conditional": "host branch over compiled programs",
+    "call": "runs the called compiled program",
+    "fusion": "kernel",
+    "custom-call": "evaluator: the registered target's NumPy implementation",
+    "rng-bit-generator": "evaluator: NumPy implementation of ThreeFry/Philox",
+    "select-and-scatter": "evaluator: no native kernel yet",
+    "fft": "evaluator: numpy.fft",
+    "topk": "evaluator: NumPy partition and sort",
+    "opt-barrier": "evaluator: identity rule (no work)",
+}
+
+for _group in (TRANSCENDENTAL, EXPENSIVE, NOT_KERNELS, DATA_MOVEMENT, FUSIBLE,
+               TYPE_AGNOSTIC, LINEAR_INDEXABLE, NATIVE_COMBINERS, OWN_KERNEL, PROGRAM_CALLERS,
+               NEVER_CSE, NEVER_FOLD, frozenset(CPU_PLACEMENT)):
+    assert _group <= OPCODES.keys(), _group - OPCODES.keys()

@@ -13,12 +13,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .attributes import Metadata, attribute_to_text
-from .ir import Computation, Instruction, Module
 from .shapes import is_complex, is_float
+
+if TYPE_CHECKING:                       # (ir prints itself through this module)
+    from .ir import Computation, Instruction, Module
 
 # Attributes stored on instructions but printed inside the parentheses, not as name=value.
 INTERNAL_ATTRS = ("parameter_number", "literal")

@@ -1,6 +1,6 @@
 """``%%xla --compare``: eager NumPy against the compiled cell, as numbers and a chart.
 
-Times come from ``frontend.cell_check.compare_times`` (interleaved repeats); this module only
+Times come from ``cell_check.compare_times`` (interleaved repeats); this module only
 presents them, with the compile time beside (never inside) the run times, and the achieved
 memory bandwidth: the fusion report's estimated bytes over the median time, against a copy
 bandwidth measured once per session.

@@ -31,7 +31,7 @@ def refresh_all(*_args) -> None:
         board.refresh()
 
 
-def _last_compilation(cache: CompilationCache):
+def last_compilation(cache: CompilationCache):
     """The compilation that ran last: from a %%xla notice or the cache's most recent entry."""
     entries = cache.entries()               # least recently used first
     candidates = []
@@ -59,7 +59,7 @@ class Dashboard:
 
     def refresh(self) -> None:
         self.cache_html.value = CacheTable(self.cache).to_html()
-        compilation, source = _last_compilation(self.cache)
+        compilation, source = last_compilation(self.cache)
         if compilation is None:
             self.stages_html.value = "<i>nothing compiled yet: run a %%xla cell or an @nbxla.jit function</i>"
         elif compilation is not self._shown:

@@ -22,8 +22,8 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from ..errors import NbxlaError, TraceError
-from ..frontend.cell import prepare_cell
-from ..frontend.cell_check import compare_times, verify
+from ..cell import prepare_cell
+from ..cell_check import compare_times, verify
 from ..runtime.cache import DEFAULT_CACHE
 from ..runtime.cuda_executable import DeviceUnavailableError  # CUDA backend
 from . import dashboard

@@ -35,7 +35,6 @@ from ..hlo.ir import Instruction
 from .pipeline import Pass
 
 ALIGNMENT = 64
-_ALIASING = {"tuple", "get-tuple-element", "bitcast", "reshape"}
 
 
 def _align(n: int) -> int:

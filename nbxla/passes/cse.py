@@ -6,10 +6,9 @@ import numpy as np
 
 from ..hlo import Module
 from ..hlo.ir import Computation, Instruction
+from ..hlo.opcodes import NEVER_CSE
 from .pipeline import Pass
 
-# Ops whose repeated evaluation is not the same value (or that are not worth comparing).
-_NOT_MERGED = {"parameter", "rng-bit-generator", "custom-call", "while", "conditional"}
 
 
 def _attr_key(value):
@@ -45,7 +44,7 @@ def eliminate_common_subexpressions(comp: Computation) -> bool:
     kept = []
     for instr in comp.instructions:
         instr.operands = [replace.get(id(o), o) for o in instr.operands]
-        if instr.opcode in _NOT_MERGED:
+        if instr.opcode in NEVER_CSE:
             kept.append(instr)
             continue
         key = instruction_key(instr)

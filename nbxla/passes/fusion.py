@@ -26,28 +26,13 @@ from dataclasses import dataclass, field
 from ..hlo import Module
 from ..hlo.builder import unique_name
 from ..hlo.ir import Computation, Instruction
-from ..hlo.opcodes import OPCODES
+from ..hlo.opcodes import EXPENSIVE, FUSIBLE, NOT_KERNELS, PROGRAM_CALLERS
 from ..hlo.shapes import TupleShape
 from .cse import eliminate_common_subexpressions
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 MAX_OPERANDS = 32
 
-FUSIBLE = {op for op, info in OPCODES.items() if info.elementwise} | {
-    "broadcast", "reshape", "transpose", "slice", "concatenate", "pad", "iota", "reverse",
-    "constant", "bitcast", "reduce", "dynamic-slice", "dynamic-update-slice", "gather"}
-
-EXPENSIVE = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic",
-             "power", "divide", "remainder", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan",
-             "atan2", "erf", "reduce"}
-
-# Instructions that are not kernels on their own (no data is computed).
-NOT_KERNELS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape"}
-
-# Ops that run the computations they call as programs; every other caller (reduce, sort,
-# scatter, select-and-scatter, a custom call's comparator...) applies them to scalars, and
-# those computations are not fused into.
-_PROGRAM_CALLERS = {"while", "conditional", "call", "fusion"}
 
 
 @dataclass
@@ -497,7 +482,7 @@ def fusion_targets(module: Module) -> list[Computation]:
     """Computations that run as programs (entry, loop bodies, branches), not scalar reducers."""
     skipped = set()         # computations applied to scalars, and fused computations
     for instr in module.instructions():
-        if instr.opcode not in _PROGRAM_CALLERS or instr.opcode == "fusion":
+        if instr.opcode not in PROGRAM_CALLERS or instr.opcode == "fusion":
             skipped.update(id(c) for c in instr.called_computations)
     return [c for c in module.computations_post_order() if id(c) not in skipped]
 

@@ -15,14 +15,9 @@ import numpy as np
 
 from ..hlo import Module
 from ..hlo.ir import Computation, Instruction, SourceLocation
+from ..hlo.opcodes import DATA_MOVEMENT, TRANSCENDENTAL
 from .fusion import FusionDecisions, Refusal, fusion_targets, is_kernel
 
-TRANSCENDENTAL = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh",
-                  "logistic", "power", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan",
-                  "atan2", "erf"}
-_FREE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape",
-         "broadcast", "transpose", "slice", "concatenate", "pad", "reverse", "copy", "iota",
-         "dynamic-slice", "dynamic-update-slice", "gather"}
 
 
 def _elements(shape) -> int:
@@ -34,7 +29,7 @@ def _elements(shape) -> int:
 def instruction_flops(instr: Instruction) -> tuple[int, int]:
     """(flops, transcendentals) of one instruction, counting called computations."""
     op = instr.opcode
-    if op in _FREE:
+    if op in DATA_MOVEMENT:
         return 0, 0
     if op == "dot":
         a = instr.operands[0].shape

@@ -15,6 +15,7 @@ from ..hlo import Module, Shape
 from ..hlo.builder import unique_name
 from ..hlo.evaluator import evaluate
 from ..hlo.ir import Computation, Instruction
+from ..hlo.opcodes import NEVER_FOLD
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 FOLD_LIMIT = 1024          # largest constant (in elements) folding may create
@@ -197,12 +198,10 @@ def _rewrite_computation(comp: Computation, rule) -> bool:
 
 # ---- constant folding ----------------------------------------------------------------------
 
-_NEVER_FOLD = {"parameter", "constant", "iota", "broadcast", "rng-bit-generator", "custom-call",
-               "while", "conditional", "call", "fusion", "tuple", "get-tuple-element"}
 
 
 def _fold(instr: Instruction, rw: _Rewriter) -> Instruction | None:
-    if instr.opcode in _NEVER_FOLD or instr.shape.is_tuple or not instr.operands:
+    if instr.opcode in NEVER_FOLD or instr.shape.is_tuple or not instr.operands:
         return None
     if not all(o.opcode == "constant" or (o.opcode == "broadcast" and o.operands[0].opcode == "constant")
                for o in instr.operands):

@@ -29,10 +29,10 @@ from typing import Callable
 import numpy as np
 
 from ..codegen.cpu import CompiledKernels, compile_kernels, target_fingerprint
-from ..codegen.loops import STANDALONE_KERNEL_OPS
+from ..hlo.opcodes import OWN_KERNEL
 from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
-from ..hlo.evaluator import _conform as conform
+from ..hlo.evaluator import conform_value as conform
 from ..hlo.ir import Computation, Instruction
 from ..hlo.printer import print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
@@ -383,7 +383,7 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
     taken, out = set(), []
     for comp in computations:
         for instr in comp.instructions:
-            if instr.opcode != "fusion" and instr.opcode not in STANDALONE_KERNEL_OPS:
+            if instr.opcode != "fusion" and instr.opcode not in OWN_KERNEL:
                 continue
             base = symbol = "nbxla_" + instr.name.replace(".", "_").replace("-", "_")
             suffix = 2

@@ -43,7 +43,7 @@ from ..codegen.gpu import DEFAULT_ARCH, GpuKernels, arch_for_capability, compile
 from ..errors import NbxlaError
 from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
-from ..hlo.evaluator import _conform as conform
+from ..hlo.evaluator import conform_value as conform
 from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from .thunks import structural_thunk

@@ -1,0 +1,36 @@
+"""Which kernel style emits a computation: the dispatcher above the kernel-style modules.
+
+Each style lives in a module of its own and knows nothing of the others' existence; this module
+picks one per fused computation (or standalone op) in order from most to least specialized:
+scatter and reduce-window kernels, then a whole-array reduction, a column reduction (grouped
+when few columns), a row reduction, and the elementwise loop kernel for everything else.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..hlo.ir import Computation
+from . import column_groups
+from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel,
+                    emit_reduction_kernel, emit_scatter_kernel)
+from .toolkit import full_reduction_plan, KernelSpec
+from .windows import emit_reduce_window_kernel
+
+
+def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+    if comp.root.opcode == "scatter":
+        return emit_scatter_kernel(module, name, comp)
+    if comp.root.opcode == "reduce-window":
+        return emit_reduce_window_kernel(module, name, comp)
+    if any(i.opcode == "reduce" for i in comp.instructions):
+        plan = full_reduction_plan(comp)
+        if plan is not None:
+            return emit_full_reduction(module, name, comp, plan)
+        plan = column_plan(comp)
+        if plan is not None:
+            if not plan.custom and column_groups.applies(comp, plan):
+                return column_groups.emit_grouped_column_reduction(module, name, comp, plan)
+            return emit_column_reduction(module, name, comp, plan)
+        return emit_reduction_kernel(module, name, comp)
+    return emit_loop_kernel(module, name, comp)

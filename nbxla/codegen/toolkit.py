@@ -1,0 +1,344 @@
+"""The kernel-building toolkit every kernel style shares: the kernel signature and its buffers,
+counted loops, flat and per-dimension indexing, reducer recognition and combining, the
+NaN-tracking max/min accumulator, and the plan of a whole-array reduction.
+
+Kernel styles (loops, column_groups, arg_reductions, windows, gpu) import from here; this module
+imports none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ..errors import UnsupportedError
+from ..hlo.ir import Computation, Instruction
+from ..hlo.opcodes import LINEAR_INDEXABLE, NATIVE_COMBINERS
+from ..hlo.shapes import is_complex, is_float
+from .elemental import I1, I8, I32, I64, ElementalEmitter, const_i64, linear_index, llvm_type, storage_type
+
+
+BLOCK = 4096
+
+
+@dataclass
+class KernelSpec:
+    """How the runtime calls one kernel."""
+    name: str
+    style: str                 # "linear", "rows", "reduce", "full-reduce"
+    parallel_extent: int       # size of the [begin, end) range
+    work_per_unit: int         # elements computed per unit of the range (for threading decisions)
+    finish_name: str | None = None
+    scratch_slots: int = 0     # full reductions: 8-byte partial results per chunk
+    object_entry: str | None = None   # the same kernel taking array objects (see cpu.py)
+
+
+def kernel_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
+    fnty = ir.FunctionType(ir.VoidType(), [I8.as_pointer().as_pointer(), I64, I64])
+    fn = ir.Function(module, fnty, name)
+    fn.args[0].name, fn.args[1].name, fn.args[2].name = "buffers", "begin", "end"
+    for arg in (fn.args[0],):
+        arg.add_attribute("noalias")
+    block = fn.append_basic_block("entry")
+    return fn, ir.IRBuilder(block)
+
+
+class KernelBuffers:
+    """Typed pointers to the kernel's buffers, loaded once in the entry block."""
+
+    def __init__(self, b: ir.IRBuilder, arg, shapes: list):
+        self.ptrs = []
+        for k, shape in enumerate(shapes):
+            raw = b.load(b.gep(arg, [const_i64(k)]))
+            self.ptrs.append(b.bitcast(raw, storage_type(shape.element_type).as_pointer()))
+        self.shapes = shapes
+
+    def load(self, b, k: int, offset) -> ir.Value:
+        if is_complex(self.shapes[k].element_type):
+            # Two scalar loads (re, im): interleaved accesses LLVM's vectorizer understands.
+            p = b.gep(self.ptrs[k], [offset])
+            v = ir.Constant(self.ptrs[k].type.pointee, ir.Undefined)
+            for part in (0, 1):
+                v = b.insert_value(v, b.load(b.gep(p, [ir.Constant(I32, 0), ir.Constant(I32, part)])), part)
+            return v
+        v = b.load(b.gep(self.ptrs[k], [offset]))
+        if self.shapes[k].element_type == "pred":
+            return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        return v
+
+    def store(self, b, k: int, offset, value) -> None:
+        if is_complex(self.shapes[k].element_type):
+            p = b.gep(self.ptrs[k], [offset])
+            for part in (0, 1):
+                b.store(b.extract_value(value, part), b.gep(p, [ir.Constant(I32, 0), ir.Constant(I32, part)]))
+            return
+        if self.shapes[k].element_type == "pred":
+            value = b.zext(value, I8)
+        b.store(value, b.gep(self.ptrs[k], [offset]))
+
+
+def counted_loop(b: ir.IRBuilder, begin, end, name: str, body, step=None, interleave: int = 1) -> None:
+    """``for (i = begin; i < end; i += step) body(i)`` (step 1 by default); leaves the
+    builder after the loop.  ``interleave`` > 1 asks LLVM's vectorizer for that many vector
+    iterations in flight (see ``_interleave_metadata``)."""
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    loop = b.append_basic_block(f"{name}.body")
+    after = b.append_basic_block(f"{name}.end")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name)
+    i.add_incoming(begin, pre)
+    b.cbranch(b.icmp_signed("<", i, end), loop, after)
+    b.position_at_end(loop)
+    body(i)
+    nxt = b.add(i, const_i64(1) if step is None else step, name=f"{name}.next")
+    i.add_incoming(nxt, b.block)
+    latch = b.branch(head)
+    if interleave > 1:
+        latch.set_metadata("llvm.loop", _interleave_metadata(b.module, interleave))
+    b.position_at_end(after)
+
+
+def _interleave_metadata(module: ir.Module, count: int):
+    """Loop metadata forcing an interleave count.  Why: interleaving is off for the module
+    (it slowed memory-bound loops and doubled compile times), but a reduction whose
+    combiner is a long dependency chain (NaN-propagating max: six instructions per vector)
+    runs at the chain's latency with one accumulator; several accumulators hide it."""
+    inner = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
+                                 ir.Constant(I32, count)])
+    loop_id = module.add_metadata([inner])
+    loop_id.operands = (loop_id, inner)      # loop IDs refer to themselves (LLVM LangRef)
+    return loop_id
+
+
+def nest(b, dims, name, body, index=()):
+    """Nested loops over ``dims``; ``body(index_list)``."""
+    if not dims:
+        body(list(index))
+        return
+    counted_loop(b, const_i64(0), const_i64(dims[0]), f"{name}{len(index)}",
+          lambda i: nest(b, dims[1:], name, body, index + (i,)))
+
+
+def kernel_outputs(comp: Computation) -> list[Instruction]:
+    root = comp.root
+    return list(root.operands) if root.opcode == "tuple" else [root]
+
+
+def is_linear(instructions: list[Instruction], dims) -> bool:
+    """Can every value be indexed by the output's flat index?"""
+    for instr in instructions:
+        if instr.opcode == "tuple":
+            continue
+        if instr.shape.is_tuple:
+            return False
+        n = instr.shape.size
+        same = instr.shape.dims == dims or (n == int(product(dims)) and instr.opcode in ("reshape", "bitcast"))
+        if instr.opcode == "broadcast" and instr.operands[0].shape.rank == 0:
+            continue
+        if instr.shape.rank == 0 and instr.opcode in ("constant", "parameter"):
+            continue
+        if not same:
+            return False
+        if not (instr.is_elementwise or instr.opcode in LINEAR_INDEXABLE):
+            return False
+        if instr.opcode in ("reshape", "bitcast") and instr.operands[0].shape.size != n:
+            return False
+    return True
+
+
+def product(dims) -> int:
+    out = 1
+    for n in dims:
+        out *= n
+    return out
+
+
+class LinearEmitter(ElementalEmitter):
+    """Elemental emitter over flat indices: reshapes are free, parameters are read at i."""
+
+    flat_index = True
+
+    def _reshape(self, instr, index):
+        return self.value(instr.operands[0], index)
+
+    _bitcast = _reshape
+
+    def _broadcast(self, instr, index):
+        return self.value(instr.operands[0], [])
+
+
+def load_at(b, bufs, k, dims, index):
+    return bufs.load(b, k, linear_index(b, index, dims))
+
+
+def reducer_opcode(reduce: Instruction) -> str | None:
+    comp = reduce.attrs["to_apply"]
+    root = comp.root
+    params = comp.parameters
+    if len(params) == 2 and root.opcode in NATIVE_COMBINERS and \
+            {id(o) for o in root.operands} == {id(p) for p in params}:
+        return root.opcode
+    return None
+
+
+def combine_values(b: ir.IRBuilder, em: ElementalEmitter, opcode: str, t: str, acc, x, ordered=False):
+    """``acc (op) x``.  Float sums and products may be reassociated (row reductions vectorize
+    along the row that way) unless ``ordered``."""
+    fast = () if ordered else ("reassoc", "nsz")
+    if is_complex(t):
+        (p, q), (r, s) = em.parts(acc), em.parts(x)
+        if opcode == "add":
+            return em.pack(b.fadd(p, r, flags=fast), b.fadd(q, s, flags=fast))
+        if opcode == "multiply":
+            return em.pack(*em.complex_multiply(p, q, r, s))
+        raise UnsupportedError(f"complex {opcode} reductions have no native code path")
+    if opcode == "add":
+        if t == "pred":
+            return b.or_(acc, x)            # (a one-bit add would be xor; pred add is "or")
+        return b.fadd(acc, x, flags=fast) if is_float(t) else b.add(acc, x)
+    if opcode == "multiply":
+        if t == "pred":
+            return b.and_(acc, x)
+        return b.fmul(acc, x, flags=fast) if is_float(t) else b.mul(acc, x)
+    if opcode in ("and", "or"):
+        return getattr(b, opcode + "_")(acc, x)
+    return em.minmax(t, x, acc, opcode == "maximum")
+
+
+class NanTrackingExtreme:
+    """A float max/min accumulation split in two: the max (min) of the numbers, one ``vmaxps``
+    per vector (``maxnum`` with no-NaN flags), and a flag set by any NaN; the result is NaN
+    when the flag is set.  Why: the NaN-propagating ``llvm.maximum`` (with -0 < +0) is a
+    six-instruction dependency chain per vector on x86; this leaves one instruction on the
+    chain.  (A NaN makes the max poison under those flags, but the result then is the NaN.)"""
+
+    def __init__(self, b: ir.IRBuilder, t: str, is_max: bool, init):
+        self.b, self.ty = b, llvm_type(t)
+        self.intrinsic = b.module.declare_intrinsic("llvm.maxnum" if is_max else "llvm.minnum", [self.ty],
+                                                    ir.FunctionType(self.ty, [self.ty, self.ty]))
+        self.acc, self.nan = entry_alloca(b, self.ty), entry_alloca(b, I1)
+        self.reset(init)
+
+    @staticmethod
+    def applies(opcode: str, t: str) -> bool:
+        return opcode in ("maximum", "minimum") and is_float(t) and not is_complex(t)
+
+    def reset(self, init) -> None:
+        self.b.store(init, self.acc)
+        self.b.store(self.b.fcmp_unordered("uno", init, init), self.nan)
+
+    def add(self, x) -> None:
+        b = self.b
+        b.store(b.or_(b.load(self.nan), b.fcmp_unordered("uno", x, x)), self.nan)
+        b.store(b.call(self.intrinsic, [b.load(self.acc), x], fastmath=("nnan", "nsz")), self.acc)
+
+    def result(self):
+        b = self.b
+        return b.select(b.load(self.nan), ir.Constant(self.ty, float("nan")), b.load(self.acc))
+
+
+class ReductionPlan:
+    def __init__(self, comp: Computation):
+        self.reduces = [i for i in comp.instructions if i.opcode == "reduce"]
+        # Variadic (argmax) or custom reducers: only the row kernel, which applies the
+        # reducer computation element by element in the evaluator's order, handles them.
+        self.custom = any(r.shape.is_tuple or reducer_opcode(r) is None for r in self.reduces)
+        first = self.reduces[0]
+        self.in_dims = first.operands[0].shape.dims
+        self.reduced = tuple(sorted(first.attrs["dimensions"]))
+        self.outer_dims = tuple(n for i, n in enumerate(self.in_dims) if i not in self.reduced)
+        self.red_dims = tuple(self.in_dims[i] for i in self.reduced)
+
+    def require_recognized(self) -> None:
+        if self.custom:
+            raise UnsupportedError("variadic or custom reducers have no native code path yet")
+
+    def merge(self, outer_index, red_index):
+        """The input-space index from an outer index and a reduced index."""
+        it_o, it_r = iter(outer_index), iter(red_index)
+        return [next(it_r) if d in self.reduced else next(it_o) for d in range(len(self.in_dims))]
+
+
+def narrow_float(b: ir.IRBuilder, value, ty):
+    """double -> ty; to half through float (a direct double->half truncation is a libcall
+    that MCJIT cannot resolve)."""
+    if isinstance(ty, ir.LiteralStructType):
+        return componentwise(b, lambda v: narrow_float(b, v, ty.elements[0]), ty, value)
+    if isinstance(ty, ir.HalfType):
+        return b.fptrunc(b.fptrunc(value, ir.FloatType()), ty)
+    return b.fptrunc(value, ty)
+
+
+def entry_alloca(b: ir.IRBuilder, ty: ir.Type):
+    """A stack slot in the entry block (mem2reg turns it into registers), not in a loop."""
+    entry = b.function.entry_basic_block
+    here = b.block
+    if entry.is_terminated:
+        b.position_before(entry.terminator)
+    else:
+        b.position_at_end(entry)
+    slot = b.alloca(ty)
+    b.position_at_end(here)
+    return slot
+
+
+MINMAX_INTERLEAVE = 4
+
+
+def squeeze_dims(dims):
+    return tuple(n for n in dims if n != 1)
+
+
+def expand_index(outer_index, outer_dims, dims):
+    """Map an outer-space index to a shape equal to it up to size-1 dims."""
+    it = iter([i for i, n in zip(outer_index, outer_dims) if n != 1])
+    return [const_i64(0) if n == 1 else next(it) for n in dims]
+
+
+def full_reduction_plan(comp: Computation) -> ReductionPlan | None:
+    """A plan when the fusion reduces everything in one phase from linear-indexable inputs."""
+    plan = ReductionPlan(comp)
+    if plan.custom or plan.outer_dims and product(plan.outer_dims) != 1:
+        return None
+    if any(is_complex(r.shape.element_type) for r in plan.reduces):
+        return None                       # (partial results are 8-byte slots)
+    reduce_ids = {id(r) for r in plan.reduces}
+    feeding = ancestors([r.operands[0] for r in plan.reduces])
+    if reduce_ids & {id(i) for i in feeding}:
+        return None                       # a reduction feeds another: several phases
+    feeding_ids = {id(f) for f in feeding}
+    prefix = [i for i in comp.instructions if id(i) in feeding_ids]
+    if not prefix or not is_linear(prefix, plan.in_dims):
+        return None
+    if any(o.shape.is_tuple or squeeze_dims(o.shape.dims) for o in kernel_outputs(comp)):
+        return None                       # (the finish kernel writes scalar outputs only)
+    return plan
+
+
+def ancestors(roots: list[Instruction]) -> list[Instruction]:
+    seen: dict[int, Instruction] = {}
+    stack = list(roots)
+    while stack:
+        i = stack.pop()
+        if id(i) not in seen:
+            seen[id(i)] = i
+            stack.extend(i.operands)
+    return list(seen.values())
+
+
+def partial_type(r: Instruction):
+    t = r.shape.element_type
+    return ir.DoubleType() if reducer_opcode(r) == "add" and t in ("f32", "f16") else llvm_type(t)
+
+
+def componentwise(b, fn, ty, *values):
+    """``fn`` on each component of struct (complex) values, or on the values themselves."""
+    if not isinstance(values[0].type, ir.LiteralStructType):
+        return fn(*values)
+    out = ir.Constant(ty, ir.Undefined)
+    for part in (0, 1):
+        out = b.insert_value(out, fn(*[b.extract_value(v, part) for v in values]), part)
+    return out

@@ -1,0 +1,279 @@
+"""Buffer assignment: no two live values share bytes, dead buffers are reused, elementwise kernels
+update in place where that is legal, and donated parameters receive outputs.
+
+The strongest check is ``run_with_plan``: it executes the entry computation kernel by kernel
+with every value stored *where the plan puts it* (one byte arena, caller-owned parameter
+arrays that donated outputs overwrite), and must give the evaluator's results.  A plan that
+lets a value overwrite one still needed changes the answer.
+"""
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nbxla.frontend.trace import trace, tree_flatten
+from nbxla.hlo import Builder, Computation, Instruction, Module, Shape
+from nbxla.hlo.evaluator import evaluate, flatten
+from nbxla.passes import BufferAssignment, optimize
+from nbxla.passes.buffer_assignment import ALIGNMENT, plan_buffers
+from nbxla.testing import compare_arrays
+
+from tests.hlo_strategies import hlo_modules
+
+EXAMPLES = int(os.environ.get("NBXLA_HYPOTHESIS_EXAMPLES", "0")) or None
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+def traced(fn, *args):
+    leaves, treedef = tree_flatten((args, {}))
+    return trace(fn, leaves, treedef, name=fn.__name__).module
+
+
+def leaves_of(shape, prefix=()):
+    if not shape.is_tuple:
+        return [(prefix, shape)]
+    return [leaf for i, e in enumerate(shape.elements) for leaf in leaves_of(e, prefix + (i,))]
+
+
+def value_name(instr, index):
+    return instr.name + ("{" + ",".join(map(str, index)) + "}" if index else "")
+
+
+def run_instruction(instr, operand_values):
+    """Evaluate one instruction on the given operand values (a fusion runs its computation)."""
+    comp = Computation("one")
+    params = [comp.add(Instruction("parameter", o.shape, (), {"parameter_number": k}, f"p{k}"))
+              for k, o in enumerate(instr.operands)]
+    comp.add(Instruction(instr.opcode, instr.shape, params, instr.attrs, "it"))
+    comp.root = comp.instructions[-1]
+    return evaluate(comp, operand_values)
+
+
+def run_with_plan(module, plan, args):
+    """Execute the entry computation with every value living where ``plan`` says."""
+    arena = np.zeros(plan.arena_bytes + ALIGNMENT, np.uint8)
+    params = [np.array(a, copy=True) for a in args]          # caller-owned buffers
+    constants = {}
+
+    def place(name, shape):
+        v = plan[name]
+        if v.kind == "parameter":
+            return params[v.parameter].reshape(-1).view(shape.dtype).reshape(shape.dims)
+        if v.kind == "constant":
+            owner = v.alias_of or name
+            return constants[owner].reshape(-1).view(shape.dtype).reshape(shape.dims)
+        assert v.offset % ALIGNMENT == 0 and v.offset + v.size <= plan.arena_bytes or v.size == 0
+        count = shape.size
+        return np.frombuffer(arena.data, shape.dtype, count, v.offset).reshape(shape.dims)
+
+    def read(instr, index=()):
+        shape = instr.shape
+        for i in index:
+            shape = shape.elements[i]
+        if shape.is_tuple:
+            return tuple(read(instr, index + (k,)) for k in range(len(shape.elements)))
+        return np.array(place(value_name(instr, index), shape), copy=True)
+
+    for instr in module.entry.instructions:
+        leaves = leaves_of(instr.shape)
+        if instr.opcode == "constant":
+            constants[instr.name] = np.array(instr.literal, copy=True)
+        elif instr.opcode != "parameter" and leaves and plan[value_name(instr, leaves[0][0])].alias_of is None:
+            result = run_instruction(instr, [read(o) for o in instr.operands])
+            for index, shape in leaves:
+                value = result
+                for i in index:
+                    value = value[i]
+                place(value_name(instr, index), shape)[...] = value
+    outputs = flatten(read(module.entry.root))
+    for k, (before, after) in enumerate(zip(args, params)):
+        if k not in plan.donated:          # the caller's arrays are only written when donated
+            np.testing.assert_array_equal(after, before)
+    return outputs
+
+
+def check_plan(module, plan, args):
+    """Intervals x offsets never collide (except an in-place hand-over), and execution agrees."""
+    bufs = [v for v in plan.buffers() if v.size]
+    for v in bufs:
+        assert v.offset % ALIGNMENT == 0 and v.offset + v.size <= plan.arena_bytes
+    for i, a in enumerate(bufs):
+        for b in bufs[i + 1:]:
+            live_together = a.start <= b.end and b.start <= a.end
+            share_bytes = a.offset < b.offset + b.size and b.offset < a.offset + a.size
+            if live_together and share_bytes:
+                handover = a.allocation == b.allocation and (a.end == b.start or b.end == a.start)
+                assert handover, f"%{a.name} and %{b.name} overlap\n{plan.to_text()}"
+    assert plan.arena_bytes <= sum(-(-v.size // ALIGNMENT) * ALIGNMENT for v in plan.buffers())
+    want = flatten(evaluate(module, args))
+    got = run_with_plan(module, plan, args)
+    for g, w in zip(got, want):
+        # Not bit-exact: NumPy may sum a strided view and a contiguous copy in different orders.
+        ok, detail = compare_arrays(g, w)
+        assert ok, f"{detail}\n{plan.to_text()}"
+
+
+def optimized(fn, *args, donated=()):
+    result = optimize(traced(fn, *args), donated_parameters=set(donated))
+    return result.module, result.facts["buffer-assignment"]
+
+
+# ---- properties ---------------------------------------------------------------------------------
+
+@settings(max_examples=EXAMPLES or 200, deadline=None, derandomize=EXAMPLES is None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=hlo_modules(max_steps=20), donate=st.sets(st.integers(0, 3), max_size=2),
+       fuse=st.booleans())
+def test_random_plans_are_safe(case, donate, fuse):
+    module, args = case
+    if fuse:
+        result = optimize(module, donated_parameters=donate)
+        module, plan = result.module, result.facts["buffer-assignment"]
+    else:
+        plan = plan_buffers(module, donate)
+    check_plan(module, plan, args)
+    assert set(plan.donated) <= donate
+    assert all(plan[v].kind == "parameter" and plan[v].parameter == k for k, v in plan.donated.items())
+
+
+# ---- reuse, in place, donation ------------------------------------------------------------------
+
+def dot_chain(x, w):
+    h = x @ w
+    h = h @ w
+    h = h @ w
+    h = h @ w
+    return h @ w
+
+
+def test_dead_buffers_are_reused_in_a_chain():
+    x, w = np.ones((16, 16), np.float32), np.full((16, 16), 0.1, np.float32)
+    module, plan = optimized(dot_chain, x, w)
+    assert sum(i.opcode == "dot" for i in module.entry.instructions) == 5
+    assert plan.bytes_without_reuse == 5 * 16 * 16 * 4
+    assert plan.arena_bytes < plan.bytes_without_reuse
+    assert plan.arena_bytes == 2 * 16 * 16 * 4       # two buffers, used alternately
+    check_plan(module, plan, [x, w])
+
+
+def exp_chain(x):
+    a = np.exp(x)
+    b = a + 1
+    c = b * 2
+    return c
+
+
+def test_unfused_elementwise_chain_updates_in_place():
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    module = traced(exp_chain, x)
+    plan = BufferAssignment()
+    assert plan.run(module) is False                 # it plans; it changes nothing
+    plan = plan.report
+    by_op = {i.opcode: i.name for i in module.entry.instructions}
+    # exp(x) cannot overwrite the caller's x; a + 1 and b * 2 overwrite a and b.
+    assert plan[by_op["exponential"]].note == ""
+    assert plan[by_op["add"]].note == f"in place of %{by_op['exponential']}"
+    assert plan[by_op["multiply"]].note == f"in place of %{by_op['add']}"
+    assert len({plan[by_op[o]].offset for o in ("exponential", "add", "multiply")}) == 1
+    check_plan(module, plan, [x])
+
+
+def mlp(x, w, b):
+    return np.maximum(x @ w + b, 0)
+
+
+def test_dot_epilogue_writes_over_the_dot_result():
+    x, w, b = np.ones((8, 32), np.float32), np.ones((32, 16), np.float32), np.ones(16, np.float32)
+    module, plan = optimized(mlp, x, w, b)
+    dot = next(i for i in module.entry.instructions if i.opcode == "dot")
+    assert plan.in_place == [(module.entry.root.name, dot.name)]
+    assert plan.arena_bytes == 8 * 16 * 4 < plan.bytes_without_reuse
+    check_plan(module, plan, [x, w, b])
+
+
+def transposed_epilogue(x, w):
+    return (x @ w).T + 1
+
+
+def test_no_in_place_when_the_kernel_reads_other_elements():
+    x, w = np.ones((16, 16), np.float32), np.arange(256, dtype=np.float32).reshape(16, 16)
+    module, plan = optimized(transposed_epilogue, x, w)
+    assert any(i.opcode == "transpose" for i in module.entry.root.attrs["calls"].instructions)
+    assert plan.in_place == []
+    check_plan(module, plan, [x, w])
+
+
+def sgd_step(w, g):
+    return w - 0.1 * g
+
+
+def test_never_in_place_into_a_parameter_unless_donated():
+    w, g = np.ones((16, 16), np.float32), np.full((16, 16), 2, np.float32)
+    module, plan = optimized(sgd_step, w, g)
+    root = plan[module.entry.root.name]
+    assert root.kind == "arena" and plan.in_place == [] and plan.donated == {}
+    check_plan(module, plan, [w, g])
+
+
+def test_donated_parameter_holds_the_output():
+    w, g = np.ones((16, 16), np.float32), np.full((16, 16), 2, np.float32)
+    module, plan = optimized(sgd_step, w, g, donated=[0])
+    root = plan[module.entry.root.name]
+    assert root.location == ("parameter", 0) and plan.donated == {0: root.name}
+    assert plan.arena_bytes == 0
+    assert "donated parameter 0" in plan.to_text()
+    check_plan(module, plan, [w, g])
+
+
+def step_and_keep_old(w, g):
+    return w - 0.1 * g, w
+
+
+def test_donation_refused_when_the_parameter_is_still_needed():
+    w, g = np.ones((4, 4), np.float32), np.ones((4, 4), np.float32)
+    module, plan = optimized(step_and_keep_old, w, g, donated=[0])
+    assert plan.donated == {}
+    check_plan(module, plan, [w, g])
+
+
+def test_donation_refused_when_a_later_kernel_reads_the_parameter():
+    b = Builder("late_reader")
+    s = Shape("f32", (8, 8))
+    w, g = b.parameter(s, "w"), b.parameter(s, "g")
+    new_w = b.op("subtract", w, g)
+    later = b.op("dot", new_w, w, lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
+    module = Module("late_reader", b.build(b.op("tuple", new_w, later)))
+    plan = plan_buffers(module, {0})
+    assert plan.donated == {}
+    args = [np.arange(64, dtype=np.float32).reshape(8, 8), np.ones((8, 8), np.float32)]
+    check_plan(module, plan, args)
+
+
+def test_aliases_share_their_operands_buffer():
+    b = Builder("aliases")
+    x = b.parameter(Shape("f32", (4, 6)), "x")
+    e = b.op("exponential", x)
+    r = b.reshape(e, (24,))
+    n = b.op("negate", r)
+    t = b.op("tuple", n, e)
+    module = Module("aliases", b.build(t))
+    plan = plan_buffers(module)
+    assert plan[r.name].alias_of == e.name and plan[r.name].offset == plan[e.name].offset
+    assert plan[e.name].end == plan.length           # e is an output: it lives out
+    assert plan[n.name].note == ""                   # e is still live: no in-place
+    check_plan(module, plan, [np.ones((4, 6), np.float32)])
+
+
+def test_plan_text_and_compiler_stage():
+    import nbxla
+    f = nbxla.jit(mlp)
+    x, w, b = np.ones((8, 32), np.float32), np.ones((32, 16), np.float32), np.ones(16, np.float32)
+    text = f.get_compiler_ir(x, w, b)("buffer_assignment")
+    lines = text.splitlines()
+    assert lines[0].startswith("buffer assignment: arena 512 B with reuse, 1024 B without reuse")
+    assert any("parameter 0 size 1024" in line and line.strip().startswith("%x:") for line in lines)
+    assert any("offset 0 size 512 live [" in line and "in place of %dot" in line for line in lines)
+    assert any("live [" in line and ", out]" in line for line in lines)
