@@ -16,6 +16,8 @@ settings.load_profile("nbxla")
 # Compiled-code cache: private to this test session, never the user's ~/.cache.
 os.environ.setdefault("NBXLA_CACHE_DIR", tempfile.mkdtemp(prefix="nbxla-test-cache-"))
 
+from tests.ipython_util import shell  # noqa: E402,F401  (fixture for every folder; after the cache dir is set)
+
 REPO = Path(__file__).resolve().parents[1]
 CORPUS_HLO = REPO.parent / "shared" / "corpus" / "hlo"
 

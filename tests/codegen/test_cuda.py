@@ -28,23 +28,19 @@ import numpy as np
 import pytest
 
 import nbxla
+from nbxla.examples import softmax
 from nbxla.codegen import gpu, gpu_emulator
 from nbxla.errors import NbxlaError
 from nbxla.runtime.cuda_executable import DeviceUnavailableError, cuda_available
 from nbxla.testing import compare_arrays
 
-from tests.ipython_util import run, shell  # noqa: F401  (fixture)
+from tests.ipython_util import run
 
 rng = np.random.default_rng(0)
 
 
 def _r(*shape, dtype=np.float32):
     return (rng.standard_normal(shape) * 2).astype(dtype)
-
-
-def softmax(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def layernorm(x):

@@ -29,7 +29,7 @@ import nbxla
 from nbxla.testing import compare_arrays
 from tests.frontend_util import quiet
 
-from tests.ipython_util import run, shell  # noqa: F401  (fixture)
+from tests.ipython_util import run
 
 RNG = np.random.default_rng(20240611)
 

@@ -15,7 +15,7 @@ from nbxla.cell import run_cell
 from nbxla.runtime.cache import DEFAULT_CACHE
 from nbxla.testing import compare_arrays
 
-from tests.ipython_util import run, shell, user_names  # noqa: F401  (fixture)
+from tests.ipython_util import run, user_names
 
 RNG = np.random.default_rng(0)
 

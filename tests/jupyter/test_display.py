@@ -23,7 +23,7 @@ from nbxla.jupyter.hlo_lexer import HloLexer
 from nbxla.jupyter.html import highlight_hlo_lines
 from nbxla.runtime.cache import CompilationCache
 
-from tests.ipython_util import run, shell  # noqa: F401  (fixture)
+from tests.ipython_util import run
 
 VOID = {"br", "img", "input", "hr", "meta", "wbr", "col", "area", "source", "link"}
 

@@ -12,7 +12,7 @@ from nbxla.compiler import STAGES
 from nbxla.runtime import executable
 from nbxla.runtime.cache import DEFAULT_CACHE
 
-from tests.ipython_util import run, shell, user_names  # noqa: F401  (fixture)
+from tests.ipython_util import run, user_names
 
 
 def test_recompiles_with_an_explanation_on_shape_and_constant_change(shell):
