@@ -983,6 +983,14 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
 STANDALONE_KERNEL_OPS = frozenset({"scatter", "reduce-window"})
 
 
+def standalone_computation(instr: Instruction) -> Computation:
+    """``instr`` applied to parameters: how a standalone op is handed to ``emit_kernel``."""
+    params = [Instruction("parameter", o.shape, attrs={"parameter_number": k}, name=f"{instr.name}.p{k}")
+              for k, o in enumerate(instr.operands)]
+    root = Instruction(instr.opcode, instr.shape, params, dict(instr.attrs), name=instr.name)
+    return Computation(f"{instr.name}.computation", params + [root], root)
+
+
 def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     if comp.root.opcode == "scatter":
         return emit_scatter_kernel(module, name, comp)

@@ -1,0 +1,219 @@
+/* Support code of nbxla's ahead-of-time objects (codegen/aot.py): what the jit runtime does
+ * from Python, in C.  It is pasted at the top of every generated driver, so that everything
+ * here is static to that one object: two AOT objects linked into one program do not clash.
+ *
+ *  - nbxla_parallel / nbxla_full_reduce: split a kernel's [begin, end) range over threads
+ *    (threads started per call and joined before returning: no global state, so the entry
+ *    point stays reentrant; only kernels large enough to amortize a thread start are split).
+ *  - nbxla_transpose / GEMM: ``dot`` (the jit runtime calls NumPy's BLAS).
+ *  - nbxla_sort: a stable merge sort driven by the comparator compiled as a kernel (the jit
+ *    runtime calls NumPy's argsort).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef void (*nbxla_kernel)(void **buffers, int64_t begin, int64_t end);
+
+#define NBXLA_MAX_THREADS 64
+
+static int nbxla_workers(void) {
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n > NBXLA_MAX_THREADS ? NBXLA_MAX_THREADS : n;
+    }
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > NBXLA_MAX_THREADS ? NBXLA_MAX_THREADS : (int)n;
+}
+
+struct nbxla_task { nbxla_kernel fn; void **buffers; int64_t begin, end; };
+
+static void *nbxla_task_run(void *arg) {
+    struct nbxla_task *t = arg;
+    t->fn(t->buffers, t->begin, t->end);
+    return NULL;
+}
+
+/* Run tasks[0..n) with tasks 1.. on new threads and task 0 here (a task whose thread cannot
+ * be started runs here too: correct, only slower). */
+static void nbxla_run_tasks(struct nbxla_task *tasks, int n) {
+    pthread_t threads[NBXLA_MAX_THREADS];
+    int started[NBXLA_MAX_THREADS];
+    for (int i = 1; i < n; i++)
+        started[i] = pthread_create(&threads[i], NULL, nbxla_task_run, &tasks[i]) == 0;
+    nbxla_task_run(&tasks[0]);
+    for (int i = 1; i < n; i++) {
+        if (started[i]) pthread_join(threads[i], NULL);
+        else nbxla_task_run(&tasks[i]);
+    }
+}
+
+/* ``fn`` over [0, extent), split into one contiguous part per worker. */
+static void nbxla_parallel(nbxla_kernel fn, void **buffers, int64_t extent) {
+    int64_t n = nbxla_workers();
+    if (n > extent) n = extent;
+    if (n <= 1) { fn(buffers, 0, extent); return; }
+    struct nbxla_task tasks[NBXLA_MAX_THREADS];
+    for (int64_t i = 0; i < n; i++)
+        tasks[i] = (struct nbxla_task){fn, buffers, extent * i / n, extent * (i + 1) / n};
+    nbxla_run_tasks(tasks, (int)n);
+}
+
+/* A full reduction (as the jit runtime's FullReductionThunk): ``partial`` reduces part c of
+ * [0, extent) into ``slots`` 8-byte slots at scratch + 8*slots*c, then ``finish`` combines the
+ * parts (called with begin = the number of parts).  ``buffers`` holds the n_in inputs, then
+ * the outputs, then room for one pointer; ``scratch`` has room for NBXLA_MAX_THREADS parts. */
+static void nbxla_full_reduce(nbxla_kernel partial, nbxla_kernel finish, void **buffers, int n_in,
+                              int n_out, int64_t extent, int64_t max_parts, int64_t slots, char *scratch) {
+    int64_t parts = nbxla_workers();
+    if (parts > max_parts) parts = max_parts;
+    if (parts > extent) parts = extent;
+    if (parts < 1) parts = 1;
+    void *part_buffers[NBXLA_MAX_THREADS][n_in + 1];
+    struct nbxla_task tasks[NBXLA_MAX_THREADS];
+    for (int64_t c = 0; c < parts; c++) {
+        memcpy(part_buffers[c], buffers, sizeof(void *) * n_in);
+        part_buffers[c][n_in] = scratch + 8 * slots * c;
+        tasks[c] = (struct nbxla_task){partial, part_buffers[c], extent * c / parts, extent * (c + 1) / parts};
+    }
+    nbxla_run_tasks(tasks, (int)parts);
+    buffers[n_in + n_out] = scratch;
+    finish(buffers, parts, 0);
+}
+
+/* dst = src transposed: dst's dimension i is src's dimension perm[i] (row-major, any element
+ * size).  Puts a dot's operands in [batch, rows, columns] order. */
+static void nbxla_transpose(const char *src, char *dst, int rank, const int64_t *dims,
+                            const int64_t *perm, int64_t esize) {
+    int64_t src_strides[16], out_dims[16], step[16], index[16], total = 1;
+    for (int i = rank - 1, s = esize; i >= 0; i--) { src_strides[i] = s; s *= dims[i]; }
+    for (int i = 0; i < rank; i++) {
+        out_dims[i] = dims[perm[i]];
+        step[i] = src_strides[perm[i]];
+        index[i] = 0;
+        total *= out_dims[i];
+    }
+    int64_t offset = 0;
+    for (int64_t k = 0; k < total; k++) {
+        memcpy(dst + k * esize, src + offset, esize);
+        for (int i = rank - 1; i >= 0; i--) {       /* next index, row-major */
+            offset += step[i];
+            if (++index[i] < out_dims[i]) break;
+            offset -= step[i] * out_dims[i];
+            index[i] = 0;
+        }
+    }
+}
+
+/* C[b] = A[b] (m x k) @ B[b] (k x n), row-major.  Rows of C are split over threads when large;
+ * within a row block, k is blocked so that a block of B stays in cache while each C row
+ * (updated across j, which the C compiler vectorizes) is accumulated.  Integer types compute
+ * in the unsigned type of their width: wrap-around, as NumPy's integer matmul. */
+#define NBXLA_GEMM(NAME, T, U)                                                                    \
+    struct NAME##_job { const T *a, *b; T *c; int64_t m0, m1, n, k; };                           \
+    static void NAME##_rows(const T *a, const T *b, T *c, int64_t m0, int64_t m1, int64_t n,     \
+                            int64_t k) {                                                          \
+        for (int64_t i = m0; i < m1; i++)                                                         \
+            for (int64_t j = 0; j < n; j++) c[i * n + j] = (T)0;                                  \
+        const int64_t KB = 256, MB = 32;                                                          \
+        for (int64_t i0 = m0; i0 < m1; i0 += MB)                                                  \
+            for (int64_t p0 = 0; p0 < k; p0 += KB) {                                              \
+                int64_t i1 = i0 + MB < m1 ? i0 + MB : m1, p1 = p0 + KB < k ? p0 + KB : k;         \
+                for (int64_t i = i0; i < i1; i++) {                                               \
+                    T *restrict ci = c + i * n;                                                   \
+                    for (int64_t p = p0; p < p1; p++) {                                           \
+                        U aip = (U)a[i * k + p];                                                  \
+                        const T *restrict bp = b + p * n;                                         \
+                        for (int64_t j = 0; j < n; j++) ci[j] = (T)((U)ci[j] + aip * (U)bp[j]);   \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+    }                                                                                             \
+    static void *NAME##_task(void *arg) {                                                         \
+        struct NAME##_job *j = arg;                                                               \
+        NAME##_rows(j->a, j->b, j->c, j->m0, j->m1, j->n, j->k);                                  \
+        return NULL;                                                                              \
+    }                                                                                             \
+    static void NAME(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a, const T *b,      \
+                     T *c) {                                                                      \
+        int64_t threads = m * n * k >= ((int64_t)1 << 22) ? nbxla_workers() : 1;                  \
+        if (threads > m) threads = m;                                                             \
+        for (int64_t s = 0; s < batch; s++) {                                                     \
+            const T *as = a + s * m * k, *bs = b + s * k * n;                                     \
+            T *cs = c + s * m * n;                                                                \
+            if (threads <= 1) { NAME##_rows(as, bs, cs, 0, m, n, k); continue; }                  \
+            pthread_t th[NBXLA_MAX_THREADS];                                                      \
+            int started[NBXLA_MAX_THREADS];                                                       \
+            struct NAME##_job jobs[NBXLA_MAX_THREADS];                                            \
+            for (int64_t t = 0; t < threads; t++)                                                 \
+                jobs[t] = (struct NAME##_job){as, bs, cs, m * t / threads, m * (t + 1) / threads, \
+                                              n, k};                                              \
+            for (int64_t t = 1; t < threads; t++)                                                 \
+                started[t] = pthread_create(&th[t], NULL, NAME##_task, &jobs[t]) == 0;            \
+            NAME##_task(&jobs[0]);                                                                \
+            for (int64_t t = 1; t < threads; t++) {                                               \
+                if (started[t]) pthread_join(th[t], NULL);                                        \
+                else NAME##_task(&jobs[t]);                                                       \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+NBXLA_GEMM(nbxla_gemm_f32, float, float)
+NBXLA_GEMM(nbxla_gemm_f64, double, double)
+NBXLA_GEMM(nbxla_gemm_s8, int8_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_s16, int16_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_s32, int32_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_s64, int64_t, uint64_t)
+NBXLA_GEMM(nbxla_gemm_u8, uint8_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_u16, uint16_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_u32, uint32_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_u64, uint64_t, uint64_t)
+
+/* A stable sort of n_ops arrays along one axis (viewed as [outer, n, inner]), ordered by a
+ * comparator kernel taking (lhs0, rhs0, lhs1, rhs1, ..., result) scalar buffers.  Bottom-up
+ * merge sort of a permutation: an element of the right run goes first only when it compares
+ * less than the left one, so equal elements keep their order (a stable sort: for a strict
+ * weak order the same result as the evaluator's merge sort).  ``perm`` has room for 2n. */
+static void nbxla_sort(int n_ops, char *const *in, char *const *out, const int64_t *esize,
+                       int64_t outer, int64_t n, int64_t inner, nbxla_kernel less,
+                       int64_t less_extent, int64_t *perm) {
+    void *args[2 * n_ops + 1];
+    unsigned char result;
+    args[2 * n_ops] = &result;
+    int64_t *tmp = perm + n;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t base = o * n * inner + i;
+            int64_t *src = perm, *dst = tmp;
+            for (int64_t k = 0; k < n; k++) src[k] = k;
+            for (int64_t width = 1; width < n; width *= 2) {
+                for (int64_t lo = 0; lo < n; lo += 2 * width) {
+                    int64_t mid = lo + width < n ? lo + width : n;
+                    int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+                    int64_t l = lo, r = mid, d = lo;
+                    while (l < mid && r < hi) {
+                        for (int j = 0; j < n_ops; j++) {
+                            args[2 * j] = in[j] + (base + src[r] * inner) * esize[j];
+                            args[2 * j + 1] = in[j] + (base + src[l] * inner) * esize[j];
+                        }
+                        less(args, 0, less_extent);
+                        dst[d++] = result ? src[r++] : src[l++];
+                    }
+                    while (l < mid) dst[d++] = src[l++];
+                    while (r < hi) dst[d++] = src[r++];
+                }
+                int64_t *swap = src; src = dst; dst = swap;
+            }
+            for (int j = 0; j < n_ops; j++)
+                for (int64_t k = 0; k < n; k++)
+                    memcpy(out[j] + (base + k * inner) * esize[j], in[j] + (base + src[k] * inner) * esize[j],
+                           esize[j]);
+        }
+}
