@@ -43,6 +43,8 @@ C_TYPES = {"pred": "bool", "s8": "int8_t", "s16": "int16_t", "s32": "int32_t", "
            "c64": "float", "c128": "double"}
 _TYPE_NOTES = {"f16": "IEEE half bits", "bf16": "bfloat16 bits", "c64": "interleaved re, im",
                "c128": "interleaved re, im"}
+# Ops the jit runtime hands to NumPy rather than to the evaluator (runtime/cpu_library.py).
+_JIT_LIBRARY_CALLS = {"convolution": "a library call (im2col + NumPy's matmul)"}
 _RUNTIME_C = os.path.join(os.path.dirname(os.path.abspath(__file__)), "aot_runtime.c")
 
 
@@ -87,13 +89,12 @@ class _Kernels(KernelSource):
         self.names.append(symbol)
         return symbol
 
-    def _emit(self, key, name: str, comp: Computation, what: Instruction | Computation) -> KernelSpec:
+    def _emit(self, key, name: str, comp: Computation, where: str) -> KernelSpec:
         spec = self.specs.get(key)
         if spec is None:
             try:
                 spec = emit_kernel(self.module, self._symbol(name), comp)
             except UnsupportedError as e:
-                where = label(what) if isinstance(what, Instruction) else f"comparator %{what.name}"
                 raise AotError(f"{where} cannot be compiled ahead of time: the code generator has no "
                                f"native code for it ({e}); under jit it runs through the reference "
                                "evaluator. Rewrite that part of the function, or use nbxla.jit") from None
@@ -103,15 +104,23 @@ class _Kernels(KernelSource):
 
     def kernel(self, instr: Instruction) -> KernelSpec:
         if instr.opcode == "fusion":
-            return self._emit(id(instr), instr.name, instr.attrs["calls"], instr)
+            return self._emit(id(instr), instr.name, instr.attrs["calls"], label(instr))
         if instr.opcode in STANDALONE_KERNEL_OPS:
-            return self._emit(id(instr), instr.name, standalone_computation(instr), instr)
+            return self._emit(id(instr), instr.name, standalone_computation(instr), label(instr))
+        how = _JIT_LIBRARY_CALLS.get(instr.opcode, "the reference evaluator")
         raise AotError(f"{label(instr)} cannot be compiled ahead of time: the object file has no native "
-                       f"implementation of {instr.opcode} (under jit it runs through the reference "
-                       "evaluator, in Python). Rewrite that part of the function, or use nbxla.jit")
+                       f"implementation of {instr.opcode} (under jit it runs through {how}, in Python). "
+                       "Rewrite that part of the function, or use nbxla.jit")
 
     def comparator(self, comp: Computation) -> KernelSpec:
-        return self._emit(id(comp), comp.name, comp, comp)
+        return self._emit(id(comp), comp.name, comp, f"the sort comparator %{comp.name}")
+
+    def convert(self, shape: Shape, to: str) -> KernelSpec:
+        param = Instruction("parameter", shape, attrs={"parameter_number": 0}, name="x")
+        root = Instruction("convert", shape.with_type(to), [param], name=f"to_{to}")
+        comp = Computation(f"convert_{shape.element_type}_{to}_{shape.size}", [param, root], root)
+        return self._emit(("convert", shape.to_text(False), to), comp.name, comp,
+                          f"a conversion of a dot operand {shape.to_text(False)} to {to}")
 
     def constant(self, data: bytes) -> str:
         symbol = self.constants.get(data)
@@ -188,7 +197,9 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
         with open(driver_c, "w") as f:
             f.write(c_source)
         march = ["-march=native"] if cpu == "host" else [f"-march={cpu}"]
-        _run([cc, "-std=gnu11", "-O3", "-fPIC", *march, "-c", driver_c, "-o", driver_o], "compiling the driver")
+        # (-fcx-limited-range: complex products by the plain formula, as BLAS does, with no
+        # call into libgcc's __mulsc3)
+        _run([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", *march, "-c", driver_c, "-o", driver_o], "compiling the driver")
         object_path = os.path.join(out_dir, f"{name}.o")
         _run([ld, "-r", kernels_o, driver_o, "-o", object_path], "merging the objects (ld -r)")
         if objcopy:

@@ -41,7 +41,7 @@ from ..hlo.shapes import Shape
 ALIGN = 64
 MAX_THREADS = 64          # NBXLA_MAX_THREADS in aot_runtime.c
 _VIEWS = {"tuple", "get-tuple-element", "reshape", "bitcast"}
-_GEMM_TYPES = {"f32", "f64", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
+_GEMM_TYPES = {"f32", "f64", "c64", "c128", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
 _INDEX_C_TYPES = {"pred": "unsigned char", "s32": "int32_t", "s64": "int64_t", "u32": "uint32_t",
                   "u64": "uint64_t", "s8": "int8_t", "u8": "uint8_t", "s16": "int16_t", "u16": "uint16_t"}
 
@@ -120,6 +120,9 @@ class KernelSource:
         raise NotImplementedError
 
     def constant(self, data: bytes) -> str:         # -> the symbol of a global holding data
+        raise NotImplementedError
+
+    def convert(self, shape: Shape, to: str):       # -> KernelSpec of convert(shape) -> to
         raise NotImplementedError
 
 
@@ -326,13 +329,16 @@ class _ProgramEmitter:
         self.lines += ["{", "    " + self._pointer_list("b", ins + outs), "    " + call, "}"]
 
     def _dot(self, instr: Instruction) -> None:
+        """A GEMM per batch over operands put in [batch, m, k] and [batch, k, n] order.
+        Operands of another type are converted to the result's first (as the evaluator does);
+        half-precision results are computed in f32 and rounded once."""
         lhs, rhs = instr.operands
         t = instr.shape.element_type
-        if not (lhs.shape.element_type == rhs.shape.element_type == t) or t not in _GEMM_TYPES:
-            raise AotError(f"{label(instr)}: a dot of {lhs.shape.element_type} x {rhs.shape.element_type} -> "
-                           f"{t} has no ahead-of-time implementation (supported: the same operand and "
-                           f"result type, one of {', '.join(sorted(_GEMM_TYPES))}); under jit it runs "
-                           "through NumPy. Convert the operands first, or use nbxla.jit")
+        compute = "f32" if t in ("f16", "bf16") else t
+        if compute not in _GEMM_TYPES:
+            raise AotError(f"{label(instr)}: a dot giving {t} has no ahead-of-time implementation (supported "
+                           f"result types: {', '.join(sorted(_GEMM_TYPES | {'f16', 'bf16'}))}); under jit it "
+                           "runs through NumPy. Convert the operands first, or use nbxla.jit")
         a = instr.attrs
         lb, rb = list(a.get("lhs_batch_dims", ())), list(a.get("rhs_batch_dims", ()))
         lc, rc = list(a.get("lhs_contracting_dims", ())), list(a.get("rhs_contracting_dims", ()))
@@ -341,28 +347,47 @@ class _ProgramEmitter:
         ld, rd = lhs.shape.dims, rhs.shape.dims
         batch, m = _prod(ld[d] for d in lb), _prod(ld[d] for d in lfree)
         k, n = _prod(ld[d] for d in lc), _prod(rd[d] for d in rfree)
-        itemsize = instr.shape.dtype.itemsize
         used = 0
+
+        def scratch(nbytes: int) -> str:
+            nonlocal used
+            place = f"(void *){self._local(used)}"
+            used += _align(nbytes)
+            return place
+
         pointers = []
         self.lines.append("{")
         for name, operand, perm in (("a", lhs, lb + lfree + lc), ("b", rhs, rb + rc + rfree)):
-            source = self._array(operand)
-            if perm == sorted(perm):
-                pointers.append(source)
-                continue
-            if len(perm) > 16:
-                raise AotError(f"{label(instr)}: a dot operand of rank {len(perm)} (> 16) cannot be "
-                               "compiled ahead of time")
-            dims = ", ".join(str(d) for d in operand.shape.dims)
-            self.lines += [f"    static const int64_t {name}_dims[] = {{{dims}}};",
-                           f"    static const int64_t {name}_perm[] = {{{', '.join(map(str, perm))}}};",
-                           f"    nbxla_transpose({source}, {self._local(used)}, {len(perm)}, {name}_dims, "
-                           f"{name}_perm, {itemsize});"]
-            pointers.append(f"(void *){self._local(used)}")
-            used += _align(operand.shape.byte_size)
-        self.lines += [f"    nbxla_gemm_{t}({batch}, {m}, {n}, {k}, {pointers[0]}, {pointers[1]}, "
-                       f"{self._array(instr)});", "}"]
+            source, shape = self._array(operand), operand.shape
+            if shape.element_type != compute:
+                shape = shape.with_type(compute)
+                source = self._convert(operand.shape, compute, source, scratch(shape.byte_size))
+            if perm != sorted(perm):
+                if len(perm) > 16:
+                    raise AotError(f"{label(instr)}: a dot operand of rank {len(perm)} (> 16) cannot be "
+                                   "compiled ahead of time")
+                place = scratch(shape.byte_size)
+                dims = ", ".join(str(d) for d in shape.dims)
+                self.lines += [f"    static const int64_t {name}_dims[] = {{{dims}}};",
+                               f"    static const int64_t {name}_perm[] = {{{', '.join(map(str, perm))}}};",
+                               f"    nbxla_transpose({source}, {place}, {len(perm)}, {name}_dims, {name}_perm, "
+                               f"{shape.dtype.itemsize});"]
+                source = place
+            pointers.append(source)
+        result = self._array(instr)
+        wide = instr.shape.with_type(compute)
+        target = result if compute == t else scratch(wide.byte_size)
+        self.lines.append(f"    nbxla_gemm_{compute}({batch}, {m}, {n}, {k}, {pointers[0]}, {pointers[1]}, {target});")
+        if compute != t:
+            self._convert(wide, t, target, result)
+        self.lines.append("}")
         self._region(used)
+
+    def _convert(self, shape: Shape, to: str, source: str, target: str) -> str:
+        """Emit a call of a native convert kernel ``source`` -> ``target``; gives ``target``."""
+        spec = self.driver.kernels.convert(shape, to)
+        self.lines.append(f"    {{ void *cb[2] = {{{source}, {target}}}; {spec.name}(cb, 0, {spec.parallel_extent}); }}")
+        return target
 
     def _sort(self, instr: Instruction) -> None:
         operands = instr.operands

@@ -11,6 +11,8 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <complex.h>
+#include <stdbool.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -167,6 +169,8 @@ static void nbxla_transpose(const char *src, char *dst, int rank, const int64_t 
 
 NBXLA_GEMM(nbxla_gemm_f32, float, float)
 NBXLA_GEMM(nbxla_gemm_f64, double, double)
+NBXLA_GEMM(nbxla_gemm_c64, float complex, float complex)
+NBXLA_GEMM(nbxla_gemm_c128, double complex, double complex)
 NBXLA_GEMM(nbxla_gemm_s8, int8_t, uint32_t)
 NBXLA_GEMM(nbxla_gemm_s16, int16_t, uint32_t)
 NBXLA_GEMM(nbxla_gemm_s32, int32_t, uint32_t)

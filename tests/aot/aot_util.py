@@ -117,7 +117,7 @@ def run(obj, exe: str, args: list[np.ndarray], directory) -> list[np.ndarray]:
     ins, outs = [], []
     for k, (a, s) in enumerate(zip(args, obj.arg_shapes)):
         a = np.ascontiguousarray(a, dtype=s.dtype)
-        assert a.shape == s.dims, (a.shape, s.dims)
+        assert a.size == s.size, (a.shape, s.dims)      # (stored scalars may be 1-element arrays)
         ins.append(os.path.join(directory, f"in{k}.bin"))
         a.tofile(ins[-1])
     outs = [os.path.join(directory, f"out{k}.bin") for k in range(len(obj.result_shapes))]
@@ -127,8 +127,10 @@ def run(obj, exe: str, args: list[np.ndarray], directory) -> list[np.ndarray]:
 
 
 def undefined_symbols(object_path: str) -> set[str]:
+    """The object's undefined symbols, less the GOT's base (the linker defines it)."""
     done = subprocess.run(["nm", "-u", object_path], capture_output=True, text=True, check=True)
-    return {line.split()[-1].split("@")[0] for line in done.stdout.splitlines() if line.strip()}
+    return {line.split()[-1].split("@")[0] for line in done.stdout.splitlines() if line.strip()} - \
+        {"_GLOBAL_OFFSET_TABLE_"}
 
 
 def system_library_symbols() -> set[str]:
