@@ -242,3 +242,26 @@ def test_two_objects_link_into_one_program(tmp_path):
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
     xs = np.arange(16, dtype=np.float32) - 7.5
     assert float(out[0]) == float(out[1]) == pytest.approx(float(reduction_to_scalar(xs.reshape(4, 4))), rel=1e-5)
+
+
+CONV_HLO = """
+HloModule conv
+
+ENTRY main {
+  x = f32[1,8,8,3] parameter(0)
+  k = f32[3,3,3,4] parameter(1)
+  ROOT y = f32[1,6,6,4] convolution(x, k), window={size=3x3}, dim_labels=b01f_01io->b01f, metadata={source_file="model.py" source_line=12}
+}
+"""
+
+
+def test_what_cannot_be_compiled_ahead_of_time_is_named_with_its_line(tmp_path):
+    import nbxla.aot
+    from nbxla.errors import AotError, NbxlaError
+    with pytest.raises(AotError, match=r"%y \(convolution\) at model\.py:12 cannot be compiled ahead of time"):
+        nbxla.aot.compile(parse_hlo(CONV_HLO), None, str(tmp_path), "conv")
+
+    def unique_values(x):
+        return np.unique(x)
+    with pytest.raises(NbxlaError, match=r"test_aot_programs\.py:\d+: np\.unique cannot be compiled"):
+        nbxla.aot.compile(unique_values, ["f32[10]"], str(tmp_path), "unique_values")
