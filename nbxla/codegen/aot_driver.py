@@ -377,7 +377,9 @@ class _ProgramEmitter:
         result = self._array(instr)
         wide = instr.shape.with_type(compute)
         target = result if compute == t else scratch(wide.byte_size)
-        self.lines.append(f"    nbxla_gemm_{compute}({batch}, {m}, {n}, {k}, {pointers[0]}, {pointers[1]}, {target});")
+        packed = scratch(-(-n // 16) * 16 * k * wide.dtype.itemsize)      # NBXLA_NR = 16
+        self.lines.append(f"    nbxla_gemm_{compute}({batch}, {m}, {n}, {k}, {pointers[0]}, {pointers[1]}, {target}, "
+                          f"{packed});")
         if compute != t:
             self._convert(wide, t, target, result)
         self.lines.append("}")

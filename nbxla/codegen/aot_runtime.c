@@ -114,55 +114,78 @@ static void nbxla_transpose(const char *src, char *dst, int rank, const int64_t 
     }
 }
 
-/* C[b] = A[b] (m x k) @ B[b] (k x n), row-major.  Rows of C are split over threads when large;
- * within a row block, k is blocked so that a block of B stays in cache while each C row
- * (updated across j, which the C compiler vectorizes) is accumulated.  Integer types compute
- * in the unsigned type of their width: wrap-around, as NumPy's integer matmul. */
+/* C[b] = A[b] (m x k) @ B[b] (k x n), row-major.  B is packed into panels of NBXLA_NR columns
+ * (zero-padded; ``packed`` has room for k * round_up(n, NBXLA_NR) elements), and each block of
+ * 4 rows x NBXLA_NR columns of C is accumulated in registers over all of k: plain C that the C
+ * compiler vectorizes across the panel's columns.  Rows are split over threads when the
+ * product is large.  Integer types compute in an unsigned type: wrap-around, as NumPy's. */
+#define NBXLA_NR 16
 #define NBXLA_GEMM(NAME, T, U)                                                                    \
-    struct NAME##_job { const T *a, *b; T *c; int64_t m0, m1, n, k; };                           \
-    static void NAME##_rows(const T *a, const T *b, T *c, int64_t m0, int64_t m1, int64_t n,     \
-                            int64_t k) {                                                          \
-        for (int64_t i = m0; i < m1; i++)                                                         \
-            for (int64_t j = 0; j < n; j++) c[i * n + j] = (T)0;                                  \
-        const int64_t KB = 256, MB = 32;                                                          \
-        for (int64_t i0 = m0; i0 < m1; i0 += MB)                                                  \
-            for (int64_t p0 = 0; p0 < k; p0 += KB) {                                              \
-                int64_t i1 = i0 + MB < m1 ? i0 + MB : m1, p1 = p0 + KB < k ? p0 + KB : k;         \
-                for (int64_t i = i0; i < i1; i++) {                                               \
-                    T *restrict ci = c + i * n;                                                   \
-                    for (int64_t p = p0; p < p1; p++) {                                           \
-                        U aip = (U)a[i * k + p];                                                  \
-                        const T *restrict bp = b + p * n;                                         \
-                        for (int64_t j = 0; j < n; j++) ci[j] = (T)((U)ci[j] + aip * (U)bp[j]);   \
-                    }                                                                             \
-                }                                                                                 \
+    static void NAME##_pack(const T *b, T *packed, int64_t k, int64_t n) {                        \
+        for (int64_t j0 = 0; j0 < n; j0 += NBXLA_NR) {                                            \
+            T *panel = packed + j0 * k;                                                           \
+            int64_t w = n - j0 < NBXLA_NR ? n - j0 : NBXLA_NR;                                    \
+            for (int64_t p = 0; p < k; p++) {                                                     \
+                for (int64_t j = 0; j < w; j++) panel[p * NBXLA_NR + j] = b[p * n + j0 + j];      \
+                for (int64_t j = w; j < NBXLA_NR; j++) panel[p * NBXLA_NR + j] = (T)0;            \
             }                                                                                     \
+        }                                                                                         \
     }                                                                                             \
-    static void *NAME##_task(void *arg) {                                                         \
-        struct NAME##_job *j = arg;                                                               \
-        NAME##_rows(j->a, j->b, j->c, j->m0, j->m1, j->n, j->k);                                  \
+    static void NAME##_block4(const T *a, const T *panel, T *c, int64_t n, int64_t k, int64_t w) { \
+        U acc[4][NBXLA_NR] = {{0}};                                                               \
+        for (int64_t p = 0; p < k; p++) {                                                         \
+            const T *bp = panel + p * NBXLA_NR;                                                   \
+            U a0 = (U)a[p], a1 = (U)a[k + p], a2 = (U)a[2 * k + p], a3 = (U)a[3 * k + p];         \
+            for (int j = 0; j < NBXLA_NR; j++) {                                                  \
+                U bj = (U)bp[j];                                                                  \
+                acc[0][j] += a0 * bj; acc[1][j] += a1 * bj;                                       \
+                acc[2][j] += a2 * bj; acc[3][j] += a3 * bj;                                       \
+            }                                                                                     \
+        }                                                                                         \
+        for (int r = 0; r < 4; r++)                                                               \
+            for (int64_t j = 0; j < w; j++) c[r * n + j] = (T)acc[r][j];                          \
+    }                                                                                             \
+    static void NAME##_block1(const T *a, const T *panel, T *c, int64_t k, int64_t w) {           \
+        U acc[NBXLA_NR] = {0};                                                                    \
+        for (int64_t p = 0; p < k; p++) {                                                         \
+            U ap = (U)a[p];                                                                       \
+            for (int j = 0; j < NBXLA_NR; j++) acc[j] += ap * (U)panel[p * NBXLA_NR + j];         \
+        }                                                                                         \
+        for (int64_t j = 0; j < w; j++) c[j] = (T)acc[j];                                         \
+    }                                                                                             \
+    struct NAME##_job { const T *a, *packed; T *c; int64_t m0, m1, n, k; };                      \
+    static void *NAME##_rows(void *arg) {                                                         \
+        struct NAME##_job *jb = arg;                                                              \
+        const T *a = jb->a;                                                                       \
+        int64_t n = jb->n, k = jb->k;                                                             \
+        for (int64_t j0 = 0; j0 < n; j0 += NBXLA_NR) {                                            \
+            const T *panel = jb->packed + j0 * k;                                                 \
+            int64_t w = n - j0 < NBXLA_NR ? n - j0 : NBXLA_NR, i = jb->m0;                        \
+            for (; i + 4 <= jb->m1; i += 4) NAME##_block4(a + i * k, panel, jb->c + i * n + j0, n, k, w); \
+            for (; i < jb->m1; i++) NAME##_block1(a + i * k, panel, jb->c + i * n + j0, k, w);    \
+        }                                                                                         \
         return NULL;                                                                              \
     }                                                                                             \
     static void NAME(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a, const T *b,      \
-                     T *c) {                                                                      \
+                     T *c, T *packed) {                                                           \
         int64_t threads = m * n * k >= ((int64_t)1 << 22) ? nbxla_workers() : 1;                  \
-        if (threads > m) threads = m;                                                             \
+        if (threads > (m + 3) / 4) threads = (m + 3) / 4;                                         \
+        if (threads < 1) threads = 1;                                                             \
         for (int64_t s = 0; s < batch; s++) {                                                     \
-            const T *as = a + s * m * k, *bs = b + s * k * n;                                     \
-            T *cs = c + s * m * n;                                                                \
-            if (threads <= 1) { NAME##_rows(as, bs, cs, 0, m, n, k); continue; }                  \
+            NAME##_pack(b + s * k * n, packed, k, n);                                             \
             pthread_t th[NBXLA_MAX_THREADS];                                                      \
             int started[NBXLA_MAX_THREADS];                                                       \
             struct NAME##_job jobs[NBXLA_MAX_THREADS];                                            \
-            for (int64_t t = 0; t < threads; t++)                                                 \
-                jobs[t] = (struct NAME##_job){as, bs, cs, m * t / threads, m * (t + 1) / threads, \
-                                              n, k};                                              \
+            for (int64_t t = 0; t < threads; t++) /* row blocks of whole 4-row groups */          \
+                jobs[t] = (struct NAME##_job){a + s * m * k, packed, c + s * m * n,               \
+                                              (m + 3) / 4 * t / threads * 4,                      \
+                                              t + 1 == threads ? m : (m + 3) / 4 * (t + 1) / threads * 4, n, k}; \
             for (int64_t t = 1; t < threads; t++)                                                 \
-                started[t] = pthread_create(&th[t], NULL, NAME##_task, &jobs[t]) == 0;            \
-            NAME##_task(&jobs[0]);                                                                \
+                started[t] = pthread_create(&th[t], NULL, NAME##_rows, &jobs[t]) == 0;            \
+            NAME##_rows(&jobs[0]);                                                                \
             for (int64_t t = 1; t < threads; t++) {                                               \
                 if (started[t]) pthread_join(th[t], NULL);                                        \
-                else NAME##_task(&jobs[t]);                                                       \
+                else NAME##_rows(&jobs[t]);                                                       \
             }                                                                                     \
         }                                                                                         \
     }

@@ -265,3 +265,9 @@ def test_what_cannot_be_compiled_ahead_of_time_is_named_with_its_line(tmp_path):
         return np.unique(x)
     with pytest.raises(NbxlaError, match=r"test_aot_programs\.py:\d+: np\.unique cannot be compiled"):
         nbxla.aot.compile(unique_values, ["f32[10]"], str(tmp_path), "unique_values")
+
+
+def test_large_batched_matmul_splits_rows_across_threads(tmp_path):
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((2, 203, 300)).astype(np.float32), rng.standard_normal((2, 300, 131)).astype(np.float32)
+    _roundtrip(np.matmul, (a, b), tmp_path, "big_matmul", rtol=1e-4)
