@@ -34,9 +34,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import AotError
+from ..hlo.attributes import WindowDim
 from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape
+from .elemental import row_major_strides
 
 ALIGN = 64
 MAX_THREADS = 64          # NBXLA_MAX_THREADS in aot_runtime.c
@@ -107,6 +109,18 @@ class _Arena:
             else:
                 merged.append((o, s))
         self.free = merged
+
+
+class _Room:
+    """Places in the per-step region for one step's temporaries."""
+
+    def __init__(self, emitter: "_ProgramEmitter"):
+        self.emitter, self.used = emitter, 0
+
+    def take(self, nbytes: int) -> str:
+        place = f"(void *){self.emitter._local(self.used)}"
+        self.used += _align(nbytes)
+        return place
 
 
 class KernelSource:
@@ -292,6 +306,8 @@ class _ProgramEmitter:
             self._region(callee.scratch_bytes)
         elif op == "dot":
             self._dot(instr)
+        elif op == "convolution":
+            self._convolution(instr)
         elif op == "sort":
             self._sort(instr)
         else:
@@ -328,17 +344,39 @@ class _ProgramEmitter:
             extent * work >= self.driver.threshold else f"{spec.name}(b, 0, {extent});"
         self.lines += ["{", "    " + self._pointer_list("b", ins + outs), "    " + call, "}"]
 
-    def _dot(self, instr: Instruction) -> None:
-        """A GEMM per batch over operands put in [batch, m, k] and [batch, k, n] order.
-        Operands of another type are converted to the result's first (as the evaluator does);
-        half-precision results are computed in f32 and rounded once."""
-        lhs, rhs = instr.operands
+    def _compute_type(self, instr: Instruction, what: str) -> str:
+        """The type a dot or convolution computes in: its result's, f32 for half precision."""
         t = instr.shape.element_type
         compute = "f32" if t in ("f16", "bf16") else t
         if compute not in _GEMM_TYPES:
-            raise AotError(f"{label(instr)}: a dot giving {t} has no ahead-of-time implementation (supported "
-                           f"result types: {', '.join(sorted(_GEMM_TYPES | {'f16', 'bf16'}))}); under jit it "
-                           "runs through NumPy. Convert the operands first, or use nbxla.jit")
+            raise AotError(f"{label(instr)}: a {what} giving {t} has no ahead-of-time implementation (supported "
+                           f"result types: {', '.join(sorted(_GEMM_TYPES | {'f16', 'bf16'}))}). Convert the "
+                           "operands first, or use nbxla.jit")
+        return compute
+
+    def _operand_in(self, operand: Instruction, compute: str, room: "_Room") -> tuple[str, Shape]:
+        """The operand's buffer, converted to ``compute`` first when it has another type (as
+        the evaluator does: operands in the result type)."""
+        source, shape = self._array(operand), operand.shape
+        if shape.element_type != compute:
+            shape = shape.with_type(compute)
+            source = self._convert(operand.shape, compute, source, room.take(shape.byte_size))
+        return source, shape
+
+    def _result_via(self, instr: Instruction, compute: str, room: "_Room", emit) -> None:
+        """``emit(target)`` writes the result in ``compute``; rounded into the result if needed."""
+        wide = instr.shape.with_type(compute)
+        result = self._array(instr)
+        target = result if compute == instr.shape.element_type else room.take(wide.byte_size)
+        emit(target)
+        if target != result:
+            self._convert(wide, instr.shape.element_type, target, result)
+
+    def _dot(self, instr: Instruction) -> None:
+        """A GEMM per batch over operands put in [batch, m, k] and [batch, k, n] order
+        (half-precision results computed in f32 and rounded once, like the evaluator)."""
+        lhs, rhs = instr.operands
+        compute = self._compute_type(instr, "dot")
         a = instr.attrs
         lb, rb = list(a.get("lhs_batch_dims", ())), list(a.get("rhs_batch_dims", ()))
         lc, rc = list(a.get("lhs_contracting_dims", ())), list(a.get("rhs_contracting_dims", ()))
@@ -347,26 +385,16 @@ class _ProgramEmitter:
         ld, rd = lhs.shape.dims, rhs.shape.dims
         batch, m = _prod(ld[d] for d in lb), _prod(ld[d] for d in lfree)
         k, n = _prod(ld[d] for d in lc), _prod(rd[d] for d in rfree)
-        used = 0
-
-        def scratch(nbytes: int) -> str:
-            nonlocal used
-            place = f"(void *){self._local(used)}"
-            used += _align(nbytes)
-            return place
-
+        room = _Room(self)
         pointers = []
         self.lines.append("{")
         for name, operand, perm in (("a", lhs, lb + lfree + lc), ("b", rhs, rb + rc + rfree)):
-            source, shape = self._array(operand), operand.shape
-            if shape.element_type != compute:
-                shape = shape.with_type(compute)
-                source = self._convert(operand.shape, compute, source, scratch(shape.byte_size))
+            source, shape = self._operand_in(operand, compute, room)
             if perm != sorted(perm):
                 if len(perm) > 16:
                     raise AotError(f"{label(instr)}: a dot operand of rank {len(perm)} (> 16) cannot be "
                                    "compiled ahead of time")
-                place = scratch(shape.byte_size)
+                place = room.take(shape.byte_size)
                 dims = ", ".join(str(d) for d in shape.dims)
                 self.lines += [f"    static const int64_t {name}_dims[] = {{{dims}}};",
                                f"    static const int64_t {name}_perm[] = {{{', '.join(map(str, perm))}}};",
@@ -374,16 +402,51 @@ class _ProgramEmitter:
                                f"{shape.dtype.itemsize});"]
                 source = place
             pointers.append(source)
-        result = self._array(instr)
-        wide = instr.shape.with_type(compute)
-        target = result if compute == t else scratch(wide.byte_size)
-        packed = scratch(-(-n // 16) * 16 * k * wide.dtype.itemsize)      # NBXLA_NR = 16
-        self.lines.append(f"    nbxla_gemm_{compute}({batch}, {m}, {n}, {k}, {pointers[0]}, {pointers[1]}, {target}, "
-                          f"{packed});")
-        if compute != t:
-            self._convert(wide, t, target, result)
+        packed = room.take(-(-n // 16) * 16 * k * instr.shape.with_type(compute).dtype.itemsize)  # NBXLA_NR = 16
+        self._result_via(instr, compute, room, lambda target: self.lines.append(
+            f"    nbxla_gemm_{compute}({batch}, {m}, {n}, {k}, {pointers[0]}, {pointers[1]}, {target}, {packed});"))
         self.lines.append("}")
-        self._region(used)
+        self._region(room.used)
+
+    def _convolution(self, instr: Instruction) -> None:
+        """A direct convolution (any dim_labels, strides, padding, dilations, reversal,
+        feature and batch groups): ``nbxla_conv`` with the geometry as a constant struct."""
+        x, w = instr.operands
+        compute = self._compute_type(instr, "convolution")
+        dn = instr.attrs["dim_labels"]
+        spatial = len(dn.input_spatial)
+        if spatial > 8:
+            raise AotError(f"{label(instr)}: a convolution with {spatial} (> 8) spatial dimensions cannot be "
+                           "compiled ahead of time")
+        window = instr.attrs.get("window")
+        dims = window.dims if window is not None else \
+            [WindowDim(w.shape.dims[d]) for d in dn.kernel_spatial]
+        xs, ws, os_ = (row_major_strides(i.shape.dims) for i in (x, w, instr))
+        groups = instr.attrs.get("feature_group_count", 1)
+        batch_groups = instr.attrs.get("batch_group_count", 1)
+        features = instr.shape.dims[dn.output_feature]
+
+        def each(values) -> str:
+            return "{" + ", ".join(str(int(v)) for v in values) + "}"
+        fields = [
+            spatial, instr.shape.dims[dn.output_batch], features, w.shape.dims[dn.kernel_input_feature],
+            features // groups, features // batch_groups,
+            xs[dn.input_batch], xs[dn.input_feature], ws[dn.kernel_output_feature], ws[dn.kernel_input_feature],
+            os_[dn.output_batch], os_[dn.output_feature]]
+        arrays = [[xs[d] for d in dn.input_spatial], [ws[d] for d in dn.kernel_spatial],
+                  [os_[d] for d in dn.output_spatial], [x.shape.dims[d] for d in dn.input_spatial],
+                  [w.shape.dims[d] for d in dn.kernel_spatial], [instr.shape.dims[d] for d in dn.output_spatial],
+                  [wd.stride for wd in dims], [wd.pad_low for wd in dims], [wd.base_dilation for wd in dims],
+                  [wd.window_dilation for wd in dims], [wd.reversal for wd in dims]]
+        room = _Room(self)
+        self.lines.append("{")
+        (xp, _), (wp, _) = (self._operand_in(o, compute, room) for o in (x, w))
+        self.lines.append("    static const struct nbxla_conv cd = {" +
+                          ", ".join([str(f) for f in fields] + [each(a) for a in arrays]) + "};")
+        self._result_via(instr, compute, room,
+                         lambda target: self.lines.append(f"    nbxla_conv_{compute}({xp}, {wp}, {target}, &cd);"))
+        self.lines.append("}")
+        self._region(room.used)
 
     def _convert(self, shape: Shape, to: str, source: str, target: str) -> str:
         """Emit a call of a native convert kernel ``source`` -> ``target``; gives ``target``."""

@@ -6,6 +6,7 @@
  *    (threads started per call and joined before returning: no global state, so the entry
  *    point stays reentrant; only kernels large enough to amortize a thread start are split).
  *  - nbxla_transpose / GEMM: ``dot`` (the jit runtime calls NumPy's BLAS).
+ *  - nbxla_conv: ``convolution``, directly (the jit runtime: im2col + NumPy's BLAS).
  *  - nbxla_sort: a stable merge sort driven by the comparator compiled as a kernel (the jit
  *    runtime calls NumPy's argsort).
  */
@@ -202,6 +203,73 @@ NBXLA_GEMM(nbxla_gemm_u8, uint8_t, uint32_t)
 NBXLA_GEMM(nbxla_gemm_u16, uint16_t, uint32_t)
 NBXLA_GEMM(nbxla_gemm_u32, uint32_t, uint32_t)
 NBXLA_GEMM(nbxla_gemm_u64, uint64_t, uint64_t)
+
+/* A direct convolution, as the evaluator defines it: output (b, o, spatial...) sums
+ * x[b + bg*n_out, g*cpg + c, position] * w[o, c, kernel index] over the cpg input features of
+ * output feature o's group g = o / opg (batch group bg = o / obg) and the kernel window.  Per
+ * spatial dim: position q = out*stride + k*win_dil - pad_low in the base-dilated input reads
+ * element q / base_dil when that divides and lands inside (else a zero of the padding); a
+ * reversed dim reads kernel index size-1-k.  Strides are in elements. */
+struct nbxla_conv {
+    int64_t nsp, n_out, o, cpg, opg, obg, xs_b, xs_f, ws_o, ws_i, os_b, os_f;
+    int64_t xs[8], ws[8], os[8], in_size[8], k_size[8], out_size[8];
+    int64_t stride[8], pad_low[8], base_dil[8], win_dil[8], rev[8];
+};
+
+#define NBXLA_CONV(NAME, T, U)                                                                    \
+    static void NAME(const T *x, const T *w, T *out, const struct nbxla_conv *d) {                \
+        int64_t out_total = 1, k_total = 1, oi[8], ki[8];                                         \
+        for (int64_t s = 0; s < d->nsp; s++) { out_total *= d->out_size[s]; k_total *= d->k_size[s]; } \
+        for (int64_t b = 0; b < d->n_out; b++)                                                    \
+            for (int64_t o = 0; o < d->o; o++) {                                                  \
+                int64_t g = o / d->opg, xb = b + (o / d->obg) * d->n_out;                         \
+                for (int64_t s = 0; s < d->nsp; s++) oi[s] = 0;                                   \
+                for (int64_t p = 0; p < out_total; p++) {                                         \
+                    U acc = (U)0;                                                                 \
+                    for (int64_t c = 0; c < d->cpg; c++) {                                        \
+                        const T *xc = x + xb * d->xs_b + (g * d->cpg + c) * d->xs_f;              \
+                        const T *wc = w + o * d->ws_o + c * d->ws_i;                              \
+                        for (int64_t s = 0; s < d->nsp; s++) ki[s] = 0;                           \
+                        for (int64_t q = 0; q < k_total; q++) {                                   \
+                            int64_t xo = 0, wo = 0, inside = 1;                                   \
+                            for (int64_t s = 0; s < d->nsp && inside; s++) {                      \
+                                int64_t at = oi[s] * d->stride[s] + ki[s] * d->win_dil[s] - d->pad_low[s]; \
+                                if (at < 0 || at % d->base_dil[s]) { inside = 0; break; }         \
+                                at /= d->base_dil[s];                                             \
+                                if (at >= d->in_size[s]) { inside = 0; break; }                   \
+                                xo += at * d->xs[s];                                              \
+                                wo += (d->rev[s] ? d->k_size[s] - 1 - ki[s] : ki[s]) * d->ws[s];  \
+                            }                                                                     \
+                            if (inside) acc += (U)xc[xo] * (U)wc[wo];                             \
+                            for (int64_t s = d->nsp - 1; s >= 0; s--) {                           \
+                                if (++ki[s] < d->k_size[s]) break;                                \
+                                ki[s] = 0;                                                        \
+                            }                                                                     \
+                        }                                                                         \
+                    }                                                                             \
+                    int64_t at = b * d->os_b + o * d->os_f;                                       \
+                    for (int64_t s = 0; s < d->nsp; s++) at += oi[s] * d->os[s];                  \
+                    out[at] = (T)acc;                                                             \
+                    for (int64_t s = d->nsp - 1; s >= 0; s--) {                                   \
+                        if (++oi[s] < d->out_size[s]) break;                                      \
+                        oi[s] = 0;                                                                \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+    }
+
+NBXLA_CONV(nbxla_conv_f32, float, float)
+NBXLA_CONV(nbxla_conv_f64, double, double)
+NBXLA_CONV(nbxla_conv_c64, float complex, float complex)
+NBXLA_CONV(nbxla_conv_c128, double complex, double complex)
+NBXLA_CONV(nbxla_conv_s8, int8_t, uint32_t)
+NBXLA_CONV(nbxla_conv_s16, int16_t, uint32_t)
+NBXLA_CONV(nbxla_conv_s32, int32_t, uint32_t)
+NBXLA_CONV(nbxla_conv_s64, int64_t, uint64_t)
+NBXLA_CONV(nbxla_conv_u8, uint8_t, uint32_t)
+NBXLA_CONV(nbxla_conv_u16, uint16_t, uint32_t)
+NBXLA_CONV(nbxla_conv_u32, uint32_t, uint32_t)
+NBXLA_CONV(nbxla_conv_u64, uint64_t, uint64_t)
 
 /* A stable sort of n_ops arrays along one axis (viewed as [outer, n, inner]), ordered by a
  * comparator kernel taking (lhs0, rhs0, lhs1, rhs1, ..., result) scalar buffers.  Bottom-up

@@ -27,9 +27,6 @@ JAX_EXTRA = Path(__file__).resolve().parents[1] / "jax_extra"
 REFUSED = {
     "cholesky_custom_call": r"%cholesky\.\d+ \(custom-call\)",
     "linalg_solve_lapack": r"%lu\.\d+ \(custom-call\)",
-    **{case: r"%conv_general_dilated\.\d+ \(convolution\)" for case in (
-        "conv2d_nhwc", "cnn_forward", "conv1d_strided_dilated", "conv2d_depthwise", "conv2d_grads",
-        "conv2d_nchw_grouped", "conv3d_and_transpose", "conv_dtypes", "convolve_1d")},
     "fft_ops": r"%fft\.\d+ \(fft\)",
     "select_and_scatter_maxpool_grad": r"\(select-and-scatter\)",
     "select_and_scatter_overlapping": r"\(select-and-scatter\)",

@@ -248,18 +248,34 @@ CONV_HLO = """
 HloModule conv
 
 ENTRY main {
-  x = f32[1,8,8,3] parameter(0)
-  k = f32[3,3,3,4] parameter(1)
-  ROOT y = f32[1,6,6,4] convolution(x, k), window={size=3x3}, dim_labels=b01f_01io->b01f, metadata={source_file="model.py" source_line=12}
+  x = f32[2,9,7,3] parameter(0)
+  k = f32[3,2,3,4] parameter(1)
+  ROOT y = f32[2,5,6,4] convolution(x, k), window={size=3x2 stride=2x1 pad=1_1x0_0 rhs_dilate=1x1}, dim_labels=b01f_01io->b01f
 }
 """
+
+FFT_HLO = """
+HloModule spectrum
+
+ENTRY main {
+  x = c64[16] parameter(0)
+  ROOT y = c64[16] fft(x), fft_type=FFT, fft_length={16}, metadata={source_file="model.py" source_line=12}
+}
+"""
+
+
+def test_convolution_runs_natively(tmp_path):
+    rng = np.random.default_rng(12)
+    x, k = rng.standard_normal((2, 9, 7, 3)).astype(np.float32), rng.standard_normal((3, 2, 3, 4)).astype(np.float32)
+    obj, exe = build(parse_hlo(CONV_HLO), None, tmp_path, "conv")
+    _check(run(obj, exe, [x, k], tmp_path), flatten(evaluate(parse_hlo(CONV_HLO), [x, k])), rtol=1e-5)
 
 
 def test_what_cannot_be_compiled_ahead_of_time_is_named_with_its_line(tmp_path):
     import nbxla.aot
     from nbxla.errors import AotError, NbxlaError
-    with pytest.raises(AotError, match=r"%y \(convolution\) at model\.py:12 cannot be compiled ahead of time"):
-        nbxla.aot.compile(parse_hlo(CONV_HLO), None, str(tmp_path), "conv")
+    with pytest.raises(AotError, match=r"%y \(fft\) at model\.py:12 cannot be compiled ahead of time"):
+        nbxla.aot.compile(parse_hlo(FFT_HLO), None, str(tmp_path), "spectrum")
 
     def unique_values(x):
         return np.unique(x)
