@@ -10,9 +10,10 @@ Method
   ``NAME.o``, linked by ``cc -O2 bench.c NAME.o -lm -lpthread`` into a timing program, and
   ``nbxla.jit`` (compiled before timing).  Both get the same float32 inputs (the C program
   reads them from files written here).
-* A sample is ``inner`` back-to-back calls (chosen so that a sample lasts ~20 ms) divided
+* A sample is ``inner`` back-to-back calls (doubled until a sample lasts >= 20 ms) divided
   by ``inner``: the C program times its calls with ``clock_gettime`` (its start-up and input
-  loading are not timed); the jit samples are timed in this process.  Samples alternate
+  loading are not timed; its inputs are in huge-page memory, as NumPy's large arrays are);
+  the jit samples are timed in this process.  Samples alternate
   C, jit, NumPy, C, jit, NumPy ... so that machine noise hits all alike; the table shows
   medians.  Eager NumPy is the reference for the results (``check``) and a third column.
 * ``xjit`` = jit's time / the C program's time (> 1: the AOT call is cheaper).  For small
@@ -69,6 +70,7 @@ def workloads(quick: bool):
 _TIMER = r"""
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
 #include "@NAME@.h"
 
@@ -78,8 +80,12 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* Inputs in 2 MiB-aligned memory with transparent huge pages asked for, as NumPy does for
+ * large arrays (fewer TLB misses: otherwise the C side reads large inputs slower). */
 static void *load(const char *path, size_t n) {
-    void *p = malloc(n);
+    size_t size = (n + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    void *p = aligned_alloc(2u << 20, size);
+    if (p) madvise(p, size, MADV_HUGEPAGE);
     FILE *f = fopen(path, "rb");
     if (!p || !f || fread(p, 1, n, f) != n) { fprintf(stderr, "cannot read %s\n", path); exit(2); }
     fclose(f);
@@ -87,12 +93,18 @@ static void *load(const char *path, size_t n) {
 }
 
 int main(int argc, char **argv) {
-    long inner = atol(argv[1]);
+    double sample = atof(argv[1]), t0, elapsed;
 @SETUP@
     for (int k = 0; k < 3; k++) if (@CALL@) return 1;       /* warm up */
-    double t0 = now();
-    for (long k = 0; k < inner; k++) @CALL@;
-    printf("%.9f\n", (now() - t0) / inner);
+    long inner = 1;
+    for (;;) {          /* double the calls until a batch lasts a sample */
+        t0 = now();
+        for (long k = 0; k < inner; k++) @CALL@;
+        elapsed = now() - t0;
+        if (elapsed >= sample) break;
+        inner *= 2;
+    }
+    printf("%.9f\n", elapsed / inner);
 @SAVE@
     return 0;
 }
@@ -149,12 +161,9 @@ def run_workload(name, fn, shapes, repeats: int, directory: str):
     jitted = nbxla.jit(fn)
     want = fn(*args)
     got_jit = jitted(*args)
-    # inner for the C program: from one timed call of the jit function (same kernels)
-    t_jit0 = per_call(jitted, args)
-    inner = max(1, int(SAMPLE_S / max(t_jit0, 1e-7)))
     samples = {"C (AOT)": [], "jit": [], "NumPy": []}
     for _ in range(repeats):
-        done = subprocess.run([exe, str(inner), *inputs, *outputs], capture_output=True, text=True, check=True)
+        done = subprocess.run([exe, str(SAMPLE_S), *inputs, *outputs], capture_output=True, text=True, check=True)
         samples["C (AOT)"].append(float(done.stdout.split()[0]))
         samples["jit"].append(per_call(jitted, args))
         samples["NumPy"].append(per_call(fn, args))

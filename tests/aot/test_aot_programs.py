@@ -287,3 +287,27 @@ def test_large_batched_matmul_splits_rows_across_threads(tmp_path):
     rng = np.random.default_rng(11)
     a, b = rng.standard_normal((2, 203, 300)).astype(np.float32), rng.standard_normal((2, 300, 131)).astype(np.float32)
     _roundtrip(np.matmul, (a, b), tmp_path, "big_matmul", rtol=1e-4)
+
+
+def test_portable_target_cpu(tmp_path):
+    """--cpu x86-64: baseline instructions only (for other machines), same results."""
+    import platform
+    import subprocess
+
+    import nbxla.aot
+    import shutil
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86-64 target names only apply on x86-64 hosts")
+    if shutil.which("objdump") is None:
+        pytest.skip("objdump (binutils) is needed to read the object's instructions")
+    rng = np.random.default_rng(13)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((16, 64), (64, 10), (10,)))
+    obj = nbxla.aot.compile(softmax_layer, [x, w, b], str(tmp_path), "portable", cpu="x86-64", emit_asm=True)
+    assert "ymm" not in open(obj.files["s"]).read()          # no AVX in the kernels
+    disassembly = subprocess.run(["objdump", "-d", obj.object_path], capture_output=True, text=True).stdout
+    assert "ymm" not in disassembly and "zmm" not in disassembly
+    from .aot_util import write_main
+    write_main(obj, str(tmp_path / "main.c"))
+    subprocess.run(["cc", f"-I{tmp_path}", str(tmp_path / "main.c"), obj.object_path, "-o", str(tmp_path / "prog"),
+                    "-lm", "-lpthread"], check=True)
+    _check(run(obj, str(tmp_path / "prog"), [x, w, b], tmp_path), softmax_layer(x, w, b), rtol=1e-4)
