@@ -1,4 +1,5 @@
-"""``python -m nbxla``: run an HLO file (``run-hlo``) or show the running example (``demo``).
+"""``python -m nbxla``: run an HLO file (``run-hlo``), show the running example (``demo``), or
+compile a function ahead of time into an object file and a C header (``aot``).
 
 ``run-hlo`` is modelled on XLA's ``run_hlo_module``: a bug report is one HLO file, one ``.npz``
 and one command.  Exit codes: 0 all good, 1 results differ from the expected outputs,
@@ -67,7 +68,8 @@ class _UsageError(NbxlaError):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m nbxla", description="nbxla command line: run HLO files, show the running example.")
+        prog="python -m nbxla", description="nbxla command line: run HLO files, show the running example, "
+        "compile ahead of time.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run-hlo", help="parse and run an HLO text file, optionally checking outputs",
@@ -86,6 +88,22 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--size", type=int, default=2048, help="x and y are f32[SIZE,SIZE] (default 2048)")
     demo.add_argument("--repeats", type=int, default=5, help="timed runs per contender (default 5)")
     demo.set_defaults(func=run_demo)
+
+    aot = sub.add_parser("aot", help="compile a function ahead of time into NAME.o + NAME.h (no Python at run time)",
+                         description="Trace FILE.py:FUNC for the given argument specs (or take the entry "
+                         "computation of FILE.hlo), optimize it and write DIR/NAME.o and DIR/NAME.h; "
+                         "link with: cc main.c DIR/NAME.o -lm -lpthread")
+    aot.add_argument("target", metavar="FILE.py:FUNC|FILE.hlo")
+    aot.add_argument("--arg", action="append", default=[], metavar="SPEC",
+                     help="an argument's type in HLO's spelling, in order: f32[16,784], s64[], pred[3]")
+    aot.add_argument("-o", "--out-dir", default=".", metavar="DIR", help="where to write NAME.o and NAME.h")
+    aot.add_argument("--name", help="the C function's name (default: FUNC, or the HLO module's name)")
+    aot.add_argument("--cpu", default="host",
+                     help="target CPU: host (default: this machine's) or a name such as x86-64, x86-64-v3")
+    aot.add_argument("--emit-llvm", action="store_true", help="also write the optimized kernels' IR (NAME.ll)")
+    aot.add_argument("--emit-asm", action="store_true", help="also write the kernels' assembly (NAME.s)")
+    aot.add_argument("--emit-c", action="store_true", help="also write the generated driver (NAME.driver.c)")
+    aot.set_defaults(func=run_aot)
 
     opts = parser.parse_args(argv)
     try:
@@ -214,6 +232,52 @@ def _compare(results, expected, rtol, atol) -> int:
     n = min(len(results), len(expected))
     print("all outputs match" if not failures else f"MISMATCH: {failures} problem(s) over {n} compared output(s)")
     return 1 if failures else 0
+
+
+# --- aot -------------------------------------------------------------------------------------
+
+def run_aot(opts) -> int:
+    from . import aot
+
+    if opts.target.endswith(".hlo"):
+        if opts.arg:
+            raise _UsageError("--arg is for Python functions; an HLO module's parameters give the types")
+        target = opts.target
+    else:
+        target = _load_function(opts.target)
+        if not opts.arg:
+            raise _UsageError(f"give the argument types of {opts.target}, e.g. --arg f32[16,784] --arg f32[784,10]")
+    try:
+        obj = aot.compile(target, opts.arg or None, opts.out_dir, opts.name, cpu=opts.cpu,
+                          emit_llvm=opts.emit_llvm, emit_asm=opts.emit_asm, emit_c=opts.emit_c)
+    except OSError as e:
+        raise _UsageError(f"cannot read {opts.target}: {e.strerror}") from None
+    sig = ", ".join(s.to_text(False) for s in obj.arg_shapes) + " -> " + \
+        ", ".join(s.to_text(False) for s in obj.result_shapes)
+    print(f"wrote {obj.object_path} and {obj.header_path}: int {obj.name}({sig}); "
+          f"{len(obj.kernels)} kernel(s), {obj.arena_bytes} bytes of scratch per call")
+    for path in obj.files.values():
+        print(f"wrote {path}")
+    print(f"link with: cc main.c {obj.object_path} -lm -lpthread")
+    return 0
+
+
+def _load_function(target: str):
+    """``FILE.py:FUNC`` -> the function (the file is run as a module named after it)."""
+    import importlib.util
+
+    path, sep, func = target.rpartition(":")
+    if not sep or not path or not func:
+        raise _UsageError(f"{target!r}: write FILE.py:FUNC (or FILE.hlo)")
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    if spec is None or not Path(path).is_file():
+        raise _UsageError(f"cannot read {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, func, None)
+    if not callable(fn):
+        raise _UsageError(f"{path} has no function {func}")
+    return fn
 
 
 # --- demo ------------------------------------------------------------------------------------

@@ -60,3 +60,8 @@ class NotCompilableError(TraceError):
 
 class ConcretizationError(TraceError):
     """Python needed a concrete value (``if``, ``float()``, ``int()``) from a traced array."""
+
+
+class AotError(UnsupportedError):
+    """Something that cannot be compiled ahead of time into a self-contained object file (an
+    operation with no native implementation, a missing C compiler or linker, a bad spec)."""

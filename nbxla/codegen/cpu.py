@@ -139,21 +139,26 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
         text = str(ir_module)
         mod = llvm.parse_assembly(text)
         mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        # No interleaving (unrolling vector loops 4x): measured side by side, it made no kernel
-        # faster (memory-bound loops gain nothing; layernorm's row loops got 20-50% slower)
-        # and doubled the compile time of transcendental-heavy kernels (softmax 62 -> 40 ms).
-        pto.loop_interleaving = False
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
+        optimize_module(mod, tm)
         optimized = str(mod)
     kernels = _load(specs, unsupported, text, optimized, None, mod)
     if store is not None and key and kernels.object_code is not None:
         store.save(key, {"specs": {n: asdict(s) for n, s in specs.items()}, "unsupported": unsupported,
                          "llvm_ir": text, "llvm_ir_optimized": optimized}, kernels.object_code)
     return kernels
+
+
+def optimize_module(mod, tm) -> None:
+    """LLVM's O3 pipeline with the loop and SLP vectorizers, in place (also used by AOT)."""
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    # No interleaving (unrolling vector loops 4x): measured side by side, it made no kernel
+    # faster (memory-bound loops gain nothing; layernorm's row loops got 20-50% slower)
+    # and doubled the compile time of transcendental-heavy kernels (softmax 62 -> 40 ms).
+    pto.loop_interleaving = False
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
 
 
 def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],

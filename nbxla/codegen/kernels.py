@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..hlo.ir import Computation
+from ..hlo.ir import Computation, Instruction
 from . import column_groups
 from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel,
                     emit_reduction_kernel, emit_scatter_kernel)
@@ -34,3 +34,12 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
             return emit_column_reduction(module, name, comp, plan)
         return emit_reduction_kernel(module, name, comp)
     return emit_loop_kernel(module, name, comp)
+
+
+def standalone_computation(instr: Instruction) -> Computation:
+    """``instr`` applied to parameters: how a standalone op (``OWN_KERNEL``) is handed to
+    ``emit_kernel``."""
+    params = [Instruction("parameter", o.shape, attrs={"parameter_number": k}, name=f"{instr.name}.p{k}")
+              for k, o in enumerate(instr.operands)]
+    root = Instruction(instr.opcode, instr.shape, params, dict(instr.attrs), name=instr.name)
+    return Computation(f"{instr.name}.computation", params + [root], root)

@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from ..codegen.cpu import CompiledKernels, compile_kernels, target_fingerprint
+from ..codegen.kernels import standalone_computation
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
@@ -107,7 +108,7 @@ class CpuExecutable:
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
                                   print_module(module)).encode()).hexdigest()
         self.kernels: CompiledKernels = compile_kernels(
-            module.name, [(symbol, i.attrs["calls"] if i.opcode == "fusion" else _single_instruction_computation(i))
+            module.name, [(symbol, i.attrs["calls"] if i.opcode == "fusion" else standalone_computation(i))
                           for symbol, i in compiled], store, key, ARRAY_DATA_OFFSET)
         # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name.
         self.kernel_symbols = {i.name: symbol for symbol, i in compiled}
@@ -393,10 +394,3 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
             out.append((symbol, instr))
     return out
 
-
-def _single_instruction_computation(instr: Instruction) -> Computation:
-    """``instr`` applied to parameters: how a standalone op is handed to the code generator."""
-    params = [Instruction("parameter", o.shape, attrs={"parameter_number": k}, name=f"{instr.name}.p{k}")
-              for k, o in enumerate(instr.operands)]
-    root = Instruction(instr.opcode, instr.shape, params, dict(instr.attrs), name=instr.name)
-    return Computation(f"{instr.name}.computation", params + [root], root)

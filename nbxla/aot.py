@@ -1,0 +1,125 @@
+"""``nbxla.aot``: compile a NumPy function ahead of time into ``NAME.o`` + ``NAME.h`` (tfcompile).
+
+    import nbxla.aot
+    nbxla.aot.compile(predict, ["f32[16,64]", "f32[64,10]", "f32[10]"], "build", "predict")
+
+then, in C, ``#include "predict.h"`` and ``cc main.c build/predict.o -lm -lpthread``.  The
+function is traced for the given argument specs (HLO's spelling, ``f32[16,784]``, ``s64[]``,
+``pred[3]``; or NumPy arrays, whose shape and dtype are taken), optimized like ``jit`` does,
+and compiled by ``codegen.aot`` into one self-contained object: no Python, llvmlite or nbxla
+at run time.  An ``HloModule`` (or a path to HLO text) compiles its entry computation, which
+is how loops reach the object today (the frontend has no ``while`` yet).
+
+Results are the function's array results, flattened in order; arguments it writes into
+(``x[...] = ...``) come after them, as under jit's write-back.  Non-array results (Python
+constants) are not part of the C signature.  What has no native implementation (an op that
+runs through the reference evaluator under jit) is refused with an ``AotError`` naming the
+instruction and its source line.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .codegen.aot import AotObject, compile_object
+from .errors import AotError
+from .frontend.cell_ast import check_function_no_random
+from .frontend.trace import trace, tree_flatten
+from .hlo import Module
+from .hlo.parser import parse_hlo
+from .hlo.shapes import ELEMENT_TYPES, Shape, from_numpy_dtype, to_numpy_dtype
+from .passes import optimize
+from .runtime.cpu_kernels import PARALLEL_THRESHOLD
+
+__all__ = ["compile", "parse_spec", "AotObject", "AotError"]
+
+_SPEC = re.compile(r"\s*([a-z0-9]+)\[([0-9,\s]*)\]\s*")
+
+
+def parse_spec(spec) -> Shape:
+    """``"f32[16,784]"`` (or an array, or anything with ``shape`` and ``dtype``) as a Shape."""
+    if hasattr(spec, "shape") and hasattr(spec, "dtype"):
+        return Shape(from_numpy_dtype(np.dtype(spec.dtype)), tuple(spec.shape))
+    m = _SPEC.fullmatch(str(spec))
+    if not m or m.group(1) not in ELEMENT_TYPES:
+        raise AotError(f"argument spec {spec!r} is not an array type in HLO's spelling: write an element "
+                       f"type ({', '.join(ELEMENT_TYPES)}) and dimensions, e.g. f32[16,784] or s64[]")
+    dims = tuple(int(d) for d in m.group(2).replace(" ", "").split(",") if d)
+    if to_numpy_dtype(m.group(1)) is None:
+        raise AotError(f"argument spec {spec!r}: NumPy has no {m.group(1)} arrays to trace with")
+    return Shape(m.group(1), dims)
+
+
+def _describe(fn: Callable, specs: list[Shape], names: list[str], results: str) -> str:
+    where = ""
+    try:
+        source = inspect.getsource(fn)
+        where = f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
+    except (OSError, TypeError):
+        source = ""
+    lines = [f"from {getattr(fn, '__qualname__', fn)}" + (f" ({where})" if where else "")]
+    source_lines = source.rstrip().splitlines()
+    lines += ["    " + line for line in source_lines[:40]]
+    if len(source_lines) > 40:
+        lines.append(f"    ... ({len(source_lines) - 40} more lines)")
+    lines += [f"arg{k} = {n}: {s.to_text(False)}" for k, (n, s) in enumerate(zip(names, specs))]
+    lines.append(results)
+    return "\n".join(lines)
+
+
+def _trace(fn: Callable, specs: Sequence) -> tuple[Module, str]:
+    shapes = [parse_spec(s) for s in specs]
+    check_function_no_random(fn)
+    # Zeros stand in for the arguments (only their shapes and dtypes are read; np.zeros
+    # does not touch the pages of a large array).
+    args = [np.zeros(s.dims, s.dtype) for s in shapes]
+    leaves, treedef = tree_flatten((tuple(args), {}))
+    try:
+        names = list(inspect.signature(fn).parameters)[:len(args)]
+    except (TypeError, ValueError):
+        names = []
+    names += [f"args[{k}]" for k in range(len(names), len(args))]
+    name = getattr(fn, "__name__", "fn")
+    program = trace(fn, leaves, treedef, name=name if name.isidentifier() else "fn", leaf_names=names)
+    outs = [f"result{k}" for kind, k in program.out_slots if kind == "out"]
+    if not outs and not program.writebacks:
+        raise AotError(f"{name} returns no array computed from its arguments; there is nothing to compile")
+    wrote = [f"result{k} = the new value of {names[program.param_leaves.index(i)]}"
+             for i, k in program.writebacks]
+    static = [repr(v) for kind, v in program.out_slots if kind == "static"]
+    results = "results: " + ", ".join(outs) + (f"; written arguments: {', '.join(wrote)}" if wrote else "") + \
+        (f"; constant results left out: {', '.join(static)}" if static else "")
+    return program.module, _describe(fn, shapes, names, results)
+
+
+def compile(fn, specs: Sequence | None = None, out_dir: str = ".", name: str | None = None, *,
+            cpu: str = "host", emit_llvm: bool = False, emit_asm: bool = False,
+            emit_c: bool = False) -> AotObject:
+    """Compile ``fn`` for ``specs`` into ``out_dir/NAME.o`` and ``out_dir/NAME.h``.
+
+    ``fn`` is a Python function of arrays, an ``HloModule`` or a path to an HLO text file
+    (``specs`` then must be None or match its parameters).  ``cpu``: ``host`` (default) or
+    a CPU name for LLVM and ``cc -march`` (``x86-64``, ``x86-64-v3``...).  Returns an
+    ``AotObject`` (paths, argument and result shapes, the arena size)."""
+    if isinstance(fn, str) and fn.endswith(".hlo"):
+        with open(fn) as f:
+            fn = parse_hlo(f.read(), filename=fn)
+    if isinstance(fn, Module):
+        module = fn
+        params = [p.shape for p in module.entry.parameters]
+        if specs is not None and [parse_spec(s) for s in specs] != params:
+            raise AotError(f"specs {list(specs)} do not match the module's parameters "
+                           f"({', '.join(s.to_text(False) for s in params)}); leave them out for a module")
+        description = f"from HLO module {module.name}"
+    else:
+        if specs is None:
+            raise AotError("give the argument specs, e.g. nbxla.aot.compile(f, ['f32[16,784]'], 'build', 'f')")
+        module, description = _trace(fn, specs)
+    name = name or module.name
+    optimized = optimize(module).module
+    return compile_object(optimized, name, out_dir, parallel_threshold=PARALLEL_THRESHOLD, cpu=cpu,
+                          description=description, emit_llvm=emit_llvm, emit_asm=emit_asm, emit_c=emit_c)

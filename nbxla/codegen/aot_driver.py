@@ -1,0 +1,532 @@
+"""The driver of an ahead-of-time object: C that runs an optimized module's programs.
+
+The jit runtime walks a list of thunks from Python; here every program (the entry, and the
+condition, body, branches and callees reached through ``while``, ``conditional`` and
+``call``) becomes one C function::
+
+    static int P(void *const *in, void *const *out, char *scratch);
+
+``in`` holds the program's parameter leaves (tuples flattened), ``out`` the memory its result
+leaves must end in, ``scratch`` its temporaries.  Every array value is a *leaf buffer*: a
+parameter leaf, a constant (a global of the kernels' object), a caller's result leaf, or a
+place in the scratch area.  Views (``tuple``, ``get-tuple-element``, a row-major
+``reshape``/``bitcast``) name existing buffers; kernels (``fusion``, ``scatter``,
+``reduce-window``), ``dot``, ``sort`` and control flow write new ones.
+
+**Planning.**  Instructions run in their order in the computation (the schedule the passes
+left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
+results are copied there at the end.  Temporaries are placed by a linear scan that reuses the
+memory of values whose last reader has run (first fit, 64-byte aligned).  After the planned
+area comes one region that each step may use while it runs (a loop's second state buffer and
+its condition's and body's scratch, a full reduction's partial slots, a dot's transposed
+operands, a sort's permutation): everything is sized at compile time, so one block of
+``scratch_bytes`` serves a whole call and the entry point is reentrant.
+
+**Loops.**  A ``while`` keeps its state in two sets of buffers and swaps them after each
+iteration (the body reads one and writes the other); leaves the body passes on unchanged
+stay in one buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import AotError
+from ..hlo.attributes import WindowDim
+from ..hlo.evaluator_common import label
+from ..hlo.ir import Computation, Instruction
+from ..hlo.shapes import Shape
+from .elemental import row_major_strides
+
+ALIGN = 64
+MAX_THREADS = 64          # NBXLA_MAX_THREADS in aot_runtime.c
+_VIEWS = {"tuple", "get-tuple-element", "reshape", "bitcast"}
+_GEMM_TYPES = {"f32", "f64", "c64", "c128", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
+_INDEX_C_TYPES = {"pred": "unsigned char", "s32": "int32_t", "s64": "int64_t", "u32": "uint32_t",
+                  "u64": "uint64_t", "s8": "int8_t", "u8": "uint8_t", "s16": "int16_t", "u16": "uint16_t"}
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def product(dims) -> int:
+    out = 1
+    for n in dims:
+        out *= n
+    return out
+
+
+def leaf_shapes(shape) -> list[Shape]:
+    return shape.leaves() if shape.is_tuple else [shape]
+
+
+@dataclass(eq=False)
+class Buffer:
+    """Where one array value lives: ``in[k]``, ``out[k]``, a constant, or scratch + offset."""
+    nbytes: int
+    kind: str                  # "in", "out", "const", "temp"
+    index: int | str = 0       # in/out: leaf number; const: symbol; temp: offset (once placed)
+    last_use: int = -1
+
+    @property
+    def c(self) -> str:
+        if self.kind in ("in", "out"):
+            return f"{self.kind}[{self.index}]"
+        if self.kind == "const":
+            return f"(void *){self.index}"
+        return f"(void *)(scratch + {self.index})"
+
+
+class _Arena:
+    """First-fit placement with reuse of freed blocks (adjacent free blocks merge)."""
+
+    def __init__(self):
+        self.free: list[tuple[int, int]] = []     # (offset, size), sorted by offset
+        self.top = 0
+
+    def alloc(self, size: int) -> int:
+        size = _align(max(size, 1))
+        for k, (offset, room) in enumerate(self.free):
+            if room >= size:
+                self.free[k:k + 1] = [(offset + size, room - size)] if room > size else []
+                return offset
+        if self.free and self.free[-1][0] + self.free[-1][1] == self.top:   # grow the last block
+            offset = self.free.pop()[0]
+        else:
+            offset = self.top
+        self.top = offset + size
+        return offset
+
+    def release(self, offset: int, size: int) -> None:
+        blocks = sorted(self.free + [(offset, _align(max(size, 1)))])
+        merged = [blocks[0]]
+        for o, s in blocks[1:]:
+            if merged[-1][0] + merged[-1][1] == o:
+                merged[-1] = (merged[-1][0], merged[-1][1] + s)
+            else:
+                merged.append((o, s))
+        self.free = merged
+
+
+class _Room:
+    """Places in the per-step region for one step's temporaries."""
+
+    def __init__(self, emitter: "_ProgramEmitter"):
+        self.emitter, self.used = emitter, 0
+
+    def take(self, nbytes: int) -> str:
+        place = f"(void *){self.emitter._local(self.used)}"
+        self.used += _align(nbytes)
+        return place
+
+
+class KernelSource:
+    """What the driver needs from the kernel side (codegen/aot.py): a compiled kernel per
+    fusion or standalone op, a comparator kernel per sort, a global per constant."""
+
+    def kernel(self, instr: Instruction):           # -> KernelSpec (name, style, extent, ...)
+        raise NotImplementedError
+
+    def comparator(self, comp: Computation):        # -> KernelSpec of the comparator
+        raise NotImplementedError
+
+    def constant(self, data: bytes) -> str:         # -> the symbol of a global holding data
+        raise NotImplementedError
+
+    def convert(self, shape: Shape, to: str):       # -> KernelSpec of convert(shape) -> to
+        raise NotImplementedError
+
+
+@dataclass
+class Program:
+    """One computation as a C function (see the module docstring)."""
+    symbol: str
+    computation: Computation
+    text: str = ""
+    scratch_bytes: int = 0
+    identity: list[bool] = field(default_factory=list)   # result leaf k is parameter leaf k
+    result_bytes: list[int] = field(default_factory=list)
+
+
+class Driver:
+    """Builds the C functions of every program reached from the entry."""
+
+    def __init__(self, prefix: str, kernels: KernelSource, parallel_threshold: int):
+        self.prefix, self.kernels, self.threshold = prefix, kernels, parallel_threshold
+        self.programs: dict[int, Program] = {}
+        self.order: list[Program] = []                 # callees before callers
+        self.count = 0
+
+    def program(self, comp: Computation) -> Program:
+        found = self.programs.get(id(comp))
+        if found is None:
+            self.count += 1     # (callees are numbered while their caller is emitted)
+            found = _ProgramEmitter(self, comp, f"{self.prefix}_p{self.count}").emit()
+            self.programs[id(comp)] = found
+            self.order.append(found)
+        return found
+
+    def source(self) -> str:
+        return "\n".join(p.text for p in self.order)
+
+
+class _ProgramEmitter:
+    def __init__(self, driver: Driver, comp: Computation, symbol: str):
+        self.driver, self.comp, self.symbol = driver, comp, symbol
+        self.values: dict[int, list[Buffer]] = {}
+        self.produced: list[list[Buffer]] = []          # per step: the buffers it writes
+        self.local = 0                                  # bytes of the per-step region
+        self.lines: list[str] = []
+
+    # ---- buffers --------------------------------------------------------------------------
+
+    def _new(self, instr: Instruction) -> list[Buffer]:
+        return [Buffer(s.byte_size, "temp") for s in leaf_shapes(instr.shape)]
+
+    def _buffers(self, instr: Instruction, params_base: dict[int, int]) -> list[Buffer] | None:
+        """The leaf buffers of ``instr``; None when the instruction writes new ones."""
+        op = instr.opcode
+        if op == "parameter":
+            base = params_base[instr.parameter_number]
+            return [Buffer(s.byte_size, "in", base + k) for k, s in enumerate(leaf_shapes(instr.shape))]
+        if op == "constant":
+            if instr.shape.is_tuple:
+                raise AotError(f"{label(instr)}: a tuple constant cannot be compiled ahead of time yet")
+            data = np.ascontiguousarray(np.asarray(instr.literal, dtype=instr.shape.dtype)).tobytes()
+            return [Buffer(len(data), "const", self.driver.kernels.constant(data))]
+        if op == "tuple":
+            return [b for o in instr.operands for b in self.values[id(o)]]
+        if op == "get-tuple-element":
+            elements = instr.operands[0].shape.elements
+            index = instr.attrs["index"]
+            start = sum(len(leaf_shapes(e)) for e in elements[:index])
+            return self.values[id(instr.operands[0])][start:start + len(leaf_shapes(elements[index]))]
+        if op in ("reshape", "bitcast"):
+            source = instr.operands[0].shape
+            if instr.shape.layout is None and source.layout is None and \
+                    instr.shape.element_type == source.element_type:
+                return self.values[id(instr.operands[0])]
+        return None
+
+    def _leaves(self, instr: Instruction) -> list[str]:
+        return [b.c for b in self.values[id(instr)]]
+
+    def _array(self, instr: Instruction) -> str:
+        (c,) = self._leaves(instr)
+        return c
+
+    # ---- the program ----------------------------------------------------------------------
+
+    def emit(self) -> Program:
+        comp = self.comp
+        params_base, n = {}, 0
+        for p in comp.parameters:
+            params_base[p.parameter_number] = n
+            n += len(leaf_shapes(p.shape))
+        steps: list[Instruction] = []
+        for instr in comp.instructions:
+            buffers = self._buffers(instr, params_base)
+            if buffers is None:
+                buffers = self._new(instr)
+                steps.append(instr)
+                self.produced.append(buffers)
+            self.values[id(instr)] = buffers
+        root = self.values[id(comp.root)]
+        # Results written in place: the first use of a new buffer among the result leaves.
+        copies = []
+        for k, buf in enumerate(root):
+            if buf.kind == "temp":
+                buf.kind, buf.index = "out", k
+            else:
+                copies.append((k, buf))
+        self._plan(steps, copies)
+        for instr in steps:
+            self._step(instr)
+        for k, buf in copies:
+            self.lines.append(f"if (out[{k}] != {buf.c}) memcpy(out[{k}], {buf.c}, {buf.nbytes});")
+        program = Program(self.symbol, comp)
+        program.identity = [b.kind == "in" and b.index == k for k, b in enumerate(root)]
+        program.result_bytes = [b.nbytes for b in root]
+        program.scratch_bytes = self.arena_bytes + self.local
+        body = "\n".join("    " + line for line in self.lines)
+        program.text = (f"/* {comp.name} */\nstatic int {self.symbol}(void *const *in, void *const *out, "
+                        f"char *scratch) {{\n    int rc = 0;\n    (void)in; (void)out; (void)scratch;\n"
+                        f"{body}\n    return rc;\n}}\n")
+        return program
+
+    def _plan(self, steps: list[Instruction], copies) -> None:
+        """Offsets of the temporaries: live from their step to their last reader's."""
+        position = {id(instr): i for i, instr in enumerate(steps)}
+        users_at = {}
+        for instr in self.comp.instructions:
+            # A view is read where its readers are: walk readers of steps only.
+            if id(instr) in position:
+                for o in instr.operands:
+                    for buf in self.values[id(o)]:
+                        users_at[id(buf)] = position[id(instr)]
+        for _, buf in copies:
+            users_at[id(buf)] = len(steps)
+        arena = _Arena()
+        live: list[Buffer] = []
+        for i, produced in enumerate(self.produced):
+            for buf in produced:
+                buf.last_use = users_at.get(id(buf), i)
+                if buf.kind == "temp":
+                    buf.index = arena.alloc(buf.nbytes)
+                    live.append(buf)
+            for buf in [b for b in live if b.last_use <= i]:
+                arena.release(buf.index, buf.nbytes)
+                live.remove(buf)
+        self.arena_bytes = _align(arena.top)
+
+    def _region(self, nbytes: int) -> None:
+        """The step being emitted uses ``nbytes`` of the per-step region."""
+        self.local = max(self.local, _align(nbytes))
+
+    def _local(self, offset: int = 0) -> str:
+        # (The region starts after the planned area, whose size is known once planning ran.)
+        return f"(scratch + {self.arena_bytes + offset})"
+
+    # ---- steps ----------------------------------------------------------------------------
+
+    def _step(self, instr: Instruction) -> None:
+        op = instr.opcode
+        self.lines.append(f"/* %{instr.name} = {op} */")
+        if op == "while":
+            self._while(instr)
+        elif op == "conditional":
+            self._conditional(instr)
+        elif op == "call":
+            callee = self.driver.program(instr.attrs["to_apply"])
+            self._call(callee, [c for o in instr.operands for c in self._leaves(o)], self._leaves(instr),
+                       self._local())
+            self._region(callee.scratch_bytes)
+        elif op == "dot":
+            self._dot(instr)
+        elif op == "convolution":
+            self._convolution(instr)
+        elif op == "sort":
+            self._sort(instr)
+        else:
+            self._kernel(instr)
+
+    def _pointer_list(self, name: str, items: list[str]) -> str:
+        return f"void *{name}[{max(1, len(items))}] = {{{', '.join(items) or '0'}}};"
+
+    def _call(self, callee: Program, ins: list[str], outs: list[str], scratch: str) -> None:
+        self.lines += ["{", "    " + self._pointer_list("pi", ins), "    " + self._pointer_list("po", outs),
+                       f"    if ((rc = {callee.symbol}(pi, po, {scratch}))) return rc;", "}"]
+
+    def _kernel(self, instr: Instruction) -> None:
+        spec = self.driver.kernels.kernel(instr)
+        ins = [self._array(o) for o in instr.operands]
+        outs = self._leaves(instr)
+        extent, work = spec.parallel_extent, spec.work_per_unit
+        if spec.style == "full-reduce":
+            # As the jit runtime's FullReductionThunk: parts only where they pay off.
+            parts = max(1, min(MAX_THREADS, extent, extent * work // max(1, self.driver.threshold // 2)))
+            if parts == 1:      # both phases right here (no thread count to ask for)
+                self.lines += ["{", "    " + self._pointer_list("p", ins + [self._local()]),
+                               f"    {spec.name}(p, 0, {extent});",
+                               "    " + self._pointer_list("b", ins + outs + [self._local()]),
+                               f"    {spec.finish_name}(b, 1, 0);", "}"]
+                self._region(8 * max(1, spec.scratch_slots))
+                return
+            self.lines += ["{", "    " + self._pointer_list("b", ins + outs + ["0"]),
+                           f"    nbxla_full_reduce({spec.name}, {spec.finish_name}, b, {len(ins)}, "
+                           f"{len(outs)}, {extent}, {parts}, {spec.scratch_slots}, {self._local()});", "}"]
+            self._region(8 * max(1, spec.scratch_slots) * parts)
+            return
+        call = f"nbxla_parallel({spec.name}, b, {extent});" if extent >= 2 and \
+            extent * work >= self.driver.threshold else f"{spec.name}(b, 0, {extent});"
+        self.lines += ["{", "    " + self._pointer_list("b", ins + outs), "    " + call, "}"]
+
+    def _compute_type(self, instr: Instruction, what: str) -> str:
+        """The type a dot or convolution computes in: its result's, f32 for half precision."""
+        t = instr.shape.element_type
+        compute = "f32" if t in ("f16", "bf16") else t
+        if compute not in _GEMM_TYPES:
+            raise AotError(f"{label(instr)}: a {what} giving {t} has no ahead-of-time implementation (supported "
+                           f"result types: {', '.join(sorted(_GEMM_TYPES | {'f16', 'bf16'}))}). Convert the "
+                           "operands first, or use nbxla.jit")
+        return compute
+
+    def _operand_in(self, operand: Instruction, compute: str, room: "_Room") -> tuple[str, Shape]:
+        """The operand's buffer, converted to ``compute`` first when it has another type (as
+        the evaluator does: operands in the result type)."""
+        source, shape = self._array(operand), operand.shape
+        if shape.element_type != compute:
+            shape = shape.with_type(compute)
+            source = self._convert(operand.shape, compute, source, room.take(shape.byte_size))
+        return source, shape
+
+    def _result_via(self, instr: Instruction, compute: str, room: "_Room", emit) -> None:
+        """``emit(target)`` writes the result in ``compute``; rounded into the result if needed."""
+        wide = instr.shape.with_type(compute)
+        result = self._array(instr)
+        target = result if compute == instr.shape.element_type else room.take(wide.byte_size)
+        emit(target)
+        if target != result:
+            self._convert(wide, instr.shape.element_type, target, result)
+
+    def _dot(self, instr: Instruction) -> None:
+        """A GEMM per batch over operands put in [batch, m, k] and [batch, k, n] order
+        (half-precision results computed in f32 and rounded once, like the evaluator)."""
+        lhs, rhs = instr.operands
+        compute = self._compute_type(instr, "dot")
+        a = instr.attrs
+        lb, rb = list(a.get("lhs_batch_dims", ())), list(a.get("rhs_batch_dims", ()))
+        lc, rc = list(a.get("lhs_contracting_dims", ())), list(a.get("rhs_contracting_dims", ()))
+        lfree = [d for d in range(lhs.shape.rank) if d not in lb + lc]
+        rfree = [d for d in range(rhs.shape.rank) if d not in rb + rc]
+        ld, rd = lhs.shape.dims, rhs.shape.dims
+        batch, m = product(ld[d] for d in lb), product(ld[d] for d in lfree)
+        k, n = product(ld[d] for d in lc), product(rd[d] for d in rfree)
+        room = _Room(self)
+        pointers = []
+        self.lines.append("{")
+        for name, operand, perm in (("a", lhs, lb + lfree + lc), ("b", rhs, rb + rc + rfree)):
+            source, shape = self._operand_in(operand, compute, room)
+            if perm != sorted(perm):
+                if len(perm) > 16:
+                    raise AotError(f"{label(instr)}: a dot operand of rank {len(perm)} (> 16) cannot be "
+                                   "compiled ahead of time")
+                place = room.take(shape.byte_size)
+                dims = ", ".join(str(d) for d in shape.dims)
+                self.lines += [f"    static const int64_t {name}_dims[] = {{{dims}}};",
+                               f"    static const int64_t {name}_perm[] = {{{', '.join(map(str, perm))}}};",
+                               f"    nbxla_transpose({source}, {place}, {len(perm)}, {name}_dims, {name}_perm, "
+                               f"{shape.dtype.itemsize});"]
+                source = place
+            pointers.append(source)
+        packed = room.take(-(-n // 16) * 16 * k * instr.shape.with_type(compute).dtype.itemsize)  # NBXLA_NR = 16
+        self._result_via(instr, compute, room, lambda target: self.lines.append(
+            f"    nbxla_gemm_{compute}({batch}, {m}, {n}, {k}, {pointers[0]}, {pointers[1]}, {target}, {packed});"))
+        self.lines.append("}")
+        self._region(room.used)
+
+    def _convolution(self, instr: Instruction) -> None:
+        """A direct convolution (any dim_labels, strides, padding, dilations, reversal,
+        feature and batch groups): ``nbxla_conv`` with the geometry as a constant struct."""
+        x, w = instr.operands
+        compute = self._compute_type(instr, "convolution")
+        dn = instr.attrs["dim_labels"]
+        spatial = len(dn.input_spatial)
+        if spatial > 8:
+            raise AotError(f"{label(instr)}: a convolution with {spatial} (> 8) spatial dimensions cannot be "
+                           "compiled ahead of time")
+        window = instr.attrs.get("window")
+        dims = window.dims if window is not None else \
+            [WindowDim(w.shape.dims[d]) for d in dn.kernel_spatial]
+        xs, ws, os_ = (row_major_strides(i.shape.dims) for i in (x, w, instr))
+        groups = instr.attrs.get("feature_group_count", 1)
+        batch_groups = instr.attrs.get("batch_group_count", 1)
+        features = instr.shape.dims[dn.output_feature]
+
+        def each(values) -> str:
+            return "{" + ", ".join(str(int(v)) for v in values) + "}"
+        fields = [
+            spatial, instr.shape.dims[dn.output_batch], features, w.shape.dims[dn.kernel_input_feature],
+            features // groups, features // batch_groups,
+            xs[dn.input_batch], xs[dn.input_feature], ws[dn.kernel_output_feature], ws[dn.kernel_input_feature],
+            os_[dn.output_batch], os_[dn.output_feature]]
+        arrays = [[xs[d] for d in dn.input_spatial], [ws[d] for d in dn.kernel_spatial],
+                  [os_[d] for d in dn.output_spatial], [x.shape.dims[d] for d in dn.input_spatial],
+                  [w.shape.dims[d] for d in dn.kernel_spatial], [instr.shape.dims[d] for d in dn.output_spatial],
+                  [wd.stride for wd in dims], [wd.pad_low for wd in dims], [wd.base_dilation for wd in dims],
+                  [wd.window_dilation for wd in dims], [wd.reversal for wd in dims]]
+        room = _Room(self)
+        self.lines.append("{")
+        (xp, _), (wp, _) = (self._operand_in(o, compute, room) for o in (x, w))
+        self.lines.append("    static const struct nbxla_conv cd = {" +
+                          ", ".join([str(f) for f in fields] + [each(a) for a in arrays]) + "};")
+        self._result_via(instr, compute, room,
+                         lambda target: self.lines.append(f"    nbxla_conv_{compute}({xp}, {wp}, {target}, &cd);"))
+        self.lines.append("}")
+        self._region(room.used)
+
+    def _convert(self, shape: Shape, to: str, source: str, target: str) -> str:
+        """Emit a call of a native convert kernel ``source`` -> ``target``; gives ``target``."""
+        spec = self.driver.kernels.convert(shape, to)
+        self.lines.append(f"    {{ void *cb[2] = {{{source}, {target}}}; {spec.name}(cb, 0, {spec.parallel_extent}); }}")
+        return target
+
+    def _sort(self, instr: Instruction) -> None:
+        operands = instr.operands
+        ins = [self._array(o) for o in operands]
+        outs = self._leaves(instr)
+        dims = operands[0].shape.dims
+        if not dims:
+            self.lines += [f"memcpy({o}, {i}, {b.nbytes});" for i, o, b in zip(ins, outs, self.values[id(instr)])]
+            return
+        axis = instr.attrs["dimensions"][0]
+        less = self.driver.kernels.comparator(instr.attrs["to_apply"])
+        sizes = ", ".join(str(o.shape.dtype.itemsize) for o in operands)
+        n = dims[axis]
+        self.lines += ["{", f"    char *si[] = {{{', '.join(ins)}}};", f"    char *so[] = {{{', '.join(outs)}}};",
+                       f"    static const int64_t es[] = {{{sizes}}};",
+                       f"    nbxla_sort({len(ins)}, si, so, es, {product(dims[:axis])}, {n}, {product(dims[axis + 1:])}, "
+                       f"{less.name}, {less.parallel_extent}, (int64_t *){self._local()});", "}"]
+        self._region(16 * n)
+
+    def _while(self, instr: Instruction) -> None:
+        cond = self.driver.program(instr.attrs["condition"])
+        body = self.driver.program(instr.attrs["body"])
+        state = self.values[id(instr)]
+        init = self._leaves(instr.operands[0])
+        # The region: the second state buffers (not for leaves the body passes on), the
+        # condition's result, then the condition's or the body's scratch.
+        offsets, used = [], 0
+        for buf, same in zip(state, body.identity):
+            offsets.append(None if same else used)
+            used += 0 if same else _align(max(buf.nbytes, 1))
+        pred = used
+        nested = used + ALIGN
+        count = len(state)
+        self.lines += ["{", f"    void *cur[{max(1, count)}] = {{{', '.join(b.c for b in state) or '0'}}};",
+                       f"    void *nxt[{max(1, count)}] = {{{', '.join(b.c if off is None else self._local(off) for b, off in zip(state, offsets)) or '0'}}};",
+                       f"    unsigned char *pred = (unsigned char *){self._local(pred)};",
+                       "    void *pd[1] = {pred};"]
+        self.lines += [f"    memcpy(cur[{k}], {src}, {b.nbytes});" for k, (src, b) in enumerate(zip(init, state))]
+        swaps = [f"t = cur[{k}]; cur[{k}] = nxt[{k}]; nxt[{k}] = t;" for k, off in enumerate(offsets)
+                 if off is not None]
+        self.lines += ["    for (;;) {",
+                       f"        if ((rc = {cond.symbol}(cur, pd, {self._local(nested)}))) return rc;",
+                       "        if (!*pred) break;",
+                       f"        if ((rc = {body.symbol}(cur, nxt, {self._local(nested)}))) return rc;",
+                       "        void *t; (void)t;"] + ["        " + s for s in swaps] + ["    }"]
+        self.lines += [f"    if (cur[{k}] != {b.c}) memcpy({b.c}, cur[{k}], {b.nbytes});"
+                       for k, b in enumerate(state)] + ["}"]
+        self._region(nested + max(cond.scratch_bytes, body.scratch_bytes))
+
+    def _conditional(self, instr: Instruction) -> None:
+        a = instr.attrs
+        comps = list(a["branch_computations"]) if "branch_computations" in a else \
+            [a["true_computation"], a["false_computation"]]
+        branches = [self.driver.program(c) for c in comps]
+        selector = instr.operands[0]
+        t = selector.shape.element_type
+        if t not in _INDEX_C_TYPES:
+            raise AotError(f"{label(instr)}: a branch index of type {t} cannot be compiled ahead of time")
+        value = f"*(const {_INDEX_C_TYPES[t]} *){self._array(selector)}"
+        if "branch_computations" in a:    # an out-of-range index runs the last branch (XLA)
+            pick = f"int64_t k = (int64_t)({value}); if (k < 0 || k >= {len(branches)}) k = {len(branches) - 1};"
+        else:
+            pick = f"int64_t k = ({value}) ? 0 : 1;"
+        self.lines += ["{", "    " + pick, "    switch (k) {"]
+        for k, branch in enumerate(branches):
+            self.lines.append(f"    case {k}:")
+            self.lines += ["    " + line for line in self._call_lines(
+                branch, self._leaves(instr.operands[1 + k]), self._leaves(instr), self._local())]
+            self.lines.append("        break;")
+        self.lines += ["    }", "}"]
+        self._region(max(b.scratch_bytes for b in branches))
+
+    def _call_lines(self, callee: Program, ins, outs, scratch) -> list[str]:
+        saved, self.lines = self.lines, []
+        self._call(callee, ins, outs, scratch)
+        lines, self.lines = self.lines, saved
+        return lines

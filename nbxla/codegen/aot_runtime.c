@@ -1,0 +1,314 @@
+/* Support code of nbxla's ahead-of-time objects (codegen/aot.py): what the jit runtime does
+ * from Python, in C.  It is pasted at the top of every generated driver, so that everything
+ * here is static to that one object: two AOT objects linked into one program do not clash.
+ *
+ *  - nbxla_parallel / nbxla_full_reduce: split a kernel's [begin, end) range over threads
+ *    (threads started per call and joined before returning: no global state, so the entry
+ *    point stays reentrant; only kernels large enough to amortize a thread start are split).
+ *  - nbxla_transpose / GEMM: ``dot`` (the jit runtime calls NumPy's BLAS).
+ *  - nbxla_conv: ``convolution``, directly (the jit runtime: im2col + NumPy's BLAS).
+ *  - nbxla_sort: a stable merge sort driven by the comparator compiled as a kernel (the jit
+ *    runtime calls NumPy's argsort).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <complex.h>
+#include <stdbool.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef void (*nbxla_kernel)(void **buffers, int64_t begin, int64_t end);
+
+#define NBXLA_MAX_THREADS 64
+
+static int nbxla_workers(void) {
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n > NBXLA_MAX_THREADS ? NBXLA_MAX_THREADS : n;
+    }
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > NBXLA_MAX_THREADS ? NBXLA_MAX_THREADS : (int)n;
+}
+
+struct nbxla_task { nbxla_kernel fn; void **buffers; int64_t begin, end; };
+
+static void *nbxla_task_run(void *arg) {
+    struct nbxla_task *t = arg;
+    t->fn(t->buffers, t->begin, t->end);
+    return NULL;
+}
+
+/* Run tasks[0..n) with tasks 1.. on new threads and task 0 here (a task whose thread cannot
+ * be started runs here too: correct, only slower). */
+static void nbxla_run_tasks(struct nbxla_task *tasks, int n) {
+    pthread_t threads[NBXLA_MAX_THREADS];
+    int started[NBXLA_MAX_THREADS];
+    for (int i = 1; i < n; i++)
+        started[i] = pthread_create(&threads[i], NULL, nbxla_task_run, &tasks[i]) == 0;
+    nbxla_task_run(&tasks[0]);
+    for (int i = 1; i < n; i++) {
+        if (started[i]) pthread_join(threads[i], NULL);
+        else nbxla_task_run(&tasks[i]);
+    }
+}
+
+/* ``fn`` over [0, extent), split into one contiguous part per worker. */
+static void nbxla_parallel(nbxla_kernel fn, void **buffers, int64_t extent) {
+    int64_t n = nbxla_workers();
+    if (n > extent) n = extent;
+    if (n <= 1) { fn(buffers, 0, extent); return; }
+    struct nbxla_task tasks[NBXLA_MAX_THREADS];
+    for (int64_t i = 0; i < n; i++)
+        tasks[i] = (struct nbxla_task){fn, buffers, extent * i / n, extent * (i + 1) / n};
+    nbxla_run_tasks(tasks, (int)n);
+}
+
+/* A full reduction (as the jit runtime's FullReductionThunk): ``partial`` reduces part c of
+ * [0, extent) into ``slots`` 8-byte slots at scratch + 8*slots*c, then ``finish`` combines the
+ * parts (called with begin = the number of parts).  ``buffers`` holds the n_in inputs, then
+ * the outputs, then room for one pointer; ``scratch`` has room for NBXLA_MAX_THREADS parts. */
+static void nbxla_full_reduce(nbxla_kernel partial, nbxla_kernel finish, void **buffers, int n_in,
+                              int n_out, int64_t extent, int64_t max_parts, int64_t slots, char *scratch) {
+    int64_t parts = nbxla_workers();
+    if (parts > max_parts) parts = max_parts;
+    if (parts > extent) parts = extent;
+    if (parts < 1) parts = 1;
+    void *part_buffers[NBXLA_MAX_THREADS][n_in + 1];
+    struct nbxla_task tasks[NBXLA_MAX_THREADS];
+    for (int64_t c = 0; c < parts; c++) {
+        memcpy(part_buffers[c], buffers, sizeof(void *) * n_in);
+        part_buffers[c][n_in] = scratch + 8 * slots * c;
+        tasks[c] = (struct nbxla_task){partial, part_buffers[c], extent * c / parts, extent * (c + 1) / parts};
+    }
+    nbxla_run_tasks(tasks, (int)parts);
+    buffers[n_in + n_out] = scratch;
+    finish(buffers, parts, 0);
+}
+
+/* dst = src transposed: dst's dimension i is src's dimension perm[i] (row-major, any element
+ * size).  Puts a dot's operands in [batch, rows, columns] order. */
+static void nbxla_transpose(const char *src, char *dst, int rank, const int64_t *dims,
+                            const int64_t *perm, int64_t esize) {
+    int64_t src_strides[16], out_dims[16], step[16], index[16], total = 1;
+    for (int i = rank - 1, s = esize; i >= 0; i--) { src_strides[i] = s; s *= dims[i]; }
+    for (int i = 0; i < rank; i++) {
+        out_dims[i] = dims[perm[i]];
+        step[i] = src_strides[perm[i]];
+        index[i] = 0;
+        total *= out_dims[i];
+    }
+    int64_t offset = 0;
+    for (int64_t k = 0; k < total; k++) {
+        memcpy(dst + k * esize, src + offset, esize);
+        for (int i = rank - 1; i >= 0; i--) {       /* next index, row-major */
+            offset += step[i];
+            if (++index[i] < out_dims[i]) break;
+            offset -= step[i] * out_dims[i];
+            index[i] = 0;
+        }
+    }
+}
+
+/* C[b] = A[b] (m x k) @ B[b] (k x n), row-major.  B is packed into panels of NBXLA_NR columns
+ * (zero-padded; ``packed`` has room for k * round_up(n, NBXLA_NR) elements), and each block of
+ * 4 rows x NBXLA_NR columns of C is accumulated in registers over all of k: plain C that the C
+ * compiler vectorizes across the panel's columns.  Rows are split over threads when the
+ * product is large.  Integer types compute in an unsigned type: wrap-around, as NumPy's. */
+#define NBXLA_NR 16
+#define NBXLA_GEMM(NAME, T, U)                                                                    \
+    static void NAME##_pack(const T *b, T *packed, int64_t k, int64_t n) {                        \
+        for (int64_t j0 = 0; j0 < n; j0 += NBXLA_NR) {                                            \
+            T *panel = packed + j0 * k;                                                           \
+            int64_t w = n - j0 < NBXLA_NR ? n - j0 : NBXLA_NR;                                    \
+            for (int64_t p = 0; p < k; p++) {                                                     \
+                for (int64_t j = 0; j < w; j++) panel[p * NBXLA_NR + j] = b[p * n + j0 + j];      \
+                for (int64_t j = w; j < NBXLA_NR; j++) panel[p * NBXLA_NR + j] = (T)0;            \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
+    static void NAME##_block4(const T *a, const T *panel, T *c, int64_t n, int64_t k, int64_t w) { \
+        U acc[4][NBXLA_NR] = {{0}};                                                               \
+        for (int64_t p = 0; p < k; p++) {                                                         \
+            const T *bp = panel + p * NBXLA_NR;                                                   \
+            U a0 = (U)a[p], a1 = (U)a[k + p], a2 = (U)a[2 * k + p], a3 = (U)a[3 * k + p];         \
+            for (int j = 0; j < NBXLA_NR; j++) {                                                  \
+                U bj = (U)bp[j];                                                                  \
+                acc[0][j] += a0 * bj; acc[1][j] += a1 * bj;                                       \
+                acc[2][j] += a2 * bj; acc[3][j] += a3 * bj;                                       \
+            }                                                                                     \
+        }                                                                                         \
+        for (int r = 0; r < 4; r++)                                                               \
+            for (int64_t j = 0; j < w; j++) c[r * n + j] = (T)acc[r][j];                          \
+    }                                                                                             \
+    static void NAME##_block1(const T *a, const T *panel, T *c, int64_t k, int64_t w) {           \
+        U acc[NBXLA_NR] = {0};                                                                    \
+        for (int64_t p = 0; p < k; p++) {                                                         \
+            U ap = (U)a[p];                                                                       \
+            for (int j = 0; j < NBXLA_NR; j++) acc[j] += ap * (U)panel[p * NBXLA_NR + j];         \
+        }                                                                                         \
+        for (int64_t j = 0; j < w; j++) c[j] = (T)acc[j];                                         \
+    }                                                                                             \
+    struct NAME##_job { const T *a, *packed; T *c; int64_t m0, m1, n, k; };                      \
+    static void *NAME##_rows(void *arg) {                                                         \
+        struct NAME##_job *jb = arg;                                                              \
+        const T *a = jb->a;                                                                       \
+        int64_t n = jb->n, k = jb->k;                                                             \
+        for (int64_t j0 = 0; j0 < n; j0 += NBXLA_NR) {                                            \
+            const T *panel = jb->packed + j0 * k;                                                 \
+            int64_t w = n - j0 < NBXLA_NR ? n - j0 : NBXLA_NR, i = jb->m0;                        \
+            for (; i + 4 <= jb->m1; i += 4) NAME##_block4(a + i * k, panel, jb->c + i * n + j0, n, k, w); \
+            for (; i < jb->m1; i++) NAME##_block1(a + i * k, panel, jb->c + i * n + j0, k, w);    \
+        }                                                                                         \
+        return NULL;                                                                              \
+    }                                                                                             \
+    static void NAME(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a, const T *b,      \
+                     T *c, T *packed) {                                                           \
+        int64_t threads = m * n * k >= ((int64_t)1 << 22) ? nbxla_workers() : 1;                  \
+        if (threads > (m + 3) / 4) threads = (m + 3) / 4;                                         \
+        if (threads < 1) threads = 1;                                                             \
+        for (int64_t s = 0; s < batch; s++) {                                                     \
+            NAME##_pack(b + s * k * n, packed, k, n);                                             \
+            pthread_t th[NBXLA_MAX_THREADS];                                                      \
+            int started[NBXLA_MAX_THREADS];                                                       \
+            struct NAME##_job jobs[NBXLA_MAX_THREADS];                                            \
+            for (int64_t t = 0; t < threads; t++) /* row blocks of whole 4-row groups */          \
+                jobs[t] = (struct NAME##_job){a + s * m * k, packed, c + s * m * n,               \
+                                              (m + 3) / 4 * t / threads * 4,                      \
+                                              t + 1 == threads ? m : (m + 3) / 4 * (t + 1) / threads * 4, n, k}; \
+            for (int64_t t = 1; t < threads; t++)                                                 \
+                started[t] = pthread_create(&th[t], NULL, NAME##_rows, &jobs[t]) == 0;            \
+            NAME##_rows(&jobs[0]);                                                                \
+            for (int64_t t = 1; t < threads; t++) {                                               \
+                if (started[t]) pthread_join(th[t], NULL);                                        \
+                else NAME##_rows(&jobs[t]);                                                       \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+NBXLA_GEMM(nbxla_gemm_f32, float, float)
+NBXLA_GEMM(nbxla_gemm_f64, double, double)
+NBXLA_GEMM(nbxla_gemm_c64, float complex, float complex)
+NBXLA_GEMM(nbxla_gemm_c128, double complex, double complex)
+NBXLA_GEMM(nbxla_gemm_s8, int8_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_s16, int16_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_s32, int32_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_s64, int64_t, uint64_t)
+NBXLA_GEMM(nbxla_gemm_u8, uint8_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_u16, uint16_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_u32, uint32_t, uint32_t)
+NBXLA_GEMM(nbxla_gemm_u64, uint64_t, uint64_t)
+
+/* A direct convolution, as the evaluator defines it: output (b, o, spatial...) sums
+ * x[b + bg*n_out, g*cpg + c, position] * w[o, c, kernel index] over the cpg input features of
+ * output feature o's group g = o / opg (batch group bg = o / obg) and the kernel window.  Per
+ * spatial dim: position q = out*stride + k*win_dil - pad_low in the base-dilated input reads
+ * element q / base_dil when that divides and lands inside (else a zero of the padding); a
+ * reversed dim reads kernel index size-1-k.  Strides are in elements. */
+struct nbxla_conv {
+    int64_t nsp, n_out, o, cpg, opg, obg, xs_b, xs_f, ws_o, ws_i, os_b, os_f;
+    int64_t xs[8], ws[8], os[8], in_size[8], k_size[8], out_size[8];
+    int64_t stride[8], pad_low[8], base_dil[8], win_dil[8], rev[8];
+};
+
+#define NBXLA_CONV(NAME, T, U)                                                                    \
+    static void NAME(const T *x, const T *w, T *out, const struct nbxla_conv *d) {                \
+        int64_t out_total = 1, k_total = 1, oi[8], ki[8];                                         \
+        for (int64_t s = 0; s < d->nsp; s++) { out_total *= d->out_size[s]; k_total *= d->k_size[s]; } \
+        for (int64_t b = 0; b < d->n_out; b++)                                                    \
+            for (int64_t o = 0; o < d->o; o++) {                                                  \
+                int64_t g = o / d->opg, xb = b + (o / d->obg) * d->n_out;                         \
+                for (int64_t s = 0; s < d->nsp; s++) oi[s] = 0;                                   \
+                for (int64_t p = 0; p < out_total; p++) {                                         \
+                    U acc = (U)0;                                                                 \
+                    for (int64_t c = 0; c < d->cpg; c++) {                                        \
+                        const T *xc = x + xb * d->xs_b + (g * d->cpg + c) * d->xs_f;              \
+                        const T *wc = w + o * d->ws_o + c * d->ws_i;                              \
+                        for (int64_t s = 0; s < d->nsp; s++) ki[s] = 0;                           \
+                        for (int64_t q = 0; q < k_total; q++) {                                   \
+                            int64_t xo = 0, wo = 0, inside = 1;                                   \
+                            for (int64_t s = 0; s < d->nsp && inside; s++) {                      \
+                                int64_t at = oi[s] * d->stride[s] + ki[s] * d->win_dil[s] - d->pad_low[s]; \
+                                if (at < 0 || at % d->base_dil[s]) { inside = 0; break; }         \
+                                at /= d->base_dil[s];                                             \
+                                if (at >= d->in_size[s]) { inside = 0; break; }                   \
+                                xo += at * d->xs[s];                                              \
+                                wo += (d->rev[s] ? d->k_size[s] - 1 - ki[s] : ki[s]) * d->ws[s];  \
+                            }                                                                     \
+                            if (inside) acc += (U)xc[xo] * (U)wc[wo];                             \
+                            for (int64_t s = d->nsp - 1; s >= 0; s--) {                           \
+                                if (++ki[s] < d->k_size[s]) break;                                \
+                                ki[s] = 0;                                                        \
+                            }                                                                     \
+                        }                                                                         \
+                    }                                                                             \
+                    int64_t at = b * d->os_b + o * d->os_f;                                       \
+                    for (int64_t s = 0; s < d->nsp; s++) at += oi[s] * d->os[s];                  \
+                    out[at] = (T)acc;                                                             \
+                    for (int64_t s = d->nsp - 1; s >= 0; s--) {                                   \
+                        if (++oi[s] < d->out_size[s]) break;                                      \
+                        oi[s] = 0;                                                                \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+    }
+
+NBXLA_CONV(nbxla_conv_f32, float, float)
+NBXLA_CONV(nbxla_conv_f64, double, double)
+NBXLA_CONV(nbxla_conv_c64, float complex, float complex)
+NBXLA_CONV(nbxla_conv_c128, double complex, double complex)
+NBXLA_CONV(nbxla_conv_s8, int8_t, uint32_t)
+NBXLA_CONV(nbxla_conv_s16, int16_t, uint32_t)
+NBXLA_CONV(nbxla_conv_s32, int32_t, uint32_t)
+NBXLA_CONV(nbxla_conv_s64, int64_t, uint64_t)
+NBXLA_CONV(nbxla_conv_u8, uint8_t, uint32_t)
+NBXLA_CONV(nbxla_conv_u16, uint16_t, uint32_t)
+NBXLA_CONV(nbxla_conv_u32, uint32_t, uint32_t)
+NBXLA_CONV(nbxla_conv_u64, uint64_t, uint64_t)
+
+/* A stable sort of n_ops arrays along one axis (viewed as [outer, n, inner]), ordered by a
+ * comparator kernel taking (lhs0, rhs0, lhs1, rhs1, ..., result) scalar buffers.  Bottom-up
+ * merge sort of a permutation: an element of the right run goes first only when it compares
+ * less than the left one, so equal elements keep their order (a stable sort: for a strict
+ * weak order the same result as the evaluator's merge sort).  ``perm`` has room for 2n. */
+static void nbxla_sort(int n_ops, char *const *in, char *const *out, const int64_t *esize,
+                       int64_t outer, int64_t n, int64_t inner, nbxla_kernel less,
+                       int64_t less_extent, int64_t *perm) {
+    void *args[2 * n_ops + 1];
+    unsigned char result;
+    args[2 * n_ops] = &result;
+    int64_t *tmp = perm + n;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t base = o * n * inner + i;
+            int64_t *src = perm, *dst = tmp;
+            for (int64_t k = 0; k < n; k++) src[k] = k;
+            for (int64_t width = 1; width < n; width *= 2) {
+                for (int64_t lo = 0; lo < n; lo += 2 * width) {
+                    int64_t mid = lo + width < n ? lo + width : n;
+                    int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+                    int64_t l = lo, r = mid, d = lo;
+                    while (l < mid && r < hi) {
+                        for (int j = 0; j < n_ops; j++) {
+                            args[2 * j] = in[j] + (base + src[r] * inner) * esize[j];
+                            args[2 * j + 1] = in[j] + (base + src[l] * inner) * esize[j];
+                        }
+                        less(args, 0, less_extent);
+                        dst[d++] = result ? src[r++] : src[l++];
+                    }
+                    while (l < mid) dst[d++] = src[l++];
+                    while (r < hi) dst[d++] = src[r++];
+                }
+                int64_t *swap = src; src = dst; dst = swap;
+            }
+            for (int j = 0; j < n_ops; j++)
+                for (int64_t k = 0; k < n; k++)
+                    memcpy(out[j] + (base + k * inner) * esize[j], in[j] + (base + src[k] * inner) * esize[j],
+                           esize[j]);
+        }
+}
