@@ -39,6 +39,7 @@ from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape
 from .elemental import row_major_strides
+from .toolkit import product
 
 ALIGN = 64
 MAX_THREADS = 64          # NBXLA_MAX_THREADS in aot_runtime.c
@@ -51,12 +52,6 @@ _INDEX_C_TYPES = {"pred": "unsigned char", "s32": "int32_t", "s64": "int64_t", "
 def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
-
-def product(dims) -> int:
-    out = 1
-    for n in dims:
-        out *= n
-    return out
 
 
 def leaf_shapes(shape) -> list[Shape]:

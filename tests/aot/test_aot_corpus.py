@@ -13,14 +13,14 @@ from nbxla.errors import AotError
 from nbxla.hlo.parser import parse_hlo
 from nbxla.testing import compare_arrays
 
-from ..conftest import CORPUS_HLO
-from ..test_corpus import CASE_RTOL, case_inputs_and_outputs
-from ..test_jax_extra_corpus import CASE_RTOL as EXTRA_RTOL, EXPECTED_ERRORS, JAX_DEVIATIONS
+from tests.conftest import CORPUS_HLO
+from tests.hlo.test_corpus import CASE_RTOL, case_inputs_and_outputs
+from tests.hlo.test_jax_extra_corpus import CASE_RTOL as EXTRA_RTOL, EXPECTED_ERRORS, JAX_DEVIATIONS
 from .aot_util import build, needs_cc, run, system_library_symbols, undefined_symbols
 
 pytestmark = needs_cc
 
-JAX_EXTRA = Path(__file__).resolve().parents[1] / "jax_extra"
+JAX_EXTRA = Path(__file__).resolve().parents[1] / "hlo" / "jax_extra"
 
 # Cases with an op that has no native implementation (under jit: the reference evaluator in
 # Python), and the pattern the refusal must match.
