@@ -66,8 +66,13 @@ class DaskPlan:
                 arrays[a.index[id(p)]] = value
             else:
                 numpy_leaves[a.index[id(p)]] = np.asarray(value)
+        # Task keys name this call's inputs (like dask's own tokens): the same inputs give the
+        # same keys, so results already in a cluster's memory are reused, and others never are.
+        from dask.base import tokenize
+        call_token = tokenize(*[arrays[k].name for k in sorted(arrays)],
+                              *[numpy_leaves[k] for k in sorted(numpy_leaves)])[:10]
         for sp in self.stages:
-            self._run_stage(sp, arrays, numpy_leaves)
+            self._run_stage(sp, arrays, numpy_leaves, call_token)
         results = []
         for kind, value in prog.out_slots:
             if kind == "out":
@@ -79,11 +84,13 @@ class DaskPlan:
             self.task_count = len({k for c in collections for k in c.__dask_graph__().keys()})
         return out
 
-    def _run_stage(self, sp: StagePlan, arrays: dict, numpy_leaves: dict) -> None:
+    def _run_stage(self, sp: StagePlan, arrays: dict, numpy_leaves: dict, call_token: str) -> None:
         import dask.array as da
         from dask.array.overlap import overlap
+        from dask.base import tokenize
         from dask.highlevelgraph import HighLevelGraph
         a, st = self.analysis, sp.stage
+        name = f"{sp.name}-{call_token}"
         inputs = []
         for n in st.inputs:
             x = arrays[n]
@@ -96,18 +103,18 @@ class DaskPlan:
         leaf_keys = []
         for n in st.leaves:
             value = numpy_leaves[n]
-            key = f"nbxla-leaf-{_token(value)}"
+            key = f"nbxla-leaf-{tokenize(value)}"
             dsk[key] = value
             leaf_keys.append(key)
         for idx, call in sp.calls.items():
             block = dict(zip(st.axes, idx))
             keys = [(x.name, *[block.get(a.cls(a.instrs[n], d), 0) for d in range(x.ndim)])
                     for n, x in zip(st.inputs, inputs)]
-            dsk[(sp.name, *idx)] = (call, *keys, *leaf_keys)
-        layer = HighLevelGraph.from_collections(sp.name, dsk, dependencies=inputs)
+            dsk[(name, *idx)] = (call, *keys, *leaf_keys)
+        layer = HighLevelGraph.from_collections(name, dsk, dependencies=inputs)
         for k, ((kind, n), chunks) in enumerate(zip(st.outputs, sp.out_chunks)):
             instr = a.instrs[n]
-            out_name = f"{sp.name}-out{k}"
+            out_name = f"{name}-out{k}"
             axes = self._output_axes(kind, n)
             out_dsk = {}
             for idx in sp.calls:
@@ -115,9 +122,9 @@ class DaskPlan:
                 if any(block[c] != 0 for c in st.axes if c not in axes):
                     continue        # the value is the same in every block along c: take block 0
                 out_dsk[(out_name, *[block.get(c, 0) if c is not None else 0 for c in axes])] = \
-                    (operator.getitem, (sp.name, *idx), k)
+                    (operator.getitem, (name, *idx), k)
             graph = HighLevelGraph({**layer.layers, out_name: out_dsk},
-                                   {**layer.dependencies, out_name: {sp.name}})
+                                   {**layer.dependencies, out_name: {name}})
             dtype = instr.shape.dtype
             arr = da.Array(graph, out_name, chunks, meta=np.empty((0,) * len(chunks), dtype))
             if kind == "value":
@@ -189,11 +196,6 @@ def _where(instr) -> str:
 def _chunks_text(ch: tuple[int, ...]) -> str:
     sizes = sorted(set(ch))
     return "of " + "/".join(str(s) for s in sizes)
-
-
-def _token(value: np.ndarray) -> str:
-    v = np.ascontiguousarray(value)
-    return hashlib.sha1(v.view(np.uint8).tobytes() + str((v.dtype, v.shape)).encode()).hexdigest()[:16]
 
 
 # ---- planning ------------------------------------------------------------------------------
