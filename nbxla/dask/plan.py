@@ -11,6 +11,8 @@ compiled reduce), ``rechunk`` for arguments whose chunks must change, and dask's
 from __future__ import annotations
 
 import hashlib
+import itertools
+import math
 import operator
 from dataclasses import dataclass, field
 
@@ -19,10 +21,12 @@ import numpy as np
 from ..errors import NbxlaError
 from ..frontend.trace import TracedProgram, tree_unflatten
 from .analysis import Analysis
-from .kernels import BlockKernel, build_block_module, compile_block, leaf_value
+from .kernels import BlockKernel, KernelSpec, build_block_module, compile_block, leaf_value
 from .stages import Ranges, Stage, anchored, block_ranges, blocks, split_stages
-from .worker import BlockCall, Combine, identity
+from .worker import BlockCall, Combine, combine_spec, identity, warm
 
+# Partials a tree reduction combines at a time (per reduced axis).
+SPLIT_EVERY = 16
 # An axis is made whole (one block along it) only while each block stays below this size.
 MAX_WHOLE_BLOCK_BYTES = 512 * 2**20
 
@@ -51,6 +55,7 @@ class DaskPlan:
     leaf_values: dict[int, np.ndarray]              # constants / iotas the tasks slice
     notes: list[str] = field(default_factory=list)
     task_count: int | None = None                   # of the last call's graph
+    warmed: set = field(default_factory=set)        # (client, workers) that have every kernel
 
     # ---- building the dask graph of a call -------------------------------------------------
     def run(self, leaves: list):
@@ -79,6 +84,7 @@ class DaskPlan:
                 value = arrays[a.index[id(a.outputs[value])]]
             results.append(value)
         out = tree_unflatten(prog.out_treedef, results)
+        self.warm_workers()
         collections = [r for r in results if hasattr(r, "__dask_graph__")]
         if collections:
             self.task_count = len({k for c in collections for k in c.__dask_graph__().keys()})
@@ -141,16 +147,43 @@ class DaskPlan:
 
     def _tree_reduce(self, partials, instr, n_axes: int, name: str):
         import dask.array as da
-        if instr.opcode == "dot":
-            opcode, init = "add", np.zeros((), instr.shape.dtype)
-        else:
-            opcode = instr.attrs["to_apply"].root.opcode
-            init = np.asarray(instr.operands[1].literal, instr.shape.dtype)
-        combine = Combine(opcode, init[()], n_axes)
+        opcode, init = combiner(instr)
+        combine = Combine(opcode, init[()], n_axes, combine_specs(instr, partials.chunks, n_axes))
         return da.reduction(partials, identity, combine, axis=tuple(range(n_axes)), keepdims=False,
                             dtype=instr.shape.dtype, combine=combine, concatenate=True,
+                            split_every=dict.fromkeys(range(n_axes), SPLIT_EVERY),
                             name=name.replace("nbxla-fused", "nbxla-combine"),
                             meta=np.empty((0,) * instr.shape.rank, instr.shape.dtype))
+
+    # ---- every kernel the workers will need, compiled ahead on each of them ------------------
+    def specs(self) -> list[KernelSpec]:
+        """The block kernels and the tree reductions' combine kernels (their shapes follow
+        from the chunks: dask groups partials ``SPLIT_EVERY`` at a time, level by level)."""
+        out = {}
+        for sp in self.stages:
+            for key, (kernel, _) in sp.kernels.items():
+                out[key] = kernel.spec
+            for (kind, n), chunks in zip(sp.stage.outputs, sp.out_chunks):
+                if kind == "partial":
+                    instr = self.analysis.instrs[n]
+                    for spec in combine_specs(instr, chunks, len(self.analysis.boundary[n])).values():
+                        out[spec.key] = spec
+        return list(out.values())
+
+    def warm_workers(self) -> None:
+        """With a distributed client, compile every kernel on every worker now (each once), so
+        that no call after this one compiles anything on them."""
+        try:
+            from distributed import default_client
+            client = default_client()
+        except (ImportError, ValueError):
+            return                      # local schedulers compile in this process, on demand
+        workers = frozenset(client.scheduler_info()["workers"])
+        if (id(client), workers) in self.warmed:
+            return
+        compiled = client.run(warm, self.specs())
+        self.warmed.add((id(client), workers))
+        self.notes.append(f"compiled ahead on the workers: {compiled}")
 
     # ---- the report ------------------------------------------------------------------------
     def report(self) -> str:
@@ -186,6 +219,37 @@ class DaskPlan:
         return "\n".join(lines)
 
     __str__ = report
+
+
+def combiner(instr) -> tuple[str, np.ndarray]:
+    """The op and init that combine partials of a boundary: its reducer, or add for a dot."""
+    if instr.opcode == "dot":
+        return "add", np.zeros((), instr.shape.dtype)
+    return (instr.attrs["to_apply"].root.opcode,
+            np.asarray(instr.operands[1].literal, instr.shape.dtype))
+
+
+def combine_specs(instr, chunks: tuple, n_axes: int) -> dict:
+    """(shape, keepdims) -> the combine kernel, for every call the tree reduction will make."""
+    opcode, init = combiner(instr)
+    return {(shape, keepdims): combine_spec(opcode, init, shape, instr.shape.dtype, n_axes, keepdims)
+            for shape, keepdims in combine_shapes(chunks, n_axes)}
+
+
+def combine_shapes(chunks: tuple, n_axes: int):
+    """``(shape, keepdims)`` of every combine call dask's tree reduction makes over partials
+    with these chunks (as ``dask.array.reductions._tree_reduce`` groups them)."""
+    blocks = [len(c) for c in chunks[:n_axes]]
+    kept = [sorted(set(c)) for c in chunks[n_axes:]]
+    depth = 1
+    for n in blocks:
+        depth = int(max(depth, math.ceil(math.log(n, SPLIT_EVERY)))) if n > 0 else depth
+    for level in range(depth):
+        groups = [sorted({min(SPLIT_EVERY, n - s) for s in range(0, n, SPLIT_EVERY)}) for n in blocks]
+        for lead in itertools.product(*groups):
+            for rest in itertools.product(*kept):
+                yield tuple(lead) + tuple(rest), level < depth - 1
+        blocks = [math.ceil(n / SPLIT_EVERY) for n in blocks]
 
 
 def _where(instr) -> str:

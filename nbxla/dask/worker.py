@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +34,14 @@ def compile_count() -> int:
 def stats() -> dict:
     """Compiles and kernel runs in this process, with their total seconds."""
     return dict(_STATS)
+
+
+def warm(specs: list[KernelSpec]) -> int:
+    """Compile every kernel this worker does not have yet; how many it compiled."""
+    before = _STATS["compiles"]
+    for spec in specs:
+        executable(spec)
+    return _STATS["compiles"] - before
 
 
 def executable(spec: KernelSpec):
@@ -74,14 +82,17 @@ class BlockCall:
 @dataclass(frozen=True)
 class Combine:
     """dask.array.reduction's combine/aggregate: partials reduced over their leading axes by a
-    compiled reduce with the original reducer (and its init)."""
+    compiled reduce with the original reducer (and its init).  ``specs`` holds the kernels
+    made on the client for the shapes the tree will have ((shape, keepdims) -> spec)."""
     opcode: str
     init: object                    # a NumPy scalar
     n_axes: int
+    specs: dict = field(default_factory=dict, compare=False)
 
     def __call__(self, x, axis=None, keepdims=False, **_):
         x = np.asarray(x)
-        spec = _combine_spec(self.opcode, np.asarray(self.init), x.shape, x.dtype, self.n_axes, keepdims)
+        spec = self.specs.get((x.shape, bool(keepdims))) or combine_spec(
+            self.opcode, np.asarray(self.init), x.shape, x.dtype, self.n_axes, keepdims)
         return _run(spec, [x])[0]
 
 
@@ -93,13 +104,14 @@ def identity(x, axis=None, keepdims=True, **_):
 _COMBINE_SPECS: dict[tuple, KernelSpec] = {}
 
 
-def _combine_spec(opcode, init, shape, dtype, n_axes, keepdims) -> KernelSpec:
-    key = (opcode, init.item(), shape, dtype.str, n_axes, keepdims)
+def combine_spec(opcode, init, shape, dtype, n_axes, keepdims) -> KernelSpec:
+    """The kernel reducing ``n_axes`` leading axes of partials of ``shape`` with ``opcode``."""
+    key = (opcode, init.item(), tuple(shape), np.dtype(dtype).str, n_axes, keepdims)
     spec = _COMBINE_SPECS.get(key)
     if spec is None:
         et = from_numpy_dtype(dtype)
         b = Builder("nbxla_combine")
-        p = b.parameter(Shape(et, shape), "partials")
+        p = b.parameter(Shape(et, tuple(shape)), "partials")
         red = b.reduce(p, b.constant(init, et), range(n_axes), scalar_computation(opcode, et))
         if keepdims:
             red = b.reshape(red, (1,) * n_axes + tuple(shape[n_axes:]))

@@ -137,17 +137,23 @@ def test_writing_into_a_dask_argument_is_refused():
 
 
 def test_a_second_call_compiles_nothing_on_any_worker(client):
-    x, y = (da.from_array(rand(8_000), chunks=1000) for _ in range(2))
-    f = nbxla.jit(lambda x, y: np.tanh(x) * np.log1p(y) + np.sum(x))
-    first = f(x, y).compute()
-    before = nd.worker_compile_counts(client)
-    assert sum(before.values()) > 0
+    # 40 chunks: dask's tree reduction combines partials in two levels
+    x = da.from_array(rand((4_000, 6)), chunks=(100, 6))
+    y = da.from_array(rand((4_000, 6)), chunks=(100, 6))
+    f = nbxla.jit(lambda x, y: (np.tanh(x) * np.log1p(y) + np.sum(x, axis=0), np.max(x * y, axis=0)))
+    lazy = f(x, y)                # plans, and compiles every kernel once on every worker
+    after_call = nd.worker_compile_counts(client)
+    assert len(after_call) == 2 and all(n > 0 for n in after_call.values())
+    first = client.compute(list(lazy), sync=True)
+    assert nd.worker_compile_counts(client) == after_call       # every combine shape foreseen
     x2, y2 = x + 1, y * 2         # new arrays, same shapes/chunks: the same kernels
-    second = f(x2, y2).compute()
-    assert nd.worker_compile_counts(client) == before
-    np.testing.assert_allclose(second, np.tanh(x2.compute()) * np.log1p(y2.compute())
-                               + np.sum(x2.compute()), rtol=1e-5)
-    assert not np.allclose(first, second)
+    second = client.compute(list(f(x2, y2)), sync=True)
+    assert nd.worker_compile_counts(client) == after_call
+    xn, yn = x2.compute(), y2.compute()
+    np.testing.assert_allclose(second[0], np.tanh(xn) * np.log1p(yn) + np.sum(xn, axis=0), rtol=1e-5)
+    np.testing.assert_allclose(second[1], np.max(xn * yn, axis=0), rtol=1e-6)
+    assert not np.allclose(first[0], second[0])
+    assert "compiled ahead on the workers" in nd.explain(f)
 
 
 def test_a_worker_killed_mid_computation_is_recovered(client):
