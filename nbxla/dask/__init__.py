@@ -28,10 +28,12 @@ from ..passes import CallInliner, CommonSubexpressionElimination, DeadCodeElimin
 from .analysis import ParamInfo, analyze
 from .plan import DaskPlan, DaskSplitError, make_plan
 
-__all__ = ["call", "explain", "is_dask_array", "worker_compile_counts", "DaskPlan", "DaskSplitError"]
+__all__ = ["call", "run_cell", "explain", "is_dask_array", "worker_compile_counts", "DaskPlan",
+           "DaskSplitError"]
 
 _PLANS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 _LAST: "weakref.WeakKeyDictionary[object, DaskPlan]" = weakref.WeakKeyDictionary()
+_LAST_ANY: list = [None]            # the last plan run, of a function or a cell
 
 
 def is_dask_array(x) -> bool:
@@ -42,6 +44,11 @@ def _leaf_key(leaf):
     if is_dask_array(leaf):
         return ("dask", leaf.shape, np.dtype(leaf.dtype).str, leaf.chunks)
     return leaf_signature(leaf)
+
+
+def _stand_in(x) -> np.ndarray:
+    """What tracing sees of a dask array: its shape and dtype (a zero-strided view, no memory)."""
+    return np.broadcast_to(np.zeros((), x.dtype), x.shape)
 
 
 def call(cf, args: tuple, kwargs: dict):
@@ -55,7 +62,7 @@ def call(cf, args: tuple, kwargs: dict):
     plan = plans.get(key)
     if plan is None:
         plan = plans[key] = _plan(cf, args, kwargs, leaves, treedef)
-    _LAST[cf] = plan
+    _LAST[cf] = _LAST_ANY[0] = plan
     return plan.run(leaves)
 
 
@@ -65,9 +72,8 @@ def _plan(cf, args, kwargs, leaves, treedef) -> DaskPlan:
     traced_leaves = []
     for leaf in leaves:
         if is_dask_array(leaf):
-            # shape and dtype are all tracing reads: a zero-strided view costs no memory
             if id(leaf) not in stand_ins:
-                stand_ins[id(leaf)] = np.broadcast_to(np.zeros((), leaf.dtype), leaf.shape)
+                stand_ins[id(leaf)] = _stand_in(leaf)
             traced_leaves.append(stand_ins[id(leaf)])
         else:
             traced_leaves.append(leaf)
@@ -82,6 +88,15 @@ def _plan(cf, args, kwargs, leaves, treedef) -> DaskPlan:
                                      "arrays cannot change in place", hint="return the new value "
                                      "instead (y = x + 1, not x += 1)") from None
         raise
+    return _plan_program(name, program, leaves)
+
+
+def _plan_program(name: str, program, leaves: list) -> DaskPlan:
+    """Analyse a traced program whose arguments ``leaves`` (some dask arrays) were traced."""
+    if program.writebacks:
+        raise NotCompilableError("the code writes into an argument; with dask arguments nothing "
+                                 "is written back (dask arrays cannot change in place)",
+                                 hint="bind the new value to a name instead")
     module = Pipeline([CallInliner(), CommonSubexpressionElimination(), DeadCodeElimination()],
                       verify=False, record_text=False).run(program.module).module
     program.module = module
@@ -110,13 +125,56 @@ def _describe(instr) -> str:
     return f"{where}: {instr.opcode}{src}"
 
 
-def explain(fn) -> str:
-    """The last dask plan of a jit function: chunked axes, stages with their per-chunk
-    kernels, what ran as dask operations (tree reductions, rechunks, halos), task count."""
-    plan = _LAST.get(fn)
+def explain(fn=None) -> str:
+    """The last dask plan of a jit function (or, without one, of the last call or ``%%xla``
+    cell with dask inputs): chunked axes, stages with their per-chunk kernels, what ran as
+    dask operations (tree reductions, rechunks, halos) and the task count."""
+    plan = _LAST.get(fn) if fn is not None else _LAST_ANY[0]
     if plan is None:
-        raise NbxlaError(f"{getattr(fn, '__name__', fn)} has not been called with dask arrays yet")
+        raise NbxlaError(f"{getattr(fn, '__name__', 'nothing')} has not run with dask arrays yet")
     return plan.report()
+
+
+# ---- %%xla cells with dask inputs -------------------------------------------------------------
+_CELLS: dict = {}
+
+
+def cell_reads_dask(source: str, user_ns: dict) -> bool:
+    """Whether a cell reads a name bound to a dask array (the magic then calls ``run_cell``)."""
+    from ..frontend.cell_ast import analyze as analyze_cell
+    return any(is_dask_array(user_ns.get(name)) for name in analyze_cell(source).reads)
+
+
+def run_cell(source: str, user_ns: dict, *, label: str = "cell", filename: str | None = None,
+             name: str = "cell", filename_display=None):
+    """Run a ``%%xla`` cell that reads dask arrays: the names it binds become dask arrays
+    (lazy; their tasks run compiled kernels), exactly as ``jit`` does for functions."""
+    from types import SimpleNamespace
+
+    from ..frontend.cell import CellResult, gather_inputs, register_source, trace_cell
+    from ..frontend.cell_ast import analyze as analyze_cell
+    analysis = analyze_cell(source)
+    originals = {n: user_ns[n] for n in analysis.reads if is_dask_array(user_ns.get(n))}
+    traced_ns = dict(user_ns)
+    traced_ns.update({n: _stand_in(x) for n, x in originals.items()})
+    inputs = gather_inputs(analysis, traced_ns)
+    back = {id(traced_ns[n]): x for n, x in originals.items()}
+    leaves = [back.get(id(leaf), leaf) for leaf in inputs.leaves]
+    key = (source.strip(), current_flags(), tuple(_leaf_key(x) for x in leaves), inputs.treedef,
+           inputs.signature[len(inputs.leaves):])
+    entry = _CELLS.get(key)
+    if entry is None:
+        filename = filename or register_source(source)
+        program, bindings, display = trace_cell(analysis, inputs, traced_ns, filename=filename,
+                                                label=label, name=name,
+                                                filename_display=filename_display)
+        entry = _CELLS[key] = (_plan_program(name, program, leaves), bindings, display)
+    plan, bindings, display = entry
+    _LAST_ANY[0] = plan
+    outputs = plan.run(leaves)
+    cell = SimpleNamespace(bindings=bindings, display=display)
+    given = SimpleNamespace(leaves=leaves)
+    return CellResult(cell, given, list(outputs), []).commit(user_ns)
 
 
 def last_plan(fn) -> DaskPlan | None:
