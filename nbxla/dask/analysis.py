@@ -83,15 +83,30 @@ class _UnionFind:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
+def value_dims(instr: Instruction) -> tuple[int, ...] | None:
+    """The dims of a value: an array's, or those every element of a tuple shares (the results
+    of a variadic reduce or sort); None for other tuples."""
+    s = instr.shape
+    if not s.is_tuple:
+        return s.dims
+    if s.elements and all(not e.is_tuple for e in s.elements) and len({e.dims for e in s.elements}) == 1:
+        return s.elements[0].dims
+    return None
+
+
 def dim_links(instr: Instruction) -> tuple[list[tuple[int, int, int]], list[int], list[tuple[int, int]]]:
     """How ``instr`` maps operand dims onto its own: ``(operand, operand_dim, out_dim)`` links;
     the out dims it reduces positions of one operand into (reduce, dot); and the operand
     dims whose positions it mixes, ``(operand, dim)`` (these cannot stay chunked)."""
-    op, shape = instr.opcode, instr.shape
+    op = instr.opcode
     links, mixed = [], []
-    if shape.is_tuple or any(o.shape.is_tuple for o in instr.operands):
-        return [], [], [(k, d) for k, o in enumerate(instr.operands) if not o.shape.is_tuple
-                        for d in range(o.shape.rank)]
+    out_dims = value_dims(instr)
+    if out_dims is None or any(value_dims(o) is None for o in instr.operands) or op == "tuple":
+        return [], [], [(k, d) for k, o in enumerate(instr.operands) if value_dims(o) is not None
+                        for d in range(len(value_dims(o)))]
+    shape = instr.shape if not instr.shape.is_tuple else instr.shape.elements[0]
+    if op == "get-tuple-element":
+        return [(0, d, d) for d in range(len(out_dims))], [], []
     if OPCODES[op].elementwise:
         for k, o in enumerate(instr.operands):
             if o.shape.rank == shape.rank:
@@ -120,9 +135,11 @@ def dim_links(instr: Instruction) -> tuple[list[tuple[int, int, int]], list[int]
             else:
                 mixed.append((0, d))
         return links, [], mixed
-    if op == "reduce" and len(instr.operands) == 2:
+    if op == "reduce":
+        n_inputs = len(instr.operands) // 2
         kept = [d for d in range(instr.operands[0].shape.rank) if d not in a["dimensions"]]
-        return [(0, d, j) for j, d in enumerate(kept)], list(a["dimensions"]), []
+        return ([(k, d, j) for k in range(n_inputs) for j, d in enumerate(kept)],
+                list(a["dimensions"]), [])
     if op == "dot":
         lhs, rhs = instr.operands
         lb, rb = a.get("lhs_batch_dims", ()), a.get("rhs_batch_dims", ())
@@ -137,7 +154,7 @@ def dim_links(instr: Instruction) -> tuple[list[tuple[int, int, int]], list[int]
                     links.append((side, d, out))
                     out += 1
         return links, list(lc), []
-    same_rank = [k for k, o in enumerate(instr.operands) if o.shape.rank == shape.rank]
+    same_rank = [k for k, o in enumerate(instr.operands) if len(value_dims(o)) == shape.rank]
     if op in ("concatenate", "pad", "reverse", "sort", "reduce-window"):
         fixed = _positional_dims(instr)
         for k in same_rank:
@@ -187,7 +204,7 @@ def analyze(module: Module, params: list[ParamInfo], describe) -> Analysis:
     for n, instr in enumerate(instrs):
         if instr is root and root.opcode == "tuple":
             continue
-        for d in range(0 if instr.shape.is_tuple else instr.shape.rank):
+        for d in range(len(value_dims(instr) or ())):
             uf.find((n, d))
         links, reduces, mixes = dim_links(instr)
         for k, d, j in links:
@@ -196,6 +213,9 @@ def analyze(module: Module, params: list[ParamInfo], describe) -> Analysis:
             mixed.append(((index[id(instr.operands[k])], d), instr))
         if instr.opcode == "reduce" and reduces:
             reduced[n] = [(index[id(instr.operands[0])], d) for d in reduces]
+            for other in instr.operands[1:len(instr.operands) // 2]:    # a variadic reduce's inputs
+                for d in reduces:
+                    uf.union((index[id(instr.operands[0])], d), (index[id(other)], d))
             if not _tree_reducible(instr):
                 mixed += [(node, instr) for node in reduced[n]]
         elif instr.opcode == "dot" and reduces:
@@ -230,10 +250,8 @@ def analyze(module: Module, params: list[ParamInfo], describe) -> Analysis:
         if c in chunks and len({p.shape.dims[d] for p, d in ms}) > 1:
             make_whole(c, "dask arguments of different lengths meet along the axis")
     for n, instr in enumerate(instrs):
-        if instr.shape.is_tuple:
-            continue
         seen = {}
-        for d in range(instr.shape.rank):
+        for d in range(len(value_dims(instr) or ())):
             c = classes.get((n, d))
             if c in chunks and c in seen:
                 make_whole(c, f"{describe(instr)} has two dims ({seen[c]} and {d}) on the same axis")
@@ -268,7 +286,7 @@ def _tree_reducible(instr: Instruction) -> bool:
     body = instr.attrs["to_apply"]
     root = body.root
     params = body.parameters
-    if root.opcode not in ASSOCIATIVE or len(body.instructions) != 3 or set(map(id, root.operands)) != set(map(id, params)):
+    if len(instr.operands) != 2 or root.opcode not in ASSOCIATIVE or len(body.instructions) != 3 or set(map(id, root.operands)) != set(map(id, params)):
         return False
     init = instr.operands[1]
     want = ASSOCIATIVE[root.opcode]
@@ -279,7 +297,7 @@ def _windows(a: Analysis, dask_params: set[int]) -> None:
     """``window[(n, d)] = (lo, hi)``: value ``n`` at index ``i`` along chunked dim ``d`` reads
     base positions ``i+lo .. i+hi`` of the dask arguments (stencils widen it)."""
     for n, instr in enumerate(a.instrs):
-        if n not in a.dep or instr.shape.is_tuple:
+        if n not in a.dep or value_dims(instr) is None:
             continue
         if n in dask_params:
             for d in range(instr.shape.rank):
@@ -310,5 +328,6 @@ def merge_small_chunks(chunks: tuple[int, ...], width: int) -> tuple[int, ...]:
         else:
             out.append(c)
     if len(out) > 1 and out[-1] < width:
-        out[-2] += out.pop()
+        last = out.pop()
+        out[-1] += last
     return tuple(out)

@@ -20,7 +20,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from ..hlo import Instruction
-from .analysis import Analysis, dim_links
+from .analysis import Analysis, dim_links, value_dims
 
 Range = tuple[int, int]
 Ranges = tuple[Range, ...]
@@ -98,7 +98,7 @@ def _close(a: Analysis, st: Stage) -> Stage:
     axes = set()
     for n in st.compute + st.inputs + st.leaves + st.partials:
         instr = a.instrs[n]
-        for d in range(0 if instr.shape.is_tuple else instr.shape.rank):
+        for d in range(len(value_dims(instr) or ())):
             c = a.cls(instr, d)
             if c is not None:
                 axes.add(c)
@@ -134,7 +134,7 @@ def base_range(a: Analysis, c: int, b: int) -> Range:
 def anchored(a: Analysis, instr: Instruction, block: dict[int, int]) -> Ranges:
     """The ranges of ``instr`` that belong to ``block`` (whole along unchunked dims)."""
     out = []
-    for d, size in enumerate(instr.shape.dims):
+    for d, size in enumerate(value_dims(instr) or ()):
         c = a.cls(instr, d)
         if c is None or c not in block:
             out.append((0, size))
@@ -148,7 +148,7 @@ def anchored(a: Analysis, instr: Instruction, block: dict[int, int]) -> Ranges:
 def operand_requirement(instr: Instruction, k: int, need: Ranges) -> Ranges:
     """What operand ``k`` of ``instr`` must hold for ``instr`` to produce ``need``."""
     x = instr.operands[k]
-    req = [(0, n) for n in x.shape.dims]
+    req = [(0, n) for n in value_dims(x) or ()]
     links, _, _ = dim_links(instr)
     for kk, d, j in links:
         if kk != k:
