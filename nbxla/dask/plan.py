@@ -117,20 +117,29 @@ class DaskPlan:
             keys = [(x.name, *[block.get(a.cls(a.instrs[n], d), 0) for d in range(x.ndim)])
                     for n, x in zip(st.inputs, inputs)]
             dsk[(name, *idx)] = (call, *keys, *leaf_keys)
+        single = next(iter(sp.calls.values())).single
+        if single:          # the tasks are the output's blocks: key them as its dims
+            axes = self._output_axes(*st.outputs[0])
+            dsk = {k if not isinstance(k, tuple) else
+                   (name, *[dict(zip(st.axes, k[1:])).get(c, 0) if c is not None else 0 for c in axes]): v
+                   for k, v in dsk.items()}
         layer = HighLevelGraph.from_collections(name, dsk, dependencies=inputs)
         for k, ((kind, n), chunks) in enumerate(zip(st.outputs, sp.out_chunks)):
             instr = a.instrs[n]
-            out_name = f"{name}-out{k}"
-            axes = self._output_axes(kind, n)
-            out_dsk = {}
-            for idx in sp.calls:
-                block = dict(zip(st.axes, idx))
-                if any(block[c] != 0 for c in st.axes if c not in axes):
-                    continue        # the value is the same in every block along c: take block 0
-                out_dsk[(out_name, *[block.get(c, 0) if c is not None else 0 for c in axes])] = \
-                    (operator.getitem, (name, *idx), k)
-            graph = HighLevelGraph({**layer.layers, out_name: out_dsk},
-                                   {**layer.dependencies, out_name: {name}})
+            if single:
+                out_name, graph = name, layer
+            else:
+                out_name = f"{name}-out{k}"
+                axes = self._output_axes(kind, n)
+                out_dsk = {}
+                for idx in sp.calls:
+                    block = dict(zip(st.axes, idx))
+                    if any(block[c] != 0 for c in st.axes if c not in axes):
+                        continue    # the value is the same in every block along c: take block 0
+                    out_dsk[(out_name, *[block.get(c, 0) if c is not None else 0 for c in axes])] = \
+                        (operator.getitem, (name, *idx), k)
+                graph = HighLevelGraph({**layer.layers, out_name: out_dsk},
+                                       {**layer.dependencies, out_name: {name}})
             dtype = instr.shape.dtype
             arr = da.Array(graph, out_name, chunks, meta=np.empty((0,) * len(chunks), dtype))
             if kind == "value":
@@ -335,9 +344,20 @@ def _plan_stage(a: Analysis, st: Stage, name: str) -> StagePlan:
         count = kernels.get(kernel.spec.key, (kernel, 0))[1]
         kernels[kernel.spec.key] = (kernel, count + 1)
         leaf_slices = tuple(tuple(slice(s, e) for s, e in r.need[n]) for n in st.leaves)
-        calls[idx] = BlockCall(kernel.spec, leaf_slices)
+        calls[idx] = BlockCall(kernel.spec, leaf_slices, single=_single_output(a, st))
     out_chunks = [_out_chunks(a, st, kind, n) for kind, n in st.outputs]
     return StagePlan(st, name, calls, kernels, depth, out_chunks)
+
+
+def _single_output(a: Analysis, st: Stage) -> bool:
+    """One output covering every block: the stage's tasks are that array's blocks."""
+    if len(st.outputs) != 1:
+        return False
+    kind, n = st.outputs[0]
+    instr = a.instrs[n]
+    covered = set(a.boundary[n]) if kind == "partial" else set()
+    covered |= {a.cls(instr, d) for d in range(instr.shape.rank)}
+    return covered >= set(st.axes)
 
 
 def _extend(core: Ranges, depth, sizes) -> Ranges:

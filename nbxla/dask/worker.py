@@ -72,11 +72,13 @@ class BlockCall:
     """One block of a stage: the kernel, and how to slice each whole NumPy leaf for it."""
     spec: KernelSpec
     leaf_slices: tuple              # per trailing input: a tuple of slices
+    single: bool = False            # one output: the block itself (no tuple to pick from)
 
     def __call__(self, *inputs):
         n_blocks = len(inputs) - len(self.leaf_slices)
         args = list(inputs[:n_blocks]) + [leaf[s] for leaf, s in zip(inputs[n_blocks:], self.leaf_slices)]
-        return tuple(_run(self.spec, args))
+        outs = _run(self.spec, args)
+        return outs[0] if self.single else tuple(outs)
 
 
 @dataclass(frozen=True)
