@@ -7,7 +7,7 @@ import pytest
 import nbxla.dask as nd
 from tests.ipython_util import run, shell  # noqa: F401  (fixture)
 
-da = pytest.importorskip("dask.array")
+da = pytest.importorskip("dask.array", reason="dask[array] is not installed (pip install nbxla[dask])")
 
 
 def test_cell_with_dask_and_numpy_inputs_binds_dask_arrays(shell, client):

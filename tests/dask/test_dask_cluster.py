@@ -14,7 +14,7 @@ import pytest
 import nbxla
 import nbxla.dask as nd
 
-da = pytest.importorskip("dask.array")
+da = pytest.importorskip("dask.array", reason="dask[array] is not installed (pip install nbxla[dask])")
 
 RNG = np.random.default_rng(23)
 

@@ -13,8 +13,8 @@ import nbxla.dask as nd
 from nbxla.dask.analysis import merge_small_chunks, reshape_dim_map
 from nbxla.dask.plan import SPLIT_EVERY, combine_shapes
 
-dask = pytest.importorskip("dask")
-da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask", reason="dask is not installed (pip install nbxla[dask])")
+da = pytest.importorskip("dask.array", reason="dask[array] is not installed (pip install nbxla[dask])")
 
 _rng = np.random.default_rng(7)
 V23 = _rng.random(23).astype(np.float32)
