@@ -268,8 +268,16 @@ def analyze(module: Module, params: list[ParamInfo], describe) -> Analysis:
         if cs and n in a.dep:
             a.boundary[n] = cs
     _windows(a, dask_params)
-    for c in a.chunks:      # a stencil's halo must come from the next block alone
-        width = max([hi - lo for (n, d), (lo, hi) in a.window.items() if classes[(n, d)] == c] or [0])
+    for c in a.chunks:
+        # A halo must come from the next block alone, also for values that start later or
+        # end earlier than the arguments (their first and last blocks are shorter): chunks
+        # must be at least the widest window plus the largest shift or shortening.
+        base = sum(a.chunks[c])
+        in_c = [(lo, hi, instrs[n].shape.dims[d] if not instrs[n].shape.is_tuple else value_dims(instrs[n])[d])
+                for (n, d), (lo, hi) in a.window.items() if classes[(n, d)] == c]
+        width = max([hi - lo for lo, hi, _ in in_c] or [0])
+        if width:
+            width += max(hi + base - size for lo, hi, size in in_c)
         a.chunks[c] = merge_small_chunks(a.chunks[c], width)
     for n, instr in enumerate(instrs):
         if n not in a.dep or n in dask_params:

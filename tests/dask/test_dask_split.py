@@ -46,6 +46,9 @@ CASES = {
     "cumulative sum down the chunks": (lambda x: np.cumsum(x, axis=0), [(M, (7, 5))], "rechunked x"),
     "x.T @ x": (lambda x: x.T @ x, [(M, (7, 5))], "dot over"),
     "arange along the chunked axis": (lambda u: u * np.arange(23, dtype=np.float32), [(V23, 10)], None),
+    "stencil over a value of an earlier stage, small chunks": (
+        lambda u: (u[1:] - u[:-1])[2:] * np.sum(u[1:] - u[:-1]) - (u[1:] - u[:-1])[:-2], [(V23, 3)],
+        "wide enough for the halo"),
     "NumPy row and NumPy scalar": (lambda x, w, s: x * w + s, [(M, (7, 5)), M[0], np.float32(3)], None),
 }
 
