@@ -119,10 +119,11 @@ def _plan_program(name: str, program, leaves: list) -> DaskPlan:
 
 
 def _describe(instr) -> str:
+    """``file:line: `source` (HLO opcode)`` for messages and the report."""
     loc = instr.location
     where = f"{loc.file}:{loc.line}" if loc is not None else f"%{instr.name}"
-    src = f" `{loc.source.strip()}`" if loc is not None and loc.source else ""
-    return f"{where}: {instr.opcode}{src}"
+    src = f"`{loc.source.strip()}`" if loc is not None and loc.source else "the code"
+    return f"{where}: {src} (HLO {instr.opcode})"
 
 
 def explain(fn=None) -> str:

@@ -245,7 +245,7 @@ def analyze(module: Module, params: list[ParamInfo], describe) -> Analysis:
         if c in a.chunks and c not in a.whole:
             a.whole[c] = why
     for node, instr in mixed:
-        make_whole(classes.get(node), f"{describe(instr)} mixes positions along the axis")
+        make_whole(classes.get(node), f"{describe(instr)} mixes positions along an axis")
     for c, ms in members.items():
         if c in chunks and len({p.shape.dims[d] for p, d in ms}) > 1:
             make_whole(c, "dask arguments of different lengths meet along the axis")

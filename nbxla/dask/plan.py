@@ -56,6 +56,7 @@ class DaskPlan:
     notes: list[str] = field(default_factory=list)
     task_count: int | None = None                   # of the last call's graph
     warmed: set = field(default_factory=set)        # (client, workers) that have every kernel
+    warm_note: str = ""
 
     # ---- building the dask graph of a call -------------------------------------------------
     def run(self, leaves: list):
@@ -192,7 +193,7 @@ class DaskPlan:
             return
         compiled = client.run(warm, self.specs())
         self.warmed.add((id(client), workers))
-        self.notes.append(f"compiled ahead on the workers: {compiled}")
+        self.warm_note = f"kernels compiled ahead on each worker: {compiled}"
 
     # ---- the report ------------------------------------------------------------------------
     def report(self) -> str:
@@ -200,7 +201,7 @@ class DaskPlan:
         lines = [f"nbxla on dask: {self.name}"]
         for c, ch in sorted(a.chunks.items()):
             lines.append(f"  chunked axis a{c}: {len(ch)} blocks {_chunks_text(ch)}")
-        lines += [f"  {note}" for note in self.notes]
+        lines += [f"  {note}" for note in self.notes + [self.warm_note] if note]
         for sp in self.stages:
             st = sp.stage
             n_blocks = len(sp.calls)
@@ -293,13 +294,14 @@ def make_plan(name: str, program: TracedProgram, a: Analysis, param_chunks_in: d
             if whole and block > MAX_WHOLE_BLOCK_BYTES:
                 d, why = whole[0]
                 raise DaskSplitError(
-                    f"{why}, and axis {d} of {p.name} is chunked ({len(chunks[d])} blocks); one block "
-                    f"along it would be {block / 2**20:.0f} MiB.\nRechunk {p.name} so that axis {d} is "
-                    "one chunk (x.rechunk({%d: -1})) or move that operation out of the compiled "
-                    "function (use the dask array method)" % d)
+                    f"{why}, so it needs axis {d} of {p.name} in one block; {p.name} has "
+                    f"{len(chunks[d])} blocks along it, and one would be {_bytes(block)} (more than "
+                    f"{_bytes(MAX_WHOLE_BLOCK_BYTES)}).\nRechunk {p.name} yourself "
+                    f"({p.name}.rechunk({{{d}: -1}}) with smaller chunks along the other axes), or do "
+                    "that operation outside the compiled function with dask's own method")
             for d, why in whole:
-                notes.append(f"rechunked {p.name} to one block along axis {d} ({block / 2**20:.1f} "
-                             f"MiB per block): {why}")
+                notes.append(f"rechunked {p.name} to one block along axis {d} ({_bytes(block)} "
+                             f"per block): {why}")
             if not whole:
                 notes.append(f"rechunked {p.name} from {_shape_chunks(chunks)} to {_shape_chunks(want)} "
                              "(aligned with the other arguments / wide enough for the halo)")
@@ -313,6 +315,10 @@ def make_plan(name: str, program: TracedProgram, a: Analysis, param_chunks_in: d
                 leaf_values[n] = leaf_value(a.instrs[n])
         stages.append(_plan_stage(a, st, f"nbxla-fused-{name}-s{st.level}-{token}"))
     return DaskPlan(name, program, a, param_chunks, stages, leaf_values, notes)
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
 def _shape_chunks(chunks) -> str:
