@@ -4,7 +4,21 @@ from .api import CompiledFunction, jit
 from .errors import ConcretizationError, NbxlaError, NotCompilableError
 from .runtime.cache import DEFAULT_CACHE as cache
 
+from .api import register_array_adapter
+
 __version__ = "0.1.0"
+
+
+def _is_dask_collection(leaf) -> bool:
+    return hasattr(type(leaf), "__dask_graph__")
+
+
+def _call_on_dask(fn, args, kwargs):
+    from .dask import call              # imports dask: only once a dask array shows up
+    return call(fn, args, kwargs)
+
+
+register_array_adapter(_is_dask_collection, _call_on_dask)
 
 __all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "ConcretizationError",
            "cache", "dashboard"]

@@ -29,6 +29,16 @@ from .runtime.cache import DEFAULT_CACHE, CacheKey, CompilationCache
 from .runtime.executable import resolve_device
 
 
+# Adapters above this module (e.g. ``nbxla.dask``) for argument types it does not run itself:
+# ``(claims(leaf) -> bool, adapter(compiled_function, args, kwargs) -> result)``.
+ARRAY_ADAPTERS: list[tuple[Callable, Callable]] = []
+
+
+def register_array_adapter(claims: Callable, adapter: Callable) -> None:
+    """Calls with an argument leaf that ``claims`` accepts go to ``adapter`` instead."""
+    ARRAY_ADAPTERS.append((claims, adapter))
+
+
 @dataclass
 class CompiledProgram:
     program: TracedProgram
@@ -156,6 +166,9 @@ class CompiledFunction:
         leaves = tree_flatten((args, kwargs))[0]
         if any(isinstance(leaf, Tracer) for leaf in leaves):
             return self.fn(*args, **kwargs)     # called while tracing (%%xla, another jit): inline
+        for claims, adapter in ARRAY_ADAPTERS:
+            if any(claims(leaf) for leaf in leaves):
+                return adapter(self, args, kwargs)
         compiled, leaves, entry = self._lookup(args, kwargs)
         runner = _fast_runner(compiled, len(args))
         # (Compiled from distinct arguments, a program that writes none of them is right for

@@ -88,6 +88,8 @@ class XlaMagics(Magics):
         source = "\n" + cell                      # line numbers as in the notebook (line 1: %%xla)
         filename = self.shell.compile.cache(source, number)
         ns = self.shell.user_ns
+        if _reads_dask(source, ns):
+            return self._xla_dask(args, source, number, filename)
         try:
             prepared = prepare_cell(source, ns, label=f"Cell In[{number}]", filename=filename,
                                     name=f"cell_{number}", device=args.device,
@@ -132,6 +134,21 @@ class XlaMagics(Magics):
             else:
                 display(item)
         return value
+
+    def _xla_dask(self, args, source: str, number: int, filename: str):
+        """A cell reading dask arrays: the names it binds become dask arrays (nbxla.dask)."""
+        unsupported = [o for o in ("compare", "verify", "stage", "dump") if getattr(args, o)]
+        if unsupported or args.device not in (None, "cpu"):
+            raise UsageError(f"--{', --'.join(unsupported) or 'device'} is not available for cells "
+                             "with dask inputs; nbxla.dask.explain() shows their plan")
+        from ..dask import run_cell as run_dask_cell
+        try:
+            return run_dask_cell(source, self.shell.user_ns, label=f"Cell In[{number}]",
+                                 filename=filename, name=f"cell_{number}",
+                                 filename_display=self._display_name)
+        except Exception as e:
+            self._presentable(e)
+            raise
 
     # ---- %xla_ir, %xla_cache, %xla_bench ----------------------------------------------------
 
@@ -250,6 +267,16 @@ class XlaMagics(Magics):
             lines = (self.shell.InteractiveTB.structured_traceback(type(e), e, tb) if tb is not None
                      else self.shell.InteractiveTB.get_exception_only(type(e), e))
         e._render_traceback_ = lambda: lines
+
+
+def _reads_dask(source: str, ns: dict) -> bool:
+    """Whether the cell reads a dask array (checked without importing dask)."""
+    from ..frontend.cell_ast import analyze
+    try:
+        reads = analyze(source).reads
+    except SyntaxError:
+        return False                  # prepare_cell reports it
+    return any(hasattr(type(ns.get(name)), "__dask_graph__") for name in reads)
 
 
 def _short_message(e: NbxlaError) -> str:
