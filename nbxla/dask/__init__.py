@@ -152,7 +152,7 @@ def run_cell(source: str, user_ns: dict, *, label: str = "cell", filename: str |
     (lazy; their tasks run compiled kernels), exactly as ``jit`` does for functions."""
     from types import SimpleNamespace
 
-    from ..frontend.cell import CellResult, gather_inputs, register_source, trace_cell
+    from ..cell import CellResult, gather_inputs, register_source, trace_cell
     from ..frontend.cell_ast import analyze as analyze_cell
     analysis = analyze_cell(source)
     originals = {n: user_ns[n] for n in analysis.reads if is_dask_array(user_ns.get(n))}
