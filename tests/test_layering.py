@@ -27,13 +27,7 @@ LAYERS = [
 PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str, str], str] = {}
 
 # Cycles (strongly connected groups of modules) still waiting to be untied, with the reason.
-CYCLES_ALLOWED: dict[frozenset, str] = {
-    frozenset({"nbxla.frontend.functions", "nbxla.frontend.indexing", "nbxla.frontend.linalg",
-               "nbxla.frontend.reductions", "nbxla.frontend.rules", "nbxla.frontend.tracer"}):
-        "Tracer's operators dispatch into the rule modules, which build Tracers (JAX's core and "
-        "lax have the same knot); untying it needs a registry module at the bottom that the "
-        "tracer looks rules up in (issue #16, item 4, not done yet)",
-}
+CYCLES_ALLOWED: dict[frozenset, str] = {}
 
 
 def _modules() -> dict[str, Path]:

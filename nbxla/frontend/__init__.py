@@ -5,4 +5,6 @@ from . import (functions, indexing, linalg, manipulation, methods, numeric,  # n
 from .trace import TracedProgram, trace, tree_flatten, tree_unflatten
 from .tracer import Tracer
 
+methods.install()
+
 __all__ = ["Tracer", "TracedProgram", "trace", "tree_flatten", "tree_unflatten"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from .reductions import normalize_axes
-from .rules import (asarray, broadcast_to, convert, emit, find_context, implements, make_view,
-                    reshape, select)
+from .registry import entry_point, implements
+from .rules import asarray, broadcast_to, convert, emit, find_context, make_view, reshape, select
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer, c_strides
 
 
@@ -56,7 +56,7 @@ def np_reshape(a, shape=None, order="C", *, newshape=None, copy=None):
     return make_view(x, lambda base: reshape(base, shape), backward, c_strides(shape))
 
 
-@implements(np.ravel)
+@implements(np.ravel, method="ravel")
 def ravel(a, order="C"):
     return np_reshape(a, (-1,), order)
 
@@ -80,7 +80,7 @@ def transpose(a, axes=None):
                      lambda base, v: transpose_value(v, inverse), strides)
 
 
-@implements(np.swapaxes)
+@implements(np.swapaxes, method="swapaxes")
 def swapaxes(a, axis1, axis2):
     x = _ctx_array(a)
     perm = list(range(x.ndim))
@@ -110,7 +110,7 @@ def expand_dims(a, axis):
     return np_reshape(x, shape)
 
 
-@implements(np.squeeze)
+@implements(np.squeeze, method="squeeze")
 def squeeze(a, axis=None):
     x = _ctx_array(a)
     axes = tuple(i for i, n in enumerate(x.shape) if n == 1) if axis is None else normalize_axes(axis, x.ndim)
@@ -132,7 +132,7 @@ def np_broadcast_to(array, shape, subok=False):
 
 # ---- copies and constructors -------------------------------------------------------------------
 
-@implements(np.copy)
+@implements(np.copy, method="copy")
 def copy(a, order="K", subok=False):
     x = _ctx_array(a)
     return Tracer(x.ctx, x.instr)
@@ -250,7 +250,7 @@ def where(condition, x=None, y=None):
     return select(broadcast_to(c, shape), broadcast_to(a, shape), broadcast_to(b, shape))
 
 
-@implements(np.clip)
+@implements(np.clip, method="clip")
 def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue, **kwargs):
     lo = a_min if a_min is not np._NoValue else (None if min is np._NoValue else min)
     hi = a_max if a_max is not np._NoValue else (None if max is np._NoValue else max)
@@ -273,6 +273,7 @@ def dot_general(a: Tracer, b: Tracer, contract, batch=((), ())) -> Tracer:
                 lhs_contracting_dims=tuple(contract[0]), rhs_contracting_dims=tuple(contract[1]))
 
 
+@entry_point("matmul")
 def matmul(a, b, out=None, **kwargs):
     ctx = find_context([a, b])
     a, b = promote_arrays([asarray(ctx, a), asarray(ctx, b)])
@@ -297,38 +298,4 @@ def matmul(a, b, out=None, **kwargs):
         return out
     return result
 
-
-@implements(np.dot)
-def dot(a, b, out=None):
-    ctx = find_context([a, b])
-    a, b = asarray(ctx, a), asarray(ctx, b)
-    if a.ndim == 0 or b.ndim == 0:
-        result = np.multiply(a, b)
-    elif b.ndim <= 2:
-        result = matmul(a, b)
-    else:   # dot(a, b)[i,j,k,m] = sum(a[i,j,:] * b[k,:,m])
-        from .linalg import contract
-        result = contract(a, b, ((a.ndim - 1,), (b.ndim - 2,)))
-    if out is not None:
-        out.assign(result)
-        return out
-    return result
-
-
-@implements(np.vdot)
-def vdot(a, b):
-    ctx = find_context([a, b])
-    a, b = asarray(ctx, a), asarray(ctx, b)
-    a = reshape(a, (a.size,))
-    return dot(np.conjugate(a) if a.dtype.kind == "c" else a, reshape(b, (b.size,)))
-
-
-@implements(np.inner)
-def inner(a, b):
-    ctx = find_context([a, b])
-    a, b = asarray(ctx, a), asarray(ctx, b)
-    if a.ndim == 0 or b.ndim == 0:
-        return np.multiply(a, b)
-    from .linalg import contract
-    return contract(a, b, ((a.ndim - 1,), (b.ndim - 1,)))
 

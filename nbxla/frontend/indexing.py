@@ -19,8 +19,9 @@ import numpy as np
 
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
-from .rules import (resolve_input, asarray, broadcast_to, compare, convert, emit, like, make_view,
-                    reducer, reshape, select)
+from .registry import entry_point, ufunc_method
+from .rules import (asarray, broadcast_to, compare, convert, emit, like, make_view, reducer, reshape,
+                    resolve_input, select)
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer
 
 
@@ -42,6 +43,7 @@ def _classify(x: Tracer, key: tuple):
     return "basic"
 
 
+@entry_point("getitem")
 def getitem(x: Tracer, key):
     key = _normalize_key(key)
     kind = _classify(x, key)
@@ -54,6 +56,7 @@ def getitem(x: Tracer, key):
     return _traced_take(x, key)
 
 
+@entry_point("setitem")
 def setitem(x: Tracer, key, value) -> None:
     key = _normalize_key(key)
     kind = _classify(x, key)
@@ -239,6 +242,7 @@ _AT_COMBINERS = {np.add: "add", np.subtract: "subtract", np.multiply: "multiply"
                  np.maximum: "maximum", np.minimum: "minimum"}
 
 
+@ufunc_method("at")
 def ufunc_at(ctx, ufunc, a, indices, b=None):
     """``ufunc.at(a, indices, b)``: unbuffered, so every repeated index applies (a histogram
     is ``np.add.at(counts, bins, 1)``): one ``scatter`` whose combiner is the ufunc."""

@@ -11,9 +11,10 @@ import string
 
 import numpy as np
 
-from .functions import promote_arrays, dot_general, transpose_value
+from .functions import dot_general, matmul, promote_arrays, transpose_value
 from .reductions import normalize_axes, reduce
-from .rules import asarray, broadcast_to, convert, find_context, implements, reshape
+from .registry import implements
+from .rules import asarray, broadcast_to, convert, find_context, reshape
 from .tracer import Tracer
 
 
@@ -23,6 +24,39 @@ def contract(a: Tracer, b: Tracer, contracting, batch=((), ())) -> Tracer:
     if a.dtype == np.bool_:
         return np.not_equal(contract(convert(a, np.int64), convert(b, np.int64), contracting, batch), 0)
     return dot_general(a, b, contracting, batch)
+
+
+@implements(np.dot, method="dot")
+def dot(a, b, out=None):
+    ctx = find_context([a, b])
+    a, b = asarray(ctx, a), asarray(ctx, b)
+    if a.ndim == 0 or b.ndim == 0:
+        result = np.multiply(a, b)
+    elif b.ndim <= 2:
+        result = matmul(a, b)
+    else:   # dot(a, b)[i,j,k,m] = sum(a[i,j,:] * b[k,:,m])
+        result = contract(a, b, ((a.ndim - 1,), (b.ndim - 2,)))
+    if out is not None:
+        out.assign(result)
+        return out
+    return result
+
+
+@implements(np.vdot)
+def vdot(a, b):
+    ctx = find_context([a, b])
+    a, b = asarray(ctx, a), asarray(ctx, b)
+    a = reshape(a, (a.size,))
+    return dot(np.conjugate(a) if a.dtype.kind == "c" else a, reshape(b, (b.size,)))
+
+
+@implements(np.inner)
+def inner(a, b):
+    ctx = find_context([a, b])
+    a, b = asarray(ctx, a), asarray(ctx, b)
+    if a.ndim == 0 or b.ndim == 0:
+        return np.multiply(a, b)
+    return contract(a, b, ((a.ndim - 1,), (b.ndim - 1,)))
 
 
 @implements(np.tensordot)

@@ -16,8 +16,9 @@ from ..hlo.attributes import PadDim
 from .functions import concatenate, np_reshape, ravel, transpose_value
 from .indexing import take_along
 from .reductions import normalize_axes
-from .rules import (asarray, broadcast_to, compare, convert, emit, find_context, implements,
-                    make_view, reshape, scalar, select)
+from .registry import implements
+from .rules import (asarray, broadcast_to, compare, convert, emit, find_context, make_view, reshape,
+                    scalar, select)
 from .tracer import Tracer
 
 
@@ -88,7 +89,7 @@ def take_indices(x: Tracer, indices, axis: int, mode: str = "raise") -> Tracer:
     return take_along(x, idx, axis)
 
 
-@implements(np.take)
+@implements(np.take, method="take")
 def take(a, indices, axis=None, out=None, mode="raise"):
     x = asarray(find_context([a, indices]), a)
     if mode not in ("raise", "wrap", "clip"):
@@ -249,7 +250,7 @@ def _pad_constant(x, widths, values, all_at_once):
 
 # ---- repeat, tile ----------------------------------------------------------------------------
 
-@implements(np.repeat)
+@implements(np.repeat, method="repeat")
 def repeat(a, repeats, axis=None):
     x = _array(a)
     if isinstance(repeats, Tracer):
@@ -458,7 +459,7 @@ def diag(v, k=0):
     raise ValueError("Input must be 1- or 2-d.")
 
 
-@implements(np.diagonal)
+@implements(np.diagonal, method="diagonal")
 def diagonal(a, offset=0, axis1=0, axis2=1):
     """A copy (NumPy returns a read-only view, so no write can tell the difference)."""
     x = _array(a)
@@ -477,7 +478,7 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
     return getitem(y, (Ellipsis, rows, cols))
 
 
-@implements(np.trace)
+@implements(np.trace, method="trace")
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     d = diagonal(a, offset, axis1, axis2)
     return _to_out(np.sum(d, axis=-1, dtype=dtype), out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import functions as F
+from .registry import METHODS
 from .rules import emit
 from .tracer import Tracer
 
@@ -43,18 +44,16 @@ def _imag(self):
     return np.zeros_like(self)
 
 
-_FORWARD = {   # method name -> NumPy function taking the array first
-    "sum": np.sum, "prod": np.prod, "mean": np.mean, "var": np.var, "std": np.std,
-    "max": np.max, "min": np.min, "argmax": np.argmax, "argmin": np.argmin, "any": np.any,
-    "all": np.all, "cumsum": np.cumsum, "cumprod": np.cumprod, "clip": np.clip, "dot": np.dot,
-    "swapaxes": np.swapaxes, "squeeze": np.squeeze, "ravel": np.ravel, "round": np.round,
-    "argsort": np.argsort, "take": np.take, "repeat": np.repeat, "trace": np.trace,
-    "diagonal": np.diagonal, "nonzero": np.nonzero, "conj": np.conjugate,
-    "conjugate": np.conjugate, "copy": np.copy,
-}
+# Methods that forward to a ufunc or to a function that refuses with its own clear error (the
+# rest come from ``implements(..., method=...)`` beside each rule).
+_FORWARD_ELSEWHERE = {"conj": np.conjugate, "conjugate": np.conjugate, "nonzero": np.nonzero}
 
-for _name, _func in _FORWARD.items():
-    setattr(Tracer, _name, (lambda f: lambda self, *a, **k: f(self, *a, **k))(_func))
+
+def install() -> None:
+    """Attach every array method to Tracer; called once all rule modules have registered."""
+    for name, func in {**METHODS, **_FORWARD_ELSEWHERE}.items():
+        setattr(Tracer, name, (lambda f: lambda self, *a, **k: f(self, *a, **k))(func))
+
 
 Tracer.reshape = _reshape
 Tracer.transpose = _transpose

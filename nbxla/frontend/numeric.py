@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from .reductions import normalize_axes
-from .rules import (asarray, broadcast_to, convert, emit, find_context, implements, isnan,
-                    reshape, select)
+from .registry import implements
+from .rules import asarray, broadcast_to, convert, emit, find_context, isnan, reshape, select
 from .tracer import Tracer
 
 _NO_VALUE = np._NoValue
@@ -49,7 +49,7 @@ def size(a, axis=None):
 
 # ---- rounding --------------------------------------------------------------------------------
 
-@implements(np.round, np.around)
+@implements(np.round, np.around, method="round")
 def round_(a, decimals=0, out=None):
     x = _array(a)
     if x.dtype.kind == "c":

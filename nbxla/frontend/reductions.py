@@ -11,7 +11,8 @@ import numpy as np
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
 from ..hlo.attributes import Window, WindowDim
-from .rules import (asarray, binop, compare, convert, emit, find_context, full, implements,
+from .registry import implements, ufunc_method
+from .rules import (asarray, binop, broadcast_to, compare, convert, emit, find_context, full, isnan,
                     reducer, reshape, scalar, select)
 from .tracer import Tracer
 
@@ -74,11 +75,9 @@ def reduce(x: Tracer, ufunc, axes, keepdims=False, dtype=None, initial=_NO_VALUE
         identity = _extreme(out_dtype, ufunc in (np.maximum, np.fmax))
     if where is not True:
         mask = asarray(ctx, where, bool)
-        from .rules import broadcast_to
         x = select(broadcast_to(mask, x.shape), x, full(ctx, x.shape, identity, out_dtype))
     if ufunc in (np.fmax, np.fmin) and out_dtype.kind in "fc":
         # NaN-ignoring: replace NaNs by the identity; all-NaN slices give NaN as NumPy does.
-        from .rules import isnan
         nan = isnan(x)
         x = select(nan, full(ctx, x.shape, identity, out_dtype), x)
         all_nan = reduce(nan, np.logical_and, axes, keepdims)
@@ -94,6 +93,7 @@ def reduce(x: Tracer, ufunc, axes, keepdims=False, dtype=None, initial=_NO_VALUE
     return result
 
 
+@ufunc_method("reduce")
 def ufunc_reduce(ctx, ufunc, x, axis=0, dtype=None, out=None, keepdims=False,
                  initial=_NO_VALUE, where=True):
     x = asarray(ctx, x)
@@ -118,10 +118,10 @@ def _method_reduce(ufunc):
     return rule
 
 
-implements(np.sum)(_method_reduce(np.add))
-implements(np.prod)(_method_reduce(np.multiply))
-implements(np.max, np.amax)(_method_reduce(np.maximum))
-implements(np.min, np.amin)(_method_reduce(np.minimum))
+implements(np.sum, method="sum")(_method_reduce(np.add))
+implements(np.prod, method="prod")(_method_reduce(np.multiply))
+implements(np.max, np.amax, method="max")(_method_reduce(np.maximum))
+implements(np.min, np.amin, method="min")(_method_reduce(np.minimum))
 implements(np.nanmax)(_method_reduce(np.fmax))
 implements(np.nanmin)(_method_reduce(np.fmin))
 
@@ -133,11 +133,11 @@ def _bool_reduce(ufunc):
     return rule
 
 
-implements(np.any)(_bool_reduce(np.logical_or))
-implements(np.all)(_bool_reduce(np.logical_and))
+implements(np.any, method="any")(_bool_reduce(np.logical_or))
+implements(np.all, method="all")(_bool_reduce(np.logical_and))
 
 
-@implements(np.mean)
+@implements(np.mean, method="mean")
 def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     x = asarray(find_context([a]), a)
     if where is not True:
@@ -160,7 +160,7 @@ def _accumulation_dtype(dtype, requested):
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
-@implements(np.var)
+@implements(np.var, method="var")
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=_NO_VALUE,
         correction=_NO_VALUE):
     x = asarray(find_context([a]), a)
@@ -175,7 +175,6 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Tru
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     m = reduce(xa, np.add, axes, keepdims=True)
     m = binop("divide", m, full(x.ctx, m.shape, count, acc))
-    from .rules import broadcast_to
     d = binop("subtract", xa, broadcast_to(m, xa.shape))
     if acc.kind == "c":
         sq = binop("add", *(binop("multiply", p, p) for p in (emit(x.ctx, "real", d), emit(x.ctx, "imag", d))))
@@ -187,7 +186,7 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Tru
     return _to_out(convert(result, result_dtype), out)
 
 
-@implements(np.std)
+@implements(np.std, method="std")
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=_NO_VALUE,
         correction=_NO_VALUE):
     v = var(a, axis, dtype, None, ddof, keepdims, where=where, mean=mean, correction=correction)
@@ -233,8 +232,8 @@ def _argreduce(maximum: bool):
     return rule
 
 
-implements(np.argmax)(_argreduce(True))
-implements(np.argmin)(_argreduce(False))
+implements(np.argmax, method="argmax")(_argreduce(True))
+implements(np.argmin, method="argmin")(_argreduce(False))
 
 
 def cumulative(x: Tracer, ufunc, axis: int, dtype=None) -> Tracer:
@@ -254,6 +253,7 @@ def cumulative(x: Tracer, ufunc, axis: int, dtype=None) -> Tracer:
                 to_apply=reducer(opcode, out_dtype))
 
 
+@ufunc_method("accumulate")
 def ufunc_accumulate(ctx, ufunc, x, axis=0, dtype=None, out=None):
     x = asarray(ctx, x)
     if ufunc not in _REDUCERS:
@@ -270,5 +270,5 @@ def _cum(ufunc):
     return rule
 
 
-implements(np.cumsum)(_cum(np.add))
-implements(np.cumprod)(_cum(np.multiply))
+implements(np.cumsum, method="cumsum")(_cum(np.add))
+implements(np.cumprod, method="cumprod")(_cum(np.multiply))

@@ -1,4 +1,4 @@
-"""The NumPy -> HLO lowering registry and the elementwise (ufunc) rules.
+"""Lowering helpers shared by every rule module, ufunc dispatch, and the elementwise (ufunc) rules.
 
 Dtypes are NumPy's own: a ufunc's loop is chosen with ``ufunc.resolve_dtypes``, which
 implements NEP 50 (Python scalars are weak), so results have exactly the dtype eager NumPy
@@ -15,45 +15,9 @@ import numpy as np
 
 from ..hlo import Shape, from_numpy_dtype, scalar_computation
 from .context import TraceContext
+from .registry import (ENTRY_POINTS, FUNCTIONS, NOT_COMPILABLE, UFUNC_METHODS, UFUNCS, entry_point,
+                       ufunc_method)
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer, View
-
-FUNCTIONS: dict[Callable, Callable] = {}     # np.func -> rule(*args, **kwargs)
-UFUNCS: dict[np.ufunc, Callable] = {}        # ufunc -> rule(ctx, *operands cast and broadcast)
-
-# Functions that cannot be compiled, with the reason shown to the user.
-NOT_COMPILABLE = {
-    "unique": "its output shape depends on the data",
-    "nonzero": "its output shape depends on the data",
-    "argwhere": "its output shape depends on the data",
-    "flatnonzero": "its output shape depends on the data",
-    "extract": "its output shape depends on the data",
-    "compress": "its output shape depends on the data",
-    "trim_zeros": "its output shape depends on the data",
-    "unique_values": "its output shape depends on the data",
-    "unique_counts": "its output shape depends on the data",
-    "unique_inverse": "its output shape depends on the data",
-    "unique_all": "its output shape depends on the data",
-    "intersect1d": "its output shape depends on the data",
-    "union1d": "its output shape depends on the data",
-    "setdiff1d": "its output shape depends on the data",
-    "setxor1d": "its output shape depends on the data",
-    "bincount": "its output length depends on the largest value in the data",
-    "histogram": "its bins depend on the data",
-    "histogram2d": "its bins depend on the data",
-    "histogramdd": "its bins depend on the data",
-    "histogram_bin_edges": "its bins depend on the data",
-    "save": "it has side effects outside the computation",
-    "savetxt": "it has side effects outside the computation",
-}
-
-
-def implements(*funcs):
-    def register(rule):
-        for f in funcs:
-            FUNCTIONS[f] = rule
-        return rule
-    return register
-
 
 # ---- helpers shared by all rules -------------------------------------------------------------
 
@@ -80,8 +44,7 @@ def asarray(ctx: TraceContext, value, dtype=None) -> Tracer:
     if isinstance(value, Tracer):
         return convert(value, dtype) if dtype is not None else value
     if isinstance(value, (list, tuple)) and any(isinstance(v, Tracer) for v in value):
-        from .functions import stack
-        return asarray(ctx, stack([asarray(ctx, v) for v in value]), dtype)
+        return asarray(ctx, FUNCTIONS[np.stack]([asarray(ctx, v) for v in value]), dtype)
     arr = np.asarray(value, dtype=dtype)
     return wrap(ctx, ctx.constant(arr))
 
@@ -90,6 +53,7 @@ def emit(ctx: TraceContext, opcode: str, *operands: Tracer, shape=None, **attrs)
     return wrap(ctx, ctx.emit(opcode, *(o.instr for o in operands), shape=shape, **attrs))
 
 
+@entry_point("convert")
 def convert(x: Tracer, dtype) -> Tracer:
     dtype = np.dtype(dtype)
     if x.dtype == dtype:
@@ -101,6 +65,7 @@ def convert(x: Tracer, dtype) -> Tracer:
     return emit(x.ctx, "convert", x, shape=Shape(from_numpy_dtype(dtype), x.shape))
 
 
+@entry_point("broadcast_to")
 def broadcast_to(x: Tracer, shape) -> Tracer:
     shape = tuple(shape)
     if x.shape == shape:
@@ -179,13 +144,12 @@ def resolve_input(value):
     return np.asarray(value).dtype
 
 
+@entry_point("apply_ufunc")
 def apply_ufunc(ufunc: np.ufunc, method: str, inputs, kwargs):
     ctx = find_context(list(inputs) + list(kwargs.get("out") or ()))
     if method == "__call__":
         return _call_ufunc(ctx, ufunc, inputs, kwargs)
-    from . import indexing, reductions
-    handler = {"reduce": reductions.ufunc_reduce, "accumulate": reductions.ufunc_accumulate,
-               "outer": _ufunc_outer, "at": indexing.ufunc_at}.get(method)
+    handler = UFUNC_METHODS.get(method)
     if handler is None:
         raise ctx.not_compilable(f"np.{ufunc.__name__}.{method} is not supported by nbxla")
     return handler(ctx, ufunc, *inputs, **kwargs)
@@ -199,8 +163,7 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
     if kwargs:
         raise ctx.not_compilable(f"np.{ufunc.__name__}: argument(s) {', '.join(kwargs)} are not supported")
     if ufunc is np.matmul:
-        from .functions import matmul
-        result = matmul(*inputs)
+        result = ENTRY_POINTS["matmul"](*inputs)
         return _store(ctx, ufunc, (result,), out, where) if out is not None else result
     rule = UFUNCS.get(ufunc)
     if rule is None:
@@ -246,12 +209,14 @@ def _store(ctx, ufunc, results, out, where):
     return tuple(stored) if len(stored) > 1 else stored[0]
 
 
+@ufunc_method("outer")
 def _ufunc_outer(ctx, ufunc, a, b, **kwargs):
     a, b = asarray(ctx, a), asarray(ctx, b)
     a2 = reshape(a, a.shape + (1,) * b.ndim)
     return ufunc(a2, b, **kwargs)
 
 
+@entry_point("apply_function")
 def apply_function(func, args, kwargs):
     rule = FUNCTIONS.get(func)
     ctx = find_context(list(args) + list(kwargs.values()))

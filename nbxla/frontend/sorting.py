@@ -11,7 +11,8 @@ import numpy as np
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
 from .reductions import normalize_axes
-from .rules import asarray, emit, find_context, implements, reshape
+from .registry import implements
+from .rules import asarray, emit, find_context, reshape
 from .tracer import Tracer
 
 
@@ -61,7 +62,7 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
     return result if result is not a else Tracer(x.ctx, result.instr)
 
 
-@implements(np.argsort)
+@implements(np.argsort, method="argsort")
 def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     x, axis = _prepare(a, axis, "argsort")
     _check_kind(x, kind, order)

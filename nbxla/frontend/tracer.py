@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import ConcretizationError, NotCompilableError, TraceError
 from ..hlo.ir import Instruction
 from .context import TraceContext
+from .registry import ENTRY_POINTS
 
 
 # A write of a traced value into an array that is not traced (made by np.zeros inside the
@@ -80,8 +81,7 @@ class Tracer:
 
     def assign(self, value: "Tracer") -> None:
         """Replace this array's contents (same shape and dtype), as an in-place write does."""
-        from .rules import broadcast_to, convert
-        value = convert(broadcast_to(value, self.shape), self.dtype)
+        value = ENTRY_POINTS["convert"](ENTRY_POINTS["broadcast_to"](value, self.shape), self.dtype)
         if self.view is not None:
             if self.view.backward is None:
                 raise NotCompilableError(
@@ -153,12 +153,10 @@ class Tracer:
     # ---- NumPy protocols ------------------------------------------------------------------------
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from .rules import apply_ufunc
-        return apply_ufunc(ufunc, method, inputs, kwargs)
+        return ENTRY_POINTS["apply_ufunc"](ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        from .rules import apply_function
-        return apply_function(func, args, kwargs)
+        return ENTRY_POINTS["apply_function"](func, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
         raise self._concrete(
@@ -214,12 +212,10 @@ class Tracer:
     # ---- indexing -------------------------------------------------------------------------------
 
     def __getitem__(self, key):
-        from .indexing import getitem
-        return getitem(self, key)
+        return ENTRY_POINTS["getitem"](self, key)
 
     def __setitem__(self, key, value):
-        from .indexing import setitem
-        setitem(self, key, value)
+        ENTRY_POINTS["setitem"](self, key, value)
 
 
 # Python operators are NumPy ufuncs, so they share the one lowering path.

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nbxla
-from nbxla.frontend.rules import UFUNCS
+from nbxla.frontend.registry import UFUNCS
 from tests.frontend_util import (DTYPES, FLOATS, array_of, arrays, broadcast_pair, check,
                                  check_or_same_error, jit)
 

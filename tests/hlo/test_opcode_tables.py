@@ -11,7 +11,7 @@ import pytest
 
 import nbxla.frontend  # noqa: F401  (registers every lowering rule)
 from nbxla.codegen.elemental import _COMPLEX_FUNCTIONS, COMPLEX_RULES, ELEMENTAL_RULES, ElementalEmitter
-from nbxla.frontend.rules import FUNCTIONS, UFUNCS
+from nbxla.frontend.registry import FUNCTIONS, UFUNCS
 from nbxla.hlo import opcodes
 from nbxla.hlo.evaluator import RULES
 from nbxla.hlo.opcodes import CPU_PLACEMENT, ELEMENTWISE, OPCODES
