@@ -1,13 +1,14 @@
 """nbxla: an XLA-style compiler for NumPy code in notebooks."""
 
 from .api import CompiledFunction, jit
+from .autodiff import GradientTape, grad, value_and_grad
 from .errors import ConcretizationError, NbxlaError, NotCompilableError
 from .runtime.cache import DEFAULT_CACHE as cache
 
 __version__ = "0.1.0"
 
 __all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "ConcretizationError",
-           "cache", "dashboard"]
+           "cache", "dashboard", "grad", "value_and_grad", "GradientTape"]
 
 
 def dashboard(cache=None):
