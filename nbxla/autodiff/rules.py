@@ -388,32 +388,44 @@ def _reduce_window(e, instr, g):
 
 # ---- linear algebra -----------------------------------------------------------------------------
 
-def _dot_transpose_lhs(e, g, x, y, x_contract, y_contract, x_batch, y_batch, swap):
-    """Cotangent of the lhs ``x`` of ``dot(x, y)`` (JAX's dot_general transpose)."""
-    x_kept = [d for d in range(x.shape.rank) if d not in x_contract and d not in x_batch]
-    y_kept = [d for d in range(y.shape.rank) if d not in y_contract and d not in y_batch]
-    nb = len(x_batch)
-    ans_batch = list(range(nb))
-    if swap:      # g's dims: batch, y kept, x kept
-        ans_y = list(range(nb, nb + len(y_kept)))
-    else:         # g's dims: batch, x kept, y kept
-        ans_y = list(range(nb + len(x_kept), nb + len(x_kept) + len(y_kept)))
-    d = e.op("dot", g, y, lhs_batch_dims=tuple(ans_batch), rhs_batch_dims=tuple(y_batch),
-             lhs_contracting_dims=tuple(ans_y), rhs_contracting_dims=tuple(y_kept))
-    # d's dims: batch, g's remaining (x kept), y's remaining (y contract dims, in y order)
-    x_contract_by_y = [x_contract[i] for i in np.argsort(y_contract)]
-    return e.transpose(d, inverse_permutation(list(x_batch) + x_kept + x_contract_by_y))
+def _dot_cotangents(e, g, x, y, xc, yc, xb, yb):
+    """Cotangents of ``x`` and ``y`` in ``dot(x, y)`` whose cotangent is ``g``.
+
+    ``g``'s dims are (batch, x kept, y kept).  Each cotangent is one dot with the other
+    operand, ordered so that the common case needs no transpose: ``g @ y.T`` for x and
+    ``x.T @ g`` for y (the CPU backend hands transposed operands to BLAS as they are)."""
+    x_kept = [d for d in range(x.shape.rank) if d not in xc and d not in xb]
+    y_kept = [d for d in range(y.shape.rank) if d not in yc and d not in yb]
+    nb = len(xb)
+    batch = tuple(range(nb))
+    g_x = tuple(range(nb, nb + len(x_kept)))
+    g_y = tuple(range(nb + len(x_kept), nb + len(x_kept) + len(y_kept)))
+
+    def dx():
+        # dims: batch, x kept, y's contracting dims in y order (= x's, sorted by y)
+        d = e.op("dot", g, y, lhs_batch_dims=batch, rhs_batch_dims=tuple(yb),
+                 lhs_contracting_dims=g_y, rhs_contracting_dims=tuple(y_kept))
+        x_by_y = [xc[i] for i in np.argsort(yc)]
+        return e.transpose(d, inverse_permutation(list(xb) + x_kept + x_by_y))
+
+    def dy():
+        # dims: batch, x's contracting dims in x order (= y's, sorted by x), y kept
+        d = e.op("dot", x, g, lhs_batch_dims=tuple(xb), rhs_batch_dims=batch,
+                 lhs_contracting_dims=tuple(x_kept), rhs_contracting_dims=g_x)
+        y_by_x = [yc[i] for i in np.argsort(xc)]
+        return e.transpose(d, inverse_permutation(list(yb) + y_by_x + y_kept))
+    return [dx, dy]
 
 
 @rule("dot")
 def _dot(e, instr, g):
     x, y = instr.operands
     a = instr.attrs
-    xc, yc = list(a.get("lhs_contracting_dims", ())), list(a.get("rhs_contracting_dims", ()))
-    xb, yb = list(a.get("lhs_batch_dims", ())), list(a.get("rhs_batch_dims", ()))
-    gx = g if g.shape.element_type == x.shape.element_type else e.convert(g, x.shape.element_type)
-    return [lambda: _dot_transpose_lhs(e, gx, x, y, xc, yc, xb, yb, False),
-            lambda: _dot_transpose_lhs(e, gx, y, x, yc, xc, yb, xb, True)]
+    if g.shape.element_type != x.shape.element_type:
+        g = e.convert(g, x.shape.element_type)
+    return _dot_cotangents(e, g, x, y, list(a.get("lhs_contracting_dims", ())),
+                           list(a.get("rhs_contracting_dims", ())), list(a.get("lhs_batch_dims", ())),
+                           list(a.get("rhs_batch_dims", ())))
 
 
 # ---- gather and scatter -------------------------------------------------------------------------
