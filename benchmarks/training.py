@@ -3,6 +3,7 @@
     python benchmarks/training.py                 # MLP 784-256-10, batch 128, float32
     python benchmarks/training.py --quick         # small sizes, few repeats (smoke test)
     python benchmarks/training.py --repeats 31 --explain
+    python benchmarks/training.py --blas-threads 1  # NumPy's BLAS on one thread (busy machines)
 
 The step (the same NumPy code for every nbxla contender): ReLU hidden layer, softmax
 cross-entropy against integer labels, ``nbxla.value_and_grad``, parameters minus 0.1 times
@@ -32,9 +33,17 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# --blas-threads N must reach the BLAS library before NumPy loads it (on an oversubscribed
+# machine, OpenBLAS's spinning threads can make every matmul 20x slower).
+for _i, _arg in enumerate(sys.argv[1:], 1):
+    if _arg.startswith("--blas-threads"):
+        _n = _arg.split("=", 1)[1] if "=" in _arg else (sys.argv[_i + 1] if _i + 1 < len(sys.argv) else "")
+        for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[_var] = _n
+
+import numpy as np  # noqa: E402
 
 import nbxla  # noqa: E402
 
@@ -117,6 +126,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--explain", action="store_true", help="print nbxla's fusion report")
+    ap.add_argument("--blas-threads", type=int, help="threads of NumPy's BLAS (set before import)")
     args = ap.parse_args(argv)
     sizes = (64, 32, 10, 16) if args.quick else (784, 256, 10, 128)
     repeats = 3 if args.quick else args.repeats
@@ -167,7 +177,8 @@ def main(argv=None) -> int:
     report = comp.fusion_report
     kernels = len(report.kernels)
     print(f"MLP {d_in}-{d_hidden}-{d_out} SGD step, batch {batch}, float32; medians of {repeats} "
-          f"interleaved samples; load average {os.getloadavg()[0]:.2f}")
+          f"interleaved samples; load average {os.getloadavg()[0]:.2f}; "
+          f"BLAS threads: {os.environ.get('OPENBLAS_NUM_THREADS', 'default')}")
     print(f"{'contender':<22} {'time (us)':>11} {'x nbxla':>8}  check")
     for name in names:
         print(f"{name:<22} {med[name] * 1e6:>11.1f} {med[name] / med['nbxla.jit']:>8.2f}  {checks[name]}")
