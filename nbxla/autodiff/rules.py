@@ -52,8 +52,6 @@ NOT_DIFFERENTIABLE = {
     "conditional": "no transpose rule for conditionals yet (compute both branches and choose "
                    "with np.where)",
     "fusion": "differentiate before optimizing: fusions only exist after the pass pipeline",
-    "call": "calls are inlined before differentiating",
-    "while": "loops are unrolled before differentiating; this one has no static trip count",
     "opt-barrier": "an optimization barrier has no derivative",
 }
 
@@ -508,6 +506,9 @@ def _get_tuple_element(e, instr, g):
 def _sort(e, instr, g):
     from .sort import sort_transpose
     return sort_transpose(e, instr, g)
+
+
+from . import calls  # noqa: E402,F401  (registers the call and while rules)
 
 
 def check_tables() -> list[str]:

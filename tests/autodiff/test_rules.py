@@ -183,7 +183,8 @@ def test_every_opcode_has_exactly_one_home():
 
 
 def test_every_rule_has_a_case():
-    assert sorted(set(TRANSPOSE_RULES) - set(CASES)) == []
+    # (call and while: the loop tests below)
+    assert sorted(set(TRANSPOSE_RULES) - set(CASES) - {"call", "while"}) == []
 
 
 @pytest.mark.parametrize("name", sorted(CASES) + sorted(EXTRA))
@@ -204,3 +205,96 @@ def test_elementwise_maximum_ties_split_in_half():
     _, gx, gy = evaluate(vjp_module(fwd, [0, 1]), [np.array([1.0, 2.0]), np.array([1.0, 0.0])])
     np.testing.assert_array_equal(gx, [0.5, 1.0])
     np.testing.assert_array_equal(gy, [0.5, 0.0])
+
+
+# ---- call and while (loops with a static trip count are unrolled) -----------------------------
+
+LOOP = """
+HloModule loop
+
+body {
+  state = (s64[], f64[3,4], f64[4,4]) parameter(0)
+  i = s64[] get-tuple-element(state), index=0
+  one = s64[] constant(1)
+  next = s64[] add(i, one)
+  h = f64[3,4] get-tuple-element(state), index=1
+  w = f64[4,4] get-tuple-element(state), index=2
+  hw = f64[3,4] dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f64[3,4] tanh(hw)
+  fi = f64[] convert(i)
+  b = f64[3,4] broadcast(fi), dimensions={}
+  th = f64[3,4] call(t, b), to_apply=scaled
+  ROOT out = (s64[], f64[3,4], f64[4,4]) tuple(next, th, w)
+}
+
+scaled {
+  a = f64[3,4] parameter(0)
+  c = f64[3,4] parameter(1)
+  k = f64[] constant(0.1)
+  kb = f64[3,4] broadcast(k), dimensions={}
+  ck = f64[3,4] multiply(c, kb)
+  s = f64[3,4] add(a, ck)
+  ROOT m = f64[3,4] multiply(s, a)
+}
+
+cond {
+  state = (s64[], f64[3,4], f64[4,4]) parameter(0)
+  i = s64[] get-tuple-element(state), index=0
+  n = s64[] constant(TRIPS)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY main {
+  x = f64[3,4] parameter(0)
+  w = f64[4,4] parameter(1)
+  zero = s64[] constant(0)
+  init = (s64[], f64[3,4], f64[4,4]) tuple(zero, x, w)
+  loop = (s64[], f64[3,4], f64[4,4]) while(init), condition=cond, body=body
+  h = f64[3,4] get-tuple-element(loop), index=1
+  z = f64[] constant(0)
+  ROOT s = f64[] reduce(h, z), dimensions={0,1}, to_apply=add
+}
+
+add {
+  a = f64[] parameter(0)
+  b = f64[] parameter(1)
+  ROOT c = f64[] add(a, b)
+}
+"""
+
+
+@pytest.mark.parametrize("trips", [0, 1, 4])
+def test_while_with_a_static_trip_count_and_a_call(trips):
+    from nbxla.hlo.parser import parse_hlo
+    fwd = parse_hlo(LOOP.replace("TRIPS", str(trips)))
+    x, w = r(3, 4), r(4, 4) * 0.5
+    value, gx, gw = evaluate(vjp_module(fwd, [0, 1]), [x, w])
+    assert value == evaluate(fwd, [x, w])
+    rng = np.random.default_rng(3)
+    for i, grad in ((0, gx), (1, gw)):
+        v = rng.standard_normal(grad.shape)
+        args_p, args_m = [x, w], [x, w]
+        args_p[i] = args_p[i] + 1e-6 * v
+        args_m[i] = args_m[i] - 1e-6 * v
+        fd = (evaluate(fwd, args_p) - evaluate(fwd, args_m)) / 2e-6
+        assert np.sum(grad * v) == pytest.approx(fd, rel=1e-6, abs=1e-8)
+
+
+def test_a_loop_without_a_static_trip_count_is_refused_with_the_reason():
+    from nbxla.autodiff import NotDifferentiableError
+    from nbxla.hlo.parser import parse_hlo
+    text = LOOP.replace("n = s64[] constant(TRIPS)", "n = s64[] constant(3)\n  m = s64[] multiply(i, i)") \
+               .replace("compare(i, n)", "compare(m, n)")
+    with pytest.raises(NotDifferentiableError, match="trip count is not static"):
+        vjp_module(parse_hlo(text), [0])
+
+
+def test_jax_fori_loops_have_static_trip_counts():
+    from pathlib import Path
+
+    from nbxla.autodiff.calls import static_trip_count
+    from nbxla.hlo.parser import parse_hlo
+    path = Path(__file__).resolve().parents[1] / "jax_extra" / "fori_loop_tuple_carry.hlo"
+    module = parse_hlo(path.read_text(), str(path))
+    loops = [i for i in module.instructions() if i.opcode == "while"]
+    assert loops and all(static_trip_count(w) is not None for w in loops)
