@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from typing import Callable
 
 import numpy as np
@@ -178,17 +179,36 @@ def _name(fn) -> str:
     return getattr(fn, "__name__", "fn")
 
 
+# fn -> {(argnums, with_value, device, cache): GradFunction}: ``nbxla.grad(f)(x)`` written
+# inside a function that runs eagerly makes a new GradFunction on every call; it must reuse
+# the compiled program (its cache key is the GradFunction), as JAX's cache does.
+_MADE: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+
+
+def _make(fn, argnums, with_value, device, cache) -> GradFunction:
+    key = (argnums if isinstance(argnums, (int, np.integer)) else tuple(argnums), with_value,
+           device, id(cache))
+    try:
+        made = _MADE.setdefault(fn, {})
+    except TypeError:                 # not weakly referenceable: no reuse
+        return GradFunction(fn, argnums, with_value, device, cache)
+    if key not in made:
+        made[key] = GradFunction(fn, argnums, with_value, device, cache)
+    return made[key]
+
+
 def grad(fn: Callable, argnums=0, *, device: str = "cpu", cache=None) -> GradFunction:
     """The gradient of ``fn`` (a function returning a float scalar) with respect to the
     arguments ``argnums`` (an int, or a tuple: then a tuple of gradients).  An argument may be
     an array or a list/tuple/dict of arrays; its gradient has the same structure and dtypes.
+    The same arguments give the same (compiled, cached) gradient function.
     """
-    return GradFunction(fn, argnums, False, device, cache)
+    return _make(fn, argnums, False, device, cache)
 
 
 def value_and_grad(fn: Callable, argnums=0, *, device: str = "cpu", cache=None) -> GradFunction:
     """Like ``grad``, returning ``(fn(*args), gradient)``; both from one compiled program."""
-    return GradFunction(fn, argnums, True, device, cache)
+    return _make(fn, argnums, True, device, cache)
 
 
 class GradientTape:

@@ -270,3 +270,12 @@ def test_jitted_training_step_equals_the_eager_step():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     numpy_loss = mlp_xent(params, x, labels)
     assert loss == pytest.approx(numpy_loss, rel=1e-5)
+
+
+def test_grad_made_again_inside_an_eager_function_reuses_its_compilation():
+    from nbxla.runtime.cache import CompilationCache
+    cache = CompilationCache()
+    x = randn(3)
+    for _ in range(3):
+        nbxla.grad(statistics, cache=cache)(x[:, None] * np.ones((1, 2)))
+    assert cache.misses == 1 and cache.hits == 2
