@@ -14,7 +14,9 @@ user).
 
 Ties: ``maximum``/``minimum`` of two equal values give each half the gradient, and a
 ``max``/``min`` reduction splits the gradient evenly among the tied maxima, as JAX does, so
-that ``max(x)`` of a constant vector has the gradient of ``mean(x)``.
+that ``max(x)`` of a constant vector has the gradient of ``mean(x)``.  A max/min *window*
+reduction (max pooling, cummax) gives each window's cotangent to the first tied extreme, as
+XLA's pooling gradient (select-and-scatter) does.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import math
 
 import numpy as np
 
+from ..hlo import Builder, Shape
 from ..hlo.attributes import PadDim, SliceDim, Window, WindowDim
+from ..hlo.builder import unique_name
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import OPCODES
 from .emit import Emitter, inverse_permutation
@@ -356,14 +360,53 @@ def _reduce(e, instr, g):
     raise NoTransposeRule("a reduction with a custom reducer")
 
 
+def _scan_axis(window: Window, dims) -> int | None:
+    """The axis of an inclusive scan (cumsum's window: the whole axis, padded before), or None."""
+    axes = [d for d, w in enumerate(window.dims) if w.size != 1 or w.pad_low or w.pad_high]
+    if len(axes) != 1:
+        return None
+    (d,) = axes
+    w, n = window.dims[d], dims[d]
+    if (w.size, w.stride, w.pad_low, w.pad_high, w.window_dilation) == (n, 1, n - 1, 0, 1) and \
+            all(v.stride == 1 and v.window_dilation == 1 for v in window.dims):
+        return d
+    return None
+
+
+def _chooser(element_type: str, direction: str):
+    """``(picked, candidate) -> picked direction candidate``: keeps the first extreme."""
+    b = Builder(unique_name(f"select_{direction.lower()}_{element_type}"))
+    picked, candidate = b.parameter(Shape(element_type), "picked"), b.parameter(Shape(element_type), "candidate")
+    return b.build(b.compare(picked, candidate, direction))
+
+
 @rule("reduce-window")
 def _reduce_window(e, instr, g):
-    if len(instr.operands) != 2 or reducer_kind(instr.attrs["to_apply"]) != "add":
-        raise NoTransposeRule("a window reduction other than a sum (cummax, max pooling)")
+    kind = reducer_kind(instr.attrs["to_apply"]) if len(instr.operands) == 2 else None
     x = instr.operands[0]
     window: Window = instr.attrs["window"]
+    if kind in ("maximum", "minimum") and all(w.base_dilation == w.window_dilation == 1
+                                               for w in window.dims):
+        # Max pooling, cummax: each window's cotangent goes to the element it picked (the
+        # first of tied extremes, as XLA's and JAX's pooling gradients do).
+        t = x.shape.element_type
+        return [lambda: e.op("select-and-scatter", x, g, e.scalar(0, t), window=window,
+                             select=_chooser(t, "GE" if kind == "maximum" else "LE"),
+                             scatter=e.adder(t)), None]
+    if kind != "add":
+        raise NoTransposeRule("a window reduction other than a sum, max or min (or a dilated "
+                              "max or min)")
     if any(w.base_dilation != 1 for w in window.dims):
         raise NoTransposeRule("a window sum with base dilation")
+    scan = _scan_axis(window, x.shape.dims)
+    if scan is not None:
+        # cumsum's transpose is the reversed cumsum: as a scan again (O(n), not a window)
+        def reverse_scan():
+            r = e.op("reverse", g, dimensions=(scan,))
+            r = e.op("reduce-window", r, e.scalar(0, g.shape.element_type), window=window,
+                     to_apply=e.adder(g.shape.element_type))
+            return e.op("reverse", r, dimensions=(scan,))
+        return [reverse_scan, None]
 
     def t():
         # Each input element was added into every output whose window covered it: pad the

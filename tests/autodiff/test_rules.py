@@ -114,6 +114,16 @@ def _pool(b, x):
     return b.op("reduce-window", x, b.constant(0, F), window=w, to_apply=scalar_computation("add", F))
 
 
+def _max_pool(b, x):
+    w = Window((WindowDim(2, 2, 1, 0), WindowDim(3, 1, 1, 1)))
+    return b.op("reduce-window", x, b.constant(-np.inf, F), window=w, to_apply=scalar_computation("maximum", F))
+
+
+def _cummin(b, x):
+    w = Window((WindowDim(1), WindowDim(6, 1, 5, 0)))
+    return b.op("reduce-window", x, b.constant(np.inf, F), window=w, to_apply=scalar_computation("minimum", F))
+
+
 IDX = np.array([[2], [0], [2], [1]], np.int64)
 INT = ("s64", (4, 1))
 CASES = {
@@ -167,6 +177,8 @@ EXTRA = {
     "reduce multiply": (lambda b, x: b.reduce(x, b.constant(1, F), (1,), scalar_computation("multiply", F)),
                         [s(3, 4)], [r(3, 4, lo=0.5)], [0]),
     "reduce-window strided, padded": (_pool, [s(5, 4)], [r(5, 4)], [0]),
+    "reduce-window max (pooling)": (_max_pool, [s(5, 4)], [r(5, 4)], [0]),
+    "reduce-window min (cummin)": (_cummin, [s(3, 6)], [r(3, 6)], [0]),
     "scatter replace": (_scatter("replace"), [s(3, 4), ("s64", (2, 1)), s(2, 4)],
                         [r(3, 4), np.array([[2], [0]]), r(2, 4, seed=2)], [0, 2]),
     "dot matmul": (lambda b, x, y: b.op("dot", x, y, lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)),
