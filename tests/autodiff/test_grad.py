@@ -280,3 +280,11 @@ def test_grad_made_again_inside_an_eager_function_reuses_its_compilation():
     for _ in range(3):
         nbxla.grad(statistics, cache=cache)(x[:, None] * np.ones((1, 2)))
     assert cache.misses == 1 and cache.hits == 2
+
+
+def test_grad_of_grad():
+    x = randn(4)
+    inner = nbxla.grad(lambda y: np.sum(np.sin(y) * y ** 3))
+    second = nbxla.grad(lambda x: np.sum(inner(x) * np.arange(4.0)), device=DEVICE)(x)
+    want = np.arange(4.0) * (-np.sin(x) * x ** 3 + 6 * np.cos(x) * x ** 2 + 6 * np.sin(x) * x)
+    np.testing.assert_allclose(second, want, rtol=1e-12)
