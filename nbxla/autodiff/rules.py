@@ -306,7 +306,7 @@ def _dynamic_slice(e, instr, g):
 
 @rule("dynamic-update-slice")
 def _dynamic_update_slice(e, instr, g):
-    x, u, starts = instr.operands[0], instr.operands[1], instr.operands[2:]
+    u, starts = instr.operands[1], instr.operands[2:]
     return ([lambda: e.op("dynamic-update-slice", g, e.zeros(u.shape), *starts),
              lambda: e.op("dynamic-slice", g, *starts, dynamic_slice_sizes=u.shape.dims)]
             + [None] * len(starts))
@@ -376,7 +376,8 @@ def _scan_axis(window: Window, dims) -> int | None:
 def _chooser(element_type: str, direction: str):
     """``(picked, candidate) -> picked direction candidate``: keeps the first extreme."""
     b = Builder(unique_name(f"select_{direction.lower()}_{element_type}"))
-    picked, candidate = b.parameter(Shape(element_type), "picked"), b.parameter(Shape(element_type), "candidate")
+    scalar = Shape(element_type)
+    picked, candidate = b.parameter(scalar, "picked"), b.parameter(scalar, "candidate")
     return b.build(b.compare(picked, candidate, direction))
 
 
@@ -389,10 +390,10 @@ def _reduce_window(e, instr, g):
                                                for w in window.dims):
         # Max pooling, cummax: each window's cotangent goes to the element it picked (the
         # first of tied extremes, as XLA's and JAX's pooling gradients do).
-        t = x.shape.element_type
-        return [lambda: e.op("select-and-scatter", x, g, e.scalar(0, t), window=window,
-                             select=_chooser(t, "GE" if kind == "maximum" else "LE"),
-                             scatter=e.adder(t)), None]
+        et = x.shape.element_type
+        return [lambda: e.op("select-and-scatter", x, g, e.scalar(0, et), window=window,
+                             select=_chooser(et, "GE" if kind == "maximum" else "LE"),
+                             scatter=e.adder(et)), None]
     if kind != "add":
         raise NoTransposeRule("a window reduction other than a sum, max or min (or a dilated "
                               "max or min)")
@@ -418,9 +419,9 @@ def _reduce_window(e, instr, g):
             out = (m - 1) * w.stride + 1 if m else 0
             hi = n + win - 1 - out - lo
             pads.append(PadDim(lo, hi, w.stride - 1))
-        padded = e.pad(g, pads) if all(p.low >= 0 and p.high >= 0 for p in pads) else None
-        if padded is None:
+        if any(p.low < 0 or p.high < 0 for p in pads):
             raise NoTransposeRule("a window sum whose padding exceeds its window")
+        padded = e.pad(g, pads)
         dims = tuple(WindowDim(w.size, 1, 0, 0, 1, w.window_dilation) for w in window.dims)
         return e.op("reduce-window", padded, e.scalar(0, g.shape.element_type),
                     window=Window(dims), to_apply=e.adder(g.shape.element_type))

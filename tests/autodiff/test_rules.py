@@ -63,9 +63,8 @@ def unary(op, lo=-2.0, hi=2.0):
 
 
 def binary(op, lo=-2.0, hi=2.0, lo2=None, hi2=None):
-    return (lambda b, x, y: b.op(op, x, y), [s(3, 4), s(3, 4)],
-            [r(3, 4, lo=lo, hi=hi), r(3, 4, lo=lo if lo2 is None else lo2, hi=hi if hi2 is None else hi2, seed=7)],
-            [0, 1])
+    second = r(3, 4, lo=lo if lo2 is None else lo2, hi=hi if hi2 is None else hi2, seed=7)
+    return (lambda b, x, y: b.op(op, x, y), [s(3, 4), s(3, 4)], [r(3, 4, lo=lo, hi=hi), second], [0, 1])
 
 
 def _reduce(kind, dims):
@@ -116,12 +115,14 @@ def _pool(b, x):
 
 def _max_pool(b, x):
     w = Window((WindowDim(2, 2, 1, 0), WindowDim(3, 1, 1, 1)))
-    return b.op("reduce-window", x, b.constant(-np.inf, F), window=w, to_apply=scalar_computation("maximum", F))
+    return b.op("reduce-window", x, b.constant(-np.inf, F), window=w,
+                to_apply=scalar_computation("maximum", F))
 
 
 def _cummin(b, x):
     w = Window((WindowDim(1), WindowDim(6, 1, 5, 0)))
-    return b.op("reduce-window", x, b.constant(np.inf, F), window=w, to_apply=scalar_computation("minimum", F))
+    return b.op("reduce-window", x, b.constant(np.inf, F), window=w,
+                to_apply=scalar_computation("minimum", F))
 
 
 IDX = np.array([[2], [0], [2], [1]], np.int64)
@@ -183,7 +184,8 @@ EXTRA = {
                         [r(3, 4), np.array([[2], [0]]), r(2, 4, seed=2)], [0, 2]),
     "dot matmul": (lambda b, x, y: b.op("dot", x, y, lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)),
                    [s(3, 4), s(4, 5)], [r(3, 4), r(4, 5, seed=3)], [0, 1]),
-    "dot contract first": (lambda b, x, y: b.op("dot", x, y, lhs_contracting_dims=(0,), rhs_contracting_dims=(1,)),
+    "dot contract first": (lambda b, x, y: b.op("dot", x, y, lhs_contracting_dims=(0,),
+                                                rhs_contracting_dims=(1,)),
                            [s(4, 3), s(5, 4)], [r(4, 3), r(5, 4, seed=3)], [0, 1]),
     "broadcast size-1": (lambda b, x: b.op("broadcast", x, shape=Shape(F, (3, 4)), dimensions=(0, 1)),
                          [s(1, 4)], [r(1, 4)], [0]),
