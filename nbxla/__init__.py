@@ -2,13 +2,14 @@
 
 from .api import CompiledFunction, jit
 from .autodiff import GradientTape, grad, value_and_grad
+from . import random
 from .errors import ConcretizationError, NbxlaError, NotCompilableError
 from .runtime.cache import DEFAULT_CACHE as cache
 
 __version__ = "0.1.0"
 
 __all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "ConcretizationError",
-           "cache", "dashboard", "grad", "value_and_grad", "GradientTape"]
+           "cache", "dashboard", "grad", "value_and_grad", "GradientTape", "random"]
 
 
 def dashboard(cache=None):
