@@ -179,22 +179,21 @@ def _name(fn) -> str:
     return getattr(fn, "__name__", "fn")
 
 
-# fn -> {(argnums, with_value, device, cache): GradFunction}: ``nbxla.grad(f)(x)`` written
+# (fn, argnums, with_value, device, cache) -> GradFunction: ``nbxla.grad(f)(x)`` written
 # inside a function that runs eagerly makes a new GradFunction on every call; it must reuse
-# the compiled program (its cache key is the GradFunction), as JAX's cache does.
-_MADE: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+# the compiled program (whose cache key is the GradFunction's jit).  The values are weak: a
+# GradFunction lives while its user or a compilation-cache entry holds it, and it holds
+# ``fn`` and ``cache``, so their ids are not reused meanwhile.
+_MADE: "weakref.WeakValueDictionary[tuple, GradFunction]" = weakref.WeakValueDictionary()
 
 
 def _make(fn, argnums, with_value, device, cache) -> GradFunction:
-    key = (argnums if isinstance(argnums, (int, np.integer)) else tuple(argnums), with_value,
-           device, id(cache))
-    try:
-        made = _MADE.setdefault(fn, {})
-    except TypeError:                 # not weakly referenceable: no reuse
-        return GradFunction(fn, argnums, with_value, device, cache)
-    if key not in made:
-        made[key] = GradFunction(fn, argnums, with_value, device, cache)
-    return made[key]
+    key = (id(fn), argnums if isinstance(argnums, (int, np.integer)) else tuple(argnums),
+           with_value, device, id(cache))
+    made = _MADE.get(key)
+    if made is None or made.fn is not fn:
+        made = _MADE[key] = GradFunction(fn, argnums, with_value, device, cache)
+    return made
 
 
 def grad(fn: Callable, argnums=0, *, device: str = "cpu", cache=None) -> GradFunction:
