@@ -21,7 +21,8 @@ the same float32 inputs, sampled round-robin (order rotated each repeat), median
 
 Every contender's new parameters are checked against NumPy backprop's.  Printed: the table,
 the ratio of JAX's time to nbxla's (> 1: nbxla faster; the target is >= 0.9), the kernel
-count of nbxla's optimized step and its fusion report with ``--explain``.
+count of nbxla's optimized step (and of XLA's, counted the same way, when JAX is there) and
+nbxla's fusion report with ``--explain``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))          # kernel_counts
 
 # --blas-threads N must reach the BLAS library before NumPy loads it (on an oversubscribed
 # machine, OpenBLAS's spinning threads can make every matmul 20x slower).
@@ -107,7 +109,17 @@ def jax_step():
 
     def run(params, x, labels):
         return jax.block_until_ready(step(params, x, labels))
+    run.compiled_text = lambda *args: step.lower(*args).compile().as_text()
     return run, jax
+
+
+def xla_kernel_count(hlo_text: str) -> str:
+    """Kernels in XLA's optimized step, counted as benchmarks/kernel_counts.py counts them."""
+    from kernel_counts import describe, entry_kernels
+
+    from nbxla.hlo.parser import parse_hlo
+    ops = entry_kernels(parse_hlo(hlo_text, "<jax step>"))
+    return f"{len(ops)} ({describe(ops)})"
 
 
 def timed(call, min_seconds=0.02):
@@ -188,6 +200,9 @@ def main(argv=None) -> int:
     print(f"nbxla: {kernels} kernels in the optimized step "
           f"({sum(1 for k in report.kernels if 'library' in k.kind)} library calls); "
           f"first call (trace + optimize + codegen) {compile_s * 1e3:.0f} ms")
+    if jax_parts is not None:
+        print(f"XLA (jax.jit on this CPU): {xla_kernel_count(run_jax.compiled_text(jparams, jx, jl))} "
+              "kernels in its optimized step")
     if args.explain:
         print(report.to_text())
     return 0 if all(v == "ok" for v in checks.values()) else 1
