@@ -394,20 +394,24 @@ def _reduce_window(e, instr, g):
         return [lambda: e.op("select-and-scatter", x, g, e.scalar(0, et), window=window,
                              select=_chooser(et, "GE" if kind == "maximum" else "LE"),
                              scatter=e.adder(et)), None]
+    scan = _scan_axis(window, x.shape.dims)
+
+    def reverse_cumsum(v):
+        # the transpose of a cumsum is the reversed cumsum: as a scan again (O(n), not a window)
+        r = e.op("reverse", v, dimensions=(scan,))
+        r = e.op("reduce-window", r, e.scalar(0, v.shape.element_type), window=window,
+                 to_apply=e.adder(v.shape.element_type))
+        return e.op("reverse", r, dimensions=(scan,))
+    if kind == "multiply" and scan is not None:
+        # cumprod: d y_i / d x_j = y_i / x_j for i >= j (undefined where x_j == 0, like prod)
+        return [lambda: e.div(reverse_cumsum(e.mul(g, instr)), x), None]
     if kind != "add":
-        raise NoTransposeRule("a window reduction other than a sum, max or min (or a dilated "
-                              "max or min)")
+        raise NoTransposeRule("a window reduction other than a sum, max, min or cumulative "
+                              "product (or a dilated max or min)")
     if any(w.base_dilation != 1 for w in window.dims):
         raise NoTransposeRule("a window sum with base dilation")
-    scan = _scan_axis(window, x.shape.dims)
     if scan is not None:
-        # cumsum's transpose is the reversed cumsum: as a scan again (O(n), not a window)
-        def reverse_scan():
-            r = e.op("reverse", g, dimensions=(scan,))
-            r = e.op("reduce-window", r, e.scalar(0, g.shape.element_type), window=window,
-                     to_apply=e.adder(g.shape.element_type))
-            return e.op("reverse", r, dimensions=(scan,))
-        return [reverse_scan, None]
+        return [lambda: reverse_cumsum(g), None]
 
     def t():
         # Each input element was added into every output whose window covered it: pad the

@@ -125,6 +125,12 @@ def _cummin(b, x):
                 to_apply=scalar_computation("minimum", F))
 
 
+def _cumprod(b, x):
+    w = Window((WindowDim(1), WindowDim(6, 1, 5, 0)))
+    return b.op("reduce-window", x, b.constant(1, F), window=w,
+                to_apply=scalar_computation("multiply", F))
+
+
 IDX = np.array([[2], [0], [2], [1]], np.int64)
 INT = ("s64", (4, 1))
 CASES = {
@@ -180,6 +186,7 @@ EXTRA = {
     "reduce-window strided, padded": (_pool, [s(5, 4)], [r(5, 4)], [0]),
     "reduce-window max (pooling)": (_max_pool, [s(5, 4)], [r(5, 4)], [0]),
     "reduce-window min (cummin)": (_cummin, [s(3, 6)], [r(3, 6)], [0]),
+    "reduce-window multiply (cumprod)": (_cumprod, [s(3, 6)], [r(3, 6, lo=0.5, hi=1.5)], [0]),
     "scatter replace": (_scatter("replace"), [s(3, 4), ("s64", (2, 1)), s(2, 4)],
                         [r(3, 4), np.array([[2], [0]]), r(2, 4, seed=2)], [0, 2]),
     "dot matmul": (lambda b, x, y: b.op("dot", x, y, lhs_contracting_dims=(1,), rhs_contracting_dims=(0,)),
