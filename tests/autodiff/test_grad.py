@@ -305,3 +305,21 @@ def test_grad_of_grad():
     second = nbxla.grad(lambda x: np.sum(inner(x) * np.arange(4.0)), device=DEVICE)(x)
     want = np.arange(4.0) * (-np.sin(x) * x ** 3 + 6 * np.cos(x) * x ** 2 + 6 * np.sin(x) * x)
     np.testing.assert_allclose(second, want, rtol=1e-12)
+
+
+def test_the_backward_pass_is_fused_like_the_forward():
+    params = [p.astype(np.float32) for p in CASES["mlp_xent"][1][0]]
+    step = nbxla.jit(sgd_step)
+    step(params, randn(6, 5).astype(np.float32), labels)
+    report = step.last_compilation.fusion_report
+    # every kernel is a fusion or a library call / scatter: no elementwise op runs on its own
+    assert all(k.kind in ("kLoop", "kInput", "scatter") or "library" in k.kind for k in report.kernels), \
+        [k.kind for k in report.kernels]
+    assert report.kernels_after * 4 <= report.kernels_before
+    # backward work carries the forward's source lines (the stage viewer colors by line):
+    # the weight gradients x.T @ g point at the matmul lines of mlp_xent
+    weight_grads = [i for i in step.last_compilation.optimized.entry.instructions
+                    if i.opcode == "dot" and i.attrs["lhs_contracting_dims"] == (0,)]
+    first = mlp_xent.__code__.co_firstlineno
+    assert len(weight_grads) == 2
+    assert all(first < i.location.line < first + 5 for i in weight_grads)
