@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..api import CompiledFunction
+from ..api import CompiledFunction, _array_tree_key
 from ..errors import NbxlaError
 from ..frontend.context import TraceContext
 from ..frontend.trace import is_array_leaf, tree_flatten, tree_unflatten
@@ -70,9 +70,10 @@ class GradFunction:
         return self.compiled.get_compiler_ir(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        leaves = tree_flatten((args, kwargs))[0]
-        if any(isinstance(leaf, Tracer) for leaf in leaves):
-            return self._traced(args, kwargs)      # inside jit / %%xla: join that trace
+        if kwargs or _array_tree_key(args) is None:      # (all NumPy arrays: no trace to join)
+            leaves = tree_flatten((args, kwargs))[0]
+            if any(isinstance(leaf, Tracer) for leaf in leaves):
+                return self._traced(args, kwargs)      # inside jit / %%xla: join that trace
         return self.compiled(*args, **kwargs)
 
     # ---- the traced form ----------------------------------------------------------------------
