@@ -1,6 +1,8 @@
 """nbxla: an XLA-style compiler for NumPy code in notebooks."""
 
 from .api import CompiledFunction, jit
+from .autodiff import GradientTape, grad, value_and_grad
+from . import random
 from .errors import ConcretizationError, NbxlaError, NotCompilableError
 from .runtime.cache import DEFAULT_CACHE as cache
 
@@ -21,7 +23,7 @@ def _call_on_dask(fn, args, kwargs):
 register_array_adapter(_is_dask_collection, _call_on_dask)
 
 __all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "ConcretizationError",
-           "cache", "dashboard"]
+           "cache", "dashboard", "grad", "value_and_grad", "GradientTape", "random"]
 
 
 def dashboard(cache=None):

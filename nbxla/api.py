@@ -87,6 +87,34 @@ def _fast_runner(compiled: CompiledProgram, n_args: int) -> Callable | None:
     return lambda args: run_program(compiled, list(args))
 
 
+def array_tree_key(args) -> tuple | None:
+    """Shapes and dtypes of arguments that are NumPy arrays or lists/tuples of them (the
+    container types spell the structure); None if any leaf is something else."""
+    key = []
+    for a in args:
+        kind = type(a)
+        if kind is np.ndarray:
+            key.append((a.shape, a.dtype))
+        elif kind is list or kind is tuple:
+            inner = array_tree_key(a)
+            if inner is None:
+                return None
+            key.append((kind, inner))
+        else:
+            return None
+    return tuple(key)
+
+
+def _array_leaves(args, out: list) -> list:
+    """The arrays of an argument tree ``array_tree_key`` accepted, in ``tree_flatten``'s order."""
+    for a in args:
+        if type(a) is np.ndarray:
+            out.append(a)
+        else:
+            _array_leaves(a, out)
+    return out
+
+
 def _paths(name: str, tree) -> list[str]:
     if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
         return [p for i, item in enumerate(tree) for p in _paths(f"{name}[{i}]", item)]
@@ -148,13 +176,15 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         # Fast path for the common call f(array, array, ...): a cache hit then costs one dict
         # lookup keyed by argument types, shapes and dtypes, and a runner made for the entry.
-        fast_key = None
+        fast_key = tree = None
         if not kwargs:
             try:
                 fast_key = (current_flags(), tuple([(type(a), a.shape, a.dtype) for a in args]))
-            except AttributeError:          # a static argument: the full key decides
-                pass
-            else:
+            except AttributeError:          # a static argument or a list: the full key decides,
+                tree = array_tree_key(args)    # unless every leaf is an array (a training step)
+                if tree is not None:
+                    fast_key = (current_flags(), "tree", tree)
+            if fast_key is not None:
                 hit = self._fast.get(fast_key)
                 if hit is not None and hit[1] == self.cache.generation:
                     entry, _, runner = hit
@@ -170,11 +200,17 @@ class CompiledFunction:
             if any(claims(leaf) for leaf in leaves):
                 return adapter(self, args, kwargs)
         compiled, leaves, entry = self._lookup(args, kwargs)
-        runner = _fast_runner(compiled, len(args))
+        if tree is None:
+            runner = _fast_runner(compiled, len(args))
+            arrays = args if all(type(a) is np.ndarray for a in args) else None
+        else:
+            runner = None if compiled.program.writebacks else \
+                (lambda args, c=compiled: run_program(c, _array_leaves(args, [])))
+            arrays = leaves
         # (Compiled from distinct arguments, a program that writes none of them is right for
         # any call with the same types, shapes and dtypes, aliased or not.)
-        if fast_key is not None and runner is not None and all(type(a) is np.ndarray for a in args) \
-                and len({id(a) for a in args}) == len(args):
+        if fast_key is not None and runner is not None and arrays is not None \
+                and len({id(a) for a in arrays}) == len(arrays):
             self._fast[fast_key] = (entry, self.cache.generation, runner)
         return run_program(compiled, leaves)
 

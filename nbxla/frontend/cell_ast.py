@@ -138,7 +138,8 @@ def _is_numpy_random(value) -> bool:
 
 def check_no_random(analysis: CellAnalysis, namespace: dict, filename: str, label: str,
                     hint: str = "draw the random arrays in an ordinary cell before this one and "
-                                "use them here") -> None:
+                                "use them here, or draw them in the cell with nbxla.random and "
+                                "a key made outside (key = nbxla.random.key(0))") -> None:
     """Refuse ``np.random.*`` (and generators from it) before the cell runs."""
     for node in ast.walk(analysis.tree):
         what = None
@@ -183,4 +184,5 @@ def check_function_no_random(fn) -> None:
             pass
     filename = fn.__code__.co_filename
     check_no_random(SimpleNamespace(tree=tree), namespace, filename, filename,
-                    "draw the random arrays outside and pass them in as arguments")
+                    "draw the random arrays outside and pass them in as arguments, or pass in "
+                    "a key and draw them with nbxla.random (key = nbxla.random.key(0))")

@@ -159,11 +159,16 @@ class FullReductionThunk:
 
 
 class MatmulThunk:
-    """A dot in matmul form ([batch..., m, k] x [batch..., k, n], same float dtype): one
-    np.matmul (NumPy's BLAS) into the planned buffer, without the reference rule's generality."""
+    """A dot in matmul form ([batch..., m, k] x [batch..., k, n], either operand possibly
+    contracting its other minor dimension, i.e. transposed; same float dtype): one np.matmul
+    (NumPy's BLAS, which reads a transposed operand in place) into the planned buffer, without
+    the reference rule's generality.  Gradients of matmuls are such dots (x.T @ g, g @ w.T)."""
 
     def __init__(self, instr: Instruction):
         self.make = host_memory.allocator(instr.shape.dims, instr.shape.dtype)
+        nb = len(instr.attrs.get("lhs_batch_dims", ()))
+        self.transpose_lhs = tuple(instr.attrs["lhs_contracting_dims"]) == (nb,)
+        self.transpose_rhs = tuple(instr.attrs["rhs_contracting_dims"]) == (nb + 1,)
 
     @staticmethod
     def applies(instr: Instruction) -> bool:
@@ -175,10 +180,12 @@ class MatmulThunk:
                 and a.element_type in ("f32", "f64", "c64", "c128")
                 and tuple(instr.attrs.get("lhs_batch_dims", ())) == batch
                 and tuple(instr.attrs.get("rhs_batch_dims", ())) == batch
-                and tuple(instr.attrs.get("lhs_contracting_dims", ())) == (nb + 1,)
-                and tuple(instr.attrs.get("rhs_contracting_dims", ())) == (nb,))
+                and tuple(instr.attrs.get("lhs_contracting_dims", ())) in ((nb + 1,), (nb,))
+                and tuple(instr.attrs.get("rhs_contracting_dims", ())) in ((nb,), (nb + 1,)))
 
     def __call__(self, operands, outs=None):
         out = outs[0] if outs else self.make()
-        np.matmul(operands[0], operands[1], out=out)
+        a, b = operands
+        np.matmul(np.swapaxes(a, -1, -2) if self.transpose_lhs else a,
+                  np.swapaxes(b, -1, -2) if self.transpose_rhs else b, out=out)
         return out

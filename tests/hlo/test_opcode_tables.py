@@ -36,6 +36,15 @@ def test_every_opcode_runs_on_the_cpu_somehow():
     assert set(ELEMENTAL_RULES) <= set(OPCODES) and set(COMPLEX_RULES) <= set(OPCODES)
 
 
+def test_every_opcode_is_differentiated_or_says_why_not():
+    """The fourth table: a transpose (VJP) rule, a zero gradient (integer-valued results), or a
+    stated reason it cannot be differentiated."""
+    from nbxla.autodiff.rules import NOT_DIFFERENTIABLE, TRANSPOSE_RULES, ZERO_GRADIENT
+    tables = [set(TRANSPOSE_RULES), set(ZERO_GRADIENT), set(NOT_DIFFERENTIABLE)]
+    assert set().union(*tables) == set(OPCODES)
+    assert sum(len(t) for t in tables) == len(set().union(*tables)), "an opcode is in two tables"
+
+
 def test_elementwise_opcodes_are_all_emitted_natively():
     assert ELEMENTWISE <= set(ELEMENTAL_RULES) | set(COMPLEX_RULES)
 

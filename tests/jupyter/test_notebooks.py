@@ -22,9 +22,12 @@ CELL_TIMEOUT_S = 120
 NOTEBOOK_BUDGET_S = 60          # "runnable top to bottom in well under a minute"
 
 
-def test_demo_notebooks_are_numbered():
+def test_demo_notebooks_are_numbered_and_listed():
     numbers = [p.name[:3] for p in NOTEBOOKS]
-    assert numbers[:7] == [f"{i:02d}_" for i in range(1, 8)] and len(set(numbers)) == len(numbers)
+    assert numbers[:7] == [f"{i:02d}_" for i in range(1, 8)]
+    assert all(n[:2].isdigit() and n[2] == "_" for n in numbers) and len(set(numbers)) == len(numbers)
+    listed = (NOTEBOOKS[0].parent / "README.md").read_text()
+    assert all(f"`{p.name}`" in listed for p in NOTEBOOKS)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
