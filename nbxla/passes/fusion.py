@@ -14,7 +14,16 @@ read the same inputs merge (multi-output fusion):
   row-wise kernel for softmax and layernorm;
 * ``dot`` is a library call and never fused: the elementwise work after it (bias, activation)
   becomes one kernel (a dot epilogue);
-* a fusion never creates a cycle and has at most ``MAX_OPERANDS`` parameters.
+* a fusion never creates a cycle and has at most ``MAX_OPERANDS`` parameters;
+* recomputation is bounded (a cost model, not a rule list): every member of a group knows the
+  *index maps* at which the kernel evaluates it (an elementwise user reads its operand where
+  it is itself evaluated; a shifted slice, a reverse, a broadcast... read it elsewhere, so
+  the elemental emitter computes it again).  A value evaluated at more than
+  ``RECOMPUTE_LIMIT`` maps stays out (a chain of stencil steps fuses one step per kernel,
+  never the whole cone); a ``dynamic-update-slice`` is never duplicated nor read at more
+  than one map (each time step's update is one kernel writing the whole array once); a
+  kernel holds at most ``MAX_MEMBERS`` instructions, ``MAX_VALUES`` evaluations per element
+  and a chain ``MAX_DEPTH`` deep, so the code generator can always emit it.
 
 Fusions whose root is (or contains) a reduction are ``kind=kInput``, the others ``kLoop``.
 """
@@ -32,6 +41,15 @@ from .cse import eliminate_common_subexpressions
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 MAX_OPERANDS = 32
+# Index maps at which one value may be evaluated in a kernel: a 7-point stencil step (heat-3d)
+# reads its producer at 7; two chained 5-point steps would read it at 25.
+RECOMPUTE_LIMIT = 8
+# What one kernel may hold: instructions, evaluations per element (sum over members of their
+# index maps; the emitter stops at 20000) and the longest chain (the emitter recurses along
+# it, about four Python frames a level).
+MAX_MEMBERS = 2000
+MAX_VALUES = 4000
+MAX_DEPTH = 180
 
 FUSIBLE = {op for op, info in OPCODES.items() if info.elementwise} | {
     "broadcast", "reshape", "transpose", "slice", "concatenate", "pad", "iota", "reverse",
@@ -40,6 +58,9 @@ FUSIBLE = {op for op, info in OPCODES.items() if info.elementwise} | {
 EXPENSIVE = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic",
              "power", "divide", "remainder", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan",
              "atan2", "erf", "reduce"}
+
+# Never duplicated into a consumer: an update rewrites a whole array (computed once, in place).
+NOT_DUPLICATED = EXPENSIVE | {"dynamic-update-slice"}
 
 # Instructions that are not kernels on their own (no data is computed).
 NOT_KERNELS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape"}
@@ -78,7 +99,11 @@ def _reduce_space(r: Instruction):
 class _Group:
     """Members of a future fusion, with the facts legality checks need kept up to date."""
 
-    def __init__(self, seed: Instruction, users):
+    def __init__(self, seed: Instruction, users, position: dict[int, float]):
+        self.position = position
+        # The last member's position, and the first of a member ever read from outside (an
+        # output): what leaves the group starts there (clones of early constants do not count).
+        self.first = self.last = position[id(seed)]
         self.members: list[Instruction] = []
         self.ids: set[int] = set()
         self.dims: set[tuple] = set()
@@ -86,10 +111,17 @@ class _Group:
         self.params: set[int] = set()               # operands from outside
         self.external_users: dict[int, Instruction] = {}
         self.clones: dict[int, Instruction] = {}    # original's id -> its copy in this group
+        # Per member: the index maps (hashed paths of index-changing reads from an output) at
+        # which the kernel evaluates it, and its distance from the outputs.
+        self.maps: dict[int, frozenset] = {id(seed): _ROOT_MAPS}
+        self.depth: dict[int, int] = {id(seed): 0}
+        self.values = 1
         self.add(seed, users)
 
     def add(self, instr: Instruction, users) -> None:
         self.members.append(instr)
+        where = self.position[id(instr)]
+        self.last = max(self.last, where)
         self.ids.add(id(instr))
         if not (instr.opcode == "constant" and instr.shape.rank == 0):   # scalars: duplicated
             self.dims.add(None if instr.shape.is_tuple else instr.shape.dims)
@@ -100,9 +132,66 @@ class _Group:
         for u in users[id(instr)]:
             if id(u) not in self.ids:
                 self.external_users[id(u)] = u
+                self.first = min(self.first, where)
 
     def __contains__(self, instr: Instruction) -> bool:
         return id(instr) in self.ids
+
+
+_ROOT_MAPS = frozenset((0,))
+
+
+def _same_index(user: Instruction, operand: Instruction) -> bool:
+    """Does ``user`` read ``operand`` only at the index where ``user`` itself is evaluated
+    (so that the emitter's memo shares one evaluation among such readers)?"""
+    if operand.shape.is_tuple or user.shape.is_tuple:
+        return False
+    if operand.shape.rank == 0:
+        return True                 # a scalar has one element: every read is the same
+    if user.is_elementwise:
+        return True
+    op = user.opcode
+    if op == "dynamic-update-slice":
+        return all(o is not operand for o in user.operands[1:])
+    if op == "slice":
+        return all(s.start == 0 and s.stride == 1 for s in user.attrs["slice"])
+    if op in ("reshape", "bitcast", "copy"):
+        return user.shape.dims == operand.shape.dims
+    return False
+
+
+def _read_maps(user: Instruction, operand: Instruction, maps: frozenset) -> frozenset:
+    """The maps at which ``operand`` is evaluated for ``user`` evaluated at ``maps``."""
+    if _same_index(user, operand):
+        return maps
+    return frozenset(hash((t, id(user))) for t in maps)
+
+
+def _index_maps(members: list[Instruction], ids: set[int], outputs: set[int], users) -> tuple[dict, dict]:
+    """Index maps and depths of a group's members, from scratch (members in topological order)."""
+    maps: dict[int, frozenset] = {}
+    depth: dict[int, int] = {}
+    for m in reversed(members):
+        got, d = (_ROOT_MAPS, 0) if id(m) in outputs else (frozenset(), 0)
+        for u in users[id(m)]:
+            if id(u) in ids:
+                got = got | _read_maps(u, m, maps[id(u)])
+                d = max(d, depth[id(u)] + 1)
+        maps[id(m)], depth[id(m)] = got or _ROOT_MAPS, d
+    return maps, depth
+
+
+def _cost_reason(p: Instruction, maps: frozenset, depth: int) -> str | None:
+    """Why ``p`` evaluated at ``maps`` (``depth`` below an output) is too costly, or None."""
+    if p.opcode == "dynamic-update-slice" and len(maps) > 1:
+        return ("an updated array read at several positions is written once by its own kernel "
+                "(recomputing the update for each read multiplies the work)")
+    if len(maps) > RECOMPUTE_LIMIT:
+        return (f"{p.opcode} would be recomputed at {len(maps)} positions per element (more than "
+                f"{RECOMPUTE_LIMIT}: a chain of stencil steps fuses one step per kernel)")
+    if depth > MAX_DEPTH:
+        return f"the kernel's chain of operations would be deeper than {MAX_DEPTH}"
+    return None
 
 
 class _Fuser:
@@ -112,6 +201,7 @@ class _Fuser:
         self._refused: set[tuple[int, int]] = set()
         self._users: dict[int, list[Instruction]] = {}
         self._position: dict[int, float] = {}
+        self._pending = None
 
     # ---- graph queries --------------------------------------------------------------------
 
@@ -126,12 +216,17 @@ class _Fuser:
                 self._users[id(op)].append(instr)
         self._position = {id(i): float(k) for k, i in enumerate(self.comp.instructions)}
 
-    def _reaches(self, start: list[Instruction], targets: set[int], users) -> bool:
-        """Is any of ``targets`` reachable from ``start`` along user edges?
+    def _reaches(self, start: list[Instruction], targets: set[int], users, limit: float) -> bool:
+        """Is any of ``targets`` (none placed after position ``limit``) reachable from
+        ``start`` along user edges?
 
         Other groups count as single nodes (they become one fusion): reaching any member of
-        one reaches the users of all its members.
+        one reaches the users of all its members.  Instructions are in topological order, so
+        an instruction after ``limit`` leads to no target unless a group it belongs to
+        has an output before: the walk stops there (without this, every legality check walked the
+        rest of the module, quadratic on long programs).
         """
+        position = self._position
         seen: set[int] = set()
         expanded: set[int] = set()        # groups whose members' users are already stacked
         stack = list(start)
@@ -142,8 +237,10 @@ class _Fuser:
             if id(instr) in seen:
                 continue
             seen.add(id(instr))
-            stack.extend(users[id(instr)])
             group = self.group_of.get(id(instr))
+            if position[id(instr)] > limit and (group is None or group.first > limit):
+                continue
+            stack.extend(users[id(instr)])
             # (once per group: doing it for each member reached made this quadratic in the
             # group's size, minutes on the long elementwise chains of jax.random's threefry)
             if group is not None and id(group) not in expanded:
@@ -157,7 +254,11 @@ class _Fuser:
 
     def check_add(self, group: _Group, p: Instruction, users) -> str | None:
         """``check(group.members + [p])``, in time independent of the group's size when
-        neither has a reduction and all have one shape (long elementwise chains)."""
+        neither has a reduction and all have one shape (long elementwise chains).  On success
+        the index maps ``p`` would bring are kept for ``_join``."""
+        reason = self._cost(group, p)
+        if reason is not None:
+            return reason
         if group.has_reduce or p.opcode == "reduce" or p.shape.is_tuple or \
                 (not (p.opcode == "constant" and p.shape.rank == 0) and group.dims != {p.shape.dims}):
             return self.check(group.members + [p], users)
@@ -167,9 +268,66 @@ class _Fuser:
             return f"the kernel would read more than {MAX_OPERANDS} arrays"
         external = [u for k, u in group.external_users.items() if k != id(p)]
         external += [u for u in users[id(p)] if id(u) not in group.ids]
-        if self._reaches(external, group.ids | {id(p)}, users):
+        if self._reaches(external, group.ids | {id(p)}, users, max(group.last, self._position[id(p)])):
             return "it would create a cycle (a path leaves the kernel and comes back)"
         return None
+
+    def _cost(self, group: _Group, x: Instruction) -> str | None:
+        """Why evaluating ``x`` in ``group`` (a new member, or a member with new readers) costs
+        too much, or None; then ``self._pending`` holds the new maps and depths of ``x`` and
+        of the members below it, for ``_join``."""
+        users = self._users[id(x)]
+        maps = group.maps.get(id(x), frozenset())
+        depth = group.depth.get(id(x), 0)
+        exported = x is self.comp.root
+        for u in users:
+            if id(u) in group.ids:
+                maps = maps | _read_maps(u, x, group.maps[id(u)])
+                depth = max(depth, group.depth[id(u)] + 1)
+            elif u is not x:
+                exported = True
+        if exported or not maps:
+            maps = maps | _ROOT_MAPS
+        reason = _cost_reason(x, maps, depth)
+        if reason is not None:
+            return reason
+        pending = {id(x): (maps, depth)}
+        work = [x]
+        while work:                 # members below ``x`` are now also read through it
+            y = work.pop()
+            ym, yd = pending[id(y)]
+            for o in dict.fromkeys(y.operands):
+                if id(o) not in group.ids:
+                    continue
+                om, od = pending.get(id(o)) or (group.maps[id(o)], group.depth[id(o)])
+                nm, nd = om | _read_maps(y, o, ym), max(od, yd + 1)
+                if nm == om and nd == od:
+                    continue
+                reason = _cost_reason(o, nm, nd)
+                if reason is not None:
+                    return reason
+                pending[id(o)] = (nm, nd)
+                work.append(o)
+        values = group.values + sum(len(m) - len(group.maps.get(k, ())) for k, (m, _) in pending.items())
+        if values > MAX_VALUES:
+            return f"the kernel would evaluate more than {MAX_VALUES} values per element"
+        if id(x) not in group.ids and len(group.members) >= MAX_MEMBERS:
+            return f"the kernel would hold more than {MAX_MEMBERS} instructions"
+        self._pending = (group, pending, values)
+        return None
+
+    def _commit_cost(self, group: _Group) -> None:
+        pending_group, pending, values = self._pending
+        assert pending_group is group
+        for k, (m, d) in pending.items():
+            group.maps[k], group.depth[k] = m, d
+        group.values = values
+
+    def _join(self, group: _Group, p: Instruction, users) -> None:
+        """Add ``p`` (just checked with ``check_add``) to ``group``."""
+        self._commit_cost(group)
+        group.add(p, users)
+        self.group_of[id(p)] = group
 
     def check(self, members: list[Instruction], users) -> str | None:
         """Why ``members`` cannot be one kernel, or None if they can."""
@@ -219,7 +377,7 @@ class _Fuser:
         if len(params) > MAX_OPERANDS:
             return f"the kernel would read more than {MAX_OPERANDS} arrays"
         external_users = [u for m in members for u in users[id(m)] if id(u) not in ids]
-        if self._reaches(external_users, ids, users):
+        if self._reaches(external_users, ids, users, max(self._position[id(m)] for m in members)):
             return "it would create a cycle (a path leaves the kernel and comes back)"
         return None
 
@@ -235,7 +393,7 @@ class _Fuser:
         for instr in list(reversed(self.comp.instructions)):
             if instr.opcode in FUSIBLE and id(instr) not in self.group_of and id(instr) in live and \
                     instr.opcode not in ("constant",) and not self._trivial(instr):
-                self.grow(_Group(instr, self._users))
+                self.grow(_Group(instr, self._users, self._position))
         self.merge_siblings()
         return self.materialize()
 
@@ -263,7 +421,8 @@ class _Fuser:
                     waiting[id(p)] = (p, member)
             # A refused producer whose users have all joined since gets another chance.
             for p, consumer in list(waiting.values()):
-                if id(p) not in self.group_of and all(u in group for u in self._users[id(p)]):
+                if id(p) not in self.group_of and \
+                        all(u in group or u.opcode not in FUSIBLE for u in self._users[id(p)]):
                     del waiting[id(p)]
                     before = len(group.members)
                     if self._try_add(group, p, consumer, self._users):
@@ -275,27 +434,36 @@ class _Fuser:
         # dot or tuple) is best computed here once and exported: a multi-output fusion.
         must_write = p is self.comp.root or any(u.opcode not in FUSIBLE for u in outside)
         must_write = must_write and p.opcode != "constant"     # constants are copied, never exported
-        if outside and must_write and p.opcode not in EXPENSIVE and \
+        if p.opcode == "dynamic-update-slice" and any(u.opcode in FUSIBLE for u in outside):
+            # Its other readers would need it too: an update is computed once, by the kernel
+            # that writes it, and read from memory by the others (tried again once they join).
+            return self._refuse(p, consumer, "the updated array has readers in other kernels: it is "
+                                             "written once, by its own kernel")
+        if outside and must_write and p.opcode not in NOT_DUPLICATED and \
                 self.check_add(group, p, users) is None:
-            group.add(p, users)
-            self.group_of[id(p)] = group
+            self._join(group, p, users)
             return True
-        if outside and p.opcode not in EXPENSIVE:
+        if outside and p.opcode not in NOT_DUPLICATED:
             # Cheap: recompute it inside this kernel; the original stays for its other users.
             if id(p) in group.clones:
                 # Copied in already: new readers share that copy.  (A copy per request made
                 # the copies' own operands be copied again: a Python loop of stencil
                 # updates grew one group exponentially, 598 copies at 3 steps.)
-                self._redirect(p, group.clones[id(p)], group)
+                copy = group.clones[id(p)]
+                moved = self._redirect(p, copy, group)
+                reason = self._cost(group, copy)
+                if reason is not None:
+                    self._unredirect(p, copy, moved)
+                    return self._refuse(p, consumer, reason)
+                self._commit_cost(group)
                 return True
             clone = self._duplicate(p, group)
             reason = self.check_add(group, clone, self._users)
             if reason is not None:
                 self._undo_duplicate(clone, p)
                 return self._refuse(p, consumer, reason)
-            group.add(clone, self._users)
+            self._join(group, clone, self._users)
             group.clones[id(p)] = clone
-            self.group_of[id(clone)] = group
             return True
         reason = self.check_add(group, p, users)
         if reason is not None:
@@ -303,12 +471,10 @@ class _Fuser:
                 reason = (f"{p.opcode} is expensive and has {len(users[id(p)])} users, so it is "
                           f"not duplicated; as an extra output of this kernel: {reason}")
             return self._refuse(p, consumer, reason)
-        group.add(p, users)
-        self.group_of[id(p)] = group
+        self._join(group, p, users)
         return True
 
-    def _same_group(self, a: str, b: str) -> bool:
-        by_name = {i.name: i for i in self.comp.instructions}
+    def _same_group(self, by_name: dict, a: str, b: str) -> bool:
         ga, gb = self.group_of.get(id(by_name.get(a))), self.group_of.get(id(by_name.get(b)))
         return ga is not None and ga is gb
 
@@ -334,14 +500,23 @@ class _Fuser:
             self._users[id(o)].append(clone)
         return clone
 
-    def _redirect(self, p: Instruction, copy: Instruction, group: _Group) -> None:
-        """Members reading ``p`` read its copy in the group instead."""
+    def _redirect(self, p: Instruction, copy: Instruction, group: _Group) -> list[Instruction]:
+        """Members reading ``p`` read its copy in the group instead; returns them."""
         moved = [u for u in self._users[id(p)] if u in group]
         for m in moved:
             m.operands = [copy if o is p else o for o in m.operands]
         self._users[id(p)] = [u for u in self._users[id(p)] if u not in group]
         self._users[id(copy)] += [m for m in moved if m not in self._users[id(copy)]]
         group.params.discard(id(p))
+        return moved
+
+    def _unredirect(self, p: Instruction, copy: Instruction, moved: list[Instruction]) -> None:
+        for m in moved:
+            m.operands = [p if o is copy else o for o in m.operands]
+        self._users[id(copy)] = [u for u in self._users[id(copy)] if u not in moved]
+        self._users[id(p)] += moved
+        if moved:
+            self.group_of[id(copy)].params.add(id(p))
 
     def _undo_duplicate(self, clone: Instruction, p: Instruction) -> None:
         for m in self._users[id(clone)]:
@@ -354,29 +529,62 @@ class _Fuser:
     # ---- multi-output sibling fusion -------------------------------------------------------
 
     def merge_siblings(self) -> None:
-        """Merge groups that read the same inputs and can share one pass over them."""
-        inputs: dict[int, set[int]] = {}        # (each group's inputs, computed once per change)
-        changed = True
-        while changed:
-            changed = False
-            groups = list({id(g): g for g in self.group_of.values()}.values())
-            users = self.users()
-            for g in groups:
-                if id(g) not in inputs:
-                    inputs[id(g)] = self._inputs(g)
-            for i, a in enumerate(groups):
-                for b in groups[i + 1:]:
-                    if inputs[id(a)].isdisjoint(inputs[id(b)]):
+        """Merge groups that read the same inputs and can share one pass over them.
+
+        Candidates come from an index of the groups by the arrays they read, so each group is
+        compared with the few that share an input, not with every other group."""
+        groups = list({id(g): g for g in self.group_of.values()}.values())
+        inputs = {id(g): self._inputs(g) for g in groups}
+        readers: dict[int, list[_Group]] = {}
+        for g in groups:
+            for k in inputs[id(g)]:
+                readers.setdefault(k, []).append(g)
+        alive = {id(g) for g in groups}
+        tried: set[tuple] = set()
+        users = self.users()
+        for a in groups:
+            grown = True
+            while grown and id(a) in alive:
+                grown = False
+                candidates = {id(b): b for k in inputs[id(a)] for b in readers[k]
+                              if id(b) in alive and b is not a}
+                for b in candidates.values():
+                    key = (id(a), id(b), len(a.members), len(b.members))
+                    if key in tried:
                         continue
-                    if self.check(a.members + b.members, users) is None:
-                        for m in b.members:
-                            a.add(m, users)
-                            self.group_of[id(m)] = a
-                        del inputs[id(a)], inputs[id(b)]
-                        changed = True
-                        break
-                if changed:
+                    tried.add(key)
+                    merged = self._merged_cost(a, b, users)
+                    if merged is None:
+                        continue
+                    for m in b.members:
+                        a.add(m, users)
+                        self.group_of[id(m)] = a
+                    a.clones.update(b.clones)
+                    a.first = min(a.first, b.first)
+                    a.maps, a.depth = merged
+                    a.values = sum(len(v) for v in a.maps.values())
+                    alive.discard(id(b))
+                    for k in inputs[id(b)] - inputs[id(a)]:
+                        readers[k].append(a)
+                    inputs[id(a)] |= inputs[id(b)]
+                    grown = True
                     break
+
+    def _merged_cost(self, a: _Group, b: _Group, users):
+        """(maps, depths) of ``a`` and ``b`` as one kernel, or None when they cannot be one."""
+        members = a.members + b.members
+        if len(members) > MAX_MEMBERS or self.check(members, users) is not None:
+            return None
+        ids = a.ids | b.ids
+        ordered = self._topological(members)
+        outputs = {id(m) for m in ordered if m is self.comp.root or
+                   any(id(u) not in ids for u in users[id(m)])}
+        maps, depth = _index_maps(ordered, ids, outputs, users)
+        if sum(len(v) for v in maps.values()) > MAX_VALUES:
+            return None
+        if any(_cost_reason(m, maps[id(m)], depth[id(m)]) is not None for m in ordered):
+            return None
+        return maps, depth
 
     @staticmethod
     def _inputs(group: _Group) -> set[int]:
@@ -391,15 +599,25 @@ class _Fuser:
         if not groups:
             return False
         # Refusals that later growth overcame are not worth reporting.
+        by_name = {i.name: i for i in self.comp.instructions}
         self.decisions.refusals = [r for r in self.decisions.refusals
-                                   if not self._same_group(r.producer, r.consumer)]
+                                   if not self._same_group(by_name, r.producer, r.consumer)]
         users = self.users()
+        # Each fusion goes right after its last member; the instruction list is rebuilt once.
+        removed: set[int] = set()
+        placed: dict[int, list[Instruction]] = {}
         for group in groups:
-            self._build_fusion(group, users)
-        self.comp.sort_topologically()
+            self._build_fusion(group, users, removed, placed)
+        comp, order = self.comp, []
+        for instr in comp.instructions:
+            if id(instr) not in removed:
+                order.append(instr)
+            order += placed.get(id(instr), ())
+        comp.instructions = order
+        comp.sort_topologically()
         return True
 
-    def _build_fusion(self, group: _Group, users) -> None:
+    def _build_fusion(self, group: _Group, users, removed: set[int], placed: dict) -> None:
         comp = self.comp
         members = self._topological(group.members)
         ids = {id(m) for m in members}
@@ -447,20 +665,19 @@ class _Fuser:
         fusion = Instruction("fusion", fused.root.shape, params, {"kind": kind, "calls": fused},
                              unique_name(f"{name}_fusion"), outputs[-1].location)
         fusion.parent = comp
-        position = max(comp.instructions.index(m) for m in members)
-        comp.instructions.insert(position + 1, fusion)
+        new = placed.setdefault(id(members[-1]), [])
+        new.append(fusion)
+        for p in params:            # (later fusions rewire their outputs' readers: this one too)
+            users.setdefault(id(p), []).append(fusion)
         replacements = {}
         if len(outputs) == 1:
             replacements[id(outputs[0])] = fusion
         else:
-            position = comp.instructions.index(fusion) + 1
             k = 0
 
             def add(instr):
-                nonlocal position
                 instr.parent = comp
-                comp.instructions.insert(position, instr)
-                position += 1
+                new.append(instr)
                 return instr
             for out in outputs:
                 parts = out.shape.elements if out.shape.is_tuple else [out.shape]
@@ -470,11 +687,12 @@ class _Fuser:
                 k += len(parts)
                 replacements[id(out)] = add(Instruction("tuple", out.shape, gtes, {}, unique_name(
                     f"{out.name}.out"), out.location)) if out.shape.is_tuple else gtes[0]
-        for instr in comp.instructions:
-            if id(instr) not in ids:
-                instr.operands = [replacements.get(id(o), o) for o in instr.operands]
+        for out in outputs:
+            for instr in users[id(out)]:
+                if id(instr) not in ids:
+                    instr.operands = [replacements.get(id(o), o) for o in instr.operands]
         comp.root = replacements.get(id(comp.root), comp.root)
-        comp.instructions = [i for i in comp.instructions if id(i) not in ids]
+        removed |= ids
         self.decisions.fusions.append(fusion)
 
 

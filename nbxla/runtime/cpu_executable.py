@@ -24,6 +24,7 @@ offered to a native or library path that run through their rule instead, with th
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Callable
 
 import numpy as np
@@ -34,7 +35,7 @@ from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator import _conform as conform
 from ..hlo.ir import Computation, Instruction
-from ..hlo.printer import print_module
+from ..hlo.printer import PrintOptions, print_instruction, print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_callees, program_computations
 from .cpu_kernels import ARRAY_DATA_OFFSET, FullReductionThunk, KernelThunk, MatmulThunk, worker_count
@@ -43,6 +44,9 @@ from . import host_memory
 from .host_memory import memory_owner
 from .persistent_cache import default_cache
 from .thunks import structural_thunk
+
+_STRUCTURE_OPTIONS = PrintOptions(operand_shapes=True, metadata=False)
+
 
 def _contiguous(value):
     if isinstance(value, tuple):
@@ -100,16 +104,16 @@ class CpuExecutable:
         self.plan = plan
         computations = program_computations(module)
         compiled = _kernel_symbols(computations)
+        distinct, compiled = _share_identical_kernels(compiled)
         store = default_cache()
         key = None
         if store is not None:
             names = ",".join(symbol for symbol, _ in compiled)
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
                                   print_module(module)).encode()).hexdigest()
-        self.kernels: CompiledKernels = compile_kernels(
-            module.name, [(symbol, i.attrs["calls"] if i.opcode == "fusion" else _single_instruction_computation(i))
-                          for symbol, i in compiled], store, key, ARRAY_DATA_OFFSET)
-        # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name.
+        self.kernels: CompiledKernels = compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET)
+        # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name
+        # (identical kernels, the steps of a time loop, share one symbol).
         self.kernel_symbols = {i.name: symbol for symbol, i in compiled}
         self._kernel_of = {id(i): symbol for symbol, i in compiled}
         unsupported = self.kernels.unsupported
@@ -392,6 +396,38 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
             taken.add(symbol)
             out.append((symbol, instr))
     return out
+
+
+def _kernel_computation(instr: Instruction) -> Computation:
+    return instr.attrs["calls"] if instr.opcode == "fusion" else _single_instruction_computation(instr)
+
+
+_NAME = re.compile(r"%([\w.\-]+)")
+
+
+def _structure(comp: Computation) -> str:
+    """The computation's text with its own instructions renamed by position: equal for
+    kernels that compute the same thing on the same shapes."""
+    local = {i.name: f"v{k}" for k, i in enumerate(comp.instructions)}
+    text = "\n".join(print_instruction(i, _STRUCTURE_OPTIONS) for i in comp.instructions)
+    return _NAME.sub(lambda m: "%" + local.get(m.group(1), m.group(1)), text) + \
+        f"\nroot {local[comp.root.name]}"
+
+
+def _share_identical_kernels(compiled: list[tuple[str, Instruction]]):
+    """(symbol, computation) of each distinct kernel, and every (symbol, instruction) with the
+    symbol of the first identical kernel.  Why: a time loop unrolled by tracing gives the same
+    few kernels once per step, and LLVM's optimizer costs tens of ms per kernel."""
+    first: dict[str, str] = {}
+    distinct, shared = [], []
+    for symbol, instr in compiled:
+        comp = _kernel_computation(instr)
+        key = instr.opcode + "\n" + _structure(comp)
+        if key not in first:
+            first[key] = symbol
+            distinct.append((symbol, comp))
+        shared.append((first[key], instr))
+    return distinct, shared
 
 
 def _single_instruction_computation(instr: Instruction) -> Computation:
