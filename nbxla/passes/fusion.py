@@ -50,6 +50,8 @@ RECOMPUTE_LIMIT = 8
 MAX_MEMBERS = 2000
 MAX_VALUES = 4000
 MAX_DEPTH = 180
+# Slices this small stay out of kernels: a NumPy view passes them in (see ``_small_pick``).
+SMALL_PICK = 16
 
 FUSIBLE = {op for op, info in OPCODES.items() if info.elementwise} | {
     "broadcast", "reshape", "transpose", "slice", "concatenate", "pad", "iota", "reverse",
@@ -108,7 +110,7 @@ class _Group:
         self.ids: set[int] = set()
         self.dims: set[tuple] = set()
         self.has_reduce = False
-        self.params: set[int] = set()               # operands from outside
+        self.params: set[int] = set()   # operands from outside (constants are copied in: not counted)
         self.external_users: dict[int, Instruction] = {}
         self.clones: dict[int, Instruction] = {}    # original's id -> its copy in this group
         # Per member: the index maps (hashed paths of index-changing reads from an output) at
@@ -127,7 +129,7 @@ class _Group:
             self.dims.add(None if instr.shape.is_tuple else instr.shape.dims)
         self.has_reduce |= instr.opcode == "reduce"
         self.params.discard(id(instr))
-        self.params.update(id(o) for o in instr.operands if id(o) not in self.ids)
+        self.params.update(id(o) for o in instr.operands if id(o) not in self.ids and o.opcode != "constant")
         self.external_users.pop(id(instr), None)
         for u in users[id(instr)]:
             if id(u) not in self.ids:
@@ -139,6 +141,12 @@ class _Group:
 
 
 _ROOT_MAPS = frozenset((0,))
+
+
+def _small_pick(instr: Instruction) -> bool:
+    """A slice taking a few elements (``fict[t]``, ``x[0, :4]``) of a larger array."""
+    return instr.opcode == "slice" and not instr.shape.is_tuple and instr.shape.size <= SMALL_PICK \
+        and instr.operands[0].shape.size > instr.shape.size
 
 
 def _same_index(user: Instruction, operand: Instruction) -> bool:
@@ -263,7 +271,8 @@ class _Fuser:
                 (not (p.opcode == "constant" and p.shape.rank == 0) and group.dims != {p.shape.dims}):
             return self.check(group.members + [p], users)
         params = len(group.params) - (id(p) in group.params) + \
-            sum(1 for o in dict.fromkeys(p.operands) if id(o) not in group.ids and id(o) not in group.params)
+            sum(1 for o in dict.fromkeys(p.operands)
+                if id(o) not in group.ids and id(o) not in group.params and o.opcode != "constant")
         if params > MAX_OPERANDS:
             return f"the kernel would read more than {MAX_OPERANDS} arrays"
         external = [u for k, u in group.external_users.items() if k != id(p)]
@@ -373,7 +382,7 @@ class _Fuser:
         if reduces and any(not o.shape.is_tuple and o.shape.dims != in_dims and _squeeze(o.shape.dims) != outer
                            for o in outputs):
             return "a reduction kernel's outputs must be in its input's or its result's space"
-        params = {id(o) for m in members for o in m.operands if id(o) not in ids}
+        params = {id(o) for m in members for o in m.operands if id(o) not in ids and o.opcode != "constant"}
         if len(params) > MAX_OPERANDS:
             return f"the kernel would read more than {MAX_OPERANDS} arrays"
         external_users = [u for m in members for u in users[id(m)] if id(u) not in ids]
@@ -398,7 +407,10 @@ class _Fuser:
         return self.materialize()
 
     def _trivial(self, instr: Instruction) -> bool:
-        return instr.opcode in ("reshape", "bitcast") and all(o.opcode == "parameter" for o in instr.operands)
+        """Left standalone (no kernel): a reshape of what no kernel computes (a parameter, a
+        dot's result) is a view, and so is a small slice (see ``_small_pick``)."""
+        return (instr.opcode in ("reshape", "bitcast") and all(o.opcode not in FUSIBLE for o in instr.operands)) \
+            or _small_pick(instr)
 
     def grow(self, group: _Group) -> None:
         """Pull producers into the group until none more can join.
@@ -434,6 +446,10 @@ class _Fuser:
         # dot or tuple) is best computed here once and exported: a multi-output fusion.
         must_write = p is self.comp.root or any(u.opcode not in FUSIBLE for u in outside)
         must_write = must_write and p.opcode != "constant"     # constants are copied, never exported
+        if _small_pick(p) and p.shape.dims not in group.dims:
+            return self._refuse(p, consumer, f"a slice of at most {SMALL_PICK} elements is read as a value "
+                                             "(a view), so that kernels differing only in its offset (the "
+                                             "steps of a time loop) are one code")
         if p.opcode == "dynamic-update-slice" and any(u.opcode in FUSIBLE for u in outside):
             # Its other readers would need it too: an update is computed once, by the kernel
             # that writes it, and read from memory by the others (tried again once they join).
@@ -463,6 +479,7 @@ class _Fuser:
                 self._undo_duplicate(clone, p)
                 return self._refuse(p, consumer, reason)
             self._join(group, clone, self._users)
+            group.params.discard(id(p))         # (its readers here read the copy now)
             group.clones[id(p)] = clone
             return True
         reason = self.check_add(group, p, users)
@@ -529,10 +546,11 @@ class _Fuser:
     # ---- multi-output sibling fusion -------------------------------------------------------
 
     def merge_siblings(self) -> None:
-        """Merge groups that read the same inputs and can share one pass over them.
+        """Multi-output fusion: merge groups that read the same inputs (siblings) or where one
+        reads what the other computes (producer and consumer), when one kernel can do both.
 
         Candidates come from an index of the groups by the arrays they read, so each group is
-        compared with the few that share an input, not with every other group."""
+        compared with the few it shares an array with, not with every other group."""
         groups = list({id(g): g for g in self.group_of.values()}.values())
         inputs = {id(g): self._inputs(g) for g in groups}
         readers: dict[int, list[_Group]] = {}
@@ -546,8 +564,15 @@ class _Fuser:
             grown = True
             while grown and id(a) in alive:
                 grown = False
-                candidates = {id(b): b for k in inputs[id(a)] for b in readers[k]
-                              if id(b) in alive and b is not a}
+                candidates = {id(b): b for k in inputs[id(a)] for b in readers[k]}
+                for k in inputs[id(a)]:                     # its producers
+                    b = self.group_of.get(k)
+                    if b is not None:
+                        candidates.setdefault(id(b), b)
+                for m in a.members:                         # its consumers
+                    for b in readers.get(id(m), ()):
+                        candidates.setdefault(id(b), b)
+                candidates = {k: b for k, b in candidates.items() if k in alive and b is not a}
                 for b in candidates.values():
                     key = (id(a), id(b), len(a.members), len(b.members))
                     if key in tried:
@@ -564,9 +589,9 @@ class _Fuser:
                     a.maps, a.depth = merged
                     a.values = sum(len(v) for v in a.maps.values())
                     alive.discard(id(b))
-                    for k in inputs[id(b)] - inputs[id(a)]:
-                        readers[k].append(a)
-                    inputs[id(a)] |= inputs[id(b)]
+                    inputs[id(a)] = self._inputs(a)
+                    for k in inputs[id(a)]:
+                        readers.setdefault(k, []).append(a)
                     grown = True
                     break
 

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import warnings
 from typing import Callable
 
 import numpy as np
 
 from ..codegen.cpu import CompiledKernels, compile_kernels, target_fingerprint
 from ..codegen.loops import STANDALONE_KERNEL_OPS
+from ..errors import InterpretedWarning
 from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator import _conform as conform
@@ -38,7 +40,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.printer import PrintOptions, print_instruction, print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_callees, program_computations
-from .cpu_kernels import ARRAY_DATA_OFFSET, FullReductionThunk, KernelThunk, MatmulThunk, worker_count
+from .cpu_kernels import ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, worker_count
 from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
@@ -137,6 +139,7 @@ class CpuExecutable:
         self._new_arena = host_memory.allocator(self._arena_bytes + 64, np.uint8)
         # (The entry's fields unpacked once: ``run`` reads them on every call.)
         self._plan = entry.size, entry.params, entry.steps, entry.root
+        _warn_interpreted(module.name, {**self.interpreted, **self.interpreted_ops})
         direct = self._direct_runner(entry)
         if direct is not None:
             self.run = direct
@@ -178,8 +181,8 @@ class CpuExecutable:
                                           self.kernels.addresses.get(spec.object_entry))
             return KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
                                spec.work_per_unit, self.kernels.addresses.get(spec.object_entry))
-        if op == "dot" and MatmulThunk.applies(instr):
-            return MatmulThunk(instr)
+        if op == "dot" and DotThunk.applies(instr):
+            return DotThunk(instr)
         if op == "constant":
             lit = _contiguous(instr.literal)
             literals.append(lit)
@@ -200,6 +203,8 @@ class CpuExecutable:
                 self.library_calls[instr.name] = op
                 return thunk
             self.interpreted_ops[instr.name] = why
+        elif instr.name not in self.interpreted_ops and instr.name not in self.interpreted:
+            self.interpreted_ops[instr.name] = f"no native kernel or library call for {_describe_op(instr)}"
         return rule_thunk
 
     def _rule_thunk(self, instr: Instruction) -> Callable:
@@ -215,7 +220,7 @@ class CpuExecutable:
         """(offset, dims, dtype) per output of a kernel whose outputs the buffer plan places
         in the arena; None when it has none (or is live-out: results get their own memory,
         so that what a caller keeps does not pin the whole arena)."""
-        if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, MatmulThunk)):
+        if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)):
             return None
         shapes = instr.shape.elements if instr.shape.is_tuple else [instr.shape]
         names = [f"{instr.name}{{{k}}}" for k in range(len(shapes))] if instr.shape.is_tuple else [instr.name]
@@ -351,8 +356,8 @@ class CpuExecutable:
             return f"native kernel {symbol} ({spec.style} over {spec.parallel_extent}, {split})"
         if isinstance(thunk, FullReductionThunk):
             return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
-        if isinstance(thunk, MatmulThunk):
-            return "library call: np.matmul (NumPy's BLAS)"
+        if isinstance(thunk, DotThunk):
+            return f"library call: {thunk.how} (NumPy's BLAS)"
         if instr.name in self.library_calls:
             return {"sort": "library call: NumPy's stable argsort/lexsort",
                     "convolution": "library call: im2col + np.matmul"}[instr.opcode]
@@ -367,7 +372,27 @@ class CpuExecutable:
             return "constant"
         if instr.opcode in ("tuple", "get-tuple-element", "bitcast", "reshape"):
             return "no work (a view or a name)"
+        if instr.opcode == "slice":
+            return "a copy of a NumPy view"
         return "evaluator rule"
+
+
+def _describe_op(instr: Instruction) -> str:
+    shapes = ", ".join(str(o.shape) for o in instr.operands)
+    return f"{instr.opcode}({shapes})"
+
+
+def _warn_interpreted(module_name: str, interpreted: dict[str, str]) -> None:
+    """Say once per compilation what runs on the evaluator (no silent interpretation)."""
+    if not interpreted:
+        return
+    lines = [f"  %{name}: {why}" for name, why in interpreted.items()]
+    warnings.warn(InterpretedWarning(
+        f"{len(interpreted)} instruction(s) of {module_name} run on the reference evaluator (slow): "
+        f"the code generator cannot emit them yet\n" + "\n".join(lines[:20]) +
+        (f"\n  ... and {len(lines) - 20} more" if len(lines) > 20 else "") +
+        "\n(the fusion report and %xla_ir stage=execution mark them; please report the HLO)"),
+        stacklevel=2)
 
 
 def _c_strides(dims, itemsize: int) -> tuple:

@@ -1,6 +1,6 @@
 """Thunks that call compiled CPU kernels: one kernel over its operand buffers (split across
 a thread pool when large; ctypes releases the GIL during the call), a full reduction's
-partial and finish kernels, and ``dot`` as one ``np.matmul`` (NumPy's BLAS)."""
+partial and finish kernels, and ``dot`` as NumPy's BLAS calls (GEMM, GEMV, batched GEMM)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from . import host_memory
 
@@ -158,27 +159,42 @@ class FullReductionThunk:
         return tuple(outs) if self.tuple_result else outs[0]
 
 
-class MatmulThunk:
-    """A dot in matmul form ([batch..., m, k] x [batch..., k, n], same float dtype): one
-    np.matmul (NumPy's BLAS) into the planned buffer, without the reference rule's generality."""
+class DotThunk:
+    """Any ``dot`` whose operands and result share a BLAS element type, as NumPy's BLAS calls:
+    operands permuted (a copy only when the dims are not already in place) to one
+    ``(batch, m, k) @ (batch, k, n)``; ``m == 1`` or ``n == 1`` without batch is a GEMV
+    (``np.matmul`` with a vector operand), a batch is one ``np.matmul`` over 3-D operands
+    (NumPy loops GEMM calls over it).  The result is written into the planned buffer."""
+
+    TYPES = ("f32", "f64", "c64", "c128")
 
     def __init__(self, instr: Instruction):
-        self.make = host_memory.allocator(instr.shape.dims, instr.shape.dtype)
-
-    @staticmethod
-    def applies(instr: Instruction) -> bool:
         a, b = (o.shape for o in instr.operands)
-        nb = len(instr.attrs.get("lhs_batch_dims", ()))
-        batch = tuple(range(nb))
-        return (a.rank == b.rank == nb + 2
-                and a.element_type == b.element_type == instr.shape.element_type
-                and a.element_type in ("f32", "f64", "c64", "c128")
-                and tuple(instr.attrs.get("lhs_batch_dims", ())) == batch
-                and tuple(instr.attrs.get("rhs_batch_dims", ())) == batch
-                and tuple(instr.attrs.get("lhs_contracting_dims", ())) == (nb + 1,)
-                and tuple(instr.attrs.get("rhs_contracting_dims", ())) == (nb,))
+        self.lhs_perm, self.rhs_perm, (batch, m, k, n) = matmul_layout(instr, a.dims, b.dims)
+        self.lhs_perm = None if self.lhs_perm == sorted(self.lhs_perm) else self.lhs_perm
+        self.rhs_perm = None if self.rhs_perm == sorted(self.rhs_perm) else self.rhs_perm
+        self.make = host_memory.allocator(instr.shape.dims, instr.shape.dtype)
+        if batch == 1 and m == 1:
+            self.how, self.shapes = "GEMV (vector @ matrix)", ((k,), (k, n), (n,))
+        elif batch == 1 and n == 1:
+            self.how, self.shapes = "GEMV (matrix @ vector)", ((m, k), (k,), (m,))
+        elif batch == 1:
+            self.how, self.shapes = "GEMM", ((m, k), (k, n), (m, n))
+        else:
+            self.how, self.shapes = f"{batch} GEMMs (batched np.matmul)", ((batch, m, k), (batch, k, n), (batch, m, n))
+
+    @classmethod
+    def applies(cls, instr: Instruction) -> bool:
+        a, b = (o.shape for o in instr.operands)
+        return a.element_type == b.element_type == instr.shape.element_type and a.element_type in cls.TYPES
 
     def __call__(self, operands, outs=None):
         out = outs[0] if outs else self.make()
-        np.matmul(operands[0], operands[1], out=out)
+        lhs, rhs = operands
+        if self.lhs_perm is not None:
+            lhs = np.transpose(lhs, self.lhs_perm)
+        if self.rhs_perm is not None:
+            rhs = np.transpose(rhs, self.rhs_perm)
+        ls, rs, os_ = self.shapes
+        np.matmul(lhs.reshape(ls), rhs.reshape(rs), out=out.reshape(os_))
         return out
