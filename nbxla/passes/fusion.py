@@ -81,12 +81,22 @@ class Refusal:
 
 
 @dataclass
+class Boundary:
+    """A value one kernel writes and another reads from memory, and why they are apart."""
+    producer: str          # the kernel (fusion or library call) writing it
+    consumer: str          # the kernel reading it
+    value: str             # the instruction whose result crosses, as named before fusion
+    reason: str
+
+
+@dataclass
 class FusionDecisions:
     """What the fusion pass did, for the fusion report."""
     kernels_before: int = 0
     kernels_after: int = 0
     fusions: list[str] = field(default_factory=list)         # names of fusion instructions
     refusals: list[Refusal] = field(default_factory=list)
+    boundaries: list[Boundary] = field(default_factory=list)
 
 
 def is_kernel(instr: Instruction) -> bool:
@@ -210,6 +220,7 @@ class _Fuser:
         self._users: dict[int, list[Instruction]] = {}
         self._position: dict[int, float] = {}
         self._pending = None
+        self._fusion_of: dict[int, Instruction] = {}      # group -> its fusion instruction
 
     # ---- graph queries --------------------------------------------------------------------
 
@@ -628,6 +639,7 @@ class _Fuser:
         self.decisions.refusals = [r for r in self.decisions.refusals
                                    if not self._same_group(by_name, r.producer, r.consumer)]
         users = self.users()
+        pending_boundaries = self._boundaries(groups, users)
         # Each fusion goes right after its last member; the instruction list is rebuilt once.
         removed: set[int] = set()
         placed: dict[int, list[Instruction]] = {}
@@ -640,7 +652,52 @@ class _Fuser:
             order += placed.get(id(instr), ())
         comp.instructions = order
         comp.sort_topologically()
+        for producer, consumer, value, reason in pending_boundaries:
+            self.decisions.boundaries.append(Boundary(
+                self._fusion_of.get(id(producer), producer), self._fusion_of.get(id(consumer), consumer),
+                value, reason))
         return True
+
+    def _boundaries(self, groups: list[_Group], users) -> list[tuple]:
+        """(producer group, consumer group or instruction, value name, reason) for every value
+        that leaves a group for another kernel: the refusal that kept them apart, or why a
+        merge was not possible."""
+        refused = {}
+        for r in self.decisions.refusals:
+            refused.setdefault(r.producer, r.reason)
+        found, seen = [], set()
+        for g in groups:
+            for m in g.members:
+                for u in users[id(m)]:
+                    if id(u) in g.ids:
+                        continue
+                    other = self.group_of.get(id(u))
+                    if other is None and (u.opcode in NOT_KERNELS or u.opcode in FUSIBLE):
+                        continue            # a program output, a view or name: no kernel reads it
+                    key = (id(g), id(other if other is not None else u))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    if other is None:
+                        reason = f"{u.opcode} is not fused: it runs as its own call (a library call or a loop)"
+                    else:
+                        reason = refused.get(m.name) or self._apart_reason(g, other, users)
+                    found.append((g, other if other is not None else u, m.name, reason))
+        for instr in self.comp.instructions:       # library calls and loops feeding kernels
+            if id(instr) in self.group_of or not is_kernel(instr) or instr.opcode in FUSIBLE:
+                continue
+            for other in {id(g): g for u in users[id(instr)]
+                          if (g := self.group_of.get(id(u))) is not None}.values():
+                found.append((instr, other, instr.name, f"{instr.opcode} runs as its own call (a library "
+                                                        "call or a loop); the work on its result is a kernel after it"))
+        return found
+
+    def _apart_reason(self, a: _Group, b: _Group, users) -> str:
+        why = self.check(a.members + b.members, users)
+        if why is None:
+            why = "recomputing values of one in the other would exceed the cost bounds " \
+                  f"(at most {RECOMPUTE_LIMIT} positions per value, {MAX_VALUES} values per element)"
+        return "the two kernels cannot be merged: " + why
 
     def _build_fusion(self, group: _Group, users, removed: set[int], placed: dict) -> None:
         comp = self.comp
@@ -718,6 +775,7 @@ class _Fuser:
                     instr.operands = [replacements.get(id(o), o) for o in instr.operands]
         comp.root = replacements.get(id(comp.root), comp.root)
         removed |= ids
+        self._fusion_of[id(group)] = fusion
         self.decisions.fusions.append(fusion)
 
 
@@ -760,4 +818,6 @@ class Fusion(Pass):
             self.report.kernels_after += kernel_count(comp)
         rename_new_instructions(module, before)
         self.report.fusions = [f.name for f in self.report.fusions]   # names after renaming
+        self.report.boundaries = [Boundary(b.producer.name, b.consumer.name, b.value, b.reason)
+                                  for b in self.report.boundaries]
         return changed
