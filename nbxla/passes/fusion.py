@@ -280,15 +280,24 @@ class _Fuser:
             return reason
         if group.has_reduce or p.opcode == "reduce" or p.shape.is_tuple or \
                 (not (p.opcode == "constant" and p.shape.rank == 0) and group.dims != {p.shape.dims}):
-            return self.check(group.members + [p], users)
+            return self.check(group.members + [p], users, cycles=False) or self._cycle_with(group, p, users)
         params = len(group.params) - (id(p) in group.params) + \
             sum(1 for o in dict.fromkeys(p.operands)
                 if id(o) not in group.ids and id(o) not in group.params and o.opcode != "constant")
         if params > MAX_OPERANDS:
             return f"the kernel would read more than {MAX_OPERANDS} arrays"
+        return self._cycle_with(group, p, users)
+
+    def _cycle_with(self, group: _Group, p: Instruction, users) -> str | None:
+        """Would ``group`` (one kernel, no cycle through it) plus ``p`` have one?  A new cycle
+        passes through ``p``: from the group out and into ``p`` (a walk that stops past ``p``'s
+        position: cheap, as groups grow towards producers), or from ``p``'s readers outside
+        back into the group (only values read elsewhere too: exported or expensive ones)."""
         external = [u for k, u in group.external_users.items() if k != id(p)]
-        external += [u for u in users[id(p)] if id(u) not in group.ids]
-        if self._reaches(external, group.ids | {id(p)}, users, max(group.last, self._position[id(p)])):
+        if self._reaches(external, {id(p)}, users, self._position[id(p)]):
+            return "it would create a cycle (a path leaves the kernel and comes back)"
+        outside = [u for u in users[id(p)] if id(u) not in group.ids]
+        if outside and self._reaches(outside, group.ids, users, group.last):
             return "it would create a cycle (a path leaves the kernel and comes back)"
         return None
 
@@ -349,8 +358,9 @@ class _Fuser:
         group.add(p, users)
         self.group_of[id(p)] = group
 
-    def check(self, members: list[Instruction], users) -> str | None:
-        """Why ``members`` cannot be one kernel, or None if they can."""
+    def check(self, members: list[Instruction], users, cycles: bool = True) -> str | None:
+        """Why ``members`` cannot be one kernel, or None if they can (``cycles=False``: a
+        caller checks cycles its own way)."""
         ids = {id(m) for m in members}
         reduces = [m for m in members if m.opcode == "reduce"]
         spaces = {_reduce_space(r) for r in reduces}
@@ -396,6 +406,8 @@ class _Fuser:
         params = {id(o) for m in members for o in m.operands if id(o) not in ids and o.opcode != "constant"}
         if len(params) > MAX_OPERANDS:
             return f"the kernel would read more than {MAX_OPERANDS} arrays"
+        if not cycles:
+            return None
         external_users = [u for m in members for u in users[id(m)] if id(u) not in ids]
         if self._reaches(external_users, ids, users, max(self._position[id(m)] for m in members)):
             return "it would create a cycle (a path leaves the kernel and comes back)"
@@ -435,8 +447,8 @@ class _Fuser:
         while work:
             member = work.pop()
             for p in dict.fromkeys(member.operands):
-                if p in group or p.opcode not in FUSIBLE or id(p) in self.group_of:
-                    continue
+                if p in group or p.opcode not in FUSIBLE or id(p) in self.group_of or id(p) in waiting:
+                    continue        # (a refused producer is tried again below, once its readers join)
                 before = len(group.members)
                 if self._try_add(group, p, member, self._users):
                     work.extend(group.members[before:])
@@ -493,6 +505,12 @@ class _Fuser:
             group.params.discard(id(p))         # (its readers here read the copy now)
             group.clones[id(p)] = clone
             return True
+        waiting = [u for u in outside if u.opcode in FUSIBLE and id(u) not in self.group_of]
+        if waiting:
+            # Its other readers may join this kernel still (then it is tried again); an
+            # expensive value with readers elsewhere is computed once, as an extra output.
+            return self._refuse(p, consumer, f"{p.opcode} is expensive and has readers in no kernel yet "
+                                             f"({len(waiting)} of {len(users[id(p)])}): it is not duplicated")
         reason = self.check_add(group, p, users)
         if reason is not None:
             if outside:    # expensive values are computed once: only as an extra output
