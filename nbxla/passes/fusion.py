@@ -126,6 +126,7 @@ class _Group:
         # Per member: the index maps (hashed paths of index-changing reads from an output) at
         # which the kernel evaluates it, and its distance from the outputs.
         self.maps: dict[int, frozenset] = {id(seed): _ROOT_MAPS}
+        self.reads: dict[int, frozenset] = {}       # the same for arrays read from outside
         self.depth: dict[int, int] = {id(seed): 0}
         self.values = 1
         self.add(seed, users)
@@ -185,10 +186,12 @@ def _read_maps(user: Instruction, operand: Instruction, maps: frozenset) -> froz
     return frozenset(hash((t, id(user))) for t in maps)
 
 
-def _index_maps(members: list[Instruction], ids: set[int], outputs: set[int], users) -> tuple[dict, dict]:
-    """Index maps and depths of a group's members, from scratch (members in topological order)."""
+def _index_maps(members: list[Instruction], ids: set[int], outputs: set[int], users) -> tuple[dict, dict, dict]:
+    """Index maps and depths of a group's members, and the maps at which it reads arrays from
+    outside, from scratch (members in topological order)."""
     maps: dict[int, frozenset] = {}
     depth: dict[int, int] = {}
+    reads: dict[int, frozenset] = {}
     for m in reversed(members):
         got, d = (_ROOT_MAPS, 0) if id(m) in outputs else (frozenset(), 0)
         for u in users[id(m)]:
@@ -196,7 +199,10 @@ def _index_maps(members: list[Instruction], ids: set[int], outputs: set[int], us
                 got = got | _read_maps(u, m, maps[id(u)])
                 d = max(d, depth[id(u)] + 1)
         maps[id(m)], depth[id(m)] = got or _ROOT_MAPS, d
-    return maps, depth
+        for o in dict.fromkeys(m.operands):
+            if id(o) not in ids and o.opcode != "constant" and not o.shape.is_tuple and o.shape.rank > 0:
+                reads[id(o)] = reads.get(id(o), frozenset()) | _read_maps(m, o, maps[id(m)])
+    return maps, depth, reads
 
 
 def _cost_reason(p: Instruction, maps: frozenset, depth: int) -> str | None:
@@ -321,12 +327,22 @@ class _Fuser:
         if reason is not None:
             return reason
         pending = {id(x): (maps, depth)}
+        reads: dict[int, frozenset] = {}        # arrays read from outside: their new maps
         work = [x]
         while work:                 # members below ``x`` are now also read through it
             y = work.pop()
             ym, yd = pending[id(y)]
             for o in dict.fromkeys(y.operands):
                 if id(o) not in group.ids:
+                    if o.opcode == "constant" or o.shape.is_tuple or o.shape.rank == 0:
+                        continue                # (constants are copied in; scalars read once)
+                    old = reads.get(id(o)) or group.reads.get(id(o), frozenset())
+                    new = old | _read_maps(y, o, ym)
+                    if len(new) > RECOMPUTE_LIMIT:
+                        return (f"the kernel would read %{o.name} at {len(new)} positions per element "
+                                f"(more than {RECOMPUTE_LIMIT}: a chain of stencil steps fuses one step "
+                                "per kernel)")
+                    reads[id(o)] = new
                     continue
                 om, od = pending.get(id(o)) or (group.maps[id(o)], group.depth[id(o)])
                 nm, nd = om | _read_maps(y, o, ym), max(od, yd + 1)
@@ -342,14 +358,16 @@ class _Fuser:
             return f"the kernel would evaluate more than {MAX_VALUES} values per element"
         if id(x) not in group.ids and len(group.members) >= MAX_MEMBERS:
             return f"the kernel would hold more than {MAX_MEMBERS} instructions"
-        self._pending = (group, pending, values)
+        self._pending = (group, pending, values, reads)
         return None
 
     def _commit_cost(self, group: _Group) -> None:
-        pending_group, pending, values = self._pending
+        pending_group, pending, values, reads = self._pending
         assert pending_group is group
         for k, (m, d) in pending.items():
             group.maps[k], group.depth[k] = m, d
+            group.reads.pop(k, None)            # a member now, not an array read from outside
+        group.reads.update(reads)
         group.values = values
 
     def _join(self, group: _Group, p: Instruction, users) -> None:
@@ -503,6 +521,7 @@ class _Fuser:
                 return self._refuse(p, consumer, reason)
             self._join(group, clone, self._users)
             group.params.discard(id(p))         # (its readers here read the copy now)
+            group.reads.pop(id(p), None)
             group.clones[id(p)] = clone
             return True
         waiting = [u for u in outside if u.opcode in FUSIBLE and id(u) not in self.group_of]
@@ -615,7 +634,7 @@ class _Fuser:
                         self.group_of[id(m)] = a
                     a.clones.update(b.clones)
                     a.first = min(a.first, b.first)
-                    a.maps, a.depth = merged
+                    a.maps, a.depth, a.reads = merged
                     a.values = sum(len(v) for v in a.maps.values())
                     alive.discard(id(b))
                     inputs[id(a)] = self._inputs(a)
@@ -633,12 +652,12 @@ class _Fuser:
         ordered = self._topological(members)
         outputs = {id(m) for m in ordered if m is self.comp.root or
                    any(id(u) not in ids for u in users[id(m)])}
-        maps, depth = _index_maps(ordered, ids, outputs, users)
-        if sum(len(v) for v in maps.values()) > MAX_VALUES:
+        maps, depth, reads = _index_maps(ordered, ids, outputs, users)
+        if sum(len(v) for v in maps.values()) > MAX_VALUES or any(len(r) > RECOMPUTE_LIMIT for r in reads.values()):
             return None
         if any(_cost_reason(m, maps[id(m)], depth[id(m)]) is not None for m in ordered):
             return None
-        return maps, depth
+        return maps, depth, reads
 
     @staticmethod
     def _inputs(group: _Group) -> set[int]:
