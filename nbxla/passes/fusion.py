@@ -40,7 +40,10 @@ from ..hlo.shapes import TupleShape
 from .cse import eliminate_common_subexpressions
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
-MAX_OPERANDS = 32
+# Arrays one kernel may read (XLA's GPU limit, operands and outputs: 96).  The count is of the
+# group's frontier while it grows, which for a wide formula grown half-way is far wider than
+# the inputs of the finished kernel (32 split an equation of state into 19 kernels).
+MAX_OPERANDS = 96
 # Index maps at which one value may be evaluated in a kernel: a 7-point stencil step (heat-3d)
 # reads its producer at 7; two chained 5-point steps would read it at 25.
 RECOMPUTE_LIMIT = 8
@@ -50,8 +53,10 @@ RECOMPUTE_LIMIT = 8
 MAX_MEMBERS = 2000
 MAX_VALUES = 4000
 MAX_DEPTH = 180
-# Slices this small stay out of kernels: a NumPy view passes them in (see ``_small_pick``).
+# Slices this small stay out of kernels much larger than they are: a NumPy view passes them
+# in (see ``_small_pick``).
 SMALL_PICK = 16
+_SMALL_PICK_RATIO = 64
 
 FUSIBLE = {op for op, info in OPCODES.items() if info.elementwise} | {
     "broadcast", "reshape", "transpose", "slice", "concatenate", "pad", "iota", "reverse",
@@ -120,7 +125,7 @@ class _Group:
         self.ids: set[int] = set()
         self.dims: set[tuple] = set()
         self.has_reduce = False
-        self.params: set[int] = set()   # operands from outside (constants are copied in: not counted)
+        self.params: dict[int, Instruction] = {}   # operands from outside (not constants: copied in)
         self.external_users: dict[int, Instruction] = {}
         self.clones: dict[int, Instruction] = {}    # original's id -> its copy in this group
         # Per member: the index maps (hashed paths of index-changing reads from an output) at
@@ -139,8 +144,10 @@ class _Group:
         if not (instr.opcode == "constant" and instr.shape.rank == 0):   # scalars: duplicated
             self.dims.add(None if instr.shape.is_tuple else instr.shape.dims)
         self.has_reduce |= instr.opcode == "reduce"
-        self.params.discard(id(instr))
-        self.params.update(id(o) for o in instr.operands if id(o) not in self.ids and o.opcode != "constant")
+        self.params.pop(id(instr), None)
+        for o in instr.operands:
+            if id(o) not in self.ids and o.opcode != "constant":
+                self.params[id(o)] = o
         self.external_users.pop(id(instr), None)
         for u in users[id(instr)]:
             if id(u) not in self.ids:
@@ -158,6 +165,13 @@ def _small_pick(instr: Instruction) -> bool:
     """A slice taking a few elements (``fict[t]``, ``x[0, :4]``) of a larger array."""
     return instr.opcode == "slice" and not instr.shape.is_tuple and instr.shape.size <= SMALL_PICK \
         and instr.operands[0].shape.size > instr.shape.size
+
+
+def _size(dims) -> int:
+    n = 1
+    for d in dims or ():
+        n *= d
+    return n
 
 
 def _same_index(user: Instruction, operand: Instruction) -> bool:
@@ -247,9 +261,10 @@ class _Fuser:
 
         Other groups count as single nodes (they become one fusion): reaching any member of
         one reaches the users of all its members.  Instructions are in topological order, so
-        an instruction after ``limit`` leads to no target unless a group it belongs to
-        has an output before: the walk stops there (without this, every legality check walked the
-        rest of the module, quadratic on long programs).
+        the walk stops at a group whose outputs all come after ``limit``: what it leads to comes
+        after them (without this, every legality check walked the rest of the module, quadratic
+        on long programs).  Ungrouped instructions cannot stop it: one of their readers may
+        belong to a group with an earlier output.
         """
         position = self._position
         seen: set[int] = set()
@@ -263,7 +278,7 @@ class _Fuser:
                 continue
             seen.add(id(instr))
             group = self.group_of.get(id(instr))
-            if position[id(instr)] > limit and (group is None or group.first > limit):
+            if group is not None and group.first > limit and position[id(instr)] > limit:
                 continue
             stack.extend(users[id(instr)])
             # (once per group: doing it for each member reached made this quadratic in the
@@ -487,7 +502,7 @@ class _Fuser:
         # dot or tuple) is best computed here once and exported: a multi-output fusion.
         must_write = p is self.comp.root or any(u.opcode not in FUSIBLE for u in outside)
         must_write = must_write and p.opcode != "constant"     # constants are copied, never exported
-        if _small_pick(p) and p.shape.dims not in group.dims:
+        if _small_pick(p) and _SMALL_PICK_RATIO * p.shape.size <= max(_size(d) for d in group.dims):
             return self._refuse(p, consumer, f"a slice of at most {SMALL_PICK} elements is read as a value "
                                              "(a view), so that kernels differing only in its offset (the "
                                              "steps of a time loop) are one code")
@@ -498,6 +513,15 @@ class _Fuser:
                                              "written once, by its own kernel")
         if outside and must_write and p.opcode not in NOT_DUPLICATED and \
                 self.check_add(group, p, users) is None:
+            self._join(group, p, users)
+            return True
+        if outside and p.opcode not in NOT_DUPLICATED and p.opcode != "constant" and not group.has_reduce and \
+                all(u.opcode in FUSIBLE and u.opcode != "reduce" and id(u) not in self.group_of for u in outside) \
+                and self.check_add(group, p, users) is None:
+            # Elementwise work whose other readers are in no kernel yet, and most likely join
+            # this one (a wide formula's shared temporaries): computed once here (exported if
+            # they do not), rather than copied now and kept as a second kernel for them.
+            # (Next to reductions, copies are kept: each reduction recomputes its input.)
             self._join(group, p, users)
             return True
         if outside and p.opcode not in NOT_DUPLICATED:
@@ -520,7 +544,7 @@ class _Fuser:
                 self._undo_duplicate(clone, p)
                 return self._refuse(p, consumer, reason)
             self._join(group, clone, self._users)
-            group.params.discard(id(p))         # (its readers here read the copy now)
+            group.params.pop(id(p), None)       # (its readers here read the copy now)
             group.reads.pop(id(p), None)
             group.clones[id(p)] = clone
             return True
@@ -563,6 +587,9 @@ class _Fuser:
         self._users[id(clone)] = moved
         for o in dict.fromkeys(p.operands):
             self._users[id(o)].append(clone)
+            owner = self.group_of.get(id(o))
+            if owner is not None and owner is not group:     # ``o`` is read from outside now
+                owner.first = min(owner.first, self._position[id(o)])
         return clone
 
     def _redirect(self, p: Instruction, copy: Instruction, group: _Group) -> list[Instruction]:
@@ -572,7 +599,7 @@ class _Fuser:
             m.operands = [copy if o is p else o for o in m.operands]
         self._users[id(p)] = [u for u in self._users[id(p)] if u not in group]
         self._users[id(copy)] += [m for m in moved if m not in self._users[id(copy)]]
-        group.params.discard(id(p))
+        group.params.pop(id(p), None)
         return moved
 
     def _unredirect(self, p: Instruction, copy: Instruction, moved: list[Instruction]) -> None:
@@ -581,7 +608,7 @@ class _Fuser:
         self._users[id(copy)] = [u for u in self._users[id(copy)] if u not in moved]
         self._users[id(p)] += moved
         if moved:
-            self.group_of[id(copy)].params.add(id(p))
+            self.group_of[id(copy)].params[id(p)] = p
 
     def _undo_duplicate(self, clone: Instruction, p: Instruction) -> None:
         for m in self._users[id(clone)]:
