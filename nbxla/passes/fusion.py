@@ -241,6 +241,7 @@ class _Fuser:
         self._position: dict[int, float] = {}
         self._pending = None
         self._fusion_of: dict[int, Instruction] = {}      # group -> its fusion instruction
+        self._groups: list[_Group] = []                   # every group made (merged ones too)
 
     # ---- graph queries --------------------------------------------------------------------
 
@@ -263,10 +264,12 @@ class _Fuser:
         one reaches the users of all its members.  Instructions are in topological order, so
         the walk stops at a group whose outputs all come after ``limit``: what it leads to comes
         after them (without this, every legality check walked the rest of the module, quadratic
-        on long programs).  Ungrouped instructions cannot stop it: one of their readers may
-        belong to a group with an earlier output.
+        on long programs).  An ungrouped instruction after ``limit`` stops it too unless some
+        group spans ``limit`` (an output before it, a member after it): only through such a
+        group can a walk come back.
         """
         position = self._position
+        spanning = any(g.first <= limit < g.last for g in self._groups)
         seen: set[int] = set()
         expanded: set[int] = set()        # groups whose members' users are already stacked
         stack = list(start)
@@ -278,7 +281,7 @@ class _Fuser:
                 continue
             seen.add(id(instr))
             group = self.group_of.get(id(instr))
-            if group is not None and group.first > limit and position[id(instr)] > limit:
+            if position[id(instr)] > limit and (group.first > limit if group is not None else not spanning):
                 continue
             stack.extend(users[id(instr)])
             # (once per group: doing it for each member reached made this quadratic in the
@@ -458,7 +461,9 @@ class _Fuser:
         for instr in list(reversed(self.comp.instructions)):
             if instr.opcode in FUSIBLE and id(instr) not in self.group_of and id(instr) in live and \
                     instr.opcode not in ("constant",) and not self._trivial(instr):
-                self.grow(_Group(instr, self._users, self._position))
+                group = _Group(instr, self._users, self._position)
+                self._groups.append(group)
+                self.grow(group)
         self.merge_siblings()
         return self.materialize()
 
