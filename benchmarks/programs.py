@@ -500,7 +500,11 @@ def main(argv=None) -> int:
     print(head)
     for size in sizes:
         for name in names:
-            row = measure(PROGRAMS[name](size), args.seconds, use_jax)
+            try:
+                row = measure(PROGRAMS[name](size), args.seconds, use_jax)
+            except Exception as e:          # one failing program must not hide the others
+                print(f"{name:<16}{size:<7}FAILED: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
+                continue
             jx = f"{row['jax'] / row['nbxla']:6.2f}" if "jax" in row else f"{'-':>6}"
             jms = f"{row['jax'] * 1e3:8.2f}" if "jax" in row else f"{'-':>8}"
             j1 = f"{row['jax_first']:8.2f}" if "jax_first" in row else f"{'-':>8}"

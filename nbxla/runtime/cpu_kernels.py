@@ -5,6 +5,7 @@ partial and finish kernels, and ``dot`` as NumPy's BLAS calls (GEMM, GEMV, batch
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,32 @@ def _thread_pool() -> ThreadPoolExecutor:
     if _pool is None:
         _pool = ThreadPoolExecutor(max_workers=worker_count(), thread_name_prefix="nbxla")
     return _pool
+
+
+# Chunks per thread of a split kernel.  Threads take chunks from a shared counter, so a
+# thread the OS has descheduled (another process, BLAS or XLA threads spinning on the same
+# cores) delays the call by at most the chunk it holds: with fixed halves, the caller waited
+# for the whole half of a thread that had not run yet (10x slower calls in bursts).
+CHUNKS_PER_THREAD = 8
+
+
+def run_split(fn, ptrs, extent: int) -> None:
+    """``fn(ptrs, begin, end)`` over ``[0, extent)``, shared by the calling thread and the
+    pool's threads chunk by chunk; a pool thread that has not started when the work is done
+    is not waited for."""
+    threads = min(worker_count(), extent)
+    n = min(extent, threads * CHUNKS_PER_THREAD)
+    bounds = [extent * i // n for i in range(n + 1)]
+    claim = itertools.count().__next__          # atomic under the GIL
+
+    def work():
+        while (c := claim()) < n:
+            fn(ptrs, bounds[c], bounds[c + 1])
+    futures = [_thread_pool().submit(work) for _ in range(threads - 1)]
+    work()
+    for f in futures:
+        if not f.cancel():                      # started: it may hold the last chunks
+            f.result()
 
 
 def _array_data_offset() -> int | None:
@@ -106,13 +133,7 @@ class KernelThunk:
         # A pointer array per call: executables may run on several threads at once.
         ptrs = self.pointer_array(*[data_pointer(a) for a in operands], *[data_pointer(a) for a in outs])
         if self.parallel:
-            n = min(worker_count(), self.extent)
-            bounds = [self.extent * i // n for i in range(n + 1)]
-            futures = [_thread_pool().submit(self.fn, ptrs, bounds[i], bounds[i + 1])
-                       for i in range(1, n)]
-            self.fn(ptrs, bounds[0], bounds[1])
-            for f in futures:
-                f.result()
+            run_split(self.fn, ptrs, self.extent)
         else:
             self.fn(ptrs, 0, self.extent)
         return tuple(outs) if self.tuple_result else outs[0]
