@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 
 from .errors import NbxlaError
+from .flags import current_flags
 from .hlo import Module
 from .hlo.printer import print_module
 from .passes import PipelineResult, optimize
@@ -52,7 +54,9 @@ class Compilation:
 
     @property
     def fusion_report(self) -> FusionReport:
-        return fusion_report(self.optimized, self.pipeline.facts.get("fusion"))
+        native = self.executable.native
+        interpreted = {**getattr(native, "interpreted", {}), **getattr(native, "interpreted_ops", {})}
+        return fusion_report(self.optimized, self.pipeline.facts.get("fusion"), interpreted)
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -96,6 +100,18 @@ class Compilation:
         return paths
 
 
+def pass_timing_text(comp: Compilation) -> str:
+    """Where a compilation's time went: tracing, every pass, code generation."""
+    rows = [("trace", comp.timings_ms["trace"])]
+    rows += [(f"  {r.name}" + ("" if r.changed else " (no change)"), r.milliseconds) for r in comp.pipeline.history]
+    rows += [("optimize (all passes)", comp.timings_ms["optimize"]), ("codegen", comp.timings_ms["codegen"])]
+    total = comp.timings_ms["trace"] + comp.timings_ms["optimize"] + comp.timings_ms["codegen"]
+    n = sum(len(c.instructions) for c in comp.hlo.computations)
+    lines = [f"nbxla pass timing: {comp.name} ({n} HLO instructions traced), {total:.1f} ms in all"]
+    lines += [f"  {name:<36}{ms:10.2f} ms" for name, ms in rows]
+    return "\n".join(lines)
+
+
 def compile_module(module: Module, device: str, trace_ms: float = 0.0, explanation: str = "",
                    dump_to: str | None = None) -> Compilation:
     device = resolve_device(device)
@@ -109,6 +125,8 @@ def compile_module(module: Module, device: str, trace_ms: float = 0.0, explanati
     comp = Compilation(module.name, device, module, optimized, executable,
                        {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
                        pipeline, explanation)
+    if current_flags().pass_timing:
+        print(pass_timing_text(comp), file=sys.stderr)
     if dump_to:
         comp.dump(dump_to)
     return comp

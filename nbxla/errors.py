@@ -37,6 +37,11 @@ class EvaluationError(NbxlaError, RuntimeError):
     """The reference evaluator cannot run an instruction (e.g. unknown custom-call target)."""
 
 
+class InterpretedWarning(UserWarning):
+    """Part of a compiled program runs on the reference evaluator (an interpreter, far slower
+    than native code): said once per compilation, naming each instruction and why."""
+
+
 class UnsupportedError(NbxlaError, NotImplementedError):
     """A construct nbxla understands but does not (yet) run."""
 

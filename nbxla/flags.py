@@ -1,4 +1,5 @@
-"""``NBXLA_FLAGS``: XLA-style defaults from the environment (``--dump_to=DIR --device=cpu``)."""
+"""``NBXLA_FLAGS``: XLA-style defaults from the environment (``--dump_to=DIR --device=cpu``;
+``--pass_timing`` prints where each compilation's time goes)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,25 @@ class FlagError(NbxlaError, ValueError):
 class Flags:
     device: str = "cpu"
     dump_to: str | None = None
+    pass_timing: bool = False
 
 
-_KNOWN = {"device": str, "dump_to": str}
+def _boolean(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise FlagError(f"NBXLA_FLAGS boolean flag value {text!r} must be true or false")
+
+
+_KNOWN = {"device": str, "dump_to": str, "pass_timing": _boolean}
 
 
 def parse_flags(text: str | None) -> Flags:
     values = {}
     for item in shlex.split(text or ""):
+        if item.startswith("--") and "=" not in item and _KNOWN.get(item[2:]) is _boolean:
+            item += "=true"                      # a boolean flag alone: --pass_timing
         if not item.startswith("--") or "=" not in item:
             raise FlagError(f"NBXLA_FLAGS entry {item!r} must look like --name=value "
                             f"(known: {', '.join('--' + k for k in _KNOWN)})")

@@ -68,6 +68,9 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
         if len(outputs) == 1 and outputs[0].opcode == "concatenate" and dims:
             _concatenated_row(b, em, bufs, len(params), outputs[0], outer)
             return
+        if len(outputs) == 1 and dims and _window(outputs[0]) is not None:
+            _updated_row(b, em, bufs, len(params), outputs[0], outer, _window(outputs[0]))
+            return
 
         def inner(idx):
             em.reset_memo()
@@ -116,6 +119,64 @@ def _concatenated_row(b, em, bufs, k_out: int, concat: Instruction, outer: list)
             with later:
                 from_operand(k + 1)
     from_operand(0)
+
+
+def _window(dus: Instruction) -> list[int] | None:
+    """The (clamped) start of a ``dynamic-update-slice`` whose start indices are constants and
+    whose update is not empty, or None."""
+    if dus.opcode != "dynamic-update-slice" or 0 in dus.operands[1].shape.dims:
+        return None
+    starts = []
+    for s, n, u in zip(dus.operands[2:], dus.shape.dims, dus.operands[1].shape.dims):
+        if s.opcode != "constant":
+            return None
+        starts.append(min(max(int(s.literal.reshape(())), 0), n - u))
+    return starts
+
+
+def _updated_row(b, em, bufs, k_out: int, dus: Instruction, outer: list, starts: list[int]) -> None:
+    """One output row of an update (a time step's ``B[1:-1, 1:-1] = ...``): the columns left
+    and right of the window copied from the updated array, the window's columns computed
+    from the update, each a branch-free loop; rows outside the window only copied.  Why: the
+    elemental way selects per element between both sides, computing the update's stencil on
+    every element of the array, and the branchy loop does not vectorize.  When the updated
+    array is a parameter sharing the output's buffer (an in-place update), the copies are
+    skipped."""
+    dims, x, update = dus.shape.dims, dus.operands[0], dus.operands[1]
+    n, s, u = dims[-1], starts[-1], update.shape.dims[-1]
+    in_place = None
+    if x.opcode == "parameter":
+        in_place = b.icmp_unsigned("==", b.ptrtoint(bufs.ptrs[x.parameter_number], I64),
+                                   b.ptrtoint(bufs.ptrs[k_out], I64))
+
+    def columns(lo, hi, value):
+        if hi <= lo:
+            return
+
+        def column(j):
+            em.reset_memo()
+            bufs.store(b, k_out, linear_index(b, outer + [j], dims), value(j))
+        counted_loop(b, const_i64(lo), const_i64(hi), "upd", column)
+
+    def copy(lo, hi):
+        if in_place is None:
+            columns(lo, hi, lambda j: em.value(x, outer + [j]))
+            return
+        with b.if_then(b.not_(in_place)):
+            columns(lo, hi, lambda j: em.value(x, outer + [j]))
+
+    inside = ir.Constant(ir.IntType(1), 1)
+    for i, start, size in zip(outer, starts[:-1], update.shape.dims[:-1]):
+        inside = b.and_(inside, b.and_(b.icmp_signed(">=", i, const_i64(start)),
+                                       b.icmp_signed("<", i, const_i64(start + size))))
+    with b.if_else(inside) as (window_row, other_row):
+        with window_row:
+            copy(0, s)
+            sub = [b.sub(i, const_i64(start)) for i, start in zip(outer, starts[:-1])]
+            columns(s, s + u, lambda j: em.value(update, sub + [b.sub(j, const_i64(s))]))
+            copy(s + u, n)
+        with other_row:
+            copy(0, n)
 
 
 # ---- reductions --------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from .buffer_assignment import BufferAssignment, BufferPlan
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
+from .dot_rewrites import DotRewrites
 from .fusion import Fusion
 from .inline import CallInliner
 from .layouts import LayoutNormalization
@@ -16,7 +17,7 @@ def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
     up, so that outputs may be written into them (see ``buffer_assignment``)."""
     return Pipeline([
         LayoutNormalization(), CallInliner(), AlgebraicSimplifier(), ConstantFolding(),
-        CommonSubexpressionElimination(), DeadCodeElimination(), Fusion(), DeadCodeElimination(),
+        CommonSubexpressionElimination(), DotRewrites(), DeadCodeElimination(), Fusion(), DeadCodeElimination(),
         BufferAssignment(donated_parameters),
     ])
 
@@ -28,4 +29,4 @@ def optimize(module, donated_parameters=frozenset()) -> PipelineResult:
 __all__ = ["Pass", "Pipeline", "PipelineResult", "default_pipeline", "optimize", "verify_module",
            "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
            "DeadCodeElimination", "Fusion", "BufferAssignment", "BufferPlan", "CallInliner",
-           "LayoutNormalization"]
+           "LayoutNormalization", "DotRewrites"]

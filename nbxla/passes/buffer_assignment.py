@@ -176,7 +176,10 @@ def _reads_elementwise(instr: Instruction, operand_index: int) -> bool:
                 continue
             seen.add(id(v))
             for u in users[v]:
-                if not u.is_elementwise or u.shape.is_tuple or u.shape.dims != out.dims:
+                # (an update's base is read where the update writes: in place is safe when the
+                # update itself does not read the buffer elsewhere, which the walk checks)
+                base = u.opcode == "dynamic-update-slice" and u.operands[0] is v
+                if not (u.is_elementwise or base) or u.shape.is_tuple or u.shape.dims != out.dims:
                     return False
                 stack.append(u)
         return True

@@ -16,7 +16,7 @@ import numpy as np
 from ..hlo import Module
 from ..hlo.ir import Computation, Instruction, SourceLocation
 from ..hlo.opcodes import DATA_MOVEMENT, TRANSCENDENTAL
-from .fusion import FusionDecisions, Refusal, fusion_targets, is_kernel
+from .fusion import Boundary, FusionDecisions, Refusal, fusion_targets, is_kernel
 
 
 
@@ -71,11 +71,13 @@ class KernelInfo:
     transcendentals: int
     bytes_read: int
     bytes_written: int
+    interpreted: str | None = None    # why it runs on the reference evaluator, if it does
 
     def to_text(self) -> str:
         ops = ", ".join(f"{k}x{v}" if v > 1 else k for k, v in sorted(self.ops.items()))
         lines = ", ".join(sorted({f"{loc.file}:{loc.line}" for loc in self.source_lines})) or "-"
-        return (f"{self.name} [{self.kind}] ops: {ops}\n"
+        mark = f" INTERPRETED (runs on the evaluator: {self.interpreted})" if self.interpreted else ""
+        return (f"{self.name} [{self.kind}]{mark} ops: {ops}\n"
                 f"    from: {lines}\n"
                 f"    {self.flops} flops ({self.transcendentals} transcendental), "
                 f"reads {self.bytes_read} B, writes {self.bytes_written} B")
@@ -87,6 +89,7 @@ class FusionReport:
     kernels_after: int
     kernels: list[KernelInfo] = field(default_factory=list)
     refusals: list[Refusal] = field(default_factory=list)
+    boundaries: list[Boundary] = field(default_factory=list)
 
     @property
     def bytes_moved(self) -> int:
@@ -95,13 +98,20 @@ class FusionReport:
     def to_text(self) -> str:
         out = [f"kernels: {self.kernels_before} before fusion -> {self.kernels_after} after"]
         out += [k.to_text() for k in self.kernels]
+        if self.boundaries:
+            out.append("kernel boundaries (values written by one kernel and read by another):")
+            out += [f"  %{b.value}: {b.producer} -> {b.consumer}: {b.reason}" for b in self.boundaries]
         if self.refusals:
             out.append("fusions refused:")
             out += [f"  {r.producer} into {r.consumer}: {r.reason}" for r in self.refusals]
         return "\n".join(out)
 
 
-def fusion_report(module: Module, decisions: FusionDecisions | None) -> FusionReport:
+def fusion_report(module: Module, decisions: FusionDecisions | None,
+                  interpreted: dict[str, str] | None = None) -> FusionReport:
+    """The report; ``interpreted`` (kernel name -> reason, from the backend) marks kernels that
+    run on the reference evaluator."""
+    interpreted = interpreted or {}
     kernels = []
     for comp in fusion_targets(module):
         for instr in comp.instructions:
@@ -118,7 +128,9 @@ def fusion_report(module: Module, decisions: FusionDecisions | None) -> FusionRe
                 dict(Counter(m.opcode for m in members if m.opcode not in ("constant", "tuple"))),
                 [m.location for m in members if m.location is not None],
                 flops, trans,
-                sum(_bytes(o.shape) for o in dict.fromkeys(instr.operands)), _bytes(instr.shape)))
+                sum(_bytes(o.shape) for o in dict.fromkeys(instr.operands)), _bytes(instr.shape),
+                interpreted.get(instr.name)))
     before = decisions.kernels_before if decisions else len(kernels)
     refusals = decisions.refusals if decisions else []
-    return FusionReport(before, len(kernels), kernels, list(refusals))
+    boundaries = decisions.boundaries if decisions else []
+    return FusionReport(before, len(kernels), kernels, list(refusals), list(boundaries))

@@ -24,26 +24,32 @@ offered to a native or library path that run through their rule instead, with th
 from __future__ import annotations
 
 import hashlib
+import re
+import warnings
 from typing import Callable
 
 import numpy as np
 
 from ..codegen.cpu import CompiledKernels, compile_kernels, target_fingerprint
 from ..codegen.kernels import standalone_computation
+from ..errors import InterpretedWarning
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator import conform_value as conform
 from ..hlo.ir import Computation, Instruction
-from ..hlo.printer import print_module
+from ..hlo.printer import PrintOptions, print_instruction, print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_callees, program_computations
-from .cpu_kernels import ARRAY_DATA_OFFSET, FullReductionThunk, KernelThunk, MatmulThunk, worker_count
+from .cpu_kernels import ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, worker_count
 from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
 from .persistent_cache import default_cache
 from .thunks import structural_thunk
+
+_STRUCTURE_OPTIONS = PrintOptions(operand_shapes=True, metadata=False)
+
 
 def _contiguous(value):
     if isinstance(value, tuple):
@@ -101,16 +107,16 @@ class CpuExecutable:
         self.plan = plan
         computations = program_computations(module)
         compiled = _kernel_symbols(computations)
+        distinct, compiled = _share_identical_kernels(compiled)
         store = default_cache()
         key = None
         if store is not None:
             names = ",".join(symbol for symbol, _ in compiled)
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
                                   print_module(module)).encode()).hexdigest()
-        self.kernels: CompiledKernels = compile_kernels(
-            module.name, [(symbol, i.attrs["calls"] if i.opcode == "fusion" else standalone_computation(i))
-                          for symbol, i in compiled], store, key, ARRAY_DATA_OFFSET)
-        # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name.
+        self.kernels: CompiledKernels = compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET)
+        # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name
+        # (identical kernels, the steps of a time loop, share one symbol).
         self.kernel_symbols = {i.name: symbol for symbol, i in compiled}
         self._kernel_of = {id(i): symbol for symbol, i in compiled}
         unsupported = self.kernels.unsupported
@@ -134,6 +140,7 @@ class CpuExecutable:
         self._new_arena = host_memory.allocator(self._arena_bytes + 64, np.uint8)
         # (The entry's fields unpacked once: ``run`` reads them on every call.)
         self._plan = entry.size, entry.params, entry.steps, entry.root
+        _warn_interpreted(module.name, {**self.interpreted, **self.interpreted_ops})
         direct = self._direct_runner(entry)
         if direct is not None:
             self.run = direct
@@ -175,8 +182,8 @@ class CpuExecutable:
                                           self.kernels.addresses.get(spec.object_entry))
             return KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
                                spec.work_per_unit, self.kernels.addresses.get(spec.object_entry))
-        if op == "dot" and MatmulThunk.applies(instr):
-            return MatmulThunk(instr)
+        if op == "dot" and DotThunk.applies(instr):
+            return DotThunk(instr)
         if op == "constant":
             lit = _contiguous(instr.literal)
             literals.append(lit)
@@ -197,6 +204,8 @@ class CpuExecutable:
                 self.library_calls[instr.name] = op
                 return thunk
             self.interpreted_ops[instr.name] = why
+        elif instr.name not in self.interpreted_ops and instr.name not in self.interpreted:
+            self.interpreted_ops[instr.name] = f"no native kernel or library call for {_describe_op(instr)}"
         return rule_thunk
 
     def _rule_thunk(self, instr: Instruction) -> Callable:
@@ -212,7 +221,7 @@ class CpuExecutable:
         """(offset, dims, dtype) per output of a kernel whose outputs the buffer plan places
         in the arena; None when it has none (or is live-out: results get their own memory,
         so that what a caller keeps does not pin the whole arena)."""
-        if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, MatmulThunk)):
+        if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)):
             return None
         shapes = instr.shape.elements if instr.shape.is_tuple else [instr.shape]
         names = [f"{instr.name}{{{k}}}" for k in range(len(shapes))] if instr.shape.is_tuple else [instr.name]
@@ -348,8 +357,8 @@ class CpuExecutable:
             return f"native kernel {symbol} ({spec.style} over {spec.parallel_extent}, {split})"
         if isinstance(thunk, FullReductionThunk):
             return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
-        if isinstance(thunk, MatmulThunk):
-            return "library call: np.matmul (NumPy's BLAS)"
+        if isinstance(thunk, DotThunk):
+            return f"library call: {thunk.how} (NumPy's BLAS)"
         if instr.name in self.library_calls:
             return {"sort": "library call: NumPy's stable argsort/lexsort",
                     "convolution": "library call: im2col + np.matmul"}[instr.opcode]
@@ -364,7 +373,27 @@ class CpuExecutable:
             return "constant"
         if instr.opcode in ("tuple", "get-tuple-element", "bitcast", "reshape"):
             return "no work (a view or a name)"
+        if instr.opcode == "slice":
+            return "a copy of a NumPy view"
         return "evaluator rule"
+
+
+def _describe_op(instr: Instruction) -> str:
+    shapes = ", ".join(str(o.shape) for o in instr.operands)
+    return f"{instr.opcode}({shapes})"
+
+
+def _warn_interpreted(module_name: str, interpreted: dict[str, str]) -> None:
+    """Say once per compilation what runs on the evaluator (no silent interpretation)."""
+    if not interpreted:
+        return
+    lines = [f"  %{name}: {why}" for name, why in interpreted.items()]
+    warnings.warn(InterpretedWarning(
+        f"{len(interpreted)} instruction(s) of {module_name} run on the reference evaluator (slow): "
+        f"the code generator cannot emit them yet\n" + "\n".join(lines[:20]) +
+        (f"\n  ... and {len(lines) - 20} more" if len(lines) > 20 else "") +
+        "\n(the fusion report and %xla_ir stage=execution mark them; please report the HLO)"),
+        stacklevel=2)
 
 
 def _c_strides(dims, itemsize: int) -> tuple:
@@ -393,4 +422,36 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
             taken.add(symbol)
             out.append((symbol, instr))
     return out
+
+
+def _kernel_computation(instr: Instruction) -> Computation:
+    return instr.attrs["calls"] if instr.opcode == "fusion" else standalone_computation(instr)
+
+
+_NAME = re.compile(r"%([\w.\-]+)")
+
+
+def _structure(comp: Computation) -> str:
+    """The computation's text with its own instructions renamed by position: equal for
+    kernels that compute the same thing on the same shapes."""
+    local = {i.name: f"v{k}" for k, i in enumerate(comp.instructions)}
+    text = "\n".join(print_instruction(i, _STRUCTURE_OPTIONS) for i in comp.instructions)
+    return _NAME.sub(lambda m: "%" + local.get(m.group(1), m.group(1)), text) + \
+        f"\nroot {local[comp.root.name]}"
+
+
+def _share_identical_kernels(compiled: list[tuple[str, Instruction]]):
+    """(symbol, computation) of each distinct kernel, and every (symbol, instruction) with the
+    symbol of the first identical kernel.  Why: a time loop unrolled by tracing gives the same
+    few kernels once per step, and LLVM's optimizer costs tens of ms per kernel."""
+    first: dict[str, str] = {}
+    distinct, shared = [], []
+    for symbol, instr in compiled:
+        comp = _kernel_computation(instr)
+        key = instr.opcode + "\n" + _structure(comp)
+        if key not in first:
+            first[key] = symbol
+            distinct.append((symbol, comp))
+        shared.append((first[key], instr))
+    return distinct, shared
 

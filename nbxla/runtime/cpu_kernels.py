@@ -1,16 +1,18 @@
 """Thunks that call compiled CPU kernels: one kernel over its operand buffers (split across
 a thread pool when large; ctypes releases the GIL during the call), a full reduction's
-partial and finish kernels, and ``dot`` as one ``np.matmul`` (NumPy's BLAS)."""
+partial and finish kernels, and ``dot`` as NumPy's BLAS calls (GEMM, GEMV, batched GEMM)."""
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from . import host_memory
 
@@ -36,6 +38,32 @@ def _thread_pool() -> ThreadPoolExecutor:
     if _pool is None:
         _pool = ThreadPoolExecutor(max_workers=worker_count(), thread_name_prefix="nbxla")
     return _pool
+
+
+# Chunks per thread of a split kernel.  Threads take chunks from a shared counter, so a
+# thread the OS has descheduled (another process, BLAS or XLA threads spinning on the same
+# cores) delays the call by at most the chunk it holds: with fixed halves, the caller waited
+# for the whole half of a thread that had not run yet (10x slower calls in bursts).
+CHUNKS_PER_THREAD = 8
+
+
+def run_split(fn, ptrs, extent: int) -> None:
+    """``fn(ptrs, begin, end)`` over ``[0, extent)``, shared by the calling thread and the
+    pool's threads chunk by chunk; a pool thread that has not started when the work is done
+    is not waited for."""
+    threads = min(worker_count(), extent)
+    n = min(extent, threads * CHUNKS_PER_THREAD)
+    bounds = [extent * i // n for i in range(n + 1)]
+    claim = itertools.count().__next__          # atomic under the GIL
+
+    def work():
+        while (c := claim()) < n:
+            fn(ptrs, bounds[c], bounds[c + 1])
+    futures = [_thread_pool().submit(work) for _ in range(threads - 1)]
+    work()
+    for f in futures:
+        if not f.cancel():                      # started: it may hold the last chunks
+            f.result()
 
 
 def _array_data_offset() -> int | None:
@@ -105,13 +133,7 @@ class KernelThunk:
         # A pointer array per call: executables may run on several threads at once.
         ptrs = self.pointer_array(*[data_pointer(a) for a in operands], *[data_pointer(a) for a in outs])
         if self.parallel:
-            n = min(worker_count(), self.extent)
-            bounds = [self.extent * i // n for i in range(n + 1)]
-            futures = [_thread_pool().submit(self.fn, ptrs, bounds[i], bounds[i + 1])
-                       for i in range(1, n)]
-            self.fn(ptrs, bounds[0], bounds[1])
-            for f in futures:
-                f.result()
+            run_split(self.fn, ptrs, self.extent)
         else:
             self.fn(ptrs, 0, self.extent)
         return tuple(outs) if self.tuple_result else outs[0]
@@ -158,34 +180,42 @@ class FullReductionThunk:
         return tuple(outs) if self.tuple_result else outs[0]
 
 
-class MatmulThunk:
-    """A dot in matmul form ([batch..., m, k] x [batch..., k, n], either operand possibly
-    contracting its other minor dimension, i.e. transposed; same float dtype): one np.matmul
-    (NumPy's BLAS, which reads a transposed operand in place) into the planned buffer, without
-    the reference rule's generality.  Gradients of matmuls are such dots (x.T @ g, g @ w.T)."""
+class DotThunk:
+    """Any ``dot`` whose operands and result share a BLAS element type, as NumPy's BLAS calls:
+    operands permuted (a copy only when the dims are not already in place) to one
+    ``(batch, m, k) @ (batch, k, n)``; ``m == 1`` or ``n == 1`` without batch is a GEMV
+    (``np.matmul`` with a vector operand), a batch is one ``np.matmul`` over 3-D operands
+    (NumPy loops GEMM calls over it).  The result is written into the planned buffer."""
+
+    TYPES = ("f32", "f64", "c64", "c128")
 
     def __init__(self, instr: Instruction):
-        self.make = host_memory.allocator(instr.shape.dims, instr.shape.dtype)
-        nb = len(instr.attrs.get("lhs_batch_dims", ()))
-        self.transpose_lhs = tuple(instr.attrs["lhs_contracting_dims"]) == (nb,)
-        self.transpose_rhs = tuple(instr.attrs["rhs_contracting_dims"]) == (nb + 1,)
-
-    @staticmethod
-    def applies(instr: Instruction) -> bool:
         a, b = (o.shape for o in instr.operands)
-        nb = len(instr.attrs.get("lhs_batch_dims", ()))
-        batch = tuple(range(nb))
-        return (a.rank == b.rank == nb + 2
-                and a.element_type == b.element_type == instr.shape.element_type
-                and a.element_type in ("f32", "f64", "c64", "c128")
-                and tuple(instr.attrs.get("lhs_batch_dims", ())) == batch
-                and tuple(instr.attrs.get("rhs_batch_dims", ())) == batch
-                and tuple(instr.attrs.get("lhs_contracting_dims", ())) in ((nb + 1,), (nb,))
-                and tuple(instr.attrs.get("rhs_contracting_dims", ())) in ((nb,), (nb + 1,)))
+        self.lhs_perm, self.rhs_perm, (batch, m, k, n) = matmul_layout(instr, a.dims, b.dims)
+        self.lhs_perm = None if self.lhs_perm == sorted(self.lhs_perm) else self.lhs_perm
+        self.rhs_perm = None if self.rhs_perm == sorted(self.rhs_perm) else self.rhs_perm
+        self.make = host_memory.allocator(instr.shape.dims, instr.shape.dtype)
+        if batch == 1 and m == 1:
+            self.how, self.shapes = "GEMV (vector @ matrix)", ((k,), (k, n), (n,))
+        elif batch == 1 and n == 1:
+            self.how, self.shapes = "GEMV (matrix @ vector)", ((m, k), (k,), (m,))
+        elif batch == 1:
+            self.how, self.shapes = "GEMM", ((m, k), (k, n), (m, n))
+        else:
+            self.how, self.shapes = f"{batch} GEMMs (batched np.matmul)", ((batch, m, k), (batch, k, n), (batch, m, n))
+
+    @classmethod
+    def applies(cls, instr: Instruction) -> bool:
+        a, b = (o.shape for o in instr.operands)
+        return a.element_type == b.element_type == instr.shape.element_type and a.element_type in cls.TYPES
 
     def __call__(self, operands, outs=None):
         out = outs[0] if outs else self.make()
-        a, b = operands
-        np.matmul(np.swapaxes(a, -1, -2) if self.transpose_lhs else a,
-                  np.swapaxes(b, -1, -2) if self.transpose_rhs else b, out=out)
+        lhs, rhs = operands
+        if self.lhs_perm is not None:
+            lhs = np.transpose(lhs, self.lhs_perm)
+        if self.rhs_perm is not None:
+            rhs = np.transpose(rhs, self.rhs_perm)
+        ls, rs, os_ = self.shapes
+        np.matmul(lhs.reshape(ls), rhs.reshape(rs), out=out.reshape(os_))
         return out

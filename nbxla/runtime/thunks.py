@@ -8,8 +8,9 @@ from ..hlo.ir import Instruction
 
 
 def structural_thunk(instr: Instruction) -> Callable | None:
-    """A thunk for tuple, get-tuple-element and a row-major reshape/bitcast (a view of the
-    same bytes), or None for any other instruction."""
+    """A thunk for tuple, get-tuple-element, a row-major reshape/bitcast (a view of the
+    same bytes) and a slice (a copy of a view: fusion leaves only small ones standalone), or
+    None for any other instruction."""
     op = instr.opcode
     if op == "tuple":
         return lambda ops: tuple(ops)
@@ -21,4 +22,7 @@ def structural_thunk(instr: Instruction) -> Callable | None:
             instr.shape.element_type == instr.operands[0].shape.element_type:
         dims = instr.shape.dims
         return lambda ops: ops[0].reshape(dims)
+    if op == "slice" and not instr.shape.is_tuple:
+        index = tuple(slice(s.start, s.limit, s.stride) for s in instr.attrs["slice"])
+        return lambda ops: ops[0][index].copy()
     return None

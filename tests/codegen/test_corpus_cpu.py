@@ -54,8 +54,10 @@ def test_corpus_case_on_cpu_matches_jax(path):
     for name, why in interpreted.items():
         assert ALLOWED_INTERPRETED.fullmatch(why), f"fusion {name} interpreted: {why}"
     # Standalone scatters get kernels of their own (the corpus's combiners are recognized),
-    # sorts and convolutions library calls (the corpus's comparators are recognized).
-    assert compilation.executable.native.interpreted_ops == {}
+    # sorts and convolutions library calls (the corpus's comparators are recognized); only
+    # custom calls (LAPACK's cholesky) still run on the evaluator.
+    assert {name: why for name, why in compilation.executable.native.interpreted_ops.items()
+            if "custom-call(" not in why} == {}
 
 
 def _case(name):
