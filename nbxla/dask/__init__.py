@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import NbxlaError, NotCompilableError
+from ..errors import NbxlaError, NotCompilableError, UnsupportedError
 from ..flags import current_flags
 from ..frontend.cell_ast import check_function_no_random
 from ..frontend.trace import leaf_signature, trace, tree_flatten
@@ -67,6 +67,10 @@ def call(cf, args: tuple, kwargs: dict):
 
 
 def _plan(cf, args, kwargs, leaves, treedef) -> DaskPlan:
+    if cf.device not in ("cpu", "auto"):
+        raise UnsupportedError(
+            f"{cf.__name__} is compiled for device={cf.device!r}; with dask arguments the kernels "
+            "run on the workers' CPU backend: use nbxla.jit(fn) (device='cpu')")
     check_function_no_random(cf.fn)
     stand_ins: dict[int, np.ndarray] = {}
     traced_leaves = []

@@ -49,6 +49,7 @@ CASES = {
     "stencil over a value of an earlier stage, small chunks": (
         lambda u: (u[1:] - u[:-1])[2:] * np.sum(u[1:] - u[:-1]) - (u[1:] - u[:-1])[:-2], [(V23, 3)],
         "wide enough for the halo"),
+    "0-d dask argument": (lambda u, s: u * s + s, [(V23, 10), (np.float32(2.5) * np.ones((), np.float32), ())], None),
     "NumPy row and NumPy scalar": (lambda x, w, s: x * w + s, [(M, (7, 5)), M[0], np.float32(3)], None),
 }
 
@@ -104,3 +105,8 @@ def test_combine_shapes_follow_the_tree():
     assert list(combine_shapes(chunks, 1)) == [((8, 6), True), ((16, 6), True), ((3, 6), False)]
     assert SPLIT_EVERY == 16
     assert list(combine_shapes(((1,) * 3,), 1)) == [((3,), False)]
+
+
+def test_a_cuda_function_is_refused_with_dask_arguments():
+    with pytest.raises(nbxla.NbxlaError, match="workers' CPU backend"):
+        nbxla.jit(lambda x: x + 1, device="cuda")(da.ones(4, chunks=2))
