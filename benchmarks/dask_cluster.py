@@ -63,7 +63,7 @@ def main() -> None:
     n = 2**20 if args.quick else 2**25
     chunks = n // 16
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address=None, silence_logs=logging.ERROR)
+                           dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
     client = Client(cluster)
     try:
         rng = da.random.default_rng(0)
