@@ -74,7 +74,10 @@ def _plan(cf, args, kwargs, leaves, treedef) -> DaskPlan:
     check_function_no_random(cf.fn)
     stand_ins: dict[int, np.ndarray] = {}
     traced_leaves = []
-    for leaf in leaves:
+    for leaf, leaf_name in zip(leaves, cf._leaf_names(args, kwargs)):
+        if is_dask_array(leaf) and any(np.isnan(c) for ch in leaf.chunks for c in ch):
+            raise DaskSplitError(f"{leaf_name} has unknown chunk sizes (a dask array after boolean "
+                                 f"indexing or similar); call {leaf_name}.compute_chunk_sizes() first")
         if is_dask_array(leaf):
             if id(leaf) not in stand_ins:
                 stand_ins[id(leaf)] = _stand_in(leaf)
@@ -111,9 +114,6 @@ def _plan_program(name: str, program, leaves: list) -> DaskPlan:
         p = module.entry.parameters[number]
         if is_dask_array(leaf):
             chunks = tuple(tuple(int(c) for c in ch) for ch in leaf.chunks)
-            if any(np.isnan(c) for ch in leaf.chunks for c in ch):
-                raise DaskSplitError(f"{p.name} has unknown chunk sizes; call "
-                                     f"{p.name}.compute_chunk_sizes() first")
             param_chunks[number] = chunks
             params.append(ParamInfo(p.name, chunks))
         else:
