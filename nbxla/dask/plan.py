@@ -308,7 +308,8 @@ def make_plan(name: str, program: TracedProgram, a: Analysis, param_chunks_in: d
         param_chunks[number] = want
     leaf_values = {}
     stages = []
-    token = hashlib.sha1(str(program.module).encode() + repr(sorted(a.chunks.items())).encode()).hexdigest()[:10]
+    token = hashlib.sha1(str(program.module).encode()
+                         + repr(sorted(a.chunks.items())).encode()).hexdigest()[:10]
     for st in split_stages(a):
         for n in st.leaves:
             if a.instrs[n].opcode != "parameter":

@@ -49,7 +49,8 @@ CASES = {
     "stencil over a value of an earlier stage, small chunks": (
         lambda u: (u[1:] - u[:-1])[2:] * np.sum(u[1:] - u[:-1]) - (u[1:] - u[:-1])[:-2], [(V23, 3)],
         "wide enough for the halo"),
-    "0-d dask argument": (lambda u, s: u * s + s, [(V23, 10), (np.float32(2.5) * np.ones((), np.float32), ())], None),
+    "0-d dask argument": (lambda u, s: u * s + s,
+                          [(V23, 10), (np.full((), 2.5, np.float32), ())], None),
     "sums over two chunked axes (20 x 20 blocks, two-level trees)": (
         lambda x: (x.sum(), np.max(x * 2, axis=0), x.mean(axis=1)),
         [(np.repeat(np.repeat(M, 7, axis=0), 12, axis=1)[:200, :60], (10, 3))], "a0, a1"),
