@@ -14,6 +14,8 @@ import pytest
 import nbxla
 import nbxla.dask as nd
 
+dask = pytest.importorskip("dask", reason="dask is not installed (pip install nbxla[dask])")
+
 da = pytest.importorskip("dask.array", reason="dask[array] is not installed (pip install nbxla[dask])")
 
 RNG = np.random.default_rng(23)
@@ -47,8 +49,14 @@ def test_running_example_is_one_kernel_per_chunk_and_a_compiled_combine(client):
     assert "dask.array.reduction" in report
     assert any(str(k[0] if isinstance(k, tuple) else k).startswith("nbxla-fused-")
                for k in out.__dask_graph__().keys())
-    assert any(str(k[0] if isinstance(k, tuple) else k).startswith("nbxla-combine-")
+    assert any(str(k[0] if isinstance(k, tuple) else k).startswith("nbxla-fused-")
+               and "-combine" in str(k[0] if isinstance(k, tuple) else k)
                for k in out.__dask_graph__().keys())
+    optimized = dask.optimize(out)[0].__dask_graph__()         # dask fuses our blockwise layer
+    assert len(optimized) < len(out.__dask_graph__())
+    fused = [k for k in optimized if str(k[0] if isinstance(k, tuple) else k).startswith("nbxla-fused-")]
+    # 8 tasks (kernel fused with the tree's per-chunk step) + 1 (the combine fused with stage 1)
+    assert len(fused) == 8 + 1
     assert nd.last_plan(f).task_count == len(out.__dask_graph__())
 
 
