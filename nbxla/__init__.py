@@ -1,16 +1,15 @@
 """nbxla: an XLA-style compiler for NumPy code in notebooks."""
 
-from .api import CompiledFunction, jit
+from .api import CompiledFunction, jit, register_array_adapter
 from .autodiff import GradientTape, grad, value_and_grad
 from . import random
 from .errors import ConcretizationError, NbxlaError, NotCompilableError
 from .runtime.cache import DEFAULT_CACHE as cache
 
-from .api import register_array_adapter
-
 __version__ = "0.1.0"
 
 
+# Dask arrays as arguments: nbxla/dask/ (an adapter above the api), imported on first use.
 def _is_dask_collection(leaf) -> bool:
     return hasattr(type(leaf), "__dask_graph__")
 

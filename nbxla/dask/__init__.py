@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import NbxlaError, NotCompilableError
+from ..errors import NbxlaError, NotCompilableError, UnsupportedError
 from ..flags import current_flags
 from ..frontend.cell_ast import check_function_no_random
 from ..frontend.trace import leaf_signature, trace, tree_flatten
@@ -67,10 +67,17 @@ def call(cf, args: tuple, kwargs: dict):
 
 
 def _plan(cf, args, kwargs, leaves, treedef) -> DaskPlan:
+    if cf.device not in ("cpu", "auto"):
+        raise UnsupportedError(
+            f"{cf.__name__} is compiled for device={cf.device!r}; with dask arguments the kernels "
+            "run on the workers' CPU backend: use nbxla.jit(fn) (device='cpu')")
     check_function_no_random(cf.fn)
     stand_ins: dict[int, np.ndarray] = {}
     traced_leaves = []
-    for leaf in leaves:
+    for leaf, leaf_name in zip(leaves, cf._leaf_names(args, kwargs)):
+        if is_dask_array(leaf) and any(np.isnan(c) for ch in leaf.chunks for c in ch):
+            raise DaskSplitError(f"{leaf_name} has unknown chunk sizes (a dask array after boolean "
+                                 f"indexing or similar); call {leaf_name}.compute_chunk_sizes() first")
         if is_dask_array(leaf):
             if id(leaf) not in stand_ins:
                 stand_ins[id(leaf)] = _stand_in(leaf)
@@ -107,9 +114,6 @@ def _plan_program(name: str, program, leaves: list) -> DaskPlan:
         p = module.entry.parameters[number]
         if is_dask_array(leaf):
             chunks = tuple(tuple(int(c) for c in ch) for ch in leaf.chunks)
-            if any(np.isnan(c) for ch in leaf.chunks for c in ch):
-                raise DaskSplitError(f"{p.name} has unknown chunk sizes; call "
-                                     f"{p.name}.compute_chunk_sizes() first")
             param_chunks[number] = chunks
             params.append(ParamInfo(p.name, chunks))
         else:

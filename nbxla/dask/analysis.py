@@ -51,7 +51,8 @@ class Analysis:
     whole: dict[int, str] = field(default_factory=dict)   # class made whole -> why (for the report)
     window: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     dep: set[int] = field(default_factory=set)       # positions that depend on a dask argument
-    boundary: dict[int, tuple[int, ...]] = field(default_factory=dict)   # position -> chunked classes it reduces
+    # position -> the chunked classes it reduces (a tree reduction ends its stage there)
+    boundary: dict[int, tuple[int, ...]] = field(default_factory=dict)
     level: dict[int, int] = field(default_factory=dict)
 
     def cls(self, instr: Instruction, dim: int) -> int | None:
@@ -172,7 +173,8 @@ def _positional_dims(instr: Instruction) -> set[int]:
     if op == "pad":
         return {d for d, p in enumerate(a["padding"]) if (p.low, p.high, p.interior) != (0, 0, 0)}
     return {d for d, w in enumerate(a["window"].dims)
-            if (w.size, w.stride, w.pad_low, w.pad_high, w.base_dilation, w.window_dilation) != (1, 1, 0, 0, 1, 1)}
+            if (w.size, w.stride, w.pad_low, w.pad_high, w.base_dilation, w.window_dilation)
+            != (1, 1, 0, 0, 1, 1)}
 
 
 def reshape_dim_map(src: tuple[int, ...], dst: tuple[int, ...]) -> dict[int, int]:
@@ -273,7 +275,7 @@ def analyze(module: Module, params: list[ParamInfo], describe) -> Analysis:
         # end earlier than the arguments (their first and last blocks are shorter): chunks
         # must be at least the widest window plus the largest shift or shortening.
         base = sum(a.chunks[c])
-        in_c = [(lo, hi, instrs[n].shape.dims[d] if not instrs[n].shape.is_tuple else value_dims(instrs[n])[d])
+        in_c = [(lo, hi, value_dims(instrs[n])[d])
                 for (n, d), (lo, hi) in a.window.items() if classes[(n, d)] == c]
         width = max([hi - lo for lo, hi, _ in in_c] or [0])
         if width:
@@ -294,7 +296,8 @@ def _tree_reducible(instr: Instruction) -> bool:
     body = instr.attrs["to_apply"]
     root = body.root
     params = body.parameters
-    if len(instr.operands) != 2 or root.opcode not in ASSOCIATIVE or len(body.instructions) != 3 or set(map(id, root.operands)) != set(map(id, params)):
+    if (len(instr.operands) != 2 or root.opcode not in ASSOCIATIVE or len(body.instructions) != 3
+            or set(map(id, root.operands)) != set(map(id, params))):
         return False
     init = instr.operands[1]
     want = ASSOCIATIVE[root.opcode]

@@ -114,7 +114,7 @@ def build_block_module(a: Analysis, st: Stage, r: BlockRanges, avail: dict[int, 
             outs.append(local[n])
             continue
         ops = [operand(n, k) for k in range(len(instr.operands))]
-        kept = tuple(d for d in _partial_dims(instr, ops))
+        kept = _partial_dims(instr, ops)
         red = add(_rebuilt(instr, Shape(instr.shape.element_type, kept), ops, attrs_of(instr)))
         lead = (1,) * len(a.boundary[n])
         outs.append(add(Instruction("reshape", Shape(instr.shape.element_type, lead + kept), [red],

@@ -23,7 +23,7 @@ from ..frontend.trace import TracedProgram, tree_unflatten
 from .analysis import Analysis
 from .kernels import BlockKernel, KernelSpec, build_block_module, compile_block, leaf_value
 from .stages import Ranges, Stage, anchored, block_ranges, blocks, split_stages
-from .worker import BlockCall, Combine, combine_spec, identity, warm
+from .worker import BlockCall, Combine, StageCall, combine_spec, identity, warm
 
 # Partials a tree reduction combines at a time (per reduced axis).
 SPLIT_EVERY = 16
@@ -43,6 +43,7 @@ class StagePlan:
     kernels: dict[str, tuple[BlockKernel, int]]     # kernel key -> (kernel, how many blocks)
     depth: dict[tuple[int, int], tuple[int, int]]   # (input, dim) -> halo (left, right)
     out_chunks: list[tuple]
+    blockwise: bool = False         # built with da.blockwise (see DaskPlan._blockwise_stage)
 
 
 @dataclass
@@ -57,6 +58,7 @@ class DaskPlan:
     task_count: int | None = None                   # of the last call's graph
     warmed: set = field(default_factory=set)        # (client, workers) that have every kernel
     warm_note: str = ""
+    _last_results: list = field(default_factory=list, repr=False)
 
     # ---- building the dask graph of a call -------------------------------------------------
     def run(self, leaves: list):
@@ -89,6 +91,7 @@ class DaskPlan:
         collections = [r for r in results if hasattr(r, "__dask_graph__")]
         if collections:
             self.task_count = len({k for c in collections for k in c.__dask_graph__().keys()})
+            self._last_results = collections
         return out
 
     def _run_stage(self, sp: StagePlan, arrays: dict, numpy_leaves: dict, call_token: str) -> None:
@@ -106,6 +109,12 @@ class DaskPlan:
                 x = overlap(x, depth={d: depth.get(d, 0) for d in range(x.ndim)},
                             boundary={d: "none" for d in range(x.ndim)}, allow_rechunk=False)
             inputs.append(x)
+        if sp.blockwise:
+            kind, n = st.outputs[0]
+            arr = self._blockwise_stage(sp, name, inputs, [numpy_leaves[m] for m in st.leaves])
+            arrays[n] = arr if kind == "value" else \
+                self._tree_reduce(arr, a.instrs[n], len(a.boundary[n]), name)
+            return
         dsk: dict = {}
         leaf_keys = []
         for n in st.leaves:
@@ -148,6 +157,46 @@ class DaskPlan:
             else:
                 arrays[n] = self._tree_reduce(arr, instr, len(a.boundary[n]), out_name)
 
+    def _blockwise_stage(self, sp: StagePlan, name: str, inputs: list, leaves: list):
+        """A one-output stage whose arrays all follow the base chunks, as ``da.blockwise``: a
+        block-number array (lazy, fused away) tells each task which kernel its block runs, and
+        dask's optimizer can fuse the layer with its Blockwise neighbours."""
+        import dask.array as da
+        a, st = self.analysis, sp.stage
+        kind, n = st.outputs[0]
+        instr = a.instrs[n]
+        fresh = iter(range(10**9))
+        sym = {c: f"c{c}" for c in st.axes}
+
+        def index(x_instr, ndim):
+            out = []
+            for d in range(ndim):
+                c = a.cls(x_instr, d)
+                out.append(sym[c] if c is not None else f"u{next(fresh)}")
+            return tuple(out)
+        shape = tuple(sum(a.chunks[c]) for c in st.axes)
+        numbers = da.zeros(shape, chunks=tuple(a.chunks[c] for c in st.axes), dtype=np.int8)
+        numbers = numbers.map_blocks(block_number, dtype=np.int64, blocks=numbers.numblocks,
+                                     name=f"nbxla-block-number-{len(st.axes)}-{_chunks_token(numbers)}")
+        args = [numbers, tuple(sym[c] for c in st.axes)]
+        for m, x in zip(st.inputs, inputs):
+            args += [x, index(a.instrs[m], x.ndim)]
+        for value in leaves:
+            args += [da.from_array(value, chunks=-1), tuple(f"u{next(fresh)}" for _ in range(np.ndim(value)))]
+        out_index = list(index(instr, instr.shape.rank))
+        new_axes = {s: instr.shape.dims[d] for d, s in enumerate(out_index) if s.startswith("u")}
+        adjust = {}
+        if kind == "partial":
+            lead = [sym[c] for c in a.boundary[n]]
+            adjust = dict.fromkeys(lead, 1)
+            out_index = lead + out_index
+        calls = {int(np.ravel_multi_index(idx, numbers.numblocks)) if idx else 0: call
+                 for idx, call in sp.calls.items()}
+        return da.blockwise(StageCall(calls), tuple(out_index), *args, new_axes=new_axes,
+                            adjust_chunks=adjust or None, concatenate=True, name=name,
+                            dtype=instr.shape.dtype,
+                            meta=np.empty((0,) * len(out_index), instr.shape.dtype))
+
     def _output_axes(self, kind: str, n: int) -> list:
         """The chunked class of each dim of a stage output (None: one block)."""
         a = self.analysis
@@ -162,7 +211,7 @@ class DaskPlan:
         return da.reduction(partials, identity, combine, axis=tuple(range(n_axes)), keepdims=False,
                             dtype=instr.shape.dtype, combine=combine, concatenate=True,
                             split_every=dict.fromkeys(range(n_axes), SPLIT_EVERY),
-                            name=name.replace("nbxla-fused", "nbxla-combine"),
+                            name=f"{name}-combine",     # the per-chunk step fuses into ours
                             meta=np.empty((0,) * instr.shape.rank, instr.shape.dtype))
 
     # ---- every kernel the workers will need, compiled ahead on each of them ------------------
@@ -225,10 +274,24 @@ class DaskPlan:
                                  f"{', '.join(f'a{c}' for c in a.boundary[n])}: per-block partial, "
                                  "then dask.array.reduction (tree combine, compiled)")
         if self.task_count is not None:
-            lines.append(f"dask graph of the last call: {self.task_count} tasks")
+            import dask
+            optimized = dask.optimize(*self._last_results)
+            count = len({k for c in optimized for k in c.__dask_graph__().keys()})
+            lines.append(f"dask graph of the last call: {self.task_count} tasks, {count} after "
+                         "dask's optimization (blockwise fusion) — what runs")
         return "\n".join(lines)
 
     __str__ = report
+
+
+def block_number(block, block_id=None, blocks=None):
+    """A block's number (row-major over the stage's block grid), broadcast over the block."""
+    return np.broadcast_to(np.int64(np.ravel_multi_index(block_id, blocks) if block_id else 0),
+                           block.shape)
+
+
+def _chunks_token(x) -> str:
+    return hashlib.sha1(repr(x.chunks).encode()).hexdigest()[:10]
 
 
 def combiner(instr) -> tuple[str, np.ndarray]:
@@ -308,7 +371,8 @@ def make_plan(name: str, program: TracedProgram, a: Analysis, param_chunks_in: d
         param_chunks[number] = want
     leaf_values = {}
     stages = []
-    token = hashlib.sha1(str(program.module).encode() + repr(sorted(a.chunks.items())).encode()).hexdigest()[:10]
+    token = hashlib.sha1(str(program.module).encode()
+                         + repr(sorted(a.chunks.items())).encode()).hexdigest()[:10]
     for st in split_stages(a):
         for n in st.leaves:
             if a.instrs[n].opcode != "parameter":
@@ -352,7 +416,24 @@ def _plan_stage(a: Analysis, st: Stage, name: str) -> StagePlan:
         leaf_slices = tuple(tuple(slice(s, e) for s, e in r.need[n]) for n in st.leaves)
         calls[idx] = BlockCall(kernel.spec, leaf_slices, single=_single_output(a, st))
     out_chunks = [_out_chunks(a, st, kind, n) for kind, n in st.outputs]
-    return StagePlan(st, name, calls, kernels, depth, out_chunks)
+    plan = StagePlan(st, name, calls, kernels, depth, out_chunks)
+    plan.blockwise = _fits_blockwise(a, st, plan)
+    return plan
+
+
+def _fits_blockwise(a: Analysis, st: Stage, sp: StagePlan) -> bool:
+    """One output, no halo, and every input and the output cut exactly at the base chunks
+    (no shifted stencil values), so that dask's blockwise alignment holds."""
+    if not next(iter(sp.calls.values())).single or any(lr != (0, 0) for lr in sp.depth.values()):
+        return False
+    kind, n = st.outputs[0]
+    for m in st.inputs + [n]:
+        instr = a.instrs[m]
+        for d in range(instr.shape.rank):
+            c = a.cls(instr, d)
+            if c is not None and (a.anchor(instr, d) != 0 or instr.shape.dims[d] != sum(a.chunks[c])):
+                return False
+    return True
 
 
 def _single_output(a: Analysis, st: Stage) -> bool:

@@ -195,7 +195,8 @@ def block_ranges(a: Analysis, st: Stage, block: dict[int, int]) -> BlockRanges:
 
     def require(n: int, r: Ranges) -> None:
         old = need.get(n)
-        need[n] = r if old is None else tuple((min(s0, s1), max(e0, e1)) for (s0, e0), (s1, e1) in zip(old, r))
+        need[n] = r if old is None else tuple((min(s0, s1), max(e0, e1))
+                                              for (s0, e0), (s1, e1) in zip(old, r))
     for kind, n in st.outputs:
         instr = a.instrs[n]
         if kind == "value":

@@ -82,6 +82,16 @@ class BlockCall:
 
 
 @dataclass(frozen=True)
+class StageCall:
+    """A stage run through ``da.blockwise``: the first argument's (broadcast) block number
+    picks the block's call."""
+    calls: dict                     # block number -> BlockCall
+
+    def __call__(self, number, *inputs):
+        return self.calls[int(np.asarray(number).flat[0])](*inputs)
+
+
+@dataclass(frozen=True)
 class Combine:
     """dask.array.reduction's combine/aggregate: partials reduced over their leading axes by a
     compiled reduce with the original reducer (and its init).  ``specs`` holds the kernels

@@ -16,7 +16,7 @@ def client():
     distributed = pytest.importorskip("distributed",
                                       reason="distributed is not installed (pip install nbxla[dask])")
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       host="127.0.0.1", dashboard_address=None,
+                                       host="127.0.0.1", dashboard_address="127.0.0.1:0",
                                        worker_dashboard_address=None, silence_logs=logging.ERROR)
     c = distributed.Client(cluster)
     try:

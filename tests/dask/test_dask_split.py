@@ -49,6 +49,11 @@ CASES = {
     "stencil over a value of an earlier stage, small chunks": (
         lambda u: (u[1:] - u[:-1])[2:] * np.sum(u[1:] - u[:-1]) - (u[1:] - u[:-1])[:-2], [(V23, 3)],
         "wide enough for the halo"),
+    "0-d dask argument": (lambda u, s: u * s + s,
+                          [(V23, 10), (np.full((), 2.5, np.float32), ())], None),
+    "sums over two chunked axes (20 x 20 blocks, two-level trees)": (
+        lambda x: (x.sum(), np.max(x * 2, axis=0), x.mean(axis=1)),
+        [(np.repeat(np.repeat(M, 7, axis=0), 12, axis=1)[:200, :60], (10, 3))], "a0, a1"),
     "NumPy row and NumPy scalar": (lambda x, w, s: x * w + s, [(M, (7, 5)), M[0], np.float32(3)], None),
 }
 
@@ -104,3 +109,14 @@ def test_combine_shapes_follow_the_tree():
     assert list(combine_shapes(chunks, 1)) == [((8, 6), True), ((16, 6), True), ((3, 6), False)]
     assert SPLIT_EVERY == 16
     assert list(combine_shapes(((1,) * 3,), 1)) == [((3,), False)]
+
+
+def test_a_cuda_function_is_refused_with_dask_arguments():
+    with pytest.raises(nbxla.NbxlaError, match="workers' CPU backend"):
+        nbxla.jit(lambda x: x + 1, device="cuda")(da.ones(4, chunks=2))
+
+
+def test_unknown_chunk_sizes_are_refused_with_the_fix():
+    u = da.from_array(np.arange(10.0), chunks=5)
+    with pytest.raises(nbxla.NbxlaError, match=r"u has unknown chunk sizes.*compute_chunk_sizes"):
+        nbxla.jit(lambda u: u * 2)(u[u > 3])
