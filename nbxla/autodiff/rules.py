@@ -28,7 +28,7 @@ import numpy as np
 from ..hlo import Builder, Shape
 from ..hlo.attributes import PadDim, SliceDim, Window, WindowDim
 from ..hlo.builder import unique_name
-from ..hlo.ir import Computation, Instruction
+from ..hlo.ir import Computation
 from ..hlo.opcodes import OPCODES
 from .emit import Emitter, inverse_permutation
 from .sort import sort_transpose
@@ -551,9 +551,7 @@ def _get_tuple_element(e, instr, g):
 
 # ---- sort ---------------------------------------------------------------------------------------
 
-@rule("sort")
-def _sort(e, instr, g):
-    return sort_transpose(e, instr, g)
+TRANSPOSE_RULES["sort"] = sort_transpose
 
 
 
@@ -569,4 +567,4 @@ def check_tables() -> list[str]:
 
 
 __all__ = ["TRANSPOSE_RULES", "ZERO_GRADIENT", "NOT_DIFFERENTIABLE", "NoTransposeRule",
-           "reducer_kind", "check_tables", "Instruction"]
+           "reducer_kind", "check_tables"]

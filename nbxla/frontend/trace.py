@@ -51,16 +51,18 @@ def tree_flatten(tree) -> tuple[list, TreeDef]:
 
 
 def tree_unflatten(treedef: TreeDef, leaves) -> Any:
-    it = iter(leaves)
+    return _build(treedef, iter(leaves))
 
-    def build(d: TreeDef):
-        if d.kind == "leaf":
-            return next(it)
-        items = [build(c) for c in d.children]
-        if d.kind == "dict":
-            return dict(zip(d.keys, items))
-        return tuple(items) if d.kind == "tuple" else items
-    return build(treedef)
+
+def _build(d: TreeDef, it) -> Any:
+    # (A module-level function: a nested one that calls itself is a reference cycle, which
+    # kept every result's arrays alive until the garbage collector ran -- no buffer reuse.)
+    if d.kind == "leaf":
+        return next(it)
+    items = [_build(c, it) for c in d.children]
+    if d.kind == "dict":
+        return dict(zip(d.keys, items))
+    return tuple(items) if d.kind == "tuple" else items
 
 
 def is_array_leaf(x) -> bool:

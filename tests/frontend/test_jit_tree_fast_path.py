@@ -45,3 +45,20 @@ def test_static_leaves_in_lists_take_the_full_path():
     np.testing.assert_array_equal(f([x, 2.0]), x * 2)
     np.testing.assert_array_equal(f([x, 3.0]), x * 3)          # a new constant: a new entry
     assert f.cache.misses == 2 and not f._fast
+
+
+def test_results_in_a_tuple_are_freed_when_dropped():
+    # (no reference cycle keeps them until the garbage collector runs: their buffers are reused)
+    import gc
+    import weakref
+    f = nbxla.jit(lambda x: (x + 1, x * 2), cache=CompilationCache())
+    x = np.arange(4.0)
+    f(x)
+    gc.disable()
+    try:
+        a, b = f(x)
+        ref = weakref.ref(a)
+        del a, b
+        assert ref() is None
+    finally:
+        gc.enable()
