@@ -148,7 +148,6 @@ class Program:
     text: str = ""
     scratch_bytes: int = 0
     identity: list[bool] = field(default_factory=list)   # result leaf k is parameter leaf k
-    result_bytes: list[int] = field(default_factory=list)
 
 
 class Driver:
@@ -249,7 +248,6 @@ class _ProgramEmitter:
             self.lines.append(f"if (out[{k}] != {buf.c}) memcpy(out[{k}], {buf.c}, {buf.nbytes});")
         program = Program(self.symbol, comp)
         program.identity = [b.kind == "in" and b.index == k for k, b in enumerate(root)]
-        program.result_bytes = [b.nbytes for b in root]
         program.scratch_bytes = self.arena_bytes + self.local
         body = "\n".join("    " + line for line in self.lines)
         program.text = (f"/* {comp.name} */\nstatic int {self.symbol}(void *const *in, void *const *out, "
