@@ -43,6 +43,9 @@ C_TYPES = {"pred": "bool", "s8": "int8_t", "s16": "int16_t", "s32": "int32_t", "
            "c64": "float", "c128": "double"}
 _TYPE_NOTES = {"f16": "IEEE half bits", "bf16": "bfloat16 bits", "c64": "interleaved re, im",
                "c128": "interleaved re, im"}
+_C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
+    void volatile while bool true false main""".split())
 _RUNTIME_C = os.path.join(os.path.dirname(os.path.abspath(__file__)), "aot_runtime.c")
 
 
@@ -159,8 +162,9 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
     ``description`` goes into the header's comment (the source function and signature).
     With ``emit_llvm`` / ``emit_asm`` / ``emit_c``, the optimized kernels' IR (``NAME.ll``),
     their assembly (``NAME.s``) and the driver's C (``NAME.driver.c``) are written too."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise AotError(f"the name {name!r} is not a C identifier; choose one such as predict_digits")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in _C_KEYWORDS:
+        raise AotError(f"the name {name!r} is not a C identifier (or is a C keyword); choose one such as "
+                       "predict_digits")
     cc, ld = find_tool("cc"), find_tool("ld")
     objcopy = shutil.which("objcopy")
     tm = _target_machine(cpu)
@@ -196,7 +200,14 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
         march = ["-march=native"] if cpu == "host" else [f"-march={cpu}"]
         # (-fcx-limited-range: complex products by the plain formula, as BLAS does, with no
         # call into libgcc's __mulsc3)
-        _run([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", *march, "-c", driver_c, "-o", driver_o], "compiling the driver")
+        try:
+            _run([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", *march, "-c", driver_c, "-o", driver_o],
+                 "compiling the driver")
+        except AotError as e:
+            if re.search(rf"previous (declaration|definition) of .{name}(_arena)?\W", str(e)):
+                raise AotError(f"the name {name!r} is taken by the C library (the driver's headers declare "
+                               f"it); choose another name") from None
+            raise
         object_path = os.path.join(out_dir, f"{name}.o")
         _run([ld, "-r", kernels_o, driver_o, "-o", object_path], "merging the objects (ld -r)")
         if objcopy:
