@@ -59,6 +59,14 @@ def _prod(dims) -> int:
     return out
 
 
+def _packed_panels(b: np.ndarray) -> np.ndarray:
+    """[batch, k, n] as the GEMM's panels: [batch, n / 16, k, 16], zero-padded (NBXLA_NR = 16)."""
+    batch, k, n = b.shape
+    wide = np.zeros((batch, k, -(-n // 16) * 16), b.dtype)
+    wide[:, :, :n] = b
+    return np.ascontiguousarray(wide.reshape(batch, k, -1, 16).transpose(0, 2, 1, 3))
+
+
 def leaf_shapes(shape) -> list[Shape]:
     return shape.leaves() if shape.is_tuple else [shape]
 
@@ -70,12 +78,16 @@ class Buffer:
     kind: str                  # "in", "out", "const", "temp"
     index: int | str = 0       # in/out: leaf number; const: symbol; temp: offset (once placed)
     last_use: int = -1
+    data: bytes = b""          # const: the bytes, made a global when first named (a constant
+    source: object = None      # that only a prepacked dot reads is not stored twice)
 
     @property
     def c(self) -> str:
         if self.kind in ("in", "out"):
             return f"{self.kind}[{self.index}]"
         if self.kind == "const":
+            if not self.index:
+                self.index = self.source.constant(self.data)
             return f"(void *){self.index}"
         return f"(void *)(scratch + {self.index})"
 
@@ -195,7 +207,7 @@ class _ProgramEmitter:
             if instr.shape.is_tuple:
                 raise AotError(f"{label(instr)}: a tuple constant cannot be compiled ahead of time yet")
             data = np.ascontiguousarray(np.asarray(instr.literal, dtype=instr.shape.dtype)).tobytes()
-            return [Buffer(len(data), "const", self.driver.kernels.constant(data))]
+            return [Buffer(len(data), "const", "", data=data, source=self.driver.kernels)]
         if op == "tuple":
             return [b for o in instr.operands for b in self.values[id(o)]]
         if op == "get-tuple-element":
@@ -386,7 +398,19 @@ class _ProgramEmitter:
         room = _Room(self)
         pointers = []
         self.lines.append("{")
-        for name, operand, perm in (("a", lhs, lb + lfree + lc), ("b", rhs, rb + rc + rfree)):
+        lperm, rperm = lb + lfree + lc, rb + rc + rfree
+        if rhs.opcode == "constant" and rhs.shape.element_type == compute and rperm == sorted(rperm) \
+                and lperm == sorted(lperm):
+            # Constant weights: packed into the GEMM's panels here, once, not on every call.
+            packed = _packed_panels(np.asarray(rhs.literal, rhs.shape.dtype).reshape(batch, k, n))
+            panels = f"(void *){self.driver.kernels.constant(packed.tobytes())}"
+            source, _ = self._operand_in(lhs, compute, room)
+            self._result_via(instr, compute, room, lambda target: self.lines.append(
+                f"    nbxla_gemm_{compute}_prepacked({batch}, {m}, {n}, {k}, {source}, {panels}, {target});"))
+            self.lines.append("}")
+            self._region(room.used)
+            return
+        for name, operand, perm in (("a", lhs, lperm), ("b", rhs, rperm)):
             source, shape = self._operand_in(operand, compute, room)
             if perm != sorted(perm):
                 if len(perm) > 16:

@@ -167,28 +167,37 @@ static void nbxla_transpose(const char *src, char *dst, int rank, const int64_t 
         }                                                                                         \
         return NULL;                                                                              \
     }                                                                                             \
-    static void NAME(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a, const T *b,      \
-                     T *c, T *packed) {                                                           \
+    static void NAME##_one(int64_t m, int64_t n, int64_t k, const T *a, const T *packed, T *c) {  \
         int64_t threads = m * n * k >= ((int64_t)1 << 22) ? nbxla_workers() : 1;                  \
         if (threads > (m + 3) / 4) threads = (m + 3) / 4;                                         \
         if (threads < 1) threads = 1;                                                             \
+        pthread_t th[NBXLA_MAX_THREADS];                                                          \
+        int started[NBXLA_MAX_THREADS];                                                           \
+        struct NAME##_job jobs[NBXLA_MAX_THREADS];                                                \
+        for (int64_t t = 0; t < threads; t++) /* row blocks of whole 4-row groups */              \
+            jobs[t] = (struct NAME##_job){a, packed, c, (m + 3) / 4 * t / threads * 4,            \
+                                          t + 1 == threads ? m : (m + 3) / 4 * (t + 1) / threads * 4, n, k}; \
+        for (int64_t t = 1; t < threads; t++)                                                     \
+            started[t] = pthread_create(&th[t], NULL, NAME##_rows, &jobs[t]) == 0;                \
+        NAME##_rows(&jobs[0]);                                                                    \
+        for (int64_t t = 1; t < threads; t++) {                                                   \
+            if (started[t]) pthread_join(th[t], NULL);                                            \
+            else NAME##_rows(&jobs[t]);                                                           \
+        }                                                                                         \
+    }                                                                                             \
+    static void NAME(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a, const T *b,      \
+                     T *c, T *packed) {                                                           \
         for (int64_t s = 0; s < batch; s++) {                                                     \
             NAME##_pack(b + s * k * n, packed, k, n);                                             \
-            pthread_t th[NBXLA_MAX_THREADS];                                                      \
-            int started[NBXLA_MAX_THREADS];                                                       \
-            struct NAME##_job jobs[NBXLA_MAX_THREADS];                                            \
-            for (int64_t t = 0; t < threads; t++) /* row blocks of whole 4-row groups */          \
-                jobs[t] = (struct NAME##_job){a + s * m * k, packed, c + s * m * n,               \
-                                              (m + 3) / 4 * t / threads * 4,                      \
-                                              t + 1 == threads ? m : (m + 3) / 4 * (t + 1) / threads * 4, n, k}; \
-            for (int64_t t = 1; t < threads; t++)                                                 \
-                started[t] = pthread_create(&th[t], NULL, NAME##_rows, &jobs[t]) == 0;            \
-            NAME##_rows(&jobs[0]);                                                                \
-            for (int64_t t = 1; t < threads; t++) {                                               \
-                if (started[t]) pthread_join(th[t], NULL);                                        \
-                else NAME##_rows(&jobs[t]);                                                       \
-            }                                                                                     \
+            NAME##_one(m, n, k, a + s * m * k, packed, c + s * m * n);                            \
         }                                                                                         \
+    }                                                                                             \
+    /* B packed at compile time (a constant): batch blocks of k * round_up(n, NBXLA_NR) */      \
+    static void NAME##_prepacked(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a,      \
+                                 const T *packed, T *c) {                                         \
+        int64_t panels = (n + NBXLA_NR - 1) / NBXLA_NR * NBXLA_NR * k;                            \
+        for (int64_t s = 0; s < batch; s++)                                                       \
+            NAME##_one(m, n, k, a + s * m * k, packed + s * panels, c + s * m * n);               \
     }
 
 NBXLA_GEMM(nbxla_gemm_f32, float, float)

@@ -311,3 +311,17 @@ def test_portable_target_cpu(tmp_path):
     subprocess.run(["cc", f"-I{tmp_path}", str(tmp_path / "main.c"), obj.object_path, "-o", str(tmp_path / "prog"),
                     "-lm", "-lpthread"], check=True)
     _check(run(obj, str(tmp_path / "prog"), [x, w, b], tmp_path), softmax_layer(x, w, b), rtol=1e-4)
+
+
+WEIGHTS = np.random.default_rng(14).standard_normal((64, 20)).astype(np.float32)
+
+
+def dense_with_constant_weights(x):
+    """WEIGHTS is read from the module's globals: a constant, packed for the GEMM at compile time."""
+    return np.tanh(x @ WEIGHTS + 1), x.T[:20, :] @ WEIGHTS[:37, :]
+
+
+def test_constant_weights(tmp_path):
+    x = np.random.default_rng(15).standard_normal((37, 64)).astype(np.float32)
+    obj = _roundtrip(dense_with_constant_weights, (x,), tmp_path, "dense_const", rtol=1e-4)
+    assert obj.result_shapes[0].dims == (37, 20)
