@@ -77,7 +77,7 @@ class _Kernels(KernelSource):
         self.prefix = prefix
         self.module = ir.Module(name=prefix)
         self.module.triple = triple
-        self.specs: dict[int, KernelSpec] = {}
+        self.specs: dict[object, KernelSpec] = {}     # by instruction or computation id, or convert
         self.constants: dict[bytes, str] = {}
         self.names: list[str] = []
         self._keep: list = []            # computations emitted (ids must stay unique)
@@ -120,7 +120,7 @@ class _Kernels(KernelSource):
         root = Instruction("convert", shape.with_type(to), [param], name=f"to_{to}")
         comp = Computation(f"convert_{shape.element_type}_{to}_{shape.size}", [param, root], root)
         return self._emit(("convert", shape.to_text(False), to), comp.name, comp,
-                          f"a conversion of a dot operand {shape.to_text(False)} to {to}")
+                          f"a conversion of a dot or convolution operand {shape.to_text(False)} to {to}")
 
     def constant(self, data: bytes) -> str:
         symbol = self.constants.get(data)
