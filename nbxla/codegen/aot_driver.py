@@ -320,6 +320,8 @@ class _ProgramEmitter:
             self._convolution(instr)
         elif op == "sort":
             self._sort(instr)
+        elif op == "topk":
+            self._topk(instr)
         else:
             self._kernel(instr)
 
@@ -493,6 +495,25 @@ class _ProgramEmitter:
                        f"    nbxla_sort({len(ins)}, si, so, es, {_prod(dims[:axis])}, {n}, {_prod(dims[axis + 1:])}, "
                        f"{less.name}, {less.parallel_extent}, (int64_t *){self._local()});", "}"]
         self._region(16 * n)
+
+    def _topk(self, instr: Instruction) -> None:
+        (x,) = instr.operands
+        t, n = x.shape.element_type, x.shape.dims[-1]
+        k, rows = instr.attrs["k"], _prod(x.shape.dims[:-1])
+        # The order as a comparator on (lhs x, rhs x, lhs position, rhs position): floats by
+        # IEEE totalOrder (NaN above +inf, -0 below +0), as the evaluator orders them.
+        params = [Instruction("parameter", Shape(s, ()), attrs={"parameter_number": i}, name=f"p{i}")
+                  for i, s in enumerate((t, t, "s32", "s32"))]
+        attrs = {"direction": "GT" if instr.attrs.get("largest", True) else "LT"}
+        if t in ("f16", "bf16", "f32", "f64"):
+            attrs["type"] = "TOTALORDER"
+        root = Instruction("compare", Shape("pred", ()), params[:2], attrs, name="before")
+        before = self.driver.kernels.comparator(Computation(f"{instr.name}.order", params + [root], root))
+        values, positions = self._leaves(instr)
+        esize = x.shape.dtype.itemsize
+        self.lines.append(f"nbxla_topk({self._array(x)}, {values}, {positions}, {rows}, {n}, {k}, {esize}, "
+                          f"{before.name}, {before.parallel_extent}, {self._local()});")
+        self._region(sum(-(-b // 8) * 8 for b in (4 * n * rows, esize * n * rows, 4 * n * rows)) + 16 * n)
 
     def _while(self, instr: Instruction) -> None:
         cond = self.driver.program(instr.attrs["condition"])

@@ -8,7 +8,7 @@
  *  - nbxla_transpose / GEMM: ``dot`` (the jit runtime calls NumPy's BLAS).
  *  - nbxla_conv: ``convolution``, directly (the jit runtime: im2col + NumPy's BLAS).
  *  - nbxla_sort: a stable merge sort driven by the comparator compiled as a kernel (the jit
- *    runtime calls NumPy's argsort).
+ *    runtime calls NumPy's argsort); nbxla_topk on top of it (the jit: the evaluator).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -320,4 +320,28 @@ static void nbxla_sort(int n_ops, char *const *in, char *const *out, const int64
                     memcpy(out[j] + (base + k * inner) * esize[j], in[j] + (base + src[k] * inner) * esize[j],
                            esize[j]);
         }
+}
+
+/* topk (XLA:CPU's semantics, as the evaluator's): per row of [rows, n], the k elements that come
+ * first in the order of ``before`` (greatest first, or least), ties by position, with their
+ * positions.  A stable sort of (x, 0..n-1) by ``before``, of which the first k are kept.
+ * ``scratch``: 4n*rows (positions) + (esize + 4)*n*rows (sorted copies) + 16n (permutation),
+ * each rounded up to 8 bytes. */
+static void nbxla_topk(const char *x, char *values, int32_t *positions, int64_t rows, int64_t n, int64_t k,
+                       int64_t esize, nbxla_kernel before, int64_t before_extent, char *scratch) {
+#define NBXLA_ALIGN8(bytes) (((bytes) + 7) / 8 * 8)
+    int32_t *iota = (int32_t *)scratch;
+    char *xs = scratch + NBXLA_ALIGN8(4 * n * rows);
+    int32_t *is = (int32_t *)(xs + NBXLA_ALIGN8(esize * n * rows));
+    int64_t *perm = (int64_t *)((char *)is + NBXLA_ALIGN8(4 * n * rows));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) iota[r * n + j] = (int32_t)j;
+    char *const in[2] = {(char *)x, (char *)iota};
+    char *const out[2] = {xs, (char *)is};
+    const int64_t sizes[2] = {esize, 4};
+    nbxla_sort(2, in, out, sizes, rows, n, 1, before, before_extent, perm);
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(values + r * k * esize, xs + r * n * esize, k * esize);
+        memcpy(positions + r * k, is + r * n, k * 4);
+    }
 }

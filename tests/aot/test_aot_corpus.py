@@ -30,7 +30,6 @@ REFUSED = {
     "fft_ops": r"%fft\.\d+ \(fft\)",
     "select_and_scatter_maxpool_grad": r"\(select-and-scatter\)",
     "select_and_scatter_overlapping": r"\(select-and-scatter\)",
-    "sort_top_k": r"%top_k\.\d+ \(topk\)",
     # fusions the code generator cannot emit (jit interprets them)
     "rng_bit_generator_algorithms": r"\(fusion\).*bitcast-convert between widths",
     "bitcast_convert": r"\(fusion\).*bitcast-convert between widths",

@@ -325,3 +325,34 @@ def test_constant_weights(tmp_path):
     x = np.random.default_rng(15).standard_normal((37, 64)).astype(np.float32)
     obj = _roundtrip(dense_with_constant_weights, (x,), tmp_path, "dense_const", rtol=1e-4)
     assert obj.result_shapes[0].dims == (37, 20)
+
+
+TOPK_HLO = """
+HloModule best
+
+ENTRY main {
+  x = f16[5,7] parameter(0)
+  n = s32[3,9] parameter(1)
+  top = (f16[5,3], s32[5,3]) topk(x), k=3, largest=true
+  low = (s32[3,4], s32[3,4]) topk(n), k=4, largest=false
+  v = f16[5,3] get-tuple-element(top), index=0
+  i = s32[5,3] get-tuple-element(top), index=1
+  w = s32[3,4] get-tuple-element(low), index=0
+  j = s32[3,4] get-tuple-element(low), index=1
+  ROOT r = (f16[5,3], s32[5,3], s32[3,4], s32[3,4]) tuple(v, i, w, j)
+}
+"""
+
+
+def test_topk_with_nans_ties_and_odd_sizes(tmp_path):
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((5, 7)).astype(np.float16)
+    x[0, 2], x[1, 4], x[2, 1], x[2, 5] = np.nan, -np.nan, np.float16(-0.0), 0.0
+    x[3] = 1.5                                   # all equal: positions in order
+    n = rng.integers(-3, 3, (3, 9)).astype(np.int32)
+    obj, exe = build(parse_hlo(TOPK_HLO), None, tmp_path, "best")
+    got = run(obj, exe, [x, n], tmp_path)
+    want = flatten(evaluate(parse_hlo(TOPK_HLO), [x, n]))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(np.uint16) if g.dtype == np.float16 else g,
+                                      w.view(np.uint16) if w.dtype == np.float16 else w)
