@@ -112,8 +112,8 @@ class _Kernels(KernelSource):
                        f"implementation of {instr.opcode} (under jit it runs through the reference evaluator, "
                        "in Python). Rewrite that part of the function, or use nbxla.jit")
 
-    def comparator(self, comp: Computation) -> KernelSpec:
-        return self._emit(id(comp), comp.name, comp, f"the sort comparator %{comp.name}")
+    def scalar(self, comp: Computation, role: str) -> KernelSpec:
+        return self._emit(id(comp), comp.name, comp, f"the {role} %{comp.name}")
 
     def convert(self, shape: Shape, to: str) -> KernelSpec:
         param = Instruction("parameter", shape, attrs={"parameter_number": 0}, name="x")

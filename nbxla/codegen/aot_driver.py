@@ -137,13 +137,14 @@ class _Room:
 
 class KernelSource:
     """What the driver needs from the kernel side (codegen/aot.py): a compiled kernel per
-    fusion or standalone op, a comparator kernel per sort, a global per constant."""
+    fusion or standalone op, a kernel per scalar computation (a sort's comparator), a global
+    per constant, convert kernels."""
 
     def kernel(self, instr: Instruction):           # -> KernelSpec (name, style, extent, ...)
         raise NotImplementedError
 
-    def comparator(self, comp: Computation):        # -> KernelSpec of the comparator
-        raise NotImplementedError
+    def scalar(self, comp: Computation, role: str):  # -> KernelSpec of a computation on scalars
+        raise NotImplementedError                       # (a sort's comparator, ...; role names it)
 
     def constant(self, data: bytes) -> str:         # -> the symbol of a global holding data
         raise NotImplementedError
@@ -322,6 +323,8 @@ class _ProgramEmitter:
             self._sort(instr)
         elif op == "topk":
             self._topk(instr)
+        elif op == "select-and-scatter":
+            self._select_and_scatter(instr)
         else:
             self._kernel(instr)
 
@@ -487,7 +490,7 @@ class _ProgramEmitter:
             self.lines += [f"memcpy({o}, {i}, {b.nbytes});" for i, o, b in zip(ins, outs, self.values[id(instr)])]
             return
         axis = instr.attrs["dimensions"][0]
-        less = self.driver.kernels.comparator(instr.attrs["to_apply"])
+        less = self.driver.kernels.scalar(instr.attrs["to_apply"], "sort comparator")
         sizes = ", ".join(str(o.shape.dtype.itemsize) for o in operands)
         n = dims[axis]
         self.lines += ["{", f"    char *si[] = {{{', '.join(ins)}}};", f"    char *so[] = {{{', '.join(outs)}}};",
@@ -508,12 +511,33 @@ class _ProgramEmitter:
         if t in ("f16", "bf16", "f32", "f64"):
             attrs["type"] = "TOTALORDER"
         root = Instruction("compare", Shape("pred", ()), params[:2], attrs, name="before")
-        before = self.driver.kernels.comparator(Computation(f"{instr.name}.order", params + [root], root))
+        before = self.driver.kernels.scalar(Computation(f"{instr.name}.order", params + [root], root), "topk order")
         values, positions = self._leaves(instr)
         esize = x.shape.dtype.itemsize
         self.lines.append(f"nbxla_topk({self._array(x)}, {values}, {positions}, {rows}, {n}, {k}, {esize}, "
                           f"{before.name}, {before.parallel_extent}, {self._local()});")
         self._region(sum(-(-b // 8) * 8 for b in (4 * n * rows, esize * n * rows, 4 * n * rows)) + 16 * n)
+
+    def _select_and_scatter(self, instr: Instruction) -> None:
+        operand, source, init = instr.operands
+        window = instr.attrs["window"].dims
+        rank = operand.shape.rank
+        if rank > 8 or any(w.reversal for w in window):
+            raise AotError(f"{label(instr)}: a select-and-scatter of rank {rank} > 8 or with a reversed window "
+                           "cannot be compiled ahead of time")
+        select = self.driver.kernels.scalar(instr.attrs["select"], "select-and-scatter selection")
+        scatter = self.driver.kernels.scalar(instr.attrs["scatter"], "select-and-scatter combiner")
+
+        def each(values) -> str:
+            return "{" + ", ".join(str(int(v)) for v in values) + "}"
+        fields = [rank] + [each(a) for a in (operand.shape.dims, row_major_strides(operand.shape.dims),
+                                             source.shape.dims, [w.size for w in window], [w.stride for w in window],
+                                             [w.pad_low for w in window], [w.base_dilation for w in window],
+                                             [w.window_dilation for w in window])]
+        self.lines += ["{", f"    static const struct nbxla_window win = {{{', '.join(map(str, fields))}}};",
+                       f"    nbxla_select_and_scatter({self._array(operand)}, {self._array(source)}, "
+                       f"{self._array(init)}, {self._array(instr)}, {operand.shape.dtype.itemsize}, &win, "
+                       f"{select.name}, {select.parallel_extent}, {scatter.name}, {scatter.parallel_extent});", "}"]
 
     def _while(self, instr: Instruction) -> None:
         cond = self.driver.program(instr.attrs["condition"])

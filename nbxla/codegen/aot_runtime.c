@@ -9,6 +9,8 @@
  *  - nbxla_conv: ``convolution``, directly (the jit runtime: im2col + NumPy's BLAS).
  *  - nbxla_sort: a stable merge sort driven by the comparator compiled as a kernel (the jit
  *    runtime calls NumPy's argsort); nbxla_topk on top of it (the jit: the evaluator).
+ *  - nbxla_select_and_scatter: with its selection and combiner compiled as kernels (the jit:
+ *    the evaluator).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -343,5 +345,66 @@ static void nbxla_topk(const char *x, char *values, int32_t *positions, int64_t 
     for (int64_t r = 0; r < rows; r++) {
         memcpy(values + r * k * esize, xs + r * n * esize, k * esize);
         memcpy(positions + r * k, is + r * n, k * 4);
+    }
+}
+
+/* select-and-scatter (the evaluator's semantics): out starts as init everywhere; each window
+ * (one per source element, row-major) picks the first operand element of the window, in
+ * row-major window order, that ``select(picked, candidate)`` keeps against every later
+ * candidate (padding is never picked), and combines the source element into out there with
+ * ``scatter(out, source)``.  Window positions as in nbxla_conv. */
+struct nbxla_window {
+    int64_t rank, in_dims[8], in_strides[8], src_dims[8], size[8], stride[8], pad_low[8], base_dil[8], win_dil[8];
+};
+
+static void nbxla_select_and_scatter(const char *operand, const char *source, const char *init, char *out,
+                                     int64_t esize, const struct nbxla_window *w, nbxla_kernel select,
+                                     int64_t select_extent, nbxla_kernel scatter, int64_t scatter_extent) {
+    int64_t total = 1, src_total = 1, win_total = 1, si[8] = {0}, ki[8];
+    for (int64_t d = 0; d < w->rank; d++) {
+        total *= w->in_dims[d];
+        src_total *= w->src_dims[d];
+        win_total *= w->size[d];
+    }
+    for (int64_t i = 0; i < total; i++) memcpy(out + i * esize, init, esize);
+    unsigned char keep;
+    char combined[16];
+    void *args[3];
+    for (int64_t s = 0; s < src_total; s++) {
+        int64_t picked = -1;
+        for (int64_t d = 0; d < w->rank; d++) ki[d] = 0;
+        for (int64_t q = 0; q < win_total; q++) {
+            int64_t at = 0, inside = 1;
+            for (int64_t d = 0; d < w->rank; d++) {
+                int64_t p = si[d] * w->stride[d] + ki[d] * w->win_dil[d] - w->pad_low[d];
+                if (p < 0 || p % w->base_dil[d] || p / w->base_dil[d] >= w->in_dims[d]) { inside = 0; break; }
+                at += p / w->base_dil[d] * w->in_strides[d];
+            }
+            if (inside) {
+                if (picked < 0) picked = at;
+                else {
+                    args[0] = (void *)(operand + picked * esize);
+                    args[1] = (void *)(operand + at * esize);
+                    args[2] = &keep;
+                    select(args, 0, select_extent);
+                    if (!keep) picked = at;
+                }
+            }
+            for (int64_t d = w->rank - 1; d >= 0; d--) {
+                if (++ki[d] < w->size[d]) break;
+                ki[d] = 0;
+            }
+        }
+        if (picked >= 0) {
+            args[0] = out + picked * esize;
+            args[1] = (void *)(source + s * esize);
+            args[2] = combined;
+            scatter(args, 0, scatter_extent);
+            memcpy(out + picked * esize, combined, esize);
+        }
+        for (int64_t d = w->rank - 1; d >= 0; d--) {
+            if (++si[d] < w->src_dims[d]) break;
+            si[d] = 0;
+        }
     }
 }

@@ -28,8 +28,6 @@ REFUSED = {
     "cholesky_custom_call": r"%cholesky\.\d+ \(custom-call\)",
     "linalg_solve_lapack": r"%lu\.\d+ \(custom-call\)",
     "fft_ops": r"%fft\.\d+ \(fft\)",
-    "select_and_scatter_maxpool_grad": r"\(select-and-scatter\)",
-    "select_and_scatter_overlapping": r"\(select-and-scatter\)",
     # fusions the code generator cannot emit (jit interprets them)
     "rng_bit_generator_algorithms": r"\(fusion\).*bitcast-convert between widths",
     "bitcast_convert": r"\(fusion\).*bitcast-convert between widths",

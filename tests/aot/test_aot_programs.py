@@ -356,3 +356,36 @@ def test_topk_with_nans_ties_and_odd_sizes(tmp_path):
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.view(np.uint16) if g.dtype == np.float16 else g,
                                       w.view(np.uint16) if w.dtype == np.float16 else w)
+
+
+SELECT_SCATTER_HLO = """
+HloModule pool_grad
+
+ge {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=GE
+}
+
+most {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] maximum(a, b)
+}
+
+ENTRY main {
+  x = f32[7,6] parameter(0)
+  g = f32[4,3] parameter(1)
+  zero = f32[] constant(-1)
+  ROOT y = f32[7,6] select-and-scatter(x, g, zero), window={size=3x3 stride=2x2 pad=1_1x1_1}, select=ge, scatter=most
+}
+"""
+
+
+def test_select_and_scatter_with_padding_and_a_custom_combiner(tmp_path):
+    rng = np.random.default_rng(17)
+    x = rng.integers(0, 4, (7, 6)).astype(np.float32)          # ties: the first one is kept
+    g = rng.standard_normal((4, 3)).astype(np.float32)
+    obj, exe = build(parse_hlo(SELECT_SCATTER_HLO), None, tmp_path, "pool_grad")
+    np.testing.assert_array_equal(run(obj, exe, [x, g], tmp_path)[0],
+                                  flatten(evaluate(parse_hlo(SELECT_SCATTER_HLO), [x, g]))[0])
