@@ -11,15 +11,16 @@ leaves must end in, ``scratch`` its temporaries.  Every array value is a *leaf b
 parameter leaf, a constant (a global of the kernels' object), a caller's result leaf, or a
 place in the scratch area.  Views (``tuple``, ``get-tuple-element``, a row-major
 ``reshape``/``bitcast``) name existing buffers; kernels (``fusion``, ``scatter``,
-``reduce-window``), ``dot``, ``sort`` and control flow write new ones.
+``reduce-window``), the C routines of ``aot_runtime.c`` (``dot``, ``convolution``, ``sort``,
+``topk``, ``select-and-scatter``) and control flow write new ones.
 
 **Planning.**  Instructions run in their order in the computation (the schedule the passes
 left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
 results are copied there at the end.  Temporaries are placed by a linear scan that reuses the
 memory of values whose last reader has run (first fit, 64-byte aligned).  After the planned
 area comes one region that each step may use while it runs (a loop's second state buffer and
-its condition's and body's scratch, a full reduction's partial slots, a dot's transposed
-operands, a sort's permutation): everything is sized at compile time, so one block of
+its condition's and body's scratch, a full reduction's partial slots, a dot's converted,
+transposed or packed operands, a sort's permutation): everything is sized at compile time, so one block of
 ``scratch_bytes`` serves a whole call and the entry point is reentrant.
 
 **Loops.**  A ``while`` keeps its state in two sets of buffers and swaps them after each
@@ -42,7 +43,6 @@ from .elemental import row_major_strides
 
 ALIGN = 64
 MAX_THREADS = 64          # NBXLA_MAX_THREADS in aot_runtime.c
-_VIEWS = {"tuple", "get-tuple-element", "reshape", "bitcast"}
 _GEMM_TYPES = {"f32", "f64", "c64", "c128", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
 _INDEX_C_TYPES = {"pred": "unsigned char", "s32": "int32_t", "s64": "int64_t", "u32": "uint32_t",
                   "u64": "uint64_t", "s8": "int8_t", "u8": "uint8_t", "s16": "int16_t", "u16": "uint16_t"}
