@@ -389,3 +389,20 @@ def test_select_and_scatter_with_padding_and_a_custom_combiner(tmp_path):
     obj, exe = build(parse_hlo(SELECT_SCATTER_HLO), None, tmp_path, "pool_grad")
     np.testing.assert_array_equal(run(obj, exe, [x, g], tmp_path)[0],
                                   flatten(evaluate(parse_hlo(SELECT_SCATTER_HLO), [x, g]))[0])
+
+
+def test_the_header_works_from_cpp(tmp_path):
+    import shutil
+    import subprocess
+    if shutil.which("c++") is None:
+        pytest.skip("no C++ compiler (c++)")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    obj = build(reduction_to_scalar, [x], tmp_path, "norm")[0]
+    main = tmp_path / "main.cpp"
+    main.write_text('#include "norm.h"\n#include <cstdio>\nint main() {\n  float x[NORM_ARG0_SIZE], r;\n'
+                    '  for (int i = 0; i < NORM_ARG0_SIZE; i++) x[i] = (float)i;\n'
+                    '  if (norm(x, &r) || norm_arg0_dims[1] != 4) return 1;\n  std::printf("%.6f\\n", r);\n}\n')
+    subprocess.run(["c++", f"-I{tmp_path}", str(main), obj.object_path, "-o", str(tmp_path / "cpp"), "-lm",
+                    "-lpthread"], check=True)
+    out = subprocess.run([str(tmp_path / "cpp")], capture_output=True, text=True, check=True).stdout
+    assert float(out) == pytest.approx(float(reduction_to_scalar(x)), rel=1e-6)
