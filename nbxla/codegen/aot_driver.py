@@ -12,7 +12,7 @@ parameter leaf, a constant (a global of the kernels' object), a caller's result 
 place in the scratch area.  Views (``tuple``, ``get-tuple-element``, a row-major
 ``reshape``/``bitcast``) name existing buffers; kernels (``fusion``, ``scatter``,
 ``reduce-window``), the C routines of ``aot_runtime.c`` (``dot``, ``convolution``, ``sort``,
-``topk``, ``select-and-scatter``) and control flow write new ones.
+``topk``, ``select-and-scatter``, ``fft``) and control flow write new ones.
 
 **Planning.**  Instructions run in their order in the computation (the schedule the passes
 left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
@@ -325,6 +325,8 @@ class _ProgramEmitter:
             self._topk(instr)
         elif op == "select-and-scatter":
             self._select_and_scatter(instr)
+        elif op == "fft":
+            self._fft(instr)
         else:
             self._kernel(instr)
 
@@ -538,6 +540,26 @@ class _ProgramEmitter:
                        f"    nbxla_select_and_scatter({self._array(operand)}, {self._array(source)}, "
                        f"{self._array(init)}, {self._array(instr)}, {operand.shape.dtype.itemsize}, &win, "
                        f"{select.name}, {select.parallel_extent}, {scatter.name}, {scatter.parallel_extent});", "}"]
+
+    def _fft(self, instr: Instruction) -> None:
+        (x,) = instr.operands
+        kinds = {"FFT": 0, "IFFT": 1, "RFFT": 2, "IRFFT": 3}
+        types = {"f32": 0, "f64": 1, "c64": 2, "c128": 3}
+        lengths = list(instr.attrs["fft_length"])
+        t_in, t_out = x.shape.element_type, instr.shape.element_type
+        if t_in not in types or t_out not in types or not lengths or len(lengths) > 8:
+            raise AotError(f"{label(instr)}: an fft of {t_in} -> {t_out} over {len(lengths)} dims cannot be "
+                           "compiled ahead of time")
+        batch = _prod(x.shape.dims[:x.shape.rank - len(lengths)])
+        full = batch * _prod(lengths)
+        if full == 0:
+            return
+        work = _align(16 * full)
+        self.lines += ["{", f"    static const int64_t len[] = {{{', '.join(map(str, lengths))}}};",
+                       f"    nbxla_fft({self._array(x)}, {self._array(instr)}, {kinds[instr.attrs['fft_type']]}, "
+                       f"{types[t_in]}, {types[t_out]}, {batch}, {len(lengths)}, len, "
+                       f"(double complex *){self._local()}, (double complex *){self._local(work)});", "}"]
+        self._region(work + 16 * max(lengths))
 
     def _while(self, instr: Instruction) -> None:
         cond = self.driver.program(instr.attrs["condition"])

@@ -11,10 +11,12 @@
  *    runtime calls NumPy's argsort); nbxla_topk on top of it (the jit: the evaluator).
  *  - nbxla_select_and_scatter: with its selection and combiner compiled as kernels (the jit:
  *    the evaluator).
+ *  - nbxla_fft: a direct DFT in double precision (the jit: the evaluator, NumPy's FFT).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <complex.h>
+#include <math.h>
 #include <stdbool.h>
 #include <sched.h>
 #include <stdint.h>
@@ -407,4 +409,75 @@ static void nbxla_select_and_scatter(const char *operand, const char *source, co
             si[d] = 0;
         }
     }
+}
+
+/* fft (the evaluator's NumPy semantics, in double precision): kind 0 FFT, 1 IFFT, 2 RFFT,
+ * 3 IRFFT over the last nd dims (lengths ``len``) of ``batch`` arrays; IFFT and IRFFT scaled by
+ * 1/n.  A direct DFT per line (O(n^2), angles reduced mod n), so: exact semantics, not speed.
+ * Types: 0 f32, 1 f64, 2 c64, 3 c128.  ``work`` holds batch * prod(len) complex doubles,
+ * ``line`` 2 * max(len). */
+static double complex nbxla_fft_load(const char *p, int64_t i, int type) {
+    switch (type) {
+    case 0: return ((const float *)p)[i];
+    case 1: return ((const double *)p)[i];
+    case 2: return ((const float complex *)p)[i];
+    default: return ((const double complex *)p)[i];
+    }
+}
+
+static void nbxla_fft_store(char *p, int64_t i, int type, double complex v) {
+    switch (type) {
+    case 0: ((float *)p)[i] = (float)creal(v); break;
+    case 1: ((double *)p)[i] = creal(v); break;
+    case 2: ((float complex *)p)[i] = (float complex)v; break;
+    default: ((double complex *)p)[i] = v;
+    }
+}
+
+/* The DFT of every line along ``axis`` of work ([lines..., len[axis], inner...]). */
+static void nbxla_dft_axis(double complex *work, int64_t batch, int nd, const int64_t *len, int axis,
+                           int inverse, double complex *line) {
+    int64_t n = len[axis], inner = 1, outer = batch;
+    for (int d = axis + 1; d < nd; d++) inner *= len[d];
+    for (int d = 0; d < axis; d++) outer *= len[d];
+    double sign = inverse ? 2.0 : -2.0;
+    const double pi = 3.14159265358979323846;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double complex *x = work + o * n * inner + i;
+            for (int64_t k = 0; k < n; k++) {
+                double complex acc = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    double angle = sign * pi * (double)((j * k) % n) / (double)n;
+                    acc += x[j * inner] * (cos(angle) + I * sin(angle));
+                }
+                line[k] = inverse ? acc / (double)n : acc;
+            }
+            for (int64_t k = 0; k < n; k++) x[k * inner] = line[k];
+        }
+}
+
+static void nbxla_fft(const char *in, char *out, int kind, int in_type, int out_type, int64_t batch, int nd,
+                      const int64_t *len, double complex *work, double complex *line) {
+    int64_t n = len[nd - 1], full = batch, rows;
+    for (int d = 0; d < nd; d++) full *= len[d];
+    rows = full / n;
+    int64_t in_last = kind == 3 ? n / 2 + 1 : n, out_last = kind == 2 ? n / 2 + 1 : n;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++)
+            work[r * n + j] = j < in_last ? nbxla_fft_load(in, r * in_last + j, in_type) : 0;
+    if (kind == 3) {
+        /* IRFFT: inverse transforms of the leading axes, then each last-axis line completed
+         * as a Hermitian spectrum and transformed back; its real part is the result. */
+        for (int a = 0; a < nd - 1; a++) nbxla_dft_axis(work, batch, nd, len, a, 1, line);
+        for (int64_t r = 0; r < rows; r++) {
+            double complex *x = work + r * n;
+            for (int64_t k = in_last; k < n; k++) x[k] = conj(x[n - k]);
+        }
+        nbxla_dft_axis(work, batch, nd, len, nd - 1, 1, line);
+    } else {
+        for (int a = 0; a < nd; a++) nbxla_dft_axis(work, batch, nd, len, a, kind == 1, line);
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < out_last; j++) nbxla_fft_store(out, r * out_last + j, out_type, work[r * n + j]);
 }

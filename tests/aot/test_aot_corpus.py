@@ -27,7 +27,6 @@ JAX_EXTRA = Path(__file__).resolve().parents[1] / "jax_extra"
 REFUSED = {
     "cholesky_custom_call": r"%cholesky\.\d+ \(custom-call\)",
     "linalg_solve_lapack": r"%lu\.\d+ \(custom-call\)",
-    "fft_ops": r"%fft\.\d+ \(fft\)",
     # fusions the code generator cannot emit (jit interprets them)
     "rng_bit_generator_algorithms": r"\(fusion\).*bitcast-convert between widths",
     "bitcast_convert": r"\(fusion\).*bitcast-convert between widths",

@@ -254,14 +254,36 @@ ENTRY main {
 }
 """
 
-FFT_HLO = """
-HloModule spectrum
+CHOLESKY_HLO = """
+HloModule factor
 
 ENTRY main {
-  x = c64[16] parameter(0)
-  ROOT y = c64[16] fft(x), fft_type=FFT, fft_length={16}, metadata={source_file="model.py" source_line=12}
+  a = f32[4,4] parameter(0)
+  c = (f32[4,4], s32[]) custom-call(a), custom_call_target="lapack_spotrf_ffi", backend_config={uplo = 76 : ui8}, metadata={source_file="model.py" source_line=12}
+  ROOT l = f32[4,4] get-tuple-element(c), index=0
 }
 """
+
+FFT_HLO = """
+HloModule spectra
+
+ENTRY main {
+  x = f64[2,5,6] parameter(0)
+  z = c128[2,5,4] parameter(1)
+  r = c128[2,5,4] fft(x), fft_type=RFFT, fft_length={5,6}
+  i = f64[2,5,7] fft(z), fft_type=IRFFT, fft_length={5,7}
+  f = c128[2,5,4] fft(z), fft_type=IFFT, fft_length={4}
+  ROOT t = (c128[2,5,4], f64[2,5,7], c128[2,5,4]) tuple(r, i, f)
+}
+"""
+
+
+def test_fft_kinds_over_several_axes(tmp_path):
+    rng = np.random.default_rng(18)
+    x = rng.standard_normal((2, 5, 6))
+    z = rng.standard_normal((2, 5, 4)) + 1j * rng.standard_normal((2, 5, 4))
+    obj, exe = build(parse_hlo(FFT_HLO), None, tmp_path, "spectra")
+    _check(run(obj, exe, [x, z], tmp_path), flatten(evaluate(parse_hlo(FFT_HLO), [x, z])), rtol=1e-10)
 
 
 def test_convolution_runs_natively(tmp_path):
@@ -274,8 +296,8 @@ def test_convolution_runs_natively(tmp_path):
 def test_what_cannot_be_compiled_ahead_of_time_is_named_with_its_line(tmp_path):
     import nbxla.aot
     from nbxla.errors import AotError, NbxlaError
-    with pytest.raises(AotError, match=r"%y \(fft\) at model\.py:12 cannot be compiled ahead of time"):
-        nbxla.aot.compile(parse_hlo(FFT_HLO), None, str(tmp_path), "spectrum")
+    with pytest.raises(AotError, match=r"%c \(custom-call\) at model\.py:12 cannot be compiled ahead of time"):
+        nbxla.aot.compile(parse_hlo(CHOLESKY_HLO), None, str(tmp_path), "factor")
 
     def unique_values(x):
         return np.unique(x)
