@@ -108,8 +108,11 @@ class _Kernels(KernelSource):
             return self._emit(id(instr), instr.name, instr.attrs["calls"], label(instr))
         if instr.opcode in STANDALONE_KERNEL_OPS:
             return self._emit(id(instr), instr.name, standalone_computation(instr), label(instr))
+        what = instr.opcode
+        if what == "custom-call":
+            what = f"the custom-call target {instr.attrs.get('custom_call_target', '')!r}"
         raise AotError(f"{label(instr)} cannot be compiled ahead of time: the object file has no native "
-                       f"implementation of {instr.opcode} (under jit it runs through the reference evaluator, "
+                       f"implementation of {what} (under jit it runs through the reference evaluator, "
                        "in Python). Rewrite that part of the function, or use nbxla.jit")
 
     def scalar(self, comp: Computation, role: str) -> KernelSpec:

@@ -12,7 +12,8 @@ parameter leaf, a constant (a global of the kernels' object), a caller's result 
 place in the scratch area.  Views (``tuple``, ``get-tuple-element``, a row-major
 ``reshape``/``bitcast``) name existing buffers; kernels (``fusion``, ``scatter``,
 ``reduce-window``), the C routines of ``aot_runtime.c`` (``dot``, ``convolution``, ``sort``,
-``topk``, ``select-and-scatter``, ``fft``) and control flow write new ones.
+``topk``, ``select-and-scatter``, ``fft``, LAPACK's Cholesky and XLA's TopK custom calls) and
+control flow write new ones.
 
 **Planning.**  Instructions run in their order in the computation (the schedule the passes
 left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
@@ -37,6 +38,7 @@ import numpy as np
 from ..errors import AotError
 from ..hlo.attributes import WindowDim
 from ..hlo.evaluator_common import label
+from ..hlo.evaluator_linalg import lapack_uplo
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape
 from .elemental import row_major_strides
@@ -44,6 +46,8 @@ from .elemental import row_major_strides
 ALIGN = 64
 MAX_THREADS = 64          # NBXLA_MAX_THREADS in aot_runtime.c
 _GEMM_TYPES = {"f32", "f64", "c64", "c128", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
+# custom-call targets with a C implementation -> the method that emits the call
+_CUSTOM_CALLS = {"lapack_spotrf_ffi": "_potrf", "lapack_dpotrf_ffi": "_potrf", "TopK": "_topk_call"}
 _INDEX_C_TYPES = {"pred": "unsigned char", "s32": "int32_t", "s64": "int64_t", "u32": "uint32_t",
                   "u64": "uint64_t", "s8": "int8_t", "u8": "uint8_t", "s16": "int16_t", "u16": "uint16_t"}
 
@@ -327,6 +331,8 @@ class _ProgramEmitter:
             self._select_and_scatter(instr)
         elif op == "fft":
             self._fft(instr)
+        elif op == "custom-call" and instr.attrs.get("custom_call_target") in _CUSTOM_CALLS:
+            getattr(self, _CUSTOM_CALLS[instr.attrs["custom_call_target"]])(instr)
         else:
             self._kernel(instr)
 
@@ -503,8 +509,7 @@ class _ProgramEmitter:
 
     def _topk(self, instr: Instruction) -> None:
         (x,) = instr.operands
-        t, n = x.shape.element_type, x.shape.dims[-1]
-        k, rows = instr.attrs["k"], _prod(x.shape.dims[:-1])
+        t, k = x.shape.element_type, instr.attrs["k"]
         # The order as a comparator on (lhs x, rhs x, lhs position, rhs position): floats by
         # IEEE totalOrder (NaN above +inf, -0 below +0), as the evaluator orders them.
         params = [Instruction("parameter", Shape(s, ()), attrs={"parameter_number": i}, name=f"p{i}")
@@ -514,6 +519,10 @@ class _ProgramEmitter:
             attrs["type"] = "TOTALORDER"
         root = Instruction("compare", Shape("pred", ()), params[:2], attrs, name="before")
         before = self.driver.kernels.scalar(Computation(f"{instr.name}.order", params + [root], root), "topk order")
+        self._topk_with(instr, x, k, before)
+
+    def _topk_with(self, instr: Instruction, x: Instruction, k: int, before) -> None:
+        n, rows = x.shape.dims[-1], _prod(x.shape.dims[:-1])
         values, positions = self._leaves(instr)
         esize = x.shape.dtype.itemsize
         self.lines.append(f"nbxla_topk({self._array(x)}, {values}, {positions}, {rows}, {n}, {k}, {esize}, "
@@ -560,6 +569,24 @@ class _ProgramEmitter:
                        f"{types[t_in]}, {types[t_out]}, {batch}, {len(lengths)}, len, "
                        f"(double complex *){self._local()}, (double complex *){self._local(work)});", "}"]
         self._region(work + 16 * max(lengths))
+
+    def _potrf(self, instr: Instruction) -> None:
+        (a,) = instr.operands
+        t = a.shape.element_type
+        n = a.shape.dims[-1]
+        if t not in ("f32", "f64") or a.shape.rank < 2 or a.shape.dims[-2] != n:
+            raise AotError(f"{label(instr)}: {instr.attrs['custom_call_target']} needs square f32/f64 matrices")
+        factor, info = self._leaves(instr)
+        lower = int(lapack_uplo(instr) == "L")
+        self.lines.append(f"nbxla_potrf_{t}({self._array(a)}, {factor}, {info}, {_prod(a.shape.dims[:-2])}, {n}, "
+                          f"{lower}, (double *){self._local()});")
+        self._region(8 * n * n)
+
+    def _topk_call(self, instr: Instruction) -> None:
+        """XLA:CPU's ``TopK`` custom call: (x, positions) sorted by its comparator, first k kept."""
+        (x,) = instr.operands
+        before = self.driver.kernels.scalar(instr.attrs["called_computations"][0], "TopK comparator")
+        self._topk_with(instr, x, instr.shape.elements[0].dims[-1], before)
 
     def _while(self, instr: Instruction) -> None:
         cond = self.driver.program(instr.attrs["condition"])

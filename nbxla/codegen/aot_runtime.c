@@ -12,6 +12,7 @@
  *  - nbxla_select_and_scatter: with its selection and combiner compiled as kernels (the jit:
  *    the evaluator).
  *  - nbxla_fft: a direct DFT in double precision (the jit: the evaluator, NumPy's FFT).
+ *  - nbxla_potrf: LAPACK's Cholesky custom call (the jit: the evaluator, NumPy's cholesky).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -481,3 +482,41 @@ static void nbxla_fft(const char *in, char *out, int kind, int in_type, int out_
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < out_last; j++) nbxla_fft_store(out, r * out_last + j, out_type, work[r * n + j]);
 }
+
+/* Cholesky factorization as LAPACK's potrf through XLA's FFI (the evaluator's semantics):
+ * per n x n matrix, the factor replaces the ``lower`` (else upper) triangle, read as the
+ * symmetric matrix it describes; the other triangle keeps the input; info = 0, or the order of
+ * the first leading minor that is not positive definite, with the factor all NaN.  Computed in
+ * double.  ``work`` holds n*n doubles. */
+#define NBXLA_POTRF(NAME, T)                                                                      \
+    static void NAME(const T *a, T *factor, int32_t *info, int64_t batch, int64_t n, int lower,   \
+                     double *work) {                                                              \
+        for (int64_t b = 0; b < batch; b++) {                                                     \
+            const T *m = a + b * n * n;                                                           \
+            T *f = factor + b * n * n;                                                            \
+            memcpy(f, m, sizeof(T) * n * n);                                                      \
+            info[b] = 0;                                                                          \
+            for (int64_t j = 0; j < n && !info[b]; j++) {                                         \
+                for (int64_t i = j; i < n; i++) { /* L[i][j] of the symmetric matrix */          \
+                    double s = lower ? m[i * n + j] : m[j * n + i];                               \
+                    for (int64_t k = 0; k < j; k++) s -= work[i * n + k] * work[j * n + k];       \
+                    if (i == j) {                                                                 \
+                        if (!(s > 0)) { info[b] = (int32_t)(j + 1); break; }                      \
+                        work[j * n + j] = sqrt(s);                                                \
+                    } else {                                                                      \
+                        work[i * n + j] = s / work[j * n + j];                                    \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+            for (int64_t i = 0; i < n; i++)                                                       \
+                for (int64_t j = 0; j <= i; j++) {                                                \
+                    T v = info[b] ? (T)NAN : (T)work[i * n + j];                                  \
+                    if (lower) f[i * n + j] = v; else f[j * n + i] = v;                           \
+                }                                                                                 \
+            if (info[b])                                                                          \
+                for (int64_t i = 0; i < n * n; i++) f[i] = (T)NAN;                                \
+        }                                                                                         \
+    }
+
+NBXLA_POTRF(nbxla_potrf_f32, float)
+NBXLA_POTRF(nbxla_potrf_f64, double)

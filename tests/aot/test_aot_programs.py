@@ -254,15 +254,44 @@ ENTRY main {
 }
 """
 
-CHOLESKY_HLO = """
+LU_HLO = """
 HloModule factor
 
 ENTRY main {
   a = f32[4,4] parameter(0)
-  c = (f32[4,4], s32[]) custom-call(a), custom_call_target="lapack_spotrf_ffi", backend_config={uplo = 76 : ui8}, metadata={source_file="model.py" source_line=12}
+  c = (f32[4,4], s32[4], s32[]) custom-call(a), custom_call_target="lapack_sgetrf_ffi", metadata={source_file="model.py" source_line=12}
   ROOT l = f32[4,4] get-tuple-element(c), index=0
 }
 """
+
+CHOLESKY_HLO = """
+HloModule chol
+
+ENTRY main {
+  a = f64[2,5,5] parameter(0)
+  lo = (f64[2,5,5], s32[2]) custom-call(a), custom_call_target="lapack_dpotrf_ffi", backend_config={uplo = 76 : ui8}
+  up = (f64[2,5,5], s32[2]) custom-call(a), custom_call_target="lapack_dpotrf_ffi", backend_config={uplo = 85 : ui8}
+  l = f64[2,5,5] get-tuple-element(lo), index=0
+  li = s32[2] get-tuple-element(lo), index=1
+  u = f64[2,5,5] get-tuple-element(up), index=0
+  ui = s32[2] get-tuple-element(up), index=1
+  ROOT t = (f64[2,5,5], s32[2], f64[2,5,5], s32[2]) tuple(l, li, u, ui)
+}
+"""
+
+
+def test_cholesky_custom_call_lower_upper_and_failing(tmp_path):
+    rng = np.random.default_rng(19)
+    m = rng.standard_normal((5, 5))
+    a = np.stack([m @ m.T + 5 * np.eye(5), m + m.T])        # positive definite, then (likely) not
+    a[1, 0, 0] = 1.0
+    a[1, 1, 1] = -3.0                                       # the 2x2 leading minor fails
+    obj, exe = build(parse_hlo(CHOLESKY_HLO), None, tmp_path, "chol")
+    got = run(obj, exe, [a], tmp_path)
+    want = flatten(evaluate(parse_hlo(CHOLESKY_HLO), [a]))
+    assert list(got[1]) == list(want[1]) and want[1][1] > 0
+    _check(got, want, rtol=1e-10)
+
 
 FFT_HLO = """
 HloModule spectra
@@ -296,8 +325,9 @@ def test_convolution_runs_natively(tmp_path):
 def test_what_cannot_be_compiled_ahead_of_time_is_named_with_its_line(tmp_path):
     import nbxla.aot
     from nbxla.errors import AotError, NbxlaError
-    with pytest.raises(AotError, match=r"%c \(custom-call\) at model\.py:12 cannot be compiled ahead of time"):
-        nbxla.aot.compile(parse_hlo(CHOLESKY_HLO), None, str(tmp_path), "factor")
+    with pytest.raises(AotError, match=r"%c \(custom-call\) at model\.py:12 cannot be compiled ahead of time: "
+                                       r".*custom-call target 'lapack_sgetrf_ffi'"):
+        nbxla.aot.compile(parse_hlo(LU_HLO), None, str(tmp_path), "factor")
 
     def unique_values(x):
         return np.unique(x)
