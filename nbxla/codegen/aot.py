@@ -33,7 +33,8 @@ from ..hlo import Module
 from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape
-from .aot_driver import ALIGN, Driver, KernelSource, leaf_shapes
+from .aot_driver import Driver, KernelSource, leaf_shapes
+from .aot_library import ALIGN
 from .cpu import optimize_module
 from .loops import STANDALONE_KERNEL_OPS, KernelSpec, emit_kernel, standalone_computation
 
