@@ -186,7 +186,8 @@ def main(argv=None) -> int:
         return 0
     repeats = opts.repeats or (1 if opts.quick else 7)
     print(f"AOT object called from C vs nbxla.jit from Python; medians of {repeats} interleaved samples "
-          f"of >= {SAMPLE_S * 1e3:.0f} ms; {os.cpu_count()} CPUs\n")
+          f"of >= {SAMPLE_S * 1e3:.0f} ms; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+          "(a busy machine inflates every column)\n")
     header = f"{'workload':16} {'input':>10} {'C (AOT)':>13} {'nbxla.jit':>13} {'NumPy':>13} {'xjit':>7} {'xNumPy':>7}  check"
     print(header)
     print("-" * len(header))

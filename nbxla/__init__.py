@@ -25,6 +25,15 @@ __all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "Concr
            "cache", "dashboard", "grad", "value_and_grad", "GradientTape", "random"]
 
 
+def __getattr__(name):
+    """``nbxla.aot`` without importing it first: loaded on first use, since it imports LLVM
+    (llvmlite), which ``import nbxla`` does not."""
+    if name == "aot":
+        import importlib
+        return importlib.import_module(".aot", __name__)
+    raise AttributeError(f"module 'nbxla' has no attribute {name!r}")
+
+
 def dashboard(cache=None):
     """An ipywidgets view of the compilation cache and the last compilation's stages,
     updated after every cell (``nbxla.jupyter.dashboard``)."""

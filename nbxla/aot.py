@@ -119,7 +119,9 @@ def compile(fn, specs: Sequence | None = None, out_dir: str = ".", name: str | N
         if specs is None:
             raise AotError("give the argument specs, e.g. nbxla.aot.compile(f, ['f32[16,784]'], 'build', 'f')")
         module, description = _trace(fn, specs)
-    name = name or module.name
+    if name is None:        # the module's name, made a C identifier
+        name = re.sub(r"\W", "_", module.name)
+        name = name if name and not name[0].isdigit() else f"f_{name}"
     optimized = optimize(module).module
     return compile_object(optimized, name, out_dir, parallel_threshold=PARALLEL_THRESHOLD, cpu=cpu,
                           description=description, emit_llvm=emit_llvm, emit_asm=emit_asm, emit_c=emit_c)

@@ -34,8 +34,10 @@ from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo.shapes import Shape
-from .aot_driver import ALIGN, Driver, KernelSource, leaf_shapes
+from .aot_driver import Driver, KernelSource, leaf_shapes
+from .aot_library import ALIGN
 from .cpu import optimize_module
+from .elemental import ELEMENTAL_RULES
 from .kernels import emit_kernel, standalone_computation
 from .toolkit import KernelSpec
 
@@ -45,6 +47,9 @@ C_TYPES = {"pred": "bool", "s8": "int8_t", "s16": "int16_t", "s32": "int32_t", "
            "c64": "float", "c128": "double"}
 _TYPE_NOTES = {"f16": "IEEE half bits", "bf16": "bfloat16 bits", "c64": "interleaved re, im",
                "c128": "interleaved re, im"}
+_C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
+    void volatile while bool true false main""".split())
 _RUNTIME_C = os.path.join(os.path.dirname(os.path.abspath(__file__)), "aot_runtime.c")
 
 
@@ -76,7 +81,7 @@ class _Kernels(KernelSource):
         self.prefix = prefix
         self.module = ir.Module(name=prefix)
         self.module.triple = triple
-        self.specs: dict[int, KernelSpec] = {}
+        self.specs: dict[object, KernelSpec] = {}     # by instruction or computation id, or convert
         self.constants: dict[bytes, str] = {}
         self.names: list[str] = []
         self._keep: list = []            # computations emitted (ids must stay unique)
@@ -105,21 +110,26 @@ class _Kernels(KernelSource):
     def kernel(self, instr: Instruction) -> KernelSpec:
         if instr.opcode == "fusion":
             return self._emit(id(instr), instr.name, instr.attrs["calls"], label(instr))
-        if instr.opcode in OWN_KERNEL:
+        # Own-kernel ops, and any op the elemental emitter handles that the optimizer left
+        # outside a fusion (jit runs small slices as NumPy views): a kernel of that one op.
+        if instr.opcode in OWN_KERNEL or instr.opcode in ELEMENTAL_RULES:
             return self._emit(id(instr), instr.name, standalone_computation(instr), label(instr))
+        what = instr.opcode
+        if what == "custom-call":
+            what = f"the custom-call target {instr.attrs.get('custom_call_target', '')!r}"
         raise AotError(f"{label(instr)} cannot be compiled ahead of time: the object file has no native "
-                       f"implementation of {instr.opcode} (under jit it runs through the reference evaluator, "
+                       f"implementation of {what} (under jit it runs through the reference evaluator, "
                        "in Python). Rewrite that part of the function, or use nbxla.jit")
 
-    def comparator(self, comp: Computation) -> KernelSpec:
-        return self._emit(id(comp), comp.name, comp, f"the sort comparator %{comp.name}")
+    def scalar(self, comp: Computation, role: str) -> KernelSpec:
+        return self._emit(id(comp), comp.name, comp, f"the {role} %{comp.name}")
 
     def convert(self, shape: Shape, to: str) -> KernelSpec:
         param = Instruction("parameter", shape, attrs={"parameter_number": 0}, name="x")
         root = Instruction("convert", shape.with_type(to), [param], name=f"to_{to}")
         comp = Computation(f"convert_{shape.element_type}_{to}_{shape.size}", [param, root], root)
         return self._emit(("convert", shape.to_text(False), to), comp.name, comp,
-                          f"a conversion of a dot operand {shape.to_text(False)} to {to}")
+                          f"a conversion of a dot or convolution operand {shape.to_text(False)} to {to}")
 
     def constant(self, data: bytes) -> str:
         symbol = self.constants.get(data)
@@ -161,8 +171,9 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
     ``description`` goes into the header's comment (the source function and signature).
     With ``emit_llvm`` / ``emit_asm`` / ``emit_c``, the optimized kernels' IR (``NAME.ll``),
     their assembly (``NAME.s``) and the driver's C (``NAME.driver.c``) are written too."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise AotError(f"the name {name!r} is not a C identifier; choose one such as predict_digits")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in _C_KEYWORDS:
+        raise AotError(f"the name {name!r} is not a C identifier (or is a C keyword); choose one such as "
+                       "predict_digits")
     cc, ld = find_tool("cc"), find_tool("ld")
     objcopy = shutil.which("objcopy")
     tm = _target_machine(cpu)
@@ -198,7 +209,14 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
         march = ["-march=native"] if cpu == "host" else [f"-march={cpu}"]
         # (-fcx-limited-range: complex products by the plain formula, as BLAS does, with no
         # call into libgcc's __mulsc3)
-        _run([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", *march, "-c", driver_c, "-o", driver_o], "compiling the driver")
+        try:
+            _run([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", *march, "-c", driver_c, "-o", driver_o],
+                 "compiling the driver")
+        except AotError as e:
+            if re.search(rf"previous (declaration|definition) of .{name}(_arena)?\W", str(e)):
+                raise AotError(f"the name {name!r} is taken by the C library (the driver's headers declare "
+                               f"it); choose another name") from None
+            raise
         object_path = os.path.join(out_dir, f"{name}.o")
         _run([ld, "-r", kernels_o, driver_o, "-o", object_path], "merging the objects (ld -r)")
         if objcopy:

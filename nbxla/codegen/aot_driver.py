@@ -11,15 +11,17 @@ leaves must end in, ``scratch`` its temporaries.  Every array value is a *leaf b
 parameter leaf, a constant (a global of the kernels' object), a caller's result leaf, or a
 place in the scratch area.  Views (``tuple``, ``get-tuple-element``, a row-major
 ``reshape``/``bitcast``) name existing buffers; kernels (``fusion``, ``scatter``,
-``reduce-window``), ``dot``, ``sort`` and control flow write new ones.
+``reduce-window``), the C routines of ``aot_runtime.c`` (``dot``, ``convolution``, ``sort``,
+``topk``, ``select-and-scatter``, ``fft``, LAPACK's Cholesky and XLA's TopK custom calls:
+their steps are in ``aot_library``) and control flow write new ones.
 
 **Planning.**  Instructions run in their order in the computation (the schedule the passes
 left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
 results are copied there at the end.  Temporaries are placed by a linear scan that reuses the
 memory of values whose last reader has run (first fit, 64-byte aligned).  After the planned
 area comes one region that each step may use while it runs (a loop's second state buffer and
-its condition's and body's scratch, a full reduction's partial slots, a dot's transposed
-operands, a sort's permutation): everything is sized at compile time, so one block of
+its condition's and body's scratch, a full reduction's partial slots, a dot's converted,
+transposed or packed operands, a sort's permutation): everything is sized at compile time, so one block of
 ``scratch_bytes`` serves a whole call and the entry point is reentrant.
 
 **Loops.**  A ``while`` keeps its state in two sets of buffers and swaps them after each
@@ -34,24 +36,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import AotError
-from ..hlo.attributes import WindowDim
 from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape
-from .elemental import row_major_strides
-from .toolkit import product
+from .aot_library import ALIGN, CUSTOM_CALLS, LibrarySteps, align_up
 
-ALIGN = 64
 MAX_THREADS = 64          # NBXLA_MAX_THREADS in aot_runtime.c
-_VIEWS = {"tuple", "get-tuple-element", "reshape", "bitcast"}
-_GEMM_TYPES = {"f32", "f64", "c64", "c128", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
 _INDEX_C_TYPES = {"pred": "unsigned char", "s32": "int32_t", "s64": "int64_t", "u32": "uint32_t",
                   "u64": "uint64_t", "s8": "int8_t", "u8": "uint8_t", "s16": "int16_t", "u16": "uint16_t"}
-
-
-def _align(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
-
 
 
 def leaf_shapes(shape) -> list[Shape]:
@@ -65,12 +57,16 @@ class Buffer:
     kind: str                  # "in", "out", "const", "temp"
     index: int | str = 0       # in/out: leaf number; const: symbol; temp: offset (once placed)
     last_use: int = -1
+    data: bytes = b""          # const: the bytes, made a global when first named (a constant
+    source: object = None      # that only a prepacked dot reads is not stored twice)
 
     @property
     def c(self) -> str:
         if self.kind in ("in", "out"):
             return f"{self.kind}[{self.index}]"
         if self.kind == "const":
+            if not self.index:
+                self.index = self.source.constant(self.data)
             return f"(void *){self.index}"
         return f"(void *)(scratch + {self.index})"
 
@@ -83,7 +79,7 @@ class _Arena:
         self.top = 0
 
     def alloc(self, size: int) -> int:
-        size = _align(max(size, 1))
+        size = align_up(max(size, 1))
         for k, (offset, room) in enumerate(self.free):
             if room >= size:
                 self.free[k:k + 1] = [(offset + size, room - size)] if room > size else []
@@ -96,7 +92,7 @@ class _Arena:
         return offset
 
     def release(self, offset: int, size: int) -> None:
-        blocks = sorted(self.free + [(offset, _align(max(size, 1)))])
+        blocks = sorted(self.free + [(offset, align_up(max(size, 1)))])
         merged = [blocks[0]]
         for o, s in blocks[1:]:
             if merged[-1][0] + merged[-1][1] == o:
@@ -106,27 +102,16 @@ class _Arena:
         self.free = merged
 
 
-class _Room:
-    """Places in the per-step region for one step's temporaries."""
-
-    def __init__(self, emitter: "_ProgramEmitter"):
-        self.emitter, self.used = emitter, 0
-
-    def take(self, nbytes: int) -> str:
-        place = f"(void *){self.emitter._local(self.used)}"
-        self.used += _align(nbytes)
-        return place
-
-
 class KernelSource:
     """What the driver needs from the kernel side (codegen/aot.py): a compiled kernel per
-    fusion or standalone op, a comparator kernel per sort, a global per constant."""
+    fusion or standalone op, a kernel per scalar computation (a sort's comparator), a global
+    per constant, convert kernels."""
 
     def kernel(self, instr: Instruction):           # -> KernelSpec (name, style, extent, ...)
         raise NotImplementedError
 
-    def comparator(self, comp: Computation):        # -> KernelSpec of the comparator
-        raise NotImplementedError
+    def scalar(self, comp: Computation, role: str):  # -> KernelSpec of a computation on scalars
+        raise NotImplementedError                       # (a sort's comparator, ...; role names it)
 
     def constant(self, data: bytes) -> str:         # -> the symbol of a global holding data
         raise NotImplementedError
@@ -143,7 +128,6 @@ class Program:
     text: str = ""
     scratch_bytes: int = 0
     identity: list[bool] = field(default_factory=list)   # result leaf k is parameter leaf k
-    result_bytes: list[int] = field(default_factory=list)
 
 
 class Driver:
@@ -168,7 +152,7 @@ class Driver:
         return "\n".join(p.text for p in self.order)
 
 
-class _ProgramEmitter:
+class _ProgramEmitter(LibrarySteps):
     def __init__(self, driver: Driver, comp: Computation, symbol: str):
         self.driver, self.comp, self.symbol = driver, comp, symbol
         self.values: dict[int, list[Buffer]] = {}
@@ -191,7 +175,7 @@ class _ProgramEmitter:
             if instr.shape.is_tuple:
                 raise AotError(f"{label(instr)}: a tuple constant cannot be compiled ahead of time yet")
             data = np.ascontiguousarray(np.asarray(instr.literal, dtype=instr.shape.dtype)).tobytes()
-            return [Buffer(len(data), "const", self.driver.kernels.constant(data))]
+            return [Buffer(len(data), "const", "", data=data, source=self.driver.kernels)]
         if op == "tuple":
             return [b for o in instr.operands for b in self.values[id(o)]]
         if op == "get-tuple-element":
@@ -244,7 +228,6 @@ class _ProgramEmitter:
             self.lines.append(f"if (out[{k}] != {buf.c}) memcpy(out[{k}], {buf.c}, {buf.nbytes});")
         program = Program(self.symbol, comp)
         program.identity = [b.kind == "in" and b.index == k for k, b in enumerate(root)]
-        program.result_bytes = [b.nbytes for b in root]
         program.scratch_bytes = self.arena_bytes + self.local
         body = "\n".join("    " + line for line in self.lines)
         program.text = (f"/* {comp.name} */\nstatic int {self.symbol}(void *const *in, void *const *out, "
@@ -275,11 +258,11 @@ class _ProgramEmitter:
             for buf in [b for b in live if b.last_use <= i]:
                 arena.release(buf.index, buf.nbytes)
                 live.remove(buf)
-        self.arena_bytes = _align(arena.top)
+        self.arena_bytes = align_up(arena.top)
 
     def _region(self, nbytes: int) -> None:
         """The step being emitted uses ``nbytes`` of the per-step region."""
-        self.local = max(self.local, _align(nbytes))
+        self.local = max(self.local, align_up(nbytes))
 
     def _local(self, offset: int = 0) -> str:
         # (The region starts after the planned area, whose size is known once planning ran.)
@@ -305,6 +288,14 @@ class _ProgramEmitter:
             self._convolution(instr)
         elif op == "sort":
             self._sort(instr)
+        elif op == "topk":
+            self._topk(instr)
+        elif op == "select-and-scatter":
+            self._select_and_scatter(instr)
+        elif op == "fft":
+            self._fft(instr)
+        elif op == "custom-call" and instr.attrs.get("custom_call_target") in CUSTOM_CALLS:
+            getattr(self, CUSTOM_CALLS[instr.attrs["custom_call_target"]])(instr)
         else:
             self._kernel(instr)
 
@@ -339,134 +330,6 @@ class _ProgramEmitter:
             extent * work >= self.driver.threshold else f"{spec.name}(b, 0, {extent});"
         self.lines += ["{", "    " + self._pointer_list("b", ins + outs), "    " + call, "}"]
 
-    def _compute_type(self, instr: Instruction, what: str) -> str:
-        """The type a dot or convolution computes in: its result's, f32 for half precision."""
-        t = instr.shape.element_type
-        compute = "f32" if t in ("f16", "bf16") else t
-        if compute not in _GEMM_TYPES:
-            raise AotError(f"{label(instr)}: a {what} giving {t} has no ahead-of-time implementation (supported "
-                           f"result types: {', '.join(sorted(_GEMM_TYPES | {'f16', 'bf16'}))}). Convert the "
-                           "operands first, or use nbxla.jit")
-        return compute
-
-    def _operand_in(self, operand: Instruction, compute: str, room: "_Room") -> tuple[str, Shape]:
-        """The operand's buffer, converted to ``compute`` first when it has another type (as
-        the evaluator does: operands in the result type)."""
-        source, shape = self._array(operand), operand.shape
-        if shape.element_type != compute:
-            shape = shape.with_type(compute)
-            source = self._convert(operand.shape, compute, source, room.take(shape.byte_size))
-        return source, shape
-
-    def _result_via(self, instr: Instruction, compute: str, room: "_Room", emit) -> None:
-        """``emit(target)`` writes the result in ``compute``; rounded into the result if needed."""
-        wide = instr.shape.with_type(compute)
-        result = self._array(instr)
-        target = result if compute == instr.shape.element_type else room.take(wide.byte_size)
-        emit(target)
-        if target != result:
-            self._convert(wide, instr.shape.element_type, target, result)
-
-    def _dot(self, instr: Instruction) -> None:
-        """A GEMM per batch over operands put in [batch, m, k] and [batch, k, n] order
-        (half-precision results computed in f32 and rounded once, like the evaluator)."""
-        lhs, rhs = instr.operands
-        compute = self._compute_type(instr, "dot")
-        a = instr.attrs
-        lb, rb = list(a.get("lhs_batch_dims", ())), list(a.get("rhs_batch_dims", ()))
-        lc, rc = list(a.get("lhs_contracting_dims", ())), list(a.get("rhs_contracting_dims", ()))
-        lfree = [d for d in range(lhs.shape.rank) if d not in lb + lc]
-        rfree = [d for d in range(rhs.shape.rank) if d not in rb + rc]
-        ld, rd = lhs.shape.dims, rhs.shape.dims
-        batch, m = product(ld[d] for d in lb), product(ld[d] for d in lfree)
-        k, n = product(ld[d] for d in lc), product(rd[d] for d in rfree)
-        room = _Room(self)
-        pointers = []
-        self.lines.append("{")
-        for name, operand, perm in (("a", lhs, lb + lfree + lc), ("b", rhs, rb + rc + rfree)):
-            source, shape = self._operand_in(operand, compute, room)
-            if perm != sorted(perm):
-                if len(perm) > 16:
-                    raise AotError(f"{label(instr)}: a dot operand of rank {len(perm)} (> 16) cannot be "
-                                   "compiled ahead of time")
-                place = room.take(shape.byte_size)
-                dims = ", ".join(str(d) for d in shape.dims)
-                self.lines += [f"    static const int64_t {name}_dims[] = {{{dims}}};",
-                               f"    static const int64_t {name}_perm[] = {{{', '.join(map(str, perm))}}};",
-                               f"    nbxla_transpose({source}, {place}, {len(perm)}, {name}_dims, {name}_perm, "
-                               f"{shape.dtype.itemsize});"]
-                source = place
-            pointers.append(source)
-        packed = room.take(-(-n // 16) * 16 * k * instr.shape.with_type(compute).dtype.itemsize)  # NBXLA_NR = 16
-        self._result_via(instr, compute, room, lambda target: self.lines.append(
-            f"    nbxla_gemm_{compute}({batch}, {m}, {n}, {k}, {pointers[0]}, {pointers[1]}, {target}, {packed});"))
-        self.lines.append("}")
-        self._region(room.used)
-
-    def _convolution(self, instr: Instruction) -> None:
-        """A direct convolution (any dim_labels, strides, padding, dilations, reversal,
-        feature and batch groups): ``nbxla_conv`` with the geometry as a constant struct."""
-        x, w = instr.operands
-        compute = self._compute_type(instr, "convolution")
-        dn = instr.attrs["dim_labels"]
-        spatial = len(dn.input_spatial)
-        if spatial > 8:
-            raise AotError(f"{label(instr)}: a convolution with {spatial} (> 8) spatial dimensions cannot be "
-                           "compiled ahead of time")
-        window = instr.attrs.get("window")
-        dims = window.dims if window is not None else \
-            [WindowDim(w.shape.dims[d]) for d in dn.kernel_spatial]
-        xs, ws, os_ = (row_major_strides(i.shape.dims) for i in (x, w, instr))
-        groups = instr.attrs.get("feature_group_count", 1)
-        batch_groups = instr.attrs.get("batch_group_count", 1)
-        features = instr.shape.dims[dn.output_feature]
-
-        def each(values) -> str:
-            return "{" + ", ".join(str(int(v)) for v in values) + "}"
-        fields = [
-            spatial, instr.shape.dims[dn.output_batch], features, w.shape.dims[dn.kernel_input_feature],
-            features // groups, features // batch_groups,
-            xs[dn.input_batch], xs[dn.input_feature], ws[dn.kernel_output_feature], ws[dn.kernel_input_feature],
-            os_[dn.output_batch], os_[dn.output_feature]]
-        arrays = [[xs[d] for d in dn.input_spatial], [ws[d] for d in dn.kernel_spatial],
-                  [os_[d] for d in dn.output_spatial], [x.shape.dims[d] for d in dn.input_spatial],
-                  [w.shape.dims[d] for d in dn.kernel_spatial], [instr.shape.dims[d] for d in dn.output_spatial],
-                  [wd.stride for wd in dims], [wd.pad_low for wd in dims], [wd.base_dilation for wd in dims],
-                  [wd.window_dilation for wd in dims], [wd.reversal for wd in dims]]
-        room = _Room(self)
-        self.lines.append("{")
-        (xp, _), (wp, _) = (self._operand_in(o, compute, room) for o in (x, w))
-        self.lines.append("    static const struct nbxla_conv cd = {" +
-                          ", ".join([str(f) for f in fields] + [each(a) for a in arrays]) + "};")
-        self._result_via(instr, compute, room,
-                         lambda target: self.lines.append(f"    nbxla_conv_{compute}({xp}, {wp}, {target}, &cd);"))
-        self.lines.append("}")
-        self._region(room.used)
-
-    def _convert(self, shape: Shape, to: str, source: str, target: str) -> str:
-        """Emit a call of a native convert kernel ``source`` -> ``target``; gives ``target``."""
-        spec = self.driver.kernels.convert(shape, to)
-        self.lines.append(f"    {{ void *cb[2] = {{{source}, {target}}}; {spec.name}(cb, 0, {spec.parallel_extent}); }}")
-        return target
-
-    def _sort(self, instr: Instruction) -> None:
-        operands = instr.operands
-        ins = [self._array(o) for o in operands]
-        outs = self._leaves(instr)
-        dims = operands[0].shape.dims
-        if not dims:
-            self.lines += [f"memcpy({o}, {i}, {b.nbytes});" for i, o, b in zip(ins, outs, self.values[id(instr)])]
-            return
-        axis = instr.attrs["dimensions"][0]
-        less = self.driver.kernels.comparator(instr.attrs["to_apply"])
-        sizes = ", ".join(str(o.shape.dtype.itemsize) for o in operands)
-        n = dims[axis]
-        self.lines += ["{", f"    char *si[] = {{{', '.join(ins)}}};", f"    char *so[] = {{{', '.join(outs)}}};",
-                       f"    static const int64_t es[] = {{{sizes}}};",
-                       f"    nbxla_sort({len(ins)}, si, so, es, {product(dims[:axis])}, {n}, {product(dims[axis + 1:])}, "
-                       f"{less.name}, {less.parallel_extent}, (int64_t *){self._local()});", "}"]
-        self._region(16 * n)
-
     def _while(self, instr: Instruction) -> None:
         cond = self.driver.program(instr.attrs["condition"])
         body = self.driver.program(instr.attrs["body"])
@@ -477,7 +340,7 @@ class _ProgramEmitter:
         offsets, used = [], 0
         for buf, same in zip(state, body.identity):
             offsets.append(None if same else used)
-            used += 0 if same else _align(max(buf.nbytes, 1))
+            used += 0 if same else align_up(max(buf.nbytes, 1))
         pred = used
         nested = used + ALIGN
         count = len(state)

@@ -8,11 +8,16 @@
  *  - nbxla_transpose / GEMM: ``dot`` (the jit runtime calls NumPy's BLAS).
  *  - nbxla_conv: ``convolution``, directly (the jit runtime: im2col + NumPy's BLAS).
  *  - nbxla_sort: a stable merge sort driven by the comparator compiled as a kernel (the jit
- *    runtime calls NumPy's argsort).
+ *    runtime calls NumPy's argsort); nbxla_topk on top of it (the jit: the evaluator).
+ *  - nbxla_select_and_scatter: with its selection and combiner compiled as kernels (the jit:
+ *    the evaluator).
+ *  - nbxla_fft: a direct DFT in double precision (the jit: the evaluator, NumPy's FFT).
+ *  - nbxla_potrf: LAPACK's Cholesky custom call (the jit: the evaluator, NumPy's cholesky).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <complex.h>
+#include <math.h>
 #include <stdbool.h>
 #include <sched.h>
 #include <stdint.h>
@@ -167,28 +172,37 @@ static void nbxla_transpose(const char *src, char *dst, int rank, const int64_t 
         }                                                                                         \
         return NULL;                                                                              \
     }                                                                                             \
-    static void NAME(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a, const T *b,      \
-                     T *c, T *packed) {                                                           \
+    static void NAME##_one(int64_t m, int64_t n, int64_t k, const T *a, const T *packed, T *c) {  \
         int64_t threads = m * n * k >= ((int64_t)1 << 22) ? nbxla_workers() : 1;                  \
         if (threads > (m + 3) / 4) threads = (m + 3) / 4;                                         \
         if (threads < 1) threads = 1;                                                             \
+        pthread_t th[NBXLA_MAX_THREADS];                                                          \
+        int started[NBXLA_MAX_THREADS];                                                           \
+        struct NAME##_job jobs[NBXLA_MAX_THREADS];                                                \
+        for (int64_t t = 0; t < threads; t++) /* row blocks of whole 4-row groups */              \
+            jobs[t] = (struct NAME##_job){a, packed, c, (m + 3) / 4 * t / threads * 4,            \
+                                          t + 1 == threads ? m : (m + 3) / 4 * (t + 1) / threads * 4, n, k}; \
+        for (int64_t t = 1; t < threads; t++)                                                     \
+            started[t] = pthread_create(&th[t], NULL, NAME##_rows, &jobs[t]) == 0;                \
+        NAME##_rows(&jobs[0]);                                                                    \
+        for (int64_t t = 1; t < threads; t++) {                                                   \
+            if (started[t]) pthread_join(th[t], NULL);                                            \
+            else NAME##_rows(&jobs[t]);                                                           \
+        }                                                                                         \
+    }                                                                                             \
+    static void NAME(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a, const T *b,      \
+                     T *c, T *packed) {                                                           \
         for (int64_t s = 0; s < batch; s++) {                                                     \
             NAME##_pack(b + s * k * n, packed, k, n);                                             \
-            pthread_t th[NBXLA_MAX_THREADS];                                                      \
-            int started[NBXLA_MAX_THREADS];                                                       \
-            struct NAME##_job jobs[NBXLA_MAX_THREADS];                                            \
-            for (int64_t t = 0; t < threads; t++) /* row blocks of whole 4-row groups */          \
-                jobs[t] = (struct NAME##_job){a + s * m * k, packed, c + s * m * n,               \
-                                              (m + 3) / 4 * t / threads * 4,                      \
-                                              t + 1 == threads ? m : (m + 3) / 4 * (t + 1) / threads * 4, n, k}; \
-            for (int64_t t = 1; t < threads; t++)                                                 \
-                started[t] = pthread_create(&th[t], NULL, NAME##_rows, &jobs[t]) == 0;            \
-            NAME##_rows(&jobs[0]);                                                                \
-            for (int64_t t = 1; t < threads; t++) {                                               \
-                if (started[t]) pthread_join(th[t], NULL);                                        \
-                else NAME##_rows(&jobs[t]);                                                       \
-            }                                                                                     \
+            NAME##_one(m, n, k, a + s * m * k, packed, c + s * m * n);                            \
         }                                                                                         \
+    }                                                                                             \
+    /* B packed at compile time (a constant): batch blocks of k * round_up(n, NBXLA_NR) */      \
+    static void NAME##_prepacked(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a,      \
+                                 const T *packed, T *c) {                                         \
+        int64_t panels = (n + NBXLA_NR - 1) / NBXLA_NR * NBXLA_NR * k;                            \
+        for (int64_t s = 0; s < batch; s++)                                                       \
+            NAME##_one(m, n, k, a + s * m * k, packed + s * panels, c + s * m * n);               \
     }
 
 NBXLA_GEMM(nbxla_gemm_f32, float, float)
@@ -312,3 +326,197 @@ static void nbxla_sort(int n_ops, char *const *in, char *const *out, const int64
                            esize[j]);
         }
 }
+
+/* topk (XLA:CPU's semantics, as the evaluator's): per row of [rows, n], the k elements that come
+ * first in the order of ``before`` (greatest first, or least), ties by position, with their
+ * positions.  A stable sort of (x, 0..n-1) by ``before``, of which the first k are kept.
+ * ``scratch``: 4n*rows (positions) + (esize + 4)*n*rows (sorted copies) + 16n (permutation),
+ * each rounded up to 8 bytes. */
+static void nbxla_topk(const char *x, char *values, int32_t *positions, int64_t rows, int64_t n, int64_t k,
+                       int64_t esize, nbxla_kernel before, int64_t before_extent, char *scratch) {
+#define NBXLA_ALIGN8(bytes) (((bytes) + 7) / 8 * 8)
+    int32_t *iota = (int32_t *)scratch;
+    char *xs = scratch + NBXLA_ALIGN8(4 * n * rows);
+    int32_t *is = (int32_t *)(xs + NBXLA_ALIGN8(esize * n * rows));
+    int64_t *perm = (int64_t *)((char *)is + NBXLA_ALIGN8(4 * n * rows));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) iota[r * n + j] = (int32_t)j;
+    char *const in[2] = {(char *)x, (char *)iota};
+    char *const out[2] = {xs, (char *)is};
+    const int64_t sizes[2] = {esize, 4};
+    nbxla_sort(2, in, out, sizes, rows, n, 1, before, before_extent, perm);
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(values + r * k * esize, xs + r * n * esize, k * esize);
+        memcpy(positions + r * k, is + r * n, k * 4);
+    }
+}
+
+/* select-and-scatter (the evaluator's semantics): out starts as init everywhere; each window
+ * (one per source element, row-major) picks the first operand element of the window, in
+ * row-major window order, that ``select(picked, candidate)`` keeps against every later
+ * candidate (padding is never picked), and combines the source element into out there with
+ * ``scatter(out, source)``.  Window positions as in nbxla_conv. */
+struct nbxla_window {
+    int64_t rank, in_dims[8], in_strides[8], src_dims[8], size[8], stride[8], pad_low[8], base_dil[8], win_dil[8];
+};
+
+static void nbxla_select_and_scatter(const char *operand, const char *source, const char *init, char *out,
+                                     int64_t esize, const struct nbxla_window *w, nbxla_kernel select,
+                                     int64_t select_extent, nbxla_kernel scatter, int64_t scatter_extent) {
+    int64_t total = 1, src_total = 1, win_total = 1, si[8] = {0}, ki[8];
+    for (int64_t d = 0; d < w->rank; d++) {
+        total *= w->in_dims[d];
+        src_total *= w->src_dims[d];
+        win_total *= w->size[d];
+    }
+    for (int64_t i = 0; i < total; i++) memcpy(out + i * esize, init, esize);
+    unsigned char keep;
+    char combined[16];
+    void *args[3];
+    for (int64_t s = 0; s < src_total; s++) {
+        int64_t picked = -1;
+        for (int64_t d = 0; d < w->rank; d++) ki[d] = 0;
+        for (int64_t q = 0; q < win_total; q++) {
+            int64_t at = 0, inside = 1;
+            for (int64_t d = 0; d < w->rank; d++) {
+                int64_t p = si[d] * w->stride[d] + ki[d] * w->win_dil[d] - w->pad_low[d];
+                if (p < 0 || p % w->base_dil[d] || p / w->base_dil[d] >= w->in_dims[d]) { inside = 0; break; }
+                at += p / w->base_dil[d] * w->in_strides[d];
+            }
+            if (inside) {
+                if (picked < 0) picked = at;
+                else {
+                    args[0] = (void *)(operand + picked * esize);
+                    args[1] = (void *)(operand + at * esize);
+                    args[2] = &keep;
+                    select(args, 0, select_extent);
+                    if (!keep) picked = at;
+                }
+            }
+            for (int64_t d = w->rank - 1; d >= 0; d--) {
+                if (++ki[d] < w->size[d]) break;
+                ki[d] = 0;
+            }
+        }
+        if (picked >= 0) {
+            args[0] = out + picked * esize;
+            args[1] = (void *)(source + s * esize);
+            args[2] = combined;
+            scatter(args, 0, scatter_extent);
+            memcpy(out + picked * esize, combined, esize);
+        }
+        for (int64_t d = w->rank - 1; d >= 0; d--) {
+            if (++si[d] < w->src_dims[d]) break;
+            si[d] = 0;
+        }
+    }
+}
+
+/* fft (the evaluator's NumPy semantics, in double precision): kind 0 FFT, 1 IFFT, 2 RFFT,
+ * 3 IRFFT over the last nd dims (lengths ``len``) of ``batch`` arrays; IFFT and IRFFT scaled by
+ * 1/n.  A direct DFT per line (O(n^2), angles reduced mod n), so: exact semantics, not speed.
+ * Types: 0 f32, 1 f64, 2 c64, 3 c128.  ``work`` holds batch * prod(len) complex doubles,
+ * ``line`` 2 * max(len). */
+static double complex nbxla_fft_load(const char *p, int64_t i, int type) {
+    switch (type) {
+    case 0: return ((const float *)p)[i];
+    case 1: return ((const double *)p)[i];
+    case 2: return ((const float complex *)p)[i];
+    default: return ((const double complex *)p)[i];
+    }
+}
+
+static void nbxla_fft_store(char *p, int64_t i, int type, double complex v) {
+    switch (type) {
+    case 0: ((float *)p)[i] = (float)creal(v); break;
+    case 1: ((double *)p)[i] = creal(v); break;
+    case 2: ((float complex *)p)[i] = (float complex)v; break;
+    default: ((double complex *)p)[i] = v;
+    }
+}
+
+/* The DFT of every line along ``axis`` of work ([lines..., len[axis], inner...]). */
+static void nbxla_dft_axis(double complex *work, int64_t batch, int nd, const int64_t *len, int axis,
+                           int inverse, double complex *line) {
+    int64_t n = len[axis], inner = 1, outer = batch;
+    for (int d = axis + 1; d < nd; d++) inner *= len[d];
+    for (int d = 0; d < axis; d++) outer *= len[d];
+    double sign = inverse ? 2.0 : -2.0;
+    const double pi = 3.14159265358979323846;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double complex *x = work + o * n * inner + i;
+            for (int64_t k = 0; k < n; k++) {
+                double complex acc = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    double angle = sign * pi * (double)((j * k) % n) / (double)n;
+                    acc += x[j * inner] * (cos(angle) + I * sin(angle));
+                }
+                line[k] = inverse ? acc / (double)n : acc;
+            }
+            for (int64_t k = 0; k < n; k++) x[k * inner] = line[k];
+        }
+}
+
+static void nbxla_fft(const char *in, char *out, int kind, int in_type, int out_type, int64_t batch, int nd,
+                      const int64_t *len, double complex *work, double complex *line) {
+    int64_t n = len[nd - 1], full = batch, rows;
+    for (int d = 0; d < nd; d++) full *= len[d];
+    rows = full / n;
+    int64_t in_last = kind == 3 ? n / 2 + 1 : n, out_last = kind == 2 ? n / 2 + 1 : n;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++)
+            work[r * n + j] = j < in_last ? nbxla_fft_load(in, r * in_last + j, in_type) : 0;
+    if (kind == 3) {
+        /* IRFFT: inverse transforms of the leading axes, then each last-axis line completed
+         * as a Hermitian spectrum and transformed back; its real part is the result. */
+        for (int a = 0; a < nd - 1; a++) nbxla_dft_axis(work, batch, nd, len, a, 1, line);
+        for (int64_t r = 0; r < rows; r++) {
+            double complex *x = work + r * n;
+            for (int64_t k = in_last; k < n; k++) x[k] = conj(x[n - k]);
+        }
+        nbxla_dft_axis(work, batch, nd, len, nd - 1, 1, line);
+    } else {
+        for (int a = 0; a < nd; a++) nbxla_dft_axis(work, batch, nd, len, a, kind == 1, line);
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < out_last; j++) nbxla_fft_store(out, r * out_last + j, out_type, work[r * n + j]);
+}
+
+/* Cholesky factorization as LAPACK's potrf through XLA's FFI (the evaluator's semantics):
+ * per n x n matrix, the factor replaces the ``lower`` (else upper) triangle, read as the
+ * symmetric matrix it describes; the other triangle keeps the input; info = 0, or the order of
+ * the first leading minor that is not positive definite, with the factor all NaN.  Computed in
+ * double.  ``work`` holds n*n doubles. */
+#define NBXLA_POTRF(NAME, T)                                                                      \
+    static void NAME(const T *a, T *factor, int32_t *info, int64_t batch, int64_t n, int lower,   \
+                     double *work) {                                                              \
+        for (int64_t b = 0; b < batch; b++) {                                                     \
+            const T *m = a + b * n * n;                                                           \
+            T *f = factor + b * n * n;                                                            \
+            memcpy(f, m, sizeof(T) * n * n);                                                      \
+            info[b] = 0;                                                                          \
+            for (int64_t j = 0; j < n && !info[b]; j++) {                                         \
+                for (int64_t i = j; i < n; i++) { /* L[i][j] of the symmetric matrix */          \
+                    double s = lower ? m[i * n + j] : m[j * n + i];                               \
+                    for (int64_t k = 0; k < j; k++) s -= work[i * n + k] * work[j * n + k];       \
+                    if (i == j) {                                                                 \
+                        if (!(s > 0)) { info[b] = (int32_t)(j + 1); break; }                      \
+                        work[j * n + j] = sqrt(s);                                                \
+                    } else {                                                                      \
+                        work[i * n + j] = s / work[j * n + j];                                    \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+            for (int64_t i = 0; i < n; i++)                                                       \
+                for (int64_t j = 0; j <= i; j++) {                                                \
+                    T v = info[b] ? (T)NAN : (T)work[i * n + j];                                  \
+                    if (lower) f[i * n + j] = v; else f[j * n + i] = v;                           \
+                }                                                                                 \
+            if (info[b])                                                                          \
+                for (int64_t i = 0; i < n * n; i++) f[i] = (T)NAN;                                \
+        }                                                                                         \
+    }
+
+NBXLA_POTRF(nbxla_potrf_f32, float)
+NBXLA_POTRF(nbxla_potrf_f64, double)

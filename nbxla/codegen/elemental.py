@@ -247,7 +247,18 @@ class ElementalEmitter:
             return self.value(x, [const_i64(0) if n == 1 else next(it) for n in src])
         return self.value(x, delinearize(self.b, linear_index(self.b, index, dst), src))
 
-    _bitcast = _reshape
+    def _bitcast(self, instr, index):
+        return self._same_bits(instr, self._reshape(instr, index))
+
+    def _same_bits(self, instr, v):
+        """A bitcast names the same bytes; one that also changes the element type (same width,
+        as in XLA's optimized comparators: a float's bits as an integer key) reinterprets them."""
+        src, dst = instr.operands[0].shape.element_type, self._t(instr)
+        if src == dst:
+            return v
+        if "pred" in (src, dst) or _bit_width(storage_type(src)) != _bit_width(storage_type(dst)):
+            raise UnsupportedError(f"a bitcast from {src} to {dst} has no native code path")
+        return self.b.bitcast(v, storage_type(dst))
 
     def _copy(self, instr, index):
         return self._operand(instr, 0, index)

@@ -164,7 +164,8 @@ class LinearEmitter(ElementalEmitter):
     def _reshape(self, instr, index):
         return self.value(instr.operands[0], index)
 
-    _bitcast = _reshape
+    def _bitcast(self, instr, index):
+        return self._same_bits(instr, self._reshape(instr, index))
 
     def _broadcast(self, instr, index):
         return self.value(instr.operands[0], [])

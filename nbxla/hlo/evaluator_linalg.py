@@ -96,7 +96,7 @@ def _convolution(instr, args, interp):
 _UPLO = {76: "L", 85: "U"}  # ASCII codes, as jaxlib passes them
 
 
-def _uplo(instr) -> str:
+def lapack_uplo(instr) -> str:
     config = instr.attrs.get("backend_config")
     text = getattr(config, "text", config) or ""
     match = re.search(r"uplo\s*=\s*(\d+)", str(text))
@@ -119,7 +119,7 @@ def lapack_potrf(instr, args, interp):
     target = instr.attrs.get("custom_call_target")
     if a.dtype != expected[target] or a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise fail(instr, f"{target} needs square {np.dtype(expected[target])} matrices, got {a.dtype}{list(a.shape)}")
-    lower = _uplo(instr) == "L"
+    lower = lapack_uplo(instr) == "L"
     size = a.shape[-1]
     mats = a.reshape(-1, size, size)
     factor = mats.copy()

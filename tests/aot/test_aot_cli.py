@@ -77,3 +77,6 @@ def test_cli_errors_say_what_to_do(tmp_path, capsys):
     assert main(["aot", f"{src}:predict", "--arg", "f32[8,16]", "--arg", "f32[16,4]", "--arg", "f32[4]",
                  "--name", "not-an-identifier", "-o", str(tmp_path)]) == 2
     assert "is not a C identifier" in capsys.readouterr().err
+    assert main(["aot", f"{src}:predict", "--arg", "f32[8,16]", "--arg", "f32[16,4]", "--arg", "f32[4]",
+                 "--name", "random", "-o", str(tmp_path)]) == 2
+    assert "'random' is taken by the C library" in capsys.readouterr().err

@@ -254,14 +254,65 @@ ENTRY main {
 }
 """
 
-FFT_HLO = """
-HloModule spectrum
+LU_HLO = """
+HloModule factor
 
 ENTRY main {
-  x = c64[16] parameter(0)
-  ROOT y = c64[16] fft(x), fft_type=FFT, fft_length={16}, metadata={source_file="model.py" source_line=12}
+  a = f32[4,4] parameter(0)
+  c = (f32[4,4], s32[4], s32[]) custom-call(a), custom_call_target="lapack_sgetrf_ffi", metadata={source_file="model.py" source_line=12}
+  ROOT l = f32[4,4] get-tuple-element(c), index=0
 }
 """
+
+CHOLESKY_HLO = """
+HloModule chol
+
+ENTRY main {
+  a = f64[2,5,5] parameter(0)
+  lo = (f64[2,5,5], s32[2]) custom-call(a), custom_call_target="lapack_dpotrf_ffi", backend_config={uplo = 76 : ui8}
+  up = (f64[2,5,5], s32[2]) custom-call(a), custom_call_target="lapack_dpotrf_ffi", backend_config={uplo = 85 : ui8}
+  l = f64[2,5,5] get-tuple-element(lo), index=0
+  li = s32[2] get-tuple-element(lo), index=1
+  u = f64[2,5,5] get-tuple-element(up), index=0
+  ui = s32[2] get-tuple-element(up), index=1
+  ROOT t = (f64[2,5,5], s32[2], f64[2,5,5], s32[2]) tuple(l, li, u, ui)
+}
+"""
+
+
+def test_cholesky_custom_call_lower_upper_and_failing(tmp_path):
+    rng = np.random.default_rng(19)
+    m = rng.standard_normal((5, 5))
+    a = np.stack([m @ m.T + 5 * np.eye(5), m + m.T])        # positive definite, then (likely) not
+    a[1, 0, 0] = 1.0
+    a[1, 1, 1] = -3.0                                       # the 2x2 leading minor fails
+    obj, exe = build(parse_hlo(CHOLESKY_HLO), None, tmp_path, "chol")
+    got = run(obj, exe, [a], tmp_path)
+    want = flatten(evaluate(parse_hlo(CHOLESKY_HLO), [a]))
+    assert list(got[1]) == list(want[1]) and want[1][1] > 0
+    _check(got, want, rtol=1e-10)
+
+
+FFT_HLO = """
+HloModule spectra
+
+ENTRY main {
+  x = f64[2,5,6] parameter(0)
+  z = c128[2,5,4] parameter(1)
+  r = c128[2,5,4] fft(x), fft_type=RFFT, fft_length={5,6}
+  i = f64[2,5,7] fft(z), fft_type=IRFFT, fft_length={5,7}
+  f = c128[2,5,4] fft(z), fft_type=IFFT, fft_length={4}
+  ROOT t = (c128[2,5,4], f64[2,5,7], c128[2,5,4]) tuple(r, i, f)
+}
+"""
+
+
+def test_fft_kinds_over_several_axes(tmp_path):
+    rng = np.random.default_rng(18)
+    x = rng.standard_normal((2, 5, 6))
+    z = rng.standard_normal((2, 5, 4)) + 1j * rng.standard_normal((2, 5, 4))
+    obj, exe = build(parse_hlo(FFT_HLO), None, tmp_path, "spectra")
+    _check(run(obj, exe, [x, z], tmp_path), flatten(evaluate(parse_hlo(FFT_HLO), [x, z])), rtol=1e-10)
 
 
 def test_convolution_runs_natively(tmp_path):
@@ -274,8 +325,9 @@ def test_convolution_runs_natively(tmp_path):
 def test_what_cannot_be_compiled_ahead_of_time_is_named_with_its_line(tmp_path):
     import nbxla.aot
     from nbxla.errors import AotError, NbxlaError
-    with pytest.raises(AotError, match=r"%y \(fft\) at model\.py:12 cannot be compiled ahead of time"):
-        nbxla.aot.compile(parse_hlo(FFT_HLO), None, str(tmp_path), "spectrum")
+    with pytest.raises(AotError, match=r"%c \(custom-call\) at model\.py:12 cannot be compiled ahead of time: "
+                                       r".*custom-call target 'lapack_sgetrf_ffi'"):
+        nbxla.aot.compile(parse_hlo(LU_HLO), None, str(tmp_path), "factor")
 
     def unique_values(x):
         return np.unique(x)
@@ -311,3 +363,98 @@ def test_portable_target_cpu(tmp_path):
     subprocess.run(["cc", f"-I{tmp_path}", str(tmp_path / "main.c"), obj.object_path, "-o", str(tmp_path / "prog"),
                     "-lm", "-lpthread"], check=True)
     _check(run(obj, str(tmp_path / "prog"), [x, w, b], tmp_path), softmax_layer(x, w, b), rtol=1e-4)
+
+
+WEIGHTS = np.random.default_rng(14).standard_normal((64, 20)).astype(np.float32)
+
+
+def dense_with_constant_weights(x):
+    """WEIGHTS is read from the module's globals: a constant, packed for the GEMM at compile time."""
+    return np.tanh(x @ WEIGHTS + 1), x.T[:20, :] @ WEIGHTS[:37, :]
+
+
+def test_constant_weights(tmp_path):
+    x = np.random.default_rng(15).standard_normal((37, 64)).astype(np.float32)
+    obj = _roundtrip(dense_with_constant_weights, (x,), tmp_path, "dense_const", rtol=1e-4)
+    assert obj.result_shapes[0].dims == (37, 20)
+
+
+TOPK_HLO = """
+HloModule best
+
+ENTRY main {
+  x = f16[5,7] parameter(0)
+  n = s32[3,9] parameter(1)
+  top = (f16[5,3], s32[5,3]) topk(x), k=3, largest=true
+  low = (s32[3,4], s32[3,4]) topk(n), k=4, largest=false
+  v = f16[5,3] get-tuple-element(top), index=0
+  i = s32[5,3] get-tuple-element(top), index=1
+  w = s32[3,4] get-tuple-element(low), index=0
+  j = s32[3,4] get-tuple-element(low), index=1
+  ROOT r = (f16[5,3], s32[5,3], s32[3,4], s32[3,4]) tuple(v, i, w, j)
+}
+"""
+
+
+def test_topk_with_nans_ties_and_odd_sizes(tmp_path):
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((5, 7)).astype(np.float16)
+    x[0, 2], x[1, 4], x[2, 1], x[2, 5] = np.nan, -np.nan, np.float16(-0.0), 0.0
+    x[3] = 1.5                                   # all equal: positions in order
+    n = rng.integers(-3, 3, (3, 9)).astype(np.int32)
+    obj, exe = build(parse_hlo(TOPK_HLO), None, tmp_path, "best")
+    got = run(obj, exe, [x, n], tmp_path)
+    want = flatten(evaluate(parse_hlo(TOPK_HLO), [x, n]))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(np.uint16) if g.dtype == np.float16 else g,
+                                      w.view(np.uint16) if w.dtype == np.float16 else w)
+
+
+SELECT_SCATTER_HLO = """
+HloModule pool_grad
+
+ge {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=GE
+}
+
+most {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] maximum(a, b)
+}
+
+ENTRY main {
+  x = f32[7,6] parameter(0)
+  g = f32[4,3] parameter(1)
+  zero = f32[] constant(-1)
+  ROOT y = f32[7,6] select-and-scatter(x, g, zero), window={size=3x3 stride=2x2 pad=1_1x1_1}, select=ge, scatter=most
+}
+"""
+
+
+def test_select_and_scatter_with_padding_and_a_custom_combiner(tmp_path):
+    rng = np.random.default_rng(17)
+    x = rng.integers(0, 4, (7, 6)).astype(np.float32)          # ties: the first one is kept
+    g = rng.standard_normal((4, 3)).astype(np.float32)
+    obj, exe = build(parse_hlo(SELECT_SCATTER_HLO), None, tmp_path, "pool_grad")
+    np.testing.assert_array_equal(run(obj, exe, [x, g], tmp_path)[0],
+                                  flatten(evaluate(parse_hlo(SELECT_SCATTER_HLO), [x, g]))[0])
+
+
+def test_the_header_works_from_cpp(tmp_path):
+    import shutil
+    import subprocess
+    if shutil.which("c++") is None:
+        pytest.skip("no C++ compiler (c++)")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    obj = build(reduction_to_scalar, [x], tmp_path, "norm")[0]
+    main = tmp_path / "main.cpp"
+    main.write_text('#include "norm.h"\n#include <cstdio>\nint main() {\n  float x[NORM_ARG0_SIZE], r;\n'
+                    '  for (int i = 0; i < NORM_ARG0_SIZE; i++) x[i] = (float)i;\n'
+                    '  if (norm(x, &r) || norm_arg0_dims[1] != 4) return 1;\n  std::printf("%.6f\\n", r);\n}\n')
+    subprocess.run(["c++", f"-I{tmp_path}", str(main), obj.object_path, "-o", str(tmp_path / "cpp"), "-lm",
+                    "-lpthread"], check=True)
+    out = subprocess.run([str(tmp_path / "cpp")], capture_output=True, text=True, check=True).stdout
+    assert float(out) == pytest.approx(float(reduction_to_scalar(x)), rel=1e-6)
