@@ -318,7 +318,7 @@ class CpuExecutable:
         arena = None
         if self._arena_bytes:
             raw = self._new_arena()                               # one allocation per run
-            start = -raw.ctypes.data % 64
+            start = -raw.__array_interface__["data"][0] % 64      # (``ctypes.data`` costs ~1 us)
             arena = raw[start:start + self._arena_bytes]
         for thunk, operands, out, places in steps:
             if places is None:
