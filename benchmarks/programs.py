@@ -97,7 +97,7 @@ def eos_formula(xp, SA, CT, p, mask):
     # v_k(xs, ys) for each power of z, and their derivatives by xs and ys.
     vk, vk_x, vk_y = [], [], []
     for k in range(dz + 1):
-        rows, rows_dy = [], []
+        rows = []
         for j in range(dy + 1 - k):
             terms = [c[i, j, k] for i in range(dx + 1 - k)]
             r = terms[-1] + 0.0 * xs

@@ -176,14 +176,61 @@ def _reads_elementwise(instr: Instruction, operand_index: int) -> bool:
                 continue
             seen.add(id(v))
             for u in users[v]:
-                # (an update's base is read where the update writes: in place is safe when the
-                # update itself does not read the buffer elsewhere, which the walk checks)
-                base = u.opcode == "dynamic-update-slice" and u.operands[0] is v
-                if not (u.is_elementwise or base) or u.shape.is_tuple or u.shape.dims != out.dims:
-                    return False
+                if not u.is_elementwise or u.shape.is_tuple or u.shape.dims != out.dims:
+                    return _read_where_written(body, operand_index)
                 stack.append(u)
         return True
     return instr.is_elementwise
+
+
+def _read_where_written(body, parameter_number: int) -> bool:
+    """Is parameter ``parameter_number`` of a fused computation read only at the index the
+    kernel writes?  The walk carries, from the root, the offset between the written index and
+    the index each value is read at: a slice adds its start, an update's window subtracts its
+    (constant) start from the update's reads.  ``B[1:-1] = B[1:-1] + f(A)`` reads ``B`` at
+    offset 0 only (in place is safe); ``B[1:-1] = B[:-2]`` does not."""
+    root = body.root
+    if root.shape.is_tuple:
+        return False
+    stack, seen = [(root, (0,) * root.shape.rank)], set()
+    while stack:
+        instr, offset = stack.pop()
+        if (id(instr), offset) in seen:
+            continue
+        seen.add((id(instr), offset))
+        op = instr.opcode
+        if op == "parameter":
+            if instr.parameter_number == parameter_number and any(offset):
+                return False
+        elif op == "constant" or instr.shape.rank == 0 or \
+                (op == "broadcast" and instr.operands[0].shape.rank == 0):
+            continue
+        elif op == "slice" and all(s.stride == 1 for s in instr.attrs["slice"]):
+            stack.append((instr.operands[0], tuple(o + s.start for o, s in zip(offset, instr.attrs["slice"]))))
+        elif op == "dynamic-update-slice" and all(s.opcode == "constant" for s in instr.operands[2:]):
+            base, update = instr.operands[:2]
+            starts = [min(max(int(s.literal.reshape(())), 0), n - u)
+                      for s, n, u in zip(instr.operands[2:], instr.shape.dims, update.shape.dims)]
+            stack.append((base, offset))
+            stack.append((update, tuple(o - s for o, s in zip(offset, starts))))
+        elif instr.is_elementwise and not instr.shape.is_tuple:
+            stack += [(o, offset) for o in instr.operands]
+        elif _reaches_parameter(instr, parameter_number):
+            return False
+    return True
+
+
+def _reaches_parameter(instr, parameter_number: int) -> bool:
+    stack, seen = [instr], set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v.opcode == "parameter" and v.parameter_number == parameter_number:
+            return True
+        stack += v.operands
+    return False
 
 
 class BufferAssignment(Pass):

@@ -674,6 +674,10 @@ class _Fuser:
         ordered = self._topological(members)
         outputs = {id(m) for m in ordered if m is self.comp.root or
                    any(id(u) not in ids for u in users[id(m)])}
+        if len(outputs) > 1 and any(m.opcode == "dynamic-update-slice" for m in ordered if id(m) in outputs):
+            # An update is best its own kernel's one output: only the window is computed, in
+            # place; as one of several outputs every element would choose between both sides.
+            return None
         maps, depth, reads = _index_maps(ordered, ids, outputs, users)
         if sum(len(v) for v in maps.values()) > MAX_VALUES or any(len(r) > RECOMPUTE_LIMIT for r in reads.values()):
             return None

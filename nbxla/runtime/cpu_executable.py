@@ -49,6 +49,9 @@ from .persistent_cache import default_cache
 from .thunks import structural_thunk
 
 _STRUCTURE_OPTIONS = PrintOptions(operand_shapes=True, metadata=False)
+# Below this, temporaries are plain small allocations, not arena places: creating the arena
+# and a view per output cost more than malloc's reuse of small blocks (tiny BLAS programs).
+SMALL_ARENA = 64 << 10
 
 
 def _contiguous(value):
@@ -138,6 +141,7 @@ class CpuExecutable:
         self._arena_bytes = self.plan.arena_bytes if self.plan is not None and \
             any(st[3] is not None for st in entry.steps) else 0
         self._new_arena = host_memory.allocator(self._arena_bytes + 64, np.uint8)
+        self._fresh_results = self._results_are_fresh(entry)
         # (The entry's fields unpacked once: ``run`` reads them on every call.)
         self._plan = entry.size, entry.params, entry.steps, entry.root
         _warn_interpreted(module.name, {**self.interpreted, **self.interpreted_ops})
@@ -217,11 +221,32 @@ class CpuExecutable:
                 return _contiguous(conform(instr, instr.shape, rule(instr, ops, interp), False))
         return interpreted
 
+    def _results_are_fresh(self, entry: _Program) -> bool:
+        """Is every result of the entry an array made during the run by a kernel or a library
+        call (or a view of one), so that none can share memory with an input, a constant or
+        the arena?  Then ``run`` skips that check (a few us: small programs are dispatch)."""
+        step_of = {id(i): step for i, step in
+                   zip([i for i in entry.computation.instructions if i.opcode != "parameter"], entry.steps)}
+
+        def fresh(instr) -> bool:
+            if instr.opcode == "tuple":
+                return all(fresh(o) for o in instr.operands)
+            step = step_of.get(id(instr))
+            if step is None:
+                return False
+            thunk, places = step[0], step[3]
+            if instr.opcode in ("get-tuple-element", "reshape", "bitcast") and \
+                    not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)):
+                return fresh(instr.operands[0])      # a view or a name of its operand
+            return isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)) and places is None
+        return fresh(entry.computation.root)
+
     def _arena_outputs(self, instr: Instruction, thunk) -> list | None:
         """(offset, dims, dtype) per output of a kernel whose outputs the buffer plan places
         in the arena; None when it has none (or is live-out: results get their own memory,
         so that what a caller keeps does not pin the whole arena)."""
-        if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)):
+        if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)) or \
+                self.plan.arena_bytes < SMALL_ARENA:
             return None
         shapes = instr.shape.elements if instr.shape.is_tuple else [instr.shape]
         names = [f"{instr.name}{{{k}}}" for k in range(len(shapes))] if instr.shape.is_tuple else [instr.name]
@@ -319,7 +344,7 @@ class CpuExecutable:
         arena = None
         if self._arena_bytes:
             raw = self._new_arena()                               # one allocation per run
-            start = -raw.ctypes.data % 64
+            start = -raw.__array_interface__["data"][0] % 64      # (``ctypes.data`` costs ~1 us)
             arena = raw[start:start + self._arena_bytes]
         for thunk, operands, out, places in steps:
             if places is None:
@@ -328,6 +353,8 @@ class CpuExecutable:
                 outs = [np.ndarray(dims, dtype, buffer=arena, offset=offset) for offset, dims, dtype in places]
                 result = thunk([values[k] for k in operands], outs)
                 values[out] = result
+        if self._fresh_results:
+            return flatten_leaves(values[root])
         # Results never share memory with inputs, cached constants or the arena (reshapes
         # and some evaluator rules give views).
         foreign = self._literal_owners | {id(memory_owner(a)) for a in flatten_leaves(tuple(inputs))}

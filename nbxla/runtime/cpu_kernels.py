@@ -203,6 +203,10 @@ class DotThunk:
             self.how, self.shapes = "GEMM", ((m, k), (k, n), (m, n))
         else:
             self.how, self.shapes = f"{batch} GEMMs (batched np.matmul)", ((batch, m, k), (batch, k, n), (batch, m, n))
+        # Operands already in the GEMM/GEMV form (the common case) skip the reshapes: for
+        # small products the Python around the BLAS call is most of the time.
+        plain = self.lhs_perm is None and self.rhs_perm is None and (a.dims, b.dims, instr.shape.dims) == self.shapes
+        self.plain = plain
 
     @classmethod
     def applies(cls, instr: Instruction) -> bool:
@@ -210,6 +214,10 @@ class DotThunk:
         return a.element_type == b.element_type == instr.shape.element_type and a.element_type in cls.TYPES
 
     def __call__(self, operands, outs=None):
+        if self.plain:
+            if outs:
+                return np.matmul(operands[0], operands[1], out=outs[0])
+            return np.matmul(operands[0], operands[1], out=self.make())
         out = outs[0] if outs else self.make()
         lhs, rhs = operands
         if self.lhs_perm is not None:
