@@ -360,7 +360,10 @@ def test_split_column_reductions_by_dtype(name):
     f = nbxla.jit(fn, device="cuda-emulator")
     got, want = f(x), _in_f64(fn)(x) if x.dtype.kind == "f" else fn(x)
     got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
-    assert {s.style for s in f.last_compilation.executable.native.kernels.specs.values()} == {"column-split"}
+    styles = {s.style for s in f.last_compilation.executable.native.kernels.specs.values()}
+    # A reduction over leading axes writes one array per kernel (fusion's rule: several outputs
+    # would be written column by column), so centered rows are an elementwise kernel of their own.
+    assert "column-split" in styles and styles <= {"column-split", "elementwise"}
     for g, w in zip(got, want):
         ok, detail = compare_arrays(np.asarray(g), w, rtol=2e-3 if w.dtype == np.float16 else None)
         assert ok, detail
