@@ -60,3 +60,25 @@ class NotCompilableError(TraceError):
 
 class ConcretizationError(TraceError):
     """Python needed a concrete value (``if``, ``float()``, ``int()``) from a traced array."""
+
+
+class RuntimeCheckError(TraceError):
+    """A check the compiled program makes on its data failed (NumPy would have raised here):
+    an index out of bounds, an integer raised to a negative power.  Located at the line that
+    traced the operation."""
+
+
+class IndexCheckError(RuntimeCheckError, IndexError):
+    """A traced index is out of bounds (NumPy's ``IndexError``)."""
+
+
+class ValueCheckError(RuntimeCheckError, ValueError):
+    """A traced value NumPy rejects (NumPy's ``ValueError``)."""
+
+
+class UnsupportedInputError(TraceError, TypeError):
+    """An argument nbxla cannot compile for (``np.matrix``, masked and big-endian arrays, ...)."""
+
+
+class ResourceError(NbxlaError, MemoryError):
+    """A program needs more memory than can be allocated; the message names the user's shape."""

@@ -38,6 +38,17 @@ def _thread_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+def _forget_pool_after_fork() -> None:
+    """A forked child has none of the parent's threads, but inherits the pool object that
+    believes it has them: work handed to it would wait forever.  The child starts afresh."""
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def _array_data_offset() -> int | None:
     """Where an ndarray object keeps its data pointer, relative to the object's address: right
     after the object header (NumPy's PyArrayObject starts ``PyObject_HEAD; char *data``).

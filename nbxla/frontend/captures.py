@@ -1,0 +1,156 @@
+"""Values a compiled function reads from its closure and its globals ("captures").
+
+NumPy code reads the *current* value of a global or closed-over name on every call, so a
+compiled function must too.  Arrays it captures become implicit arguments: read at call
+time, passed by pointer (no copy, nothing baked into the code, writes land in them), with
+their shape and dtype in the cache key.  Captured Python constants (numbers, strings,
+tuples, helper functions) become part of the cache key: a new value recompiles, and the
+cache says which name changed (``w: 2.0 -> 3.0 (constant)``).  Helper functions the
+function calls are followed (a few levels deep) for the same reasons.
+
+What is not followed: modules (``np``), attributes of objects (``self.w``, ``cfg.alpha``),
+and values that are neither arrays, numbers, strings, tuples nor functions; those are read
+once, while tracing, as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from typing import Callable
+
+import numpy as np
+
+from .trace import is_array_leaf, tree_flatten
+
+MAX_DEPTH = 3                           # helper functions followed below the compiled one
+_STATIC_TYPES = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, np.dtype)
+_LIBRARY_PREFIXES = ("numpy", "nbxla", "scipy", "builtins")
+
+
+@functools.lru_cache(maxsize=4096)
+def global_names(code: types.CodeType) -> tuple[str, ...]:
+    """Names the code (and the code of functions and comprehensions defined in it) may read
+    from its globals (``co_names`` also holds attribute names: harmless extra lookups)."""
+    names, stack = [], [code]
+    while stack:
+        c = stack.pop()
+        names += c.co_names
+        stack += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return tuple(dict.fromkeys(names))
+
+
+def _jit_target(value):
+    """The Python function an ``nbxla.jit`` object wraps (it is inlined when traced)."""
+    return getattr(type(value), "_nbxla_wraps", None) and value.fn
+
+
+def _user_function(value) -> types.FunctionType | None:
+    value = _jit_target(value) or value
+    if isinstance(value, types.FunctionType) and \
+            not (value.__module__ or "").startswith(_LIBRARY_PREFIXES):
+        return value
+    return None
+
+
+def _relevant(value) -> bool:
+    """Whether a captured value is an array, a constant in the key, or a tree of them."""
+    if is_array_leaf(value):
+        return True
+    if isinstance(value, (list, dict, tuple)):
+        leaves = tree_flatten(value)[0]
+        return all(is_array_leaf(v) or isinstance(v, _STATIC_TYPES) and _hashable(v) for v in leaves)
+    return isinstance(value, _STATIC_TYPES) and _hashable(value)
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+class CapturePlan:
+    """Which names a function captures, read afresh on every call."""
+
+    def __init__(self, fn: types.FunctionType):
+        self.fn = fn
+
+    def _items(self, fn):
+        """(name, value) pairs the function can see: closure cells first, then globals."""
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            try:
+                yield name, cell.cell_contents
+            except ValueError:                  # a cell not yet filled
+                pass
+        g, free = fn.__globals__, fn.__code__.co_freevars
+        for name in global_names(fn.__code__):
+            if name in g and name not in free:
+                yield name, g[name]
+
+    def read(self) -> list[tuple[str, object]]:
+        """The current captured values, as (label, value): arrays, constants, trees of them,
+        and helper functions (their identity) with what they capture in turn."""
+        out: list[tuple[str, object]] = []
+        self._read(self.fn, "", 0, {id(self.fn)}, out)
+        return out
+
+    def _read(self, fn, prefix, depth, seen, out) -> None:
+        for name, value in self._items(fn):
+            label = prefix + name
+            helper = _user_function(value)
+            if helper is not None:
+                out.append((label, value))      # redefining a helper recompiles
+                if depth < MAX_DEPTH and id(helper) not in seen:
+                    seen.add(id(helper))
+                    self._read(helper, label + ".", depth + 1, seen, out)
+            elif _relevant(value):
+                out.append((label, value))
+
+
+def rebuild(fn: types.FunctionType, values: dict[str, object]) -> Callable:
+    """``fn`` reading ``values`` (by label, as ``CapturePlan.read`` names them: Tracers for
+    arrays) in place of its globals and closure cells, helpers rebuilt the same way."""
+    return _rebuild(fn, "", values, 0, {id(fn)})
+
+
+def _rebuild(fn, prefix, values, depth, seen):
+    g = fn.__globals__
+    new_globals = None
+    for name in global_names(fn.__code__):
+        label = prefix + name
+        if label not in values or name not in g:
+            continue
+        value = values[label]
+        helper = _user_function(g[name])
+        if helper is not None:
+            if depth >= MAX_DEPTH or id(helper) in seen:
+                continue
+            value = _rebuild(helper, label + ".", values, depth + 1, seen | {id(helper)})
+        if new_globals is None:
+            new_globals = dict(g)
+        new_globals[name] = value
+    cells = []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        label = prefix + name
+        if label in values:
+            value = values[label]
+            try:
+                helper = _user_function(cell.cell_contents)
+            except ValueError:
+                helper = None
+            if helper is not None:
+                if depth >= MAX_DEPTH or id(helper) in seen:
+                    cells.append(cell)
+                    continue
+                value = _rebuild(helper, label + ".", values, depth + 1, seen | {id(helper)})
+            cell = types.CellType(value)
+        cells.append(cell)
+    if new_globals is None and all(a is b for a, b in zip(cells, fn.__closure__ or ())):
+        return fn
+    new = types.FunctionType(fn.__code__, new_globals if new_globals is not None else g,
+                             fn.__name__, fn.__defaults__, tuple(cells) or None)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__qualname__ = fn.__qualname__
+    return new
