@@ -17,9 +17,21 @@ class FlagError(NbxlaError, ValueError):
 class Flags:
     device: str = "cpu"
     dump_to: str | None = None
+    # Out-of-range traced indices: False raises NumPy's IndexError (a check after each run),
+    # True clamps them into range as XLA does (no check).
+    clamp_indices: bool = False
 
 
-_KNOWN = {"device": str, "dump_to": str}
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise FlagError(f"NBXLA_FLAGS: expected true or false, not {text!r}")
+
+
+_KNOWN = {"device": str, "dump_to": str, "clamp_indices": _bool}
 
 
 def parse_flags(text: str | None) -> Flags:

@@ -140,6 +140,8 @@ class CompiledCell:
         """Run the executable; nothing is written anywhere yet."""
         leaves = inputs.leaves
         outputs = self.compilation.executable.run([leaves[i] for i in self.program.param_leaves])
+        if self.program.checks:
+            self.program.run_checks(outputs)     # NumPy's IndexError/ValueError, before any write
         outputs = [_own(out, leaves) for out in outputs]
         writebacks = [(leaves[i], outputs[k]) for i, k in self.program.writebacks]
         return CellResult(self, inputs, outputs, writebacks)

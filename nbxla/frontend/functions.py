@@ -250,10 +250,22 @@ def where(condition, x=None, y=None):
     return select(broadcast_to(c, shape), broadcast_to(a, shape), broadcast_to(b, shape))
 
 
+def _python_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @implements(np.clip)
 def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue, **kwargs):
     lo = a_min if a_min is not np._NoValue else (None if min is np._NoValue else min)
     hi = a_max if a_max is not np._NoValue else (None if max is np._NoValue else max)
+    if isinstance(a, Tracer) and a.dtype.kind in "iu":
+        # NumPy 2 drops a Python-int bound beyond the dtype's range on the side where it
+        # cannot clip anything (np.clip(u8, -5, 300)); on the other side it raises, as here.
+        info = np.iinfo(a.dtype)
+        if _python_int(lo) and lo < info.min:
+            lo = None
+        if _python_int(hi) and hi > info.max:
+            hi = None
     result = a
     if lo is not None:
         result = np.maximum(result, lo)

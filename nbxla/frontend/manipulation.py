@@ -14,7 +14,7 @@ import numpy as np
 from ..hlo import Shape
 from ..hlo.attributes import PadDim
 from .functions import concatenate, np_reshape, ravel, transpose_value
-from .indexing import take_along
+from .indexing import check_bounds, take_along
 from .reductions import normalize_axes
 from .rules import (asarray, broadcast_to, compare, convert, emit, find_context, implements,
                     make_view, reshape, scalar, select)
@@ -42,14 +42,15 @@ def _to_out(result, out):
 
 # ---- take ------------------------------------------------------------------------------------
 
-def _wrap_and_clamp(idx: Tracer, n: int, mode: str) -> Tracer:
+def _wrap_and_clamp(idx: Tracer, n: int, mode: str, axis: int = 0) -> Tracer:
     """Traced indices into an axis of size ``n``: NumPy's mode, or clamping where NumPy raises."""
     if idx.dtype.kind not in "iu":
         raise IndexError("arrays used as indices must be of integer (or boolean) type")
     idx = convert(idx, np.int64)
     if mode == "wrap":
         return np.remainder(idx, n) if n else idx
-    if mode == "raise":     # negative indices count from the end; the rest is clamped (see docs)
+    if mode == "raise":     # negative indices count from the end; out of range: IndexError
+        check_bounds(idx, n, axis)
         idx = select(compare(idx, scalar_like(idx, 0), "LT"), idx + n, idx)
     return np.clip(idx, 0, max(n - 1, 0))
 
@@ -80,7 +81,7 @@ def take_indices(x: Tracer, indices, axis: int, mode: str = "raise") -> Tracer:
     """``np.take(x, indices, axis)`` for constant or traced indices."""
     n = x.shape[axis]
     if isinstance(indices, Tracer):
-        idx = _wrap_and_clamp(indices, n, mode)
+        idx = _wrap_and_clamp(indices, n, mode, axis)
     else:
         idx = asarray(x.ctx, _constant_indices(indices, n, mode))
     if n == 0 and idx.size:
@@ -115,7 +116,7 @@ def take_along_axis(arr, indices, axis=-1):
     shape = list(np.broadcast_shapes(other, tuple(1 if d == axis else n for d, n in enumerate(idx.shape))))
     shape[axis] = idx.shape[axis]
     shape = tuple(shape)
-    idx = broadcast_to(_wrap_and_clamp(idx, x.shape[axis], "raise"), shape)
+    idx = broadcast_to(_wrap_and_clamp(idx, x.shape[axis], "raise", axis), shape)
     # One index vector per output element: its own position on every axis but ``axis``.
     columns = []
     for d in range(x.ndim):
