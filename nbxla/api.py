@@ -21,7 +21,8 @@ from typing import Callable
 import numpy as np
 
 from .compiler import Compilation, compile_module
-from .frontend.captures import CapturePlan, rebuild
+from .errors import TraceError
+from .frontend.captures import CapturePlan, bake, has_arrays, rebuild, unbake
 from .frontend.cell_ast import check_function_no_random
 from .flags import current_flags
 from .frontend.trace import (StaticValue, TracedProgram, alias_pattern, is_array_leaf, leaf_signature,
@@ -109,10 +110,19 @@ class CompiledFunction:
         self._fast = self.cache.shortcut_table()
         # Globals and closure cells the function reads, read afresh on every call.
         self._captures = CapturePlan(fn) if isinstance(fn, types.FunctionType) else None
+        # Set once tracing needed a captured array's values (a constant mask): captured arrays
+        # are then compile-time constants keyed by their contents (see captures.BakedArray).
+        self._bake_captures = False
         try:
             self._signature = inspect.signature(fn)
         except (TypeError, ValueError):
             self._signature = None
+
+    def _read_captures(self) -> list:
+        if self._captures is None:
+            return []
+        captured = self._captures.read()
+        return bake(captured) if self._bake_captures else captured
 
     def _leaf_names(self, args, kwargs) -> list[str]:
         names = []
@@ -129,7 +139,7 @@ class CompiledFunction:
         flags = current_flags()
         device = resolve_device(device or self.device)
         if captured is None:
-            captured = self._captures.read() if self._captures else []
+            captured = self._read_captures()
         if captured:                # ((args, kwargs), {label: value}): see _traceable
             leaves, treedef = tree_flatten(((args, kwargs), dict(captured)))
         else:
@@ -162,11 +172,11 @@ class CompiledFunction:
         captured)``, it is called ``f(args, kwargs, **captured)`` and runs ``self.fn`` with the
         captured names rebound to the traced values."""
         def call(args, kwargs, **captured):
-            return rebuild(self.fn, captured)(*args, **kwargs)
+            return rebuild(self.fn, unbake(captured))(*args, **kwargs)
         return call
 
     def __call__(self, *args, **kwargs):
-        captured = self._captures.read() if self._captures else []
+        captured = self._read_captures()
         # Fast path for the common call f(array, array, ...): a cache hit then costs one dict
         # lookup keyed by argument types, shapes and dtypes (and the captured values), and a
         # runner made for the entry.
@@ -189,7 +199,15 @@ class CompiledFunction:
         leaves = tree_flatten((args, kwargs))[0]
         if any(isinstance(leaf, Tracer) for leaf in leaves):
             return self.fn(*args, **kwargs)     # called while tracing (%%xla, another jit): inline
-        compiled, leaves, entry = self._lookup(args, kwargs, captured=captured)
+        try:
+            compiled, leaves, entry = self._lookup(args, kwargs, captured=captured)
+        except TraceError:
+            if self._bake_captures or not has_arrays(captured):
+                raise
+            # The function needs a captured array's values while tracing: from now on its
+            # captured arrays are constants keyed by their contents.
+            self._bake_captures = True
+            return self(*args, **kwargs)
         runner = _fast_runner(compiled, len(leaves))
         # (Compiled from distinct arguments, a program that writes none of them is right for
         # any call with the same types, shapes and dtypes, aliased or not.)

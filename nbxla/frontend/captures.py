@@ -16,12 +16,13 @@ once, while tracing, as before.
 from __future__ import annotations
 
 import functools
+import hashlib
 import types
 from typing import Callable
 
 import numpy as np
 
-from .trace import is_array_leaf, tree_flatten
+from .trace import is_array_leaf, tree_flatten, tree_unflatten
 
 MAX_DEPTH = 3                           # helper functions followed below the compiled one
 _STATIC_TYPES = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, np.dtype)
@@ -154,3 +155,45 @@ def _rebuild(fn, prefix, values, depth, seen):
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__qualname__ = fn.__qualname__
     return new
+
+
+class BakedArray:
+    """A captured array used as a compile-time constant, keyed by its contents: the fallback
+    for functions that need a captured array's values while tracing (a boolean mask, indices
+    that decide a shape).  A change of contents recompiles; it is never stale."""
+    __slots__ = ("array", "_key")
+
+    def __init__(self, array):
+        arr = np.ascontiguousarray(array)
+        self.array = array
+        self._key = (arr.shape, arr.dtype.str, hashlib.blake2b(arr.view(np.uint8).reshape(-1) if arr.size
+                                                               else b"", digest_size=16).digest())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, BakedArray) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        return f"array{list(self.array.shape)} {self.array.dtype} (its contents)"
+
+
+def _map_arrays(value, fn):
+    leaves, treedef = tree_flatten(value)
+    return tree_unflatten(treedef, [fn(v) for v in leaves])
+
+
+def bake(captured: list) -> list:
+    """Captured values with their arrays as ``BakedArray`` constants."""
+    return [(label, _map_arrays(v, lambda a: BakedArray(a) if is_array_leaf(a) else a))
+            for label, v in captured]
+
+
+def unbake(values: dict) -> dict:
+    return {label: _map_arrays(v, lambda a: a.array if isinstance(a, BakedArray) else a)
+            for label, v in values.items()}
+
+
+def has_arrays(captured: list) -> bool:
+    return any(is_array_leaf(leaf) for _, v in captured for leaf in tree_flatten(v)[0])

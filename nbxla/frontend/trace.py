@@ -94,17 +94,18 @@ class StaticValue:
     """A static (compile-time) argument in a cache key: equal when the values are the same
     bits, so ``0.0`` and ``-0.0`` get their own compilations (``1/(x*c)`` differs) and a
     NaN finds its own entry again (``nan != nan`` would recompile on every call)."""
-    __slots__ = ("value", "_token")
+    __slots__ = ("value", "_token", "_hash")
 
     def __init__(self, value):
         self.value = value
         self._token = _bits(value)
+        self._hash = hash(self._token)          # (TypeError now for an unhashable value)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, StaticValue) and self._token == other._token
 
     def __hash__(self) -> int:
-        return hash(self._token)
+        return self._hash
 
     def __repr__(self) -> str:
         if callable(self.value) and hasattr(self.value, "__qualname__"):
