@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from .compiler import Compilation, compile_module
-from .errors import TraceError
+from .errors import ResourceError, TraceError
 from .frontend.captures import CapturePlan, bake, has_arrays, rebuild, unbake
 from .frontend.cell_ast import check_function_no_random
 from .flags import current_flags
@@ -193,7 +193,10 @@ class CompiledFunction:
                     entry, _, runner = hit
                     self.cache.touch(entry)
                     self.last_compilation = entry.value.compilation
-                    return runner(args if not captured else args + tuple(v for _, v in captured))
+                    try:
+                        return runner(args if not captured else args + tuple(v for _, v in captured))
+                    except MemoryError:
+                        raise _memory_error(self.__name__, entry.value) from None
                 if hit is not None:             # the cache has evicted since: do not pin it
                     self._fast.clear()
         leaves = tree_flatten((args, kwargs))[0]
@@ -218,7 +221,10 @@ class CompiledFunction:
             self._fast[fast_key] = (entry, self.cache.generation, runner)
             if len(self._fast) > FAST_PATH_ENTRIES:
                 self._fast.popitem(last=False)
-        return run_program(compiled, leaves)
+        try:
+            return run_program(compiled, leaves)
+        except MemoryError:
+            raise _memory_error(self.__name__, compiled) from None
 
     _nbxla_wraps = True             # (captures.py follows what a jit function calls into .fn)
 
@@ -246,6 +252,28 @@ def _capture_token(value):
     if is_array_leaf(value):
         raise TypeError("not a plain array")          # (scalars, subclasses: the full key)
     return StaticValue(value)
+
+
+def _memory_error(name: str, compiled: CompiledProgram) -> ResourceError:
+    """A failed allocation, told in the user's terms: the largest array the program makes,
+    its shape and the line that makes it (not the runtime buffer that failed)."""
+    arrays = [i for i in compiled.program.module.entry.instructions if not i.shape.is_tuple]
+    biggest = max(arrays, key=lambda i: i.shape.size * _itemsize(i.shape), default=None)
+    what = ""
+    if biggest is not None:
+        gib = biggest.shape.size * _itemsize(biggest.shape) / 2 ** 30
+        where = f" at {biggest.location}" if biggest.location is not None else ""
+        what = (f": its largest array is {biggest.shape.to_text(with_layout=False)} "
+                f"({gib:.3g} GiB), made by {biggest.opcode}{where}")
+    return ResourceError(f"not enough memory to run {name}{what}; use smaller inputs or compute "
+                         "it in pieces")
+
+
+def _itemsize(shape) -> int:
+    try:
+        return np.dtype(shape.dtype).itemsize
+    except Exception:
+        return 2                                        # bf16
 
 
 def _module_name(fn) -> str:
