@@ -52,7 +52,7 @@ def parse_hlo(text: str | bytes, filename: str = "<hlo>", verify: bool = True) -
     except RecursionError:
         raise parser.error("the text nests too deeply (tuple shapes, braces or parentheses) "
                            "for the parser") from None
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as e:
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError) as e:
         raise parser.error(f"malformed HLO here ({type(e).__name__}: {e})") from None
 
 
@@ -554,7 +554,7 @@ class _Parser:
                                            instr.attrs, declared=instr.shape)
                 except HloShapeError as e:
                     raise self.error(f"%{instr.name}: {e}", pos) from None
-                except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+                except (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError) as e:
                     # Attributes shape inference could not even read (a tuple where an array
                     # belongs, a dimension number out of range): still this instruction's fault.
                     raise self.error(f"%{instr.name}: its operands and attributes do not fit "
