@@ -44,7 +44,7 @@ def _to_out(result, out):
 
 def _wrap_and_clamp(idx: Tracer, n: int, mode: str, axis: int = 0) -> Tracer:
     """Traced indices into an axis of size ``n``: NumPy's mode, or clamping where NumPy raises."""
-    if idx.dtype.kind not in "iu":
+    if idx.dtype.kind not in "iub":          # (np.take casts bool indices to 0/1, as here)
         raise IndexError("arrays used as indices must be of integer (or boolean) type")
     idx = convert(idx, np.int64)
     if mode == "wrap":
@@ -61,7 +61,7 @@ def scalar_like(x: Tracer, value) -> Tracer:
 
 def _constant_indices(idx, n: int, mode: str) -> np.ndarray:
     idx = np.asarray(idx)
-    if idx.dtype.kind not in "iu":
+    if idx.dtype.kind not in "iub":
         if idx.size == 0:
             idx = idx.astype(np.int64)
         else:
@@ -94,7 +94,7 @@ def take(a, indices, axis=None, out=None, mode="raise"):
     x = asarray(find_context([a, indices]), a)
     if mode not in ("raise", "wrap", "clip"):
         raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})")
-    if axis is None:
+    if axis is None or x.ndim == 0 and axis in (0, -1):     # (NumPy takes 0-d as 1-d)
         x, axis = reshape(x, (x.size,)), 0
     return _to_out(take_indices(x, indices, _axis(axis, x.ndim), mode), out)
 

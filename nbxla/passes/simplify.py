@@ -38,8 +38,13 @@ def _is(instr, value) -> bool:
 
 
 def _is_negative_zero(instr) -> bool:
+    """-0.0 (complex: both parts -0.0, the only zero that x + zero leaves unchanged)."""
     v = scalar_value(instr)
-    return v is not None and v == 0 and np.signbit(v)
+    if v is None or v != 0:
+        return False
+    if np.iscomplexobj(v):
+        return bool(np.signbit(np.real(v)) and np.signbit(np.imag(v)))
+    return bool(np.signbit(v))
 
 
 class _Rewriter:

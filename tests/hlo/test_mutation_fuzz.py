@@ -65,7 +65,7 @@ def test_mutants_parse_and_evaluate_or_say_where(seed):
     _parse_and_evaluate(path, data)
 
 
-@_settings(40)
+@_settings(120)
 @given(seed=st.integers(0, 2 ** 32 - 1))
 def test_mutants_agree_on_evaluator_and_cpu(seed):
     path, data = _mutant(seed)
