@@ -7,6 +7,8 @@
 Array arguments (and NumPy scalars) become parameters; every other argument is a
 compile-time constant, so a new value means a new compilation.  Writes into argument arrays
 are copied back into the caller's arrays after the run, as NumPy would have made them.
+Arrays the function reads from its globals or closure are implicit arguments read on every
+call, and the constants it reads there are part of the key (``frontend/captures.py``).
 """
 
 from __future__ import annotations
@@ -176,7 +178,11 @@ class CompiledFunction:
         return call
 
     def __call__(self, *args, **kwargs):
-        captured = self._read_captures()
+        plan = self._captures
+        if plan is not None and not self._bake_captures and plan._last is not None and plan._unchanged():
+            captured = plan._last               # (the common case, without a call per layer)
+        else:
+            captured = self._read_captures()
         # Fast path for the common call f(array, array, ...): a cache hit then costs one dict
         # lookup keyed by argument types, shapes and dtypes (and the captured values), and a
         # runner made for the entry.
@@ -184,7 +190,7 @@ class CompiledFunction:
         if not kwargs:
             try:
                 fast_key = (current_flags(), tuple([(type(a), a.shape, a.dtype) for a in args]),
-                            tuple([_capture_token(v) for _, v in captured]))
+                            tuple([_capture_token(v) for _, v in captured]) if captured else ())
             except (AttributeError, TypeError):     # a static argument: the full key decides
                 pass
             else:

@@ -72,33 +72,72 @@ def _hashable(value) -> bool:
     return True
 
 
+_MISSING = object()
+
+
+def _mutable(value) -> bool:
+    """Whether a captured value can change without being rebound (a list or dict in it)."""
+    if isinstance(value, (list, dict)):
+        return True
+    return isinstance(value, tuple) and any(_mutable(v) for v in value)
+
+
 class CapturePlan:
-    """Which names a function captures, read afresh on every call."""
+    """Which names a function captures, read afresh on every call.
+
+    Reading costs a few dict lookups per call: the last result is reused while every name
+    it looked at still holds the same object (arrays are passed by reference, so their
+    current contents are used anyway), unless it holds a list or dict (read again)."""
 
     def __init__(self, fn: types.FunctionType):
         self.fn = fn
+        self._last: list | None = None
+        self._seen_globals: list = []       # (globals dict, name, value) looked at
+        self._seen_cells: list = []         # (cell, value) looked at
 
     def _items(self, fn):
         """(name, value) pairs the function can see: closure cells first, then globals."""
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             try:
-                yield name, cell.cell_contents
+                value = cell.cell_contents
             except ValueError:                  # a cell not yet filled
-                pass
+                self._seen_cells.append((cell, _MISSING))
+                continue
+            self._seen_cells.append((cell, value))
+            yield name, value
         g, free = fn.__globals__, fn.__code__.co_freevars
         for name in global_names(fn.__code__):
-            if name in g and name not in free:
-                yield name, g[name]
+            value = g.get(name, _MISSING)
+            self._seen_globals.append((g, name, value))
+            if value is not _MISSING and name not in free:
+                yield name, value
+
+    def _unchanged(self) -> bool:
+        for g, name, value in self._seen_globals:
+            if g.get(name, _MISSING) is not value:
+                return False
+        for cell, value in self._seen_cells:
+            try:
+                if cell.cell_contents is not value:
+                    return False
+            except ValueError:
+                if value is not _MISSING:
+                    return False
+        return True
 
     def read(self) -> list[tuple[str, object]]:
         """The current captured values, as (label, value): arrays, constants, trees of them,
         and helper functions (their identity) with what they capture in turn."""
+        if self._last is not None and self._unchanged():
+            return self._last
+        self._seen_globals, self._seen_cells = [], []
         out: list[tuple[str, object]] = []
         self._read(self.fn, "", 0, {id(self.fn)}, out)
+        self._last = None if any(_mutable(v) for _, v in out) else out
         return out
 
     def _read(self, fn, prefix, depth, seen, out) -> None:
-        for name, value in self._items(fn):
+        for name, value in list(self._items(fn)):
             label = prefix + name
             helper = _user_function(value)
             if helper is not None:
