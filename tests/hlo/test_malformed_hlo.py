@@ -136,3 +136,10 @@ def test_run_hlo_non_utf8_exits_2(tmp_path, capsys):
     path.write_bytes(ADD.encode() + b"\xff")
     assert main(["run-hlo", str(path)]) == 2
     assert "not UTF-8" in capsys.readouterr().err
+
+
+def test_evaluator_refuses_duplicate_parameter_numbers_in_a_built_module():
+    from nbxla.errors import EvaluationError
+    module = parse_hlo(ADD.replace("parameter(1)", "parameter(0)"), verify=False)
+    with pytest.raises(EvaluationError, match=r"parameter numbers \[0, 0\]"):
+        evaluate(module, [np.ones(4, np.float32), np.ones(4, np.float32)])
