@@ -216,6 +216,9 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
         dtypes = ufunc.resolve_dtypes(in_dtypes)
     else:
         dtypes = ufunc.resolve_dtypes(in_dtypes, signature=(None,) * ufunc.nin + (np.dtype(dtype),) * ufunc.nout)
+    if ufunc in _REAL_ONLY and any(np.dtype(dt).kind == "c" for dt in dtypes[:ufunc.nin]):
+        raise ctx.not_compilable(f"np.{ufunc.__name__} of complex arrays is not supported by nbxla",
+                                 "compute it outside the compiled code")
     if out is not None:
         _check_output_casting(ufunc, dtypes, out, casting)
     shape = np.broadcast_shapes(*(np.shape(v) if not isinstance(v, Tracer) else v.shape for v in inputs))
@@ -246,6 +249,11 @@ def _check_output_casting(ufunc, dtypes, out, casting) -> None:
           out=tuple(np.empty(0, dt) for dt in out_dtypes), casting=casting)
 
 
+# Ufuncs lowered with real-only formulas or orderings (NumPy orders complex numbers by real,
+# then imaginary part; HLO compares them only for equality): complex inputs are refused.
+_REAL_ONLY = frozenset([np.arccos, np.arccosh, np.arcsin, np.arcsinh, np.arctan, np.cosh, np.sinh,
+                        np.log10, np.log2, np.rint, np.maximum, np.minimum, np.fmax, np.fmin,
+                        np.greater, np.greater_equal, np.less, np.less_equal])
 _COMPARISONS = (np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal)
 
 

@@ -144,16 +144,14 @@ _FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, Hea
                                                      HealthCheck.filter_too_much])
 
 
-@_FUZZ
-@settings(max_examples=EXAMPLES)
+@settings(_FUZZ, max_examples=EXAMPLES)
 @given(program=programs())
 def test_random_programs_match_numpy_or_fail_clearly(program):
     """On the reference evaluator (``NBXLA_FRONTEND_TEST_DEVICE`` picks another): the lowering."""
     _check(program, jit)
 
 
-@_FUZZ
-@settings(max_examples=EXAMPLES // 5)
+@settings(_FUZZ, max_examples=EXAMPLES // 5)
 @given(program=programs())
 def test_random_programs_compiled_for_the_cpu_match_numpy(program):
     """The same promise for what users run: optimized and compiled to native code."""

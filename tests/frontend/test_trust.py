@@ -220,3 +220,11 @@ def test_allocation_failure_names_the_users_shape():
     f = nbxla.jit(lambda a, b: np.outer(a, b) + 1)
     with pytest.raises(NbxlaError, match=r"f64\[3000000,3000000\].*test_trust\.py:\d+"):
         f(np.ones(3_000_000), np.ones(3_000_000))
+
+
+@pytest.mark.parametrize("ufunc", [np.arcsinh, np.log10, np.rint, np.maximum, np.less])
+def test_complex_inputs_to_real_only_lowerings_are_refused_at_the_line(ufunc):
+    z = np.array([0.5 + 0.5j, -1.2 + 0.3j])
+    with pytest.raises(NbxlaError, match=f"np.{ufunc.__name__} of complex arrays") as info:
+        jit(lambda a: ufunc(*[a] * ufunc.nin))(z)
+    assert "test_trust.py:" in str(info.value)
