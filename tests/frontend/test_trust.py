@@ -228,3 +228,12 @@ def test_complex_inputs_to_real_only_lowerings_are_refused_at_the_line(ufunc):
     with pytest.raises(NbxlaError, match=f"np.{ufunc.__name__} of complex arrays") as info:
         jit(lambda a: ufunc(*[a] * ufunc.nin))(z)
     assert "test_trust.py:" in str(info.value)
+
+
+def test_cell_index_check_raises_and_leaves_the_namespace_alone():
+    from nbxla.frontend.cell import run_cell
+    ns = {"np": np, "a": np.arange(5.0), "i": np.array([0, 9])}
+    with pytest.raises(IndexError, match="index 9 is out of bounds for axis 0 with size 5"):
+        run_cell("a[i] = 1.0\nb = a * 2", ns, label="trust")
+    np.testing.assert_array_equal(ns["a"], np.arange(5.0))
+    assert "b" not in ns
