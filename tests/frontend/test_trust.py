@@ -237,3 +237,22 @@ def test_cell_index_check_raises_and_leaves_the_namespace_alone():
         run_cell("a[i] = 1.0\nb = a * 2", ns, label="trust")
     np.testing.assert_array_equal(ns["a"], np.arange(5.0))
     assert "b" not in ns
+
+
+def test_cell_constants_negative_zero_and_nan():
+    from nbxla.frontend.cell import run_cell
+    ns = {"np": np, "x": np.ones(2), "c": 0.0}
+    with np.errstate(divide="ignore"):
+        run_cell("y = 1 / (x * c)", ns, label="trust")
+        np.testing.assert_array_equal(ns["y"], [np.inf, np.inf])
+        ns["c"] = -0.0
+        run_cell("y = 1 / (x * c)", ns, label="trust")
+    np.testing.assert_array_equal(ns["y"], [-np.inf, -np.inf])
+
+
+def test_cell_matrix_input_is_refused_by_name():
+    from nbxla.frontend.cell import run_cell
+    with pytest.warns(PendingDeprecationWarning):
+        m = np.matrix([[1, 2], [3, 4]])
+    with pytest.raises(UnsupportedInputError, match="^m is an np.matrix"):
+        run_cell("y = m * m", {"np": np, "m": m}, label="trust")
