@@ -525,6 +525,14 @@ def _sign(ctx, x):
     if x.dtype.kind == "f":             # NumPy: sign(-0.0) is +0.0 (HLO's sign keeps the sign)
         zero = like(x, 0)
         return select(compare(x, zero, "EQ"), zero, emit(ctx, "sign", x))
+    if x.dtype.kind == "c":             # NumPy: z/|z|, and a unit along the one infinite part
+        re, im = emit(ctx, "real", x), emit(ctx, "imag", x)
+        re_inf, im_inf = _isinf(ctx, re), _isinf(ctx, im)
+        zero = like(re, 0)
+        along_re = binop("complex", _sign(ctx, re), zero)
+        along_im = binop("complex", zero, _sign(ctx, im))
+        one_inf = binop("xor", re_inf, im_inf)
+        return select(one_inf, select(re_inf, along_re, along_im), emit(ctx, "sign", x))
     return emit(ctx, "sign", x)
 
 

@@ -256,3 +256,8 @@ def test_cell_matrix_input_is_refused_by_name():
         m = np.matrix([[1, 2], [3, 4]])
     with pytest.raises(UnsupportedInputError, match="^m is an np.matrix"):
         run_cell("y = m * m", {"np": np, "m": m}, label="trust")
+
+
+def test_complex_sign_with_infinite_parts():
+    check(lambda z: np.sign(z), np.array([complex(0, np.inf), complex(np.inf, 1), complex(np.inf, np.inf),
+                                          complex(-np.inf, np.nan), complex(np.nan, 0), -0.0 + 0j, 3 - 4j]))
