@@ -54,13 +54,22 @@ def _user_function(value) -> types.FunctionType | None:
     return None
 
 
+def _plain_array(value) -> bool:
+    """An array nbxla passes as an argument: numeric or bool, native byte order, a plain
+    ndarray or NumPy scalar.  (Others, e.g. string arrays or np.matrix, are read while
+    tracing as before: the name may not even be used as an array.)"""
+    return (type(value) is np.ndarray or isinstance(value, np.generic)) and \
+        value.dtype.kind in "biufc" and value.dtype.isnative and value.ndim <= 32
+
+
 def _relevant(value) -> bool:
     """Whether a captured value is an array, a constant in the key, or a tree of them."""
     if is_array_leaf(value):
-        return True
+        return _plain_array(value)
     if isinstance(value, (list, dict, tuple)):
         leaves = tree_flatten(value)[0]
-        return all(is_array_leaf(v) or isinstance(v, _STATIC_TYPES) and _hashable(v) for v in leaves)
+        return all(_plain_array(v) if is_array_leaf(v) else isinstance(v, _STATIC_TYPES) and _hashable(v)
+                   for v in leaves)
     return isinstance(value, _STATIC_TYPES) and _hashable(value)
 
 

@@ -261,3 +261,11 @@ def test_cell_matrix_input_is_refused_by_name():
 def test_complex_sign_with_infinite_parts():
     check(lambda z: np.sign(z), np.array([complex(0, np.inf), complex(np.inf, 1), complex(np.inf, np.inf),
                                           complex(-np.inf, np.nan), complex(np.nan, 0), -0.0 + 0j, 3 - 4j]))
+
+
+LABELS = np.array(["a", "b"])
+
+
+def test_captured_non_numeric_arrays_are_left_alone():
+    f = _fresh(lambda x: x * len(LABELS))
+    np.testing.assert_array_equal(f(np.ones(2)), [2.0, 2.0])
