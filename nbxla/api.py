@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from .compiler import Compilation, compile_module
-from .errors import ResourceError, TraceError
+from .errors import ResourceError, TraceError, UnsupportedInputError
 from .frontend.captures import CapturePlan, bake, has_arrays, rebuild, unbake
 from .frontend.cell_ast import check_function_no_random
 from .flags import current_flags
@@ -149,8 +149,10 @@ class CompiledFunction:
 
         def names():
             return self._leaf_names(args, kwargs) + [p for label, v in captured for p in _paths(label, v)]
-        leaf_names = names()
-        signature = tuple(leaf_signature(leaf, name) for leaf, name in zip(leaves, leaf_names))
+        try:
+            signature = tuple(leaf_signature(leaf) for leaf in leaves)
+        except UnsupportedInputError:       # again, to name the argument (not paid per call)
+            signature = tuple(leaf_signature(leaf, name) for leaf, name in zip(leaves, names()))
         key = CacheKey(self, device, flags, signature, treedef, alias_pattern(leaves))
 
         def compile_now():
