@@ -151,9 +151,8 @@ class CapturePlan:
             helper = _user_function(value)
             if helper is not None:
                 out.append((label, value))      # redefining a helper recompiles
-                if depth < MAX_DEPTH and id(helper) not in seen:
-                    seen.add(id(helper))
-                    self._read(helper, label + ".", depth + 1, seen, out)
+                if depth < MAX_DEPTH and id(helper) not in seen:     # (per call path, as rebuild)
+                    self._read(helper, label + ".", depth + 1, seen | {id(helper)}, out)
             elif _relevant(value):
                 out.append((label, value))
 

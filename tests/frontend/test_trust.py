@@ -269,3 +269,19 @@ LABELS = np.array(["a", "b"])
 def test_captured_non_numeric_arrays_are_left_alone():
     f = _fresh(lambda x: x * len(LABELS))
     np.testing.assert_array_equal(f(np.ones(2)), [2.0, 2.0])
+
+
+def _outer_helper(x):
+    return _helper(x) + _helper(x)
+
+
+def test_a_helper_reached_twice_reads_current_values_on_both_paths():
+    global SCALE
+    f = _fresh(lambda x: _outer_helper(x) + _helper(x))
+    x = np.ones(2)
+    np.testing.assert_array_equal(f(x), [6.0, 6.0])
+    SCALE = 5.0
+    try:
+        np.testing.assert_array_equal(f(x), [15.0, 15.0])
+    finally:
+        SCALE = 2.0
