@@ -112,6 +112,14 @@ def main(argv: list[str] | None = None) -> int:
         # Errors for people: the message already says where (file:line:column) and what to do.
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print("error: out of memory: the module's arrays do not fit in this machine's memory",
+              file=sys.stderr)
+        return 2
+    except Exception as e:           # a bug in nbxla: still exit 2 with a message, not a trace
+        print(f"error: internal error ({type(e).__name__}: {e}); please report it with the HLO "
+              "file and the command", file=sys.stderr)
+        return 2
 
 
 # --- run-hlo --------------------------------------------------------------------------------
@@ -121,7 +129,7 @@ def run_hlo(opts) -> int:
 
     path = Path(opts.file)
     try:
-        text = path.read_text()
+        text = path.read_bytes()            # (parse_hlo reports bytes that are not UTF-8)
     except OSError as e:
         raise _UsageError(f"cannot read {path}: {e.strerror}") from None
     t0 = time.perf_counter()
@@ -171,6 +179,11 @@ def _inputs(params, data: dict, source: str | None) -> list:
         if params:
             why = f"{source} has no in0, in1, ..." if source else "no --inputs given"
             print(f"note: {why}; using deterministic random inputs (seed 0)")
+        for i, p in enumerate(params):
+            if _bytes(p.shape) > MAX_RANDOM_INPUT_BYTES:
+                raise _UsageError(f"parameter {i} (%{p.name}) is {p.shape.to_text(with_layout=False)}"
+                                  f", {_bytes(p.shape) / 2 ** 30:.3g} GiB: too large for random "
+                                  "inputs; pass its values with --inputs")
         rng = np.random.default_rng(0)
         return [_random_value(p.shape, rng) for p in params]
     if len(given) != len(params):
@@ -184,6 +197,15 @@ def _inputs(params, data: dict, source: str | None) -> list:
             raise _UsageError(f"in{i} is {_shape_text(arr)} but parameter {i} (%{p.name}) is "
                               f"{p.shape.to_text(with_layout=False)}")
     return given
+
+
+MAX_RANDOM_INPUT_BYTES = 1 << 30
+
+
+def _bytes(shape) -> int:
+    if shape.is_tuple:
+        return sum(_bytes(s) for s in shape.elements)
+    return shape.size * np.dtype(shape.dtype).itemsize if shape.element_type != "bf16" else shape.size * 2
 
 
 def _random_value(shape, rng):

@@ -7,6 +7,8 @@
 Array arguments (and NumPy scalars) become parameters; every other argument is a
 compile-time constant, so a new value means a new compilation.  Writes into argument arrays
 are copied back into the caller's arrays after the run, as NumPy would have made them.
+Arrays the function reads from its globals or closure are implicit arguments read on every
+call, and the constants it reads there are part of the key (``frontend/captures.py``).
 """
 
 from __future__ import annotations
@@ -14,16 +16,19 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+import types
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from .compiler import Compilation, compile_module
+from .errors import ResourceError, TraceError, UnsupportedInputError
+from .frontend.captures import CapturePlan, bake, has_arrays, rebuild, unbake
 from .frontend.cell_ast import check_function_no_random
 from .flags import current_flags
-from .frontend.trace import (TracedProgram, alias_pattern, leaf_signature, trace, tree_flatten,
-                             tree_unflatten)
+from .frontend.trace import (StaticValue, TracedProgram, alias_pattern, is_array_leaf, leaf_signature,
+                             trace, tree_flatten, tree_unflatten)
 from .frontend.tracer import Tracer
 from .runtime.cache import DEFAULT_CACHE, CacheKey, CompilationCache
 from .runtime.executable import resolve_device
@@ -56,6 +61,8 @@ def run_program(compiled: CompiledProgram, leaves: list):
     program = compiled.program
     inputs = [leaves[i] for i in program.param_leaves]
     outputs = compiled.compilation.executable.run(inputs)
+    if program.checks:
+        program.run_checks(outputs)         # NumPy's IndexError/ValueError, before any write
     for leaf_index, k in program.writebacks:
         np.copyto(leaves[leaf_index], to_host(outputs[k]))
     result = []
@@ -67,23 +74,24 @@ def run_program(compiled: CompiledProgram, leaves: list):
     return tree_unflatten(program.out_treedef, result)
 
 
-def _fast_runner(compiled: CompiledProgram, n_args: int) -> Callable | None:
-    """``run_program`` specialized for calls whose arguments are all arrays; None when the
-    program writes into its arguments (those calls take the general path: aliasing between
-    arguments matters there)."""
+def _fast_runner(compiled: CompiledProgram, n_leaves: int) -> Callable | None:
+    """``run_program`` specialized for calls whose leaves (arguments, then captured values)
+    are all arrays; None when the program writes into them (those calls take the general
+    path: aliasing between arguments matters there)."""
     program = compiled.program
     if program.writebacks:
         return None
     run = compiled.compilation.executable.run
-    if program.param_leaves == list(range(n_args)) and program.out_treedef.kind == "leaf" \
-            and program.out_slots == [("out", 0)]:
-        if compiled.compilation.executable.run_single is not None:
-            return compiled.compilation.executable.run_single        # (0-d: a NumPy scalar)
-
-        def single_result(args):
-            value = run(args)[0]
-            return value[()] if value.ndim == 0 else value  # NumPy gives scalars for 0-d results
-        return single_result
+    if program.out_treedef.kind == "leaf" and program.out_slots == [("out", 0)] and not program.checks:
+        single = compiled.compilation.executable.run_single    # (0-d: a NumPy scalar)
+        if single is None:
+            def single(args):
+                value = run(args)[0]
+                return value[()] if value.ndim == 0 else value  # NumPy gives scalars for 0-d results
+        params = program.param_leaves
+        if params == list(range(n_leaves)):
+            return single
+        return lambda leaves: single([leaves[i] for i in params])    # (captured constants)
     return lambda args: run_program(compiled, list(args))
 
 
@@ -127,16 +135,34 @@ class CompiledFunction:
     """A function compiled per input signature; see ``jit``."""
 
     def __init__(self, fn: Callable, device: str = "cpu", cache: CompilationCache | None = None):
+        if not callable(fn):
+            raise TypeError(f"nbxla.jit needs a function, not {type(fn).__name__}")
         functools.update_wrapper(self, fn)
+        if not isinstance(getattr(self, "__name__", None), str):    # functools.partial, objects
+            inner = fn.func if isinstance(fn, functools.partial) else fn
+            self.__name__ = getattr(inner, "__name__", None) or type(inner).__name__
         self.fn = fn
         self.device = device
         self.cache = cache or DEFAULT_CACHE
         self.last_compilation: Compilation | None = None
-        self._fast: dict = {}       # (flags, arg shapes and dtypes) -> (cache entry, cache generation)
+        # (flags, arg types/shapes/dtypes, captured values) -> (cache entry, generation, runner):
+        # a bounded LRU, emptied with the cache (cache.clear(), evictions).
+        self._fast = self.cache.shortcut_table()
+        # Globals and closure cells the function reads, read afresh on every call.
+        self._captures = CapturePlan(fn) if isinstance(fn, types.FunctionType) else None
+        # Set once tracing needed a captured array's values (a constant mask): captured arrays
+        # are then compile-time constants keyed by their contents (see captures.BakedArray).
+        self._bake_captures = False
         try:
             self._signature = inspect.signature(fn)
         except (TypeError, ValueError):
             self._signature = None
+
+    def _read_captures(self) -> list:
+        if self._captures is None:
+            return []
+        captured = self._captures.read()
+        return bake(captured) if self._bake_captures else captured
 
     def _leaf_names(self, args, kwargs) -> list[str]:
         names = []
@@ -149,39 +175,65 @@ class CompiledFunction:
             names += _paths(k, v)
         return names
 
-    def _lookup(self, args, kwargs, device=None):
+    def _lookup(self, args, kwargs, device=None, captured=None):
         flags = current_flags()
         device = resolve_device(device or self.device)
-        leaves, treedef = tree_flatten((args, kwargs))
-        signature = tuple(leaf_signature(leaf) for leaf in leaves)
+        if captured is None:
+            captured = self._read_captures()
+        if captured:                # ((args, kwargs), {label: value}): see _traceable
+            leaves, treedef = tree_flatten(((args, kwargs), dict(captured)))
+        else:
+            leaves, treedef = tree_flatten((args, kwargs))
+
+        def names():
+            return self._leaf_names(args, kwargs) + [p for label, v in captured for p in _paths(label, v)]
+        try:
+            signature = tuple(leaf_signature(leaf) for leaf in leaves)
+        except UnsupportedInputError:       # again, to name the argument (not paid per call)
+            signature = tuple(leaf_signature(leaf, name) for leaf, name in zip(leaves, names()))
         key = CacheKey(self, device, flags, signature, treedef, alias_pattern(leaves))
 
         def compile_now():
             check_function_no_random(self.fn)
             start = time.perf_counter()
-            program = trace(self.fn, leaves, treedef, name=_module_name(self.fn),
-                            leaf_names=self._leaf_names(args, kwargs))
+            fn = self.fn if not captured else self._traceable()
+            program = trace(fn, leaves, treedef, name=_module_name(self.fn), leaf_names=names())
             trace_ms = (time.perf_counter() - start) * 1e3
             return CompiledProgram(program, compile_module(program.module, device, trace_ms,
                                                            dump_to=flags.dump_to))
 
-        entry, hit = self.cache.get_or_compile(key, self, self.__name__, signature,
-                                               lambda: self._leaf_names(args, kwargs), device,
+        entry, hit = self.cache.get_or_compile(key, self, self.__name__, signature, names, device,
                                                compile_now)
         if not hit:
             entry.value.compilation.explanation = entry.explanation
         self.last_compilation = entry.value.compilation
         return entry.value, leaves, entry
 
+    def _traceable(self) -> Callable:
+        """The function traced when it captures values: traced with the tree ``((args, kwargs),
+        captured)``, it is called ``f(args, kwargs, **captured)`` and runs ``self.fn`` with the
+        captured names rebound to the traced values."""
+        def call(args, kwargs, **captured):
+            return rebuild(self.fn, unbake(captured))(*args, **kwargs)
+        return call
+
     def __call__(self, *args, **kwargs):
+        plan = self._captures
+        if plan is not None and not self._bake_captures and plan._last is not None and plan._unchanged():
+            captured = plan._last               # (the common case, without a call per layer)
+        else:
+            captured = self._read_captures()
         # Fast path for the common call f(array, array, ...): a cache hit then costs one dict
-        # lookup keyed by argument types, shapes and dtypes, and a runner made for the entry.
+        # lookup keyed by argument types, shapes and dtypes (and the captured values), and a
+        # runner made for the entry.
         fast_key = tree = None
         if not kwargs:
             try:
-                fast_key = (current_flags(), tuple([(type(a), a.shape, a.dtype) for a in args]))
-            except AttributeError:          # a static argument or a list: the full key decides,
-                tree = array_tree_key(args)    # unless every leaf is an array (a training step)
+                fast_key = (current_flags(), tuple([(type(a), a.shape, a.dtype) for a in args]),
+                            tuple([_capture_token(v) for _, v in captured]) if captured else ())
+            except (AttributeError, TypeError):     # a static argument or a list: the full key
+                # decides, unless every leaf is an array (a training step's parameter list)
+                tree = array_tree_key(args) if not captured else None
                 if tree is not None:
                     fast_key = (current_flags(), "tree", tree)
             if fast_key is not None:
@@ -190,7 +242,10 @@ class CompiledFunction:
                     entry, _, runner = hit
                     self.cache.touch(entry)
                     self.last_compilation = entry.value.compilation
-                    return runner(args)
+                    try:
+                        return runner(args if not captured else args + tuple(v for _, v in captured))
+                    except MemoryError:
+                        raise _memory_error(self.__name__, entry.value) from None
                 if hit is not None:             # the cache has evicted since: do not pin it
                     self._fast.clear()
         leaves = tree_flatten((args, kwargs))[0]
@@ -199,20 +254,37 @@ class CompiledFunction:
         for claims, adapter in ARRAY_ADAPTERS:
             if any(claims(leaf) for leaf in leaves):
                 return adapter(self, args, kwargs)
-        compiled, leaves, entry = self._lookup(args, kwargs)
+        try:
+            compiled, leaves, entry = self._lookup(args, kwargs, captured=captured)
+        except TraceError:
+            if self._bake_captures or not has_arrays(captured):
+                raise
+            # The function needs a captured array's values while tracing: from now on its
+            # captured arrays are constants keyed by their contents.
+            self._bake_captures = True
+            return self(*args, **kwargs)
         if tree is None:
-            runner = _fast_runner(compiled, len(args))
-            arrays = args if all(type(a) is np.ndarray for a in args) else None
+            runner = _fast_runner(compiled, len(leaves))
+            arrays = [leaf for leaf in leaves if is_array_leaf(leaf)]
+            plain = len(leaves) == len(args) + len(captured) and all(type(a) is np.ndarray for a in args) \
+                and all(type(a) is np.ndarray for a in arrays)
         else:
             runner = None if compiled.program.writebacks else \
                 (lambda args, c=compiled: run_program(c, _array_leaves(args, [])))
-            arrays = leaves
+            arrays, plain = leaves, True
         # (Compiled from distinct arguments, a program that writes none of them is right for
         # any call with the same types, shapes and dtypes, aliased or not.)
-        if fast_key is not None and runner is not None and arrays is not None \
+        if fast_key is not None and runner is not None and plain \
                 and len({id(a) for a in arrays}) == len(arrays):
             self._fast[fast_key] = (entry, self.cache.generation, runner)
-        return run_program(compiled, leaves)
+            if len(self._fast) > FAST_PATH_ENTRIES:
+                self._fast.popitem(last=False)
+        try:
+            return run_program(compiled, leaves)
+        except MemoryError:
+            raise _memory_error(self.__name__, compiled) from None
+
+    _nbxla_wraps = True             # (captures.py follows what a jit function calls into .fn)
 
     def get_compiler_ir(self, *args, device: str | None = None, **kwargs) -> Callable[..., str]:
         """Like TensorFlow's ``experimental_get_compiler_ir``: ``f.get_compiler_ir(x)(stage='hlo')``."""
@@ -224,6 +296,42 @@ class CompiledFunction:
 
     def __repr__(self) -> str:
         return f"<nbxla.jit {self.__name__} device={self.device}>"
+
+
+# Shapes remembered per function by the fast path (each pins a compiled program).
+FAST_PATH_ENTRIES = 64
+
+
+def _capture_token(value):
+    """A captured value's part of the fast-path key: arrays by type, shape and dtype (they are
+    passed), anything else by value (a constant of the program)."""
+    if type(value) is np.ndarray:
+        return (np.ndarray, value.shape, value.dtype)
+    if is_array_leaf(value):
+        raise TypeError("not a plain array")          # (scalars, subclasses: the full key)
+    return StaticValue(value)
+
+
+def _memory_error(name: str, compiled: CompiledProgram) -> ResourceError:
+    """A failed allocation, told in the user's terms: the largest array the program makes,
+    its shape and the line that makes it (not the runtime buffer that failed)."""
+    arrays = [i for i in compiled.program.module.entry.instructions if not i.shape.is_tuple]
+    biggest = max(arrays, key=lambda i: i.shape.size * _itemsize(i.shape), default=None)
+    what = ""
+    if biggest is not None:
+        gib = biggest.shape.size * _itemsize(biggest.shape) / 2 ** 30
+        where = f" at {biggest.location}" if biggest.location is not None else ""
+        what = (f": its largest array is {biggest.shape.to_text(with_layout=False)} "
+                f"({gib:.3g} GiB), made by {biggest.opcode}{where}")
+    return ResourceError(f"not enough memory to run {name}{what}; use smaller inputs or compute "
+                         "it in pieces")
+
+
+def _itemsize(shape) -> int:
+    try:
+        return np.dtype(shape.dtype).itemsize
+    except Exception:
+        return 2                                        # bf16
 
 
 def _module_name(fn) -> str:

@@ -35,8 +35,8 @@ from .flags import current_flags
 from .runtime.cache import DEFAULT_CACHE, CompilationCache
 from .runtime.executable import resolve_device
 from .frontend.cell_ast import DISPLAY, CellAnalysis, analyze, check_no_random
-from .frontend.trace import (TracedProgram, TreeDef, alias_pattern, is_array_leaf, leaf_signature, trace,
-                    tree_flatten, tree_unflatten)
+from .frontend.trace import (StaticValue, TracedProgram, TreeDef, alias_pattern, is_array_leaf,
+                             leaf_signature, trace, tree_flatten, tree_unflatten)
 from .frontend.tracer import Tracer
 
 _anonymous = itertools.count(1)
@@ -59,12 +59,11 @@ class _Identity:
         return f"<{type(self.obj).__name__} at {id(self.obj):#x}>"
 
 
-def _signature(leaf) -> tuple:
+def _signature(leaf, name: str | None = None) -> tuple:
     if is_array_leaf(leaf):
-        return leaf_signature(leaf)
-    try:
-        hash(leaf)
-        return ("static", type(leaf).__name__, leaf)
+        return leaf_signature(leaf, name)
+    try:                # (by bits: 0.0 and -0.0 apart, nan finds its entry again)
+        return ("static", type(leaf).__name__, StaticValue(leaf))
     except TypeError:
         return ("static", type(leaf).__name__, _Identity(leaf))
 
@@ -108,7 +107,8 @@ def gather_inputs(analysis: CellAnalysis, user_ns: dict) -> CellInputs:
             raise NotCompilableError(
                 f"{name} is an array of dtype {np.asarray(leaf).dtype}: compiled cells compute "
                 "on bool and numeric arrays only", hint="use it in an ordinary cell")
-    signature = tuple(_signature(leaf) for leaf in leaves) + tuple(s for _, s in constants)
+    signature = tuple(_signature(leaf, name) for leaf, name in zip(leaves, leaf_names)) + \
+        tuple(s for _, s in constants)
     leaf_names += [name for name, _ in constants]
     return CellInputs(names, treedef, leaves, leaf_names, signature, tuple(constants))
 
@@ -140,6 +140,8 @@ class CompiledCell:
         """Run the executable; nothing is written anywhere yet."""
         leaves = inputs.leaves
         outputs = self.compilation.executable.run([leaves[i] for i in self.program.param_leaves])
+        if self.program.checks:
+            self.program.run_checks(outputs)     # NumPy's IndexError/ValueError, before any write
         outputs = [_own(out, leaves) for out in outputs]
         writebacks = [(leaves[i], outputs[k]) for i, k in self.program.writebacks]
         return CellResult(self, inputs, outputs, writebacks)

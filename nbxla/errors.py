@@ -70,3 +70,25 @@ class ConcretizationError(TraceError):
 class AotError(UnsupportedError):
     """Something that cannot be compiled ahead of time into a self-contained object file (an
     operation with no native implementation, a missing C compiler or linker, a bad spec)."""
+
+
+class RuntimeCheckError(TraceError):
+    """A check the compiled program makes on its data failed (NumPy would have raised here):
+    an index out of bounds, an integer raised to a negative power.  Located at the line that
+    traced the operation."""
+
+
+class IndexCheckError(RuntimeCheckError, IndexError):
+    """A traced index is out of bounds (NumPy's ``IndexError``)."""
+
+
+class ValueCheckError(RuntimeCheckError, ValueError):
+    """A traced value NumPy rejects (NumPy's ``ValueError``)."""
+
+
+class UnsupportedInputError(TraceError, TypeError):
+    """An argument nbxla cannot compile for (``np.matrix``, masked and big-endian arrays, ...)."""
+
+
+class ResourceError(NbxlaError, MemoryError):
+    """A program needs more memory than can be allocated; the message names the user's shape."""

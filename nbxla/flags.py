@@ -19,17 +19,21 @@ class Flags:
     device: str = "cpu"
     dump_to: str | None = None
     pass_timing: bool = False
+    # Out-of-range traced indices: False raises NumPy's IndexError (a check after each run),
+    # True clamps them into range as XLA does (no check).
+    clamp_indices: bool = False
 
 
 def _boolean(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes", "on"):
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
         return True
-    if text.lower() in ("0", "false", "no", "off"):
+    if value in ("0", "false", "no", "off"):
         return False
-    raise FlagError(f"NBXLA_FLAGS boolean flag value {text!r} must be true or false")
+    raise FlagError(f"NBXLA_FLAGS: boolean flag value {text!r} must be true or false")
 
 
-_KNOWN = {"device": str, "dump_to": str, "pass_timing": _boolean}
+_KNOWN = {"device": str, "dump_to": str, "pass_timing": _boolean, "clamp_indices": _boolean}
 
 
 def parse_flags(text: str | None) -> Flags:

@@ -26,6 +26,15 @@ _lock = threading.RLock()
 _target_machine = None
 
 
+def _new_lock_after_fork() -> None:
+    global _lock                # (a parent thread may have held it mid-compile: see runtime.cache)
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
 def _new_target_machine():
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()

@@ -16,6 +16,7 @@ import functools
 import inspect
 import linecache
 import textwrap
+import types
 from dataclasses import dataclass
 from types import CodeType, ModuleType, SimpleNamespace
 
@@ -164,6 +165,10 @@ def check_no_random(analysis: CellAnalysis, namespace: dict, filename: str, labe
 def check_function_no_random(fn) -> None:
     """``check_no_random`` for an ``@nbxla.jit`` function's own source (when Python has it):
     a generator call traced once would be frozen into the compiled program as a constant."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if not isinstance(getattr(fn, "__code__", None), types.CodeType):
+        return                    # a library function (np.sum) or another callable: not user code
     try:
         lines, start = inspect.getsourcelines(fn)
         tree = ast.parse(textwrap.dedent("".join(lines)))

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import NotCompilableError
+from ..errors import HloShapeError, NotCompilableError
 from ..hlo import Builder, Shape, SourceLocation, from_numpy_dtype
 from ..hlo.ir import Instruction
 
@@ -39,6 +39,10 @@ class TraceContext:
         self._constants: dict[tuple, Instruction] = {}
         # Lines to subtract for display (cells are compiled with a leading blank line).
         self.line_offsets: dict[str, int] = {}
+        # Conditions NumPy would raise on, known only when the program runs: (value, fail),
+        # where ``value`` becomes an extra output and ``fail(host value)`` gives the error
+        # to raise (None when all is well).  See ``add_check``.
+        self.checks: list[tuple[Instruction, Callable]] = []
 
     # ---- source locations -------------------------------------------------------------------
 
@@ -79,7 +83,19 @@ class TraceContext:
 
     def emit(self, opcode: str, *operands: Instruction, shape=None, **attrs) -> Instruction:
         self.builder.location = self.user_location()
-        return self.builder.op(opcode, *operands, shape=shape, **attrs)
+        try:
+            return self.builder.op(opcode, *operands, shape=shape, **attrs)
+        except HloShapeError as e:
+            # A lowering rule built an invalid instruction for these inputs: an nbxla gap,
+            # reported at the user's line rather than as a bare IR error.
+            raise self.not_compilable(
+                f"nbxla cannot compile this operation for these inputs ({e})",
+                "compute this step outside the compiled code, and please report it") from None
+
+    def add_check(self, value: Instruction, fail: Callable) -> None:
+        """Check ``value`` after every run: ``fail(np.ndarray)`` returns the error NumPy would
+        have raised (already located at the current user line), or None."""
+        self.checks.append((value, fail))
 
     def parameter(self, shape, name: str) -> Instruction:
         self.builder.location = None     # inputs come from the caller, not from a line

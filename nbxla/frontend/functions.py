@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .reductions import normalize_axes
+from .reductions import normalize_axes, reduction_axes
 from .registry import entry_point, implements
 from .rules import asarray, broadcast_to, convert, emit, find_context, make_view, reshape, select
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer, c_strides
@@ -113,7 +113,7 @@ def expand_dims(a, axis):
 @implements(np.squeeze, method="squeeze")
 def squeeze(a, axis=None):
     x = _ctx_array(a)
-    axes = tuple(i for i, n in enumerate(x.shape) if n == 1) if axis is None else normalize_axes(axis, x.ndim)
+    axes = tuple(i for i, n in enumerate(x.shape) if n == 1) if axis is None else reduction_axes(axis, x.ndim)
     for ax in axes:
         if x.shape[ax] != 1:
             raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
@@ -134,6 +134,8 @@ def np_broadcast_to(array, shape, subok=False):
 
 @implements(np.copy, method="copy")
 def copy(a, order="K", subok=False):
+    if not isinstance(order, str) or order.upper() not in ("K", "A", "C", "F"):
+        raise TypeError(f"order must be one of 'K', 'A', 'C', 'F', not {order!r}")
     x = _ctx_array(a)
     return Tracer(x.ctx, x.instr)
 
@@ -207,6 +209,8 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
 
 @implements(np.stack)
 def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    if axis is None:
+        raise TypeError("'NoneType' object cannot be interpreted as an integer")
     ctx = find_context(arrays)
     xs = [asarray(ctx, a) for a in arrays]
     if not xs:
@@ -243,6 +247,8 @@ def where(condition, x=None, y=None):
         raise ctx.not_compilable("np.where(condition) with one argument cannot be compiled: "
                                  "its output shape depends on the data",
                                  "use the three-argument form np.where(condition, x, y)")
+    if x is None or y is None:
+        raise ValueError("either both or neither of x and y should be given")
     cond = asarray(ctx, condition)
     a, b = promote_arrays([x, y])
     shape = np.broadcast_shapes(cond.shape, a.shape, b.shape)
@@ -250,11 +256,26 @@ def where(condition, x=None, y=None):
     return select(broadcast_to(c, shape), broadcast_to(a, shape), broadcast_to(b, shape))
 
 
+def _python_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @implements(np.clip, method="clip")
 def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue, **kwargs):
     lo = a_min if a_min is not np._NoValue else (None if min is np._NoValue else min)
     hi = a_max if a_max is not np._NoValue else (None if max is np._NoValue else max)
-    result = a
+    if kwargs:                      # NumPy hands them to its ufuncs, which refuse unknown ones
+        raise TypeError(f"clip() got an unexpected keyword argument {next(iter(kwargs))!r} "
+                        "(nbxla's clip takes a, a_min, a_max, out)")
+    if isinstance(a, Tracer) and a.dtype.kind in "iu":
+        # NumPy 2 drops a Python-int bound beyond the dtype's range on the side where it
+        # cannot clip anything (np.clip(u8, -5, 300)); on the other side it raises, as here.
+        info = np.iinfo(a.dtype)
+        if _python_int(lo) and lo < info.min:
+            lo = None
+        if _python_int(hi) and hi > info.max:
+            hi = None
+    result = a if lo is not None or hi is not None else np.positive(a)   # (bool: NumPy's TypeError)
     if lo is not None:
         result = np.maximum(result, lo)
     if hi is not None:

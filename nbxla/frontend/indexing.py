@@ -7,7 +7,9 @@
   computes which flat positions are selected, and one ``gather`` reads them.
 * One traced integer array among slices (``x[idx]``, ``x[:, idx]``) becomes a ``gather``
   along that axis (and a ``scatter`` for assignment).  Negative indices wrap as in NumPy;
-  out-of-range traced indices cannot raise and are clamped, as in XLA.
+  out-of-range traced indices raise NumPy's ``IndexError`` after the run (the program also
+  computes the indices' extremes: ``check_bounds``), or are clamped as in XLA with
+  ``NBXLA_FLAGS=--clamp_indices=true``.
 * Boolean masks that are traced values cannot be compiled: the result's shape would depend
   on the data.  Assigning one value to every selected element (``x[x < 0] = 0``) keeps the
   shape, though: that is a ``select``.
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import IndexCheckError
+from ..flags import current_flags
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
 from .registry import entry_point, ufunc_method
@@ -277,7 +281,7 @@ def ufunc_at(ctx, ufunc, a, indices, b=None):
             if bad.size:
                 raise IndexError(f"index {bad.flat[0]} is out of bounds for axis with size {n}")
     shape = np.broadcast_shapes(*(k.shape for k in arrays))
-    columns = [reshape(broadcast_to(_wrap_negative(convert(k, np.int64), a.shape[d]), shape),
+    columns = [reshape(broadcast_to(_wrap_negative(convert(k, np.int64), a.shape[d], d), shape),
                        shape + (1,)) for d, k in enumerate(arrays)]
     index = columns[0] if len(columns) == 1 else emit(ctx, "concatenate", *columns,
                                                       dimensions=(len(shape),))
@@ -320,10 +324,39 @@ def _traced_axis(x: Tracer, key: tuple) -> tuple[int, Tracer]:
         axis = x.ndim - (len(key) - pos)
     else:
         axis = pos
-    return axis, _wrap_negative(idx, x.shape[axis])
+    return axis, _wrap_negative(idx, x.shape[axis], axis)
 
 
-def _wrap_negative(idx: Tracer, n: int) -> Tracer:
+CLAMP_HINT = ("NumPy raises IndexError for this index. To clamp out-of-range indices into "
+              "range as XLA does (and skip the check), set NBXLA_FLAGS=--clamp_indices=true.")
+
+
+def check_bounds(idx: Tracer, n: int, axis: int) -> None:
+    """Raise NumPy's IndexError when the program runs, if a traced index is outside [-n, n):
+    the program computes the indices' minimum and maximum (fused reductions over the index
+    array, far smaller than the data it gathers), checked on the host after the run."""
+    if current_flags().clamp_indices or idx.size == 0:
+        return
+    ctx = idx.ctx
+    flat = reshape(convert(idx, np.int64), (idx.size,))
+    extremes = emit(ctx, "concatenate", reshape(np.min(flat), (1,)), reshape(np.max(flat), (1,)),
+                    dimensions=(0,))
+    location = ctx.user_location()
+
+    def fail(value: np.ndarray):
+        lo, hi = int(value[0]), int(value[1])
+        bad = hi if hi >= n else lo if lo < -n or idx.dtype.kind == "u" and lo < 0 else None
+        if bad is None:
+            return None
+        if idx.dtype.kind == "u" and bad < 0:
+            bad += 1 << 64                           # (a uint64 index beyond int64's range)
+        return IndexCheckError(f"index {bad} is out of bounds for axis {axis} with size {n}",
+                               location, CLAMP_HINT)
+    ctx.add_check(extremes.instr, fail)
+
+
+def _wrap_negative(idx: Tracer, n: int, axis: int = 0) -> Tracer:
+    check_bounds(idx, n, axis)
     if idx.dtype.kind == "u":
         return idx
     return select(compare(idx, like(idx, 0), "LT"), emit(idx.ctx, "add", idx, like(idx, n)), idx)

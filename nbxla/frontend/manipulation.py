@@ -14,7 +14,7 @@ import numpy as np
 from ..hlo import Shape
 from ..hlo.attributes import PadDim
 from .functions import concatenate, np_reshape, ravel, transpose_value
-from .indexing import take_along
+from .indexing import check_bounds, take_along
 from .reductions import normalize_axes
 from .registry import implements
 from .rules import (asarray, broadcast_to, compare, convert, emit, find_context, make_view, reshape,
@@ -43,14 +43,15 @@ def _to_out(result, out):
 
 # ---- take ------------------------------------------------------------------------------------
 
-def _wrap_and_clamp(idx: Tracer, n: int, mode: str) -> Tracer:
+def _wrap_and_clamp(idx: Tracer, n: int, mode: str, axis: int = 0) -> Tracer:
     """Traced indices into an axis of size ``n``: NumPy's mode, or clamping where NumPy raises."""
-    if idx.dtype.kind not in "iu":
+    if idx.dtype.kind not in "iub":          # (np.take casts bool indices to 0/1, as here)
         raise IndexError("arrays used as indices must be of integer (or boolean) type")
     idx = convert(idx, np.int64)
     if mode == "wrap":
         return np.remainder(idx, n) if n else idx
-    if mode == "raise":     # negative indices count from the end; the rest is clamped (see docs)
+    if mode == "raise":     # negative indices count from the end; out of range: IndexError
+        check_bounds(idx, n, axis)
         idx = select(compare(idx, scalar_like(idx, 0), "LT"), idx + n, idx)
     return np.clip(idx, 0, max(n - 1, 0))
 
@@ -61,7 +62,7 @@ def scalar_like(x: Tracer, value) -> Tracer:
 
 def _constant_indices(idx, n: int, mode: str) -> np.ndarray:
     idx = np.asarray(idx)
-    if idx.dtype.kind not in "iu":
+    if idx.dtype.kind not in "iub":
         if idx.size == 0:
             idx = idx.astype(np.int64)
         else:
@@ -81,7 +82,7 @@ def take_indices(x: Tracer, indices, axis: int, mode: str = "raise") -> Tracer:
     """``np.take(x, indices, axis)`` for constant or traced indices."""
     n = x.shape[axis]
     if isinstance(indices, Tracer):
-        idx = _wrap_and_clamp(indices, n, mode)
+        idx = _wrap_and_clamp(indices, n, mode, axis)
     else:
         idx = asarray(x.ctx, _constant_indices(indices, n, mode))
     if n == 0 and idx.size:
@@ -94,7 +95,7 @@ def take(a, indices, axis=None, out=None, mode="raise"):
     x = asarray(find_context([a, indices]), a)
     if mode not in ("raise", "wrap", "clip"):
         raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})")
-    if axis is None:
+    if axis is None or x.ndim == 0 and axis in (0, -1):     # (NumPy takes 0-d as 1-d)
         x, axis = reshape(x, (x.size,)), 0
     return _to_out(take_indices(x, indices, _axis(axis, x.ndim), mode), out)
 
@@ -116,7 +117,7 @@ def take_along_axis(arr, indices, axis=-1):
     shape = list(np.broadcast_shapes(other, tuple(1 if d == axis else n for d, n in enumerate(idx.shape))))
     shape[axis] = idx.shape[axis]
     shape = tuple(shape)
-    idx = broadcast_to(_wrap_and_clamp(idx, x.shape[axis], "raise"), shape)
+    idx = broadcast_to(_wrap_and_clamp(idx, x.shape[axis], "raise", axis), shape)
     # One index vector per output element: its own position on every axis but ``axis``.
     columns = []
     for d in range(x.ndim):

@@ -55,7 +55,12 @@ def round_(a, decimals=0, out=None):
     if x.dtype.kind == "c":
         raise x.ctx.not_compilable("np.round of complex arrays is not supported",
                                    "round x.real and x.imag separately")
-    if x.dtype.kind in "biu" and decimals >= 0:
+    if x.dtype == np.bool_:          # NumPy: float16 for decimals=0, else a casting error
+        if decimals != 0:
+            raise TypeError("Cannot cast ufunc 'multiply' output from dtype('float64') to "
+                            "dtype('bool') with casting rule 'same_kind'")
+        return _to_out(convert(x, np.float16), out)
+    if x.dtype.kind in "iu" and decimals >= 0:
         return _to_out(Tracer(x.ctx, x.instr), out)
     # NumPy: multiply by 10**decimals, rint, divide back (ints go through float64).
     y = convert(x, np.float64) if x.dtype.kind in "biu" else x

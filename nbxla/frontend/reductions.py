@@ -11,6 +11,7 @@ import numpy as np
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
 from ..hlo.attributes import Window, WindowDim
+from .context import TraceContext
 from .registry import implements, ufunc_method
 from .rules import (asarray, binop, broadcast_to, compare, convert, emit, find_context, full, isnan,
                     reducer, reshape, scalar, select)
@@ -27,6 +28,15 @@ _REDUCERS = {
     np.logical_xor: ("xor", "xor", False), np.bitwise_and: ("and", "and", -1),
     np.bitwise_or: ("or", "or", 0), np.bitwise_xor: ("xor", "xor", 0),
 }
+
+
+def reduction_axes(axis, ndim) -> tuple[int, ...]:
+    """``normalize_axes`` for ufunc reductions, which (in NumPy) also take axis 0 or -1 on a
+    0-d array: nothing to reduce."""
+    if ndim == 0 and axis is not None and all(int(a) in (0, -1) for a in
+                                              (axis if isinstance(axis, tuple) else (axis,))):
+        return ()
+    return normalize_axes(axis, ndim)
 
 
 def normalize_axes(axis, ndim) -> tuple[int, ...]:
@@ -49,6 +59,10 @@ def _reduced_shape(shape, axes, keepdims):
 
 
 def _extreme(dtype, maximum: bool):
+    if dtype.kind == "c":
+        raise TraceContext.active.get().not_compilable(
+            "max/min of complex arrays (NumPy orders them by real, then imaginary part) is not "
+            "supported by nbxla", "compare x.real (and x.imag) explicitly")
     if dtype.kind == "f":
         return -np.inf if maximum else np.inf
     if dtype.kind == "b":
@@ -97,7 +111,7 @@ def reduce(x: Tracer, ufunc, axes, keepdims=False, dtype=None, initial=_NO_VALUE
 def ufunc_reduce(ctx, ufunc, x, axis=0, dtype=None, out=None, keepdims=False,
                  initial=_NO_VALUE, where=True):
     x = asarray(ctx, x)
-    result = reduce(x, ufunc, normalize_axes(axis, x.ndim), keepdims, dtype, initial, where)
+    result = reduce(x, ufunc, reduction_axes(axis, x.ndim), keepdims, dtype, initial, where)
     return _to_out(result, out)
 
 
@@ -113,7 +127,7 @@ def _method_reduce(ufunc):
     def rule(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NO_VALUE, where=True):
         ctx = find_context([a])
         x = asarray(ctx, a)
-        return _to_out(reduce(x, ufunc, normalize_axes(axis, x.ndim), keepdims, dtype, initial,
+        return _to_out(reduce(x, ufunc, reduction_axes(axis, x.ndim), keepdims, dtype, initial,
                               where), out)
     return rule
 
@@ -129,7 +143,7 @@ implements(np.nanmin)(_method_reduce(np.fmin))
 def _bool_reduce(ufunc):
     def rule(a, axis=None, out=None, keepdims=False, *, where=True):
         x = asarray(find_context([a]), a)
-        return _to_out(reduce(x, ufunc, normalize_axes(axis, x.ndim), keepdims, None, where=where), out)
+        return _to_out(reduce(x, ufunc, reduction_axes(axis, x.ndim), keepdims, None, where=where), out)
     return rule
 
 
@@ -213,7 +227,7 @@ def _argreduce(maximum: bool):
         x = asarray(find_context([a]), a)
         if x.dtype.kind == "c":
             raise x.ctx.not_compilable("argmax/argmin of complex arrays is not supported")
-        if axis is None:
+        if axis is None or x.ndim == 0 and reduction_axes(axis, 0) == ():   # (0-d: axis 0 or -1)
             x, axis_n = reshape(x, (x.size,)), 0
         else:
             axis_n = normalize_axes(axis, x.ndim)[0]
@@ -264,7 +278,7 @@ def ufunc_accumulate(ctx, ufunc, x, axis=0, dtype=None, out=None):
 def _cum(ufunc):
     def rule(a, axis=None, dtype=None, out=None):
         x = asarray(find_context([a]), a)
-        if axis is None:
+        if axis is None or x.ndim == 0 and reduction_axes(axis, 0) == ():   # (0-d: axis 0 or -1)
             x, axis = reshape(x, (x.size,)), 0
         return _to_out(cumulative(x, ufunc, normalize_axes(axis, x.ndim)[0], dtype), out)
     return rule

@@ -58,6 +58,10 @@ def convert(x: Tracer, dtype) -> Tracer:
     dtype = np.dtype(dtype)
     if x.dtype == dtype:
         return x
+    if x.dtype.kind == "c" and dtype == np.bool_:     # NumPy: nonzero real or imaginary part
+        zero = like(emit(x.ctx, "real", x), 0)
+        return binop("or", compare(emit(x.ctx, "real", x), zero, "NE"),
+                     compare(emit(x.ctx, "imag", x), zero, "NE"))
     if x.dtype.kind == "c" and dtype.kind != "c":
         x = emit(x.ctx, "real", x)      # NumPy drops the imaginary part (with a warning)
         if x.dtype == dtype:
@@ -159,7 +163,7 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
     out = kwargs.pop("out", None)
     where = kwargs.pop("where", True)
     dtype = kwargs.pop("dtype", None)
-    kwargs.pop("casting", None)
+    casting = kwargs.pop("casting", "same_kind")
     if kwargs:
         raise ctx.not_compilable(f"np.{ufunc.__name__}: argument(s) {', '.join(kwargs)} are not supported")
     if ufunc is np.matmul:
@@ -175,7 +179,17 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
         dtypes = ufunc.resolve_dtypes(in_dtypes)
     else:
         dtypes = ufunc.resolve_dtypes(in_dtypes, signature=(None,) * ufunc.nin + (np.dtype(dtype),) * ufunc.nout)
+    if ufunc in _REAL_ONLY and any(np.dtype(dt).kind == "c" for dt in dtypes[:ufunc.nin]):
+        raise ctx.not_compilable(f"np.{ufunc.__name__} of complex arrays is not supported by nbxla",
+                                 "compute it outside the compiled code")
+    if out is not None:
+        _check_output_casting(ufunc, dtypes, out, casting)
     shape = np.broadcast_shapes(*(np.shape(v) if not isinstance(v, Tracer) else v.shape for v in inputs))
+    if ufunc in _COMPARISONS:
+        folded = _out_of_range_comparison(ctx, ufunc, inputs, shape)
+        if folded is not None:
+            return _store(ctx, ufunc, (folded,), out, where) if out is not None or where is not True \
+                else folded
     operands = [broadcast_to(asarray(ctx, v, dt) if not isinstance(v, Tracer) else convert(v, dt), shape)
                 for v, dt in zip(inputs, dtypes[:ufunc.nin])]
     results = rule(ctx, *operands)
@@ -184,6 +198,44 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
     if out is not None or where is not True:
         return _store(ctx, ufunc, results, out, where)
     return results if ufunc.nout > 1 else results[0]
+
+
+def _check_output_casting(ufunc, dtypes, out, casting) -> None:
+    """NumPy's own error when a result cannot be cast into ``out=`` under ``casting``
+    (np.add(int_a, 0.5, out=int_a) raises, it does not truncate): the same call on empty
+    arrays of the same dtypes makes NumPy raise it."""
+    outs = out if isinstance(out, tuple) else (out,)
+    out_dtypes = [o.dtype if o is not None else dt for o, dt in zip(outs, dtypes[ufunc.nin:])]
+    if all(np.can_cast(dt, o, casting=casting) for dt, o in zip(dtypes[ufunc.nin:], out_dtypes)):
+        return
+    ufunc(*(np.empty(0, dt) for dt in dtypes[:ufunc.nin]),
+          out=tuple(np.empty(0, dt) for dt in out_dtypes), casting=casting)
+
+
+# Ufuncs lowered with real-only formulas or orderings (NumPy orders complex numbers by real,
+# then imaginary part; HLO compares them only for equality): complex inputs are refused.
+_REAL_ONLY = frozenset([np.arccos, np.arccosh, np.arcsin, np.arcsinh, np.arctan, np.cosh, np.sinh,
+                        np.log10, np.log2, np.rint, np.maximum, np.minimum, np.fmax, np.fmin,
+                        np.greater, np.greater_equal, np.less, np.less_equal])
+_COMPARISONS = (np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal)
+
+
+def _out_of_range_comparison(ctx, ufunc, inputs, shape):
+    """NumPy 2 compares integer arrays with Python ints outside their dtype's range
+    (``u8 == 300`` is all False, ``u8 < 300`` all True) without converting the int: every
+    element then compares the same way, so the answer is one constant NumPy gives us."""
+    if len(inputs) != 2 or not any(_is_out_of_range(v, w) for v, w in (inputs, inputs[::-1])):
+        return None
+    probe = [np.zeros((), v.dtype) if isinstance(v, Tracer) else v for v in inputs]
+    return full(ctx, shape, ufunc(*probe), bool)
+
+
+def _is_out_of_range(value, other) -> bool:
+    if not (isinstance(value, int) and not isinstance(value, bool) and isinstance(other, Tracer)
+            and other.dtype.kind in "iu"):
+        return False
+    info = np.iinfo(other.dtype)
+    return not info.min <= value <= info.max
 
 
 def _store(ctx, ufunc, results, out, where):
@@ -373,10 +425,41 @@ def _copysign(ctx, a, b):
     return select(_signbit_of(ctx, b), emit(ctx, "negate", mag), mag)
 
 
+NEGATIVE_POWER = "Integers to negative integer powers are not allowed."
+
+
 def _power(ctx, a, b):
     if _is_bool(a):
         raise TypeError("ufunc 'power' not supported for bool inputs")
+    if _is_int(a) and b.dtype.kind == "i" and b.size:
+        _check_non_negative(ctx, b)
     return binop("power", a, b)
+
+
+def constant_value(x: Tracer):
+    """The NumPy value of a Tracer that is a constant (or a broadcast one), else None."""
+    instr = x.instr
+    if instr.opcode == "broadcast":
+        instr = instr.operands[0]
+    return np.asarray(instr.attrs["literal"]) if instr.opcode == "constant" else None
+
+
+def _check_non_negative(ctx, b: Tracer) -> None:
+    """NumPy's ValueError for an integer power with a negative exponent: now when the
+    exponent is a constant, else after the run (the program computes the least exponent)."""
+    from ..errors import ValueCheckError
+    location = ctx.user_location()
+    known = constant_value(b)
+    if known is not None:
+        if known.size and known.min() < 0:
+            raise ValueCheckError(NEGATIVE_POWER, location, "use a float base (x.astype(float) ** n)")
+        return
+    least = reshape(np.min(b), (1,))
+
+    def fail(value):
+        return ValueCheckError(NEGATIVE_POWER, location, "use a float base (x.astype(float) ** n)") \
+            if value.size and value.min() < 0 else None
+    ctx.add_check(least.instr, fail)
 
 
 def _true_divide(ctx, a, b):
@@ -404,6 +487,17 @@ def _square(ctx, x):
 def _sign(ctx, x):
     if _is_bool(x):
         raise TypeError("ufunc 'sign' did not contain a loop with signature matching types bool")
+    if x.dtype.kind == "f":             # NumPy: sign(-0.0) is +0.0 (HLO's sign keeps the sign)
+        zero = like(x, 0)
+        return select(compare(x, zero, "EQ"), zero, emit(ctx, "sign", x))
+    if x.dtype.kind == "c":             # NumPy: z/|z|, and a unit along the one infinite part
+        re, im = emit(ctx, "real", x), emit(ctx, "imag", x)
+        re_inf, im_inf = _isinf(ctx, re), _isinf(ctx, im)
+        zero = like(re, 0)
+        along_re = binop("complex", _sign(ctx, re), zero)
+        along_im = binop("complex", zero, _sign(ctx, im))
+        one_inf = binop("xor", re_inf, im_inf)
+        return select(one_inf, select(re_inf, along_re, along_im), emit(ctx, "sign", x))
     return emit(ctx, "sign", x)
 
 

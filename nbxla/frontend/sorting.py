@@ -64,6 +64,8 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
 
 @implements(np.argsort, method="argsort")
 def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    if isinstance(a, Tracer) and a.ndim == 0 and axis is not None:
+        a = a.reshape(1)             # NumPy: a 0-d array argsorts as one element ([0])
     x, axis = _prepare(a, axis, "argsort")
     _check_kind(x, kind, order)
     index = emit(x.ctx, "iota", shape=Shape("s64", x.shape), iota_dimension=axis)

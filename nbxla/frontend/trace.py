@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import NotCompilableError, TraceError
+from ..errors import NotCompilableError, TraceError, UnsupportedInputError
 from ..hlo import Module, Shape, from_numpy_dtype
 from .context import TraceContext
 from .tracer import ScalarTracer, Tracer
@@ -80,11 +80,55 @@ class TracedProgram:
     out_treedef: TreeDef              # structure of the function's result
     out_slots: list                   # per result leaf: ("out", k) for output k or ("static", value)
     writebacks: list[tuple[int, int]] = field(default_factory=list)  # (arg leaf, output k)
+    checks: list[tuple[int, Callable]] = field(default_factory=list)  # (output k, fail): see run_checks
+
+    def run_checks(self, outputs) -> None:
+        """Raise the error NumPy would have raised, from the check outputs of a run (before
+        anything is written back: NumPy raises before it writes, too)."""
+        for k, fail in self.checks:
+            value = outputs[k]
+            error = fail(value if isinstance(value, np.ndarray) else np.asarray(value.get()))
+            if error is not None:
+                raise error
 
 
-def leaf_signature(x) -> tuple:
+class StaticValue:
+    """A static (compile-time) argument in a cache key: equal when the values are the same
+    bits, so ``0.0`` and ``-0.0`` get their own compilations (``1/(x*c)`` differs) and a
+    NaN finds its own entry again (``nan != nan`` would recompile on every call)."""
+    __slots__ = ("value", "_token", "_hash")
+
+    def __init__(self, value):
+        self.value = value
+        self._token = _bits(value)
+        self._hash = hash(self._token)          # (TypeError now for an unhashable value)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, StaticValue) and self._token == other._token
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        if callable(self.value) and hasattr(self.value, "__qualname__"):
+            return f"function {self.value.__qualname__}"
+        return repr(self.value)
+
+
+def _bits(value):
+    if isinstance(value, float):
+        return (float, value.hex())                   # -0.0 and 0.0 differ; nan == nan
+    if isinstance(value, complex):
+        return (complex, value.real.hex(), value.imag.hex())
+    if isinstance(value, (tuple, frozenset)):
+        return (type(value), tuple(_bits(v) for v in value))
+    return (type(value), value)
+
+
+def leaf_signature(x, name: str | None = None) -> tuple:
     """What a compiled program depends on about an argument leaf."""
     if is_array_leaf(x):
+        check_array_leaf(x, name)
         arr = np.asarray(x)
         return ("array", arr.shape, arr.dtype.str)
     try:
@@ -93,7 +137,35 @@ def leaf_signature(x) -> tuple:
         raise NotCompilableError(
             f"an argument of type {type(x).__name__} is neither an array nor a hashable "
             "constant", hint="pass arrays, scalars, or tuples/lists/dicts of them") from None
-    return ("static", type(x).__name__, x)
+    return ("static", type(x).__name__, StaticValue(x))
+
+
+MAX_RANK = 32
+
+
+def check_array_leaf(x, name: str | None = None) -> None:
+    """Refuse arrays whose NumPy semantics nbxla would silently get wrong (it computes with
+    plain ndarray semantics on native-endian data), saying what to pass instead."""
+    label = name or "an argument"
+    if isinstance(x, np.matrix):
+        raise UnsupportedInputError(
+            f"{label} is an np.matrix: nbxla computes with ndarray semantics, where a * b is "
+            "elementwise (for np.matrix it is a matrix product) and results are never matrices",
+            hint="pass np.asarray(m) and write a @ b for matrix products")
+    if isinstance(x, np.ma.MaskedArray):
+        raise UnsupportedInputError(
+            f"{label} is a masked array: the compiled code would ignore its mask",
+            hint="pass m.filled(value) (e.g. 0 for a sum) and the mask as a boolean array, "
+            "and use np.where(mask, ...); or compute it outside nbxla")
+    dtype = x.dtype
+    if dtype.byteorder == (">" if np.little_endian else "<"):
+        raise UnsupportedInputError(
+            f"{label} has a non-native byte order ({dtype.str}): compiled code reads native-endian "
+            "data", hint=f"pass x.astype({dtype.newbyteorder('=').name!r}) (a native-endian copy)")
+    if np.ndim(x) > MAX_RANK:
+        raise UnsupportedInputError(
+            f"{label} has {np.ndim(x)} dimensions: nbxla compiles arrays of at most {MAX_RANK}",
+            hint="reshape it to fewer dimensions (x.reshape(...)) before the call")
 
 
 def alias_pattern(leaves: list) -> tuple[int, ...]:
@@ -150,6 +222,10 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
             _check_writable(arg_leaves, i, param_leaves, leaf_names)
             writebacks.append((i, len(outputs)))
             outputs.append(t.instr)
+    checks = []
+    for value, fail in ctx.checks:
+        checks.append((len(outputs), fail))
+        outputs.append(value)
     b = ctx.builder
     b.location = None
     if len(outputs) == 1:
@@ -160,7 +236,7 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
         root = b.op("tuple", *outputs)
     module = Module(name, b.build(root))
     module.make_names_unique()
-    return TracedProgram(module, param_leaves, out_treedef, out_slots, writebacks)
+    return TracedProgram(module, param_leaves, out_treedef, out_slots, writebacks, checks)
 
 
 def _hlo_name(name: str) -> str:

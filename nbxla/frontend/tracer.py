@@ -194,6 +194,12 @@ class Tracer:
     def __int__(self):
         raise self._concrete("int() of a traced array")
 
+    def __format__(self, spec: str):
+        raise self._concrete(
+            "a traced array was formatted (an f-string, format() or str.format)",
+            hint="Its value exists only when the compiled code runs: return the value and "
+            "format it outside the compiled code (print(x) inside shows its shape and dtype).")
+
     def __complex__(self):
         raise self._concrete("complex() of a traced array")
 

@@ -75,6 +75,10 @@ def _fresh(value):
 
 def _check_entry_args(comp: Computation, args: list) -> list:
     params = comp.parameters
+    numbers = [p.parameter_number for p in params]
+    if numbers != list(range(len(params))):
+        raise EvaluationError(f"computation %{comp.name} has parameter numbers {numbers}: they "
+                              "must be 0..n-1, each once (a module built or edited by hand?)")
     if len(args) != len(params):
         raise EvaluationError(f"computation %{comp.name} takes {len(params)} argument(s) "
                               f"({', '.join(p.shape.to_text(False) for p in params)}) but got {len(args)}")

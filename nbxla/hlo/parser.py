@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from ..errors import HloParseError, HloShapeError
+from ..errors import HloParseError, HloShapeError, NbxlaError
 from .attributes import (ATTRIBUTE_KINDS, ConvDimensionNumbers, Metadata, PadDim, RawAttr,
                          SliceDim, Window, WindowDim)
 from .ir import Computation, CycleError, Instruction, Module, SourceLocation
@@ -25,13 +25,35 @@ from .shape_inference import infer_shape
 from .shapes import ELEMENT_TYPES, Shape, TupleShape, is_complex, is_float
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+MAX_TUPLE_DEPTH = 32         # deeper tuple shapes: refused (Python recursion would run out first)
 _INT = re.compile(r"[+-]?\d+")
 _DEBUG_SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
 
-def parse_hlo(text: str, filename: str = "<hlo>", verify: bool = True) -> Module:
-    """Parse HLO module text into a ``Module`` (checking shapes unless ``verify=False``)."""
-    return _Parser(text, filename).parse_module(verify)
+def parse_hlo(text: str | bytes, filename: str = "<hlo>", verify: bool = True) -> Module:
+    """Parse HLO module text into a ``Module`` (checking shapes unless ``verify=False``).
+
+    Every problem is an ``HloParseError`` with ``file:line:column``: malformed text that
+    trips anything else here (a nesting too deep for Python's stack, a value no attribute
+    parser expected) is reported at the position the parser had reached."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            good = text[:e.start].decode("utf-8")
+            line, column = good.count("\n") + 1, len(good) - (good.rfind("\n") + 1) + 1
+            raise HloParseError(f"the file is not UTF-8 text (byte 0x{text[e.start]:02x} at offset "
+                                f"{e.start}); HLO text is UTF-8", filename, line, column) from None
+    parser = _Parser(text, filename)
+    try:
+        return parser.parse_module(verify)
+    except NbxlaError:
+        raise
+    except RecursionError:
+        raise parser.error("the text nests too deeply (tuple shapes, braces or parentheses) "
+                           "for the parser") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError) as e:
+        raise parser.error(f"malformed HLO here ({type(e).__name__}: {e})") from None
 
 
 class _Parser:
@@ -305,13 +327,16 @@ class _Parser:
 
     # ---- shapes -----------------------------------------------------------------------------
 
-    def shape(self):
+    def shape(self, depth: int = 0):
         self.skip_ws()
         start = self.pos
         if self.accept("("):
+            if depth >= MAX_TUPLE_DEPTH:
+                raise self.error(f"tuple shapes nested deeper than {MAX_TUPLE_DEPTH} levels are "
+                                 "not supported", start)
             elements = []
             while not self.accept(")"):
-                elements.append(self.shape())
+                elements.append(self.shape(depth + 1))
                 if not self.peek(")"):
                     self.expect(",", "',' or ')' in a tuple shape")
             return TupleShape(tuple(elements))
@@ -502,9 +527,22 @@ class _Parser:
     # ---- verification -------------------------------------------------------------------------
 
     def verify(self, module: Module) -> None:
-        """Check every instruction's written shape against shape inference."""
+        """Check every instruction's written shape against shape inference, parameter
+        numbers (0..n-1, each once) and that no computation calls itself."""
         reachable = module.computations_post_order()
+        self.verify_no_recursion(module)
         for comp in reachable + [c for c in module.computations if c not in reachable]:
+            numbers: dict[int, Instruction] = {}
+            for p in comp.parameters:
+                if p.parameter_number in numbers:
+                    raise self.error(f"%{p.name} and %{numbers[p.parameter_number].name} are both "
+                                     f"parameter({p.parameter_number}) of %{comp.name}",
+                                     self.where.get(id(p), 0))
+                numbers[p.parameter_number] = p
+            if sorted(numbers) != list(range(len(numbers))):
+                p = comp.parameters[-1]
+                raise self.error(f"%{comp.name}'s parameter numbers {sorted(numbers)} are not "
+                                 f"0..{len(numbers) - 1}", self.where.get(id(p), 0))
             for instr in comp.instructions:
                 pos = self.where.get(id(instr), 0)
                 arity = OPCODES[instr.opcode].arity
@@ -516,9 +554,34 @@ class _Parser:
                                            instr.attrs, declared=instr.shape)
                 except HloShapeError as e:
                     raise self.error(f"%{instr.name}: {e}", pos) from None
+                except (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError) as e:
+                    # Attributes shape inference could not even read (a tuple where an array
+                    # belongs, a dimension number out of range): still this instruction's fault.
+                    raise self.error(f"%{instr.name}: its operands and attributes do not fit "
+                                     f"{instr.opcode} ({type(e).__name__}: {e})", pos) from None
                 if not inferred.compatible(instr.shape):
                     raise self.error(f"%{instr.name} is written as {instr.shape} but "
                                      f"{instr.opcode} of its operands gives {inferred}", pos)
+
+
+    def verify_no_recursion(self, module: Module) -> None:
+        """HLO computations cannot call themselves, directly or through others."""
+        state: dict[int, int] = {}               # 1: on the current path, 2: done
+
+        def visit(comp) -> None:
+            state[id(comp)] = 1
+            for instr in comp.instructions:
+                for callee in instr.called_computations:
+                    if state.get(id(callee)) == 1:
+                        raise self.error(f"%{instr.name} calls %{callee.name}, which is running "
+                                         "already: HLO computations cannot be recursive",
+                                         self.where.get(id(instr), 0))
+                    if id(callee) not in state:
+                        visit(callee)
+            state[id(comp)] = 2
+        for comp in module.computations:
+            if id(comp) not in state:
+                visit(comp)
 
 
 # ---- attribute value parsers (pure functions over the value text) ------------------------------

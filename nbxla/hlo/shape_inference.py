@@ -339,8 +339,24 @@ def _reduce_window(opcode, operands, attrs):
     if window is None or len(window.dims) != inputs[0].rank:
         raise _err(opcode, operands, "window must have one entry per input dimension")
     _check_reducer(opcode, operands, attrs, [s.element_type for s in inits])
+    _check_window(opcode, operands, window)
     out = tuple(window_output_size(n, w) for n, w in zip(inputs[0].dims, window.dims))
     return _tuple_if_many([Shape(s.element_type, out) for s in inits])
+
+
+def _check_window(opcode, operands, window) -> None:
+    for w in window.dims:
+        if w.stride < 1 or w.base_dilation < 1 or w.window_dilation < 1 or w.size < 0:
+            raise _err(opcode, operands, "window strides and dilations must be at least 1 "
+                       f"(got size={w.size} stride={w.stride})")
+
+
+def _check_dims(opcode, operands, name: str, dims, rank: int, ordered: bool = False) -> None:
+    """Dimension numbers ``dims`` must be distinct (and sorted if ``ordered``) in [0, rank)."""
+    if any(not 0 <= d < rank for d in dims) or len(set(dims)) != len(dims) or \
+            ordered and list(dims) != sorted(dims):
+        raise _err(opcode, operands, f"{name}={{{','.join(map(str, dims))}}} must be distinct"
+                   f"{', sorted' if ordered else ''} dimension numbers below {rank}")
 
 
 def _select_and_scatter(opcode, operands, attrs):
@@ -348,6 +364,7 @@ def _select_and_scatter(opcode, operands, attrs):
     window = attrs.get("window")
     if window is None or len(window.dims) != x.rank:
         raise _err(opcode, operands, "window must have one entry per operand dimension")
+    _check_window(opcode, operands, window)
     windows = tuple(window_output_size(n, w) for n, w in zip(x.dims, window.dims))
     if source.dims != windows:
         raise _err(opcode, operands, f"source must have one element per window position "
@@ -401,6 +418,7 @@ def _convolution(opcode, operands, attrs):
                    f"({k.dims[dn.kernel_input_feature]}) x feature_group_count ({fgc})")
     if x.dims[dn.input_batch] % bgc:
         raise _err(opcode, operands, "batch must be divisible by batch_group_count")
+    _check_window(opcode, operands, window)
     for w, kd in zip(window.dims, dn.kernel_spatial):
         if w.size != k.dims[kd]:
             raise _err(opcode, operands, f"window size {w.size} differs from kernel spatial size {k.dims[kd]}")
@@ -430,6 +448,10 @@ def _gather(opcode, operands, attrs):
         raise _err(opcode, operands, f"slice_sizes must have {x.rank} entries")
     if any(not 0 <= s <= n for s, n in zip(sizes, x.dims)):
         raise _err(opcode, operands, "slice_sizes must fit inside the operand")
+    if not 0 <= ivd <= idx.rank:
+        raise _err(opcode, operands, f"index_vector_dim={ivd} must be at most {idx.rank}")
+    _check_dims(opcode, operands, "collapsed_slice_dims", collapsed + operand_batching, x.rank)
+    _check_dims(opcode, operands, "start_index_map", start_map, x.rank)
     index_len = idx.dims[ivd] if ivd < idx.rank else 1
     if len(start_map) != index_len:
         raise _err(opcode, operands, f"start_index_map has {len(start_map)} entries; index vectors have {index_len}")
@@ -441,6 +463,7 @@ def _gather(opcode, operands, attrs):
         raise _err(opcode, operands, f"offset_dims has {len(offset_dims)} entries; {len(kept)} slice dimensions remain")
     batch = gather_batch_dims(idx, ivd)
     out_rank = len(batch) + len(offset_dims)
+    _check_dims(opcode, operands, "offset_dims", offset_dims, out_rank, ordered=True)
     out, bi, oi = [], iter(batch), iter(kept)
     for d in range(out_rank):
         out.append(next(oi) if d in offset_dims else next(bi))
@@ -462,10 +485,20 @@ def _scatter(opcode, operands, attrs):
     if len(uwd) + len(inserted) + len(batching) != targets[0].rank:
         raise _err(opcode, operands, "update_window_dims + inserted_window_dims must cover the operand rank")
     ivd = attrs.get("index_vector_dim", idx.rank)
+    if not 0 <= ivd <= idx.rank:
+        raise _err(opcode, operands, f"index_vector_dim={ivd} must be at most {idx.rank}")
+    _check_dims(opcode, operands, "inserted_window_dims", inserted + batching, targets[0].rank)
+    to_operand = tuple(attrs.get("scatter_dims_to_operand_dims", ()))
+    _check_dims(opcode, operands, "scatter_dims_to_operand_dims", to_operand, targets[0].rank)
+    index_len = idx.dims[ivd] if ivd < idx.rank else 1
+    if len(to_operand) != index_len:
+        raise _err(opcode, operands, f"scatter_dims_to_operand_dims has {len(to_operand)} entries; "
+                   f"index vectors have {index_len}")
     scatter_rank = len(gather_batch_dims(idx, ivd))
     for u in updates:
         if u.rank != scatter_rank + len(uwd):
             raise _err(opcode, operands, f"updates must have rank {scatter_rank + len(uwd)}")
+        _check_dims(opcode, operands, "update_window_dims", uwd, u.rank, ordered=True)
     comp = attrs.get("to_apply")
     if comp is None:
         raise _err(opcode, operands, "needs to_apply=<combiner computation>")

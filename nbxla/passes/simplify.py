@@ -19,6 +19,7 @@ from ..hlo.opcodes import NEVER_FOLD
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 FOLD_LIMIT = 1024          # largest constant (in elements) folding may create
+OPERAND_FOLD_LIMIT = 1 << 16   # largest operand (in elements) folding may evaluate
 
 
 def scalar_value(instr: Instruction):
@@ -38,8 +39,13 @@ def _is(instr, value) -> bool:
 
 
 def _is_negative_zero(instr) -> bool:
+    """-0.0 (complex: both parts -0.0, the only zero that x + zero leaves unchanged)."""
     v = scalar_value(instr)
-    return v is not None and v == 0 and np.signbit(v)
+    if v is None or v != 0:
+        return False
+    if np.iscomplexobj(v):
+        return bool(np.signbit(np.real(v)) and np.signbit(np.imag(v)))
+    return bool(np.signbit(v))
 
 
 class _Rewriter:
@@ -127,7 +133,11 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
             if _widens(src.shape, x.shape):
                 if src.shape.element_type == t:
                     return src
-                return rw.op("convert", src, shape=instr.shape)
+                # src -> t directly equals src -> mid -> t only when mid -> t converts the
+                # same way src -> t does (float -> int saturates or is undefined where int ->
+                # int wraps): same kind of type on both sides.
+                if _kind(x.shape) == _kind(instr.shape) == _kind(src.shape):
+                    return rw.op("convert", src, shape=instr.shape)
     if op == "slice":
         x = ops[0]
         if all((s.start, s.limit, s.stride) == (0, n, 1) for s, n in zip(instr.attrs["slice"], x.shape.dims)):
@@ -149,11 +159,28 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
 
 
 def _widens(src: Shape, mid: Shape) -> bool:
-    """Every value of src's type is exactly representable in mid's type."""
+    """Every value of src's type is exactly representable in mid's type.  (NumPy's "safe"
+    casting also allows int64 -> float64, which rounds 2**53 + 1: not exact.)"""
     try:
-        return bool(np.can_cast(src.dtype, mid.dtype, casting="safe"))
+        a, b = np.dtype(src.dtype), np.dtype(mid.dtype)
     except Exception:          # bf16 and friends: no NumPy dtype, be conservative
         return False
+    if a == np.bool_:
+        return True
+    if not np.can_cast(a, b, casting="safe"):
+        return False
+    if a.kind in "iu" and b.kind in "fc":
+        bits = a.itemsize * 8 - (a.kind == "i")           # magnitude bits of the integer
+        return np.finfo(b).nmant + 1 >= bits
+    return True
+
+
+def _kind(shape: Shape) -> str:
+    try:
+        kind = np.dtype(shape.dtype).kind
+    except Exception:
+        return "?"
+    return {"u": "i", "b": "i"}.get(kind, kind)
 
 
 class _RewritePass(Pass):
@@ -208,8 +235,16 @@ def _fold(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         return None
     if instr.shape.size > FOLD_LIMIT or instr.shape.element_type == "bf16":
         return None
+    # Folding evaluates the instruction: never on operands beyond a size limit (a reduction of
+    # a broadcast 10^12-element zero would be materialized here).
+    if any(_materialized_size(o) > OPERAND_FOLD_LIMIT for o in instr.operands):
+        return None
     value = _evaluate_alone(instr)
     return rw.op("constant", shape=instr.shape, literal=value)
+
+
+def _materialized_size(instr: Instruction) -> int:
+    return 0 if instr.shape.is_tuple else instr.shape.size
 
 
 def _evaluate_alone(instr: Instruction) -> np.ndarray:

@@ -7,8 +7,10 @@ records *why* it missed, compared with the nearest earlier entry for the same co
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
@@ -83,6 +85,11 @@ def explain_miss(code_name: str, signature: tuple, names: list[str], earlier: li
     return "; ".join(best_diff) if best_diff else "same inputs, different device or flags"
 
 
+class ShortcutTable(OrderedDict):
+    """A caller's shortcut to entries; hashed by identity so the cache can hold it weakly."""
+    __hash__ = object.__hash__
+
+
 class CompilationCache:
     def __init__(self, max_entries: int = 256):
         self.max_entries = max_entries
@@ -95,6 +102,21 @@ class CompilationCache:
         self.generation = 0
         # Hits found without a lookup (``touch``), not yet counted: (entry, time) pairs.
         self._pending: deque = deque()
+        # Callers' shortcut tables to entries (jit's fast path): emptied whenever entries
+        # leave, so that they release the compiled programs with the cache.
+        self._shortcuts: weakref.WeakSet = weakref.WeakSet()
+        _ALL_CACHES.add(self)
+
+    def shortcut_table(self) -> "ShortcutTable":
+        """A new (LRU-ordered) table for a caller's keys -> entries, cleared whenever entries
+        leave the cache."""
+        table = ShortcutTable()
+        self._shortcuts.add(table)
+        return table
+
+    def _drop_shortcuts(self) -> None:
+        for table in list(self._shortcuts):
+            table.clear()
 
     def touch(self, entry: CacheEntry) -> None:
         """Count a hit on an entry found without a lookup (a caller's shortcut).
@@ -161,6 +183,7 @@ class CompilationCache:
                 self._entries.popitem(last=False)
                 self.evictions += 1
                 self.generation += 1
+                self._drop_shortcuts()
             return entry, False
 
     def entries(self) -> list[CacheEntry]:
@@ -174,6 +197,7 @@ class CompilationCache:
             self._pending.clear()
             self._hits = self.misses = self.evictions = 0
             self.generation += 1
+            self._drop_shortcuts()
 
     def table(self) -> str:
         """A plain-text table of the entries (the notebook renders richer views)."""
@@ -189,5 +213,18 @@ class CompilationCache:
                      f"{self.evictions} evictions")
         return "\n".join(lines)
 
+
+_ALL_CACHES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _new_locks_after_fork() -> None:
+    """A forked child inherits locks another parent thread may have held (a compilation in
+    progress): nothing in the child would ever release them."""
+    for cache in list(_ALL_CACHES):
+        cache._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_after_fork)
 
 DEFAULT_CACHE = CompilationCache()

@@ -66,6 +66,17 @@ def run_split(fn, ptrs, extent: int) -> None:
             f.result()
 
 
+def _forget_pool_after_fork() -> None:
+    """A forked child has none of the parent's threads, but inherits the pool object that
+    believes it has them: work handed to it would wait forever.  The child starts afresh."""
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def _array_data_offset() -> int | None:
     """Where an ndarray object keeps its data pointer, relative to the object's address: right
     after the object header (NumPy's PyArrayObject starts ``PyObject_HEAD; char *data``).
@@ -93,8 +104,16 @@ def data_pointer(arr: np.ndarray) -> int:
     return arr.__array_interface__["data"][0]
 
 
+# ctypes prototypes take at most 1024 arguments: kernels with more buffers (a concatenation
+# of a thousand pieces) are called through their pointer-array entry point instead.
+MAX_OBJECT_ARGS = 256
+
+
 def object_entry_type(buffers: int):
-    """The ctypes prototype of a kernel's entry point taking array objects (codegen/cpu.py)."""
+    """The ctypes prototype of a kernel's entry point taking array objects (codegen/cpu.py),
+    or None when it has too many buffers for one ctypes call (see MAX_OBJECT_ARGS)."""
+    if buffers > MAX_OBJECT_ARGS:
+        return None
     return ctypes.CFUNCTYPE(None, *[ctypes.py_object] * buffers, ctypes.c_int64, ctypes.c_int64)
 
 
@@ -118,7 +137,8 @@ class KernelThunk:
         # Small kernels are called with the arrays themselves (the cheapest dispatch).
         self.object_fn = None
         if object_entry is not None and not self.parallel and ARRAY_DATA_OFFSET is not None:
-            self.object_fn = object_entry_type(len(instr.operands) + len(self.outputs))(object_entry)
+            prototype = object_entry_type(len(instr.operands) + len(self.outputs))
+            self.object_fn = prototype(object_entry) if prototype is not None else None
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
         if outs is None:
@@ -154,7 +174,8 @@ class FullReductionThunk:
         # Unsplit, both phases run in one call taking the arrays themselves (codegen/cpu.py).
         self.object_fn = None
         if object_entry is not None and self.parts == 1 and ARRAY_DATA_OFFSET is not None:
-            self.object_fn = object_entry_type(self.n_in + len(self.outputs))(object_entry)
+            prototype = object_entry_type(self.n_in + len(self.outputs))
+            self.object_fn = prototype(object_entry) if prototype is not None else None
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
         if self.object_fn is not None and all(type(a) is np.ndarray for a in operands):

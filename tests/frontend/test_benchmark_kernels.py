@@ -689,9 +689,7 @@ def _contour_args():
             "Y": randn(NR, 2) + 1j * randn(NR, 2)}
 
 
-@kernel(_contour_args, rtol=1e-9,
-        xfail="passes/simplify.py: _is_negative_zero calls np.signbit on a complex zero "
-              "constant (zeros_like(complex) + x) and raises TypeError")
+@kernel(_contour_args, rtol=1e-9)
 def contour_sum(Ham, int_pts, Y):
     P0 = np.zeros_like(Y)
     for idx in range(int_pts.shape[0]):

@@ -199,8 +199,12 @@ def test_take_traced_indices(mode):
                         np.take(a, i.reshape(2, 2), axis=-1, mode=mode)), x, idx)
 
 
-def test_take_traced_out_of_range_is_clamped():
-    # NumPy raises IndexError; a compiled program cannot, so indices are clamped (documented).
+def test_take_traced_out_of_range_raises_or_clamps_with_the_flag(monkeypatch):
+    # NumPy raises IndexError, and so does the compiled program (checked after the run);
+    # NBXLA_FLAGS=--clamp_indices=true clamps as XLA does.
+    with pytest.raises(IndexError, match="index 10 is out of bounds for axis 0 with size 4"):
+        jit(lambda a, i: np.take(a, i))(np.arange(4.0), np.array([10, -10]))
+    monkeypatch.setenv("NBXLA_FLAGS", "--clamp_indices=true")
     got = jit(lambda a, i: np.take(a, i))(np.arange(4.0), np.array([10, -10]))
     np.testing.assert_array_equal(got, [3.0, 0.0])
 
