@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from .compiler import Compilation, compile_module
+from .frontend.autograph import convert_function
 from .frontend.cell_ast import check_function_no_random
 from .flags import current_flags
 from .frontend.trace import (TracedProgram, alias_pattern, leaf_signature, trace, tree_flatten,
@@ -121,7 +122,7 @@ class CompiledFunction:
         def compile_now():
             check_function_no_random(self.fn)
             start = time.perf_counter()
-            program = trace(self.fn, leaves, treedef, name=_module_name(self.fn),
+            program = trace(convert_function(self.fn), leaves, treedef, name=_module_name(self.fn),
                             leaf_names=self._leaf_names(args, kwargs))
             trace_ms = (time.perf_counter() - start) * 1e3
             return CompiledProgram(program, compile_module(program.module, device, trace_ms,

@@ -34,6 +34,8 @@ from ..errors import NotCompilableError
 from ..flags import current_flags
 from ..runtime.cache import DEFAULT_CACHE, CompilationCache
 from ..runtime.executable import resolve_device
+from . import control
+from .autograph import AG
 from .cell_ast import DISPLAY, CellAnalysis, analyze, check_no_random
 from .trace import (TracedProgram, TreeDef, alias_pattern, is_array_leaf, leaf_signature, trace,
                     tree_flatten, tree_unflatten)
@@ -211,6 +213,7 @@ def trace_cell(analysis: CellAnalysis, inputs: CellInputs, user_ns: dict, *, fil
         ns.update(zip(inputs.names, values))
         given = {name: (ns[name], tree_flatten(ns[name])) for name in inputs.names}
         builder = _Recipe(ns, tree_flatten(values)[0])   # before the cell mutates lists
+        ns[AG] = control
         exec(code, ns)
         bindings = []
         for name, (obj, (leaves, treedef)) in given.items():
@@ -221,7 +224,7 @@ def trace_cell(analysis: CellAnalysis, inputs: CellInputs, user_ns: dict, *, fil
                     bindings.append(builder.binding(name, "update", obj))
         updated = {b.name for b in bindings}
         for name in analysis.binds:
-            if name not in ns:
+            if name not in ns or ns[name] is control.UNDEFINED:
                 bindings.append(Binding(name, "delete"))
             elif name not in updated:
                 bindings.append(builder.binding(name, "bind", ns[name]))

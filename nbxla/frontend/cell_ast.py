@@ -101,7 +101,9 @@ class CellAnalysis:
     displays: bool                # the last statement is an expression, not silenced by ';'
 
     def code(self, filename: str) -> CodeType:
-        return compile(self.tree, filename, "exec")
+        """The cell compiled with its loops and branches converted (see ``autograph``)."""
+        from .autograph import convert_tree
+        return compile(convert_tree(self.tree), filename, "exec")
 
 
 @functools.lru_cache(maxsize=256)

@@ -39,6 +39,8 @@ class TraceContext:
         self._constants: dict[tuple, Instruction] = {}
         # Lines to subtract for display (cells are compiled with a leading blank line).
         self.line_offsets: dict[str, int] = {}
+        # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py).
+        self.loop_decisions: list[tuple[int, str, str]] = []
 
     # ---- source locations -------------------------------------------------------------------
 

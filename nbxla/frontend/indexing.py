@@ -21,6 +21,7 @@ from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
 from .rules import (_resolve_input, asarray, broadcast_to, compare, convert, emit, like, make_view,
                     reducer, reshape, select)
+from .dynamic import dynamic_getitem, dynamic_setitem, is_dynamic_key
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer
 
 
@@ -44,6 +45,8 @@ def _classify(x: Tracer, key: tuple):
 
 def getitem(x: Tracer, key):
     key = _normalize_key(key)
+    if is_dynamic_key(key):
+        return dynamic_getitem(x, key)
     kind = _classify(x, key)
     if kind == "basic":
         plan = _BasicIndex(x.shape, key)
@@ -56,6 +59,8 @@ def getitem(x: Tracer, key):
 
 def setitem(x: Tracer, key, value) -> None:
     key = _normalize_key(key)
+    if is_dynamic_key(key):
+        return dynamic_setitem(x, key, value)
     kind = _classify(x, key)
     value = value if isinstance(value, Tracer) else asarray(x.ctx, value)
     if kind == "basic":

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..hlo import Shape, from_numpy_dtype, scalar_computation
 from .context import TraceContext
+from .dynamic import IndexTracer, weak_result
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer, View
 
 FUNCTIONS: dict[Callable, Callable] = {}     # np.func -> rule(*args, **kwargs)
@@ -167,7 +168,7 @@ def make_view(base: Tracer, forward: Callable, backward: Callable | None, stride
 def _resolve_input(value):
     """The dtype NumPy's type resolution sees: Python scalars stay weak (NEP 50)."""
     if isinstance(value, Tracer):
-        return value.dtype
+        return int if value.weak else value.dtype      # a rolled loop's index is a Python int
     if isinstance(value, bool):
         return np.dtype(bool)
     if isinstance(value, numbers.Integral) and not isinstance(value, np.generic):
@@ -218,6 +219,8 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
     results = rule(ctx, *operands)
     results = results if isinstance(results, tuple) else (results,)
     results = tuple(convert(r, dt) for r, dt in zip(results, dtypes[ufunc.nin:]))
+    if weak_result(inputs):                     # (index arithmetic stays a Python int)
+        results = tuple(IndexTracer(ctx, r.instr) if r.dtype.kind in "iu" else r for r in results)
     if out is not None or where is not True:
         return _store(ctx, ufunc, results, out, where)
     return results if ufunc.nout > 1 else results[0]
