@@ -186,11 +186,16 @@ class _Converter(ast.NodeTransformer):
         k = next(_counter)
         fname = f"{_PREFIX}for_{k}"
         fn = self._function(fname, [node.target.id, f"{_PREFIX}s"], names, body)
+        target = node.target.id
         call = _call("for_range", ast.Name("range", ast.Load()),
                      ast.Tuple(range_args, ast.Load()), ast.Name(fname, ast.Load()),
                      self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
-                     _const(node.lineno))
-        return _located([fn, self._rebind(names, call)], node)
+                     _const(node.lineno), self._state_call([target]))
+        # the loop variable keeps its last value after the loop, as in Python
+        outputs = names + [target] if self._rebindable(target) else names
+        if outputs is names:
+            call = ast.Subscript(call, ast.Slice(None, _const(-1), None), ast.Load())
+        return _located([fn, self._rebind(outputs, call)], node)
 
     def visit_While(self, node):
         if node.orelse or _stops(node.body, loop=True) is not None:

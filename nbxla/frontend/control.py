@@ -371,18 +371,21 @@ def _merge_values(ctx, test, a, b, name):
 
 # ---- loops -----------------------------------------------------------------------------------
 
-def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: int):
+def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: int, target=(UNDEFINED,)):
+    """The loop; returns the state after it and the loop variable's last value."""
+    (last,) = target
     if range_fn is not builtins.range or not any(isinstance(a, Tracer) for a in args):
         r = range_fn(*args)
         ctx = _ctx()
         if ctx is None or range_fn is not builtins.range or len(r) <= UNROLL_MAX \
                 or not _has_tracer(state):
-            return _python_loop(r, body, state)
+            return _python_loop(r, body, state, last)
         try:
-            return _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step, (r[0], r[-1])).run()
+            state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step, (r[0], r[-1])).run()
+            return tuple(state) + (r[-1],)
         except CannotRoll as e:
             ctx.loop_decisions.append((lineno, "unrolled", str(e)))
-            return _python_loop(r, body, state)
+            return _python_loop(r, body, state, last)
     ctx = next(a.ctx for a in args if isinstance(a, Tracer))
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
     if isinstance(step, Tracer) or step == 0:
@@ -390,19 +393,29 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
                                  "use a Python int step")
     lo_hi = _dynamic_bounds(start, stop, step)
     try:
-        return _Loop(ctx, body, state, names, lineno, start, stop, step, lo_hi).run()
+        state = _Loop(ctx, body, state, names, lineno, start, stop, step, lo_hi).run()
     except CannotRoll as e:
         raise NotCompilableError(
             f"a loop over range() with traced bounds could not be traced once: {e}",
             _location(ctx, lineno),
             "give the loop Python bounds (then it may be unrolled), or write its body "
             "with fixed shapes (np.where with a mask)") from None
+    return tuple(state) + (_last_index(start, stop, step, last),)
 
 
-def _python_loop(r, body, state):
-    for i in r:
-        state = body(i, state)
-    return state
+def _last_index(start, stop, step, before):
+    """The loop variable after ``for i in range(start, stop, step)`` with traced bounds."""
+    trips = (stop - start + (step - 1 if step > 0 else step + 1)) // step
+    last = start + (trips - 1) * step
+    if before is UNDEFINED or not _is_value(before):
+        return last
+    return np.where(trips > 0, last, before)
+
+
+def _python_loop(r, body, state, last):
+    for last in r:
+        state = body(last, state)
+    return tuple(state) + (last,)
 
 
 def _dynamic_bounds(start, stop, step):

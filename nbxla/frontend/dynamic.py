@@ -184,7 +184,13 @@ class _Plan:
         stop = n if k.stop is None else k.stop
         for p in (start, stop):
             rng = value_range(p)
-            if rng is None or rng[0] < 0 and not isinstance(p, int):
+            if rng is None:
+                raise NotCompilableError(
+                    "a slice whose bound is a traced value read from an array: its length "
+                    "depends on the data", self.ctx.user_location(),
+                    "use a fixed-shape formulation (np.where with a mask over the whole axis), "
+                    "or mode=\"auto\" to run this part eagerly")
+            if rng[0] < 0 and not isinstance(p, int):
                 # NumPy reads a negative bound from the end: only known-sign bounds compile
                 raise IndexError(f"a traced slice bound on axis {axis} may be negative "
                                  "(NumPy would count it from the end)")
