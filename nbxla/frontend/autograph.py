@@ -200,7 +200,8 @@ class _Converter(ast.NodeTransformer):
     def visit_While(self, node):
         if node.orelse or _stops(node.body, loop=True) is not None:
             self.generic_visit(node)
-            node.test = _call("static_test", node.test, _const("while"), _const(node.lineno))
+            node.test = ast.copy_location(_call("static_test", node.test, _const("while"),
+                                                _const(node.lineno)), node.test)
             return node
         test = self.visit(node.test)
         names = [n for n in _state_names([node.test] + node.body) if self._rebindable(n)]
@@ -217,7 +218,8 @@ class _Converter(ast.NodeTransformer):
     def visit_If(self, node):
         if _stops(node.body + node.orelse, loop=False) is not None:
             self.generic_visit(node)
-            node.test = _call("static_test", node.test, _const("if"), _const(node.lineno))
+            node.test = ast.copy_location(_call("static_test", node.test, _const("if"),
+                                                _const(node.lineno)), node.test)
             return node
         test = self.visit(node.test)
         names = [n for n in _state_names(node.body + node.orelse) if self._rebindable(n)]

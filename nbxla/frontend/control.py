@@ -107,10 +107,10 @@ def _stack_nested(ctx, value):
 def static_test(value, kind: str, lineno: int):
     """The test of an ``if``/``while`` left as Python (its body breaks, continues or returns)."""
     if isinstance(value, Tracer):
-        raise value.ctx.not_compilable(
+        raise NotCompilableError(
             f"`{kind}` on a traced value whose body holds break/continue/return (or try/with, "
             "del, global): only branches and loops whose bodies can be traced as functions of "
-            "their state compile",
+            "their state compile", _location(value.ctx, lineno),
             "restructure without break/continue/return inside it (e.g. carry a flag and test "
             "it with np.where), compute both branches with np.where(cond, a, b), or use "
             "mode=\"auto\" to run this part eagerly")
@@ -381,7 +381,8 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
                 or not _has_tracer(state):
             return _python_loop(r, body, state, last)
         try:
-            state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step, (r[0], r[-1])).run()
+            state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
+                           (min(r[0], r[-1]), max(r[0], r[-1]))).run()
             return tuple(state) + (r[-1],)
         except CannotRoll as e:
             ctx.loop_decisions.append((lineno, "unrolled", str(e)))
@@ -477,6 +478,7 @@ class _Loop:
         self.objects = list(found.values())
         # name k -> initial value (a Tracer) when it gets its own slot (it is rebound)
         self.rebound: dict[int, Tracer] = {}
+        self.weak: set[int] = set()      # rebound names that were Python ints
         for _ in range(_ATTEMPTS):
             snap = _Snapshot(self.state, self.objects)
             try:
@@ -522,6 +524,11 @@ class _Loop:
                 continue
             if isinstance(new, Tracer):
                 requests.append((k, old, new.shape, new.dtype))
+            elif not self.counted and _is_number(old) and _is_number(new) and type(old) is type(new):
+                # a Python counter in a while loop on array values: it becomes traced
+                if isinstance(old, int):
+                    self.weak.add(k)
+                requests.append((k, old, (), np.asarray(new).dtype))
             elif not _same_static(old, new):
                 raise CannotRoll(f"the body changes `{self.names[k]}`, a Python value "
                                  f"({type(old).__name__})")
@@ -568,7 +575,7 @@ class _Loop:
                 t.view.base_version = t.view.base.version
         state = list(self.state)
         for (k, _), g in zip(self.rebound.items(), gtes[offset + len(self.objects):]):
-            state[k] = Tracer(ctx, g)
+            state[k] = _weak(ctx, g) if k in self.weak else Tracer(ctx, g)
         index = None
         if self.counted:
             from .dynamic import IndexTracer
@@ -650,7 +657,7 @@ class _Loop:
                 t.view.base_version = t.view.base.version
         state = list(self.state)
         for (k, _), g in zip(self.rebound.items(), gtes[offset + len(self.objects):]):
-            state[k] = Tracer(ctx, g)
+            state[k] = _weak(ctx, g) if k in self.weak else Tracer(ctx, g)
         ctx.loop_decisions.append((self.lineno, "rolled", "a while loop; its body traced once"))
         return tuple(state)
 
@@ -669,6 +676,15 @@ class _Loop:
                 limit = builder.op("convert", limit, shape=Shape("s64"))
         builder.op("compare", index, limit, direction="LT" if self.step > 0 else "GT")
         return builder.build()
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _weak(ctx, instr) -> Tracer:
+    from .dynamic import IndexTracer
+    return IndexTracer(ctx, instr)
 
 
 def _same_static(old, new) -> bool:

@@ -294,6 +294,8 @@ def dynamic_getitem(x: Tracer, key: tuple) -> Tracer:
         data = plan.read(x)
         mask = _mask(x.ctx, data.shape, list(masks))
         return MaskedTracer(x.ctx, select(mask, data, like(data, 0)).instr, masks)
+    if all(d[0] == "int" for d in plan.dims):    # an element: a scalar copy, not a view
+        return ScalarTracer(x.ctx, plan.read(x).instr)
     strides = [s for d, s in zip(plan.dims, x.strides) if d[0] != "int"]
     return make_view(x, plan.read, plan.write, strides)
 

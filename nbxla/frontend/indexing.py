@@ -22,7 +22,7 @@ from ..hlo.builder import unique_name
 from .rules import (_resolve_input, asarray, broadcast_to, compare, convert, emit, like, make_view,
                     reducer, reshape, select)
 from .dynamic import dynamic_getitem, dynamic_setitem, is_dynamic_key
-from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer
+from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, ScalarTracer, Tracer
 
 
 def _normalize_key(key) -> tuple:
@@ -50,6 +50,8 @@ def getitem(x: Tracer, key):
     kind = _classify(x, key)
     if kind == "basic":
         plan = _BasicIndex(x.shape, key)
+        if not plan.out_shape:           # NumPy: an element is a scalar copy, not a view
+            return ScalarTracer(x.ctx, plan.read(x).instr)
         strides = plan.view_strides(x.strides)
         return make_view(x, plan.read, plan.write, strides)
     if kind == "constant":

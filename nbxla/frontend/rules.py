@@ -209,6 +209,8 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
                                  "see the supported-API table in docs/supported_numpy.md")
     # Raises NumPy's own TypeError where NumPy has no loop (e.g. bool subtraction).
     in_dtypes = tuple(_resolve_input(v) for v in inputs) + (None,) * ufunc.nout
+    if weak_result(inputs):        # only Python ints: NumPy's answer for int64 scalars
+        in_dtypes = tuple(np.dtype(np.int64) if d is int else d for d in in_dtypes)
     if dtype is None:
         dtypes = ufunc.resolve_dtypes(in_dtypes)
     else:
