@@ -250,11 +250,11 @@ class _Converter(ast.NodeTransformer):
         root = _subscript_root(target)
         if root is None:
             return ast.copy_location(ast.Assign([target], value), node)
-        call = _call("setitem", target.value, _key_expr(target.slice), value)
         if self._rebindable(root.id) and target.value is root:
+            call = _call("setitem", target.value, _key_expr(target.slice), value)
             stmt = ast.Assign([ast.Name(root.id, ast.Store())], call)
-        else:
-            stmt = ast.Expr(call)
+        else:                # a global, or x[i][j]: written in place or not at all
+            stmt = ast.Expr(_call("setitem_in_place", target.value, _key_expr(target.slice), value))
         return ast.copy_location(stmt, node)
 
     def visit_AugAssign(self, node):
@@ -262,10 +262,12 @@ class _Converter(ast.NodeTransformer):
         op = type(node.op).__name__
         t = node.target
         if isinstance(t, ast.Subscript) and _subscript_root(t) is not None:
-            call = _call("setitem_aug", t.value, _key_expr(t.slice), _const(op), node.value)
             root = _subscript_root(t)
             if self._rebindable(root.id) and t.value is root:
+                call = _call("setitem_aug", t.value, _key_expr(t.slice), _const(op), node.value)
                 return ast.copy_location(ast.Assign([ast.Name(root.id, ast.Store())], call), node)
+            call = _call("setitem_aug", t.value, _key_expr(t.slice), _const(op), node.value,
+                         _const(False))
             return ast.copy_location(ast.Expr(call), node)
         if isinstance(t, ast.Name) and self._rebindable(t.id):
             call = _call("aug", ast.Name(t.id, ast.Load()), _const(op), node.value)

@@ -157,9 +157,18 @@ def setitem(x, key, value):
     return x
 
 
-def setitem_aug(x, key, op: str, value):
+def setitem_in_place(x, key, value) -> None:
+    """``x[key] = value`` where ``x`` cannot be rebound (a global, ``a[i][j] = v``)."""
+    if _promotable(x, key, value):
+        raise _ctx().not_compilable(WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT)
+    x[key] = value
+
+
+def setitem_aug(x, key, op: str, value, rebind=True):
     """``x[key] op= value`` (NumPy: read the item, update it in place, write it back)."""
     if _promotable(x, key, value):
+        if not rebind:
+            raise _ctx().not_compilable(WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT)
         _owned(x)
         x = promote(_ctx(), x)
     item = x[key]
