@@ -488,6 +488,7 @@ class _Loop:
         # name k -> initial value (a Tracer) when it gets its own slot (it is rebound)
         self.rebound: dict[int, Tracer] = {}
         self.weak: set[int] = set()      # rebound names that were Python ints
+        self.static_after: dict[int, object] = {}
         for _ in range(_ATTEMPTS):
             snap = _Snapshot(self.state, self.objects)
             try:
@@ -533,6 +534,10 @@ class _Loop:
                 continue
             if isinstance(new, Tracer):
                 requests.append((k, old, new.shape, new.dtype))
+            elif old is UNDEFINED:
+                # a Python value first bound in the body (an inner loop's variable): the
+                # same in every iteration, since the body is traced once
+                self.static_after[k] = new
             elif not self.counted and _is_number(old) and _is_number(new) and type(old) is type(new):
                 # a Python counter in a while loop on array values: it becomes traced
                 if isinstance(old, int):
@@ -667,6 +672,8 @@ class _Loop:
         state = list(self.state)
         for (k, _), g in zip(self.rebound.items(), gtes[offset + len(self.objects):]):
             state[k] = _weak(ctx, g) if k in self.weak else Tracer(ctx, g)
+        for k, value in self.static_after.items():
+            state[k] = value
         ctx.loop_decisions.append((self.lineno, "rolled", "a while loop; its body traced once"))
         return tuple(state)
 
