@@ -205,7 +205,7 @@ def trace_cell(analysis: CellAnalysis, inputs: CellInputs, user_ns: dict, *, fil
                filename_display: Callable[[str], str | None] | None = None) -> tuple[TracedProgram, list, Binding | None]:
     """Run the cell once on Tracers; returns the program, the bindings and the display recipe."""
     check_no_random(analysis, user_ns, filename, label)
-    code = analysis.code(filename)
+    code = analysis.traced_code(filename)
     recipe: dict[str, Any] = {}
 
     def body(*values):

@@ -101,6 +101,9 @@ class CellAnalysis:
     displays: bool                # the last statement is an expression, not silenced by ';'
 
     def code(self, filename: str) -> CodeType:
+        return compile(self.tree, filename, "exec")
+
+    def traced_code(self, filename: str) -> CodeType:
         """The cell compiled with its loops and branches converted (see ``autograph``)."""
         from .autograph import convert_tree
         return compile(convert_tree(self.tree), filename, "exec")

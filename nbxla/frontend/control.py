@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import builtins
 import operator
+import os
+import sys
+import sysconfig
 
 import numpy as np
 
@@ -88,12 +91,20 @@ def call(f, *args, **kwargs):
         dtype = kwargs.get("dtype")
         value = convert(value, dtype) if dtype is not None else value
         return Tracer(ctx, value.instr) if value is args[0] else value
-    if isinstance(f, type(call)) and not getattr(f, "__nbxla_converted__", False):
-        module = getattr(f, "__module__", "") or ""
-        if not module.startswith(("numpy", "nbxla")):
-            from .autograph import convert_function
-            f = convert_function(f)
+    if isinstance(f, type(call)) and not getattr(f, "__nbxla_converted__", False) \
+            and _is_user_code(f):
+        from .autograph import convert_function
+        f = convert_function(f)
     return f(*args, **kwargs)
+
+
+_LIBRARY_DIRS = tuple({sys.prefix, sys.base_prefix, sysconfig.get_paths()["purelib"],
+                       sysconfig.get_paths()["stdlib"], os.path.dirname(os.path.dirname(__file__))})
+
+
+def _is_user_code(f) -> bool:
+    """The user's own helper functions are converted too; library code is called as it is."""
+    return not os.path.abspath(f.__code__.co_filename).startswith(_LIBRARY_DIRS)
 
 
 def _stack_nested(ctx, value):
@@ -346,6 +357,13 @@ def if_stmt(test, then, orelse, state: tuple, names: tuple, lineno: int):
         if a is b:
             merged.append(a)
         elif a is UNDEFINED or b is UNDEFINED:
+            if _is_value(a) or _is_value(b):
+                raise NotCompilableError(
+                    f"`{name}` is bound in only one branch of an `if` on a traced value: "
+                    "whether it exists after the `if` would depend on the data",
+                    _location(ctx, lineno),
+                    f"bind `{name}` before the `if` (or in both branches), or choose with "
+                    "np.where(cond, a, b)")
             merged.append(UNDEFINED)
         elif isinstance(a, Tracer) or isinstance(b, Tracer):
             merged.append(_merge_values(ctx, test, a, b, name))
