@@ -472,7 +472,22 @@ def _masked_flip(m, axis=None):
     return m._masked_like(take_along(_plain(m), src, 0), m.masks)
 
 
+def _masked_outer(a, b, out=None):
+    if out is not None or _ndim(a) != 1 or _ndim(b) != 1:
+        raise (a if isinstance(a, MaskedTracer) else b)._refuse("np.outer")
+    masks = [a.masks[0] if isinstance(a, MaskedTracer) else None,
+             b.masks[0] if isinstance(b, MaskedTracer) else None]
+    result = np.outer(_plain(a) if isinstance(a, Tracer) else a, _plain(b) if isinstance(b, Tracer) else b)
+    owner = a if isinstance(a, MaskedTracer) else b
+    return owner._masked_like(result, masks)
+
+
+def _masked_copy(a, *args, **kwargs):
+    return MaskedTracer(a.ctx, a.instr, a.masks)
+
+
 _MASKED_FUNCTIONS = {
+    np.outer: _masked_outer, np.copy: _masked_copy,
     np.sum: _masked_reduce(None),
     np.max: _masked_reduce(_Fill(np.max, -np.inf)), np.amax: _masked_reduce(_Fill(np.max, -np.inf)),
     np.min: _masked_reduce(_Fill(np.min, np.inf)), np.amin: _masked_reduce(_Fill(np.min, np.inf)),

@@ -78,6 +78,15 @@ def lu(A):
             A[i, j] -= A[i, :i] @ A[:i, j]
 
 
+@kernel(lambda: (spd(18),), rtol=1e-9)
+def lu_outer(A):
+    """Right-looking LU: a rank-1 update of the trailing block (masked on both axes)."""
+    n = A.shape[0]
+    for k in range(n - 1):
+        A[k + 1:, k] /= A[k, k]
+        A[k + 1:, k + 1:] -= np.outer(A[k + 1:, k], A[k, k + 1:])
+
+
 @kernel(lambda: (spd(16), rand(16)), rtol=1e-9)
 def ludcmp(A, b):
     n = A.shape[0]
