@@ -406,6 +406,9 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
         ctx = _ctx()
         if ctx is None or range_fn is not builtins.range or len(r) <= UNROLL_MAX \
                 or not _has_tracer(state):
+            if ctx is not None and _has_tracer(state):
+                ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops "
+                                           f"(at most {UNROLL_MAX}) are unrolled"))
             return _python_loop(r, body, state, last)
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,

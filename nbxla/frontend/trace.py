@@ -78,6 +78,8 @@ class TracedProgram:
     out_treedef: TreeDef              # structure of the function's result
     out_slots: list                   # per result leaf: ("out", k) for output k or ("static", value)
     writebacks: list[tuple[int, int]] = field(default_factory=list)  # (arg leaf, output k)
+    # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py)
+    loop_decisions: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 def leaf_signature(x) -> tuple:
@@ -158,7 +160,7 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
         root = b.op("tuple", *outputs)
     module = Module(name, b.build(root))
     module.make_names_unique()
-    return TracedProgram(module, param_leaves, out_treedef, out_slots, writebacks)
+    return TracedProgram(module, param_leaves, out_treedef, out_slots, writebacks, ctx.loop_decisions)
 
 
 def _hlo_name(name: str) -> str:
