@@ -900,10 +900,10 @@ def distinct_count(x):
     return u.size
 
 
-@kernel(lambda: {"x": randn(10)}, error=(nbxla.ConcretizationError, r"float\(\) of a traced array",
-                                         "scale = float(x.max())"))
-def float_of_traced(x):
-    scale = float(x.max())
+@kernel(lambda: {"x": randn(10)}, error=(nbxla.ConcretizationError, r"\.item\(\) of a traced array",
+                                         "scale = x.max().item()"))
+def item_of_traced(x):
+    scale = x.max().item()        # (float(x.max()) compiles: the value stays traced)
     return x / scale
 
 

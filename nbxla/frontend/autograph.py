@@ -159,6 +159,14 @@ class _Converter(ast.NodeTransformer):
             return ast.Expr(value)
         return ast.Assign([ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())], value)
 
+    def _visit_body(self, stmts) -> list[ast.stmt]:
+        """The statements converted, each with its own line on every new node in it."""
+        out = []
+        for stmt in stmts:
+            for s in _as_list(self.visit(stmt)):
+                out.append(ast.fix_missing_locations(s) if hasattr(s, "lineno") else s)
+        return out
+
     # ---- statements ------------------------------------------------------------------------
 
     def visit_FunctionDef(self, node):
@@ -182,7 +190,7 @@ class _Converter(ast.NodeTransformer):
             return node
         range_args = [self.visit(a) for a in it.args]
         names = [n for n in _state_names(node.body) if n != node.target.id and self._rebindable(n)]
-        body = [s for stmt in node.body for s in _as_list(self.visit(stmt))]
+        body = self._visit_body(node.body)
         k = next(_counter)
         fname = f"{_PREFIX}for_{k}"
         fn = self._function(fname, [node.target.id, f"{_PREFIX}s"], names, body)
@@ -205,7 +213,7 @@ class _Converter(ast.NodeTransformer):
             return node
         test = self.visit(node.test)
         names = [n for n in _state_names([node.test] + node.body) if self._rebindable(n)]
-        body = [s for stmt in node.body for s in _as_list(self.visit(stmt))]
+        body = self._visit_body(node.body)
         k = next(_counter)
         cname, bname = f"{_PREFIX}while_cond_{k}", f"{_PREFIX}while_body_{k}"
         cond = self._function(cname, [f"{_PREFIX}s"], names, [ast.Return(test)], returns=False)
@@ -223,8 +231,8 @@ class _Converter(ast.NodeTransformer):
             return node
         test = self.visit(node.test)
         names = [n for n in _state_names(node.body + node.orelse) if self._rebindable(n)]
-        then = [s for stmt in node.body for s in _as_list(self.visit(stmt))]
-        orelse = [s for stmt in node.orelse for s in _as_list(self.visit(stmt))]
+        then = self._visit_body(node.body)
+        orelse = self._visit_body(node.orelse)
         k = next(_counter)
         tname, ename = f"{_PREFIX}then_{k}", f"{_PREFIX}else_{k}"
         fns = [self._function(tname, [f"{_PREFIX}s"], names, then),
@@ -276,6 +284,12 @@ class _Converter(ast.NodeTransformer):
 
     # ---- expressions -----------------------------------------------------------------------
 
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        return ast.copy_location(_call("getitem", node.value, _key_expr(node.slice)), node)
+
     def visit_Call(self, node):
         self.generic_visit(node)
         if isinstance(node.func, ast.Name) and (node.func.id.startswith(_PREFIX) or
@@ -313,13 +327,28 @@ class _Converter(ast.NodeTransformer):
 
 
 def _located(stmts, node):
-    """Generated statements take the line of the statement they replace (their inner
-    statements keep their own lines), so tracebacks and HLO metadata point at user lines."""
+    """Generated statements take the line of the statement they replace (the user's
+    statements inside keep their own lines, see ``_visit_body``), so tracebacks and HLO
+    metadata point at user lines.  (One line only: Python 3.11 places a method call at the
+    end line of its attribute.)"""
     for stmt in stmts:
         for child in ast.walk(stmt):
             if "lineno" in child._attributes and not hasattr(child, "lineno"):
-                ast.copy_location(child, node)
+                child.lineno = child.end_lineno = node.lineno
+                child.col_offset = child.end_col_offset = node.col_offset
     return stmts
+
+
+def _pin_helper_calls(tree):
+    """Python 3.11 gives a method call the line where its attribute ends: pin the helpers'
+    attributes to the line where the call starts (errors point at a statement's first line)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == AG:
+            for n in (node.func, node.func.value):
+                n.lineno = n.end_lineno = node.lineno
+                n.col_offset = n.end_col_offset = node.col_offset
+    return tree
 
 
 def _as_list(x):
@@ -347,7 +376,7 @@ def convert_tree(tree: ast.Module) -> ast.Module:
     """A cell's tree, converted (the input tree is left as it is)."""
     import copy
     tree = _Converter(None).visit(copy.deepcopy(tree))
-    return ast.fix_missing_locations(tree)
+    return _pin_helper_calls(ast.fix_missing_locations(tree))
 
 
 _converted: dict = {}
@@ -384,7 +413,7 @@ def _make(fn) -> Callable:
         f"{_PREFIX}factory", ast.arguments([], [ast.arg(AG)] + [ast.arg(v) for v in freevars],
                                            None, [], [], None, []),
         [func, ast.Return(ast.Name(func.name, ast.Load()))], [], None)
-    module = ast.fix_missing_locations(ast.Module([factory], []))
+    module = _pin_helper_calls(ast.fix_missing_locations(ast.Module([factory], [])))
     code = compile(module, fn.__code__.co_filename, "exec")
 
     def instantiate(f):

@@ -41,6 +41,7 @@ class TraceContext:
         self.line_offsets: dict[str, int] = {}
         # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py).
         self.loop_decisions: list[tuple[int, str, str]] = []
+        self.rolling = 0         # loop bodies being traced once, one inside the other
 
     # ---- source locations -------------------------------------------------------------------
 

@@ -85,6 +85,13 @@ def call(f, *args, **kwargs):
         for item in items[1:]:
             result = pick(result, item)
         return result
+    if (f is int or f is float) and len(args) == 1 and not kwargs and isinstance(args[0], Tracer) \
+            and args[0].ndim == 0 and args[0].dtype.kind in "biuf":
+        # int(traced) / float(traced): the value stays traced, typed as a Python number would be
+        from .dynamic import IndexTracer
+        from .rules import convert
+        value = convert(args[0], np.int64 if f is int else np.float64)
+        return IndexTracer(ctx, value.instr) if f is int else Tracer(ctx, value.instr)
     if any(f is m for m in _ARRAY_MAKERS) and args and _has_tracer(args[0]):
         from .rules import asarray, convert
         value = asarray(ctx, _stack_nested(ctx, args[0]))
@@ -159,9 +166,23 @@ def _owned(x: np.ndarray):
         raise ctx.not_compilable(WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT)
 
 
+def getitem(x, key):
+    """``x[key]``: a NumPy array indexed at a traced position is read as a constant."""
+    if _promotable(x, key):
+        return promote(_ctx(), x)[key]
+    return x[key]
+
+
+def _rolling() -> bool:
+    ctx = _ctx()
+    return ctx is not None and ctx.rolling > 0
+
+
 def setitem(x, key, value):
-    """``x[key] = value``; returns what the name ``x`` is bound to afterwards."""
-    if _promotable(x, key, value):
+    """``x[key] = value``; returns what the name ``x`` is bound to afterwards.  (Inside a
+    loop body being traced once, a NumPy array written at all becomes traced: the write
+    happens in every iteration, not once.)"""
+    if _promotable(x, key, value) or isinstance(x, np.ndarray) and _rolling():
         _owned(x)
         x = promote(_ctx(), x)
     x[key] = value
@@ -177,7 +198,7 @@ def setitem_in_place(x, key, value) -> None:
 
 def setitem_aug(x, key, op: str, value, rebind=True):
     """``x[key] op= value`` (NumPy: read the item, update it in place, write it back)."""
-    if _promotable(x, key, value):
+    if _promotable(x, key, value) or isinstance(x, np.ndarray) and _rolling() and rebind:
         if not rebind:
             raise _ctx().not_compilable(WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT)
         _owned(x)
@@ -189,7 +210,7 @@ def setitem_aug(x, key, op: str, value, rebind=True):
 
 def aug(x, op: str, value):
     """``x op= value`` on a name."""
-    if _promotable(x, value) and x.ndim > 0:
+    if (_promotable(x, value) or isinstance(x, np.ndarray) and _rolling()) and x.ndim > 0:
         _owned(x)
         x = promote(_ctx(), x)
     return _INPLACE[op](x, value)
@@ -622,6 +643,7 @@ class _Loop:
         builder = Builder(unique_name(f"{what}_line{self.lineno}"))
         ctx.builder, ctx._constants = builder, {}
         param, gtes, index, state = self._bind_params(builder, shapes, inits)
+        ctx.rolling += 1
         try:
             new_state = fn(index, state) if self.counted else fn(state)
         except CannotRoll:
@@ -629,6 +651,8 @@ class _Loop:
         except (NbxlaError, IndexError, TypeError, ValueError, AttributeError, KeyError,
                 ZeroDivisionError, OverflowError) as e:
             raise CannotRoll(_reason(e)) from None
+        finally:
+            ctx.rolling -= 1
         new_state = tuple(new_state) if self.names else ()
         outs = []
         builder.location = None
