@@ -272,6 +272,49 @@ def game_of_life(X, steps):
     return X
 
 
+@kernel(lambda: (3, 10, rand(10, 10)), rtol=1e-9)
+def adi(TSTEPS, N, u):
+    """polybench ADI (np.zeros for v, whose border NumPy's np.empty leaves unwritten):
+    NumPy arrays made inside, filled inside nested rolled loops, one of them running down."""
+    v = np.zeros(u.shape, dtype=u.dtype)
+    p = np.empty(u.shape, dtype=u.dtype)
+    q = np.empty(u.shape, dtype=u.dtype)
+    a, b, c, d, f = -0.5, 1.5, -0.5, -0.25, -0.25
+    for t in range(1, TSTEPS + 1):
+        v[0, 1:N - 1] = 1.0
+        p[1:N - 1, 0] = 0.0
+        q[1:N - 1, 0] = v[0, 1:N - 1]
+        for j in range(1, N - 1):
+            p[1:N - 1, j] = -c / (a * p[1:N - 1, j - 1] + b)
+            q[1:N - 1, j] = (-d * u[j, 0:N - 2] + (1.0 + 2.0 * d) * u[j, 1:N - 1] - f * u[j, 2:N]
+                             - a * q[1:N - 1, j - 1]) / (a * p[1:N - 1, j - 1] + b)
+        v[N - 1, 1:N - 1] = 1.0
+        for j in range(N - 2, 0, -1):
+            v[j, 1:N - 1] = p[1:N - 1, j] * v[j + 1, 1:N - 1] + q[1:N - 1, j]
+    return v
+
+
+@kernel(lambda: (10, RNG.integers(0, 4, 10).astype(np.int32)))
+def nussinov(N, seq):
+    """npbench nussinov: max() of traced scalars, int() of a traced comparison, Python ifs on
+    the indices inside rolled loops."""
+    table = np.zeros((N, N), np.int32)
+    for i in range(N - 1, -1, -1):
+        for j in range(i + 1, N):
+            if j - 1 >= 0:
+                table[i, j] = max(table[i, j], table[i, j - 1])
+            if i + 1 < N:
+                table[i, j] = max(table[i, j], table[i + 1, j])
+            if j - 1 >= 0 and i + 1 < N:
+                if i < j - 1:
+                    table[i, j] = max(table[i, j], table[i + 1, j - 1] + int(seq[i] + seq[j] == 3))
+                else:
+                    table[i, j] = max(table[i, j], table[i + 1, j - 1])
+            for k in range(i + 1, j):
+                table[i, j] = max(table[i, j], table[i, k] + table[k + 1, j])
+    return table
+
+
 # ---- while on array values -------------------------------------------------------------------
 
 @kernel(lambda: (rand(32) + 0.5,), rtol=1e-12)
