@@ -26,7 +26,7 @@ import sysconfig
 
 import numpy as np
 
-from ..errors import NbxlaError, NotCompilableError, TraceError
+from ..errors import NbxlaError, NotCompilableError
 from ..hlo import Builder, Shape, TupleShape
 from ..hlo.builder import unique_name
 from .context import TraceContext
@@ -682,7 +682,7 @@ class _Loop:
             raise CannotRoll(_reason(e)) from None
         if [t.version for t in self.objects] != versions:
             raise CannotRoll("the condition writes into an array")
-        from .rules import asarray, convert
+        from .rules import asarray
         test = asarray(ctx, test)
         if test.dtype != np.bool_:
             test = np.not_equal(test, 0)
@@ -695,7 +695,7 @@ class _Loop:
         inits = self._slots()
         outer = ctx.builder
         if self.counted:
-            from .rules import asarray, convert, emit, scalar, compare
+            from .rules import asarray, convert
             start = self.start if not isinstance(self.start, Tracer) else Tracer(ctx, self.start.instr)
             start = convert(asarray(ctx, start), np.int64)
             init_instrs = [start.instr] + inits
@@ -724,7 +724,6 @@ class _Loop:
 
     def _counted_condition(self, shapes):
         """``index < stop`` (``>`` for a negative step); a traced stop is a state slot."""
-        ctx = self.ctx
         builder = Builder(unique_name(f"cond_line{self.lineno}"))
         param = builder.parameter(TupleShape(tuple(shapes)), "state")
         index = builder.op("get-tuple-element", param, index=0)
