@@ -25,6 +25,7 @@ import numpy as np
 from .compiler import Compilation, compile_module
 from .errors import ResourceError, TraceError, UnsupportedInputError
 from .frontend.captures import CapturePlan, bake, has_arrays, rebuild, unbake
+from .frontend.autograph import convert_function
 from .frontend.cell_ast import check_function_no_random
 from .flags import current_flags
 from .frontend.trace import (StaticValue, TracedProgram, alias_pattern, is_array_leaf, leaf_signature,
@@ -196,7 +197,7 @@ class CompiledFunction:
         def compile_now():
             check_function_no_random(self.fn)
             start = time.perf_counter()
-            fn = self.fn if not captured else self._traceable()
+            fn = convert_function(self.fn) if not captured else self._traceable()
             program = trace(fn, leaves, treedef, name=_module_name(self.fn), leaf_names=names())
             trace_ms = (time.perf_counter() - start) * 1e3
             return CompiledProgram(program, compile_module(program.module, device, trace_ms,
@@ -214,7 +215,7 @@ class CompiledFunction:
         captured)``, it is called ``f(args, kwargs, **captured)`` and runs ``self.fn`` with the
         captured names rebound to the traced values."""
         def call(args, kwargs, **captured):
-            return rebuild(self.fn, unbake(captured))(*args, **kwargs)
+            return convert_function(rebuild(self.fn, unbake(captured)))(*args, **kwargs)
         return call
 
     def __call__(self, *args, **kwargs):

@@ -34,6 +34,8 @@ from .errors import NotCompilableError
 from .flags import current_flags
 from .runtime.cache import DEFAULT_CACHE, CompilationCache
 from .runtime.executable import resolve_device
+from .frontend import control
+from .frontend.autograph import AG
 from .frontend.cell_ast import DISPLAY, CellAnalysis, analyze, check_no_random
 from .frontend.trace import (StaticValue, TracedProgram, TreeDef, alias_pattern, is_array_leaf,
                              leaf_signature, trace, tree_flatten, tree_unflatten)
@@ -205,7 +207,7 @@ def trace_cell(analysis: CellAnalysis, inputs: CellInputs, user_ns: dict, *, fil
                filename_display: Callable[[str], str | None] | None = None) -> tuple[TracedProgram, list, Binding | None]:
     """Run the cell once on Tracers; returns the program, the bindings and the display recipe."""
     check_no_random(analysis, user_ns, filename, label)
-    code = analysis.code(filename)
+    code = analysis.traced_code(filename)
     recipe: dict[str, Any] = {}
 
     def body(*values):
@@ -213,6 +215,7 @@ def trace_cell(analysis: CellAnalysis, inputs: CellInputs, user_ns: dict, *, fil
         ns.update(zip(inputs.names, values))
         given = {name: (ns[name], tree_flatten(ns[name])) for name in inputs.names}
         builder = _Recipe(ns, tree_flatten(values)[0])   # before the cell mutates lists
+        ns[AG] = control
         exec(code, ns)
         bindings = []
         for name, (obj, (leaves, treedef)) in given.items():
@@ -223,7 +226,7 @@ def trace_cell(analysis: CellAnalysis, inputs: CellInputs, user_ns: dict, *, fil
                     bindings.append(builder.binding(name, "update", obj))
         updated = {b.name for b in bindings}
         for name in analysis.binds:
-            if name not in ns:
+            if name not in ns or ns[name] is control.UNDEFINED:
                 bindings.append(Binding(name, "delete"))
             elif name not in updated:
                 bindings.append(builder.binding(name, "bind", ns[name]))

@@ -104,6 +104,11 @@ class CellAnalysis:
     def code(self, filename: str) -> CodeType:
         return compile(self.tree, filename, "exec")
 
+    def traced_code(self, filename: str) -> CodeType:
+        """The cell compiled with its loops and branches converted (see ``autograph``)."""
+        from .autograph import convert_tree
+        return compile(convert_tree(self.tree), filename, "exec")
+
 
 @functools.lru_cache(maxsize=256)
 def analyze(source: str) -> CellAnalysis:

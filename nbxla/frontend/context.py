@@ -43,6 +43,9 @@ class TraceContext:
         # where ``value`` becomes an extra output and ``fail(host value)`` gives the error
         # to raise (None when all is well).  See ``add_check``.
         self.checks: list[tuple[Instruction, Callable]] = []
+        # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py).
+        self.loop_decisions: list[tuple[int, str, str]] = []
+        self.rolling = 0         # loop bodies being traced once, one inside the other
 
     # ---- source locations -------------------------------------------------------------------
 

@@ -23,10 +23,11 @@ from ..errors import IndexCheckError
 from ..flags import current_flags
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
+from .dynamic import dynamic_getitem, dynamic_setitem, is_dynamic_key
 from .registry import entry_point, ufunc_method
 from .rules import (asarray, broadcast_to, compare, convert, emit, like, make_view, reducer, reshape,
                     resolve_input, select)
-from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer
+from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, ScalarTracer, Tracer
 
 
 def _normalize_key(key) -> tuple:
@@ -50,9 +51,13 @@ def _classify(x: Tracer, key: tuple):
 @entry_point("getitem")
 def getitem(x: Tracer, key):
     key = _normalize_key(key)
+    if is_dynamic_key(key):
+        return dynamic_getitem(x, key)
     kind = _classify(x, key)
     if kind == "basic":
         plan = _BasicIndex(x.shape, key)
+        if not plan.out_shape:           # NumPy: an element is a scalar copy, not a view
+            return ScalarTracer(x.ctx, plan.read(x).instr)
         strides = plan.view_strides(x.strides)
         return make_view(x, plan.read, plan.write, strides)
     if kind == "constant":
@@ -63,6 +68,8 @@ def getitem(x: Tracer, key):
 @entry_point("setitem")
 def setitem(x: Tracer, key, value) -> None:
     key = _normalize_key(key)
+    if is_dynamic_key(key):
+        return dynamic_setitem(x, key, value)
     kind = _classify(x, key)
     value = value if isinstance(value, Tracer) else asarray(x.ctx, value)
     if kind == "basic":
@@ -362,6 +369,7 @@ def _wrap_negative(idx: Tracer, n: int, axis: int = 0) -> Tracer:
     return select(compare(idx, like(idx, 0), "LT"), emit(idx.ctx, "add", idx, like(idx, n)), idx)
 
 
+@entry_point("take_along")
 def take_along(x: Tracer, idx: Tracer, axis: int) -> Tracer:
     """``np.take(x, idx, axis)`` for traced ``idx`` with non-negative entries."""
     out_shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]

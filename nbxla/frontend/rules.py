@@ -15,6 +15,7 @@ import numpy as np
 
 from ..hlo import Shape, from_numpy_dtype, scalar_computation
 from .context import TraceContext
+from .index_tracer import IndexTracer, weak_result
 from .registry import (ENTRY_POINTS, FUNCTIONS, NOT_COMPILABLE, UFUNC_METHODS, UFUNCS, entry_point,
                        ufunc_method)
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer, View
@@ -136,7 +137,7 @@ def make_view(base: Tracer, forward: Callable, backward: Callable | None, stride
 def resolve_input(value):
     """The dtype NumPy's type resolution sees: Python scalars stay weak (NEP 50)."""
     if isinstance(value, Tracer):
-        return value.dtype
+        return int if value.weak else value.dtype      # a rolled loop's index is a Python int
     if isinstance(value, bool):
         return np.dtype(bool)
     if isinstance(value, numbers.Integral) and not isinstance(value, np.generic):
@@ -175,6 +176,8 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
                                  "see the supported-API table in docs/supported_numpy.md")
     # Raises NumPy's own TypeError where NumPy has no loop (e.g. bool subtraction).
     in_dtypes = tuple(resolve_input(v) for v in inputs) + (None,) * ufunc.nout
+    if weak_result(inputs):        # only Python ints: NumPy's answer for int64 scalars
+        in_dtypes = tuple(np.dtype(np.int64) if d is int else d for d in in_dtypes)
     if dtype is None:
         dtypes = ufunc.resolve_dtypes(in_dtypes)
     else:
@@ -195,6 +198,8 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
     results = rule(ctx, *operands)
     results = results if isinstance(results, tuple) else (results,)
     results = tuple(convert(r, dt) for r, dt in zip(results, dtypes[ufunc.nin:]))
+    if weak_result(inputs):                     # (index arithmetic stays a Python int)
+        results = tuple(IndexTracer(ctx, r.instr) if r.dtype.kind in "iu" else r for r in results)
     if out is not None or where is not True:
         return _store(ctx, ufunc, results, out, where)
     return results if ufunc.nout > 1 else results[0]

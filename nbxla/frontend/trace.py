@@ -81,6 +81,8 @@ class TracedProgram:
     out_slots: list                   # per result leaf: ("out", k) for output k or ("static", value)
     writebacks: list[tuple[int, int]] = field(default_factory=list)  # (arg leaf, output k)
     checks: list[tuple[int, Callable]] = field(default_factory=list)  # (output k, fail): see run_checks
+    # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py)
+    loop_decisions: list[tuple[int, str, str]] = field(default_factory=list)
 
     def run_checks(self, outputs) -> None:
         """Raise the error NumPy would have raised, from the check outputs of a run (before
@@ -236,7 +238,8 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
         root = b.op("tuple", *outputs)
     module = Module(name, b.build(root))
     module.make_names_unique()
-    return TracedProgram(module, param_leaves, out_treedef, out_slots, writebacks, checks)
+    return TracedProgram(module, param_leaves, out_treedef, out_slots, writebacks, checks,
+                         ctx.loop_decisions)
 
 
 def _hlo_name(name: str) -> str:

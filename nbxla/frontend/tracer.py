@@ -62,6 +62,7 @@ def c_strides(shape) -> tuple[int, ...]:
 
 class Tracer:
     __array_priority__ = 1000
+    weak = False            # True: type promotion sees a Python int (a rolled loop's index)
     __slots__ = ("ctx", "_instr", "version", "view", "__weakref__")
 
     def __init__(self, ctx: TraceContext, instr: Instruction, view: View | None = None):

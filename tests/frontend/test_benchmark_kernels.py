@@ -49,14 +49,17 @@ class Case:
     rtol: float | None = None             # None: compare_arrays's default for the dtype
     error: tuple | None = None            # (exception type, message regex, text of the failing line)
     xfail: str | None = None              # a known bug outside the frontend (strict: it must fail)
+    # NumPy's Python int results come back as NumPy integers (of the same value): a Python int
+    # chosen by an `if` on array values is traced, so it cannot stay a Python int
+    traced_int: bool = False
 
 
 CASES: dict[str, Case] = {}
 
 
-def kernel(make_args, *, name=None, rtol=None, error=None, xfail=None):
+def kernel(make_args, *, name=None, rtol=None, error=None, xfail=None, traced_int=False):
     def register(fn):
-        CASES[name or fn.__name__] = Case(fn, make_args, rtol, error, xfail)
+        CASES[name or fn.__name__] = Case(fn, make_args, rtol, error, xfail, traced_int)
         return fn
     return register
 
@@ -191,9 +194,7 @@ def conv2d_relu_pool(image, weights, bias):
     return out.reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
 
 
-@kernel(_conv_args, name="conv2d_npbench", rtol=1e-4,
-        error=(nbxla.NotCompilableError, r"writing a traced value into a NumPy array that is not traced",
-               "output[:, i, j, :] = np.sum("))
+@kernel(_conv_args, name="conv2d_npbench", rtol=1e-4)
 def conv2d_empty(image, weights, bias):
     K = weights.shape[0]
     H_out = image.shape[1] - K + 1
@@ -304,9 +305,7 @@ def covariance(M, float_n, data):
     return cov
 
 
-@kernel(lambda: {"M": 8, "float_n": 20.0, "data": rand(20, 8)},
-        error=(nbxla.NotCompilableError, r"writing a traced value into a NumPy array that is not traced",
-               "cov[i:M, i] = cov[i, i:M] = "))
+@kernel(lambda: {"M": 8, "float_n": 20.0, "data": rand(20, 8)})
 def covariance_npbench(M, float_n, data):
     mean = np.mean(data, axis=0)
     data -= mean
@@ -779,9 +778,7 @@ def azimint_where(data, radius, npt):
     return res
 
 
-@kernel(lambda: {"data": rand(200), "radius": rand(200), "npt": 8},
-        error=(nbxla.NotCompilableError, r"writing a traced value into a NumPy array that is not traced",
-               "res[i] = np.where(mask_r12, data, 0).sum() / mask_r12.sum()"))
+@kernel(lambda: {"data": rand(200), "radius": rand(200), "npt": 8})
 def azimint_where_npbench(data, radius, npt):
     rmax = radius.max()
     res = np.zeros(npt, dtype=np.float64)        # a NumPy array: it cannot hold traced values
@@ -814,24 +811,21 @@ def azimint_add_at(data, radius, npt):
     return histw / histu
 
 
-@kernel(lambda: {"pos": randn(6, 3)},
-        error=(nbxla.ConcretizationError, r"np\.stack\(\[a, b\]\)",
-               "com = np.array([pos[:, 0].mean(), pos[:, 1].mean(), pos[:, 2].mean()])"))
+@kernel(lambda: {"pos": randn(6, 3)})
 def center_with_np_array(pos):
     com = np.array([pos[:, 0].mean(), pos[:, 1].mean(), pos[:, 2].mean()])
     return pos - com
 
 
 @kernel(lambda: {"u": randn(16), "dx": 0.1},
-        error=(nbxla.ConcretizationError, r"np\.minimum", "dt = min(0.5 * dx / np.abs(u).max(), 0.1)"))
+        error=(nbxla.NotCompilableError, r"np\.gradient is not supported", "du = np.gradient(u)"))
 def cfl_step(u, dx):
-    dt = min(0.5 * dx / np.abs(u).max(), 0.1)
-    return u - dt * np.gradient(u)
+    dt = min(0.5 * dx / np.abs(u).max(), 0.1)     # min() on a traced scalar compiles
+    du = np.gradient(u)
+    return u - dt * du
 
 
-@kernel(lambda: {"data": RNG.integers(0, 256, 16, dtype=np.uint8), "poly": 0x8408},
-        error=(nbxla.ConcretizationError, r"truth value of a traced array",
-               "if (crc & 0x0001) ^ (cur_byte & 0x0001):"))
+@kernel(lambda: {"data": RNG.integers(0, 256, 16, dtype=np.uint8), "poly": 0x8408}, traced_int=True)
 def crc16(data, poly):
     crc = 0xFFFF
     for b in data:
@@ -867,7 +861,7 @@ def _csr_args():
             "A_val": dense[rows, cols], "x": randn(8)}
 
 
-@kernel(_csr_args, error=(nbxla.ConcretizationError, r"used as a Python index",
+@kernel(_csr_args, error=(nbxla.NotCompilableError, r"its length depends on the data",
                           "cols = A_col[A_row[i]:A_row[i + 1]]"))
 def spmv(A_row, A_col, A_val, x):
     y = np.zeros_like(x, shape=(A_row.size - 1,))
@@ -889,8 +883,7 @@ def spmv_segment_sum(A_row, A_col, A_val, x):
     return onehot @ products
 
 
-@kernel(lambda: {"x": randn(10)}, error=(nbxla.ConcretizationError, r"truth value",
-                                         "while np.abs(x).max() > 1:"))
+@kernel(lambda: {"x": randn(10)})
 def halve_until_small(x):
     while np.abs(x).max() > 1:
         x = x / 2
@@ -905,10 +898,10 @@ def distinct_count(x):
     return u.size
 
 
-@kernel(lambda: {"x": randn(10)}, error=(nbxla.ConcretizationError, r"float\(\) of a traced array",
-                                         "scale = float(x.max())"))
-def float_of_traced(x):
-    scale = float(x.max())
+@kernel(lambda: {"x": randn(10)}, error=(nbxla.ConcretizationError, r"\.item\(\) of a traced array",
+                                         "scale = x.max().item()"))
+def item_of_traced(x):
+    scale = x.max().item()        # (float(x.max()) compiles: the value stays traced)
     return x / scale
 
 
@@ -918,11 +911,14 @@ def _copy(args: dict) -> dict:
     return copy.deepcopy(args)
 
 
-def _same(name, want, got, rtol):
+def _same(name, want, got, rtol, traced_int=False):
     if isinstance(want, (tuple, list)):
         assert isinstance(got, type(want)) and len(got) == len(want), f"{name}: {got!r}"
         for i, (w, g) in enumerate(zip(want, got)):
-            _same(f"{name}[{i}]", w, g, rtol)
+            _same(f"{name}[{i}]", w, g, rtol, traced_int)
+        return
+    if traced_int and type(want) is int and isinstance(got, np.integer):
+        assert got == want, f"{name}: {got!r}, NumPy gives {want!r}"
         return
     if isinstance(want, (np.ndarray, np.generic)):
         assert type(got) is type(want), f"{name}: {type(got).__name__}, NumPy gives {type(want).__name__}"
@@ -977,8 +973,8 @@ def test_jit_matches_numpy(name):
         got = compiled(*jit_args.values())
         again = compiled(*again_args.values())          # a cache hit: the fast path
     assert compiled.last_compilation is not None
-    _same("result", want, got, case.rtol)
-    _same("result (cached call)", want, again, case.rtol)
+    _same("result", want, got, case.rtol, case.traced_int)
+    _same("result (cached call)", want, again, case.rtol, case.traced_int)
     for k in args:
         _same(f"argument {k}", eager_args[k], jit_args[k], case.rtol)
         _same(f"argument {k} (cached call)", eager_args[k], again_args[k], case.rtol)
@@ -1002,7 +998,7 @@ def test_cell_matches_numpy(shell, name):
     for key, want in eager_ns.items():
         if key in ("np", "__builtins__") or key in helpers:
             continue
-        _same(key, want, shell.user_ns[key], case.rtol)
+        _same(key, want, shell.user_ns[key], case.rtol, case.traced_int)
     for key, value in given.items():      # a name the cell did not rebind is the user's array,
         if isinstance(value, np.ndarray) and eager_ns[key] is eager_args[key]:   # written in place
             assert shell.user_ns[key] is value, key

@@ -154,23 +154,47 @@ def test_traced_boolean_mask_assignment_of_one_value_is_a_select():
     assert "np.where" in info.value.hint
 
 
-def test_writing_traced_values_into_an_untraced_array_names_the_fix():
+def test_arrays_made_inside_take_traced_values():
+    """Create-then-fill: a NumPy array made inside the compiled code becomes traced on its
+    first traced write (``control.setitem``)."""
     def made_inside(a):
         out = np.zeros(3)
-        out[0] = a.sum()                    # NumPy calls float() on the traced value
+        out[0] = a.sum()
+        return out
 
     def sliced(a):
         out = np.empty((2, 3))
-        out[1:] = a                         # ... or asks for its values with __array__
+        out[1:] = a
+        out[0] = 1.0
+        return out
 
     def augmented(a):
         out = np.zeros(3)
-        out += a                            # np.add(out, a, out=out)
+        out += a
+        return out
     for fn in (made_inside, sliced, augmented):
-        with pytest.raises(nbxla.NotCompilableError, match="into a NumPy array that is not traced") as info:
-            jit(fn)(np.ones(3))
-        assert "np.zeros_like(x, shape=" in info.value.hint
-        assert info.value.location.source.strip().startswith("out")
+        check(fn, np.arange(3.0))
+
+
+GLOBAL_OUT = np.zeros(3)
+
+
+def test_writing_traced_values_into_an_untraced_array_names_the_fix():
+    def into_view(a):
+        out = np.zeros((2, 3))
+        row = out[0]
+        row[1] = a.sum()                    # a view of a NumPy array cannot become traced
+
+    with pytest.raises(nbxla.NotCompilableError, match="into a NumPy array that is not traced") as info:
+        jit(into_view)(np.ones(3))
+    assert "np.zeros_like(x, shape=" in info.value.hint
+    assert info.value.location.source.strip().startswith("row")
+
+    def into_global(a):
+        GLOBAL_OUT[0] = a.sum()             # a global array is an implicit argument: the write lands
+    GLOBAL_OUT[:] = 0
+    jit(into_global)(np.ones(3))
+    assert GLOBAL_OUT[0] == 3
     with pytest.raises(nbxla.ConcretizationError, match=r"float\(\) of a traced array"):
         jit(lambda a: float(a.sum()))(np.ones(3))      # not a write: the usual message
 
@@ -181,9 +205,9 @@ def test_two_traced_index_arrays_not_compilable():
         f(np.ones((3, 3)), np.array([0, 1]), np.array([1, 2]))
 
 
-def test_traced_array_as_python_index_is_concretization_error():
+def test_slice_bound_read_from_data_is_not_compilable():
     f = jit(lambda a, i: a[i.sum():])
-    with pytest.raises(nbxla.ConcretizationError):
+    with pytest.raises(nbxla.NotCompilableError, match="depends on the data"):
         f(np.ones(5), np.array([1, 1]))
 
 

@@ -65,8 +65,8 @@ def test_verify_fails_loudly_and_changes_nothing(shell, monkeypatch):
 
 
 @pytest.mark.parametrize("line, source, error", [
-    ("if x.sum() > 0:", "if x.sum() > 0:\n    y = x", "ConcretizationError"),
-    ("y = float(x[0])", "y = float(x[0])", "ConcretizationError"),
+    ("if x.sum() > 0:", "if x.sum() > 0:\n    y = x", "NotCompilableError"),
+    ("y = x[0].item()", "y = x[0].item()", "ConcretizationError"),
     ("u = np.unique(x)", "u = np.unique(x)", "NotCompilableError: np.unique cannot be compiled"),
     ("r = np.random.rand(3)", "r = np.random.rand(3)", "NotCompilableError: np.random has hidden state"),
     ("m = x[x > 0]", "m = x[x > 0]", "NotCompilableError: boolean-mask indexing"),

@@ -1,0 +1,204 @@
+"""Whole programs with Python loops: ``@nbxla.jit`` (loops rolled into HLO ``while``) against
+eager NumPy (the loops run in the interpreter).
+
+    python benchmarks/loop_programs.py              # suite-like sizes, about a minute
+    python benchmarks/loop_programs.py --quick      # small sizes (seconds)
+    python benchmarks/loop_programs.py --only cholesky,iir --repeats 7
+
+Per program: the first call (trace + optimize + codegen + run, a fresh cache), then NumPy and
+the compiled function sampled round-robin (medians), the speedup (NumPy time / nbxla time),
+whether the optimized HLO kept a ``while`` and how many, and whether the results agree.
+Asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import nbxla  # noqa: E402
+from nbxla.runtime.cache import DEFAULT_CACHE  # noqa: E402
+
+
+def cholesky(A):
+    n = A.shape[0]
+    for i in range(n):
+        for j in range(i):
+            A[i, j] -= A[i, :j] @ A[j, :j]
+            A[i, j] /= A[j, j]
+        A[i, i] -= A[i, :i] @ A[i, :i]
+        A[i, i] = np.sqrt(A[i, i])
+
+
+def lu(A):
+    n = A.shape[0]
+    for i in range(n):
+        for j in range(i):
+            A[i, j] -= A[i, :j] @ A[:j, j]
+            A[i, j] /= A[j, j]
+        for j in range(i, n):
+            A[i, j] -= A[i, :i] @ A[:i, j]
+
+
+def trisolv(L, b):
+    x = np.zeros_like(b)
+    for i in range(x.shape[0]):
+        x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+    return x
+
+
+def durbin(r):
+    y = np.empty_like(r)
+    alpha = -r[0]
+    beta = 1.0
+    y[0] = -r[0]
+    for k in range(1, r.shape[0]):
+        beta *= 1.0 - alpha * alpha
+        alpha = -(r[k] + np.dot(np.flip(r[:k]), y[:k])) / beta
+        y[:k] += alpha * np.flip(y[:k])
+        y[k] = alpha
+    return y
+
+
+def iir(x, b0, b1, a1):
+    y = np.zeros_like(x)
+    y[0] = b0 * x[0]
+    for n in range(1, x.shape[0]):
+        y[n] = b0 * x[n] + b1 * x[n - 1] - a1 * y[n - 1]
+    return y
+
+
+def jacobi_2d(TSTEPS, A, B):
+    for t in range(1, TSTEPS):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+
+
+def seidel_2d(TSTEPS, A):
+    N = A.shape[0]
+    for t in range(0, TSTEPS - 1):
+        for i in range(1, N - 1):
+            A[i, 1:-1] += (A[i - 1, :-2] + A[i - 1, 1:-1] + A[i - 1, 2:] + A[i, 2:]
+                           + A[i + 1, :-2] + A[i + 1, 1:-1] + A[i + 1, 2:])
+            for j in range(1, N - 1):
+                A[i, j] += A[i, j - 1]
+                A[i, j] /= 9.0
+
+
+def newton_sqrt(a):
+    x = a.copy()
+    while np.abs(x * x - a).max() > 1e-12:
+        x = 0.5 * (x + a / x)
+    return x
+
+
+def gramschmidt(A):
+    m, n = A.shape
+    Q = np.zeros_like(A)
+    R = np.zeros_like(A, shape=(n, n))
+    for k in range(n):
+        nrm = np.dot(A[:, k], A[:, k])
+        R[k, k] = np.sqrt(nrm)
+        Q[:, k] = A[:, k] / R[k, k]
+        for j in range(k + 1, n):
+            R[k, j] = np.dot(Q[:, k], A[:, j])
+            A[:, j] = A[:, j] - Q[:, k] * R[k, j]
+    return Q, R
+
+
+def histogram_fill(values, nbins):
+    counts = np.zeros(nbins, dtype=np.int64)
+    for i in range(values.shape[0]):
+        counts[values[i]] += 1
+    return counts
+
+
+def _spd(rng, n):
+    a = rng.random((n, n))
+    return a @ a.T + n * np.eye(n)
+
+
+def programs(quick: bool):
+    rng = np.random.default_rng(0)
+    s = (lambda big, small: small if quick else big)
+    n = s(120, 30)
+    return {
+        "cholesky": (cholesky, lambda: (_spd(rng, n),)),
+        "lu": (lu, lambda: (_spd(rng, n),)),
+        "trisolv": (trisolv, lambda: (np.tril(rng.random((s(400, 40),) * 2)) + s(400, 40) * np.eye(s(400, 40)),
+                                      rng.random(s(400, 40)))),
+        "durbin": (durbin, lambda: (rng.random(s(400, 40)) * 0.01,)),
+        "iir": (iir, lambda: (rng.random(s(20000, 500)), 0.2, 0.3, 0.5)),
+        "jacobi_2d": (jacobi_2d, lambda: (s(100, 10), rng.random((s(250, 30),) * 2), rng.random((s(250, 30),) * 2))),
+        "seidel_2d": (seidel_2d, lambda: (s(8, 3), rng.random((s(60, 12),) * 2))),
+        "newton_sqrt": (newton_sqrt, lambda: (rng.random(s(100000, 1000)) + 0.5,)),
+        "gramschmidt": (gramschmidt, lambda: (rng.random((s(120, 20), s(100, 16))),)),
+        "histogram": (histogram_fill, lambda: (rng.integers(0, 64, s(20000, 500)), 64)),
+    }
+
+
+def _time(fn, args, repeats_inner=1) -> float:
+    a = copy.deepcopy(args)
+    start = time.perf_counter()
+    fn(*a)
+    return time.perf_counter() - start
+
+
+def _agree(want, got) -> bool:
+    want = want if isinstance(want, tuple) else (want,)
+    got = got if isinstance(got, tuple) else (got,)
+    return all(w is g is None or np.allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-9,
+                                             equal_nan=True)
+               for w, g in zip(want, got))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default="")
+    parser.add_argument("--repeats", type=int, default=5)
+    opts = parser.parse_args()
+    chosen = [p for p in opts.only.split(",") if p]
+    rows = []
+    for name, (fn, make) in programs(opts.quick).items():
+        if chosen and name not in chosen:
+            continue
+        args = make()
+        DEFAULT_CACHE.clear()
+        jitted = nbxla.jit(fn)
+        eager_args, jit_args = copy.deepcopy(args), copy.deepcopy(args)
+        start = time.perf_counter()
+        got = jitted(*jit_args)
+        first = time.perf_counter() - start
+        want = fn(*eager_args)
+        ok = _agree(want, got) and all(_agree(e, j) for e, j in zip(eager_args, jit_args)
+                                       if isinstance(e, np.ndarray))
+        text = jitted.last_compilation.stage("optimized_hlo")
+        whiles = text.count(" while(")
+        numpy_t, nbxla_t = [], []
+        for r in range(opts.repeats):
+            pair = [(numpy_t, fn), (nbxla_t, jitted)]
+            for times, f in (pair if r % 2 == 0 else pair[::-1]):
+                times.append(_time(f, args))
+        t_np, t_nb = statistics.median(numpy_t), statistics.median(nbxla_t)
+        rows.append((name, first, t_np, t_nb, t_np / t_nb, whiles, ok))
+        print(f"{name:14s} first call {first:7.2f} s   numpy {t_np * 1e3:9.2f} ms   nbxla "
+              f"{t_nb * 1e3:9.2f} ms   xNumPy {t_np / t_nb:7.1f}   whiles {whiles}   "
+              f"{'ok' if ok else 'MISMATCH'}", flush=True)
+    if rows:
+        worst = max(r[1] for r in rows)
+        print(f"\n{len(rows)} programs; slowest first call {worst:.2f} s; "
+              f"geometric-mean speedup over NumPy "
+              f"{statistics.geometric_mean([r[4] for r in rows]):.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,436 @@
+"""AutoGraph-style conversion: the syntax tree of a function or cell, rewritten so that its
+loops, branches and writes go through ``control.py`` when it runs on Tracers.
+
+What is rewritten (and why):
+
+* ``for i in range(...)`` and ``while cond`` become calls with the loop body as a function of
+  its state (every name the body reads or binds): ``control`` traces the body once into an HLO
+  ``while`` when that is valid, and otherwise runs the Python loop (the old unrolling).
+* ``if``/conditional expressions/``and``/``or``/``not``/chained comparisons become calls that
+  keep Python semantics on Python values and select between both branches on traced ones.
+* ``X[key] = v`` and ``X[key] op= v`` rebind ``X`` (when it is a local name) through
+  ``control.setitem``: a NumPy array made inside the compiled code (``np.zeros``...) becomes a
+  traced array on the first traced write (create-then-fill).
+* every call goes through ``control.call`` (``min``/``max`` on traced scalars, ``np.array`` of
+  traced values, the user's own helper functions converted in turn).
+
+A loop whose body holds ``break``/``continue``/``return`` (or ``global``/``nonlocal``/``del``/
+``yield``) is left as Python; its condition, if traced, fails with an error naming the line.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import textwrap
+import types
+from typing import Callable
+
+from . import control
+from .registry import entry_point
+
+AG = "__nbxla_ag__"
+_PREFIX = "__nbxla_"
+_counter = itertools.count(1)
+_STOPPERS = (ast.Break, ast.Continue, ast.Return, ast.Global, ast.Nonlocal, ast.Delete,
+             ast.Yield, ast.YieldFrom, ast.Await, ast.Try, ast.With)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
+           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _ag(attr: str) -> ast.expr:
+    return ast.Attribute(ast.Name(AG, ast.Load()), attr, ast.Load())
+
+
+def _call(attr: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(_ag(attr), list(args), [])
+
+
+def _const(value) -> ast.Constant:
+    return ast.Constant(value)
+
+
+def _lambda(body: ast.expr) -> ast.Lambda:
+    return ast.Lambda(ast.arguments([], [], None, [], [], None, []), body)
+
+
+def _walk_scope(nodes):
+    """Nodes of these statements, not descending into nested functions/classes/comprehensions."""
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, _SCOPES):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _stops(body, loop: bool) -> ast.AST | None:
+    """A statement that stops the body from being a function of its state: returns, and (in a
+    loop's own body) break/continue not inside a nested loop."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _SCOPES):
+            continue
+        if isinstance(node, (ast.Break, ast.Continue)):
+            if loop:
+                return node
+            return node              # inside an if: leaves the enclosing loop
+        if isinstance(node, _STOPPERS):
+            return node
+        if isinstance(node, (ast.For, ast.While, ast.AsyncFor)):
+            # break/continue there belong to that loop; returns still stop us
+            stack.extend(n for n in ast.iter_child_nodes(node)
+                         if not isinstance(n, (ast.Break, ast.Continue)))
+            for inner in _walk_scope(node.body + node.orelse):
+                if isinstance(inner, (ast.Return, ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom,
+                                      ast.Await)):
+                    return inner
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return None
+
+
+def _state_names(nodes) -> list[str]:
+    """Names the statements read or bind (their free names, in first-seen order)."""
+    seen: dict[str, None] = {}
+    for node in _walk_scope(nodes):
+        if isinstance(node, ast.Name) and not node.id.startswith(_PREFIX) and node.id != AG:
+            seen.setdefault(node.id, None)
+        elif isinstance(node, _SCOPES):
+            for inner in ast.walk(node):       # names a nested scope reads from ours
+                if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Load) \
+                        and not inner.id.startswith(_PREFIX) and inner.id != AG:
+                    seen.setdefault(inner.id, None)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                seen.setdefault(node.name, None)
+    return list(seen)
+
+
+def _subscript_root(target) -> ast.Name | None:
+    node = target
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return node if isinstance(node, ast.Name) and node is not target else None
+
+
+def _key_expr(sl: ast.expr) -> ast.expr:
+    """A subscript's key as an ordinary expression (slices become slice(...) calls)."""
+    if isinstance(sl, ast.Slice):
+        parts = [p if p is not None else _const(None) for p in (sl.lower, sl.upper, sl.step)]
+        return ast.Call(ast.Name("slice", ast.Load()), parts, [])
+    if isinstance(sl, ast.Tuple):
+        return ast.Tuple([_key_expr(e) for e in sl.elts], ast.Load())
+    return sl
+
+
+class _Converter(ast.NodeTransformer):
+    def __init__(self, local_names: set[str] | None):
+        # Names the scope may rebind (None: a cell, where every name is the namespace's).
+        self.local_names = local_names
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _rebindable(self, name: str) -> bool:
+        return self.local_names is None or name in self.local_names
+
+    def _state_unpack(self, names, arg: str) -> list[ast.stmt]:
+        if not names:
+            return []
+        target = ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())
+        return [ast.Assign([target], ast.Name(arg, ast.Load()))]
+
+    def _state_return(self, names) -> ast.Return:
+        return ast.Return(ast.Tuple([ast.Name(n, ast.Load()) for n in names], ast.Load()))
+
+    def _function(self, name, params, names, body, returns=True) -> ast.FunctionDef:
+        args = ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, [])
+        stmts = self._state_unpack(names, params[-1]) + body
+        if returns:
+            stmts.append(self._state_return(names))
+        return ast.FunctionDef(name, args, stmts or [ast.Pass()], [], None)
+
+    def _state_call(self, names) -> ast.Call:
+        return _call("get_state", ast.Call(ast.Name("locals", ast.Load()), [], []),
+                     ast.Call(ast.Name("globals", ast.Load()), [], []),
+                     ast.Tuple([_const(n) for n in names], ast.Load()))
+
+    def _rebind(self, names, value: ast.expr) -> ast.stmt:
+        if not names:
+            return ast.Expr(value)
+        return ast.Assign([ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())], value)
+
+    def _visit_body(self, stmts) -> list[ast.stmt]:
+        """The statements converted, each with its own line on every new node in it."""
+        out = []
+        for stmt in stmts:
+            for s in _as_list(self.visit(stmt)):
+                out.append(ast.fix_missing_locations(s) if hasattr(s, "lineno") else s)
+        return out
+
+    # ---- statements ------------------------------------------------------------------------
+
+    def visit_FunctionDef(self, node):
+        outer = self.local_names
+        self.local_names = _local_names(node)
+        self.generic_visit(node)
+        self.local_names = outer
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_For(self, node):
+        it = node.iter
+        is_range = (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                    and 1 <= len(it.args) <= 3 and not it.keywords
+                    and not any(isinstance(a, ast.Starred) for a in it.args))
+        convertible = (is_range and isinstance(node.target, ast.Name) and not node.orelse
+                       and _stops(node.body, loop=True) is None)
+        if not convertible:
+            self.generic_visit(node)
+            return node
+        range_args = [self.visit(a) for a in it.args]
+        names = [n for n in _state_names(node.body) if n != node.target.id and self._rebindable(n)]
+        body = self._visit_body(node.body)
+        k = next(_counter)
+        fname = f"{_PREFIX}for_{k}"
+        fn = self._function(fname, [node.target.id, f"{_PREFIX}s"], names, body)
+        target = node.target.id
+        call = _call("for_range", ast.Name("range", ast.Load()),
+                     ast.Tuple(range_args, ast.Load()), ast.Name(fname, ast.Load()),
+                     self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
+                     _const(node.lineno), self._state_call([target]))
+        # the loop variable keeps its last value after the loop, as in Python
+        outputs = names + [target] if self._rebindable(target) else names
+        if outputs is names:
+            call = ast.Subscript(call, ast.Slice(None, _const(-1), None), ast.Load())
+        return _located([fn, self._rebind(outputs, call)], node)
+
+    def visit_While(self, node):
+        if node.orelse or _stops(node.body, loop=True) is not None:
+            self.generic_visit(node)
+            node.test = ast.copy_location(_call("static_test", node.test, _const("while"),
+                                                _const(node.lineno)), node.test)
+            return node
+        test = self.visit(node.test)
+        names = [n for n in _state_names([node.test] + node.body) if self._rebindable(n)]
+        body = self._visit_body(node.body)
+        k = next(_counter)
+        cname, bname = f"{_PREFIX}while_cond_{k}", f"{_PREFIX}while_body_{k}"
+        cond = self._function(cname, [f"{_PREFIX}s"], names, [ast.Return(test)], returns=False)
+        fn = self._function(bname, [f"{_PREFIX}s"], names, body)
+        call = _call("while_loop", ast.Name(cname, ast.Load()), ast.Name(bname, ast.Load()),
+                     self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
+                     _const(node.lineno))
+        return _located([cond, fn, self._rebind(names, call)], node)
+
+    def visit_If(self, node):
+        if _stops(node.body + node.orelse, loop=False) is not None:
+            self.generic_visit(node)
+            node.test = ast.copy_location(_call("static_test", node.test, _const("if"),
+                                                _const(node.lineno)), node.test)
+            return node
+        test = self.visit(node.test)
+        names = [n for n in _state_names(node.body + node.orelse) if self._rebindable(n)]
+        then = self._visit_body(node.body)
+        orelse = self._visit_body(node.orelse)
+        k = next(_counter)
+        tname, ename = f"{_PREFIX}then_{k}", f"{_PREFIX}else_{k}"
+        fns = [self._function(tname, [f"{_PREFIX}s"], names, then),
+               self._function(ename, [f"{_PREFIX}s"], names, orelse)]
+        call = _call("if_stmt", test, ast.Name(tname, ast.Load()), ast.Name(ename, ast.Load()),
+                     self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
+                     _const(node.lineno))
+        return _located(fns + [self._rebind(names, call)], node)
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        if not any(_subscript_root(t) is not None for t in node.targets):
+            return node
+        if len(node.targets) == 1:
+            return self._store(node.targets[0], node.value, node)
+        tmp = f"{_PREFIX}value_{next(_counter)}"
+        out = [ast.copy_location(ast.Assign([ast.Name(tmp, ast.Store())], node.value), node)]
+        for t in node.targets:
+            out += _as_list(self._store(t, ast.Name(tmp, ast.Load()), node))
+        return out
+
+    def _store(self, target, value, node):
+        root = _subscript_root(target)
+        if root is None:
+            return ast.copy_location(ast.Assign([target], value), node)
+        if self._rebindable(root.id) and target.value is root:
+            call = _call("setitem", target.value, _key_expr(target.slice), value)
+            stmt = ast.Assign([ast.Name(root.id, ast.Store())], call)
+        else:                # a global, or x[i][j]: written in place or not at all
+            stmt = ast.Expr(_call("setitem_in_place", target.value, _key_expr(target.slice), value))
+        return ast.copy_location(stmt, node)
+
+    def visit_AugAssign(self, node):
+        self.generic_visit(node)
+        op = type(node.op).__name__
+        t = node.target
+        if isinstance(t, ast.Subscript) and _subscript_root(t) is not None:
+            root = _subscript_root(t)
+            if self._rebindable(root.id) and t.value is root:
+                call = _call("setitem_aug", t.value, _key_expr(t.slice), _const(op), node.value)
+                return ast.copy_location(ast.Assign([ast.Name(root.id, ast.Store())], call), node)
+            call = _call("setitem_aug", t.value, _key_expr(t.slice), _const(op), node.value,
+                         _const(False))
+            return ast.copy_location(ast.Expr(call), node)
+        if isinstance(t, ast.Name) and self._rebindable(t.id):
+            call = _call("aug", ast.Name(t.id, ast.Load()), _const(op), node.value)
+            return ast.copy_location(ast.Assign([ast.Name(t.id, ast.Store())], call), node)
+        return node
+
+    # ---- expressions -----------------------------------------------------------------------
+
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        return ast.copy_location(_call("getitem", node.value, _key_expr(node.slice)), node)
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and (node.func.id.startswith(_PREFIX) or
+                                                node.func.id in ("locals", "globals", "super")):
+            return node
+        if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+                and node.func.value.id == AG:
+            return node
+        return ast.copy_location(ast.Call(_ag("call"), [node.func] + node.args, node.keywords), node)
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        return ast.copy_location(_call("if_exp", node.test, _lambda(node.body), _lambda(node.orelse)), node)
+
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        name = "and_" if isinstance(node.op, ast.And) else "or_"
+        return ast.copy_location(_call(name, *[_lambda(v) for v in node.values]), node)
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return ast.copy_location(_call("not_", node.operand), node)
+        return node
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        parts, left = [], node.left
+        for op, right in zip(node.ops, node.comparators):
+            parts.append(_lambda(ast.Compare(left, [op], [right])))
+            left = right
+        return ast.copy_location(_call("and_", *parts), node)
+
+
+def _located(stmts, node):
+    """Generated statements take the line of the statement they replace (the user's
+    statements inside keep their own lines, see ``_visit_body``), so tracebacks and HLO
+    metadata point at user lines.  (One line only: Python 3.11 places a method call at the
+    end line of its attribute.)"""
+    for stmt in stmts:
+        for child in ast.walk(stmt):
+            if "lineno" in child._attributes and not hasattr(child, "lineno"):
+                child.lineno = child.end_lineno = node.lineno
+                child.col_offset = child.end_col_offset = node.col_offset
+    return stmts
+
+
+def _pin_helper_calls(tree):
+    """Python 3.11 gives a method call the line where its attribute ends: pin the helpers'
+    attributes to the line where the call starts (errors point at a statement's first line)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == AG:
+            for n in (node.func, node.func.value):
+                n.lineno = n.end_lineno = node.lineno
+                n.col_offset = n.end_col_offset = node.col_offset
+    return tree
+
+
+def _as_list(x):
+    return x if isinstance(x, list) else [x]
+
+
+def _local_names(fn: ast.FunctionDef) -> set[str]:
+    a = fn.args
+    names = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+    names |= {x.arg for x in (a.vararg, a.kwarg) if x}
+    declared = set()
+    for node in _walk_scope(fn.body):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(al.asname or al.name.split(".")[0] for al in node.names)
+    return names - declared
+
+
+def convert_tree(tree: ast.Module) -> ast.Module:
+    """A cell's tree, converted (the input tree is left as it is)."""
+    import copy
+    tree = _Converter(None).visit(copy.deepcopy(tree))
+    return _pin_helper_calls(ast.fix_missing_locations(tree))
+
+
+_converted: dict = {}
+
+
+@entry_point("convert_function")
+def convert_function(fn: Callable) -> Callable:
+    """``fn`` converted (cached per code object and closure); ``fn`` itself when its source is
+    not available or cannot be converted."""
+    code = getattr(fn, "__code__", None)
+    if code is None or not isinstance(fn, types.FunctionType):
+        return fn
+    key = (code, tuple(id(c) for c in (fn.__closure__ or ())))
+    made = _converted.get(key)
+    if made is None:
+        made = _converted[key] = _make(fn)
+    converted = made(fn)
+    return converted if converted is not None else fn
+
+
+def _make(fn) -> Callable:
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return lambda f: None
+    func = tree.body[0] if tree.body else None
+    if not isinstance(func, ast.FunctionDef) or func.name != fn.__name__:
+        return lambda f: None                         # a lambda, or source we cannot place
+    ast.increment_lineno(tree, start - 1)
+    func.decorator_list = []
+    func = _Converter(None).visit_FunctionDef(func)
+    freevars = list(fn.__code__.co_freevars)
+    factory = ast.FunctionDef(
+        f"{_PREFIX}factory", ast.arguments([], [ast.arg(AG)] + [ast.arg(v) for v in freevars],
+                                           None, [], [], None, []),
+        [func, ast.Return(ast.Name(func.name, ast.Load()))], [], None)
+    module = _pin_helper_calls(ast.fix_missing_locations(ast.Module([factory], [])))
+    code = compile(module, fn.__code__.co_filename, "exec")
+
+    def instantiate(f):
+        ns: dict = {}
+        exec(code, f.__globals__, ns)
+        cells = []
+        for c in f.__closure__ or ():
+            try:
+                cells.append(c.cell_contents)
+            except ValueError:                        # a free variable not bound yet
+                return None
+        new = ns[f"{_PREFIX}factory"](control, *cells)
+        new.__defaults__, new.__kwdefaults__ = f.__defaults__, f.__kwdefaults__
+        new.__nbxla_converted__ = True
+        return new
+    return instantiate

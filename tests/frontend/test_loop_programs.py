@@ -1,0 +1,612 @@
+"""Whole programs: loops that stay loops, create-then-fill, control flow on array values.
+
+Each kernel (polybench / npbench style) runs eagerly with NumPy (the oracle) and through
+``@nbxla.jit``: the result, its dtype and the arguments afterwards (writes into them are
+visible to the caller) must agree.  Kernels marked ``rolled`` must keep their loop as an HLO
+``while`` in the optimized module; ``test_trip_count_does_not_grow_the_program`` checks that
+a 1000-step loop traces to the same program size as a 10-step one.  A few run as ``%%xla``
+cells too.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.testing import compare_arrays
+from tests.frontend_util import quiet
+from tests.ipython_util import run, shell  # noqa: F401  (fixture)
+
+RNG = np.random.default_rng(18)
+
+
+def rand(*shape, dtype=np.float64):
+    return RNG.random(shape).astype(dtype)
+
+
+def spd(n):
+    a = rand(n, n)
+    return a @ a.T + n * np.eye(n)
+
+
+@dataclass
+class Case:
+    fn: Callable
+    make_args: Callable[[], tuple]
+    rolled: bool                  # the optimized HLO keeps a while
+    rtol: float | None
+
+
+CASES: dict[str, Case] = {}
+
+
+def kernel(make_args, *, rolled=True, rtol=None, name=None):
+    def register(fn):
+        CASES[name or fn.__name__] = Case(fn, make_args, rolled, rtol)
+        return fn
+    return register
+
+
+# ---- linear algebra with triangular loops (dynamic-length slices, masked) --------------------
+
+@kernel(lambda: (spd(24),), rtol=1e-10)
+def cholesky(A):
+    """polybench cholesky, in place on the argument."""
+    n = A.shape[0]
+    for i in range(n):
+        for j in range(i):
+            A[i, j] -= A[i, :j] @ A[j, :j]
+            A[i, j] /= A[j, j]
+        A[i, i] -= A[i, :i] @ A[i, :i]
+        A[i, i] = np.sqrt(A[i, i])
+
+
+@kernel(lambda: (spd(20),), rtol=1e-9)
+def lu(A):
+    n = A.shape[0]
+    for i in range(n):
+        for j in range(i):
+            A[i, j] -= A[i, :j] @ A[:j, j]
+            A[i, j] /= A[j, j]
+        for j in range(i, n):
+            A[i, j] -= A[i, :i] @ A[:i, j]
+
+
+@kernel(lambda: (spd(18),), rtol=1e-9)
+def lu_outer(A):
+    """Right-looking LU: a rank-1 update of the trailing block (masked on both axes)."""
+    n = A.shape[0]
+    for k in range(n - 1):
+        A[k + 1:, k] /= A[k, k]
+        A[k + 1:, k + 1:] -= np.outer(A[k + 1:, k], A[k, k + 1:])
+
+
+@kernel(lambda: (spd(16), rand(16)), rtol=1e-9)
+def ludcmp(A, b):
+    n = A.shape[0]
+    x = np.zeros_like(b)
+    y = np.zeros_like(b)
+    for i in range(n):
+        for j in range(i):
+            w = A[i, j]
+            w -= A[i, :j] @ A[:j, j]
+            A[i, j] = w / A[j, j]
+        for j in range(i, n):
+            w = A[i, j]
+            w -= A[i, :i] @ A[:i, j]
+            A[i, j] = w
+    for i in range(n):
+        y[i] = b[i] - A[i, :i] @ y[:i]
+    for i in range(n - 1, -1, -1):
+        x[i] = (y[i] - A[i, i + 1:] @ x[i + 1:]) / A[i, i]
+    return x, y
+
+
+@kernel(lambda: (np.tril(rand(30, 30)) + 30 * np.eye(30), rand(30)), rtol=1e-10)
+def trisolv(L, b):
+    x = np.zeros_like(b)
+    for i in range(x.shape[0]):
+        x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+    return x
+
+
+@kernel(lambda: (rand(24) * 0.1,), rtol=1e-9)
+def durbin(r):
+    """npbench durbin: flips of dynamic-length prefixes."""
+    y = np.empty_like(r)
+    alpha = -r[0]
+    beta = 1.0
+    y[0] = -r[0]
+    for k in range(1, r.shape[0]):
+        beta *= 1.0 - alpha * alpha
+        alpha = -(r[k] + np.dot(np.flip(r[:k]), y[:k])) / beta
+        y[:k] += alpha * np.flip(y[:k])
+        y[k] = alpha
+    return y
+
+
+@kernel(lambda: (rand(12, 10),), rtol=1e-9)
+def gramschmidt(A):
+    m, n = A.shape
+    Q = np.zeros_like(A)
+    R = np.zeros_like(A, shape=(n, n))
+    for k in range(n):
+        nrm = np.dot(A[:, k], A[:, k])
+        R[k, k] = np.sqrt(nrm)
+        Q[:, k] = A[:, k] / R[k, k]
+        for j in range(k + 1, n):
+            R[k, j] = np.dot(Q[:, k], A[:, j])
+            A[:, j] = A[:, j] - Q[:, k] * R[k, j]
+    return Q, R
+
+
+@kernel(lambda: (1.5, rand(12, 12), rand(12, 10)), rtol=1e-10)
+def trmm(alpha, A, B):
+    for i in range(B.shape[0]):
+        for j in range(B.shape[1]):
+            B[i, j] += np.dot(A[i + 1:, i], B[i + 1:, j])
+    B *= alpha
+
+
+@kernel(lambda: (1.5, 1.2, rand(14, 14), rand(14, 9)), rtol=1e-10)
+def syrk(alpha, beta, C, A):
+    for i in range(A.shape[0]):
+        C[i, :i + 1] *= beta
+        for k in range(A.shape[1]):
+            C[i, :i + 1] += alpha * A[i, k] * A[:i + 1, k]
+
+
+@kernel(lambda: (rand(16, 16) * 10,))
+def floyd_warshall(path):
+    for k in range(path.shape[0]):
+        path[:] = np.minimum(path[:], np.add.outer(path[:, k], path[k, :]))
+
+
+@kernel(lambda: (rand(20, 20), rand(20)), rtol=1e-8)
+def power_iteration(A, v):
+    for _ in range(40):
+        v = A @ v
+        v = v / np.sqrt(v @ v)
+    return v
+
+
+# ---- recursions along time or an axis ------------------------------------------------------
+
+@kernel(lambda: (rand(500), 0.2, 0.3, 0.5), rtol=1e-10)
+def iir_filter(x, b0, b1, a1):
+    y = np.zeros_like(x)
+    y[0] = b0 * x[0]
+    for n in range(1, x.shape[0]):
+        y[n] = b0 * x[n] + b1 * x[n - 1] - a1 * y[n - 1]
+    return y
+
+
+@kernel(lambda: (rand(8, 40, dtype=np.float32), 0.25, 0.5), rtol=1e-5)
+def deriche_rows(img, a1, b1):
+    """A causal recursive filter along the columns of every row (Deriche style)."""
+    h, w = img.shape
+    y = np.empty_like(img)
+    ym1 = np.zeros_like(img[:, 0])
+    for j in range(w):
+        y[:, j] = a1 * img[:, j] + b1 * ym1
+        ym1 = y[:, j]
+    return y
+
+
+@kernel(lambda: (rand(6, 50),), rtol=1e-10)
+def running_sum_columns(x):
+    out = np.empty_like(x)
+    out[:, 0] = x[:, 0]
+    for j in range(1, x.shape[1]):
+        out[:, j] = out[:, j - 1] + x[:, j]
+    return out
+
+
+@kernel(lambda: (rand(9), rand(64)), rtol=1e-10)
+def horner(coeffs, x):
+    y = np.zeros_like(x)
+    for k in range(coeffs.shape[0]):
+        y = y * x + coeffs[k]
+    return y
+
+
+# ---- time-stepping stencils --------------------------------------------------------------------
+
+@kernel(lambda: (20, rand(40), rand(40)), rtol=1e-10)
+def jacobi_1d(TSTEPS, A, B):
+    for t in range(1, TSTEPS):
+        B[1:-1] = 0.33333 * (A[:-2] + A[1:-1] + A[2:])
+        A[1:-1] = 0.33333 * (B[:-2] + B[1:-1] + B[2:])
+
+
+@kernel(lambda: (10, rand(16, 16), rand(16, 16)), rtol=1e-10)
+def jacobi_2d(TSTEPS, A, B):
+    for t in range(1, TSTEPS):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+
+
+@kernel(lambda: (4, rand(12, 12)), rtol=1e-10)
+def seidel_2d(TSTEPS, A):
+    """Gauss-Seidel sweeps: each row uses the rows already updated, each point its left
+    neighbour already updated."""
+    N = A.shape[0]
+    for t in range(0, TSTEPS - 1):
+        for i in range(1, N - 1):
+            A[i, 1:-1] += (A[i - 1, :-2] + A[i - 1, 1:-1] + A[i - 1, 2:] + A[i, 2:]
+                           + A[i + 1, :-2] + A[i + 1, 1:-1] + A[i + 1, 2:])
+            for j in range(1, N - 1):
+                A[i, j] += A[i, j - 1]
+                A[i, j] /= 9.0
+
+
+@kernel(lambda: (6, rand(10, 12), rand(10, 12), rand(10, 12), rand(6)), rtol=1e-10)
+def fdtd_2d(TMAX, ex, ey, hz, _fict_):
+    for t in range(TMAX):
+        ey[0, :] = _fict_[t]
+        ey[1:, :] -= 0.5 * (hz[1:, :] - hz[:-1, :])
+        ex[:, 1:] -= 0.5 * (hz[:, 1:] - hz[:, :-1])
+        hz[:-1, :-1] -= 0.7 * (ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1] - ey[:-1, :-1])
+
+
+@kernel(lambda: (rand(64), 0.1, 200), rtol=1e-9)
+def heat_1d(u, c, steps):
+    for _ in range(steps):
+        u[1:-1] = u[1:-1] + c * (u[2:] - 2 * u[1:-1] + u[:-2])
+    return u.sum()
+
+
+@kernel(lambda: ((rand(16, 16) < 0.35).astype(np.int64), 12))
+def game_of_life(X, steps):
+    for _ in range(steps):
+        nbrs = np.zeros_like(X)
+        nbrs[1:-1, 1:-1] = (X[:-2, :-2] + X[:-2, 1:-1] + X[:-2, 2:] + X[1:-1, :-2] + X[1:-1, 2:]
+                            + X[2:, :-2] + X[2:, 1:-1] + X[2:, 2:])
+        X = ((nbrs == 3) | ((X == 1) & (nbrs == 2))).astype(X.dtype)
+    return X
+
+
+@kernel(lambda: (3, 10, rand(10, 10)), rtol=1e-9)
+def adi(TSTEPS, N, u):
+    """polybench ADI (np.zeros for v, whose border NumPy's np.empty leaves unwritten):
+    NumPy arrays made inside, filled inside nested rolled loops, one of them running down."""
+    v = np.zeros(u.shape, dtype=u.dtype)
+    p = np.empty(u.shape, dtype=u.dtype)
+    q = np.empty(u.shape, dtype=u.dtype)
+    a, b, c, d, f = -0.5, 1.5, -0.5, -0.25, -0.25
+    for t in range(1, TSTEPS + 1):
+        v[0, 1:N - 1] = 1.0
+        p[1:N - 1, 0] = 0.0
+        q[1:N - 1, 0] = v[0, 1:N - 1]
+        for j in range(1, N - 1):
+            p[1:N - 1, j] = -c / (a * p[1:N - 1, j - 1] + b)
+            q[1:N - 1, j] = (-d * u[j, 0:N - 2] + (1.0 + 2.0 * d) * u[j, 1:N - 1] - f * u[j, 2:N]
+                             - a * q[1:N - 1, j - 1]) / (a * p[1:N - 1, j - 1] + b)
+        v[N - 1, 1:N - 1] = 1.0
+        for j in range(N - 2, 0, -1):
+            v[j, 1:N - 1] = p[1:N - 1, j] * v[j + 1, 1:N - 1] + q[1:N - 1, j]
+    return v
+
+
+@kernel(lambda: (10, RNG.integers(0, 4, 10).astype(np.int32)))
+def nussinov(N, seq):
+    """npbench nussinov: max() of traced scalars, int() of a traced comparison, Python ifs on
+    the indices inside rolled loops."""
+    table = np.zeros((N, N), np.int32)
+    for i in range(N - 1, -1, -1):
+        for j in range(i + 1, N):
+            if j - 1 >= 0:
+                table[i, j] = max(table[i, j], table[i, j - 1])
+            if i + 1 < N:
+                table[i, j] = max(table[i, j], table[i + 1, j])
+            if j - 1 >= 0 and i + 1 < N:
+                if i < j - 1:
+                    table[i, j] = max(table[i, j], table[i + 1, j - 1] + int(seq[i] + seq[j] == 3))
+                else:
+                    table[i, j] = max(table[i, j], table[i + 1, j - 1])
+            for k in range(i + 1, j):
+                table[i, j] = max(table[i, j], table[i, k] + table[k + 1, j])
+    return table
+
+
+# ---- while on array values -------------------------------------------------------------------
+
+@kernel(lambda: (rand(32) + 0.5,), rtol=1e-12)
+def newton_sqrt(a):
+    x = a.copy()
+    while np.abs(x * x - a).max() > 1e-12:
+        x = 0.5 * (x + a / x)
+    return x
+
+
+@kernel(lambda: (np.array([1.0, 0.0, -2.0]),), rtol=1e-12)
+def bisection(p):
+    """Root of x**2 - 2 on [0, 2]: the interval's ends start as Python floats."""
+    lo, hi = 0.0, 2.0
+    while hi - lo > 1e-10:
+        mid = 0.5 * (lo + hi)
+        if p[0] * mid * mid + p[1] * mid + p[2] > 0:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+@kernel(lambda: (rand(10, 10) * 0.1, rand(10)), rtol=1e-9)
+def fixed_point_iterations(M, b):
+    x = np.zeros_like(b)
+    it = 0
+    while np.abs(M @ x + b - x).max() > 1e-11 and it < 500:
+        x = M @ x + b
+        it += 1
+    return x, it
+
+
+# ---- branches, min/max, conditional expressions, and/or -------------------------------------
+
+@kernel(lambda: (RNG.standard_normal(60),), rtol=1e-12)
+def running_max_if(x):
+    best = x[0]
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        if x[i] > best:
+            best = x[i]
+        out[i] = best
+    return out
+
+
+@kernel(lambda: (RNG.standard_normal(50), -0.5, 0.5), rtol=1e-12)
+def clamp_builtin_minmax(x, lo, hi):
+    y = np.empty_like(x)
+    for i in range(x.shape[0]):
+        y[i] = max(min(x[i], hi), lo)
+    return y
+
+
+@kernel(lambda: (RNG.standard_normal(40),), rtol=1e-12)
+def abs_sum_ifexp(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s = s + (x[i] if x[i] > 0 else -x[i])
+    return s
+
+
+@kernel(lambda: (RNG.standard_normal(40), RNG.standard_normal(40)))
+def count_both_positive(x, y):
+    count = 0
+    for i in range(x.shape[0]):
+        if x[i] > 0 and not y[i] < 0:
+            count += 1
+    return count
+
+
+@kernel(lambda: (RNG.standard_normal(30),), rtol=1e-12)
+def piecewise_elif(x):
+    y = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        if x[i] < -1:
+            y[i] = -1.0
+        elif x[i] < 1:
+            y[i] = x[i] ** 3
+        else:
+            y[i] = 1.0 + abs(x[i] - 1)
+    return y
+
+
+@kernel(lambda: (rand(20),), rtol=1e-12)
+def one_bubble_pass(x):
+    for i in range(x.shape[0] - 1):
+        if x[i] > x[i + 1]:
+            x[i], x[i + 1] = x[i + 1], x[i]
+
+
+# ---- create-then-fill -------------------------------------------------------------------------
+
+@kernel(lambda: (RNG.integers(0, 10, 200), 10))
+def histogram_fill(values, nbins):
+    counts = np.zeros(nbins, dtype=np.int64)
+    for i in range(values.shape[0]):
+        counts[values[i]] += 1
+    return counts
+
+
+@kernel(lambda: (rand(6), 5), rtol=1e-12)
+def nested_create_then_fill(x, m):
+    out = np.zeros((x.shape[0], m))
+    for i in range(x.shape[0]):
+        row = np.zeros(m)
+        for j in range(m):
+            row[j] = x[i] * j
+        out[i] = row
+    return out
+
+
+@kernel(lambda: (rand(3, 8),), rolled=False, rtol=1e-12)
+def fill_by_slices(a):
+    u = np.empty_like(a[0])
+    u[0] = a[0, 0]
+    u[1:] = a[1, 1:] + a[2, :-1]
+    v = np.full((2, 8), 7.0)
+    v[1] = u
+    v[0, ::2] = -u[::2]
+    return v
+
+
+@kernel(lambda: (RNG.standard_normal(12),), rolled=False, rtol=1e-12)
+def fill_mask_and_fancy(x):
+    out = np.zeros(12)
+    out[x > 0] = 1.0
+    out[[0, 3, 5]] = x[[1, 2, 4]]
+    out[2:4] -= x[:2]
+    return out
+
+
+@kernel(lambda: (rand(5, 3),), rolled=False, rtol=1e-12)
+def array_of_traced_scalars(pos):
+    com = np.array([pos[:, 0].mean(), pos[:, 1].mean(), pos[:, 2].mean()])
+    return pos - com
+
+
+@kernel(lambda: (rand(30, 4), rand(4)), rtol=1e-12)
+def scale_rows_in_place(A, s):
+    for i in range(A.shape[0]):
+        A[i] *= s * i
+
+
+# ---- the runs --------------------------------------------------------------------------------
+
+def _same(label, want, got, rtol):
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want), label
+        for k, (w, g) in enumerate(zip(want, got)):
+            _same(f"{label}[{k}]", w, g, rtol)
+        return
+    if want is None:
+        assert got is None, label
+        return
+    if type(want) in (int, float):          # a Python number computed from traced values
+        want = np.asarray(want)
+    ok, detail = compare_arrays(np.asarray(got), np.asarray(want), rtol=rtol)
+    assert ok, f"{label}: {detail}"
+
+
+def test_there_are_enough_kernels():
+    assert len(CASES) >= 30
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kernel_matches_numpy(name):
+    case = CASES[name]
+    args = case.make_args()
+    eager, compiled = copy.deepcopy(args), copy.deepcopy(args)
+    with quiet():
+        want = case.fn(*eager)
+        jitted = nbxla.jit(case.fn)
+        got = jitted(*compiled)
+    _same("result", want, got, case.rtol)
+    for k, (w, g) in enumerate(zip(eager, compiled)):
+        if isinstance(w, np.ndarray):
+            _same(f"argument {k}", w, g, case.rtol)
+    text = jitted.last_compilation.stage("optimized_hlo")
+    assert (" while(" in text) == case.rolled, text[:2000]
+
+
+def _instruction_count(fn, *args) -> int:
+    with quiet():
+        jitted = nbxla.jit(fn)
+        jitted(*args)
+    return sum(1 for _ in jitted.last_compilation.hlo.instructions())
+
+
+def test_trip_count_does_not_grow_the_program():
+    small = _instruction_count(iir_filter, rand(10), 0.2, 0.3, 0.5)
+    large = _instruction_count(iir_filter, rand(1000), 0.2, 0.3, 0.5)
+    assert small == large
+    assert _instruction_count(heat_1d, rand(16), 0.1, 10) == _instruction_count(heat_1d, rand(16), 0.1, 1000)
+
+
+def test_short_loops_unroll():
+    def three_steps(x):
+        for i in range(3):
+            x = x * 2 + i
+        return x
+    with quiet():
+        jitted = nbxla.jit(three_steps)
+        got = jitted(np.arange(4.0))
+    np.testing.assert_array_equal(got, three_steps(np.arange(4.0)))
+    assert " while(" not in jitted.last_compilation.stage("optimized_hlo")
+
+
+def test_loop_index_is_a_python_int_in_promotion():
+    def scaled(x):
+        out = np.zeros_like(x)
+        for i in range(x.shape[0]):
+            out[i] = x[i] * i + 0.5 * i
+        return out
+    x = rand(20, dtype=np.float32)
+    with quiet():
+        got = nbxla.jit(scaled)(x)
+    want = scaled(x)
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_break_on_a_traced_value_names_the_line():
+    def first_negative(x):
+        found = 0.0
+        for i in range(x.shape[0]):
+            if x[i] < 0:
+                found = x[i]
+                break
+        return found
+    with quiet(), pytest.raises(nbxla.NotCompilableError) as info:
+        nbxla.jit(first_negative)(RNG.standard_normal(10))
+    message = str(info.value)
+    assert "break/continue/return" in message and "if x[i] < 0:" in message, message
+    assert info.value.hint
+
+
+def test_return_inside_traced_if_names_the_line():
+    def sign_of_sum(x):
+        if x.sum() > 0:
+            return 1.0
+        return -1.0
+    with quiet(), pytest.raises(nbxla.NotCompilableError) as info:
+        nbxla.jit(sign_of_sum)(rand(4))
+    assert "if x.sum() > 0:" in str(info.value)
+
+
+def test_branches_with_different_dtypes_are_refused():
+    def mixed(x):
+        if x[0] > 0.5:
+            y = x.astype(np.float32)
+        else:
+            y = x
+        return y
+    with quiet(), pytest.raises(nbxla.NotCompilableError, match="different dtypes"):
+        nbxla.jit(mixed)(rand(4))
+
+
+def test_write_into_a_view_of_a_numpy_array_is_refused():
+    def into_view(x):
+        out = np.zeros((3, 4))
+        row = out[1]
+        row[0] = x[0]
+        return out
+    with quiet(), pytest.raises(nbxla.NotCompilableError, match="not traced"):
+        nbxla.jit(into_view)(rand(4))
+
+
+# ---- the same in cells ---------------------------------------------------------------------------
+
+CELL = """\
+y = np.zeros_like(x)
+y[0] = x[0]
+for n in range(1, x.shape[0]):
+    y[n] = 0.5 * x[n] + 0.5 * y[n - 1]
+k = 0.0
+while np.abs(y).max() > 1e-3:
+    y = y / 2
+    k = k + 1
+"""
+
+
+def test_cell_with_loops(shell):
+    x = rand(300)
+    want = {"x": x.copy()}
+    exec(CELL, {"np": np}, want)
+    shell.user_ns["x"] = x
+    with quiet():
+        result, out = run(shell, "%%xla\n" + CELL)
+    assert result.success, out
+    for key in ("y", "k", "n"):
+        _same(key, want[key], shell.user_ns[key], 1e-12)
+    with quiet():
+        result, out = run(shell, "%xla_ir stage=hlo")
+    assert re.search(r"\bwhile\(", out), out
