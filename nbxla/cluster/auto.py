@@ -1,0 +1,127 @@
+"""``nbxla.jit(fn, mode="auto")``, ``nbxla.explain`` and auto-clustered notebook cells.
+
+The function (or cell) runs as ordinary Python, always, and gives NumPy's result.  Its large
+array arguments are handed in as stand-ins (``LazyArray``); array work on them is collected
+into clusters that are compiled and cached, everything else runs eagerly between them.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+from typing import Callable
+
+import numpy as np
+
+from .lazy import LazyArray
+from .report import ClusterReport, build_report
+from .session import MIN_CLUSTER_WORK, Session, _map
+
+
+def _wrap_args(session: Session, tree):
+    """Large NumPy arrays become stand-ins; small ones stay NumPy arrays (eager code on them
+    then costs nothing extra, and writes into them happen in place as usual)."""
+    def wrap(x):
+        if type(x) is np.ndarray and x.size >= session.min_work:
+            return session.wrap(x)
+        return x
+    return _map(tree, wrap)
+
+
+def _run(session: Session, call: Callable):
+    try:
+        result = call()
+    except BaseException:
+        session.flush()          # writes made before the exception land, as in NumPy
+        raise
+    session.flush()
+    return session.unwrap(result)
+
+
+class AutoFunction:
+    """A function run with auto-clustering; ``last_report`` is its latest ``ClusterReport``."""
+
+    def __init__(self, fn: Callable, device: str = "cpu", cache=None, min_work: int = MIN_CLUSTER_WORK):
+        functools.update_wrapper(self, fn)
+        self.fn, self.device, self.cache, self.min_work = fn, device, cache, min_work
+        self.last_report: ClusterReport | None = None
+        self.last_compilation = None     # of its largest compiled cluster (for %xla_ir)
+
+    def __call__(self, *args, **kwargs):
+        if any(isinstance(x, LazyArray) for x in _leaves((args, kwargs))):
+            return self.fn(*args, **kwargs)      # inside another auto run: part of its graph
+        session = Session(getattr(self.fn, "__name__", "fn"), self.device, self.cache,
+                          min_work=self.min_work)
+        args, kwargs = _wrap_args(session, (args, kwargs))
+        try:
+            return _run(session, lambda: self.fn(*args, **kwargs))
+        finally:
+            self.last_report = self._report(session)
+            compiled = [c for c in self.last_report.clusters if c.compiled]
+            if compiled:
+                self.last_compilation = max(compiled, key=lambda c: c.work).compilation
+
+    def _report(self, session: Session) -> ClusterReport:
+        source, first, filename = None, 1, None
+        try:
+            lines, first = inspect.getsourcelines(self.fn)
+            source, filename = [ln.rstrip("\n") for ln in lines], inspect.getsourcefile(self.fn)
+        except (OSError, TypeError):
+            pass
+        return build_report(session.log, session.min_work, source, first, filename)
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else functools.partial(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<nbxla.jit {self.__name__} mode=auto device={self.device}>"
+
+
+def _leaves(tree):
+    from .session import _flatten
+    return _flatten(tree, [])
+
+
+def explain(fn: Callable, *args, **kwargs) -> ClusterReport:
+    """Run ``fn(*args, **kwargs)`` with auto-clustering and return its clustering report
+    (clusters, graph breaks with reasons and lines, the fraction of array work compiled)."""
+    auto = fn if isinstance(fn, AutoFunction) else AutoFunction(getattr(fn, "fn", fn))
+    auto(*args, **kwargs)
+    return auto.last_report
+
+
+# ---- cells ------------------------------------------------------------------------------------
+
+def run_cell(source: str, ns: dict, filename: str, name: str = "cell", device: str = "cpu",
+             filename_display=None, min_work: int = MIN_CLUSTER_WORK):
+    """Run a cell's source in ``ns`` with auto-clustering, as IPython would run it: names it
+    binds are bound in ``ns`` (as NumPy arrays), and the value of a last expression is
+    returned.  Returns ``(value, report)``; an exception propagates after writes made before
+    it have landed and the names bound so far are NumPy arrays again."""
+    tree = ast.parse(source, filename)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec")
+    tail = compile(last, filename, "eval") if last is not None else None
+    session = Session(name, device, filename_display=filename_display, min_work=min_work)
+    read = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
+    for key in read:
+        if type(ns.get(key)) is np.ndarray and ns[key].size >= min_work:
+            ns[key] = session.wrap(ns[key])
+
+    def call():
+        exec(body, ns)
+        return eval(tail, ns) if tail is not None else None
+    try:
+        value = _run(session, call)
+    finally:
+        for key, value_now in list(ns.items()):
+            if isinstance(value_now, LazyArray) and value_now._session is session:
+                ns[key] = session.unwrap(value_now)
+            elif isinstance(value_now, (list, tuple, dict)) and key in read:
+                ns[key] = session.unwrap(value_now)
+        lines = source.split("\n")
+        report = build_report(session.log, session.min_work, lines, 1, filename)
+    return value, report
