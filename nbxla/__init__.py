@@ -7,7 +7,15 @@ from .runtime.cache import DEFAULT_CACHE as cache
 __version__ = "0.1.0"
 
 __all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "ConcretizationError",
-           "cache", "dashboard"]
+           "cache", "dashboard", "explain"]
+
+
+def explain(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` with auto-clustering and return the clustering report:
+    clusters (ops, kernels, source lines, compile time, runs), graph breaks with their reasons
+    and lines, and the fraction of array work that ran compiled (``nbxla.cluster.explain``)."""
+    from .cluster import explain as run
+    return run(fn, *args, **kwargs)
 
 
 def dashboard(cache=None):

@@ -88,12 +88,16 @@ def _paths(name: str, tree) -> list[str]:
 class CompiledFunction:
     """A function compiled per input signature; see ``jit``."""
 
-    def __init__(self, fn: Callable, device: str = "cpu", cache: CompilationCache | None = None):
+    def __init__(self, fn: Callable, device: str = "cpu", cache: CompilationCache | None = None,
+                 follow_auto_flag: bool = False):
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.device = device
         self.cache = cache or DEFAULT_CACHE
         self.last_compilation: Compilation | None = None
+        # Made without an explicit mode: NBXLA_FLAGS=--auto_jit switches it to auto-clustering.
+        self.follow_auto_flag = follow_auto_flag
+        self._auto = None
         self._fast: dict = {}       # (flags, arg shapes and dtypes) -> (cache entry, cache generation)
         try:
             self._signature = inspect.signature(fn)
@@ -139,9 +143,12 @@ class CompiledFunction:
         # Fast path for the common call f(array, array, ...): a cache hit then costs one dict
         # lookup keyed by argument types, shapes and dtypes, and a runner made for the entry.
         fast_key = None
+        flags = current_flags()
+        if flags.auto_jit and self.follow_auto_flag:
+            return self._auto_function()(*args, **kwargs)
         if not kwargs:
             try:
-                fast_key = (current_flags(), tuple([(type(a), a.shape, a.dtype) for a in args]))
+                fast_key = (flags, tuple([(type(a), a.shape, a.dtype) for a in args]))
             except AttributeError:          # a static argument: the full key decides
                 pass
             else:
@@ -165,6 +172,17 @@ class CompiledFunction:
             self._fast[fast_key] = (entry, self.cache.generation, runner)
         return run_program(compiled, leaves)
 
+    def _auto_function(self):
+        if self._auto is None:
+            from .cluster import AutoFunction        # the auto-clustering layer, above this one
+            self._auto = AutoFunction(self.fn, self.device, self.cache)
+        return self._auto
+
+    @property
+    def last_report(self):
+        """The clustering report of the last auto-clustered call (NBXLA_FLAGS=--auto_jit)."""
+        return self._auto.last_report if self._auto is not None else None
+
     def get_compiler_ir(self, *args, device: str | None = None, **kwargs) -> Callable[..., str]:
         """Like TensorFlow's ``experimental_get_compiler_ir``: ``f.get_compiler_ir(x)(stage='hlo')``."""
         compiled, _, _ = self._lookup(args, kwargs, device)
@@ -182,11 +200,23 @@ def _module_name(fn) -> str:
     return name if name.isidentifier() else "lambda_fn"
 
 
-def jit(fn: Callable | None = None, *, device: str = "cpu", cache: CompilationCache | None = None):
-    """Compile ``fn``; usable as ``@jit``, ``@jit(device='cuda')`` or ``jit(fn, device=...)``."""
+def jit(fn: Callable | None = None, *, device: str = "cpu", cache: CompilationCache | None = None,
+        mode: str | None = None):
+    """Compile ``fn``; usable as ``@jit``, ``@jit(device='cuda')`` or ``jit(fn, device=...)``.
+
+    ``mode="compile"`` compiles the whole function or refuses it (like ``jit_compile=True``);
+    ``mode="auto"`` runs it with auto-clustering (``nbxla.cluster``): it always runs, the parts
+    that can be compiled are, the rest runs eagerly.  Without ``mode``, ``compile`` unless
+    ``NBXLA_FLAGS`` has ``--auto_jit``.
+    """
+    if mode not in (None, "compile", "auto"):
+        raise ValueError(f"nbxla.jit: mode must be 'compile' or 'auto', not {mode!r}")
     if fn is None:
-        return lambda f: CompiledFunction(f, device, cache)
-    return CompiledFunction(fn, device, cache)
+        return lambda f: jit(f, device=device, cache=cache, mode=mode)
+    if mode == "auto":
+        from .cluster import AutoFunction            # the auto-clustering layer, above this one
+        return AutoFunction(fn, device, cache)
+    return CompiledFunction(fn, device, cache, follow_auto_flag=mode is None)
 
 
 __all__ = ["jit", "CompiledFunction"]

@@ -1,4 +1,8 @@
-"""``NBXLA_FLAGS``: XLA-style defaults from the environment (``--dump_to=DIR --device=cpu``)."""
+"""``NBXLA_FLAGS``: XLA-style defaults from the environment (``--dump_to=DIR --device=cpu``).
+
+``--auto_jit`` (a switch, no value) turns on auto-clustering for every ``%%xla`` cell and every
+``nbxla.jit`` function made without an explicit ``mode`` (like ``TF_XLA_FLAGS=--tf_xla_auto_jit``).
+"""
 
 from __future__ import annotations
 
@@ -17,20 +21,30 @@ class FlagError(NbxlaError, ValueError):
 class Flags:
     device: str = "cpu"
     dump_to: str | None = None
+    auto_jit: bool = False
 
 
-_KNOWN = {"device": str, "dump_to": str}
+_KNOWN = {"device": str, "dump_to": str, "auto_jit": bool}
+_SWITCHES = {"auto_jit"}
 
 
 def parse_flags(text: str | None) -> Flags:
     values = {}
     for item in shlex.split(text or ""):
+        if item[2:] in _SWITCHES and item.startswith("--"):
+            values[item[2:]] = True
+            continue
         if not item.startswith("--") or "=" not in item:
             raise FlagError(f"NBXLA_FLAGS entry {item!r} must look like --name=value "
                             f"(known: {', '.join('--' + k for k in _KNOWN)})")
         name, value = item[2:].split("=", 1)
         if name not in _KNOWN:
             raise FlagError(f"unknown NBXLA_FLAGS flag --{name}; known: {', '.join('--' + k for k in _KNOWN)}")
+        if _KNOWN[name] is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise FlagError(f"NBXLA_FLAGS --{name} takes no value (or true/false), not {value!r}")
+            values[name] = value.lower() in ("true", "1")
+            continue
         values[name] = _KNOWN[name](value)
     return Flags(**values)
 

@@ -47,6 +47,7 @@ class AutoFunction:
         self.fn, self.device, self.cache, self.min_work = fn, device, cache, min_work
         self.last_report: ClusterReport | None = None
         self.last_compilation = None     # of its largest compiled cluster (for %xla_ir)
+        self._source = None
 
     def __call__(self, *args, **kwargs):
         if any(isinstance(x, LazyArray) for x in _leaves((args, kwargs))):
@@ -63,13 +64,15 @@ class AutoFunction:
                 self.last_compilation = max(compiled, key=lambda c: c.work).compilation
 
     def _report(self, session: Session) -> ClusterReport:
-        source, first, filename = None, 1, None
-        try:
-            lines, first = inspect.getsourcelines(self.fn)
-            source, filename = [ln.rstrip("\n") for ln in lines], inspect.getsourcefile(self.fn)
-        except (OSError, TypeError):
-            pass
-        return build_report(session.log, session.min_work, source, first, filename)
+        if self._source is None:           # (read once: the report is made on every call)
+            self._source = (None, 1, None)
+            try:
+                lines, first = inspect.getsourcelines(self.fn)
+                self._source = ([ln.rstrip("\n") for ln in lines], first,
+                                inspect.getsourcefile(self.fn))
+            except (OSError, TypeError):
+                pass
+        return build_report(session.log, session.min_work, *self._source)
 
     def __get__(self, obj, objtype=None):
         return self if obj is None else functools.partial(self, obj)

@@ -65,7 +65,7 @@ class LazyArray:
         self._value = value            # the NumPy array, once computed
         self._tracer = None            # its node in the pending graph of epoch ``_epoch``
         self._epoch = -1
-        self._entry = None             # the tracer's instruction when it entered that graph
+        self._entry = None             # (root tracer, its version) when it entered that graph
         self._slot = None              # where the eager replay of the graph puts its value
         self._root = None              # (base LazyArray, recipe): a view, as NumPy would make it
 

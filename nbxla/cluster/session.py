@@ -32,8 +32,9 @@ from ..frontend.tracer import Tracer
 from ..hlo import Module, Shape, SourceLocation, from_numpy_dtype
 from .lazy import LazyArray
 
-# Cost model: a cluster whose work (elements read or written by its NumPy-level operations,
-# summed) is below this runs eagerly.  Recording costs tens of microseconds per operation in
+# Cost model: an operation on concrete arrays starts a cluster only when it touches at least
+# this many elements; a cluster whose work (elements read or written by its NumPy-level
+# operations, summed) is below this, or that is one operation, runs eagerly.  Recording costs tens of microseconds per operation in
 # Python and a compiled run about as much per cluster; at about a nanosecond per element and
 # operation for NumPy, smaller clusters cannot win back what recording them cost.
 MIN_CLUSTER_WORK = 1 << 17
@@ -47,6 +48,16 @@ _LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in
                         sysconfig.get_paths()["platlib"], os.path.dirname(np.__file__))})
 _WRITING_FUNCTIONS = frozenset({np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
                                 np.put_along_axis})
+
+
+class _OpContext(TraceContext):
+    """A trace context whose instructions take the source line of the operation being
+    recorded (found once per operation, not once per emitted instruction)."""
+
+    op_location = None
+
+    def user_location(self):
+        return self.op_location if self.op_location is not None else super().user_location()
 
 
 class _Unsupported(Exception):
@@ -170,12 +181,22 @@ def _size(x) -> int:
     return int(np.prod(shape, dtype=np.int64)) if shape is not None else 1
 
 
+def _ufunc_name(ufunc: np.ufunc) -> str:
+    """``np.add``, or ``scipy.special.erf`` for a ufunc from outside NumPy."""
+    if getattr(np, ufunc.__name__, None) is ufunc:
+        return f"np.{ufunc.__name__}"
+    special = sys.modules.get("scipy.special")
+    if special is not None and getattr(special, ufunc.__name__, None) is ufunc:
+        return f"scipy.special.{ufunc.__name__}"
+    return f"ufunc {ufunc.__name__}"
+
+
 def op_label(fn) -> str:
     if isinstance(fn, np.ufunc):
-        return f"np.{fn.__name__}"
+        return _ufunc_name(fn)
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, np.ufunc):
-        return f"np.{owner.__name__}.{fn.__name__}"
+        return f"{_ufunc_name(owner)}.{fn.__name__}"
     name = getattr(fn, "__name__", repr(fn))
     module = getattr(fn, "__module__", "") or ""
     if module.startswith("numpy"):
@@ -219,16 +240,19 @@ class Session:
     def pending(self, x: LazyArray) -> bool:
         """Does ``x``'s value depend on graph work not yet run?"""
         return x._epoch == self.epoch and x._tracer is not None and \
-            (x._value is None or x._tracer.instr is not x._entry)
+            (x._value is None or x._entry[0].version != x._entry[1])
 
     def _context(self) -> TraceContext:
         if self.ctx is None:
-            self.ctx = TraceContext(f"{_ident(self.name)}_cluster", self.filename_display)
+            self.ctx = _OpContext(f"{_ident(self.name)}_cluster", self.filename_display)
             self.ctx.line_offsets = self.line_offsets
         return self.ctx
 
     def _join(self, x: LazyArray, tracer: Tracer) -> Tracer:
-        x._tracer, x._entry, x._epoch = tracer, tracer.instr, self.epoch
+        root = tracer                     # writes to x or to any base above it show here
+        while root.view is not None:
+            root = root.view.base
+        x._tracer, x._entry, x._epoch = tracer, (root, root.version), self.epoch
         self.members.append(weakref.ref(x))
         return tracer
 
@@ -288,6 +312,10 @@ class Session:
         return max((int(np.prod(s, dtype=np.int64)) for s in shapes), default=0)
 
     def _record(self, fn, args, kwargs, lazies, writes, ufunc_method):
+        ufunc = fn if isinstance(fn, np.ufunc) else getattr(fn, "__self__", None)
+        if isinstance(ufunc, np.ufunc) and not op_label(ufunc).startswith("np."):
+            raise _Unsupported(f"{op_label(ufunc)} is not a NumPy ufunc: nbxla has no lowering "
+                               "for it")
         ctx = self._context()
         location = self.location()
         inputs = {id(x): self.tracer_of(x) for x in lazies}
@@ -301,6 +329,7 @@ class Session:
             return x
         targs, tkwargs = _map((tuple(args), kwargs), to_tracer)
         active = TraceContext.active.set(ctx)
+        ctx.op_location = location
         try:
             result = fn(*targs, **tkwargs)
         except TraceError as e:        # (what it emitted is dead code: DCE removes it)
@@ -308,6 +337,7 @@ class Session:
         except Exception as e:         # NumPy's own error (or one we do not model): run eagerly
             raise _Unsupported(f"{type(e).__name__}: {e}") from None
         finally:
+            ctx.op_location = None
             TraceContext.active.reset(active)
 
         outs, work = [], max([_size(x) for x in lazies], default=0)
@@ -426,16 +456,15 @@ class Session:
     def _run_cluster(self, roots) -> ClusterRun:
         ops, work = self.ops, self.work
         lines = [op.location for op in ops if op.location is not None]
-        if work < self.min_work:
-            run = ClusterRun(None, len(ops), work, lines, False,
-                             f"work {work} < {self.min_work} elements (cost model)")
+        if work < self.min_work or len(ops) < 2:
+            why = (f"work {work} < {self.min_work} elements" if work < self.min_work else
+                   "one operation, nothing to fuse") + " (cost model)"
+            run = ClusterRun(None, len(ops), work, lines, False, why)
             self._replay(roots, run)
             return run
         module = self._module(roots)
-        from ..hlo.printer import PrintOptions, print_module
         from ..runtime.cache import CacheKey
-        text = print_module(module, PrintOptions(metadata=False))
-        key = CacheKey("nbxla.cluster", text, self.device)
+        key = CacheKey("nbxla.cluster", fingerprint(module.entry), self.device)
         run = ClusterRun(key, len(ops), work, lines, True)
         refused = _REFUSED.get(key)
         if refused is None:
@@ -448,8 +477,11 @@ class Session:
             self._replay(roots, run)
             return run
         run.compilation, run.compile_ms = compilation, compile_ms
-        run.hlo_instructions = _reachable(module.entry.root)
-        run.kernels = compilation.fusion_report.kernels_after
+        facts = _FACTS.get(key)
+        if facts is None:       # (the fusion report walks the module: once per cluster)
+            facts = _FACTS[key] = (_reachable(module.entry.root),
+                                   compilation.fusion_report.kernels_after)
+        run.hlo_instructions, run.kernels = facts
         start = time.perf_counter()
         from ..api import to_host
         outputs = [to_host(o) for o in compilation.executable.run(list(self.params))]
@@ -472,12 +504,7 @@ class Session:
             seen.add(id(instr))
             outputs.append(instr)
         module = Module(f"{_ident(self.name)}_cluster", b.build(b.op("tuple", *outputs)))
-        # Names from the builder's global counter differ between runs of the same program;
-        # canonical ones make the printed module (the cache key) depend on structure alone.
-        for j, comp in enumerate(module.computations):
-            comp.name = "entry" if comp is module.entry else f"comp{j}"
-            for k, instr in enumerate(comp.instructions):
-                instr.name = f"{instr.opcode.replace('-', '_')}.{j}.{k}"
+        module.make_names_unique()
         return module
 
     def _compile(self, key, module):
@@ -522,6 +549,35 @@ class Session:
 
 
 _REFUSED: dict = {}          # cluster key -> why the compiler refused it (not tried again)
+_FACTS: dict = {}            # cluster key -> (HLO instructions, kernels after fusion)
+
+
+def fingerprint(comp, memo=None) -> tuple:
+    """The structure of a computation (opcodes, shapes, operand positions, attributes and
+    constants; not names or source lines), as a hashable key: the same NumPy program on
+    the same shapes and dtypes gives the same fingerprint, and nothing else does."""
+    from ..hlo.ir import Computation
+    memo = {} if memo is None else memo
+    if id(comp) in memo:
+        return memo[id(comp)]
+    position, parts = {}, []
+    for k, instr in enumerate(comp.instructions):
+        position[id(instr)] = k
+        attrs = []
+        for name, value in instr.attrs.items():
+            if name == "metadata":
+                continue
+            if isinstance(value, Computation):
+                value = fingerprint(value, memo)
+            elif isinstance(value, tuple) and value and isinstance(value[0], Computation):
+                value = tuple(fingerprint(c, memo) for c in value)
+            elif isinstance(value, np.ndarray):
+                value = (value.dtype.str, value.shape, value.tobytes())
+            attrs.append((name, value))
+        parts.append((instr.opcode, instr.shape, tuple(position[id(o)] for o in instr.operands),
+                      tuple(attrs)))
+    memo[id(comp)] = result = (tuple(parts), position[id(comp.root)])
+    return result
 _GETITEM = __import__("operator").getitem
 
 

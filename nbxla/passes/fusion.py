@@ -14,7 +14,12 @@ read the same inputs merge (multi-output fusion):
   row-wise kernel for softmax and layernorm;
 * ``dot`` is a library call and never fused: the elementwise work after it (bias, activation)
   becomes one kernel (a dot epilogue);
-* a fusion never creates a cycle and has at most ``MAX_OPERANDS`` parameters.
+* a fusion never creates a cycle and has at most ``MAX_OPERANDS`` parameters;
+* values are not recomputed without bound: a computed producer that other kernels need as
+  well is not copied into a kernel that reads it at several positions (a stencil of it),
+  and no kernel computes more than ``MAX_RECOMPUTE`` values per instruction for each
+  element (XLA's "fused IR emitter inefficient" rule).  Stencils of stencils of in-place
+  updates (ocean-model kernels) otherwise grew one kernel recomputing everything.
 
 Fusions whose root is (or contains) a reduction are ``kind=kInput``, the others ``kLoop``.
 """
@@ -32,6 +37,7 @@ from .cse import eliminate_common_subexpressions
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 MAX_OPERANDS = 32
+MAX_RECOMPUTE = 8
 
 FUSIBLE = {op for op, info in OPCODES.items() if info.elementwise} | {
     "broadcast", "reshape", "transpose", "slice", "concatenate", "pad", "iota", "reverse",
@@ -40,6 +46,10 @@ FUSIBLE = {op for op, info in OPCODES.items() if info.elementwise} | {
 EXPENSIVE = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic",
              "power", "divide", "remainder", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan",
              "atan2", "erf", "reduce"}
+
+# Never copied into a second kernel: recomputing these costs (a dynamic-update-slice is a
+# whole array, and chains of them, one per in-place write, would be recomputed each time).
+NOT_DUPLICATED = EXPENSIVE | {"dynamic-update-slice", "scatter"}
 
 # Instructions that are not kernels on their own (no data is computed).
 NOT_KERNELS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape"}
@@ -83,6 +93,7 @@ class _Group:
         self.ids: set[int] = set()
         self.dims: set[tuple] = set()
         self.has_reduce = False
+        self.has_indexing = False
         self.params: set[int] = set()               # operands from outside
         self.external_users: dict[int, Instruction] = {}
         self.clones: dict[int, Instruction] = {}    # original's id -> its copy in this group
@@ -94,6 +105,8 @@ class _Group:
         if not (instr.opcode == "constant" and instr.shape.rank == 0):   # scalars: duplicated
             self.dims.add(None if instr.shape.is_tuple else instr.shape.dims)
         self.has_reduce |= instr.opcode == "reduce"
+        # Reads at other positions (slices, broadcasts...) are what can make values recomputed.
+        self.has_indexing |= not instr.is_elementwise and instr.opcode != "constant"
         self.params.discard(id(instr))
         self.params.update(id(o) for o in instr.operands if id(o) not in self.ids)
         self.external_users.pop(id(instr), None)
@@ -269,18 +282,65 @@ class _Fuser:
                     if self._try_add(group, p, consumer, self._users):
                         work.extend(group.members[before:])
 
+    def _recomputed(self, group: _Group, p: Instruction, shared: bool) -> str | None:
+        """Why ``p`` should not join the group for the work it would recompute, or None.
+
+        A value the emitter reads at several positions is computed once per position.  That
+        is cheap for a value read straight from memory and right for one nobody else needs
+        (a stencil of ``x * 2``), up to ``MAX_RECOMPUTE`` values per instruction; but a
+        computed value that other kernels read too (``shared``) is computed once, in its own
+        kernel, rather than again at every position here (XLA: a consumer that reuses its
+        operand's elements does not fuse an expensive-to-repeat producer)."""
+        if not group.has_indexing and (p.is_elementwise or p.opcode == "constant"):
+            return None
+        total, positions = self._evaluations(group.members + [p], p)
+        if shared and positions > 1 and p.opcode != "constant" and \
+                any(o.opcode not in ("parameter", "constant") for o in p.operands):
+            return (f"it is read at {positions} positions here and used by other kernels: "
+                    "computed once in its own kernel instead of at each position")
+        if total > MAX_RECOMPUTE * (len(group.members) + 1):
+            return (f"the kernel would compute more than {MAX_RECOMPUTE} values per "
+                    "instruction for each element (values read at many positions)")
+        return None
+
+    def _evaluations(self, members: list[Instruction], target=None) -> tuple[int, int]:
+        """(values the emitter computes per element for ``members`` as one kernel, positions
+        at which ``target`` is computed): a member read by elementwise users shares their
+        positions; each read through an indexing op (slice, broadcast, concatenate,
+        dynamic-update-slice...) is a position of its own."""
+        ids = {id(m) for m in members}
+        keys: dict[int, set] = {}
+        total, target_positions = 0, 0
+        for m in reversed(self._topological(members)):
+            mine = keys.get(id(m)) or {0}
+            if m is target:                           # where this kernel reads it
+                target_positions = len(mine)
+            if m is self.comp.root or any(id(u) not in ids for u in self._users[id(m)]):
+                mine = mine | {0}                     # an output: its own position too
+            total += len(mine)
+            if m.opcode == "constant":
+                continue
+            for o in dict.fromkeys(m.operands):
+                if id(o) in ids:
+                    keys.setdefault(id(o), set()).update(
+                        mine if m.is_elementwise else ((id(m), k) for k in mine))
+        return total, target_positions
+
     def _try_add(self, group: _Group, p: Instruction, consumer: Instruction, users) -> bool:
         outside = [u for u in users[id(p)] if u not in group]
+        reason = self._recomputed(group, p, bool(outside))
+        if reason is not None:
+            return self._refuse(p, consumer, reason)
         # A value that must be written anyway (for the root or an unfusible user such as a
         # dot or tuple) is best computed here once and exported: a multi-output fusion.
         must_write = p is self.comp.root or any(u.opcode not in FUSIBLE for u in outside)
         must_write = must_write and p.opcode != "constant"     # constants are copied, never exported
-        if outside and must_write and p.opcode not in EXPENSIVE and \
+        if outside and must_write and p.opcode not in NOT_DUPLICATED and \
                 self.check_add(group, p, users) is None:
             group.add(p, users)
             self.group_of[id(p)] = group
             return True
-        if outside and p.opcode not in EXPENSIVE:
+        if outside and p.opcode not in NOT_DUPLICATED:
             # Cheap: recompute it inside this kernel; the original stays for its other users.
             if id(p) in group.clones:
                 # Copied in already: new readers share that copy.  (A copy per request made
@@ -368,7 +428,10 @@ class _Fuser:
                 for b in groups[i + 1:]:
                     if inputs[id(a)].isdisjoint(inputs[id(b)]):
                         continue
-                    if self.check(a.members + b.members, users) is None:
+                    if self.check(a.members + b.members, users) is None and \
+                            (not (a.has_indexing or b.has_indexing) or
+                             self._evaluations(a.members + b.members)[0] <=
+                             MAX_RECOMPUTE * (len(a.members) + len(b.members))):
                         for m in b.members:
                             a.add(m, users)
                             self.group_of[id(m)] = a
