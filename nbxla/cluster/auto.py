@@ -16,6 +16,7 @@ import numpy as np
 
 from .lazy import LazyArray
 from .report import ClusterReport, build_report
+from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
 from .session import MIN_CLUSTER_WORK, Session, _map
 
 
@@ -30,11 +31,15 @@ def _wrap_args(session: Session, tree):
 
 
 def _run(session: Session, call: Callable):
+    active = ACTIVE.set(session)
     try:
         result = call()
     except BaseException:
         session.flush()          # writes made before the exception land, as in NumPy
         raise
+    finally:
+        session.closed = True
+        ACTIVE.reset(active)
     session.flush()
     return session.unwrap(result)
 
@@ -48,6 +53,7 @@ class AutoFunction:
         self.last_report: ClusterReport | None = None
         self.last_compilation = None     # of its largest compiled cluster (for %xla_ir)
         self._source = None
+        self._instrumented = None
 
     def __call__(self, *args, **kwargs):
         if any(isinstance(x, LazyArray) for x in _leaves((args, kwargs))):
@@ -55,8 +61,11 @@ class AutoFunction:
         session = Session(getattr(self.fn, "__name__", "fn"), self.device, self.cache,
                           min_work=self.min_work)
         args, kwargs = _wrap_args(session, (args, kwargs))
+        if self._instrumented is None:      # once: results of its calls become stand-ins
+            self._instrumented = instrument(self.fn) or self.fn
+        fn = self._instrumented
         try:
-            return _run(session, lambda: self.fn(*args, **kwargs))
+            return _run(session, lambda: fn(*args, **kwargs))
         finally:
             self.last_report = self._report(session)
             compiled = [c for c in self.last_report.clusters if c.compiled]
@@ -102,7 +111,7 @@ def run_cell(source: str, ns: dict, filename: str, name: str = "cell", device: s
     binds are bound in ``ns`` (as NumPy arrays), and the value of a last expression is
     returned.  Returns ``(value, report)``; an exception propagates after writes made before
     it have landed and the names bound so far are NumPy arrays again."""
-    tree = ast.parse(source, filename)
+    tree = rewrite_tree(ast.parse(source, filename))
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)
@@ -117,9 +126,11 @@ def run_cell(source: str, ns: dict, filename: str, name: str = "cell", device: s
     def call():
         exec(body, ns)
         return eval(tail, ns) if tail is not None else None
+    ns[HOOK] = hook
     try:
         value = _run(session, call)
     finally:
+        ns.pop(HOOK, None)
         for key, value_now in list(ns.items()):
             if isinstance(value_now, LazyArray) and value_now._session is session:
                 ns[key] = session.unwrap(value_now)

@@ -48,6 +48,12 @@ _LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in
                         sysconfig.get_paths()["platlib"], os.path.dirname(np.__file__))})
 _WRITING_FUNCTIONS = frozenset({np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
                                 np.put_along_axis})
+# Views cost nothing in NumPy: on concrete arrays they run eagerly (and stay views).
+_VIEW_FUNCTIONS = frozenset({np.reshape, np.transpose, np.swapaxes, np.moveaxis, np.squeeze,
+                             np.expand_dims, np.ravel, np.broadcast_to, np.atleast_1d,
+                             np.atleast_2d, np.atleast_3d, np.real, np.imag})
+_VIEW_METHODS = frozenset({"T", "mT", "real", "imag", "reshape", "transpose", "swapaxes",
+                           "squeeze", "ravel", "diagonal"})
 
 
 class _OpContext(TraceContext):
@@ -218,6 +224,10 @@ class Session:
         self.min_work = min_work
         self.log = SessionLog(name)
         self.epoch = 0
+        # Set when the run has ended: stand-ins that escaped it (in a global, an object's
+        # attribute) then compute eagerly, so nothing stays pending with no flush to come.
+        self.closed = False
+        self.owners = weakref.WeakValueDictionary()    # id(array) -> the stand-in holding it
         self._reset()
 
     def _reset(self):
@@ -235,7 +245,17 @@ class Session:
     # ---- stand-ins ------------------------------------------------------------------------------
 
     def wrap(self, array: np.ndarray) -> LazyArray:
-        return LazyArray(self, array)
+        x = LazyArray(self, array)
+        self.owners[id(array)] = x
+        return x
+
+    def adopt(self, array: np.ndarray):
+        """A NumPy array that came back from a call: the stand-in already holding it, a new
+        stand-in when it is large, else the array itself."""
+        owner = self.owners.get(id(array))
+        if owner is not None and owner._value is array:
+            return owner
+        return self.wrap(array) if array.size >= self.min_work else array
 
     def pending(self, x: LazyArray) -> bool:
         """Does ``x``'s value depend on graph work not yet run?"""
@@ -293,8 +313,11 @@ class Session:
             return fn(*args, **kwargs)
         writes = kind in ("setitem", "write") or "out" in kwargs or fn in _WRITING_FUNCTIONS \
             or ufunc_method == "at"
+        if self.closed:
+            return self._eager(fn, args, kwargs, lazies, writes, None)
         if not any(self.pending(x) for x in lazies):
-            if kind == "getitem" or kind == "setitem" or \
+            if kind in ("getitem", "setitem") or fn in _VIEW_FUNCTIONS or \
+                    getattr(fn, "name", None) in _VIEW_METHODS or \
                     self._estimate(fn, leaves, kind, ufunc_method) < self.min_work:
                 return self._eager(fn, args, kwargs, lazies, writes, None)
         try:
@@ -446,6 +469,8 @@ class Session:
             run = self._run_cluster(roots)
         for x in views:                      # created after their bases: bases are done
             x._value = x._root[1](x._root[0]._value)
+        for x in roots + views:
+            self.owners[id(x._value)] = x
         for x in members:
             x._tracer = x._entry = x._slot = None
         self.epoch += 1

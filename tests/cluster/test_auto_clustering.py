@@ -164,7 +164,7 @@ def test_python_list_built_from_array_values():
     def program(x):
         y = x ** 2 + 1.0
         firsts = [float(v) for v in y[:3]]
-        rows = y.reshape(4, -1).tolist()
+        rows = (y * 2.0).reshape(4, -1).tolist()
         return y * sum(firsts), len(rows), rows[0][0]
 
     (x,) = rng_arrays(16)
