@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import gc
 import inspect
 from typing import Callable
 
@@ -32,6 +33,12 @@ def _wrap_args(session: Session, tree):
 
 def _run(session: Session, call: Callable):
     active = ACTIVE.set(session)
+    # Recording allocates many small objects (instructions, tracers): with the cyclic
+    # collector on, its full passes over everything nbxla holds (compiled programs, their
+    # modules) landed in the middle of recording, tens of ms per call.  Reference counting
+    # still frees what it can; cycles are collected when the run ends, as timeit does.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         result = call()
     except BaseException:
@@ -40,6 +47,8 @@ def _run(session: Session, call: Callable):
     finally:
         session.closed = True
         ACTIVE.reset(active)
+        if collecting:
+            gc.enable()
     session.flush()
     return session.unwrap(result)
 

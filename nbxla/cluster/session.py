@@ -46,6 +46,7 @@ _NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.se
 _LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in
                        (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                         sysconfig.get_paths()["platlib"], os.path.dirname(np.__file__))})
+_STORE_SUBSCR = __import__("dis").opmap["STORE_SUBSCR"]
 _WRITING_FUNCTIONS = frozenset({np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
                                 np.put_along_axis})
 # Views cost nothing in NumPy: on concrete arrays they run eagerly (and stay views).
@@ -157,6 +158,19 @@ def _library_caller() -> str | None:
         return None
     module = callee.f_globals.get("__name__", "?")
     return f"{module}.{callee.f_code.co_name}"
+
+
+def _storing_item() -> bool:
+    """Is the user's code in the middle of ``a[key] = value``?  (NumPy asks the value for
+    its array when ``a`` is a NumPy array.)"""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename.startswith(_NBXLA_DIR) or
+                                 frame.f_code.co_filename.startswith(_LIBRARY_DIRS)):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    code = frame.f_code.co_code
+    return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _STORE_SUBSCR
 
 
 def _flatten(tree, leaves):
@@ -451,6 +465,9 @@ class Session:
             library = _library_caller() if caller else None
             if library:
                 reason = f"{library} needs NumPy arrays (native code)"
+            elif caller and _storing_item():
+                reason = ("a pending value is written into a NumPy array (one no stand-in "
+                          "holds: small, or made where auto mode does not see it)")
             self.flush(reason, self.location())
         return x._value
 

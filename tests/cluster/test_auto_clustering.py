@@ -377,3 +377,17 @@ def test_veros_tke_kernel_matches_numpy():
     assert "solve_banded" in reasons
     assert len(f.last_report.compiled_clusters) >= 2
     assert os.path.basename(f.last_report.filename) == "auto_clustering.py"
+
+
+def test_writing_a_pending_value_into_a_small_numpy_array_is_a_named_break():
+    def program(x):
+        out = np.zeros(4)                        # below the threshold: stays a NumPy array
+        y = np.sqrt(x) * 2.0
+        out[:] = y[:4]
+        return out + y[-4:]
+
+    (x,) = rng_arrays(100)
+    f = auto(program, min_work=10)
+    assert_same(f(x), program(x))
+    (b,) = f.last_report.breaks
+    assert "written into a NumPy array" in b.reason and b.line == line_of(program, "out[:] = y[:4]")
