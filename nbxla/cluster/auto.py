@@ -18,7 +18,7 @@ import numpy as np
 from .lazy import LazyArray
 from .report import ClusterReport, build_report
 from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
-from .session import MIN_CLUSTER_WORK, Session, _map
+from .session import MIN_CLUSTER_WORK, Session, flatten, tree_map
 
 
 def _wrap_args(session: Session, tree):
@@ -28,7 +28,7 @@ def _wrap_args(session: Session, tree):
         if type(x) is np.ndarray and x.size >= session.min_work:
             return session.wrap(x)
         return x
-    return _map(tree, wrap)
+    return tree_map(tree, wrap)
 
 
 def _run(session: Session, call: Callable):
@@ -100,8 +100,7 @@ class AutoFunction:
 
 
 def _leaves(tree):
-    from .session import _flatten
-    return _flatten(tree, [])
+    return flatten(tree, [])
 
 
 def explain(fn: Callable, *args, **kwargs) -> ClusterReport:

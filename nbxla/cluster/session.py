@@ -173,26 +173,27 @@ def _storing_item() -> bool:
     return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _STORE_SUBSCR
 
 
-def _flatten(tree, leaves):
+def flatten(tree, leaves):
     """Leaves of nested tuples/lists/dicts (the shapes NumPy arguments come in)."""
     if isinstance(tree, (tuple, list)):
         for item in tree:
-            _flatten(item, leaves)
+            flatten(item, leaves)
     elif isinstance(tree, dict):
         for item in tree.values():
-            _flatten(item, leaves)
+            flatten(item, leaves)
     else:
         leaves.append(tree)
     return leaves
 
 
-def _map(tree, fn):
+def tree_map(tree, fn):
+    """``tree`` (nested tuples/lists/dicts) with ``fn`` applied to every leaf."""
     if isinstance(tree, tuple) and not hasattr(tree, "_fields"):
-        return tuple(_map(item, fn) for item in tree)
+        return tuple(tree_map(item, fn) for item in tree)
     if isinstance(tree, list):
-        return [_map(item, fn) for item in tree]
+        return [tree_map(item, fn) for item in tree]
     if isinstance(tree, dict):
-        return {k: _map(v, fn) for k, v in tree.items()}
+        return {k: tree_map(v, fn) for k, v in tree.items()}
     return fn(tree)
 
 
@@ -319,11 +320,12 @@ class Session:
     # ---- dispatch ---------------------------------------------------------------------------
 
     def dispatch(self, fn, args, kwargs, kind: str, ufunc_method: str = "__call__"):
-        leaves = _flatten((args, kwargs), [])
+        leaves = flatten((args, kwargs), [])
         lazies = [x for x in leaves if isinstance(x, LazyArray)]
         foreign = [x for x in lazies if x._session is not self]
         if foreign:      # a stand-in of another (enclosing) session: make it concrete here
-            args, kwargs = _map((args, kwargs), lambda x: np.asarray(x) if any(x is f for f in foreign) else x)
+            args, kwargs = tree_map((args, kwargs),
+                                    lambda x: np.asarray(x) if any(x is f for f in foreign) else x)
             return fn(*args, **kwargs)
         writes = kind in ("setitem", "write") or "out" in kwargs or fn in _WRITING_FUNCTIONS \
             or ufunc_method == "at"
@@ -364,7 +366,7 @@ class Session:
             if type(x) is np.ndarray and x.size > MAX_CONSTANT_ELEMENTS and fn is not _GETITEM:
                 return self._plain(x)
             return x
-        targs, tkwargs = _map((tuple(args), kwargs), to_tracer)
+        targs, tkwargs = tree_map((tuple(args), kwargs), to_tracer)
         active = TraceContext.active.set(ctx)
         ctx.op_location = location
         try:
@@ -397,7 +399,7 @@ class Session:
             self._join(out, r)
             out._root = self._view_root(fn, args, kwargs, lazies, inputs, r)
             return out
-        wrapped = _map(result, wrap) if isinstance(result, (tuple, list)) else wrap(result)
+        wrapped = tree_map(result, wrap) if isinstance(result, (tuple, list)) else wrap(result)
 
         def template(x):
             if isinstance(x, LazyArray):
@@ -405,7 +407,7 @@ class Session:
             if type(x) is np.ndarray and id(x) in self.plain:
                 return self.params[self.plain[id(x)].instr.parameter_number]
             return x
-        self.ops.append(Op(fn, _map(tuple(args), template), _map(kwargs, template), outs,
+        self.ops.append(Op(fn, tree_map(tuple(args), template), tree_map(kwargs, template), outs,
                            location, work))
         self.work += work
         return wrapped
@@ -418,7 +420,7 @@ class Session:
         base = lazies[0]
 
         def recipe(value):
-            sub = _map((tuple(args), kwargs), lambda x: value if x is base else x)
+            sub = tree_map((tuple(args), kwargs), lambda x: value if x is base else x)
             return fn(*sub[0], **sub[1])
         return base, recipe
 
@@ -431,7 +433,7 @@ class Session:
         elif reason:
             self.log.breaks.append(Break(reason, location, False, op_label(fn)))
         concrete = {id(x): x._value for x in lazies}
-        cargs, ckwargs = _map((tuple(args), kwargs),
+        cargs, ckwargs = tree_map((tuple(args), kwargs),
                               lambda x: concrete[id(x)] if isinstance(x, LazyArray) else x)
         result = fn(*cargs, **ckwargs)
         self.log.eager_work += max([_size(x) for x in lazies], default=0)
@@ -449,12 +451,12 @@ class Session:
                 base = lazies[0]
 
                 def recipe(value):
-                    sub = _map((tuple(args), kwargs), lambda x: value if x is base else x)
+                    sub = tree_map((tuple(args), kwargs), lambda x: value if x is base else x)
                     return fn(*sub[0], **sub[1])
                 out._root = (base, recipe)
                 return out
             return LazyArray(self, r) if r.size >= self.min_work else r
-        return _map(result, wrap) if isinstance(result, (tuple, list)) else wrap(result)
+        return tree_map(result, wrap) if isinstance(result, (tuple, list)) else wrap(result)
 
     # ---- concrete values ------------------------------------------------------------------------
 
@@ -525,8 +527,8 @@ class Session:
                                    compilation.fusion_report.kernels_after)
         run.hlo_instructions, run.kernels = facts
         start = time.perf_counter()
-        from ..api import to_host
-        outputs = [to_host(o) for o in compilation.executable.run(list(self.params))]
+        outputs = [o if isinstance(o, np.ndarray) else o.get() if hasattr(o, "get") else np.asarray(o)
+                   for o in compilation.executable.run(list(self.params))]     # (CUDA: CuPy)
         run.run_ms = (time.perf_counter() - start) * 1e3
         for x, value in zip(roots, outputs):
             if x._value is None:
@@ -566,9 +568,9 @@ class Session:
         def value(x):
             return x.value if isinstance(x, _Slot) else x
         for op in self.ops:
-            args, kwargs = _map((op.args, op.kwargs), value)
+            args, kwargs = tree_map((op.args, op.kwargs), value)
             result = op.fn(*args, **kwargs)
-            leaves = _flatten(result, []) if isinstance(result, (tuple, list)) else [result]
+            leaves = flatten(result, []) if isinstance(result, (tuple, list)) else [result]
             for slot, leaf in zip(op.outs, leaves):
                 if slot is not None:
                     slot.value = leaf
@@ -587,7 +589,7 @@ class Session:
                 value = x._value
                 return value[()] if value.ndim == 0 else value
             return x
-        return _map(tree, concrete)
+        return tree_map(tree, concrete)
 
 
 _REFUSED: dict = {}          # cluster key -> why the compiler refused it (not tried again)
