@@ -3,6 +3,7 @@
     python benchmarks/auto_clustering.py               # n = 200: (200, 200, 40) grids
     python benchmarks/auto_clustering.py --n 100 --repeats 5
     python benchmarks/auto_clustering.py --quick       # n = 24: a smoke test (seconds)
+    python benchmarks/auto_clustering.py --programs small   # every program of programs.py
 
 The kernel integrates the turbulent kinetic energy (TKE) equation of an ocean model the way
 Veros' NumPy backend does (and the pyhpc-benchmarks "tke" kernel after it): vertical mixing
@@ -17,6 +18,10 @@ Contenders, in one process, interleaved (round-robin), medians of the repeats:
   clusters) is not timed, and its clustering report is printed;
 * ``must-compile``: ``nbxla.jit(kernel)``: shown with the reason it refuses.
 
+``--programs SIZE`` runs every program of ``benchmarks/programs.py`` (issue 17's real-program
+shapes; ``--programs-file`` names another copy) eagerly and under ``mode="auto"``, side by
+side, and prints the ratio (target: >= 0.95x NumPy for each, on calls after the first).
+
 Every contender gets fresh copies of the inputs per call (the kernel writes into ``tke`` and
 ``dtke``, as Veros does); results are checked against NumPy's.  Timings are printed, never
 asserted.
@@ -25,8 +30,11 @@ asserted.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -209,6 +217,41 @@ def _check(fn, inputs, reference) -> str:
     return "ok" if ok else "MISMATCH"
 
 
+def _leaves(value):
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def run_programs(path: Path, size: str, repeats: int) -> None:
+    """Each program of benchmarks/programs.py: eager NumPy vs mode="auto", interleaved."""
+    import nbxla
+    if not path.exists():
+        print(f"{path} is not here (issue 17 adds it): nothing to run")
+        return
+    spec = importlib.util.spec_from_file_location("programs", path)
+    programs = sys.modules["programs"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(programs)
+    print(f"benchmarks/programs.py ({size}) under mode='auto', medians of {repeats} calls "
+          "after the first")
+    print(f"{'program':<16}{'NumPy ms':>10}{'auto ms':>10}{'x NumPy':>9}  check  clusters")
+    for name, build in programs.PROGRAMS.items():
+        program = build(size)
+        auto = nbxla.jit(program.fn, mode="auto")
+        want = program.fn(*program.inputs)
+        got = auto(*program.inputs)
+        ok = all(np.allclose(g, w, rtol=1e-6, atol=1e-9) for g, w in zip(_leaves(got), _leaves(want)))
+        times = {"numpy": [], "auto": []}
+        for r in range(repeats):
+            for label, fn in ((("numpy", program.fn), ("auto", auto))[::1 if r % 2 else -1]):
+                start = time.perf_counter()
+                fn(*program.inputs)
+                times[label].append(time.perf_counter() - start)
+        t_np, t_auto = (statistics.median(times[k]) for k in ("numpy", "auto"))
+        print(f"{name:<16}{t_np * 1e3:>10.2f}{t_auto * 1e3:>10.2f}{t_np / t_auto:>9.2f}  "
+              f"{'ok' if ok else 'MISMATCH':<5}  {auto.last_report.headline()}")
+
+
 def main(argv=None) -> None:
     import nbxla
     from nbxla.errors import NbxlaError
@@ -216,7 +259,13 @@ def main(argv=None) -> None:
     parser.add_argument("--n", type=int, default=200, help="grid size: (n, n, 40) (default 200)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="n = 24, 2 repeats")
+    parser.add_argument("--programs", choices=["small", "medium"],
+                        help="run benchmarks/programs.py's programs instead of the TKE kernel")
+    parser.add_argument("--programs-file", type=Path,
+                        default=Path(__file__).resolve().parent / "programs.py")
     args = parser.parse_args(argv)
+    if args.programs:
+        return run_programs(args.programs_file, args.programs, args.repeats)
     if solve_banded is None:
         raise SystemExit("this benchmark needs SciPy: pip install scipy")
     n, repeats = (24, 2) if args.quick else (args.n, args.repeats)

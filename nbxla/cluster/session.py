@@ -38,6 +38,14 @@ from .lazy import LazyArray
 # Python and a compiled run about as much per cluster; at about a nanosecond per element and
 # operation for NumPy, smaller clusters cannot win back what recording them cost.
 MIN_CLUSTER_WORK = 1 << 17
+# Cluster size (like TensorFlow's --tf_xla_max_cluster_size): compile time grows with the
+# graph, and a time loop without breaks would otherwise be one graph of every step.  Past
+# SOFT_MAX_OPS a cluster ends where it began, at the same source line (in a loop: the
+# clusters then hold whole iterations and repeat one structure, compiled once); past twice
+# that, where the source jumps back (the first cluster of a loop begins before it); past
+# HARD_MAX_OPS, anyway.
+SOFT_MAX_OPS = 256
+HARD_MAX_OPS = 1024
 # Plain NumPy arrays (not stand-ins) entering a pending graph are copied first: the user may
 # write into them before the graph runs.  Smaller ones become constants of the cluster.
 MAX_CONSTANT_ELEMENTS = 64
@@ -171,6 +179,17 @@ def _storing_item() -> bool:
         return False
     code = frame.f_code.co_code
     return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _STORE_SUBSCR
+
+
+def _same_line(a: SourceLocation | None, b: SourceLocation | None) -> bool:
+    return a is not None and b is not None and (a.file, a.line) == (b.file, b.line)
+
+
+def _jumps_back(previous: SourceLocation | None, current: SourceLocation | None) -> bool:
+    """Does ``current`` come before ``previous`` in the same file (a loop's next iteration,
+    or a call to a helper defined above)?"""
+    return previous is not None and current is not None and previous.file == current.file \
+        and current.line < previous.line
 
 
 def flatten(tree, leaves):
@@ -355,8 +374,14 @@ class Session:
         if isinstance(ufunc, np.ufunc) and not op_label(ufunc).startswith("np."):
             raise _Unsupported(f"{op_label(ufunc)} is not a NumPy ufunc: nbxla has no lowering "
                                "for it")
-        ctx = self._context()
         location = self.location()
+        n = len(self.ops)
+        if n >= SOFT_MAX_OPS and (n >= HARD_MAX_OPS or (
+                _same_line(self.ops[0].location, location) and       # (its first operation)
+                not _same_line(self.ops[-1].location, location)) or (
+                n >= 2 * SOFT_MAX_OPS and _jumps_back(self.ops[-1].location, location))):
+            self.flush()                     # a size cap, not a graph break
+        ctx = self._context()
         inputs = {id(x): self.tracer_of(x) for x in lazies}
         in_tracers = {id(t): x for x, t in ((x, inputs[id(x)]) for x in lazies)}
 

@@ -391,3 +391,26 @@ def test_writing_a_pending_value_into_a_small_numpy_array_is_a_named_break():
     assert_same(f(x), program(x))
     (b,) = f.last_report.breaks
     assert "written into a NumPy array" in b.reason and b.line == line_of(program, "out[:] = y[:4]")
+
+
+def test_a_long_loop_is_cut_into_clusters_of_whole_iterations_compiled_once(monkeypatch):
+    from nbxla.cluster import session
+    monkeypatch.setattr(session, "SOFT_MAX_OPS", 20)
+    monkeypatch.setattr(session, "HARD_MAX_OPS", 80)
+
+    def program(a, steps):
+        a = a * 1.0
+        for _ in range(steps):
+            b = np.sqrt(a * a + 1.0)
+            a = b * 0.5 - a[::-1] * 0.25
+        return a
+
+    (x,) = rng_arrays(64)
+    cache = CompilationCache()
+    f = AutoFunction(program, cache=cache, min_work=1)
+    assert_same(f(x, 30), program(x, 30))
+    report = f.last_report
+    assert not report.breaks and len(report.clusters) <= 4
+    assert max(c.ops for c in report.clusters) < session.HARD_MAX_OPS
+    assert any(c.runs >= 3 for c in report.clusters)      # whole iterations, reused
+    assert cache.misses == len(report.compiled_clusters)
