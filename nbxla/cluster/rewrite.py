@@ -7,6 +7,10 @@ auto-clustered function's (or cell's) syntax tree is rewritten once so that ever
 result passes through ``hook``, which wraps large arrays as concrete stand-ins: work on them
 is recorded, and writes into them (``out[1:] = y``) stay in the graph.  Only the function
 itself is rewritten, not the functions it calls; results those return are wrapped here.
+
+The same rewrite binds each local of the function's body to None after the last top-level
+statement that mentions it (``release_dead_locals``), so that graph breaks do not compute
+values no one will read.
 """
 
 from __future__ import annotations
@@ -46,6 +50,43 @@ def rewrite_tree(tree: ast.AST) -> ast.AST:
     return ast.fix_missing_locations(_WrapCalls().visit(tree))
 
 
+_INTROSPECTION = {"locals", "vars", "eval", "exec", "globals", "dir"}
+
+
+def release_dead_locals(defn: ast.FunctionDef, cellvars) -> None:
+    """After the last top-level statement that mentions a local, bind it to None.
+
+    A pending value is computed at a graph break only if something still holds it; a local
+    the function never reads again would otherwise make every break write it out (a hand
+    split would not).  Only locals of this function's own body count (not ones a nested
+    function or comprehension shares: ``cellvars``), and nothing is done in functions that
+    look at their own locals (``locals()``, ``eval``...) or are generators."""
+    walk = list(ast.walk(defn))
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in walk) or \
+            any(isinstance(n, ast.Name) and n.id in _INTROSPECTION for n in walk):
+        return
+    declared = {name for n in walk if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+    args = defn.args
+    params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+    params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    stored = {n.id for n in walk if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    candidates = (stored | params) - declared - set(cellvars)
+    last: dict[str, int] = {}
+    for i, stmt in enumerate(defn.body):
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Name) and n.id in candidates:
+                last[n.id] = i
+    body = []
+    for i, stmt in enumerate(defn.body):
+        body.append(stmt)
+        dead = sorted(name for name, k in last.items() if k == i)
+        if dead and i < len(defn.body) - 1 and not isinstance(stmt, (ast.Return, ast.Raise)):
+            release = ast.Assign([ast.Name(name, ast.Store()) for name in dead],
+                                 ast.Constant(None))
+            body.append(ast.copy_location(release, stmt))
+    defn.body = body
+
+
 def instrument(fn):
     """``fn`` with its calls' results hooked, or None when its source is not available
     (builtins, lambdas in expressions, functions made by exec without a file)."""
@@ -66,6 +107,7 @@ def instrument(fn):
     if not isinstance(defn, (ast.FunctionDef, ast.AsyncFunctionDef)) or defn.name != fn.__name__:
         return None
     defn.decorator_list = []
+    release_dead_locals(defn, code.co_cellvars)
     ast.increment_lineno(tree, first - 1)       # tracebacks and reports keep the real lines
     # def outer(hook, *free variables): def fn(...): ...; return fn  -- the inner function's
     # free variables are then the original's plus the hook, bound from the original closure.

@@ -267,6 +267,7 @@ class Session:
     def _reset(self):
         self.ctx: TraceContext | None = None
         self.members: list = []          # weakrefs to LazyArrays with a node in this epoch's graph
+        self.held: list = []             # the concrete ones among them, held until the flush
         self.params: list = []           # entry parameter i <- this array
         self.plain: dict[int, Tracer] = {}   # id(plain array) -> its parameter (same array, same node)
         self.keep: list = []             # the plain arrays above, kept alive so ids stay unique
@@ -308,6 +309,10 @@ class Session:
             root = root.view.base
         x._tracer, x._entry, x._epoch = tracer, (root, root.version), self.epoch
         self.members.append(weakref.ref(x))
+        if x._value is not None:
+            # A concrete array written in the graph must get its new values even when no
+            # Python name holds its stand-in any more (its memory may be the caller's).
+            self.held.append(x)
         return tracer
 
     def tracer_of(self, x: LazyArray) -> Tracer:

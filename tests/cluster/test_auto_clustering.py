@@ -414,3 +414,32 @@ def test_a_long_loop_is_cut_into_clusters_of_whole_iterations_compiled_once(monk
     assert max(c.ops for c in report.clusters) < session.HARD_MAX_OPS
     assert any(c.runs >= 3 for c in report.clusters)      # whole iterations, reused
     assert cache.misses == len(report.compiled_clusters)
+
+
+def test_locals_not_read_again_are_not_computed_at_a_break():
+    def program(x):
+        a = np.exp(x)
+        b = a * 2.0                              # last use of a
+        c = b + 1.0                              # last use of b
+        s = float(c.sum())                       # the break: only c (and the sum) are needed
+        return c * s
+
+    (x,) = rng_arrays(1000)
+    f = auto(program)
+    assert_same(f(x), program(x))
+    first = f.last_report.clusters[0]
+    assert len(first.compilation.hlo.entry.root.operands) == 2     # c and its sum, not a, b
+
+
+def test_an_array_written_in_place_and_then_dropped_still_gets_the_write():
+    def program(x):
+        buf = np.zeros_like(x)                   # a stand-in (a call's large result)
+        view = buf[1:]
+        view += x[:-1]                           # a write through a view...
+        del view                                 # ...whose names are then gone
+        out = buf
+        del buf
+        return float(out.sum())
+
+    (x,) = rng_arrays(300)
+    assert auto(program)(x) == pytest.approx(program(x), rel=1e-12)
