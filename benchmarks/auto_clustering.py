@@ -284,7 +284,7 @@ def main(argv=None) -> None:
         contenders["must-compile"] = must
         refused = None
     except NbxlaError as e:
-        refused = str(e).splitlines()[0]
+        refused = f"{type(e).__name__}: {getattr(e, 'bare_message', str(e))[:100]}..."
 
     samples = {name: [] for name in contenders}
     names = list(contenders)

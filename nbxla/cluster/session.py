@@ -466,7 +466,9 @@ class Session:
         cargs, ckwargs = tree_map((tuple(args), kwargs),
                               lambda x: concrete[id(x)] if isinstance(x, LazyArray) else x)
         result = fn(*cargs, **ckwargs)
-        self.log.eager_work += max([_size(x) for x in lazies], default=0)
+        arrays = [r for r in flatten(result, []) if isinstance(r, np.ndarray)]
+        if not arrays or any(r.base is None for r in arrays):     # (views cost no work)
+            self.log.eager_work += max([_size(x) for x in lazies], default=0)
         owners = {id(x._value): x for x in lazies}
 
         def wrap(r):
