@@ -101,7 +101,6 @@ def tke_kernel(u, v, w, maskU, maskV, maskW, dxt, dxu, dyt, dyu, dzt, dzw, cost,
     tau, taup1, taum1 = 0, 1, 2
     dt_tke, dt_tracer, AB_eps = 1.0, 1.0, 0.1
     alpha_tke, c_eps, K_h_tke = 1.0, 0.7, 2000.0
-    nz = maskU.shape[2]
 
     sqrttke = np.sqrt(np.maximum(0.0, tke[:, :, :, tau]))
 

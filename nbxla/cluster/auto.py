@@ -50,7 +50,9 @@ def _run(session: Session, call: Callable):
         if collecting:
             gc.enable()
     session.flush()
-    return session.unwrap(result)
+    if type(result) is LazyArray or isinstance(result, (tuple, list, dict)):
+        return session.unwrap(result)
+    return result
 
 
 class AutoFunction:
@@ -59,38 +61,50 @@ class AutoFunction:
     def __init__(self, fn: Callable, device: str = "cpu", cache=None, min_work: int = MIN_CLUSTER_WORK):
         functools.update_wrapper(self, fn)
         self.fn, self.device, self.cache, self.min_work = fn, device, cache, min_work
-        self.last_report: ClusterReport | None = None
-        self.last_compilation = None     # of its largest compiled cluster (for %xla_ir)
-        self._source = None
-        self._instrumented = None
+        self._log = self._report = self._source = self._instrumented = None
 
     def __call__(self, *args, **kwargs):
-        if any(isinstance(x, LazyArray) for x in _leaves((args, kwargs))):
+        session = Session(self.__name__, self.device, self.cache, min_work=self.min_work)
+        # (The common call, arrays and scalars as positional arguments, in one cheap pass.)
+        simple = not kwargs and all(type(a) is not tuple and type(a) is not list and
+                                    type(a) is not dict for a in args)
+        leaves = args if simple else _leaves((args, kwargs))
+        if any(isinstance(x, LazyArray) for x in leaves):
             return self.fn(*args, **kwargs)      # inside another auto run: part of its graph
-        session = Session(getattr(self.fn, "__name__", "fn"), self.device, self.cache,
-                          min_work=self.min_work)
-        args, kwargs = _wrap_args(session, (args, kwargs))
+        if simple:
+            args = tuple(session.wrap(a) if type(a) is np.ndarray and a.size >= self.min_work
+                         else a for a in args)
+        else:
+            args, kwargs = _wrap_args(session, (args, kwargs))
         if self._instrumented is None:      # once: results of its calls become stand-ins
             self._instrumented = instrument(self.fn) or self.fn
         fn = self._instrumented
         try:
             return _run(session, lambda: fn(*args, **kwargs))
         finally:
-            self.last_report = self._report(session)
-            compiled = [c for c in self.last_report.clusters if c.compiled]
-            if compiled:
-                self.last_compilation = max(compiled, key=lambda c: c.work).compilation
+            self._log, self._report = session.log, None
 
-    def _report(self, session: Session) -> ClusterReport:
-        if self._source is None:           # (read once: the report is made on every call)
-            self._source = (None, 1, None)
-            try:
-                lines, first = inspect.getsourcelines(self.fn)
-                self._source = ([ln.rstrip("\n") for ln in lines], first,
-                                inspect.getsourcefile(self.fn))
-            except (OSError, TypeError):
-                pass
-        return build_report(session.log, session.min_work, *self._source)
+    @property
+    def last_report(self) -> ClusterReport | None:
+        """The clustering report of the last call (made when first asked for)."""
+        if self._report is None and self._log is not None:
+            if self._source is None:
+                self._source = (None, 1, None)
+                try:
+                    lines, first = inspect.getsourcelines(self.fn)
+                    self._source = ([ln.rstrip("\n") for ln in lines], first,
+                                    inspect.getsourcefile(self.fn))
+                except (OSError, TypeError):
+                    pass
+            self._report = build_report(self._log, self.min_work, *self._source)
+        return self._report
+
+    @property
+    def last_compilation(self):
+        """The largest compiled cluster of the last call (for ``%xla_ir``), or None."""
+        report = self.last_report
+        compiled = [c for c in report.clusters if c.compiled] if report else []
+        return max(compiled, key=lambda c: c.work).compilation if compiled else None
 
     def __get__(self, obj, objtype=None):
         return self if obj is None else functools.partial(self, obj)

@@ -17,6 +17,9 @@ writes into concrete arrays land in them (in program order), and views stay view
 
 from __future__ import annotations
 
+import dis
+import linecache
+import operator
 import os
 import sys
 import sysconfig
@@ -26,17 +29,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..compiler import compile_module
 from ..errors import NbxlaError, TraceError
 from ..frontend.context import TraceContext
 from ..frontend.tracer import Tracer
 from ..hlo import Module, Shape, SourceLocation, from_numpy_dtype
+from ..hlo.ir import Computation
+from ..runtime.cache import DEFAULT_CACHE, CacheKey
 from .lazy import LazyArray
 
 # Cost model: an operation on concrete arrays starts a cluster only when it touches at least
 # this many elements; a cluster whose work (elements read or written by its NumPy-level
-# operations, summed) is below this, or that is one operation, runs eagerly.  Recording costs tens of microseconds per operation in
-# Python and a compiled run about as much per cluster; at about a nanosecond per element and
-# operation for NumPy, smaller clusters cannot win back what recording them cost.
+# operations, summed) is below this, or that is one operation, runs eagerly.  Recording
+# costs tens of microseconds per operation in Python and a compiled run about as much per
+# cluster; at about a nanosecond per element and operation for NumPy, smaller clusters
+# cannot win back what recording them cost.
 MIN_CLUSTER_WORK = 1 << 17
 # Cluster size (like TensorFlow's --tf_xla_max_cluster_size): compile time grows with the
 # graph, and a time loop without breaks would otherwise be one graph of every step.  Past
@@ -54,7 +61,7 @@ _NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.se
 _LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in
                        (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                         sysconfig.get_paths()["platlib"], os.path.dirname(np.__file__))})
-_STORE_SUBSCR = __import__("dis").opmap["STORE_SUBSCR"]
+_STORE_SUBSCR = dis.opmap["STORE_SUBSCR"]
 _WRITING_FUNCTIONS = frozenset({np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
                                 np.put_along_axis})
 # Views cost nothing in NumPy: on concrete arrays they run eagerly (and stay views).
@@ -141,7 +148,6 @@ def user_location(filename_display=None, line_offsets=None) -> SourceLocation | 
         if not filename.startswith(_NBXLA_DIR) and not filename.startswith(_LIBRARY_DIRS) \
                 and not filename.startswith("<frozen"):
             shown = filename_display(filename) if filename_display else None
-            import linecache
             return SourceLocation(shown or filename,
                                   frame.f_lineno - (line_offsets or {}).get(filename, 0), None,
                                   frame.f_code.co_name, linecache.getline(filename, frame.f_lineno) or None)
@@ -251,7 +257,6 @@ class Session:
 
     def __init__(self, name: str, device: str = "cpu", cache=None, filename_display=None,
                  line_offsets=None, min_work: int = MIN_CLUSTER_WORK):
-        from ..runtime.cache import DEFAULT_CACHE
         self.name, self.device = name, device
         self.cache = cache or DEFAULT_CACHE
         self.filename_display, self.line_offsets = filename_display, line_offsets or {}
@@ -261,7 +266,7 @@ class Session:
         # Set when the run has ended: stand-ins that escaped it (in a global, an object's
         # attribute) then compute eagerly, so nothing stays pending with no flush to come.
         self.closed = False
-        self.owners = weakref.WeakValueDictionary()    # id(array) -> the stand-in holding it
+        self.owners = None               # id(array) -> the stand-in holding it (weak), once needed
         self._reset()
 
     def _reset(self):
@@ -281,13 +286,18 @@ class Session:
 
     def wrap(self, array: np.ndarray) -> LazyArray:
         x = LazyArray(self, array)
-        self.owners[id(array)] = x
+        self._own(x, array)
         return x
+
+    def _own(self, x: LazyArray, array: np.ndarray) -> None:
+        if self.owners is None:
+            self.owners = weakref.WeakValueDictionary()
+        self.owners[id(array)] = x
 
     def adopt(self, array: np.ndarray):
         """A NumPy array that came back from a call: the stand-in already holding it, a new
         stand-in when it is large, else the array itself."""
-        owner = self.owners.get(id(array))
+        owner = self.owners.get(id(array)) if self.owners is not None else None
         if owner is not None and owner._value is array:
             return owner
         return self.wrap(array) if array.size >= self.min_work else array
@@ -521,7 +531,7 @@ class Session:
         for x in views:                      # created after their bases: bases are done
             x._value = x._root[1](x._root[0]._value)
         for x in roots + views:
-            self.owners[id(x._value)] = x
+            self._own(x, x._value)
         for x in members:
             x._tracer = x._entry = x._slot = None
         self.epoch += 1
@@ -539,7 +549,6 @@ class Session:
             self._replay(roots, run)
             return run
         module = self._module(roots)
-        from ..runtime.cache import CacheKey
         key = CacheKey("nbxla.cluster", fingerprint(module.entry), self.device)
         run = ClusterRun(key, len(ops), work, lines, True)
         refused = _REFUSED.get(key)
@@ -584,7 +593,6 @@ class Session:
         return module
 
     def _compile(self, key, module):
-        from ..compiler import compile_module
         signature = tuple(("array", p.shape, p.dtype.str) for p in self.params)
         start = time.perf_counter()
         entry, hit = self.cache.get_or_compile(
@@ -632,7 +640,6 @@ def fingerprint(comp, memo=None) -> tuple:
     """The structure of a computation (opcodes, shapes, operand positions, attributes and
     constants; not names or source lines), as a hashable key: the same NumPy program on
     the same shapes and dtypes gives the same fingerprint, and nothing else does."""
-    from ..hlo.ir import Computation
     memo = {} if memo is None else memo
     if id(comp) in memo:
         return memo[id(comp)]
@@ -654,7 +661,7 @@ def fingerprint(comp, memo=None) -> tuple:
                       tuple(attrs)))
     memo[id(comp)] = result = (tuple(parts), position[id(comp.root)])
     return result
-_GETITEM = __import__("operator").getitem
+_GETITEM = operator.getitem
 
 
 def _reachable(root) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.ipython_util import run, shell  # noqa: F401  (fixture)
+from tests.ipython_util import run, shell  # noqa: F401,F811  (fixture)
 
 from nbxla.cluster import MIN_CLUSTER_WORK
 
