@@ -161,8 +161,11 @@ class CompiledFunction:
                 if hit is not None:             # the cache has evicted since: do not pin it
                     self._fast.clear()
         leaves = tree_flatten((args, kwargs))[0]
-        if any(isinstance(leaf, Tracer) for leaf in leaves):
-            return self.fn(*args, **kwargs)     # called while tracing (%%xla, another jit): inline
+        if any(isinstance(leaf, Tracer) or getattr(type(leaf), "nbxla_stand_in", False)
+               for leaf in leaves):
+            # Called while tracing (%%xla, another jit), or from an auto-clustered run with
+            # its stand-in arrays: inline, the body joins the caller's graph.
+            return self.fn(*args, **kwargs)
         compiled, leaves, entry = self._lookup(args, kwargs)
         runner = _fast_runner(compiled, len(args))
         # (Compiled from distinct arguments, a program that writes none of them is right for

@@ -57,6 +57,7 @@ class LazyArray:
     """A NumPy array whose value may not have been computed yet (see the module docstring)."""
 
     __array_priority__ = 1000
+    nbxla_stand_in = True        # (what nbxla.jit looks for to inline a call into the graph)
     __slots__ = ("_session", "_value", "_tracer", "_epoch", "_entry", "_slot", "_root",
                  "__weakref__")
 
