@@ -12,6 +12,7 @@ first: that is a graph break.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -78,7 +79,7 @@ class LazyArray:
     shape = property(lambda self: tuple(self._meta().shape))
     dtype = property(lambda self: self._meta().dtype)
     ndim = property(lambda self: len(self._meta().shape))
-    size = property(lambda self: int(np.prod(self._meta().shape, dtype=np.int64)))
+    size = property(lambda self: math.prod(self._meta().shape))
     itemsize = property(lambda self: self._meta().dtype.itemsize)
     nbytes = property(lambda self: self.size * self._meta().dtype.itemsize)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dis
 import linecache
+import math
 import operator
 import os
 import sys
@@ -144,15 +145,26 @@ def user_location(filename_display=None, line_offsets=None) -> SourceLocation | 
     """The innermost frame of the user's code: outside nbxla, NumPy and installed libraries."""
     frame = sys._getframe(1)
     while frame is not None:
-        filename = frame.f_code.co_filename
+        code = frame.f_code
+        filename = code.co_filename
         if not filename.startswith(_NBXLA_DIR) and not filename.startswith(_LIBRARY_DIRS) \
                 and not filename.startswith("<frozen"):
-            shown = filename_display(filename) if filename_display else None
-            return SourceLocation(shown or filename,
-                                  frame.f_lineno - (line_offsets or {}).get(filename, 0), None,
-                                  frame.f_code.co_name, linecache.getline(filename, frame.f_lineno) or None)
+            key = (code, frame.f_lineno, filename_display)
+            location = _LOCATIONS.get(key)
+            if location is None:
+                shown = filename_display(filename) if filename_display else None
+                location = _LOCATIONS[key] = SourceLocation(
+                    shown or filename, frame.f_lineno - (line_offsets or {}).get(filename, 0),
+                    None, code.co_name, linecache.getline(filename, frame.f_lineno) or None)
+                if len(_LOCATIONS) > 100000:
+                    _LOCATIONS.clear()
+            return location
         frame = frame.f_back
     return None
+
+
+# (code object, line, display) -> SourceLocation: one per source line, not one per operation.
+_LOCATIONS: dict = {}
 
 
 def _library_caller() -> str | None:
@@ -211,20 +223,29 @@ def flatten(tree, leaves):
     return leaves
 
 
+_CONTAINERS = (tuple, list, dict)
+
+
 def tree_map(tree, fn):
     """``tree`` (nested tuples/lists/dicts) with ``fn`` applied to every leaf."""
-    if isinstance(tree, tuple) and not hasattr(tree, "_fields"):
-        return tuple(tree_map(item, fn) for item in tree)
-    if isinstance(tree, list):
+    kind = type(tree)
+    if kind is tuple:          # (the common case, flat arguments, without recursion)
+        return tuple([tree_map(item, fn) if type(item) in _CONTAINERS else fn(item)
+                      for item in tree])
+    if kind is dict:
+        return {k: tree_map(v, fn) if type(v) in _CONTAINERS else fn(v) for k, v in tree.items()}
+    if kind is list:
         return [tree_map(item, fn) for item in tree]
-    if isinstance(tree, dict):
-        return {k: tree_map(v, fn) for k, v in tree.items()}
+    if isinstance(tree, tuple) and not hasattr(tree, "_fields"):     # tuple subclasses
+        return tuple(tree_map(item, fn) for item in tree)
+    if isinstance(tree, (list, dict)):
+        return tree_map(dict(tree) if isinstance(tree, dict) else list(tree), fn)
     return fn(tree)
 
 
 def _size(x) -> int:
     shape = getattr(x, "shape", None)
-    return int(np.prod(shape, dtype=np.int64)) if shape is not None else 1
+    return math.prod(shape) if shape is not None else 1
 
 
 def _ufunc_name(ufunc: np.ufunc) -> str:
@@ -379,10 +400,10 @@ class Session:
         shapes = [tuple(x.shape) for x in leaves if isinstance(x, (LazyArray, np.ndarray))]
         if kind == "ufunc" and ufunc_method == "__call__":
             try:
-                return int(np.prod(np.broadcast_shapes(*shapes), dtype=np.int64))
+                return math.prod(np.broadcast_shapes(*shapes))
             except ValueError:
                 return 0          # NumPy will raise its own error, eagerly
-        return max((int(np.prod(s, dtype=np.int64)) for s in shapes), default=0)
+        return max((math.prod(s) for s in shapes), default=0)
 
     def _record(self, fn, args, kwargs, lazies, writes, ufunc_method):
         ufunc = fn if isinstance(fn, np.ufunc) else getattr(fn, "__self__", None)
@@ -432,7 +453,7 @@ class Session:
                 return owner
             if owner is not None:                   # np.positive(x) and the like: a new array
                 r = Tracer(ctx, r.instr)
-            work = max(work, int(np.prod(r.shape, dtype=np.int64)))
+            work = max(work, math.prod(r.shape))
             out = LazyArray(self)
             out._slot = _Slot()
             outs.append(out._slot)
