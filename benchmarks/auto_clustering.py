@@ -222,7 +222,7 @@ def _leaves(value):
     return [value]
 
 
-def run_programs(path: Path, size: str, repeats: int) -> None:
+def run_programs(path: Path, size: str, repeats: int, only: str = "") -> None:
     """Each program of benchmarks/programs.py: eager NumPy vs mode="auto", interleaved."""
     import nbxla
     if not path.exists():
@@ -235,6 +235,8 @@ def run_programs(path: Path, size: str, repeats: int) -> None:
           "after the first")
     print(f"{'program':<16}{'NumPy ms':>10}{'auto ms':>10}{'x NumPy':>9}  check  clusters")
     for name, build in programs.PROGRAMS.items():
+        if only and name not in only.split(","):
+            continue
         program = build(size)
         auto = nbxla.jit(program.fn, mode="auto")
         want = program.fn(*program.inputs)
@@ -262,9 +264,10 @@ def main(argv=None) -> None:
                         help="run benchmarks/programs.py's programs instead of the TKE kernel")
     parser.add_argument("--programs-file", type=Path,
                         default=Path(__file__).resolve().parent / "programs.py")
+    parser.add_argument("--only", default="", help="with --programs: a comma-separated subset")
     args = parser.parse_args(argv)
     if args.programs:
-        return run_programs(args.programs_file, args.programs, args.repeats)
+        return run_programs(args.programs_file, args.programs, args.repeats, args.only)
     if solve_banded is None:
         raise SystemExit("this benchmark needs SciPy: pip install scipy")
     n, repeats = (24, 2) if args.quick else (args.n, args.repeats)

@@ -71,6 +71,10 @@ _VIEW_FUNCTIONS = frozenset({np.reshape, np.transpose, np.swapaxes, np.moveaxis,
                              np.atleast_2d, np.atleast_3d, np.real, np.imag})
 _VIEW_METHODS = frozenset({"T", "mT", "real", "imag", "reshape", "transpose", "swapaxes",
                            "squeeze", "ravel", "diagonal"})
+# Products are BLAS calls either way, with nothing to fuse into them: on concrete arrays they
+# run eagerly (NumPy's own broadcasting of batched products is also better than ours).
+_PRODUCTS = frozenset({np.matmul, np.dot, np.einsum, np.tensordot, np.inner, np.outer,
+                       np.vdot, np.kron})
 
 
 class _OpContext(TraceContext):
@@ -387,8 +391,9 @@ class Session:
         if self.closed:
             return self._eager(fn, args, kwargs, lazies, writes, None)
         if not any(self.pending(x) for x in lazies):
-            if kind in ("getitem", "setitem") or fn in _VIEW_FUNCTIONS or \
+            if kind in ("getitem", "setitem") or fn in _VIEW_FUNCTIONS or fn in _PRODUCTS or \
                     getattr(fn, "name", None) in _VIEW_METHODS or \
+                    getattr(fn, "name", None) == "dot" or \
                     self._estimate(fn, leaves, kind, ufunc_method) < self.min_work:
                 return self._eager(fn, args, kwargs, lazies, writes, None)
         try:
