@@ -394,14 +394,15 @@ class Session:
             if kind in ("getitem", "setitem") or fn in _VIEW_FUNCTIONS or fn in _PRODUCTS or \
                     getattr(fn, "name", None) in _VIEW_METHODS or \
                     getattr(fn, "name", None) == "dot" or \
-                    self._estimate(fn, leaves, kind, ufunc_method) < self.min_work:
+                    self._estimate(leaves, kind, ufunc_method) < self.min_work:
                 return self._eager(fn, args, kwargs, lazies, writes, None)
         try:
             return self._record(fn, args, kwargs, lazies, writes, ufunc_method)
         except _Unsupported as e:
             return self._eager(fn, args, kwargs, lazies, writes, str(e))
 
-    def _estimate(self, fn, leaves, kind, ufunc_method) -> int:
+    def _estimate(self, leaves, kind, ufunc_method) -> int:
+        """Elements an operation on concrete arrays touches (its output's, for a ufunc)."""
         shapes = [tuple(x.shape) for x in leaves if isinstance(x, (LazyArray, np.ndarray))]
         if kind == "ufunc" and ufunc_method == "__call__":
             try:
