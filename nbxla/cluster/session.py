@@ -584,19 +584,26 @@ class Session:
                 compilation, compile_ms = self._compile(key, module)
             except NbxlaError as e:
                 refused = _REFUSED[key] = f"the compiler refused it: {e}"
+            except Exception as e:      # a compiler bug must not stop a program NumPy runs
+                refused = _REFUSED[key] = f"the compiler failed ({type(e).__name__}: {e})"
+        if refused is None:
+            run.compilation, run.compile_ms = compilation, compile_ms
+            facts = _FACTS.get(key)
+            if facts is None:       # (the fusion report walks the module: once per cluster)
+                facts = _FACTS[key] = (_reachable(module.entry.root),
+                                       compilation.fusion_report.kernels_after)
+            run.hlo_instructions, run.kernels = facts
+            start = time.perf_counter()
+            try:                        # (it only reads the inputs: on failure, replay)
+                outputs = [o if isinstance(o, np.ndarray) else o.get() if hasattr(o, "get")
+                           else np.asarray(o)                               # (CUDA: CuPy)
+                           for o in compilation.executable.run(list(self.params))]
+            except Exception as e:
+                refused = _REFUSED[key] = f"running it failed ({type(e).__name__}: {e})"
         if refused is not None:
             run.compiled, run.why_eager = False, refused
             self._replay(roots, run)
             return run
-        run.compilation, run.compile_ms = compilation, compile_ms
-        facts = _FACTS.get(key)
-        if facts is None:       # (the fusion report walks the module: once per cluster)
-            facts = _FACTS[key] = (_reachable(module.entry.root),
-                                   compilation.fusion_report.kernels_after)
-        run.hlo_instructions, run.kernels = facts
-        start = time.perf_counter()
-        outputs = [o if isinstance(o, np.ndarray) else o.get() if hasattr(o, "get") else np.asarray(o)
-                   for o in compilation.executable.run(list(self.params))]     # (CUDA: CuPy)
         run.run_ms = (time.perf_counter() - start) * 1e3
         for x, value in zip(roots, outputs):
             if x._value is None:
