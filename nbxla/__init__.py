@@ -22,7 +22,7 @@ def _call_on_dask(fn, args, kwargs):
 register_array_adapter(_is_dask_collection, _call_on_dask)
 
 __all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "ConcretizationError",
-           "cache", "dashboard", "grad", "value_and_grad", "GradientTape", "random"]
+           "cache", "dashboard", "grad", "value_and_grad", "GradientTape", "random", "explain"]
 
 
 def __getattr__(name):
@@ -32,6 +32,14 @@ def __getattr__(name):
         import importlib
         return importlib.import_module(".aot", __name__)
     raise AttributeError(f"module 'nbxla' has no attribute {name!r}")
+
+
+def explain(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` with auto-clustering and return the clustering report:
+    clusters (ops, kernels, source lines, compile time, runs), graph breaks with their reasons
+    and lines, and the fraction of array work that ran compiled (``nbxla.cluster.explain``)."""
+    from .cluster import explain as run
+    return run(fn, *args, **kwargs)
 
 
 def dashboard(cache=None):

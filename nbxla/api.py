@@ -135,7 +135,8 @@ def _paths(name: str, tree) -> list[str]:
 class CompiledFunction:
     """A function compiled per input signature; see ``jit``."""
 
-    def __init__(self, fn: Callable, device: str = "cpu", cache: CompilationCache | None = None):
+    def __init__(self, fn: Callable, device: str = "cpu", cache: CompilationCache | None = None,
+                 follow_auto_flag: bool = False):
         if not callable(fn):
             raise TypeError(f"nbxla.jit needs a function, not {type(fn).__name__}")
         functools.update_wrapper(self, fn)
@@ -154,6 +155,9 @@ class CompiledFunction:
         # Set once tracing needed a captured array's values (a constant mask): captured arrays
         # are then compile-time constants keyed by their contents (see captures.BakedArray).
         self._bake_captures = False
+        # Made without an explicit mode: NBXLA_FLAGS=--auto_jit switches it to auto-clustering.
+        self.follow_auto_flag = follow_auto_flag
+        self._auto = None
         try:
             self._signature = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -228,6 +232,8 @@ class CompiledFunction:
         # lookup keyed by argument types, shapes and dtypes (and the captured values), and a
         # runner made for the entry.
         fast_key = tree = None
+        if current_flags().auto_jit and self.follow_auto_flag:
+            return self._auto_function()(*args, **kwargs)
         if not kwargs:
             try:
                 fast_key = (current_flags(), tuple([(type(a), a.shape, a.dtype) for a in args]),
@@ -250,8 +256,11 @@ class CompiledFunction:
                 if hit is not None:             # the cache has evicted since: do not pin it
                     self._fast.clear()
         leaves = tree_flatten((args, kwargs))[0]
-        if any(isinstance(leaf, Tracer) for leaf in leaves):
-            return self.fn(*args, **kwargs)     # called while tracing (%%xla, another jit): inline
+        if any(isinstance(leaf, Tracer) or getattr(type(leaf), "nbxla_stand_in", False)
+               for leaf in leaves):
+            # Called while tracing (%%xla, another jit), or from an auto-clustered run with
+            # its stand-in arrays: inline, the body joins the caller's graph.
+            return self.fn(*args, **kwargs)
         for claims, adapter in ARRAY_ADAPTERS:
             if any(claims(leaf) for leaf in leaves):
                 return adapter(self, args, kwargs)
@@ -286,6 +295,17 @@ class CompiledFunction:
             raise _memory_error(self.__name__, compiled) from None
 
     _nbxla_wraps = True             # (captures.py follows what a jit function calls into .fn)
+
+    def _auto_function(self):
+        if self._auto is None:
+            from .cluster import AutoFunction        # the auto-clustering layer, above this one
+            self._auto = AutoFunction(self.fn, self.device, self.cache)
+        return self._auto
+
+    @property
+    def last_report(self):
+        """The clustering report of the last auto-clustered call (NBXLA_FLAGS=--auto_jit)."""
+        return self._auto.last_report if self._auto is not None else None
 
     def get_compiler_ir(self, *args, device: str | None = None, **kwargs) -> Callable[..., str]:
         """Like TensorFlow's ``experimental_get_compiler_ir``: ``f.get_compiler_ir(x)(stage='hlo')``."""
@@ -340,11 +360,23 @@ def _module_name(fn) -> str:
     return name if name.isidentifier() else "lambda_fn"
 
 
-def jit(fn: Callable | None = None, *, device: str = "cpu", cache: CompilationCache | None = None):
-    """Compile ``fn``; usable as ``@jit``, ``@jit(device='cuda')`` or ``jit(fn, device=...)``."""
+def jit(fn: Callable | None = None, *, device: str = "cpu", cache: CompilationCache | None = None,
+        mode: str | None = None):
+    """Compile ``fn``; usable as ``@jit``, ``@jit(device='cuda')`` or ``jit(fn, device=...)``.
+
+    ``mode="compile"`` compiles the whole function or refuses it (like ``jit_compile=True``);
+    ``mode="auto"`` runs it with auto-clustering (``nbxla.cluster``): it always runs, the parts
+    that can be compiled are, the rest runs eagerly.  Without ``mode``, ``compile`` unless
+    ``NBXLA_FLAGS`` has ``--auto_jit``.
+    """
+    if mode not in (None, "compile", "auto"):
+        raise ValueError(f"nbxla.jit: mode must be 'compile' or 'auto', not {mode!r}")
     if fn is None:
-        return lambda f: CompiledFunction(f, device, cache)
-    return CompiledFunction(fn, device, cache)
+        return lambda f: jit(f, device=device, cache=cache, mode=mode)
+    if mode == "auto":
+        from .cluster import AutoFunction            # the auto-clustering layer, above this one
+        return AutoFunction(fn, device, cache)
+    return CompiledFunction(fn, device, cache, follow_auto_flag=mode is None)
 
 
 __all__ = ["jit", "CompiledFunction"]

@@ -1,5 +1,9 @@
 """``NBXLA_FLAGS``: XLA-style defaults from the environment (``--dump_to=DIR --device=cpu``;
-``--pass_timing`` prints where each compilation's time goes)."""
+``--pass_timing`` prints where each compilation's time goes).
+
+``--auto_jit`` (a switch) turns on auto-clustering for every ``%%xla`` cell and every
+``nbxla.jit`` function made without an explicit ``mode`` (like ``TF_XLA_FLAGS=--tf_xla_auto_jit``).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ class Flags:
     # Out-of-range traced indices: False raises NumPy's IndexError (a check after each run),
     # True clamps them into range as XLA does (no check).
     clamp_indices: bool = False
+    auto_jit: bool = False
 
 
 def _boolean(text: str) -> bool:
@@ -33,7 +38,8 @@ def _boolean(text: str) -> bool:
     raise FlagError(f"NBXLA_FLAGS: boolean flag value {text!r} must be true or false")
 
 
-_KNOWN = {"device": str, "dump_to": str, "pass_timing": _boolean, "clamp_indices": _boolean}
+_KNOWN = {"device": str, "dump_to": str, "pass_timing": _boolean, "clamp_indices": _boolean,
+          "auto_jit": _boolean}
 
 
 def parse_flags(text: str | None) -> Flags:
@@ -47,6 +53,11 @@ def parse_flags(text: str | None) -> Flags:
         name, value = item[2:].split("=", 1)
         if name not in _KNOWN:
             raise FlagError(f"unknown NBXLA_FLAGS flag --{name}; known: {', '.join('--' + k for k in _KNOWN)}")
+        if _KNOWN[name] is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise FlagError(f"NBXLA_FLAGS --{name} takes no value (or true/false), not {value!r}")
+            values[name] = value.lower() in ("true", "1")
+            continue
         values[name] = _KNOWN[name](value)
     return Flags(**values)
 

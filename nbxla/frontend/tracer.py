@@ -48,8 +48,18 @@ class View:
     def __init__(self, base: "Tracer", forward: Callable, backward: Callable | None,
                  strides: tuple[int, ...]):
         self.base, self.forward, self.backward = base, forward, backward
-        self.base_version = base.version
+        self.base_version = chain_versions(base)
         self.strides = strides
+
+
+def chain_versions(t: "Tracer") -> tuple[int, ...]:
+    """The versions of ``t`` and of every base above it: a view's value is stale exactly when
+    one of them changed (a view of a view must see writes to the outermost base too)."""
+    versions = [t.version]
+    while t.view is not None:
+        t = t.view.base
+        versions.append(t.version)
+    return tuple(versions)
 
 
 def c_strides(shape) -> tuple[int, ...]:
@@ -73,11 +83,11 @@ class Tracer:
     @property
     def instr(self) -> Instruction:
         v = self.view
-        if v is not None and (v.base_version != v.base.version or v.base.view is not None):
+        if v is not None and v.base_version != chain_versions(v.base):
             fresh = v.forward(v.base)        # the base changed since we were derived: re-derive
             if fresh._instr is not self._instr:
                 self._instr = fresh._instr
-            v.base_version = v.base.version
+            v.base_version = chain_versions(v.base)
         return self._instr
 
     def assign(self, value: "Tracer") -> None:
@@ -92,7 +102,7 @@ class Tracer:
                     "explicit with .copy()")
             base = self.view.base
             base.assign(self.view.backward(base, value))
-            self.view.base_version = base.version
+            self.view.base_version = chain_versions(base)
         self._instr = value.instr
         self.version += 1
 

@@ -22,10 +22,12 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from ..errors import NbxlaError, TraceError
+from ..flags import current_flags
 from ..cell import prepare_cell
 from ..cell_check import compare_times, verify
 from ..runtime.cache import DEFAULT_CACHE
 from ..runtime.cuda_executable import DeviceUnavailableError  # CUDA backend
+from ..runtime.executable import resolve_device
 from . import dashboard
 from .bench import bench
 from .cache_view import CacheTable
@@ -58,6 +60,7 @@ class XlaMagics(Magics):
         super().__init__(shell)
         self.last_compilation = None      # of the last %%xla cell, for %xla_ir
         self.last_source = None           # its text, line 1 being the %%xla line
+        self.last_report = None           # of the last %%xla --auto cell
 
     # ---- %%xla ------------------------------------------------------------------------------
 
@@ -73,6 +76,13 @@ class XlaMagics(Magics):
     @argument("--dump", metavar="DIR", help="write every stage to DIR/module_NNNN.<name>.<stage>.txt")
     @argument("--no-cache", action="store_true", dest="no_cache",
               help="compile afresh, neither using nor filling the compilation cache")
+    @argument("--auto", action="store_true",
+              help="auto-clustering: run the cell as Python, compile the array work that can be "
+                   "compiled, run the rest eagerly (default with NBXLA_FLAGS=--auto_jit)")
+    @argument("--compile", action="store_true", dest="must_compile",
+              help="compile the whole cell or refuse it, even with NBXLA_FLAGS=--auto_jit")
+    @argument("--explain", action="store_true",
+              help="with --auto: show the clustering report (clusters, graph breaks, fraction compiled)")
     @cell_magic
     @output_can_be_silenced
     def xla(self, line, cell):
@@ -81,7 +91,8 @@ class XlaMagics(Magics):
         Arrays the cell reads are inputs; Python scalars it reads are compile-time constants;
         names it binds are written back as NumPy arrays; the last expression is displayed.
         On a cache hit the cell's Python does not run again: print() and other side effects
-        happen only when the cell is compiled.
+        happen only when the cell is compiled.  With --auto the cell always runs as Python
+        (print and all), and only its array work is compiled, in clusters.
         """
         args = parse_argstring(self.xla, line)
         number = self._cell_number()
@@ -90,6 +101,10 @@ class XlaMagics(Magics):
         ns = self.shell.user_ns
         if _reads_dask(source, ns):
             return self._xla_dask(args, source, number, filename)
+        if args.explain and not args.auto and not current_flags().auto_jit:
+            raise UsageError("--explain reports auto-clustering: use it with --auto")
+        if args.auto or (current_flags().auto_jit and not args.must_compile):
+            return self._auto_cell(args, line, source, filename, number, ns)
         try:
             prepared = prepare_cell(source, ns, label=f"Cell In[{number}]", filename=filename,
                                     name=f"cell_{number}", device=args.device,
@@ -149,6 +164,35 @@ class XlaMagics(Magics):
         except Exception as e:
             self._presentable(e)
             raise
+
+    def _auto_cell(self, args, line, source, filename, number, ns):
+        """``%%xla --auto``: the cell runs as Python; its array work runs in compiled clusters."""
+        if args.stage or args.verify or args.compare or args.dump:
+            raise UsageError("--auto runs the cell as Python (it always gives NumPy's result): "
+                             "--stage/--verify/--compare/--dump are for compiled cells; use "
+                             "--explain, or %xla_ir after an --auto cell")
+        from ..cluster import run_cell
+        try:
+            value, report = run_cell(source, ns, filename, name=f"cell_{number}",
+                                     device=resolve_device(args.device or current_flags().device),
+                                     filename_display=self._display_name)
+        except SyntaxError as e:
+            e.filename = filename
+            error = CellSyntaxError(str(e))
+            lines = self.shell.SyntaxTB.structured_traceback(type(e), e, [])
+            error._render_traceback_ = lambda: lines
+            raise error from e
+        except Exception as e:
+            self._presentable(e)
+            raise
+        self.last_report = report
+        compiled = [c for c in report.clusters if c.compiled]
+        if compiled:
+            self.last_compilation = max(compiled, key=lambda c: c.work).compilation
+            self.last_source = f"%%xla {line}".rstrip() + source
+        if args.explain:
+            display(report)
+        return value
 
     # ---- %xla_ir, %xla_cache, %xla_bench ----------------------------------------------------
 

@@ -23,7 +23,7 @@ from hypothesis.extra import numpy as hnp
 
 import nbxla
 from nbxla.errors import NbxlaError
-from nbxla.frontend.rules import FUNCTIONS, UFUNCS
+from nbxla.frontend.registry import FUNCTIONS, UFUNCS
 
 from ..frontend_util import assert_same, jit, quiet
 

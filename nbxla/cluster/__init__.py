@@ -1,0 +1,15 @@
+"""Auto-clustering: run any NumPy code, compile the parts that can be compiled.
+
+``nbxla.jit(fn, mode="auto")``, ``%%xla --auto`` and ``NBXLA_FLAGS=--auto_jit``: the function
+or cell runs as ordinary Python; array work on stand-in arrays is recorded into a pending
+graph, which is compiled (and cached) or replayed eagerly whenever a concrete value is needed
+(a graph break).  ``nbxla.explain(fn, *args)`` reports the clusters and the breaks.
+See docs/auto_clustering.md.
+"""
+
+from .auto import AutoFunction, explain, run_cell
+from .lazy import LazyArray
+from .report import ClusterReport
+from .session import MIN_CLUSTER_WORK
+
+__all__ = ["AutoFunction", "explain", "run_cell", "LazyArray", "ClusterReport", "MIN_CLUSTER_WORK"]

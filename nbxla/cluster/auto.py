@@ -1,0 +1,163 @@
+"""``nbxla.jit(fn, mode="auto")``, ``nbxla.explain`` and auto-clustered notebook cells.
+
+The function (or cell) runs as ordinary Python, always, and gives NumPy's result.  Its large
+array arguments are handed in as stand-ins (``LazyArray``); array work on them is collected
+into clusters that are compiled and cached, everything else runs eagerly between them.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import gc
+import inspect
+from typing import Callable
+
+import numpy as np
+
+from .lazy import LazyArray
+from .report import ClusterReport, build_report
+from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
+from .session import MIN_CLUSTER_WORK, Session, flatten, tree_map
+
+
+def _wrap_args(session: Session, tree):
+    """Large NumPy arrays become stand-ins; small ones stay NumPy arrays (eager code on them
+    then costs nothing extra, and writes into them happen in place as usual)."""
+    def wrap(x):
+        if type(x) is np.ndarray and x.size >= session.min_work:
+            return session.wrap(x)
+        return x
+    return tree_map(tree, wrap)
+
+
+def _run(session: Session, call: Callable):
+    active = ACTIVE.set(session)
+    # Recording allocates many small objects (instructions, tracers): with the cyclic
+    # collector on, its full passes over everything nbxla holds (compiled programs, their
+    # modules) landed in the middle of recording, tens of ms per call.  Reference counting
+    # still frees what it can; cycles are collected when the run ends, as timeit does.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        result = call()
+    except BaseException:
+        session.flush()          # writes made before the exception land, as in NumPy
+        raise
+    finally:
+        session.closed = True
+        ACTIVE.reset(active)
+        if collecting:
+            gc.enable()
+    session.flush()
+    if type(result) is LazyArray or isinstance(result, (tuple, list, dict)):
+        return session.unwrap(result)
+    return result
+
+
+class AutoFunction:
+    """A function run with auto-clustering; ``last_report`` is its latest ``ClusterReport``."""
+
+    def __init__(self, fn: Callable, device: str = "cpu", cache=None, min_work: int = MIN_CLUSTER_WORK):
+        functools.update_wrapper(self, fn)
+        self.fn, self.device, self.cache, self.min_work = fn, device, cache, min_work
+        self._log = self._report = self._source = self._instrumented = None
+
+    def __call__(self, *args, **kwargs):
+        session = Session(self.__name__, self.device, self.cache, min_work=self.min_work)
+        # (The common call, arrays and scalars as positional arguments, in one cheap pass.)
+        simple = not kwargs and all(type(a) is not tuple and type(a) is not list and
+                                    type(a) is not dict for a in args)
+        leaves = args if simple else _leaves((args, kwargs))
+        if any(isinstance(x, LazyArray) for x in leaves):
+            return self.fn(*args, **kwargs)      # inside another auto run: part of its graph
+        if simple:
+            args = tuple(session.wrap(a) if type(a) is np.ndarray and a.size >= self.min_work
+                         else a for a in args)
+        else:
+            args, kwargs = _wrap_args(session, (args, kwargs))
+        if self._instrumented is None:      # once: results of its calls become stand-ins
+            self._instrumented = instrument(self.fn) or self.fn
+        fn = self._instrumented
+        try:
+            return _run(session, lambda: fn(*args, **kwargs))
+        finally:
+            self._log, self._report = session.log, None
+
+    @property
+    def last_report(self) -> ClusterReport | None:
+        """The clustering report of the last call (made when first asked for)."""
+        if self._report is None and self._log is not None:
+            if self._source is None:
+                self._source = (None, 1, None)
+                try:
+                    lines, first = inspect.getsourcelines(self.fn)
+                    self._source = ([ln.rstrip("\n") for ln in lines], first,
+                                    inspect.getsourcefile(self.fn))
+                except (OSError, TypeError):
+                    pass
+            self._report = build_report(self._log, self.min_work, *self._source)
+        return self._report
+
+    @property
+    def last_compilation(self):
+        """The largest compiled cluster of the last call (for ``%xla_ir``), or None."""
+        report = self.last_report
+        compiled = [c for c in report.clusters if c.compiled] if report else []
+        return max(compiled, key=lambda c: c.work).compilation if compiled else None
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else functools.partial(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<nbxla.jit {self.__name__} mode=auto device={self.device}>"
+
+
+def _leaves(tree):
+    return flatten(tree, [])
+
+
+def explain(fn: Callable, *args, **kwargs) -> ClusterReport:
+    """Run ``fn(*args, **kwargs)`` with auto-clustering and return its clustering report
+    (clusters, graph breaks with reasons and lines, the fraction of array work compiled)."""
+    auto = fn if isinstance(fn, AutoFunction) else AutoFunction(getattr(fn, "fn", fn))
+    auto(*args, **kwargs)
+    return auto.last_report
+
+
+# ---- cells ------------------------------------------------------------------------------------
+
+def run_cell(source: str, ns: dict, filename: str, name: str = "cell", device: str = "cpu",
+             filename_display=None, min_work: int = MIN_CLUSTER_WORK):
+    """Run a cell's source in ``ns`` with auto-clustering, as IPython would run it: names it
+    binds are bound in ``ns`` (as NumPy arrays), and the value of a last expression is
+    returned.  Returns ``(value, report)``; an exception propagates after writes made before
+    it have landed and the names bound so far are NumPy arrays again."""
+    tree = rewrite_tree(ast.parse(source, filename))
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec")
+    tail = compile(last, filename, "eval") if last is not None else None
+    session = Session(name, device, filename_display=filename_display, min_work=min_work)
+    read = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
+    for key in read:
+        if type(ns.get(key)) is np.ndarray and ns[key].size >= min_work:
+            ns[key] = session.wrap(ns[key])
+
+    def call():
+        exec(body, ns)
+        return eval(tail, ns) if tail is not None else None
+    ns[HOOK] = hook
+    try:
+        value = _run(session, call)
+    finally:
+        ns.pop(HOOK, None)
+        for key, value_now in list(ns.items()):
+            if isinstance(value_now, LazyArray) and value_now._session is session:
+                ns[key] = session.unwrap(value_now)
+            elif isinstance(value_now, (list, tuple, dict)) and key in read:
+                ns[key] = session.unwrap(value_now)
+        lines = source.split("\n")
+        report = build_report(session.log, session.min_work, lines, 1, filename)
+    return value, report

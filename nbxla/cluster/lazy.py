@@ -1,0 +1,201 @@
+"""``LazyArray``: the stand-in array of auto-clustering.
+
+A LazyArray is either *concrete* (it holds a NumPy array) or *pending* (its value is a node
+of the session's pending graph, a frontend ``Tracer``).  NumPy hands every ufunc and array
+function applied to one back to us (``__array_ufunc__`` / ``__array_function__``); operators,
+methods, indexing and item assignment are spelled in terms of those, so every operation
+goes through one place, ``Session.dispatch``, which records it into the pending graph or runs
+it eagerly.  Whatever needs a concrete value (``__array__``, ``bool()``, ``float()``,
+``print``, an attribute NumPy arrays have and we do not model) flushes the pending graph
+first: that is a graph break.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+# Array methods the frontend lowers (frontend/methods.py); anything else goes to NumPy's own.
+TRACED_METHODS = ("sum", "prod", "mean", "var", "std", "max", "min", "argmax", "argmin", "any",
+                  "all", "cumsum", "cumprod", "clip", "dot", "swapaxes", "squeeze", "ravel",
+                  "round", "argsort", "take", "repeat", "trace", "diagonal", "conj", "conjugate",
+                  "copy", "reshape", "transpose", "astype", "flatten", "sort", "fill")
+# Methods that write into the array: run eagerly, they must see the pending writes first.
+WRITING_METHODS = frozenset({"sort", "fill", "put", "itemset", "resize", "partition", "setfield",
+                             "setflags", "byteswap"})
+
+
+class _Method:
+    """``obj.name(*args, **kwargs)`` as a callable of ``obj``: works on Tracers and arrays."""
+    __slots__ = ("name", "__name__")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.__name__ = f"ndarray.{name}"
+
+    def __call__(self, obj, *args, **kwargs):
+        return getattr(obj, self.name)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f".{self.name}()"
+
+
+class _Attribute(_Method):
+    def __call__(self, obj):
+        return getattr(obj, self.name)
+
+    def __repr__(self) -> str:
+        return f".{self.name}"
+
+
+_METHODS = {name: _Method(name) for name in TRACED_METHODS}
+_ATTRIBUTES = {name: _Attribute(name) for name in ("T", "mT", "real", "imag")}
+
+
+class LazyArray:
+    """A NumPy array whose value may not have been computed yet (see the module docstring)."""
+
+    __array_priority__ = 1000
+    nbxla_stand_in = True        # (what nbxla.jit looks for to inline a call into the graph)
+    __slots__ = ("_session", "_value", "_tracer", "_epoch", "_entry", "_slot", "_root",
+                 "__weakref__")
+
+    def __init__(self, session, value=None):
+        self._session = session
+        self._value = value            # the NumPy array, once computed
+        self._tracer = None            # its node in the pending graph of epoch ``_epoch``
+        self._epoch = -1
+        self._entry = None             # (root tracer, its version) when it entered that graph
+        self._slot = None              # where the eager replay of the graph puts its value
+        self._root = None              # (base LazyArray, recipe): a view, as NumPy would make it
+
+    # ---- shape and dtype: known without computing anything -----------------------------------
+
+    def _meta(self):
+        return self._value if self._value is not None else self._tracer
+
+    shape = property(lambda self: tuple(self._meta().shape))
+    dtype = property(lambda self: self._meta().dtype)
+    ndim = property(lambda self: len(self._meta().shape))
+    size = property(lambda self: math.prod(self._meta().shape))
+    itemsize = property(lambda self: self._meta().dtype.itemsize)
+    nbytes = property(lambda self: self.size * self._meta().dtype.itemsize)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    # ---- NumPy protocols: every operation goes to the session --------------------------------
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        fn = ufunc if method == "__call__" else getattr(ufunc, method)
+        return self._session.dispatch(fn, inputs, kwargs, kind="ufunc", ufunc_method=method)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return self._session.dispatch(func, args, kwargs, kind="function")
+
+    def __array__(self, dtype=None, copy=None):
+        value = self._session.concrete(self, "NumPy needed the values (np.asarray, or a call into "
+                                             "native code)", caller=True)
+        if dtype is not None and np.dtype(dtype) != value.dtype:
+            return value.astype(dtype)
+        return value.copy() if copy else value
+
+    def __getitem__(self, key):
+        return self._session.dispatch(operator.getitem, (self, key), {}, kind="getitem")
+
+    def __setitem__(self, key, value):
+        self._session.dispatch(operator.setitem, (self, key, value), {}, kind="setitem")
+
+    def __getattr__(self, name):
+        method = _METHODS.get(name)
+        if method is not None:
+            kind = "write" if name in WRITING_METHODS else "method"
+            return lambda *a, **k: self._session.dispatch(method, (self,) + a, k, kind=kind)
+        if name in _ATTRIBUTES:
+            return self._session.dispatch(_ATTRIBUTES[name], (self,), {}, kind="method")
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if not hasattr(np.ndarray, name):
+            raise AttributeError(f"'numpy.ndarray' object has no attribute '{name}'")
+        # Anything else NumPy arrays have (tolist, item, flags, ctypes, ...): NumPy's own,
+        # on the concrete value (which may write into it: the pending graph is computed first).
+        value = self._session.concrete(self, f"ndarray.{name} needs the values", writes=True)
+        return getattr(value, name)
+
+    # ---- Python asking for values: graph breaks ----------------------------------------------
+
+    def _scalar(self, what: str):
+        return self._session.concrete(self, what)
+
+    def __bool__(self):
+        return bool(self._scalar("the truth value of an array was needed (if/while/and/or)"))
+
+    def __float__(self):
+        return float(self._scalar("float() of an array value"))
+
+    def __int__(self):
+        return int(self._scalar("int() of an array value"))
+
+    def __index__(self):
+        return operator.index(self._scalar("an array value was used as a Python index"))
+
+    def __complex__(self):
+        return complex(self._scalar("complex() of an array value"))
+
+    def __repr__(self):
+        return repr(self._scalar("print/repr of an array"))
+
+    def __str__(self):
+        return str(self._scalar("print/str of an array"))
+
+    def __format__(self, spec):
+        return format(self._scalar("formatting an array value"), spec)
+
+    def __hash__(self):
+        return id(self)
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def __reduce__(self):      # pickling: the value
+        return (np.asarray, (np.asarray(self),))
+
+
+def _binary(ufunc):
+    return (lambda self, other: ufunc(self, other),
+            lambda self, other: ufunc(other, self),
+            lambda self, other: ufunc(self, other, out=(self,)))
+
+
+for _name, _ufunc in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                      ("truediv", np.true_divide), ("floordiv", np.floor_divide),
+                      ("mod", np.remainder), ("pow", np.power), ("matmul", np.matmul),
+                      ("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor),
+                      ("lshift", np.left_shift), ("rshift", np.right_shift)]:
+    _f, _r, _i = _binary(_ufunc)
+    setattr(LazyArray, f"__{_name}__", _f)
+    setattr(LazyArray, f"__r{_name}__", _r)
+    setattr(LazyArray, f"__i{_name}__", _i)
+
+for _name, _ufunc in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                      ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+    setattr(LazyArray, f"__{_name}__", (lambda u: lambda self, other: u(self, other))(_ufunc))
+
+LazyArray.__neg__ = lambda self: np.negative(self)
+LazyArray.__pos__ = lambda self: np.positive(self)
+LazyArray.__abs__ = lambda self: np.absolute(self)
+LazyArray.__invert__ = lambda self: np.invert(self)
+LazyArray.__divmod__ = lambda self, other: np.divmod(self, other)
+LazyArray.__rdivmod__ = lambda self, other: np.divmod(other, self)

@@ -1,0 +1,713 @@
+"""One auto-clustered run of a function or cell: the pending graph, flushes, clusters, breaks.
+
+Operations on stand-in arrays (``LazyArray``) come to ``Session.dispatch``, which either
+
+* **records** them: the frontend's lowering rules run on Tracers of the session's pending
+  graph (an HLO computation being built), and the operation is also logged as the NumPy call
+  it was, so the graph can be replayed eagerly; or
+* **runs them eagerly** with NumPy, when the frontend cannot lower them (a graph break) or
+  when nothing is pending and the arrays are too small to be worth compiling.
+
+A *flush* turns the pending graph into a cluster: the values still alive become its outputs,
+it is compiled (cached by its HLO text, i.e. structure, shapes and dtypes) and run on the
+concrete inputs, or, when its work is below the cost model's threshold or the compiler
+refuses it, replayed eagerly with NumPy.  Either way every alive stand-in ends up concrete,
+writes into concrete arrays land in them (in program order), and views stay views.
+"""
+
+from __future__ import annotations
+
+import dis
+import linecache
+import math
+import operator
+import os
+import sys
+import sysconfig
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..compiler import compile_module
+from ..errors import NbxlaError, TraceError
+from ..frontend.context import TraceContext
+from ..frontend.tracer import Tracer
+from ..hlo import Module, Shape, SourceLocation, from_numpy_dtype
+from ..hlo.ir import Computation
+from ..runtime.cache import DEFAULT_CACHE, CacheKey
+from .lazy import LazyArray
+
+# Cost model: an operation on concrete arrays starts a cluster only when it touches at least
+# this many elements; a cluster whose work (elements read or written by its NumPy-level
+# operations, summed) is below this, or that is one operation, runs eagerly.  Recording
+# costs tens of microseconds per operation in Python and a compiled run about as much per
+# cluster; at about a nanosecond per element and operation for NumPy, smaller clusters
+# cannot win back what recording them cost.
+MIN_CLUSTER_WORK = 1 << 17
+# Cluster size (like TensorFlow's --tf_xla_max_cluster_size): compile time grows with the
+# graph, and a time loop without breaks would otherwise be one graph of every step.  Past
+# SOFT_MAX_OPS a cluster ends where it began, at the same source line (in a loop: the
+# clusters then hold whole iterations and repeat one structure, compiled once); past twice
+# that, where the source jumps back (the first cluster of a loop begins before it); past
+# HARD_MAX_OPS, anyway.
+SOFT_MAX_OPS = 256
+HARD_MAX_OPS = 1024
+# Plain NumPy arrays (not stand-ins) entering a pending graph are copied first: the user may
+# write into them before the graph runs.  Smaller ones become constants of the cluster.
+MAX_CONSTANT_ELEMENTS = 64
+
+_NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in
+                       (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+                        sysconfig.get_paths()["platlib"], os.path.dirname(np.__file__))})
+_STORE_SUBSCR = dis.opmap["STORE_SUBSCR"]
+_WRITING_FUNCTIONS = frozenset({np.copyto, np.put, np.place, np.putmask, np.fill_diagonal,
+                                np.put_along_axis})
+# Views cost nothing in NumPy: on concrete arrays they run eagerly (and stay views).
+_VIEW_FUNCTIONS = frozenset({np.reshape, np.transpose, np.swapaxes, np.moveaxis, np.squeeze,
+                             np.expand_dims, np.ravel, np.broadcast_to, np.atleast_1d,
+                             np.atleast_2d, np.atleast_3d, np.real, np.imag})
+_VIEW_METHODS = frozenset({"T", "mT", "real", "imag", "reshape", "transpose", "swapaxes",
+                           "squeeze", "ravel", "diagonal"})
+# Products are BLAS calls either way, with nothing to fuse into them: on concrete arrays they
+# run eagerly (NumPy's own broadcasting of batched products is also better than ours).
+_PRODUCTS = frozenset({np.matmul, np.dot, np.einsum, np.tensordot, np.inner, np.outer,
+                       np.vdot, np.kron})
+
+
+class _OpContext(TraceContext):
+    """A trace context whose instructions take the source line of the operation being
+    recorded (found once per operation, not once per emitted instruction)."""
+
+    op_location = None
+
+    def user_location(self):
+        return self.op_location if self.op_location is not None else super().user_location()
+
+
+class _Unsupported(Exception):
+    """The frontend cannot record this operation; ``reason`` says why."""
+
+
+class _Slot:
+    """Where the eager replay of a pending graph leaves one value."""
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = None
+
+
+@dataclass
+class Op:
+    """One recorded NumPy-level operation, replayable eagerly."""
+    fn: object
+    args: tuple                     # LazyArrays replaced: pending -> _Slot, concrete -> its array
+    kwargs: dict
+    outs: list                      # per result leaf: the _Slot it fills, or None
+    location: SourceLocation | None
+    work: int
+
+
+@dataclass
+class ClusterRun:
+    """One flush: a cluster executed (compiled or replayed eagerly)."""
+    key: object
+    ops: int
+    work: int
+    lines: list                      # SourceLocations of its operations
+    compiled: bool
+    why_eager: str = ""
+    compile_ms: float = 0.0
+    run_ms: float = 0.0
+    hlo_instructions: int = 0
+    kernels: int = 0
+    compilation: object = None
+
+
+@dataclass
+class Break:
+    """A graph break: the pending graph had to run because Python needed a value, or an
+    operation ran eagerly because it cannot be compiled."""
+    reason: str
+    location: SourceLocation | None
+    flushed: bool
+    eager_op: str | None = None
+
+
+@dataclass
+class SessionLog:
+    """What one session did, in order (read by ``report.ClusterReport``)."""
+    name: str
+    clusters: list[ClusterRun] = field(default_factory=list)
+    breaks: list[Break] = field(default_factory=list)
+    eager_work: int = 0
+
+
+def user_location(filename_display=None, line_offsets=None) -> SourceLocation | None:
+    """The innermost frame of the user's code: outside nbxla, NumPy and installed libraries."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        filename = code.co_filename
+        if not filename.startswith(_NBXLA_DIR) and not filename.startswith(_LIBRARY_DIRS) \
+                and not filename.startswith("<frozen"):
+            key = (code, frame.f_lineno, filename_display)
+            location = _LOCATIONS.get(key)
+            if location is None:
+                shown = filename_display(filename) if filename_display else None
+                location = _LOCATIONS[key] = SourceLocation(
+                    shown or filename, frame.f_lineno - (line_offsets or {}).get(filename, 0),
+                    None, code.co_name, linecache.getline(filename, frame.f_lineno) or None)
+                if len(_LOCATIONS) > 100000:
+                    _LOCATIONS.clear()
+            return location
+        frame = frame.f_back
+    return None
+
+
+# (code object, line, display) -> SourceLocation: one per source line, not one per operation.
+_LOCATIONS: dict = {}
+
+
+def _library_caller() -> str | None:
+    """The library function the user's code called, when a library asked for values:
+    ``scipy.linalg._basic.solve_banded``."""
+    frame, callee = sys._getframe(1), None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_NBXLA_DIR) or filename.startswith("<frozen"):
+            frame = frame.f_back
+            continue
+        if not filename.startswith(_LIBRARY_DIRS):
+            break
+        callee = frame
+        frame = frame.f_back
+    if callee is None or callee.f_code.co_filename.startswith(os.path.dirname(np.__file__)):
+        return None
+    module = callee.f_globals.get("__name__", "?")
+    return f"{module}.{callee.f_code.co_name}"
+
+
+def _storing_item() -> bool:
+    """Is the user's code in the middle of ``a[key] = value``?  (NumPy asks the value for
+    its array when ``a`` is a NumPy array.)"""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename.startswith(_NBXLA_DIR) or
+                                 frame.f_code.co_filename.startswith(_LIBRARY_DIRS)):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    code = frame.f_code.co_code
+    return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _STORE_SUBSCR
+
+
+def _same_line(a: SourceLocation | None, b: SourceLocation | None) -> bool:
+    return a is not None and b is not None and (a.file, a.line) == (b.file, b.line)
+
+
+def _jumps_back(previous: SourceLocation | None, current: SourceLocation | None) -> bool:
+    """Does ``current`` come before ``previous`` in the same file (a loop's next iteration,
+    or a call to a helper defined above)?"""
+    return previous is not None and current is not None and previous.file == current.file \
+        and current.line < previous.line
+
+
+def flatten(tree, leaves):
+    """Leaves of nested tuples/lists/dicts (the shapes NumPy arguments come in)."""
+    if isinstance(tree, (tuple, list)):
+        for item in tree:
+            flatten(item, leaves)
+    elif isinstance(tree, dict):
+        for item in tree.values():
+            flatten(item, leaves)
+    else:
+        leaves.append(tree)
+    return leaves
+
+
+_CONTAINERS = (tuple, list, dict)
+
+
+def tree_map(tree, fn):
+    """``tree`` (nested tuples/lists/dicts) with ``fn`` applied to every leaf."""
+    kind = type(tree)
+    if kind is tuple:          # (the common case, flat arguments, without recursion)
+        return tuple([tree_map(item, fn) if type(item) in _CONTAINERS else fn(item)
+                      for item in tree])
+    if kind is dict:
+        return {k: tree_map(v, fn) if type(v) in _CONTAINERS else fn(v) for k, v in tree.items()}
+    if kind is list:
+        return [tree_map(item, fn) for item in tree]
+    if isinstance(tree, tuple) and not hasattr(tree, "_fields"):     # tuple subclasses
+        return tuple(tree_map(item, fn) for item in tree)
+    if isinstance(tree, (list, dict)):
+        return tree_map(dict(tree) if isinstance(tree, dict) else list(tree), fn)
+    return fn(tree)
+
+
+def _size(x) -> int:
+    shape = getattr(x, "shape", None)
+    return math.prod(shape) if shape is not None else 1
+
+
+def _ufunc_name(ufunc: np.ufunc) -> str:
+    """``np.add``, or ``scipy.special.erf`` for a ufunc from outside NumPy."""
+    if getattr(np, ufunc.__name__, None) is ufunc:
+        return f"np.{ufunc.__name__}"
+    special = sys.modules.get("scipy.special")
+    if special is not None and getattr(special, ufunc.__name__, None) is ufunc:
+        return f"scipy.special.{ufunc.__name__}"
+    return f"ufunc {ufunc.__name__}"
+
+
+def op_label(fn) -> str:
+    if isinstance(fn, np.ufunc):
+        return _ufunc_name(fn)
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, np.ufunc):
+        return f"{_ufunc_name(owner)}.{fn.__name__}"
+    name = getattr(fn, "__name__", repr(fn))
+    module = getattr(fn, "__module__", "") or ""
+    if module.startswith("numpy"):
+        return f"np.{name}"
+    if name in ("getitem", "setitem"):
+        return {"getitem": "x[...]", "setitem": "x[...] = v"}[name]
+    return f"{module}.{name}" if module and not name.startswith("ndarray.") else name
+
+
+class Session:
+    """The pending graph of one auto-clustered run and its log."""
+
+    def __init__(self, name: str, device: str = "cpu", cache=None, filename_display=None,
+                 line_offsets=None, min_work: int = MIN_CLUSTER_WORK):
+        self.name, self.device = name, device
+        self.cache = cache or DEFAULT_CACHE
+        self.filename_display, self.line_offsets = filename_display, line_offsets or {}
+        self.min_work = min_work
+        self.log = SessionLog(name)
+        self.epoch = 0
+        # Set when the run has ended: stand-ins that escaped it (in a global, an object's
+        # attribute) then compute eagerly, so nothing stays pending with no flush to come.
+        self.closed = False
+        self.owners = None               # id(array) -> the stand-in holding it (weak), once needed
+        self._reset()
+
+    def _reset(self):
+        self.ctx: TraceContext | None = None
+        self.members: list = []          # weakrefs to LazyArrays with a node in this epoch's graph
+        self.held: list = []             # the concrete ones among them, held until the flush
+        self.params: list = []           # entry parameter i <- this array
+        self.plain: dict[int, Tracer] = {}   # id(plain array) -> its parameter (same array, same node)
+        self.keep: list = []             # the plain arrays above, kept alive so ids stay unique
+        self.ops: list[Op] = []
+        self.work = 0
+
+    def location(self) -> SourceLocation | None:
+        return user_location(self.filename_display, self.line_offsets)
+
+    # ---- stand-ins ------------------------------------------------------------------------------
+
+    def wrap(self, array: np.ndarray) -> LazyArray:
+        x = LazyArray(self, array)
+        self._own(x, array)
+        return x
+
+    def _own(self, x: LazyArray, array: np.ndarray) -> None:
+        if self.owners is None:
+            self.owners = weakref.WeakValueDictionary()
+        self.owners[id(array)] = x
+
+    def adopt(self, array: np.ndarray):
+        """A NumPy array that came back from a call: the stand-in already holding it, a new
+        stand-in when it is large, else the array itself."""
+        owner = self.owners.get(id(array)) if self.owners is not None else None
+        if owner is not None and owner._value is array:
+            return owner
+        return self.wrap(array) if array.size >= self.min_work else array
+
+    def pending(self, x: LazyArray) -> bool:
+        """Does ``x``'s value depend on graph work not yet run?"""
+        return x._epoch == self.epoch and x._tracer is not None and \
+            (x._value is None or x._entry[0].version != x._entry[1])
+
+    def _context(self) -> TraceContext:
+        if self.ctx is None:
+            self.ctx = _OpContext(f"{_ident(self.name)}_cluster", self.filename_display)
+            self.ctx.line_offsets = self.line_offsets
+        return self.ctx
+
+    def _join(self, x: LazyArray, tracer: Tracer) -> Tracer:
+        root = tracer                     # writes to x or to any base above it show here
+        while root.view is not None:
+            root = root.view.base
+        x._tracer, x._entry, x._epoch = tracer, (root, root.version), self.epoch
+        self.members.append(weakref.ref(x))
+        if x._value is not None:
+            # A concrete array written in the graph must get its new values even when no
+            # Python name holds its stand-in any more (its memory may be the caller's).
+            self.held.append(x)
+        return tracer
+
+    def tracer_of(self, x: LazyArray) -> Tracer:
+        """``x``'s node in the pending graph (a concrete array enters as a parameter; a view
+        enters as the same view of its base's node, so writes through it reach the base)."""
+        if x._epoch == self.epoch and x._tracer is not None:
+            return x._tracer
+        if x._root is not None:
+            base, recipe = x._root
+            view = recipe(self.tracer_of(base))
+            if isinstance(view, Tracer):
+                return self._join(x, view)
+        return self._join(x, self._parameter(x._value, "p"))
+
+    def _parameter(self, array: np.ndarray, name: str) -> Tracer:
+        ctx = self._context()
+        self.params.append(array)
+        shape = Shape(from_numpy_dtype(array.dtype), array.shape)
+        return Tracer(ctx, ctx.parameter(shape, f"{name}{len(self.params) - 1}"))
+
+    def _plain(self, array: np.ndarray) -> Tracer:
+        tracer = self.plain.get(id(array))
+        if tracer is None:
+            self.keep.append(array)
+            snapshot = array if not array.flags.writeable else array.copy()
+            tracer = self.plain[id(array)] = self._parameter(snapshot, "c")
+        return tracer
+
+    # ---- dispatch ---------------------------------------------------------------------------
+
+    def dispatch(self, fn, args, kwargs, kind: str, ufunc_method: str = "__call__"):
+        leaves = flatten((args, kwargs), [])
+        lazies = [x for x in leaves if isinstance(x, LazyArray)]
+        foreign = [x for x in lazies if x._session is not self]
+        if foreign:      # a stand-in of another (enclosing) session: make it concrete here
+            args, kwargs = tree_map((args, kwargs),
+                                    lambda x: np.asarray(x) if any(x is f for f in foreign) else x)
+            return fn(*args, **kwargs)
+        writes = kind in ("setitem", "write") or "out" in kwargs or fn in _WRITING_FUNCTIONS \
+            or ufunc_method == "at"
+        if self.closed:
+            return self._eager(fn, args, kwargs, lazies, writes, None)
+        if not any(self.pending(x) for x in lazies):
+            if kind in ("getitem", "setitem") or fn in _VIEW_FUNCTIONS or fn in _PRODUCTS or \
+                    getattr(fn, "name", None) in _VIEW_METHODS or \
+                    getattr(fn, "name", None) == "dot" or \
+                    self._estimate(leaves, kind, ufunc_method) < self.min_work:
+                return self._eager(fn, args, kwargs, lazies, writes, None)
+        try:
+            return self._record(fn, args, kwargs, lazies, writes, ufunc_method)
+        except _Unsupported as e:
+            return self._eager(fn, args, kwargs, lazies, writes, str(e))
+
+    def _estimate(self, leaves, kind, ufunc_method) -> int:
+        """Elements an operation on concrete arrays touches (its output's, for a ufunc)."""
+        shapes = [tuple(x.shape) for x in leaves if isinstance(x, (LazyArray, np.ndarray))]
+        if kind == "ufunc" and ufunc_method == "__call__":
+            try:
+                return math.prod(np.broadcast_shapes(*shapes))
+            except ValueError:
+                return 0          # NumPy will raise its own error, eagerly
+        return max((math.prod(s) for s in shapes), default=0)
+
+    def _record(self, fn, args, kwargs, lazies, writes, ufunc_method):
+        ufunc = fn if isinstance(fn, np.ufunc) else getattr(fn, "__self__", None)
+        if isinstance(ufunc, np.ufunc) and not op_label(ufunc).startswith("np."):
+            raise _Unsupported(f"{op_label(ufunc)} is not a NumPy ufunc: nbxla has no lowering "
+                               "for it")
+        location = self.location()
+        n = len(self.ops)
+        if n >= SOFT_MAX_OPS and (n >= HARD_MAX_OPS or (
+                _same_line(self.ops[0].location, location) and       # (its first operation)
+                not _same_line(self.ops[-1].location, location)) or (
+                n >= 2 * SOFT_MAX_OPS and _jumps_back(self.ops[-1].location, location))):
+            self.flush()                     # a size cap, not a graph break
+        ctx = self._context()
+        inputs = {id(x): self.tracer_of(x) for x in lazies}
+        in_tracers = {id(t): x for x, t in ((x, inputs[id(x)]) for x in lazies)}
+
+        def to_tracer(x):
+            if isinstance(x, LazyArray):
+                return inputs[id(x)]
+            if type(x) is np.ndarray and x.size > MAX_CONSTANT_ELEMENTS and fn is not _GETITEM:
+                return self._plain(x)
+            return x
+        targs, tkwargs = tree_map((tuple(args), kwargs), to_tracer)
+        active = TraceContext.active.set(ctx)
+        ctx.op_location = location
+        try:
+            result = fn(*targs, **tkwargs)
+        except TraceError as e:        # (what it emitted is dead code: DCE removes it)
+            raise _Unsupported(e.bare_message) from None
+        except Exception as e:         # NumPy's own error (or one we do not model): run eagerly
+            raise _Unsupported(f"{type(e).__name__}: {e}") from None
+        finally:
+            ctx.op_location = None
+            TraceContext.active.reset(active)
+
+        outs, work = [], max([_size(x) for x in lazies], default=0)
+
+        def wrap(r):
+            nonlocal work
+            if not isinstance(r, Tracer):
+                outs.append(None)
+                return r
+            owner = in_tracers.get(id(r))
+            if owner is not None and writes:        # an in-place operation: the same array
+                outs.append(None)
+                return owner
+            if owner is not None:                   # np.positive(x) and the like: a new array
+                r = Tracer(ctx, r.instr)
+            work = max(work, math.prod(r.shape))
+            out = LazyArray(self)
+            out._slot = _Slot()
+            outs.append(out._slot)
+            self._join(out, r)
+            out._root = self._view_root(fn, args, kwargs, lazies, inputs, r)
+            return out
+        wrapped = tree_map(result, wrap) if isinstance(result, (tuple, list)) else wrap(result)
+
+        def template(x):
+            if isinstance(x, LazyArray):
+                return x._slot if x._value is None else x._value
+            if type(x) is np.ndarray and id(x) in self.plain:
+                return self.params[self.plain[id(x)].instr.parameter_number]
+            return x
+        self.ops.append(Op(fn, tree_map(tuple(args), template), tree_map(kwargs, template), outs,
+                           location, work))
+        self.work += work
+        return wrapped
+
+    def _view_root(self, fn, args, kwargs, lazies, inputs, result: Tracer):
+        """For a result that is a view of one input (``x[1:]``, ``x.T``): that input, and how
+        to make the same view of its value (a NumPy array or a Tracer)."""
+        if result.view is None or len(lazies) != 1 or result.view.base is not inputs[id(lazies[0])]:
+            return None
+        base = lazies[0]
+
+        def recipe(value):
+            sub = tree_map((tuple(args), kwargs), lambda x: value if x is base else x)
+            return fn(*sub[0], **sub[1])
+        return base, recipe
+
+    def _eager(self, fn, args, kwargs, lazies, writes, reason):
+        location = self.location() if reason else None
+        if any(self.pending(x) for x in lazies) or \
+                (writes and any(x._epoch == self.epoch and x._tracer is not None for x in lazies)):
+            self.flush(reason or f"{op_label(fn)} writes into an array the pending graph reads",
+                       location or self.location(), eager_op=op_label(fn))
+        elif reason:
+            self.log.breaks.append(Break(reason, location, False, op_label(fn)))
+        concrete = {id(x): x._value for x in lazies}
+        cargs, ckwargs = tree_map((tuple(args), kwargs),
+                              lambda x: concrete[id(x)] if isinstance(x, LazyArray) else x)
+        result = fn(*cargs, **ckwargs)
+        arrays = [r for r in flatten(result, []) if isinstance(r, np.ndarray)]
+        if not arrays or any(r.base is None for r in arrays):     # (views cost no work)
+            self.log.eager_work += max([_size(x) for x in lazies], default=0)
+        owners = {id(x._value): x for x in lazies}
+
+        def wrap(r):
+            if type(r) is not np.ndarray:
+                return r
+            owner = owners.get(id(r))
+            if owner is not None:
+                return owner
+            if r.base is not None and len(lazies) == 1 and \
+                    (r.base is lazies[0]._value or r.base is lazies[0]._value.base):
+                out = LazyArray(self, r)         # a view: writes through it reach its base
+                base = lazies[0]
+
+                def recipe(value):
+                    sub = tree_map((tuple(args), kwargs), lambda x: value if x is base else x)
+                    return fn(*sub[0], **sub[1])
+                out._root = (base, recipe)
+                return out
+            return LazyArray(self, r) if r.size >= self.min_work else r
+        return tree_map(result, wrap) if isinstance(result, (tuple, list)) else wrap(result)
+
+    # ---- concrete values ------------------------------------------------------------------------
+
+    def concrete(self, x: LazyArray, reason: str, caller: bool = False, writes: bool = False):
+        """``x``'s NumPy array, running the pending graph first when ``x`` depends on it (or,
+        for ``writes``, when the graph reads ``x``)."""
+        if self.pending(x) or (writes and x._epoch == self.epoch and x._tracer is not None):
+            library = _library_caller() if caller else None
+            if library:
+                reason = f"{library} needs NumPy arrays (native code)"
+            elif caller and _storing_item():
+                reason = ("a pending value is written into a NumPy array (one no stand-in "
+                          "holds: small, or made where auto mode does not see it)")
+            self.flush(reason, self.location())
+        return x._value
+
+    # ---- flush: compile (or replay) the pending graph -----------------------------------------
+
+    def flush(self, reason: str | None = None, location=None, eager_op: str | None = None) -> None:
+        if reason is not None:
+            self.log.breaks.append(Break(reason, location, True, eager_op))
+        if self.ctx is None:
+            return
+        members = [x for x in (r() for r in self.members) if x is not None and x._epoch == self.epoch]
+        roots = [x for x in members if x._root is None and (x._value is None or self.pending(x))]
+        views = [x for x in members if x._root is not None and x._value is None]
+        run = None
+        if roots and self.ops:
+            run = self._run_cluster(roots)
+        for x in views:                      # created after their bases: bases are done
+            x._value = x._root[1](x._root[0]._value)
+        for x in roots + views:
+            self._own(x, x._value)
+        for x in members:
+            x._tracer = x._entry = x._slot = None
+        self.epoch += 1
+        self._reset()
+        if run is not None:
+            self.log.clusters.append(run)
+
+    def _run_cluster(self, roots) -> ClusterRun:
+        ops, work = self.ops, self.work
+        lines = [op.location for op in ops if op.location is not None]
+        if work < self.min_work or len(ops) < 2:
+            why = (f"work {work} < {self.min_work} elements" if work < self.min_work else
+                   "one operation, nothing to fuse") + " (cost model)"
+            run = ClusterRun(None, len(ops), work, lines, False, why)
+            self._replay(roots, run)
+            return run
+        module = self._module(roots)
+        key = CacheKey("nbxla.cluster", fingerprint(module.entry), self.device)
+        run = ClusterRun(key, len(ops), work, lines, True)
+        refused = _REFUSED.get(key)
+        if refused is None:
+            try:
+                compilation, compile_ms = self._compile(key, module)
+            except NbxlaError as e:
+                refused = _REFUSED[key] = f"the compiler refused it: {e}"
+            except Exception as e:      # a compiler bug must not stop a program NumPy runs
+                refused = _REFUSED[key] = f"the compiler failed ({type(e).__name__}: {e})"
+        if refused is None:
+            run.compilation, run.compile_ms = compilation, compile_ms
+            facts = _FACTS.get(key)
+            if facts is None:       # (the fusion report walks the module: once per cluster)
+                facts = _FACTS[key] = (_reachable(module.entry.root),
+                                       compilation.fusion_report.kernels_after)
+            run.hlo_instructions, run.kernels = facts
+            start = time.perf_counter()
+            try:                        # (it only reads the inputs: on failure, replay)
+                outputs = [o if isinstance(o, np.ndarray) else o.get() if hasattr(o, "get")
+                           else np.asarray(o)                               # (CUDA: CuPy)
+                           for o in compilation.executable.run(list(self.params))]
+            except Exception as e:
+                refused = _REFUSED[key] = f"running it failed ({type(e).__name__}: {e})"
+        if refused is not None:
+            run.compiled, run.why_eager = False, refused
+            self._replay(roots, run)
+            return run
+        run.run_ms = (time.perf_counter() - start) * 1e3
+        for x, value in zip(roots, outputs):
+            if x._value is None:
+                x._value = value
+            else:
+                np.copyto(x._value, value)
+        return run
+
+    def _module(self, roots) -> Module:
+        b = self.ctx.builder
+        b.location = None
+        seen, outputs = set(), []
+        for x in roots:
+            instr = x._tracer.instr
+            if instr.opcode == "parameter" or id(instr) in seen:     # outputs are new arrays
+                instr = b.op("copy", instr)
+            seen.add(id(instr))
+            outputs.append(instr)
+        module = Module(f"{_ident(self.name)}_cluster", b.build(b.op("tuple", *outputs)))
+        module.make_names_unique()
+        return module
+
+    def _compile(self, key, module):
+        signature = tuple(("array", p.shape, p.dtype.str) for p in self.params)
+        start = time.perf_counter()
+        entry, hit = self.cache.get_or_compile(
+            key, ("nbxla.cluster", self.name), f"{self.name} (auto cluster)", signature,
+            lambda: [f"p{i}" for i in range(len(self.params))], self.device,
+            lambda: compile_module(module, self.device))
+        return entry.value, (0.0 if hit else (time.perf_counter() - start) * 1e3)
+
+    def _replay(self, roots, run: ClusterRun) -> None:
+        """Run the logged NumPy calls eagerly, in order: exactly what eager NumPy would do."""
+        start = time.perf_counter()
+
+        def value(x):
+            return x.value if isinstance(x, _Slot) else x
+        for op in self.ops:
+            args, kwargs = tree_map((op.args, op.kwargs), value)
+            result = op.fn(*args, **kwargs)
+            leaves = flatten(result, []) if isinstance(result, (tuple, list)) else [result]
+            for slot, leaf in zip(op.outs, leaves):
+                if slot is not None:
+                    slot.value = leaf
+        for x in roots:
+            if x._value is None:
+                x._value = x._slot.value
+        run.run_ms = (time.perf_counter() - start) * 1e3
+        self.log.eager_work += run.work
+
+    # ---- the end of the run -----------------------------------------------------------------
+
+    def unwrap(self, tree):
+        """The run's result with stand-ins replaced by NumPy arrays (0-d: NumPy scalars)."""
+        def concrete(x):
+            if isinstance(x, LazyArray) and x._session is self:
+                value = x._value
+                return value[()] if value.ndim == 0 else value
+            return x
+        return tree_map(tree, concrete)
+
+
+_REFUSED: dict = {}          # cluster key -> why the compiler refused it (not tried again)
+_FACTS: dict = {}            # cluster key -> (HLO instructions, kernels after fusion)
+
+
+def fingerprint(comp, memo=None) -> tuple:
+    """The structure of a computation (opcodes, shapes, operand positions, attributes and
+    constants; not names or source lines), as a hashable key: the same NumPy program on
+    the same shapes and dtypes gives the same fingerprint, and nothing else does."""
+    memo = {} if memo is None else memo
+    if id(comp) in memo:
+        return memo[id(comp)]
+    position, parts = {}, []
+    for k, instr in enumerate(comp.instructions):
+        position[id(instr)] = k
+        attrs = []
+        for name, value in instr.attrs.items():
+            if name == "metadata":
+                continue
+            if isinstance(value, Computation):
+                value = fingerprint(value, memo)
+            elif isinstance(value, tuple) and value and isinstance(value[0], Computation):
+                value = tuple(fingerprint(c, memo) for c in value)
+            elif isinstance(value, np.ndarray):
+                value = (value.dtype.str, value.shape, value.tobytes())
+            attrs.append((name, value))
+        parts.append((instr.opcode, instr.shape, tuple(position[id(o)] for o in instr.operands),
+                      tuple(attrs)))
+    memo[id(comp)] = result = (tuple(parts), position[id(comp.root)])
+    return result
+_GETITEM = operator.getitem
+
+
+def _reachable(root) -> int:
+    seen, stack = set(), [root]
+    while stack:
+        instr = stack.pop()
+        if id(instr) not in seen:
+            seen.add(id(instr))
+            stack.extend(instr.operands)
+    return len(seen) - 1          # (not the output tuple)
+
+
+def _ident(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"f_{cleaned}"
