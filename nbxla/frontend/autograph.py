@@ -412,7 +412,9 @@ def _make(fn) -> Callable:
     ast.increment_lineno(tree, start - 1)
     func.decorator_list = []
     func = _Converter(None).visit_FunctionDef(func)
-    freevars = list(fn.__code__.co_freevars)
+    # (A function defined inside a converted one already reads the helper namespace AG from
+    # its closure: the factory's own AG argument provides it.)
+    freevars = [v for v in fn.__code__.co_freevars if v != AG]
     factory = ast.FunctionDef(
         f"{_PREFIX}factory", ast.arguments([], [ast.arg(AG)] + [ast.arg(v) for v in freevars],
                                            None, [], [], None, []),
@@ -424,7 +426,9 @@ def _make(fn) -> Callable:
         ns: dict = {}
         exec(code, f.__globals__, ns)
         cells = []
-        for c in f.__closure__ or ():
+        for name, c in zip(f.__code__.co_freevars, f.__closure__ or ()):
+            if name == AG:
+                continue
             try:
                 cells.append(c.cell_contents)
             except ValueError:                        # a free variable not bound yet
