@@ -316,7 +316,24 @@ def full_reduction_plan(comp: Computation) -> ReductionPlan | None:
         return None
     if any(o.shape.is_tuple or squeeze_dims(o.shape.dims) for o in kernel_outputs(comp)):
         return None                       # (the finish kernel writes scalar outputs only)
+    if any(_reads_input_directly(o, reduce_ids) for o in kernel_outputs(comp)):
+        return None                       # (the finish kernel sees the reductions' results only)
     return plan
+
+
+def _reads_input_directly(value: Instruction, reduce_ids: set) -> bool:
+    """Does ``value`` read a parameter other than through one of the reductions (a size-1
+    slice of the input beside a full reduction: np.all(a) with np.diff(a) of 2 elements)?"""
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen or id(v) in reduce_ids:
+            continue
+        seen.add(id(v))
+        if v.opcode == "parameter":
+            return True
+        stack.extend(v.operands)
+    return False
 
 
 def ancestors(roots: list[Instruction]) -> list[Instruction]:
