@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..errors import TraceError
 from ..hlo import Builder, Module, Shape
-from ..hlo.ir import Instruction, clone_module
+from ..hlo.ir import Instruction, clone_module, post_order
 from ..hlo.shapes import is_float
 from .emit import Emitter
 from .rules import NOT_DIFFERENTIABLE, TRANSPOSE_RULES, ZERO_GRADIENT, NoTransposeRule
@@ -25,22 +25,6 @@ def is_differentiable_shape(shape) -> bool:
     if shape.is_tuple:
         return any(is_differentiable_shape(s) for s in shape.elements)
     return is_float(shape.element_type)
-
-
-def post_order(root: Instruction) -> list[Instruction]:
-    """Instructions reachable from ``root``, operands before users."""
-    order, seen, stack = [], set(), [(root, False)]
-    while stack:
-        instr, expanded = stack.pop()
-        if expanded:
-            order.append(instr)
-            continue
-        if id(instr) in seen:
-            continue
-        seen.add(id(instr))
-        stack.append((instr, True))
-        stack.extend((op, False) for op in reversed(instr.operands) if id(op) not in seen)
-    return order
 
 
 def _accumulate(e: Emitter, cot: dict, target: Instruction, value):

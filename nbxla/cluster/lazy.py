@@ -17,6 +17,8 @@ import operator
 
 import numpy as np
 
+from ..frontend.tracer import install_operators
+
 # Array methods the frontend lowers (frontend/methods.py); anything else goes to NumPy's own.
 TRACED_METHODS = ("sum", "prod", "mean", "var", "std", "max", "min", "argmax", "argmin", "any",
                   "all", "cumsum", "cumprod", "clip", "dot", "swapaxes", "squeeze", "ravel",
@@ -179,23 +181,4 @@ def _binary(ufunc):
             lambda self, other: ufunc(self, other, out=(self,)))
 
 
-for _name, _ufunc in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
-                      ("truediv", np.true_divide), ("floordiv", np.floor_divide),
-                      ("mod", np.remainder), ("pow", np.power), ("matmul", np.matmul),
-                      ("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor),
-                      ("lshift", np.left_shift), ("rshift", np.right_shift)]:
-    _f, _r, _i = _binary(_ufunc)
-    setattr(LazyArray, f"__{_name}__", _f)
-    setattr(LazyArray, f"__r{_name}__", _r)
-    setattr(LazyArray, f"__i{_name}__", _i)
-
-for _name, _ufunc in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                      ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
-    setattr(LazyArray, f"__{_name}__", (lambda u: lambda self, other: u(self, other))(_ufunc))
-
-LazyArray.__neg__ = lambda self: np.negative(self)
-LazyArray.__pos__ = lambda self: np.positive(self)
-LazyArray.__abs__ = lambda self: np.absolute(self)
-LazyArray.__invert__ = lambda self: np.invert(self)
-LazyArray.__divmod__ = lambda self, other: np.divmod(self, other)
-LazyArray.__rdivmod__ = lambda self, other: np.divmod(other, self)
+install_operators(LazyArray, _binary)

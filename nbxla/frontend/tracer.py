@@ -251,26 +251,34 @@ def _inplace(self: Tracer, result: Tracer) -> Tracer:
     return self
 
 
-for _name, _ufunc in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
-                      ("truediv", np.true_divide), ("floordiv", np.floor_divide),
-                      ("mod", np.remainder), ("pow", np.power), ("matmul", np.matmul),
-                      ("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor),
-                      ("lshift", np.left_shift), ("rshift", np.right_shift)]:
-    _f, _r, _i = _binary(_ufunc)
-    setattr(Tracer, f"__{_name}__", _f)
-    setattr(Tracer, f"__r{_name}__", _r)
-    setattr(Tracer, f"__i{_name}__", _i)
+_BINARY_OPERATORS = [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                     ("truediv", np.true_divide), ("floordiv", np.floor_divide),
+                     ("mod", np.remainder), ("pow", np.power), ("matmul", np.matmul),
+                     ("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor),
+                     ("lshift", np.left_shift), ("rshift", np.right_shift)]
+_COMPARISONS = [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]
 
-for _name, _ufunc in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                      ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
-    setattr(Tracer, f"__{_name}__", (lambda u: lambda self, other: u(self, other))(_ufunc))
 
-Tracer.__neg__ = lambda self: np.negative(self)
-Tracer.__pos__ = lambda self: np.positive(self)
-Tracer.__abs__ = lambda self: np.absolute(self)
-Tracer.__invert__ = lambda self: np.invert(self)
-Tracer.__divmod__ = lambda self, other: np.divmod(self, other)
-Tracer.__rdivmod__ = lambda self, other: np.divmod(other, self)
+def install_operators(cls, binary) -> None:
+    """Python's operators on ``cls`` as the NumPy ufuncs they stand for; ``binary(ufunc)`` gives
+    the (forward, reflected, in-place) methods.  Shared with auto-clustering's stand-in arrays."""
+    for name, ufunc in _BINARY_OPERATORS:
+        forward, reflected, in_place = binary(ufunc)
+        setattr(cls, f"__{name}__", forward)
+        setattr(cls, f"__r{name}__", reflected)
+        setattr(cls, f"__i{name}__", in_place)
+    for name, ufunc in _COMPARISONS:
+        setattr(cls, f"__{name}__", (lambda u: lambda self, other: u(self, other))(ufunc))
+    cls.__neg__ = lambda self: np.negative(self)
+    cls.__pos__ = lambda self: np.positive(self)
+    cls.__abs__ = lambda self: np.absolute(self)
+    cls.__invert__ = lambda self: np.invert(self)
+    cls.__divmod__ = lambda self, other: np.divmod(self, other)
+    cls.__rdivmod__ = lambda self, other: np.divmod(other, self)
+
+
+install_operators(Tracer, _binary)
 
 
 class ScalarTracer(Tracer):

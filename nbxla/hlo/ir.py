@@ -117,19 +117,8 @@ class Computation:
 
     def post_order(self) -> list[Instruction]:
         """Instructions reachable from the root (plus parameters), operands first."""
-        seen: set[int] = set()
-        order: list[Instruction] = []
-        stack = [(self.root, False)]
-        while stack:
-            instr, expanded = stack.pop()
-            if expanded:
-                order.append(instr)
-                continue
-            if id(instr) in seen:
-                continue
-            seen.add(id(instr))
-            stack.append((instr, True))
-            stack.extend((op, False) for op in reversed(instr.operands) if id(op) not in seen)
+        order = post_order(self.root)
+        seen = {id(i) for i in order}
         params = [p for p in self.parameters if id(p) not in seen]
         return params + order
 
@@ -245,6 +234,22 @@ def _fresh(name: str, taken: set[str]) -> str:
             taken.add(candidate)
             return candidate
     raise AssertionError("unreachable")
+
+
+def post_order(root: Instruction) -> list[Instruction]:
+    """Instructions reachable from ``root``, operands before users (iterative: deep graphs)."""
+    order, seen, stack = [], set(), [(root, False)]
+    while stack:
+        instr, expanded = stack.pop()
+        if expanded:
+            order.append(instr)
+            continue
+        if id(instr) in seen:
+            continue
+        seen.add(id(instr))
+        stack.append((instr, True))
+        stack.extend((op, False) for op in reversed(instr.operands) if id(op) not in seen)
+    return order
 
 
 def _callees_post_order(root: Computation) -> list[Computation]:

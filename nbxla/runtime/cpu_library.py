@@ -39,7 +39,7 @@ from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator_common import signed_of, unsigned_of
 from ..hlo.evaluator_data import pad_array
 from ..hlo.evaluator_elementwise import total_order_key
-from ..hlo.ir import Instruction
+from ..hlo.ir import Instruction, post_order
 from ..hlo.shape_inference import window_output_size
 
 __all__ = ["library_thunk"]
@@ -203,7 +203,7 @@ def _semantic_attrs(instr: Instruction) -> dict:
 
 def _check_key_expression(expr: Instruction) -> None:
     """Keys are computed on whole arrays: only scalar elementwise ops can be."""
-    for node in _post_order(expr):
+    for node in post_order(expr):
         op = node.opcode
         if node.shape.is_tuple or node.shape.rank != 0:
             raise _NotRecognized(f"key operation %{node.name} is not on scalars")
@@ -215,20 +215,6 @@ def _check_key_expression(expr: Instruction) -> None:
         raise _NotRecognized(f"key operation %{node.name} ({op}) is not elementwise")
     if expr.shape.element_type in ("c64", "c128", "bf16"):
         raise _NotRecognized(f"keys of type {expr.shape.element_type} are not ordered here")
-
-
-def _post_order(root: Instruction) -> list[Instruction]:
-    seen, order = set(), []
-
-    def visit(node):
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        for o in node.operands:
-            visit(o)
-        order.append(node)
-    visit(root)
-    return order
 
 
 class _SortThunk:
@@ -295,7 +281,7 @@ def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
 def _evaluate_key(expr: Instruction, operands, interp) -> np.ndarray:
     """The key expression on whole arrays (parameter 2k is operand k)."""
     values: dict[int, np.ndarray] = {}
-    for node in _post_order(expr):
+    for node in post_order(expr):
         op, dtype = node.opcode, node.shape.dtype
         if op == "parameter":
             value = operands[node.parameter_number // 2]
