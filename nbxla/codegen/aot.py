@@ -40,6 +40,7 @@ from .cpu import optimize_module
 from .elemental import ELEMENTAL_RULES
 from .kernels import emit_kernel, standalone_computation
 from .toolkit import KernelSpec
+from .updates import emit_in_place_update
 
 C_TYPES = {"pred": "bool", "s8": "int8_t", "s16": "int16_t", "s32": "int32_t", "s64": "int64_t",
            "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t", "u64": "uint64_t",
@@ -94,11 +95,11 @@ class _Kernels(KernelSource):
         self.names.append(symbol)
         return symbol
 
-    def _emit(self, key, name: str, comp: Computation, where: str) -> KernelSpec:
+    def _emit(self, key, name: str, comp: Computation, where: str, emitter=emit_kernel) -> KernelSpec:
         spec = self.specs.get(key)
         if spec is None:
             try:
-                spec = emit_kernel(self.module, self._symbol(name), comp)
+                spec = emitter(self.module, self._symbol(name), comp)
             except UnsupportedError as e:
                 raise AotError(f"{where} cannot be compiled ahead of time: the code generator has no "
                                f"native code for it ({e}); under jit it runs through the reference "
@@ -120,6 +121,10 @@ class _Kernels(KernelSource):
         raise AotError(f"{label(instr)} cannot be compiled ahead of time: the object file has no native "
                        f"implementation of {what} (under jit it runs through the reference evaluator, "
                        "in Python). Rewrite that part of the function, or use nbxla.jit")
+
+    def in_place(self, instr: Instruction) -> KernelSpec:
+        return self._emit(("in-place", id(instr)), instr.name + "_in_place", instr.attrs["calls"], label(instr),
+                          emit_in_place_update)
 
     def scalar(self, comp: Computation, role: str) -> KernelSpec:
         return self._emit(id(comp), comp.name, comp, f"the {role} %{comp.name}")

@@ -40,6 +40,7 @@ from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape
 from .aot_library import ALIGN, CUSTOM_CALLS, LibrarySteps, align_up
+from .updates import updated_parameter
 
 MAX_THREADS = 64          # NBXLA_MAX_THREADS in aot_runtime.c
 _INDEX_C_TYPES = {"pred": "unsigned char", "s32": "int32_t", "s64": "int64_t", "u32": "uint32_t",
@@ -110,6 +111,9 @@ class KernelSource:
     def kernel(self, instr: Instruction):           # -> KernelSpec (name, style, extent, ...)
         raise NotImplementedError
 
+    def in_place(self, instr: Instruction):         # -> KernelSpec of a fusion rooted at a
+        raise NotImplementedError                       # dynamic-update-slice, writing its window only
+
     def scalar(self, comp: Computation, role: str):  # -> KernelSpec of a computation on scalars
         raise NotImplementedError                       # (a sort's comparator, ...; role names it)
 
@@ -128,6 +132,7 @@ class Program:
     text: str = ""
     scratch_bytes: int = 0
     identity: list[bool] = field(default_factory=list)   # result leaf k is parameter leaf k
+    donation_kept: bool = True     # every parameter leaf written in place is returned in place
 
 
 class Driver:
@@ -139,12 +144,18 @@ class Driver:
         self.order: list[Program] = []                 # callees before callers
         self.count = 0
 
-    def program(self, comp: Computation) -> Program:
-        found = self.programs.get(id(comp))
+    def program(self, comp: Computation, donated: bool = False) -> Program:
+        """The C function of ``comp``; ``donated``: its parameter leaves are the caller's to
+        overwrite (a loop body's state), so that updates of a leaf the body returns at the same
+        place are made in that leaf's buffer."""
+        found = self.programs.get((id(comp), donated))
         if found is None:
             self.count += 1     # (callees are numbered while their caller is emitted)
-            found = _ProgramEmitter(self, comp, f"{self.prefix}_p{self.count}").emit()
-            self.programs[id(comp)] = found
+            symbol = f"{self.prefix}_p{self.count}"
+            found = _ProgramEmitter(self, comp, symbol, donated).emit()
+            if donated and not found.donation_kept:
+                found = _ProgramEmitter(self, comp, symbol, False).emit()
+            self.programs[(id(comp), donated)] = found
             self.order.append(found)
         return found
 
@@ -153,9 +164,11 @@ class Driver:
 
 
 class _ProgramEmitter(LibrarySteps):
-    def __init__(self, driver: Driver, comp: Computation, symbol: str):
-        self.driver, self.comp, self.symbol = driver, comp, symbol
+    def __init__(self, driver: Driver, comp: Computation, symbol: str, donated: bool = False):
+        self.driver, self.comp, self.symbol, self.donated = driver, comp, symbol, donated
         self.values: dict[int, list[Buffer]] = {}
+        self.sharers: dict[int, list[Instruction]] = {}  # by buffer id: the values living in it
+        self.in_place: set[int] = set()                  # steps writing into an operand's buffer
         self.produced: list[list[Buffer]] = []          # per step: the buffers it writes
         self.local = 0                                  # bytes of the per-step region
         self.lines: list[str] = []
@@ -190,6 +203,34 @@ class _ProgramEmitter(LibrarySteps):
                 return self.values[id(instr.operands[0])]
         return None
 
+    def _taken_over(self, instr: Instruction) -> list[Buffer] | None:
+        """The buffers ``instr`` may write its result into in place, or None: for a fusion that
+        updates a window of an operand, that operand's buffer; for a ``while``, its initial
+        state's buffers where they can be the loop's state.  Only a buffer nothing reads after
+        this step (through any value living in it), and that is scratch or a donated parameter."""
+        if instr.opcode == "fusion" and updated_parameter(instr.attrs["calls"]) is not None:
+            target = instr.operands[updated_parameter(instr.attrs["calls"])]
+            (buf,) = self.values[id(target)]
+            others = [b for o in instr.operands if o is not target for b in self.values[id(o)]]
+            if instr.operands.count(target) == 1 and buf not in others and self._free_after(buf, instr):
+                return [buf]
+            return None
+        if instr.opcode == "while":
+            leaves = self.values[id(instr.operands[0])]
+            out = [b if leaves.count(b) == 1 and self._free_after(b, instr) else Buffer(s.byte_size, "temp")
+                   for b, s in zip(leaves, leaf_shapes(instr.shape))]
+            return out if any(b in leaves for b in out) else None
+        return None
+
+    def _free_after(self, buf: Buffer, instr: Instruction) -> bool:
+        if buf.kind != "temp" and not (buf.kind == "in" and self.donated):
+            return False
+        here = self.position[id(instr)]
+        root = self.comp.root
+        return all(v is not root and all(r is instr or self.position[id(r)] < here
+                                          for r in self.readers.get(id(v), ()))
+                   for v in self.sharers.get(id(buf), ()))
+
     def _leaves(self, instr: Instruction) -> list[str]:
         return [b.c for b in self.values[id(instr)]]
 
@@ -206,13 +247,24 @@ class _ProgramEmitter(LibrarySteps):
             params_base[p.parameter_number] = n
             n += len(leaf_shapes(p.shape))
         steps: list[Instruction] = []
+        self.position = {id(i): n for n, i in enumerate(comp.instructions)}
+        self.readers: dict[int, list[Instruction]] = {}
+        for instr in comp.instructions:
+            for o in instr.operands:
+                self.readers.setdefault(id(o), []).append(instr)
         for instr in comp.instructions:
             buffers = self._buffers(instr, params_base)
             if buffers is None:
-                buffers = self._new(instr)
+                buffers = self._taken_over(instr)
+                if buffers is not None:
+                    self.in_place.add(id(instr))
+                else:
+                    buffers = self._new(instr)
                 steps.append(instr)
-                self.produced.append(buffers)
+                self.produced.append([b for b in buffers if not self.sharers.get(id(b))])
             self.values[id(instr)] = buffers
+            for buf in buffers:
+                self.sharers.setdefault(id(buf), []).append(instr)
         root = self.values[id(comp.root)]
         # Results written in place: the first use of a new buffer among the result leaves.
         copies = []
@@ -228,6 +280,8 @@ class _ProgramEmitter(LibrarySteps):
             self.lines.append(f"if (out[{k}] != {buf.c}) memcpy(out[{k}], {buf.c}, {buf.nbytes});")
         program = Program(self.symbol, comp)
         program.identity = [b.kind == "in" and b.index == k for k, b in enumerate(root)]
+        written = {b.index for i in steps if id(i) in self.in_place for b in self.values[id(i)] if b.kind == "in"}
+        program.donation_kept = all(program.identity[k] if k < len(root) else False for k in written)
         program.scratch_bytes = self.arena_bytes + self.local
         body = "\n".join("    " + line for line in self.lines)
         program.text = (f"/* {comp.name} */\nstatic int {self.symbol}(void *const *in, void *const *out, "
@@ -307,6 +361,12 @@ class _ProgramEmitter(LibrarySteps):
                        f"    if ((rc = {callee.symbol}(pi, po, {scratch}))) return rc;", "}"]
 
     def _kernel(self, instr: Instruction) -> None:
+        if id(instr) in self.in_place:
+            spec = self.driver.kernels.in_place(instr)
+            ins = [self._array(o) for o in instr.operands]
+            self.lines += ["{", "    " + self._pointer_list("b", ins + self._leaves(instr)),
+                           f"    {spec.name}(b, 0, 1);", "}"]
+            return
         spec = self.driver.kernels.kernel(instr)
         ins = [self._array(o) for o in instr.operands]
         outs = self._leaves(instr)
@@ -332,7 +392,7 @@ class _ProgramEmitter(LibrarySteps):
 
     def _while(self, instr: Instruction) -> None:
         cond = self.driver.program(instr.attrs["condition"])
-        body = self.driver.program(instr.attrs["body"])
+        body = self.driver.program(instr.attrs["body"], donated=True)
         state = self.values[id(instr)]
         init = self._leaves(instr.operands[0])
         # The region: the second state buffers (not for leaves the body passes on), the
@@ -348,7 +408,8 @@ class _ProgramEmitter(LibrarySteps):
                        f"    void *nxt[{max(1, count)}] = {{{', '.join(b.c if off is None else self._local(off) for b, off in zip(state, offsets)) or '0'}}};",
                        f"    unsigned char *pred = (unsigned char *){self._local(pred)};",
                        "    void *pd[1] = {pred};"]
-        self.lines += [f"    memcpy(cur[{k}], {src}, {b.nbytes});" for k, (src, b) in enumerate(zip(init, state))]
+        self.lines += [f"    memcpy(cur[{k}], {src}, {b.nbytes});" for k, (src, b) in enumerate(zip(init, state))
+                       if src != b.c]
         swaps = [f"t = cur[{k}]; cur[{k}] = nxt[{k}]; nxt[{k}] = t;" for k, off in enumerate(offsets)
                  if off is not None]
         self.lines += ["    for (;;) {",

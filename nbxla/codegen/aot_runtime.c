@@ -190,8 +190,37 @@ static void nbxla_transpose(const char *src, char *dst, int rank, const int64_t 
             else NAME##_rows(&jobs[t]);                                                           \
         }                                                                                         \
     }                                                                                             \
+    /* matrix x vector: four partial sums per row (the compiler keeps the order it is given); \
+     * vector x matrix: rows of b scaled and added, a loop the compiler vectorizes */            \
+    static void NAME##_vector(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a,        \
+                              const T *b, T *c) {                                                 \
+        for (int64_t s = 0; s < batch; s++, a += m * k, b += k * n, c += m * n) {                 \
+            if (n == 1) {                                                                         \
+                for (int64_t i = 0; i < m; i++) {                                                 \
+                    const T *row = a + i * k;                                                     \
+                    U acc[4] = {0};                                                               \
+                    int64_t p = 0;                                                                \
+                    for (; p + 4 <= k; p += 4)                                                    \
+                        for (int q = 0; q < 4; q++) acc[q] += (U)row[p + q] * (U)b[p + q];        \
+                    for (; p < k; p++) acc[0] += (U)row[p] * (U)b[p];                             \
+                    c[i] = (T)((acc[0] + acc[1]) + (acc[2] + acc[3]));                            \
+                }                                                                                 \
+            } else {                                                                              \
+                for (int64_t j = 0; j < n; j++) c[j] = (T)0;                                      \
+                for (int64_t p = 0; p < k; p++) {                                                 \
+                    T ap = a[p];                                                                  \
+                    const T *bp = b + p * n;                                                      \
+                    for (int64_t j = 0; j < n; j++) c[j] = (T)((U)c[j] + (U)ap * (U)bp[j]);       \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
     static void NAME(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a, const T *b,      \
                      T *c, T *packed) {                                                           \
+        if (n == 1 || m == 1) { /* vector forms: no packing, which would cost more than the work */ \
+            NAME##_vector(batch, m, n, k, a, b, c);                                               \
+            return;                                                                               \
+        }                                                                                         \
         for (int64_t s = 0; s < batch; s++) {                                                     \
             NAME##_pack(b + s * k * n, packed, k, n);                                             \
             NAME##_one(m, n, k, a + s * m * k, packed, c + s * m * n);                            \

@@ -1,0 +1,112 @@
+"""In-place update kernels: a fusion whose root is a ``dynamic-update-slice`` of one of its
+parameters, emitted to touch only the update's window.
+
+The caller passes the same buffer as that parameter and as the output, so the rest of the array
+is already in place and is neither read nor written: a loop's ``A[i, j] -= ...`` costs one
+element, not a copy of ``A``.  The (clamped) start indices are computed once, before the loop.
+
+Reads of the updated array inside the update are what could go wrong: writing element ``u`` of
+the window must not change a value that a later element of the same window reads.  One pass
+(compute an element, store it) is used when that cannot happen -- the window is one element,
+or the array is read only through dynamic slices at the window itself, elementwise -- and
+otherwise two: the whole update into a temporary (``malloc``), then the copy into the window.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..hlo.ir import Computation, Instruction
+from ..hlo.opcodes import ELEMENTWISE
+from .elemental import ElementalEmitter, I64, const_i64, linear_index, llvm_type
+from .toolkit import KernelBuffers, KernelSpec, kernel_function, load_at, nest, product
+
+I8P = ir.IntType(8).as_pointer()
+
+
+def updated_parameter(comp: Computation) -> int | None:
+    """The number of the parameter ``comp`` updates in place (its root is a non-empty
+    ``dynamic-update-slice`` of that parameter), or None."""
+    root = comp.root
+    if root.opcode != "dynamic-update-slice" or root.operands[0].opcode != "parameter" \
+            or 0 in root.operands[1].shape.dims or len(root.operands) != 2 + root.shape.rank:
+        return None
+    return root.operands[0].parameter_number
+
+
+def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+    """The kernel of ``comp`` (``updated_parameter(comp)`` is not None) writing only the window;
+    its output buffer must be the updated parameter's buffer."""
+    root = comp.root
+    target, update = root.operands[0], root.operands[1]
+    params = comp.parameters
+    shapes = [p.shape for p in params] + [root.shape]
+    fn, b = kernel_function(module, name)
+    bufs = KernelBuffers(b, fn.args[0], shapes)
+    em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, k, params[k].shape.dims, index))
+    starts = [em._clamped_start(s, [], n - u)
+              for s, n, u in zip(root.operands[2:], root.shape.dims, update.shape.dims)]
+    out = len(params)
+    dims = update.shape.dims
+
+    def store_window(index, value):
+        at = [b.add(i, s) for i, s in zip(index, starts)]
+        bufs.store(b, out, linear_index(b, at, root.shape.dims), value)
+
+    if _one_pass(comp, root, target):
+        def element(index):
+            em.reset_memo()
+            store_window(index, em.value(update, index))
+        nest(b, dims, "w", element)
+    else:
+        ty = llvm_type(update.shape.element_type)
+        # (16 bytes an element: room for any element type, complex128 included)
+        raw = b.call(_libc(module, "malloc", I8P, [I64]), [const_i64(16 * product(dims))])
+        temp = b.bitcast(raw, ty.as_pointer())
+
+        def compute(index):
+            em.reset_memo()
+            b.store(em.value(update, index), b.gep(temp, [linear_index(b, index, dims)]))
+        nest(b, dims, "w", compute)
+
+        def copy(index):
+            store_window(index, b.load(b.gep(temp, [linear_index(b, index, dims)])))
+        nest(b, dims, "c", copy)
+        b.call(_libc(module, "free", ir.VoidType(), [I8P]), [raw])
+    b.ret_void()
+    return KernelSpec(name, "in-place", 1, product(dims))
+
+
+def _one_pass(comp: Computation, root: Instruction, target: Instruction) -> bool:
+    """Whether computing and storing element by element is safe: the window is one element, or
+    every read of ``target`` is a dynamic slice at the window's own start and size whose value
+    reaches the update through elementwise ops only (element ``u`` reads only position ``u``)."""
+    update = root.operands[1]
+    if product(update.shape.dims) == 1:
+        return True
+    readers = [i for i in comp.instructions if i is not root and any(o is target for o in i.operands)]
+    if any(r.opcode != "dynamic-slice" or r.operands[0] is not target
+           or list(r.attrs.get("dynamic_slice_sizes", ())) != list(update.shape.dims)
+           or not _same_starts(r.operands[1:], root.operands[2:]) for r in readers):
+        return False
+    # Between those slices and the update: same-shaped elementwise ops only.
+    tainted = {id(r) for r in readers}
+    for instr in comp.instructions:
+        if id(instr) in tainted or instr is root:
+            continue
+        if any(id(o) in tainted for o in instr.operands):
+            if instr.opcode not in ELEMENTWISE or instr.shape.dims != update.shape.dims:
+                return False
+            tainted.add(id(instr))
+    return True
+
+
+def _same_starts(a: list[Instruction], b: list[Instruction]) -> bool:
+    def same(x, y):
+        return x is y or (x.opcode == y.opcode == "constant" and x.literal.tolist() == y.literal.tolist())
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
+def _libc(module: ir.Module, name: str, result: ir.Type, args: list[ir.Type]) -> ir.Function:
+    found = module.globals.get(name)
+    return found if found is not None else ir.Function(module, ir.FunctionType(result, args), name)
