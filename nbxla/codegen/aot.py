@@ -165,7 +165,7 @@ def _run(cmd: list[str], what: str) -> None:
         raise AotError(f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr.strip()}")
 
 
-def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshold: int,
+def compile_object(module: Module | Computation, name: str, out_dir: str, *, parallel_threshold: int,
                    cpu: str = "host", description: str = "", emit_llvm: bool = False,
                    emit_asm: bool = False, emit_c: bool = False) -> AotObject:
     """Write ``out_dir/NAME.o`` and ``out_dir/NAME.h`` for an optimized ``module``.
@@ -184,9 +184,10 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
     tm = _target_machine(cpu)
     kernels = _Kernels(name, llvm.get_process_triple())
     driver = Driver(name, kernels, parallel_threshold)
-    entry = driver.program(module.entry)
-    arg_shapes = [s for p in module.entry.parameters for s in leaf_shapes(p.shape)]
-    result_shapes = leaf_shapes(module.entry.root.shape)
+    computation = module.entry if isinstance(module, Module) else module
+    entry = driver.program(computation)
+    arg_shapes = [s for p in computation.parameters for s in leaf_shapes(p.shape)]
+    result_shapes = leaf_shapes(computation.root.shape)
 
     kernels.module.data_layout = str(tm.target_data)
     mod = llvm.parse_assembly(str(kernels.module))

@@ -82,7 +82,7 @@ def target_fingerprint() -> str:
     here = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha256()
     for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
+        if name.endswith((".py", ".c")):
             with open(os.path.join(here, name), "rb") as f:
                 digest.update(name.encode() + f.read())
     digest.update(repr((llvm.llvm_version_info, llvm.get_process_triple(), llvm.get_host_cpu_name(),

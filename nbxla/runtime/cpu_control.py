@@ -134,8 +134,9 @@ def program_callees(instr: Instruction) -> list[Computation]:
     return []
 
 
-def program_computations(module: Module) -> list[Computation]:
-    """The entry and every computation reached from it through while/conditional/call."""
+def program_computations(module: Module, native: frozenset = frozenset()) -> list[Computation]:
+    """The entry and every computation reached from it through while/conditional/call (not
+    through the instructions whose ids are in ``native``: loops compiled whole elsewhere)."""
     order, seen = [], set()
 
     def visit(comp):
@@ -143,9 +144,21 @@ def program_computations(module: Module) -> list[Computation]:
             seen.add(id(comp))
             order.append(comp)
             for instr in comp.instructions:
-                for callee in program_callees(instr):
-                    visit(callee)
+                if id(instr) not in native:
+                    for callee in program_callees(instr):
+                        visit(callee)
     visit(module.entry)
+    return order
+
+
+def program_computations_of(instr: Instruction) -> list[Computation]:
+    """The computations ``instr`` runs as programs, and those they run, transitively."""
+    order, stack = [], list(program_callees(instr))
+    while stack:
+        comp = stack.pop()
+        if all(comp is not c for c in order):
+            order.append(comp)
+            stack += [c for i in comp.instructions for c in program_callees(i)]
     return order
 
 

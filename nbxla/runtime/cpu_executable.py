@@ -45,6 +45,7 @@ from .cpu_kernels import ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, Kernel
 from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
+from .native_loops import NativeLoopThunk, native_loop, native_loops_enabled
 from .persistent_cache import default_cache
 from .thunks import structural_thunk
 
@@ -108,10 +109,24 @@ class CpuExecutable:
     def __init__(self, module: Module, plan=None):
         self.module = module
         self.plan = plan
-        computations = program_computations(module)
+        store = default_cache()
+        # How each while of the entry runs: natively (one C function) or from the host, why.
+        self.loops: dict[str, str] = {}
+        self._native: dict[int, NativeLoopThunk] = {}
+        if native_loops_enabled():
+            text = None
+            for instr in module.entry.instructions:
+                if instr.opcode == "while":
+                    text = text if text is not None else print_module(module)
+                    found = native_loop(instr, text, store)
+                    if isinstance(found, NativeLoopThunk):
+                        self._native[id(instr)] = found
+                        self.loops[instr.name] = "native: one compiled C function runs the whole loop"
+                    else:
+                        self.loops[instr.name] = found
+        computations = program_computations(module, frozenset(self._native))
         compiled = _kernel_symbols(computations)
         distinct, compiled = _share_identical_kernels(compiled)
-        store = default_cache()
         key = None
         if store is not None:
             names = ",".join(symbol for symbol, _ in compiled)
@@ -161,6 +176,9 @@ class CpuExecutable:
             slot[id(instr)] = len(slot)
             if instr.opcode == "parameter":
                 params.append((slot[id(instr)], instr.parameter_number))
+                continue
+            if id(instr) in self._native:
+                steps.append((self._native[id(instr)], [slot[id(o)] for o in instr.operands], slot[id(instr)], None))
                 continue
             nested = [self._program(c) for c in program_callees(instr)]
             thunk = self._thunk(instr, nested, literals)

@@ -1,0 +1,122 @@
+"""Loops run natively: a ``while`` of the entry compiled, with everything inside it, into one C
+function by the ahead-of-time driver (``codegen/aot_driver``), loaded as a shared library.
+
+Why: the host-driven ``while`` of ``cpu_control`` pays a Python dispatch per kernel per
+iteration and copies the loop state at every update; a Cholesky or an IIR filter runs
+thousands of iterations of a few tiny kernels, where that overhead is the whole run time
+(0.02-0.05x NumPy).  The driver calls the kernels directly from C and updates the state in
+place (``codegen/updates``), so such loops beat NumPy's interpreted ones by a wide margin.
+
+A loop stays host-driven, with the reason recorded, when the native path does not fit: no C
+compiler on the machine, something inside that the driver has no native code for, or a large
+``dot`` (NumPy's multithreaded BLAS beats the driver's own GEMM; per-iteration dispatch is then
+small beside the work).  The shared library is kept in the persistent cache.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+
+from ..codegen.aot import compile_object, find_tool
+from ..codegen.cpu import target_fingerprint
+from ..errors import NbxlaError, UnsupportedError
+from ..hlo.ir import Computation, Instruction
+from .cpu_control import flatten_leaves, program_computations_of
+from .cpu_kernels import PARALLEL_THRESHOLD
+from .persistent_cache import PersistentCache
+
+# A dot of more multiply-adds than this inside a loop keeps the loop host-driven (NumPy's BLAS).
+LARGE_DOT = 1 << 18
+
+
+def native_loops_enabled() -> bool:
+    """``NBXLA_NATIVE_LOOPS=0`` keeps every loop host-driven (to compare, or to debug)."""
+    return os.environ.get("NBXLA_NATIVE_LOOPS", "1") != "0"
+
+
+class NativeLoopThunk:
+    """Runs one ``while`` through its compiled C function: fresh result arrays per call."""
+
+    def __init__(self, library: ctypes.CDLL, symbol: str, instr: Instruction):
+        self.library = library                      # (kept alive with the function)
+        self.fn = getattr(library, symbol)
+        self.fn.restype = ctypes.c_int
+        self.results = [(s.dims, s.dtype) for s in instr.shape.leaves()]
+        self.arg_types = [s.dtype for s in instr.operands[0].shape.leaves()]
+        self.fn.argtypes = [ctypes.c_void_p] * (len(self.arg_types) + len(self.results))
+        self.tuple_shape = instr.shape
+
+    def __call__(self, operands):
+        args = [np.ascontiguousarray(a, dtype=t) for a, t in zip(flatten_leaves(operands[0]), self.arg_types)]
+        results = [np.empty(dims, dtype) for dims, dtype in self.results]
+        if self.fn(*[a.ctypes.data for a in args], *[r.ctypes.data for r in results]):
+            raise MemoryError("a native loop could not allocate its scratch memory")
+        return _rebuild(self.tuple_shape, iter(results))
+
+
+def _rebuild(shape, leaves):
+    if shape.is_tuple:
+        return tuple(_rebuild(e, leaves) for e in shape.elements)
+    return next(leaves)
+
+
+def native_loop(instr: Instruction, module_text: str, store: PersistentCache | None):
+    """A NativeLoopThunk for the entry's ``while`` ``instr``, or the reason it stays host-driven."""
+    reason = _unsuitable(instr)
+    if reason:
+        return reason
+    symbol = "nbxla_loop_" + hashlib.sha256(instr.name.encode()).hexdigest()[:12]
+    key = None
+    try:
+        if store is not None:
+            key = hashlib.sha256(("native-loop," + target_fingerprint() + instr.name + module_text).encode()).hexdigest()
+            found = store.load(key)
+            if found is not None:
+                return NativeLoopThunk(_load(found[1]), symbol, instr)
+        library = _build(instr, symbol)
+        if store is not None:
+            store.save(key, {"symbol": symbol}, library)
+        return NativeLoopThunk(_load(library), symbol, instr)
+    except (NbxlaError, UnsupportedError, OSError, subprocess.SubprocessError) as e:
+        return f"host-driven: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+
+
+def _unsuitable(instr: Instruction) -> str:
+    for comp in program_computations_of(instr):
+        for i in comp.instructions:
+            if i.opcode == "dot":
+                lhs, rhs = i.operands
+                flops = int(np.prod(i.shape.dims, dtype=np.int64)) * int(np.prod(
+                    [lhs.shape.dims[d] for d in i.attrs.get("lhs_contracting_dims", ())], dtype=np.int64))
+                if flops > LARGE_DOT:
+                    return f"host-driven: %{i.name} is a large dot ({flops} multiply-adds), NumPy's BLAS runs it"
+    return ""
+
+
+def _build(instr: Instruction, symbol: str) -> bytes:
+    """The shared library (bytes) exporting ``int symbol(const T *state leaves..., T *results...)``."""
+    param = Instruction("parameter", instr.operands[0].shape, attrs={"parameter_number": 0}, name="state")
+    loop = Instruction("while", instr.shape, [param], dict(instr.attrs), name=instr.name)
+    comp = Computation(f"{instr.name}.native", [param, loop], loop)
+    cc = find_tool("cc")
+    with tempfile.TemporaryDirectory(prefix="nbxla-loop-") as tmp:
+        obj = compile_object(comp, symbol, tmp, parallel_threshold=PARALLEL_THRESHOLD)
+        path = os.path.join(tmp, symbol + ".so")
+        subprocess.run([cc, "-shared", "-o", path, obj.object_path, "-lm", "-lpthread"], check=True,
+                       capture_output=True, timeout=120)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def _load(library: bytes) -> ctypes.CDLL:
+    # (dlopen needs a file; it stays mapped after the file is removed)
+    with tempfile.NamedTemporaryFile(prefix="nbxla-loop-", suffix=".so") as f:
+        f.write(library)
+        f.flush()
+        return ctypes.CDLL(f.name)
