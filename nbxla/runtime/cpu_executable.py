@@ -409,8 +409,11 @@ class CpuExecutable:
                     "convolution": "library call: im2col + np.matmul"}[instr.opcode]
         if instr.opcode in ("while", "conditional", "call"):
             names = ", ".join(f"%{c.name}" for c in program_callees(instr))
+            if isinstance(thunk, NativeLoopThunk):
+                return f"native loop: one C function runs {names} (kernels called directly, state updated in place)"
+            why = f" ({self.loops[instr.name]})" if instr.name in self.loops else ""
             return {"while": "host loop", "conditional": "host branch", "call": "runs"}[instr.opcode] + \
-                f" over compiled program(s) {names}"
+                f" over compiled program(s) {names}{why}"
         why = self.interpreted.get(instr.name) or self.interpreted_ops.get(instr.name)
         if why:
             return f"evaluator rule (interpreted: {why})"

@@ -1,5 +1,8 @@
 """while / conditional / call on the CPU backend: host-driven loops over compiled programs.
 
+(Loops of the entry normally run natively, see test_native_loops.py; here ``NBXLA_NATIVE_LOOPS=0``
+keeps them host-driven, the path taken without a C compiler.)
+
 Modules are written as HLO text and compiled with the optimizer (``compile_module``, which
 fuses loop bodies, conditions and branches) or, to keep hand-written fusions and ``call``s
 as written, with ``build_executable`` alone.  The oracle is the evaluator on the same module.
@@ -19,6 +22,11 @@ from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.hlo.parser import parse_hlo
 from nbxla.runtime.executable import build_executable
 from nbxla.testing import compare_arrays
+
+
+@pytest.fixture(autouse=True)
+def host_driven_loops(monkeypatch):
+    monkeypatch.setenv("NBXLA_NATIVE_LOOPS", "0")
 
 
 def check(executable, module, inputs):

@@ -1,6 +1,9 @@
 """The CPU backend's ``execution`` stage says how every instruction runs."""
 
+import shutil
+
 import numpy as np
+import pytest
 
 import nbxla
 from nbxla.compiler import compile_module
@@ -10,7 +13,8 @@ from nbxla.runtime.cache import CompilationCache
 from tests.runtime.test_cpu_control_flow import COUNTED_LOOP, check
 
 
-def test_control_flow_programs_and_kernels_are_described():
+def test_control_flow_programs_and_kernels_are_described(monkeypatch):
+    monkeypatch.setenv("NBXLA_NATIVE_LOOPS", "0")
     module = parse_hlo(COUNTED_LOOP % 5)
     c = compile_module(module, "cpu")
     text = c.stage("execution")
@@ -18,6 +22,16 @@ def test_control_flow_programs_and_kernels_are_described():
     assert "entry %main" in text and "program %cond" in text and "program %body" in text
     assert "%w: host loop over compiled program(s) %cond, %body" in text
     assert "native kernel nbxla_" in text and "evaluator rule" not in text
+    check(c.executable, module, [np.linspace(-1, 1, 16, dtype=np.float32), np.ones(16, np.float32)])
+
+
+def test_native_loop_is_described():
+    """(With a C compiler the loop is one C function; tests/runtime/test_native_loops.py)"""
+    module = parse_hlo(COUNTED_LOOP % 5)
+    c = compile_module(module, "cpu")
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler: loops stay host-driven")
+    assert "%w: native loop: one C function runs %cond, %body" in c.stage("execution")
     check(c.executable, module, [np.linspace(-1, 1, 16, dtype=np.float32), np.ones(16, np.float32)])
 
 

@@ -1,0 +1,148 @@
+"""Native loops: an entry ``while`` compiled whole into one C function (runtime/native_loops.py)
+with its state updated in place (codegen/updates.py).
+
+Oracles: the evaluator for HLO modules, eager NumPy for traced programs.  The window updates
+below read the array they write at overlapping places, so an update made element by element
+in place (without the temporary) gives a different answer than NumPy's.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.compiler import compile_module
+from nbxla.hlo.parser import parse_hlo
+from nbxla.runtime.cache import CompilationCache
+from nbxla.runtime.executable import build_executable
+from nbxla.testing import compare_arrays
+from tests.runtime.test_cpu_control_flow import ARENA_LOOP, COUNTED_LOOP, NESTED_LOOPS, check
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: loops stay host-driven")
+
+RNG = np.random.default_rng(7)
+
+
+def loops_of(compilation) -> dict[str, str]:
+    return compilation.executable.native.loops
+
+
+@pytest.mark.parametrize("text", [COUNTED_LOOP % 0, COUNTED_LOOP % 1, COUNTED_LOOP % 100, ARENA_LOOP % 0,
+                                  ARENA_LOOP % 3, NESTED_LOOPS], ids=["count0", "count1", "count100",
+                                                                      "arena0", "arena3", "nested"])
+def test_hlo_loops_run_natively_and_agree_with_the_evaluator(text):
+    module = parse_hlo(text)
+    compilation = compile_module(parse_hlo(text), "cpu")
+    loops = loops_of(compilation)
+    assert loops and all(how.startswith("native") for how in loops.values()), loops
+    inputs = [np.linspace(0.1, 1, p.shape.dims[0]).astype(p.shape.dtype) for p in module.entry.parameters]
+    kept = [x.copy() for x in inputs]
+    results = check(compilation.executable, module, inputs)
+    for x, k in zip(inputs, kept):
+        np.testing.assert_array_equal(x, k)          # the caller's arrays are not written
+        assert not any(np.shares_memory(r, x) for r in results)
+
+
+def shift_rows(A):
+    for i in range(1, A.shape[0]):
+        A[i, 1:] = A[i, :-1] * 0.5 + A[i - 1, 1:]
+    return A
+
+
+def flip_prefix(y):
+    for k in range(1, y.shape[0]):
+        y[:k] += 0.5 * np.flip(y[:k])
+    return y
+
+
+def same_place(A):
+    for i in range(A.shape[0]):
+        A[i, :] = A[i, :] * 2 + 1
+    return A
+
+
+def columns(A):
+    for j in range(1, A.shape[1]):
+        A[:, j] = A[:, j - 1] + np.sqrt(A[:, j])
+    return A
+
+
+def jacobi_in_place(A):
+    for _ in range(6):
+        A[1:-1, 1:-1] = 0.25 * (A[:-2, 1:-1] + A[2:, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:])
+    return A
+
+
+def scatter_counts(values, weights):
+    counts = np.zeros(16)
+    for i in range(values.shape[0]):
+        counts[values[i]] += weights[i]
+    return counts
+
+
+@pytest.mark.parametrize("fn, make", [
+    (shift_rows, lambda: (RNG.random((9, 7)),)),
+    (flip_prefix, lambda: (RNG.random(12),)),
+    (same_place, lambda: (RNG.random((5, 6)),)),
+    (columns, lambda: (RNG.random((6, 8)),)),
+    (jacobi_in_place, lambda: (RNG.random((10, 9)),)),
+    (scatter_counts, lambda: (RNG.integers(0, 16, 40), RNG.random(40))),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_window_updates_in_native_loops_agree_with_numpy(fn, make):
+    args = make()
+    want_args = [a.copy() for a in args]
+    want = fn(*want_args)
+    jitted = nbxla.jit(fn, cache=CompilationCache())
+    got_args = [a.copy() for a in args]
+    got = jitted(*got_args)
+    ok, detail = compare_arrays(np.asarray(got), want, rtol=1e-12)
+    assert ok, detail
+    for g, w in zip(got_args, want_args):          # writes into arguments, as NumPy's
+        ok, detail = compare_arrays(g, w, rtol=1e-12)
+        assert ok, detail
+    loops = loops_of(jitted.last_compilation)
+    assert loops and all(how.startswith("native") for how in loops.values()), loops
+
+
+def test_a_large_dot_keeps_the_loop_host_driven():
+    def power(A, x):
+        for _ in range(40):           # (long enough to stay a loop)
+            x = A @ x
+            x = x / np.abs(x).max()
+        return x
+    A, x = RNG.random((700, 700)), RNG.random(700)
+    jitted = nbxla.jit(power, cache=CompilationCache())
+    got = jitted(A, x)
+    np.testing.assert_allclose(got, power(A, x), rtol=1e-10)
+    (how,) = loops_of(jitted.last_compilation).values()
+    assert how.startswith("host-driven") and "large dot" in how, how
+
+
+def test_without_a_c_compiler_loops_are_host_driven_and_still_right(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))                 # no cc there
+    monkeypatch.setenv("NBXLA_CACHE_DIR", "off")
+    module = parse_hlo(COUNTED_LOOP % 7)
+    compilation = compile_module(parse_hlo(COUNTED_LOOP % 7), "cpu")
+    (how,) = loops_of(compilation).values()
+    assert how.startswith("host-driven") and "`cc`" in how, how
+    assert "host loop over compiled program(s) %cond, %body (host-driven" in compilation.stage("execution")
+    check(compilation.executable, module, [np.ones(16, np.float32), np.zeros(16, np.float32)])
+
+
+def test_the_library_is_kept_in_the_persistent_cache(monkeypatch, tmp_path):
+    cache_dir = tmp_path / "cache"
+    monkeypatch.setenv("NBXLA_CACHE_DIR", str(cache_dir))
+    module = parse_hlo(NESTED_LOOPS)
+    optimized = compile_module(parse_hlo(NESTED_LOOPS), "cpu").optimized
+    first = build_executable(optimized, "cpu")
+    assert all(how.startswith("native") for how in first.native.loops.values())
+    assert any(p.suffix == ".json" for p in cache_dir.iterdir())
+    # Without a C compiler now, the loop still runs natively: the library comes from the cache
+    # (as in a restarted kernel, which traces and optimizes to the same module).
+    monkeypatch.setenv("PATH", str(tmp_path))
+    second = build_executable(optimized, "cpu")
+    assert all(how.startswith("native") for how in second.native.loops.values()), second.native.loops
+    check(second, module, [np.arange(8, dtype=np.float32)])
