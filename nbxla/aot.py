@@ -27,6 +27,7 @@ import numpy as np
 
 from .codegen.aot import AotObject, compile_object
 from .errors import AotError
+from .frontend.autograph import convert_function
 from .frontend.cell_ast import check_function_no_random
 from .frontend.trace import trace, tree_flatten
 from .hlo import Module
@@ -84,7 +85,9 @@ def _trace(fn: Callable, specs: Sequence) -> tuple[Module, str]:
         names = []
     names += [f"args[{k}]" for k in range(len(names), len(args))]
     name = getattr(fn, "__name__", "fn")
-    program = trace(fn, leaves, treedef, name=name if name.isidentifier() else "fn", leaf_names=names)
+    # (Converted as under jit: Python loops over traced values stay HLO while loops.)
+    program = trace(convert_function(fn), leaves, treedef, name=name if name.isidentifier() else "fn",
+                    leaf_names=names)
     outs = [f"result{k}" for kind, k in program.out_slots if kind == "out"]
     if not outs and not program.writebacks:
         raise AotError(f"{name} returns no array computed from its arguments; there is nothing to compile")
