@@ -205,7 +205,8 @@ class CompiledFunction:
             program = trace(fn, leaves, treedef, name=_module_name(self.fn), leaf_names=names())
             trace_ms = (time.perf_counter() - start) * 1e3
             return CompiledProgram(program, compile_module(program.module, device, trace_ms,
-                                                           dump_to=flags.dump_to))
+                                                           dump_to=flags.dump_to,
+                                                           loop_decisions=program.loop_decisions))
 
         entry, hit = self.cache.get_or_compile(key, self, self.__name__, signature, names, device,
                                                compile_now)

@@ -317,7 +317,8 @@ def prepare_cell(source: str, user_ns: dict, *, label: str = "cell", filename: s
                                                 filename_display=filename_display)
         trace_ms = (time.perf_counter() - start) * 1e3
         return CompiledCell(analysis, program,
-                            compile_module(program.module, device, trace_ms, dump_to=flags.dump_to),
+                            compile_module(program.module, device, trace_ms, dump_to=flags.dump_to,
+                                           loop_decisions=program.loop_decisions),
                             bindings, display)
 
     if not use_cache:

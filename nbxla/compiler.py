@@ -45,6 +45,8 @@ class Compilation:
     timings_ms: dict[str, float]
     pipeline: PipelineResult
     explanation: str = ""
+    # (source line, "rolled"/"unrolled", why) per Python loop the tracer met
+    loop_decisions: list = field(default_factory=list)
     module_id: int = field(default_factory=lambda: next(_module_ids))
     _stage_text: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -56,7 +58,9 @@ class Compilation:
     def fusion_report(self) -> FusionReport:
         native = self.executable.native
         interpreted = {**getattr(native, "interpreted", {}), **getattr(native, "interpreted_ops", {})}
-        return fusion_report(self.optimized, self.pipeline.facts.get("fusion"), interpreted)
+        loops = list(dict.fromkeys(f"line {line}: {how} ({why})" for line, how, why in self.loop_decisions))
+        loops += [f"%{name}: {how}" for name, how in getattr(native, "loops", {}).items()]
+        return fusion_report(self.optimized, self.pipeline.facts.get("fusion"), interpreted, loops)
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -113,7 +117,7 @@ def pass_timing_text(comp: Compilation) -> str:
 
 
 def compile_module(module: Module, device: str, trace_ms: float = 0.0, explanation: str = "",
-                   dump_to: str | None = None) -> Compilation:
+                   dump_to: str | None = None, loop_decisions: list = ()) -> Compilation:
     device = resolve_device(device)
     start = time.perf_counter()
     pipeline = optimize(module)
@@ -124,7 +128,7 @@ def compile_module(module: Module, device: str, trace_ms: float = 0.0, explanati
     codegen_ms = (time.perf_counter() - start) * 1e3
     comp = Compilation(module.name, device, module, optimized, executable,
                        {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
-                       pipeline, explanation)
+                       pipeline, explanation, list(loop_decisions))
     if current_flags().pass_timing:
         print(pass_timing_text(comp), file=sys.stderr)
     if dump_to:

@@ -90,6 +90,8 @@ class FusionReport:
     kernels: list[KernelInfo] = field(default_factory=list)
     refusals: list[Refusal] = field(default_factory=list)
     boundaries: list[Boundary] = field(default_factory=list)
+    loops: list[str] = field(default_factory=list)   # each Python loop: rolled or unrolled, why;
+    #                                                  each while of the entry: how it runs
 
     @property
     def bytes_moved(self) -> int:
@@ -104,13 +106,16 @@ class FusionReport:
         if self.refusals:
             out.append("fusions refused:")
             out += [f"  {r.producer} into {r.consumer}: {r.reason}" for r in self.refusals]
+        if self.loops:
+            out.append("loops:")
+            out += [f"  {line}" for line in self.loops]
         return "\n".join(out)
 
 
 def fusion_report(module: Module, decisions: FusionDecisions | None,
-                  interpreted: dict[str, str] | None = None) -> FusionReport:
+                  interpreted: dict[str, str] | None = None, loops: list[str] | None = None) -> FusionReport:
     """The report; ``interpreted`` (kernel name -> reason, from the backend) marks kernels that
-    run on the reference evaluator."""
+    run on the reference evaluator; ``loops`` are the loop lines (see Compilation)."""
     interpreted = interpreted or {}
     kernels = []
     for comp in fusion_targets(module):
@@ -133,4 +138,4 @@ def fusion_report(module: Module, decisions: FusionDecisions | None,
     before = decisions.kernels_before if decisions else len(kernels)
     refusals = decisions.refusals if decisions else []
     boundaries = decisions.boundaries if decisions else []
-    return FusionReport(before, len(kernels), kernels, list(refusals), list(boundaries))
+    return FusionReport(before, len(kernels), kernels, list(refusals), list(boundaries), list(loops or ()))

@@ -146,3 +146,21 @@ def test_the_library_is_kept_in_the_persistent_cache(monkeypatch, tmp_path):
     second = build_executable(optimized, "cpu")
     assert all(how.startswith("native") for how in second.native.loops.values()), second.native.loops
     check(second, module, [np.arange(8, dtype=np.float32)])
+
+
+def test_the_fusion_report_says_how_each_loop_was_compiled_and_runs():
+    def program(A, x):
+        for _ in range(2):                  # short: unrolled
+            x = x * 0.5
+        for i in range(1, A.shape[0]):      # rolled into a while, run natively
+            A[i] = A[i - 1] * 0.5 + A[i]
+        return A.sum() + x.sum()
+    jitted = nbxla.jit(program, cache=CompilationCache())
+    A, x = RNG.random((30, 4)), RNG.random(4)
+    want = program(A.copy(), x)
+    np.testing.assert_allclose(jitted(A.copy(), x), want, rtol=1e-12)
+    text = jitted.last_compilation.stage("fusion_report")
+    loops = text[text.index("loops:"):].splitlines()
+    assert any("unrolled (2 steps" in line for line in loops), loops
+    assert any("rolled (a while loop" in line for line in loops), loops
+    assert any(line.strip().startswith("%while") and "native" in line for line in loops), loops
