@@ -38,7 +38,7 @@ from .aot_driver import Driver, KernelSource, leaf_shapes
 from .aot_library import ALIGN
 from .cpu import optimize_module
 from .elemental import ELEMENTAL_RULES
-from .kernels import emit_kernel, standalone_computation
+from .kernels import emit_kernel, standalone_computation, structure_key
 from .toolkit import KernelSpec
 from .updates import emit_in_place_update
 
@@ -82,7 +82,7 @@ class _Kernels(KernelSource):
         self.prefix = prefix
         self.module = ir.Module(name=prefix)
         self.module.triple = triple
-        self.specs: dict[object, KernelSpec] = {}     # by instruction or computation id, or convert
+        self.specs: dict[object, KernelSpec] = {}     # by instruction or computation id, convert, structure
         self.constants: dict[bytes, str] = {}
         self.names: list[str] = []
         self._keep: list = []            # computations emitted (ids must stay unique)
@@ -98,13 +98,19 @@ class _Kernels(KernelSource):
     def _emit(self, key, name: str, comp: Computation, where: str, emitter=emit_kernel) -> KernelSpec:
         spec = self.specs.get(key)
         if spec is None:
+            # (identical kernels -- the steps of an unrolled loop -- are emitted once)
+            same = (emitter.__name__, structure_key(comp))
+            spec = self.specs.get(same)
+            if spec is not None:
+                self.specs[key] = spec
+                return spec
             try:
                 spec = emitter(self.module, self._symbol(name), comp)
             except UnsupportedError as e:
                 raise AotError(f"{where} cannot be compiled ahead of time: the code generator has no "
                                f"native code for it ({e}); under jit it runs through the reference "
                                "evaluator. Rewrite that part of the function, or use nbxla.jit") from None
-            self.specs[key] = spec
+            self.specs[key] = self.specs[same] = spec
             self._keep.append(comp)
         return spec
 
@@ -165,7 +171,7 @@ def _run(cmd: list[str], what: str) -> None:
         raise AotError(f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr.strip()}")
 
 
-def compile_object(module: Module | Computation, name: str, out_dir: str, *, parallel_threshold: int,
+def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshold: int,
                    cpu: str = "host", description: str = "", emit_llvm: bool = False,
                    emit_asm: bool = False, emit_c: bool = False) -> AotObject:
     """Write ``out_dir/NAME.o`` and ``out_dir/NAME.h`` for an optimized ``module``.
@@ -181,24 +187,11 @@ def compile_object(module: Module | Computation, name: str, out_dir: str, *, par
                        "predict_digits")
     cc, ld = find_tool("cc"), find_tool("ld")
     objcopy = shutil.which("objcopy")
-    tm = _target_machine(cpu)
-    kernels = _Kernels(name, llvm.get_process_triple())
-    driver = Driver(name, kernels, parallel_threshold)
-    computation = module.entry if isinstance(module, Module) else module
-    entry = driver.program(computation)
+    computation = module.entry
+    tm, mod, kernels, c_source, (entry,) = _build({name: computation}, name, cpu, parallel_threshold)
     arg_shapes = [s for p in computation.parameters for s in leaf_shapes(p.shape)]
     result_shapes = leaf_shapes(computation.root.shape)
-
-    kernels.module.data_layout = str(tm.target_data)
-    mod = llvm.parse_assembly(str(kernels.module))
-    mod.verify()
-    optimize_module(mod, tm)
     os.makedirs(out_dir, exist_ok=True)
-    functions = kernels.names + [s.finish_name for s in kernels.specs.values() if s.finish_name]
-    declarations = "".join(f"extern void {s}(void **, int64_t, int64_t);\n" for s in functions) + \
-        "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values())
-    c_source = "\n".join([open(_RUNTIME_C).read(), "/* ---- generated ---- */", declarations,
-                          driver.source(), _entry_points(name, arg_shapes, result_shapes, entry)])
     files = {}
     for wanted, kind, text in ((emit_llvm, "ll", lambda: str(mod)), (emit_asm, "s", lambda: tm.emit_assembly(mod)),
                                (emit_c, "driver.c", lambda: c_source)):
@@ -233,6 +226,44 @@ def compile_object(module: Module | Computation, name: str, out_dir: str, *, par
         f.write(_header(name, arg_shapes, result_shapes, entry.scratch_bytes, description))
     return AotObject(name, object_path, header_path, arg_shapes, result_shapes, entry.scratch_bytes,
                      list(kernels.names), files)
+
+
+def compile_shared_library(entries: dict[str, Computation], path: str, *, parallel_threshold: int) -> None:
+    """Write the shared library ``path`` exporting ``int NAME(args..., results...)`` for each
+    computation of an optimized module in ``entries`` (the jit's native loops: one library, one
+    C compiler run, for all the loops of a module)."""
+    cc = find_tool("cc")
+    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold)
+    with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
+        kernels_o, driver_c = os.path.join(tmp, "kernels.o"), os.path.join(tmp, "driver.c")
+        with open(kernels_o, "wb") as f:
+            f.write(tm.emit_object(mod))
+        with open(driver_c, "w") as f:
+            f.write(c_source)
+        _run([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", "-march=native", "-shared", driver_c,
+              kernels_o, "-o", path, "-lm", "-lpthread"], "compiling the driver")
+
+
+def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_threshold: int):
+    """(target machine, optimized LLVM module of the kernels, the kernel source, the driver's C
+    with an entry point per computation, their programs)."""
+    tm = _target_machine(cpu)
+    kernels = _Kernels(prefix, llvm.get_process_triple())
+    driver = Driver(prefix, kernels, parallel_threshold)
+    programs = [driver.program(comp) for comp in entries.values()]
+    kernels.module.data_layout = str(tm.target_data)
+    mod = llvm.parse_assembly(str(kernels.module))
+    mod.verify()
+    optimize_module(mod, tm)
+    functions = kernels.names + [s.finish_name for s in kernels.specs.values() if s.finish_name]
+    declarations = "".join(f"extern void {s}(void **, int64_t, int64_t);\n" for s in functions) + \
+        "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values())
+    points = [_entry_points(name, [s for p in comp.parameters for s in leaf_shapes(p.shape)],
+                            leaf_shapes(comp.root.shape), program)
+              for (name, comp), program in zip(entries.items(), programs)]
+    c_source = "\n".join([open(_RUNTIME_C).read(), "/* ---- generated ---- */", declarations,
+                          driver.source(), *points])
+    return tm, mod, kernels, c_source, programs
 
 
 def _params(arg_shapes, result_shapes) -> list[str]:

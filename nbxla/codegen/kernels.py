@@ -8,9 +8,12 @@ when few columns), a row reduction, and the elementwise loop kernel for everythi
 
 from __future__ import annotations
 
+import re
+
 from llvmlite import ir
 
 from ..hlo.ir import Computation, Instruction
+from ..hlo.printer import PrintOptions, print_instruction
 from . import column_groups
 from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel,
                     emit_reduction_kernel, emit_scatter_kernel)
@@ -43,3 +46,17 @@ def standalone_computation(instr: Instruction) -> Computation:
               for k, o in enumerate(instr.operands)]
     root = Instruction(instr.opcode, instr.shape, params, dict(instr.attrs), name=instr.name)
     return Computation(f"{instr.name}.computation", params + [root], root)
+
+
+_NAME = re.compile(r"%([\w.\-]+)")
+_STRUCTURE_OPTIONS = PrintOptions(operand_shapes=True, metadata=False)
+
+
+def structure_key(comp: Computation) -> str:
+    """The computation's text with its own instructions renamed by position: equal for
+    kernels that compute the same thing on the same shapes (so that the identical kernels of
+    an unrolled time loop are compiled once)."""
+    local = {i.name: f"v{k}" for k, i in enumerate(comp.instructions)}
+    text = "\n".join(print_instruction(i, _STRUCTURE_OPTIONS) for i in comp.instructions)
+    return _NAME.sub(lambda m: "%" + local.get(m.group(1), m.group(1)), text) + \
+        f"\nroot {local[comp.root.name]}"

@@ -188,6 +188,8 @@ class _Converter(ast.NodeTransformer):
                     and not any(isinstance(a, ast.Starred) for a in it.args))
         convertible = (is_range and isinstance(node.target, ast.Name) and not node.orelse
                        and _stops(node.body, loop=True) is None)
+        if not is_range and not node.orelse and _stops(node.body, loop=True) is None:
+            return self._for_items(node)
         if not convertible:
             self.generic_visit(node)
             return node
@@ -207,6 +209,27 @@ class _Converter(ast.NodeTransformer):
         if outputs is names:
             call = ast.Subscript(call, ast.Slice(None, _const(-1), None), ast.Load())
         return _located([fn, self._rebind(outputs, call)], node)
+
+    def _for_items(self, node):
+        """``for TARGET in X`` / ``for TARGET in enumerate(X[, start])``: ``control.for_items``
+        rolls it over the first axis when X is traced (X joins the loop state, the item is
+        ``X[i]``) and iterates in Python otherwise."""
+        it, start = node.iter, _const(None)
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate" \
+                and 1 <= len(it.args) <= 2 and not it.keywords and not any(isinstance(a, ast.Starred) for a in it.args):
+            start = self.visit(it.args[1]) if len(it.args) == 2 else _const(0)
+            it = it.args[0]
+        k = next(_counter)
+        items, item, fname = f"{_PREFIX}items_{k}", f"{_PREFIX}item_{k}", f"{_PREFIX}for_{k}"
+        bind = ast.Assign([node.target], ast.Name(item, ast.Load()))
+        names = [n for n in _state_names([bind] + node.body) if self._rebindable(n)] + [items]
+        body = [_located([bind], node)[0]] + self._visit_body(node.body)
+        fn = self._function(fname, [item, f"{_PREFIX}s"], names, body)
+        call = _call("for_items", ast.Name(items, ast.Load()), start, ast.Name(fname, ast.Load()),
+                     self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
+                     _const(node.lineno))
+        source = ast.Assign([ast.Name(items, ast.Store())], self.visit(it))
+        return _located([source, fn, self._rebind(names, call)], node)
 
     def visit_While(self, node):
         if node.orelse or _stops(node.body, loop=True) is not None:

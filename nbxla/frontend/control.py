@@ -8,6 +8,8 @@ On Python values every helper does exactly what the Python statement would.  On 
   When that is not valid -- the body needs the index as a Python int, changes Python state,
   changes a value's shape -- it runs the Python loop instead (the trace is unrolled).  Loops
   of at most ``UNROLL_MAX`` steps are unrolled: a loop costs a host round trip per step.
+* ``for_items`` does the same for ``for x in traced`` and ``enumerate(traced)`` (over the
+  first axis, the item ``traced[i]``).
 * ``while_loop`` runs in Python while its condition is a Python value, then as an HLO
   ``while`` once the condition is traced.
 * ``if_stmt`` / ``if_exp`` / ``and_`` / ``or_`` / ``not_`` trace both branches and choose with
@@ -453,6 +455,22 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
             "give the loop Python bounds (then it may be unrolled), or write its body "
             "with fixed shapes (np.where with a mask)") from None
     return tuple(state) + (_last_index(start, stop, step, last),)
+
+
+def for_items(items, start, body, state: tuple, names: tuple, lineno: int):
+    """``for target in items`` (``start`` None) or ``for target in enumerate(items, start)``;
+    ``items`` is the last name of the state.  Traced items: the loop over their first axis is
+    rolled like ``for i in range(len(items))`` with the item ``items[i]``; anything else is
+    iterated in Python."""
+    if not isinstance(items, Tracer) or not items.shape:
+        for item in (items if start is None else builtins.enumerate(items, start)):
+            state = body(item, state)
+        return tuple(state)
+
+    def indexed(i, state):
+        item = getitem(state[-1], i)
+        return body(item if start is None else (i + start, item), state)
+    return for_range(builtins.range, (items.shape[0],), indexed, state, names, lineno)[:-1]
 
 
 def _last_index(start, stop, step, before):

@@ -24,32 +24,30 @@ offered to a native or library path that run through their rule instead, with th
 from __future__ import annotations
 
 import hashlib
-import re
 import warnings
 from typing import Callable
 
 import numpy as np
 
 from ..codegen.cpu import CompiledKernels, compile_kernels, target_fingerprint
-from ..codegen.kernels import standalone_computation
+from ..codegen.kernels import standalone_computation, structure_key
 from ..errors import InterpretedWarning
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo import Module
 from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator import conform_value as conform
 from ..hlo.ir import Computation, Instruction
-from ..hlo.printer import PrintOptions, print_instruction, print_module
+from ..hlo.printer import print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_callees, program_computations
 from .cpu_kernels import ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, worker_count
 from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
-from .native_loops import NativeLoopThunk, native_loop, native_loops_enabled
+from .native_loops import NativeLoopThunk, native_loops, native_loops_enabled
 from .persistent_cache import default_cache
 from .thunks import structural_thunk
 
-_STRUCTURE_OPTIONS = PrintOptions(operand_shapes=True, metadata=False)
 # Below this, temporaries are plain small allocations, not arena places: creating the arena
 # and a view per output cost more than malloc's reuse of small blocks (tiny BLAS programs).
 SMALL_ARENA = 64 << 10
@@ -113,17 +111,15 @@ class CpuExecutable:
         # How each while of the entry runs: natively (one C function) or from the host, why.
         self.loops: dict[str, str] = {}
         self._native: dict[int, NativeLoopThunk] = {}
-        if native_loops_enabled():
-            text = None
-            for instr in module.entry.instructions:
-                if instr.opcode == "while":
-                    text = text if text is not None else print_module(module)
-                    found = native_loop(instr, text, store)
-                    if isinstance(found, NativeLoopThunk):
-                        self._native[id(instr)] = found
-                        self.loops[instr.name] = "native: one compiled C function runs the whole loop"
-                    else:
-                        self.loops[instr.name] = found
+        whiles = [i for i in module.entry.instructions if i.opcode == "while"]
+        if whiles and native_loops_enabled():
+            found = native_loops(whiles, print_module(module), store)
+            for instr in whiles:
+                if isinstance(found[id(instr)], NativeLoopThunk):
+                    self._native[id(instr)] = found[id(instr)]
+                    self.loops[instr.name] = "native: one compiled C function runs the whole loop"
+                else:
+                    self.loops[instr.name] = found[id(instr)]
         computations = program_computations(module, frozenset(self._native))
         compiled = _kernel_symbols(computations)
         distinct, compiled = _share_identical_kernels(compiled)
@@ -476,18 +472,6 @@ def _kernel_computation(instr: Instruction) -> Computation:
     return instr.attrs["calls"] if instr.opcode == "fusion" else standalone_computation(instr)
 
 
-_NAME = re.compile(r"%([\w.\-]+)")
-
-
-def _structure(comp: Computation) -> str:
-    """The computation's text with its own instructions renamed by position: equal for
-    kernels that compute the same thing on the same shapes."""
-    local = {i.name: f"v{k}" for k, i in enumerate(comp.instructions)}
-    text = "\n".join(print_instruction(i, _STRUCTURE_OPTIONS) for i in comp.instructions)
-    return _NAME.sub(lambda m: "%" + local.get(m.group(1), m.group(1)), text) + \
-        f"\nroot {local[comp.root.name]}"
-
-
 def _share_identical_kernels(compiled: list[tuple[str, Instruction]]):
     """(symbol, computation) of each distinct kernel, and every (symbol, instruction) with the
     symbol of the first identical kernel.  Why: a time loop unrolled by tracing gives the same
@@ -496,7 +480,7 @@ def _share_identical_kernels(compiled: list[tuple[str, Instruction]]):
     distinct, shared = [], []
     for symbol, instr in compiled:
         comp = _kernel_computation(instr)
-        key = instr.opcode + "\n" + _structure(comp)
+        key = instr.opcode + "\n" + structure_key(comp)
         if key not in first:
             first[key] = symbol
             distinct.append((symbol, comp))

@@ -23,7 +23,7 @@ import tempfile
 
 import numpy as np
 
-from ..codegen.aot import compile_object, find_tool
+from ..codegen.aot import compile_shared_library
 from ..codegen.cpu import target_fingerprint
 from ..errors import NbxlaError, UnsupportedError
 from ..hlo.ir import Computation, Instruction
@@ -44,6 +44,7 @@ class NativeLoopThunk:
     """Runs one ``while`` through its compiled C function: fresh result arrays per call."""
 
     def __init__(self, library: ctypes.CDLL, symbol: str, instr: Instruction):
+        """``symbol``: the loop's function in ``library`` (see ``_build``)."""
         self.library = library                      # (kept alive with the function)
         self.fn = getattr(library, symbol)
         self.fn.restype = ctypes.c_int
@@ -66,25 +67,33 @@ def _rebuild(shape, leaves):
     return next(leaves)
 
 
-def native_loop(instr: Instruction, module_text: str, store: PersistentCache | None):
-    """A NativeLoopThunk for the entry's ``while`` ``instr``, or the reason it stays host-driven."""
-    reason = _unsuitable(instr)
-    if reason:
-        return reason
-    symbol = "nbxla_loop_" + hashlib.sha256(instr.name.encode()).hexdigest()[:12]
+def native_loops(loops: list[Instruction], module_text: str, store: PersistentCache | None) -> dict:
+    """For each ``while`` of the entry (``loops``): a NativeLoopThunk, or the reason it stays
+    host-driven.  The loops that fit are compiled into one shared library (one C compiler run)."""
+    found = {id(i): _unsuitable(i) for i in loops}
+    chosen = [i for i in loops if not found[id(i)]]
+    if not chosen:
+        return found
     key = None
     try:
         if store is not None:
-            key = hashlib.sha256(("native-loop," + target_fingerprint() + instr.name + module_text).encode()).hexdigest()
-            found = store.load(key)
-            if found is not None:
-                return NativeLoopThunk(_load(found[1]), symbol, instr)
-        library = _build(instr, symbol)
-        if store is not None:
-            store.save(key, {"symbol": symbol}, library)
-        return NativeLoopThunk(_load(library), symbol, instr)
+            names = ",".join(i.name for i in chosen)
+            key = hashlib.sha256(f"native-loops,{target_fingerprint()},{names},{module_text}".encode()).hexdigest()
+            cached = store.load(key)
+            if cached is not None:
+                library = _load(cached[1])
+                return {**found, **{id(i): NativeLoopThunk(library, f"loop{k}", i) for k, i in enumerate(chosen)}}
+        data = _build(chosen)
     except (NbxlaError, UnsupportedError, OSError, subprocess.SubprocessError) as e:
-        return f"host-driven: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        if len(chosen) > 1:      # find the loops that fail; the others are compiled together
+            one_by_one = {id(i): native_loops([i], module_text, None)[id(i)] for i in chosen}
+            kept = [i for i in chosen if isinstance(one_by_one[id(i)], NativeLoopThunk)]
+            return {**found, **one_by_one, **(native_loops(kept, module_text, store) if kept else {})}
+        return {**found, id(chosen[0]): f"host-driven: {str(e).splitlines()[0] if str(e) else type(e).__name__}"}
+    if store is not None:
+        store.save(key, {"loops": len(chosen)}, data)
+    library = _load(data)
+    return {**found, **{id(i): NativeLoopThunk(library, f"loop{k}", i) for k, i in enumerate(chosen)}}
 
 
 def _unsuitable(instr: Instruction) -> str:
@@ -99,17 +108,17 @@ def _unsuitable(instr: Instruction) -> str:
     return ""
 
 
-def _build(instr: Instruction, symbol: str) -> bytes:
-    """The shared library (bytes) exporting ``int symbol(const T *state leaves..., T *results...)``."""
-    param = Instruction("parameter", instr.operands[0].shape, attrs={"parameter_number": 0}, name="state")
-    loop = Instruction("while", instr.shape, [param], dict(instr.attrs), name=instr.name)
-    comp = Computation(f"{instr.name}.native", [param, loop], loop)
-    cc = find_tool("cc")
+def _build(loops: list[Instruction]) -> bytes:
+    """The shared library (bytes) exporting ``int loopK(const T *state leaves..., T *results...)``
+    for the K-th of ``loops``."""
+    entries = {}
+    for k, instr in enumerate(loops):
+        param = Instruction("parameter", instr.operands[0].shape, attrs={"parameter_number": 0}, name="state")
+        loop = Instruction("while", instr.shape, [param], dict(instr.attrs), name=instr.name)
+        entries[f"loop{k}"] = Computation(f"{instr.name}.native", [param, loop], loop)
     with tempfile.TemporaryDirectory(prefix="nbxla-loop-") as tmp:
-        obj = compile_object(comp, symbol, tmp, parallel_threshold=PARALLEL_THRESHOLD)
-        path = os.path.join(tmp, symbol + ".so")
-        subprocess.run([cc, "-shared", "-o", path, obj.object_path, "-lm", "-lpthread"], check=True,
-                       capture_output=True, timeout=120)
+        path = os.path.join(tmp, "loops.so")
+        compile_shared_library(entries, path, parallel_threshold=PARALLEL_THRESHOLD)
         with open(path, "rb") as f:
             return f.read()
 

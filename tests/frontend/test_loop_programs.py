@@ -459,6 +459,45 @@ def scale_rows_in_place(A, s):
         A[i] *= s * i
 
 
+@kernel(lambda: (rand(30, 8),), rtol=1e-12)
+def sum_over_rows(A):
+    s = np.zeros(A.shape[1])
+    for row in A:                       # iterating a traced array: rolled over its first axis
+        s += row * row
+    return s
+
+
+@kernel(lambda: (rand(25, 6),), rtol=1e-12)
+def enumerate_rows(A):
+    out = np.empty_like(A)
+    for i, row in enumerate(A, 1):
+        out[i - 1] = row / i
+    return out, row                     # the loop variable keeps its last value
+
+
+@kernel(lambda: (RNG.integers(0, 256, 40).astype(np.uint8),))
+def crc16_bits(data):
+    crc = 0xFFFF
+    for b in data:
+        cur = 0xFF & b
+        for _ in range(8):
+            if (crc & 0x0001) ^ (cur & 0x0001):
+                crc = (crc >> 1) ^ 0x8408
+            else:
+                crc >>= 1
+            cur >>= 1
+    crc = ~crc & 0xFFFF
+    return (crc << 8) | ((crc >> 8) & 0xFF)
+
+
+@kernel(lambda: (rand(6, 4),), rolled=False, rtol=1e-12)
+def python_list_items(A):
+    out = A
+    for w, shift in [(0.5, 1), (2.0, -1)]:      # a Python list: iterated in Python
+        out = out * w + np.roll(out, shift, axis=0)
+    return out
+
+
 # ---- the runs --------------------------------------------------------------------------------
 
 def _same(label, want, got, rtol):
