@@ -261,7 +261,9 @@ def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_thre
     points = [_entry_points(name, [s for p in comp.parameters for s in leaf_shapes(p.shape)],
                             leaf_shapes(comp.root.shape), program)
               for (name, comp), program in zip(entries.items(), programs)]
-    c_source = "\n".join([open(_RUNTIME_C).read(), "/* ---- generated ---- */", declarations,
+    with open(_RUNTIME_C) as f:
+        runtime_c = f.read()
+    c_source = "\n".join([runtime_c, "/* ---- generated ---- */", declarations,
                           driver.source(), *points])
     return tm, mod, kernels, c_source, programs
 
