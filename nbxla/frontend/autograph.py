@@ -14,8 +14,13 @@ What is rewritten (and why):
 * every call goes through ``control.call`` (``min``/``max`` on traced scalars, ``np.array`` of
   traced values, the user's own helper functions converted in turn).
 
-A loop whose body holds ``break``/``continue``/``return`` (or ``global``/``nonlocal``/``del``/
-``yield``) is left as Python; its condition, if traced, fails with an error naming the line.
+* ``break``/``continue`` in a ``while`` or ``for ... in range()`` loop (directly or in ``if``s)
+  become flags: the loop condition tests the break flag, and what follows an exit runs under
+  ``if not flag`` (a ``for`` with ``break`` becomes a ``while`` over its own counter).
+
+A loop whose body holds ``return`` (or ``global``/``nonlocal``/``del``/``yield``, or an exit
+inside ``try``/``with``) is left as Python; its condition, if traced, fails with an error
+naming the line.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from .registry import entry_point
 
 AG = "__nbxla_ag__"
 _PREFIX = "__nbxla_"
+_EXIT = _PREFIX + "exit_"        # the flags and counter of a loop with break/continue: loop state
 _counter = itertools.count(1)
 _STOPPERS = (ast.Break, ast.Continue, ast.Return, ast.Global, ast.Nonlocal, ast.Delete,
              ast.Yield, ast.YieldFrom, ast.Await, ast.Try, ast.With)
@@ -97,7 +103,8 @@ def _state_names(nodes) -> list[str]:
     """Names the statements read or bind (their free names, in first-seen order)."""
     seen: dict[str, None] = {}
     for node in _walk_scope(nodes):
-        if isinstance(node, ast.Name) and not node.id.startswith(_PREFIX) and node.id != AG:
+        if isinstance(node, ast.Name) and (not node.id.startswith(_PREFIX) or node.id.startswith(_EXIT)) \
+                and node.id != AG:
             seen.setdefault(node.id, None)
         elif isinstance(node, _SCOPES):
             for inner in ast.walk(node):       # names a nested scope reads from ours
@@ -182,6 +189,9 @@ class _Converter(ast.NodeTransformer):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_For(self, node):
+        lowered = self._lower_exits(node)
+        if lowered is not None:
+            return [s for stmt in lowered for s in _as_list(self.visit(stmt))]
         it = node.iter
         is_range = (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
                     and 1 <= len(it.args) <= 3 and not it.keywords
@@ -210,6 +220,49 @@ class _Converter(ast.NodeTransformer):
             call = ast.Subscript(call, ast.Slice(None, _const(-1), None), ast.Load())
         return _located([fn, self._rebind(outputs, call)], node)
 
+    def _lower_exits(self, node) -> list[ast.stmt] | None:
+        """A ``while`` or ``for ... in range(...)`` loop whose ``break``/``continue`` sit in its
+        body or in ``if``s there, rewritten without them (as TensorFlow's AutoGraph does):
+        ``break`` sets a flag the loop condition tests, ``continue`` one that skips the rest of
+        the iteration, and the statements after a possible exit run under ``if not flag``.
+        A ``for`` with ``break`` becomes a ``while`` over its own counter, so that a traced
+        exit ends the loop early.  None when the loop has no such exits, or others."""
+        if node.orelse or not _own_exits(node.body):
+            return None
+        is_range = isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and \
+            isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range" and \
+            1 <= len(node.iter.args) <= 3 and not node.iter.keywords and \
+            not any(isinstance(a, ast.Starred) for a in node.iter.args)
+        if isinstance(node, ast.For) and not is_range:
+            return None                         # (any iterable: stays a Python loop)
+        k = next(_counter)
+        brk, cont = f"{_EXIT}break_{k}", f"{_EXIT}continue_{k}"
+        has_break = any(isinstance(n, ast.Break) for n in _own_exits(node.body))
+        has_cont = any(isinstance(n, ast.Continue) for n in _own_exits(node.body))
+        flags = [f for f, used in ((brk, has_break), (cont, has_cont)) if used]
+        body = _without_exits(node.body, brk, cont, flags)
+        if _stops(body, loop=True) is not None:
+            return None
+        if self.local_names is not None:
+            self.local_names.update(flags + [f"{_EXIT}counter_{k}", f"{_EXIT}stop_{k}", f"{_EXIT}step_{k}"])
+        before = [_assign(brk, _const(False))] if has_break else []
+        body = ([_assign(cont, _const(False))] if has_cont else []) + body
+        not_broken = ast.UnaryOp(ast.Not(), ast.Name(brk, ast.Load()))
+        if isinstance(node, ast.While):
+            test = ast.BoolOp(ast.And(), [not_broken, node.test]) if has_break else node.test
+            loop = ast.While(test, body, [])
+        elif not has_break:
+            loop = ast.For(node.target, node.iter, body, [])
+        else:
+            counter, stop, step = f"{_EXIT}counter_{k}", f"{_EXIT}stop_{k}", f"{_EXIT}step_{k}"
+            bounds = ast.Tuple([ast.Name(n, ast.Store()) for n in (counter, stop, step)], ast.Store())
+            before.append(ast.Assign([bounds], _call("range_bounds", *node.iter.args)))
+            test = ast.BoolOp(ast.And(), [not_broken, _call("in_range", *(ast.Name(n, ast.Load())
+                                                                            for n in (counter, stop, step)))])
+            advance = _assign(counter, ast.BinOp(ast.Name(counter, ast.Load()), ast.Add(), ast.Name(step, ast.Load())))
+            loop = ast.While(test, [ast.Assign([node.target], ast.Name(counter, ast.Load())), advance] + body, [])
+        return [ast.fix_missing_locations(s) for s in _located(before + [loop], node)]
+
     def _for_items(self, node):
         """``for TARGET in X`` / ``for TARGET in enumerate(X[, start])``: ``control.for_items``
         rolls it over the first axis when X is traced (X joins the loop state, the item is
@@ -232,6 +285,9 @@ class _Converter(ast.NodeTransformer):
         return _located([source, fn, self._rebind(names, call)], node)
 
     def visit_While(self, node):
+        lowered = self._lower_exits(node)
+        if lowered is not None:
+            return [s for stmt in lowered for s in _as_list(self.visit(stmt))]
         if node.orelse or _stops(node.body, loop=True) is not None:
             self.generic_visit(node)
             node.test = ast.copy_location(_call("static_test", node.test, _const("while"),
@@ -350,6 +406,45 @@ class _Converter(ast.NodeTransformer):
             parts.append(_lambda(ast.Compare(left, [op], [right])))
             left = right
         return ast.copy_location(_call("and_", *parts), node)
+
+
+def _own_exits(body) -> list[ast.stmt]:
+    """The ``break``/``continue`` statements of a loop body that belong to that loop."""
+    found, stack = [], list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Break, ast.Continue)):
+            found.append(node)
+        elif not isinstance(node, _SCOPES + (ast.For, ast.While, ast.AsyncFor)):
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _assign(name: str, value: ast.expr) -> ast.Assign:
+    return ast.Assign([ast.Name(name, ast.Store())], value)
+
+
+def _without_exits(stmts, brk: str, cont: str, flags: list[str]) -> list[ast.stmt]:
+    """``stmts`` with ``break``/``continue`` turned into flag assignments; what follows a
+    statement that may exit runs only when no flag is set.  (Exits inside statements other than
+    ``if`` stay: the caller then leaves the loop as it was.)"""
+    out = []
+    for n, stmt in enumerate(stmts):
+        if isinstance(stmt, (ast.Break, ast.Continue)):
+            out.append(ast.copy_location(_assign(brk if isinstance(stmt, ast.Break) else cont,
+                                                 _const(True)), stmt))
+            return out                       # (the rest of the block never runs)
+        if isinstance(stmt, ast.If) and _own_exits([stmt]):
+            out.append(ast.copy_location(ast.If(stmt.test, _without_exits(stmt.body, brk, cont, flags) or [ast.Pass()],
+                                                _without_exits(stmt.orelse, brk, cont, flags)), stmt))
+            rest = _without_exits(stmts[n + 1:], brk, cont, flags)
+            if rest:
+                flag_set = ast.BoolOp(ast.Or(), [ast.Name(f, ast.Load()) for f in flags]) if len(flags) > 1 \
+                    else ast.Name(flags[0], ast.Load())
+                out.append(ast.copy_location(ast.If(ast.UnaryOp(ast.Not(), flag_set), rest, []), rest[0]))
+            return out
+        out.append(stmt)
+    return out
 
 
 def _located(stmts, node):

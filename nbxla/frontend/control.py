@@ -306,6 +306,7 @@ class _Snapshot:
         self.tracers = [(t, t._instr, t.version, t.view.base_version if t.view else None)
                         for t in tracers]
         self.containers = []
+        self.seen_changes: set[int] = set()
         for v in state:
             if isinstance(v, list):
                 self.containers.append((v, list(v)))
@@ -315,16 +316,25 @@ class _Snapshot:
                 self.containers.append((v, v.copy()))
 
     def changed_containers(self) -> bool:
+        self.seen_changes = self.seen_changes | {id(obj) for obj, _ in self._changes()}
+        return bool(self._changes())
+
+    def changed(self) -> list:
+        """(container, saved copy) of every container a branch changed so far."""
+        return [(obj, saved) for obj, saved in self.containers if id(obj) in self.seen_changes]
+
+    def _changes(self) -> list:
+        found = []
         for obj, saved in self.containers:
             if isinstance(obj, np.ndarray):
-                if not np.array_equal(obj, saved, equal_nan=True):
-                    return True
+                changed = not np.array_equal(obj, saved, equal_nan=True)
             elif isinstance(obj, list):
-                if len(obj) != len(saved) or any(a is not b for a, b in zip(obj, saved)):
-                    return True
-            elif obj.keys() != saved.keys() or any(obj[k] is not saved[k] for k in obj):
-                return True
-        return False
+                changed = len(obj) != len(saved) or any(a is not b for a, b in zip(obj, saved))
+            else:
+                changed = obj.keys() != saved.keys() or any(obj[k] is not saved[k] for k in obj)
+            if changed:
+                found.append((obj, saved))
+        return found
 
     def restore(self):
         for t, instr, version, base_version in self.tracers:
@@ -350,6 +360,22 @@ def if_stmt(test, then, orelse, state: tuple, names: tuple, lineno: int):
     ctx = test.ctx
     if test.dtype != np.bool_:
         test = np.not_equal(test, 0)
+    try:
+        return _traced_if(ctx, test, then, orelse, state, names, lineno, promote_arrays=True)
+    except _WritesIntoNumpy as e:
+        # NumPy arrays made in the compiled code that a branch writes into become traced
+        # (create-then-fill), and both branches are traced again.
+        promoted = {id(a): promote(ctx, a) for a in e.arrays}
+        state = tuple(promoted.get(id(v), v) for v in state)
+        return _traced_if(ctx, test, then, orelse, state, names, lineno)
+
+
+class _WritesIntoNumpy(Exception):
+    def __init__(self, arrays):
+        self.arrays = arrays
+
+
+def _traced_if(ctx, test, then, orelse, state: tuple, names: tuple, lineno: int, promote_arrays=False):
     found: dict = {}
     _tracers_in(state, found)
     tracers = list(found.values())
@@ -362,6 +388,9 @@ def if_stmt(test, then, orelse, state: tuple, names: tuple, lineno: int):
     else_instrs = [t.instr for t in tracers]
     if then_changed or snap.changed_containers():
         snap.restore()
+        changed = [obj for obj, _ in snap.changed()]
+        if promote_arrays and all(isinstance(obj, np.ndarray) and obj.base is None for obj in changed):
+            raise _WritesIntoNumpy(changed)
         raise ctx.not_compilable(
             "an `if` on a traced value changes a Python list, dict or NumPy array in place: "
             "both branches are traced, so both changes would happen",
@@ -471,6 +500,21 @@ def for_items(items, start, body, state: tuple, names: tuple, lineno: int):
         item = getitem(state[-1], i)
         return body(item if start is None else (i + start, item), state)
     return for_range(builtins.range, (items.shape[0],), indexed, state, names, lineno)[:-1]
+
+
+def range_bounds(*args):
+    """(start, stop, step) of ``range(*args)`` (a ``for`` loop with ``break``, see autograph)."""
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
+    if isinstance(step, Tracer) or step == 0:
+        ctx = next(a.ctx for a in args if isinstance(a, Tracer)) if isinstance(step, Tracer) else None
+        if ctx is None:
+            raise ValueError("range() arg 3 must not be zero")
+        raise ctx.not_compilable("range() with a traced step cannot compile", "use a Python int step")
+    return start, stop, step
+
+
+def in_range(k, stop, step):
+    return k < stop if step > 0 else k > stop
 
 
 def _last_index(start, stop, step, before):

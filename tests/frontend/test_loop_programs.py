@@ -498,6 +498,47 @@ def python_list_items(A):
     return out
 
 
+@kernel(lambda: (rand(10),), rtol=1e-12)
+def halve_until_small(x):
+    i = 0
+    while True:
+        x = x * 0.5
+        i += 1
+        if np.max(x) < 1e-3:
+            break
+    return x, i
+
+
+@kernel(lambda: (rand(5) + 1, 1e-10), rtol=1e-12)
+def newton_with_break(x, tol):
+    for it in range(1000):
+        x = 0.5 * (x + 2.0 / x)
+        if np.abs(x * x - 2.0).max() < tol:
+            break
+    return x, it                        # the index at the break, as in Python
+
+
+@kernel(lambda: (rand(30, 4),), rtol=1e-12)
+def skip_small_rows(x):
+    s = np.zeros_like(x[0])
+    for i in range(x.shape[0]):
+        if x[i].sum() < 2.0:
+            continue
+        s += x[i]
+    return s
+
+
+@kernel(lambda: (rand(12, 9), 0.95))
+def first_above_per_row(A, v):
+    first = np.full(A.shape[0], -1)
+    for i in range(A.shape[0]):
+        for j in range(A.shape[1]):
+            if A[i, j] > v:
+                first[i] = j
+                break
+    return first
+
+
 # ---- the runs --------------------------------------------------------------------------------
 
 def _same(label, want, got, rtol):
@@ -576,18 +617,20 @@ def test_loop_index_is_a_python_int_in_promotion():
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_break_on_a_traced_value_names_the_line():
-    def first_negative(x):
+def test_break_in_a_loop_over_a_python_list_names_the_line():
+    """(Exits of while and range loops become flags; a loop over another iterable stays a
+    Python loop, where an exit on a traced value cannot be decided.)"""
+    def first_above(x, limits):
         found = 0.0
-        for i in range(x.shape[0]):
-            if x[i] < 0:
-                found = x[i]
+        for v in limits:
+            if x.max() > v:
+                found = v
                 break
         return found
     with quiet(), pytest.raises(nbxla.NotCompilableError) as info:
-        nbxla.jit(first_negative)(RNG.standard_normal(10))
+        nbxla.jit(first_above)(RNG.standard_normal(10), [3.0, 2.0, 1.0])
     message = str(info.value)
-    assert "break/continue/return" in message and "if x[i] < 0:" in message, message
+    assert "break/continue/return" in message and "if x.max() > v:" in message, message
     assert info.value.hint
 
 
