@@ -13,7 +13,9 @@ On Python values every helper does exactly what the Python statement would.  On 
 * ``while_loop`` runs in Python while its condition is a Python value, then as an HLO
   ``while`` once the condition is traced.
 * ``if_stmt`` / ``if_exp`` / ``and_`` / ``or_`` / ``not_`` trace both branches and choose with
-  ``select`` (traced operations are pure, so computing both is only a cost).
+  ``select`` (traced operations are pure, so computing both is only a cost); an ``if`` whose
+  branches compute ``CONDITIONAL_MIN_WORK`` elements or more becomes an HLO ``conditional``
+  instead, so that only the chosen branch runs.
 * ``setitem`` turns a NumPy array made inside the compiled code into a traced one on its
   first traced write (``out = np.zeros(n); out[i] = traced``).
 """
@@ -36,6 +38,9 @@ from .registry import ENTRY_POINTS
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer
 
 UNROLL_MAX = 4
+# An ``if`` on a traced value whose branches compute at least this many elements becomes an HLO
+# ``conditional`` (only the chosen branch runs); cheaper ones select between both branches.
+CONDITIONAL_MIN_WORK = 1 << 15
 _ATTEMPTS = 4
 
 
@@ -360,14 +365,96 @@ def if_stmt(test, then, orelse, state: tuple, names: tuple, lineno: int):
     ctx = test.ctx
     if test.dtype != np.bool_:
         test = np.not_equal(test, 0)
+    start = len(ctx.builder.instructions)
+    before = _tracer_states(state)
     try:
-        return _traced_if(ctx, test, then, orelse, state, names, lineno, promote_arrays=True)
+        merged = _traced_if(ctx, test, then, orelse, state, names, lineno, promote_arrays=True)
     except _WritesIntoNumpy as e:
         # NumPy arrays made in the compiled code that a branch writes into become traced
         # (create-then-fill), and both branches are traced again.
         promoted = {id(a): promote(ctx, a) for a in e.arrays}
         state = tuple(promoted.get(id(v), v) for v in state)
-        return _traced_if(ctx, test, then, orelse, state, names, lineno)
+        before = _tracer_states(state)
+        merged = _traced_if(ctx, test, then, orelse, state, names, lineno)
+    work = sum(i.shape.size for i in ctx.builder.instructions[start:] if not i.shape.is_tuple)
+    if work < CONDITIONAL_MIN_WORK:
+        return merged
+    # Expensive branches: run only the chosen one, as an HLO conditional.  (What the select
+    # traced is left unused; the optimizer removes it.)
+    after = _tracer_states(state)
+    _restore(before)
+    found = _conditional(ctx, test, then, orelse, state, lineno, merged, before)
+    if found is None:
+        _restore(after)
+        return merged
+    return found
+
+
+def _tracer_states(state) -> list[tuple]:
+    found: dict = {}
+    _tracers_in(state, found)
+    return [(t, t._instr, t.version) for t in found.values()]
+
+
+def _restore(states: list[tuple]) -> None:
+    for t, instr, version in states:
+        t._instr, t.version = instr, version
+
+
+def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tuple, saved: list):
+    """The ``if`` as an HLO ``conditional`` whose branches take the traced values of the state
+    (``saved``: their values before the ``if``, as one tuple) and give back those and the names
+    they bind; None when a branch does not fit that form (views, names bound to different
+    Python values or to arrays of different types, reads of traced values outside the state):
+    then the select form ``merged`` stays."""
+    if not saved or any(t.view is not None for t, _, _ in saved):
+        return None
+    tracers = [t for t, _, _ in saved]
+    shapes = TupleShape(tuple(instr.shape for _, instr, _ in saved))
+    outer, outer_constants = ctx.builder, ctx._constants
+    branches = []
+    try:
+        for fn, what in ((then, "then"), (orelse, "else")):
+            builder = Builder(unique_name(f"{what}_line{lineno}"))
+            ctx.builder, ctx._constants = builder, {}
+            param = builder.parameter(shapes, "state")
+            for k, t in enumerate(tracers):
+                t._instr = builder.op("get-tuple-element", param, index=k)
+            out = tuple(fn(state))
+            branches.append((builder, [t.instr for t in tracers], out))
+            _restore(saved)
+    finally:
+        _restore(saved)
+        ctx.builder, ctx._constants = outer, outer_constants
+    (_, t_then, o_then), (_, t_else, o_else) = branches
+    slots = []
+    for k, (a, b, m) in enumerate(zip(o_then, o_else, merged)):
+        if a is b or not isinstance(m, Tracer):
+            continue
+        if not (isinstance(a, Tracer) and isinstance(b, Tracer) and a.shape == b.shape and a.dtype == b.dtype):
+            return None
+        slots.append(k)
+    comps = []
+    for builder, instrs, out in branches:
+        builder.location = None
+        root = builder.op("tuple", *instrs, *[out[k].instr for k in slots])
+        try:
+            _check_closed(builder)
+        except CannotRoll:
+            return None
+        comps.append(builder.build(root))
+    outer.location = _location(ctx, lineno)
+    operand = outer.op("tuple", *[instr for _, instr, _ in saved])
+    cond = outer.op("conditional", test.instr, operand, operand,
+                    true_computation=comps[0], false_computation=comps[1])
+    results = [outer.op("get-tuple-element", cond, index=k) for k in range(len(tracers) + len(slots))]
+    for (t, instr, version), r, a, b in zip(saved, results, t_then, t_else):
+        if a is not instr or b is not instr:
+            t._instr, t.version = r, version + 1
+    state_out = list(merged)
+    for k, r in zip(slots, results[len(tracers):]):
+        state_out[k] = Tracer(ctx, r)
+    return tuple(state_out)
 
 
 class _WritesIntoNumpy(Exception):

@@ -539,6 +539,34 @@ def first_above_per_row(A, v):
     return first
 
 
+@kernel(lambda: (RNG.standard_normal((200, 200)), rand(200, 30)), rolled=False, rtol=1e-10)
+def expensive_branches(x, y):
+    if x.sum() > 0:                     # large branches: an HLO conditional runs only one
+        z = np.exp(x) @ y + np.sin(x).sum()
+    else:
+        z = np.log1p(np.abs(x)) @ y
+    return z
+
+
+@kernel(lambda: (rand(150, 150),), rolled=False, rtol=1e-12)
+def write_in_expensive_branch(A):
+    if A.mean() > 0.5:
+        A[:, :] = np.tanh(A) * 2
+    else:
+        A[0] = np.cos(A[0])
+    return A.sum()
+
+
+@kernel(lambda: (rand(120, 120),), rtol=1e-12)
+def conditional_in_loop(A):
+    for i in range(10):
+        if A[i, 0] > 0.5:
+            A = np.sqrt(A) + 1
+        else:
+            A = A * 0.5
+    return A
+
+
 # ---- the runs --------------------------------------------------------------------------------
 
 def _same(label, want, got, rtol):
@@ -589,6 +617,21 @@ def test_trip_count_does_not_grow_the_program():
     large = _instruction_count(iir_filter, rand(1000), 0.2, 0.3, 0.5)
     assert small == large
     assert _instruction_count(heat_1d, rand(16), 0.1, 10) == _instruction_count(heat_1d, rand(16), 0.1, 1000)
+
+
+def test_expensive_branches_become_a_conditional_cheap_ones_a_select():
+    def cheap(x):
+        if x[0] > 0:
+            y = x * 2
+        else:
+            y = x - 1
+        return y
+    with quiet():
+        for fn, args, want in ((expensive_branches, (rand(200, 200) - 0.5, rand(200, 30)), 1),
+                               (cheap, (rand(8) - 0.5,), 0)):
+            jitted = nbxla.jit(fn)
+            np.testing.assert_allclose(jitted(*args), fn(*args), rtol=1e-10)
+            assert jitted.last_compilation.stage("optimized_hlo").count(" conditional(") == want
 
 
 def test_short_loops_unroll():
