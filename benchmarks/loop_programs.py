@@ -25,100 +25,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import nbxla  # noqa: E402
+from nbxla.examples import (cholesky, durbin, gramschmidt, histogram_fill, iir_filter, jacobi_2d, lu,  # noqa: E402
+                            newton_sqrt, seidel_2d, trisolv)
 from nbxla.runtime.cache import DEFAULT_CACHE  # noqa: E402
-
-
-def cholesky(A):
-    n = A.shape[0]
-    for i in range(n):
-        for j in range(i):
-            A[i, j] -= A[i, :j] @ A[j, :j]
-            A[i, j] /= A[j, j]
-        A[i, i] -= A[i, :i] @ A[i, :i]
-        A[i, i] = np.sqrt(A[i, i])
-
-
-def lu(A):
-    n = A.shape[0]
-    for i in range(n):
-        for j in range(i):
-            A[i, j] -= A[i, :j] @ A[:j, j]
-            A[i, j] /= A[j, j]
-        for j in range(i, n):
-            A[i, j] -= A[i, :i] @ A[:i, j]
-
-
-def trisolv(L, b):
-    x = np.zeros_like(b)
-    for i in range(x.shape[0]):
-        x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
-    return x
-
-
-def durbin(r):
-    y = np.empty_like(r)
-    alpha = -r[0]
-    beta = 1.0
-    y[0] = -r[0]
-    for k in range(1, r.shape[0]):
-        beta *= 1.0 - alpha * alpha
-        alpha = -(r[k] + np.dot(np.flip(r[:k]), y[:k])) / beta
-        y[:k] += alpha * np.flip(y[:k])
-        y[k] = alpha
-    return y
-
-
-def iir(x, b0, b1, a1):
-    y = np.zeros_like(x)
-    y[0] = b0 * x[0]
-    for n in range(1, x.shape[0]):
-        y[n] = b0 * x[n] + b1 * x[n - 1] - a1 * y[n - 1]
-    return y
-
-
-def jacobi_2d(TSTEPS, A, B):
-    for t in range(1, TSTEPS):
-        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
-        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
-
-
-def seidel_2d(TSTEPS, A):
-    N = A.shape[0]
-    for t in range(0, TSTEPS - 1):
-        for i in range(1, N - 1):
-            A[i, 1:-1] += (A[i - 1, :-2] + A[i - 1, 1:-1] + A[i - 1, 2:] + A[i, 2:]
-                           + A[i + 1, :-2] + A[i + 1, 1:-1] + A[i + 1, 2:])
-            for j in range(1, N - 1):
-                A[i, j] += A[i, j - 1]
-                A[i, j] /= 9.0
-
-
-def newton_sqrt(a):
-    x = a.copy()
-    while np.abs(x * x - a).max() > 1e-12:
-        x = 0.5 * (x + a / x)
-    return x
-
-
-def gramschmidt(A):
-    m, n = A.shape
-    Q = np.zeros_like(A)
-    R = np.zeros_like(A, shape=(n, n))
-    for k in range(n):
-        nrm = np.dot(A[:, k], A[:, k])
-        R[k, k] = np.sqrt(nrm)
-        Q[:, k] = A[:, k] / R[k, k]
-        for j in range(k + 1, n):
-            R[k, j] = np.dot(Q[:, k], A[:, j])
-            A[:, j] = A[:, j] - Q[:, k] * R[k, j]
-    return Q, R
-
-
-def histogram_fill(values, nbins):
-    counts = np.zeros(nbins, dtype=np.int64)
-    for i in range(values.shape[0]):
-        counts[values[i]] += 1
-    return counts
 
 
 def _spd(rng, n):
@@ -136,7 +45,7 @@ def programs(quick: bool):
         "trisolv": (trisolv, lambda: (np.tril(rng.random((s(400, 40),) * 2)) + s(400, 40) * np.eye(s(400, 40)),
                                       rng.random(s(400, 40)))),
         "durbin": (durbin, lambda: (rng.random(s(400, 40)) * 0.01,)),
-        "iir": (iir, lambda: (rng.random(s(20000, 500)), 0.2, 0.3, 0.5)),
+        "iir": (iir_filter, lambda: (rng.random(s(20000, 500)), 0.2, 0.3, 0.5)),
         "jacobi_2d": (jacobi_2d, lambda: (s(100, 10), rng.random((s(250, 30),) * 2), rng.random((s(250, 30),) * 2))),
         "seidel_2d": (seidel_2d, lambda: (s(8, 3), rng.random((s(60, 12),) * 2))),
         "newton_sqrt": (newton_sqrt, lambda: (rng.random(s(100000, 1000)) + 0.5,)),

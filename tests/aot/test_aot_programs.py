@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nbxla import examples
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.hlo.parser import parse_hlo
 from nbxla.testing import compare_arrays
@@ -460,34 +461,15 @@ def test_the_header_works_from_cpp(tmp_path):
     assert float(out) == pytest.approx(float(reduction_to_scalar(x)), rel=1e-6)
 
 
-def cholesky_rows(A):
-    n = A.shape[0]
-    for i in range(n):
-        for j in range(i):
-            A[i, j] -= A[i, :j] @ A[j, :j]
-            A[i, j] /= A[j, j]
-        A[i, i] -= A[i, :i] @ A[i, :i]
-        A[i, i] = np.sqrt(A[i, i])
-    return np.tril(A)
-
-
-def recursive_filter(x, b0, a1):
-    y = np.zeros_like(x)
-    y[0] = b0 * x[0]
-    for n in range(1, x.shape[0]):
-        y[n] = b0 * x[n] - a1 * y[n - 1]
-    return y
-
-
 def test_python_loops_stay_loops_ahead_of_time(tmp_path):
     """Loops are converted as under jit (one HLO while each, the body traced once), so a
     96x96 Cholesky compiles in seconds rather than unrolling 4,600 updates."""
     rng = np.random.default_rng(3)
     a = rng.random((96, 96))
     spd = a @ a.T + 96 * np.eye(96)
-    obj, exe = build(cholesky_rows, [spd], tmp_path, "chol")
+    obj, exe = build(examples.cholesky, [spd], tmp_path, "chol")
     written = spd.copy()
-    want = cholesky_rows(written)
-    _check(run(obj, exe, [spd], tmp_path), [want, written], rtol=1e-10)   # result, written argument
-    _roundtrip(recursive_filter, (rng.random(500), np.float64(0.3), np.float64(0.5)), tmp_path, "iir",
-               rtol=1e-10)
+    examples.cholesky(written)
+    _check(run(obj, exe, [spd], tmp_path), [written], rtol=1e-10)     # the argument it writes
+    _roundtrip(examples.iir_filter, (rng.random(500), np.float64(0.2), np.float64(0.3), np.float64(0.5)),
+               tmp_path, "iir", rtol=1e-10)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import nbxla
+from nbxla import examples
 from nbxla.testing import compare_arrays
 from tests.frontend_util import quiet
 from tests.ipython_util import run, shell  # noqa: F401  (fixture)
@@ -55,27 +56,10 @@ def kernel(make_args, *, rolled=True, rtol=None, name=None):
 
 # ---- linear algebra with triangular loops (dynamic-length slices, masked) --------------------
 
-@kernel(lambda: (spd(24),), rtol=1e-10)
-def cholesky(A):
-    """polybench cholesky, in place on the argument."""
-    n = A.shape[0]
-    for i in range(n):
-        for j in range(i):
-            A[i, j] -= A[i, :j] @ A[j, :j]
-            A[i, j] /= A[j, j]
-        A[i, i] -= A[i, :i] @ A[i, :i]
-        A[i, i] = np.sqrt(A[i, i])
+kernel(lambda: (spd(24),), rtol=1e-10)(examples.cholesky)
 
 
-@kernel(lambda: (spd(20),), rtol=1e-9)
-def lu(A):
-    n = A.shape[0]
-    for i in range(n):
-        for j in range(i):
-            A[i, j] -= A[i, :j] @ A[:j, j]
-            A[i, j] /= A[j, j]
-        for j in range(i, n):
-            A[i, j] -= A[i, :i] @ A[:i, j]
+kernel(lambda: (spd(20),), rtol=1e-9)(examples.lu)
 
 
 @kernel(lambda: (spd(18),), rtol=1e-9)
@@ -108,42 +92,13 @@ def ludcmp(A, b):
     return x, y
 
 
-@kernel(lambda: (np.tril(rand(30, 30)) + 30 * np.eye(30), rand(30)), rtol=1e-10)
-def trisolv(L, b):
-    x = np.zeros_like(b)
-    for i in range(x.shape[0]):
-        x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
-    return x
+kernel(lambda: (np.tril(rand(30, 30)) + 30 * np.eye(30), rand(30)), rtol=1e-10)(examples.trisolv)
 
 
-@kernel(lambda: (rand(24) * 0.1,), rtol=1e-9)
-def durbin(r):
-    """npbench durbin: flips of dynamic-length prefixes."""
-    y = np.empty_like(r)
-    alpha = -r[0]
-    beta = 1.0
-    y[0] = -r[0]
-    for k in range(1, r.shape[0]):
-        beta *= 1.0 - alpha * alpha
-        alpha = -(r[k] + np.dot(np.flip(r[:k]), y[:k])) / beta
-        y[:k] += alpha * np.flip(y[:k])
-        y[k] = alpha
-    return y
+kernel(lambda: (rand(24) * 0.1,), rtol=1e-9)(examples.durbin)
 
 
-@kernel(lambda: (rand(12, 10),), rtol=1e-9)
-def gramschmidt(A):
-    m, n = A.shape
-    Q = np.zeros_like(A)
-    R = np.zeros_like(A, shape=(n, n))
-    for k in range(n):
-        nrm = np.dot(A[:, k], A[:, k])
-        R[k, k] = np.sqrt(nrm)
-        Q[:, k] = A[:, k] / R[k, k]
-        for j in range(k + 1, n):
-            R[k, j] = np.dot(Q[:, k], A[:, j])
-            A[:, j] = A[:, j] - Q[:, k] * R[k, j]
-    return Q, R
+kernel(lambda: (rand(12, 10),), rtol=1e-9)(examples.gramschmidt)
 
 
 @kernel(lambda: (1.5, rand(12, 12), rand(12, 10)), rtol=1e-10)
@@ -178,13 +133,7 @@ def power_iteration(A, v):
 
 # ---- recursions along time or an axis ------------------------------------------------------
 
-@kernel(lambda: (rand(500), 0.2, 0.3, 0.5), rtol=1e-10)
-def iir_filter(x, b0, b1, a1):
-    y = np.zeros_like(x)
-    y[0] = b0 * x[0]
-    for n in range(1, x.shape[0]):
-        y[n] = b0 * x[n] + b1 * x[n - 1] - a1 * y[n - 1]
-    return y
+kernel(lambda: (rand(500), 0.2, 0.3, 0.5), rtol=1e-10)(examples.iir_filter)
 
 
 @kernel(lambda: (rand(8, 40, dtype=np.float32), 0.25, 0.5), rtol=1e-5)
@@ -225,25 +174,10 @@ def jacobi_1d(TSTEPS, A, B):
         A[1:-1] = 0.33333 * (B[:-2] + B[1:-1] + B[2:])
 
 
-@kernel(lambda: (10, rand(16, 16), rand(16, 16)), rtol=1e-10)
-def jacobi_2d(TSTEPS, A, B):
-    for t in range(1, TSTEPS):
-        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
-        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+kernel(lambda: (10, rand(16, 16), rand(16, 16)), rtol=1e-10)(examples.jacobi_2d)
 
 
-@kernel(lambda: (4, rand(12, 12)), rtol=1e-10)
-def seidel_2d(TSTEPS, A):
-    """Gauss-Seidel sweeps: each row uses the rows already updated, each point its left
-    neighbour already updated."""
-    N = A.shape[0]
-    for t in range(0, TSTEPS - 1):
-        for i in range(1, N - 1):
-            A[i, 1:-1] += (A[i - 1, :-2] + A[i - 1, 1:-1] + A[i - 1, 2:] + A[i, 2:]
-                           + A[i + 1, :-2] + A[i + 1, 1:-1] + A[i + 1, 2:])
-            for j in range(1, N - 1):
-                A[i, j] += A[i, j - 1]
-                A[i, j] /= 9.0
+kernel(lambda: (4, rand(12, 12)), rtol=1e-10)(examples.seidel_2d)
 
 
 @kernel(lambda: (6, rand(10, 12), rand(10, 12), rand(10, 12), rand(6)), rtol=1e-10)
@@ -317,12 +251,7 @@ def nussinov(N, seq):
 
 # ---- while on array values -------------------------------------------------------------------
 
-@kernel(lambda: (rand(32) + 0.5,), rtol=1e-12)
-def newton_sqrt(a):
-    x = a.copy()
-    while np.abs(x * x - a).max() > 1e-12:
-        x = 0.5 * (x + a / x)
-    return x
+kernel(lambda: (rand(32) + 0.5,), rtol=1e-12)(examples.newton_sqrt)
 
 
 @kernel(lambda: (np.array([1.0, 0.0, -2.0]),), rtol=1e-12)
@@ -408,12 +337,7 @@ def one_bubble_pass(x):
 
 # ---- create-then-fill -------------------------------------------------------------------------
 
-@kernel(lambda: (RNG.integers(0, 10, 200), 10))
-def histogram_fill(values, nbins):
-    counts = np.zeros(nbins, dtype=np.int64)
-    for i in range(values.shape[0]):
-        counts[values[i]] += 1
-    return counts
+kernel(lambda: (RNG.integers(0, 10, 200), 10))(examples.histogram_fill)
 
 
 @kernel(lambda: (rand(6), 5), rtol=1e-12)
@@ -613,8 +537,8 @@ def _instruction_count(fn, *args) -> int:
 
 
 def test_trip_count_does_not_grow_the_program():
-    small = _instruction_count(iir_filter, rand(10), 0.2, 0.3, 0.5)
-    large = _instruction_count(iir_filter, rand(1000), 0.2, 0.3, 0.5)
+    small = _instruction_count(examples.iir_filter, rand(10), 0.2, 0.3, 0.5)
+    large = _instruction_count(examples.iir_filter, rand(1000), 0.2, 0.3, 0.5)
     assert small == large
     assert _instruction_count(heat_1d, rand(16), 0.1, 10) == _instruction_count(heat_1d, rand(16), 0.1, 1000)
 
