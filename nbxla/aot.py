@@ -88,6 +88,9 @@ def _trace(fn: Callable, specs: Sequence) -> tuple[Module, str]:
     # (Converted as under jit: Python loops over traced values stay HLO while loops.)
     program = trace(convert_function(fn), leaves, treedef, name=name if name.isidentifier() else "fn",
                     leaf_names=names)
+    if any(kind == "selection" for kind, _ in program.out_slots):
+        raise AotError(f"{name} returns x[mask] with a traced mask: its length depends on the data, and an "
+                       "ahead-of-time result has a fixed size. Return np.where(mask, x, fill) (and the mask)")
     outs = [f"result{k}" for kind, k in program.out_slots if kind == "out"]
     if not outs and not program.writebacks:
         raise AotError(f"{name} returns no array computed from its arguments; there is nothing to compile")

@@ -71,6 +71,8 @@ def run_program(compiled: CompiledProgram, leaves: list):
         if kind == "out":
             value = outputs[value]
             value = value[()] if value.ndim == 0 else value   # NumPy gives scalars for 0-d results
+        elif kind == "selection":           # x[mask]: its length depends on the data
+            value = to_host(outputs[value])[to_host(outputs[value + 1])]
         result.append(value)
     return tree_unflatten(program.out_treedef, result)
 

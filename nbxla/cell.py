@@ -39,6 +39,7 @@ from .frontend.autograph import AG
 from .frontend.cell_ast import DISPLAY, CellAnalysis, analyze, check_no_random
 from .frontend.trace import (StaticValue, TracedProgram, TreeDef, alias_pattern, is_array_leaf,
                              leaf_signature, trace, tree_flatten, tree_unflatten)
+from .frontend.selection import Selection
 from .frontend.tracer import Tracer
 
 _anonymous = itertools.count(1)
@@ -118,6 +119,7 @@ def gather_inputs(analysis: CellAnalysis, user_ns: dict) -> CellInputs:
 # ---- the compiled cell ----------------------------------------------------------------------
 # A value the cell binds is rebuilt from slots: ("out", k) an output of the executable,
 # ("input", i) input leaf i itself, ("static", v) a Python value from trace time,
+# ("selection", k) ``x[mask]`` compacted from outputs k (values) and k + 1 (the mask),
 # ("array", a) a concrete array made at trace time (copied per run), ("function", f) a
 # function defined in the cell (re-homed into the user's namespace).
 
@@ -171,6 +173,8 @@ class CellResult:
         if kind == "out":
             out = self.outputs[v]
             return out[()] if out.ndim == 0 else out
+        if kind == "selection":       # x[mask]: compacted here, its length depends on the data
+            return self.outputs[v][self.outputs[v + 1]]
         if kind == "input":
             return self.inputs.leaves[v]
         if kind == "array":
@@ -255,6 +259,9 @@ class _Recipe:
         return Binding(name, action, treedef, [self.slot(leaf) for leaf in leaves])
 
     def slot(self, leaf):
+        if isinstance(leaf, Selection):
+            self.outputs += [leaf.values, leaf.mask]
+            return ("selection", len(self.outputs) - 2)
         if isinstance(leaf, Tracer):
             if id(leaf) in self.inputs:          # still the user's array (perhaps written into)
                 return ("input", self.inputs[id(leaf)])

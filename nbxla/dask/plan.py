@@ -340,6 +340,9 @@ def _chunks_text(ch: tuple[int, ...]) -> str:
 
 def make_plan(name: str, program: TracedProgram, a: Analysis, param_chunks_in: dict[int, tuple]) -> DaskPlan:
     """Stages, kernels and notes for ``program`` over the chunks of its dask arguments."""
+    if any(kind == "selection" for kind, _ in program.out_slots):
+        raise DaskSplitError(f"{name} returns x[mask] with a traced mask: over chunks its length is not known "
+                         "in advance. Return np.where(mask, x, fill), or compact the result after the call")
     entry = a.module.entry
     notes = []
     param_chunks = {}

@@ -35,6 +35,7 @@ from ..hlo import Builder, Shape, TupleShape
 from ..hlo.builder import unique_name
 from .context import TraceContext
 from .registry import ENTRY_POINTS
+from .selection import Selection
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer
 
 UNROLL_MAX = 4
@@ -725,6 +726,9 @@ class _Loop:
                 continue
             if isinstance(new, Tracer):
                 requests.append((k, old, new.shape, new.dtype))
+            elif isinstance(new, Selection):
+                raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "
+                                 "length depends on the data")
             elif old is UNDEFINED:
                 # a Python value first bound in the body (an inner loop's variable): the
                 # same in every iteration, since the body is traced once

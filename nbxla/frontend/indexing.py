@@ -10,9 +10,11 @@
   out-of-range traced indices raise NumPy's ``IndexError`` after the run (the program also
   computes the indices' extremes: ``check_bounds``), or are clamped as in XLA with
   ``NBXLA_FLAGS=--clamp_indices=true``.
-* Boolean masks that are traced values cannot be compiled: the result's shape would depend
-  on the data.  Assigning one value to every selected element (``x[x < 0] = 0``) keeps the
-  shape, though: that is a ``select``.
+* A traced boolean mask of the array's shape gives a ``Selection`` (``selection.py``): kept
+  at full size, it compiles where its data-dependent length does not matter (elementwise
+  with scalars and same-mask selections, reductions, writing back under the mask).  Other
+  traced masks cannot be compiled.  Assigning one value to every selected element
+  (``x[x < 0] = 0``) keeps the shape: that is a ``select``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
 from .dynamic import dynamic_getitem, dynamic_setitem, is_dynamic_key
 from .registry import entry_point, ufunc_method
+from .selection import Selection, select_from, write_selection
 from .rules import (asarray, broadcast_to, compare, convert, emit, like, make_view, reducer, reshape,
                     resolve_input, select)
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, ScalarTracer, Tracer
@@ -53,6 +56,8 @@ def getitem(x: Tracer, key):
     key = _normalize_key(key)
     if is_dynamic_key(key):
         return dynamic_getitem(x, key)
+    if _is_traced_mask(key) and key[0].shape == x.shape:
+        return select_from(x, key[0])
     kind = _classify(x, key)
     if kind == "basic":
         plan = _BasicIndex(x.shape, key)
@@ -71,6 +76,11 @@ def setitem(x: Tracer, key, value) -> None:
     if is_dynamic_key(key):
         return dynamic_setitem(x, key, value)
     kind = _classify(x, key)
+    if isinstance(value, Selection):
+        if not (_is_traced_mask(key) and key[0].shape == x.shape):
+            raise value._refuse("assigning it to another place than its own mask's")
+        x.assign(write_selection(x, key[0], value))
+        return
     value = value if isinstance(value, Tracer) else asarray(x.ctx, value)
     if kind == "basic":
         x.assign(_BasicIndex(x.shape, key).write(x, value))

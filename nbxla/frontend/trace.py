@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import NotCompilableError, TraceError, UnsupportedInputError
 from ..hlo import Module, Shape, from_numpy_dtype
 from .context import TraceContext
+from .selection import Selection
 from .tracer import ScalarTracer, Tracer
 
 # ---- pytrees: nested tuples / lists / dicts of leaves -------------------------------------------
@@ -78,7 +79,8 @@ class TracedProgram:
     module: Module
     param_leaves: list[int]           # entry parameter i <- flat argument leaf param_leaves[i]
     out_treedef: TreeDef              # structure of the function's result
-    out_slots: list                   # per result leaf: ("out", k) for output k or ("static", value)
+    out_slots: list                   # per result leaf: ("out", k) for output k, ("static", value),
+    #                                   or ("selection", k): outputs k (values) and k + 1 (mask)
     writebacks: list[tuple[int, int]] = field(default_factory=list)  # (arg leaf, output k)
     checks: list[tuple[int, Callable]] = field(default_factory=list)  # (output k, fail): see run_checks
     # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py)
@@ -212,7 +214,10 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
     out_leaves, out_treedef = tree_flatten(result)
     outputs, out_slots = [], []
     for leaf in out_leaves:
-        if isinstance(leaf, Tracer):
+        if isinstance(leaf, Selection):          # x[mask]: compacted on the host after the run
+            out_slots.append(("selection", len(outputs)))
+            outputs += [leaf.values.instr, leaf.mask.instr]
+        elif isinstance(leaf, Tracer):
             out_slots.append(("out", len(outputs)))
             outputs.append(leaf.instr)
         else:

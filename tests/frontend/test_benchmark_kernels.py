@@ -612,9 +612,7 @@ def nbody(pos, vel, mass, dt, steps, G, softening):
     return KE, PE
 
 
-@kernel(_nbody_args, name="nbody_masked",
-        error=(nbxla.NotCompilableError, r"boolean-mask indexing",
-               "inv_r3[inv_r3 > 0] = inv_r3[inv_r3 > 0] ** (-1.5)"))
+@kernel(_nbody_args, name="nbody_masked", rtol=1e-10)
 def nbody_masked(pos, vel, mass, dt, steps, G, softening):
     x, y, z = pos[:, 0:1], pos[:, 1:2], pos[:, 2:3]
     dx, dy, dz = x.T - x, y.T - y, z.T - z
@@ -641,8 +639,7 @@ def mandelbrot(C, maxiter, horizon):
     return Z, N
 
 
-@kernel(lambda: {"C": _grid(), "maxiter": 20, "horizon": 2.0},
-        error=(nbxla.NotCompilableError, r"boolean-mask indexing", "Z[I] = Z[I] ** 2 + C[I]"))
+@kernel(lambda: {"C": _grid(), "maxiter": 20, "horizon": 2.0}, rtol=1e-9)
 def mandelbrot_masked(C, maxiter, horizon):
     N = np.zeros_like(C, dtype=np.int64)
     Z = np.zeros_like(C)
@@ -730,12 +727,11 @@ def clip_where_masks(x, lo, hi):
     return clipped, pos.sum(axis=1) / np.maximum((pos > 0).sum(axis=1), 1), n_pos
 
 
-@kernel(lambda: {"a": randn(5, 6), "b": randn(5, 6), "k": RNG.integers(0, 9, (5, 6))},
-        error=(nbxla.NotCompilableError, r"boolean-mask indexing", "k[k > 2] += 1"))
+@kernel(lambda: {"a": randn(5, 6), "b": randn(5, 6), "k": RNG.integers(0, 9, (5, 6))})
 def in_place_ops(a, b, k):
     a += b
     k //= 2
-    k[k > 2] += 1            # reads k[k > 2] first: a data-dependent shape
+    k[k > 2] += 1            # reads k[k > 2] first: a selection, written back under its mask
     return a, k
 
 
@@ -752,8 +748,7 @@ def in_place_ops_fixed(a, b, k):
     return a, k
 
 
-@kernel(lambda: {"data": rand(200), "radius": rand(200), "npt": 8},
-        error=(nbxla.NotCompilableError, r"boolean-mask indexing", "values_r12 = data[mask_r12]"))
+@kernel(lambda: {"data": rand(200), "radius": rand(200), "npt": 8}, rtol=1e-10)
 def azimint_naive(data, radius, npt):
     rmax = radius.max()
     res = np.zeros_like(data, shape=(npt,))
@@ -883,7 +878,7 @@ def spmv_segment_sum(A_row, A_col, A_val, x):
     return onehot @ products
 
 
-@kernel(lambda: {"x": randn(10)})
+@kernel(lambda: {"x": randn(10) + 10})       # (the loop runs: x is rebound in NumPy too)
 def halve_until_small(x):
     while np.abs(x).max() > 1:
         x = x / 2
