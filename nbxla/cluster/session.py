@@ -33,6 +33,7 @@ import numpy as np
 from ..compiler import compile_module
 from ..errors import NbxlaError, TraceError
 from ..frontend.context import TraceContext
+from ..frontend.selection import Selection
 from ..frontend.tracer import Tracer
 from ..hlo import Module, Shape, SourceLocation, from_numpy_dtype
 from ..hlo.ir import Computation
@@ -445,6 +446,10 @@ class Session:
         finally:
             ctx.op_location = None
             TraceContext.active.reset(active)
+        if any(isinstance(r, Selection) for r in (result if isinstance(result, (tuple, list)) else (result,))):
+            # (x[mask] keeps its data-dependent length only inside one traced program; recorded
+            # op by op, it is a break: the mask's values decide the shape)
+            raise _Unsupported("boolean-mask indexing with a traced mask: the result's shape depends on the data")
 
         outs, work = [], max([_size(x) for x in lazies], default=0)
 

@@ -69,7 +69,7 @@ def test_verify_fails_loudly_and_changes_nothing(shell, monkeypatch):
     ("y = x[0].item()", "y = x[0].item()", "ConcretizationError"),
     ("u = np.unique(x)", "u = np.unique(x)", "NotCompilableError: np.unique cannot be compiled"),
     ("r = np.random.rand(3)", "r = np.random.rand(3)", "NotCompilableError: np.random has hidden state"),
-    ("m = x[x > 0]", "m = x[x > 0]", "NotCompilableError: boolean-mask indexing"),
+    ("m = x[x > 0][0]", "m = x[x > 0][0]", "NotCompilableError: boolean-mask indexing"),
 ])
 def test_errors_point_at_the_cell_line(shell, line, source, error):
     shell.user_ns["x"] = np.arange(-3.0, 3.0)
