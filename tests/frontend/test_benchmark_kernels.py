@@ -785,9 +785,7 @@ def azimint_where_npbench(data, radius, npt):
     return res
 
 
-@kernel(lambda: {"data": rand(200), "radius": rand(200), "npt": 8},
-        error=(nbxla.NotCompilableError, r"np\.histogram cannot be compiled",
-               "histu = np.histogram(radius, npt)[0]"))
+@kernel(lambda: {"data": rand(200), "radius": rand(200), "npt": 8}, rtol=1e-10)
 def azimint_hist(data, radius, npt):
     histu = np.histogram(radius, npt)[0]
     histw = np.histogram(radius, npt, weights=data)[0]
@@ -812,8 +810,7 @@ def center_with_np_array(pos):
     return pos - com
 
 
-@kernel(lambda: {"u": randn(16), "dx": 0.1},
-        error=(nbxla.NotCompilableError, r"np\.gradient is not supported", "du = np.gradient(u)"))
+@kernel(lambda: {"u": randn(16), "dx": 0.1}, rtol=1e-12)
 def cfl_step(u, dx):
     dt = min(0.5 * dx / np.abs(u).max(), 0.1)     # min() on a traced scalar compiles
     du = np.gradient(u)
