@@ -305,9 +305,11 @@ def solve(a, b):
     a, b = asarray(ctx, a), asarray(ctx, b)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
-    if a.dtype.kind == "c" or b.dtype.kind == "c":
-        raise ctx.not_compilable("np.linalg.solve on complex values is not supported by nbxla")
-    dtype = np.result_type(a.dtype, b.dtype, np.float32 if a.dtype == b.dtype == np.float32 else np.float64)
+    dtype = np.result_type(a.dtype, b.dtype)
+    if dtype.kind in "biu":
+        dtype = np.dtype(np.float64)
+    elif dtype == np.float16:
+        raise TypeError("array type float16 is unsupported in linalg")
     vector = b.ndim == 1
     if vector:
         b = reshape(b, (b.shape[0], 1))

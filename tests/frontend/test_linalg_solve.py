@@ -33,6 +33,7 @@ CASES = [
     (solve, (RNG.random((4, 5, 5)), RNG.random((4, 5, 2)))),
     (solve, (RNG.random((5, 5)).astype(np.float32), RNG.random(5).astype(np.float32))),
     (solve, (RNG.integers(1, 9, (3, 3)), np.ones(3))),
+    (solve, (RNG.random((4, 4)) + 1j * RNG.random((4, 4)), RNG.random(4).astype(np.complex64))),
     (shifted_solve, (RNG.random((6, 6)), RNG.random((6, 2)))),
     (inverse_times, (RNG.random((5, 5)),)),
 ]
