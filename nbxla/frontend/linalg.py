@@ -1,4 +1,4 @@
-"""Contractions and norms: tensordot, outer, einsum, cross, linalg.norm.
+"""Contractions, norms and solves: tensordot, outer, einsum, cross, linalg.norm, linalg.solve/inv.
 
 Every contraction becomes one HLO ``dot`` per pair of operands (batch dims + contracting
 dims), with ``reduce`` for indices summed within one operand and a final ``transpose`` into
@@ -14,7 +14,9 @@ import numpy as np
 from .functions import dot_general, matmul, promote_arrays, transpose_value
 from .reductions import normalize_axes, reduce
 from .registry import implements
-from .rules import asarray, broadcast_to, convert, find_context, reshape
+from ..hlo import Shape, from_numpy_dtype
+from ..hlo.evaluator_linalg import SOLVE_TARGET
+from .rules import asarray, broadcast_to, convert, emit, find_context, reshape
 from .tracer import Tracer
 
 
@@ -290,3 +292,44 @@ def norm(x, ord=None, axis=None, keepdims=False):
             raise ValueError("Invalid norm order for matrices.")
         return r
     raise ValueError("Improper number of dimensions to norm.")
+
+
+# ---- linear systems --------------------------------------------------------------------------
+
+@implements(np.linalg.solve)
+def solve(a, b):
+    """``np.linalg.solve``: one custom call that the CPU backend runs through NumPy's LAPACK
+    (gesv, partial pivoting), as XLA calls LAPACK for its decompositions.  NumPy 2's rule: b
+    is a vector only when it is 1-D; batch dimensions broadcast."""
+    ctx = find_context((a, b))
+    a, b = asarray(ctx, a), asarray(ctx, b)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+    dtype = np.result_type(a.dtype, b.dtype)
+    if dtype.kind in "biu":
+        dtype = np.dtype(np.float64)
+    elif dtype == np.float16:
+        raise TypeError("array type float16 is unsupported in linalg")
+    vector = b.ndim == 1
+    if vector:
+        b = reshape(b, (b.shape[0], 1))
+    if b.shape[-2] != a.shape[-1]:
+        raise ValueError(f"solve: Input operand 1 has a mismatch in its core dimension 0 "
+                         f"(size {b.shape[-2]} is different from {a.shape[-1]})")
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = broadcast_to(convert(a, dtype), batch + a.shape[-2:])
+    b = broadcast_to(convert(b, dtype), batch + b.shape[-2:])
+    x = emit(ctx, "custom-call", a, b, shape=Shape(from_numpy_dtype(dtype), b.shape),
+             custom_call_target=SOLVE_TARGET)
+    return reshape(x, x.shape[:-1]) if vector else x
+
+
+@implements(np.linalg.inv)
+def inv(a):
+    ctx = find_context((a,))
+    a = asarray(ctx, a)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+    n = a.shape[-1]
+    eye = broadcast_to(asarray(ctx, np.eye(n)), a.shape)
+    return solve(a, eye)

@@ -483,3 +483,115 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     d = diagonal(a, offset, axis1, axis2)
     return _to_out(np.sum(d, axis=-1, dtype=dtype), out)
+
+
+# ---- numerical derivatives and histograms --------------------------------------------------------
+
+@implements(np.gradient)
+def gradient(f, *varargs, axis=None, edge_order=1):
+    """NumPy's second-order central differences with first- or second-order edges, for scalar
+    spacings (one for all axes or one per axis); the same operations in the same order."""
+    x = _array(f)
+    axes = tuple(range(x.ndim)) if axis is None else normalize_axes(axis, x.ndim)
+    if len(varargs) > 1 and len(varargs) != len(axes):
+        raise TypeError("invalid number of arguments")
+    spacings = list(varargs) * len(axes) if len(varargs) == 1 else list(varargs) or [1.0] * len(axes)
+    if any(np.ndim(d) for d in spacings):
+        raise x.ctx.not_compilable("np.gradient with coordinate arrays is not supported by nbxla",
+                                   "give scalar spacings (uniform grids)")
+    if edge_order > 2:
+        raise ValueError("'edge_order' greater than 2 not supported")
+    if x.dtype.kind not in "fc":
+        x = convert(x, np.float64)
+    out = []
+    for ax, dx in zip(axes, spacings):
+        n = x.shape[ax]
+        if n < edge_order + 1:
+            raise ValueError("Shape of array too small to calculate a numerical gradient, "
+                             "at least (edge_order + 1) elements are required.")
+
+        def at(i, j=None):
+            return _slice_along(x, ax, i, (i + 1) if j is None else j)
+        interior = (at(2, n) - at(0, n - 2)) / (2. * dx)
+        if edge_order == 1:
+            first = (at(1) - at(0)) / dx
+            last = (at(n - 1) - at(n - 2)) / dx
+        else:
+            first = -1.5 / dx * at(0) + 2. / dx * at(1) + -0.5 / dx * at(2)
+            last = 0.5 / dx * at(n - 3) + -2. / dx * at(n - 2) + 1.5 / dx * at(n - 1)
+        out.append(convert(concatenate([first, interior, last], ax), x.dtype))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+@implements(np.histogram)
+def histogram(a, bins=10, range=None, density=None, weights=None):
+    """``np.histogram`` with a number of equal bins: the output's size is fixed.  The edges and
+    each value's bin follow NumPy's own steps (``linspace``; the index from the scaled offset,
+    then corrected against the edges), so values on an edge land where NumPy puts them."""
+    x = ravel(_array(a))
+    ctx = x.ctx
+    if not isinstance(bins, (int, np.integer)) or isinstance(bins, bool):
+        raise ctx.not_compilable("np.histogram with explicit bin edges or a binning rule is not "
+                                 "supported by nbxla", "give the number of bins (an int)")
+    if bins < 1:
+        raise ValueError("`bins` must be positive, when an integer")
+    if x.dtype.kind == "c":
+        raise ctx.not_compilable("np.histogram of complex values is not supported by nbxla")
+    edge_type = np.result_type(x.dtype, np.float64) if x.dtype.kind in "biu" else x.dtype
+    if range is not None:
+        lo, hi = (float(v) for v in range)
+        if lo > hi:
+            raise ValueError("max must be larger than min in range parameter.")
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            raise ValueError(f"supplied range of [{lo}, {hi}] is not finite")
+        if lo == hi:
+            lo, hi = lo - 0.5, hi + 0.5
+        first, last = asarray(ctx, np.asarray(lo, edge_type)), asarray(ctx, np.asarray(hi, edge_type))
+    else:
+        if x.size == 0:
+            first, last = asarray(ctx, np.asarray(0, edge_type)), asarray(ctx, np.asarray(1, edge_type))
+        else:
+            first, last = convert(np.min(x), edge_type), convert(np.max(x), edge_type)
+            _check_finite_range(ctx, first, last)
+            equal = np.equal(first, last)
+            first, last = np.where(equal, first - 0.5, first), np.where(equal, last + 0.5, last)
+    # np.linspace(first, last, bins + 1): arange * step + start, the last edge exactly ``last``
+    steps = convert(emit(ctx, "iota", shape=Shape("s64", (bins + 1,)), iota_dimension=0), edge_type)
+    edges = steps * ((last - first) / bins) + first
+    edges = np.where(compare(steps, broadcast_to(asarray(ctx, np.asarray(bins, edge_type)), (bins + 1,)), "EQ"),
+                     broadcast_to(last, (bins + 1,)), edges)
+    values = convert(x, edge_type)
+    keep = np.logical_and(values >= first, values <= last)
+    index = convert((values - first) / (last - first) * bins, np.int64)
+    index = np.where(index == bins, index - 1, index)
+    index = np.clip(index, 0, bins - 1)              # (only values outside the range; dropped)
+    index = np.where(values < take_along(edges, index, 0), index - 1, index)
+    index = np.clip(index, 0, bins - 1)
+    upper = take_along(edges, np.minimum(index + 1, bins), 0)
+    index = np.where(np.logical_and(values >= upper, index != bins - 1), index + 1, index)
+    if weights is None:
+        counts, amounts = np.zeros(bins, dtype=np.int64), np.where(keep, 1, 0)
+    else:
+        w = ravel(_array(weights))
+        if w.shape != x.shape:
+            raise ValueError("weights should have the same shape as a.")
+        counts, amounts = np.zeros(bins, dtype=w.dtype), np.where(keep, w, np.zeros((), w.dtype))
+    counts = asarray(ctx, counts)
+    np.add.at(counts, index, amounts)
+    if density:
+        widths = _slice_along(edges, 0, 1, bins + 1) - _slice_along(edges, 0, 0, bins)
+        return counts / widths / np.sum(counts), edges
+    return counts, edges
+
+
+def _check_finite_range(ctx, first: Tracer, last: Tracer) -> None:
+    """NumPy's ValueError for data whose autodetected range is not finite (NaN or inf values)."""
+    pair = concatenate([reshape(first, (1,)), reshape(last, (1,))], 0)
+    location = ctx.user_location()
+
+    def fail(value: np.ndarray):
+        lo, hi = value.tolist()
+        if np.isfinite(lo) and np.isfinite(hi):
+            return None
+        return ValueError(f"autodetected range of [{lo}, {hi}] is not finite ({location})")
+    ctx.add_check(pair.instr, fail)

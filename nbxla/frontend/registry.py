@@ -38,7 +38,6 @@ NOT_COMPILABLE = {
     "setdiff1d": "its output shape depends on the data",
     "setxor1d": "its output shape depends on the data",
     "bincount": "its output length depends on the largest value in the data",
-    "histogram": "its bins depend on the data",
     "histogram2d": "its bins depend on the data",
     "histogramdd": "its bins depend on the data",
     "histogram_bin_edges": "its bins depend on the data",

@@ -24,7 +24,7 @@ from ..errors import EvaluationError, HloShapeError, NbxlaError
 from .evaluator_common import label
 from .evaluator_data import DATA_RULES
 from .evaluator_elementwise import ELEMENTWISE_RULES
-from .evaluator_linalg import LINALG_RULES, lapack_potrf
+from .evaluator_linalg import LINALG_RULES, SOLVE_TARGET, lapack_potrf, linalg_solve
 from .evaluator_reduce import REDUCE_RULES, topk_custom_call
 from .ir import Computation, Instruction, Module
 from .shapes import AnyShape, from_numpy_dtype
@@ -38,6 +38,8 @@ CUSTOM_CALL_TARGETS: dict[str, Callable] = {
     "lapack_dpotrf_ffi": lapack_potrf,
     # XLA:CPU rewrites a sort followed by a slice of its first k (lax.top_k) into this call.
     "TopK": topk_custom_call,
+    # np.linalg.solve / inv (nbxla's own target; the CPU backend calls NumPy's LAPACK for it).
+    SOLVE_TARGET: linalg_solve,
 }
 
 

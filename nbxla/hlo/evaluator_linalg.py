@@ -106,6 +106,19 @@ def lapack_uplo(instr) -> str:
     return _UPLO[code]
 
 
+SOLVE_TARGET = "nbxla_linalg_solve"
+
+
+def linalg_solve(instr, args, interp):
+    """``nbxla_linalg_solve(a, b)``: ``np.linalg.solve`` (LAPACK's gesv through NumPy) on
+    square matrices ``a[..., n, n]`` and right-hand sides ``b[..., n, k]``, both in the
+    result's dtype; a singular matrix raises NumPy's LinAlgError."""
+    a, b = args
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2] or b.shape[-2:-1] != a.shape[-1:]:
+        raise fail(instr, f"{SOLVE_TARGET} needs a[..., n, n] and b[..., n, k], got {list(a.shape)}, {list(b.shape)}")
+    return np.linalg.solve(a, b).astype(instr.shape.dtype, copy=False)
+
+
 def lapack_potrf(instr, args, interp):
     """Cholesky factorisation of a matrix or batch (``lapack_{s,d}potrf_ffi``).
 

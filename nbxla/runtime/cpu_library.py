@@ -39,6 +39,7 @@ from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator_common import signed_of, unsigned_of
 from ..hlo.evaluator_data import pad_array
 from ..hlo.evaluator_elementwise import total_order_key
+from ..hlo.evaluator_linalg import SOLVE_TARGET
 from ..hlo.ir import Instruction, post_order
 from ..hlo.shape_inference import window_output_size
 
@@ -46,7 +47,7 @@ __all__ = ["library_thunk"]
 
 
 def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | None, str | None]:
-    """(thunk, None) for a sort or convolution this module runs, else (None, why not).
+    """(thunk, None) for a sort, convolution or linear solve this module runs, else (None, why not).
 
     ``fallback`` (the evaluator's rule as a thunk) is what a sort uses for calls it cannot
     answer exactly (NaN keys under a plain float comparison)."""
@@ -54,7 +55,23 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
         return _sort_thunk(instr, fallback)
     if instr.opcode == "convolution":
         return _convolution_thunk(instr)
+    if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == SOLVE_TARGET:
+        return _SolveThunk(instr), None
+    if instr.opcode == "custom-call":
+        return None, f"no native kernel or library call for the custom-call target {instr.attrs.get('custom_call_target')!r}"
     return None, f"{instr.opcode} has no library call"
+
+
+class _SolveThunk:
+    """``np.linalg.solve`` (LAPACK gesv) for nbxla's solve target."""
+    how = "LAPACK gesv through np.linalg.solve"
+
+    def __init__(self, instr: Instruction):
+        self.dtype = instr.shape.dtype
+
+    def __call__(self, operands):
+        a, b = operands
+        return np.ascontiguousarray(np.linalg.solve(a, b), dtype=self.dtype)
 
 
 # ---- sort ---------------------------------------------------------------------------------------

@@ -697,8 +697,7 @@ def contour_sum(Ham, int_pts, Y):
     return P0, np.abs(P0), P0.real.sum(), np.conj(P0).imag
 
 
-@kernel(_contour_args, error=(nbxla.NotCompilableError, r"np\.linalg\.solve is not supported",
-                              "X = np.linalg.solve(Tz, Y)"))
+@kernel(_contour_args, rtol=1e-9)
 def contour_integral_solve(Ham, int_pts, Y):
     Tz = Ham[0] + int_pts[0] * Ham[1]
     X = np.linalg.solve(Tz, Y)
@@ -785,9 +784,7 @@ def azimint_where_npbench(data, radius, npt):
     return res
 
 
-@kernel(lambda: {"data": rand(200), "radius": rand(200), "npt": 8},
-        error=(nbxla.NotCompilableError, r"np\.histogram cannot be compiled",
-               "histu = np.histogram(radius, npt)[0]"))
+@kernel(lambda: {"data": rand(200), "radius": rand(200), "npt": 8}, rtol=1e-10)
 def azimint_hist(data, radius, npt):
     histu = np.histogram(radius, npt)[0]
     histw = np.histogram(radius, npt, weights=data)[0]
@@ -812,8 +809,7 @@ def center_with_np_array(pos):
     return pos - com
 
 
-@kernel(lambda: {"u": randn(16), "dx": 0.1},
-        error=(nbxla.NotCompilableError, r"np\.gradient is not supported", "du = np.gradient(u)"))
+@kernel(lambda: {"u": randn(16), "dx": 0.1}, rtol=1e-12)
 def cfl_step(u, dx):
     dt = min(0.5 * dx / np.abs(u).max(), 0.1)     # min() on a traced scalar compiles
     du = np.gradient(u)

@@ -1,0 +1,79 @@
+"""``np.linalg.solve`` / ``inv``: one custom call that the CPU backend runs through NumPy's
+LAPACK (a library call, not the evaluator).  Oracle: eager NumPy."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.errors import AotError
+from tests.frontend_util import quiet
+
+RNG = np.random.default_rng(9)
+
+
+def solve(a, b):
+    return np.linalg.solve(a, b)
+
+
+def shifted_solve(a, b):
+    return np.linalg.solve(a + 2 * np.eye(a.shape[-1]), b) * 2
+
+
+def inverse_times(a):
+    return np.linalg.inv(a) @ a
+
+
+CASES = [
+    (solve, (RNG.random((6, 6)), RNG.random(6))),
+    (solve, (RNG.random((6, 6)), RNG.random((6, 3)))),
+    (solve, (RNG.random((4, 5, 5)), RNG.random((4, 5, 2)))),
+    (solve, (RNG.random((5, 5)).astype(np.float32), RNG.random(5).astype(np.float32))),
+    (solve, (RNG.integers(1, 9, (3, 3)), np.ones(3))),
+    (solve, (RNG.random((4, 4)) + 1j * RNG.random((4, 4)), RNG.random(4).astype(np.complex64))),
+    (shifted_solve, (RNG.random((6, 6)), RNG.random((6, 2)))),
+    (inverse_times, (RNG.random((5, 5)),)),
+]
+
+
+@pytest.mark.parametrize("fn, args", CASES, ids=[f"{fn.__name__}{k}" for k, (fn, _) in enumerate(CASES)])
+def test_agrees_with_numpy_as_a_library_call(fn, args):
+    want = fn(*args)
+    jitted = nbxla.jit(fn)
+    with quiet():
+        got = jitted(*args)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5 if want.dtype == np.float32 else 1e-10)
+    native = jitted.last_compilation.executable.native
+    assert native.interpreted_ops == {}
+    assert "library call: LAPACK gesv" in jitted.last_compilation.stage("execution")
+
+
+def test_a_singular_matrix_raises_numpys_error():
+    with quiet(), pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        nbxla.jit(solve)(np.zeros((3, 3)), np.ones(3))
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: every loop is host-driven")
+def test_in_a_loop_the_loop_stays_host_driven_and_says_why():
+    def iterate(a, x):
+        for _ in range(20):
+            x = np.linalg.solve(a, x)
+            x = x / np.abs(x).max()
+        return x
+    a, x = RNG.random((4, 4)) + 4 * np.eye(4), RNG.random(4)
+    jitted = nbxla.jit(iterate)
+    with quiet():
+        np.testing.assert_allclose(jitted(a, x), iterate(a, x), rtol=1e-10)
+    (how,) = jitted.last_compilation.executable.native.loops.values()
+    assert how.startswith("host-driven") and "nbxla_linalg_solve" in how, how
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="ahead-of-time compilation needs a C compiler")
+def test_ahead_of_time_names_the_call(tmp_path):
+    import nbxla.aot
+    with pytest.raises(AotError, match="nbxla_linalg_solve"):
+        nbxla.aot.compile(solve, ["f64[3,3]", "f64[3]"], str(tmp_path), "solve")
