@@ -155,6 +155,9 @@ class CompiledFunction:
         # Set once tracing needed a captured array's values (a constant mask): captured arrays
         # are then compile-time constants keyed by their contents (see captures.BakedArray).
         self._bake_captures = False
+        # (captured list, its fast-path key part): while the plan hands out the same list (no
+        # captured value changed, none is mutable), its tokens are the same -- a few us a call.
+        self._token_memo = None
         # Made without an explicit mode: NBXLA_FLAGS=--auto_jit switches it to auto-clustering.
         self.follow_auto_flag = follow_auto_flag
         self._auto = None
@@ -237,7 +240,7 @@ class CompiledFunction:
         if not kwargs:
             try:
                 fast_key = (current_flags(), tuple([(type(a), a.shape, a.dtype) for a in args]),
-                            tuple([_capture_token(v) for _, v in captured]) if captured else ())
+                            self._capture_tokens(captured, plan) if captured else ())
             except (AttributeError, TypeError):     # a static argument or a list: the full key
                 # decides, unless every leaf is an array (a training step's parameter list)
                 tree = array_tree_key(args) if not captured else None
@@ -293,6 +296,15 @@ class CompiledFunction:
             return run_program(compiled, leaves)
         except MemoryError:
             raise _memory_error(self.__name__, compiled) from None
+
+    def _capture_tokens(self, captured: list, plan) -> tuple:
+        memo = self._token_memo
+        if memo is not None and memo[0] is captured:
+            return memo[1]
+        tokens = tuple([_capture_token(v) for _, v in captured])
+        if plan is not None and captured is plan._last:
+            self._token_memo = (captured, tokens)
+        return tokens
 
     _nbxla_wraps = True             # (captures.py follows what a jit function calls into .fn)
 
