@@ -93,6 +93,20 @@ def _fast_runner(compiled: CompiledProgram, n_leaves: int) -> Callable | None:
         if params == list(range(n_leaves)):
             return single
         return lambda leaves: single([leaves[i] for i in params])    # (captured constants)
+    treedef = program.out_treedef
+    if treedef.kind == "tuple" and all(c.kind == "leaf" for c in treedef.children) and not program.checks \
+            and all(kind == "out" for kind, _ in program.out_slots):
+        # A flat tuple of results (``return a, b``): picked straight from the outputs, unless
+        # one is 0-d (NumPy gives a scalar there: the general path).
+        picks = [k for _, k in program.out_slots]
+        root = compiled.compilation.optimized.entry.root.shape
+        ranks = [leaf.rank for leaf in (root.leaves() if root.is_tuple else [root])]
+        params = program.param_leaves
+        if all(ranks[k] for k in picks):
+            def flat(leaves):
+                outputs = run([leaves[i] for i in params])
+                return tuple([outputs[k] for k in picks])
+            return flat
     return lambda args: run_program(compiled, list(args))
 
 

@@ -439,11 +439,11 @@ class _Fuser:
         spaces = {_reduce_space(r) for r in reduces}
         if len(spaces) > 1:
             return "reductions over different shapes or axes need separate kernels"
-        after: set[int] = set()      # members computed from a reduction inside the group
-        for m in self._topological(members):
-            if any(id(o) in ids and (o.opcode == "reduce" or id(o) in after) for o in m.operands):
-                after.add(id(m))
         if reduces:
+            after: set[int] = set()      # members computed from a reduction inside the group
+            for m in self._topological(members):
+                if any(id(o) in ids and (o.opcode == "reduce" or id(o) in after) for o in m.operands):
+                    after.add(id(m))
             (in_dims, red) = next(iter(spaces))
             outer = _squeeze(n for i, n in enumerate(in_dims) if i not in red)
             trailing = tuple(red) == tuple(range(len(in_dims) - len(red), len(in_dims)))
