@@ -385,7 +385,8 @@ class CpuExecutable:
         if isinstance(thunk, FullReductionThunk):
             return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
         if isinstance(thunk, DotThunk):
-            return f"library call: {thunk.how} (NumPy's BLAS)"
+            threads = ", one BLAS thread" if thunk.one_thread is not None else ""
+            return f"library call: {thunk.how} (NumPy's BLAS{threads})"
         if instr.name in self.library_calls:
             return {"sort": "library call: NumPy's stable argsort/lexsort",
                     "convolution": "library call: im2col + np.matmul"}[instr.opcode]

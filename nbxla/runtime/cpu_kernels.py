@@ -15,6 +15,7 @@ import numpy as np
 from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from . import host_memory
+from .blas_threads import OPENBLAS_THREADED, SMALL_PRODUCT, controls as blas_thread_controls
 
 # Kernels doing less work (elements) than this run on the calling thread: handing work to
 # the pool and waiting for it costs 30-50 us here (2-vCPU VM), more than splitting saves
@@ -228,6 +229,11 @@ class DotThunk:
         # small products the Python around the BLAS call is most of the time.
         plain = self.lhs_perm is None and self.rhs_perm is None and (a.dims, b.dims, instr.shape.dims) == self.shapes
         self.plain = plain
+        # Small products run on one BLAS thread (see blas_threads: threads gain little there
+        # and stall when the cores are busy).
+        # (GEMV and products below OpenBLAS's own threshold run on one thread anyway.)
+        threaded = m > 1 and n > 1 and m * k * n > OPENBLAS_THREADED
+        self.one_thread = blas_thread_controls() if threaded and m * k * n <= SMALL_PRODUCT else None
 
     @classmethod
     def applies(cls, instr: Instruction) -> bool:
@@ -235,6 +241,18 @@ class DotThunk:
         return a.element_type == b.element_type == instr.shape.element_type and a.element_type in cls.TYPES
 
     def __call__(self, operands, outs=None):
+        if self.one_thread is not None:
+            get, set_ = self.one_thread
+            threads = get()
+            if threads > 1:
+                set_(1)
+                try:
+                    return self._product(operands, outs)
+                finally:
+                    set_(threads)
+        return self._product(operands, outs)
+
+    def _product(self, operands, outs):
         if self.plain:
             if outs:
                 return np.matmul(operands[0], operands[1], out=outs[0])
