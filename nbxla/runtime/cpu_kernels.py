@@ -14,6 +14,7 @@ import numpy as np
 
 from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
+from ..hlo.opcodes import EXPENSIVE, TRANSCENDENTAL
 from . import host_memory
 from .blas_threads import OPENBLAS_THREADED, SMALL_PRODUCT, controls as blas_thread_controls
 
@@ -21,6 +22,8 @@ from .blas_threads import OPENBLAS_THREADED, SMALL_PRODUCT, controls as blas_thr
 # the pool and waiting for it costs 30-50 us here (2-vCPU VM), more than splitting saves
 # below ~1M elements (measured: a 512K-element sum or add ran 2-3x faster inline).
 PARALLEL_THRESHOLD = 1 << 20
+# A transcendental function's cost in adds (a vectorized exp/tanh/log: tens of instructions).
+TRANSCENDENTAL_COST = 16
 _KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
@@ -118,6 +121,23 @@ def object_entry_type(buffers: int):
     return ctypes.CFUNCTYPE(None, *[ctypes.py_object] * buffers, ctypes.c_int64, ctypes.c_int64)
 
 
+def element_cost(instr: Instruction) -> int:
+    """Work per element of a kernel, in units of one add (what ``PARALLEL_THRESHOLD`` was
+    measured with): a wide formula's 500 ops per element, or a few ``tanh``, make a kernel
+    of 40K elements worth splitting (an equation of state ran on one of two idle cores)."""
+    if instr.opcode != "fusion":
+        return 1
+    cost = 0
+    for i in instr.attrs["calls"].instructions:
+        if i.opcode in TRANSCENDENTAL:
+            cost += TRANSCENDENTAL_COST
+        elif i.opcode in EXPENSIVE:
+            cost += 4
+        elif i.is_elementwise:
+            cost += 1
+    return max(1, cost)
+
+
 def _output_shapes(instr: Instruction) -> list[tuple]:
     """(dims, dtype) of each array an instruction gives (one, or a tuple's elements)."""
     return [(s.dims, s.dtype) for s in (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
@@ -133,7 +153,7 @@ class KernelThunk:
         self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.outputs]
         self.pointer_array = ctypes.c_void_p * (len(instr.operands) + len(self.outputs))
         self.extent = extent
-        self.parallel = extent >= 2 and extent * work_per_unit >= PARALLEL_THRESHOLD
+        self.parallel = extent >= 2 and extent * work_per_unit * element_cost(instr) >= PARALLEL_THRESHOLD
         self.tuple_result = instr.shape.is_tuple
         # Small kernels are called with the arrays themselves (the cheapest dispatch).
         self.object_fn = None
