@@ -528,8 +528,13 @@ class _Fuser:
         while work:
             member = work.pop()
             for p in dict.fromkeys(member.operands):
-                if p in group or p.opcode not in FUSIBLE or id(p) in self.group_of or id(p) in waiting:
-                    continue        # (a refused producer is tried again below, once its readers join)
+                if p in group or p.opcode not in FUSIBLE or id(p) in self.group_of or id(p) in waiting \
+                        or p.opcode == "constant":
+                    # (a refused producer is tried again below, once its readers join; constants
+                    # are copied into each kernel that reads them when it is built: joining them
+                    # here walked all their readers per kernel, quadratic for a ``0`` index
+                    # shared by thousands of updates)
+                    continue
                 before = len(group.members)
                 if self._try_add(group, p, member, self._users):
                     work.extend(group.members[before:])
@@ -821,9 +826,14 @@ class _Fuser:
         ids = {id(m) for m in members}
         outputs = [m for m in members if m is comp.root or any(id(u) not in ids for u in users[id(m)])]
         params: list[Instruction] = []
+        constants: dict[int, Instruction] = {}
         for m in members:
             for o in m.operands:
-                if id(o) not in ids and o not in params:
+                if id(o) in ids:
+                    continue
+                if o.opcode == "constant":
+                    constants[id(o)] = o
+                elif o not in params:
                     params.append(o)
         name = _fusion_name(members, outputs)
         taken = comp.parent.computation_names()
@@ -836,6 +846,9 @@ class _Fuser:
             param = Instruction("parameter", p.shape, (), {"parameter_number": i}, unique_name(f"param_{i}"))
             fused.add(param)
             mapping[id(p)] = param
+        for c in constants.values():
+            mapping[id(c)] = fused.add(Instruction("constant", c.shape, (), c.attrs,
+                                                   unique_name(c.name.split(".")[0]), c.location))
         for m in members:
             clone = Instruction(m.opcode, m.shape, [mapping[id(o)] for o in m.operands], m.attrs,
                                 m.name, m.location)
