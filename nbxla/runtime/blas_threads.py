@@ -1,13 +1,15 @@
-"""Small BLAS calls on one thread.
+"""BLAS calls on one OpenBLAS thread; large ones split across nbxla's own pool.
 
 OpenBLAS splits a GEMM across its threads once ``m*n*k`` passes a fixed threshold (about a
-quarter million multiply-adds), and its threads spin waiting for each other.  For products of
-a few million multiply-adds the second thread gains little on a quiet machine (100x120x110:
-45 us on two threads, 50 us on one, measured here) and costs dearly on a busy one: with the two
-cores shared, the same product took 390 us threaded and 81 us on one thread, and 22 ms in the
-worst runs (the thread waited for a core).  XLA's CPU backend likewise runs small dots on the
-calling thread.  ``single_threaded(call)`` runs ``call()`` with OpenBLAS limited to one thread,
-and restores the count it found (the user's threadpoolctl settings stay in force).
+quarter million multiply-adds; GEMV far sooner), and a call waits for all of them.  When the
+cores are busy (other processes, other notebooks) a thread waits for the scheduler: measured
+here with the two cores shared, a 500x600x550 GEMM took 23 ms threaded and 4.7 ms on one
+thread, a 1800x2200 GEMV 7.6 ms against 1.4 ms, and calls came in multiples of the 4 ms
+scheduler tick (JAX, on its own pool: 5.4 and 2.6 ms).  So the runtime runs BLAS calls with
+OpenBLAS on one thread (``controls``), and splits large products into row, column or batch
+blocks over its own pool (``cpu_kernels.run_split``), whose chunks never wait for a thread that
+has not started: on idle cores the blocks run in parallel, on busy ones the caller does them.
+The thread count found is restored after each call (the user's threadpoolctl settings stay).
 
 The OpenBLAS that NumPy loaded is found by its exported ``*openblas_set_num_threads*``
 symbol in the libraries mapped into the process (Linux); elsewhere, or with another BLAS,
@@ -19,11 +21,12 @@ from __future__ import annotations
 import ctypes
 from typing import Callable
 
-# Multiply-adds per GEMM at or below which a call runs on one thread, and above which OpenBLAS
-# threads a GEMM (65536 * GEMM_MULTITHREAD_THRESHOLD, 4 in its builds): only calls between the
-# two are changed.
-SMALL_PRODUCT = 2_000_000
+# Multiply-adds above which OpenBLAS threads a GEMM (65536 * GEMM_MULTITHREAD_THRESHOLD, 4 in
+# its builds): smaller calls are left alone (no thread count to change, no ctypes calls).
 OPENBLAS_THREADED = 65536 * 4
+# Multiply-adds from which a product is split over the pool (handing work over costs 30-50 us;
+# a 1M multiply-add GEMV reads 8 MB, ~300 us on one core; a GEMM of that size ~70 us).
+SPLIT_PRODUCT = 1_000_000
 
 _NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
           "openblas_set_num_threads64_", "openblas_set_num_threads")
@@ -56,19 +59,3 @@ def controls() -> tuple[Callable, Callable] | None:
     if not _controls:
         _controls.append(_find())
     return _controls[0]
-
-
-def single_threaded(call: Callable):
-    """``call()`` with OpenBLAS on one thread (as is, without OpenBLAS)."""
-    found = controls()
-    if found is None:
-        return call()
-    get, set_ = found
-    threads = get()
-    if threads <= 1:
-        return call()
-    set_(1)
-    try:
-        return call()
-    finally:
-        set_(threads)

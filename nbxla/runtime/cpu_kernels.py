@@ -16,7 +16,7 @@ from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from ..hlo.opcodes import EXPENSIVE, TRANSCENDENTAL
 from . import host_memory
-from .blas_threads import OPENBLAS_THREADED, SMALL_PRODUCT, controls as blas_thread_controls
+from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls
 
 # Kernels doing less work (elements) than this run on the calling thread: handing work to
 # the pool and waiting for it costs 30-50 us here (2-vCPU VM), more than splitting saves
@@ -249,11 +249,15 @@ class DotThunk:
         # small products the Python around the BLAS call is most of the time.
         plain = self.lhs_perm is None and self.rhs_perm is None and (a.dims, b.dims, instr.shape.dims) == self.shapes
         self.plain = plain
-        # Small products run on one BLAS thread (see blas_threads: threads gain little there
-        # and stall when the cores are busy).
-        # (GEMV and products below OpenBLAS's own threshold run on one thread anyway.)
-        threaded = m > 1 and n > 1 and m * k * n > OPENBLAS_THREADED
-        self.one_thread = blas_thread_controls() if threaded and m * k * n <= SMALL_PRODUCT else None
+        # Products OpenBLAS would thread run on one BLAS thread, and large ones are split
+        # across nbxla's pool instead (see blas_threads: OpenBLAS's threads stall for whole
+        # scheduler ticks when the cores are busy; the pool's chunks do not wait for a thread
+        # that has not started).
+        work = batch * m * k * n
+        self.one_thread = blas_thread_controls() if work > OPENBLAS_THREADED else None
+        self.split = None
+        if self.one_thread is not None and work >= SPLIT_PRODUCT and worker_count() > 1:
+            self.split = ("batch", batch) if batch > 1 else ("rows", m) if m > 1 else ("columns", n)
 
     @classmethod
     def applies(cls, instr: Instruction) -> bool:
@@ -274,9 +278,9 @@ class DotThunk:
 
     def _product(self, operands, outs):
         if self.plain:
-            if outs:
-                return np.matmul(operands[0], operands[1], out=outs[0])
-            return np.matmul(operands[0], operands[1], out=self.make())
+            out = outs[0] if outs else self.make()
+            self._matmul(operands[0], operands[1], out)
+            return out
         out = outs[0] if outs else self.make()
         lhs, rhs = operands
         if self.lhs_perm is not None:
@@ -284,5 +288,23 @@ class DotThunk:
         if self.rhs_perm is not None:
             rhs = np.transpose(rhs, self.rhs_perm)
         ls, rs, os_ = self.shapes
-        np.matmul(lhs.reshape(ls), rhs.reshape(rs), out=out.reshape(os_))
+        self._matmul(lhs.reshape(ls), rhs.reshape(rs), out.reshape(os_))
         return out
+
+    def _matmul(self, lhs, rhs, out) -> None:
+        """``out = lhs @ rhs`` in the GEMM/GEMV form, split into row, column or batch blocks
+        over the pool when it is large (np.matmul releases the GIL)."""
+        if self.split is None:
+            np.matmul(lhs, rhs, out=out)
+            return
+        axis, extent = self.split
+        if axis == "columns":                               # vector @ matrix
+            def block(_, begin, end):
+                np.matmul(lhs, rhs[:, begin:end], out=out[begin:end])
+        elif axis == "rows":
+            def block(_, begin, end):
+                np.matmul(lhs[begin:end], rhs, out=out[begin:end])
+        else:
+            def block(_, begin, end):
+                np.matmul(lhs[begin:end], rhs[begin:end], out=out[begin:end])
+        run_split(block, None, extent)
