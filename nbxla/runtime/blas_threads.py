@@ -6,9 +6,10 @@ cores are busy (other processes, other notebooks) a thread waits for the schedul
 here with the two cores shared, a 500x600x550 GEMM took 23 ms threaded and 4.7 ms on one
 thread, a 1800x2200 GEMV 7.6 ms against 1.4 ms, and calls came in multiples of the 4 ms
 scheduler tick (JAX, on its own pool: 5.4 and 2.6 ms).  So the runtime runs BLAS calls with
-OpenBLAS on one thread (``controls``), and splits large products into row, column or batch
-blocks over its own pool (``cpu_kernels.run_split``), whose chunks never wait for a thread that
-has not started: on idle cores the blocks run in parallel, on busy ones the caller does them.
+OpenBLAS on one thread (``controls``), and splits large products (``SPLIT_PRODUCT``) into row,
+column or batch blocks over its own pool (``cpu_kernels.run_split``), whose chunks never wait
+for a thread that has not started: on idle cores the blocks run in parallel, on busy ones the
+caller does most of them.
 The thread count found is restored after each call (the user's threadpoolctl settings stay).
 
 The OpenBLAS that NumPy loaded is found by its exported ``*openblas_set_num_threads*``
@@ -24,9 +25,12 @@ from typing import Callable
 # Multiply-adds above which OpenBLAS threads a GEMM (65536 * GEMM_MULTITHREAD_THRESHOLD, 4 in
 # its builds): smaller calls are left alone (no thread count to change, no ctypes calls).
 OPENBLAS_THREADED = 65536 * 4
-# Multiply-adds from which a product is split over the pool (handing work over costs 30-50 us;
-# a 1M multiply-add GEMV reads 8 MB, ~300 us on one core; a GEMM of that size ~70 us).
-SPLIT_PRODUCT = 1_000_000
+# Multiply-adds from which a product is split over the pool: large enough that one core takes
+# several scheduler ticks (a 32M multiply-add GEMM ~2.5 ms), so a block whose thread is
+# descheduled for a tick costs less than the split gains.  Smaller ones ran fastest on one
+# thread whenever the cores were shared (1800x2200 GEMV: 1.3-2 ms one thread, 3-6 ms split,
+# 8-24 ms OpenBLAS-threaded); on idle cores they give up at most the second core.
+SPLIT_PRODUCT = 32_000_000
 
 _NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
           "openblas_set_num_threads64_", "openblas_set_num_threads")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nbxla
-from nbxla.runtime import blas_threads
+from nbxla.runtime import blas_threads, cpu_kernels
 from nbxla.runtime.cpu_kernels import DotThunk, worker_count
 
 found = blas_threads.controls()
@@ -28,7 +28,8 @@ CASES = {                                   # name: (function, shapes, limited, 
 
 @needs_openblas
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_blas_calls_are_limited_or_split_as_their_size_says_and_agree(name):
+def test_blas_calls_are_limited_or_split_as_their_size_says_and_agree(name, monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "SPLIT_PRODUCT", 1_000_000)     # (test-sized arrays)
     fn, shapes, limited, axis = CASES[name]
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(s) for s in shapes]
