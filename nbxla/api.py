@@ -95,6 +95,20 @@ def _fast_runner(compiled: CompiledProgram, n_leaves: int) -> Callable | None:
         if params == list(range(n_leaves)):
             return single
         return lambda leaves: single([leaves[i] for i in params])    # (captured constants)
+    treedef = program.out_treedef
+    if treedef.kind == "tuple" and all(c.kind == "leaf" for c in treedef.children) and not program.checks \
+            and all(kind == "out" for kind, _ in program.out_slots):
+        # A flat tuple of results (``return a, b``): picked straight from the outputs, unless
+        # one is 0-d (NumPy gives a scalar there: the general path).
+        picks = [k for _, k in program.out_slots]
+        root = compiled.compilation.optimized.entry.root.shape
+        ranks = [leaf.rank for leaf in (root.leaves() if root.is_tuple else [root])]
+        params = program.param_leaves
+        if all(ranks[k] for k in picks):
+            def flat(leaves):
+                outputs = run([leaves[i] for i in params])
+                return tuple([outputs[k] for k in picks])
+            return flat
     return lambda args: run_program(compiled, list(args))
 
 
@@ -157,6 +171,9 @@ class CompiledFunction:
         # Set once tracing needed a captured array's values (a constant mask): captured arrays
         # are then compile-time constants keyed by their contents (see captures.BakedArray).
         self._bake_captures = False
+        # (captured list, its fast-path key part): while the plan hands out the same list (no
+        # captured value changed, none is mutable), its tokens are the same -- a few us a call.
+        self._token_memo = None
         # Made without an explicit mode: NBXLA_FLAGS=--auto_jit switches it to auto-clustering.
         self.follow_auto_flag = follow_auto_flag
         self._auto = None
@@ -240,7 +257,7 @@ class CompiledFunction:
         if not kwargs:
             try:
                 fast_key = (current_flags(), tuple([(type(a), a.shape, a.dtype) for a in args]),
-                            tuple([_capture_token(v) for _, v in captured]) if captured else ())
+                            self._capture_tokens(captured, plan) if captured else ())
             except (AttributeError, TypeError):     # a static argument or a list: the full key
                 # decides, unless every leaf is an array (a training step's parameter list)
                 tree = array_tree_key(args) if not captured else None
@@ -296,6 +313,15 @@ class CompiledFunction:
             return run_program(compiled, leaves)
         except MemoryError:
             raise _memory_error(self.__name__, compiled) from None
+
+    def _capture_tokens(self, captured: list, plan) -> tuple:
+        memo = self._token_memo
+        if memo is not None and memo[0] is captured:
+            return memo[1]
+        tokens = tuple([_capture_token(v) for _, v in captured])
+        if plan is not None and captured is plan._last:
+            self._token_memo = (captured, tokens)
+        return tokens
 
     _nbxla_wraps = True             # (captures.py follows what a jit function calls into .fn)
 

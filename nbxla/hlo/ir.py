@@ -180,11 +180,25 @@ class Module:
             self.set_entry(entry)
 
     def add_computation(self, comp: Computation) -> Computation:
-        if any(c.name == comp.name for c in self.computations):
+        names = self.computation_names()
+        # (a set, not a scan: fusion adds thousands of computations to unrolled programs;
+        # a hit is confirmed by a scan, as a computation may have been renamed since)
+        if comp.name in names and any(c.name == comp.name for c in self.computations):
             raise HloVerificationError(f"module {self.name} already has a computation named {comp.name}")
         comp.parent = self
         self.computations.append(comp)
+        names.add(comp.name)
+        self._names_of[2] = len(self.computations)
         return comp
+
+    def computation_names(self) -> set[str]:
+        """The computations' names, rebuilt whenever ``computations`` was replaced or changed
+        length behind ``add_computation``'s back."""
+        cached = getattr(self, "_names_of", None)
+        if cached is None or cached[0] is not self.computations or cached[2] != len(self.computations):
+            cached = [self.computations, {c.name for c in self.computations}, len(self.computations)]
+            self._names_of = cached
+        return cached[1]
 
     def set_entry(self, entry: Computation) -> None:
         """Make ``entry`` the entry computation, adding it and every computation it calls."""

@@ -8,6 +8,7 @@ logical arrays.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable, Union
 
@@ -117,7 +118,7 @@ class Shape:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+        return math.prod(self.dims)        # (np.prod: ~3 us a call, read per instruction by passes)
 
     @property
     def minor_to_major(self) -> tuple[int, ...]:

@@ -12,6 +12,13 @@ GEMM of ``(batch * m) x k`` by ``k x n``.
 ``alpha * (A @ B)`` scales the ``m x n`` result, which the elementwise work after the dot
 (``+ beta * C``) fuses with: one GEMM and one kernel, as BLAS's own ``alpha``/``beta`` do.  The
 two differ only in rounding (integers: not at all).
+
+``A @ x`` with a 1-D ``x`` is traced as ``reshape(A @ reshape(x, (k, 1)), (m,))``: size-1 free
+dims added only to make a matrix.  The dot then reads as a GEMM with ``n == 1`` and every call
+pays for the reshapes around it (tiny programs are mostly such dispatch).  A dot operand that
+is a reshape only inserting size-1 free dims is read without them: the dot gives the smaller
+result (a plain GEMV, ``matrix @ vector``), and a reshape back gives the old one to its readers;
+readers that are reshapes themselves read the new dot directly (or it replaces them).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ class DotRewrites(Pass):
             for instr in list(comp.instructions):
                 if instr.opcode == "dot":
                     changed |= _unbatch(instr)
+                    changed |= _drop_unit_free_dims(comp, instr, users)
                     changed |= _scale_after(comp, instr, users)
         rename_new_instructions(module, before)
         return changed
@@ -73,6 +81,83 @@ def _scale_after(comp, dot: Instruction, users) -> bool:
         users[dot] = [scaled]
         return True
     return False
+
+
+def _free_dims(dot: Instruction, k: int) -> list[int]:
+    side = "lhs" if k == 0 else "rhs"
+    taken = set(dot.attrs.get(f"{side}_batch_dims", ())) | set(dot.attrs.get(f"{side}_contracting_dims", ()))
+    return [d for d in range(dot.operands[k].shape.rank) if d not in taken]
+
+
+def _drop_unit_free_dims(comp, dot: Instruction, users) -> bool:
+    """``dot(reshape(v), ...)`` where the reshape only adds size-1 free dims -> ``dot(v, ...)``
+    with those dims gone from the result, reshaped back for the dot's readers."""
+    changed = False
+    for k in (0, 1):
+        r = dot.operands[k]
+        if r.opcode != "reshape" or r.shape.layout is not None or r.operands[0].shape.layout is not None:
+            continue
+        free = _free_dims(dot, k)
+        unit = [d for d in free if r.shape.dims[d] == 1]
+        v = r.operands[0]
+        if not unit or tuple(n for d, n in enumerate(r.shape.dims) if d not in unit) != v.shape.dims:
+            continue
+        side = "lhs" if k == 0 else "rhs"
+        # Result dims: batch, lhs free, rhs free (in operand order).
+        nb = len(dot.attrs.get("lhs_batch_dims", ()))
+        first = nb if k == 0 else nb + len(_free_dims(dot, 0))
+        gone = {first + free.index(d) for d in unit}
+        attrs = dict(dot.attrs)
+        for name in (f"{side}_batch_dims", f"{side}_contracting_dims"):
+            if name in attrs:
+                attrs[name] = tuple(d - sum(u < d for u in unit) for d in attrs[name])
+        old = dot.shape
+        readers = users[dot]
+        dot.attrs = attrs
+        dot.operands = [v if j == k else o for j, o in enumerate(dot.operands)]
+        dot.shape = old.with_dims(n for d, n in enumerate(old.dims) if d not in gone)
+        users.setdefault(v, []).append(dot)
+        users[r] = [u for u in users[r] if u is not dot]
+        _reshape_back(comp, dot, old, readers, users)
+        changed = True
+    return changed
+
+
+def _reshape_back(comp, dot: Instruction, old_shape, readers, users) -> None:
+    """Give the readers of ``dot`` (whose shape just lost size-1 dims) its old shape: a reader
+    that is a reshape reads ``dot`` itself (or is replaced by it, same dims); others read a
+    new ``reshape(dot)``."""
+    back, was_root = None, comp.root is dot
+    users[dot] = []
+    for reader in readers:
+        if reader.opcode == "reshape" and reader.shape.layout is None:
+            if reader.shape.dims == dot.shape.dims:
+                for u in users[reader]:
+                    u.operands = [dot if o is reader else o for o in u.operands]
+                    users[dot].append(u)
+                if comp.root is reader:
+                    comp.root = dot
+                users[reader] = []
+            else:
+                reader.operands = [dot]
+                users[dot].append(reader)
+            continue
+        if back is None:
+            back = Instruction("reshape", old_shape, [dot], {}, unique_name("reshape"), dot.location)
+            back.parent = comp
+            comp.instructions.insert(comp.instructions.index(dot) + 1, back)
+            users[back] = []
+            users[dot].append(back)
+        reader.operands = [back if o is dot else o for o in reader.operands]
+        users[back].append(reader)
+    if was_root:
+        if back is None:
+            back = Instruction("reshape", old_shape, [dot], {}, unique_name("reshape"), dot.location)
+            back.parent = comp
+            comp.instructions.insert(comp.instructions.index(dot) + 1, back)
+            users[back] = []
+            users[dot].append(back)
+        comp.root = back
 
 
 def _unbatch(dot) -> bool:

@@ -97,14 +97,61 @@ def _reduce_space(r: Instruction):
     return r.operands[0].shape.dims, tuple(sorted(r.attrs["dimensions"]))
 
 
+class _Spans:
+    """How many groups span a position ``q`` (``first <= q < last``), in O(log n) per change and
+    per question: a Fenwick tree over half-positions (clones sit half-way between the
+    instructions) counting ``+1`` at each group's ``first`` and ``-1`` at its ``last``.  Asking
+    every group instead made each reachability walk linear in the number of groups: quadratic
+    on unrolled loops (a 16k-instruction Cholesky spent half its fusion time there)."""
+
+    def __init__(self, positions: int):
+        self.tree = [0] * (2 * positions + 8)
+        self.deltas: dict[int, int] = {}        # the point values, to rebuild a larger tree
+
+    def _add(self, q: float, delta: int) -> None:
+        k = int(2 * q) + 1
+        self.deltas[k] = self.deltas.get(k, 0) + delta
+        if k >= len(self.tree):                 # past the end (clones of the last ones)
+            self.tree = [0] * (2 * k + 8)
+            for j, d in self.deltas.items():
+                self._bump(j, d)
+        else:
+            self._bump(k, delta)
+
+    def _bump(self, k: int, delta: int) -> None:
+        tree = self.tree
+        while k < len(tree):
+            tree[k] += delta
+            k += k & -k
+
+    def move(self, old: tuple | None, new: tuple) -> None:
+        """A group's span changed from ``old`` (None: a new group) to ``new`` (first, last)."""
+        if old == new:
+            return
+        if old is not None:
+            self._add(old[0], -1)
+            self._add(old[1], 1)
+        self._add(new[0], 1)
+        self._add(new[1], -1)
+
+    def spanned(self, q: float) -> bool:
+        k, total = min(int(2 * q) + 1, len(self.tree) - 1), 0
+        while k > 0:
+            total += self.tree[k]
+            k -= k & -k
+        return total > 0
+
+
 class _Group:
     """Members of a future fusion, with the facts legality checks need kept up to date."""
 
-    def __init__(self, seed: Instruction, users, position: dict[int, float]):
-        self.position = position
+    def __init__(self, seed: Instruction, users, position: dict[int, float], spans: _Spans):
+        self.position, self.spans = position, spans
         # The last member's position, and the first of a member ever read from outside (an
         # output): what leaves the group starts there (clones of early constants do not count).
+        # Changed only through ``stretch`` (``spans`` follows them).
         self.first = self.last = position[id(seed)]
+        spans.move(None, (self.first, self.last))
         self.members: list[Instruction] = []
         self.ids: set[int] = set()
         self.dims: set[tuple] = set()
@@ -120,10 +167,15 @@ class _Group:
         self.values = 1
         self.add(seed, users)
 
+    def stretch(self, first: float, last: float) -> None:
+        first, last = min(self.first, first), max(self.last, last)
+        self.spans.move((self.first, self.last), (first, last))
+        self.first, self.last = first, last
+
     def add(self, instr: Instruction, users) -> None:
         self.members.append(instr)
         where = self.position[id(instr)]
-        self.last = max(self.last, where)
+        self.stretch(self.first, where)
         self.ids.add(id(instr))
         if not (instr.opcode == "constant" and instr.shape.rank == 0):   # scalars: duplicated
             self.dims.add(None if instr.shape.is_tuple else instr.shape.dims)
@@ -136,7 +188,7 @@ class _Group:
         for u in users[id(instr)]:
             if id(u) not in self.ids:
                 self.external_users[id(u)] = u
-                self.first = min(self.first, where)
+                self.stretch(where, self.last)
 
     def __contains__(self, instr: Instruction) -> bool:
         return id(instr) in self.ids
@@ -239,6 +291,7 @@ class _Fuser:
             for op in dict.fromkeys(instr.operands):
                 self._users[id(op)].append(instr)
         self._position = {id(i): float(k) for k, i in enumerate(self.comp.instructions)}
+        self._spans = _Spans(len(self.comp.instructions))
 
     def _reaches(self, start: list[Instruction], targets: set[int], users, limit: float) -> bool:
         """Is any of ``targets`` (none placed after position ``limit``) reachable from
@@ -253,7 +306,7 @@ class _Fuser:
         group can a walk come back.
         """
         position = self._position
-        spanning = any(g.first <= limit < g.last for g in self._groups)
+        spanning = self._spans.spanned(limit)
         seen: set[int] = set()
         expanded: set[int] = set()        # groups whose members' users are already stacked
         stack = list(start)
@@ -386,11 +439,11 @@ class _Fuser:
         spaces = {_reduce_space(r) for r in reduces}
         if len(spaces) > 1:
             return "reductions over different shapes or axes need separate kernels"
-        after: set[int] = set()      # members computed from a reduction inside the group
-        for m in self._topological(members):
-            if any(id(o) in ids and (o.opcode == "reduce" or id(o) in after) for o in m.operands):
-                after.add(id(m))
         if reduces:
+            after: set[int] = set()      # members computed from a reduction inside the group
+            for m in self._topological(members):
+                if any(id(o) in ids and (o.opcode == "reduce" or id(o) in after) for o in m.operands):
+                    after.add(id(m))
             (in_dims, red) = next(iter(spaces))
             outer = _squeeze(n for i, n in enumerate(in_dims) if i not in red)
             trailing = tuple(red) == tuple(range(len(in_dims) - len(red), len(in_dims)))
@@ -451,7 +504,7 @@ class _Fuser:
         for instr in list(reversed(self.comp.instructions)):
             if instr.opcode in FUSIBLE and id(instr) not in self.group_of and id(instr) in live and \
                     instr.opcode not in ("constant",) and not self._trivial(instr):
-                group = _Group(instr, self._users, self._position)
+                group = _Group(instr, self._users, self._position, self._spans)
                 self._groups.append(group)
                 self.grow(group)
         self.merge_siblings()
@@ -475,8 +528,13 @@ class _Fuser:
         while work:
             member = work.pop()
             for p in dict.fromkeys(member.operands):
-                if p in group or p.opcode not in FUSIBLE or id(p) in self.group_of or id(p) in waiting:
-                    continue        # (a refused producer is tried again below, once its readers join)
+                if p in group or p.opcode not in FUSIBLE or id(p) in self.group_of or id(p) in waiting \
+                        or p.opcode == "constant":
+                    # (a refused producer is tried again below, once its readers join; constants
+                    # are copied into each kernel that reads them when it is built: joining them
+                    # here walked all their readers per kernel, quadratic for a ``0`` index
+                    # shared by thousands of updates)
+                    continue
                 before = len(group.members)
                 if self._try_add(group, p, member, self._users):
                     work.extend(group.members[before:])
@@ -584,7 +642,7 @@ class _Fuser:
             self._users[id(o)].append(clone)
             owner = self.group_of.get(id(o))
             if owner is not None and owner is not group:     # ``o`` is read from outside now
-                owner.first = min(owner.first, self._position[id(o)])
+                owner.stretch(self._position[id(o)], owner.last)
         return clone
 
     def _redirect(self, p: Instruction, copy: Instruction, group: _Group) -> list[Instruction]:
@@ -655,7 +713,7 @@ class _Fuser:
                         a.add(m, users)
                         self.group_of[id(m)] = a
                     a.clones.update(b.clones)
-                    a.first = min(a.first, b.first)
+                    a.stretch(b.first, a.last)
                     a.maps, a.depth, a.reads = merged
                     a.values = sum(len(v) for v in a.maps.values())
                     alive.discard(id(b))
@@ -768,12 +826,17 @@ class _Fuser:
         ids = {id(m) for m in members}
         outputs = [m for m in members if m is comp.root or any(id(u) not in ids for u in users[id(m)])]
         params: list[Instruction] = []
+        constants: dict[int, Instruction] = {}
         for m in members:
             for o in m.operands:
-                if id(o) not in ids and o not in params:
+                if id(o) in ids:
+                    continue
+                if o.opcode == "constant":
+                    constants[id(o)] = o
+                elif o not in params:
                     params.append(o)
         name = _fusion_name(members, outputs)
-        taken = {c.name for c in comp.parent.computations}
+        taken = comp.parent.computation_names()
         fused_name = unique_name(f"fused_{name}")
         while fused_name in taken:          # parsed HLO may already use the counter's names
             fused_name = unique_name(f"fused_{name}")
@@ -783,6 +846,9 @@ class _Fuser:
             param = Instruction("parameter", p.shape, (), {"parameter_number": i}, unique_name(f"param_{i}"))
             fused.add(param)
             mapping[id(p)] = param
+        for c in constants.values():
+            mapping[id(c)] = fused.add(Instruction("constant", c.shape, (), c.attrs,
+                                                   unique_name(c.name.split(".")[0]), c.location))
         for m in members:
             clone = Instruction(m.opcode, m.shape, [mapping[id(o)] for o in m.operands], m.attrs,
                                 m.name, m.location)

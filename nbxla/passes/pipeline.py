@@ -2,8 +2,8 @@
 
 A pass has a ``name`` and ``run(module) -> changed``.  The pipeline runs them in order on its
 own copy of the module, verifies the module after each one, and records the module text after
-every pass that changed something: ``%xla_ir stage=passes`` and ``--dump_to`` show the
-module's history step by step.
+every pass that changed something (modules up to ``RECORD_TEXT_LIMIT`` instructions):
+``%xla_ir stage=passes`` and ``--dump_to`` show the module's history step by step.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from ..hlo import Module
 from ..hlo.ir import clone_module
 from ..hlo.printer import print_module
 from .verifier import verify_module
+
+
+# Modules larger than this (instructions in all computations) keep no text per pass.
+RECORD_TEXT_LIMIT = 20000
 
 
 class Pass:
@@ -92,7 +96,13 @@ class Pipeline:
             ms = (time.perf_counter() - start) * 1e3
             if self.verify and changed:         # (an unchanged module was verified before)
                 verify_module(module, after=p.name)
-            text = print_module(module) if (changed and self.record_text) else None
+            text = None
+            if changed and self.record_text:
+                size = sum(len(c.instructions) for c in module.computations)
+                # (Printing a module of an unrolled loop after every pass took longer than the
+                # passes: 145K instructions, 10 MB of text each time.)
+                text = print_module(module) if size <= RECORD_TEXT_LIMIT else \
+                    f"// (module of {size} instructions: its text after this pass is not kept)"
             result.history.append(PassRecord(p.name, changed, ms, text))
             report = getattr(p, "report", None)
             if report is not None:

@@ -399,7 +399,9 @@ class CpuExecutable:
         if isinstance(thunk, FullReductionThunk):
             return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
         if isinstance(thunk, DotThunk):
-            return f"library call: {thunk.how} (NumPy's BLAS)"
+            threads = "" if thunk.one_thread is None else \
+                f", one BLAS thread, {thunk.split[0]} split over the pool" if thunk.split else ", one BLAS thread"
+            return f"library call: {thunk.how} (NumPy's BLAS{threads})"
         if instr.name in self.library_calls:
             return {"sort": "library call: NumPy's stable argsort/lexsort",
                     "convolution": "library call: im2col + np.matmul",

@@ -14,12 +14,16 @@ import numpy as np
 
 from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
+from ..hlo.opcodes import EXPENSIVE, TRANSCENDENTAL
 from . import host_memory
+from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls
 
 # Kernels doing less work (elements) than this run on the calling thread: handing work to
 # the pool and waiting for it costs 30-50 us here (2-vCPU VM), more than splitting saves
 # below ~1M elements (measured: a 512K-element sum or add ran 2-3x faster inline).
 PARALLEL_THRESHOLD = 1 << 20
+# A transcendental function's cost in adds (a vectorized exp/tanh/log: tens of instructions).
+TRANSCENDENTAL_COST = 16
 _KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
@@ -117,6 +121,23 @@ def object_entry_type(buffers: int):
     return ctypes.CFUNCTYPE(None, *[ctypes.py_object] * buffers, ctypes.c_int64, ctypes.c_int64)
 
 
+def element_cost(instr: Instruction) -> int:
+    """Work per element of a kernel, in units of one add (what ``PARALLEL_THRESHOLD`` was
+    measured with): a wide formula's 500 ops per element, or a few ``tanh``, make a kernel
+    of 40K elements worth splitting (an equation of state ran on one of two idle cores)."""
+    if instr.opcode != "fusion":
+        return 1
+    cost = 0
+    for i in instr.attrs["calls"].instructions:
+        if i.opcode in TRANSCENDENTAL:
+            cost += TRANSCENDENTAL_COST
+        elif i.opcode in EXPENSIVE:
+            cost += 4
+        elif i.is_elementwise:
+            cost += 1
+    return max(1, cost)
+
+
 def _output_shapes(instr: Instruction) -> list[tuple]:
     """(dims, dtype) of each array an instruction gives (one, or a tuple's elements)."""
     return [(s.dims, s.dtype) for s in (instr.shape.elements if instr.shape.is_tuple else [instr.shape])]
@@ -132,7 +153,7 @@ class KernelThunk:
         self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.outputs]
         self.pointer_array = ctypes.c_void_p * (len(instr.operands) + len(self.outputs))
         self.extent = extent
-        self.parallel = extent >= 2 and extent * work_per_unit >= PARALLEL_THRESHOLD
+        self.parallel = extent >= 2 and extent * work_per_unit * element_cost(instr) >= PARALLEL_THRESHOLD
         self.tuple_result = instr.shape.is_tuple
         # Small kernels are called with the arrays themselves (the cheapest dispatch).
         self.object_fn = None
@@ -228,6 +249,15 @@ class DotThunk:
         # small products the Python around the BLAS call is most of the time.
         plain = self.lhs_perm is None and self.rhs_perm is None and (a.dims, b.dims, instr.shape.dims) == self.shapes
         self.plain = plain
+        # Products OpenBLAS would thread run on one BLAS thread, and large ones are split
+        # across nbxla's pool instead (see blas_threads: OpenBLAS's threads stall for whole
+        # scheduler ticks when the cores are busy; the pool's chunks do not wait for a thread
+        # that has not started).
+        work = batch * m * k * n
+        self.one_thread = blas_thread_controls() if work > OPENBLAS_THREADED else None
+        self.split = None
+        if self.one_thread is not None and work >= SPLIT_PRODUCT and worker_count() > 1:
+            self.split = ("batch", batch) if batch > 1 else ("rows", m) if m > 1 else ("columns", n)
 
     @classmethod
     def applies(cls, instr: Instruction) -> bool:
@@ -235,10 +265,22 @@ class DotThunk:
         return a.element_type == b.element_type == instr.shape.element_type and a.element_type in cls.TYPES
 
     def __call__(self, operands, outs=None):
+        if self.one_thread is not None:
+            get, set_ = self.one_thread
+            threads = get()
+            if threads > 1:
+                set_(1)
+                try:
+                    return self._product(operands, outs)
+                finally:
+                    set_(threads)
+        return self._product(operands, outs)
+
+    def _product(self, operands, outs):
         if self.plain:
-            if outs:
-                return np.matmul(operands[0], operands[1], out=outs[0])
-            return np.matmul(operands[0], operands[1], out=self.make())
+            out = outs[0] if outs else self.make()
+            self._matmul(operands[0], operands[1], out)
+            return out
         out = outs[0] if outs else self.make()
         lhs, rhs = operands
         if self.lhs_perm is not None:
@@ -246,5 +288,23 @@ class DotThunk:
         if self.rhs_perm is not None:
             rhs = np.transpose(rhs, self.rhs_perm)
         ls, rs, os_ = self.shapes
-        np.matmul(lhs.reshape(ls), rhs.reshape(rs), out=out.reshape(os_))
+        self._matmul(lhs.reshape(ls), rhs.reshape(rs), out.reshape(os_))
         return out
+
+    def _matmul(self, lhs, rhs, out) -> None:
+        """``out = lhs @ rhs`` in the GEMM/GEMV form, split into row, column or batch blocks
+        over the pool when it is large (np.matmul releases the GIL)."""
+        if self.split is None:
+            np.matmul(lhs, rhs, out=out)
+            return
+        axis, extent = self.split
+        if axis == "columns":                               # vector @ matrix
+            def block(_, begin, end):
+                np.matmul(lhs, rhs[:, begin:end], out=out[begin:end])
+        elif axis == "rows":
+            def block(_, begin, end):
+                np.matmul(lhs[begin:end], rhs, out=out[begin:end])
+        else:
+            def block(_, begin, end):
+                np.matmul(lhs[begin:end], rhs[begin:end], out=out[begin:end])
+        run_split(block, None, extent)

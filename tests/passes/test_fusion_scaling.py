@@ -197,6 +197,64 @@ def test_every_kernel_boundary_says_why():
         assert boundary.producer in fusions and boundary.consumer in fusions and boundary.reason
 
 
+def unrolled_cholesky(n: int) -> Module:
+    """Cholesky as tracing the Python-unrolled loop gives it: per element, slices of the
+    current matrix, a dot of two row pieces, and a one-element ``dynamic-update-slice``
+    (n = 40: 820 updates, ~8000 instructions of mixed shapes)."""
+    b = Builder("cholesky")
+    A = b.parameter(Shape(F64, (n, n)), "A")
+
+    def at(x, i, j, rows=1, cols=1):
+        return b.op("slice", x, slice=(SliceDim(i, i + rows), SliceDim(j, j + cols)))
+
+    def index(k):
+        return b.constant(k, "s64")
+
+    def row_dot(x, i, j, width):
+        u = b.reshape(at(x, i, 0, cols=width), (width,))
+        v = b.reshape(at(x, j, 0, cols=width), (width,))
+        d = b.op("dot", u, v, lhs_contracting_dims=(0,), rhs_contracting_dims=(0,))
+        return b.reshape(d, (1, 1))
+
+    for i in range(n):
+        for j in range(i):
+            value = at(A, i, j)
+            if j:
+                value = b.op("subtract", value, row_dot(A, i, j, j))
+            A = b.op("dynamic-update-slice", A, b.op("divide", value, at(A, j, j)), index(i), index(j))
+        value = at(A, i, i)
+        if i:
+            value = b.op("subtract", value, row_dot(A, i, i, i))
+        A = b.op("dynamic-update-slice", A, b.op("sqrt", value), index(i), index(i))
+    return Module("cholesky", b.build(A))
+
+
+def test_an_unrolled_cholesky_fuses_each_update_apart_and_agrees():
+    """A large module of many small updates (the shape that made the legality checks
+    quadratic): each update is its own small kernel, dots stay library calls, and the result
+    is the evaluator's and NumPy's Cholesky factor."""
+    n = 40
+    module = unrolled_cholesky(n)
+    updates = n * (n + 1) // 2
+    assert len(module.entry.instructions) > 7000
+    result = optimize(module)
+    entry = result.module.entry
+    fusions = [i for i in entry.instructions if i.opcode == "fusion"]
+    assert updates <= len(fusions) <= 2 * updates
+    for f in fusions:
+        body = f.attrs["calls"].instructions
+        assert sum(i.opcode == "dynamic-update-slice" for i in body) <= 1
+        assert len(body) < 40
+    assert sum(i.opcode == "dot" for i in entry.instructions) == updates - n        # (none for the first column)
+    rng = np.random.default_rng(5)
+    m = rng.uniform(size=(n, n))
+    a = m @ m.T + n * np.eye(n)
+    got = _evaluate(result.module, [a])[0]
+    ok, detail = compare_arrays(got, _evaluate(module, [a])[0])
+    assert ok, detail
+    np.testing.assert_allclose(np.tril(got), np.linalg.cholesky(a), rtol=1e-10, atol=1e-12)
+
+
 # ---- random large graphs against the evaluator ---------------------------------------------
 
 @st.composite
@@ -252,3 +310,23 @@ def test_large_random_stencil_graphs_agree_with_the_evaluator_and_stay_bounded(c
         assert ok, detail
     assert _reads_per_element(result.module) <= RECOMPUTE_LIMIT
 
+
+
+def test_the_spanning_index_answers_as_asking_every_group():
+    """Fusion's O(log n) "does any group span this position" against the direct question,
+    over growing spans at half positions, past the size it was made for too."""
+    from nbxla.passes.fusion import _Spans
+    rng = np.random.default_rng(6)
+    spans, groups = _Spans(20), []
+    for _ in range(400):
+        if not groups or rng.random() < 0.3:
+            q = rng.integers(0, 60) / 2
+            groups.append([q, q])
+            spans.move(None, (q, q))
+        else:
+            g = groups[rng.integers(len(groups))]
+            new = (min(g[0], rng.integers(0, 60) / 2), max(g[1], rng.integers(0, 60) / 2))
+            spans.move(tuple(g), new)
+            g[:] = new
+        for q in np.arange(0, 31, 0.5):
+            assert spans.spanned(q) == any(f <= q < last for f, last in groups)

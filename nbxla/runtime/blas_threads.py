@@ -1,0 +1,65 @@
+"""BLAS calls on one OpenBLAS thread; large ones split across nbxla's own pool.
+
+OpenBLAS splits a GEMM across its threads once ``m*n*k`` passes a fixed threshold (about a
+quarter million multiply-adds; GEMV far sooner), and a call waits for all of them.  When the
+cores are busy (other processes, other notebooks) a thread waits for the scheduler: measured
+here with the two cores shared, a 500x600x550 GEMM took 23 ms threaded and 4.7 ms on one
+thread, a 1800x2200 GEMV 7.6 ms against 1.4 ms, and calls came in multiples of the 4 ms
+scheduler tick (JAX, on its own pool: 5.4 and 2.6 ms).  So the runtime runs BLAS calls with
+OpenBLAS on one thread (``controls``), and splits large products (``SPLIT_PRODUCT``) into row,
+column or batch blocks over its own pool (``cpu_kernels.run_split``), whose chunks never wait
+for a thread that has not started: on idle cores the blocks run in parallel, on busy ones the
+caller does most of them.
+The thread count found is restored after each call (the user's threadpoolctl settings stay).
+
+The OpenBLAS that NumPy loaded is found by its exported ``*openblas_set_num_threads*``
+symbol in the libraries mapped into the process (Linux); elsewhere, or with another BLAS,
+calls run unchanged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Callable
+
+# Multiply-adds above which OpenBLAS threads a GEMM (65536 * GEMM_MULTITHREAD_THRESHOLD, 4 in
+# its builds): smaller calls are left alone (no thread count to change, no ctypes calls).
+OPENBLAS_THREADED = 65536 * 4
+# Multiply-adds from which a product is split over the pool: large enough that one core takes
+# several scheduler ticks (a 32M multiply-add GEMM ~2.5 ms), so a block whose thread is
+# descheduled for a tick costs less than the split gains.  Smaller ones ran fastest on one
+# thread whenever the cores were shared (1800x2200 GEMV: 1.3-2 ms one thread, 3-6 ms split,
+# 8-24 ms OpenBLAS-threaded); on idle cores they give up at most the second core.
+SPLIT_PRODUCT = 32_000_000
+
+_NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+          "openblas_set_num_threads64_", "openblas_set_num_threads")
+_controls: list = []          # [(get, set)] once looked up; [None] when there is none
+
+
+def _find() -> tuple[Callable, Callable] | None:
+    try:
+        import numpy as np  # noqa: F401  (NumPy's BLAS must be loaded first)
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _NAMES:
+            setter = getattr(lib, name, None)
+            getter = getattr(lib, name.replace("set_num", "get_num"), None)
+            if setter is not None and getter is not None:
+                setter.argtypes, setter.restype, getter.restype = [ctypes.c_int], None, ctypes.c_int
+                return getter, setter
+    return None
+
+
+def controls() -> tuple[Callable, Callable] | None:
+    """(get, set) of OpenBLAS's thread count, or None when NumPy's BLAS is not OpenBLAS."""
+    if not _controls:
+        _controls.append(_find())
+    return _controls[0]
