@@ -19,11 +19,18 @@ pays for the reshapes around it (tiny programs are mostly such dispatch).  A dot
 is a reshape only inserting size-1 free dims is read without them: the dot gives the smaller
 result (a plain GEMV, ``matrix @ vector``), and a reshape back gives the old one to its readers;
 readers that are reshapes themselves read the new dot directly (or it replaces them).
+
+An inner product of two vectors (``x[:i] @ y[:i]`` in a loop, ``np.dot(a, b)``) becomes
+``reduce(multiply(a, b))``: a BLAS call cannot take its operands' producers along, but a
+reduction fuses with them, so a masked or sliced vector is read straight from the array
+(one kernel per step of a triangular solve instead of two copies and a call).
 """
 
 from __future__ import annotations
 
-from ..hlo import Module
+import numpy as np
+
+from ..hlo import Module, Shape, scalar_computation
 from ..hlo.builder import unique_name
 from ..hlo.ir import Instruction
 from .pipeline import Pass, instruction_ids, rename_new_instructions
@@ -41,6 +48,7 @@ class DotRewrites(Pass):
                     changed |= _unbatch(instr)
                     changed |= _drop_unit_free_dims(comp, instr, users)
                     changed |= _scale_after(comp, instr, users)
+                    changed |= _inner_product(module, comp, instr)
         rename_new_instructions(module, before)
         return changed
 
@@ -176,4 +184,40 @@ def _unbatch(dot) -> bool:
     attrs["rhs_contracting_dims"] = tuple(d - nb for d in at.get("rhs_contracting_dims", ()))
     dot.attrs = attrs
     dot.operands = [dot.operands[0], w]
+    return True
+
+
+def _inner_product(module: Module, comp, dot: Instruction) -> bool:
+    """``dot(a, b)`` of one element, contracting one dim of k (every other dim of size 1), on
+    real numbers -> ``reduce(multiply(a[k], b[k]), 0, add)`` (reshaped back to the dot's
+    shape)."""
+    if dot.opcode != "dot" or dot.shape.size != 1 or dot.attrs.get("lhs_batch_dims"):
+        return False
+    t = dot.shape.element_type
+    contracting = dot.attrs.get("lhs_contracting_dims", ()), dot.attrs.get("rhs_contracting_dims", ())
+    a, b = dot.operands
+    if any(len(c) != 1 for c in contracting) or t in ("pred", "c64", "c128") \
+            or {a.shape.element_type, b.shape.element_type} != {t} or a.shape.layout is not None \
+            or b.shape.layout is not None:
+        return False
+    k = a.shape.dims[contracting[0][0]]
+    at = comp.instructions.index(dot)
+    made = []
+
+    def new(opcode, shape, operands, attrs=None):
+        instr = Instruction(opcode, shape, operands, attrs or {}, unique_name(opcode.replace("-", "_")), dot.location)
+        instr.parent = comp
+        made.append(instr)
+        return instr
+    vectors = [v if v.shape.rank == 1 else new("reshape", Shape(t, (k,)), [v]) for v in (a, b)]
+    product = new("multiply", Shape(t, (k,)), vectors)
+    zero = new("constant", Shape(t), [], {"literal": np.zeros((), product.shape.dtype)})
+    add = module.add_computation(scalar_computation("add", t))
+    attrs = {"dimensions": (0,), "to_apply": add}
+    if dot.shape.rank == 0:
+        dot.opcode, dot.operands, dot.attrs = "reduce", [product, zero], attrs
+    else:
+        total = new("reduce", Shape(t), [product, zero], attrs)
+        dot.opcode, dot.operands, dot.attrs = "reshape", [total], {}
+    comp.instructions[at:at] = made
     return True

@@ -102,3 +102,32 @@ def test_unit_free_dims_leave_the_dot_and_results_agree_with_the_evaluator(batch
     assert len(dots) == 1 and 1 not in dots[0].shape.dims
     assert not _adds_unit_free_dims(dots[0], 0)
     assert optimized.entry.root.shape == module.entry.root.shape
+
+
+INNER = {
+    "dot": (lambda a, b: np.dot(a, b), [(9,), (9,)], np.float64),
+    "masked_prefix": (lambda a, b, i: a[:i] @ b[:i], None, np.float64),
+    "int32": (lambda a, b: a @ b, [(11,), (11,)], np.int32),
+    "row_times_column": (lambda A, x: A[2] @ (x * 2.0), [(4, 6), (6,)], np.float32),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INNER))
+def test_inner_products_become_fused_reductions(name):
+    """A vector-vector dot is a reduction of a product: no dot is left, and it agrees."""
+    fn, shapes, dtype = INNER[name]
+    rng = np.random.default_rng(2)
+    if shapes is None:            # a loop over i: a[:i] is masked to full length
+        def fn(a, b):
+            out = np.zeros(a.shape[0])
+            for i in range(a.shape[0]):
+                out[i] = a[:i] @ b[:i]
+            return out
+        shapes = [(12,), (12,)]
+    args = [(rng.standard_normal(s) * 10).astype(dtype) for s in shapes]
+    f = nbxla.jit(fn)
+    got = f(*args)
+    want = fn(*args)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    assert not _dots(f.last_compilation.optimized), f.last_compilation.stage("optimized_hlo")
