@@ -26,7 +26,7 @@ from llvmlite import ir
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
-from ..hlo.opcodes import COSTLY_TO_RECOMPUTE, NATIVE_COMBINERS
+from ..hlo.opcodes import COSTLY_TO_RECOMPUTE, ELEMENTWISE, NATIVE_COMBINERS
 from ..hlo.shapes import is_complex
 from . import arg_reductions, column_groups
 from .elemental import I1, I64, ElementalEmitter, const_i64, delinearize, linear_index, llvm_type
@@ -410,7 +410,10 @@ def _kept_row_value(comp: Computation, plan, outputs):
 
 
 def _reads_only_through(out: Instruction, value: Instruction, reduce_ids: set) -> bool:
-    """Does ``out`` use ``value``, and reach array parameters only through it and reductions?"""
+    """Does ``out`` use ``value`` -- only at the element it writes (through elementwise ops:
+    the output pass overwrites the stored values as it goes, so a ``reverse`` or a slice
+    would read one already overwritten) -- and reach array parameters only through it and
+    reductions?"""
     stack, seen, uses_value = [out], set(), False
     while stack:
         i = stack.pop()
@@ -420,6 +423,8 @@ def _reads_only_through(out: Instruction, value: Instruction, reduce_ids: set) -
         if i is value:
             uses_value = True
         elif i.opcode == "parameter" and i.shape.rank > 0:
+            return False
+        elif i.opcode not in ELEMENTWISE and i.opcode not in ("broadcast", "constant"):
             return False
         else:
             stack.extend(i.operands)

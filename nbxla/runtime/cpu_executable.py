@@ -221,8 +221,9 @@ class CpuExecutable:
             if thunk is not None:
                 self.library_calls[instr.name] = op
                 return thunk
-            self.interpreted_ops[instr.name] = why
-        elif instr.name not in self.interpreted_ops and instr.name not in self.interpreted:
+            if why is not None:
+                self.interpreted_ops[instr.name] = why
+        if instr.name not in self.interpreted_ops and instr.name not in self.interpreted:
             self.interpreted_ops[instr.name] = f"no native kernel or library call for {_describe_op(instr)}"
         return rule_thunk
 
