@@ -37,6 +37,7 @@ from ..frontend.tracer import Tracer
 from ..hlo import Module, Shape, SourceLocation, from_numpy_dtype
 from ..hlo.ir import Computation
 from ..runtime.cache import DEFAULT_CACHE, CacheKey
+from .choice import ClusterTiming
 from .lazy import LazyArray
 
 # Cost model: an operation on concrete arrays starts a cluster only when it touches at least
@@ -92,11 +93,8 @@ class _Unsupported(Exception):
 
 
 class _Slot:
-    """Where the eager replay of a pending graph leaves one value."""
-    __slots__ = ("value",)
-
-    def __init__(self):
-        self.value = None
+    """Stands for one pending value in the log of NumPy calls (the eager replay fills it)."""
+    __slots__ = ()
 
 
 @dataclass
@@ -124,6 +122,7 @@ class ClusterRun:
     hlo_instructions: int = 0
     kernels: int = 0
     compilation: object = None
+    measured: str = ""               # the measured choice: compiled vs eager times per run
 
 
 @dataclass
@@ -281,8 +280,9 @@ class Session:
     """The pending graph of one auto-clustered run and its log."""
 
     def __init__(self, name: str, device: str = "cpu", cache=None, filename_display=None,
-                 line_offsets=None, min_work: int = MIN_CLUSTER_WORK):
+                 line_offsets=None, min_work: int = MIN_CLUSTER_WORK, measure: bool = True):
         self.name, self.device = name, device
+        self.measure = measure           # time clusters both ways and run the faster (choice.py)
         self.cache = cache or DEFAULT_CACHE
         self.filename_display, self.line_offsets = filename_display, line_offsets or {}
         self.min_work = min_work
@@ -593,24 +593,61 @@ class Session:
                 facts = _FACTS[key] = (_reachable(module.entry.root),
                                        compilation.fusion_report.kernels_after)
             run.hlo_instructions, run.kernels = facts
-            start = time.perf_counter()
+            timing = _TIMINGS.get(key) if self.measure else None
+            if timing is not None and timing.run_eagerly():
+                run.compiled, run.why_eager = False, "measured faster eagerly (cost model)"
+                self._replay(roots, run)
+                timing.ran(False, run.run_ms)
+                run.measured = timing.describe()
+                return run
             try:                        # (it only reads the inputs: on failure, replay)
-                outputs = [o if isinstance(o, np.ndarray) else o.get() if hasattr(o, "get")
-                           else np.asarray(o)                               # (CUDA: CuPy)
-                           for o in compilation.executable.run(list(self.params))]
+                outputs, run.run_ms = self._execute(compilation)
+                if self.measure and timing is None:
+                    timing = self._time_both_ways(key, compilation)
+                elif timing is not None:
+                    timing.ran(True, run.run_ms)
             except Exception as e:
                 refused = _REFUSED[key] = f"running it failed ({type(e).__name__}: {e})"
         if refused is not None:
             run.compiled, run.why_eager = False, refused
             self._replay(roots, run)
             return run
-        run.run_ms = (time.perf_counter() - start) * 1e3
+        if timing is not None:
+            run.measured = timing.describe()
         for x, value in zip(roots, outputs):
             if x._value is None:
                 x._value = value
             else:
                 np.copyto(x._value, value)
         return run
+
+    def _execute(self, compilation):
+        """Run the compiled cluster on its parameters: (outputs, milliseconds)."""
+        start = time.perf_counter()
+        outputs = [o if isinstance(o, np.ndarray) else o.get() if hasattr(o, "get")
+                   else np.asarray(o)                                       # (CUDA: CuPy)
+                   for o in compilation.executable.run(list(self.params))]
+        return outputs, (time.perf_counter() - start) * 1e3
+
+    def _time_both_ways(self, key, compilation) -> ClusterTiming:
+        """The first run of a cluster in this process: time two more compiled runs (the first
+        was cold) and an eager replay on copies of its arrays (so it writes nothing the
+        program sees), and remember both: later runs take the faster way."""
+        compiled_ms = [self._execute(compilation)[1] for _ in range(2)]
+        copies = {}
+        for op in self.ops:
+            for leaf in flatten((op.args, op.kwargs), []):
+                if type(leaf) is np.ndarray and id(leaf) not in copies:
+                    copies[id(leaf)] = leaf.copy()
+        start = time.perf_counter()
+        try:
+            with np.errstate(all="ignore"):          # (the program's own run warns, if at all)
+                self._eager_ops((), copies)
+            eager_ms = (time.perf_counter() - start) * 1e3
+        except Exception:                            # NumPy refuses what the graph did: compile
+            eager_ms = math.inf
+        timing = _TIMINGS[key] = ClusterTiming(compiled_ms, [eager_ms])
+        return timing
 
     def _module(self, roots) -> Module:
         b = self.ctx.builder
@@ -638,21 +675,46 @@ class Session:
     def _replay(self, roots, run: ClusterRun) -> None:
         """Run the logged NumPy calls eagerly, in order: exactly what eager NumPy would do."""
         start = time.perf_counter()
-
-        def value(x):
-            return x.value if isinstance(x, _Slot) else x
-        for op in self.ops:
-            args, kwargs = tree_map((op.args, op.kwargs), value)
-            result = op.fn(*args, **kwargs)
-            leaves = flatten(result, []) if isinstance(result, (tuple, list)) else [result]
-            for slot, leaf in zip(op.outs, leaves):
-                if slot is not None:
-                    slot.value = leaf
+        values = self._eager_ops([id(x._slot) for x in roots if x._value is None])
         for x in roots:
             if x._value is None:
-                x._value = x._slot.value
+                x._value = values[id(x._slot)]
         run.run_ms = (time.perf_counter() - start) * 1e3
         self.log.eager_work += run.work
+
+    def _eager_ops(self, keep=(), copies: dict | None = None) -> dict:
+        """The logged NumPy calls run eagerly; id(slot) -> the value of each slot in ``keep``
+        (ids).  A value is dropped after its last use, as eager NumPy drops temporaries:
+        holding them all would keep the allocator from reusing their memory (fresh pages
+        for every temporary cost more than the arithmetic).  With ``copies`` (id(array) ->
+        a copy), the calls see the copies instead of the arrays."""
+        last_use = {}
+        for i, op in enumerate(self.ops):
+            for leaf in flatten((op.args, op.kwargs), []):
+                if type(leaf) is _Slot:
+                    last_use[id(leaf)] = i
+        keep = set(keep)
+        values = {}
+
+        def value(x):
+            if type(x) is _Slot:
+                return values[id(x)]
+            if copies is not None and type(x) is np.ndarray:
+                return copies[id(x)]
+            return x
+        for i, op in enumerate(self.ops):
+            args, kwargs = tree_map((op.args, op.kwargs), value)
+            result = op.fn(*args, **kwargs)
+            del args, kwargs
+            leaves = flatten(result, []) if isinstance(result, (tuple, list)) else [result]
+            for slot, leaf in zip(op.outs, leaves):
+                if slot is not None and (id(slot) in keep or id(slot) in last_use):
+                    values[id(slot)] = leaf
+            del result, leaves
+            for leaf in flatten((op.args, op.kwargs), []):
+                if type(leaf) is _Slot and last_use.get(id(leaf)) == i and id(leaf) not in keep:
+                    values.pop(id(leaf), None)
+        return values
 
     # ---- the end of the run -----------------------------------------------------------------
 
@@ -667,6 +729,7 @@ class Session:
 
 
 _REFUSED: dict = {}          # cluster key -> why the compiler refused it (not tried again)
+_TIMINGS: dict = {}          # cluster key -> ClusterTiming (choice.py)
 _FACTS: dict = {}            # cluster key -> (HLO instructions, kernels after fusion)
 
 
