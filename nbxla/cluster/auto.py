@@ -18,6 +18,7 @@ import numpy as np
 
 from .choice import REPROBE_CALLS, ModeChoice
 from .lazy import LazyArray
+from .tape import Tape
 from .report import ClusterReport, build_report
 from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
 from .session import MIN_CLUSTER_WORK, Session, flatten, tree_map
@@ -66,13 +67,14 @@ class AutoFunction:
     and eagerly (``choice.ClusterTiming``)."""
 
     def __init__(self, fn: Callable, device: str = "cpu", cache=None,
-                 min_work: int = MIN_CLUSTER_WORK, measure: bool = True):
+                 min_work: int = MIN_CLUSTER_WORK, measure: bool = True, replay: bool = True):
         functools.update_wrapper(self, fn)
         self.fn, self.device, self.cache, self.min_work = fn, device, cache, min_work
         self.measure = measure
         self._log = self._report = self._source = self._instrumented = None
         self._choices: dict = {}            # argument signature -> ModeChoice
         self._choice = None                 # the ModeChoice of the last auto-clustered call
+        self._tape = Tape() if replay else None   # earlier calls' recordings (tape.py)
 
     def __call__(self, *args, **kwargs):
         if not self.measure or ACTIVE.get() is not None:     # (or inside another auto run)
@@ -103,7 +105,7 @@ class AutoFunction:
     def run_auto(self, *args, **kwargs):
         """One auto-clustered call (whatever the measured choice says)."""
         session = Session(self.__name__, self.device, self.cache, min_work=self.min_work,
-                          measure=self.measure)
+                          measure=self.measure, tape=self._tape)
         # (The common call, arrays and scalars as positional arguments, in one cheap pass.)
         simple = not kwargs and all(type(a) is not tuple and type(a) is not list and
                                     type(a) is not dict for a in args)
