@@ -98,7 +98,11 @@ class AutoFunction:
         else:
             self._choice = choice
             result = self.run_auto(*args, **kwargs)
-        choice.record(mode, time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        # (A call that compiled a cluster says nothing about the calls after it: not counted,
+        # unless calls keep compiling.)
+        compiled = mode == "auto" and any(c.compile_ms > 0 for c in self._log.clusters)
+        choice.record(mode, elapsed, compiled)
         self._report = None
         return result
 

@@ -35,6 +35,7 @@ REPROBE_CALLS = 32
 CLOSE = (0.9, 1.1)
 MAX_PROBE_PAIRS = 3
 SAMPLES_KEPT = 5
+MAX_COMPILING_PROBES = 2
 
 
 def _recent(samples: list, value: float) -> None:
@@ -72,10 +73,11 @@ class ClusterTiming:
 class ModeChoice:
     """Per argument signature of an auto function: run it auto-clustered or plain eager?"""
 
-    __slots__ = ("times", "pairs", "decided", "calls")
+    __slots__ = ("times", "pairs", "decided", "calls", "compiling")
 
     def __init__(self):
         self.times = {"auto": [], "eager": []}     # seconds per measured call
+        self.compiling = 0                         # timed auto calls that compiled
         self.pairs = 0
         self.decided: str | None = None
         self.calls = 0
@@ -96,7 +98,13 @@ class ModeChoice:
         timed: timing them costs nothing much, but nothing reads them.)"""
         return self.calls > 1 and (self.decided is None or mode != self.decided)
 
-    def record(self, mode: str, seconds: float) -> None:
+    def record(self, mode: str, seconds: float, compiled: bool = False) -> None:
+        """A timed call; ``compiled``: it compiled a cluster (counted only after
+        MAX_COMPILING_PROBES such calls: then compiling is what its calls cost)."""
+        if compiled:
+            self.compiling += 1
+            if self.compiling <= MAX_COMPILING_PROBES:
+                return
         _recent(self.times[mode], seconds)
         auto, eager = self.times["auto"], self.times["eager"]
         if self.decided is not None:               # a re-probe of the losing mode

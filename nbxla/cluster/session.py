@@ -447,11 +447,16 @@ class Session:
                 if taped is not None:
                     return self._replay_op(taped, fn, args, kwargs, lazies, kind, ufunc_method,
                                            writes, location)
+                refused = self.node.refused.get(key) if key is not None else None
+                if refused is not None:              # a break here before: the same break
+                    return self._eager(fn, args, kwargs, lazies, writes, refused)
                 self._materialize()
         try:
             result, outs, _ = self._record(fn, args, kwargs, lazies, writes, ufunc_method,
                                            location)
         except _Unsupported as e:
+            if key is not None and self.node is not None:
+                self.node.refused[key] = str(e)
             return self._eager(fn, args, kwargs, lazies, writes, str(e))
         if self.node is not None:
             self.node = None if key is None or outs is None else \

@@ -38,11 +38,12 @@ class NoKey(Exception):
 
 class TapeNode:
     """A point in a pending graph's sequence of operations."""
-    __slots__ = ("children", "flushes")
+    __slots__ = ("children", "flushes", "refused")
 
     def __init__(self):
         self.children: dict = {}            # operation key -> TapeOp
         self.flushes: list = []             # FlushEntry for each set of outputs seen here
+        self.refused: dict = {}             # operation key -> why it cannot be recorded (a break)
 
 
 class TapeOp:
