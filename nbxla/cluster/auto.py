@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from .choice import REPROBE_CALLS, ModeChoice
+from .choice import ModeChoice
 from .lazy import LazyArray
 from .tape import Tape
 from .report import ClusterReport, build_report
@@ -83,8 +83,8 @@ class AutoFunction:
         choice = self._choices.get(key)
         if choice is None:
             choice = self._choices[key] = ModeChoice()
-        elif choice.decided == "eager" and (choice.calls + 1) % REPROBE_CALLS:
-            choice.calls += 1                   # (plain NumPy measured faster: its fast path)
+        elif choice.eager_calls:               # (plain NumPy measured faster: its fast path)
+            choice.eager_calls -= 1
             return self.fn(*args, **kwargs)
         mode = choice.next_mode()
         if not choice.timed(mode):
@@ -167,7 +167,7 @@ def _leaves(tree):
 def _signature(args, kwargs) -> tuple:
     """What the measured choice between auto and plain calls is kept per: the arguments'
     shapes and dtypes (arrays) or types (anything else)."""
-    key = tuple((a.shape, a.dtype) if type(a) is np.ndarray else type(a) for a in args)
+    key = tuple([(a.shape, a.dtype) if type(a) is np.ndarray else type(a) for a in args])
     if kwargs:
         key += tuple((k, (v.shape, v.dtype) if type(v) is np.ndarray else type(v))
                      for k, v in sorted(kwargs.items()))

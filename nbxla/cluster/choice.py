@@ -30,11 +30,12 @@ EAGER_MARGIN = 0.9
 # REPROBE_CALLS calls.
 RETRY_RUNS = 8
 REPROBE_CALLS = 32
-# Function-level probes: a pair of calls (eager, auto) at a time; when their ratio is
-# within these bounds, up to MAX_PROBE_PAIRS pairs, then the better best time wins.
+# Function-level probes: a pair of calls (eager, auto) at a time (5 pairs for calls under
+# 0.5 ms, 3 under 5 ms, else 1); when the ratio of their best times is within CLOSE, up to
+# MAX_PROBE_PAIRS pairs, then the better best time wins.
 CLOSE = (0.9, 1.1)
 MAX_PROBE_PAIRS = 3
-SAMPLES_KEPT = 5
+SAMPLES_KEPT = 5                 # (>= the most pairs: the best of all probes counts)
 MAX_COMPILING_PROBES = 2
 
 
@@ -73,7 +74,7 @@ class ClusterTiming:
 class ModeChoice:
     """Per argument signature of an auto function: run it auto-clustered or plain eager?"""
 
-    __slots__ = ("times", "pairs", "decided", "calls", "compiling")
+    __slots__ = ("times", "pairs", "decided", "calls", "compiling", "eager_calls")
 
     def __init__(self):
         self.times = {"auto": [], "eager": []}     # seconds per measured call
@@ -81,6 +82,9 @@ class ModeChoice:
         self.pairs = 0
         self.decided: str | None = None
         self.calls = 0
+        # Once plain NumPy is decided: how many calls may run it before the next re-probe
+        # (the caller's fast path counts them down without asking).
+        self.eager_calls = 0
 
     def next_mode(self) -> str:
         """The mode of the next call (the first call, which compiles, is always "auto")."""
@@ -91,6 +95,9 @@ class ModeChoice:
             return "eager" if len(self.times["eager"]) <= len(self.times["auto"]) else "auto"
         if self.calls % REPROBE_CALLS == 0:
             return "eager" if self.decided == "auto" else "auto"
+        if self.decided == "eager":              # (the calls up to the next re-probe)
+            self.eager_calls = REPROBE_CALLS - 1 - self.calls % REPROBE_CALLS
+            self.calls += self.eager_calls
         return self.decided
 
     def timed(self, mode: str) -> bool:
@@ -115,12 +122,17 @@ class ModeChoice:
         if len(auto) != len(eager) or not auto:
             return
         self.pairs += 1
+        # Short calls are noisy and cheap to repeat: more pairs before deciding.
+        best = min(min(auto), min(eager))
+        needed = 1 if best > 5e-3 else 3 if best > 5e-4 else 5
+        if self.pairs < needed:
+            return
         ratio = min(auto) / min(eager)
         if ratio < CLOSE[0]:
             self.decided = "auto"
         elif ratio > CLOSE[1]:
             self.decided = "eager"
-        elif self.pairs >= MAX_PROBE_PAIRS:
+        elif self.pairs >= max(needed, MAX_PROBE_PAIRS):
             self.decided = "auto" if min(auto) <= min(eager) else "eager"
 
     def describe(self) -> str:
