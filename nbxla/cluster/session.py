@@ -765,8 +765,10 @@ class Session:
         needed = {x._num for x in pending if x._root is None}
         needed.update(x._num for x in self.numbered.values()
                       if type(x) is LazyArray and x._root is None and self.pending(x))
+        if not needed:                   # (nothing alive depends on the graph: as flush())
+            return self._end_epoch(members, [], [x for x in pending if x._root is not None], None)
         entry = next((e for e in self.node.flushes if needed <= e.root_set), None)
-        if entry is None or not needed:
+        if entry is None:
             self._materialize()
             return self.flush()
         by_number = dict(self.numbered)
