@@ -31,7 +31,7 @@ EAGER_MARGIN = 0.9
 RETRY_RUNS = 8
 REPROBE_CALLS = 32
 # Function-level probes: a pair of calls (eager, auto) at a time (5 pairs for calls under
-# 0.5 ms, 3 under 5 ms, else 1); when the ratio of their best times is within CLOSE, up to
+# 0.5 ms, 3 under 5 ms, else 2); when the ratio of their best times is within CLOSE, up to
 # MAX_PROBE_PAIRS pairs, then the better best time wins.
 CLOSE = (0.9, 1.1)
 MAX_PROBE_PAIRS = 3
@@ -122,9 +122,11 @@ class ModeChoice:
         if len(auto) != len(eager) or not auto:
             return
         self.pairs += 1
-        # Short calls are noisy and cheap to repeat: more pairs before deciding.
+        # Short calls are noisy and cheap to repeat: more pairs before deciding.  Never one
+        # pair alone: the first calls after a compiling one ran cold (a BLAS call right after
+        # it was measured 5x slower than its median).
         best = min(min(auto), min(eager))
-        needed = 1 if best > 5e-3 else 3 if best > 5e-4 else 5
+        needed = 2 if best > 5e-3 else 3 if best > 5e-4 else 5
         if self.pairs < needed:
             return
         ratio = min(auto) / min(eager)

@@ -31,19 +31,19 @@ def test_mode_choice_probes_then_keeps_the_faster_and_reprobes(faster):
     slower = "eager" if faster == "auto" else "auto"
     choice = ModeChoice()
     modes = drive(choice, {faster: 0.010, slower: 0.030}, 3 * REPROBE_CALLS)
-    assert modes[:3] == ["auto", "eager", "auto"]          # compile, then one probe pair
+    assert modes[:5] == ["auto", "eager", "auto", "eager", "auto"]   # compile, 2 probe pairs
     assert choice.decided == faster
-    later = modes[3:]
-    assert later.count(slower) == len([c for c in range(4, 3 * REPROBE_CALLS + 1)
+    later = modes[5:]
+    assert later.count(slower) == len([c for c in range(6, 3 * REPROBE_CALLS + 1)
                                        if c % REPROBE_CALLS == 0])   # only the re-probes
     assert "later calls run" in choice.describe()
 
 
 def test_close_or_short_calls_take_more_probe_pairs():
     choice = ModeChoice()
-    drive(choice, {"auto": 0.0100, "eager": 0.0102}, 3)
+    drive(choice, {"auto": 0.0100, "eager": 0.0102}, 5)
     assert choice.decided is None                          # within 10%: measure again
-    drive(choice, {"auto": 0.0100, "eager": 0.0102}, 4)
+    drive(choice, {"auto": 0.0100, "eager": 0.0102}, 2)
     assert choice.decided == "auto"                        # 3 pairs: the better best time
     short = ModeChoice()
     drive(short, {"auto": 1e-5, "eager": 5e-6}, 9)
