@@ -91,7 +91,10 @@ class AutoFunction:
             if mode == "eager":
                 return self.fn(*args, **kwargs)
             self._choice = choice
-            return self.run_auto(*args, **kwargs)
+            result = self.run_auto(*args, **kwargs)
+            if choice.calls == 1:           # the first call: did its clusters win clearly?
+                choice.auto_first = _clear_gain(self._log)
+            return result
         start = time.perf_counter()
         if mode == "eager":
             result = self.fn(*args, **kwargs)
@@ -162,6 +165,14 @@ class AutoFunction:
 
 def _leaves(tree):
     return flatten(tree, [])
+
+
+def _clear_gain(log) -> bool:
+    """Did the compiled clusters of a call save clearly more than they cost: at least 1 ms
+    and a third of their eager time, by their measured best times?"""
+    runs = [run for run in log.clusters if run.compiled and run.measured]
+    gain = sum(run.gain_ms for run in runs)
+    return gain > 1.0 and gain > (sum(run.gain_ms + run.run_ms for run in runs)) / 3
 
 
 def _signature(args, kwargs) -> tuple:

@@ -104,3 +104,11 @@ def test_the_report_prints_the_call_choice():
     report = f.last_report
     assert report is not None and "calls:" in report.to_text()
     assert "plain NumPy" in report.calls
+
+
+def test_probes_start_auto_clustered_when_the_first_calls_clusters_won_clearly():
+    choice = ModeChoice()
+    choice.auto_first = True
+    modes = drive(choice, {"auto": 0.010, "eager": 0.030}, 5)
+    assert modes == ["auto", "auto", "eager", "auto", "eager"]
+    assert choice.decided == "auto"
