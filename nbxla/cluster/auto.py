@@ -92,8 +92,8 @@ class AutoFunction:
                 return self.fn(*args, **kwargs)
             self._choice = choice
             result = self.run_auto(*args, **kwargs)
-            if choice.calls == 1:           # the first call: did its clusters win clearly?
-                choice.auto_first = _clear_gain(self._log)
+            if choice.calls == 1:           # the first call: what did its clusters win?
+                choice.after_first_call(*_gain(self._log))
             return result
         start = time.perf_counter()
         if mode == "eager":
@@ -167,12 +167,11 @@ def _leaves(tree):
     return flatten(tree, [])
 
 
-def _clear_gain(log) -> bool:
-    """Did the compiled clusters of a call save clearly more than they cost: at least 1 ms
-    and a third of their eager time, by their measured best times?"""
-    runs = [run for run in log.clusters if run.compiled and run.measured]
-    gain = sum(run.gain_ms for run in runs)
-    return gain > 1.0 and gain > (sum(run.gain_ms + run.run_ms for run in runs)) / 3
+def _gain(log) -> tuple[float, float]:
+    """What the compiled clusters of a call saved, by their measured best times, and what
+    they took compiled (ms)."""
+    runs = [run for run in log.clusters if run.compiled and run.measured and run.gain_ms > 0]
+    return sum(run.gain_ms for run in runs), sum(run.run_ms for run in runs)
 
 
 def _signature(args, kwargs) -> tuple:

@@ -93,6 +93,17 @@ class ModeChoice:
         # (the caller's fast path counts them down without asking).
         self.eager_calls = 0
 
+    def after_first_call(self, gain_ms: float, compiled_ms: float) -> None:
+        """What the first call's clusters measured: ``gain_ms`` saved by running compiled,
+        ``compiled_ms`` spent so.  Nothing saved (no cluster, or each runs eagerly): the
+        auto-clustered calls can only add recording, so plain NumPy it is (re-probed every
+        REPROBE_CALLS calls).  Clearly more saved than spent (> 1 ms and > half the compiled
+        time): the probes start auto-clustered."""
+        if gain_ms <= 0:
+            self.decided = "eager"
+        elif gain_ms > 1.0 and 2 * gain_ms > compiled_ms:
+            self.auto_first = True
+
     def next_mode(self) -> str:
         """The mode of the next call (the first call, which compiles, is always "auto")."""
         self.calls += 1
@@ -148,6 +159,9 @@ class ModeChoice:
     def describe(self) -> str:
         auto, eager = self.times["auto"], self.times["eager"]
         if not auto or not eager:
+            if self.decided == "eager":
+                return ("the first call's clusters saved nothing measured: later calls run as "
+                        f"plain NumPy (auto-clustered again every {REPROBE_CALLS} calls)")
             return "calls of this signature not timed yet (the first call compiles; the " \
                    "next ones are timed eager and auto-clustered)"
         timing = (f"auto-clustered {1e3 * min(auto):.3g} ms vs plain NumPy "

@@ -112,3 +112,30 @@ def test_probes_start_auto_clustered_when_the_first_calls_clusters_won_clearly()
     modes = drive(choice, {"auto": 0.010, "eager": 0.030}, 5)
     assert modes == ["auto", "auto", "eager", "auto", "eager"]
     assert choice.decided == "auto"
+
+
+def test_the_first_calls_measured_gain_sets_the_probes():
+    nothing = ModeChoice()
+    nothing.next_mode()
+    nothing.after_first_call(0.0, 0.0)                    # no cluster saved anything
+    assert drive(nothing, {"auto": 0.01, "eager": 0.02}, 3) == ["eager"] * 3
+    assert "saved nothing" in nothing.describe()
+    clear = ModeChoice()
+    clear.next_mode()
+    clear.after_first_call(30.0, 10.0)
+    assert clear.auto_first and clear.decided is None
+    unclear = ModeChoice()
+    unclear.next_mode()
+    unclear.after_first_call(0.5, 10.0)
+    assert not unclear.auto_first and unclear.decided is None
+
+
+def test_a_function_of_small_arrays_runs_as_plain_numpy_from_its_second_call():
+    def program(x):
+        return np.exp(x) * 2.0 + x
+
+    (x,) = [np.random.default_rng(2).random(100)]          # under the default threshold
+    f = AutoFunction(program, cache=CompilationCache())
+    for _ in range(4):
+        np.testing.assert_allclose(f(x), program(x), rtol=1e-12)
+    assert "saved nothing" in f.last_report.calls
