@@ -121,8 +121,9 @@ class ModeChoice:
 
     def timed(self, mode: str) -> bool:
         """Is a call in ``mode`` now one whose time counts?  (A decided mode's calls are not
-        timed: timing them costs nothing much, but nothing reads them.)"""
-        return self.calls > 1 and (self.decided is None or mode != self.decided)
+        timed once it has a sample: a re-probe of the other mode is compared with it.)"""
+        return self.calls > 1 and (self.decided is None or mode != self.decided or
+                                   not self.times[mode])
 
     def record(self, mode: str, seconds: float, compiled: bool = False) -> None:
         """A timed call; ``compiled``: it compiled a cluster (counted only after
@@ -134,8 +135,8 @@ class ModeChoice:
         _recent(self.times[mode], seconds)
         auto, eager = self.times["auto"], self.times["eager"]
         if self.decided is not None:               # a re-probe of the losing mode
-            if mode != self.decided and min(self.times[mode]) < EAGER_MARGIN * min(
-                    self.times[self.decided]):
+            if mode != self.decided and self.times[self.decided] and \
+                    min(self.times[mode]) < EAGER_MARGIN * min(self.times[self.decided]):
                 self.decided = mode
             return
         if len(auto) != len(eager) or not auto:
