@@ -6,13 +6,17 @@ Operations on stand-in arrays (``LazyArray``) come to ``Session.dispatch``, whic
   graph (an HLO computation being built), and the operation is also logged as the NumPy call
   it was, so the graph can be replayed eagerly; or
 * **runs them eagerly** with NumPy, when the frontend cannot lower them (a graph break) or
-  when nothing is pending and the arrays are too small to be worth compiling.
+  when nothing is pending and the arrays are too small to be worth compiling; or
+* **replays them** from the tape of earlier calls (tape.py): a known operation only makes its
+  result stand-ins, and the flush runs the cluster compiled then; anything unknown
+  *materializes* the replayed operations (records them) and recording goes on.
 
 A *flush* turns the pending graph into a cluster: the values still alive become its outputs,
-it is compiled (cached by its HLO text, i.e. structure, shapes and dtypes) and run on the
-concrete inputs, or, when its work is below the cost model's threshold or the compiler
-refuses it, replayed eagerly with NumPy.  Either way every alive stand-in ends up concrete,
-writes into concrete arrays land in them (in program order), and views stay views.
+it is compiled (cached by its structure, shapes and dtypes) and run on the concrete inputs,
+or, when its work is below the cost model's threshold, the compiler refuses it, or it was
+measured faster so (choice.py), replayed eagerly with NumPy.  Either way every alive
+stand-in ends up concrete, writes into concrete arrays land in them (in program order), and
+views stay views.
 """
 
 from __future__ import annotations
