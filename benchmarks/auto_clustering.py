@@ -4,6 +4,7 @@
     python benchmarks/auto_clustering.py --n 100 --repeats 5
     python benchmarks/auto_clustering.py --quick       # n = 24: a smoke test (seconds)
     python benchmarks/auto_clustering.py --programs small   # every program of programs.py
+    python benchmarks/auto_clustering.py --breaks medium    # break_programs.py: graph breaks
 
 The kernel integrates the turbulent kinetic energy (TKE) equation of an ocean model the way
 Veros' NumPy backend does (and the pyhpc-benchmarks "tke" kernel after it): vertical mixing
@@ -20,7 +21,11 @@ Contenders, in one process, interleaved (round-robin), medians of the repeats:
 
 ``--programs SIZE`` runs every program of ``benchmarks/programs.py`` (issue 17's real-program
 shapes; ``--programs-file`` names another copy) eagerly and under ``mode="auto"``, side by
-side, and prints the ratio (target: >= 0.95x NumPy for each, on calls after the first).
+side, and prints the ratio (target: >= 0.95x NumPy for each, on calls after the first);
+``--breaks SIZE`` does the same for ``benchmarks/break_programs.py`` (programs with graph
+breaks).  Besides ``mode="auto"`` (which measures auto-clustered against plain calls and
+keeps the faster), the table shows the second call alone and "always auto", every call
+auto-clustered (``run_auto``).
 
 Every contender gets fresh copies of the inputs per call (the kernel writes into ``tke`` and
 ``dtke``, as Veros does); results are checked against NumPy's.  Timings are printed, never
@@ -223,34 +228,50 @@ def _leaves(value):
 
 
 def run_programs(path: Path, size: str, repeats: int, only: str = "") -> None:
-    """Each program of benchmarks/programs.py: eager NumPy vs mode="auto", interleaved."""
+    """Each program of ``path`` (benchmarks/programs.py or break_programs.py): eager NumPy vs
+    ``mode="auto"`` (with its measured choice between auto-clustered and plain calls) vs
+    always auto-clustered (``run_auto``), interleaved; and the second call alone."""
     import nbxla
     if not path.exists():
-        print(f"{path} is not here (issue 17 adds it): nothing to run")
+        print(f"{path} is not here: nothing to run")
         return
-    spec = importlib.util.spec_from_file_location("programs", path)
-    programs = sys.modules["programs"] = importlib.util.module_from_spec(spec)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    programs = sys.modules[path.stem] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(programs)
-    print(f"benchmarks/programs.py ({size}) under mode='auto', medians of {repeats} calls "
-          "after the first")
-    print(f"{'program':<16}{'NumPy ms':>10}{'auto ms':>10}{'x NumPy':>9}  check  clusters")
+    print(f"{path.name} ({size}): medians of {repeats} calls after the second; '2nd' is the "
+          "second call alone (NumPy's median over it)")
+    print(f"{'program':<18}{'NumPy ms':>10}{'auto ms':>10}{'x NumPy':>9}{'2nd x':>7}"
+          f"{'always-auto x':>15}  check  clusters (of an auto-clustered call)")
     for name, build in programs.PROGRAMS.items():
         if only and name not in only.split(","):
             continue
         program = build(size)
+        if getattr(program, "needs_scipy", False) and solve_banded is None:
+            print(f"{name:<18}skipped: needs SciPy")
+            continue
         auto = nbxla.jit(program.fn, mode="auto")
         want = program.fn(*program.inputs)
-        got = auto(*program.inputs)
-        ok = all(np.allclose(g, w, rtol=1e-6, atol=1e-9) for g, w in zip(_leaves(got), _leaves(want)))
-        times = {"numpy": [], "auto": []}
+        got = auto(*program.inputs)                       # the first call: compiles
+        start = time.perf_counter()
+        got2 = auto(*program.inputs)
+        second = time.perf_counter() - start
+        ok = all(np.allclose(g, w, rtol=1e-6, atol=1e-9)
+                 for out in (got, got2) for g, w in zip(_leaves(out), _leaves(want)))
+        contenders = {"numpy": program.fn, "auto": auto, "always": auto.run_auto}
+        times = {k: [] for k in contenders}
         for r in range(repeats):
-            for label, fn in ((("numpy", program.fn), ("auto", auto))[::1 if r % 2 else -1]):
+            order = list(contenders)
+            for label in order[r % 3:] + order[:r % 3]:
                 start = time.perf_counter()
-                fn(*program.inputs)
+                contenders[label](*program.inputs)
                 times[label].append(time.perf_counter() - start)
-        t_np, t_auto = (statistics.median(times[k]) for k in ("numpy", "auto"))
-        print(f"{name:<16}{t_np * 1e3:>10.2f}{t_auto * 1e3:>10.2f}{t_np / t_auto:>9.2f}  "
-              f"{'ok' if ok else 'MISMATCH':<5}  {auto.last_report.headline()}")
+        t_np, t_auto, t_always = (statistics.median(times[k]) for k in contenders)
+        report = auto.last_report
+        print(f"{name:<18}{t_np * 1e3:>10.2f}{t_auto * 1e3:>10.2f}{t_np / t_auto:>9.2f}"
+              f"{t_np / second:>7.2f}{t_np / t_always:>15.2f}  {'ok' if ok else 'MISMATCH':<5}  "
+              f"{report.headline()}", flush=True)
+        if report.calls:
+            print(f"{'':<18}calls: {report.calls}")
 
 
 def main(argv=None) -> None:
@@ -262,12 +283,17 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="n = 24, 2 repeats")
     parser.add_argument("--programs", choices=["small", "medium"],
                         help="run benchmarks/programs.py's programs instead of the TKE kernel")
+    parser.add_argument("--breaks", choices=["tiny", "small", "medium"],
+                        help="run benchmarks/break_programs.py's programs (graph breaks)")
     parser.add_argument("--programs-file", type=Path,
                         default=Path(__file__).resolve().parent / "programs.py")
     parser.add_argument("--only", default="", help="with --programs: a comma-separated subset")
     args = parser.parse_args(argv)
     if args.programs:
         return run_programs(args.programs_file, args.programs, args.repeats, args.only)
+    if args.breaks:
+        return run_programs(Path(__file__).resolve().parent / "break_programs.py", args.breaks,
+                            args.repeats, args.only)
     if solve_banded is None:
         raise SystemExit("this benchmark needs SciPy: pip install scipy")
     n, repeats = (24, 2) if args.quick else (args.n, args.repeats)

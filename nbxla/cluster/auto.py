@@ -11,11 +11,14 @@ import ast
 import functools
 import gc
 import inspect
+import time
 from typing import Callable
 
 import numpy as np
 
+from .choice import ModeChoice
 from .lazy import LazyArray
+from .tape import Tape
 from .report import ClusterReport, build_report
 from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
 from .session import MIN_CLUSTER_WORK, Session, flatten, tree_map
@@ -56,15 +59,60 @@ def _run(session: Session, call: Callable):
 
 
 class AutoFunction:
-    """A function run with auto-clustering; ``last_report`` is its latest ``ClusterReport``."""
+    """A function run with auto-clustering; ``last_report`` is its latest ``ClusterReport``.
 
-    def __init__(self, fn: Callable, device: str = "cpu", cache=None, min_work: int = MIN_CLUSTER_WORK):
+    With ``measure`` (the default), calls are timed (``choice.ModeChoice``): per argument
+    signature, after the first call one call runs the plain function and one runs
+    auto-clustered, and later calls run the faster way; clusters are likewise timed compiled
+    and eagerly (``choice.ClusterTiming``)."""
+
+    def __init__(self, fn: Callable, device: str = "cpu", cache=None,
+                 min_work: int = MIN_CLUSTER_WORK, measure: bool = True, replay: bool = True):
         functools.update_wrapper(self, fn)
         self.fn, self.device, self.cache, self.min_work = fn, device, cache, min_work
+        self.measure = measure
         self._log = self._report = self._source = self._instrumented = None
+        self._choices: dict = {}            # argument signature -> ModeChoice
+        self._choice = None                 # the ModeChoice of the last auto-clustered call
+        self._tape = Tape() if replay else None   # earlier calls' recordings (tape.py)
 
     def __call__(self, *args, **kwargs):
-        session = Session(self.__name__, self.device, self.cache, min_work=self.min_work)
+        if not self.measure or ACTIVE.get() is not None:     # (or inside another auto run)
+            return self.run_auto(*args, **kwargs)
+        key = _signature(args, kwargs)
+        choice = self._choices.get(key)
+        if choice is None:
+            choice = self._choices[key] = ModeChoice()
+        elif choice.eager_calls:               # (plain NumPy measured faster: its fast path)
+            choice.eager_calls -= 1
+            return self.fn(*args, **kwargs)
+        mode = choice.next_mode()
+        if not choice.timed(mode):
+            if mode == "eager":
+                return self.fn(*args, **kwargs)
+            self._choice = choice
+            result = self.run_auto(*args, **kwargs)
+            if choice.calls == 1:           # the first call: what did its clusters win?
+                choice.after_first_call(*_gain(self._log))
+            return result
+        start = time.perf_counter()
+        if mode == "eager":
+            result = self.fn(*args, **kwargs)
+        else:
+            self._choice = choice
+            result = self.run_auto(*args, **kwargs)
+        elapsed = time.perf_counter() - start
+        # (A call that compiled a cluster says nothing about the calls after it: not counted,
+        # unless calls keep compiling.)
+        compiled = mode == "auto" and any(c.compile_ms > 0 for c in self._log.clusters)
+        choice.record(mode, elapsed, compiled)
+        self._report = None
+        return result
+
+    def run_auto(self, *args, **kwargs):
+        """One auto-clustered call (whatever the measured choice says)."""
+        session = Session(self.__name__, self.device, self.cache, min_work=self.min_work,
+                          measure=self.measure, tape=self._tape)
         # (The common call, arrays and scalars as positional arguments, in one cheap pass.)
         simple = not kwargs and all(type(a) is not tuple and type(a) is not list and
                                     type(a) is not dict for a in args)
@@ -97,6 +145,8 @@ class AutoFunction:
                 except (OSError, TypeError):
                     pass
             self._report = build_report(self._log, self.min_work, *self._source)
+            if self._choice is not None:
+                self._report.calls = self._choice.describe()
         return self._report
 
     @property
@@ -117,11 +167,28 @@ def _leaves(tree):
     return flatten(tree, [])
 
 
+def _gain(log) -> tuple[float, float]:
+    """What the compiled clusters of a call saved, by their measured best times, and what
+    they took compiled (ms)."""
+    runs = [run for run in log.clusters if run.compiled and run.measured and run.gain_ms > 0]
+    return sum(run.gain_ms for run in runs), sum(run.run_ms for run in runs)
+
+
+def _signature(args, kwargs) -> tuple:
+    """What the measured choice between auto and plain calls is kept per: the arguments'
+    shapes and dtypes (arrays) or types (anything else)."""
+    key = tuple([(a.shape, a.dtype) if type(a) is np.ndarray else type(a) for a in args])
+    if kwargs:
+        key += tuple((k, (v.shape, v.dtype) if type(v) is np.ndarray else type(v))
+                     for k, v in sorted(kwargs.items()))
+    return key
+
+
 def explain(fn: Callable, *args, **kwargs) -> ClusterReport:
     """Run ``fn(*args, **kwargs)`` with auto-clustering and return its clustering report
     (clusters, graph breaks with reasons and lines, the fraction of array work compiled)."""
     auto = fn if isinstance(fn, AutoFunction) else AutoFunction(getattr(fn, "fn", fn))
-    auto(*args, **kwargs)
+    auto.run_auto(*args, **kwargs)
     return auto.last_report
 
 

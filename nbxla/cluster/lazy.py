@@ -62,7 +62,7 @@ class LazyArray:
     __array_priority__ = 1000
     nbxla_stand_in = True        # (what nbxla.jit looks for to inline a call into the graph)
     __slots__ = ("_session", "_value", "_tracer", "_epoch", "_entry", "_slot", "_root",
-                 "__weakref__")
+                 "_spec", "_num", "_num_epoch", "_view_key", "__weakref__")
 
     def __init__(self, session, value=None):
         self._session = session
@@ -72,11 +72,17 @@ class LazyArray:
         self._entry = None             # (root tracer, its version) when it entered that graph
         self._slot = None              # where the eager replay of the graph puts its value
         self._root = None              # (base LazyArray, recipe): a view, as NumPy would make it
+        self._spec = None              # (shape, dtype) of a value replayed from a tape (tape.py)
+        self._num = 0                  # its number among the stand-ins of epoch ``_num_epoch``
+        self._num_epoch = -1
+        self._view_key = None          # for a view: how it is made from its base, as a key
 
     # ---- shape and dtype: known without computing anything -----------------------------------
 
     def _meta(self):
-        return self._value if self._value is not None else self._tracer
+        if self._value is not None:
+            return self._value
+        return self._tracer if self._tracer is not None else self._spec
 
     shape = property(lambda self: tuple(self._meta().shape))
     dtype = property(lambda self: self._meta().dtype)

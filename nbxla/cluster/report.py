@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .choice import EAGER_MARGIN
 from .session import SessionLog
 
 
@@ -28,6 +29,7 @@ class ClusterSummary:
     run_ms: float = 0.0
     runs: int = 0
     compilation: object = None
+    measured: str = ""               # compiled vs eager times per run (the measured choice)
 
     def line_text(self) -> str:
         return _ranges(self.lines) or "?"
@@ -55,6 +57,7 @@ class ClusterReport:
     source: list[str] | None = None       # the function's or cell's lines, for the views
     first_line: int = 1
     filename: str | None = None
+    calls: str = ""                        # the measured choice between auto and plain calls
 
     @property
     def compiled_fraction(self) -> float:
@@ -73,12 +76,18 @@ class ClusterReport:
     def to_text(self) -> str:
         out = [f"nbxla auto-clustering of {self.name}: {self.headline()}",
                f"cost model: a cluster with less than {self.min_work} elements of work "
-               "(elements its NumPy operations read or write, summed) runs eagerly with NumPy"]
+               "(elements its NumPy operations read or write, summed) runs eagerly with NumPy; "
+               "a larger one is timed compiled and eagerly on its first run, then runs the "
+               f"faster way (eagerly only if under {EAGER_MARGIN:g}x the compiled time)"]
+        if self.calls:
+            out.append(f"calls: {self.calls}")
         for c in self.clusters:
             how = (f"compiled: {c.hlo_instructions} HLO instructions -> {c.kernels} kernel(s), "
                    f"compile {c.compile_ms:.1f} ms" if c.compiled else f"eager: {c.why_eager}")
+            measured = f"; {c.measured}" if c.measured else ""
             out.append(f"  cluster {c.number}: {c.ops} op(s) on line(s) {c.line_text()}; {how}; "
-                       f"runs {c.runs}, {c.run_ms:.2f} ms running; work {_count(c.work)} per run")
+                       f"runs {c.runs}, {c.run_ms:.2f} ms running; work {_count(c.work)} per run"
+                       f"{measured}")
         if self.breaks:
             out.append("graph breaks:")
             for b in self.breaks:
@@ -99,7 +108,7 @@ class ClusterReport:
         return self.to_text()
 
     def to_json(self) -> dict:
-        return {"name": self.name, "min_work": self.min_work,
+        return {"name": self.name, "min_work": self.min_work, "calls": self.calls,
                 "compiled_fraction": self.compiled_fraction,
                 "clusters": [{k: v for k, v in c.__dict__.items() if k != "compilation"}
                              for c in self.clusters],
@@ -127,6 +136,7 @@ def build_report(log: SessionLog, min_work: int, source=None, first_line: int = 
                 compilation=run.compilation)
             report.clusters.append(summary)
         summary.runs += 1
+        summary.measured = run.measured or summary.measured
         summary.compile_ms += run.compile_ms
         summary.run_ms += run.run_ms
         if run.compiled:

@@ -6,13 +6,17 @@ Operations on stand-in arrays (``LazyArray``) come to ``Session.dispatch``, whic
   graph (an HLO computation being built), and the operation is also logged as the NumPy call
   it was, so the graph can be replayed eagerly; or
 * **runs them eagerly** with NumPy, when the frontend cannot lower them (a graph break) or
-  when nothing is pending and the arrays are too small to be worth compiling.
+  when nothing is pending and the arrays are too small to be worth compiling; or
+* **replays them** from the tape of earlier calls (tape.py): a known operation only makes its
+  result stand-ins, and the flush runs the cluster compiled then; anything unknown
+  *materializes* the replayed operations (records them) and recording goes on.
 
 A *flush* turns the pending graph into a cluster: the values still alive become its outputs,
-it is compiled (cached by its HLO text, i.e. structure, shapes and dtypes) and run on the
-concrete inputs, or, when its work is below the cost model's threshold or the compiler
-refuses it, replayed eagerly with NumPy.  Either way every alive stand-in ends up concrete,
-writes into concrete arrays land in them (in program order), and views stay views.
+it is compiled (cached by its structure, shapes and dtypes) and run on the concrete inputs,
+or, when its work is below the cost model's threshold, the compiler refuses it, or it was
+measured faster so (choice.py), replayed eagerly with NumPy.  Either way every alive
+stand-in ends up concrete, writes into concrete arrays land in them (in program order), and
+views stay views.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from ..frontend.tracer import Tracer
 from ..hlo import Module, Shape, SourceLocation, from_numpy_dtype
 from ..hlo.ir import Computation
 from ..runtime.cache import DEFAULT_CACHE, CacheKey
+from .choice import ClusterTiming
 from .lazy import LazyArray
+from .tape import FlushEntry, NoKey, Tape, key_of
 
 # Cost model: an operation on concrete arrays starts a cluster only when it touches at least
 # this many elements; a cluster whose work (elements read or written by its NumPy-level
@@ -93,11 +99,8 @@ class _Unsupported(Exception):
 
 
 class _Slot:
-    """Where the eager replay of a pending graph leaves one value."""
-    __slots__ = ("value",)
-
-    def __init__(self):
-        self.value = None
+    """Stands for one pending value in the log of NumPy calls (the eager replay fills it)."""
+    __slots__ = ()
 
 
 @dataclass
@@ -125,6 +128,8 @@ class ClusterRun:
     hlo_instructions: int = 0
     kernels: int = 0
     compilation: object = None
+    measured: str = ""               # the measured choice: compiled vs eager times per run
+    gain_ms: float = 0.0             # (measured) eager minus compiled time of one run
 
 
 @dataclass
@@ -282,8 +287,11 @@ class Session:
     """The pending graph of one auto-clustered run and its log."""
 
     def __init__(self, name: str, device: str = "cpu", cache=None, filename_display=None,
-                 line_offsets=None, min_work: int = MIN_CLUSTER_WORK):
+                 line_offsets=None, min_work: int = MIN_CLUSTER_WORK, measure: bool = True,
+                 tape: Tape | None = None):
         self.name, self.device = name, device
+        self.tape = tape                 # earlier calls' recordings: replay them (tape.py)
+        self.measure = measure           # time clusters both ways and run the faster (choice.py)
         self.cache = cache or DEFAULT_CACHE
         self.filename_display, self.line_offsets = filename_display, line_offsets or {}
         self.min_work = min_work
@@ -304,6 +312,20 @@ class Session:
         self.keep: list = []             # the plain arrays above, kept alive so ids stay unique
         self.ops: list[Op] = []
         self.work = 0
+        # The tape (tape.py): the trie node this epoch's keyed operations reached (None: not
+        # keyed), whether the epoch is still replayed from it, and the epoch's numbering.
+        self.node = self.tape.root if self.tape is not None else None
+        self.replaying = self.node is not None
+        self.numbered: dict = {}         # number -> concrete stand-in numbered this epoch
+        self.next_number = 0
+        self.param_owners: list = []     # per parameter: the stand-in it holds, or None
+        self.replayed: list = []         # while replaying: (op, keyed args, kwargs, out numbers, weakrefs)
+        self.plain_params: dict = {}     # id(plain array) -> _PlainParam (its snapshot, numbered)
+        # While replaying, what Tracer versions tell when recording: per root array (by id),
+        # how many writes the graph has made into it, and per concrete stand-in that entered
+        # the graph, that count when it entered (it is pending once they differ).
+        self.root_writes: dict = {}
+        self.joined: dict = {}
 
     def location(self) -> SourceLocation | None:
         return user_location(self.filename_display, self.line_offsets)
@@ -330,8 +352,16 @@ class Session:
 
     def pending(self, x: LazyArray) -> bool:
         """Does ``x``'s value depend on graph work not yet run?"""
-        return x._epoch == self.epoch and x._tracer is not None and \
-            (x._value is None or x._entry[0].version != x._entry[1])
+        if x._epoch != self.epoch:
+            return False
+        if x._tracer is not None:
+            return x._value is None or x._entry[0].version != x._entry[1]
+        return self.replaying and (x._value is None or self.joined.get(id(x)) !=
+                                   self.root_writes.get(id(_root_of(x)), 0))
+
+    def in_graph(self, x: LazyArray) -> bool:
+        """Does the pending graph read ``x`` (so that writing into it must wait)?"""
+        return x._epoch == self.epoch and (x._tracer is not None or self.replaying)
 
     def _context(self) -> TraceContext:
         if self.ctx is None:
@@ -361,11 +391,12 @@ class Session:
             view = recipe(self.tracer_of(base))
             if isinstance(view, Tracer):
                 return self._join(x, view)
-        return self._join(x, self._parameter(x._value, "p"))
+        return self._join(x, self._parameter(x._value, "p", x))
 
-    def _parameter(self, array: np.ndarray, name: str) -> Tracer:
+    def _parameter(self, array: np.ndarray, name: str, owner=None) -> Tracer:
         ctx = self._context()
         self.params.append(array)
+        self.param_owners.append(owner)
         shape = Shape(from_numpy_dtype(array.dtype), array.shape)
         return Tracer(ctx, ctx.parameter(shape, f"{name}{len(self.params) - 1}"))
 
@@ -373,9 +404,21 @@ class Session:
         tracer = self.plain.get(id(array))
         if tracer is None:
             self.keep.append(array)
-            snapshot = array if not array.flags.writeable else array.copy()
-            tracer = self.plain[id(array)] = self._parameter(snapshot, "c")
+            param = self.plain_params.get(id(array)) or _PlainParam(array)
+            tracer = self.plain[id(array)] = self._parameter(param._value, "c", param)
         return tracer
+
+    def _number_plain(self, array: np.ndarray) -> int:
+        """A plain NumPy array's number in this epoch: it enters the graph as a parameter
+        holding a snapshot of its values (taken now: the program may write it later)."""
+        param = self.plain_params.get(id(array))
+        if param is None:
+            param = self.plain_params[id(array)] = _PlainParam(array)
+            param._num, param._num_epoch = self.next_number, self.epoch
+            self.next_number += 1
+            self.numbered[param._num] = param
+            self._entries.append(("plain", array.shape, array.dtype.str))
+        return param._num
 
     # ---- dispatch ---------------------------------------------------------------------------
 
@@ -397,10 +440,34 @@ class Session:
                     getattr(fn, "name", None) == "dot" or \
                     self._estimate(leaves, kind, ufunc_method) < self.min_work:
                 return self._eager(fn, args, kwargs, lazies, writes, None)
+        location = self.location()
+        self._size_cap(location)         # (before numbering: a flush starts a new epoch)
+        key = None
+        if self.node is not None:
+            try:
+                key = self._op_key(fn, args, kwargs, kind, ufunc_method)
+            except NoKey:
+                pass
+            if self.replaying:
+                taped = self.node.children.get(key) if key is not None else None
+                if taped is not None:
+                    return self._replay_op(taped, fn, args, kwargs, lazies, kind, ufunc_method,
+                                           writes, location)
+                refused = self.node.refused.get(key) if key is not None else None
+                if refused is not None:              # a break here before: the same break
+                    return self._eager(fn, args, kwargs, lazies, writes, refused)
+                self._materialize()
         try:
-            return self._record(fn, args, kwargs, lazies, writes, ufunc_method)
+            result, outs, _ = self._record(fn, args, kwargs, lazies, writes, ufunc_method,
+                                           location)
         except _Unsupported as e:
+            if key is not None and self.node is not None:
+                self.node.refused[key] = str(e)
             return self._eager(fn, args, kwargs, lazies, writes, str(e))
+        if self.node is not None:
+            self.node = None if key is None or outs is None else \
+                self.tape.child(self.node, key, *outs)
+        return result
 
     def _estimate(self, leaves, kind, ufunc_method) -> int:
         """Elements an operation on concrete arrays touches (its output's, for a ufunc)."""
@@ -412,18 +479,134 @@ class Session:
                 return 0          # NumPy will raise its own error, eagerly
         return max((math.prod(s) for s in shapes), default=0)
 
-    def _record(self, fn, args, kwargs, lazies, writes, ufunc_method):
-        ufunc = fn if isinstance(fn, np.ufunc) else getattr(fn, "__self__", None)
-        if isinstance(ufunc, np.ufunc) and not op_label(ufunc).startswith("np."):
-            raise _Unsupported(f"{op_label(ufunc)} is not a NumPy ufunc: nbxla has no lowering "
-                               "for it")
-        location = self.location()
+    # ---- the tape: keyed operations, replayed without recording (tape.py) ---------------------
+
+    def _number(self, x: LazyArray) -> int:
+        """``x``'s number in this epoch (a concrete array gets one when first seen; a view,
+        after its base).  Raises NoKey for what cannot be numbered."""
+        if x._num_epoch == self.epoch:
+            return x._num
+        if x._value is None:
+            raise NoKey                  # (pending, from before this epoch was keyed)
+        if x._root is not None:
+            base = self._number(x._root[0])
+            if x._view_key is None:
+                raise NoKey
+            entry = ("view", base, x._view_key)
+        else:
+            entry = ("array", x._value.shape, x._value.dtype.str)
+        x._num, x._num_epoch = self.next_number, self.epoch
+        self.next_number += 1
+        self.numbered[x._num] = x
+        self._entries.append(entry)
+        return x._num
+
+    def _op_key(self, fn, args, kwargs, kind, ufunc_method):
+        self._entries = []               # (arrays first numbered by this operation)
+        plain = self._number_plain if fn is not _GETITEM else None     # (as _record does)
+        return (fn, kind, ufunc_method, key_of(args, self._number, plain=plain),
+                key_of(kwargs, self._number, plain=plain) if kwargs else None,
+                tuple(self._entries))
+
+    def _new_number(self, x: LazyArray) -> None:
+        x._num, x._num_epoch = self.next_number, self.epoch
+        self.next_number += 1
+
+    def _view_key(self, fn, args, kwargs, base):
+        try:
+            return (fn, key_of(tuple(args), None, base), key_of(kwargs, None, base))
+        except NoKey:
+            return None
+
+    def _size_cap(self, location) -> bool:
+        """Has the pending graph reached its size cap (``SOFT_MAX_OPS``...)?  Then flush."""
         n = len(self.ops)
         if n >= SOFT_MAX_OPS and (n >= HARD_MAX_OPS or (
                 _same_line(self.ops[0].location, location) and       # (its first operation)
                 not _same_line(self.ops[-1].location, location)) or (
                 n >= 2 * SOFT_MAX_OPS and _jumps_back(self.ops[-1].location, location))):
             self.flush()                     # a size cap, not a graph break
+            return True
+        return False
+
+    def _replay_op(self, taped, fn, args, kwargs, lazies, kind, ufunc_method, writes, location):
+        """An operation the tape knows: its result stand-ins, with no recording."""
+        results, new, refs = [], [], []
+        for out in taped.outs:
+            if out[0] == "new":
+                x = LazyArray(self)
+                x._spec, x._slot, x._epoch = _Meta(out[1], out[2]), _Slot(), self.epoch
+                self._new_number(x)
+                if out[3]:
+                    base = lazies[0]
+                    x._root, x._view_key = (base, _recipe(fn, args, kwargs, base)), out[4]
+                self.members.append(weakref.ref(x))
+                results.append(x)
+                new.append(x)
+                refs.append(weakref.ref(x))
+            elif out[0] == "owner":
+                results.append(lazies[out[1]])
+            else:
+                results.append(out[1])
+        for x in lazies:                 # (they enter the graph, views with their bases)
+            while x is not None and x._value is not None and x._epoch != self.epoch:
+                x._epoch = self.epoch
+                self.joined[id(x)] = self.root_writes.get(id(_root_of(x)), 0)
+                x = x._root[0] if x._root is not None else None
+        if writes:
+            for x in _write_targets(fn, args, kwargs, kind, ufunc_method):
+                root = id(_root_of(x))
+                self.root_writes[root] = self.root_writes.get(root, 0) + 1
+
+        def template(x):
+            if isinstance(x, LazyArray):
+                return x._slot if x._value is None else x._value
+            if type(x) is np.ndarray and id(x) in self.plain_params:
+                return self.plain_params[id(x)]._value
+            return x
+        slots = iter([x._slot for x in new])
+        outs = [next(slots) if out[0] == "new" else None for out in taped.outs]
+        self.ops.append(Op(fn, tree_map(tuple(args), template), tree_map(kwargs, template), outs,
+                           location, taped.work))
+        self.work += taped.work
+
+        def keyed(x):                    # (replayed values by slot: the op holds no stand-in)
+            return x._slot if isinstance(x, LazyArray) and x._value is None else x
+        self.replayed.append((fn, tree_map((tuple(args), kwargs), keyed), ufunc_method, writes,
+                              location, [x._num for x in new], [x._slot for x in new], refs))
+        self.node = taped.node
+        return results[0] if taped.structure is None else taped.structure(results)
+
+    def _materialize(self) -> None:
+        """Stop replaying: record the operations replayed so far for real, in order, with the
+        same stand-ins (or, for ones no longer alive, temporary ones)."""
+        self.replaying = False
+        replayed, self.replayed = self.replayed, []
+        self.root_writes, self.joined = {}, {}
+        if not replayed:
+            return
+        self.ops, self.work = [], 0
+        by_slot = {}                     # id(replayed slot) -> the stand-in now recorded
+
+        def real(x):
+            return by_slot[id(x)] if type(x) is _Slot else x
+        for fn, keyed, ufunc_method, writes, location, numbers, slots, refs in replayed:
+            args, kwargs = tree_map(keyed, real)
+            lazies = [x for x in flatten((args, kwargs), []) if isinstance(x, LazyArray)]
+            _, _, made = self._record(fn, args, kwargs, lazies, writes, ufunc_method, location,
+                                      targets=[r() for r in refs])
+            for x, number, slot in zip(made, numbers, slots):
+                x._num, x._num_epoch = number, self.epoch
+                by_slot[id(slot)] = x
+
+    def _record(self, fn, args, kwargs, lazies, writes, ufunc_method, location, targets=None):
+        """Record one operation into the pending graph.  Returns its result, what the tape
+        keeps of it (``(outs, structure, work)``, or None) and the new stand-ins made (in
+        order; ``targets``, when given, are stand-ins to reuse for them, or None)."""
+        ufunc = fn if isinstance(fn, np.ufunc) else getattr(fn, "__self__", None)
+        if isinstance(ufunc, np.ufunc) and not op_label(ufunc).startswith("np."):
+            raise _Unsupported(f"{op_label(ufunc)} is not a NumPy ufunc: nbxla has no lowering "
+                               "for it")
         ctx = self._context()
         inputs = {id(x): self.tracer_of(x) for x in lazies}
         in_tracers = {id(t): x for x, t in ((x, inputs[id(x)]) for x in lazies)}
@@ -452,26 +635,46 @@ class Session:
             raise _Unsupported("boolean-mask indexing with a traced mask: the result's shape depends on the data")
 
         outs, work = [], max([_size(x) for x in lazies], default=0)
+        taped, made = [], []             # (per result leaf: what the tape keeps; new stand-ins)
+        targets_given, targets = targets, iter(targets or ())
 
         def wrap(r):
             nonlocal work
             if not isinstance(r, Tracer):
                 outs.append(None)
+                taped.append(("value", r) if type(r) in _TAPE_VALUES else None)
                 return r
             owner = in_tracers.get(id(r))
             if owner is not None and writes:        # an in-place operation: the same array
                 outs.append(None)
+                taped.append(("owner", next(i for i, x in enumerate(lazies) if x is owner)))
                 return owner
             if owner is not None:                   # np.positive(x) and the like: a new array
                 r = Tracer(ctx, r.instr)
             work = max(work, math.prod(r.shape))
-            out = LazyArray(self)
+            out = next(targets, None)
+            if out is None:
+                out = LazyArray(self)
+            out._spec = None
             out._slot = _Slot()
             outs.append(out._slot)
             self._join(out, r)
             out._root = self._view_root(fn, args, kwargs, lazies, inputs, r)
+            if out._root is not None:
+                out._view_key = self._view_key(fn, args, kwargs, lazies[0])
+            else:
+                out._view_key = None
+            if targets_given is None:        # (materializing: the replay numbered them)
+                self._new_number(out)
+            made.append(out)
+            taped.append(("new", tuple(r.shape), r.dtype, out._root is not None, out._view_key))
             return out
-        wrapped = tree_map(result, wrap) if isinstance(result, (tuple, list)) else wrap(result)
+        structure = type(result) if type(result) in (tuple, list) else None
+        nested = structure is not None and any(isinstance(r, (tuple, list)) for r in result)
+        if isinstance(result, (tuple, list)):
+            wrapped = tree_map(result, wrap)
+        else:
+            wrapped = wrap(result)
 
         def template(x):
             if isinstance(x, LazyArray):
@@ -482,7 +685,9 @@ class Session:
         self.ops.append(Op(fn, tree_map(tuple(args), template), tree_map(kwargs, template), outs,
                            location, work))
         self.work += work
-        return wrapped
+        tape = None if nested or any(t is None for t in taped) or (structure is None and isinstance(
+            result, (tuple, list))) else (taped, structure, work)
+        return wrapped, tape, made
 
     def _view_root(self, fn, args, kwargs, lazies, inputs, result: Tracer):
         """For a result that is a view of one input (``x[1:]``, ``x.T``): that input, and how
@@ -490,16 +695,11 @@ class Session:
         if result.view is None or len(lazies) != 1 or result.view.base is not inputs[id(lazies[0])]:
             return None
         base = lazies[0]
-
-        def recipe(value):
-            sub = tree_map((tuple(args), kwargs), lambda x: value if x is base else x)
-            return fn(*sub[0], **sub[1])
-        return base, recipe
+        return base, _recipe(fn, args, kwargs, base)
 
     def _eager(self, fn, args, kwargs, lazies, writes, reason):
         location = self.location() if reason else None
-        if any(self.pending(x) for x in lazies) or \
-                (writes and any(x._epoch == self.epoch and x._tracer is not None for x in lazies)):
+        if any(self.pending(x) for x in lazies) or (writes and any(self.in_graph(x) for x in lazies)):
             self.flush(reason or f"{op_label(fn)} writes into an array the pending graph reads",
                        location or self.location(), eager_op=op_label(fn))
         elif reason:
@@ -523,11 +723,9 @@ class Session:
                     (r.base is lazies[0]._value or r.base is lazies[0]._value.base):
                 out = LazyArray(self, r)         # a view: writes through it reach its base
                 base = lazies[0]
-
-                def recipe(value):
-                    sub = tree_map((tuple(args), kwargs), lambda x: value if x is base else x)
-                    return fn(*sub[0], **sub[1])
-                out._root = (base, recipe)
+                out._root = (base, _recipe(fn, args, kwargs, base))
+                if self.node is not None:
+                    out._view_key = self._view_key(fn, args, kwargs, base)
                 return out
             return LazyArray(self, r) if r.size >= self.min_work else r
         return tree_map(result, wrap) if isinstance(result, (tuple, list)) else wrap(result)
@@ -537,7 +735,7 @@ class Session:
     def concrete(self, x: LazyArray, reason: str, caller: bool = False, writes: bool = False):
         """``x``'s NumPy array, running the pending graph first when ``x`` depends on it (or,
         for ``writes``, when the graph reads ``x``)."""
-        if self.pending(x) or (writes and x._epoch == self.epoch and x._tracer is not None):
+        if self.pending(x) or (writes and self.in_graph(x)):
             library = _library_caller() if caller else None
             if library:
                 reason = f"{library} needs NumPy arrays (native code)"
@@ -552,6 +750,8 @@ class Session:
     def flush(self, reason: str | None = None, location=None, eager_op: str | None = None) -> None:
         if reason is not None:
             self.log.breaks.append(Break(reason, location, True, eager_op))
+        if self.replaying and self.ops:
+            return self._flush_replayed()
         if self.ctx is None:
             return
         members = [x for x in (r() for r in self.members) if x is not None and x._epoch == self.epoch]
@@ -560,18 +760,52 @@ class Session:
         run = None
         if roots and self.ops:
             run = self._run_cluster(roots)
+            if self.node is not None and all(x is not None for x in self.param_owners) and \
+                    all(x._num_epoch == self.epoch for x in roots + self.param_owners):
+                self.tape.remember_flush(self.node, FlushEntry(
+                    run.key, run.compilation, [x._num for x in self.param_owners],
+                    [x._num for x in roots]))
+        self._end_epoch(members, roots, views, run)
+
+    def _flush_replayed(self) -> None:
+        """Flush a replayed graph: the tape's cluster for this point runs on the numbered
+        arrays (if the values alive now are among its outputs; else record it for real)."""
+        members = [x for x in (r() for r in self.members) if x is not None and x._epoch == self.epoch]
+        pending = [x for x in members if x._value is None]
+        needed = {x._num for x in pending if x._root is None}
+        needed.update(x._num for x in self.numbered.values()
+                      if type(x) is LazyArray and x._root is None and self.pending(x))
+        if not needed:                   # (nothing alive depends on the graph: as flush())
+            return self._end_epoch(members, [], [x for x in pending if x._root is not None], None)
+        entry = next((e for e in self.node.flushes if needed <= e.root_set), None)
+        if entry is None:
+            self._materialize()
+            return self.flush()
+        by_number = dict(self.numbered)
+        by_number.update((x._num, x) for x in pending)
+        roots = [by_number.get(n) for n in entry.roots]
+        self.params = [by_number[n]._value for n in entry.params]
+        run = self._run_cluster(roots, entry)
+        views = [x for x in pending if x._root is not None]
+        roots = [x for x in roots if x is not None]
+        self._end_epoch(members, roots, views, run)
+
+    def _end_epoch(self, members, roots, views, run) -> None:
         for x in views:                      # created after their bases: bases are done
             x._value = x._root[1](x._root[0]._value)
         for x in roots + views:
             self._own(x, x._value)
         for x in members:
-            x._tracer = x._entry = x._slot = None
+            x._tracer = x._entry = x._slot = x._spec = None
         self.epoch += 1
         self._reset()
         if run is not None:
             self.log.clusters.append(run)
 
-    def _run_cluster(self, roots) -> ClusterRun:
+    def _run_cluster(self, roots, entry: FlushEntry | None = None) -> ClusterRun:
+        """Run the pending graph's cluster for ``roots`` (compiled, or replayed eagerly);
+        with a tape ``entry`` (roots None where no longer alive), its cluster as compiled
+        before, with no module built."""
         ops, work = self.ops, self.work
         lines = [op.location for op in ops if op.location is not None]
         if work < self.min_work or len(ops) < 2:
@@ -580,11 +814,18 @@ class Session:
             run = ClusterRun(None, len(ops), work, lines, False, why)
             self._replay(roots, run)
             return run
-        module = self._module(roots)
-        key = CacheKey("nbxla.cluster", fingerprint(module.entry), self.device)
+        if entry is None:
+            module = self._module(roots)
+            key = CacheKey("nbxla.cluster", fingerprint(module.entry), self.device)
+        else:
+            key = entry.key
         run = ClusterRun(key, len(ops), work, lines, True)
         refused = _REFUSED.get(key)
-        if refused is None:
+        if refused is None and entry is not None and entry.compilation is not None:
+            compilation, compile_ms = entry.compilation, 0.0
+        elif refused is None:
+            if entry is not None:        # (not compiled when it was recorded: cannot be now)
+                raise RuntimeError("nbxla: a replayed cluster has no compilation")
             try:
                 compilation, compile_ms = self._compile(key, module)
             except NbxlaError as e:
@@ -595,27 +836,68 @@ class Session:
             run.compilation, run.compile_ms = compilation, compile_ms
             facts = _FACTS.get(key)
             if facts is None:       # (the fusion report walks the module: once per cluster)
+                if entry is not None:
+                    module = compilation.hlo
                 facts = _FACTS[key] = (_reachable(module.entry.root),
                                        compilation.fusion_report.kernels_after)
             run.hlo_instructions, run.kernels = facts
-            start = time.perf_counter()
+            timing = _TIMINGS.get(key) if self.measure else None
+            if timing is not None and timing.run_eagerly():
+                run.compiled, run.why_eager = False, "measured faster eagerly (cost model)"
+                self._replay(roots, run)
+                timing.ran(False, run.run_ms)
+                run.measured = timing.describe()
+                return run                  # (no gain: it runs eagerly)
             try:                        # (it only reads the inputs: on failure, replay)
-                outputs = [o if isinstance(o, np.ndarray) else o.get() if hasattr(o, "get")
-                           else np.asarray(o)                               # (CUDA: CuPy)
-                           for o in compilation.executable.run(list(self.params))]
+                outputs, run.run_ms = self._execute(compilation)
+                if self.measure and timing is None:
+                    timing = self._time_both_ways(key, compilation)
+                elif timing is not None:
+                    timing.ran(True, run.run_ms)
             except Exception as e:
                 refused = _REFUSED[key] = f"running it failed ({type(e).__name__}: {e})"
         if refused is not None:
             run.compiled, run.why_eager = False, refused
             self._replay(roots, run)
             return run
-        run.run_ms = (time.perf_counter() - start) * 1e3
+        if timing is not None:
+            run.measured, run.gain_ms = timing.describe(), timing.gain_ms()
         for x, value in zip(roots, outputs):
+            if x is None:
+                continue                 # (replayed: an output no longer alive)
             if x._value is None:
                 x._value = value
             else:
                 np.copyto(x._value, value)
         return run
+
+    def _execute(self, compilation):
+        """Run the compiled cluster on its parameters: (outputs, milliseconds)."""
+        start = time.perf_counter()
+        outputs = [o if isinstance(o, np.ndarray) else o.get() if hasattr(o, "get")
+                   else np.asarray(o)                                       # (CUDA: CuPy)
+                   for o in compilation.executable.run(list(self.params))]
+        return outputs, (time.perf_counter() - start) * 1e3
+
+    def _time_both_ways(self, key, compilation) -> ClusterTiming:
+        """The first run of a cluster in this process: time two more compiled runs (the first
+        was cold) and an eager replay on copies of its arrays (so it writes nothing the
+        program sees), and remember both: later runs take the faster way."""
+        compiled_ms = [self._execute(compilation)[1] for _ in range(2)]
+        copies = {}
+        for op in self.ops:
+            for leaf in flatten((op.args, op.kwargs), []):
+                if type(leaf) is np.ndarray and id(leaf) not in copies:
+                    copies[id(leaf)] = leaf.copy()
+        start = time.perf_counter()
+        try:
+            with np.errstate(all="ignore"):          # (the program's own run warns, if at all)
+                self._eager_ops((), copies)
+            eager_ms = (time.perf_counter() - start) * 1e3
+        except Exception:                            # NumPy refuses what the graph did: compile
+            eager_ms = math.inf
+        timing = _TIMINGS[key] = ClusterTiming(compiled_ms, [eager_ms])
+        return timing
 
     def _module(self, roots) -> Module:
         b = self.ctx.builder
@@ -643,21 +925,46 @@ class Session:
     def _replay(self, roots, run: ClusterRun) -> None:
         """Run the logged NumPy calls eagerly, in order: exactly what eager NumPy would do."""
         start = time.perf_counter()
-
-        def value(x):
-            return x.value if isinstance(x, _Slot) else x
-        for op in self.ops:
-            args, kwargs = tree_map((op.args, op.kwargs), value)
-            result = op.fn(*args, **kwargs)
-            leaves = flatten(result, []) if isinstance(result, (tuple, list)) else [result]
-            for slot, leaf in zip(op.outs, leaves):
-                if slot is not None:
-                    slot.value = leaf
+        values = self._eager_ops([id(x._slot) for x in roots if x is not None and x._value is None])
         for x in roots:
-            if x._value is None:
-                x._value = x._slot.value
+            if x is not None and x._value is None:
+                x._value = values[id(x._slot)]
         run.run_ms = (time.perf_counter() - start) * 1e3
         self.log.eager_work += run.work
+
+    def _eager_ops(self, keep=(), copies: dict | None = None) -> dict:
+        """The logged NumPy calls run eagerly; id(slot) -> the value of each slot in ``keep``
+        (ids).  A value is dropped after its last use, as eager NumPy drops temporaries:
+        holding them all would keep the allocator from reusing their memory (fresh pages
+        for every temporary cost more than the arithmetic).  With ``copies`` (id(array) ->
+        a copy), the calls see the copies instead of the arrays."""
+        last_use = {}
+        for i, op in enumerate(self.ops):
+            for leaf in flatten((op.args, op.kwargs), []):
+                if type(leaf) is _Slot:
+                    last_use[id(leaf)] = i
+        keep = set(keep)
+        values = {}
+
+        def value(x):
+            if type(x) is _Slot:
+                return values[id(x)]
+            if copies is not None and type(x) is np.ndarray:
+                return copies[id(x)]
+            return x
+        for i, op in enumerate(self.ops):
+            args, kwargs = tree_map((op.args, op.kwargs), value)
+            result = op.fn(*args, **kwargs)
+            del args, kwargs
+            leaves = flatten(result, []) if isinstance(result, (tuple, list)) else [result]
+            for slot, leaf in zip(op.outs, leaves):
+                if slot is not None and (id(slot) in keep or id(slot) in last_use):
+                    values[id(slot)] = leaf
+            del result, leaves
+            for leaf in flatten((op.args, op.kwargs), []):
+                if type(leaf) is _Slot and last_use.get(id(leaf)) == i and id(leaf) not in keep:
+                    values.pop(id(leaf), None)
+        return values
 
     # ---- the end of the run -----------------------------------------------------------------
 
@@ -672,6 +979,7 @@ class Session:
 
 
 _REFUSED: dict = {}          # cluster key -> why the compiler refused it (not tried again)
+_TIMINGS: dict = {}          # cluster key -> ClusterTiming (choice.py)
 _FACTS: dict = {}            # cluster key -> (HLO instructions, kernels after fusion)
 
 
@@ -701,6 +1009,52 @@ def fingerprint(comp, memo=None) -> tuple:
     memo[id(comp)] = result = (tuple(parts), position[id(comp.root)])
     return result
 _GETITEM = operator.getitem
+# Python values an operation's lowering may return beside arrays, kept by the tape as they are.
+_TAPE_VALUES = (bool, int, float, complex, str, type(None))
+
+
+def _root_of(x: LazyArray) -> LazyArray:
+    """The array ``x`` is a view of (itself when it is no view)."""
+    while x._root is not None:
+        x = x._root[0]
+    return x
+
+
+class _PlainParam:
+    """A plain NumPy array as a parameter of the pending graph: the array (kept, so that its
+    id stays unique) and the snapshot of its values the graph reads."""
+    __slots__ = ("array", "_value", "_num", "_num_epoch", "_root")
+
+    def __init__(self, array: np.ndarray):
+        self.array, self._root, self._num_epoch = array, None, -1
+        self._value = array.copy() if array.flags.writeable else array
+
+
+class _Meta:
+    """Shape and dtype of a replayed value (tape.py), before it is computed."""
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+
+def _recipe(fn, args, kwargs, base):
+    """How to make the view ``fn(*args, **kwargs)`` of ``base`` from another value of it (a
+    NumPy array or a Tracer)."""
+    def recipe(value):
+        sub = tree_map((tuple(args), kwargs), lambda x: value if x is base else x)
+        return fn(*sub[0], **sub[1])
+    return recipe
+
+
+def _write_targets(fn, args, kwargs, kind, ufunc_method) -> list:
+    """The stand-ins an operation writes into."""
+    targets = []
+    if kind in ("setitem", "write") or fn in _WRITING_FUNCTIONS or ufunc_method == "at":
+        targets.append(args[0])
+    if "out" in kwargs:
+        targets.extend(flatten(kwargs["out"], []))
+    return [x for x in targets if isinstance(x, LazyArray)]
 
 
 def _reachable(root) -> int:

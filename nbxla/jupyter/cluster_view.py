@@ -57,13 +57,19 @@ def render_html(report) -> str:
     head = (f'<div style="margin-bottom: 4px;"><b>nbxla auto-clustering: {h.esc(report.name)}</b> '
             f'<span style="{h.MUTED}">· {h.esc(report.headline())}</span></div>'
             f'<div style="{h.MUTED}">cost model: clusters with less than {report.min_work} '
-            "elements of work run eagerly with NumPy</div>")
+            "elements of work run eagerly with NumPy; larger ones are timed both ways on their "
+            "first run and run the faster way</div>")
+    if report.calls:
+        head += f'<div style="{h.MUTED}">calls: {h.esc(report.calls)}</div>'
+
     rows = []
     for c in report.clusters:
         swatch = (f'<span style="display: inline-block; width: 0.9em; height: 0.9em; '
                   f'background: {colors[c.number]}; border: 1px solid #bbb;"></span>')
         how = (f"compiled: {c.hlo_instructions} HLO → {c.kernels} kernel(s)" if c.compiled
                else f"eager: {h.esc(c.why_eager)}")
+        if c.measured:
+            how += f'<br><span style="{h.MUTED}">{h.esc(c.measured)}</span>'
         rows.append([f"{swatch} {c.number}", how, str(c.ops), h.esc(c.line_text()),
                      f"{c.compile_ms:.1f}", str(c.runs), f"{c.run_ms:.2f}", h.human_count(c.work)])
     clusters = h.table(["cluster", "how it ran", "ops", "lines", "compile ms", "runs", "run ms",

@@ -1,0 +1,132 @@
+"""The tape: what an auto function's earlier calls recorded, so that a repeated call replays
+its clusters without recording them again.
+
+Recording an operation runs the frontend's lowering rule on Tracers (tens of microseconds of
+Python per operation).  A function called again usually performs the same operations on
+arrays of the same shapes, in the same order.  So each recorded operation is also keyed —
+the function, its arguments with every stand-in replaced by its *number* in the current
+pending graph (concrete arrays entering the graph are numbered with their shape and dtype,
+views of them with how the view is made), constants by value — and the keys of one pending
+graph form a path in a trie (``TapeNode``).  At a flush the trie node keeps the compiled
+cluster, which numbers are its parameters and which its outputs (``FlushEntry``).
+
+A later call walks the trie as its operations arrive (``Session`` in *replay* mode): an
+operation whose key is a child of the current node only creates its result stand-ins, with
+the shapes and dtypes the trie remembers; no Tracer, no HLO.  At the flush, the node's entry
+runs on the numbered arrays.  Anything the trie does not know — a different operation, a
+different constant, different values alive at the flush — first *materializes* the replayed
+operations (records them for real, in order, with the same stand-ins) and continues as a
+normal recording; the trie then learns the new path.  Python still runs the whole function
+every call, so side effects, breaks and exceptions happen as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# A trie that keeps growing (constants that change on every call: a loop counter used as a
+# float, a time step) stops learning past this many nodes; calls then record as before.
+MAX_NODES = 50000
+# Small NumPy arrays become constants of a cluster (session.MAX_CONSTANT_ELEMENTS): keyed by
+# value.  Larger plain arrays are parameters that must be copied: not replayed.
+MAX_KEYED_ELEMENTS = 64
+
+
+class NoKey(Exception):
+    """An argument the tape cannot key (an object it does not know, a large plain array)."""
+
+
+class TapeNode:
+    """A point in a pending graph's sequence of operations."""
+    __slots__ = ("children", "flushes", "refused")
+
+    def __init__(self):
+        self.children: dict = {}            # operation key -> TapeOp
+        self.flushes: list = []             # FlushEntry for each set of outputs seen here
+        self.refused: dict = {}             # operation key -> why it cannot be recorded (a break)
+
+
+class TapeOp:
+    """What one keyed operation gave: ``outs`` per result leaf, ``("new", shape, dtype,
+    is_view, view_key)``, ``("owner", i)`` (the i-th stand-in argument itself: written in
+    place) or ``("value", v)``; ``structure`` is the result's tuple/list type or None."""
+    __slots__ = ("node", "outs", "structure", "work")
+
+    def __init__(self, outs, structure, work):
+        self.node = TapeNode()
+        self.outs, self.structure, self.work = outs, structure, work
+
+
+class FlushEntry:
+    """A cluster flushed at a trie node: its cache key and compilation (None when it ran
+    eagerly), the numbers of its parameters and of its outputs, in order."""
+    __slots__ = ("key", "compilation", "params", "roots", "root_set")
+
+    def __init__(self, key, compilation, params, roots):
+        self.key, self.compilation = key, compilation
+        self.params, self.roots = tuple(params), tuple(roots)
+        self.root_set = frozenset(roots)
+
+
+class Tape:
+    """The trie of one auto function (shared by its calls)."""
+    __slots__ = ("root", "nodes")
+
+    def __init__(self):
+        self.root = TapeNode()
+        self.nodes = 1
+
+    def child(self, node: TapeNode, key, outs, structure, work) -> TapeNode | None:
+        """``node``'s child for ``key`` (made if new and the trie is not full), or None."""
+        op = node.children.get(key)
+        if op is None:
+            if self.nodes >= MAX_NODES:
+                return None
+            self.nodes += 1
+            op = node.children[key] = TapeOp(outs, structure, work)
+        return op.node
+
+    def remember_flush(self, node: TapeNode, entry: FlushEntry) -> None:
+        node.flushes = [e for e in node.flushes if e.roots != entry.roots] + [entry]
+
+
+_SCALARS = (bool, int, str, bytes, type(None), type(Ellipsis), type)
+
+
+def key_of(obj, number, base=None, plain=None):
+    """A hashable key of an argument tree; stand-ins become ``number(x)`` (``base``, when
+    given, becomes ``("base",)``), NumPy arrays too large to be constants ``plain(array)``
+    (when given).  Raises NoKey for what it cannot key."""
+    kind = type(obj)
+    if kind in _SCALARS:
+        return (kind, obj)
+    if kind is float:                   # (by bits: -0.0 and 0.0 are different constants)
+        return (float, obj.hex())
+    if kind is complex:
+        return (complex, obj.real.hex(), obj.imag.hex())
+    if getattr(kind, "nbxla_stand_in", False):
+        if obj is base:
+            return ("base",)
+        if base is not None:
+            raise NoKey
+        return ("a", number(obj))
+    if kind is tuple or kind is list:
+        return (kind, tuple([key_of(x, number, base, plain) for x in obj]))
+    if kind is slice:
+        return (slice, key_of(obj.start, number, base), key_of(obj.stop, number, base),
+                key_of(obj.step, number, base))
+    if kind is dict:
+        return (dict, tuple((k, key_of(v, number, base, plain)) for k, v in sorted(obj.items())))
+    if kind is np.ndarray:
+        if obj.dtype == object:
+            raise NoKey
+        if obj.size > MAX_KEYED_ELEMENTS:
+            if plain is None or base is not None:
+                raise NoKey
+            return ("plain", plain(obj))
+        return (np.ndarray, obj.dtype.str, obj.shape, obj.tobytes())
+    if isinstance(obj, np.generic):
+        return (kind, obj.tobytes())
+    if isinstance(obj, np.dtype):
+        return (np.dtype, obj.str)
+    raise NoKey

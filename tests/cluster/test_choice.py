@@ -1,0 +1,143 @@
+"""The measured choices (nbxla/cluster/choice.py), fed with given times (tests never time
+anything): per cluster compiled vs eager, per function auto-clustered vs plain NumPy; and
+the report prints what was measured."""
+
+import numpy as np
+import pytest
+
+from nbxla.cluster import AutoFunction, session
+from nbxla.cluster.choice import (EAGER_MARGIN, REPROBE_CALLS, RETRY_RUNS, ClusterTiming,
+                                  ModeChoice)
+from nbxla.runtime.cache import CompilationCache
+
+
+def drive(choice: ModeChoice, seconds: dict, calls: int) -> list:
+    """The modes of ``calls`` calls when each mode takes ``seconds[mode]``."""
+    modes = []
+    while len(modes) < calls:
+        if choice.eager_calls:                    # (the caller's fast path)
+            choice.eager_calls -= 1
+            modes.append("eager")
+            continue
+        mode = choice.next_mode()
+        modes.append(mode)
+        if choice.timed(mode):
+            choice.record(mode, seconds[mode])
+    return modes[:calls]
+
+
+@pytest.mark.parametrize("faster", ["auto", "eager"])
+def test_mode_choice_probes_then_keeps_the_faster_and_reprobes(faster):
+    slower = "eager" if faster == "auto" else "auto"
+    choice = ModeChoice()
+    modes = drive(choice, {faster: 0.010, slower: 0.030}, 3 * REPROBE_CALLS)
+    assert modes[:5] == ["auto", "eager", "auto", "eager", "auto"]   # compile, 2 probe pairs
+    assert choice.decided == faster
+    later = modes[5:]
+    assert later.count(slower) == len([c for c in range(6, 3 * REPROBE_CALLS + 1)
+                                       if c % REPROBE_CALLS == 0])   # only the re-probes
+    assert "later calls run" in choice.describe()
+
+
+def test_close_or_short_calls_take_more_probe_pairs():
+    choice = ModeChoice()
+    drive(choice, {"auto": 0.0100, "eager": 0.0102}, 5)
+    assert choice.decided is None                          # within 10%: measure again
+    drive(choice, {"auto": 0.0100, "eager": 0.0102}, 2)
+    assert choice.decided == "auto"                        # 3 pairs: the better best time
+    short = ModeChoice()
+    drive(short, {"auto": 1e-5, "eager": 5e-6}, 9)
+    assert short.decided is None and short.pairs == 4      # under 0.5 ms: 5 pairs
+    drive(short, {"auto": 1e-5, "eager": 5e-6}, 2)
+    assert short.decided == "eager"
+
+
+def test_calls_that_compiled_are_not_counted():
+    choice = ModeChoice()
+    choice.next_mode()
+    choice.next_mode()
+    choice.record("eager", 0.01)
+    choice.next_mode()
+    choice.record("auto", 5.0, compiled=True)              # it compiled: says nothing
+    assert choice.times["auto"] == [] and choice.decided is None
+
+
+def test_cluster_timing_runs_eagerly_only_when_clearly_faster_and_retries():
+    timing = ClusterTiming([1.0, 1.2], [0.95])
+    assert not timing.run_eagerly()                        # not under the margin
+    timing = ClusterTiming([1.0], [EAGER_MARGIN * 0.5])
+    runs = []
+    for _ in range(2 * RETRY_RUNS):
+        eager = timing.run_eagerly()
+        runs.append(eager)
+        timing.ran(not eager, 0.45 if eager else 1.0)
+    assert runs.count(False) == 2                          # compiled again every RETRY_RUNS
+    assert "compiled vs" in timing.describe()
+
+
+def test_a_cluster_measured_faster_eagerly_runs_eagerly_with_numpys_result(monkeypatch):
+    def program(x):
+        return np.sqrt(x * x + 1.0) * 0.5 + x
+
+    (x,) = [np.random.default_rng(0).random(64)]
+    f = AutoFunction(program, cache=CompilationCache(), min_work=1)
+    f.run_auto(x)                                # (run_auto: whatever calls measured)
+    (cluster,) = f.last_report.clusters
+    assert cluster.compiled and "measured" in cluster.measured
+    key = f._log.clusters[0].key
+    monkeypatch.setitem(session._TIMINGS, key, ClusterTiming([1.0], [0.1]))
+    got = f.run_auto(x)
+    np.testing.assert_allclose(got, program(x), rtol=1e-12)
+    (cluster,) = f.last_report.clusters
+    assert not cluster.compiled and "measured faster eagerly" in cluster.why_eager
+    assert "measured 1 ms compiled vs" in f.last_report.to_text()
+
+
+def test_the_report_prints_the_call_choice():
+    def program(x):
+        return np.exp(x) * 2.0 + x
+
+    (x,) = [np.random.default_rng(1).random(64)]
+    f = AutoFunction(program, cache=CompilationCache(), min_work=1)
+    for _ in range(12):
+        np.testing.assert_allclose(f(x), program(x), rtol=1e-12)
+    report = f.last_report
+    assert report is not None and "calls:" in report.to_text()
+    assert "plain NumPy" in report.calls
+
+
+def test_probes_start_auto_clustered_when_the_first_calls_clusters_won_clearly():
+    choice = ModeChoice()
+    choice.auto_first = True
+    modes = drive(choice, {"auto": 0.010, "eager": 0.030}, 5)
+    assert modes == ["auto", "auto", "eager", "auto", "eager"]
+    assert choice.decided == "auto"
+
+
+def test_the_first_calls_measured_gain_sets_the_probes():
+    nothing = ModeChoice()
+    nothing.next_mode()
+    nothing.after_first_call(0.0, 0.0)                    # no cluster saved anything
+    assert drive(nothing, {"auto": 0.01, "eager": 0.02}, 3) == ["eager"] * 3
+    assert "saved nothing" in nothing.describe()
+    modes = drive(nothing, {"auto": 0.005, "eager": 0.02}, 3 * REPROBE_CALLS)  # re-probes
+    assert nothing.decided == "auto" and modes[-1] == "auto"
+    clear = ModeChoice()
+    clear.next_mode()
+    clear.after_first_call(30.0, 10.0)
+    assert clear.auto_first and clear.decided is None
+    unclear = ModeChoice()
+    unclear.next_mode()
+    unclear.after_first_call(0.5, 10.0)
+    assert not unclear.auto_first and unclear.decided is None
+
+
+def test_a_function_of_small_arrays_runs_as_plain_numpy_from_its_second_call():
+    def program(x):
+        return np.exp(x) * 2.0 + x
+
+    (x,) = [np.random.default_rng(2).random(100)]          # under the default threshold
+    f = AutoFunction(program, cache=CompilationCache())
+    for _ in range(3 * REPROBE_CALLS):                     # (through re-probes)
+        np.testing.assert_allclose(f(x), program(x), rtol=1e-12)
+    assert f.last_report.calls
