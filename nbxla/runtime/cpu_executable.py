@@ -46,6 +46,7 @@ from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
 from .persistent_cache import default_cache
+from .straight_line import straight_line_runner
 from .thunks import structural_thunk
 
 _STRUCTURE_OPTIONS = PrintOptions(operand_shapes=True, metadata=False)
@@ -149,6 +150,15 @@ class CpuExecutable:
         if direct is not None:
             self.run = direct
         self.run_single = self._single_kernel_runner(entry, direct)
+        self.run_tuple = None       # (a flat tuple root's arrays as a tuple: straight_line.py)
+        if direct is None and self._fresh_results and not self._arena_bytes:
+            written = straight_line_runner(entry.computation, entry.params, entry.steps, entry.root,
+                                           _contiguous)
+            if written is not None:
+                self.run, self.run_single, self.run_tuple = written
+                for fn in written:
+                    if fn is not None:
+                        fn.executable = self    # the machine code lives as long as the executable
 
     def _program(self, comp: Computation) -> _Program:
         """``comp`` as a program (built once; the entry's kernels write into the arena)."""

@@ -1,0 +1,81 @@
+"""A straight-line runner for small entry programs: the steps written out as one Python
+function (as ``collections.namedtuple`` writes its class), built once per executable.
+
+Why: a program of two GEMVs on a 190x210 matrix does about 10 us of BLAS work, and the
+general loop (``CpuExecutable.run``: a list of operands per step, then the thunk's own frames
+around ``np.matmul``) added about 3 us to it.  Written out, a plain BLAS call is
+``v3 = matmul(v0, v2, out=empty3())`` and an unsplit kernel is one ctypes call on the arrays;
+every other step calls its thunk as the loop would.
+
+Only entries whose steps write no arena and whose results are fresh arrays (made during the
+run, ``CpuExecutable._results_are_fresh``) are written out: those need neither the arena nor
+the alias check on results.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..hlo.ir import Computation
+from .cpu_kernels import DotThunk, KernelThunk
+
+# Longer entries keep the loop: the gain is per step of dispatch, the source grows with steps.
+MAX_STEPS = 64
+
+
+def straight_line_runner(comp: Computation, params: list, steps: list, root: int,
+                         contiguous: Callable) -> tuple | None:
+    """``(run, single, as_tuple)`` for the entry ``comp`` given as the executable's steps:
+    ``run(inputs)`` gives the list of result arrays; for a one-array root ``single(inputs)``
+    gives it (a NumPy scalar when 0-d), for a flat tuple root ``as_tuple(inputs)`` gives the
+    tuple of arrays (the other one is None).  None when the entry does not qualify (see the
+    module docstring) -- the caller checked that its results are fresh."""
+    if not steps or len(steps) > MAX_STEPS or any(places is not None for *_, places in steps):
+        return None
+    ops = [i for i in comp.instructions if i.opcode != "parameter"]
+    env: dict = {"ndarray": np.ndarray, "contiguous": contiguous, "matmul": np.matmul}
+    lines = ["def run(inputs):"]
+    used = {k for _, operands, _, _ in steps for k in operands} | {root}
+    for k, number in params:
+        if k in used:
+            lines += [f"    v{k} = inputs[{number}]",
+                      f"    if type(v{k}) is not ndarray or not v{k}.flags.c_contiguous:",
+                      f"        v{k} = contiguous(v{k})"]
+    for n, (instr, (thunk, operands, out, _)) in enumerate(zip(ops, steps)):
+        args = ", ".join(f"v{k}" for k in operands)
+        if instr.opcode == "tuple":
+            lines.append(f"    v{out} = ({args}{',' if len(operands) == 1 else ''})")
+        elif instr.opcode == "get-tuple-element" and not isinstance(thunk, KernelThunk):
+            lines.append(f"    v{out} = v{operands[0]}[{instr.attrs['index']}]")
+        elif isinstance(thunk, DotThunk) and thunk.plain and thunk.split is None and thunk.one_thread is None:
+            env[f"make{n}"] = thunk.make
+            lines.append(f"    v{out} = matmul({args}, out=make{n}())")
+        elif isinstance(thunk, KernelThunk) and thunk.object_fn is not None and not thunk.tuple_result:
+            # (Every value here is an exact C-contiguous ndarray: parameters were made so
+            # above, kernels, BLAS calls, constants and views give such arrays.)
+            env[f"kernel{n}"], env[f"make{n}"] = thunk.object_fn, thunk.makers[0]
+            lines += [f"    v{out} = make{n}()",
+                      f"    kernel{n}({args}{', ' if args else ''}v{out}, 0, {thunk.extent})"]
+        else:
+            env[f"thunk{n}"] = thunk
+            lines.append(f"    v{out} = thunk{n}([{args}])")
+    body = "\n".join(lines)
+    root_instr = comp.root
+    if root_instr.shape.is_tuple:
+        if root_instr.opcode != "tuple" or any(o.shape.is_tuple for o in root_instr.operands):
+            return None                     # nested tuples: the general flattening
+        return (_define(body + f"\n    return list(v{root})", env), None,
+                _define(body + f"\n    return v{root}", env))
+    scalar = root_instr.shape.rank == 0
+    return (_define(body + f"\n    return [v{root}]", env),
+            _define(body + (f"\n    return v{root}[()]" if scalar else f"\n    return v{root}"), env), None)
+
+
+def _define(source: str, env: dict) -> Callable:
+    namespace = dict(env)
+    exec(compile(source, "<nbxla straight-line entry>", "exec"), namespace)
+    run = namespace["run"]
+    run.source = source                     # (for reading what runs; tests look at it too)
+    return run

@@ -1,0 +1,88 @@
+"""The straight-line entry runner (runtime/straight_line.py): which entries get it, and that
+what it gives equals NumPy through every way the jit and the executable call it."""
+
+import numpy as np
+import pytest
+
+import nbxla
+
+
+def _native(f):
+    return f.last_compilation.executable.native
+
+
+def _rng():
+    return np.random.default_rng(7)
+
+
+def test_two_gemvs_run_written_out_and_agree():
+    g = _rng()
+    A, x = g.uniform(size=(19, 21)), g.uniform(size=21)
+    f = nbxla.jit(lambda A, x: (A @ x) @ A)
+    first = f(A, x)
+    cpu = _native(f)
+    assert "matmul(" in cpu.run.source and "thunk" not in cpu.run.source
+    for _ in range(3):                                   # fast path, after the first call
+        np.testing.assert_allclose(f(A, x), (A @ x) @ A, rtol=1e-12)
+    np.testing.assert_allclose(first, (A @ x) @ A, rtol=1e-12)
+    np.testing.assert_allclose(cpu.run([A, x])[0], (A @ x) @ A, rtol=1e-12)
+
+
+def test_a_tuple_of_products_comes_back_as_a_fresh_tuple():
+    g = _rng()
+    A, p, r = g.uniform(size=(21, 19)), g.uniform(size=19), g.uniform(size=21)
+    f = nbxla.jit(lambda A, p, r: (r @ A, A @ p))
+    for _ in range(3):
+        s, q = f(A, p, r)
+        np.testing.assert_allclose(s, r @ A, rtol=1e-12)
+        np.testing.assert_allclose(q, A @ p, rtol=1e-12)
+    assert f.last_compilation.executable.run_tuple is not None
+    s2, q2 = f(A, p, r)
+    assert not np.shares_memory(s, s2) and not np.shares_memory(q, q2)   # fresh per call
+
+
+def test_kernels_and_products_mixed_with_a_scalar_result():
+    g = _rng()
+    A, x, y = g.uniform(size=(30, 40)), g.uniform(size=40), g.uniform(size=30)
+
+    def prog(A, x, y):
+        t = np.tanh(A @ x) + 2 * y
+        return np.sum(t @ A * x)
+    f = nbxla.jit(prog)
+    for _ in range(3):
+        got = f(A, x, y)
+        assert np.ndim(got) == 0
+        np.testing.assert_allclose(got, prog(A, x, y), rtol=1e-12)
+
+
+def test_non_contiguous_and_subclass_arguments_are_made_contiguous():
+    g = _rng()
+    A, x = g.uniform(size=(40, 21)), g.uniform(size=42)
+    f = nbxla.jit(lambda A, x: (A @ x) @ A)
+    view_A, view_x = A[::2], x[::2]                       # strided views
+    np.testing.assert_allclose(f(view_A, view_x), (view_A @ view_x) @ view_A, rtol=1e-12)
+    cpu = _native(f)
+    np.testing.assert_allclose(cpu.run([view_A, view_x])[0], (view_A @ view_x) @ view_A, rtol=1e-12)
+    np.testing.assert_allclose(cpu.run([np.asfortranarray(view_A), view_x.tolist()])[0],
+                               (view_A @ view_x) @ view_A, rtol=1e-12)
+
+
+def test_a_result_that_is_an_input_keeps_the_general_runner():
+    g = _rng()
+    A, x = g.uniform(size=(5, 6)), g.uniform(size=6)
+    f = nbxla.jit(lambda A, x: (A @ x, x))
+    a, b = f(A, x)
+    np.testing.assert_allclose(a, A @ x, rtol=1e-12)
+    assert np.array_equal(b, x) and not np.shares_memory(b, x)
+    assert not hasattr(_native(f).run, "source")
+
+
+@pytest.mark.filterwarnings("ignore::nbxla.errors.InterpretedWarning")   # (integer dots)
+@pytest.mark.parametrize("n", [1, 3])
+def test_one_element_tuple_roots_and_int_dots(n):
+    g = _rng()
+    A, x = g.integers(0, 9, size=(n, 4)), g.integers(0, 9, size=4)
+    f = nbxla.jit(lambda A, x: (A @ x + 1,))
+    for _ in range(2):
+        (got,) = f(A, x)
+        assert np.array_equal(got, A @ x + 1) and got.dtype == (A @ x).dtype
