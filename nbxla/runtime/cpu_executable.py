@@ -394,6 +394,8 @@ class CpuExecutable:
             return f"native kernel {symbol} ({spec.style} over {spec.parallel_extent}, {split})"
         if isinstance(thunk, FullReductionThunk):
             return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
+        if isinstance(thunk, DotThunk) and instr.name in getattr(self.run, "paired", ()):
+            return "native kernel: with the other GEMV of the same matrix, one pass over it (dual_gemv)"
         if isinstance(thunk, DotThunk):
             threads = "" if thunk.one_thread is None else \
                 f", one BLAS thread, {thunk.split[0]} split over the pool" if thunk.split else ", one BLAS thread"

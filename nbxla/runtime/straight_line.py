@@ -20,6 +20,7 @@ import numpy as np
 
 from ..hlo.ir import Computation
 from .cpu_kernels import DotThunk, KernelThunk
+from .dual_gemv import available as dual_available, dual_gemv
 
 # Longer entries keep the loop: the gain is per step of dispatch, the source grows with steps.
 MAX_STEPS = 64
@@ -43,9 +44,22 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             lines += [f"    v{k} = inputs[{number}]",
                       f"    if type(v{k}) is not ndarray or not v{k}.flags.c_contiguous:",
                       f"        v{k} = contiguous(v{k})"]
+    pairs = _shared_matrix_pairs(ops, steps, params)
     for n, (instr, (thunk, operands, out, _)) in enumerate(zip(ops, steps)):
         args = ", ".join(f"v{k}" for k in operands)
-        if instr.opcode == "tuple":
+        if n in pairs:
+            later = pairs[n]
+            if later is None:
+                continue                    # (computed with its partner)
+            vec_mat, mat_vec = (n, later) if steps[n][0].how.startswith("GEMV (vector") else (later, n)
+            (r, a), s_out = steps[vec_mat][1], steps[vec_mat][2]
+            (_, p), q_out = steps[mat_vec][1], steps[mat_vec][2]
+            rows, cols = ops[mat_vec].operands[0].shape.dims
+            env["dual"] = dual_gemv(ops[n].shape.element_type)
+            env[f"make{vec_mat}"], env[f"make{mat_vec}"] = steps[vec_mat][0].make, steps[mat_vec][0].make
+            lines += [f"    v{s_out} = make{vec_mat}()", f"    v{q_out} = make{mat_vec}()",
+                      f"    dual(v{a}, v{p}, v{r}, v{s_out}, v{q_out}, {rows}, {cols})"]
+        elif instr.opcode == "tuple":
             lines.append(f"    v{out} = ({args}{',' if len(operands) == 1 else ''})")
         elif instr.opcode == "get-tuple-element" and not isinstance(thunk, KernelThunk):
             lines.append(f"    v{out} = v{operands[0]}[{instr.attrs['index']}]")
@@ -62,20 +76,48 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             env[f"thunk{n}"] = thunk
             lines.append(f"    v{out} = thunk{n}([{args}])")
     body = "\n".join(lines)
+    paired = {ops[n].name for n in pairs}
     root_instr = comp.root
     if root_instr.shape.is_tuple:
         if root_instr.opcode != "tuple" or any(o.shape.is_tuple for o in root_instr.operands):
             return None                     # nested tuples: the general flattening
-        return (_define(body + f"\n    return list(v{root})", env), None,
-                _define(body + f"\n    return v{root}", env))
+        return (_define(body + f"\n    return list(v{root})", env, paired), None,
+                _define(body + f"\n    return v{root}", env, paired))
     scalar = root_instr.shape.rank == 0
-    return (_define(body + f"\n    return [v{root}]", env),
-            _define(body + (f"\n    return v{root}[()]" if scalar else f"\n    return v{root}"), env), None)
+    return (_define(body + f"\n    return [v{root}]", env, paired),
+            _define(body + (f"\n    return v{root}[()]" if scalar else f"\n    return v{root}"), env, paired),
+            None)
 
 
-def _define(source: str, env: dict) -> Callable:
+def _shared_matrix_pairs(ops: list, steps: list, params: list) -> dict:
+    """Pairs of a ``vector @ A`` and an ``A @ vector`` GEMV reading the same matrix, where
+    neither needs the other's result: {earlier step: later step, later step: None}.  They
+    run as one pass over ``A`` (dual_gemv.py) at the earlier step's place, so every operand
+    of the later one must be ready by then."""
+    made_at = {k: -1 for k, _ in params}
+    for n, (_, _, out, _) in enumerate(steps):
+        made_at[out] = n
+    waiting: dict = {}                  # (matrix slot, the side still wanted) -> step
+    pairs: dict = {}
+    for n, (thunk, operands, _, _) in enumerate(steps):
+        if not (isinstance(thunk, DotThunk) and thunk.plain and thunk.split is None
+                and thunk.how.startswith("GEMV") and dual_available(ops[n].shape.element_type)
+                and min(ops[n].operands[0].shape.dims + ops[n].operands[1].shape.dims) > 0):
+            continue
+        vector_first = thunk.how.startswith("GEMV (vector")
+        matrix = operands[1] if vector_first else operands[0]
+        partner = waiting.pop((matrix, not vector_first), None)
+        if partner is not None and all(made_at[k] < partner for k in operands):
+            pairs[partner], pairs[n] = n, None
+        else:
+            waiting[(matrix, vector_first)] = n
+    return pairs
+
+
+def _define(source: str, env: dict, paired: set) -> Callable:
     namespace = dict(env)
     exec(compile(source, "<nbxla straight-line entry>", "exec"), namespace)
     run = namespace["run"]
     run.source = source                     # (for reading what runs; tests look at it too)
+    run.paired = paired                     # dots run as one pass with a partner, by name
     return run

@@ -86,3 +86,51 @@ def test_one_element_tuple_roots_and_int_dots(n):
     for _ in range(2):
         (got,) = f(A, x)
         assert np.array_equal(got, A @ x + 1) and got.dtype == (A @ x).dtype
+
+
+# ---- two GEMVs of one matrix in one pass (runtime/dual_gemv.py) ----------------------------
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+@pytest.mark.parametrize("rows, cols", [(21, 19), (8, 3), (5, 1), (1, 7), (3, 3)])
+def test_both_sides_of_one_matrix_run_as_one_pass_and_agree(dtype, rtol, rows, cols):
+    g = _rng()
+    A = g.uniform(-1, 1, size=(rows, cols)).astype(dtype)
+    p, r = g.uniform(-1, 1, size=cols).astype(dtype), g.uniform(-1, 1, size=rows).astype(dtype)
+    f = nbxla.jit(lambda A, p, r: (r @ A, A @ p))
+    for _ in range(2):
+        s, q = f(A, p, r)
+        assert s.dtype == q.dtype == dtype
+        np.testing.assert_allclose(s, r @ A, rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(q, A @ p, rtol=rtol, atol=rtol)
+    if rows > 1:        # (one row: A @ p is a vector-matrix product too, nothing to pair)
+        assert "dual(" in _native(f).run.source
+
+
+def test_a_product_that_needs_the_other_is_not_paired():
+    g = _rng()
+    A, x = g.uniform(size=(12, 9)), g.uniform(size=9)
+    f = nbxla.jit(lambda A, x: (A @ x) @ A)            # atax: the second reads the first
+    np.testing.assert_allclose(f(A, x), (A @ x) @ A, rtol=1e-12)
+    g2 = nbxla.jit(lambda A, r: A @ np.tanh(r @ A))
+    r = g.uniform(size=12)
+    np.testing.assert_allclose(g2(A, r), A @ np.tanh(r @ A), rtol=1e-12)
+    for fn in (f, g2):
+        assert "dual(" not in _native(fn).run.source
+
+
+def test_a_third_product_of_the_same_matrix_runs_on_its_own():
+    g = _rng()
+    A, p, r, r2 = g.uniform(size=(10, 6)), g.uniform(size=6), g.uniform(size=10), g.uniform(size=10)
+    f = nbxla.jit(lambda A, p, r, r2: (r @ A, A @ p + 1, r2 @ A))
+    for got, want in zip(f(A, p, r, r2), (r @ A, A @ p + 1, r2 @ A)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert _native(f).run.source.count("dual(") == 1
+
+
+def test_the_execution_stage_names_the_paired_products():
+    g = _rng()
+    A, p, r = g.uniform(size=(6, 5)), g.uniform(size=5), g.uniform(size=6)
+    f = nbxla.jit(lambda A, p, r: (r @ A, A @ p))
+    f(A, p, r)
+    text = f.last_compilation.stage("execution")
+    assert text.count("one pass over it (dual_gemv)") == 2, text
