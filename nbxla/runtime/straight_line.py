@@ -20,7 +20,7 @@ import numpy as np
 
 from ..hlo.ir import Computation
 from .cpu_kernels import DotThunk, KernelThunk
-from .dual_gemv import available as dual_available, dual_gemv
+from .dual_gemv import available as dual_available, chained_gemv, dual_gemv
 
 # Longer entries keep the loop: the gain is per step of dispatch, the source grows with steps.
 MAX_STEPS = 64
@@ -48,17 +48,21 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
     for n, (instr, (thunk, operands, out, _)) in enumerate(zip(ops, steps)):
         args = ", ".join(f"v{k}" for k in operands)
         if n in pairs:
-            later = pairs[n]
-            if later is None:
+            if pairs[n] is None:
                 continue                    # (computed with its partner)
+            later, kind = pairs[n]
             vec_mat, mat_vec = (n, later) if steps[n][0].how.startswith("GEMV (vector") else (later, n)
             (r, a), s_out = steps[vec_mat][1], steps[vec_mat][2]
             (_, p), q_out = steps[mat_vec][1], steps[mat_vec][2]
             rows, cols = ops[mat_vec].operands[0].shape.dims
-            env["dual"] = dual_gemv(ops[n].shape.element_type)
             env[f"make{vec_mat}"], env[f"make{mat_vec}"] = steps[vec_mat][0].make, steps[mat_vec][0].make
-            lines += [f"    v{s_out} = make{vec_mat}()", f"    v{q_out} = make{mat_vec}()",
-                      f"    dual(v{a}, v{p}, v{r}, v{s_out}, v{q_out}, {rows}, {cols})"]
+            lines += [f"    v{s_out} = make{vec_mat}()", f"    v{q_out} = make{mat_vec}()"]
+            if kind == "dual":
+                env["dual"] = dual_gemv(ops[n].shape.element_type)
+                lines.append(f"    dual(v{a}, v{p}, v{r}, v{s_out}, v{q_out}, {rows}, {cols})")
+            else:
+                env["chained"] = chained_gemv(ops[n].shape.element_type)
+                lines.append(f"    chained(v{a}, v{p}, v{s_out}, v{q_out}, {rows}, {cols})")
         elif instr.opcode == "tuple":
             lines.append(f"    v{out} = ({args}{',' if len(operands) == 1 else ''})")
         elif instr.opcode == "get-tuple-element" and not isinstance(thunk, KernelThunk):
@@ -90,27 +94,35 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
 
 
 def _shared_matrix_pairs(ops: list, steps: list, params: list) -> dict:
-    """Pairs of a ``vector @ A`` and an ``A @ vector`` GEMV reading the same matrix, where
-    neither needs the other's result: {earlier step: later step, later step: None}.  They
-    run as one pass over ``A`` (dual_gemv.py) at the earlier step's place, so every operand
-    of the later one must be ready by then."""
+    """Pairs of a ``vector @ A`` and an ``A @ vector`` GEMV reading the same matrix:
+    {earlier step: (later step, kind), later step: None}.  ``chained`` when the vector of the
+    first is the result of the second (``(A @ p) @ A``), ``dual`` when neither needs the
+    other's result.  They run as one pass over ``A`` (dual_gemv.py) at the earlier step's
+    place, so every operand of the later one must be ready by then."""
     made_at = {k: -1 for k, _ in params}
     for n, (_, _, out, _) in enumerate(steps):
         made_at[out] = n
     waiting: dict = {}                  # (matrix slot, the side still wanted) -> step
+    products: dict = {}                 # result slot of an unpaired ``A @ vector`` -> (step, A)
     pairs: dict = {}
-    for n, (thunk, operands, _, _) in enumerate(steps):
+    for n, (thunk, operands, out, _) in enumerate(steps):
         if not (isinstance(thunk, DotThunk) and thunk.plain and thunk.split is None
                 and thunk.how.startswith("GEMV") and dual_available(ops[n].shape.element_type)
                 and min(ops[n].operands[0].shape.dims + ops[n].operands[1].shape.dims) > 0):
             continue
         vector_first = thunk.how.startswith("GEMV (vector")
         matrix = operands[1] if vector_first else operands[0]
+        source = products.get(operands[0]) if vector_first else None
+        if source is not None and source[1] == matrix and source[0] not in pairs:
+            pairs[source[0]], pairs[n] = (n, "chained"), None
+            continue
         partner = waiting.pop((matrix, not vector_first), None)
-        if partner is not None and all(made_at[k] < partner for k in operands):
-            pairs[partner], pairs[n] = n, None
-        else:
-            waiting[(matrix, vector_first)] = n
+        if partner is not None and partner not in pairs and all(made_at[k] < partner for k in operands):
+            pairs[partner], pairs[n] = (n, "dual"), None
+            continue
+        waiting[(matrix, vector_first)] = n
+        if not vector_first:
+            products[out] = (n, matrix)
     return pairs
 
 

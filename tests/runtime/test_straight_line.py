@@ -17,15 +17,15 @@ def _rng():
 
 def test_two_gemvs_run_written_out_and_agree():
     g = _rng()
-    A, x = g.uniform(size=(19, 21)), g.uniform(size=21)
-    f = nbxla.jit(lambda A, x: (A @ x) @ A)
-    first = f(A, x)
+    A, x, B = g.uniform(size=(19, 21)), g.uniform(size=21), g.uniform(size=(19, 4))
+    f = nbxla.jit(lambda A, x, B: (A @ x) @ B)
+    first = f(A, x, B)
     cpu = _native(f)
-    assert "matmul(" in cpu.run.source and "thunk" not in cpu.run.source
+    assert cpu.run.source.count("matmul(") == 2 and "thunk" not in cpu.run.source
     for _ in range(3):                                   # fast path, after the first call
-        np.testing.assert_allclose(f(A, x), (A @ x) @ A, rtol=1e-12)
-    np.testing.assert_allclose(first, (A @ x) @ A, rtol=1e-12)
-    np.testing.assert_allclose(cpu.run([A, x])[0], (A @ x) @ A, rtol=1e-12)
+        np.testing.assert_allclose(f(A, x, B), (A @ x) @ B, rtol=1e-12)
+    np.testing.assert_allclose(first, (A @ x) @ B, rtol=1e-12)
+    np.testing.assert_allclose(cpu.run([A, x, B])[0], (A @ x) @ B, rtol=1e-12)
 
 
 def test_a_tuple_of_products_comes_back_as_a_fresh_tuple():
@@ -106,16 +106,22 @@ def test_both_sides_of_one_matrix_run_as_one_pass_and_agree(dtype, rtol, rows, c
         assert "dual(" in _native(f).run.source
 
 
-def test_a_product_that_needs_the_other_is_not_paired():
+def test_a_product_of_a_function_of_the_other_is_not_paired():
+    g = _rng()
+    A, r = g.uniform(size=(12, 9)), g.uniform(size=12)
+    f = nbxla.jit(lambda A, r: A @ np.tanh(r @ A))
+    np.testing.assert_allclose(f(A, r), A @ np.tanh(r @ A), rtol=1e-12)
+    source = _native(f).run.source
+    assert "dual(" not in source and "chained(" not in source and source.count("matmul(") == 2
+
+
+def test_atax_runs_chained():
     g = _rng()
     A, x = g.uniform(size=(12, 9)), g.uniform(size=9)
-    f = nbxla.jit(lambda A, x: (A @ x) @ A)            # atax: the second reads the first
-    np.testing.assert_allclose(f(A, x), (A @ x) @ A, rtol=1e-12)
-    g2 = nbxla.jit(lambda A, r: A @ np.tanh(r @ A))
-    r = g.uniform(size=12)
-    np.testing.assert_allclose(g2(A, r), A @ np.tanh(r @ A), rtol=1e-12)
-    for fn in (f, g2):
-        assert "dual(" not in _native(fn).run.source
+    f = nbxla.jit(lambda A, x: (A @ x) @ A)
+    for _ in range(2):
+        np.testing.assert_allclose(f(A, x), (A @ x) @ A, rtol=1e-12)
+    assert "chained(" in _native(f).run.source
 
 
 def test_a_third_product_of_the_same_matrix_runs_on_its_own():
@@ -134,3 +140,17 @@ def test_the_execution_stage_names_the_paired_products():
     f(A, p, r)
     text = f.last_compilation.stage("execution")
     assert text.count("one pass over it (dual_gemv)") == 2, text
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-11), (np.float32, 1e-4)])
+@pytest.mark.parametrize("rows, cols", [(19, 21), (8, 3), (5, 2), (3, 3)])
+def test_a_product_of_the_others_result_runs_chained_and_agrees(dtype, rtol, rows, cols):
+    g = _rng()
+    A, x = g.uniform(-1, 1, size=(rows, cols)).astype(dtype), g.uniform(-1, 1, size=cols).astype(dtype)
+    f = nbxla.jit(lambda A, x: (A @ x, (A @ x) @ A))
+    for _ in range(2):
+        q, s = f(A, x)
+        np.testing.assert_allclose(q, A @ x, rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(s, (A @ x) @ A, rtol=rtol, atol=rtol)
+    source = _native(f).run.source
+    assert "chained(" in source and "matmul(" not in source
