@@ -105,6 +105,10 @@ def _fast_runner(compiled: CompiledProgram, n_leaves: int) -> Callable | None:
         ranks = [leaf.rank for leaf in (root.leaves() if root.is_tuple else [root])]
         params = program.param_leaves
         if all(ranks[k] for k in picks):
+            as_tuple = compiled.compilation.executable.run_tuple
+            if as_tuple is not None and params == list(range(n_leaves)) and picks == list(range(len(ranks))):
+                return as_tuple                 # (the outputs in order, from the arguments)
+
             def flat(leaves):
                 outputs = run([leaves[i] for i in params])
                 return tuple([outputs[k] for k in picks])
@@ -250,19 +254,22 @@ class CompiledFunction:
             captured = self._read_captures()
         # Fast path for the common call f(array, array, ...): a cache hit then costs one dict
         # lookup keyed by argument types, shapes and dtypes (and the captured values), and a
-        # runner made for the entry.
-        fast_key = tree = None
-        if current_flags().auto_jit and self.follow_auto_flag:
+        # runner made for the entry.  The flags are keyed by identity: ``current_flags`` hands
+        # out one object per NBXLA_FLAGS text and keeps it (hashing the dataclass cost more
+        # than the rest of the key).
+        flags = current_flags()
+        if flags.auto_jit and self.follow_auto_flag:
             return self._auto_function()(*args, **kwargs)
+        fast_key = tree = None
         if not kwargs:
             try:
-                fast_key = (current_flags(), tuple([(type(a), a.shape, a.dtype) for a in args]),
+                fast_key = (id(flags), tuple([(type(a), a.shape, a.dtype) for a in args]),
                             self._capture_tokens(captured, plan) if captured else ())
             except (AttributeError, TypeError):     # a static argument or a list: the full key
                 # decides, unless every leaf is an array (a training step's parameter list)
                 tree = array_tree_key(args) if not captured else None
                 if tree is not None:
-                    fast_key = (current_flags(), "tree", tree)
+                    fast_key = (id(flags), "tree", tree)
             if fast_key is not None:
                 hit = self._fast.get(fast_key)
                 if hit is not None and hit[1] == self.cache.generation:
@@ -270,7 +277,7 @@ class CompiledFunction:
                     self.cache.touch(entry)
                     self.last_compilation = entry.value.compilation
                     try:
-                        return runner(args if not captured else args + tuple(v for _, v in captured))
+                        return runner(args if not captured else args + tuple([v for _, v in captured]))
                     except MemoryError:
                         raise _memory_error(self.__name__, entry.value) from None
                 if hit is not None:             # the cache has evicted since: do not pin it

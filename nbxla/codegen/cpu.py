@@ -53,6 +53,20 @@ def host_target_machine():
         return _target_machine
 
 
+def jit_engine(mod):
+    """An MCJIT engine holding the machine code of the parsed LLVM module ``mod``, optimized
+    as kernels are; the code lives as long as the engine (runtime/dual_gemv.py's
+    hand-written kernel)."""
+    with _lock:
+        tm = host_target_machine()
+        mod.data_layout = str(tm.target_data)
+        mod.verify()
+        optimize_module(mod, tm)
+        engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
+        engine.finalize_object()
+    return engine
+
+
 @dataclass
 class CompiledKernels:
     """Machine code for a set of kernels; keeps the JIT engine (and so the code) alive."""

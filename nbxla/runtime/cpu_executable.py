@@ -46,6 +46,7 @@ from . import host_memory
 from .host_memory import memory_owner
 from .native_loops import NativeLoopThunk, native_loops, native_loops_enabled
 from .persistent_cache import default_cache
+from .straight_line import straight_line_runner
 from .thunks import structural_thunk
 
 # Below this, temporaries are plain small allocations, not arena places: creating the arena
@@ -160,6 +161,15 @@ class CpuExecutable:
         if direct is not None:
             self.run = direct
         self.run_single = self._single_kernel_runner(entry, direct)
+        self.run_tuple = None       # (a flat tuple root's arrays as a tuple: straight_line.py)
+        if direct is None and self._fresh_results and not self._arena_bytes:
+            written = straight_line_runner(entry.computation, entry.params, entry.steps, entry.root,
+                                           _contiguous)
+            if written is not None:
+                self.run, self.run_single, self.run_tuple = written
+                for fn in written:
+                    if fn is not None:
+                        fn.executable = self    # the machine code lives as long as the executable
 
     def _program(self, comp: Computation) -> _Program:
         """``comp`` as a program (built once; the entry's kernels write into the arena)."""
@@ -399,6 +409,8 @@ class CpuExecutable:
             return f"native kernel {symbol} ({spec.style} over {spec.parallel_extent}, {split})"
         if isinstance(thunk, FullReductionThunk):
             return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
+        if isinstance(thunk, DotThunk) and instr.name in getattr(self.run, "paired", ()):
+            return "native kernel: with the other GEMV of the same matrix, one pass over it (dual_gemv)"
         if isinstance(thunk, DotThunk):
             threads = "" if thunk.one_thread is None else \
                 f", one BLAS thread, {thunk.split[0]} split over the pool" if thunk.split else ", one BLAS thread"

@@ -25,6 +25,9 @@ class Executable:
         # ``run_single(inputs)``: the one output array (a NumPy scalar when 0-d), where the
         # backend offers a shortcut for modules giving a single array (the jit fast path).
         self.run_single: Callable[[list], np.ndarray] | None = None
+        # ``run_tuple(inputs)``: the outputs as a tuple, where the backend offers a shortcut for
+        # modules whose root is a flat tuple of arrays (the jit fast path for ``return a, b``).
+        self.run_tuple: Callable[[list], tuple] | None = None
         self.native = None      # the backend's own object (e.g. compiled kernels), if any
         self.stages: dict[str, str] = {}   # backend stages (llvm_ir, asm, ...) by name
 
@@ -50,6 +53,7 @@ def _cpu_backend(module: Module, plan=None) -> Executable:
     cpu = CpuExecutable(module, plan)
     executable = Executable(module, cpu.backend, cpu.run)
     executable.run_single = cpu.run_single
+    executable.run_tuple = cpu.run_tuple
     executable.native = cpu
     executable.stages = _LazyStages({"llvm_ir": lambda: cpu.kernels.llvm_ir,
                                      "llvm_ir_optimized": lambda: cpu.kernels.llvm_ir_optimized,

@@ -1,0 +1,135 @@
+"""A straight-line runner for small entry programs: the steps written out as one Python
+function (as ``collections.namedtuple`` writes its class), built once per executable.
+
+Why: a program of two GEMVs on a 190x210 matrix does about 10 us of BLAS work, and the
+general loop (``CpuExecutable.run``: a list of operands per step, then the thunk's own frames
+around ``np.matmul``) added about 3 us to it.  Written out, a plain BLAS call is
+``v3 = matmul(v0, v2, out=empty3())`` and an unsplit kernel is one ctypes call on the arrays;
+every other step calls its thunk as the loop would.
+
+Only entries whose steps write no arena and whose results are fresh arrays (made during the
+run, ``CpuExecutable._results_are_fresh``) are written out: those need neither the arena nor
+the alias check on results.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..hlo.ir import Computation
+from .cpu_kernels import DotThunk, KernelThunk
+from .dual_gemv import available as dual_available, chained_gemv, dual_gemv
+
+# Longer entries keep the loop: the gain is per step of dispatch, the source grows with steps.
+MAX_STEPS = 64
+
+
+def straight_line_runner(comp: Computation, params: list, steps: list, root: int,
+                         contiguous: Callable) -> tuple | None:
+    """``(run, single, as_tuple)`` for the entry ``comp`` given as the executable's steps:
+    ``run(inputs)`` gives the list of result arrays; for a one-array root ``single(inputs)``
+    gives it (a NumPy scalar when 0-d), for a flat tuple root ``as_tuple(inputs)`` gives the
+    tuple of arrays (the other one is None).  None when the entry does not qualify (see the
+    module docstring) -- the caller checked that its results are fresh."""
+    if not steps or len(steps) > MAX_STEPS or any(places is not None for *_, places in steps):
+        return None
+    ops = [i for i in comp.instructions if i.opcode != "parameter"]
+    env: dict = {"ndarray": np.ndarray, "contiguous": contiguous, "matmul": np.matmul}
+    lines = ["def run(inputs):"]
+    used = {k for _, operands, _, _ in steps for k in operands} | {root}
+    for k, number in params:
+        if k in used:
+            lines += [f"    v{k} = inputs[{number}]",
+                      f"    if type(v{k}) is not ndarray or not v{k}.flags.c_contiguous:",
+                      f"        v{k} = contiguous(v{k})"]
+    pairs = _shared_matrix_pairs(ops, steps, params)
+    for n, (instr, (thunk, operands, out, _)) in enumerate(zip(ops, steps)):
+        args = ", ".join(f"v{k}" for k in operands)
+        if n in pairs:
+            if pairs[n] is None:
+                continue                    # (computed with its partner)
+            later, kind = pairs[n]
+            vec_mat, mat_vec = (n, later) if steps[n][0].how.startswith("GEMV (vector") else (later, n)
+            (r, a), s_out = steps[vec_mat][1], steps[vec_mat][2]
+            (_, p), q_out = steps[mat_vec][1], steps[mat_vec][2]
+            rows, cols = ops[mat_vec].operands[0].shape.dims
+            env[f"make{vec_mat}"], env[f"make{mat_vec}"] = steps[vec_mat][0].make, steps[mat_vec][0].make
+            lines += [f"    v{s_out} = make{vec_mat}()", f"    v{q_out} = make{mat_vec}()"]
+            if kind == "dual":
+                env["dual"] = dual_gemv(ops[n].shape.element_type)
+                lines.append(f"    dual(v{a}, v{p}, v{r}, v{s_out}, v{q_out}, {rows}, {cols})")
+            else:
+                env["chained"] = chained_gemv(ops[n].shape.element_type)
+                lines.append(f"    chained(v{a}, v{p}, v{s_out}, v{q_out}, {rows}, {cols})")
+        elif instr.opcode == "tuple":
+            lines.append(f"    v{out} = ({args}{',' if len(operands) == 1 else ''})")
+        elif instr.opcode == "get-tuple-element" and not isinstance(thunk, KernelThunk):
+            lines.append(f"    v{out} = v{operands[0]}[{instr.attrs['index']}]")
+        elif isinstance(thunk, DotThunk) and thunk.plain and thunk.split is None and thunk.one_thread is None:
+            env[f"make{n}"] = thunk.make
+            lines.append(f"    v{out} = matmul({args}, out=make{n}())")
+        elif isinstance(thunk, KernelThunk) and thunk.object_fn is not None and not thunk.tuple_result:
+            # (Every value here is an exact C-contiguous ndarray: parameters were made so
+            # above, kernels, BLAS calls, constants and views give such arrays.)
+            env[f"kernel{n}"], env[f"make{n}"] = thunk.object_fn, thunk.makers[0]
+            lines += [f"    v{out} = make{n}()",
+                      f"    kernel{n}({args}{', ' if args else ''}v{out}, 0, {thunk.extent})"]
+        else:
+            env[f"thunk{n}"] = thunk
+            lines.append(f"    v{out} = thunk{n}([{args}])")
+    body = "\n".join(lines)
+    paired = {ops[n].name for n in pairs}
+    root_instr = comp.root
+    if root_instr.shape.is_tuple:
+        if root_instr.opcode != "tuple" or any(o.shape.is_tuple for o in root_instr.operands):
+            return None                     # nested tuples: the general flattening
+        return (_define(body + f"\n    return list(v{root})", env, paired), None,
+                _define(body + f"\n    return v{root}", env, paired))
+    scalar = root_instr.shape.rank == 0
+    return (_define(body + f"\n    return [v{root}]", env, paired),
+            _define(body + (f"\n    return v{root}[()]" if scalar else f"\n    return v{root}"), env, paired),
+            None)
+
+
+def _shared_matrix_pairs(ops: list, steps: list, params: list) -> dict:
+    """Pairs of a ``vector @ A`` and an ``A @ vector`` GEMV reading the same matrix:
+    {earlier step: (later step, kind), later step: None}.  ``chained`` when the vector of the
+    first is the result of the second (``(A @ p) @ A``), ``dual`` when neither needs the
+    other's result.  They run as one pass over ``A`` (dual_gemv.py) at the earlier step's
+    place, so every operand of the later one must be ready by then."""
+    made_at = {k: -1 for k, _ in params}
+    for n, (_, _, out, _) in enumerate(steps):
+        made_at[out] = n
+    waiting: dict = {}                  # (matrix slot, the side still wanted) -> step
+    products: dict = {}                 # result slot of an unpaired ``A @ vector`` -> (step, A)
+    pairs: dict = {}
+    for n, (thunk, operands, out, _) in enumerate(steps):
+        if not (isinstance(thunk, DotThunk) and thunk.plain and thunk.split is None
+                and thunk.how.startswith("GEMV") and dual_available(ops[n].shape.element_type)
+                and min(ops[n].operands[0].shape.dims + ops[n].operands[1].shape.dims) > 0):
+            continue
+        vector_first = thunk.how.startswith("GEMV (vector")
+        matrix = operands[1] if vector_first else operands[0]
+        source = products.get(operands[0]) if vector_first else None
+        if source is not None and source[1] == matrix and source[0] not in pairs:
+            pairs[source[0]], pairs[n] = (n, "chained"), None
+            continue
+        partner = waiting.pop((matrix, not vector_first), None)
+        if partner is not None and partner not in pairs and all(made_at[k] < partner for k in operands):
+            pairs[partner], pairs[n] = (n, "dual"), None
+            continue
+        waiting[(matrix, vector_first)] = n
+        if not vector_first:
+            products[out] = (n, matrix)
+    return pairs
+
+
+def _define(source: str, env: dict, paired: set) -> Callable:
+    namespace = dict(env)
+    exec(compile(source, "<nbxla straight-line entry>", "exec"), namespace)
+    run = namespace["run"]
+    run.source = source                     # (for reading what runs; tests look at it too)
+    run.paired = paired                     # dots run as one pass with a partner, by name
+    return run

@@ -1,0 +1,156 @@
+"""The straight-line entry runner (runtime/straight_line.py): which entries get it, and that
+what it gives equals NumPy through every way the jit and the executable call it."""
+
+import numpy as np
+import pytest
+
+import nbxla
+
+
+def _native(f):
+    return f.last_compilation.executable.native
+
+
+def _rng():
+    return np.random.default_rng(7)
+
+
+def test_two_gemvs_run_written_out_and_agree():
+    g = _rng()
+    A, x, B = g.uniform(size=(19, 21)), g.uniform(size=21), g.uniform(size=(19, 4))
+    f = nbxla.jit(lambda A, x, B: (A @ x) @ B)
+    first = f(A, x, B)
+    cpu = _native(f)
+    assert cpu.run.source.count("matmul(") == 2 and "thunk" not in cpu.run.source
+    for _ in range(3):                                   # fast path, after the first call
+        np.testing.assert_allclose(f(A, x, B), (A @ x) @ B, rtol=1e-12)
+    np.testing.assert_allclose(first, (A @ x) @ B, rtol=1e-12)
+    np.testing.assert_allclose(cpu.run([A, x, B])[0], (A @ x) @ B, rtol=1e-12)
+
+
+def test_a_tuple_of_products_comes_back_as_a_fresh_tuple():
+    g = _rng()
+    A, p, r = g.uniform(size=(21, 19)), g.uniform(size=19), g.uniform(size=21)
+    f = nbxla.jit(lambda A, p, r: (r @ A, A @ p))
+    for _ in range(3):
+        s, q = f(A, p, r)
+        np.testing.assert_allclose(s, r @ A, rtol=1e-12)
+        np.testing.assert_allclose(q, A @ p, rtol=1e-12)
+    assert f.last_compilation.executable.run_tuple is not None
+    s2, q2 = f(A, p, r)
+    assert not np.shares_memory(s, s2) and not np.shares_memory(q, q2)   # fresh per call
+
+
+def test_kernels_and_products_mixed_with_a_scalar_result():
+    g = _rng()
+    A, x, y = g.uniform(size=(30, 40)), g.uniform(size=40), g.uniform(size=30)
+
+    def prog(A, x, y):
+        t = np.tanh(A @ x) + 2 * y
+        return np.sum(t @ A * x)
+    f = nbxla.jit(prog)
+    for _ in range(3):
+        got = f(A, x, y)
+        assert np.ndim(got) == 0
+        np.testing.assert_allclose(got, prog(A, x, y), rtol=1e-12)
+
+
+def test_non_contiguous_and_subclass_arguments_are_made_contiguous():
+    g = _rng()
+    A, x = g.uniform(size=(40, 21)), g.uniform(size=42)
+    f = nbxla.jit(lambda A, x: (A @ x) @ A)
+    view_A, view_x = A[::2], x[::2]                       # strided views
+    np.testing.assert_allclose(f(view_A, view_x), (view_A @ view_x) @ view_A, rtol=1e-12)
+    cpu = _native(f)
+    np.testing.assert_allclose(cpu.run([view_A, view_x])[0], (view_A @ view_x) @ view_A, rtol=1e-12)
+    np.testing.assert_allclose(cpu.run([np.asfortranarray(view_A), view_x.tolist()])[0],
+                               (view_A @ view_x) @ view_A, rtol=1e-12)
+
+
+def test_a_result_that_is_an_input_keeps_the_general_runner():
+    g = _rng()
+    A, x = g.uniform(size=(5, 6)), g.uniform(size=6)
+    f = nbxla.jit(lambda A, x: (A @ x, x))
+    a, b = f(A, x)
+    np.testing.assert_allclose(a, A @ x, rtol=1e-12)
+    assert np.array_equal(b, x) and not np.shares_memory(b, x)
+    assert not hasattr(_native(f).run, "source")
+
+
+@pytest.mark.filterwarnings("ignore::nbxla.errors.InterpretedWarning")   # (integer dots)
+@pytest.mark.parametrize("n", [1, 3])
+def test_one_element_tuple_roots_and_int_dots(n):
+    g = _rng()
+    A, x = g.integers(0, 9, size=(n, 4)), g.integers(0, 9, size=4)
+    f = nbxla.jit(lambda A, x: (A @ x + 1,))
+    for _ in range(2):
+        (got,) = f(A, x)
+        assert np.array_equal(got, A @ x + 1) and got.dtype == (A @ x).dtype
+
+
+# ---- two GEMVs of one matrix in one pass (runtime/dual_gemv.py) ----------------------------
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+@pytest.mark.parametrize("rows, cols", [(21, 19), (8, 3), (5, 1), (1, 7), (3, 3)])
+def test_both_sides_of_one_matrix_run_as_one_pass_and_agree(dtype, rtol, rows, cols):
+    g = _rng()
+    A = g.uniform(-1, 1, size=(rows, cols)).astype(dtype)
+    p, r = g.uniform(-1, 1, size=cols).astype(dtype), g.uniform(-1, 1, size=rows).astype(dtype)
+    f = nbxla.jit(lambda A, p, r: (r @ A, A @ p))
+    for _ in range(2):
+        s, q = f(A, p, r)
+        assert s.dtype == q.dtype == dtype
+        np.testing.assert_allclose(s, r @ A, rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(q, A @ p, rtol=rtol, atol=rtol)
+    if rows > 1:        # (one row: A @ p is a vector-matrix product too, nothing to pair)
+        assert "dual(" in _native(f).run.source
+
+
+def test_a_product_of_a_function_of_the_other_is_not_paired():
+    g = _rng()
+    A, r = g.uniform(size=(12, 9)), g.uniform(size=12)
+    f = nbxla.jit(lambda A, r: A @ np.tanh(r @ A))
+    np.testing.assert_allclose(f(A, r), A @ np.tanh(r @ A), rtol=1e-12)
+    source = _native(f).run.source
+    assert "dual(" not in source and "chained(" not in source and source.count("matmul(") == 2
+
+
+def test_atax_runs_chained():
+    g = _rng()
+    A, x = g.uniform(size=(12, 9)), g.uniform(size=9)
+    f = nbxla.jit(lambda A, x: (A @ x) @ A)
+    for _ in range(2):
+        np.testing.assert_allclose(f(A, x), (A @ x) @ A, rtol=1e-12)
+    assert "chained(" in _native(f).run.source
+
+
+def test_a_third_product_of_the_same_matrix_runs_on_its_own():
+    g = _rng()
+    A, p, r, r2 = g.uniform(size=(10, 6)), g.uniform(size=6), g.uniform(size=10), g.uniform(size=10)
+    f = nbxla.jit(lambda A, p, r, r2: (r @ A, A @ p + 1, r2 @ A))
+    for got, want in zip(f(A, p, r, r2), (r @ A, A @ p + 1, r2 @ A)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert _native(f).run.source.count("dual(") == 1
+
+
+def test_the_execution_stage_names_the_paired_products():
+    g = _rng()
+    A, p, r = g.uniform(size=(6, 5)), g.uniform(size=5), g.uniform(size=6)
+    f = nbxla.jit(lambda A, p, r: (r @ A, A @ p))
+    f(A, p, r)
+    text = f.last_compilation.stage("execution")
+    assert text.count("one pass over it (dual_gemv)") == 2, text
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-11), (np.float32, 1e-4)])
+@pytest.mark.parametrize("rows, cols", [(19, 21), (8, 3), (5, 2), (3, 3)])
+def test_a_product_of_the_others_result_runs_chained_and_agrees(dtype, rtol, rows, cols):
+    g = _rng()
+    A, x = g.uniform(-1, 1, size=(rows, cols)).astype(dtype), g.uniform(-1, 1, size=cols).astype(dtype)
+    f = nbxla.jit(lambda A, x: (A @ x, (A @ x) @ A))
+    for _ in range(2):
+        q, s = f(A, x)
+        np.testing.assert_allclose(q, A @ x, rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(s, (A @ x) @ A, rtol=rtol, atol=rtol)
+    source = _native(f).run.source
+    assert "chained(" in source and "matmul(" not in source
