@@ -103,6 +103,16 @@ class _Arena:
         self.free = merged
 
 
+def passed_through(body: Computation) -> set[int]:
+    """The state elements a loop body returns as it got them (no step of the body can write
+    them in place either: the root reads them).  Only for a state of arrays (no nested tuples)."""
+    root, (param,) = body.root, body.parameters
+    if root.opcode != "tuple" or any(e.is_tuple for e in param.shape.elements):
+        return set()
+    return {k for k, o in enumerate(root.operands)
+            if o.opcode == "get-tuple-element" and o.operands[0] is param and o.attrs["index"] == k}
+
+
 class KernelSource:
     """What the driver needs from the kernel side (codegen/aot.py): a compiled kernel per
     fusion or standalone op, a kernel per scalar computation (a sort's comparator), a global
@@ -169,6 +179,7 @@ class _ProgramEmitter(LibrarySteps):
         self.values: dict[int, list[Buffer]] = {}
         self.sharers: dict[int, list[Instruction]] = {}  # by buffer id: the values living in it
         self.in_place: set[int] = set()                  # steps writing into an operand's buffer
+        self.written: list[Buffer] = []                  # the buffers those steps write
         self.produced: list[list[Buffer]] = []          # per step: the buffers it writes
         self.local = 0                                  # bytes of the per-step region
         self.lines: list[str] = []
@@ -213,12 +224,16 @@ class _ProgramEmitter(LibrarySteps):
             (buf,) = self.values[id(target)]
             others = [b for o in instr.operands if o is not target for b in self.values[id(o)]]
             if instr.operands.count(target) == 1 and buf not in others and self._free_after(buf, instr):
+                self.written.append(buf)
                 return [buf]
             return None
         if instr.opcode == "while":
             leaves = self.values[id(instr.operands[0])]
-            out = [b if leaves.count(b) == 1 and self._free_after(b, instr) else Buffer(s.byte_size, "temp")
-                   for b, s in zip(leaves, leaf_shapes(instr.shape))]
+            fixed = passed_through(instr.attrs["body"])
+            # (a leaf the body passes on unchanged is only read: the loop reads it where it is)
+            out = [b if k in fixed or leaves.count(b) == 1 and self._free_after(b, instr)
+                   else Buffer(s.byte_size, "temp") for k, (b, s) in enumerate(zip(leaves, leaf_shapes(instr.shape)))]
+            self.written += [b for k, b in enumerate(out) if b in leaves and k not in fixed]
             return out if any(b in leaves for b in out) else None
         return None
 
@@ -280,7 +295,7 @@ class _ProgramEmitter(LibrarySteps):
             self.lines.append(f"if (out[{k}] != {buf.c}) memcpy(out[{k}], {buf.c}, {buf.nbytes});")
         program = Program(self.symbol, comp)
         program.identity = [b.kind == "in" and b.index == k for k, b in enumerate(root)]
-        written = {b.index for i in steps if id(i) in self.in_place for b in self.values[id(i)] if b.kind == "in"}
+        written = {b.index for b in self.written if b.kind == "in"}
         program.donation_kept = all(program.identity[k] if k < len(root) else False for k in written)
         program.scratch_bytes = self.arena_bytes + self.local
         body = "\n".join("    " + line for line in self.lines)

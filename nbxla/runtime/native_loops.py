@@ -24,10 +24,13 @@ import tempfile
 import numpy as np
 
 from ..codegen.aot import compile_shared_library
+from ..codegen.aot_driver import passed_through
 from ..codegen.cpu import target_fingerprint
 from ..errors import NbxlaError, UnsupportedError
+from ..hlo import TupleShape
 from ..hlo.ir import Computation, Instruction
 from .cpu_control import flatten_leaves, program_computations_of
+from . import host_memory
 from .cpu_kernels import PARALLEL_THRESHOLD
 from .persistent_cache import PersistentCache
 
@@ -44,21 +47,32 @@ class NativeLoopThunk:
     """Runs one ``while`` through its compiled C function: fresh result arrays per call."""
 
     def __init__(self, library: ctypes.CDLL, symbol: str, instr: Instruction):
-        """``symbol``: the loop's function in ``library`` (see ``_build``)."""
+        """``symbol``: the loop's function in ``library`` (see ``_build``): it returns only the
+        state the loop changes; what the body passes on unchanged is the operand itself."""
         self.library = library                      # (kept alive with the function)
         self.fn = getattr(library, symbol)
         self.fn.restype = ctypes.c_int
-        self.results = [(s.dims, s.dtype) for s in instr.shape.leaves()]
+        self.fixed = _fixed_leaves(instr)
+        self.results = [(s.dims, s.dtype) for k, s in enumerate(instr.shape.leaves()) if k not in self.fixed]
         self.arg_types = [s.dtype for s in instr.operands[0].shape.leaves()]
         self.fn.argtypes = [ctypes.c_void_p] * (len(self.arg_types) + len(self.results))
         self.tuple_shape = instr.shape
 
     def __call__(self, operands):
-        args = [np.ascontiguousarray(a, dtype=t) for a, t in zip(flatten_leaves(operands[0]), self.arg_types)]
-        results = [np.empty(dims, dtype) for dims, dtype in self.results]
+        # (reshaped: ascontiguousarray makes 0-d arrays 1-d, and fixed leaves are handed back)
+        args = [np.ascontiguousarray(a, dtype=t).reshape(a.shape)
+                for a, t in zip(flatten_leaves(operands[0]), self.arg_types)]
+        results = [host_memory.empty(dims, dtype) for dims, dtype in self.results]
         if self.fn(*[a.ctypes.data for a in args], *[r.ctypes.data for r in results]):
             raise MemoryError("a native loop could not allocate its scratch memory")
-        return _rebuild(self.tuple_shape, iter(results))
+        changed = iter(results)
+        leaves = [args[k] if k in self.fixed else next(changed) for k in range(len(args))]
+        return _rebuild(self.tuple_shape, iter(leaves))
+
+
+def _fixed_leaves(instr: Instruction) -> set[int]:
+    """Leaves of the state the loop body passes on unchanged (see ``passed_through``)."""
+    return passed_through(instr.attrs["body"])
 
 
 def _rebuild(shape, leaves):
@@ -115,7 +129,14 @@ def _build(loops: list[Instruction]) -> bytes:
     for k, instr in enumerate(loops):
         param = Instruction("parameter", instr.operands[0].shape, attrs={"parameter_number": 0}, name="state")
         loop = Instruction("while", instr.shape, [param], dict(instr.attrs), name=instr.name)
-        entries[f"loop{k}"] = Computation(f"{instr.name}.native", [param, loop], loop)
+        fixed = _fixed_leaves(instr)
+        if fixed:     # (results: only what the loop changes; NativeLoopThunk hands back the rest)
+            changed = [Instruction("get-tuple-element", e, [loop], {"index": j}, name=f"{instr.name}.{j}")
+                       for j, e in enumerate(instr.shape.elements) if j not in fixed]
+            root = Instruction("tuple", TupleShape(tuple(c.shape for c in changed)), changed, name=f"{instr.name}.out")
+            entries[f"loop{k}"] = Computation(f"{instr.name}.native", [param, loop, *changed, root], root)
+        else:
+            entries[f"loop{k}"] = Computation(f"{instr.name}.native", [param, loop], loop)
     with tempfile.TemporaryDirectory(prefix="nbxla-loop-") as tmp:
         path = os.path.join(tmp, "loops.so")
         compile_shared_library(entries, path, parallel_threshold=PARALLEL_THRESHOLD)

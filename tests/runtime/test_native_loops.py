@@ -164,3 +164,18 @@ def test_the_fusion_report_says_how_each_loop_was_compiled_and_runs():
     assert any("unrolled (2 steps" in line for line in loops), loops
     assert any("rolled (a while loop" in line for line in loops), loops
     assert any(line.strip().startswith("%while") and "native" in line for line in loops), loops
+
+
+def test_state_the_body_passes_on_is_read_where_it_is():
+    """The matrix of a triangular solve is loop state the body never changes: the loop reads
+    the caller's array (no copy in or out) and the results are NumPy's."""
+    from nbxla import examples
+    from nbxla.runtime.native_loops import NativeLoopThunk
+    L = np.tril(RNG.random((40, 40))) + 40 * np.eye(40)
+    b = RNG.random(40)
+    jitted = nbxla.jit(examples.trisolv, cache=CompilationCache())
+    np.testing.assert_allclose(jitted(L, b), examples.trisolv(L, b), rtol=1e-12)
+    np.testing.assert_allclose(jitted(L * 2, b), examples.trisolv(L * 2, b), rtol=1e-12)
+    native = jitted.last_compilation.executable.native
+    (thunk,) = native._native.values()
+    assert isinstance(thunk, NativeLoopThunk) and thunk.fixed
