@@ -1,4 +1,9 @@
-"""BLAS calls on one OpenBLAS thread; large ones split across nbxla's own pool.
+"""Optional (``NBXLA_BLAS_ONE_THREAD=1``): BLAS calls on one OpenBLAS thread, large ones split
+across nbxla's own pool.  Off by default: dots then thread exactly as NumPy's do.
+
+Why off: on idle cores OpenBLAS's own threads win (quiet 2-core VM, ``benchmarks/programs.py``
+medium: gemm 0.43x and atax 0.66x NumPy with one thread), and NumPy, the contender, threads
+the same way.  Why available: on cores shared with other work they stall, as follows.
 
 OpenBLAS splits a GEMM across its threads once ``m*n*k`` passes a fixed threshold (about a
 quarter million multiply-adds; GEMV far sooner), and a call waits for all of them.  When the
@@ -20,6 +25,7 @@ calls run unchanged.
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Callable
 
 # Multiply-adds above which OpenBLAS threads a GEMM (65536 * GEMM_MULTITHREAD_THRESHOLD, 4 in
@@ -31,6 +37,10 @@ OPENBLAS_THREADED = 65536 * 4
 # thread whenever the cores were shared (1800x2200 GEMV: 1.3-2 ms one thread, 3-6 ms split,
 # 8-24 ms OpenBLAS-threaded); on idle cores they give up at most the second core.
 SPLIT_PRODUCT = 32_000_000
+
+
+def one_thread_enabled() -> bool:
+    return os.environ.get("NBXLA_BLAS_ONE_THREAD", "0") == "1"
 
 _NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
           "openblas_set_num_threads64_", "openblas_set_num_threads")

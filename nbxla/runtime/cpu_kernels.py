@@ -16,7 +16,7 @@ from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from ..hlo.opcodes import EXPENSIVE, TRANSCENDENTAL
 from . import host_memory
-from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls
+from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls, one_thread_enabled
 
 # Kernels doing less work (elements) than this run on the calling thread: handing work to
 # the pool and waiting for it costs 30-50 us here (2-vCPU VM), more than splitting saves
@@ -254,7 +254,7 @@ class DotThunk:
         # scheduler ticks when the cores are busy; the pool's chunks do not wait for a thread
         # that has not started).
         work = batch * m * k * n
-        self.one_thread = blas_thread_controls() if work > OPENBLAS_THREADED else None
+        self.one_thread = blas_thread_controls() if work > OPENBLAS_THREADED and one_thread_enabled() else None
         self.split = None
         if self.one_thread is not None and work >= SPLIT_PRODUCT and worker_count() > 1:
             self.split = ("batch", batch) if batch > 1 else ("rows", m) if m > 1 else ("columns", n)

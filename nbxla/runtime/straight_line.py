@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ..hlo.ir import Computation
+from .blas_threads import one_thread_enabled
 from .cpu_kernels import DotThunk, KernelThunk
 from .dual_gemv import available as dual_available, chained_gemv, dual_gemv
 
@@ -93,6 +94,12 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             None)
 
 
+# The one-pass kernels are single-threaded: beyond this matrix size two GEMVs on OpenBLAS's
+# threads (as NumPy runs them) win on idle cores (atax medium: 1.58 ms paired vs NumPy's
+# 1.05 ms), unless BLAS runs on one thread anyway (NBXLA_BLAS_ONE_THREAD=1).
+DUAL_MAX_BYTES = 1 << 21
+
+
 def _shared_matrix_pairs(ops: list, steps: list, params: list) -> dict:
     """Pairs of a ``vector @ A`` and an ``A @ vector`` GEMV reading the same matrix:
     {earlier step: (later step, kind), later step: None}.  ``chained`` when the vector of the
@@ -108,7 +115,8 @@ def _shared_matrix_pairs(ops: list, steps: list, params: list) -> dict:
     for n, (thunk, operands, out, _) in enumerate(steps):
         if not (isinstance(thunk, DotThunk) and thunk.plain and thunk.split is None
                 and thunk.how.startswith("GEMV") and dual_available(ops[n].shape.element_type)
-                and min(ops[n].operands[0].shape.dims + ops[n].operands[1].shape.dims) > 0):
+                and min(ops[n].operands[0].shape.dims + ops[n].operands[1].shape.dims) > 0
+                and (max(o.shape.byte_size for o in ops[n].operands) <= DUAL_MAX_BYTES or one_thread_enabled())):
             continue
         vector_first = thunk.how.startswith("GEMV (vector")
         matrix = operands[1] if vector_first else operands[0]

@@ -30,6 +30,7 @@ CASES = {                                   # name: (function, shapes, limited, 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_blas_calls_are_limited_or_split_as_their_size_says_and_agree(name, monkeypatch):
     monkeypatch.setattr(cpu_kernels, "SPLIT_PRODUCT", 1_000_000)     # (test-sized arrays)
+    monkeypatch.setenv("NBXLA_BLAS_ONE_THREAD", "1")                  # (off by default)
     fn, shapes, limited, axis = CASES[name]
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(s) for s in shapes]
