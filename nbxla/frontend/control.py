@@ -725,7 +725,7 @@ class _Loop:
             if k in self.rebound or new is old:
                 continue
             if isinstance(new, Tracer):
-                requests.append((k, old, new.shape, new.dtype))
+                requests.append((k, old, *_stored_type(new)))
             elif isinstance(new, Selection):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "
                                  "length depends on the data")
@@ -745,8 +745,8 @@ class _Loop:
             new = new_state[k]
             if not isinstance(new, Tracer):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to a Python value")
-            if new.shape != init.shape or new.dtype != init.dtype:
-                requests.append((k, init, new.shape, new.dtype))
+            if _stored_type(new) != (init.shape, init.dtype):
+                requests.append((k, init, *_stored_type(new)))
         return body_comp, cond_comp, outs, requests
 
     def _initial_for(self, old, shape, dtype) -> Tracer:
@@ -889,6 +889,13 @@ class _Loop:
                 limit = builder.op("convert", limit, shape=Shape("s64"))
         builder.op("compare", index, limit, direction="LT" if self.step > 0 else "GT")
         return builder.build()
+
+
+def _stored_type(t: Tracer) -> tuple:
+    """(shape, dtype) of a value the body gave, read without re-deriving a view: outside the
+    body's trace that would build the view's slice in the outer computation from the body's
+    values (a view bound in the body, its base written after)."""
+    return t._instr.shape.dims, t._instr.shape.dtype
 
 
 def _is_number(v) -> bool:

@@ -491,6 +491,21 @@ def conditional_in_loop(A):
     return A
 
 
+@kernel(lambda: (rand(7, 4),), rtol=1e-12)
+def view_bound_then_base_written(A):
+    for i in range(A.shape[0]):
+        row = A[i]                      # a view of A, bound in the body...
+        A[0] += row * 0.5               # ...then A written: the view is re-derived
+    return A
+
+
+@kernel(lambda: (rand(7, 4),), rtol=1e-12)
+def iterate_rows_while_writing(A):
+    for row in A:
+        A[0] += row * 0.5
+    return A
+
+
 # ---- the runs --------------------------------------------------------------------------------
 
 def _same(label, want, got, rtol):
