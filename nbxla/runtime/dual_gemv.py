@@ -85,7 +85,7 @@ def _module_ir(t: str, data_offset: int) -> str:
 def _kernel_ir(t: str) -> str:
     fma = f"@llvm.fmuladd.{'f64' if t == 'double' else 'f32'}"
     zero = "0.0"
-    block = [f"rowsB:\n  %bi = phi i64 [0, %startb], [%bi1, %rowendB]\n"]
+    block = ["rowsB:\n  %bi = phi i64 [0, %startb], [%bi1, %rowendB]\n"]
     for k in range(_ROWS):
         block.append(f"  %row{k} = add nuw nsw i64 %bi, {k}\n  %base{k} = mul nuw nsw i64 %row{k}, %n\n"
                      f"  %rp{k} = getelementptr inbounds {t}, {t}* %r, i64 %row{k}\n"
