@@ -150,22 +150,21 @@ def _reshape_back(comp, dot: Instruction, old_shape, readers, users) -> None:
                 reader.operands = [dot]
                 users[dot].append(reader)
             continue
-        if back is None:
-            back = Instruction("reshape", old_shape, [dot], {}, unique_name("reshape"), dot.location)
-            back.parent = comp
-            comp.instructions.insert(comp.instructions.index(dot) + 1, back)
-            users[back] = []
-            users[dot].append(back)
+        back = back or _reshape_after(comp, dot, old_shape, users)
         reader.operands = [back if o is dot else o for o in reader.operands]
         users[back].append(reader)
     if was_root:
-        if back is None:
-            back = Instruction("reshape", old_shape, [dot], {}, unique_name("reshape"), dot.location)
-            back.parent = comp
-            comp.instructions.insert(comp.instructions.index(dot) + 1, back)
-            users[back] = []
-            users[dot].append(back)
-        comp.root = back
+        comp.root = back or _reshape_after(comp, dot, old_shape, users)
+
+
+def _reshape_after(comp, dot: Instruction, shape, users) -> Instruction:
+    """A new ``reshape(dot)`` to ``shape``, placed right after ``dot``."""
+    back = Instruction("reshape", shape, [dot], {}, unique_name("reshape"), dot.location)
+    back.parent = comp
+    comp.instructions.insert(comp.instructions.index(dot) + 1, back)
+    users[back] = []
+    users[dot].append(back)
+    return back
 
 
 def _unbatch(dot) -> bool:
