@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 import nbxla
+from nbxla import examples
 from nbxla.testing import compare_arrays
 from tests.frontend_util import quiet
 
@@ -365,28 +366,8 @@ def cholesky(A):
         A[i, i] = np.sqrt(A[i, i])
 
 
-@kernel(lambda: {"A": _spd(3)}, rtol=1e-10)
-def lu(A):
-    for i in range(A.shape[0]):
-        for j in range(i):
-            A[i, j] -= A[i, :j] @ A[:j, j]
-            A[i, j] /= A[j, j]
-        for j in range(i, A.shape[0]):
-            A[i, j] -= A[i, :i] @ A[:i, j]
-
-
-@kernel(lambda: {"r": rand(5) / 10}, rtol=1e-10)
-def durbin(r):
-    y = np.empty_like(r)
-    alpha = -r[0]
-    beta = 1.0
-    y[0] = -r[0]
-    for k in range(1, r.shape[0]):
-        beta *= 1.0 - alpha * alpha
-        alpha = -(r[k] + np.dot(np.flip(r[:k]), y[:k])) / beta
-        y[:k] += alpha * np.flip(y[:k])
-        y[k] = alpha
-    return y
+kernel(lambda: {"A": _spd(3)}, rtol=1e-10)(examples.lu)
+kernel(lambda: {"r": rand(5) / 10}, rtol=1e-10)(examples.durbin)
 
 
 @kernel(lambda: {"path": RNG.integers(1, 50, (6, 6)).astype(np.int32)}, name="floyd_warshall_i32")
