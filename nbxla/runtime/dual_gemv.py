@@ -5,10 +5,7 @@ Why: two BLAS GEMVs read ``A`` twice, and at the sizes where a program is a few 
 the matrix sits in L2 and reading it is the whole cost: measured on a 210x190 f64 matrix,
 the pair of NumPy products took 11.7 us, this kernel 6.6 us.  Four rows at a time: each
 ``A[i, j]`` loaded once feeds both products, ``s[j]`` and ``p[j]`` are loaded once per four
-rows.  LLVM vectorizes the column loop (the row sums may be reassociated, as BLAS does).
-
-The kernel is written here in LLVM IR text (it is not an HLO fusion: the code generator's
-kernels compute elements of one output shape), compiled once per element type and process.
+rows (the IR: ``codegen/gemv_pairs.py``).  Compiled once per element type and process.
 """
 
 from __future__ import annotations
@@ -17,257 +14,46 @@ import ctypes
 import threading
 from typing import Callable
 
+from ..codegen.gemv_pairs import LLVM_TYPES, module_ir
 from .cpu_kernels import ARRAY_DATA_OFFSET
 
-_ROWS = 4                           # rows per block of the main loop
-_compiled: dict[str, tuple] = {}    # element type -> (engine, entry); the engine keeps the code
+_compiled: dict[str, tuple] = {}    # element type -> (engine, dual, chained); the engine keeps the code
 _lock = threading.Lock()
-_LLVM_TYPES = {"f32": "float", "f64": "double"}
 
 
 def available(element_type: str) -> bool:
     """Can the kernel be made for this element type (f32, f64, on a Python whose array
     objects have NumPy's known layout)?"""
-    return element_type in _LLVM_TYPES and ARRAY_DATA_OFFSET is not None
+    return element_type in LLVM_TYPES and ARRAY_DATA_OFFSET is not None
 
 
 def dual_gemv(element_type: str) -> Callable:
     """``fn(A, p, r, s, q, rows, cols)`` on C-contiguous arrays (``A`` of ``rows x cols``,
     ``s`` and ``q`` written), for an element type ``available`` accepts."""
-    with _lock:
-        if element_type not in _compiled:
-            _compiled[element_type] = _compile(_LLVM_TYPES[element_type])
-    return _compiled[element_type][1]
+    return _entries(element_type)[1]
 
 
 def chained_gemv(element_type: str) -> Callable:
     """``fn(A, p, s, q, rows, cols)``: ``q = A @ p`` and then ``s = q @ A`` (ATAx), each row
     block's part of ``s`` added while the block is still in L1 (one pass over ``A`` from
     memory or L2), for an element type ``available`` accepts."""
+    return _entries(element_type)[2]
+
+
+def _entries(element_type: str) -> tuple:
     with _lock:
         if element_type not in _compiled:
-            _compiled[element_type] = _compile(_LLVM_TYPES[element_type])
-    return _compiled[element_type][2]
+            _compiled[element_type] = _compile(LLVM_TYPES[element_type])
+    return _compiled[element_type]
 
 
 def _compile(t: str):
     import llvmlite.binding as llvm
     from ..codegen.cpu import jit_engine
-    mod = llvm.parse_assembly(_module_ir(t, ARRAY_DATA_OFFSET))
+    mod = llvm.parse_assembly(module_ir(t, ARRAY_DATA_OFFSET))
     mod.triple = llvm.get_process_triple()
     engine = jit_engine(mod)
     five = ctypes.CFUNCTYPE(None, *[ctypes.py_object] * 5, ctypes.c_int64, ctypes.c_int64)
     four = ctypes.CFUNCTYPE(None, *[ctypes.py_object] * 4, ctypes.c_int64, ctypes.c_int64)
     return engine, five(engine.get_function_address("nbxla_dual_gemv")), \
         four(engine.get_function_address("nbxla_chained_gemv"))
-
-
-def _module_ir(t: str, data_offset: int) -> str:
-    """The kernel on raw pointers (``noalias``: the vectorizer needs no overlap checks) and
-    an entry taking the array objects, reading each data pointer at ``data_offset``."""
-    loads = []
-    for name in ("A", "p", "r", "s", "q"):
-        loads.append(f"  %{name}.at = getelementptr i8, i8* %{name}.obj, i64 {data_offset}\n"
-                     f"  %{name}.pp = bitcast i8* %{name}.at to {t}**\n"
-                     f"  %{name} = load {t}*, {t}** %{name}.pp\n")
-    objects = ", ".join(f"i8* %{name}.obj" for name in ("A", "p", "r", "s", "q"))
-    chained_objects = ", ".join(f"i8* %{name}.obj" for name in ("A", "p", "s", "q"))
-    chained_loads = "".join(load for name, load in zip(("A", "p", "r", "s", "q"), loads) if name != "r")
-    return (_kernel_ir(t) + _chained_ir(t) +
-            f"define void @nbxla_dual_gemv({objects}, i64 %m, i64 %n) {{\nentry:\n" + "".join(loads) +
-            f"  call void @dual_gemv_kernel({t}* %A, {t}* %p, {t}* %r, {t}* %s, {t}* %q, i64 %m, i64 %n)\n"
-            f"  ret void\n}}\n"
-            f"define void @nbxla_chained_gemv({chained_objects}, i64 %m, i64 %n) {{\nentry:\n" + chained_loads +
-            f"  call void @chained_gemv_kernel({t}* %A, {t}* %p, {t}* %s, {t}* %q, i64 %m, i64 %n)\n"
-            f"  ret void\n}}\n")
-
-
-def _kernel_ir(t: str) -> str:
-    fma = f"@llvm.fmuladd.{'f64' if t == 'double' else 'f32'}"
-    zero = "0.0"
-    block = ["rowsB:\n  %bi = phi i64 [0, %startb], [%bi1, %rowendB]\n"]
-    for k in range(_ROWS):
-        block.append(f"  %row{k} = add nuw nsw i64 %bi, {k}\n  %base{k} = mul nuw nsw i64 %row{k}, %n\n"
-                     f"  %rp{k} = getelementptr inbounds {t}, {t}* %r, i64 %row{k}\n"
-                     f"  %rv{k} = load {t}, {t}* %rp{k}\n")
-    block.append("  br label %colsB\ncolsB:\n  %j = phi i64 [0, %rowsB], [%j1, %colsB]\n")
-    for k in range(_ROWS):
-        block.append(f"  %bacc{k} = phi {t} [{zero}, %rowsB], [%baccn{k}, %colsB]\n")
-    block.append(f"  %pj.p = getelementptr inbounds {t}, {t}* %p, i64 %j\n  %pj = load {t}, {t}* %pj.p\n"
-                 f"  %sj.p = getelementptr inbounds {t}, {t}* %s, i64 %j\n  %sj0 = load {t}, {t}* %sj.p\n")
-    for k in range(_ROWS):
-        block.append(f"  %ai{k} = add nuw nsw i64 %base{k}, %j\n"
-                     f"  %ap{k} = getelementptr inbounds {t}, {t}* %A, i64 %ai{k}\n"
-                     f"  %a{k} = load {t}, {t}* %ap{k}\n"
-                     f"  %baccn{k} = call reassoc contract {t} {fma}({t} %a{k}, {t} %pj, {t} %bacc{k})\n"
-                     f"  %sj{k + 1} = call contract {t} {fma}({t} %rv{k}, {t} %a{k}, {t} %sj{k})\n")
-    block.append(f"  store {t} %sj{_ROWS}, {t}* %sj.p\n  %j1 = add nuw nsw i64 %j, 1\n"
-                 f"  %jd = icmp eq i64 %j1, %n\n  br i1 %jd, label %rowendB, label %colsB\nrowendB:\n")
-    for k in range(_ROWS):
-        block.append(f"  %qp{k} = getelementptr inbounds {t}, {t}* %q, i64 %row{k}\n"
-                     f"  store {t} %baccn{k}, {t}* %qp{k}\n")
-    block.append(f"  %bi1 = add nuw nsw i64 %bi, {_ROWS}\n  %bd = icmp uge i64 %bi1, %mb\n"
-                 f"  br i1 %bd, label %tail, label %rowsB\n")
-    noalias = "noalias nocapture"
-    return f"""
-declare {t} {fma}({t}, {t}, {t})
-
-define internal void @dual_gemv_kernel({t}* {noalias} readonly %A, {t}* {noalias} readonly %p,
-    {t}* {noalias} readonly %r, {t}* {noalias} %s, {t}* {noalias} %q, i64 %m, i64 %n) alwaysinline {{
-entry:
-  %mb = and i64 %m, -{_ROWS}
-  %hasb = icmp ne i64 %mb, 0
-  %hascols = icmp ne i64 %n, 0
-  br i1 %hascols, label %zero, label %done
-zero:
-  %z = phi i64 [0, %entry], [%z1, %zero]
-  %sz = getelementptr inbounds {t}, {t}* %s, i64 %z
-  store {t} {zero}, {t}* %sz
-  %z1 = add nuw nsw i64 %z, 1
-  %zd = icmp eq i64 %z1, %n
-  br i1 %zd, label %startb, label %zero
-startb:
-  br i1 %hasb, label %rowsB, label %tail
-{''.join(block)}
-tail:
-  %tstart = phi i64 [0, %startb], [%mb, %rowendB]
-  %more = icmp ult i64 %tstart, %m
-  br i1 %more, label %rows, label %done
-rows:
-  %i = phi i64 [%tstart, %tail], [%i1, %rowend]
-  %rowbase = mul nuw nsw i64 %i, %n
-  %ri.p = getelementptr inbounds {t}, {t}* %r, i64 %i
-  %ri = load {t}, {t}* %ri.p
-  br label %cols
-cols:
-  %jj = phi i64 [0, %rows], [%jj1, %cols]
-  %acc = phi {t} [{zero}, %rows], [%acc1, %cols]
-  %aj = add nuw nsw i64 %rowbase, %jj
-  %a.p = getelementptr inbounds {t}, {t}* %A, i64 %aj
-  %a = load {t}, {t}* %a.p
-  %pjj.p = getelementptr inbounds {t}, {t}* %p, i64 %jj
-  %pjj = load {t}, {t}* %pjj.p
-  %acc1 = call reassoc contract {t} {fma}({t} %a, {t} %pjj, {t} %acc)
-  %sjj.p = getelementptr inbounds {t}, {t}* %s, i64 %jj
-  %sjj = load {t}, {t}* %sjj.p
-  %sjj1 = call contract {t} {fma}({t} %ri, {t} %a, {t} %sjj)
-  store {t} %sjj1, {t}* %sjj.p
-  %jj1 = add nuw nsw i64 %jj, 1
-  %jjd = icmp eq i64 %jj1, %n
-  br i1 %jjd, label %rowend, label %cols
-rowend:
-  %qi.p = getelementptr inbounds {t}, {t}* %q, i64 %i
-  store {t} %acc1, {t}* %qi.p
-  %i1 = add nuw nsw i64 %i, 1
-  %id = icmp eq i64 %i1, %m
-  br i1 %id, label %done, label %rows
-done:
-  ret void
-}}
-"""
-
-
-def _chained_ir(t: str) -> str:
-    """``q = A @ p`` then ``s = q @ A``: per block of rows, a first column loop makes the
-    rows' sums (stored in ``q``), a second adds ``q[i] * A[i, :]`` into ``s`` while the rows
-    are still in L1."""
-    fma = f"@llvm.fmuladd.{'f64' if t == 'double' else 'f32'}"
-    rows = range(_ROWS)
-    head = "".join(f"  %row{k} = add nuw nsw i64 %bi, {k}\n  %base{k} = mul nuw nsw i64 %row{k}, %n\n" for k in rows)
-    phis = "".join(f"  %bacc{k} = phi {t} [0.0, %rowsB], [%baccn{k}, %colsA]\n" for k in rows)
-    sums = "".join(f"  %ai{k} = add nuw nsw i64 %base{k}, %j\n"
-                   f"  %ap{k} = getelementptr inbounds {t}, {t}* %A, i64 %ai{k}\n"
-                   f"  %a{k} = load {t}, {t}* %ap{k}\n"
-                   f"  %baccn{k} = call reassoc contract {t} {fma}({t} %a{k}, {t} %pj, {t} %bacc{k})\n" for k in rows)
-    stores = "".join(f"  %qp{k} = getelementptr inbounds {t}, {t}* %q, i64 %row{k}\n"
-                     f"  store {t} %baccn{k}, {t}* %qp{k}\n" for k in rows)
-    adds = "".join(f"  %bi{k} = add nuw nsw i64 %base{k}, %jb\n"
-                   f"  %bp{k} = getelementptr inbounds {t}, {t}* %A, i64 %bi{k}\n"
-                   f"  %b{k} = load {t}, {t}* %bp{k}\n"
-                   f"  %sj{k + 1} = call contract {t} {fma}({t} %baccn{k}, {t} %b{k}, {t} %sj{k})\n" for k in rows)
-    noalias = "noalias nocapture"
-    return f"""
-define internal void @chained_gemv_kernel({t}* {noalias} readonly %A, {t}* {noalias} readonly %p,
-    {t}* {noalias} %s, {t}* {noalias} %q, i64 %m, i64 %n) alwaysinline {{
-entry:
-  %mb = and i64 %m, -{_ROWS}
-  %hasb = icmp ne i64 %mb, 0
-  %hascols = icmp ne i64 %n, 0
-  br i1 %hascols, label %zero, label %done
-zero:
-  %z = phi i64 [0, %entry], [%z1, %zero]
-  %sz = getelementptr inbounds {t}, {t}* %s, i64 %z
-  store {t} 0.0, {t}* %sz
-  %z1 = add nuw nsw i64 %z, 1
-  %zd = icmp eq i64 %z1, %n
-  br i1 %zd, label %startb, label %zero
-startb:
-  br i1 %hasb, label %rowsB, label %tail
-rowsB:
-  %bi = phi i64 [0, %startb], [%bnext, %rowendB]
-{head}  br label %colsA
-colsA:
-  %j = phi i64 [0, %rowsB], [%j1, %colsA]
-{phis}  %pj.p = getelementptr inbounds {t}, {t}* %p, i64 %j
-  %pj = load {t}, {t}* %pj.p
-{sums}  %j1 = add nuw nsw i64 %j, 1
-  %jd = icmp eq i64 %j1, %n
-  br i1 %jd, label %midB, label %colsA
-midB:
-{stores}  br label %colsS
-colsS:
-  %jb = phi i64 [0, %midB], [%jb1, %colsS]
-  %sj.p = getelementptr inbounds {t}, {t}* %s, i64 %jb
-  %sj0 = load {t}, {t}* %sj.p
-{adds}  store {t} %sj{_ROWS}, {t}* %sj.p
-  %jb1 = add nuw nsw i64 %jb, 1
-  %jbd = icmp eq i64 %jb1, %n
-  br i1 %jbd, label %rowendB, label %colsS
-rowendB:
-  %bnext = add nuw nsw i64 %bi, {_ROWS}
-  %bd = icmp uge i64 %bnext, %mb
-  br i1 %bd, label %tail, label %rowsB
-tail:
-  %tstart = phi i64 [0, %startb], [%mb, %rowendB]
-  %more = icmp ult i64 %tstart, %m
-  br i1 %more, label %rows, label %done
-rows:
-  %i = phi i64 [%tstart, %tail], [%i1, %rowend]
-  %rowbase = mul nuw nsw i64 %i, %n
-  br label %cols
-cols:
-  %jj = phi i64 [0, %rows], [%jj1, %cols]
-  %acc = phi {t} [0.0, %rows], [%acc1, %cols]
-  %aj = add nuw nsw i64 %rowbase, %jj
-  %a.p = getelementptr inbounds {t}, {t}* %A, i64 %aj
-  %a = load {t}, {t}* %a.p
-  %pjj.p = getelementptr inbounds {t}, {t}* %p, i64 %jj
-  %pjj = load {t}, {t}* %pjj.p
-  %acc1 = call reassoc contract {t} {fma}({t} %a, {t} %pjj, {t} %acc)
-  %jj1 = add nuw nsw i64 %jj, 1
-  %jjd = icmp eq i64 %jj1, %n
-  br i1 %jjd, label %rowmid, label %cols
-rowmid:
-  %qi.p = getelementptr inbounds {t}, {t}* %q, i64 %i
-  store {t} %acc1, {t}* %qi.p
-  br label %cols2
-cols2:
-  %jc = phi i64 [0, %rowmid], [%jc1, %cols2]
-  %ac = add nuw nsw i64 %rowbase, %jc
-  %ac.p = getelementptr inbounds {t}, {t}* %A, i64 %ac
-  %av = load {t}, {t}* %ac.p
-  %sc.p = getelementptr inbounds {t}, {t}* %s, i64 %jc
-  %sc = load {t}, {t}* %sc.p
-  %sc1 = call contract {t} {fma}({t} %acc1, {t} %av, {t} %sc)
-  store {t} %sc1, {t}* %sc.p
-  %jc1 = add nuw nsw i64 %jc, 1
-  %jcd = icmp eq i64 %jc1, %n
-  br i1 %jcd, label %rowend, label %cols2
-rowend:
-  %i1 = add nuw nsw i64 %i, 1
-  %id = icmp eq i64 %i1, %m
-  br i1 %id, label %done, label %rows
-done:
-  ret void
-}}
-"""
