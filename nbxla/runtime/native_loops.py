@@ -52,7 +52,7 @@ class NativeLoopThunk:
         self.library = library                      # (kept alive with the function)
         self.fn = getattr(library, symbol)
         self.fn.restype = ctypes.c_int
-        self.fixed = _fixed_leaves(instr)
+        self.fixed = passed_through(instr.attrs["body"])
         self.results = [(s.dims, s.dtype) for k, s in enumerate(instr.shape.leaves()) if k not in self.fixed]
         self.arg_types = [s.dtype for s in instr.operands[0].shape.leaves()]
         self.fn.argtypes = [ctypes.c_void_p] * (len(self.arg_types) + len(self.results))
@@ -69,10 +69,6 @@ class NativeLoopThunk:
         leaves = [args[k] if k in self.fixed else next(changed) for k in range(len(args))]
         return _rebuild(self.tuple_shape, iter(leaves))
 
-
-def _fixed_leaves(instr: Instruction) -> set[int]:
-    """Leaves of the state the loop body passes on unchanged (see ``passed_through``)."""
-    return passed_through(instr.attrs["body"])
 
 
 def _rebuild(shape, leaves):
@@ -129,7 +125,7 @@ def _build(loops: list[Instruction]) -> bytes:
     for k, instr in enumerate(loops):
         param = Instruction("parameter", instr.operands[0].shape, attrs={"parameter_number": 0}, name="state")
         loop = Instruction("while", instr.shape, [param], dict(instr.attrs), name=instr.name)
-        fixed = _fixed_leaves(instr)
+        fixed = passed_through(instr.attrs["body"])
         if fixed:     # (results: only what the loop changes; NativeLoopThunk hands back the rest)
             changed = [Instruction("get-tuple-element", e, [loop], {"index": j}, name=f"{instr.name}.{j}")
                        for j, e in enumerate(instr.shape.elements) if j not in fixed]
