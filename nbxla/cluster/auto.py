@@ -12,6 +12,7 @@ import functools
 import gc
 import inspect
 import time
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -21,17 +22,20 @@ from .lazy import LazyArray
 from .tape import Tape
 from .report import ClusterReport, build_report
 from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
-from .session import MIN_CLUSTER_WORK, Session, flatten, tree_map
+from .session import MIN_CLUSTER_WORK, ClusterRun, Session, SessionLog, flatten, tree_map
+from .whole import difference, side_effect
 
 
-def _wrap_args(session: Session, tree):
+def _wrap_args(session: Session, args: tuple, kwargs: dict):
     """Large NumPy arrays become stand-ins; small ones stay NumPy arrays (eager code on them
-    then costs nothing extra, and writes into them happen in place as usual)."""
+    then costs nothing extra, and writes into them happen in place as usual).  Lists and
+    dicts are handed over as they are, the arrays in them too: the function may change them,
+    and the caller must see that."""
     def wrap(x):
         if type(x) is np.ndarray and x.size >= session.min_work:
             return session.wrap(x)
-        return x
-    return tree_map(tree, wrap)
+        return tuple([wrap(v) for v in x]) if type(x) is tuple else x
+    return tuple([wrap(a) for a in args]), {k: wrap(v) for k, v in kwargs.items()}
 
 
 def _run(session: Session, call: Callable):
@@ -67,24 +71,47 @@ class AutoFunction:
     and eagerly (``choice.ClusterTiming``)."""
 
     def __init__(self, fn: Callable, device: str = "cpu", cache=None,
-                 min_work: int = MIN_CLUSTER_WORK, measure: bool = True, replay: bool = True):
+                 min_work: int = MIN_CLUSTER_WORK, measure: bool = True, replay: bool = True,
+                 whole: bool = True):
         functools.update_wrapper(self, fn)
         self.fn, self.device, self.cache, self.min_work = fn, device, cache, min_work
         self.measure = measure
+        # Compiled whole when it can be (whole.py): the nbxla.jit function, False once that
+        # is ruled out (self.whole_refused says why), None until the first call looks.
+        self._whole = None if whole else False
+        self.whole_refused = "" if whole else "whole=False"
+        self._whole_written: list = []       # positions of the arguments it writes into
+        self._whole_compiles: dict = {}      # argument signature -> compilations seen
+        self._first_pair = None              # (compiled, plain) seconds of the checked call
         self._log = self._report = self._source = self._instrumented = None
         self._choices: dict = {}            # argument signature -> ModeChoice
         self._choice = None                 # the ModeChoice of the last auto-clustered call
         self._tape = Tape() if replay else None   # earlier calls' recordings (tape.py)
+        self._plain_ids = (None, None)     # (argument ids, their ModeChoice): the fast path
 
     def __call__(self, *args, **kwargs):
+        # The fast path of a function decided plain NumPy, called again with the very same
+        # argument objects (a loop over calls): no signature to build.  Ids say nothing
+        # about an object freed meanwhile; then the call just runs plain NumPy once more,
+        # which is always NumPy's result (inside another auto run too), until the next
+        # re-probe rebuilds the signature.
+        ids, choice = self._plain_ids
+        if not kwargs and [*map(id, args)] == ids and choice.eager_calls:
+            choice.eager_calls -= 1
+            return self.fn(*args)
+        return self._measured_call(args, kwargs)
+
+    def _measured_call(self, args, kwargs):
         if not self.measure or ACTIVE.get() is not None:     # (or inside another auto run)
             return self.run_auto(*args, **kwargs)
         key = _signature(args, kwargs)
         choice = self._choices.get(key)
         if choice is None:
             choice = self._choices[key] = ModeChoice()
-        elif choice.eager_calls:               # (plain NumPy measured faster: its fast path)
+        elif choice.eager_calls:               # (plain NumPy measured faster)
             choice.eager_calls -= 1
+            if not kwargs:                     # (the next call with these: the fast path)
+                self._plain_ids = [*map(id, args)], choice
             return self.fn(*args, **kwargs)
         mode = choice.next_mode()
         if not choice.timed(mode):
@@ -92,8 +119,17 @@ class AutoFunction:
                 return self.fn(*args, **kwargs)
             self._choice = choice
             result = self.run_auto(*args, **kwargs)
-            if choice.calls == 1:           # the first call: what did its clusters win?
+            if choice.calls == 1 and self._whole:      # compiled whole: timed both ways
+                choice.auto_first = True
+                if self._first_pair is not None:
+                    compiled, eager = self._first_pair
+                    choice.record("auto", compiled)
+                    choice.record("eager", eager)
+                    choice.auto_first = compiled <= eager
+            elif choice.calls == 1:         # the first call: what did its clusters win?
                 choice.after_first_call(*_gain(self._log))
+                if choice.eager_calls and not kwargs:
+                    self._plain_ids = [*map(id, args)], choice
             return result
         start = time.perf_counter()
         if mode == "eager":
@@ -110,20 +146,25 @@ class AutoFunction:
         return result
 
     def run_auto(self, *args, **kwargs):
-        """One auto-clustered call (whatever the measured choice says)."""
-        session = Session(self.__name__, self.device, self.cache, min_work=self.min_work,
-                          measure=self.measure, tape=self._tape)
+        """One auto-clustered call (whatever the measured choice says): compiled whole
+        when it can be, else clustered."""
         # (The common call, arrays and scalars as positional arguments, in one cheap pass.)
         simple = not kwargs and all(type(a) is not tuple and type(a) is not list and
                                     type(a) is not dict for a in args)
         leaves = args if simple else _leaves((args, kwargs))
         if any(isinstance(x, LazyArray) for x in leaves):
             return self.fn(*args, **kwargs)      # inside another auto run: part of its graph
+        if self._whole is not False and ACTIVE.get() is None:
+            ran, result = self._run_whole(args, kwargs)
+            if ran:
+                return result
+        session = Session(self.__name__, self.device, self.cache, min_work=self.min_work,
+                          measure=self.measure, tape=self._tape)
         if simple:
             args = tuple(session.wrap(a) if type(a) is np.ndarray and a.size >= self.min_work
                          else a for a in args)
         else:
-            args, kwargs = _wrap_args(session, (args, kwargs))
+            args, kwargs = _wrap_args(session, args, kwargs)
         if self._instrumented is None:      # once: results of its calls become stand-ins
             self._instrumented = instrument(self.fn) or self.fn
         fn = self._instrumented
@@ -131,6 +172,89 @@ class AutoFunction:
             return _run(session, lambda: fn(*args, **kwargs))
         finally:
             self._log, self._report = session.log, None
+            if self.whole_refused:
+                session.log.whole = f"not compiled whole: {self.whole_refused}"
+
+    def _run_whole(self, args, kwargs) -> tuple[bool, object]:
+        """Run the function as one program compiled by ``nbxla.jit`` when it compiles whole
+        and has no Python side effect: (True, its result); else (False, None), and the
+        reason is kept (``whole_refused``, the report)."""
+        if self._whole is None:
+            written: set = set()
+            why = side_effect(self.fn, written=written)
+            if why is not None:
+                return self._refuse_whole(f"a Python side effect: {why}")
+            try:
+                names = list(inspect.signature(self.fn).parameters)
+                self._whole_written = sorted(names.index(n) for n in written)
+            except (TypeError, ValueError):
+                return self._refuse_whole("its signature cannot be read")
+            from ..api import CompiledFunction      # (the layer below this one)
+            self._whole = CompiledFunction(self.fn, self.device, self.cache)
+        written = self._whole_written
+        if kwargs and written or any(i < len(args) and type(args[i]) is not np.ndarray
+                                     for i in written):
+            return False, None           # (it writes into a list or such: clustered, this call)
+        key = _signature(args, kwargs)
+        seen = self._whole_compiles.get(key)
+        # The first call of a signature is checked against the plain function (below): the
+        # arrays it writes into are kept as they were.
+        before = {i: args[i].copy() for i in written if i < len(args)} if seen is None else None
+        start = time.perf_counter()
+        try:
+            result = self._whole(*args, **kwargs)
+        except Exception as e:     # refused (or failed): auto-clustered, which reruns it
+            message = str(e).strip().splitlines()
+            return self._refuse_whole(f"nbxla.jit refused it: {type(e).__name__}: "
+                                      f"{message[0] if message else ''}")
+        ms = (time.perf_counter() - start) * 1e3
+        compilation = self._whole.last_compilation
+        compiled = seen is None or compilation.module_id not in seen
+        if seen is None:
+            seen = self._whole_compiles[key] = set()
+            result = self._check_whole(args, kwargs, before, result)
+        seen.add(compilation.module_id)
+        if len(seen) > MAX_WHOLE_COMPILES:
+            self._refuse_whole(f"it compiled {len(seen)} times for one argument signature "
+                               "(jit keys on the values of scalar arguments)")
+        self._log, self._report = _whole_log(self.__name__, compilation, ms, compiled), None
+        return True, result
+
+    def _check_whole(self, args, kwargs, before: dict, result):
+        """The first compiled call of a signature, against the plain function on the same
+        inputs: the same result (structure, types, dtypes, shapes, values up to rounding)
+        and the same writes into the arguments, or the function is not compiled whole from
+        now on and this call gives NumPy's result.  Both are timed on the way (twice each,
+        the first runs are cold): the first probe pair of the measured choice."""
+        def run(fn):
+            fresh = list(args)
+            for i, array in before.items():
+                fresh[i] = array.copy()
+            start = time.perf_counter()
+            out = fn(*fresh, **kwargs)
+            return time.perf_counter() - start, out, fresh
+        self._first_pair = None
+        try:
+            compiled = min(run(self._whole)[0], run(self._whole)[0])
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")          # (the first call warned, if at all)
+                eager, want, fresh = min(run(self.fn), run(self.fn), key=lambda r: r[0])
+        except Exception:          # the plain function raises where the compiled one did not
+            return result          # (NumPy's error then comes at the next plain call)
+        why = difference(result, want)
+        for i in before:
+            why = why or difference(args[i], fresh[i], f"argument {i} (written)")
+        if why is not None:
+            self._refuse_whole(f"its compiled result was checked against NumPy's: {why}")
+            for i in before:
+                np.copyto(args[i], fresh[i])
+            return want
+        self._first_pair = (compiled, eager)
+        return result
+
+    def _refuse_whole(self, why: str) -> tuple[bool, None]:
+        self._whole, self.whole_refused = False, why
+        return False, None
 
     @property
     def last_report(self) -> ClusterReport | None:
@@ -161,6 +285,34 @@ class AutoFunction:
 
     def __repr__(self) -> str:
         return f"<nbxla.jit {self.__name__} mode=auto device={self.device}>"
+
+
+# Whole compilation stops when one argument signature compiled more programs than this.
+MAX_WHOLE_COMPILES = 3
+
+
+def _whole_log(name: str, compilation, ms: float, compiled: bool) -> SessionLog:
+    """The log of a call run as one compiled program: one cluster, no graph break."""
+    facts = _WHOLE_FACTS.get(compilation.module_id)
+    if facts is None:            # (once per compilation: the fusion report walks the module)
+        traced = [i for i in compilation.hlo.entry.instructions
+                  if i.opcode not in ("parameter", "tuple")]
+        lines = list({(loc.file, loc.line): loc for loc in
+                      (i.location for i in traced) if loc is not None}.values())
+        work = sum(i.shape.size for i in traced if hasattr(i.shape, "dims"))
+        facts = _WHOLE_FACTS[compilation.module_id] = (
+            len(traced), work, lines, len(compilation.optimized.entry.instructions),
+            compilation.fusion_report.kernels_after)
+    ops, work, lines, instructions, kernels = facts
+    run = ClusterRun(("whole", compilation.module_id), ops, work, lines, True,
+                     compile_ms=sum(compilation.timings_ms.values()) if compiled else 0.0,
+                     run_ms=0.0 if compiled else ms, hlo_instructions=instructions,
+                     kernels=kernels, compilation=compilation)
+    return SessionLog(name, [run], whole="compiled whole by nbxla.jit: no graph break and no "
+                                         "Python side effect in its source")
+
+
+_WHOLE_FACTS: dict = {}          # compilation id -> what the report says about it
 
 
 def _leaves(tree):

@@ -26,10 +26,13 @@ from __future__ import annotations
 # interference from other processes only ever adds time.
 EAGER_MARGIN = 0.9
 # A cluster that runs eagerly is run compiled again every this many runs (its kernel
-# may have been timed cold or under load); a function's losing mode likewise, every
-# REPROBE_CALLS calls.
+# may have been timed cold or under load).  A function's losing mode likewise, first
+# REPROBE_CALLS calls after the decision; each re-probe that confirms the decision doubles
+# the gap, up to MAX_REPROBE_CALLS (a re-probe of a losing auto-clustered mode costs a
+# recording, which on a 10 us function is twice the call: every 32 calls that was 3%).
 RETRY_RUNS = 8
 REPROBE_CALLS = 32
+MAX_REPROBE_CALLS = 1024
 # Function-level probes: a pair of calls (eager, auto) at a time (5 pairs for calls under
 # 0.5 ms, 3 under 5 ms, else 2); when the ratio of their best times is within CLOSE, up to
 # MAX_PROBE_PAIRS pairs, then the better best time wins.
@@ -78,7 +81,8 @@ class ClusterTiming:
 class ModeChoice:
     """Per argument signature of an auto function: run it auto-clustered or plain eager?"""
 
-    __slots__ = ("times", "pairs", "decided", "calls", "compiling", "eager_calls", "auto_first")
+    __slots__ = ("times", "pairs", "decided", "calls", "compiling", "eager_calls", "auto_first",
+                 "next_probe", "probe_gap")
 
     def __init__(self):
         # Probe auto-clustered calls before plain ones (the first call's clusters saved
@@ -92,15 +96,26 @@ class ModeChoice:
         # Once plain NumPy is decided: how many calls may run it before the next re-probe
         # (the caller's fast path counts them down without asking).
         self.eager_calls = 0
+        self.next_probe = 0                        # the call that re-probes the losing mode
+        self.probe_gap = REPROBE_CALLS
+
+    def _decide(self, mode: str) -> None:
+        if mode != self.decided:
+            self.decided, self.probe_gap = mode, REPROBE_CALLS
+            self.next_probe = self.calls + self.probe_gap
 
     def after_first_call(self, gain_ms: float, compiled_ms: float) -> None:
         """What the first call's clusters measured: ``gain_ms`` saved by running compiled,
         ``compiled_ms`` spent so.  Nothing saved (no cluster, or each runs eagerly): the
-        auto-clustered calls can only add recording, so plain NumPy it is (re-probed every
-        REPROBE_CALLS calls).  Clearly more saved than spent (> 1 ms and > half the compiled
+        auto-clustered calls can only add recording, so plain NumPy it is (re-probed, see
+        REPROBE_CALLS).  Clearly more saved than spent (> 1 ms and > half the compiled
         time): the probes start auto-clustered."""
         if gain_ms <= 0:
-            self.decided = "eager"
+            self._decide("eager")
+            # (plain calls from the next on, up to the one before the re-probe, which is
+            # timed: the re-probe is compared with it)
+            self.eager_calls = self.next_probe - 2 - self.calls
+            self.calls += self.eager_calls
         elif gain_ms > 1.0 and 2 * gain_ms > compiled_ms:
             self.auto_first = True
 
@@ -112,10 +127,12 @@ class ModeChoice:
         if self.decided is None:                   # probing: a pair at a time
             first, second = ("auto", "eager") if self.auto_first else ("eager", "auto")
             return first if len(self.times[first]) <= len(self.times[second]) else second
-        if self.calls % REPROBE_CALLS == 0:
+        if self.calls >= self.next_probe:
+            self.probe_gap = min(2 * self.probe_gap, MAX_REPROBE_CALLS)
+            self.next_probe = self.calls + self.probe_gap
             return "eager" if self.decided == "auto" else "auto"
         if self.decided == "eager":              # (the calls up to the next re-probe)
-            self.eager_calls = REPROBE_CALLS - 1 - self.calls % REPROBE_CALLS
+            self.eager_calls = self.next_probe - 1 - self.calls
             self.calls += self.eager_calls
         return self.decided
 
@@ -137,7 +154,7 @@ class ModeChoice:
         if self.decided is not None:               # a re-probe of the losing mode
             if mode != self.decided and self.times[self.decided] and \
                     min(self.times[mode]) < EAGER_MARGIN * min(self.times[self.decided]):
-                self.decided = mode
+                self._decide(mode)
             return
         if len(auto) != len(eager) or not auto:
             return
@@ -151,18 +168,19 @@ class ModeChoice:
             return
         ratio = min(auto) / min(eager)
         if ratio < CLOSE[0]:
-            self.decided = "auto"
+            self._decide("auto")
         elif ratio > CLOSE[1]:
-            self.decided = "eager"
+            self._decide("eager")
         elif self.pairs >= max(needed, MAX_PROBE_PAIRS):
-            self.decided = "auto" if min(auto) <= min(eager) else "eager"
+            self._decide("auto" if min(auto) <= min(eager) else "eager")
 
     def describe(self) -> str:
         auto, eager = self.times["auto"], self.times["eager"]
         if not auto or not eager:
             if self.decided == "eager":
                 return ("the first call's clusters saved nothing measured: later calls run as "
-                        f"plain NumPy (auto-clustered again every {REPROBE_CALLS} calls)")
+                        f"plain NumPy (auto-clustered again after {REPROBE_CALLS} calls, "
+                        "then at doubling gaps)")
             return "calls of this signature not timed yet (the first call compiles; the " \
                    "next ones are timed eager and auto-clustered)"
         timing = (f"auto-clustered {1e3 * min(auto):.3g} ms vs plain NumPy "

@@ -58,6 +58,7 @@ class ClusterReport:
     first_line: int = 1
     filename: str | None = None
     calls: str = ""                        # the measured choice between auto and plain calls
+    whole: str = ""                        # compiled whole, or why not (cluster/whole.py)
 
     @property
     def compiled_fraction(self) -> float:
@@ -79,6 +80,8 @@ class ClusterReport:
                "(elements its NumPy operations read or write, summed) runs eagerly with NumPy; "
                "a larger one is timed compiled and eagerly on its first run, then runs the "
                f"faster way (eagerly only if under {EAGER_MARGIN:g}x the compiled time)"]
+        if self.whole:
+            out.append(f"whole function: {self.whole}")
         if self.calls:
             out.append(f"calls: {self.calls}")
         for c in self.clusters:
@@ -109,6 +112,7 @@ class ClusterReport:
 
     def to_json(self) -> dict:
         return {"name": self.name, "min_work": self.min_work, "calls": self.calls,
+                "whole": self.whole,
                 "compiled_fraction": self.compiled_fraction,
                 "clusters": [{k: v for k, v in c.__dict__.items() if k != "compilation"}
                              for c in self.clusters],
@@ -123,7 +127,7 @@ class ClusterReport:
 def build_report(log: SessionLog, min_work: int, source=None, first_line: int = 1,
                  filename: str | None = None) -> ClusterReport:
     report = ClusterReport(log.name, min_work, source=source, first_line=first_line,
-                           filename=filename)
+                           filename=filename, whole=log.whole)
     by_key: dict = {}
     for run in log.clusters:
         lines = sorted({loc.line for loc in run.lines})

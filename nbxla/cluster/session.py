@@ -149,6 +149,7 @@ class SessionLog:
     clusters: list[ClusterRun] = field(default_factory=list)
     breaks: list[Break] = field(default_factory=list)
     eager_work: int = 0
+    whole: str = ""          # whether (or why not) the function ran compiled whole (whole.py)
 
 
 def user_location(filename_display=None, line_offsets=None) -> SourceLocation | None:

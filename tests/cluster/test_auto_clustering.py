@@ -2,7 +2,9 @@
 clustering report names the clusters and the breaks (reason and source line).
 
 Most programs use small arrays with ``min_work=1`` (every array operation is recorded, so the
-tests stay fast); the cost model itself is tested with the default threshold.
+tests stay fast); the cost model itself is tested with the default threshold.  They test the
+clustering, so whole-function compilation (``cluster/whole.py``, tested in test_whole.py) is
+off unless a test says otherwise.
 """
 
 import importlib.util
@@ -22,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def auto(fn, **kw):
     kw.setdefault("min_work", 1)
+    kw.setdefault("whole", False)
     return AutoFunction(fn, cache=CompilationCache(), **kw)
 
 
@@ -280,7 +283,7 @@ def test_second_call_compiles_nothing_and_a_loop_reuses_its_cluster():
         return y, total
 
     (x,) = rng_arrays(100)
-    f = AutoFunction(program, cache=cache, min_work=1)
+    f = AutoFunction(program, cache=cache, min_work=1, whole=False)
     assert_same(f(x, 5), program(x, 5))
     report = f.last_report
     (cluster,) = report.compiled_clusters
@@ -298,7 +301,7 @@ def test_cost_model_runs_small_clusters_eagerly():
         return np.exp(x) * 2.0 + x
 
     small = rng_arrays(100)[0]
-    f = AutoFunction(program, cache=CompilationCache())      # the default threshold
+    f = AutoFunction(program, cache=CompilationCache(), whole=False)      # the default threshold
     assert_same(f(small), program(small))
     assert not f.last_report.compiled_clusters
     assert str(MIN_CLUSTER_WORK) in f.last_report.to_text()
@@ -330,7 +333,7 @@ def test_explain_lists_clusters_breaks_and_fraction():
         return np.log(y) * s
 
     (x,) = rng_arrays(MIN_CLUSTER_WORK)
-    report = nbxla.explain(program, x)
+    report = nbxla.explain(AutoFunction(program, whole=False), x)
     text = report.to_text()
     assert "2 cluster(s), 2 compiled" in text and "graph break" in text
     assert f"line {line_of(program, 'float(y.sum())')}" in text
@@ -409,7 +412,7 @@ def test_a_long_loop_is_cut_into_clusters_of_whole_iterations_compiled_once(monk
 
     (x,) = rng_arrays(64)
     cache = CompilationCache()
-    f = AutoFunction(program, cache=cache, min_work=1)
+    f = AutoFunction(program, cache=cache, min_work=1, whole=False)
     assert_same(f(x, 30), program(x, 30))
     report = f.last_report
     assert not report.breaks and len(report.clusters) <= 4

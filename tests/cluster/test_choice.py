@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from nbxla.cluster import AutoFunction, session
-from nbxla.cluster.choice import (EAGER_MARGIN, REPROBE_CALLS, RETRY_RUNS, ClusterTiming,
-                                  ModeChoice)
+from nbxla.cluster.choice import (EAGER_MARGIN, MAX_REPROBE_CALLS, REPROBE_CALLS, RETRY_RUNS,
+                                  ClusterTiming, ModeChoice)
 from nbxla.runtime.cache import CompilationCache
 
 
@@ -34,9 +34,24 @@ def test_mode_choice_probes_then_keeps_the_faster_and_reprobes(faster):
     assert modes[:5] == ["auto", "eager", "auto", "eager", "auto"]   # compile, 2 probe pairs
     assert choice.decided == faster
     later = modes[5:]
-    assert later.count(slower) == len([c for c in range(6, 3 * REPROBE_CALLS + 1)
-                                       if c % REPROBE_CALLS == 0])   # only the re-probes
+    assert later.count(slower) == 1 and later.index(slower) == REPROBE_CALLS - 1  # re-probe
     assert "later calls run" in choice.describe()
+
+
+def test_reprobes_that_confirm_the_choice_come_at_doubling_gaps():
+    choice = ModeChoice()
+    calls = 5 + REPROBE_CALLS * (2 ** 8)
+    modes = drive(choice, {"auto": 0.030, "eager": 0.010}, calls)
+    probes = [c for c in range(5, calls) if modes[c] == "auto"]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps[:5] == [2 * REPROBE_CALLS, 4 * REPROBE_CALLS, 8 * REPROBE_CALLS,
+                        16 * REPROBE_CALLS, MAX_REPROBE_CALLS]
+    assert set(gaps[5:]) == {MAX_REPROBE_CALLS}
+    # a re-probe that wins takes over, and the gap starts again
+    faster = drive(choice, {"auto": 0.001, "eager": 0.010}, 2 * MAX_REPROBE_CALLS)
+    assert choice.decided == "auto" and faster[-1] == "auto"
+    won = faster.index("auto")
+    assert faster.index("eager", won) - won == REPROBE_CALLS
 
 
 def test_close_or_short_calls_take_more_probe_pairs():
@@ -80,7 +95,7 @@ def test_a_cluster_measured_faster_eagerly_runs_eagerly_with_numpys_result(monke
         return np.sqrt(x * x + 1.0) * 0.5 + x
 
     (x,) = [np.random.default_rng(0).random(64)]
-    f = AutoFunction(program, cache=CompilationCache(), min_work=1)
+    f = AutoFunction(program, cache=CompilationCache(), min_work=1, whole=False)
     f.run_auto(x)                                # (run_auto: whatever calls measured)
     (cluster,) = f.last_report.clusters
     assert cluster.compiled and "measured" in cluster.measured
@@ -98,7 +113,7 @@ def test_the_report_prints_the_call_choice():
         return np.exp(x) * 2.0 + x
 
     (x,) = [np.random.default_rng(1).random(64)]
-    f = AutoFunction(program, cache=CompilationCache(), min_work=1)
+    f = AutoFunction(program, cache=CompilationCache(), min_work=1, whole=False)
     for _ in range(12):
         np.testing.assert_allclose(f(x), program(x), rtol=1e-12)
     report = f.last_report
@@ -137,7 +152,24 @@ def test_a_function_of_small_arrays_runs_as_plain_numpy_from_its_second_call():
         return np.exp(x) * 2.0 + x
 
     (x,) = [np.random.default_rng(2).random(100)]          # under the default threshold
-    f = AutoFunction(program, cache=CompilationCache())
+    f = AutoFunction(program, cache=CompilationCache(), whole=False)
     for _ in range(3 * REPROBE_CALLS):                     # (through re-probes)
         np.testing.assert_allclose(f(x), program(x), rtol=1e-12)
     assert f.last_report.calls
+
+
+def test_the_plain_fast_path_keys_on_the_argument_objects():
+    def program(x, y):
+        return np.sin(x) + y
+
+    g = np.random.default_rng(3)
+    x, y = g.random(50), g.random(50)
+    f = AutoFunction(program, cache=CompilationCache(), whole=False)
+    for _ in range(5):
+        np.testing.assert_array_equal(f(x, y), program(x, y))
+    assert f._plain_ids[0] == [id(x), id(y)]          # decided plain: the fast path is armed
+    x[:] = 7.0                                          # same objects, new values: still NumPy's
+    np.testing.assert_array_equal(f(x, y), program(x, y))
+    other = g.random((4, 30)), g.random(30)            # other objects: the signature is built
+    np.testing.assert_array_equal(f(*other), program(*other))
+    assert len(f._choices) == 2

@@ -12,7 +12,8 @@ from nbxla.runtime.cache import CompilationCache
 
 
 def auto(fn):
-    return AutoFunction(fn, cache=CompilationCache(), min_work=1, measure=False)
+    return AutoFunction(fn, cache=CompilationCache(), min_work=1, measure=False,
+                        whole=False)
 
 
 @pytest.fixture

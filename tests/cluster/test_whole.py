@@ -1,0 +1,237 @@
+"""Whole-function compilation in auto mode (nbxla/cluster/whole.py): a function with no graph
+break and no Python side effect runs as one compiled program; anything else is clustered as
+before, and every call gives NumPy's result (the oracle: the plain function)."""
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.cluster import AutoFunction
+from nbxla.cluster.whole import difference, side_effect
+from nbxla.runtime.cache import CompilationCache
+
+SEEN = []
+TABLE = np.zeros(3)
+
+
+def auto(fn, **kw):
+    return AutoFunction(fn, cache=CompilationCache(), **kw)
+
+
+def rng_arrays(*shapes, seed=0):
+    g = np.random.default_rng(seed)
+    return [g.random(s) for s in shapes]
+
+
+# ---- reading the source ------------------------------------------------------------------------
+
+def helper_that_prints(x):
+    print("step")
+    return x * 2
+
+
+def pure_helper(x):
+    return np.sin(x) + 1.0
+
+
+def test_pure_array_code_has_no_side_effect():
+    def program(a, b, n):
+        out = []
+        for i in range(n):
+            out.append(pure_helper(a) * b[i % len(b)])
+        total = sum(float(v) for v in [1.0, 2.0])
+        return np.stack(out).sum(axis=0) * total + abs(n)
+    assert side_effect(program) is None
+
+
+def calls_print(x):
+    print(x)
+    return x
+
+
+def calls_helper(x):
+    return helper_that_prints(x)
+
+
+def appends_to_a_global(x):
+    SEEN.append(1)
+    return x
+
+
+def draws(x):
+    return x * np.random.rand(3)
+
+
+def saves(x):
+    np.save("/tmp/never.npy", x)
+    return x
+
+
+def writes_a_global(x):
+    TABLE[0] = 1.0
+    return x
+
+
+def sets_an_attribute(x):
+    x.flags.writeable = False
+    return x
+
+
+@pytest.mark.parametrize("fn, phrase", [
+    (calls_print, "print()"), (calls_helper, "print()"), (appends_to_a_global, ".append() on SEEN"),
+    (draws, "numpy.random"), (saves, "numpy.save"), (writes_a_global, "writes into TABLE"),
+    (sets_an_attribute, "sets an attribute"),
+])
+def test_each_kind_of_side_effect_is_named_with_its_line(fn, phrase):
+    why = side_effect(fn)
+    assert why is not None and phrase in why and "line " in why, why
+
+
+def test_writes_into_parameters_are_collected():
+    def program(a, b, c):
+        a[0] = 1.0
+        b += 2.0
+        return c * 2
+    written = set()
+    assert side_effect(program, written=written) is None
+    assert written == {"a", "b"}
+
+
+def test_calls_it_cannot_read_are_side_effects():
+    import time
+
+    def program(x):
+        start = time.perf_counter()
+        return x * 2.0, start
+    assert "cannot read" in side_effect(program)
+
+
+def test_difference_names_type_dtype_shape_and_values():
+    a = np.arange(3.0)
+    assert difference((a, 1), (a.copy(), 1)) is None
+    assert "numpy.int64" in difference(np.int64(4), 4)
+    assert "float32" in difference(a.astype(np.float32), a)
+    assert "values" in difference(a + 1.0, a)
+    assert difference(a + 1e-13, a) is None                  # rounding
+    assert "list" in difference([a], (a,))
+
+
+# ---- running ------------------------------------------------------------------------------------
+
+def test_a_compilable_function_runs_compiled_whole_with_numpys_results():
+    def program(a, b):
+        t = np.exp(-a) * b
+        for _ in range(3):
+            t = 0.5 * (t + np.roll(t, 1, axis=0))
+        return t.sum(axis=1), t.max()
+
+    a, b = rng_arrays((300, 200), (300, 200))
+    f = auto(program)
+    for _ in range(12):
+        got, want = f(a, b), program(a, b)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        assert type(got[1]) is type(want[1]) and got[1] == pytest.approx(want[1], rel=1e-12)
+    report = f.last_report
+    assert f._whole and "compiled whole" in report.to_text()
+    if f._choice.decided == "auto" or report.clusters:      # (the last call ran compiled)
+        (cluster,) = report.clusters
+        assert cluster.compiled and cluster.kernels >= 1 and not report.breaks
+
+
+def test_writes_into_arguments_land_as_numpy_makes_them():
+    def program(a, b):
+        a += 1.0
+        b[1:] = a[:-1] * 2.0
+        return a.sum() + b.sum()
+
+    base = rng_arrays(5000, 5000)
+    f = auto(program)
+    for _ in range(4):
+        got_args, want_args = [x.copy() for x in base], [x.copy() for x in base]
+        got, want = f(*got_args), program(*want_args)
+        assert got == pytest.approx(want, rel=1e-12)
+        for g, w in zip(got_args, want_args):
+            np.testing.assert_allclose(g, w, rtol=1e-12)
+    assert f._whole
+
+
+def test_a_print_runs_on_every_call(capsys):
+    def program(x):
+        y = np.cos(x) * 2.0
+        print("norm", round(float(np.abs(y).max()), 3))
+        return y + 1.0
+
+    (x,) = rng_arrays(1000)
+    f = auto(program, min_work=1)
+    for _ in range(3):
+        np.testing.assert_allclose(f(x), program(x), rtol=1e-12)
+    assert capsys.readouterr().out.count("norm") == 6
+    assert "print()" in f.whole_refused
+    assert "not compiled whole" in f.last_report.to_text()
+
+
+def test_a_result_whose_type_differs_from_numpys_is_not_compiled_whole():
+    def program(x):
+        n = 0
+        while x.max() > 0.01:        # (a loop on a value: compiled, n is traced)
+            x = x * 0.5
+            n += 1
+        return x, n                  # NumPy: a Python int; the compiled loop: an int64 scalar
+
+    (x,) = rng_arrays(100)
+    f = auto(program)
+    for _ in range(3):
+        got = f(x)
+        assert type(got[1]) is int and got[1] == program(x)[1]
+        np.testing.assert_allclose(got[0], program(x)[0], rtol=1e-12)
+    assert "checked against NumPy's" in f.whole_refused and "int" in f.whole_refused
+
+
+def test_a_list_argument_written_into_is_clustered():
+    def program(parts, x):
+        parts[0] = x * 2.0
+        return parts[0] + parts[1]
+
+    x, y = rng_arrays(50, 50)
+    f = auto(program)
+    got_parts, want_parts = [x, y], [x, y]
+    np.testing.assert_allclose(f(got_parts, x), program(want_parts, x), rtol=1e-12)
+    np.testing.assert_allclose(got_parts[0], want_parts[0], rtol=1e-12)
+
+
+def test_recompiling_for_every_scalar_value_stops_whole_compilation():
+    def program(x, step):
+        return x * step + 1.0
+
+    (x,) = rng_arrays(100)
+    f = auto(program, measure=False)
+    for step in range(6):
+        np.testing.assert_allclose(f(x, step), program(x, step), rtol=1e-12)
+    # (jit may key on the scalar's value; if it does, whole compilation stops after a few)
+    if not f._whole:
+        assert "compiled 4 times" in f.whole_refused
+
+
+def test_a_graph_break_falls_back_to_clustering_with_the_reason():
+    def program(x):
+        y = np.sin(x)
+        keep = np.unique(np.round(y, 1))              # a data-dependent shape
+        return y.sum() + keep.size
+
+    (x,) = rng_arrays(2000)
+    f = auto(program, min_work=1)
+    for _ in range(2):
+        assert f(x) == pytest.approx(program(x), rel=1e-12)
+    assert "nbxla.jit refused it" in f.whole_refused
+    assert f.last_report.breaks
+
+
+def test_jit_mode_auto_and_explain_use_it():
+    def program(a):
+        return np.tanh(a) * 3.0 + a ** 2
+
+    (a,) = rng_arrays((400, 400))
+    f = nbxla.jit(program, mode="auto")
+    np.testing.assert_allclose(f(a), program(a), rtol=1e-12)
+    report = nbxla.explain(program, a)
+    assert "compiled whole" in report.to_text() and report.compiled_fraction == 1.0
