@@ -22,7 +22,7 @@ from .lazy import LazyArray
 from .tape import Tape
 from .report import ClusterReport, build_report
 from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
-from .session import MIN_CLUSTER_WORK, ClusterRun, Session, SessionLog, flatten, tree_map
+from .session import MIN_CLUSTER_WORK, ClusterRun, Session, SessionLog, flatten
 from .whole import difference, side_effect
 
 
@@ -87,19 +87,33 @@ class AutoFunction:
         self._choices: dict = {}            # argument signature -> ModeChoice
         self._choice = None                 # the ModeChoice of the last auto-clustered call
         self._tape = Tape() if replay else None   # earlier calls' recordings (tape.py)
-        self._plain_ids = (None, None)     # (argument ids, their ModeChoice): the fast path
+        self._fast = (None, None, None)    # (argument ids, their ModeChoice, how they run)
 
     def __call__(self, *args, **kwargs):
-        # The fast path of a function decided plain NumPy, called again with the very same
-        # argument objects (a loop over calls): no signature to build.  Ids say nothing
-        # about an object freed meanwhile; then the call just runs plain NumPy once more,
-        # which is always NumPy's result (inside another auto run too), until the next
-        # re-probe rebuilds the signature.
-        ids, choice = self._plain_ids
-        if not kwargs and [*map(id, args)] == ids and choice.eager_calls:
-            choice.eager_calls -= 1
-            return self.fn(*args)
+        # The fast path of a decided signature called again with the very same argument
+        # objects (a loop over calls): no signature to build.  Ids say nothing about an
+        # object freed meanwhile; then the call runs the way decided for the argument
+        # objects before, which gives NumPy's result all the same (inside another auto run
+        # too), until the next re-probe rebuilds the signature.
+        ids, choice, run = self._fast
+        if not kwargs and [*map(id, args)] == ids and choice.fast_calls:
+            choice.fast_calls -= 1
+            return run(*args)
         return self._measured_call(args, kwargs)
+
+    def _decided(self, choice: ModeChoice) -> Callable:
+        """How calls of a decided signature run."""
+        if choice.decided == "eager":
+            return self.fn
+        return self._call_whole if self._whole else self.run_auto
+
+    def _call_whole(self, *args):
+        """The compiled whole function, decided faster (its checks were made before)."""
+        try:
+            return self._whole(*args)
+        except Exception as e:     # (a run-time check failed: NumPy's own error, or result)
+            self._refuse_whole(f"running it failed: {type(e).__name__}")
+            return self.run_auto(*args)
 
     def _measured_call(self, args, kwargs):
         if not self.measure or ACTIVE.get() is not None:     # (or inside another auto run)
@@ -108,11 +122,12 @@ class AutoFunction:
         choice = self._choices.get(key)
         if choice is None:
             choice = self._choices[key] = ModeChoice()
-        elif choice.eager_calls:               # (plain NumPy measured faster)
-            choice.eager_calls -= 1
+        elif choice.fast_calls:                # (a mode decided: up to the next re-probe)
+            choice.fast_calls -= 1
+            run = self._decided(choice)
             if not kwargs:                     # (the next call with these: the fast path)
-                self._plain_ids = [*map(id, args)], choice
-            return self.fn(*args, **kwargs)
+                self._fast = [*map(id, args)], choice, run
+            return run(*args, **kwargs)
         mode = choice.next_mode()
         if not choice.timed(mode):
             if mode == "eager":
@@ -128,8 +143,8 @@ class AutoFunction:
                     choice.auto_first = compiled <= eager
             elif choice.calls == 1:         # the first call: what did its clusters win?
                 choice.after_first_call(*_gain(self._log))
-                if choice.eager_calls and not kwargs:
-                    self._plain_ids = [*map(id, args)], choice
+                if choice.fast_calls and not kwargs:
+                    self._fast = [*map(id, args)], choice, self.fn
             return result
         start = time.perf_counter()
         if mode == "eager":
@@ -224,8 +239,9 @@ class AutoFunction:
         """The first compiled call of a signature, against the plain function on the same
         inputs: the same result (structure, types, dtypes, shapes, values up to rounding)
         and the same writes into the arguments, or the function is not compiled whole from
-        now on and this call gives NumPy's result.  Both are timed on the way (twice each,
-        the first runs are cold): the first probe pair of the measured choice."""
+        now on and this call gives NumPy's result.  Both are timed on the way (twice each
+        where that is short: the first runs are cold), the first probe pair of the measured
+        choice."""
         def run(fn):
             fresh = list(args)
             for i, array in before.items():
@@ -233,12 +249,15 @@ class AutoFunction:
             start = time.perf_counter()
             out = fn(*fresh, **kwargs)
             return time.perf_counter() - start, out, fresh
+        def best_of_two(fn):       # (one run only where it is long: the first call's cost)
+            first = run(fn)
+            return first if first[0] > 0.05 else min(first, run(fn), key=lambda r: r[0])
         self._first_pair = None
         try:
-            compiled = min(run(self._whole)[0], run(self._whole)[0])
+            compiled = best_of_two(self._whole)[0]
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")          # (the first call warned, if at all)
-                eager, want, fresh = min(run(self.fn), run(self.fn), key=lambda r: r[0])
+                eager, want, fresh = best_of_two(self.fn)
         except Exception:          # the plain function raises where the compiled one did not
             return result          # (NumPy's error then comes at the next plain call)
         why = difference(result, want)
@@ -254,6 +273,7 @@ class AutoFunction:
 
     def _refuse_whole(self, why: str) -> tuple[bool, None]:
         self._whole, self.whole_refused = False, why
+        self._fast = (None, None, None)
         return False, None
 
     @property

@@ -81,7 +81,7 @@ class ClusterTiming:
 class ModeChoice:
     """Per argument signature of an auto function: run it auto-clustered or plain eager?"""
 
-    __slots__ = ("times", "pairs", "decided", "calls", "compiling", "eager_calls", "auto_first",
+    __slots__ = ("times", "pairs", "decided", "calls", "compiling", "fast_calls", "auto_first",
                  "next_probe", "probe_gap")
 
     def __init__(self):
@@ -93,9 +93,9 @@ class ModeChoice:
         self.pairs = 0
         self.decided: str | None = None
         self.calls = 0
-        # Once plain NumPy is decided: how many calls may run it before the next re-probe
-        # (the caller's fast path counts them down without asking).
-        self.eager_calls = 0
+        # Once a mode is decided: how many calls may run it before the next re-probe (the
+        # caller's fast path counts them down without asking).
+        self.fast_calls = 0
         self.next_probe = 0                        # the call that re-probes the losing mode
         self.probe_gap = REPROBE_CALLS
 
@@ -114,8 +114,8 @@ class ModeChoice:
             self._decide("eager")
             # (plain calls from the next on, up to the one before the re-probe, which is
             # timed: the re-probe is compared with it)
-            self.eager_calls = self.next_probe - 2 - self.calls
-            self.calls += self.eager_calls
+            self.fast_calls = self.next_probe - 2 - self.calls
+            self.calls += self.fast_calls
         elif gain_ms > 1.0 and 2 * gain_ms > compiled_ms:
             self.auto_first = True
 
@@ -131,9 +131,8 @@ class ModeChoice:
             self.probe_gap = min(2 * self.probe_gap, MAX_REPROBE_CALLS)
             self.next_probe = self.calls + self.probe_gap
             return "eager" if self.decided == "auto" else "auto"
-        if self.decided == "eager":              # (the calls up to the next re-probe)
-            self.eager_calls = self.next_probe - 1 - self.calls
-            self.calls += self.eager_calls
+        self.fast_calls = self.next_probe - 1 - self.calls    # (up to the next re-probe)
+        self.calls += self.fast_calls
         return self.decided
 
     def timed(self, mode: str) -> bool:

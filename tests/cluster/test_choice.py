@@ -15,9 +15,9 @@ def drive(choice: ModeChoice, seconds: dict, calls: int) -> list:
     """The modes of ``calls`` calls when each mode takes ``seconds[mode]``."""
     modes = []
     while len(modes) < calls:
-        if choice.eager_calls:                    # (the caller's fast path)
-            choice.eager_calls -= 1
-            modes.append("eager")
+        if choice.fast_calls:                     # (the caller's fast path)
+            choice.fast_calls -= 1
+            modes.append(choice.decided)
             continue
         mode = choice.next_mode()
         modes.append(mode)
@@ -167,7 +167,7 @@ def test_the_plain_fast_path_keys_on_the_argument_objects():
     f = AutoFunction(program, cache=CompilationCache(), whole=False)
     for _ in range(5):
         np.testing.assert_array_equal(f(x, y), program(x, y))
-    assert f._plain_ids[0] == [id(x), id(y)]          # decided plain: the fast path is armed
+    assert f._fast[0] == [id(x), id(y)]               # decided plain: the fast path is armed
     x[:] = 7.0                                          # same objects, new values: still NumPy's
     np.testing.assert_array_equal(f(x, y), program(x, y))
     other = g.random((4, 30)), g.random(30)            # other objects: the signature is built
