@@ -198,7 +198,7 @@ class AutoFunction:
             written: set = set()
             why = side_effect(self.fn, written=written)
             if why is not None:
-                return self._refuse_whole(f"a Python side effect: {why}")
+                return self._refuse_whole(why)
             try:
                 names = list(inspect.signature(self.fn).parameters)
                 self._whole_written = sorted(names.index(n) for n in written)

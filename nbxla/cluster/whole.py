@@ -27,6 +27,8 @@ import types
 
 import numpy as np
 
+from .session import _LIBRARY_DIRS
+
 # Builtins with no side effect (on what a traced function can hand them).
 PURE_BUILTINS = frozenset({
     "abs", "all", "any", "bool", "complex", "dict", "divmod", "enumerate", "filter", "float",
@@ -184,6 +186,9 @@ class _Checker:
             return None
         if module.startswith("nbxla") and not hasattr(value, "fn"):
             return None                           # (nbxla.random and the like: traceable)
+        code = getattr(getattr(value, "__func__", value), "__code__", None)
+        if code is not None and code.co_filename.startswith(_LIBRARY_DIRS):
+            return f"it calls {name}, library code it does not trace"
         if callable(value) and self.depth < MAX_DEPTH:
             return side_effect(value, self.depth + 1, self.seen)
         return f"it calls {name}, which nbxla cannot see into"
