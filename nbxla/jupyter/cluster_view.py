@@ -59,6 +59,8 @@ def render_html(report) -> str:
             f'<div style="{h.MUTED}">cost model: clusters with less than {report.min_work} '
             "elements of work run eagerly with NumPy; larger ones are timed both ways on their "
             "first run and run the faster way</div>")
+    if report.whole:
+        head += f'<div style="{h.MUTED}">whole function: {h.esc(report.whole)}</div>'
     if report.calls:
         head += f'<div style="{h.MUTED}">calls: {h.esc(report.calls)}</div>'
 

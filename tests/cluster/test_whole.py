@@ -235,3 +235,12 @@ def test_jit_mode_auto_and_explain_use_it():
     np.testing.assert_allclose(f(a), program(a), rtol=1e-12)
     report = nbxla.explain(program, a)
     assert "compiled whole" in report.to_text() and report.compiled_fraction == 1.0
+
+
+def test_the_html_view_says_whether_it_compiled_whole():
+    def program(a):
+        return np.exp(a) + 1.0
+
+    (a,) = rng_arrays(1000)
+    html = nbxla.explain(program, a)._repr_mimebundle_()["text/html"]
+    assert "whole function: compiled whole" in html
