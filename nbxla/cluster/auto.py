@@ -80,7 +80,7 @@ class AutoFunction:
         # is ruled out (self.whole_refused says why), None until the first call looks.
         self._whole = None if whole else False
         self.whole_refused = "" if whole else "whole=False"
-        self._whole_written: list = []       # positions of the arguments it writes into
+        self._whole_written: dict = {}       # parameters it writes into: name -> position
         self._whole_compiles: dict = {}      # argument signature -> compilations seen
         self._first_pair = None              # (compiled, plain) seconds of the checked call
         self._log = self._report = self._source = self._instrumented = None
@@ -201,20 +201,19 @@ class AutoFunction:
                 return self._refuse_whole(why)
             try:
                 names = list(inspect.signature(self.fn).parameters)
-                self._whole_written = sorted(names.index(n) for n in written)
+                self._whole_written = {n: names.index(n) for n in written}
             except (TypeError, ValueError):
                 return self._refuse_whole("its signature cannot be read")
             from ..api import CompiledFunction      # (the layer below this one)
             self._whole = CompiledFunction(self.fn, self.device, self.cache)
-        written = self._whole_written
-        if kwargs and written or any(i < len(args) and type(args[i]) is not np.ndarray
-                                     for i in written):
+        written = self._written(args, kwargs)
+        if written is None:
             return False, None           # (it writes into a list or such: clustered, this call)
         key = _signature(args, kwargs)
         seen = self._whole_compiles.get(key)
         # The first call of a signature is checked against the plain function (below): the
         # arrays it writes into are kept as they were.
-        before = {i: args[i].copy() for i in written if i < len(args)} if seen is None else None
+        before = {n: a.copy() for n, a in written.items()} if seen is None else None
         start = time.perf_counter()
         try:
             result = self._whole(*args, **kwargs)
@@ -227,7 +226,7 @@ class AutoFunction:
         compiled = seen is None or compilation.module_id not in seen
         if seen is None:
             seen = self._whole_compiles[key] = set()
-            result = self._check_whole(args, kwargs, before, result)
+            result = self._check_whole(args, kwargs, written, before, result)
         seen.add(compilation.module_id)
         if len(seen) > MAX_WHOLE_COMPILES:
             self._refuse_whole(f"it compiled {len(seen)} times for one argument signature "
@@ -235,7 +234,19 @@ class AutoFunction:
         self._log, self._report = _whole_log(self.__name__, compilation, ms, compiled), None
         return True, result
 
-    def _check_whole(self, args, kwargs, before: dict, result):
+    def _written(self, args, kwargs) -> dict | None:
+        """The arrays this call hands to the parameters the function writes into, by name;
+        None where one is not a NumPy array (a list: jit would not write it back) or is
+        left to its default (jit would not write into that either)."""
+        written = {}
+        for name, i in self._whole_written.items():
+            value = args[i] if i < len(args) else kwargs.get(name)
+            if type(value) is not np.ndarray:
+                return None
+            written[name] = value
+        return written
+
+    def _check_whole(self, args, kwargs, written: dict, before: dict, result):
         """The first compiled call of a signature, against the plain function on the same
         inputs: the same result (structure, types, dtypes, shapes, values up to rounding)
         and the same writes into the arguments, or the function is not compiled whole from
@@ -243,11 +254,16 @@ class AutoFunction:
         where that is short: the first runs are cold), the first probe pair of the measured
         choice."""
         def run(fn):
-            fresh = list(args)
-            for i, array in before.items():
-                fresh[i] = array.copy()
+            fresh_args, fresh_kwargs, fresh = list(args), dict(kwargs), {}
+            for name, array in before.items():
+                i = self._whole_written[name]
+                fresh[name] = array.copy()
+                if i < len(args):
+                    fresh_args[i] = fresh[name]
+                else:
+                    fresh_kwargs[name] = fresh[name]
             start = time.perf_counter()
-            out = fn(*fresh, **kwargs)
+            out = fn(*fresh_args, **fresh_kwargs)
             return time.perf_counter() - start, out, fresh
         def best_of_two(fn):       # (one run only where it is long: the first call's cost)
             first = run(fn)
@@ -261,12 +277,12 @@ class AutoFunction:
         except Exception:          # the plain function raises where the compiled one did not
             return result          # (NumPy's error then comes at the next plain call)
         why = difference(result, want)
-        for i in before:
-            why = why or difference(args[i], fresh[i], f"argument {i} (written)")
+        for name, array in written.items():
+            why = why or difference(array, fresh[name], f"argument {name} (written)")
         if why is not None:
             self._refuse_whole(f"its compiled result was checked against NumPy's: {why}")
-            for i in before:
-                np.copyto(args[i], fresh[i])
+            for name, array in written.items():
+                np.copyto(array, fresh[name])
             return want
         self._first_pair = (compiled, eager)
         return result

@@ -244,3 +244,17 @@ def test_the_html_view_says_whether_it_compiled_whole():
     (a,) = rng_arrays(1000)
     html = nbxla.explain(program, a)._repr_mimebundle_()["text/html"]
     assert "whole function: compiled whole" in html
+
+
+def test_keyword_arguments_written_into_are_compiled_whole():
+    def program(alpha, C, A, B):             # (npbench calls kernels with keywords)
+        C[:] = alpha * A @ B + 0.5 * C
+
+    C, A, B = rng_arrays((60, 50), (60, 40), (40, 50))
+    f = auto(program)
+    for _ in range(4):
+        got, want = {"C": C.copy()}, {"C": C.copy()}
+        assert f(alpha=1.5, A=A, B=B, **got) is None
+        program(alpha=1.5, A=A, B=B, **want)
+        np.testing.assert_allclose(got["C"], want["C"], rtol=1e-12)
+    assert f._whole and "compiled whole" in f.last_report.to_text()
