@@ -23,7 +23,7 @@ from .tape import Tape
 from .report import ClusterReport, build_report
 from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
 from .session import MIN_CLUSTER_WORK, ClusterRun, Session, SessionLog, flatten
-from .whole import difference, side_effect
+from .whole import as_python, difference, python_scalars, side_effect
 
 
 def _wrap_args(session: Session, args: tuple, kwargs: dict):
@@ -83,6 +83,7 @@ class AutoFunction:
         self._whole_written: dict = {}       # parameters it writes into: name -> position
         self._whole_compiles: dict = {}      # argument signature -> compilations seen
         self._first_pair = None              # (compiled, plain) seconds of the checked call
+        self._scalars = None                 # where NumPy's results hold Python scalars
         self._log = self._report = self._source = self._instrumented = None
         self._choices: dict = {}            # argument signature -> ModeChoice
         self._choice = None                 # the ModeChoice of the last auto-clustered call
@@ -110,7 +111,7 @@ class AutoFunction:
     def _call_whole(self, *args):
         """The compiled whole function, decided faster (its checks were made before)."""
         try:
-            return self._whole(*args)
+            return as_python(self._whole(*args), self._scalars)
         except Exception as e:     # (a run-time check failed: NumPy's own error, or result)
             self._refuse_whole(f"running it failed: {type(e).__name__}")
             return self.run_auto(*args)
@@ -216,7 +217,7 @@ class AutoFunction:
         before = {n: a.copy() for n, a in written.items()} if seen is None else None
         start = time.perf_counter()
         try:
-            result = self._whole(*args, **kwargs)
+            result = as_python(self._whole(*args, **kwargs), self._scalars)
         except Exception as e:     # refused (or failed): auto-clustered, which reruns it
             message = str(e).strip().splitlines()
             return self._refuse_whole(f"nbxla.jit refused it: {type(e).__name__}: "
@@ -276,6 +277,8 @@ class AutoFunction:
                 eager, want, fresh = best_of_two(self.fn)
         except Exception:          # the plain function raises where the compiled one did not
             return result          # (NumPy's error then comes at the next plain call)
+        scalars = python_scalars(want)      # (an iteration count: NumPy's is an int)
+        result = as_python(result, scalars)
         why = difference(result, want)
         for name, array in written.items():
             why = why or difference(array, fresh[name], f"argument {name} (written)")
@@ -284,7 +287,7 @@ class AutoFunction:
             for name, array in written.items():
                 np.copyto(array, fresh[name])
             return want
-        self._first_pair = (compiled, eager)
+        self._first_pair, self._scalars = (compiled, eager), scalars
         return result
 
     def _refuse_whole(self, why: str) -> tuple[bool, None]:

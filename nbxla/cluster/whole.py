@@ -249,3 +249,32 @@ def difference(got, want, path: str = "the result") -> str | None:
         return None if got == want else f"{path} differs from NumPy's ({got!r} vs {want!r})"
     except Exception:                   # (objects that do not compare: not the same)
         return f"{path} cannot be compared with NumPy's"
+
+
+_PYTHON_SCALARS = (bool, int, float, complex)
+
+
+def python_scalars(want):
+    """Where NumPy's result holds Python scalars (an iteration count, a ``float()``): a tree
+    like ``want`` with True there, for ``as_python``; None where it holds none.  (A compiled
+    program gives NumPy scalars in their place.)"""
+    if type(want) in (tuple, list):
+        kinds = [python_scalars(w) for w in want]
+        return type(want)(kinds) if any(k is not None for k in kinds) else None
+    if type(want) is dict:
+        kinds = {k: python_scalars(w) for k, w in want.items()}
+        return kinds if any(k is not None for k in kinds.values()) else None
+    return True if type(want) in _PYTHON_SCALARS else None
+
+
+def as_python(result, kinds):
+    """``result`` with the NumPy scalars at ``kinds``' places made Python scalars."""
+    if kinds is None:
+        return result
+    if kinds is True:
+        return result.item() if isinstance(result, np.generic) else result
+    if type(result) is dict:
+        return {k: as_python(v, kinds.get(k)) for k, v in result.items()}
+    if type(result) in (tuple, list) and len(result) == len(kinds):
+        return type(result)(as_python(r, k) for r, k in zip(result, kinds))
+    return result

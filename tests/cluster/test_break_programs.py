@@ -2,7 +2,8 @@
 solve, np.unique, a boolean mask, print in a loop, while/if on a value, scipy.special) give
 eager NumPy's results under auto-clustering on every call: the first (compiling), the
 auto-clustered and plain calls of the measured choice, and a second auto-clustered call
-(cached clusters); and the report names the break."""
+(cached clusters); and the report names the break, or says it compiled whole (a program
+whose break is only a ``float()`` for a ``while``: jit compiles the loop)."""
 
 import importlib.util
 import io
@@ -51,12 +52,13 @@ def with_stream(inputs, stream):
     return tuple(stream if isinstance(x, io.StringIO) else x for x in inputs)
 
 
+@pytest.mark.parametrize("whole", [True, False], ids=["auto", "clustered"])
 @pytest.mark.parametrize("name", list(programs.PROGRAMS))
-def test_break_program_matches_numpy_on_every_call(name):
+def test_break_program_matches_numpy_on_every_call(name, whole):
     program = programs.PROGRAMS[name]("tiny")
     if program.needs_scipy:
         pytest.importorskip("scipy")
-    f = AutoFunction(program.fn, cache=CompilationCache(), min_work=1)
+    f = AutoFunction(program.fn, cache=CompilationCache(), min_work=1, whole=whole)
     want_out = io.StringIO()
     want = program.fn(*with_stream(program.inputs, want_out))
     snapshot = [x.copy() if isinstance(x, np.ndarray) else x for x in program.inputs]
@@ -74,5 +76,8 @@ def test_break_program_matches_numpy_on_every_call(name):
             np.testing.assert_array_equal(x, before)
     report = f.last_report
     assert report.compiled_clusters, report.to_text()
+    if report.whole.startswith("compiled whole"):         # (one program: no break to name)
+        assert whole and report.compiled_fraction == 1.0
+        return
     reasons = " ".join(f"{b.reason} [{b.op}]" for b in report.breaks)
     assert BREAK_REASON[name] in reasons, report.to_text()
