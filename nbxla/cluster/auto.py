@@ -236,15 +236,17 @@ class AutoFunction:
         return True, result
 
     def _written(self, args, kwargs) -> dict | None:
-        """The arrays this call hands to the parameters the function writes into, by name;
-        None where one is not a NumPy array (a list: jit would not write it back) or is
-        left to its default (jit would not write into that either)."""
+        """The arrays this call hands to the parameters the function may write into, by
+        name; None where one is something else it could change (a list: jit would not write
+        it back), or is left to its default (jit would not write into that either).
+        Scalars are rebound, not written: ``n += 1`` on an int is no write."""
         written = {}
         for name, i in self._whole_written.items():
-            value = args[i] if i < len(args) else kwargs.get(name)
-            if type(value) is not np.ndarray:
+            value = args[i] if i < len(args) else kwargs.get(name, _DEFAULT)
+            if type(value) is np.ndarray:
+                written[name] = value
+            elif not isinstance(value, _IMMUTABLE):
                 return None
-            written[name] = value
         return written
 
     def _check_whole(self, args, kwargs, written: dict, before: dict, result):
@@ -279,9 +281,11 @@ class AutoFunction:
             return result          # (NumPy's error then comes at the next plain call)
         scalars = python_scalars(want)      # (an iteration count: NumPy's is an int)
         result = as_python(result, scalars)
-        why = difference(result, want)
+        single = any(type(a) is np.ndarray and a.dtype.char in "efF"
+                     for a in (*args, *kwargs.values()))
+        why = difference(result, want, single=single)
         for name, array in written.items():
-            why = why or difference(array, fresh[name], f"argument {name} (written)")
+            why = why or difference(array, fresh[name], f"argument {name} (written)", single)
         if why is not None:
             self._refuse_whole(f"its compiled result was checked against NumPy's: {why}")
             for name, array in written.items():
@@ -326,6 +330,8 @@ class AutoFunction:
         return f"<nbxla.jit {self.__name__} mode=auto device={self.device}>"
 
 
+_DEFAULT = object()
+_IMMUTABLE = (bool, int, float, complex, str, bytes, np.generic, type(None))
 # Whole compilation stops when one argument signature compiled more programs than this.
 MAX_WHOLE_COMPILES = 3
 

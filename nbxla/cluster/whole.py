@@ -56,42 +56,49 @@ _NOT_ALLOWED = {ast.Global: "a 'global' statement", ast.Nonlocal: "a 'nonlocal' 
 MAX_DEPTH = 4                     # how deep calls into other user functions are followed
 
 
-def side_effect(fn, depth: int = 0, seen: set | None = None, written: set | None = None
+def side_effect(fn, depth: int = 0, seen: dict | None = None, written: set | None = None
                 ) -> str | None:
     """The first Python side effect ``fn``'s source shows (as a phrase naming its line), or
     None when it has none that compiling it whole would change.  ``written`` collects the
-    parameters it writes into (``x[i] = v``, ``x += v``): fine for arrays, which ``jit``
-    writes back, a side effect on anything else (the caller checks the arguments)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    fn = getattr(fn, "fn", fn)                       # an nbxla.jit function: what it wraps
+    parameters it may write into (``x[i] = v``, ``x += v``, directly, through a view or a
+    helper): fine for arrays, which ``jit`` writes back, and for scalars (rebound, not
+    written); a side effect on anything else (the caller checks the arguments)."""
+    fn = _unwrap(fn)
     code = getattr(fn, "__code__", None)
     if not isinstance(code, types.CodeType):
         return f"it calls {getattr(fn, '__name__', fn)!r}, whose source nbxla cannot read"
-    seen = set() if seen is None else seen
-    if code in seen:
-        return None
-    seen.add(code)
+    seen = {} if seen is None else seen
+    if code not in seen:
+        seen[code] = (None, set())               # (a recursive call: known so far)
+        seen[code] = _check_source(fn, depth, seen)
+    why, wrote = seen[code]
+    if written is not None:
+        written.update(wrote)
+    return why
+
+
+def _unwrap(fn):
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "fn", fn)                     # an nbxla.jit function: what it wraps
+
+
+def _check_source(fn, depth: int, seen: dict) -> tuple[str | None, set]:
     try:
         lines, first = inspect.getsourcelines(fn)
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except (OSError, TypeError, SyntaxError):
-        return f"the source of {fn.__name__!r} is not available"
+        return f"the source of {fn.__name__!r} is not available", set()
     ast.increment_lineno(tree, first - 1)
     func = tree.body[0] if tree.body else None
-    if not isinstance(func, (ast.FunctionDef, ast.Lambda, ast.Expr)):
-        return f"the source of {fn.__name__!r} is not a plain function"
+    if not isinstance(func, (ast.FunctionDef, ast.Expr)):
+        return f"the source of {fn.__name__!r} is not a plain function", set()
     checker = _Checker(fn, depth, seen)
-    why = checker.check(func)
-    if written is not None:
-        written.update(checker.written)
-    if depth and checker.written:
-        return f"{fn.__name__} writes into its arguments"
-    return why
+    return checker.check(func), checker.written
 
 
 class _Checker:
-    def __init__(self, fn, depth: int, seen: set):
+    def __init__(self, fn, depth: int, seen: dict):
         self.fn, self.depth, self.seen = fn, depth, seen
         self.written: set = set()
         self.namespace = dict(builtins.__dict__)
@@ -103,23 +110,75 @@ class _Checker:
                 pass
         self.params = set(fn.__code__.co_varnames[:fn.__code__.co_argcount +
                                                   fn.__code__.co_kwonlyargcount])
-        self.locals: set = set()                 # names the function binds (made by it)
+        self.locals: set = set()                 # names the function binds
+        self.aliases: dict = {}                  # local -> names its value may share memory with
 
     def check(self, func) -> str | None:
         body = func.body if isinstance(func, ast.FunctionDef) else [func]
         nodes = [n for stmt in body for n in ast.walk(stmt)]
-        for node in nodes:                  # (bound anywhere: made by the function)
+        for node in nodes:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 self.locals.add(node.id)
             elif isinstance(node, (ast.FunctionDef, ast.Lambda, ast.arguments)):
                 self.locals.update(a.arg for a in ast.walk(node) if isinstance(a, ast.arg))
                 if isinstance(node, ast.FunctionDef):
                     self.locals.add(node.name)
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.For, ast.comprehension,
+                                 ast.NamedExpr)) and getattr(node, "value", None) is not None \
+                    or isinstance(node, (ast.For, ast.comprehension)):
+                source = node.iter if isinstance(node, (ast.For, ast.comprehension)) else node.value
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for t in ast.walk(target):
+                        if isinstance(t, ast.Name):
+                            self.aliases.setdefault(t.id, set()).update(self._origins(source))
         self.locals -= self.params
         for node in nodes:
             why = self._node(node)
             if why is not None:
                 return f"{why} (line {getattr(node, 'lineno', '?')} of {self.fn.__name__})"
+        return None
+
+    def _origins(self, node) -> set:
+        """The names whose memory the value of ``node`` may share (conservatively)."""
+        if isinstance(node, ast.Name):
+            return {node.id}
+        if isinstance(node, (ast.Subscript, ast.Starred, ast.Attribute, ast.NamedExpr)):
+            return self._origins(node.value)
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return set().union(*(self._origins(e) for e in node.elts)) if node.elts else set()
+        if isinstance(node, ast.IfExp):
+            return self._origins(node.body) | self._origins(node.orelse)
+        if not isinstance(node, ast.Call):
+            return set()                          # (operators, constants: new values)
+        func = node.func
+        arguments = set().union(*(self._origins(a) for a in node.args)) if node.args else set()
+        if isinstance(func, ast.Attribute):
+            module = _resolve(func.value, self.namespace, self.locals | self.params)
+            if isinstance(module, types.ModuleType):          # np.reshape(x, ...)
+                return arguments if func.attr in VIEW_FUNCTIONS else set()
+            return self._origins(func.value) if func.attr in VIEW_METHODS else set()
+        value = self.namespace.get(getattr(func, "id", None))
+        if getattr(value, "__module__", "") in ("builtins", "math") or \
+                isinstance(value, np.ufunc) or getattr(value, "__module__", "").startswith("numpy"):
+            return arguments if getattr(func, "id", "") in VIEW_FUNCTIONS else set()
+        return arguments          # (a helper of the user's: it may hand back an argument)
+
+    def _writes(self, name: str | None) -> str | None:
+        """A write through ``name``: the parameters it reaches (its own, or the ones it is a
+        view of) are collected; a name it may reach that the function neither made nor
+        received is a side effect."""
+        todo, done = [name], set()
+        while todo:
+            n = todo.pop()
+            if n in done:
+                continue
+            done.add(n)
+            if n in self.params:
+                self.written.add(n)
+            elif n is None or n not in self.locals:
+                return f"it writes into {n or 'an object'}, which it did not make or receive"
+            todo.extend(self.aliases.get(n, ()))
         return None
 
     def _node(self, node) -> str | None:
@@ -133,17 +192,13 @@ class _Checker:
                     if isinstance(t, ast.Attribute) and isinstance(t.ctx, (ast.Store, ast.Del)):
                         return "it sets an attribute"
                     if isinstance(t, ast.Subscript) and isinstance(t.ctx, (ast.Store, ast.Del)):
-                        root = _root_name(t)
-                        if root is None or (root not in self.locals and root not in self.params):
-                            return f"it writes into {root or 'an object'} it did not make " \
-                                   "or receive"
                         if isinstance(node, ast.Delete):
                             return "it deletes items"
-                        if root in self.params:
-                            self.written.add(root)
-            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and \
-                    node.target.id in self.params:
-                self.written.add(node.target.id)        # (in place on an array, a list)
+                        why = self._writes(_root_name(t))
+                        if why is not None:
+                            return why
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                return self._writes(node.target.id)    # (in place on an array or a list)
         if isinstance(node, ast.Call):
             return self._call(node)
         return None
@@ -157,22 +212,20 @@ class _Checker:
                 return f"it calls its argument {func.id!r}"
             if func.id not in self.namespace:
                 return None                       # (a NameError: the trace says so)
-            return self._callee(func.id, self.namespace[func.id])
+            return self._callee(func.id, self.namespace[func.id], node)
         if isinstance(func, ast.Attribute):
             owner = _resolve(func.value, self.namespace, self.locals | self.params)
             if isinstance(owner, types.ModuleType):
                 if owner.__name__.startswith("numpy.random"):
                     return f"it calls {owner.__name__}.{func.attr} (hidden random state)"
                 return self._callee(f"{owner.__name__}.{func.attr}",
-                                    getattr(owner, func.attr, None))
+                                    getattr(owner, func.attr, None), node)
             if func.attr in MUTATING_METHODS:
-                root = _root_name(func.value)
-                if root is None or root not in self.locals:
-                    return f"it calls .{func.attr}() on {root or 'an object'} it did not make"
+                return self._writes(_root_name(func.value))
             return None
         return "it calls the result of an expression"
 
-    def _callee(self, name: str, value) -> str | None:
+    def _callee(self, name: str, value, node: ast.Call) -> str | None:
         if getattr(value, "__self__", None) is builtins or value is getattr(builtins, name, 0):
             pure = name in PURE_BUILTINS or (isinstance(value, type) and
                                              issubclass(value, BaseException))
@@ -189,9 +242,37 @@ class _Checker:
         code = getattr(getattr(value, "__func__", value), "__code__", None)
         if code is not None and code.co_filename.startswith(_LIBRARY_DIRS):
             return f"it calls {name}, library code it does not trace"
-        if callable(value) and self.depth < MAX_DEPTH:
-            return side_effect(value, self.depth + 1, self.seen)
-        return f"it calls {name}, which nbxla cannot see into"
+        if not callable(value) or self.depth >= MAX_DEPTH:
+            return f"it calls {name}, which nbxla cannot see into"
+        written: set = set()
+        why = side_effect(value, self.depth + 1, self.seen, written)
+        if why is not None or not written:
+            return why
+        # The helper writes into some of its parameters: what this call hands them
+        try:
+            bound = inspect.signature(_unwrap(value)).bind(*node.args, **{
+                k.arg: k.value for k in node.keywords if k.arg is not None})
+        except TypeError:                         # (*args, **kwargs at the call)
+            return f"it calls {name}, which writes into arguments it cannot follow"
+        for param in written:
+            if param not in bound.arguments:
+                return f"{name} writes into its default value of {param!r}"
+            why = self._writes(_root_name(bound.arguments[param]))
+            if why is not None:
+                return why
+        return None
+
+
+# Methods and NumPy functions whose result may share memory with their object / first
+# argument (a write into the result writes there); anything else makes a new value.
+VIEW_METHODS = frozenset({"reshape", "view", "ravel", "transpose", "swapaxes", "squeeze",
+                          "diagonal", "T", "mT", "real", "imag", "flat", "__getitem__"})
+VIEW_FUNCTIONS = frozenset({"asarray", "asanyarray", "ascontiguousarray", "reshape", "ravel",
+                            "transpose", "swapaxes", "moveaxis", "rollaxis", "squeeze",
+                            "expand_dims", "broadcast_to", "atleast_1d", "atleast_2d",
+                            "atleast_3d", "diagonal", "real", "imag", "flip", "fliplr",
+                            "flipud", "rot90", "split", "array_split", "hsplit", "vsplit",
+                            "dsplit"})
 
 
 def _root_name(node) -> str | None:
@@ -211,9 +292,10 @@ def _resolve(node, namespace: dict, local: set):
     return None
 
 
-def difference(got, want, path: str = "the result") -> str | None:
+def difference(got, want, path: str = "the result", single: bool = False) -> str | None:
     """How the compiled program's result ``got`` differs from NumPy's ``want`` (structure,
-    type, dtype, shape, or values beyond rounding), or None."""
+    type, dtype, shape, or values beyond rounding), or None.  ``single``: the inputs hold
+    single-precision values, so any result may carry their rounding."""
     if isinstance(want, (tuple, list, dict)):
         if type(got) is not type(want) or len(got) != len(want):
             return f"{path} is a {type(got).__name__} where NumPy gives a {type(want).__name__}"
@@ -221,7 +303,7 @@ def difference(got, want, path: str = "the result") -> str | None:
         for k, w in items:
             if isinstance(want, dict) and k not in got:
                 return f"{path} lacks the key {k!r}"
-            why = difference(got[k], w, f"{path}[{k!r}]")
+            why = difference(got[k], w, f"{path}[{k!r}]", single)
             if why is not None:
                 return why
         return None
@@ -233,8 +315,8 @@ def difference(got, want, path: str = "the result") -> str | None:
             return (f"{path} is {got.dtype}{list(np.shape(got))} where NumPy gives "
                     f"{want.dtype}{list(np.shape(want))}")
         if want.dtype.kind in "fc":       # (rounding: relative to the largest magnitude)
-            rtol = 1e-4 if want.dtype.itemsize <= 4 * (2 if want.dtype.kind == "c" else 1) \
-                else 1e-9
+            rtol = 1e-4 if single or want.dtype.itemsize <= 4 * (
+                2 if want.dtype.kind == "c" else 1) else 1e-9
             with np.errstate(all="ignore"):
                 finite = np.abs(np.asarray(want)[np.isfinite(want)])
                 scale = max(float(finite.max()), 1.0) if finite.size else 1.0
