@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..frontend.tracer import Tracer
 from .choice import ModeChoice
 from .lazy import LazyArray
 from .tape import Tape
@@ -117,8 +118,9 @@ class AutoFunction:
             return self.run_auto(*args)
 
     def _measured_call(self, args, kwargs):
-        if not self.measure or ACTIVE.get() is not None:     # (or inside another auto run)
-            return self.run_auto(*args, **kwargs)
+        if not self.measure or ACTIVE.get() is not None or \
+                any(isinstance(x, Tracer) for x in _leaves((args, kwargs))):
+            return self.run_auto(*args, **kwargs)   # (or inside another auto run, a trace)
         key = _signature(args, kwargs)
         choice = self._choices.get(key)
         if choice is None:
@@ -168,8 +170,8 @@ class AutoFunction:
         simple = not kwargs and all(type(a) is not tuple and type(a) is not list and
                                     type(a) is not dict for a in args)
         leaves = args if simple else _leaves((args, kwargs))
-        if any(isinstance(x, LazyArray) for x in leaves):
-            return self.fn(*args, **kwargs)      # inside another auto run: part of its graph
+        if any(isinstance(x, (LazyArray, Tracer)) for x in leaves):
+            return self.fn(*args, **kwargs)      # inside another auto run or a trace: inline
         if self._whole is not False and ACTIVE.get() is None:
             ran, result = self._run_whole(args, kwargs)
             if ran:

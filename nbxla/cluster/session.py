@@ -66,7 +66,7 @@ HARD_MAX_OPS = 1024
 MAX_CONSTANT_ELEMENTS = 64
 
 _NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in
+LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in
                        (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                         sysconfig.get_paths()["platlib"], os.path.dirname(np.__file__))})
 _STORE_SUBSCR = dis.opmap["STORE_SUBSCR"]
@@ -158,7 +158,7 @@ def user_location(filename_display=None, line_offsets=None) -> SourceLocation | 
     while frame is not None:
         code = frame.f_code
         filename = code.co_filename
-        if not filename.startswith(_NBXLA_DIR) and not filename.startswith(_LIBRARY_DIRS) \
+        if not filename.startswith(_NBXLA_DIR) and not filename.startswith(LIBRARY_DIRS) \
                 and not filename.startswith("<frozen"):
             key = (code, frame.f_lineno, filename_display)
             location = _LOCATIONS.get(key)
@@ -187,7 +187,7 @@ def _library_caller() -> str | None:
         if filename.startswith(_NBXLA_DIR) or filename.startswith("<frozen"):
             frame = frame.f_back
             continue
-        if not filename.startswith(_LIBRARY_DIRS):
+        if not filename.startswith(LIBRARY_DIRS):
             break
         callee = frame
         frame = frame.f_back
@@ -202,7 +202,7 @@ def _storing_item() -> bool:
     its array when ``a`` is a NumPy array.)"""
     frame = sys._getframe(1)
     while frame is not None and (frame.f_code.co_filename.startswith(_NBXLA_DIR) or
-                                 frame.f_code.co_filename.startswith(_LIBRARY_DIRS)):
+                                 frame.f_code.co_filename.startswith(LIBRARY_DIRS)):
         frame = frame.f_back
     if frame is None:
         return False

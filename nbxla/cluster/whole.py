@@ -27,7 +27,7 @@ import types
 
 import numpy as np
 
-from .session import _LIBRARY_DIRS
+from .session import LIBRARY_DIRS
 
 # Builtins with no side effect (on what a traced function can hand them).
 PURE_BUILTINS = frozenset({
@@ -240,7 +240,7 @@ class _Checker:
         if module.startswith("nbxla") and not hasattr(value, "fn"):
             return None                           # (nbxla.random and the like: traceable)
         code = getattr(getattr(value, "__func__", value), "__code__", None)
-        if code is not None and code.co_filename.startswith(_LIBRARY_DIRS):
+        if code is not None and code.co_filename.startswith(LIBRARY_DIRS):
             return f"it calls {name}, library code it does not trace"
         if not callable(value) or self.depth >= MAX_DEPTH:
             return f"it calls {name}, which nbxla cannot see into"

@@ -308,3 +308,17 @@ def test_writes_through_helpers_and_views_are_followed():
         assert f(got_p, b, 5) == pytest.approx(program(want_p, b, 5), rel=1e-12)
         np.testing.assert_allclose(got_p, want_p, rtol=1e-12)
     assert f._whole
+
+
+def test_an_auto_function_called_inside_a_trace_joins_it():
+    def inner(x):
+        return np.sin(x) * 2.0
+
+    inner_auto = nbxla.jit(inner, mode="auto")
+
+    def outer(x):
+        return inner_auto(x) + 1.0
+
+    x = np.linspace(0.0, 1.0, 50)
+    np.testing.assert_allclose(nbxla.jit(outer)(x), outer(x), rtol=1e-12)
+    np.testing.assert_allclose(auto(outer)(x), outer(x), rtol=1e-12)
