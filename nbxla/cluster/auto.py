@@ -84,7 +84,7 @@ class AutoFunction:
         self._whole_written: dict = {}       # parameters it writes into: name -> position
         self._whole_compiles: dict = {}      # argument signature -> compilations seen
         self._first_pair = None              # (compiled, plain) seconds of the checked call
-        self._scalars = None                 # where NumPy's results hold Python scalars
+        self._scalars, self._returned = None, []   # what NumPy's results are made of
         self._log = self._report = self._source = self._instrumented = None
         self._choices: dict = {}            # argument signature -> ModeChoice
         self._choice = None                 # the ModeChoice of the last auto-clustered call
@@ -112,7 +112,7 @@ class AutoFunction:
     def _call_whole(self, *args):
         """The compiled whole function, decided faster (its checks were made before)."""
         try:
-            return as_python(self._whole(*args), self._scalars)
+            return self._as_numpys(self._whole(*args), args, {})
         except Exception as e:     # (a run-time check failed: NumPy's own error, or result)
             self._refuse_whole(f"running it failed: {type(e).__name__}")
             return self.run_auto(*args)
@@ -219,7 +219,7 @@ class AutoFunction:
         before = {n: a.copy() for n, a in written.items()} if seen is None else None
         start = time.perf_counter()
         try:
-            result = as_python(self._whole(*args, **kwargs), self._scalars)
+            result = self._whole(*args, **kwargs)
         except Exception as e:     # refused (or failed): auto-clustered, which reruns it
             message = str(e).strip().splitlines()
             return self._refuse_whole(f"nbxla.jit refused it: {type(e).__name__}: "
@@ -230,6 +230,8 @@ class AutoFunction:
         if seen is None:
             seen = self._whole_compiles[key] = set()
             result = self._check_whole(args, kwargs, written, before, result)
+        else:
+            result = self._as_numpys(result, args, kwargs)
         seen.add(compilation.module_id)
         if len(seen) > MAX_WHOLE_COMPILES:
             self._refuse_whole(f"it compiled {len(seen)} times for one argument signature "
@@ -259,17 +261,16 @@ class AutoFunction:
         where that is short: the first runs are cold), the first probe pair of the measured
         choice."""
         def run(fn):
-            fresh_args, fresh_kwargs, fresh = list(args), dict(kwargs), {}
+            fresh_args, fresh_kwargs = list(args), dict(kwargs)
             for name, array in before.items():
                 i = self._whole_written[name]
-                fresh[name] = array.copy()
                 if i < len(args):
-                    fresh_args[i] = fresh[name]
+                    fresh_args[i] = array.copy()
                 else:
-                    fresh_kwargs[name] = fresh[name]
+                    fresh_kwargs[name] = array.copy()
             start = time.perf_counter()
             out = fn(*fresh_args, **fresh_kwargs)
-            return time.perf_counter() - start, out, fresh
+            return time.perf_counter() - start, out, fresh_args, fresh_kwargs
         def best_of_two(fn):       # (one run only where it is long: the first call's cost)
             first = run(fn)
             return first if first[0] > 0.05 else min(first, run(fn), key=lambda r: r[0])
@@ -278,11 +279,17 @@ class AutoFunction:
             compiled = best_of_two(self._whole)[0]
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")          # (the first call warned, if at all)
-                eager, want, fresh = best_of_two(self.fn)
+                eager, want, fresh_args, fresh_kwargs = best_of_two(self.fn)
         except Exception:          # the plain function raises where the compiled one did not
             return result          # (NumPy's error then comes at the next plain call)
-        scalars = python_scalars(want)      # (an iteration count: NumPy's is an int)
-        result = as_python(result, scalars)
+        fresh = {name: fresh_args[i] if i < len(args) else fresh_kwargs[name]
+                 for name, i in self._whole_written.items() if name in written}
+        # What NumPy's result is made of beyond values: Python scalars (an iteration count)
+        # where the compiled program gives NumPy scalars, and arguments handed back
+        # themselves (``return a`` after writing into it) where it gives copies.
+        self._scalars = python_scalars(want)
+        self._returned = _returned_arguments(want, fresh_args, fresh_kwargs)
+        result = self._as_numpys(result, args, kwargs)
         single = any(type(a) is np.ndarray and a.dtype.char in "efF"
                      for a in (*args, *kwargs.values()))
         why = difference(result, want, single=single)
@@ -292,8 +299,18 @@ class AutoFunction:
             self._refuse_whole(f"its compiled result was checked against NumPy's: {why}")
             for name, array in written.items():
                 np.copyto(array, fresh[name])
-            return want
-        self._first_pair, self._scalars = (compiled, eager), scalars
+            return self._as_numpys(want, args, kwargs)      # (arguments handed back: theirs)
+        self._first_pair = (compiled, eager)
+        return result
+
+    def _as_numpys(self, result, args, kwargs):
+        """The compiled program's result made what NumPy's is (see ``_check_whole``)."""
+        result = as_python(result, self._scalars)
+        for where, (i, name) in self._returned:
+            arg = args[i] if i < len(args) else kwargs[name]
+            if where is None:
+                return arg
+            result = type(result)(arg if k == where else r for k, r in enumerate(result))
         return result
 
     def _refuse_whole(self, why: str) -> tuple[bool, None]:
@@ -360,6 +377,18 @@ def _whole_log(name: str, compilation, ms: float, compiled: bool) -> SessionLog:
 
 
 _WHOLE_FACTS: dict = {}          # compilation id -> what the report says about it
+
+
+def _returned_arguments(result, args: list, kwargs: dict) -> list:
+    """Where ``result`` (or an item of it, a tuple or list) is one of the argument arrays
+    itself: [(None or the item's index, (position, name))]."""
+    params = {id(a): (i, None) for i, a in enumerate(args) if type(a) is np.ndarray}
+    params.update({id(a): (len(args), k) for k, a in kwargs.items() if type(a) is np.ndarray})
+    if id(result) in params:
+        return [(None, params[id(result)])]
+    if type(result) in (tuple, list):
+        return [(k, params[id(r)]) for k, r in enumerate(result) if id(r) in params]
+    return []
 
 
 def _leaves(tree):

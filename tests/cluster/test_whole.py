@@ -322,3 +322,16 @@ def test_an_auto_function_called_inside_a_trace_joins_it():
     x = np.linspace(0.0, 1.0, 50)
     np.testing.assert_allclose(nbxla.jit(outer)(x), outer(x), rtol=1e-12)
     np.testing.assert_allclose(auto(outer)(x), outer(x), rtol=1e-12)
+
+
+def test_an_argument_handed_back_is_the_argument_itself():
+    def program(a, b):
+        a *= 2.0
+        return a, b.sum(), b
+
+    a, b = rng_arrays(3000, 3000)
+    f = auto(program)
+    for _ in range(4):
+        got = f(a, b)
+        assert got[0] is a and got[2] is b
+    assert f._whole
