@@ -140,10 +140,7 @@ class AutoFunction:
             if choice.calls == 1 and self._whole:      # compiled whole: timed both ways
                 choice.auto_first = True
                 if self._first_pair is not None:
-                    compiled, eager = self._first_pair
-                    choice.record("auto", compiled)
-                    choice.record("eager", eager)
-                    choice.auto_first = compiled <= eager
+                    choice.checked(*self._first_pair)
             elif choice.calls == 1:         # the first call: what did its clusters win?
                 choice.after_first_call(*_gain(self._log))
                 if choice.fast_calls and not kwargs:

@@ -38,6 +38,7 @@ MAX_REPROBE_CALLS = 1024
 # MAX_PROBE_PAIRS pairs, then the better best time wins.
 CLOSE = (0.9, 1.1)
 MAX_PROBE_PAIRS = 3
+CLEAR_WIN = 2.0                  # (a first call's pair this far apart decides at once)
 SAMPLES_KEPT = 5                 # (>= the most pairs: the best of all probes counts)
 MAX_COMPILING_PROBES = 2
 
@@ -118,6 +119,18 @@ class ModeChoice:
             self.calls += self.fast_calls
         elif gain_ms > 1.0 and 2 * gain_ms > compiled_ms:
             self.auto_first = True
+
+    def checked(self, compiled_s: float, eager_s: float) -> None:
+        """The first call's own timing of both ways (a function compiled whole, checked
+        against the plain one): the first probe pair; a winner by CLEAR_WIN is decided at
+        once, with no probe calls."""
+        self.record("auto", compiled_s)
+        self.record("eager", eager_s)
+        self.auto_first = compiled_s <= eager_s
+        if compiled_s * CLEAR_WIN < eager_s:
+            self._decide("auto")
+        elif eager_s * CLEAR_WIN < compiled_s:
+            self._decide("eager")
 
     def next_mode(self) -> str:
         """The mode of the next call (the first call, which compiles, is always "auto")."""

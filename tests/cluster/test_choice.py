@@ -173,3 +173,19 @@ def test_the_plain_fast_path_keys_on_the_argument_objects():
     other = g.random((4, 30)), g.random(30)            # other objects: the signature is built
     np.testing.assert_array_equal(f(*other), program(*other))
     assert len(f._choices) == 2
+
+
+def test_a_checked_first_call_decides_a_clear_winner_at_once():
+    clear = ModeChoice()
+    clear.next_mode()
+    clear.checked(0.001, 0.010)                      # compiled 10x faster
+    assert clear.decided == "auto"
+    assert drive(clear, {"auto": 0.001, "eager": 0.010}, 5) == ["auto"] * 5
+    slow = ModeChoice()
+    slow.next_mode()
+    slow.checked(0.010, 0.001)
+    assert slow.decided == "eager"
+    close = ModeChoice()
+    close.next_mode()
+    close.checked(0.010, 0.012)                      # within 2x: the probes go on
+    assert close.decided is None and close.auto_first and close.pairs == 1
