@@ -24,7 +24,7 @@ from .tape import Tape
 from .report import ClusterReport, build_report
 from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
 from .session import MIN_CLUSTER_WORK, ClusterRun, Session, SessionLog, flatten
-from .whole import as_python, difference, python_scalars, side_effect
+from .whole import IMMUTABLE, as_python, difference, python_scalars, side_effect
 
 
 def _wrap_args(session: Session, args: tuple, kwargs: dict):
@@ -233,7 +233,7 @@ class AutoFunction:
         if len(seen) > MAX_WHOLE_COMPILES:
             self._refuse_whole(f"it compiled {len(seen)} times for one argument signature "
                                "(jit keys on the values of scalar arguments)")
-        self._log, self._report = _whole_log(self.__name__, compilation, ms, compiled), None
+        self._log, self._report = whole_log(self.__name__, compilation, ms, compiled), None
         return True, result
 
     def _written(self, args, kwargs) -> dict | None:
@@ -246,7 +246,7 @@ class AutoFunction:
             value = args[i] if i < len(args) else kwargs.get(name, _DEFAULT)
             if type(value) is np.ndarray:
                 written[name] = value
-            elif not isinstance(value, _IMMUTABLE):
+            elif not isinstance(value, IMMUTABLE):
                 return None
         return written
 
@@ -347,12 +347,11 @@ class AutoFunction:
 
 
 _DEFAULT = object()
-_IMMUTABLE = (bool, int, float, complex, str, bytes, np.generic, type(None))
 # Whole compilation stops when one argument signature compiled more programs than this.
 MAX_WHOLE_COMPILES = 3
 
 
-def _whole_log(name: str, compilation, ms: float, compiled: bool) -> SessionLog:
+def whole_log(name: str, compilation, ms: float, compiled: bool) -> SessionLog:
     """The log of a call run as one compiled program: one cluster, no graph break."""
     facts = _WHOLE_FACTS.get(compilation.module_id)
     if facts is None:            # (once per compilation: the fusion report walks the module)

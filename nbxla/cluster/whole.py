@@ -54,6 +54,8 @@ _NOT_ALLOWED = {ast.Global: "a 'global' statement", ast.Nonlocal: "a 'nonlocal' 
                 ast.Import: "an import", ast.ImportFrom: "an import",
                 ast.ClassDef: "a class definition"}
 MAX_DEPTH = 4                     # how deep calls into other user functions are followed
+# Values a write cannot change (a parameter holding one is rebound, not written).
+IMMUTABLE = (bool, int, float, complex, str, bytes, np.generic, type(None))
 
 
 def side_effect(fn, depth: int = 0, seen: dict | None = None, written: set | None = None
@@ -93,28 +95,41 @@ def _check_source(fn, depth: int, seen: dict) -> tuple[str | None, set]:
     func = tree.body[0] if tree.body else None
     if not isinstance(func, (ast.FunctionDef, ast.Expr)):
         return f"the source of {fn.__name__!r} is not a plain function", set()
-    checker = _Checker(fn, depth, seen)
-    return checker.check(func), checker.written
+    namespace = dict(getattr(fn, "__globals__", {}))
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            namespace[name] = cell.cell_contents
+        except ValueError:
+            pass
+    code = fn.__code__
+    params = set(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
+    checker = _Checker(fn.__name__, namespace, params, depth, seen)
+    return checker.check(func.body if isinstance(func, ast.FunctionDef) else [func]), \
+        checker.written
+
+
+def cell_side_effect(source: str, namespace: dict, written: set) -> str | None:
+    """``side_effect`` for a notebook cell: the names it reads from the namespace are its
+    parameters (``written`` collects those it writes into); the names it binds, its own."""
+    body = ast.parse(source).body
+    if body and isinstance(body[-1], ast.Expr):
+        body = body[:-1] + [body[-1].value]            # (its displayed value: no statement)
+    checker = _Checker("the cell", namespace, set(namespace), 0, {})
+    why = checker.check(body)
+    written.update(checker.written)
+    return why
 
 
 class _Checker:
-    def __init__(self, fn, depth: int, seen: dict):
-        self.fn, self.depth, self.seen = fn, depth, seen
+    def __init__(self, name: str, namespace: dict, params: set, depth: int, seen: dict):
+        self.name, self.depth, self.seen = name, depth, seen
         self.written: set = set()
-        self.namespace = dict(builtins.__dict__)
-        self.namespace.update(getattr(fn, "__globals__", {}))
-        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-            try:
-                self.namespace[name] = cell.cell_contents
-            except ValueError:
-                pass
-        self.params = set(fn.__code__.co_varnames[:fn.__code__.co_argcount +
-                                                  fn.__code__.co_kwonlyargcount])
+        self.namespace = {**builtins.__dict__, **namespace}
+        self.params = params
         self.locals: set = set()                 # names the function binds
         self.aliases: dict = {}                  # local -> names its value may share memory with
 
-    def check(self, func) -> str | None:
-        body = func.body if isinstance(func, ast.FunctionDef) else [func]
+    def check(self, body: list) -> str | None:
         nodes = [n for stmt in body for n in ast.walk(stmt)]
         for node in nodes:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -136,7 +151,7 @@ class _Checker:
         for node in nodes:
             why = self._node(node)
             if why is not None:
-                return f"{why} (line {getattr(node, 'lineno', '?')} of {self.fn.__name__})"
+                return f"{why} (line {getattr(node, 'lineno', '?')} of {self.name})"
         return None
 
     def _origins(self, node) -> set:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from types import TracebackType
 
 import numpy as np
@@ -34,6 +35,7 @@ from .cache_view import CacheTable
 from .compare_view import Comparison
 from .stage_view import StageView
 
+_VERIFIED_CELLS: set = set()     # compilations of --auto cells checked against eager NumPy
 _NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
 
@@ -172,10 +174,15 @@ class XlaMagics(Magics):
                              "--stage/--verify/--compare/--dump are for compiled cells; use "
                              "--explain, or %xla_ir after an --auto cell")
         from ..cluster import run_cell
+        device = resolve_device(args.device or current_flags().device)
+        whole, why_not = self._whole_cell(source, ns, filename, number, device)
         try:
-            value, report = run_cell(source, ns, filename, name=f"cell_{number}",
-                                     device=resolve_device(args.device or current_flags().device),
-                                     filename_display=self._display_name)
+            if whole is not None:
+                value, report = whole
+            else:
+                value, report = run_cell(source, ns, filename, name=f"cell_{number}",
+                                         device=device, filename_display=self._display_name)
+                report.whole = why_not
         except SyntaxError as e:
             e.filename = filename
             error = CellSyntaxError(str(e))
@@ -193,6 +200,40 @@ class XlaMagics(Magics):
         if args.explain:
             display(report)
         return value
+
+    def _whole_cell(self, source, ns, filename, number, device):
+        """``--auto`` on a cell that compiles whole and shows no Python side effect (see
+        ``nbxla.cluster.whole``): compiled as ``%%xla`` would, checked once against eager
+        NumPy (``--verify``), committed.  Returns ((value, report), "") or (None, why not)."""
+        from ..cluster import MIN_CLUSTER_WORK
+        from ..cluster.auto import whole_log
+        from ..cluster.report import build_report
+        from ..cluster.whole import IMMUTABLE, cell_side_effect
+        written: set = set()
+        why = cell_side_effect(source, ns, written)
+        if why is None and not all(type(ns.get(n)) is np.ndarray or isinstance(ns.get(n), IMMUTABLE)
+                                   for n in written):
+            why = "it writes into a name that is not an array"
+        if why is not None:
+            return None, f"not compiled whole: {why}"
+        try:
+            prepared = prepare_cell(source, ns, label=f"Cell In[{number}]", filename=filename,
+                                    name=f"cell_{number}", device=device,
+                                    filename_display=self._display_name)
+            start = time.perf_counter()
+            result = prepared.run()
+            ms = (time.perf_counter() - start) * 1e3
+            compilation = prepared.compilation
+            if compilation.module_id not in _VERIFIED_CELLS:
+                verify(prepared, result, ns, filename)
+                _VERIFIED_CELLS.add(compilation.module_id)
+        except Exception as e:          # refused, or not NumPy's result: run as Python instead
+            message = str(e).strip().splitlines()
+            return None, (f"not compiled whole: nbxla refused it or it differs from NumPy "
+                          f"({type(e).__name__}: {message[0] if message else ''})")
+        value = result.commit(ns)
+        log = whole_log(f"cell_{number}", compilation, ms, not prepared.hit)
+        return (value, build_report(log, MIN_CLUSTER_WORK, source.split("\n"), 1, filename)), ""
 
     # ---- %xla_ir, %xla_cache, %xla_bench ----------------------------------------------------
 

@@ -55,3 +55,30 @@ def test_auto_jit_flag_turns_cells_to_auto_and_compile_opts_out(shell, monkeypat
 def test_explain_needs_auto(shell):
     result, out = run(shell, "%%xla --explain\ny = 1")
     assert not result.success and "--auto" in out
+
+
+def test_auto_cell_that_compiles_whole_runs_compiled_and_checked(shell):
+    g = np.random.default_rng(1)
+    a, b = g.random((300, 200)), g.random((300, 200))
+    shell.user_ns.update(a=a, b=b)
+    cell = ("%%xla --auto --explain\n"
+            "t = np.exp(-a) * b\n"
+            "a[0] = 0.0\n"
+            "s = t.sum(axis=1)\n"
+            "t.max()")
+    for _ in range(2):                                # (compiled and checked, then cached)
+        a[0] = 1.0
+        result, out = run(shell, cell)
+        assert result.success, out
+        assert "compiled whole" in out and "no graph breaks" in out
+        want_t = np.exp(-shell.user_ns["a"][1:]) * b[1:]
+        np.testing.assert_allclose(shell.user_ns["s"][1:], want_t.sum(axis=1), rtol=1e-12)
+        assert (shell.user_ns["a"][0] == 0.0).all() and shell.user_ns["a"] is a
+    assert result.result == pytest.approx((np.exp(-np.r_[[np.ones(200)], a[1:]]) * b).max())
+
+
+def test_auto_cell_with_a_print_is_clustered_and_says_why(shell):
+    shell.user_ns["x"] = np.ones(MIN_CLUSTER_WORK)
+    result, out = run(shell, "%%xla --auto --explain\ny = x * 2\nprint('hi')\ny.sum()")
+    assert result.success and "hi" in out
+    assert "not compiled whole: it calls print()" in out
