@@ -103,14 +103,16 @@ class AutoFunction:
             return run(*args)
         return self._measured_call(args, kwargs)
 
-    def _decided(self, choice: ModeChoice) -> Callable:
-        """How calls of a decided signature run."""
+    def _decided(self, choice: ModeChoice, same_objects: bool) -> Callable:
+        """How calls of a decided signature run; ``same_objects``: with the very argument
+        objects of a call that ran so (no check to repeat)."""
         if choice.decided == "eager":
             return self.fn
-        return self._call_whole if self._whole else self.run_auto
+        return self._call_whole if same_objects and self._whole else self.run_auto
 
     def _call_whole(self, *args):
-        """The compiled whole function, decided faster (its checks were made before)."""
+        """The compiled whole function, decided faster, on the argument objects it ran on
+        before (their checks were made then: what it writes into, the scalars it keys on)."""
         try:
             return self._as_numpys(self._whole(*args), args, {})
         except Exception as e:     # (a run-time check failed: NumPy's own error, or result)
@@ -127,10 +129,10 @@ class AutoFunction:
             choice = self._choices[key] = ModeChoice()
         elif choice.fast_calls:                # (a mode decided: up to the next re-probe)
             choice.fast_calls -= 1
-            run = self._decided(choice)
+            result = self._decided(choice, same_objects=False)(*args, **kwargs)
             if not kwargs:                     # (the next call with these: the fast path)
-                self._fast = [*map(id, args)], choice, run
-            return run(*args, **kwargs)
+                self._fast = [*map(id, args)], choice, self._decided(choice, same_objects=True)
+            return result
         mode = choice.next_mode()
         if not choice.timed(mode):
             if mode == "eager":

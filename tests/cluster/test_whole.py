@@ -335,3 +335,23 @@ def test_an_argument_handed_back_is_the_argument_itself():
         got = f(a, b)
         assert got[0] is a and got[2] is b
     assert f._whole
+
+
+def test_decided_calls_keep_the_checks_for_other_arguments():
+    def program(parts, scale):
+        parts[0] *= scale
+        return parts[0].sum()
+
+    f = auto(program)
+    a = rng_arrays((400, 400))[0]
+    for _ in range(40):                       # arrays: compiled whole, then decided
+        got, want = a.copy(), a.copy()
+        assert f(got, 2.0) == pytest.approx(program(want, 2.0), rel=1e-12)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    for _ in range(3):                        # keywords, other objects: checked each call
+        got, want = a.copy(), a.copy()
+        assert f(parts=got, scale=2.0) == pytest.approx(program(want, 2.0), rel=1e-12)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    lists = [[a.copy()], [a.copy()]]          # a list written into: never the compiled path
+    assert f(lists[0], 2.0) == pytest.approx(program(lists[1], 2.0), rel=1e-12)
+    np.testing.assert_allclose(lists[0][0], lists[1][0], rtol=1e-12)
