@@ -106,7 +106,7 @@ class AutoFunction:
     def _decided(self, choice: ModeChoice, same_objects: bool) -> Callable:
         """How calls of a decided signature run; ``same_objects``: with the very argument
         objects of a call that ran so (no check to repeat)."""
-        if choice.decided == "eager":
+        if choice.fast_mode == "eager":
             return self.fn
         return self._call_whole if same_objects and self._whole else self.run_auto
 
@@ -143,6 +143,8 @@ class AutoFunction:
                 choice.auto_first = True
                 if self._first_pair is not None:
                     choice.checked(*self._first_pair)
+                    if not kwargs:
+                        self._fast = [*map(id, args)], choice, self._decided(choice, True)
             elif choice.calls == 1:         # the first call: what did its clusters win?
                 choice.after_first_call(*_gain(self._log))
                 if choice.fast_calls and not kwargs:
@@ -226,7 +228,8 @@ class AutoFunction:
         ms = (time.perf_counter() - start) * 1e3
         compilation = self._whole.last_compilation
         compiled = seen is None or compilation.module_id not in seen
-        if seen is None:
+        self._log, self._report = whole_log(self.__name__, compilation, ms, compiled), None
+        if seen is None:           # (the check last: the next call finds its data in cache)
             seen = self._whole_compiles[key] = set()
             result = self._check_whole(args, kwargs, written, before, result)
         else:
@@ -235,7 +238,6 @@ class AutoFunction:
         if len(seen) > MAX_WHOLE_COMPILES:
             self._refuse_whole(f"it compiled {len(seen)} times for one argument signature "
                                "(jit keys on the values of scalar arguments)")
-        self._log, self._report = whole_log(self.__name__, compilation, ms, compiled), None
         return True, result
 
     def _written(self, args, kwargs) -> dict | None:

@@ -94,8 +94,8 @@ class ModeChoice:
         self.pairs = 0
         self.decided: str | None = None
         self.calls = 0
-        # Once a mode is decided: how many calls may run it before the next re-probe (the
-        # caller's fast path counts them down without asking).
+        # How many calls may run ``fast_mode`` before the next probe (the caller's fast path
+        # counts them down without asking): once a mode is decided, up to the re-probe.
         self.fast_calls = 0
         self.next_probe = 0                        # the call that re-probes the losing mode
         self.probe_gap = REPROBE_CALLS
@@ -123,7 +123,8 @@ class ModeChoice:
     def checked(self, compiled_s: float, eager_s: float) -> None:
         """The first call's own timing of both ways (a function compiled whole, checked
         against the plain one): the first probe pair; a winner by CLEAR_WIN is decided at
-        once, with no probe calls."""
+        once, with no probe calls.  Either way the next call runs the faster way so far,
+        untimed, by the caller's fast path (the second call is a call like the others)."""
         self.record("auto", compiled_s)
         self.record("eager", eager_s)
         self.auto_first = compiled_s <= eager_s
@@ -131,6 +132,13 @@ class ModeChoice:
             self._decide("auto")
         elif eager_s * CLEAR_WIN < compiled_s:
             self._decide("eager")
+        self.fast_calls = self.next_probe - 1 - self.calls if self.decided else 1
+        self.calls += self.fast_calls
+
+    @property
+    def fast_mode(self) -> str:
+        """The mode of the caller's fast-path calls: the decided one, else the faster so far."""
+        return self.decided or ("auto" if self.auto_first else "eager")
 
     def next_mode(self) -> str:
         """The mode of the next call (the first call, which compiles, is always "auto")."""
