@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import importlib
 import inspect
 import textwrap
 import types
@@ -51,7 +52,6 @@ MUTATING_METHODS = frozenset({
 _NOT_ALLOWED = {ast.Global: "a 'global' statement", ast.Nonlocal: "a 'nonlocal' statement",
                 ast.Yield: "'yield'", ast.YieldFrom: "'yield from'", ast.Await: "'await'",
                 ast.With: "a 'with' block", ast.Try: "a 'try' block",
-                ast.Import: "an import", ast.ImportFrom: "an import",
                 ast.ClassDef: "a class definition"}
 MAX_DEPTH = 4                     # how deep calls into other user functions are followed
 # Values a write cannot change (a parameter holding one is rebound, not written).
@@ -132,6 +132,8 @@ class _Checker:
     def check(self, body: list) -> str | None:
         nodes = [n for stmt in body for n in ast.walk(stmt)]
         for node in nodes:
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and _numeric_import(node):
+                self.namespace.update(_imported(node))   # (import numpy as np inside it)
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 self.locals.add(node.id)
             elif isinstance(node, (ast.FunctionDef, ast.Lambda, ast.arguments)):
@@ -144,9 +146,7 @@ class _Checker:
                 source = node.iter if isinstance(node, (ast.For, ast.comprehension)) else node.value
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
-                    for t in ast.walk(target):
-                        if isinstance(t, ast.Name):
-                            self.aliases.setdefault(t.id, set()).update(self._origins(source))
+                    self._bind(target, source)
         self.locals -= self.params
         for node in nodes:
             why = self._node(node)
@@ -154,11 +154,29 @@ class _Checker:
                 return f"{why} (line {getattr(node, 'lineno', '?')} of {self.name})"
         return None
 
+    def _bind(self, target, source) -> None:
+        """``target = source``: what each name bound may share memory with."""
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(source, (ast.Tuple, ast.List)) \
+                and len(target.elts) == len(source.elts):
+            for t, v in zip(target.elts, source.elts):       # a, b = x, y: pairwise
+                self._bind(t, v)
+            return
+        origins = self._origins(source)
+        for t in ast.walk(target):
+            if isinstance(t, ast.Name):
+                self.aliases.setdefault(t.id, set()).update(origins)
+
     def _origins(self, node) -> set:
         """The names whose memory the value of ``node`` may share (conservatively)."""
         if isinstance(node, ast.Name):
             return {node.id}
-        if isinstance(node, (ast.Subscript, ast.Starred, ast.Attribute, ast.NamedExpr)):
+        if isinstance(node, ast.Attribute):
+            value = _resolve(node, self.namespace, self.locals | self.params)
+            if value is not None:             # (np.inf, np.float64: a module's attribute)
+                return set() if isinstance(value, IMMUTABLE + (type, types.ModuleType)) or \
+                    callable(value) else {ast.unparse(node)}
+            return self._origins(node.value)
+        if isinstance(node, (ast.Subscript, ast.Starred, ast.NamedExpr)):
             return self._origins(node.value)
         if isinstance(node, (ast.Tuple, ast.List)):
             return set().union(*(self._origins(e) for e in node.elts)) if node.elts else set()
@@ -179,10 +197,11 @@ class _Checker:
             return arguments if getattr(func, "id", "") in VIEW_FUNCTIONS else set()
         return arguments          # (a helper of the user's: it may hand back an argument)
 
-    def _writes(self, name: str | None) -> str | None:
+    def _writes(self, name: str | None, augmented: bool = False) -> str | None:
         """A write through ``name``: the parameters it reaches (its own, or the ones it is a
         view of) are collected; a name it may reach that the function neither made nor
-        received is a side effect."""
+        received is a side effect (``augmented``: ``name += v``, which only rebinds a name
+        holding a number)."""
         todo, done = [name], set()
         while todo:
             n = todo.pop()
@@ -192,6 +211,8 @@ class _Checker:
             if n in self.params:
                 self.written.add(n)
             elif n is None or n not in self.locals:
+                if augmented and isinstance(self.namespace.get(n), IMMUTABLE):
+                    continue
                 return f"it writes into {n or 'an object'}, which it did not make or receive"
             todo.extend(self.aliases.get(n, ()))
         return None
@@ -200,6 +221,8 @@ class _Checker:
         for kind, what in _NOT_ALLOWED.items():
             if isinstance(node, kind):
                 return f"it has {what}"
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not _numeric_import(node):
+            return "it imports a module other than numpy or math"
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for target in targets:
@@ -213,7 +236,7 @@ class _Checker:
                         if why is not None:
                             return why
             if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-                return self._writes(node.target.id)    # (in place on an array or a list)
+                return self._writes(node.target.id, augmented=True)   # (an array, a list: in place)
         if isinstance(node, ast.Call):
             return self._call(node)
         return None
@@ -288,6 +311,26 @@ VIEW_FUNCTIONS = frozenset({"asarray", "asanyarray", "ascontiguousarray", "resha
                             "atleast_3d", "diagonal", "real", "imag", "flip", "fliplr",
                             "flipud", "rot90", "split", "array_split", "hsplit", "vsplit",
                             "dsplit"})
+
+
+def _numeric_import(node) -> bool:
+    """An import of NumPy or math (inside a function: it binds a name, nothing else)."""
+    if isinstance(node, ast.ImportFrom):
+        return not node.level and (node.module or "").split(".")[0] in ("numpy", "math") \
+            and all(a.name != "*" for a in node.names)
+    return all(a.name.split(".")[0] in ("numpy", "math") for a in node.names)
+
+
+def _imported(node) -> dict:
+    """The names a (NumPy or math) import binds, with their values."""
+    if isinstance(node, ast.ImportFrom):
+        module = importlib.import_module(node.module)
+        return {a.asname or a.name: getattr(module, a.name, None) for a in node.names}
+    bound = {}
+    for a in node.names:               # (import numpy.linalg binds numpy)
+        name = a.asname or a.name.split(".")[0]
+        bound[name] = importlib.import_module(a.name if a.asname else name)
+    return bound
 
 
 def _root_name(node) -> str | None:

@@ -82,6 +82,13 @@ class Selection:
     def reshape(self, *args, **kwargs):
         raise self._refuse("reshape")
 
+    def __getattr__(self, name):
+        # (any other array attribute or method: a clear refusal, not an AttributeError;
+        # protocol names NumPy probes for stay missing)
+        if name.startswith("__") or name in ("values", "mask", "ctx"):
+            raise AttributeError(name)
+        raise self._refuse(f".{name}")
+
     # ---- elementwise --------------------------------------------------------------------------
 
     def _operand(self, v):

@@ -355,3 +355,24 @@ def test_decided_calls_keep_the_checks_for_other_arguments():
     lists = [[a.copy()], [a.copy()]]          # a list written into: never the compiled path
     assert f(lists[0], 2.0) == pytest.approx(program(lists[1], 2.0), rel=1e-12)
     np.testing.assert_allclose(lists[0][0], lists[1][0], rtol=1e-12)
+
+
+def test_numbers_rebound_and_numeric_imports_are_no_side_effects():
+    def program(x, tol):
+        import numpy as xp
+        from math import sqrt
+        step, previous, k = 0.4, xp.inf, 0
+        while k < 3:
+            step *= 0.5                         # (a float: rebound)
+            previous = min(previous, sqrt(tol))
+            k += 1
+        return x * step + previous
+
+    def imports_scipy(x):
+        import scipy                            # noqa: F401
+        return x
+
+    assert side_effect(program) is None
+    assert "imports a module" in side_effect(imports_scipy)
+    x = np.arange(4.0)
+    np.testing.assert_allclose(auto(program)(x, 4.0), program(x, 4.0), rtol=1e-12)

@@ -133,7 +133,12 @@ def other_place(x, y):
     return y
 
 
+def other_method(x):
+    return x[x > 0].std()
+
+
 @pytest.mark.parametrize("fn, line", [
+    (other_method, "return x[x > 0].std()"),
     (combine_with_array, "return s + x"),
     (two_masks, "return x[x > 0] + x[x < 1]"),
     (its_shape, "return x[x > 0].shape[0]"),
