@@ -42,6 +42,9 @@ NUMPY_EFFECTS = frozenset({
     "fromfile", "set_printoptions", "printoptions", "seterr", "seterrcall", "errstate",
     "setbufsize", "set_string_function",
 })
+# NumPy functions that write into their first argument.
+WRITING_FUNCTIONS = frozenset({"copyto", "put", "place", "putmask", "fill_diagonal",
+                               "put_along_axis"})
 # Methods that change their object (or write files): fine on a list or array the function
 # made itself, a side effect on anything else.
 MUTATING_METHODS = frozenset({
@@ -49,6 +52,10 @@ MUTATING_METHODS = frozenset({
     "popitem", "add", "discard", "sort", "fill", "put", "itemset", "resize", "partition",
     "setflags", "tofile", "dump", "write", "writelines", "flush", "close", "send",
 })
+# Methods with no side effect: an array's (but those above), a dict's or a string's readers.
+PURE_METHODS = frozenset(n for n in dir(np.ndarray) if not n.startswith("_")) - \
+    MUTATING_METHODS | {"get", "items", "keys", "values", "index", "count", "format", "join",
+                        "split", "strip", "startswith", "endswith", "lower", "upper", "replace"}
 _NOT_ALLOWED = {ast.Global: "a 'global' statement", ast.Nonlocal: "a 'nonlocal' statement",
                 ast.Yield: "'yield'", ast.YieldFrom: "'yield from'", ast.Await: "'await'",
                 ast.With: "a 'with' block", ast.Try: "a 'try' block",
@@ -242,6 +249,9 @@ class _Checker:
         return None
 
     def _call(self, node: ast.Call) -> str | None:
+        why = self._out_arguments(node)
+        if why is not None:
+            return why
         func = node.func
         if isinstance(func, ast.Name):
             if func.id in self.locals:
@@ -258,10 +268,36 @@ class _Checker:
                     return f"it calls {owner.__name__}.{func.attr} (hidden random state)"
                 return self._callee(f"{owner.__name__}.{func.attr}",
                                     getattr(owner, func.attr, None), node)
+            if isinstance(owner, np.ufunc):
+                return None           # (np.add.outer, .reduce; .at's write is checked above)
             if func.attr in MUTATING_METHODS:
                 return self._writes(_root_name(func.value))
-            return None
+            root = _root_name(func.value)
+            if root is not None and root not in self.locals and root not in self.params:
+                method = getattr(_value_of(func.value, self.namespace), func.attr, None)
+                if isinstance(method, (types.MethodType, types.FunctionType)):
+                    return self._callee(f"{root}...{func.attr}", method, node)  # (user code)
+            if func.attr in PURE_METHODS:
+                return None
+            return f"it calls .{func.attr}(), which nbxla cannot see into"
         return "it calls the result of an expression"
+
+    def _out_arguments(self, node: ast.Call) -> str | None:
+        """Writes a NumPy call makes into its arguments: ``out=``, ``np.copyto(dst, ...)``
+        and the like, ``np.add.at(a, ...)``."""
+        for keyword in node.keywords:
+            if keyword.arg == "out":
+                for target in (keyword.value.elts if isinstance(keyword.value, ast.Tuple)
+                               else [keyword.value]):
+                    why = self._writes(_root_name(target))
+                    if why is not None:
+                        return why
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if node.args and (name in WRITING_FUNCTIONS or name == "at" and isinstance(
+                _resolve(func.value, self.namespace, self.locals | self.params), np.ufunc)):
+            return self._writes(_root_name(node.args[0]))
+        return None
 
     def _callee(self, name: str, value, node: ast.Call) -> str | None:
         if getattr(value, "__self__", None) is builtins or value is getattr(builtins, name, 0):
@@ -311,6 +347,15 @@ VIEW_FUNCTIONS = frozenset({"asarray", "asanyarray", "ascontiguousarray", "resha
                             "atleast_3d", "diagonal", "real", "imag", "flip", "fliplr",
                             "flipud", "rot90", "split", "array_split", "hsplit", "vsplit",
                             "dsplit"})
+
+
+def _value_of(node, namespace: dict):
+    """The value an attribute chain of a global names (``cfg.solver``), or None."""
+    if isinstance(node, ast.Name):
+        return namespace.get(node.id)
+    if isinstance(node, ast.Attribute):
+        return getattr(_value_of(node.value, namespace), node.attr, None)
+    return None
 
 
 def _numeric_import(node) -> bool:

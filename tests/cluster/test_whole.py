@@ -72,6 +72,41 @@ def writes_a_global(x):
     return x
 
 
+def copies_into_a_global(x):
+    np.copyto(TABLE, x[:3])
+    return x
+
+
+def adds_at_a_global(x):
+    np.add.at(TABLE, [0, 1], 1.0)
+    return x
+
+
+def outputs_into_a_global(x):
+    np.multiply(x[:3], 2.0, out=TABLE)
+    return x
+
+
+class Counter:
+    def __init__(self):
+        self.calls = 0
+
+    def tick(self, x):
+        self.calls += 1
+        return x
+
+
+COUNTER = Counter()
+
+
+def calls_a_method_with_a_side_effect(x):
+    return COUNTER.tick(x) * 2
+
+
+def calls_an_unknown_method(x, model):
+    return model.predict(x)
+
+
 def sets_an_attribute(x):
     x.flags.writeable = False
     return x
@@ -80,7 +115,10 @@ def sets_an_attribute(x):
 @pytest.mark.parametrize("fn, phrase", [
     (calls_print, "print()"), (calls_helper, "print()"), (appends_to_a_global, "writes into SEEN"),
     (draws, "numpy.random"), (saves, "numpy.save"), (writes_a_global, "writes into TABLE"),
-    (sets_an_attribute, "sets an attribute"),
+    (sets_an_attribute, "sets an attribute"), (copies_into_a_global, "writes into TABLE"),
+    (adds_at_a_global, "writes into TABLE"), (outputs_into_a_global, "writes into TABLE"),
+    (calls_a_method_with_a_side_effect, "sets an attribute"),
+    (calls_an_unknown_method, ".predict()"),
 ])
 def test_each_kind_of_side_effect_is_named_with_its_line(fn, phrase):
     why = side_effect(fn)
