@@ -12,7 +12,6 @@ import functools
 import gc
 import inspect
 import time
-import warnings
 from typing import Callable
 
 import numpy as np
@@ -23,8 +22,8 @@ from .lazy import LazyArray
 from .tape import Tape
 from .report import ClusterReport, build_report
 from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
-from .session import MIN_CLUSTER_WORK, ClusterRun, Session, SessionLog, flatten
-from .whole import IMMUTABLE, as_python, difference, python_scalars, side_effect
+from .session import MIN_CLUSTER_WORK, Session, flatten
+from .whole import WholeFunction
 
 
 def _wrap_args(session: Session, args: tuple, kwargs: dict):
@@ -77,14 +76,10 @@ class AutoFunction:
         functools.update_wrapper(self, fn)
         self.fn, self.device, self.cache, self.min_work = fn, device, cache, min_work
         self.measure = measure
-        # Compiled whole when it can be (whole.py): the nbxla.jit function, False once that
-        # is ruled out (self.whole_refused says why), None until the first call looks.
+        # Compiled whole when it can be (whole.py): a WholeFunction, False once that is
+        # ruled out (self.whole_refused says why), None until the first call looks.
         self._whole = None if whole else False
         self.whole_refused = "" if whole else "whole=False"
-        self._whole_written: dict = {}       # parameters it writes into: name -> position
-        self._whole_compiles: dict = {}      # argument signature -> compilations seen
-        self._first_pair = None              # (compiled, plain) seconds of the checked call
-        self._scalars, self._returned = None, []   # what NumPy's results are made of
         self._log = self._report = self._source = self._instrumented = None
         self._choices: dict = {}            # argument signature -> ModeChoice
         self._choice = None                 # the ModeChoice of the last auto-clustered call
@@ -114,7 +109,7 @@ class AutoFunction:
         """The compiled whole function, decided faster, on the argument objects it ran on
         before (their checks were made then: what it writes into, the scalars it keys on)."""
         try:
-            return self._as_numpys(self._whole(*args), args, {})
+            return self._whole.call_same(*args)
         except Exception as e:     # (a run-time check failed: NumPy's own error, or result)
             self._refuse_whole(f"running it failed: {type(e).__name__}")
             return self.run_auto(*args)
@@ -141,8 +136,8 @@ class AutoFunction:
             result = self.run_auto(*args, **kwargs)
             if choice.calls == 1 and self._whole:      # compiled whole: timed both ways
                 choice.auto_first = True
-                if self._first_pair is not None:
-                    choice.checked(*self._first_pair)
+                if self._whole.first_pair is not None:
+                    choice.checked(*self._whole.first_pair)
                     if not kwargs:
                         self._fast = [*map(id, args)], choice, self._decided(choice, True)
             elif choice.calls == 1:         # the first call: what did its clusters win?
@@ -199,120 +194,16 @@ class AutoFunction:
         and has no Python side effect: (True, its result); else (False, None), and the
         reason is kept (``whole_refused``, the report)."""
         if self._whole is None:
-            written: set = set()
-            why = side_effect(self.fn, written=written)
-            if why is not None:
-                return self._refuse_whole(why)
-            try:
-                names = list(inspect.signature(self.fn).parameters)
-                self._whole_written = {n: names.index(n) for n in written}
-            except (TypeError, ValueError):
-                return self._refuse_whole("its signature cannot be read")
-            from ..api import CompiledFunction      # (the layer below this one)
-            self._whole = CompiledFunction(self.fn, self.device, self.cache)
-        written = self._written(args, kwargs)
-        if written is None:
-            return False, None           # (it writes into a list or such: clustered, this call)
-        key = _signature(args, kwargs)
-        seen = self._whole_compiles.get(key)
-        # The first call of a signature is checked against the plain function (below): the
-        # arrays it writes into are kept as they were.
-        before = {n: a.copy() for n, a in written.items()} if seen is None else None
-        start = time.perf_counter()
-        try:
-            result = self._whole(*args, **kwargs)
-        except Exception as e:     # refused (or failed): auto-clustered, which reruns it
-            message = str(e).strip().splitlines()
-            return self._refuse_whole(f"nbxla.jit refused it: {type(e).__name__}: "
-                                      f"{message[0] if message else ''}")
-        ms = (time.perf_counter() - start) * 1e3
-        compilation = self._whole.last_compilation
-        compiled = seen is None or compilation.module_id not in seen
-        self._log, self._report = whole_log(self.__name__, compilation, ms, compiled), None
-        if seen is None:           # (the check last: the next call finds its data in cache)
-            seen = self._whole_compiles[key] = set()
-            result = self._check_whole(args, kwargs, written, before, result)
-        else:
-            result = self._as_numpys(result, args, kwargs)
-        seen.add(compilation.module_id)
-        if len(seen) > MAX_WHOLE_COMPILES:
-            self._refuse_whole(f"it compiled {len(seen)} times for one argument signature "
-                               "(jit keys on the values of scalar arguments)")
-        return True, result
-
-    def _written(self, args, kwargs) -> dict | None:
-        """The arrays this call hands to the parameters the function may write into, by
-        name; None where one is something else it could change (a list: jit would not write
-        it back), or is left to its default (jit would not write into that either).
-        Scalars are rebound, not written: ``n += 1`` on an int is no write."""
-        written = {}
-        for name, i in self._whole_written.items():
-            value = args[i] if i < len(args) else kwargs.get(name, _DEFAULT)
-            if type(value) is np.ndarray:
-                written[name] = value
-            elif not isinstance(value, IMMUTABLE):
-                return None
-        return written
-
-    def _check_whole(self, args, kwargs, written: dict, before: dict, result):
-        """The first compiled call of a signature, against the plain function on the same
-        inputs: the same result (structure, types, dtypes, shapes, values up to rounding)
-        and the same writes into the arguments, or the function is not compiled whole from
-        now on and this call gives NumPy's result.  Both are timed on the way (twice each
-        where that is short: the first runs are cold), the first probe pair of the measured
-        choice."""
-        def run(fn):
-            fresh_args, fresh_kwargs = list(args), dict(kwargs)
-            for name, array in before.items():
-                i = self._whole_written[name]
-                if i < len(args):
-                    fresh_args[i] = array.copy()
-                else:
-                    fresh_kwargs[name] = array.copy()
-            start = time.perf_counter()
-            out = fn(*fresh_args, **fresh_kwargs)
-            return time.perf_counter() - start, out, fresh_args, fresh_kwargs
-        def best_of_two(fn):       # (one run only where it is long: the first call's cost)
-            first = run(fn)
-            return first if first[0] > 0.05 else min(first, run(fn), key=lambda r: r[0])
-        self._first_pair = None
-        try:
-            compiled = best_of_two(self._whole)[0]
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore")          # (the first call warned, if at all)
-                eager, want, fresh_args, fresh_kwargs = best_of_two(self.fn)
-        except Exception:          # the plain function raises where the compiled one did not
-            return result          # (NumPy's error then comes at the next plain call)
-        fresh = {name: fresh_args[i] if i < len(args) else fresh_kwargs[name]
-                 for name, i in self._whole_written.items() if name in written}
-        # What NumPy's result is made of beyond values: Python scalars (an iteration count)
-        # where the compiled program gives NumPy scalars, and arguments handed back
-        # themselves (``return a`` after writing into it) where it gives copies.
-        self._scalars = python_scalars(want)
-        self._returned = _returned_arguments(want, fresh_args, fresh_kwargs)
-        result = self._as_numpys(result, args, kwargs)
-        single = any(type(a) is np.ndarray and a.dtype.char in "efF"
-                     for a in (*args, *kwargs.values()))
-        why = difference(result, want, single=single)
-        for name, array in written.items():
-            why = why or difference(array, fresh[name], f"argument {name} (written)", single)
-        if why is not None:
-            self._refuse_whole(f"its compiled result was checked against NumPy's: {why}")
-            for name, array in written.items():
-                np.copyto(array, fresh[name])
-            return self._as_numpys(want, args, kwargs)      # (arguments handed back: theirs)
-        self._first_pair = (compiled, eager)
-        return result
-
-    def _as_numpys(self, result, args, kwargs):
-        """The compiled program's result made what NumPy's is (see ``_check_whole``)."""
-        result = as_python(result, self._scalars)
-        for where, (i, name) in self._returned:
-            arg = args[i] if i < len(args) else kwargs[name]
-            if where is None:
-                return arg
-            result = type(result)(arg if k == where else r for k, r in enumerate(result))
-        return result
+            self._whole = WholeFunction.of(self.fn, self.device, self.cache)
+            if isinstance(self._whole, str):
+                return self._refuse_whole(self._whole)
+        whole = self._whole
+        ran, result = whole.run(self.__name__, args, kwargs, _signature(args, kwargs))
+        if ran:
+            self._log, self._report = whole.log, None
+        if whole.refused:
+            self._refuse_whole(whole.refused)
+        return ran, result
 
     def _refuse_whole(self, why: str) -> tuple[bool, None]:
         self._whole, self.whole_refused = False, why
@@ -348,47 +239,6 @@ class AutoFunction:
 
     def __repr__(self) -> str:
         return f"<nbxla.jit {self.__name__} mode=auto device={self.device}>"
-
-
-_DEFAULT = object()
-# Whole compilation stops when one argument signature compiled more programs than this.
-MAX_WHOLE_COMPILES = 3
-
-
-def whole_log(name: str, compilation, ms: float, compiled: bool) -> SessionLog:
-    """The log of a call run as one compiled program: one cluster, no graph break."""
-    facts = _WHOLE_FACTS.get(compilation.module_id)
-    if facts is None:            # (once per compilation: the fusion report walks the module)
-        traced = [i for i in compilation.hlo.entry.instructions
-                  if i.opcode not in ("parameter", "tuple")]
-        lines = list({(loc.file, loc.line): loc for loc in
-                      (i.location for i in traced) if loc is not None}.values())
-        work = sum(i.shape.size for i in traced if hasattr(i.shape, "dims"))
-        facts = _WHOLE_FACTS[compilation.module_id] = (
-            len(traced), work, lines, len(compilation.optimized.entry.instructions),
-            compilation.fusion_report.kernels_after)
-    ops, work, lines, instructions, kernels = facts
-    run = ClusterRun(("whole", compilation.module_id), ops, work, lines, True,
-                     compile_ms=sum(compilation.timings_ms.values()) if compiled else 0.0,
-                     run_ms=0.0 if compiled else ms, hlo_instructions=instructions,
-                     kernels=kernels, compilation=compilation)
-    return SessionLog(name, [run], whole="compiled whole by nbxla.jit: no graph break and no "
-                                         "Python side effect in its source")
-
-
-_WHOLE_FACTS: dict = {}          # compilation id -> what the report says about it
-
-
-def _returned_arguments(result, args: list, kwargs: dict) -> list:
-    """Where ``result`` (or an item of it, a tuple or list) is one of the argument arrays
-    itself: [(None or the item's index, (position, name))]."""
-    params = {id(a): (i, None) for i, a in enumerate(args) if type(a) is np.ndarray}
-    params.update({id(a): (len(args), k) for k, a in kwargs.items() if type(a) is np.ndarray})
-    if id(result) in params:
-        return [(None, params[id(result)])]
-    if type(result) in (tuple, list):
-        return [(k, params[id(r)]) for k, r in enumerate(result) if id(r) in params]
-    return []
 
 
 def _leaves(tree):

@@ -1,5 +1,5 @@
 """Whole-function compilation in auto mode: a function that compiles whole, with no Python
-side effect, runs as one program compiled by ``nbxla.jit``.
+side effect, runs as one program compiled by ``nbxla.jit`` (``WholeFunction``).
 
 Why: recording costs Python time per NumPy call (10-20 us an operation, more than NumPy
 spends on an array of 40,000 elements), so clustering cannot win on functions of many small
@@ -7,392 +7,206 @@ operations that ``jit`` compiles into a kernel or two (a 600-operation formula o
 (40, 40, 30) grids: 10x as one compiled program, 1x recorded).  TensorFlow's auto-clustering
 ends the same way on a graph with nothing uncompilable: one cluster.
 
-It is used only where it is the same as running the function: ``jit`` traces once and then
-runs the compiled program, so a Python side effect in the function (a ``print``, appending
-to a list it was given, writing a global, a call into code nbxla cannot see) would happen
-once instead of on every call.  ``side_effect`` reads the function's source (and that of the
-functions it calls) and names the first such thing; the function then is auto-clustered as
-before.  Everything else the trace refuses (a SciPy call, a data-dependent shape) shows up
-when ``jit`` first compiles it, and the function is auto-clustered from then on.
+It is used only where it is the same as running the function:
+
+* its source shows no Python side effect (``purity.py``: ``jit`` traces once, so a ``print``
+  would happen once instead of on every call);
+* ``jit`` compiles it (a SciPy call, a data-dependent shape: refused, and the function is
+  auto-clustered from then on);
+* the first call of each argument signature gives what the plain function gives on the same
+  inputs: result structure, types, dtypes, shapes, values up to rounding, and the writes
+  into its arguments (``difference``).  A Python scalar in NumPy's result (an iteration
+  count) is made one from the compiled program's NumPy scalar, and an argument NumPy hands
+  back is handed back itself (``as_python``, ``returned_arguments``).
 """
 
 from __future__ import annotations
 
-import ast
-import builtins
-import functools
-import importlib
 import inspect
-import textwrap
-import types
+import time
+import warnings
 
 import numpy as np
 
-from .session import LIBRARY_DIRS
+from .purity import IMMUTABLE, side_effect
+from .session import ClusterRun, SessionLog
 
-# Builtins with no side effect (on what a traced function can hand them).
-PURE_BUILTINS = frozenset({
-    "abs", "all", "any", "bool", "complex", "dict", "divmod", "enumerate", "filter", "float",
-    "int", "isinstance", "len", "list", "map", "max", "min", "pow", "range", "reversed",
-    "round", "set", "slice", "sorted", "sum", "tuple", "zip",
-})
-# NumPy functions that read or write files, change global state or draw random numbers.
-NUMPY_EFFECTS = frozenset({
-    "save", "savez", "savez_compressed", "savetxt", "load", "loadtxt", "genfromtxt",
-    "fromfile", "set_printoptions", "printoptions", "seterr", "seterrcall", "errstate",
-    "setbufsize", "set_string_function",
-})
-# NumPy functions that write into their first argument.
-WRITING_FUNCTIONS = frozenset({"copyto", "put", "place", "putmask", "fill_diagonal",
-                               "put_along_axis"})
-# Methods that change their object (or write files): fine on a list or array the function
-# made itself, a side effect on anything else.
-MUTATING_METHODS = frozenset({
-    "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
-    "popitem", "add", "discard", "sort", "fill", "put", "itemset", "resize", "partition",
-    "setflags", "tofile", "dump", "write", "writelines", "flush", "close", "send",
-})
-# Methods with no side effect: an array's (but those above), a dict's or a string's readers.
-PURE_METHODS = frozenset(n for n in dir(np.ndarray) if not n.startswith("_")) - \
-    MUTATING_METHODS | {"get", "items", "keys", "values", "index", "count", "format", "join",
-                        "split", "strip", "startswith", "endswith", "lower", "upper", "replace"}
-_NOT_ALLOWED = {ast.Global: "a 'global' statement", ast.Nonlocal: "a 'nonlocal' statement",
-                ast.Yield: "'yield'", ast.YieldFrom: "'yield from'", ast.Await: "'await'",
-                ast.With: "a 'with' block", ast.Try: "a 'try' block",
-                ast.ClassDef: "a class definition"}
-MAX_DEPTH = 4                     # how deep calls into other user functions are followed
-# Values a write cannot change (a parameter holding one is rebound, not written).
-IMMUTABLE = (bool, int, float, complex, str, bytes, np.generic, type(None))
+# Whole compilation stops when one argument signature compiled more programs than this.
+MAX_WHOLE_COMPILES = 3
+_DEFAULT = object()
 
 
-def side_effect(fn, depth: int = 0, seen: dict | None = None, written: set | None = None
-                ) -> str | None:
-    """The first Python side effect ``fn``'s source shows (as a phrase naming its line), or
-    None when it has none that compiling it whole would change.  ``written`` collects the
-    parameters it may write into (``x[i] = v``, ``x += v``, directly, through a view or a
-    helper): fine for arrays, which ``jit`` writes back, and for scalars (rebound, not
-    written); a side effect on anything else (the caller checks the arguments)."""
-    fn = _unwrap(fn)
-    code = getattr(fn, "__code__", None)
-    if not isinstance(code, types.CodeType):
-        return f"it calls {getattr(fn, '__name__', fn)!r}, whose source nbxla cannot read"
-    seen = {} if seen is None else seen
-    if code not in seen:
-        seen[code] = (None, set())               # (a recursive call: known so far)
-        seen[code] = _check_source(fn, depth, seen)
-    why, wrote = seen[code]
-    if written is not None:
-        written.update(wrote)
-    return why
+class WholeFunction:
+    """An auto function's compiled-whole way of running, and what its checks found.
 
+    ``refused`` says why it is not used (any more), empty while it is."""
 
-def _unwrap(fn):
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return getattr(fn, "fn", fn)                     # an nbxla.jit function: what it wraps
+    def __init__(self, fn, device: str, cache, written: dict):
+        from ..api import CompiledFunction            # (the layer below this one)
+        self.fn, self.jitted = fn, CompiledFunction(fn, device, cache)
+        self.written = written               # parameters it may write into: name -> position
+        self.compiles: dict = {}             # argument signature -> compilations seen
+        self.first_pair = None               # (compiled, plain) seconds of the checked call
+        self.scalars, self.returned = None, []   # what NumPy's results are made of
+        self.refused = ""
+        self.log: SessionLog | None = None   # of its last run, for the report
 
-
-def _check_source(fn, depth: int, seen: dict) -> tuple[str | None, set]:
-    try:
-        lines, first = inspect.getsourcelines(fn)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError):
-        return f"the source of {fn.__name__!r} is not available", set()
-    ast.increment_lineno(tree, first - 1)
-    func = tree.body[0] if tree.body else None
-    if not isinstance(func, (ast.FunctionDef, ast.Expr)):
-        return f"the source of {fn.__name__!r} is not a plain function", set()
-    namespace = dict(getattr(fn, "__globals__", {}))
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-        try:
-            namespace[name] = cell.cell_contents
-        except ValueError:
-            pass
-    code = fn.__code__
-    params = set(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
-    checker = _Checker(fn.__name__, namespace, params, depth, seen)
-    return checker.check(func.body if isinstance(func, ast.FunctionDef) else [func]), \
-        checker.written
-
-
-def cell_side_effect(source: str, namespace: dict, written: set) -> str | None:
-    """``side_effect`` for a notebook cell: the names it reads from the namespace are its
-    parameters (``written`` collects those it writes into); the names it binds, its own."""
-    body = ast.parse(source).body
-    if body and isinstance(body[-1], ast.Expr):
-        body = body[:-1] + [body[-1].value]            # (its displayed value: no statement)
-    checker = _Checker("the cell", namespace, set(namespace), 0, {})
-    why = checker.check(body)
-    written.update(checker.written)
-    return why
-
-
-class _Checker:
-    def __init__(self, name: str, namespace: dict, params: set, depth: int, seen: dict):
-        self.name, self.depth, self.seen = name, depth, seen
-        self.written: set = set()
-        self.namespace = {**builtins.__dict__, **namespace}
-        self.params = params
-        self.locals: set = set()                 # names the function binds
-        self.aliases: dict = {}                  # local -> names its value may share memory with
-
-    def check(self, body: list) -> str | None:
-        nodes = [n for stmt in body for n in ast.walk(stmt)]
-        for node in nodes:
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and _numeric_import(node):
-                self.namespace.update(_imported(node))   # (import numpy as np inside it)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                self.locals.add(node.id)
-            elif isinstance(node, (ast.FunctionDef, ast.Lambda, ast.arguments)):
-                self.locals.update(a.arg for a in ast.walk(node) if isinstance(a, ast.arg))
-                if isinstance(node, ast.FunctionDef):
-                    self.locals.add(node.name)
-            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.For, ast.comprehension,
-                                 ast.NamedExpr)) and getattr(node, "value", None) is not None \
-                    or isinstance(node, (ast.For, ast.comprehension)):
-                source = node.iter if isinstance(node, (ast.For, ast.comprehension)) else node.value
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    self._bind(target, source)
-        self.locals -= self.params
-        for node in nodes:
-            why = self._node(node)
-            if why is not None:
-                return f"{why} (line {getattr(node, 'lineno', '?')} of {self.name})"
-        return None
-
-    def _bind(self, target, source) -> None:
-        """``target = source``: what each name bound may share memory with."""
-        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(source, (ast.Tuple, ast.List)) \
-                and len(target.elts) == len(source.elts):
-            for t, v in zip(target.elts, source.elts):       # a, b = x, y: pairwise
-                self._bind(t, v)
-            return
-        origins = self._origins(source)
-        for t in ast.walk(target):
-            if isinstance(t, ast.Name):
-                self.aliases.setdefault(t.id, set()).update(origins)
-
-    def _origins(self, node) -> set:
-        """The names whose memory the value of ``node`` may share (conservatively)."""
-        if isinstance(node, ast.Name):
-            return {node.id}
-        if isinstance(node, ast.Attribute):
-            value = _resolve(node, self.namespace, self.locals | self.params)
-            if value is not None:             # (np.inf, np.float64: a module's attribute)
-                return set() if isinstance(value, IMMUTABLE + (type, types.ModuleType)) or \
-                    callable(value) else {ast.unparse(node)}
-            return self._origins(node.value)
-        if isinstance(node, (ast.Subscript, ast.Starred, ast.NamedExpr)):
-            return self._origins(node.value)
-        if isinstance(node, (ast.Tuple, ast.List)):
-            return set().union(*(self._origins(e) for e in node.elts)) if node.elts else set()
-        if isinstance(node, ast.IfExp):
-            return self._origins(node.body) | self._origins(node.orelse)
-        if not isinstance(node, ast.Call):
-            return set()                          # (operators, constants: new values)
-        func = node.func
-        arguments = set().union(*(self._origins(a) for a in node.args)) if node.args else set()
-        if isinstance(func, ast.Attribute):
-            module = _resolve(func.value, self.namespace, self.locals | self.params)
-            if isinstance(module, types.ModuleType):          # np.reshape(x, ...)
-                return arguments if func.attr in VIEW_FUNCTIONS else set()
-            return self._origins(func.value) if func.attr in VIEW_METHODS else set()
-        value = self.namespace.get(getattr(func, "id", None))
-        if getattr(value, "__module__", "") in ("builtins", "math") or \
-                isinstance(value, np.ufunc) or getattr(value, "__module__", "").startswith("numpy"):
-            return arguments if getattr(func, "id", "") in VIEW_FUNCTIONS else set()
-        return arguments          # (a helper of the user's: it may hand back an argument)
-
-    def _writes(self, name: str | None, augmented: bool = False) -> str | None:
-        """A write through ``name``: the parameters it reaches (its own, or the ones it is a
-        view of) are collected; a name it may reach that the function neither made nor
-        received is a side effect (``augmented``: ``name += v``, which only rebinds a name
-        holding a number)."""
-        todo, done = [name], set()
-        while todo:
-            n = todo.pop()
-            if n in done:
-                continue
-            done.add(n)
-            if n in self.params:
-                self.written.add(n)
-            elif n is None or n not in self.locals:
-                if augmented and isinstance(self.namespace.get(n), IMMUTABLE):
-                    continue
-                return f"it writes into {n or 'an object'}, which it did not make or receive"
-            todo.extend(self.aliases.get(n, ()))
-        return None
-
-    def _node(self, node) -> str | None:
-        for kind, what in _NOT_ALLOWED.items():
-            if isinstance(node, kind):
-                return f"it has {what}"
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and not _numeric_import(node):
-            return "it imports a module other than numpy or math"
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
-            for target in targets:
-                for t in ast.walk(target):
-                    if isinstance(t, ast.Attribute) and isinstance(t.ctx, (ast.Store, ast.Del)):
-                        return "it sets an attribute"
-                    if isinstance(t, ast.Subscript) and isinstance(t.ctx, (ast.Store, ast.Del)):
-                        if isinstance(node, ast.Delete):
-                            return "it deletes items"
-                        why = self._writes(_root_name(t))
-                        if why is not None:
-                            return why
-            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-                return self._writes(node.target.id, augmented=True)   # (an array, a list: in place)
-        if isinstance(node, ast.Call):
-            return self._call(node)
-        return None
-
-    def _call(self, node: ast.Call) -> str | None:
-        why = self._out_arguments(node)
+    @classmethod
+    def of(cls, fn, device: str, cache) -> "WholeFunction | str":
+        """The whole-function way for ``fn``, or why there is none (a side effect)."""
+        written: set = set()
+        why = side_effect(fn, written=written)
         if why is not None:
             return why
-        func = node.func
-        if isinstance(func, ast.Name):
-            if func.id in self.locals:
-                return None                       # its own lambda or def: checked above
-            if func.id in self.params:
-                return f"it calls its argument {func.id!r}"
-            if func.id not in self.namespace:
-                return None                       # (a NameError: the trace says so)
-            return self._callee(func.id, self.namespace[func.id], node)
-        if isinstance(func, ast.Attribute):
-            owner = _resolve(func.value, self.namespace, self.locals | self.params)
-            if isinstance(owner, types.ModuleType):
-                if owner.__name__.startswith("numpy.random"):
-                    return f"it calls {owner.__name__}.{func.attr} (hidden random state)"
-                return self._callee(f"{owner.__name__}.{func.attr}",
-                                    getattr(owner, func.attr, None), node)
-            if isinstance(owner, np.ufunc):
-                return None           # (np.add.outer, .reduce; .at's write is checked above)
-            if func.attr in MUTATING_METHODS:
-                return self._writes(_root_name(func.value))
-            root = _root_name(func.value)
-            if root is not None and root not in self.locals and root not in self.params:
-                method = getattr(_value_of(func.value, self.namespace), func.attr, None)
-                if isinstance(method, (types.MethodType, types.FunctionType)):
-                    return self._callee(f"{root}...{func.attr}", method, node)  # (user code)
-            if func.attr in PURE_METHODS:
-                return None
-            return f"it calls .{func.attr}(), which nbxla cannot see into"
-        return "it calls the result of an expression"
-
-    def _out_arguments(self, node: ast.Call) -> str | None:
-        """Writes a NumPy call makes into its arguments: ``out=``, ``np.copyto(dst, ...)``
-        and the like, ``np.add.at(a, ...)``."""
-        for keyword in node.keywords:
-            if keyword.arg == "out":
-                for target in (keyword.value.elts if isinstance(keyword.value, ast.Tuple)
-                               else [keyword.value]):
-                    why = self._writes(_root_name(target))
-                    if why is not None:
-                        return why
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        if node.args and (name in WRITING_FUNCTIONS or name == "at" and isinstance(
-                _resolve(func.value, self.namespace, self.locals | self.params), np.ufunc)):
-            return self._writes(_root_name(node.args[0]))
-        return None
-
-    def _callee(self, name: str, value, node: ast.Call) -> str | None:
-        if getattr(value, "__self__", None) is builtins or value is getattr(builtins, name, 0):
-            pure = name in PURE_BUILTINS or (isinstance(value, type) and
-                                             issubclass(value, BaseException))
-            return None if pure else f"it calls {name}()"
-        module = getattr(value, "__module__", None) or ""
-        if isinstance(value, np.ufunc) or module == "math":
-            return None
-        if module.startswith("numpy"):
-            if module.startswith("numpy.random") or name.rsplit(".", 1)[-1] in NUMPY_EFFECTS:
-                return f"it calls {name}"
-            return None
-        if module.startswith("nbxla") and not hasattr(value, "fn"):
-            return None                           # (nbxla.random and the like: traceable)
-        code = getattr(getattr(value, "__func__", value), "__code__", None)
-        if code is not None and code.co_filename.startswith(LIBRARY_DIRS):
-            return f"it calls {name}, library code it does not trace"
-        if not callable(value) or self.depth >= MAX_DEPTH:
-            return f"it calls {name}, which nbxla cannot see into"
-        written: set = set()
-        why = side_effect(value, self.depth + 1, self.seen, written)
-        if why is not None or not written:
-            return why
-        # The helper writes into some of its parameters: what this call hands them
         try:
-            bound = inspect.signature(_unwrap(value)).bind(*node.args, **{
-                k.arg: k.value for k in node.keywords if k.arg is not None})
-        except TypeError:                         # (*args, **kwargs at the call)
-            return f"it calls {name}, which writes into arguments it cannot follow"
-        for param in written:
-            if param not in bound.arguments:
-                return f"{name} writes into its default value of {param!r}"
-            why = self._writes(_root_name(bound.arguments[param]))
-            if why is not None:
-                return why
-        return None
+            names = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            return "its signature cannot be read"
+        return cls(fn, device, cache, {n: names.index(n) for n in written})
+
+    def run(self, name: str, args, kwargs, signature) -> tuple[bool, object]:
+        """(True, the result) where this call ran compiled; (False, None) where it is for
+        clustering (``refused`` set where that is for good)."""
+        written = self._written(args, kwargs)
+        if written is None:
+            return False, None           # (it writes into a list or such: clustered, this call)
+        seen = self.compiles.get(signature)
+        # The first call of a signature is checked against the plain function (below): the
+        # arrays it writes into are kept as they were.
+        before = {n: a.copy() for n, a in written.items()} if seen is None else None
+        start = time.perf_counter()
+        try:
+            result = self.jitted(*args, **kwargs)
+        except Exception as e:     # refused (or failed): auto-clustered, which reruns it
+            message = str(e).strip().splitlines()
+            self.refused = (f"nbxla.jit refused it: {type(e).__name__}: "
+                            f"{message[0] if message else ''}")
+            return False, None
+        ms = (time.perf_counter() - start) * 1e3
+        compilation = self.jitted.last_compilation
+        compiled = seen is None or compilation.module_id not in seen
+        self.log = whole_log(name, compilation, ms, compiled)
+        if seen is None:           # (the check last: the next call finds its data in cache)
+            seen = self.compiles[signature] = set()
+            result = self._check(args, kwargs, written, before, result)
+        else:
+            result = self.as_numpys(result, args, kwargs)
+        seen.add(compilation.module_id)
+        if len(seen) > MAX_WHOLE_COMPILES:
+            self.refused = (f"it compiled {len(seen)} times for one argument signature "
+                            "(jit keys on the values of scalar arguments)")
+        return True, result
+
+    def call_same(self, *args):
+        """A call with the argument objects of a checked call: nothing to check again."""
+        return self.as_numpys(self.jitted(*args), args, {})
+
+    def _written(self, args, kwargs) -> dict | None:
+        """The arrays this call hands to the parameters the function may write into, by
+        name; None where one is something else it could change (a list: jit would not write
+        it back), or is left to its default (jit would not write into that either).
+        Scalars are rebound, not written: ``n += 1`` on an int is no write."""
+        written = {}
+        for name, i in self.written.items():
+            value = args[i] if i < len(args) else kwargs.get(name, _DEFAULT)
+            if type(value) is np.ndarray:
+                written[name] = value
+            elif not isinstance(value, IMMUTABLE):
+                return None
+        return written
+
+    def _check(self, args, kwargs, written: dict, before: dict, result):
+        """The first compiled call of a signature, against the plain function on the same
+        inputs: the same result and the same writes into the arguments, or the function
+        is not compiled whole from now on and this call gives NumPy's result.  Both are
+        timed on the way (twice each where that is short: the first runs are cold), the
+        first probe pair of the measured choice."""
+        def run(fn):
+            fresh_args, fresh_kwargs = list(args), dict(kwargs)
+            for name, array in before.items():
+                i = self.written[name]
+                if i < len(args):
+                    fresh_args[i] = array.copy()
+                else:
+                    fresh_kwargs[name] = array.copy()
+            start = time.perf_counter()
+            out = fn(*fresh_args, **fresh_kwargs)
+            return time.perf_counter() - start, out, fresh_args, fresh_kwargs
+
+        def best_of_two(fn):       # (one run only where it is long: the first call's cost)
+            first = run(fn)
+            return first if first[0] > 0.05 else min(first, run(fn), key=lambda r: r[0])
+        self.first_pair = None
+        try:
+            compiled = best_of_two(self.jitted)[0]
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")          # (the first call warned, if at all)
+                eager, want, fresh_args, fresh_kwargs = best_of_two(self.fn)
+        except Exception:          # the plain function raises where the compiled one did not
+            return result          # (NumPy's error then comes at the next plain call)
+        fresh = {name: fresh_args[i] if i < len(args) else fresh_kwargs[name]
+                 for name, i in self.written.items() if name in written}
+        self.scalars = python_scalars(want)
+        self.returned = returned_arguments(want, fresh_args, fresh_kwargs)
+        result = self.as_numpys(result, args, kwargs)
+        single = any(type(a) is np.ndarray and a.dtype.char in "efF"
+                     for a in (*args, *kwargs.values()))
+        why = difference(result, want, single=single)
+        for name, array in written.items():
+            why = why or difference(array, fresh[name], f"argument {name} (written)", single)
+        if why is not None:
+            self.refused = f"its compiled result was checked against NumPy's: {why}"
+            for name, array in written.items():
+                np.copyto(array, fresh[name])
+            return self.as_numpys(want, args, kwargs)      # (arguments handed back: theirs)
+        self.first_pair = (compiled, eager)
+        return result
+
+    def as_numpys(self, result, args, kwargs):
+        """The compiled program's result made what NumPy's is (see ``_check``)."""
+        result = as_python(result, self.scalars)
+        for where, (i, name) in self.returned:
+            arg = args[i] if i < len(args) else kwargs[name]
+            if where is None:
+                return arg
+            result = type(result)(arg if k == where else r for k, r in enumerate(result))
+        return result
 
 
-# Methods and NumPy functions whose result may share memory with their object / first
-# argument (a write into the result writes there); anything else makes a new value.
-VIEW_METHODS = frozenset({"reshape", "view", "ravel", "transpose", "swapaxes", "squeeze",
-                          "diagonal", "T", "mT", "real", "imag", "flat", "__getitem__"})
-VIEW_FUNCTIONS = frozenset({"asarray", "asanyarray", "ascontiguousarray", "reshape", "ravel",
-                            "transpose", "swapaxes", "moveaxis", "rollaxis", "squeeze",
-                            "expand_dims", "broadcast_to", "atleast_1d", "atleast_2d",
-                            "atleast_3d", "diagonal", "real", "imag", "flip", "fliplr",
-                            "flipud", "rot90", "split", "array_split", "hsplit", "vsplit",
-                            "dsplit"})
+def whole_log(name: str, compilation, ms: float, compiled: bool) -> SessionLog:
+    """The log of a call run as one compiled program: one cluster, no graph break."""
+    facts = _WHOLE_FACTS.get(compilation.module_id)
+    if facts is None:            # (once per compilation: the fusion report walks the module)
+        traced = [i for i in compilation.hlo.entry.instructions
+                  if i.opcode not in ("parameter", "tuple")]
+        lines = list({(loc.file, loc.line): loc for loc in
+                      (i.location for i in traced) if loc is not None}.values())
+        work = sum(i.shape.size for i in traced if hasattr(i.shape, "dims"))
+        facts = _WHOLE_FACTS[compilation.module_id] = (
+            len(traced), work, lines, len(compilation.optimized.entry.instructions),
+            compilation.fusion_report.kernels_after)
+    ops, work, lines, instructions, kernels = facts
+    run = ClusterRun(("whole", compilation.module_id), ops, work, lines, True,
+                     compile_ms=sum(compilation.timings_ms.values()) if compiled else 0.0,
+                     run_ms=0.0 if compiled else ms, hlo_instructions=instructions,
+                     kernels=kernels, compilation=compilation)
+    return SessionLog(name, [run], whole="compiled whole by nbxla.jit: no graph break and no "
+                                         "Python side effect in its source")
 
 
-def _value_of(node, namespace: dict):
-    """The value an attribute chain of a global names (``cfg.solver``), or None."""
-    if isinstance(node, ast.Name):
-        return namespace.get(node.id)
-    if isinstance(node, ast.Attribute):
-        return getattr(_value_of(node.value, namespace), node.attr, None)
-    return None
+_WHOLE_FACTS: dict = {}          # compilation id -> what the report says about it
 
 
-def _numeric_import(node) -> bool:
-    """An import of NumPy or math (inside a function: it binds a name, nothing else)."""
-    if isinstance(node, ast.ImportFrom):
-        return not node.level and (node.module or "").split(".")[0] in ("numpy", "math") \
-            and all(a.name != "*" for a in node.names)
-    return all(a.name.split(".")[0] in ("numpy", "math") for a in node.names)
-
-
-def _imported(node) -> dict:
-    """The names a (NumPy or math) import binds, with their values."""
-    if isinstance(node, ast.ImportFrom):
-        module = importlib.import_module(node.module)
-        return {a.asname or a.name: getattr(module, a.name, None) for a in node.names}
-    bound = {}
-    for a in node.names:               # (import numpy.linalg binds numpy)
-        name = a.asname or a.name.split(".")[0]
-        bound[name] = importlib.import_module(a.name if a.asname else name)
-    return bound
-
-
-def _root_name(node) -> str | None:
-    while isinstance(node, (ast.Subscript, ast.Attribute, ast.Starred)):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _resolve(node, namespace: dict, local: set):
-    """The module an attribute chain like ``np.linalg`` names (None for anything else)."""
-    if isinstance(node, ast.Name):
-        return None if node.id in local else namespace.get(node.id)
-    if isinstance(node, ast.Attribute):
-        owner = _resolve(node.value, namespace, local)
-        if isinstance(owner, types.ModuleType):
-            return getattr(owner, node.attr, None)
-    return None
+def returned_arguments(result, args: list, kwargs: dict) -> list:
+    """Where ``result`` (or an item of it, a tuple or list) is one of the argument arrays
+    itself: [(None or the item's index, (position, name))]."""
+    params = {id(a): (i, None) for i, a in enumerate(args) if type(a) is np.ndarray}
+    params.update({id(a): (len(args), k) for k, a in kwargs.items() if type(a) is np.ndarray})
+    if id(result) in params:
+        return [(None, params[id(result)])]
+    if type(result) in (tuple, list):
+        return [(k, params[id(r)]) for k, r in enumerate(result) if id(r) in params]
+    return []
 
 
 def difference(got, want, path: str = "the result", single: bool = False) -> str | None:

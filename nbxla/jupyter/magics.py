@@ -206,9 +206,9 @@ class XlaMagics(Magics):
         ``nbxla.cluster.whole``): compiled as ``%%xla`` would, checked once against eager
         NumPy (``--verify``), committed.  Returns ((value, report), "") or (None, why not)."""
         from ..cluster import MIN_CLUSTER_WORK
-        from ..cluster.auto import whole_log
+        from ..cluster.purity import IMMUTABLE, cell_side_effect
         from ..cluster.report import build_report
-        from ..cluster.whole import IMMUTABLE, cell_side_effect
+        from ..cluster.whole import whole_log
         written: set = set()
         why = cell_side_effect(source, ns, written)
         if why is None and not all(type(ns.get(n)) is np.ndarray or isinstance(ns.get(n), IMMUTABLE)

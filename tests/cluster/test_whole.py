@@ -7,7 +7,8 @@ import pytest
 
 import nbxla
 from nbxla.cluster import AutoFunction
-from nbxla.cluster.whole import difference, side_effect
+from nbxla.cluster.purity import side_effect
+from nbxla.cluster.whole import difference
 from nbxla.runtime.cache import CompilationCache
 
 SEEN = []
@@ -227,13 +228,13 @@ def test_python_scalars_in_numpys_result_stay_python_scalars():
 
 def test_a_result_that_differs_from_numpys_gives_numpys_and_stops_whole_compilation(
         monkeypatch):
-    import nbxla.cluster.auto as auto_module
+    import nbxla.cluster.whole as whole_module
 
     def program(a):
         a *= 2.0
         return a.sum()
 
-    monkeypatch.setattr(auto_module, "difference",       # (as a compiler bug would)
+    monkeypatch.setattr(whole_module, "difference",       # (as a compiler bug would)
                         lambda got, want, path="the result", single=False: f"{path} differs")
     base = rng_arrays(500)[0]
     f = auto(program)
