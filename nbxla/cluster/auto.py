@@ -98,12 +98,13 @@ class AutoFunction:
             return run(*args)
         return self._measured_call(args, kwargs)
 
-    def _decided(self, choice: ModeChoice, same_objects: bool) -> Callable:
-        """How calls of a decided signature run; ``same_objects``: with the very argument
-        objects of a call that ran so (no check to repeat)."""
+    def _decided(self, choice: ModeChoice, key, same_objects: bool) -> Callable:
+        """How calls of signature ``key`` run now; ``same_objects``: with the very argument
+        objects of a call that ran so (nothing to check again)."""
         if choice.fast_mode == "eager":
             return self.fn
-        return self._call_whole if same_objects and self._whole else self.run_auto
+        whole = same_objects and self._whole and key in self._whole.compiles
+        return self._call_whole if whole else self.run_auto
 
     def _call_whole(self, *args):
         """The compiled whole function, decided faster, on the argument objects it ran on
@@ -124,9 +125,9 @@ class AutoFunction:
             choice = self._choices[key] = ModeChoice()
         elif choice.fast_calls:                # (a mode decided: up to the next re-probe)
             choice.fast_calls -= 1
-            result = self._decided(choice, same_objects=False)(*args, **kwargs)
+            result = self._decided(choice, key, same_objects=False)(*args, **kwargs)
             if not kwargs:                     # (the next call with these: the fast path)
-                self._fast = [*map(id, args)], choice, self._decided(choice, same_objects=True)
+                self._fast = [*map(id, args)], choice, self._decided(choice, key, True)
             return result
         mode = choice.next_mode()
         if not choice.timed(mode):
@@ -139,7 +140,7 @@ class AutoFunction:
                 if self._whole.first_pair is not None:
                     choice.checked(*self._whole.first_pair)
                     if not kwargs:
-                        self._fast = [*map(id, args)], choice, self._decided(choice, True)
+                        self._fast = [*map(id, args)], choice, self._decided(choice, key, True)
             elif choice.calls == 1:         # the first call: what did its clusters win?
                 choice.after_first_call(*_gain(self._log))
                 if choice.fast_calls and not kwargs:

@@ -62,24 +62,29 @@ MAX_DEPTH = 4                     # how deep calls into other user functions are
 IMMUTABLE = (bool, int, float, complex, str, bytes, np.generic, type(None))
 
 
-def side_effect(fn, depth: int = 0, seen: dict | None = None, written: set | None = None
-                ) -> str | None:
+def side_effect(fn, depth: int = 0, seen: dict | None = None, written: set | None = None,
+                methods: dict | None = None) -> str | None:
     """The first Python side effect ``fn``'s source shows (as a phrase naming its line), or
     None when it has none that compiling it whole would change.  ``written`` collects the
     parameters it may write into (``x[i] = v``, ``x += v``, directly, through a view or a
     helper): fine for arrays, which ``jit`` writes back, and for scalars (rebound, not
-    written); a side effect on anything else (the caller checks the arguments)."""
+    written); a side effect on anything else (the caller checks the arguments).
+    ``methods`` collects the methods it calls on parameters ({name: {method}}: ``xp.sqrt``
+    with NumPy passed in is fine, a method of some object is not; the caller checks)."""
     fn = _unwrap(fn)
     code = getattr(fn, "__code__", None)
     if not isinstance(code, types.CodeType):
         return f"it calls {getattr(fn, '__name__', fn)!r}, whose source nbxla cannot read"
     seen = {} if seen is None else seen
     if code not in seen:
-        seen[code] = (None, set())               # (a recursive call: known so far)
+        seen[code] = (None, set(), {})           # (a recursive call: known so far)
         seen[code] = _check_source(fn, depth, seen)
-    why, wrote = seen[code]
+    why, wrote, called = seen[code]
     if written is not None:
         written.update(wrote)
+    if methods is not None:
+        for name, names in called.items():
+            methods.setdefault(name, set()).update(names)
     return why
 
 
@@ -94,11 +99,11 @@ def _check_source(fn, depth: int, seen: dict) -> tuple[str | None, set]:
         lines, first = inspect.getsourcelines(fn)
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except (OSError, TypeError, SyntaxError):
-        return f"the source of {fn.__name__!r} is not available", set()
+        return f"the source of {fn.__name__!r} is not available", set(), {}
     ast.increment_lineno(tree, first - 1)
     func = tree.body[0] if tree.body else None
     if not isinstance(func, (ast.FunctionDef, ast.Expr)):
-        return f"the source of {fn.__name__!r} is not a plain function", set()
+        return f"the source of {fn.__name__!r} is not a plain function", set(), {}
     namespace = dict(getattr(fn, "__globals__", {}))
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         try:
@@ -108,8 +113,8 @@ def _check_source(fn, depth: int, seen: dict) -> tuple[str | None, set]:
     code = fn.__code__
     params = set(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
     checker = _Checker(fn.__name__, namespace, params, depth, seen)
-    return checker.check(func.body if isinstance(func, ast.FunctionDef) else [func]), \
-        checker.written
+    why = checker.check(func.body if isinstance(func, ast.FunctionDef) else [func])
+    return why, checker.written, checker.methods
 
 
 def cell_side_effect(source: str, namespace: dict, written: set) -> str | None:
@@ -121,6 +126,9 @@ def cell_side_effect(source: str, namespace: dict, written: set) -> str | None:
     checker = _Checker("the cell", namespace, set(namespace), 0, {})
     why = checker.check(body)
     written.update(checker.written)
+    for name, methods in checker.methods.items():    # (the values are known: check them)
+        if not methods_are_pure(namespace.get(name), methods):
+            return f"it calls .{min(methods)}() of {name}, which nbxla cannot see into"
     return why
 
 
@@ -128,6 +136,7 @@ class _Checker:
     def __init__(self, name: str, namespace: dict, params: set, depth: int, seen: dict):
         self.name, self.depth, self.seen = name, depth, seen
         self.written: set = set()
+        self.methods: dict = {}                  # parameter -> methods called on it
         self.namespace = {**builtins.__dict__, **namespace}
         self.params = params
         self.locals: set = set()                 # names the function binds
@@ -201,6 +210,20 @@ class _Checker:
             return arguments if getattr(func, "id", "") in VIEW_FUNCTIONS else set()
         return arguments          # (a helper of the user's: it may hand back an argument)
 
+    def _made(self, name: str) -> bool:
+        """Is ``name`` a local whose value the function made (shares memory with nothing
+        it received or did not make)?"""
+        todo, done = [name], set()
+        while todo:
+            n = todo.pop()
+            if n in done:
+                continue
+            done.add(n)
+            if n in self.params or n not in self.locals:
+                return False
+            todo.extend(self.aliases.get(n, ()))
+        return True
+
     def _writes(self, name: str | None, augmented: bool = False) -> str | None:
         """A write through ``name``: the parameters it reaches (its own, or the ones it is a
         view of) are collected; a name it may reach that the function neither made nor
@@ -253,8 +276,9 @@ class _Checker:
         if isinstance(func, ast.Name):
             if func.id in self.locals:
                 return None                       # its own lambda or def: checked above
-            if func.id in self.params:
-                return f"it calls its argument {func.id!r}"
+            if func.id in self.params:            # (np.outer passed in: the caller checks)
+                self.methods.setdefault(func.id, set()).add("__call__")
+                return None
             if func.id not in self.namespace:
                 return None                       # (a NameError: the trace says so)
             return self._callee(func.id, self.namespace[func.id], node)
@@ -269,13 +293,18 @@ class _Checker:
                 return None           # (np.add.outer, .reduce; .at's write is checked above)
             if func.attr in MUTATING_METHODS:
                 return self._writes(_root_name(func.value))
+            if func.attr in PURE_METHODS:
+                return None
             root = _root_name(func.value)
+            if isinstance(func.value, ast.Name) and root in self.params:
+                self.methods.setdefault(root, set()).add(func.attr)   # (xp.sqrt: the caller
+                return None                                            # checks what xp is)
+            if root is not None and root not in self.params and self._made(root):
+                return None           # (a method of something it made: changes only that)
             if root is not None and root not in self.locals and root not in self.params:
                 method = getattr(_value_of(func.value, self.namespace), func.attr, None)
                 if isinstance(method, (types.MethodType, types.FunctionType)):
                     return self._callee(f"{root}...{func.attr}", method, node)  # (user code)
-            if func.attr in PURE_METHODS:
-                return None
             return f"it calls .{func.attr}(), which nbxla cannot see into"
         return "it calls the result of an expression"
 
@@ -315,22 +344,33 @@ class _Checker:
             return f"it calls {name}, library code it does not trace"
         if not callable(value) or self.depth >= MAX_DEPTH:
             return f"it calls {name}, which nbxla cannot see into"
-        written: set = set()
-        why = side_effect(value, self.depth + 1, self.seen, written)
-        if why is not None or not written:
+        written, methods = set(), {}
+        why = side_effect(value, self.depth + 1, self.seen, written, methods)
+        if why is not None or not (written or methods):
             return why
-        # The helper writes into some of its parameters: what this call hands them
+        # The helper writes into some of its parameters, or calls their methods: what this
+        # call hands them decides
         try:
             bound = inspect.signature(_unwrap(value)).bind(*node.args, **{
                 k.arg: k.value for k in node.keywords if k.arg is not None})
         except TypeError:                         # (*args, **kwargs at the call)
-            return f"it calls {name}, which writes into arguments it cannot follow"
-        for param in written:
+            return f"it calls {name}, whose arguments it cannot follow"
+        for param in written | set(methods):
             if param not in bound.arguments:
-                return f"{name} writes into its default value of {param!r}"
+                return f"{name} writes into or calls its default value of {param!r}"
+        for param in written:
             why = self._writes(_root_name(bound.arguments[param]))
             if why is not None:
                 return why
+        for param, names in methods.items():
+            given = bound.arguments[param]
+            if isinstance(given, ast.Name) and given.id in self.params:
+                self.methods.setdefault(given.id, set()).update(names)
+                continue
+            value = _resolve(given, self.namespace, self.locals | self.params)
+            if not methods_are_pure(value, names):      # (np passed in, np.outer: fine)
+                return f"{name} calls .{min(names)}() of what it is given, which nbxla " \
+                       "cannot see into"
         return None
 
 
@@ -344,6 +384,21 @@ VIEW_FUNCTIONS = frozenset({"asarray", "asanyarray", "ascontiguousarray", "resha
                             "atleast_3d", "diagonal", "real", "imag", "flip", "fliplr",
                             "flipud", "rot90", "split", "array_split", "hsplit", "vsplit",
                             "dsplit"})
+
+
+def methods_are_pure(value, methods: set) -> bool:
+    """May ``value.m(...)`` be traced for each ``m`` of ``methods``: a NumPy or math module's
+    functions (``xp.sqrt`` with NumPy passed in), an array's pure methods?"""
+    if isinstance(value, types.ModuleType):
+        return value.__name__.split(".")[0] in ("numpy", "math") and \
+            not value.__name__.startswith("numpy.random") and \
+            not methods & NUMPY_EFFECTS and all(hasattr(value, m) for m in methods)
+    if methods == {"__call__"}:                   # a function passed in: NumPy's
+        module = getattr(value, "__module__", None) or ""
+        return isinstance(value, np.ufunc) or module.split(".")[0] in ("numpy", "math") and \
+            not module.startswith("numpy.random") and \
+            getattr(value, "__name__", "") not in NUMPY_EFFECTS
+    return type(value) is np.ndarray and methods <= PURE_METHODS
 
 
 def _value_of(node, namespace: dict):
@@ -382,7 +437,8 @@ def _root_name(node) -> str | None:
 
 
 def _resolve(node, namespace: dict, local: set):
-    """The module an attribute chain like ``np.linalg`` names (None for anything else)."""
+    """The value an attribute chain of modules names (``np.linalg``, ``np.outer``), or a
+    global name's (None for anything else)."""
     if isinstance(node, ast.Name):
         return None if node.id in local else namespace.get(node.id)
     if isinstance(node, ast.Attribute):

@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from .purity import IMMUTABLE, side_effect
+from .purity import IMMUTABLE, methods_are_pure, side_effect
 from .session import ClusterRun, SessionLog
 
 # Whole compilation stops when one argument signature compiled more programs than this.
@@ -41,10 +41,12 @@ class WholeFunction:
 
     ``refused`` says why it is not used (any more), empty while it is."""
 
-    def __init__(self, fn, device: str, cache, written: dict):
+    def __init__(self, fn, device: str, cache, written: dict, methods: dict):
         from ..api import CompiledFunction            # (the layer below this one)
         self.fn, self.jitted = fn, CompiledFunction(fn, device, cache)
         self.written = written               # parameters it may write into: name -> position
+        self.methods = methods               # parameters whose methods it calls: name ->
+                                             # (position, default, methods)
         self.compiles: dict = {}             # argument signature -> compilations seen
         self.first_pair = None               # (compiled, plain) seconds of the checked call
         self.scalars, self.returned = None, []   # what NumPy's results are made of
@@ -54,21 +56,23 @@ class WholeFunction:
     @classmethod
     def of(cls, fn, device: str, cache) -> "WholeFunction | str":
         """The whole-function way for ``fn``, or why there is none (a side effect)."""
-        written: set = set()
-        why = side_effect(fn, written=written)
+        written, methods = set(), {}
+        why = side_effect(fn, written=written, methods=methods)
         if why is not None:
             return why
         try:
-            names = list(inspect.signature(fn).parameters)
+            params = inspect.signature(fn).parameters
         except (TypeError, ValueError):
             return "its signature cannot be read"
-        return cls(fn, device, cache, {n: names.index(n) for n in written})
+        names = list(params)
+        return cls(fn, device, cache, {n: names.index(n) for n in written},
+                   {n: (names.index(n), params[n].default, m) for n, m in methods.items()})
 
     def run(self, name: str, args, kwargs, signature) -> tuple[bool, object]:
         """(True, the result) where this call ran compiled; (False, None) where it is for
         clustering (``refused`` set where that is for good)."""
         written = self._written(args, kwargs)
-        if written is None:
+        if written is None or not self._methods_pure(args, kwargs):
             return False, None           # (it writes into a list or such: clustered, this call)
         seen = self.compiles.get(signature)
         # The first call of a signature is checked against the plain function (below): the
@@ -114,6 +118,15 @@ class WholeFunction:
             elif not isinstance(value, IMMUTABLE):
                 return None
         return written
+
+    def _methods_pure(self, args, kwargs) -> bool:
+        """Are the methods it calls on its parameters those of NumPy passed in, or pure
+        methods of arrays, in this call?"""
+        for name, (i, default, methods) in self.methods.items():
+            value = args[i] if i < len(args) else kwargs.get(name, default)
+            if not methods_are_pure(value, methods):
+                return False
+        return True
 
     def _check(self, args, kwargs, written: dict, before: dict, result):
         """The first compiled call of a signature, against the plain function on the same

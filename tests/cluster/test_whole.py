@@ -119,11 +119,38 @@ def sets_an_attribute(x):
     (sets_an_attribute, "sets an attribute"), (copies_into_a_global, "writes into TABLE"),
     (adds_at_a_global, "writes into TABLE"), (outputs_into_a_global, "writes into TABLE"),
     (calls_a_method_with_a_side_effect, "sets an attribute"),
-    (calls_an_unknown_method, ".predict()"),
 ])
 def test_each_kind_of_side_effect_is_named_with_its_line(fn, phrase):
     why = side_effect(fn)
     assert why is not None and phrase in why and "line " in why, why
+
+
+def test_methods_called_on_arguments_are_checked_per_call():
+    methods = {}
+    assert side_effect(calls_an_unknown_method, methods=methods) is None
+    assert methods == {"model": {"predict"}}
+
+    class Model:
+        def __init__(self):
+            self.seen = 0
+
+        def predict(self, x):
+            self.seen += 1
+            return x * 2
+
+    x = np.linspace(0.0, 1.0, 300)
+    model, f = Model(), auto(calls_an_unknown_method)
+    for _ in range(3):
+        np.testing.assert_allclose(f(x, model), x * 2)
+    assert model.seen == 3                       # every call ran the method (as Python)
+
+    def array_api_style(x, xp, outer):
+        return xp.sqrt(x) + outer(x, x).sum(axis=0)
+    g = auto(array_api_style)
+    for _ in range(3):
+        np.testing.assert_allclose(g(x, np, np.outer), array_api_style(x, np, np.outer),
+                                   rtol=1e-12)
+    assert g._whole and "compiled whole" in g.last_report.to_text()
 
 
 def test_writes_into_parameters_are_collected():
@@ -415,3 +442,25 @@ def test_numbers_rebound_and_numeric_imports_are_no_side_effects():
     assert "imports a module" in side_effect(imports_scipy)
     x = np.arange(4.0)
     np.testing.assert_allclose(auto(program)(x, 4.0), program(x, 4.0), rtol=1e-12)
+
+
+def test_a_signature_that_never_ran_whole_never_takes_its_fast_path():
+    class Scale:
+        def __init__(self):
+            self.seen = 0
+
+        def __call__(self, x):
+            self.seen += 1
+            return x * 3.0
+
+    def program(x, fn):
+        return fn(np.exp(x)) + 1.0
+
+    x = np.linspace(0.0, 1.0, 200_000)
+    f = auto(program)
+    for _ in range(3):
+        np.testing.assert_allclose(f(x, np.sqrt), program(x, np.sqrt), rtol=1e-12)
+    scale = Scale()
+    for _ in range(40):                          # decided, and called with the same objects
+        np.testing.assert_allclose(f(x, scale), np.exp(x) * 3.0 + 1.0, rtol=1e-12)
+    assert scale.seen == 40
