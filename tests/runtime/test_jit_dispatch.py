@@ -201,3 +201,23 @@ print("OK")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**__import__("os").environ, "NBXLA_CACHE_DIR": "off"})
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-500:]
+
+
+def test_keyword_calls_are_made_positional_and_take_the_fast_path():
+    def kernel(alpha, C, A, B, beta=0.5):
+        C[:] = alpha * A @ B + beta * C
+        return C.sum()
+
+    f = _jit(kernel)
+    g = np.random.default_rng(0)
+    C, A, B = g.random((4, 5)), g.random((4, 3)), g.random((3, 5))
+    got, want = C.copy(), C.copy()
+    for _ in range(3):                     # keywords in any order, the default filled in
+        assert f(B=B, A=A, C=got, alpha=1.5) == pytest.approx(kernel(1.5, want, A, B))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert f(1.5, got, A=A, B=B, beta=0.5) == pytest.approx(kernel(1.5, want, A, B, 0.5))
+    assert f.cache.misses == 1                       # one program for all those calls
+    with pytest.raises(TypeError):                   # Python's own errors, unchanged
+        f(alpha=1.5, C=got, A=A)
+    with pytest.raises(TypeError):
+        f(alpha=1.5, C=got, A=A, B=B, gamma=2)
