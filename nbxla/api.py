@@ -188,10 +188,7 @@ class CompiledFunction:
         # Parameter names in order, with their defaults, where every parameter may be passed
         # by position: keyword calls (``f(**args)``, as benchmark suites call kernels) are
         # then made positional and take the fast path below.
-        params = self._signature.parameters.values() if self._signature else ()
-        self._positional = None
-        if params and all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params):
-            self._positional = [(p.name, p.default) for p in params]
+        self._positional = positional_parameters(self._signature)
 
     def _read_captures(self) -> list:
         if self._captures is None:
@@ -253,22 +250,9 @@ class CompiledFunction:
             return convert_function(rebuild(self.fn, unbake(captured)))(*args, **kwargs)
         return call
 
-    def _as_positional(self, args: tuple, kwargs: dict) -> tuple:
-        """``args`` with ``kwargs`` (and defaults after them) appended by position, or None
-        where they do not fit (the call then goes the general way, and errors as Python's)."""
-        rest = self._positional[len(args):]
-        if len(kwargs) > len(rest) or any(k not in kwargs and d is inspect.Parameter.empty
-                                          for k, d in rest):
-            return None
-        if sum(k in kwargs for k, _ in rest) != len(kwargs):
-            return None
-        return args + tuple(kwargs[k] if k in kwargs else d for k, d in rest)
-
     def __call__(self, *args, **kwargs):
         if kwargs and self._positional is not None:
-            positional = self._as_positional(args, kwargs)
-            if positional is not None:
-                args, kwargs = positional, {}
+            args, kwargs = as_positional(self._positional, args, kwargs)
         plan = self._captures
         if plan is not None and not self._bake_captures and plan._last is not None and plan._unchanged():
             captured = plan._last               # (the common case, without a call per layer)
@@ -379,6 +363,26 @@ class CompiledFunction:
 
 # Shapes remembered per function by the fast path (each pins a compiled program).
 FAST_PATH_ENTRIES = 64
+
+
+def positional_parameters(signature: inspect.Signature | None) -> list | None:
+    """[(name, default)] of a signature whose parameters may all be passed by position
+    (keyword calls are then made positional: one fast path for both), else None."""
+    params = signature.parameters.values() if signature is not None else ()
+    if params and all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params):
+        return [(p.name, p.default) for p in params]
+    return None
+
+
+def as_positional(parameters: list, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` with the keywords (and the defaults after them) moved into ``args``
+    by position; unchanged where they do not fit (the call then goes the general way, and
+    errors as Python's would)."""
+    rest = parameters[len(args):]
+    if len(kwargs) > len(rest) or sum(k in kwargs for k, _ in rest) != len(kwargs) or \
+            any(k not in kwargs and d is inspect.Parameter.empty for k, d in rest):
+        return args, kwargs
+    return args + tuple(kwargs[k] if k in kwargs else d for k, d in rest), {}
 
 
 def _capture_token(value):

@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..api import as_positional, positional_parameters
 from ..frontend.tracer import Tracer
 from .choice import ModeChoice
 from .lazy import LazyArray
@@ -85,6 +86,10 @@ class AutoFunction:
         self._choice = None                 # the ModeChoice of the last auto-clustered call
         self._tape = Tape() if replay else None   # earlier calls' recordings (tape.py)
         self._fast = (None, None, None)    # (argument ids, their ModeChoice, how they run)
+        try:                                # (keyword calls are made positional)
+            self._positional = positional_parameters(inspect.signature(fn))
+        except (TypeError, ValueError):
+            self._positional = None
 
     def __call__(self, *args, **kwargs):
         # The fast path of a decided signature called again with the very same argument
@@ -92,6 +97,8 @@ class AutoFunction:
         # object freed meanwhile; then the call runs the way decided for the argument
         # objects before, which gives NumPy's result all the same (inside another auto run
         # too), until the next re-probe rebuilds the signature.
+        if kwargs and self._positional is not None:
+            args, kwargs = as_positional(self._positional, args, kwargs)
         ids, choice, run = self._fast
         if not kwargs and [*map(id, args)] == ids and choice.fast_calls:
             choice.fast_calls -= 1

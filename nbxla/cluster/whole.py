@@ -28,6 +28,7 @@ import warnings
 
 import numpy as np
 
+from ..api import CompiledFunction
 from .purity import IMMUTABLE, methods_are_pure, side_effect
 from .session import ClusterRun, SessionLog
 
@@ -42,7 +43,6 @@ class WholeFunction:
     ``refused`` says why it is not used (any more), empty while it is."""
 
     def __init__(self, fn, device: str, cache, written: dict, methods: dict):
-        from ..api import CompiledFunction            # (the layer below this one)
         self.fn, self.jitted = fn, CompiledFunction(fn, device, cache)
         self.written = written               # parameters it may write into: name -> position
         self.methods = methods               # parameters whose methods it calls: name ->
