@@ -43,10 +43,14 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
     shapes = [p.shape for p in params] + [root.shape]
     fn, b = kernel_function(module, name)
     bufs = KernelBuffers(b, fn.args[0], shapes)
-    em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, k, params[k].shape.dims, index))
+    out = len(params)
+    # The target is read through the output's pointer (the same buffer): with two pointers
+    # to one buffer, LLVM's overlap check before the vectorized loop always failed and the
+    # scalar loop ran; through one, a read at u before the store at u is a plain dependence.
+    em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, out if params[k] is target else k,
+                                                            params[k].shape.dims, index))
     starts = [em._clamped_start(s, [], n - u)
               for s, n, u in zip(root.operands[2:], root.shape.dims, update.shape.dims)]
-    out = len(params)
     dims = update.shape.dims
 
     def store_window(index, value):

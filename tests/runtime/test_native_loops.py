@@ -224,6 +224,29 @@ def test_a_slice_of_the_window_itself_is_updated_in_one_pass_by_rows(window, row
     assert (spec.parallel_extent, spec.work_per_unit) == ((5, 5) if rows == 5 else (1, 25))
 
 
+def test_a_window_update_reads_its_target_through_the_output_pointer():
+    """The caller passes one buffer as the target and the output; the kernel reads the target
+    through the output's pointer.  Why: with two pointers to one buffer, the vectorized loop's
+    overlap check always failed and only the scalar loop ever ran.  Seen here by passing two
+    different buffers, which the driver never does: the values read are the output's."""
+    import ctypes
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+    from nbxla.codegen.cpu import jit_engine
+    from nbxla.codegen.updates import emit_in_place_update
+    fusion = parse_hlo(WINDOW_UPDATE % "1:6").entry.root
+    module = ir.Module()
+    module.triple = llvm.get_process_triple()
+    spec = emit_in_place_update(module, "k", fusion.attrs["calls"])
+    engine = jit_engine(llvm.parse_assembly(str(module)))
+    kernel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+        engine.get_function_address("k"))
+    target, other, out = np.zeros((6, 5)), np.ones((6, 5)), np.full((6, 5), 2.0)
+    buffers = (ctypes.c_void_p * 3)(target.ctypes.data, other.ctypes.data, out.ctypes.data)
+    kernel(buffers, 0, spec.parallel_extent)
+    np.testing.assert_array_equal(out, np.vstack([np.full((1, 5), 2.0), np.full((5, 5), 3.0)]))
+
+
 @pytest.mark.parametrize("threshold", [None, 64], ids=["one-thread", "split"])
 def test_leapfrog_updates_in_native_loops_agree_with_numpy(monkeypatch, threshold):
     from nbxla.runtime import native_loops
