@@ -33,23 +33,68 @@ class WhileStateElimination(Pass):
         for instr in module.instructions():
             for comp in instr.called_computations:
                 uses[id(comp)] = uses.get(id(comp), 0) + 1
-        # Callers first: a loop inside a body may lose its readers when the outer loop shrinks.
+        # Callers first: a loop inside a body may lose its readers when the outer loop shrinks;
+        # within a computation, later loops first: a loop started from an earlier one's result
+        # may stop reading some of it.  Each computation is walked a fixed number of times, and
+        # the readers are kept up to date as loops shrink (linear in the module's size).
         for comp in reversed(module.computations_post_order()):
-            for instr in [i for i in comp.post_order() if i.opcode == "while"]:
-                changed |= _shrink(comp, instr, uses)
+            readers = _live_readers(comp)
+            added: dict[int, list[Instruction]] = {}
+            for loop in [i for i in reversed(comp.instructions) if i.opcode == "while"]:
+                if id(loop) not in readers:
+                    continue
+                init = loop.operands[0]
+                new = _shrink(comp, loop, uses, readers)
+                if new is not None:
+                    added[id(loop)] = new
+                    for i in new:
+                        readers[id(i)] = []
+                        for o in dict.fromkeys(i.operands):
+                            readers[id(o)].append(i)
+                    readers[id(new[-1])].append(loop)
+                    _unread(init, loop, readers, comp.root)
+            if added:
+                comp.instructions = [n for i in comp.instructions for n in added.get(id(i), []) + [i]]
+                _drop_dead(comp)
+                changed = True
         if changed:
             rename_new_instructions(module, before)
         return changed
 
 
-def _gtes_only(comp: Computation, value: Instruction) -> list[Instruction] | None:
-    """The live readers of ``value`` in ``comp`` (those the root needs) when all are
-    ``get-tuple-element``s, else None."""
-    live = {id(i) for i in comp.post_order()}
-    readers = [i for i in comp.instructions if id(i) in live and any(o is value for o in i.operands)]
-    if comp.root is value or any(r.opcode != "get-tuple-element" for r in readers):
-        return None
+def _live_readers(comp: Computation) -> dict[int, list[Instruction]]:
+    """For each instruction the root needs (by id), the live instructions that read it."""
+    live = comp.post_order()
+    readers: dict[int, list[Instruction]] = {id(i): [] for i in live}
+    for i in live:
+        for o in dict.fromkeys(i.operands):
+            readers[id(o)].append(i)
     return readers
+
+
+def _unread(value: Instruction, reader: Instruction, readers: dict, root: Instruction) -> None:
+    """``reader`` no longer reads ``value``; what is left without live readers is dead."""
+    stack = [(value, reader)]
+    while stack:
+        value, reader = stack.pop()
+        found = readers[id(value)]
+        found.remove(reader)
+        if not found and value is not root and value.opcode != "parameter":
+            del readers[id(value)]
+            stack += [(o, value) for o in dict.fromkeys(value.operands)]
+
+
+def _drop_dead(comp: Computation) -> None:
+    reached = {id(i) for i in comp.post_order()}
+    comp.instructions = [i for i in comp.instructions if id(i) in reached]
+
+
+def _gtes_only(comp: Computation, value: Instruction, readers: dict) -> list[Instruction] | None:
+    """The live readers of ``value`` in ``comp`` when all are ``get-tuple-element``s, else None."""
+    found = readers.get(id(value), [])
+    if comp.root is value or any(r.opcode != "get-tuple-element" for r in found):
+        return None
+    return found
 
 
 def _has_effects(comp: Computation, seen: set) -> bool:
@@ -60,17 +105,20 @@ def _has_effects(comp: Computation, seen: set) -> bool:
                for i in comp.instructions)
 
 
-def _shrink(comp: Computation, loop: Instruction, uses: dict[int, int]) -> bool:
+def _shrink(comp: Computation, loop: Instruction, uses: dict[int, int], readers: dict) -> list | None:
+    """Drops ``loop``'s dead state elements; returns the instructions to insert before it
+    (the new initial tuple), or None when nothing changed.  Readers of the dropped elements
+    in ``comp`` are dead and left for the caller to drop."""
     body, cond = loop.attrs["body"], loop.attrs["condition"]
     if not loop.shape.is_tuple or body is cond or uses.get(id(body)) != 1 or uses.get(id(cond)) != 1:
-        return False
-    outside = _gtes_only(comp, loop)
+        return None
+    outside = _gtes_only(comp, loop, readers)
     (state,), (cstate,) = body.parameters, cond.parameters
-    inside, tested = _gtes_only(body, state), _gtes_only(cond, cstate)
+    inside, tested = _gtes_only(body, state, _live_readers(body)), _gtes_only(cond, cstate, _live_readers(cond))
     root = body.root
     if outside is None or inside is None or tested is None or root.opcode != "tuple" \
             or any(root in i.operands for i in body.instructions) or _has_effects(body, set()):
-        return False
+        return None
     # The state elements each instruction of the body depends on.
     needs: dict[int, frozenset] = {}
     for instr in body.instructions:
@@ -85,9 +133,8 @@ def _shrink(comp: Computation, loop: Instruction, uses: dict[int, int]) -> bool:
             if k not in live:
                 live.add(k)
                 work.append(k)
-    n = len(loop.shape.elements)
-    if len(live) == n:
-        return False
+    if len(live) == len(loop.shape.elements):
+        return None
     kept = sorted(live)
     place = {k: j for j, k in enumerate(kept)}
     shape = TupleShape(tuple(loop.shape.elements[k] for k in kept))
@@ -100,25 +147,20 @@ def _shrink(comp: Computation, loop: Instruction, uses: dict[int, int]) -> bool:
         parts = added = [Instruction("get-tuple-element", loop.shape.elements[k], [init], {"index": k},
                                      unique_name("get-tuple-element"), loop.location) for k in kept]
     new_init = Instruction("tuple", shape, parts, name=unique_name("tuple"), location=loop.location)
-    at = comp.instructions.index(loop)
-    comp.instructions[at:at] = added + [new_init]
     for i in added + [new_init]:
         i.parent = comp
     loop.operands[0] = new_init
     loop.shape = shape
     for g in outside:
         g.attrs["index"] = place[g.attrs["index"]]
-    # The body: reads of kept elements renumbered, the root cut down, the rest dropped.
+    # The body and condition: reads of kept elements renumbered, the root cut down, the rest
+    # (reads of dropped elements, and what only they fed) dropped.
     state.shape = cstate.shape = shape
-    for g in tested:
-        g.attrs["index"] = place[g.attrs["index"]]
-    for g in inside:
+    for g in tested + inside:
         if g.attrs["index"] in place:
             g.attrs["index"] = place[g.attrs["index"]]
     root.operands = [root.operands[k] for k in kept]
     root.shape = shape
-    # Readers of the dropped elements (dead: none is live) go, with what only they feed.
-    for c in (comp, body, cond):
-        reached = {id(i) for i in c.post_order()}
-        c.instructions = [i for i in c.instructions if id(i) in reached]
-    return True
+    _drop_dead(body)
+    _drop_dead(cond)
+    return added + [new_init]

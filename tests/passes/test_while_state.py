@@ -141,3 +141,56 @@ def test_a_rolled_time_loop_carries_only_its_arrays_and_agrees_with_numpy():
     (traced,) = _loops(comp.hlo)
     (loop,) = _loops(comp.optimized)
     assert len(traced.shape.elements) > 3 and len(loop.shape.elements) == 3     # counter, A, B
+
+
+def test_two_loops_one_started_from_a_tuple_parameter():
+    """The first loop's initial state is a parameter (not a ``tuple`` instruction): its kept
+    elements are read out of it; the second loop starts from the first one's result."""
+    text = LOOP.replace("""ENTRY main {
+  x = f32[6] parameter(0)
+  y = f32[6] parameter(1)
+  zero = s32[] constant(0)
+  one = f32[] constant(1)
+  init = (s32[], f32[6], f32[6], f32[6], f32[], f32[6]) tuple(zero, x, y, y, one, x)
+  w = (s32[], f32[6], f32[6], f32[6], f32[], f32[6]) while(init), condition=cond, body=body
+  unused = f32[6] get-tuple-element(w), index=2
+  ROOT out = f32[6] get-tuple-element(w), index=1
+}""", """body2 {
+  p = (s32[], f32[6], f32[6]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[6] get-tuple-element(p), index=1
+  d = f32[6] get-tuple-element(p), index=2
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  x1 = f32[6] add(x, x)
+  d1 = f32[6] cosine(d)
+  ROOT next = (s32[], f32[6], f32[6]) tuple(i1, x1, d1)
+}
+
+cond2 {
+  p = (s32[], f32[6], f32[6]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY main {
+  s = (s32[], f32[6], f32[6], f32[6], f32[], f32[6]) parameter(0)
+  w = (s32[], f32[6], f32[6], f32[6], f32[], f32[6]) while(s), condition=cond, body=body
+  zero = s32[] constant(0)
+  x = f32[6] get-tuple-element(w), index=1
+  side = f32[6] get-tuple-element(w), index=5
+  init2 = (s32[], f32[6], f32[6]) tuple(zero, x, side)
+  w2 = (s32[], f32[6], f32[6]) while(init2), condition=cond2, body=body2
+  ROOT out = f32[6] get-tuple-element(w2), index=1
+}""")
+    module = parse_hlo(text)
+    x, y = _inputs()
+    state = (np.int32(0), x, y, y, np.float32(1), x)
+    want = flatten(evaluate(module, [state]))
+    shrunk = clone_module(module)
+    assert WhileStateElimination().run(shrunk)
+    first, second = sorted(_loops(shrunk), key=lambda w: len(w.shape.elements), reverse=True)
+    assert len(first.shape.elements) == 4 and len(second.shape.elements) == 2
+    for g, w in zip(flatten(evaluate(shrunk, [state])), want):
+        np.testing.assert_array_equal(g, w)
