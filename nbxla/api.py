@@ -77,10 +77,12 @@ def run_program(compiled: CompiledProgram, leaves: list):
     return tree_unflatten(program.out_treedef, result)
 
 
-def _fast_runner(compiled: CompiledProgram, n_leaves: int) -> Callable | None:
+def _fast_runner(compiled: CompiledProgram, n_leaves: int, where: list[int] | None = None) -> Callable | None:
     """``run_program`` specialized for calls whose leaves (arguments, then captured values)
     are all arrays; None when the program writes into them (those calls take the general
-    path: aliasing between arguments matters there)."""
+    path: aliasing between arguments matters there).  ``where`` maps each flat leaf to its
+    place among the ``n_leaves`` values the runner is given, where a captured container of
+    constants (several static leaves, none of them a parameter) comes whole."""
     program = compiled.program
     if program.writebacks:
         return None
@@ -91,7 +93,7 @@ def _fast_runner(compiled: CompiledProgram, n_leaves: int) -> Callable | None:
             def single(args):
                 value = run(args)[0]
                 return value[()] if value.ndim == 0 else value  # NumPy gives scalars for 0-d results
-        params = program.param_leaves
+        params = _places(program.param_leaves, where)
         if params == list(range(n_leaves)):
             return single
         return lambda leaves: single([leaves[i] for i in params])    # (captured constants)
@@ -103,7 +105,7 @@ def _fast_runner(compiled: CompiledProgram, n_leaves: int) -> Callable | None:
         picks = [k for _, k in program.out_slots]
         root = compiled.compilation.optimized.entry.root.shape
         ranks = [leaf.rank for leaf in (root.leaves() if root.is_tuple else [root])]
-        params = program.param_leaves
+        params = _places(program.param_leaves, where)
         if all(ranks[k] for k in picks):
             as_tuple = compiled.compilation.executable.run_tuple
             if as_tuple is not None and params == list(range(n_leaves)) and picks == list(range(len(ranks))):
@@ -113,7 +115,21 @@ def _fast_runner(compiled: CompiledProgram, n_leaves: int) -> Callable | None:
                 outputs = run([leaves[i] for i in params])
                 return tuple([outputs[k] for k in picks])
             return flat
+    if where is not None:
+        return lambda args: run_program(compiled, [args[k] for k in where])
     return lambda args: run_program(compiled, list(args))
+
+
+def _leaf_places(values: tuple) -> list[int]:
+    """For each leaf of ``tree_flatten(values)``, the index of the value it comes from."""
+    where = []
+    for k, v in enumerate(values):
+        where += [k] * (len(tree_flatten(v)[0]) if isinstance(v, (list, tuple, dict)) else 1)
+    return where
+
+
+def _places(leaf_indices: list[int], where: list[int] | None) -> list[int]:
+    return leaf_indices if where is None else [where[i] for i in leaf_indices]
 
 
 def array_tree_key(args) -> tuple | None:
@@ -307,10 +323,15 @@ class CompiledFunction:
             self._bake_captures = True
             return self(*args, **kwargs)
         if tree is None:
-            runner = _fast_runner(compiled, len(leaves))
+            values = args + tuple([v for _, v in captured])
+            where = _leaf_places(values)
             arrays = [leaf for leaf in leaves if is_array_leaf(leaf)]
-            plain = len(leaves) == len(args) + len(captured) and all(type(a) is np.ndarray for a in args) \
-                and all(type(a) is np.ndarray for a in arrays)
+            # Every array is an argument or a captured value itself (not inside a container).
+            plain = len(where) == len(leaves) and all(type(a) is np.ndarray for a in args) \
+                and all(type(a) is np.ndarray for a in arrays) and \
+                all(values[where[i]] is leaf for i, leaf in enumerate(leaves) if is_array_leaf(leaf))
+            runner = _fast_runner(compiled, len(values), None if len(where) == len(values) else where) \
+                if plain else None
         else:
             runner = None if compiled.program.writebacks else \
                 (lambda args, c=compiled: run_program(c, _array_leaves(args, [])))
@@ -387,12 +408,27 @@ def as_positional(parameters: list, args: tuple, kwargs: dict) -> tuple[tuple, d
 
 def _capture_token(value):
     """A captured value's part of the fast-path key: arrays by type, shape and dtype (they are
-    passed), anything else by value (a constant of the program)."""
+    passed), anything else by value (a constant of the program); a list or dict of constants
+    (a table of coefficients) by its contents, frozen."""
     if type(value) is np.ndarray:
         return (np.ndarray, value.shape, value.dtype)
     if is_array_leaf(value):
         raise TypeError("not a plain array")          # (scalars, subclasses: the full key)
+    if isinstance(value, (list, dict)) or (isinstance(value, tuple) and not hasattr(value, "_fields")):
+        return StaticValue(_frozen(value))
     return StaticValue(value)
+
+
+def _frozen(value):
+    """A hashable copy of a tree of constants; TypeError where it holds an array (those calls
+    take the full key)."""
+    if isinstance(value, dict):
+        return (dict, tuple([(k, _frozen(v)) for k, v in value.items()]))
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return (type(value), tuple([_frozen(v) for v in value]))
+    if is_array_leaf(value):
+        raise TypeError("an array inside a captured container")
+    return value
 
 
 def _memory_error(name: str, compiled: CompiledProgram) -> ResourceError:

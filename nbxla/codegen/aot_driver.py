@@ -380,7 +380,7 @@ class _ProgramEmitter(LibrarySteps):
             spec = self.driver.kernels.in_place(instr)
             ins = [self._array(o) for o in instr.operands]
             self.lines += ["{", "    " + self._pointer_list("b", ins + self._leaves(instr)),
-                           f"    {spec.name}(b, 0, 1);", "}"]
+                           "    " + self._range_call(spec), "}"]
             return
         spec = self.driver.kernels.kernel(instr)
         ins = [self._array(o) for o in instr.operands]
@@ -401,9 +401,14 @@ class _ProgramEmitter(LibrarySteps):
                            f"{len(outs)}, {extent}, {parts}, {spec.scratch_slots}, {self._local()});", "}"]
             self._region(8 * max(1, spec.scratch_slots) * parts)
             return
-        call = f"nbxla_parallel({spec.name}, b, {extent});" if extent >= 2 and \
-            extent * work >= self.driver.threshold else f"{spec.name}(b, 0, {extent});"
-        self.lines += ["{", "    " + self._pointer_list("b", ins + outs), "    " + call, "}"]
+        self.lines += ["{", "    " + self._pointer_list("b", ins + outs), "    " + self._range_call(spec), "}"]
+
+    def _range_call(self, spec) -> str:
+        """The call of a kernel over its whole range, split over threads where that pays."""
+        extent, work = spec.parallel_extent, spec.work_per_unit
+        if extent >= 2 and extent * work >= self.driver.threshold:
+            return f"nbxla_parallel({spec.name}, b, {extent});"
+        return f"{spec.name}(b, 0, {extent});"
 
     def _while(self, instr: Instruction) -> None:
         cond = self.driver.program(instr.attrs["condition"])

@@ -19,7 +19,7 @@ from llvmlite import ir
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import ELEMENTWISE
 from .elemental import ElementalEmitter, I64, const_i64, linear_index, llvm_type
-from .toolkit import KernelBuffers, KernelSpec, kernel_function, load_at, nest, product
+from .toolkit import KernelBuffers, KernelSpec, counted_loop, kernel_function, load_at, nest, product
 
 I8P = ir.IntType(8).as_pointer()
 
@@ -43,10 +43,14 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
     shapes = [p.shape for p in params] + [root.shape]
     fn, b = kernel_function(module, name)
     bufs = KernelBuffers(b, fn.args[0], shapes)
-    em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, k, params[k].shape.dims, index))
+    out = len(params)
+    # The target is read through the output's pointer (the same buffer): with two pointers
+    # to one buffer, LLVM's overlap check before the vectorized loop always failed and the
+    # scalar loop ran; through one, a read at u before the store at u is a plain dependence.
+    em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, out if params[k] is target else k,
+                                                            params[k].shape.dims, index))
     starts = [em._clamped_start(s, [], n - u)
               for s, n, u in zip(root.operands[2:], root.shape.dims, update.shape.dims)]
-    out = len(params)
     dims = update.shape.dims
 
     def store_window(index, value):
@@ -57,7 +61,15 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
         def element(index):
             em.reset_memo()
             store_window(index, em.value(update, index))
-        nest(b, dims, "w", element)
+        if not dims:
+            element([])
+            b.ret_void()
+            return KernelSpec(name, "in-place", 1, 1)
+        # Element u reads only position u of the target: rows of the window are independent,
+        # so [begin, end) is a range of its first dimension and the caller may split it.
+        counted_loop(b, fn.args[1], fn.args[2], "w0", lambda i: nest(b, dims[1:], "w", element, (i,)))
+        b.ret_void()
+        return KernelSpec(name, "in-place", dims[0], product(dims[1:]))
     else:
         ty = llvm_type(update.shape.element_type)
         # (16 bytes an element: room for any element type, complex128 included)
@@ -74,7 +86,7 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
         nest(b, dims, "c", copy)
         b.call(_libc(module, "free", ir.VoidType(), [I8P]), [raw])
     b.ret_void()
-    return KernelSpec(name, "in-place", 1, product(dims))
+    return KernelSpec(name, "in-place", 1, product(dims))      # (two passes: one call, [0, 1))
 
 
 def _one_pass(comp: Computation, root: Instruction, target: Instruction) -> bool:
@@ -85,9 +97,10 @@ def _one_pass(comp: Computation, root: Instruction, target: Instruction) -> bool
     if product(update.shape.dims) == 1:
         return True
     readers = [i for i in comp.instructions if i is not root and any(o is target for o in i.operands)]
-    if any(r.opcode != "dynamic-slice" or r.operands[0] is not target
-           or list(r.attrs.get("dynamic_slice_sizes", ())) != list(update.shape.dims)
-           or not _same_starts(r.operands[1:], root.operands[2:]) for r in readers):
+    if not all(r.operands[0] is target and r.operands.count(target) == 1 and
+               (_window_slice(r, root) if r.opcode == "slice" else r.opcode == "dynamic-slice" and
+                list(r.attrs.get("dynamic_slice_sizes", ())) == list(update.shape.dims) and
+                _same_starts(r.operands[1:], root.operands[2:])) for r in readers):
         return False
     # Between those slices and the update: same-shaped elementwise ops only.
     tainted = {id(r) for r in readers}
@@ -99,6 +112,20 @@ def _one_pass(comp: Computation, root: Instruction, target: Instruction) -> bool
                 return False
             tainted.add(id(instr))
     return True
+
+
+def _window_slice(r: Instruction, root: Instruction) -> bool:
+    """Whether the ``slice`` ``r`` reads exactly the window ``root`` writes (constant starts,
+    as ``A[1:, :] = A[1:, :] - ...`` traces): the window's own elements, in order."""
+    starts = []
+    for s in root.operands[2:]:
+        if s.opcode != "constant" or s.shape.rank != 0:
+            return False
+        starts.append(int(s.literal))
+    dims = root.operands[1].shape.dims
+    return len(starts) == len(dims) and all(
+        sl.stride == 1 and sl.start == start and sl.limit - sl.start == n
+        for sl, start, n in zip(r.attrs["slice"], starts, dims))
 
 
 def _same_starts(a: list[Instruction], b: list[Instruction]) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import types
 from typing import Callable
 
@@ -91,18 +92,47 @@ def _mutable(value) -> bool:
     return isinstance(value, tuple) and any(_mutable(v) for v in value)
 
 
+def contents_snapshot(value):
+    """What ``same_contents`` compares a list, dict or tuple with later: its keys and the
+    identity of every item (numbers and strings are immutable, so the same objects mean the
+    same values; arrays are passed by reference), with nested lists and dicts snapshotted
+    in turn."""
+    if isinstance(value, dict):
+        items = list(value.values())
+        return list(value), items, [(k, contents_snapshot(v)) for k, v in enumerate(items) if _mutable(v)]
+    items = list(value)
+    return None, items, [(k, contents_snapshot(v)) for k, v in enumerate(items) if _mutable(v)]
+
+
+def same_contents(value, snapshot) -> bool:
+    """Whether ``value`` still holds what ``contents_snapshot`` saw (one C-level pass over its
+    items: a captured dict of a hundred coefficients is checked in a few us per call)."""
+    keys, items, nested = snapshot
+    if keys is not None:
+        if list(value) != keys:
+            return False
+        now = list(value.values())
+    else:
+        now = list(value)
+    if len(now) != len(items) or not all(map(operator.is_, now, items)):
+        return False
+    return all(same_contents(items[k], inner) for k, inner in nested)
+
+
 class CapturePlan:
     """Which names a function captures, read afresh on every call.
 
     Reading costs a few dict lookups per call: the last result is reused while every name
     it looked at still holds the same object (arrays are passed by reference, so their
-    current contents are used anyway), unless it holds a list or dict (read again)."""
+    current contents are used anyway) and every list or dict among the values still holds
+    the same items (``same_contents``)."""
 
     def __init__(self, fn: types.FunctionType):
         self.fn = fn
         self._last: list | None = None
         self._seen_globals: list = []       # (globals dict, name, value) looked at
         self._seen_cells: list = []         # (cell, value) looked at
+        self._containers: list = []         # (captured list/dict/tuple, its contents_snapshot)
 
     def _items(self, fn):
         """(name, value) pairs the function can see: closure cells first, then globals."""
@@ -132,6 +162,9 @@ class CapturePlan:
             except ValueError:
                 if value is not _MISSING:
                     return False
+        for value, snapshot in self._containers:
+            if not same_contents(value, snapshot):
+                return False
         return True
 
     def read(self) -> list[tuple[str, object]]:
@@ -142,7 +175,8 @@ class CapturePlan:
         self._seen_globals, self._seen_cells = [], []
         out: list[tuple[str, object]] = []
         self._read(self.fn, "", 0, {id(self.fn)}, out)
-        self._last = None if any(_mutable(v) for _, v in out) else out
+        self._containers = [(v, contents_snapshot(v)) for _, v in out if _mutable(v)]
+        self._last = out
         return out
 
     def _read(self, fn, prefix, depth, seen, out) -> None:

@@ -10,6 +10,7 @@ from .layouts import LayoutNormalization
 from .pipeline import Pass, Pipeline, PipelineResult
 from .simplify import AlgebraicSimplifier, ConstantFolding
 from .verifier import verify_module
+from .while_state import WhileStateElimination
 
 
 def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
@@ -17,7 +18,8 @@ def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
     up, so that outputs may be written into them (see ``buffer_assignment``)."""
     return Pipeline([
         LayoutNormalization(), CallInliner(), AlgebraicSimplifier(), ConstantFolding(),
-        CommonSubexpressionElimination(), DotRewrites(), DeadCodeElimination(), Fusion(), DeadCodeElimination(),
+        CommonSubexpressionElimination(), DotRewrites(), WhileStateElimination(), DeadCodeElimination(),
+        Fusion(), DeadCodeElimination(),
         BufferAssignment(donated_parameters),
     ])
 
@@ -29,4 +31,4 @@ def optimize(module, donated_parameters=frozenset()) -> PipelineResult:
 __all__ = ["Pass", "Pipeline", "PipelineResult", "default_pipeline", "optimize", "verify_module",
            "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
            "DeadCodeElimination", "Fusion", "BufferAssignment", "BufferPlan", "CallInliner",
-           "LayoutNormalization", "DotRewrites"]
+           "LayoutNormalization", "DotRewrites", "WhileStateElimination"]

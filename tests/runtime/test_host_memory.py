@@ -5,6 +5,7 @@ import numpy as np
 
 import nbxla
 from nbxla.runtime import host_memory
+from nbxla.runtime.host_memory import memory_owner
 from nbxla.runtime.cache import CompilationCache
 
 BIG = (1024, 512)                     # 2 MiB of float32: pooled
@@ -64,3 +65,28 @@ def test_kernel_results_in_recycled_memory_are_right_and_distinct():
     assert not any(np.shares_memory(a, b) for i, a in enumerate(kept) for b in kept[i + 1:])
     for p in kept:
         np.testing.assert_array_equal(p, x + 1)
+
+
+def test_several_mid_sized_outputs_of_one_kernel_are_recycled():
+    """A kernel's six outputs of 320 KiB each: below 1 MiB glibc trims the heap when they are
+    freed together and the next call faults every page in again, so they are pooled too,
+    all six of one size."""
+    host_memory.release()
+    shape = (40, 1024)                                   # 320 KiB of float64
+    arrays = [host_memory.empty(shape, np.float64) for _ in range(6)]
+    assert all(isinstance(a.base, host_memory.PooledBlock) for a in arrays)
+    addresses = {a.ctypes.data for a in arrays}
+    del arrays
+    assert host_memory.free_bytes() >= 6 * 40 * 1024 * 8
+    again = [host_memory.empty(shape, np.float64) for _ in range(6)]
+    assert {a.ctypes.data for a in again} == addresses
+    del again
+    f = nbxla.jit(lambda x, y: (x + y, x - y, x * y, x / y, np.sqrt(x), np.exp(y)), cache=CompilationCache())
+    rng = np.random.default_rng(1)
+    x, y = rng.uniform(1, 2, shape), rng.uniform(1, 2, shape)
+    for _ in range(3):                                   # outputs dropped between calls
+        got = f(x, y)
+        assert len({id(memory_owner(g)) for g in got}) == 6
+        for g, want in zip(got, (x + y, x - y, x * y, x / y, np.sqrt(x), np.exp(y))):
+            np.testing.assert_allclose(g, want, rtol=1e-14)
+    host_memory.release()

@@ -221,3 +221,83 @@ def test_keyword_calls_are_made_positional_and_take_the_fast_path():
         f(alpha=1.5, C=got, A=A)
     with pytest.raises(TypeError):
         f(alpha=1.5, C=got, A=A, B=B, gamma=2)
+
+
+# ---- captured tables of constants (a dict of coefficients read by a helper) ----------------------
+
+def _horner(x, table):
+    out = 0.0 * x
+    for k in sorted(table["c"], reverse=True):
+        out = out * x + table["c"][k]
+    return out * table["scale"][0]
+
+
+def test_captured_dict_of_constants_takes_the_fast_path_and_follows_changes():
+    table = {"c": {0: 1.0, 1: -0.5, 2: 0.25}, "scale": [2.0]}
+
+    def f(x):
+        return _horner(x, table)
+    g = _jit(f)
+    x = np.linspace(-1.0, 1.0, 7)
+    for _ in range(3):
+        np.testing.assert_array_equal(g(x), f(x))
+    assert g.cache.misses == 1 and g.cache.hits == 2 and len(g._fast) == 1
+    table["c"][1] = 3.0                                    # an item rebound
+    np.testing.assert_array_equal(g(x), f(x))
+    table["scale"][0] = -1.0                               # a nested list changed in place
+    np.testing.assert_array_equal(g(x), f(x))
+    table["c"][3] = 0.125                                  # an item added
+    np.testing.assert_array_equal(g(x), f(x))
+    assert g.cache.misses == 4
+    table["c"][1] = -0.5
+    table["c"].pop(3)
+    table["scale"][0] = 2.0                                # back to the first contents: a hit
+    np.testing.assert_array_equal(g(x), f(x))
+    assert g.cache.misses == 4
+
+
+def test_captured_negative_zero_in_a_list_is_its_own_constant():
+    signs = [0.0]
+
+    def f(x):
+        return 1.0 / (x * signs[0])
+    g = _jit(f)
+    x = np.ones(3)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(g(x), f(x))
+        signs[0] = -0.0
+        np.testing.assert_array_equal(g(x), f(x))
+    assert np.all(np.signbit(g(x)))
+
+
+def test_captured_dict_holding_an_array_reads_its_current_contents():
+    params = {"w": np.ones(4), "k": 2.0}
+
+    def f(x):
+        return x * params["w"] + params["k"]
+    g = _jit(f)
+    x = np.arange(4.0)
+    np.testing.assert_array_equal(g(x), f(x))
+    params["w"][:] = 3.0                                   # in place
+    np.testing.assert_array_equal(g(x), f(x))
+    params["w"] = np.full(4, -1.0)                         # rebound
+    np.testing.assert_array_equal(g(x), f(x))
+
+
+def test_contents_snapshot_sees_rebinding_and_nested_changes():
+    from nbxla.frontend.captures import contents_snapshot, same_contents
+    inner = [1.0, 2.0]
+    value = {"a": 1.5, "b": inner, "t": (3, [4])}
+    snap = contents_snapshot(value)
+    assert same_contents(value, snap)
+    value["t"][1].append(5)
+    assert not same_contents(value, snap)
+    value["t"][1].pop()
+    assert same_contents(value, snap)
+    inner[0] = 7.0
+    assert not same_contents(value, snap)
+    value = {"a": 1.5}
+    snap = contents_snapshot(value)
+    del value["a"]
+    value["b"] = 1.5                                       # same values, another key
+    assert not same_contents(value, snap)
