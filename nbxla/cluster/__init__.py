@@ -1,7 +1,9 @@
 """Auto-clustering: run any NumPy code, compile the parts that can be compiled.
 
-``nbxla.jit(fn, mode="auto")``, ``%%xla --auto`` and ``NBXLA_FLAGS=--auto_jit``: the function
-or cell runs as ordinary Python; array work on stand-in arrays is recorded into a pending
+``nbxla.jit(fn, mode="auto")``, ``%%xla --auto`` and ``NBXLA_FLAGS=--auto_jit``: a function or
+cell that compiles whole with no Python side effect runs as one compiled program, checked
+once against NumPy (``whole.py``, ``purity.py``); any other runs as ordinary Python, its
+array work on stand-in arrays recorded into a pending
 graph, which is compiled (and cached) or replayed eagerly whenever a concrete value is needed
 (a graph break).  ``nbxla.explain(fn, *args)`` reports the clusters and the breaks.
 See docs/auto_clustering.md.

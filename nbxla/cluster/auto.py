@@ -66,7 +66,9 @@ def _run(session: Session, call: Callable):
 class AutoFunction:
     """A function run with auto-clustering; ``last_report`` is its latest ``ClusterReport``.
 
-    With ``measure`` (the default), calls are timed (``choice.ModeChoice``): per argument
+    Where that is the same as running it, it runs compiled whole (``whole.py``; ``whole``
+    False: never); else its array work is clustered.  With ``measure`` (the default), calls
+    are timed (``choice.ModeChoice``): per argument
     signature, after the first call one call runs the plain function and one runs
     auto-clustered, and later calls run the faster way; clusters are likewise timed compiled
     and eagerly (``choice.ClusterTiming``)."""
