@@ -103,7 +103,9 @@ class WholeFunction:
 
     def call_same(self, *args):
         """A call with the argument objects of a checked call: nothing to check again."""
-        return self.as_numpys(self.jitted(*args), args, {})
+        result = self.jitted(*args)
+        return result if self.scalars is None and not self.returned else \
+            self.as_numpys(result, args, {})
 
     def _written(self, args, kwargs) -> dict | None:
         """The arrays this call hands to the parameters the function may write into, by
