@@ -204,7 +204,10 @@ class AutoFunction:
         and has no Python side effect: (True, its result); else (False, None), and the
         reason is kept (``whole_refused``, the report)."""
         if self._whole is None:
-            self._whole = WholeFunction.of(self.fn, self.device, self.cache)
+            try:
+                self._whole = WholeFunction.of(self.fn, self.device, self.cache)
+            except Exception as e:    # (reading the source must never stop a NumPy program)
+                self._whole = f"its source could not be read ({type(e).__name__}: {e})"
             if isinstance(self._whole, str):
                 return self._refuse_whole(self._whole)
         whole = self._whole
