@@ -464,3 +464,19 @@ def test_a_signature_that_never_ran_whole_never_takes_its_fast_path():
     for _ in range(40):                          # decided, and called with the same objects
         np.testing.assert_allclose(f(x, scale), np.exp(x) * 3.0 + 1.0, rtol=1e-12)
     assert scale.seen == 40
+
+
+def test_a_failure_while_reading_the_source_never_stops_the_call(monkeypatch):
+    import nbxla.cluster.whole as whole_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("unexpected source")
+    monkeypatch.setattr(whole_module.WholeFunction, "of", broken)
+
+    def program(x):
+        return np.cos(x) * 2.0
+
+    (x,) = rng_arrays(300)
+    f = auto(program)
+    np.testing.assert_allclose(f(x), program(x), rtol=1e-12)
+    assert "could not be read" in f.whole_refused and "unexpected source" in f.whole_refused
