@@ -210,38 +210,32 @@ class _Checker:
             return arguments if getattr(func, "id", "") in VIEW_FUNCTIONS else set()
         return arguments          # (a helper of the user's: it may hand back an argument)
 
-    def _made(self, name: str) -> bool:
-        """Is ``name`` a local whose value the function made (shares memory with nothing
-        it received or did not make)?"""
+    def _reach(self, name: str | None) -> set:
+        """``name`` and the names its value may share memory with (through local aliases)."""
         todo, done = [name], set()
         while todo:
             n = todo.pop()
-            if n in done:
-                continue
-            done.add(n)
-            if n in self.params or n not in self.locals:
-                return False
-            todo.extend(self.aliases.get(n, ()))
-        return True
+            if n not in done:
+                done.add(n)
+                todo.extend(self.aliases.get(n, ()))
+        return done
+
+    def _made(self, name: str) -> bool:
+        """Is ``name`` a local whose value the function made (shares memory with nothing
+        it received or did not make)?"""
+        return all(n not in self.params and n in self.locals for n in self._reach(name))
 
     def _writes(self, name: str | None, augmented: bool = False) -> str | None:
         """A write through ``name``: the parameters it reaches (its own, or the ones it is a
         view of) are collected; a name it may reach that the function neither made nor
         received is a side effect (``augmented``: ``name += v``, which only rebinds a name
         holding a number)."""
-        todo, done = [name], set()
-        while todo:
-            n = todo.pop()
-            if n in done:
-                continue
-            done.add(n)
+        for n in self._reach(name):
             if n in self.params:
                 self.written.add(n)
             elif n is None or n not in self.locals:
-                if augmented and isinstance(self.namespace.get(n), IMMUTABLE):
-                    continue
-                return f"it writes into {n or 'an object'}, which it did not make or receive"
-            todo.extend(self.aliases.get(n, ()))
+                if not (augmented and isinstance(self.namespace.get(n), IMMUTABLE)):
+                    return f"it writes into {n or 'an object'}, which it did not make or receive"
         return None
 
     def _node(self, node) -> str | None:

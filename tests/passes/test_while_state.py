@@ -146,16 +146,7 @@ def test_a_rolled_time_loop_carries_only_its_arrays_and_agrees_with_numpy():
 def test_two_loops_one_started_from_a_tuple_parameter():
     """The first loop's initial state is a parameter (not a ``tuple`` instruction): its kept
     elements are read out of it; the second loop starts from the first one's result."""
-    text = LOOP.replace("""ENTRY main {
-  x = f32[6] parameter(0)
-  y = f32[6] parameter(1)
-  zero = s32[] constant(0)
-  one = f32[] constant(1)
-  init = (s32[], f32[6], f32[6], f32[6], f32[], f32[6]) tuple(zero, x, y, y, one, x)
-  w = (s32[], f32[6], f32[6], f32[6], f32[], f32[6]) while(init), condition=cond, body=body
-  unused = f32[6] get-tuple-element(w), index=2
-  ROOT out = f32[6] get-tuple-element(w), index=1
-}""", """body2 {
+    text = LOOP[:LOOP.index("ENTRY main {")] + """body2 {
   p = (s32[], f32[6], f32[6]) parameter(0)
   i = s32[] get-tuple-element(p), index=0
   x = f32[6] get-tuple-element(p), index=1
@@ -183,7 +174,7 @@ ENTRY main {
   init2 = (s32[], f32[6], f32[6]) tuple(zero, x, side)
   w2 = (s32[], f32[6], f32[6]) while(init2), condition=cond2, body=body2
   ROOT out = f32[6] get-tuple-element(w2), index=1
-}""")
+}"""
     module = parse_hlo(text)
     x, y = _inputs()
     state = (np.int32(0), x, y, y, np.float32(1), x)
