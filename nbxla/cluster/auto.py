@@ -77,6 +77,9 @@ class AutoFunction:
                  min_work: int = MIN_CLUSTER_WORK, measure: bool = True, replay: bool = True,
                  whole: bool = True):
         functools.update_wrapper(self, fn)
+        if not isinstance(getattr(self, "__name__", None), str):     # functools.partial, objects
+            inner = fn.func if isinstance(fn, functools.partial) else fn
+            self.__name__ = getattr(inner, "__name__", None) or type(inner).__name__
         self.fn, self.device, self.cache, self.min_work = fn, device, cache, min_work
         self.measure = measure
         # Compiled whole when it can be (whole.py): a WholeFunction, False once that is

@@ -101,20 +101,26 @@ def _check_source(fn, depth: int, seen: dict) -> tuple[str | None, set]:
     except (OSError, TypeError, SyntaxError):
         return f"the source of {fn.__name__!r} is not available", set(), {}
     ast.increment_lineno(tree, first - 1)
+    code = fn.__code__
     func = tree.body[0] if tree.body else None
-    if not isinstance(func, (ast.FunctionDef, ast.Expr)):
-        return f"the source of {fn.__name__!r} is not a plain function", set(), {}
+    if isinstance(func, ast.FunctionDef):
+        body = func.body
+    else:                          # a lambda: the one on its lines with its parameters
+        names = list(code.co_varnames[:code.co_argcount])
+        lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and
+                   [a.arg for a in n.args.args] == names]
+        if fn.__name__ != "<lambda>" or len(lambdas) != 1:
+            return f"the source of {fn.__name__!r} is not a plain function", set(), {}
+        body = [lambdas[0].body]
     namespace = dict(getattr(fn, "__globals__", {}))
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         try:
             namespace[name] = cell.cell_contents
         except ValueError:
             pass
-    code = fn.__code__
     params = set(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
     checker = _Checker(fn.__name__, namespace, params, depth, seen)
-    why = checker.check(func.body if isinstance(func, ast.FunctionDef) else [func])
-    return why, checker.written, checker.methods
+    return checker.check(body), checker.written, checker.methods
 
 
 def cell_side_effect(source: str, namespace: dict, written: set) -> str | None:

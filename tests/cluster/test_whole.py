@@ -480,3 +480,35 @@ def test_a_failure_while_reading_the_source_never_stops_the_call(monkeypatch):
     f = auto(program)
     np.testing.assert_allclose(f(x), program(x), rtol=1e-12)
     assert "could not be read" in f.whole_refused and "unexpected source" in f.whole_refused
+
+
+def test_lambdas_partials_methods_and_odd_signatures_run_as_numpy_does():
+    import functools
+
+    class Model:
+        def __init__(self):
+            self.k = 3.0
+
+        def step(self, a):
+            return a * self.k
+
+    def star(*arrays):
+        return sum(np.sin(a) for a in arrays)
+
+    def keyword_only(a, *, scale=2.0):
+        return a * scale
+
+    smooth = lambda a: np.tanh(a) * 2 + 1          # noqa: E731  (a lambda on its own line)
+    noisy = lambda a: print(a.shape) or a           # noqa: E731
+    x = np.linspace(0.0, 1.0, 20_000)
+    cases = [(smooth, (x,), {}), (star, (x, x), {}), (keyword_only, (x,), {"scale": 4.0}),
+             (functools.partial(keyword_only, scale=3.0), (x,), {}), (Model().step, (x,), {}),
+             (noisy, (x,), {})]
+    compiled = []
+    for fn, args, kwargs in cases:
+        f = nbxla.jit(fn, mode="auto")
+        for _ in range(3):
+            np.testing.assert_allclose(f(*args, **kwargs), fn(*args, **kwargs), rtol=1e-12)
+        compiled.append(bool(f._whole))
+    assert compiled == [True] * 5 + [False]
+    assert "print()" in f.whole_refused                 # (the last lambda prints)
