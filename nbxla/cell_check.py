@@ -43,9 +43,13 @@ def run_eager(prepared: PreparedCell, user_ns: dict, filename: str) -> tuple[dic
     return ns, leaves
 
 
-def verify(prepared: PreparedCell, result: CellResult, user_ns: dict, filename: str) -> list[str]:
-    """Compare every traced output with eager NumPy's; raises VerificationError on a mismatch."""
+def verify(prepared: PreparedCell, result: CellResult, user_ns: dict, filename: str,
+           eager: dict | None = None) -> list[str]:
+    """Compare every traced output with eager NumPy's; raises VerificationError on a mismatch.
+    ``eager``, if given, receives the eager run's namespace."""
     ns, leaves = run_eager(prepared, user_ns, filename)
+    if eager is not None:
+        eager.update(ns)
     cell, names = prepared.cell, prepared.inputs.leaf_names
     pairs = [(f"{names[i]} (written in place)", result.outputs[k], leaves[i])
              for i, k in cell.program.writebacks]              # (label, compiled, eager)

@@ -26,6 +26,7 @@ from ..errors import NbxlaError, TraceError
 from ..flags import current_flags
 from ..cell import prepare_cell
 from ..cell_check import compare_times, verify
+from ..frontend.cell_ast import DISPLAY
 from ..runtime.cache import DEFAULT_CACHE
 from ..runtime.cuda_executable import DeviceUnavailableError  # CUDA backend
 from ..runtime.executable import resolve_device
@@ -35,7 +36,9 @@ from .cache_view import CacheTable
 from .compare_view import Comparison
 from .stage_view import StageView
 
-_VERIFIED_CELLS: set = set()     # compilations of --auto cells checked against eager NumPy
+# Compilations of --auto cells checked against eager NumPy -> the names eager NumPy binds to
+# Python scalars there.
+_VERIFIED_CELLS: dict = {}
 _NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
 
@@ -225,13 +228,22 @@ class XlaMagics(Magics):
             ms = (time.perf_counter() - start) * 1e3
             compilation = prepared.compilation
             if compilation.module_id not in _VERIFIED_CELLS:
-                verify(prepared, result, ns, filename)
-                _VERIFIED_CELLS.add(compilation.module_id)
+                eager: dict = {}
+                verify(prepared, result, ns, filename, eager)
+                # (names NumPy binds to Python scalars: an iteration count stays an int)
+                _VERIFIED_CELLS[compilation.module_id] = {
+                    name for name in [b.name for b in prepared.cell.bindings] + [DISPLAY]
+                    if type(eager.get(name)) in (bool, int, float, complex)}
         except Exception as e:          # refused, or not NumPy's result: run as Python instead
             message = str(e).strip().splitlines()
             return None, (f"not compiled whole: nbxla refused it or it differs from NumPy "
                           f"({type(e).__name__}: {message[0] if message else ''})")
         value = result.commit(ns)
+        for name in _VERIFIED_CELLS[compilation.module_id]:
+            if name == DISPLAY:
+                value = value.item() if isinstance(value, np.generic) else value
+            elif isinstance(ns.get(name), np.generic):
+                ns[name] = ns[name].item()
         log = whole_log(f"cell_{number}", compilation, ms, not prepared.hit)
         return (value, build_report(log, MIN_CLUSTER_WORK, source.split("\n"), 1, filename)), ""
 

@@ -82,3 +82,19 @@ def test_auto_cell_with_a_print_is_clustered_and_says_why(shell):
     result, out = run(shell, "%%xla --auto --explain\ny = x * 2\nprint('hi')\ny.sum()")
     assert result.success and "hi" in out
     assert "not compiled whole: it calls print()" in out
+
+
+def test_whole_auto_cell_binds_python_scalars_where_numpy_does(shell):
+    shell.user_ns["x"] = np.random.default_rng(2).random(1000)
+    cell = ("%%xla --auto --explain\n"
+            "n = 0\n"
+            "y = x.copy()\n"
+            "while y.max() > 0.01:\n"
+            "    y = y * 0.5\n"
+            "    n += 1\n"
+            "n")
+    for _ in range(2):                          # (checked, then from the cache)
+        result, out = run(shell, cell)
+        assert result.success and "compiled whole" in out, out
+        assert type(shell.user_ns["n"]) is int and type(result.result) is int
+        assert type(shell.user_ns["y"]) is np.ndarray
