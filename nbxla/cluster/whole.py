@@ -181,7 +181,9 @@ class WholeFunction:
         """The compiled program's result made what NumPy's is (see ``_check``)."""
         result = as_python(result, self.scalars)
         for where, (i, name) in self.returned:
-            arg = args[i] if i < len(args) else kwargs[name]
+            arg = kwargs.get(name) if name is not None else args[i] if i < len(args) else None
+            if type(arg) is not np.ndarray:
+                continue           # (passed another way than in the checked call: a copy)
             if where is None:
                 return arg
             result = type(result)(arg if k == where else r for k, r in enumerate(result))
