@@ -47,7 +47,8 @@ WRITING_FUNCTIONS = frozenset({"copyto", "put", "place", "putmask", "fill_diagon
 MUTATING_METHODS = frozenset({
     "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
     "popitem", "add", "discard", "sort", "fill", "put", "itemset", "resize", "partition",
-    "setflags", "tofile", "dump", "write", "writelines", "flush", "close", "send",
+    "setflags", "setfield", "byteswap", "tofile", "dump", "write", "writelines", "flush",
+    "close", "send",
 })
 # Methods with no side effect: an array's (but those above), a dict's or a string's readers.
 PURE_METHODS = frozenset(n for n in dir(np.ndarray) if not n.startswith("_")) - \
@@ -167,6 +168,7 @@ class _Checker:
                 for target in targets:
                     self._bind(target, source)
         self.locals -= self.params
+        self.called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
         for node in nodes:
             why = self._node(node)
             if why is not None:
@@ -266,7 +268,23 @@ class _Checker:
                 return self._writes(node.target.id, augmented=True)   # (an array, a list: in place)
         if isinstance(node, ast.Call):
             return self._call(node)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
+                id(node) not in self.called and node.id not in self.locals | self.params:
+            return self._passed(node.id, self.namespace.get(node.id))
         return None
+
+    def _passed(self, name: str, value) -> str | None:
+        """A function of the user's passed as a value (``map(f, xs)``, a ``key=``): whatever
+        receives it may call it, so it must have no side effect of its own."""
+        if not isinstance(value, (types.FunctionType, types.MethodType)):
+            return None                # (data, a module, a class: read here, not called)
+        if (getattr(value, "__module__", None) or "").split(".")[0] in ("numpy", "math"):
+            return None
+        if self.depth >= MAX_DEPTH:
+            return f"it passes {name}, which nbxla cannot see into"
+        written: set = set()
+        why = side_effect(value, self.depth + 1, self.seen, written)
+        return why or (f"it passes {name}, which writes into its arguments" if written else None)
 
     def _call(self, node: ast.Call) -> str | None:
         why = self._out_arguments(node)

@@ -108,6 +108,14 @@ def calls_an_unknown_method(x, model):
     return model.predict(x)
 
 
+def maps_a_printing_helper(x):
+    return sum(map(helper_that_prints, [x, x]))
+
+
+def sorts_with_a_printing_key(x):
+    return sorted([x, x * 2], key=helper_that_prints)[0]
+
+
 def sets_an_attribute(x):
     x.flags.writeable = False
     return x
@@ -119,6 +127,7 @@ def sets_an_attribute(x):
     (sets_an_attribute, "sets an attribute"), (copies_into_a_global, "writes into TABLE"),
     (adds_at_a_global, "writes into TABLE"), (outputs_into_a_global, "writes into TABLE"),
     (calls_a_method_with_a_side_effect, "sets an attribute"),
+    (maps_a_printing_helper, "print()"), (sorts_with_a_printing_key, "print()"),
 ])
 def test_each_kind_of_side_effect_is_named_with_its_line(fn, phrase):
     why = side_effect(fn)
