@@ -24,7 +24,7 @@ from .tape import Tape
 from .report import ClusterReport, build_report
 from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
 from .session import MIN_CLUSTER_WORK, Session, flatten
-from .whole import WholeFunction
+from .whole import WholeFunction, run_cell_whole
 
 
 def _wrap_args(session: Session, args: tuple, kwargs: dict):
@@ -289,11 +289,20 @@ def explain(fn: Callable, *args, **kwargs) -> ClusterReport:
 # ---- cells ------------------------------------------------------------------------------------
 
 def run_cell(source: str, ns: dict, filename: str, name: str = "cell", device: str = "cpu",
-             filename_display=None, min_work: int = MIN_CLUSTER_WORK):
+             filename_display=None, min_work: int = MIN_CLUSTER_WORK, label: str | None = None,
+             whole: bool = True):
     """Run a cell's source in ``ns`` with auto-clustering, as IPython would run it: names it
     binds are bound in ``ns`` (as NumPy arrays), and the value of a last expression is
     returned.  Returns ``(value, report)``; an exception propagates after writes made before
-    it have landed and the names bound so far are NumPy arrays again."""
+    it have landed and the names bound so far are NumPy arrays again.  A cell that compiles
+    whole with no Python side effect runs compiled (``whole.run_cell_whole``; ``label``
+    names it in messages)."""
+    why_not = ""
+    if whole:
+        done, why_not = run_cell_whole(source, ns, filename, name, device, label or name,
+                                       filename_display)
+        if done is not None:
+            return done
     tree = rewrite_tree(ast.parse(source, filename))
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -319,6 +328,7 @@ def run_cell(source: str, ns: dict, filename: str, name: str = "cell", device: s
                 ns[key] = session.unwrap(value_now)
             elif isinstance(value_now, (list, tuple, dict)) and key in read:
                 ns[key] = session.unwrap(value_now)
+        session.log.whole = why_not
         lines = source.split("\n")
         report = build_report(session.log, session.min_work, lines, 1, filename)
     return value, report

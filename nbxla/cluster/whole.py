@@ -29,8 +29,12 @@ import warnings
 import numpy as np
 
 from ..api import CompiledFunction
-from .purity import IMMUTABLE, methods_are_pure, side_effect
-from .session import ClusterRun, SessionLog
+from ..cell import prepare_cell
+from ..cell_check import verify
+from ..frontend.cell_ast import DISPLAY
+from .purity import IMMUTABLE, cell_side_effect, methods_are_pure, side_effect
+from .report import build_report
+from .session import MIN_CLUSTER_WORK, ClusterRun, SessionLog
 
 # Whole compilation stops when one argument signature compiled more programs than this.
 MAX_WHOLE_COMPILES = 3
@@ -188,6 +192,53 @@ class WholeFunction:
                 return arg
             result = type(result)(arg if k == where else r for k, r in enumerate(result))
         return result
+
+
+def run_cell_whole(source: str, ns: dict, filename: str, name: str, device: str, label: str,
+                   filename_display=None) -> tuple:
+    """A notebook cell that compiles whole and shows no Python side effect (the names it
+    reads from ``ns`` are its inputs; it may write into arrays among them): compiled as
+    ``%%xla`` compiles it, checked once per compilation against eager NumPy (``--verify``'s
+    comparison), and committed.  Names eager NumPy binds to Python scalars (and such a
+    displayed value) are bound to Python scalars.  Returns ((value, report), "") or (None,
+    why not); nothing is committed in the second case."""
+    written: set = set()
+    why = cell_side_effect(source, ns, written)
+    if why is None and not all(type(ns.get(n)) is np.ndarray or isinstance(ns.get(n), IMMUTABLE)
+                               for n in written):
+        why = "it writes into a name that is not an array"
+    if why is not None:
+        return None, f"not compiled whole: {why}"
+    try:
+        prepared = prepare_cell(source, ns, label=label, filename=filename, name=name,
+                                device=device, filename_display=filename_display)
+        start = time.perf_counter()
+        result = prepared.run()
+        ms = (time.perf_counter() - start) * 1e3
+        compilation = prepared.compilation
+        if compilation.module_id not in _CHECKED_CELLS:
+            eager: dict = {}
+            verify(prepared, result, ns, filename, eager)
+            _CHECKED_CELLS[compilation.module_id] = {
+                n for n in [b.name for b in prepared.cell.bindings] + [DISPLAY]
+                if type(eager.get(n)) in (bool, int, float, complex)}
+    except Exception as e:          # refused, or not NumPy's result: run as Python instead
+        message = str(e).strip().splitlines()
+        return None, (f"not compiled whole: nbxla refused it or it differs from NumPy "
+                      f"({type(e).__name__}: {message[0] if message else ''})")
+    value = result.commit(ns)
+    for n in _CHECKED_CELLS[compilation.module_id]:
+        if n == DISPLAY:
+            value = value.item() if isinstance(value, np.generic) else value
+        elif isinstance(ns.get(n), np.generic):
+            ns[n] = ns[n].item()
+    log = whole_log(name, compilation, ms, not prepared.hit)
+    return (value, build_report(log, MIN_CLUSTER_WORK, source.split("\n"), 1, filename)), ""
+
+
+# Compilations of cells checked against eager NumPy -> the names eager NumPy binds to Python
+# scalars there.
+_CHECKED_CELLS: dict = {}
 
 
 def whole_log(name: str, compilation, ms: float, compiled: bool) -> SessionLog:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import time
 from types import TracebackType
 
 import numpy as np
@@ -26,7 +25,6 @@ from ..errors import NbxlaError, TraceError
 from ..flags import current_flags
 from ..cell import prepare_cell
 from ..cell_check import compare_times, verify
-from ..frontend.cell_ast import DISPLAY
 from ..runtime.cache import DEFAULT_CACHE
 from ..runtime.cuda_executable import DeviceUnavailableError  # CUDA backend
 from ..runtime.executable import resolve_device
@@ -36,9 +34,6 @@ from .cache_view import CacheTable
 from .compare_view import Comparison
 from .stage_view import StageView
 
-# Compilations of --auto cells checked against eager NumPy -> the names eager NumPy binds to
-# Python scalars there.
-_VERIFIED_CELLS: dict = {}
 _NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
 
@@ -177,15 +172,11 @@ class XlaMagics(Magics):
                              "--stage/--verify/--compare/--dump are for compiled cells; use "
                              "--explain, or %xla_ir after an --auto cell")
         from ..cluster import run_cell
-        device = resolve_device(args.device or current_flags().device)
-        whole, why_not = self._whole_cell(source, ns, filename, number, device)
         try:
-            if whole is not None:
-                value, report = whole
-            else:
-                value, report = run_cell(source, ns, filename, name=f"cell_{number}",
-                                         device=device, filename_display=self._display_name)
-                report.whole = why_not
+            value, report = run_cell(source, ns, filename, name=f"cell_{number}",
+                                     device=resolve_device(args.device or current_flags().device),
+                                     filename_display=self._display_name,
+                                     label=f"Cell In[{number}]")
         except SyntaxError as e:
             e.filename = filename
             error = CellSyntaxError(str(e))
@@ -203,49 +194,6 @@ class XlaMagics(Magics):
         if args.explain:
             display(report)
         return value
-
-    def _whole_cell(self, source, ns, filename, number, device):
-        """``--auto`` on a cell that compiles whole and shows no Python side effect (see
-        ``nbxla.cluster.whole``): compiled as ``%%xla`` would, checked once against eager
-        NumPy (``--verify``), committed.  Returns ((value, report), "") or (None, why not)."""
-        from ..cluster import MIN_CLUSTER_WORK
-        from ..cluster.purity import IMMUTABLE, cell_side_effect
-        from ..cluster.report import build_report
-        from ..cluster.whole import whole_log
-        written: set = set()
-        why = cell_side_effect(source, ns, written)
-        if why is None and not all(type(ns.get(n)) is np.ndarray or isinstance(ns.get(n), IMMUTABLE)
-                                   for n in written):
-            why = "it writes into a name that is not an array"
-        if why is not None:
-            return None, f"not compiled whole: {why}"
-        try:
-            prepared = prepare_cell(source, ns, label=f"Cell In[{number}]", filename=filename,
-                                    name=f"cell_{number}", device=device,
-                                    filename_display=self._display_name)
-            start = time.perf_counter()
-            result = prepared.run()
-            ms = (time.perf_counter() - start) * 1e3
-            compilation = prepared.compilation
-            if compilation.module_id not in _VERIFIED_CELLS:
-                eager: dict = {}
-                verify(prepared, result, ns, filename, eager)
-                # (names NumPy binds to Python scalars: an iteration count stays an int)
-                _VERIFIED_CELLS[compilation.module_id] = {
-                    name for name in [b.name for b in prepared.cell.bindings] + [DISPLAY]
-                    if type(eager.get(name)) in (bool, int, float, complex)}
-        except Exception as e:          # refused, or not NumPy's result: run as Python instead
-            message = str(e).strip().splitlines()
-            return None, (f"not compiled whole: nbxla refused it or it differs from NumPy "
-                          f"({type(e).__name__}: {message[0] if message else ''})")
-        value = result.commit(ns)
-        for name in _VERIFIED_CELLS[compilation.module_id]:
-            if name == DISPLAY:
-                value = value.item() if isinstance(value, np.generic) else value
-            elif isinstance(ns.get(name), np.generic):
-                ns[name] = ns[name].item()
-        log = whole_log(f"cell_{number}", compilation, ms, not prepared.hit)
-        return (value, build_report(log, MIN_CLUSTER_WORK, source.split("\n"), 1, filename)), ""
 
     # ---- %xla_ir, %xla_cache, %xla_bench ----------------------------------------------------
 

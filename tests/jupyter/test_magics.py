@@ -92,8 +92,9 @@ def test_numpy_errors_show_a_traceback_trimmed_to_the_cell(shell):
     assert "y" not in shell.user_ns
 
 
-def test_syntax_errors_are_shown_at_the_cell_line(shell):
-    result, out = run(shell, "%%xla\ny = 1\nz = (\n")
+@pytest.mark.parametrize("magic", ["%%xla", "%%xla --auto"])
+def test_syntax_errors_are_shown_at_the_cell_line(shell, magic):
+    result, out = run(shell, f"{magic}\ny = 1\nz = (\n")
     assert not result.success
     assert "SyntaxError" in out and f"Cell In[{result.execution_count}], line 3" in out
     assert "nbxla/" not in out
