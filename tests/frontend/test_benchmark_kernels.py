@@ -335,19 +335,7 @@ def correlation(M, float_n, data):
     return corr
 
 
-@kernel(lambda: {"A": rand(6, 3)}, rtol=1e-10)
-def gramschmidt(A):
-    n = A.shape[1]
-    Q = np.zeros_like(A)
-    R = np.zeros_like(A, shape=(n, n))
-    for k in range(n):
-        nrm = np.dot(A[:, k], A[:, k])
-        R[k, k] = np.sqrt(nrm)
-        Q[:, k] = A[:, k] / R[k, k]
-        for j in range(k + 1, n):
-            R[k, j] = np.dot(Q[:, k], A[:, j])
-            A[:, j] -= Q[:, k] * R[k, j]
-    return Q, R
+kernel(lambda: {"A": rand(6, 3)}, rtol=1e-10)(examples.gramschmidt)
 
 
 def _spd(n):
@@ -426,15 +414,7 @@ def fdtd_2d(TMAX, ex, ey, hz, _fict_):
         hz[:-1, :-1] -= 0.7 * (ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1] - ey[:-1, :-1])
 
 
-@kernel(lambda: {"TSTEPS": 2, "N": 6, "A": rand(6, 6)})
-def seidel_2d(TSTEPS, N, A):
-    for t in range(0, TSTEPS - 1):
-        for i in range(1, N - 1):
-            A[i, 1:-1] += (A[i - 1, :-2] + A[i - 1, 1:-1] + A[i - 1, 2:] + A[i, 2:]
-                           + A[i + 1, :-2] + A[i + 1, 1:-1] + A[i + 1, 2:])
-            for j in range(1, N - 1):
-                A[i, j] += A[i, j - 1]
-                A[i, j] /= 9.0
+kernel(lambda: {"TSTEPS": 2, "A": rand(6, 6)})(examples.seidel_2d)
 
 
 def _hdiff_args():
