@@ -38,6 +38,43 @@ startb:
 """
 
 
+def _rows_left(t: str, row_extra: str, column_extra: str, after: str) -> str:
+    """Both kernels: the rows after the last block, one at a time, ``q[i]``'s sum in
+    ``%acc1``; ``row_extra`` and ``column_extra`` are what the kernel adds to each row's and
+    each column's step, ``after`` the label the column loop ends at."""
+    return f"""tail:
+  %tstart = phi i64 [0, %startb], [%mb, %rowendB]
+  %more = icmp ult i64 %tstart, %m
+  br i1 %more, label %rows, label %done
+rows:
+  %i = phi i64 [%tstart, %tail], [%i1, %rowend]
+  %rowbase = mul nuw nsw i64 %i, %n
+{row_extra}  br label %cols
+cols:
+  %jj = phi i64 [0, %rows], [%jj1, %cols]
+  %acc = phi {t} [0.0, %rows], [%acc1, %cols]
+  %aj = add nuw nsw i64 %rowbase, %jj
+  %a.p = getelementptr inbounds {t}, {t}* %A, i64 %aj
+  %a = load {t}, {t}* %a.p
+  %pjj.p = getelementptr inbounds {t}, {t}* %p, i64 %jj
+  %pjj = load {t}, {t}* %pjj.p
+  %acc1 = call reassoc contract {t} {_fma(t)}({t} %a, {t} %pjj, {t} %acc)
+{column_extra}  %jj1 = add nuw nsw i64 %jj, 1
+  %jjd = icmp eq i64 %jj1, %n
+  br i1 %jjd, label %{after}, label %cols
+"""
+
+
+# Both kernels' end of a left-over row (after the label %rowend), and of the function.
+_NEXT_ROW = """  %i1 = add nuw nsw i64 %i, 1
+  %id = icmp eq i64 %i1, %m
+  br i1 %id, label %done, label %rows
+done:
+  ret void
+}
+"""
+
+
 def _row_sum(t: str, k: int) -> str:
     """Row ``k`` of a block at column ``%j``: its element ``%a{k}`` loaded and ``%a{k} * p[j]``
     added to the row's sum."""
@@ -89,49 +126,22 @@ def _kernel_ir(t: str) -> str:
                      f"  store {t} %baccn{k}, {t}* %qp{k}\n")
     block.append(f"  %bi1 = add nuw nsw i64 %bi, {ROWS}\n  %bd = icmp uge i64 %bi1, %mb\n"
                  f"  br i1 %bd, label %tail, label %rowsB\n")
+    left = _rows_left(t, f"  %ri.p = getelementptr inbounds {t}, {t}* %r, i64 %i\n"
+                         f"  %ri = load {t}, {t}* %ri.p\n",
+                      f"  %sjj.p = getelementptr inbounds {t}, {t}* %s, i64 %jj\n"
+                      f"  %sjj = load {t}, {t}* %sjj.p\n"
+                      f"  %sjj1 = call contract {t} {fma}({t} %ri, {t} %a, {t} %sjj)\n"
+                      f"  store {t} %sjj1, {t}* %sjj.p\n", "rowend")
     noalias = "noalias nocapture"
     return f"""
 declare {t} {fma}({t}, {t}, {t})
 
 define internal void @dual_gemv_kernel({t}* {noalias} readonly %A, {t}* {noalias} readonly %p,
     {t}* {noalias} readonly %r, {t}* {noalias} %s, {t}* {noalias} %q, i64 %m, i64 %n) alwaysinline {{
-{_prologue(t)}{''.join(block)}
-tail:
-  %tstart = phi i64 [0, %startb], [%mb, %rowendB]
-  %more = icmp ult i64 %tstart, %m
-  br i1 %more, label %rows, label %done
-rows:
-  %i = phi i64 [%tstart, %tail], [%i1, %rowend]
-  %rowbase = mul nuw nsw i64 %i, %n
-  %ri.p = getelementptr inbounds {t}, {t}* %r, i64 %i
-  %ri = load {t}, {t}* %ri.p
-  br label %cols
-cols:
-  %jj = phi i64 [0, %rows], [%jj1, %cols]
-  %acc = phi {t} [0.0, %rows], [%acc1, %cols]
-  %aj = add nuw nsw i64 %rowbase, %jj
-  %a.p = getelementptr inbounds {t}, {t}* %A, i64 %aj
-  %a = load {t}, {t}* %a.p
-  %pjj.p = getelementptr inbounds {t}, {t}* %p, i64 %jj
-  %pjj = load {t}, {t}* %pjj.p
-  %acc1 = call reassoc contract {t} {fma}({t} %a, {t} %pjj, {t} %acc)
-  %sjj.p = getelementptr inbounds {t}, {t}* %s, i64 %jj
-  %sjj = load {t}, {t}* %sjj.p
-  %sjj1 = call contract {t} {fma}({t} %ri, {t} %a, {t} %sjj)
-  store {t} %sjj1, {t}* %sjj.p
-  %jj1 = add nuw nsw i64 %jj, 1
-  %jjd = icmp eq i64 %jj1, %n
-  br i1 %jjd, label %rowend, label %cols
-rowend:
+{_prologue(t)}{''.join(block)}{left}rowend:
   %qi.p = getelementptr inbounds {t}, {t}* %q, i64 %i
   store {t} %acc1, {t}* %qi.p
-  %i1 = add nuw nsw i64 %i, 1
-  %id = icmp eq i64 %i1, %m
-  br i1 %id, label %done, label %rows
-done:
-  ret void
-}}
-"""
+{_NEXT_ROW}"""
 
 
 def _chained_ir(t: str) -> str:
@@ -177,27 +187,7 @@ rowendB:
   %bnext = add nuw nsw i64 %bi, {ROWS}
   %bd = icmp uge i64 %bnext, %mb
   br i1 %bd, label %tail, label %rowsB
-tail:
-  %tstart = phi i64 [0, %startb], [%mb, %rowendB]
-  %more = icmp ult i64 %tstart, %m
-  br i1 %more, label %rows, label %done
-rows:
-  %i = phi i64 [%tstart, %tail], [%i1, %rowend]
-  %rowbase = mul nuw nsw i64 %i, %n
-  br label %cols
-cols:
-  %jj = phi i64 [0, %rows], [%jj1, %cols]
-  %acc = phi {t} [0.0, %rows], [%acc1, %cols]
-  %aj = add nuw nsw i64 %rowbase, %jj
-  %a.p = getelementptr inbounds {t}, {t}* %A, i64 %aj
-  %a = load {t}, {t}* %a.p
-  %pjj.p = getelementptr inbounds {t}, {t}* %p, i64 %jj
-  %pjj = load {t}, {t}* %pjj.p
-  %acc1 = call reassoc contract {t} {fma}({t} %a, {t} %pjj, {t} %acc)
-  %jj1 = add nuw nsw i64 %jj, 1
-  %jjd = icmp eq i64 %jj1, %n
-  br i1 %jjd, label %rowmid, label %cols
-rowmid:
+{_rows_left(t, "", "", "rowmid")}rowmid:
   %qi.p = getelementptr inbounds {t}, {t}* %q, i64 %i
   store {t} %acc1, {t}* %qi.p
   br label %cols2
@@ -214,10 +204,4 @@ cols2:
   %jcd = icmp eq i64 %jc1, %n
   br i1 %jcd, label %rowend, label %cols2
 rowend:
-  %i1 = add nuw nsw i64 %i, 1
-  %id = icmp eq i64 %i1, %m
-  br i1 %id, label %done, label %rows
-done:
-  ret void
-}}
-"""
+{_NEXT_ROW}"""
