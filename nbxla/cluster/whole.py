@@ -1,5 +1,6 @@
 """Whole-function compilation in auto mode: a function that compiles whole, with no Python
-side effect, runs as one program compiled by ``nbxla.jit`` (``WholeFunction``).
+side effect, runs as one program compiled by ``nbxla.jit`` (``WholeFunction``); a notebook
+cell likewise, compiled as ``%%xla`` compiles it (``run_cell_whole``).
 
 Why: recording costs Python time per NumPy call (10-20 us an operation, more than NumPy
 spends on an array of 40,000 elements), so clustering cannot win on functions of many small
