@@ -41,6 +41,8 @@ _EXIT = _PREFIX + "exit_"        # the flags and counter of a loop with break/co
 _counter = itertools.count(1)
 _STOPPERS = (ast.Break, ast.Continue, ast.Return, ast.Global, ast.Nonlocal, ast.Delete,
              ast.Yield, ast.YieldFrom, ast.Await, ast.Try, ast.With)
+# Names whose loads must stay plain: zero-argument super() finds its class through the name.
+_NOT_LOADED = frozenset({AG, "super", "locals", "globals", "__class__"})
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
            ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
@@ -366,7 +368,18 @@ class _Converter(ast.NodeTransformer):
 
     # ---- expressions -----------------------------------------------------------------------
 
+    def visit_Name(self, node):
+        # A local name is read through ``ld``: the array it holds may have become traced
+        # through another reference (a helper wrote into its parameter).  Globals cannot be.
+        if not isinstance(node.ctx, ast.Load) or not self._rebindable(node.id) \
+                or node.id in _NOT_LOADED or node.id.startswith(_PREFIX):
+            return node
+        return ast.copy_location(_call("ld", node), node)
+
     def visit_Subscript(self, node):
+        if not isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name):
+            node.slice = self.visit(node.slice)     # ``x[key] = v`` rebinds the name x itself
+            return node
         self.generic_visit(node)
         if not isinstance(node.ctx, ast.Load):
             return node

@@ -46,6 +46,11 @@ class TraceContext:
         # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py).
         self.loop_decisions: list[tuple[int, str, str]] = []
         self.rolling = 0         # loop bodies being traced once, one inside the other
+        # NumPy arrays made inside the compiled code that became traced on a traced write:
+        # id -> (the array, kept alive so that its id stays its own; its Tracer).  Every
+        # reference to the array -- a helper's parameter, the caller's name, a list item --
+        # reads the one Tracer (control.ld), as every reference to a NumPy array sees a write.
+        self.promoted: dict[int, tuple] = {}
 
     # ---- source locations -------------------------------------------------------------------
 

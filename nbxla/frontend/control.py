@@ -60,8 +60,24 @@ class CannotRoll(Exception):
 
 
 def get_state(loc: dict, glob: dict, names: tuple) -> tuple:
-    return tuple(loc[n] if n in loc else glob[n] if n in glob else
+    return tuple(ld(loc[n]) if n in loc else glob[n] if n in glob else
                  getattr(builtins, n, UNDEFINED) for n in names)
+
+
+def ld(value):
+    """A name's value as converted code reads it: a NumPy array that became traced (through
+    any reference to it) reads as its Tracer."""
+    if type(value) is np.ndarray:
+        ctx = _ctx()
+        if ctx is not None and ctx.promoted:
+            found = ctx.promoted.get(id(value))
+            if found is not None:
+                return found[1]
+    return value
+
+
+def _resolved(values: tuple) -> tuple:
+    return tuple(ld(v) for v in values)
 
 
 def _ctx() -> TraceContext | None:
@@ -110,6 +126,8 @@ def call(f, *args, **kwargs):
     if isinstance(f, type(call)) and not getattr(f, "__nbxla_converted__", False) \
             and _is_user_code(f):
         f = ENTRY_POINTS["convert_function"](f)
+    if ctx.promoted:                # h(items[0]): an argument that is not a name
+        args = _resolved(args)
     return f(*args, **kwargs)
 
 
@@ -174,6 +192,18 @@ def _owned(x: np.ndarray):
         raise ctx.not_compilable(WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT)
 
 
+def _promote_owned(x: np.ndarray) -> Tracer:
+    """The Tracer that stands for ``x`` from now on, in every scope that holds ``x``."""
+    ctx = _ctx()
+    found = ctx.promoted.get(id(x))
+    if found is not None:
+        return found[1]
+    _owned(x)
+    value = promote(ctx, x)
+    ctx.promoted[id(x)] = (x, value)
+    return value
+
+
 def getitem(x, key):
     """``x[key]``: a NumPy array indexed at a traced position is read as a constant."""
     if _promotable(x, key):
@@ -191,8 +221,7 @@ def setitem(x, key, value):
     loop body being traced once, a NumPy array written at all becomes traced: the write
     happens in every iteration, not once.)"""
     if _promotable(x, key, value) or isinstance(x, np.ndarray) and _rolling():
-        _owned(x)
-        x = promote(_ctx(), x)
+        x = _promote_owned(x)
     x[key] = value
     return x
 
@@ -209,8 +238,7 @@ def setitem_aug(x, key, op: str, value, rebind=True):
     if _promotable(x, key, value) or isinstance(x, np.ndarray) and _rolling() and rebind:
         if not rebind:
             raise _ctx().not_compilable(WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT)
-        _owned(x)
-        x = promote(_ctx(), x)
+        x = _promote_owned(x)
     item = x[key]
     x[key] = _INPLACE[op](item, value)
     return x
@@ -219,8 +247,7 @@ def setitem_aug(x, key, op: str, value, rebind=True):
 def aug(x, op: str, value):
     """``x op= value`` on a name."""
     if (_promotable(x, value) or isinstance(x, np.ndarray) and _rolling()) and x.ndim > 0:
-        _owned(x)
-        x = promote(_ctx(), x)
+        x = _promote_owned(x)
     return _INPLACE[op](x, value)
 
 
@@ -292,6 +319,7 @@ def _is_value(v) -> bool:
 # ---- tracked state: the Tracers a body can reach, and how to undo what it did -------------------
 
 def _tracers_in(value, found: dict):
+    value = ld(value)
     if isinstance(value, Tracer):
         if id(value) not in found:
             found[id(value)] = value
@@ -372,9 +400,10 @@ def if_stmt(test, then, orelse, state: tuple, names: tuple, lineno: int):
         merged = _traced_if(ctx, test, then, orelse, state, names, lineno, promote_arrays=True)
     except _WritesIntoNumpy as e:
         # NumPy arrays made in the compiled code that a branch writes into become traced
-        # (create-then-fill), and both branches are traced again.
-        promoted = {id(a): promote(ctx, a) for a in e.arrays}
-        state = tuple(promoted.get(id(v), v) for v in state)
+        # (create-then-fill) before the ``if``, and both branches are traced again.
+        for arr in e.arrays:
+            _promote_owned(arr)
+        state = _resolved(state)
         before = _tracer_states(state)
         merged = _traced_if(ctx, test, then, orelse, state, names, lineno)
     work = sum(i.shape.size for i in ctx.builder.instructions[start:] if not i.shape.is_tuple)
@@ -402,6 +431,24 @@ def _restore(states: list[tuple]) -> None:
         t._instr, t.version = instr, version
 
 
+def _drop_promotions(ctx, before: dict) -> list[np.ndarray]:
+    """The arrays promoted since ``before`` (a copy of ``ctx.promoted``), forgotten again: a
+    branch or loop body promotes in its own computation, whose values do not live outside."""
+    made = [arr for key, (arr, _) in ctx.promoted.items() if key not in before]
+    if made:
+        ctx.promoted = dict(before)
+    return made
+
+
+def _reaches(values, arr) -> bool:
+    """Is ``arr`` one of ``values`` or inside one of their lists, tuples or dicts?"""
+    for v in values:
+        if v is arr or isinstance(v, (list, tuple)) and _reaches(v, arr) \
+                or isinstance(v, dict) and _reaches(v.values(), arr):
+            return True
+    return False
+
+
 def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tuple, saved: list):
     """The ``if`` as an HLO ``conditional`` whose branches take the traced values of the state
     (``saved``: their values before the ``if``, as one tuple) and give back those and the names
@@ -414,6 +461,7 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
     shapes = TupleShape(tuple(instr.shape for _, instr, _ in saved))
     outer, outer_constants = ctx.builder, ctx._constants
     branches = []
+    promoted = dict(ctx.promoted)
     try:
         for fn, what in ((then, "then"), (orelse, "else")):
             builder = Builder(unique_name(f"{what}_line{lineno}"))
@@ -421,7 +469,8 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
             param = builder.parameter(shapes, "state")
             for k, t in enumerate(tracers):
                 t._instr = builder.op("get-tuple-element", param, index=k)
-            out = tuple(fn(state))
+            out = _resolved(fn(state))
+            _drop_promotions(ctx, promoted)      # (arrays made in the branch)
             branches.append((builder, [t.instr for t in tracers], out))
             _restore(saved)
     finally:
@@ -468,15 +517,21 @@ def _traced_if(ctx, test, then, orelse, state: tuple, names: tuple, lineno: int,
     _tracers_in(state, found)
     tracers = list(found.values())
     snap = _Snapshot(state, tracers)
-    out_then = then(state)
+    promoted = dict(ctx.promoted)
+    out_then = _resolved(then(state))
+    made = _drop_promotions(ctx, promoted)
     then_instrs = [t.instr for t in tracers]
     then_changed = snap.changed_containers()
     snap.restore()
-    out_else = orelse(state)
+    out_else = _resolved(orelse(state))
+    made += _drop_promotions(ctx, promoted)
     else_instrs = [t.instr for t in tracers]
-    if then_changed or snap.changed_containers():
+    # Arrays from before the ``if`` that a branch promoted (a helper wrote into one): promoted
+    # before the ``if`` instead, so that the other branch starts from the same values.
+    outer = [arr for arr in made if _reaches(state, arr)]
+    if then_changed or snap.changed_containers() or outer:
         snap.restore()
-        changed = [obj for obj, _ in snap.changed()]
+        changed = [obj for obj, _ in snap.changed()] + outer
         if promote_arrays and all(isinstance(obj, np.ndarray) and obj.base is None for obj in changed):
             raise _WritesIntoNumpy(changed)
         raise ctx.not_compilable(
@@ -665,11 +720,11 @@ class _Loop:
 
     def __init__(self, ctx, body, state, names, lineno, start=None, stop=None, step=None,
                  index_range=None, cond=None):
-        self.ctx, self.body, self.state, self.names, self.lineno = ctx, body, tuple(state), names, lineno
+        self.ctx, self.body, self.state, self.names, self.lineno = ctx, body, _resolved(state), names, lineno
         self.start, self.stop, self.step, self.index_range, self.cond = start, stop, step, index_range, cond
         self.counted = cond is None
 
-    def run(self):
+    def _find_objects(self):
         found: dict = {}
         _tracers_in(self.state, found)
         if isinstance(self.stop, Tracer):
@@ -677,22 +732,38 @@ class _Loop:
         if isinstance(self.start, Tracer):
             _tracers_in(self.start, found)
         self.objects = list(found.values())
+
+    def run(self):
+        self._find_objects()
         # name k -> initial value (a Tracer) when it gets its own slot (it is rebound)
         self.rebound: dict[int, Tracer] = {}
         self.weak: set[int] = set()      # rebound names that were Python ints
         self.static_after: dict[int, object] = {}
-        for _ in range(_ATTEMPTS):
+        attempts = 0
+        while attempts < _ATTEMPTS:
             snap = _Snapshot(self.state, self.objects)
+            promoted = dict(self.ctx.promoted)
             try:
                 plan = self._trace()
             finally:
                 changed = snap.changed_containers()
                 snap.restore()
+                made = _drop_promotions(self.ctx, promoted)
+            # NumPy arrays from before the loop that the body writes into (through any name,
+            # a helper's parameter too) become traced before the loop and join its state.
+            outer = [arr for arr in made if _reaches(self.state, arr)]
+            if outer:
+                for arr in outer:
+                    _promote_owned(arr)
+                self.state = _resolved(self.state)
+                self._find_objects()
+                continue
             if changed:
                 raise CannotRoll("the body changes a Python list, dict or NumPy array in place")
             *plan, requests = plan
             if not requests:
                 return self._emit(*plan)
+            attempts += 1
             for k, old, shape, dtype in requests:
                 self.rebound[k] = self._initial_for(old, shape, dtype)
         raise CannotRoll("the types of the loop's values do not settle")
@@ -806,7 +877,7 @@ class _Loop:
             raise CannotRoll(_reason(e)) from None
         finally:
             ctx.rolling -= 1
-        new_state = tuple(new_state) if self.names else ()
+        new_state = _resolved(new_state) if self.names else ()
         outs = []
         builder.location = None
         if self.counted:
