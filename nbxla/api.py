@@ -69,8 +69,10 @@ def run_program(compiled: CompiledProgram, leaves: list):
     result = []
     for kind, value in program.out_slots:
         if kind == "out":
-            value = outputs[value]
+            k, value = value, outputs[value]
             value = value[()] if value.ndim == 0 else value   # NumPy gives scalars for 0-d results
+            if k in program.python_ints:
+                value = int(value)
         elif kind == "selection":           # x[mask]: its length depends on the data
             value = to_host(outputs[value])[to_host(outputs[value + 1])]
         result.append(value)
@@ -87,7 +89,8 @@ def _fast_runner(compiled: CompiledProgram, n_leaves: int, where: list[int] | No
     if program.writebacks:
         return None
     run = compiled.compilation.executable.run
-    if program.out_treedef.kind == "leaf" and program.out_slots == [("out", 0)] and not program.checks:
+    if program.out_treedef.kind == "leaf" and program.out_slots == [("out", 0)] and not program.checks \
+            and not program.python_ints:
         single = compiled.compilation.executable.run_single    # (0-d: a NumPy scalar)
         if single is None:
             def single(args):
@@ -99,7 +102,7 @@ def _fast_runner(compiled: CompiledProgram, n_leaves: int, where: list[int] | No
         return lambda leaves: single([leaves[i] for i in params])    # (captured constants)
     treedef = program.out_treedef
     if treedef.kind == "tuple" and all(c.kind == "leaf" for c in treedef.children) and not program.checks \
-            and all(kind == "out" for kind, _ in program.out_slots):
+            and all(kind == "out" for kind, _ in program.out_slots) and not program.python_ints:
         # A flat tuple of results (``return a, b``): picked straight from the outputs, unless
         # one is 0-d (NumPy gives a scalar there: the general path).
         picks = [k for _, k in program.out_slots]

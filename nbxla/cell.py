@@ -40,6 +40,7 @@ from .frontend.cell_ast import DISPLAY, CellAnalysis, analyze, check_no_random
 from .frontend.trace import (StaticValue, TracedProgram, TreeDef, alias_pattern, is_array_leaf,
                              leaf_signature, trace, tree_flatten, tree_unflatten)
 from .frontend.selection import Selection
+from .frontend.index_tracer import IndexTracer
 from .frontend.tracer import Tracer
 
 _anonymous = itertools.count(1)
@@ -117,7 +118,8 @@ def gather_inputs(analysis: CellAnalysis, user_ns: dict) -> CellInputs:
 
 
 # ---- the compiled cell ----------------------------------------------------------------------
-# A value the cell binds is rebuilt from slots: ("out", k) an output of the executable,
+# A value the cell binds is rebuilt from slots: ("out", k) an output of the executable, ("int", k)
+# one that NumPy binds as a Python int (a loop index),
 # ("input", i) input leaf i itself, ("static", v) a Python value from trace time,
 # ("selection", k) ``x[mask]`` compacted from outputs k (values) and k + 1 (the mask),
 # ("array", a) a concrete array made at trace time (copied per run), ("function", f) a
@@ -173,6 +175,8 @@ class CellResult:
         if kind == "out":
             out = self.outputs[v]
             return out[()] if out.ndim == 0 else out
+        if kind == "int":
+            return int(self.outputs[v])
         if kind == "selection":       # x[mask]: compacted here, its length depends on the data
             return self.outputs[v][self.outputs[v + 1]]
         if kind == "input":
@@ -268,7 +272,8 @@ class _Recipe:
             if id(leaf) not in self._index:
                 self._index[id(leaf)] = len(self.outputs)
                 self.outputs.append(leaf)
-            return ("out", self._index[id(leaf)])
+            # a loop index or counter: NumPy binds a Python int
+            return ("int" if isinstance(leaf, IndexTracer) else "out", self._index[id(leaf)])
         if isinstance(leaf, np.ndarray):
             return ("array", leaf)
         if isinstance(leaf, FunctionType) and leaf.__globals__ is self.ns:

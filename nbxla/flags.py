@@ -27,6 +27,10 @@ class Flags:
     # True clamps them into range as XLA does (no check).
     clamp_indices: bool = False
     auto_jit: bool = False
+    # Python loops over traced values of at most this many steps are unrolled; longer ones
+    # become an HLO while.  0 rolls every loop it can (the path long loops take), which the
+    # test suite runs once more with, so that short test loops do not hide that path.
+    unroll_max: int = 4
 
 
 def _boolean(text: str) -> bool:
@@ -38,8 +42,18 @@ def _boolean(text: str) -> bool:
     raise FlagError(f"NBXLA_FLAGS: boolean flag value {text!r} must be true or false")
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise FlagError(f"NBXLA_FLAGS: flag value {text!r} must be a whole number >= 0")
+    return value
+
+
 _KNOWN = {"device": str, "dump_to": str, "pass_timing": _boolean, "clamp_indices": _boolean,
-          "auto_jit": _boolean}
+          "auto_jit": _boolean, "unroll_max": _count}
 
 
 def parse_flags(text: str | None) -> Flags:

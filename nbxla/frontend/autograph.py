@@ -139,6 +139,10 @@ class _Converter(ast.NodeTransformer):
     def __init__(self, local_names: set[str] | None):
         # Names the scope may rebind (None: a cell, where every name is the namespace's).
         self.local_names = local_names
+        # Functions and lambdas a cell defines are re-homed into the user's namespace, which
+        # has no ``__nbxla_ag__``: their names are read plainly (``ld`` is for the trace).
+        self.cell = local_names is None
+        self.plain_loads = 0
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -184,8 +188,16 @@ class _Converter(ast.NodeTransformer):
     def visit_FunctionDef(self, node):
         outer = self.local_names
         self.local_names = _local_names(node)
+        self.plain_loads += self.cell
         self.generic_visit(node)
+        self.plain_loads -= self.cell
         self.local_names = outer
+        return node
+
+    def visit_Lambda(self, node):
+        self.plain_loads += self.cell
+        self.generic_visit(node)
+        self.plain_loads -= self.cell
         return node
 
     visit_AsyncFunctionDef = visit_FunctionDef
@@ -371,7 +383,7 @@ class _Converter(ast.NodeTransformer):
     def visit_Name(self, node):
         # A local name is read through ``ld``: the array it holds may have become traced
         # through another reference (a helper wrote into its parameter).  Globals cannot be.
-        if not isinstance(node.ctx, ast.Load) or not self._rebindable(node.id) \
+        if not isinstance(node.ctx, ast.Load) or not self._rebindable(node.id) or self.plain_loads \
                 or node.id in _NOT_LOADED or node.id.startswith(_PREFIX):
             return node
         return ast.copy_location(_call("ld", node), node)

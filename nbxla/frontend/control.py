@@ -7,7 +7,8 @@ On Python values every helper does exactly what the Python statement would.  On 
   so writes into arrays and their views stay visible, plus one per name the body rebinds).
   When that is not valid -- the body needs the index as a Python int, changes Python state,
   changes a value's shape -- it runs the Python loop instead (the trace is unrolled).  Loops
-  of at most ``UNROLL_MAX`` steps are unrolled: a loop costs a host round trip per step.
+  of at most ``NBXLA_FLAGS=--unroll_max`` steps (4) are unrolled: a rolled loop costs a host
+  round trip per step.
 * ``for_items`` does the same for ``for x in traced`` and ``enumerate(traced)`` (over the
   first axis, the item ``traced[i]``).
 * ``while_loop`` runs in Python while its condition is a Python value, then as an HLO
@@ -31,6 +32,7 @@ import sysconfig
 import numpy as np
 
 from ..errors import NbxlaError, NotCompilableError
+from ..flags import current_flags
 from ..hlo import Builder, Shape, TupleShape
 from ..hlo.builder import unique_name
 from .context import TraceContext
@@ -38,7 +40,6 @@ from .registry import ENTRY_POINTS
 from .selection import Selection
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer
 
-UNROLL_MAX = 4
 # An ``if`` on a traced value whose branches compute at least this many elements becomes an HLO
 # ``conditional`` (only the chosen branch runs); cheaper ones select between both branches.
 CONDITIONAL_MIN_WORK = 1 << 15
@@ -208,7 +209,7 @@ def getitem(x, key):
     """``x[key]``: a NumPy array indexed at a traced position is read as a constant."""
     if _promotable(x, key):
         return promote(_ctx(), x)[key]
-    return x[key]
+    return ld(x[key])           # items[0] of a list: may be an array that became traced
 
 
 def _rolling() -> bool:
@@ -599,11 +600,12 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
     if range_fn is not builtins.range or not any(isinstance(a, Tracer) for a in args):
         r = range_fn(*args)
         ctx = _ctx()
-        if ctx is None or range_fn is not builtins.range or len(r) <= UNROLL_MAX \
+        unroll_max = current_flags().unroll_max
+        if ctx is None or range_fn is not builtins.range or len(r) <= unroll_max \
                 or not _has_tracer(state):
             if ctx is not None and _has_tracer(state):
                 ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops "
-                                           f"(at most {UNROLL_MAX}) are unrolled"))
+                                           f"(at most {unroll_max}) are unrolled"))
             return _python_loop(r, body, state, last)
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
@@ -662,11 +664,15 @@ def in_range(k, stop, step):
 
 def _last_index(start, stop, step, before):
     """The loop variable after ``for i in range(start, stop, step)`` with traced bounds."""
+    from .index_tracer import IndexTracer, weak_result
     trips = (stop - start + (step - 1 if step > 0 else step + 1)) // step
     last = start + (trips - 1) * step
-    if before is UNDEFINED or not _is_value(before):
-        return last
-    return np.where(trips > 0, last, before)
+    if before is not UNDEFINED and _is_value(before):
+        last = np.where(trips > 0, last, before)
+    if weak_result((start, stop) + ((before,) if before is not UNDEFINED else ())) \
+            and isinstance(last, Tracer):      # Python ints in NumPy's eyes: so is the index
+        return IndexTracer(last.ctx, last.instr)
+    return last
 
 
 def _python_loop(r, body, state, last):
@@ -796,6 +802,8 @@ class _Loop:
             if k in self.rebound or new is old:
                 continue
             if isinstance(new, Tracer):
+                if getattr(new, "weak", False):          # a loop index: a Python int
+                    self.weak.add(k)
                 requests.append((k, old, *_stored_type(new)))
             elif isinstance(new, Selection):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "

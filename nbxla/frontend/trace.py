@@ -18,6 +18,7 @@ from ..errors import NotCompilableError, TraceError, UnsupportedInputError
 from ..hlo import Module, Shape, from_numpy_dtype
 from .context import TraceContext
 from .selection import Selection
+from .index_tracer import IndexTracer
 from .tracer import ScalarTracer, Tracer
 
 # ---- pytrees: nested tuples / lists / dicts of leaves -------------------------------------------
@@ -85,6 +86,8 @@ class TracedProgram:
     checks: list[tuple[int, Callable]] = field(default_factory=list)  # (output k, fail): see run_checks
     # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py)
     loop_decisions: list[tuple[int, str, str]] = field(default_factory=list)
+    # Outputs that NumPy gives as Python ints (a loop index, a counter: IndexTracer values)
+    python_ints: frozenset[int] = frozenset()
 
     def run_checks(self, outputs) -> None:
         """Raise the error NumPy would have raised, from the check outputs of a run (before
@@ -212,12 +215,14 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
         TraceContext.active.reset(active)
 
     out_leaves, out_treedef = tree_flatten(result)
-    outputs, out_slots = [], []
+    outputs, out_slots, python_ints = [], [], set()
     for leaf in out_leaves:
         if isinstance(leaf, Selection):          # x[mask]: compacted on the host after the run
             out_slots.append(("selection", len(outputs)))
             outputs += [leaf.values.instr, leaf.mask.instr]
         elif isinstance(leaf, Tracer):
+            if isinstance(leaf, IndexTracer):
+                python_ints.add(len(outputs))
             out_slots.append(("out", len(outputs)))
             outputs.append(leaf.instr)
         else:
@@ -244,7 +249,7 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
     module = Module(name, b.build(root))
     module.make_names_unique()
     return TracedProgram(module, param_leaves, out_treedef, out_slots, writebacks, checks,
-                         ctx.loop_decisions)
+                         ctx.loop_decisions, frozenset(python_ints))
 
 
 def _hlo_name(name: str) -> str:

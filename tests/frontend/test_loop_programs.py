@@ -573,7 +573,8 @@ def test_expensive_branches_become_a_conditional_cheap_ones_a_select():
             assert jitted.last_compilation.stage("optimized_hlo").count(" conditional(") == want
 
 
-def test_short_loops_unroll():
+def test_short_loops_unroll(monkeypatch):
+    monkeypatch.setenv("NBXLA_FLAGS", "--unroll_max=4")
     def three_steps(x):
         for i in range(3):
             x = x * 2 + i
