@@ -3,6 +3,8 @@
 
 ``--auto_jit`` (a switch) turns on auto-clustering for every ``%%xla`` cell and every
 ``nbxla.jit`` function made without an explicit ``mode`` (like ``TF_XLA_FLAGS=--tf_xla_auto_jit``).
+``--verify`` (a switch) makes every ``nbxla.jit`` function check the first call of each
+compiled signature against the plain function, as ``jit(fn, verify=True)`` does.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class Flags:
     # True clamps them into range as XLA does (no check).
     clamp_indices: bool = False
     auto_jit: bool = False
+    verify: bool = False
 
 
 def _boolean(text: str) -> bool:
@@ -39,7 +42,7 @@ def _boolean(text: str) -> bool:
 
 
 _KNOWN = {"device": str, "dump_to": str, "pass_timing": _boolean, "clamp_indices": _boolean,
-          "auto_jit": _boolean}
+          "auto_jit": _boolean, "verify": _boolean}
 
 
 def parse_flags(text: str | None) -> Flags:
