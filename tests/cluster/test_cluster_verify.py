@@ -39,3 +39,74 @@ def test_zero_arrays_merged_by_cse_stay_distinct():
         got = f(mask, t)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
+
+
+@pytest.fixture
+def fresh_clusters(monkeypatch):
+    """No cluster checked, refused or timed yet (those tables are per process)."""
+    from nbxla.cluster import session
+    monkeypatch.setattr(session, "_CHECKED", set(), raising=False)
+    monkeypatch.setattr(session, "_REFUSED", {})
+    monkeypatch.setattr(session, "_TIMINGS", {})
+    return session
+
+
+def smooth(x, y):
+    z = np.sin(x) * y + x                    # a cluster...
+    total = float(z.sum())                   # ...run here (Python needs a value)
+    return z / total, np.cos(z) + y          # ...and another
+
+
+@pytest.mark.parametrize("measure", [False, True])
+def test_a_cluster_compiled_wrong_gives_numpys_result_and_is_reported(fresh_clusters, monkeypatch, measure):
+    real = fresh_clusters.Session._execute
+    wrong = []
+
+    def execute(self, compilation):             # every compiled run's first output off by 1
+        outputs, ms = real(self, compilation)
+        wrong.append(len(outputs))
+        return [outputs[0] + 1.0] + outputs[1:], ms
+    monkeypatch.setattr(fresh_clusters.Session, "_execute", execute)
+    x, y = np.random.default_rng(1).random((2, 40, 30))
+    f = auto(smooth, measure=measure)
+    want = smooth(x, y)
+    for _ in range(3):
+        got = f(x, y)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-12)
+    report = f.last_report
+    assert report.clusters and not report.compiled_clusters
+    text = report.to_text()
+    assert "differed from NumPy's (output 0" in text and "max abs err 1" in text
+    assert "runs eagerly from now on" in text
+    calls = len(wrong)
+    f(x, y)
+    assert len(wrong) == calls                   # (not compiled again: eagerly)
+
+
+def test_a_cluster_checked_right_stays_compiled(fresh_clusters):
+    x, y = np.random.default_rng(1).random((2, 40, 30))
+    f = auto(smooth, measure=False)
+    for _ in range(2):
+        got = f(x, y)
+        for g, w in zip(got, smooth(x, y)):
+            np.testing.assert_allclose(g, w, rtol=1e-12)
+    assert len(f.last_report.compiled_clusters) == len(f.last_report.clusters) == 2
+    assert len(fresh_clusters._CHECKED) == 2
+
+
+def test_outputs_sharing_one_array_are_caught(fresh_clusters, monkeypatch):
+    """(The check of each output's values cannot see two outputs that are one array: the
+    zeros of ``fluxes`` were right when the cluster ran, and wrong after the writes.)"""
+    real = fresh_clusters.Session._execute
+
+    def execute(self, compilation):             # the runtime's old bug: equal outputs merged
+        outputs, ms = real(self, compilation)
+        return [outputs[0]] * len(outputs), ms
+    monkeypatch.setattr(fresh_clusters.Session, "_execute", execute)
+    rng = np.random.default_rng(0)
+    mask, t = (rng.random((6, 5)) > 0.2).astype(np.float64), rng.random((6, 5))
+    f = auto(fluxes, measure=False)
+    for g, w in zip(f(mask, t), fluxes(mask, t)):
+        np.testing.assert_array_equal(g, w)
+    assert "are one array where NumPy makes two" in f.last_report.to_text()
