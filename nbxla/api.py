@@ -176,7 +176,7 @@ class CompiledFunction:
     """A function compiled per input signature; see ``jit``."""
 
     def __init__(self, fn: Callable, device: str = "cpu", cache: CompilationCache | None = None,
-                 follow_auto_flag: bool = False, verify: bool = False):
+                 follow_auto_flag: bool = False, verify: bool = False, checkable: bool = True):
         if not callable(fn):
             raise TypeError(f"nbxla.jit needs a function, not {type(fn).__name__}")
         functools.update_wrapper(self, fn)
@@ -186,8 +186,9 @@ class CompiledFunction:
         self.fn = fn
         self.device = device
         # Check the first call of each compiled signature against the plain function (also
-        # with NBXLA_FLAGS=--verify): call_check.py.
-        self.verify = verify
+        # with NBXLA_FLAGS=--verify): call_check.py.  Not ``checkable``: a function that only
+        # runs traced (a gradient: NumPy has no oracle for it).
+        self.verify, self.checkable = verify, checkable
         self.cache = cache or DEFAULT_CACHE
         self.last_compilation: Compilation | None = None
         # (flags, arg types/shapes/dtypes, captured values) -> (cache entry, generation, runner):
@@ -346,7 +347,7 @@ class CompiledFunction:
                 (lambda args, c=compiled: run_program(c, _array_leaves(args, [])))
             arrays, plain = leaves, True
         result = None
-        if not compiled.verified and (self.verify or flags.verify):
+        if not compiled.verified and (self.verify or flags.verify) and self.checkable:
             # (before the fast path learns the entry: until checked, calls come here)
             result = self._checked(compiled, leaves, treedef, entry.leaf_names, bool(captured))
             compiled.verified = True

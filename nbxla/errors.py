@@ -96,5 +96,10 @@ class VerificationError(NbxlaError, ValueError):
     the output or argument that differs and by how much."""
 
 
+class UncheckedWarning(UserWarning):
+    """``verify`` could not check a compiled function: its plain function runs only under
+    nbxla (a gradient tape), so NumPy has no result to compare with."""
+
+
 class ResourceError(NbxlaError, MemoryError):
     """A program needs more memory than can be allocated; the message names the user's shape."""

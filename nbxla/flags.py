@@ -88,3 +88,16 @@ def current_flags() -> Flags:
         decoded = os.environ.get("NBXLA_FLAGS")       # text, whatever form ``text`` had
         flags = _parsed[text] = parse_flags(decoded)
     return flags
+
+
+def switch_on(name: str) -> None:
+    """Turn on the switch ``--name`` in ``NBXLA_FLAGS`` (``os.environ``: this process and the
+    processes it starts), keeping the flags already there.  Benchmark scripts and the demo
+    notebooks' test run with ``switch_on("verify")``: only each compiled signature's first
+    call pays for the check, so steady-state timings are unchanged."""
+    if _KNOWN.get(name) is not _boolean:
+        raise FlagError(f"--{name} is not an NBXLA_FLAGS switch; switches: "
+                        f"{', '.join('--' + k for k, v in _KNOWN.items() if v is _boolean)}")
+    text = os.environ.get("NBXLA_FLAGS", "")
+    if not getattr(parse_flags(text), name):
+        os.environ["NBXLA_FLAGS"] = f"{text} --{name}".strip()

@@ -125,3 +125,27 @@ def test_captured_arrays_are_copied_for_the_plain_run():
         pytest.skip(f"jit refuses it: {e}")
     assert table[0] == 1.0                       # once, by the compiled run
     np.testing.assert_array_equal(got, np.ones(8) + table)
+
+
+def test_switch_on_adds_the_flag_once_and_keeps_the_others(monkeypatch):
+    from nbxla.flags import FlagError, current_flags, switch_on
+    monkeypatch.setenv("NBXLA_FLAGS", "--pass_timing")
+    switch_on("verify")
+    switch_on("verify")
+    import os
+    assert os.environ["NBXLA_FLAGS"] == "--pass_timing --verify"
+    assert current_flags().verify and current_flags().pass_timing
+    with pytest.raises(FlagError, match="not an NBXLA_FLAGS switch"):
+        switch_on("dump_to")
+
+
+def test_a_function_that_runs_only_traced_is_not_checked():
+    from nbxla.errors import UncheckedWarning
+
+    def needs_tracing(x):
+        with nbxla.GradientTape() as tape:
+            y = (x * x).sum()
+        return tape.gradient(y, x)
+    f = nbxla.jit(needs_tracing, verify=True, cache=CompilationCache())
+    with pytest.warns(UncheckedWarning, match="needs_tracing cannot be checked"):
+        np.testing.assert_allclose(f(np.arange(3.0)), 2 * np.arange(3.0))
