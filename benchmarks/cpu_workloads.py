@@ -822,4 +822,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    from nbxla.flags import switch_on
+    switch_on("verify")     # (every jit signature's first call checked against NumPy;
+                            # timings are of later calls, which it does not slow)
     sys.exit(main())

@@ -9,6 +9,8 @@ compile-time constant, so a new value means a new compilation.  Writes into argu
 are copied back into the caller's arrays after the run, as NumPy would have made them.
 Arrays the function reads from its globals or closure are implicit arguments read on every
 call, and the constants it reads there are part of the key (``frontend/captures.py``).
+With ``verify=True`` (or ``NBXLA_FLAGS=--verify``) the first call of each compiled signature
+is checked against the plain function (``call_check.py``).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import functools
 import inspect
 import time
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
 
+from .call_check import checked_call
 from .compiler import Compilation, compile_module
 from .errors import ResourceError, TraceError, UnsupportedInputError
 from .frontend.captures import CapturePlan, bake, has_arrays, rebuild, unbake
@@ -49,6 +52,7 @@ def register_array_adapter(claims: Callable, adapter: Callable) -> None:
 class CompiledProgram:
     program: TracedProgram
     compilation: Compilation
+    verified: bool = False          # its first call was checked against the plain function
 
 
 def to_host(value):
@@ -175,7 +179,7 @@ class CompiledFunction:
     """A function compiled per input signature; see ``jit``."""
 
     def __init__(self, fn: Callable, device: str = "cpu", cache: CompilationCache | None = None,
-                 follow_auto_flag: bool = False):
+                 follow_auto_flag: bool = False, verify: bool = False, checkable: bool = True):
         if not callable(fn):
             raise TypeError(f"nbxla.jit needs a function, not {type(fn).__name__}")
         functools.update_wrapper(self, fn)
@@ -184,6 +188,10 @@ class CompiledFunction:
             self.__name__ = getattr(inner, "__name__", None) or type(inner).__name__
         self.fn = fn
         self.device = device
+        # Check the first call of each compiled signature against the plain function (also
+        # with NBXLA_FLAGS=--verify): call_check.py.  Not ``checkable``: a function that only
+        # runs traced (a gradient: NumPy has no oracle for it).
+        self.verify, self.checkable = verify, checkable
         self.cache = cache or DEFAULT_CACHE
         self.last_compilation: Compilation | None = None
         # (flags, arg types/shapes/dtypes, captured values) -> (cache entry, generation, runner):
@@ -242,7 +250,9 @@ class CompiledFunction:
             signature = tuple(leaf_signature(leaf) for leaf in leaves)
         except UnsupportedInputError:       # again, to name the argument (not paid per call)
             signature = tuple(leaf_signature(leaf, name) for leaf, name in zip(leaves, names()))
-        key = CacheKey(self, device, flags, signature, treedef, alias_pattern(leaves))
+        # (--verify changes no compiled code: not part of the key)
+        key = CacheKey(self, device, replace(flags, verify=False) if flags.verify else flags,
+                       signature, treedef, alias_pattern(leaves))
 
         def compile_now():
             check_function_no_random(self.fn)
@@ -259,7 +269,7 @@ class CompiledFunction:
         if not hit:
             entry.value.compilation.explanation = entry.explanation
         self.last_compilation = entry.value.compilation
-        return entry.value, leaves, entry
+        return entry.value, leaves, entry, treedef
 
     def _traceable(self) -> Callable:
         """The function traced when it captures values: traced with the tree ``((args, kwargs),
@@ -317,7 +327,7 @@ class CompiledFunction:
             if any(claims(leaf) for leaf in leaves):
                 return adapter(self, args, kwargs)
         try:
-            compiled, leaves, entry = self._lookup(args, kwargs, captured=captured)
+            compiled, leaves, entry, treedef = self._lookup(args, kwargs, captured=captured)
         except TraceError:
             if self._bake_captures or not has_arrays(captured):
                 raise
@@ -339,6 +349,11 @@ class CompiledFunction:
             runner = None if compiled.program.writebacks else \
                 (lambda args, c=compiled: run_program(c, _array_leaves(args, [])))
             arrays, plain = leaves, True
+        result = None
+        if not compiled.verified and (self.verify or flags.verify) and self.checkable:
+            # (before the fast path learns the entry: until checked, calls come here)
+            result = self._checked(compiled, leaves, treedef, entry.leaf_names, bool(captured))
+            compiled.verified = True
         # (Compiled from distinct arguments, a program that writes none of them is right for
         # any call with the same types, shapes and dtypes, aliased or not.)
         if fast_key is not None and runner is not None and plain \
@@ -346,10 +361,30 @@ class CompiledFunction:
             self._fast[fast_key] = (entry, self.cache.generation, runner)
             if len(self._fast) > FAST_PATH_ENTRIES:
                 self._fast.popitem(last=False)
+        if result is not None:              # (checked: it ran)
+            return result[0]
         try:
             return run_program(compiled, leaves)
         except MemoryError:
             raise _memory_error(self.__name__, compiled) from None
+
+    def _checked(self, compiled: CompiledProgram, leaves: list, treedef, names: list[str],
+                 captures: bool) -> tuple:
+        """(the result,) of a call run compiled and checked against the plain function on
+        copies (call_check.py); captured values are passed to that as the trace passes them."""
+        def plain(tree):
+            if not captures:
+                args, kwargs = tree
+                return self.fn(*args, **kwargs)
+            (args, kwargs), captured = tree
+            return rebuild(self.fn, unbake(captured))(*args, **kwargs)
+
+        def run(leaves):
+            try:
+                return run_program(compiled, leaves)
+            except MemoryError:
+                raise _memory_error(self.__name__, compiled) from None
+        return (checked_call(self.__name__, run, plain, leaves, treedef, names),)
 
     def _capture_tokens(self, captured: list, plan) -> tuple:
         memo = self._token_memo
@@ -375,7 +410,7 @@ class CompiledFunction:
 
     def get_compiler_ir(self, *args, device: str | None = None, **kwargs) -> Callable[..., str]:
         """Like TensorFlow's ``experimental_get_compiler_ir``: ``f.get_compiler_ir(x)(stage='hlo')``."""
-        compiled, _, _ = self._lookup(args, kwargs, device)
+        compiled = self._lookup(args, kwargs, device)[0]
         return lambda stage="hlo": compiled.compilation.stage(stage)
 
     def __get__(self, obj, objtype=None):       # methods: bind like a function would
@@ -462,22 +497,27 @@ def _module_name(fn) -> str:
 
 
 def jit(fn: Callable | None = None, *, device: str = "cpu", cache: CompilationCache | None = None,
-        mode: str | None = None):
+        mode: str | None = None, verify: bool = False):
     """Compile ``fn``; usable as ``@jit``, ``@jit(device='cuda')`` or ``jit(fn, device=...)``.
 
     ``mode="compile"`` compiles the whole function or refuses it (like ``jit_compile=True``);
     ``mode="auto"`` runs it with auto-clustering (``nbxla.cluster``): it always runs, the parts
     that can be compiled are, the rest runs eagerly.  Without ``mode``, ``compile`` unless
     ``NBXLA_FLAGS`` has ``--auto_jit``.
+
+    ``verify=True`` (or ``NBXLA_FLAGS=--verify``): the first call of each compiled signature
+    also runs ``fn`` with NumPy on copies of the arguments and raises ``VerificationError``
+    where results or written arguments differ; later calls cost nothing more.  (Auto mode
+    always checks what it compiles, and runs what differs with NumPy.)
     """
     if mode not in (None, "compile", "auto"):
         raise ValueError(f"nbxla.jit: mode must be 'compile' or 'auto', not {mode!r}")
     if fn is None:
-        return lambda f: jit(f, device=device, cache=cache, mode=mode)
+        return lambda f: jit(f, device=device, cache=cache, mode=mode, verify=verify)
     if mode == "auto":
         from .cluster import AutoFunction            # the auto-clustering layer, above this one
         return AutoFunction(fn, device, cache)
-    return CompiledFunction(fn, device, cache, follow_auto_flag=mode is None)
+    return CompiledFunction(fn, device, cache, follow_auto_flag=mode is None, verify=verify)
 
 
 __all__ = ["jit", "CompiledFunction"]

@@ -13,17 +13,11 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from .errors import NbxlaError
-from .testing import compare_arrays
+from .errors import VerificationError
+from .testing import differences
 from .cell import CellResult, PreparedCell
 from .frontend.cell_ast import DISPLAY
 from .frontend.trace import is_array_leaf, tree_flatten, tree_unflatten
-
-
-class VerificationError(NbxlaError, ValueError):
-    """``--verify``: a compiled result differs from eager NumPy's."""
 
 
 def _copies(prepared: PreparedCell) -> tuple[list, tuple]:
@@ -65,10 +59,8 @@ def verify(prepared: PreparedCell, result: CellResult, user_ns: dict, filename: 
         for j, ((kind, v), w) in enumerate(zip(b.slots, want_leaves)):
             if kind == "out":
                 pairs.append((label if len(b.slots) == 1 else f"{label} (leaf {j})", result.outputs[v], w))
-    report = []
-    for label, got, want in pairs:
-        ok, detail = compare_arrays(np.asarray(got), np.asarray(want))
-        (report if ok else failures).append(f"{label}: {detail}")
+    report, differ = differences(pairs)
+    failures += differ
     if failures:
         raise VerificationError("--verify: the compiled cell differs from eager NumPy:\n  "
                                 + "\n  ".join(failures))

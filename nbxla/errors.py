@@ -90,5 +90,16 @@ class UnsupportedInputError(TraceError, TypeError):
     """An argument nbxla cannot compile for (``np.matrix``, masked and big-endian arrays, ...)."""
 
 
+class VerificationError(NbxlaError, ValueError):
+    """A compiled result checked against eager NumPy differs (``%%xla --verify``,
+    ``nbxla.jit(verify=True)``, ``NBXLA_FLAGS=--verify``): a bug in nbxla; the message names
+    the output or argument that differs and by how much."""
+
+
+class UncheckedWarning(UserWarning):
+    """``verify`` could not check a compiled function: its plain function runs only under
+    nbxla (a gradient tape), so NumPy has no result to compare with."""
+
+
 class ResourceError(NbxlaError, MemoryError):
     """A program needs more memory than can be allocated; the message names the user's shape."""

@@ -3,6 +3,10 @@
 
 ``--auto_jit`` (a switch) turns on auto-clustering for every ``%%xla`` cell and every
 ``nbxla.jit`` function made without an explicit ``mode`` (like ``TF_XLA_FLAGS=--tf_xla_auto_jit``).
+``--verify`` (a switch) makes every ``nbxla.jit`` function check the first call of each
+compiled signature against the plain function, as ``jit(fn, verify=True)`` does.
+``--unroll_max=N`` unrolls Python loops of at most N steps (4); ``--unroll_max=0`` rolls every
+loop that can be rolled into an HLO ``while``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Flags:
     # become an HLO while.  0 rolls every loop it can (the path long loops take), which the
     # test suite runs once more with, so that short test loops do not hide that path.
     unroll_max: int = 4
+    verify: bool = False
 
 
 def _boolean(text: str) -> bool:
@@ -53,7 +58,7 @@ def _count(text: str) -> int:
 
 
 _KNOWN = {"device": str, "dump_to": str, "pass_timing": _boolean, "clamp_indices": _boolean,
-          "auto_jit": _boolean, "unroll_max": _count}
+          "auto_jit": _boolean, "unroll_max": _count, "verify": _boolean}
 
 
 def parse_flags(text: str | None) -> Flags:
@@ -99,3 +104,16 @@ def current_flags() -> Flags:
         decoded = os.environ.get("NBXLA_FLAGS")       # text, whatever form ``text`` had
         flags = _parsed[text] = parse_flags(decoded)
     return flags
+
+
+def switch_on(name: str) -> None:
+    """Turn on the switch ``--name`` in ``NBXLA_FLAGS`` (``os.environ``: this process and the
+    processes it starts), keeping the flags already there.  Benchmark scripts and the demo
+    notebooks' test run with ``switch_on("verify")``: only each compiled signature's first
+    call pays for the check, so steady-state timings are unchanged."""
+    if _KNOWN.get(name) is not _boolean:
+        raise FlagError(f"--{name} is not an NBXLA_FLAGS switch; switches: "
+                        f"{', '.join('--' + k for k, v in _KNOWN.items() if v is _boolean)}")
+    text = os.environ.get("NBXLA_FLAGS", "")
+    if not getattr(parse_flags(text), name):
+        os.environ["NBXLA_FLAGS"] = f"{text} --{name}".strip()

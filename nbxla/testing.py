@@ -1,8 +1,11 @@
-"""The one tolerance rule for comparing results with expected ones (run-hlo, corpus tests, --verify).
+"""The one tolerance rule for comparing results with expected ones (run-hlo, corpus tests,
+``--verify``, ``jit(verify=True)``, auto mode's check of each new cluster).
 
 ``compare_arrays(got, want) -> (ok, detail)``: dtype and shape must match; integers and
 booleans exactly; floats within a per-dtype tolerance (float32 rtol 1e-5, float64 1e-12), with
 an absolute tolerance scaled by the largest expected magnitude; NaN and Inf positions equal.
+``differences(pairs)`` applies it to labelled pairs; ``SharedCopies`` makes the copies an eager
+oracle run works on.
 """
 
 from __future__ import annotations
@@ -50,3 +53,45 @@ def compare_arrays(got: np.ndarray, want: np.ndarray, rtol=None, atol=None) -> t
     elif not inf_ok:
         detail = "Inf positions or signs differ; " + detail
     return nan_ok and inf_ok and close, detail
+
+
+def differences(pairs) -> tuple[list[str], list[str]]:
+    """``(label, got, want)`` triples compared by ``compare_arrays``: (the lines of those that
+    match, the lines of those that differ), each ``"label: detail"``.  Python scalars compare
+    as the NumPy values they are (NumPy hands back ``float`` where compiled code gives
+    ``np.float64``)."""
+    same, differ = [], []
+    for label, got, want in pairs:
+        ok, detail = compare_arrays(np.asarray(got), np.asarray(want))
+        (same if ok else differ).append(f"{label}: {detail}")
+    return same, differ
+
+
+class SharedCopies:
+    """Copies of arrays for an eager run that must not touch the originals, sharing memory as
+    the originals do: views of one array become the same views of one copy, so a write
+    through one shows in the others (``a[..., 0] = 0`` on a view of an argument).
+    ``copies(array)`` is the copy of ``array``."""
+
+    def __init__(self):
+        self._owners: dict = {}             # id(memory owner) -> (owner, its copy)
+
+    def __call__(self, array: np.ndarray) -> np.ndarray:
+        owner = array
+        while isinstance(owner.base, np.ndarray):
+            owner = owner.base
+        held = self._owners.get(id(owner))
+        if held is None:
+            # (order "K" keeps the owner's strides, so a view's byte offset means the same)
+            held = self._owners[id(owner)] = (owner, owner.copy(order="K"))
+        owner_copy = held[1]
+        if owner is array:
+            return owner_copy
+        if owner.strides != owner_copy.strides or not owner_copy.flags.forc:
+            return array.copy()             # (a layout "K" cannot keep: an unshared copy)
+        offset = array.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+        try:
+            return np.ndarray(array.shape, array.dtype, buffer=owner_copy, offset=offset,
+                              strides=array.strides)
+        except (TypeError, ValueError):     # (not expressible over the copy's buffer)
+            return array.copy()

@@ -12,7 +12,9 @@ Operations on stand-in arrays (``LazyArray``) come to ``Session.dispatch``, whic
   *materializes* the replayed operations (records them) and recording goes on.
 
 A *flush* turns the pending graph into a cluster: the values still alive become its outputs,
-it is compiled (cached by its structure, shapes and dtypes) and run on the concrete inputs,
+it is compiled (cached by its structure, shapes and dtypes) and run on the concrete inputs
+(its first run in the process checked against its eager replay: one that differs runs
+eagerly from then on, and the report says so),
 or, when its work is below the cost model's threshold, the compiler refuses it, or it was
 measured faster so (choice.py), replayed eagerly with NumPy.  Either way every alive
 stand-in ends up concrete, writes into concrete arrays land in them (in program order), and
@@ -29,6 +31,7 @@ import os
 import sys
 import sysconfig
 import time
+import warnings
 import weakref
 from dataclasses import dataclass, field
 
@@ -42,6 +45,8 @@ from ..frontend.tracer import Tracer
 from ..hlo import Module, Shape, SourceLocation, from_numpy_dtype
 from ..hlo.ir import Computation
 from ..runtime.cache import DEFAULT_CACHE, CacheKey
+from ..runtime.host_memory import memory_owner
+from ..testing import SharedCopies, differences
 from .choice import ClusterTiming
 from .lazy import LazyArray
 from .tape import FlushEntry, NoKey, Tape, key_of
@@ -851,8 +856,16 @@ class Session:
                 return run                  # (no gain: it runs eagerly)
             try:                        # (it only reads the inputs: on failure, replay)
                 outputs, run.run_ms = self._execute(compilation)
-                if self.measure and timing is None:
-                    timing = self._time_both_ways(key, compilation)
+                eager_ms = None
+                if key not in _CHECKED:     # (nothing unchecked is handed back)
+                    differs, eager_ms = self._check(roots, outputs)
+                    _CHECKED.add(key)
+                    if differs:
+                        refused = _REFUSED[key] = (
+                            f"its compiled result differed from NumPy's ({differs}): a bug in "
+                            "nbxla (please report it); it runs eagerly from now on")
+                if refused is None and self.measure and timing is None:
+                    timing = self._time_both_ways(key, compilation, eager_ms)
                 elif timing is not None:
                     timing.ran(True, run.run_ms)
             except Exception as e:
@@ -880,23 +893,46 @@ class Session:
                    for o in compilation.executable.run(list(self.params))]
         return outputs, (time.perf_counter() - start) * 1e3
 
-    def _time_both_ways(self, key, compilation) -> ClusterTiming:
-        """The first run of a cluster in this process: time two more compiled runs (the first
-        was cold) and an eager replay on copies of its arrays (so it writes nothing the
-        program sees), and remember both: later runs take the faster way."""
-        compiled_ms = [self._execute(compilation)[1] for _ in range(2)]
-        copies = {}
-        for op in self.ops:
-            for leaf in flatten((op.args, op.kwargs), []):
-                if type(leaf) is np.ndarray and id(leaf) not in copies:
-                    copies[id(leaf)] = leaf.copy()
+    def _check(self, roots, outputs) -> tuple[str, float]:
+        """The first run of a cluster in this process against its eager replay on copies of
+        its arrays (so the replay writes nothing the program sees): (how its outputs differ,
+        "" where they do not; the replay's milliseconds, the first eager timing)."""
+        copies = SharedCopies()
         start = time.perf_counter()
         try:
-            with np.errstate(all="ignore"):          # (the program's own run warns, if at all)
-                self._eager_ops((), copies)
-            eager_ms = (time.perf_counter() - start) * 1e3
-        except Exception:                            # NumPy refuses what the graph did: compile
-            eager_ms = math.inf
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")     # (the program's own run warns, if at all)
+                values = self._eager_ops([id(x._slot) for x in roots
+                                          if x is not None and x._value is None], copies)
+        except Exception as e:           # NumPy refuses what the graph did: not NumPy's result
+            return f"NumPy raises {type(e).__name__}: {e}", math.inf
+        eager_ms = (time.perf_counter() - start) * 1e3
+        pairs = [(f"output {k} ({got.dtype}{list(got.shape)})", got,
+                  values[id(x._slot)] if x._value is None else copies(x._value))
+                 for k, (x, got) in enumerate(zip(roots, outputs)) if x is not None]
+        differ = differences(pairs)[1]
+        # Each output is an array of its own, as NumPy's are: a write into one (after the
+        # flush) must not show in another.
+        owners: dict = {}
+        for k, got in enumerate(outputs):
+            first = owners.setdefault(id(memory_owner(got)), k)
+            if first != k:
+                differ.append(f"outputs {first} and {k} are one array where NumPy makes two")
+        return "; ".join(differ), eager_ms
+
+    def _time_both_ways(self, key, compilation, eager_ms: float | None) -> ClusterTiming:
+        """The first run of a cluster in this process: time two more compiled runs (the first
+        was cold) and, unless its check did, an eager replay on copies of its arrays, and
+        remember both: later runs take the faster way."""
+        compiled_ms = [self._execute(compilation)[1] for _ in range(2)]
+        if eager_ms is None:
+            start = time.perf_counter()
+            try:
+                with np.errstate(all="ignore"):      # (the program's own run warns, if at all)
+                    self._eager_ops((), SharedCopies())
+                eager_ms = (time.perf_counter() - start) * 1e3
+            except Exception:                        # NumPy refuses what the graph did: compile
+                eager_ms = math.inf
         timing = _TIMINGS[key] = ClusterTiming(compiled_ms, [eager_ms])
         return timing
 
@@ -937,8 +973,8 @@ class Session:
         """The logged NumPy calls run eagerly; id(slot) -> the value of each slot in ``keep``
         (ids).  A value is dropped after its last use, as eager NumPy drops temporaries:
         holding them all would keep the allocator from reusing their memory (fresh pages
-        for every temporary cost more than the arithmetic).  With ``copies`` (id(array) ->
-        a copy), the calls see the copies instead of the arrays."""
+        for every temporary cost more than the arithmetic).  With ``copies`` (a
+        ``SharedCopies``), the calls see copies of the arrays instead of the arrays."""
         last_use = {}
         for i, op in enumerate(self.ops):
             for leaf in flatten((op.args, op.kwargs), []):
@@ -951,7 +987,7 @@ class Session:
             if type(x) is _Slot:
                 return values[id(x)]
             if copies is not None and type(x) is np.ndarray:
-                return copies[id(x)]
+                return copies(x)
             return x
         for i, op in enumerate(self.ops):
             args, kwargs = tree_map((op.args, op.kwargs), value)
@@ -980,6 +1016,7 @@ class Session:
 
 
 _REFUSED: dict = {}          # cluster key -> why the compiler refused it (not tried again)
+_CHECKED: set = set()        # cluster keys whose first compiled run was checked against NumPy's
 _TIMINGS: dict = {}          # cluster key -> ClusterTiming (choice.py)
 _FACTS: dict = {}            # cluster key -> (HLO instructions, kernels after fusion)
 

@@ -248,12 +248,14 @@ class CpuExecutable:
 
     def _results_are_fresh(self, entry: _Program) -> bool:
         """Is every result of the entry an array made during the run by a kernel or a library
-        call (or a view of one), so that none can share memory with an input, a constant or
-        the arena?  Then ``run`` skips that check (a few us: small programs are dispatch)."""
+        call (or a view of one), each by its own, so that none can share memory with an input,
+        a constant, the arena or another result?  Then ``run`` skips that check (a few us:
+        small programs are dispatch)."""
         step_of = {id(i): step for i, step in
                    zip([i for i in entry.computation.instructions if i.opcode != "parameter"], entry.steps)}
+        made: list = []                  # (the instruction, output) each result comes from
 
-        def fresh(instr) -> bool:
+        def fresh(instr, index=()) -> bool:
             if instr.opcode == "tuple":
                 return all(fresh(o) for o in instr.operands)
             step = step_of.get(id(instr))
@@ -262,9 +264,14 @@ class CpuExecutable:
             thunk, places = step[0], step[3]
             if instr.opcode in ("get-tuple-element", "reshape", "bitcast") and \
                     not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)):
-                return fresh(instr.operands[0])      # a view or a name of its operand
+                # a view or a name of its operand
+                return fresh(instr.operands[0], (instr.attrs["index"],) + index
+                             if instr.opcode == "get-tuple-element" else index)
+            made.append((id(instr), index))
             return isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)) and places is None
-        return fresh(entry.computation.root)
+        # (CSE merges equal values: ``return np.zeros(n), np.zeros(n)`` is one kernel's output
+        # twice in the root tuple, where NumPy gives two arrays.)
+        return fresh(entry.computation.root) and len(set(made)) == len(made)
 
     def _arena_outputs(self, instr: Instruction, thunk) -> list | None:
         """(offset, dims, dtype) per output of a kernel whose outputs the buffer plan places
@@ -380,13 +387,21 @@ class CpuExecutable:
                 values[out] = result
         if self._fresh_results:
             return flatten_leaves(values[root])
-        # Results never share memory with inputs, cached constants or the arena (reshapes
-        # and some evaluator rules give views).
+        # Results never share memory with inputs, cached constants, the arena (reshapes and
+        # some evaluator rules give views) or each other (CSE merged two equal results: NumPy
+        # gives two arrays, and a write into one must not show in the other).
         foreign = self._literal_owners | {id(memory_owner(a)) for a in flatten_leaves(tuple(inputs))}
         if arena is not None:
             foreign.add(id(memory_owner(arena)))
-        return [leaf.copy() if id(memory_owner(leaf)) in foreign else leaf
-                for leaf in flatten_leaves(values[root])]
+        results = []
+        for leaf in flatten_leaves(values[root]):
+            owner = id(memory_owner(leaf))
+            if owner in foreign:
+                leaf = leaf.copy()
+            else:
+                foreign.add(owner)
+            results.append(leaf)
+        return results
 
     def describe(self) -> str:
         """The ``execution`` stage: how every instruction of every program runs."""

@@ -230,8 +230,13 @@ class CudaExecutable:
             values[out] = thunk([values[k] for k in operands])
         # Results never alias inputs, cached constants or each other's storage (views).
         shared = {id(values[k]) for k, _ in params} | self._literal_ids
-        leaves = [leaf.copy() if leaf.base is not None or id(leaf) in shared else leaf
-                  for leaf in _flatten(values[root])]
+        leaves = []
+        for leaf in _flatten(values[root]):
+            if leaf.base is not None or id(leaf) in shared:
+                leaf = leaf.copy()
+            else:
+                shared.add(id(leaf))     # (one result twice in the root tuple: copied again)
+            leaves.append(leaf)
         if self.host_outputs if host is None else host:
             return [dev.to_host(leaf) for leaf in leaves]
         return leaves

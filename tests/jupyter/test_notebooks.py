@@ -3,15 +3,19 @@
 Cells tagged ``raises-exception`` (the "what cannot be compiled" demos) must raise; every
 other cell must not.  Kernels are the ``python3`` kernel of this Python (nbclient runs
 ``sys.executable``), started in ``demo_notebooks/``; they inherit the test session's private
-NBXLA_CACHE_DIR (conftest).
+NBXLA_CACHE_DIR (conftest), and run with ``NBXLA_FLAGS=--verify`` added: every jit function's
+first call of each signature is checked against NumPy.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pytest
+
+from nbxla.flags import switch_on
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -31,7 +35,9 @@ def test_demo_notebooks_are_numbered_and_listed():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_without_errors(path):
+def test_notebook_runs_without_errors(path, monkeypatch):
+    monkeypatch.setenv("NBXLA_FLAGS", os.environ.get("NBXLA_FLAGS", ""))
+    switch_on("verify")                 # (the kernel inherits the environment)
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
         "demo notebooks are stored without outputs"

@@ -30,3 +30,22 @@ def test_flat_tuple_results_agree_with_numpy_on_every_call(name):
             assert np.shape(g) == np.shape(w) and type(g) is type(w)
             np.testing.assert_allclose(g, w, rtol=1e-12)
         args = [a + 1.0 for a in args]        # new arrays, same signature: the fast path
+
+
+@pytest.mark.parametrize("fn", [lambda a: (np.zeros_like(a), np.zeros_like(a), a * 2.0),
+                                lambda a: (a * 2.0, a * 2.0),
+                                lambda a: (np.zeros_like(a), np.zeros_like(a).reshape(-1))],
+                         ids=["zeros_twice", "product_twice", "reshaped_twice"])
+def test_equal_results_are_distinct_arrays(fn):
+    """CSE merges equal values, so one kernel output stands for two results; NumPy gives two
+    arrays, and a write into one must not show in the other (a TKE kernel's three
+    ``np.zeros_like`` flux arrays, written one after another, came back as one array)."""
+    a = np.arange(6.0).reshape(2, 3)
+    f = nbxla.jit(fn)
+    for _ in range(2):                          # (the second call: the fast path)
+        got = f(a)
+        for i, g in enumerate(got):
+            for h in got[i + 1:]:
+                assert not np.shares_memory(g, h)
+        got[0][...] = -1.0
+        np.testing.assert_array_equal(got[1], fn(a)[1])
