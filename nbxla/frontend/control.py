@@ -470,14 +470,17 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
             param = builder.parameter(shapes, "state")
             for k, t in enumerate(tracers):
                 t._instr = builder.op("get-tuple-element", param, index=k)
+            params = [t.instr for t in tracers]
             out = _resolved(fn(state))
             _drop_promotions(ctx, promoted)      # (arrays made in the branch)
-            branches.append((builder, [t.instr for t in tracers], out))
+            # a tracer the branch left alone is its parameter: mark it unchanged
+            branches.append((builder, [t.instr if t.instr is not p else None
+                                       for t, p in zip(tracers, params)], out, params))
             _restore(saved)
     finally:
         _restore(saved)
         ctx.builder, ctx._constants = outer, outer_constants
-    (_, t_then, o_then), (_, t_else, o_else) = branches
+    (_, t_then, o_then, _), (_, t_else, o_else, _) = branches
     slots = []
     for k, (a, b, m) in enumerate(zip(o_then, o_else, merged)):
         if a is b or not isinstance(m, Tracer):
@@ -486,8 +489,9 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
             return None
         slots.append(k)
     comps = []
-    for builder, instrs, out in branches:
+    for builder, instrs, out, params in branches:
         builder.location = None
+        instrs = [i if i is not None else p for i, p in zip(instrs, params)]
         root = builder.op("tuple", *instrs, *[out[k].instr for k in slots])
         try:
             _check_closed(builder)
@@ -500,7 +504,7 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
                     true_computation=comps[0], false_computation=comps[1])
     results = [outer.op("get-tuple-element", cond, index=k) for k in range(len(tracers) + len(slots))]
     for (t, instr, version), r, a, b in zip(saved, results, t_then, t_else):
-        if a is not instr or b is not instr:
+        if a is not None or b is not None:
             t._instr, t.version = r, version + 1
     state_out = list(merged)
     for k, r in zip(slots, results[len(tracers):]):
@@ -798,9 +802,19 @@ class _Loop:
         # Which names did the body rebind, and are the slot types stable?  (The answers are
         # applied by ``run`` once the state is restored: initial values live outside.)
         requests = []
+        offset = 1 if self.counted else 0
+        written = {id(t) for t, same in zip(self.objects, self.unchanged[offset:]) if not same}
         for k, (old, new) in enumerate(zip(self.state, new_state)):
             if k in self.rebound or new is old:
                 continue
+            if isinstance(old, Tracer) and \
+                    (id(old) in written or old.view is not None and id(old.view.base) in written):
+                # ``b[i] = v; b = f(b)``: the first step writes into the array ``b`` held
+                # before the loop, later steps into the one it was rebound to -- not one body.
+                # (Which name a write went through is not known: any write into that array
+                # counts, so a loop that writes it through another name is unrolled too.)
+                raise CannotRoll(f"the body writes into the array `{self.names[k]}` holds and "
+                                 f"then rebinds `{self.names[k]}`")
             if isinstance(new, Tracer):
                 if getattr(new, "weak", False):          # a loop index: a Python int
                     self.weak.add(k)
