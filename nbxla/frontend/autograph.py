@@ -136,12 +136,12 @@ def _key_expr(sl: ast.expr) -> ast.expr:
 
 
 class _Converter(ast.NodeTransformer):
-    def __init__(self, local_names: set[str] | None):
+    def __init__(self, cell: bool):
         # Names the scope may rebind (None: a cell, where every name is the namespace's).
-        self.local_names = local_names
+        self.local_names: set[str] | None = None
         # Functions and lambdas a cell defines are re-homed into the user's namespace, which
         # has no ``__nbxla_ag__``: their names are read plainly (``ld`` is for the trace).
-        self.cell = local_names is None
+        self.cell = cell
         self.plain_loads = 0
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -521,7 +521,7 @@ def _local_names(fn: ast.FunctionDef) -> set[str]:
 def convert_tree(tree: ast.Module) -> ast.Module:
     """A cell's tree, converted (the input tree is left as it is)."""
     import copy
-    tree = _Converter(None).visit(copy.deepcopy(tree))
+    tree = _Converter(cell=True).visit(copy.deepcopy(tree))
     return _pin_helper_calls(ast.fix_missing_locations(tree))
 
 
@@ -554,7 +554,7 @@ def _make(fn) -> Callable:
         return lambda f: None                         # a lambda, or source we cannot place
     ast.increment_lineno(tree, start - 1)
     func.decorator_list = []
-    func = _Converter(None).visit_FunctionDef(func)
+    func = _Converter(cell=False).visit_FunctionDef(func)
     # (A function defined inside a converted one already reads the helper namespace AG from
     # its closure: the factory's own AG argument provides it.)
     freevars = [v for v in fn.__code__.co_freevars if v != AG]

@@ -98,13 +98,16 @@ class ProgramWriter:
         return lines
 
     def statement(self, arrays, views, depth, index, writable) -> list[str]:
-        kind = self.draw(st.integers(0, 11 if depth < self.max_depth else 7))
-        target = self.pick(writable)
+        roll = self.draw(st.integers(0, 99 if depth < self.max_depth else 79))
+        kind = next(k for k, edge in enumerate(_KIND_EDGES) if roll < edge)
+        # the newest array more often: made, then filled (by a helper, through a view...)
+        target = writable[-1] if self.chance(40) else self.pick(writable)
         if kind == 0:                                   # a new local
             name = self.fresh("t")
-            how = self.draw(st.integers(0, 3))
+            how = self.draw(st.integers(0, 4))
             value = (f"{self.pick(arrays)}.copy()", f"np.zeros({arrays[0]}.shape)",
-                     f"np.ones_like({arrays[0]})", self.bounded(self.full(arrays)))[how]
+                     f"np.ones_like({arrays[0]})", self.bounded(self.full(arrays)),
+                     f"np.zeros({arrays[0]}.shape)")[how]
             arrays.append(name)
             writable.append(name)
             return [f"{name} = {value}"]
@@ -117,7 +120,8 @@ class ProgramWriter:
                 return [f"{target} += 0.25 * {self.bounded(self.full(arrays))}"]
             return [f"{target}[1:-1, 1:-1] *= 0.5"]
         if kind == 4:                                   # a helper writes into its parameter
-            return [f"{self.helper()}({target}, {self.pick(arrays)}, s)"]
+            source = arrays[self.draw(st.integers(0, 1))] if self.chance(50) else self.pick(arrays)
+            return [f"{self.helper()}({target}, {source}, s)"]
         if kind == 5:                                   # a view, written through
             view = self.fresh("v")
             views.append(view)
@@ -169,10 +173,17 @@ class ProgramWriter:
     def program(self) -> str:
         arrays, writable = ["x", "y"], ["x", "y"]
         body = self.block(arrays, [], 0, None, writable)
-        result = self.pick(arrays)
+        # every array the body bound: a write lost on any of them shows
+        result = ", ".join(arrays[2:]) if len(arrays) > 2 else self.pick(arrays)
         lines = ["import numpy as np", ""] + [h + "\n" for h in self.helpers]
         lines += ["def prog(n, s, x, y):"] + _indent(body + [f"return {result}"])
         return "\n".join(lines) + "\n"
+
+
+# Statement kinds 0..11 (see ``statement``), drawn with these weights in percent; the last
+# four (loops, exits, ifs) only below the deepest level, where the first eight share 80.
+_KIND_WEIGHTS = (14, 14, 7, 7, 16, 8, 6, 8, 10, 4, 3, 3)
+_KIND_EDGES = [sum(_KIND_WEIGHTS[:k + 1]) for k in range(len(_KIND_WEIGHTS))]
 
 
 def _indent(lines: list[str]) -> list[str]:

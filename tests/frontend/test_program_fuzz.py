@@ -68,8 +68,11 @@ def check_program(source: str, n: int, s, unroll_max: str | None, monkeypatch) -
     except NbxlaError as e:
         event(f"refused: {str(e).splitlines()[0].split(': ', 1)[-1][:60]}")
         return
-    for what, w, g in [("result", want, got), ("x after the call", eager[2], compiled[2]),
-                       ("y after the call", eager[3], compiled[3])]:
+    want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+    assert isinstance(got, tuple) and len(got) == len(want), f"result {got!r}:\n{source}"
+    pairs = [(f"result {k}", w, g) for k, (w, g) in enumerate(zip(want, got))]
+    for what, w, g in pairs + [("x after the call", eager[2], compiled[2]),
+                               ("y after the call", eager[3], compiled[3])]:
         ok, detail = compare_arrays(np.asarray(g), np.asarray(w), rtol=1e-9)
         assert ok, f"{what} differs from NumPy ({detail}) for n={n}, s={s!r}, " \
                    f"unroll_max={unroll_max}:\n{source}"
