@@ -140,6 +140,15 @@ class Interpreter:
         """Evaluate ``comp`` on argument values of its parameters' shapes."""
         return self._run(comp, args, batched=False)
 
+    def apply(self, instr: Instruction, values: list, batched: bool = False):
+        """``instr``'s value from its operands' values: its rule, exactly of its shape.  bf16 /
+        f8 arithmetic runs the rule on f32 and rounds once (``low_precision``)."""
+        if computes_in_f32(instr):
+            value = RULES[instr.opcode](self._widener.instruction(instr), [widen_value(v) for v in values], self)
+        else:
+            value = RULES[instr.opcode](instr, values, self)
+        return conform_value(instr, instr.shape, value, batched)
+
     def map(self, comp: Computation, args: Sequence[np.ndarray]):
         """Apply a computation on scalars elementwise over broadcastable arrays ``args``.
 
@@ -161,16 +170,11 @@ class Interpreter:
         for instr in self._live_instructions(comp):
             try:
                 if instr.opcode == "parameter":
-                    value = args[instr.parameter_number]
+                    env[instr] = conform_value(instr, instr.shape, args[instr.parameter_number], batched)
                 elif batched and instr.opcode in _SCALAR_IDENTITIES:
-                    value = env[instr.operands[0]]
-                elif computes_in_f32(instr):
-                    # bf16 / f8 arithmetic: the op on f32, rounded once by conform_value
-                    value = RULES[instr.opcode](self._widener.instruction(instr),
-                                                [widen_value(env[o]) for o in instr.operands], self)
+                    env[instr] = conform_value(instr, instr.shape, env[instr.operands[0]], batched)
                 else:
-                    value = RULES[instr.opcode](instr, [env[o] for o in instr.operands], self)
-                env[instr] = conform_value(instr, instr.shape, value, batched)
+                    env[instr] = self.apply(instr, [env[o] for o in instr.operands], batched)
             except HloShapeError as e:  # a shape problem inside a rule: say which instruction
                 raise EvaluationError(f"while evaluating {label(instr)}: {e}") from e
             except NbxlaError:
