@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import NbxlaError
+from .hlo.shapes import LOW_PRECISION_DTYPES
 from .testing import compare_arrays
 
 
@@ -149,7 +150,7 @@ def run_hlo(opts) -> int:
     for i, r in enumerate(results):
         print(f"  result {i}: {_shape_text(r)}  {_summary(r)}")
 
-    expected = _numbered(data, "out")
+    expected = [_typed(e, np.asarray(r).dtype) for e, r in zip(_numbered(data, "out"), results)]
     if not expected:
         return 0
     return _compare(results, expected, opts.rtol, opts.atol)
@@ -164,6 +165,14 @@ def _load_npz(path: str) -> dict[str, np.ndarray]:
             return {k: npz[k] for k in npz.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise _UsageError(f"cannot read inputs file {path}: {e}") from None
+
+
+def _typed(arr: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``arr`` as ``dtype`` where the .npy file lost a bf16 / f8 type: NumPy saves ml_dtypes
+    arrays as raw bytes (|V2, |V1), which hold exactly the bits."""
+    if arr.dtype.kind == "V" and dtype in LOW_PRECISION_DTYPES and arr.dtype.itemsize == dtype.itemsize:
+        return arr.view(dtype)
+    return arr
 
 
 def _numbered(data: dict, prefix: str) -> list[np.ndarray]:
@@ -193,6 +202,7 @@ def _inputs(params, data: dict, source: str | None) -> list:
         if p.shape.is_tuple:
             raise _UsageError(f"parameter {i} is a tuple {p.shape}: the inputs file can only "
                               "hold arrays; run without --inputs to use random values")
+        arr = given[i] = _typed(arr, p.shape.dtype)
         if arr.dtype != p.shape.dtype or arr.shape != p.shape.dims:
             raise _UsageError(f"in{i} is {_shape_text(arr)} but parameter {i} (%{p.name}) is "
                               f"{p.shape.to_text(with_layout=False)}")
@@ -205,7 +215,7 @@ MAX_RANDOM_INPUT_BYTES = 1 << 30
 def _bytes(shape) -> int:
     if shape.is_tuple:
         return sum(_bytes(s) for s in shape.elements)
-    return shape.size * np.dtype(shape.dtype).itemsize if shape.element_type != "bf16" else shape.size * 2
+    return shape.byte_size
 
 
 def _random_value(shape, rng):

@@ -2,7 +2,8 @@
 ``--verify``, ``jit(verify=True)``, auto mode's check of each new cluster).
 
 ``compare_arrays(got, want) -> (ok, detail)``: dtype and shape must match; integers and
-booleans exactly; floats within a per-dtype tolerance (float32 rtol 1e-5, float64 1e-12), with
+booleans exactly; floats within a per-dtype tolerance (float32 rtol 1e-5, float64 1e-12,
+bfloat16 1e-2), with
 an absolute tolerance scaled by the largest expected magnitude; NaN and Inf positions equal.
 ``differences(pairs)`` applies it to labelled pairs; ``SharedCopies`` makes the copies an eager
 oracle run works on.
@@ -12,9 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .hlo.shapes import LOW_PRECISION_DTYPES
+
 # Default (rtol, atol) per element type kind; atol is scaled by the largest |expected| value
 # so that it means "error relative to the output's magnitude" for outputs near zero.
 _TOLERANCES = {
+    # bf16 keeps 8 significant bits (one rounding is up to 2**-9 relative); f8 keeps 3 or 4.
+    "float8_e5m2": (0.25, 0.25), "float8_e4m3fn": (0.125, 0.125),
+    "bfloat16": (1e-2, 1e-2),
     "float16": (1e-3, 1e-3),
     "float32": (1e-5, 1e-6), "complex64": (1e-5, 1e-6),
     "float64": (1e-12, 1e-13), "complex128": (1e-12, 1e-13),
@@ -28,10 +34,12 @@ def compare_arrays(got: np.ndarray, want: np.ndarray, rtol=None, atol=None) -> t
         return False, f"dtype {got.dtype}, expected {want.dtype}"
     if got.shape != want.shape:
         return False, f"shape {got.shape}, expected {want.shape}"
+    default_rtol, default_atol = _TOLERANCES.get(want.dtype.name, (1e-5, 1e-6))
+    if want.dtype in LOW_PRECISION_DTYPES:       # (ml_dtypes' kind is "V"): as f32, exactly
+        got, want = got.astype(np.float32), want.astype(np.float32)
     if want.dtype.kind not in "fc":  # integers and pred: exact
         bad = int(np.count_nonzero(got != want))
         return bad == 0, f"{bad} of {want.size} elements differ" if bad else "exact"
-    default_rtol, default_atol = _TOLERANCES.get(want.dtype.name, (1e-5, 1e-6))
     rtol = default_rtol if rtol is None else rtol
     with np.errstate(all="ignore"):
         finite = np.isfinite(want)

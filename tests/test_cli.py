@@ -116,3 +116,36 @@ def test_module_entry_point_lists_commands():
     proc = subprocess.run([sys.executable, "-m", "nbxla", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0
     assert "run-hlo" in proc.stdout and "demo" in proc.stdout
+
+
+# No header line (as in XLA's test files); bf16 in and out.
+BF16_HEADERLESS = """\
+%scale (p: bf16[4]) -> bf16[4] {
+  %p = bf16[4]{0} parameter(0)
+  %c = bf16[] constant(1.5)
+  %b = bf16[4]{0} broadcast(%c), dimensions={}
+  ROOT %m = bf16[4]{0} multiply(%p, %b)
+}
+
+ENTRY %main (x: bf16[4]) -> bf16[4] {
+  %x = bf16[4]{0} parameter(0)
+  ROOT %f = bf16[4]{0} fusion(%x), kind=kLoop, calls=%scale
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["cpu", "evaluator"])
+def test_bf16_module_without_header_with_ml_dtypes_npz(tmp_path, capsys, backend):
+    """NumPy saves ml_dtypes arrays as raw bytes (|V2); run-hlo reads them as the parameter's
+    and the result's bf16, and compares with bf16's tolerance (rtol 1e-2)."""
+    import ml_dtypes
+    path = tmp_path / "bf16.hlo"
+    path.write_text(BF16_HEADERLESS)
+    x = np.array([1, 2, 3, 4], ml_dtypes.bfloat16)
+    good = npz(tmp_path, "good.npz", in0=x, out0=(x * ml_dtypes.bfloat16(1.5)))
+    code, out, err = run(capsys, "run-hlo", str(path), "--inputs", good, "--backend", backend)
+    assert code == 0, out + err
+    assert "module main," in out and "out0 bf16[4]: PASS" in out and "rtol 0.01" in out
+    bad = npz(tmp_path, "bad.npz", in0=x, out0=(x * ml_dtypes.bfloat16(1.53)))   # 2% off
+    code, out, _ = run(capsys, "run-hlo", str(path), "--inputs", bad, "--backend", backend)
+    assert code == 1 and "out0 bf16[4]: FAIL" in out

@@ -44,10 +44,11 @@ from .updates import emit_in_place_update
 
 C_TYPES = {"pred": "bool", "s8": "int8_t", "s16": "int16_t", "s32": "int32_t", "s64": "int64_t",
            "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t", "u64": "uint64_t",
-           "f16": "uint16_t", "bf16": "uint16_t", "f32": "float", "f64": "double",
-           "c64": "float", "c128": "double"}
-_TYPE_NOTES = {"f16": "IEEE half bits", "bf16": "bfloat16 bits", "c64": "interleaved re, im",
-               "c128": "interleaved re, im"}
+           "f16": "uint16_t", "bf16": "uint16_t", "f8e4m3fn": "uint8_t", "f8e5m2": "uint8_t",
+           "f32": "float", "f64": "double", "c64": "float", "c128": "double"}
+_TYPE_NOTES = {"f16": "IEEE half bits", "bf16": "bfloat16 bits (the high half of a float)",
+               "f8e4m3fn": "float8 e4m3fn bits", "f8e5m2": "float8 e5m2 bits",
+               "c64": "interleaved re, im", "c128": "interleaved re, im"}
 _C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if
     inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
     void volatile while bool true false main""".split())

@@ -26,7 +26,7 @@ from llvmlite import ir
 
 from ..hlo.ir import Computation
 from ..hlo.opcodes import LINEAR_INDEXABLE
-from ..hlo.shapes import is_complex
+from ..hlo.shapes import compute_type, is_complex
 from .elemental import const_i64, delinearize, ElementalEmitter, linear_index, llvm_type
 from .toolkit import (BLOCK, ancestors, combine_values, counted_loop, entry_alloca, expand_index,
                       is_linear, kernel_function, kernel_outputs, KernelBuffers, KernelSpec, LinearEmitter,
@@ -109,7 +109,7 @@ def emit_grouped_column_reduction(module: ir.Module, name: str, comp: Computatio
     width = group_width(columns)
     per_group = width // columns
     groups = rows // per_group
-    opcode, t = reducer_opcode(r), r.shape.element_type
+    opcode, t = reducer_opcode(r), compute_type(r.shape.element_type)
     ty, pty = llvm_type(t), partial_type(r)
     blocked = pty != ty                         # float sums: f32 blocks, double totals
     slots = 2 * width if blocked else width

@@ -20,9 +20,10 @@ from llvmlite import ir
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
+from ..hlo.low_precision import KEEPS_NARROW_TYPES
 from ..hlo.opcodes import TYPE_AGNOSTIC
-from ..hlo.shapes import complex_component, is_complex, is_float, is_integral
-from . import transcendentals
+from ..hlo.shapes import complex_component, compute_type, is_complex, is_float, is_integral
+from . import bf16, transcendentals
 from .complex_math import ComplexMath
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -31,6 +32,7 @@ _LLVM_TYPES = {
     "pred": I1, "s8": I8, "u8": I8, "s16": ir.IntType(16), "u16": ir.IntType(16),
     "s32": I32, "u32": I32, "s64": I64, "u64": I64,
     "f16": ir.HalfType(), "f32": ir.FloatType(), "f64": ir.DoubleType(),
+    "bf16": ir.FloatType(),     # an f32 in registers, 16 bits in memory (see bf16.py)
     # Complex values are {re, im} structs in registers and in memory (NumPy's interleaved
     # layout); the loop emitters load and store the two components separately.
     "c64": ir.LiteralStructType([ir.FloatType(), ir.FloatType()]),
@@ -62,7 +64,23 @@ def llvm_type(element_type: str) -> ir.Type:
 
 
 def storage_type(element_type: str) -> ir.Type:
+    if element_type == "bf16":
+        return ir.IntType(16)
     return I8 if element_type == "pred" else llvm_type(element_type)
+
+
+def to_storage(b: ir.IRBuilder, element_type: str, v):
+    """A register value as it is kept in memory (pred: i8, bf16: its 16 bits)."""
+    if element_type == "pred":
+        return b.zext(v, I8)
+    return bf16.to_bits(b, v) if element_type == "bf16" else v
+
+
+def from_storage(b: ir.IRBuilder, element_type: str, v):
+    """A value read from memory as it is kept in registers (the inverse of ``to_storage``)."""
+    if element_type == "pred":
+        return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+    return bf16.from_bits(b, v) if element_type == "bf16" else v
 
 
 def const_i64(v: int) -> ir.Constant:
@@ -145,6 +163,9 @@ class ElementalEmitter:
                     "values per element (values read at many positions, recomputed for each); it "
                     "runs through the evaluator")
             v = self._emit(instr, index)
+            if instr.opcode not in KEEPS_NARROW_TYPES and not instr.shape.is_tuple \
+                    and instr.shape.element_type == "bf16":
+                v = bf16.round_to_bf16(self.b, v)     # computed in f32: round once, as XLA
             self._memo[key] = v
         return v
 
@@ -187,7 +208,8 @@ class ElementalEmitter:
         return self.b.call(fn, args)
 
     def _t(self, instr: Instruction) -> str:
-        return instr.shape.element_type
+        """The element type ``instr`` computes in (bf16: f32)."""
+        return compute_type(instr.shape.element_type)
 
     def _operand(self, instr: Instruction, k: int, index: list) -> ir.Value:
         return self.value(instr.operands[k], index)
@@ -253,12 +275,17 @@ class ElementalEmitter:
     def _same_bits(self, instr, v):
         """A bitcast names the same bytes; one that also changes the element type (same width,
         as in XLA's optimized comparators: a float's bits as an integer key) reinterprets them."""
-        src, dst = instr.operands[0].shape.element_type, self._t(instr)
+        return self._reinterpret(v, instr.operands[0].shape.element_type, instr.shape.element_type,
+                                 f"a bitcast from {{src}} to {{dst}} has no native code path")
+
+    def _reinterpret(self, v, src: str, dst: str, refusal: str):
+        """``v``'s bits (as stored in memory) read as type ``dst`` of the same width."""
         if src == dst:
             return v
         if "pred" in (src, dst) or _bit_width(storage_type(src)) != _bit_width(storage_type(dst)):
-            raise UnsupportedError(f"a bitcast from {src} to {dst} has no native code path")
-        return self.b.bitcast(v, storage_type(dst))
+            raise UnsupportedError(refusal.format(src=src, dst=dst))
+        b = self.b
+        return from_storage(b, dst, b.bitcast(to_storage(b, src, v), storage_type(dst)))
 
     def _copy(self, instr, index):
         return self._operand(instr, 0, index)
@@ -482,16 +509,14 @@ class ElementalEmitter:
 
     def _convert(self, instr, index):
         x = instr.operands[0]
-        return self.convert_value(self.value(x, index), x.shape.element_type, self._t(instr))
+        return self.convert_value(self.value(x, index), compute_type(x.shape.element_type), self._t(instr))
 
     def _bitcast_convert(self, instr, index):
         """The same bits as another type of the same width (between widths a dimension of
         the width ratio appears or vanishes: not an elementwise op, left to the evaluator)."""
         x = instr.operands[0]
-        src, dst = storage_type(x.shape.element_type), storage_type(self._t(instr))
-        if "pred" in (x.shape.element_type, self._t(instr)) or _bit_width(src) != _bit_width(dst):
-            raise UnsupportedError("bitcast-convert between widths (or of pred) has no native code path yet")
-        return self.b.bitcast(self.value(x, index), dst)
+        return self._reinterpret(self.value(x, index), x.shape.element_type, instr.shape.element_type,
+                                 "bitcast-convert between widths (or of pred) has no native code path yet")
 
     def _reduce_precision(self, instr, index):
         """Round to a float format with fewer bits, on the bit pattern (the evaluator's rule,
@@ -883,7 +908,7 @@ class ElementalEmitter:
 
     def _complex_convert(self, instr, index):
         x = instr.operands[0]
-        src, dst = x.shape.element_type, self._t(instr)
+        src, dst = compute_type(x.shape.element_type), self._t(instr)
         v = self.value(x, index)
         if is_complex(src):
             re, im = self.parts(v)

@@ -12,16 +12,19 @@ import re
 
 from llvmlite import ir
 
+from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
+from ..hlo.low_precision import involves_low_precision
 from ..hlo.printer import PrintOptions, print_instruction
 from . import column_groups
 from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel,
                     emit_reduction_kernel, emit_scatter_kernel)
-from .toolkit import full_reduction_plan, KernelSpec
+from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
 from .windows import emit_reduce_window_kernel
 
 
 def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+    check_narrow_floats(comp)
     if comp.root.opcode == "scatter":
         return emit_scatter_kernel(module, name, comp)
     if comp.root.opcode == "reduce-window":
@@ -37,6 +40,30 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
             return emit_column_reduction(module, name, comp, plan)
         return emit_reduction_kernel(module, name, comp)
     return emit_loop_kernel(module, name, comp)
+
+
+# Ops whose called computation a kernel applies element by element: on bf16 that would round
+# every step, where XLA's f32 form of the op rounds once.
+_STEPWISE_ON_BF16 = ("reduce-window", "scatter", "select-and-scatter", "map", "sort")
+
+
+def check_narrow_floats(comp: Computation) -> None:
+    """UnsupportedError (the runtime then runs the evaluator's rule) for what the kernels
+    cannot compute as XLA does on narrow floats (see ``bf16.py``): any f8 value, a bf16
+    reduce whose reducer is not a single recognized combiner, and the ops above."""
+    for instr in comp.instructions:
+        shapes = [instr.shape] + [o.shape for o in instr.operands]
+        leaves = [leaf for s in shapes for leaf in (s.leaves() if s.is_tuple else [s])]
+        f8 = next((leaf.element_type for leaf in leaves if leaf.element_type.startswith("f8")), None)
+        if f8:
+            raise UnsupportedError(f"element type {f8} (%{instr.name}) has no native code path yet")
+        if not any(involves_low_precision(s) for s in shapes):
+            continue
+        if instr.opcode == "reduce" and (instr.shape.is_tuple or reducer_opcode(instr) is None):
+            raise UnsupportedError(f"a bf16 reduce with a custom or variadic reducer (%{instr.name}) "
+                                   "has no native code path yet")
+        if instr.opcode in _STEPWISE_ON_BF16:
+            raise UnsupportedError(f"bf16 {instr.opcode} (%{instr.name}) has no native code path yet")
 
 
 def standalone_computation(instr: Instruction) -> Computation:

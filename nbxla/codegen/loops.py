@@ -27,7 +27,7 @@ from llvmlite import ir
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import COSTLY_TO_RECOMPUTE, ELEMENTWISE, NATIVE_COMBINERS
-from ..hlo.shapes import is_complex
+from ..hlo.shapes import compute_type, is_complex
 from . import arg_reductions, column_groups
 from .elemental import I1, I64, ElementalEmitter, const_i64, delinearize, linear_index, llvm_type
 from .toolkit import (ancestors, BLOCK, combine_values, componentwise, counted_loop, entry_alloca,
@@ -247,7 +247,7 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
             return arg_reductions.emit_arg_reduction(b, em, plan, reduce, outer_index, name, kind)
         values = _accumulate_custom(b, em, plan, reduce, outer_index, name)
         return values if reduce.shape.is_tuple else values[0]
-    t = reduce.shape.element_type
+    t = compute_type(reduce.shape.element_type)
     ty = llvm_type(t)
     init = em.value(reduce.operands[1], [])
     x_instr = reduce.operands[0]
@@ -622,7 +622,7 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
     em = LinearEmitter(b, comp, lambda k, index: bufs.load(
         b, k, index[0] if index and params[k].shape.rank else const_i64(0)))
     for n, r in enumerate(plan.reduces):
-        opcode, t = reducer_opcode(r), r.shape.element_type
+        opcode, t = reducer_opcode(r), compute_type(r.shape.element_type)
         pty, ty = partial_type(r), llvm_type(t)
         blocked = pty != ty
         acc = entry_alloca(b, ty)
@@ -673,7 +673,7 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
     em = ElementalEmitter(b, comp, lambda k, index: bufs.load(b, k, const_i64(0)), reduced)
     nred = len(plan.reduces)
     for n, r in enumerate(plan.reduces):
-        opcode, t = reducer_opcode(r), r.shape.element_type
+        opcode, t = reducer_opcode(r), compute_type(r.shape.element_type)
         pty, ty = partial_type(r), llvm_type(t)
         acc = entry_alloca(b, pty)
         init = em.value(r.operands[1], [])

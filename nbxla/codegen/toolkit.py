@@ -15,8 +15,9 @@ from llvmlite import ir
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import LINEAR_INDEXABLE, NATIVE_COMBINERS
-from ..hlo.shapes import is_complex, is_float
-from .elemental import I1, I8, I32, I64, ElementalEmitter, const_i64, linear_index, llvm_type, storage_type
+from ..hlo.shapes import compute_type, is_complex, is_float
+from .elemental import (I1, I8, I32, I64, ElementalEmitter, const_i64, from_storage, linear_index, llvm_type,
+                        storage_type, to_storage)
 
 
 BLOCK = 4096
@@ -62,10 +63,7 @@ class KernelBuffers:
             for part in (0, 1):
                 v = b.insert_value(v, b.load(b.gep(p, [ir.Constant(I32, 0), ir.Constant(I32, part)])), part)
             return v
-        v = b.load(b.gep(self.ptrs[k], [offset]))
-        if self.shapes[k].element_type == "pred":
-            return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
-        return v
+        return from_storage(b, self.shapes[k].element_type, b.load(b.gep(self.ptrs[k], [offset])))
 
     def store(self, b, k: int, offset, value) -> None:
         if is_complex(self.shapes[k].element_type):
@@ -73,9 +71,7 @@ class KernelBuffers:
             for part in (0, 1):
                 b.store(b.extract_value(value, part), b.gep(p, [ir.Constant(I32, 0), ir.Constant(I32, part)]))
             return
-        if self.shapes[k].element_type == "pred":
-            value = b.zext(value, I8)
-        b.store(value, b.gep(self.ptrs[k], [offset]))
+        b.store(to_storage(b, self.shapes[k].element_type, value), b.gep(self.ptrs[k], [offset]))
 
 
 def counted_loop(b: ir.IRBuilder, begin, end, name: str, body, step=None, interleave: int = 1) -> None:
@@ -348,7 +344,7 @@ def ancestors(roots: list[Instruction]) -> list[Instruction]:
 
 
 def partial_type(r: Instruction):
-    t = r.shape.element_type
+    t = compute_type(r.shape.element_type)
     return ir.DoubleType() if reducer_opcode(r) == "add" and t in ("f32", "f16") else llvm_type(t)
 
 

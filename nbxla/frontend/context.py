@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import HloShapeError, NotCompilableError
 from ..hlo import Builder, Shape, SourceLocation, from_numpy_dtype
 from ..hlo.ir import Instruction
+from ..hlo.shapes import LOW_PRECISION_DTYPES
 
 _NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
@@ -112,7 +113,7 @@ class TraceContext:
     def constant(self, value, dtype=None) -> Instruction:
         """A constant instruction for a NumPy/Python value (deduplicated by value)."""
         arr = np.asarray(value, dtype=dtype)
-        if arr.dtype == object or arr.dtype.kind in "USVMm":
+        if arr.dtype == object or arr.dtype.kind in "USVMm" and arr.dtype not in LOW_PRECISION_DTYPES:
             raise self.not_compilable(f"a constant of dtype {arr.dtype} cannot be part of a "
                                       "compiled computation", "use numeric arrays only")
         key = (arr.dtype.str, arr.shape, arr.tobytes())

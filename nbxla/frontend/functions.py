@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..hlo.shapes import LOW_PRECISION_DTYPES
 from .reductions import normalize_axes, reduction_axes
 from .registry import entry_point, implements
 from .rules import asarray, broadcast_to, convert, emit, find_context, make_view, reshape, select
@@ -302,6 +303,9 @@ def matmul(a, b, out=None, **kwargs):
         raise ValueError("matmul: Input operand does not have enough dimensions")
     if a.dtype == np.bool_:
         return np.not_equal(matmul(convert(a, np.int64), convert(b, np.int64)), 0)  # int8 could wrap to 0
+    if a.dtype in LOW_PRECISION_DTYPES:
+        # ml_dtypes' matmul accumulates in f32 and returns f32 (XLA: preferred_element_type=f32)
+        a, b = convert(a, np.float32), convert(b, np.float32)
     a2 = reshape(a, (1,) + a.shape) if a.ndim == 1 else a
     b2 = reshape(b, b.shape + (1,)) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:

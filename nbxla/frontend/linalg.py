@@ -35,7 +35,8 @@ def dot(a, b, out=None):
     if a.ndim == 0 or b.ndim == 0:
         result = np.multiply(a, b)
     elif b.ndim <= 2:
-        result = matmul(a, b)
+        # (np.dot on ml_dtypes arrays rounds the f32 sum of np.matmul to their type once)
+        result = convert(matmul(a, b), np.result_type(a.dtype, b.dtype))
     else:   # dot(a, b)[i,j,k,m] = sum(a[i,j,:] * b[k,:,m])
         result = contract(a, b, ((a.ndim - 1,), (b.ndim - 2,)))
     if out is not None:

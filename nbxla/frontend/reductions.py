@@ -11,6 +11,7 @@ import numpy as np
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
 from ..hlo.attributes import Window, WindowDim
+from ..hlo.shapes import LOW_PRECISION_DTYPES
 from .context import TraceContext
 from .registry import implements, ufunc_method
 from .rules import (asarray, binop, broadcast_to, compare, convert, emit, find_context, full, isnan,
@@ -63,7 +64,7 @@ def _extreme(dtype, maximum: bool):
         raise TraceContext.active.get().not_compilable(
             "max/min of complex arrays (NumPy orders them by real, then imaginary part) is not "
             "supported by nbxla", "compare x.real (and x.imag) explicitly")
-    if dtype.kind == "f":
+    if dtype.kind == "f" or dtype in LOW_PRECISION_DTYPES:     # (ml_dtypes' kind is "V")
         return -np.inf if maximum else np.inf
     if dtype.kind == "b":
         return not maximum

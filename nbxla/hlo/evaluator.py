@@ -27,6 +27,7 @@ from .evaluator_elementwise import ELEMENTWISE_RULES
 from .evaluator_linalg import LINALG_RULES, SOLVE_TARGET, lapack_potrf, linalg_solve
 from .evaluator_reduce import REDUCE_RULES, topk_custom_call
 from .ir import Computation, Instruction, Module
+from .low_precision import Widener, computes_in_f32, widen_value
 from .shapes import AnyShape, from_numpy_dtype
 
 __all__ = ["evaluate", "flatten", "CUSTOM_CALL_TARGETS", "RULES", "Interpreter"]
@@ -94,9 +95,6 @@ def _check_arg(param: Instruction, shape: AnyShape, arg, what: str):
             raise EvaluationError(f"{what} expects a tuple {shape.to_text(False)} but got {_describe(arg)}")
         return tuple(_check_arg(param, s, a, f"{what} element {i}")
                      for i, (s, a) in enumerate(zip(shape.elements, arg)))
-    if shape.element_type == "bf16":
-        raise EvaluationError(f"{what} has element type bf16, which NumPy cannot hold: the evaluator "
-                              "cannot run it; convert to f32 in the program instead")
     arr = np.asarray(arg) if isinstance(arg, (np.ndarray, np.generic)) else None
     if arr is None or arr.dtype != shape.dtype or arr.shape != shape.dims:
         raise EvaluationError(f"{what} expects {shape.to_text(False)} but got {_describe(arg)}; "
@@ -136,10 +134,20 @@ class Interpreter:
     def __init__(self):
         self._live: dict[int, list[Instruction]] = {}
         self._vectorizable: dict[int, bool] = {}
+        self._widener = Widener()
 
     def call(self, comp: Computation, args: Sequence):
         """Evaluate ``comp`` on argument values of its parameters' shapes."""
         return self._run(comp, args, batched=False)
+
+    def apply(self, instr: Instruction, values: list, batched: bool = False):
+        """``instr``'s value from its operands' values: its rule, exactly of its shape.  bf16 /
+        f8 arithmetic runs the rule on f32 and rounds once (``low_precision``)."""
+        if computes_in_f32(instr):
+            value = RULES[instr.opcode](self._widener.instruction(instr), [widen_value(v) for v in values], self)
+        else:
+            value = RULES[instr.opcode](instr, values, self)
+        return conform_value(instr, instr.shape, value, batched)
 
     def map(self, comp: Computation, args: Sequence[np.ndarray]):
         """Apply a computation on scalars elementwise over broadcastable arrays ``args``.
@@ -162,13 +170,12 @@ class Interpreter:
         for instr in self._live_instructions(comp):
             try:
                 if instr.opcode == "parameter":
-                    value = args[instr.parameter_number]
+                    env[instr] = conform_value(instr, instr.shape, args[instr.parameter_number], batched)
                 elif batched and instr.opcode in _SCALAR_IDENTITIES:
-                    value = env[instr.operands[0]]
+                    env[instr] = conform_value(instr, instr.shape, env[instr.operands[0]], batched)
                 else:
-                    value = RULES[instr.opcode](instr, [env[o] for o in instr.operands], self)
-                env[instr] = conform_value(instr, instr.shape, value, batched)
-            except HloShapeError as e:  # e.g. a bf16 value inside a rule: say which instruction
+                    env[instr] = self.apply(instr, [env[o] for o in instr.operands], batched)
+            except HloShapeError as e:  # a shape problem inside a rule: say which instruction
                 raise EvaluationError(f"while evaluating {label(instr)}: {e}") from e
             except NbxlaError:
                 raise
@@ -238,9 +245,6 @@ def conform_value(instr: Instruction, shape: AnyShape, value, batched: bool):
             raise EvaluationError(f"internal error: {label(instr)} produced {type(value).__name__}, "
                                   f"expected a tuple {shape}")
         return tuple(conform_value(instr, s, v, batched) for s, v in zip(shape.elements, value))
-    if shape.element_type == "bf16":
-        raise EvaluationError(f"{label(instr)} has element type bf16, which NumPy cannot hold: the "
-                              "evaluator cannot run it; convert to f32 before this instruction")
     arr = np.asarray(value)
     dtype = shape.dtype
     if arr.dtype != dtype:

@@ -164,10 +164,14 @@ class _Parser:
 
     def parse_module(self, verify: bool) -> Module:
         self.skip_ws()
-        if not self.accept("HloModule"):
-            raise self.error("HLO text must start with 'HloModule <name>'")
-        module = Module(self.name("a module name"))
-        while self.accept(","):
+        # The header line is optional, as in XLA's tools and test files (text that starts
+        # with its computations); such a module is named after its ENTRY computation.
+        named = self.accept("HloModule")
+        if not named and not _NAME.match(self.text, self.pos) and not self.peek("%"):
+            raise self.error("HLO text must start with 'HloModule <name>' or with a computation "
+                             "(e.g. 'ENTRY %main (p: f32[4]) -> f32[4] {')")
+        module = Module(self.name("a module name") if named else "")
+        while named and self.accept(","):
             key = self.name("a module attribute")
             self.expect("=")
             module.header[key] = self.raw_value()[0]
@@ -187,6 +191,8 @@ class _Parser:
         if not module.computations:
             raise self.error("module has no computations")
         module.entry = entry or module.computations[-1]
+        if not named:
+            module.name = module.entry.name
         self.resolve_computation_references(module)
         self.resolve_locations(module)
         if verify:
@@ -386,7 +392,7 @@ class _Parser:
             raise self.error(f"constant has {len(values)} values but its shape {shape} "
                              f"holds {shape.size}", start)
         t = shape.element_type
-        dtype = np.float32 if t == "bf16" else shape.dtype   # bf16: kept as f32 values
+        dtype = shape.dtype
         try:
             if t == "pred":
                 arr = np.array([_pred(v) for v in values], dtype=bool)

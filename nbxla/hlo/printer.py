@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .attributes import Metadata, attribute_to_text
-from .shapes import is_complex, is_float
+from .shapes import is_complex, is_float, is_low_precision, to_numpy_dtype
 
 if TYPE_CHECKING:                       # (ir prints itself through this module)
     from .ir import Computation, Instruction, Module
@@ -101,11 +101,25 @@ def format_scalar(value, element_type: str) -> str:
             return "-nan" if np.signbit(v) else "nan"
         if np.isinf(v):
             return "-inf" if v < 0 else "inf"
+        if is_low_precision(element_type):
+            v = _shortest(v, element_type)
         mag = abs(float(v))
         if mag != 0 and (mag >= 1e16 or mag < 1e-5):
             return np.format_float_scientific(v, unique=True, trim="-")
         return np.format_float_positional(v, unique=True, trim="-")
     return str(int(value))
+
+
+def _shortest(value, element_type: str) -> np.float64:
+    """The number with the fewest significant digits that reads back as the same bf16 / f8
+    value (NumPy's shortest-repr formatting knows only its own float types): 0.1, not the
+    0.10009765625 that bf16 holds."""
+    dtype = to_numpy_dtype(element_type)
+    for digits in range(1, 10):
+        short = np.float64(f"{float(value):.{digits}g}")
+        if short.astype(dtype) == value:
+            return short
+    return np.float64(value)          # (not reached: 9 digits tell any f32 value apart)
 
 
 def format_literal(literal: np.ndarray, element_type: str) -> str:

@@ -12,30 +12,38 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Union
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import HloShapeError
 
-# XLA primitive type name -> NumPy dtype (None where NumPy has no such type).
+# XLA primitive type name -> NumPy dtype.  bf16 and the f8 types are ml_dtypes' NumPy dtypes
+# (the package JAX and TensorFlow use), so their values are ordinary NumPy arrays.
 _NUMPY_OF = {
     "pred": np.dtype(np.bool_),
     "s8": np.dtype(np.int8), "s16": np.dtype(np.int16),
     "s32": np.dtype(np.int32), "s64": np.dtype(np.int64),
     "u8": np.dtype(np.uint8), "u16": np.dtype(np.uint16),
     "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
-    "f16": np.dtype(np.float16), "bf16": None,
+    "f8e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "f8e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
     "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
     "c64": np.dtype(np.complex64), "c128": np.dtype(np.complex128),
 }
 ELEMENT_TYPES = tuple(_NUMPY_OF)
-_TYPE_OF = {dt: name for name, dt in _NUMPY_OF.items() if dt is not None}
+_TYPE_OF = {dt: name for name, dt in _NUMPY_OF.items()}
 
 SIGNED_INTS = ("s8", "s16", "s32", "s64")
 UNSIGNED_INTS = ("u8", "u16", "u32", "u64")
 INTEGRAL = SIGNED_INTS + UNSIGNED_INTS
-FLOATS = ("f16", "bf16", "f32", "f64")
+# Floats too narrow to compute in: XLA's CPU backend (FloatNormalization) computes every
+# arithmetic op on them in f32 and rounds its result once; data movement keeps them as they are.
+LOW_PRECISION = ("bf16", "f8e4m3fn", "f8e5m2")
+LOW_PRECISION_DTYPES = frozenset(_NUMPY_OF[t] for t in LOW_PRECISION)
+FLOATS = ("f8e4m3fn", "f8e5m2", "f16", "bf16", "f32", "f64")
 COMPLEX = ("c64", "c128")
-_BITS = {"pred": 8, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "f16": 16, "bf16": 16,
+_BITS = {"pred": 8, "s8": 8, "u8": 8, "f8e4m3fn": 8, "f8e5m2": 8,
+         "s16": 16, "u16": 16, "f16": 16, "bf16": 16,
          "s32": 32, "u32": 32, "f32": 32, "s64": 64, "u64": 64, "f64": 64,
          "c64": 64, "c128": 128}
 
@@ -56,6 +64,15 @@ def is_signed(t: str) -> bool:
     return t in SIGNED_INTS or t in FLOATS or t in COMPLEX
 
 
+def is_low_precision(t: str) -> bool:
+    return t in LOW_PRECISION
+
+
+def compute_type(t: str) -> str:
+    """The type arithmetic on ``t`` happens in: f32 for the low-precision floats."""
+    return "f32" if t in LOW_PRECISION else t
+
+
 def bit_width(t: str) -> int:
     return _BITS[t]
 
@@ -66,15 +83,11 @@ def complex_component(t: str) -> str:
 
 
 def to_numpy_dtype(t: str) -> np.dtype:
-    """NumPy dtype of an element type; bf16 has none and raises a clear error."""
+    """NumPy dtype of an element type."""
     try:
-        dt = _NUMPY_OF[t]
+        return _NUMPY_OF[t]
     except KeyError:
         raise HloShapeError(f"unknown element type {t!r}; expected one of {', '.join(ELEMENT_TYPES)}") from None
-    if dt is None:
-        raise HloShapeError(f"element type {t} has no NumPy equivalent: it can be parsed and "
-                            "printed but not evaluated; convert to f32 first")
-    return dt
 
 
 def from_numpy_dtype(dtype) -> str:

@@ -9,6 +9,7 @@ cheaper to compute inside a kernel than to read from memory.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..hlo import Module, Shape
@@ -16,6 +17,7 @@ from ..hlo.builder import unique_name
 from ..hlo.evaluator import evaluate
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import NEVER_FOLD
+from ..hlo.shapes import LOW_PRECISION_DTYPES
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 FOLD_LIMIT = 1024          # largest constant (in elements) folding may create
@@ -161,17 +163,15 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
 def _widens(src: Shape, mid: Shape) -> bool:
     """Every value of src's type is exactly representable in mid's type.  (NumPy's "safe"
     casting also allows int64 -> float64, which rounds 2**53 + 1: not exact.)"""
-    try:
-        a, b = np.dtype(src.dtype), np.dtype(mid.dtype)
-    except Exception:          # bf16 and friends: no NumPy dtype, be conservative
-        return False
+    a, b = np.dtype(src.dtype), np.dtype(mid.dtype)
     if a == np.bool_:
         return True
     if not np.can_cast(a, b, casting="safe"):
         return False
-    if a.kind in "iu" and b.kind in "fc":
+    # (ml_dtypes calls int8 -> float8 safe; its kind is "V", and its finfo knows the mantissa)
+    if a.kind in "iu" and (b.kind in "fc" or b in LOW_PRECISION_DTYPES):
         bits = a.itemsize * 8 - (a.kind == "i")           # magnitude bits of the integer
-        return np.finfo(b).nmant + 1 >= bits
+        return ml_dtypes.finfo(b).nmant + 1 >= bits
     return True
 
 

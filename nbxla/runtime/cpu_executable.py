@@ -34,8 +34,7 @@ from ..codegen.kernels import standalone_computation, structure_key
 from ..errors import InterpretedWarning
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo import Module
-from ..hlo.evaluator import RULES, Interpreter
-from ..hlo.evaluator import conform_value as conform
+from ..hlo.evaluator import Interpreter
 from ..hlo.ir import Computation, Instruction
 from ..hlo.printer import print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
@@ -239,11 +238,11 @@ class CpuExecutable:
 
     def _rule_thunk(self, instr: Instruction) -> Callable:
         """The evaluator's rule for ``instr``, giving exactly its dtype (kernels rely on it)."""
-        rule, interp = RULES[instr.opcode], self._interpreter
+        interp = self._interpreter
 
         def interpreted(ops):
             with np.errstate(all="ignore"):
-                return _contiguous(conform(instr, instr.shape, rule(instr, ops, interp), False))
+                return _contiguous(interp.apply(instr, ops))
         return interpreted
 
     def _results_are_fresh(self, entry: _Program) -> bool:

@@ -41,6 +41,7 @@ from ..hlo.evaluator_data import pad_array
 from ..hlo.evaluator_elementwise import total_order_key
 from ..hlo.evaluator_linalg import SOLVE_TARGET
 from ..hlo.ir import Instruction, post_order
+from ..hlo.low_precision import involves_low_precision
 from ..hlo.shape_inference import window_output_size
 
 __all__ = ["library_thunk"]
@@ -229,7 +230,7 @@ def _check_key_expression(expr: Instruction) -> None:
                 raise _NotRecognized(f"%{node.name} changes the element width")
             continue
         raise _NotRecognized(f"key operation %{node.name} ({op}) is not elementwise")
-    if expr.shape.element_type in ("c64", "c128", "bf16"):
+    if expr.shape.element_type in ("c64", "c128") or involves_low_precision(expr.shape):
         raise _NotRecognized(f"keys of type {expr.shape.element_type} are not ordered here")
 
 

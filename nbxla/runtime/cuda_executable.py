@@ -42,8 +42,7 @@ import numpy as np
 from ..codegen.gpu import DEFAULT_ARCH, GpuKernels, arch_for_capability, compile_gpu
 from ..errors import NbxlaError
 from ..hlo import Module
-from ..hlo.evaluator import RULES, Interpreter
-from ..hlo.evaluator import conform_value as conform
+from ..hlo.evaluator import Interpreter
 from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from .thunks import structural_thunk
@@ -199,13 +198,12 @@ class CudaExecutable:
             return structural
         if self._device_dot(instr):
             return functools.partial(_dot, dev, instr)
-        rule = RULES[op]
         interp = Interpreter()
 
-        def on_host(ops, instr=instr, rule=rule):
+        def on_host(ops, instr=instr):
             host = [_tree(dev.to_host, o) for o in ops]
             with np.errstate(all="ignore"):
-                value = conform(instr, instr.shape, rule(instr, host, interp), False)
+                value = interp.apply(instr, host)
             return _tree(dev.to_device, value)
         return on_host
 

@@ -36,11 +36,9 @@ REFUSED = {
     "rng_bit_generator_algorithms": r"\(fusion\).*bitcast-convert between widths",
     "bitcast_convert": r"\(fusion\).*bitcast-convert between widths",
     "cumulative_ops": r"%reduce_window\.\d+ \(reduce-window\).*reducer other than",
-    "bfloat16_internal": r"\(fusion\).*element type bf16 has no native code path",
     **{f"{case}.opt": _DOT_IN_FUSION for case in (
         "dot_2d", "dot_batched", "lstm_cell", "mlp_forward", "attention_heads", "cnn_forward",
         "dot_general_multi_dims", "dot_product_attention", "mlp_grad")},
-    "bfloat16_internal.opt": r"\(fusion\).*element type bf16 has no native code path",
     "cumulative_ops.opt": r"\(fusion\).*reducer other than",
     "linalg_solve_lapack.opt": r"\(custom-call\).*'lapack_sgetrf_ffi'",
     "nested_loops_map.opt": r"\(fusion\).*a reduction fusion output outside",

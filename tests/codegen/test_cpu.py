@@ -24,7 +24,7 @@ from nbxla.hlo import Builder, Module, Shape, scalar_computation
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.hlo.opcodes import OPCODES
 from nbxla.hlo.shape_inference import infer_shape
-from nbxla.hlo.shapes import to_numpy_dtype
+from nbxla.hlo.shapes import LOW_PRECISION_DTYPES, to_numpy_dtype
 from nbxla.runtime import cpu_kernels
 from nbxla.runtime.executable import build_executable
 from nbxla.testing import compare_arrays
@@ -70,7 +70,7 @@ def bitwise_mismatches(got, want, zero_sign_free=False) -> str | None:
     if got.dtype.kind == "c":
         return (bitwise_mismatches(got.real.copy(), want.real.copy(), zero_sign_free)
                 or bitwise_mismatches(got.imag.copy(), want.imag.copy(), zero_sign_free))
-    if got.dtype.kind == "f":
+    if got.dtype.kind == "f" or got.dtype in LOW_PRECISION_DTYPES:     # (ml_dtypes' kind is "V")
         u = f"u{got.dtype.itemsize}"
         bad = (got.view(u) != want.view(u)) & ~(np.isnan(got) & np.isnan(want))
         if zero_sign_free:

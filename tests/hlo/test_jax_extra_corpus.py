@@ -32,11 +32,6 @@ FORMS = ("hlo", "opt.hlo")
 # Cases nbxla rejects on purpose, with a pattern the error message must match (it names what
 # is unsupported, so that a user knows what to change).
 EXPECTED_ERRORS: dict[str, str] = {
-    # NumPy has no bfloat16: nbxla parses and prints bf16 but cannot compute with it.
-    # (The evaluator meets the convert first; after the optimizer folded it into a constant,
-    # the constant.)
-    "bfloat16_internal": r"%convert[\w.]* \(convert\).*element type bf16 has no NumPy equivalent"
-                         r"|%constant[\w.]* \(constant\) has element type bf16, which NumPy cannot hold",
     # LU factorization is a LAPACK call on XLA:CPU; nbxla has no implementation of it.
     "linalg_solve_lapack": r"custom-call target 'lapack_sgetrf_ffi' \(instruction %lu\.\d+",
 }
@@ -46,6 +41,10 @@ CASE_RTOL: dict[str, float] = {
     # An f64 accumulator of f32 sums: each sum is rounded to f32 in whatever order the backend
     # adds (NumPy's pairwise order, XLA's, nbxla's vectorized one), so f32's tolerance applies.
     "fori_loop_tuple_carry": 1e-6,
+    # x * 3 rounded to bf16: the exported module rounds the product (FloatNormalization's
+    # f32 multiply, then a convert to bf16), but XLA:CPU allows excess precision and its
+    # optimized module (and so JAX's recorded output) drops that rounding.  bf16's tolerance.
+    "bfloat16_internal": 1e-2,
 }
 
 # Outputs where JAX's recorded value breaks HLO's own semantics, with the value HLO defines:

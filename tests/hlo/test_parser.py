@@ -164,7 +164,7 @@ def test_float64_constants_roundtrip_exactly(value):
 
 
 MALFORMED = [
-    ("ENTRY m { ROOT x = f32[] parameter(0) }", 1, 1, "must start with 'HloModule"),
+    ("42 { ROOT x = f32[] parameter(0) }", 1, 1, "must start with 'HloModule <name>' or with a computation"),
     ("HloModule m\nENTRY m {\n  x = f32[4] parameter(0)\n  ROOT y = f32[4] exp(x)\n}", 4, 19,
      "did you mean exponential"),
     ("HloModule m\nENTRY m {\n  x = f32[4] parameter(0)\n  ROOT y = f32[4] add(x, z)\n}", 4, 26,

@@ -1,12 +1,13 @@
 """The builder infers shapes and rejects inconsistent operands with messages a person can act on."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from nbxla.errors import HloShapeError, NbxlaError
 from nbxla.hlo import Builder, Module, Shape, TupleShape, scalar_computation
 from nbxla.hlo.attributes import ConvDimensionNumbers, PadDim, SliceDim, Window, WindowDim
-from nbxla.hlo.shapes import from_numpy_dtype, shape_of, to_numpy_dtype
+from nbxla.hlo.shapes import bit_width, from_numpy_dtype, shape_of, to_numpy_dtype
 
 F = lambda *dims: Shape("f32", dims)  # noqa: E731
 
@@ -170,10 +171,12 @@ def test_module_collects_called_computations():
 
 def test_dtype_mapping():
     for t in ("pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "f16", "f32", "f64",
-              "c64", "c128"):
+              "c64", "c128", "bf16", "f8e4m3fn", "f8e5m2"):
         assert from_numpy_dtype(to_numpy_dtype(t)) == t
-    with pytest.raises(HloShapeError, match="bf16"):
-        to_numpy_dtype("bf16")
+    assert to_numpy_dtype("bf16") == np.dtype(ml_dtypes.bfloat16)
+    assert to_numpy_dtype("f8e4m3fn").itemsize == 1 and bit_width("f8e5m2") == 8
+    with pytest.raises(HloShapeError, match="unknown element type 'f8e4m3'"):
+        to_numpy_dtype("f8e4m3")
     with pytest.raises(HloShapeError, match="no HLO element type"):
         from_numpy_dtype(np.dtype("U3"))
     assert shape_of((np.zeros((2, 3), np.float32), np.int64(1))) == \
