@@ -52,6 +52,9 @@ class TraceContext:
         # reference to the array -- a helper's parameter, the caller's name, a list item --
         # reads the one Tracer (control.ld), as every reference to a NumPy array sees a write.
         self.promoted: dict[int, tuple] = {}
+        # NumPy views taken in converted code: id -> (view, base, how), where how(Tracer of
+        # base) makes the same view of it (control.getitem / control.call)
+        self.views: dict[int, tuple] = {}
 
     # ---- source locations -------------------------------------------------------------------
 

@@ -67,14 +67,41 @@ def get_state(loc: dict, glob: dict, names: tuple) -> tuple:
 
 def ld(value):
     """A name's value as converted code reads it: a NumPy array that became traced (through
-    any reference to it) reads as its Tracer."""
+    any reference to it) reads as its Tracer, and a view of one as the same view of it."""
     if type(value) is np.ndarray:
         ctx = _ctx()
         if ctx is not None and ctx.promoted:
             found = ctx.promoted.get(id(value))
             if found is not None:
                 return found[1]
+            if value.base is not None:
+                return _view_of_promoted(ctx, value)
     return value
+
+
+def _view_of_promoted(ctx, view: np.ndarray):
+    """``view`` read after its base became traced: the Tracer view made the same way."""
+    made = ctx.views.get(id(view))
+    if made is not None:
+        base = ld(made[1])
+        if isinstance(base, Tracer):
+            value = made[2](base)
+            ctx.promoted[id(view)] = (view, value)
+            return value
+    owner = view.base
+    if isinstance(owner, np.ndarray) and ctx.promoted.get(id(owner), (None,))[0] is owner:
+        raise ctx.not_compilable(
+            "reading a view of a NumPy array that became traced, made in a way nbxla does not "
+            "follow (only x[slices] and x.reshape/transpose/swapaxes/squeeze are followed)",
+            "take the view with basic indexing (x[1:-1, ::2]), or after the array's first write")
+    return view
+
+
+def _remember_view(ctx, view, base, how) -> None:
+    """``view`` is a NumPy view of ``base``: ``how(tracer of base)`` makes the same view of it,
+    should ``base`` (or ``view``) become traced."""
+    if type(view) is np.ndarray and view.base is not None and type(base) is np.ndarray:
+        ctx.views[id(view)] = (view, base, how)
 
 
 def _resolved(values: tuple) -> tuple:
@@ -129,7 +156,15 @@ def call(f, *args, **kwargs):
         f = ENTRY_POINTS["convert_function"](f)
     if ctx.promoted:                # h(items[0]): an argument that is not a name
         args = _resolved(args)
-    return f(*args, **kwargs)
+    result = f(*args, **kwargs)
+    owner = getattr(f, "__self__", None)
+    if type(owner) is np.ndarray and getattr(f, "__name__", None) in _VIEW_METHODS:
+        _remember_view(ctx, result, owner, lambda b, name=f.__name__: getattr(b, name)(*args, **kwargs))
+    return result
+
+
+# NumPy methods whose result may be a view, which Tracers make the same way.
+_VIEW_METHODS = frozenset({"reshape", "transpose", "swapaxes", "squeeze"})
 
 
 _LIBRARY_DIRS = tuple({sys.prefix, sys.base_prefix, sysconfig.get_paths()["purelib"],
@@ -199,8 +234,12 @@ def _promote_owned(x: np.ndarray) -> Tracer:
     found = ctx.promoted.get(id(x))
     if found is not None:
         return found[1]
-    _owned(x)
-    value = promote(ctx, x)
+    made = ctx.views.get(id(x))
+    if made is not None:        # a view: its base becomes traced, and this is its view
+        value = made[2](_promote_owned(made[1]))
+    else:
+        _owned(x)
+        value = promote(ctx, x)
     ctx.promoted[id(x)] = (x, value)
     return value
 
@@ -209,7 +248,17 @@ def getitem(x, key):
     """``x[key]``: a NumPy array indexed at a traced position is read as a constant."""
     if _promotable(x, key):
         return promote(_ctx(), x)[key]
-    return ld(x[key])           # items[0] of a list: may be an array that became traced
+    item = x[key]
+    if type(x) is np.ndarray and _basic_key(key):
+        ctx = _ctx()
+        if ctx is not None:
+            _remember_view(ctx, item, x, lambda b, key=key: b[key])
+    return ld(item)             # items[0] of a list: may be an array that became traced
+
+
+def _basic_key(key) -> bool:
+    parts = key if isinstance(key, tuple) else (key,)
+    return all(k is None or k is Ellipsis or isinstance(k, (slice, int, np.integer)) for k in parts)
 
 
 def _rolling() -> bool:

@@ -638,14 +638,58 @@ def test_branches_with_different_dtypes_are_refused():
         nbxla.jit(mixed)(rand(4))
 
 
-def test_write_into_a_view_of_a_numpy_array_is_refused():
-    def into_view(x):
-        out = np.zeros((3, 4))
-        row = out[1]
-        row[0] = x[0]
-        return out
-    with quiet(), pytest.raises(nbxla.NotCompilableError, match="not traced"):
-        nbxla.jit(into_view)(rand(4))
+def into_view(x):
+    out = np.zeros((3, 4))
+    row = out[1]
+    row[0] = x[0]
+    return out
+
+
+def reaction_diffusion(n, x):
+    """Views of arrays the function made, written through (the base sees every write)."""
+    U = np.zeros((x.shape[0] + 2, x.shape[1] + 2))
+    V = np.ones_like(U)
+    u = U[1:-1, 1:-1]
+    v = V[1:-1, 1:-1]
+    u[:] = 1.0
+    u += x * 0.1
+    for i in range(n):
+        Lu = U[:-2, 1:-1] + U[2:, 1:-1] + U[1:-1, :-2] + U[1:-1, 2:] - 4 * u
+        uvv = u * v * v
+        u += 0.1 * Lu - uvv
+        v += 0.05 * uvv
+        U[0, :] = U[-2, :]
+    return U, V, u
+
+
+def view_taken_before_the_base_is_written(x):
+    U = np.zeros((4, 4))
+    u = U[1:, 1:]
+    w = U.reshape(2, 8)
+    U[0] = x[0]
+    return u * 2 + U[0, 0], w
+
+
+def transposed_view_read_after_the_base_is_written(x):
+    U = np.zeros((4, 4))
+    t = U.T
+    U[0] = x
+    return t
+
+
+@pytest.mark.parametrize("n", [0, 1, 4, 5, 23])
+def test_views_of_arrays_made_inside_are_written_through(n):
+    x = rand(5, 6)
+    with quiet():
+        _same("reaction_diffusion", reaction_diffusion(n, x), nbxla.jit(reaction_diffusion)(n, x), 1e-12)
+        _same("into_view", into_view(x[0]), nbxla.jit(into_view)(x[0]), 1e-12)
+        _same("view_taken_before", view_taken_before_the_base_is_written(x[0]),
+              nbxla.jit(view_taken_before_the_base_is_written)(x[0]), 1e-12)
+
+
+def test_a_view_nbxla_cannot_follow_is_refused_not_stale():
+    with quiet(), pytest.raises(nbxla.NotCompilableError, match="view of a NumPy array that became traced"):
+        nbxla.jit(transposed_view_read_after_the_base_is_written)(rand(4))
 
 
 # ---- the same in cells ---------------------------------------------------------------------------
