@@ -67,6 +67,9 @@ def convert(x: Tracer, dtype) -> Tracer:
         x = emit(x.ctx, "real", x)      # NumPy drops the imaginary part (with a warning)
         if x.dtype == dtype:
             return x
+    if x.dtype.kind == "f" and dtype.kind in "iu":      # NumPy's C cast out of range, not HLO's
+        from .float_to_int import float_to_int
+        return float_to_int(x, dtype)
     return emit(x.ctx, "convert", x, shape=Shape(from_numpy_dtype(dtype), x.shape))
 
 
