@@ -52,3 +52,37 @@ def test_float_to_int_casts_out_of_range(src, device):
     for t, g in zip(_INTS, got):
         assert g.dtype == want[t].dtype
         assert g.tolist() == want[t].tolist(), (np.dtype(t).name, x.tolist())
+
+
+# ---- a traced NumPy-scalar index out of bounds: NumPy's IndexError, not a clamped read ------------
+
+@pytest.mark.parametrize("i", [np.int64(10), np.int64(-6), np.int32(5), np.array(7)], ids=repr)
+def test_numpy_scalar_index_out_of_bounds_raises_index_error(i):
+    x = np.arange(5.0)
+    with pytest.raises(IndexError):
+        x[i]
+    with pytest.raises(nbxla.errors.IndexCheckError, match="out of bounds for axis 0 with size 5"):
+        nbxla.jit(lambda a, k: a[k])(x, i)
+
+    def write(a, k):
+        a[k, 1] = 7.0
+        return a
+    y = np.zeros((5, 3))
+    with pytest.raises(nbxla.errors.IndexCheckError):
+        nbxla.jit(write)(y, i)
+    assert not y.any()                      # NumPy raises before it writes
+    assert nbxla.jit(lambda a, k: a[k])(x, np.int64(-5)) == x[-5]
+
+
+def test_index_array_bounds_checked_in_a_long_loop():
+    """An index array inside a loop long enough to roll: its bounds check cannot leave a body
+    traced once (it was a KeyError), so the loop is unrolled and checked."""
+    def f(x, idx):
+        s = np.zeros(2)
+        for j in range(idx.shape[0]):
+            s = s + x[idx[j]]
+        return s
+    x, idx = np.arange(5.0), np.array([[1, 2]] * 60)
+    _same(nbxla.jit(f)(x, idx), f(x, idx))
+    with pytest.raises(IndexError):
+        nbxla.jit(f)(x, idx + 3)
