@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import HloShapeError, NotCompilableError
+from ..errors import HloShapeError, NotCompilableError, ResourceError
 from ..hlo import Builder, Shape, SourceLocation, from_numpy_dtype
 from ..hlo.ir import Instruction
 
@@ -46,6 +46,9 @@ class TraceContext:
         # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py).
         self.loop_decisions: list[tuple[int, str, str]] = []
         self.rolling = 0         # loop bodies being traced once, one inside the other
+        # Arrays larger than memory are refused (NumPy's MemoryError), except where the
+        # program runs in pieces (nbxla.dask traces whole arrays, each task gets a chunk).
+        self.memory_checked = True
 
     # ---- source locations -------------------------------------------------------------------
 
@@ -87,13 +90,25 @@ class TraceContext:
     def emit(self, opcode: str, *operands: Instruction, shape=None, **attrs) -> Instruction:
         self.builder.location = self.user_location()
         try:
-            return self.builder.op(opcode, *operands, shape=shape, **attrs)
+            instr = self.builder.op(opcode, *operands, shape=shape, **attrs)
         except HloShapeError as e:
             # A lowering rule built an invalid instruction for these inputs: an nbxla gap,
             # reported at the user's line rather than as a bare IR error.
             raise self.not_compilable(
                 f"nbxla cannot compile this operation for these inputs ({e})",
                 "compute this step outside the compiled code, and please report it") from None
+        if self.memory_checked and not instr.shape.is_tuple and instr.shape.byte_size > allocatable_bytes():
+            # NumPy would fail to allocate this array (MemoryError); compiled code might fuse
+            # it away, or loop over its 10**12 elements for hours: refuse it as NumPy does.
+            where = self.builder.location
+            source = f"\n    {where.source.strip()}" if getattr(where, "source", None) else ""
+            raise ResourceError(
+                f"{where or 'this line'}: {opcode} makes an array "
+                f"{instr.shape.to_text(with_layout=False)} of {instr.shape.byte_size / 2**30:.3g} "
+                f"GiB, more than this machine's memory and swap ({allocatable_bytes() / 2**30:.3g} "
+                "GiB): NumPy cannot allocate it (MemoryError). Use a smaller shape or compute it "
+                f"in pieces.{source}")
+        return instr
 
     def add_check(self, value: Instruction, fail: Callable) -> None:
         """Check ``value`` after every run: ``fail(np.ndarray)`` returns the error NumPy would
@@ -118,3 +133,21 @@ class TraceContext:
                                     literal=arr.copy())
             self._constants[key] = instr
         return instr
+
+
+_ALLOCATABLE: list[int] = []
+
+
+def allocatable_bytes() -> int:
+    """Physical memory plus swap: Linux's default overcommit refuses a single allocation
+    larger than that, so NumPy's ``np.zeros``/``np.empty`` raise MemoryError beyond it."""
+    if not _ALLOCATABLE:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") \
+            else 1 << 40
+        try:
+            with open("/proc/meminfo") as f:
+                swap = next((int(line.split()[1]) * 1024 for line in f if line.startswith("SwapTotal:")), 0)
+        except OSError:
+            swap = 0
+        _ALLOCATABLE.append(total + swap)
+    return _ALLOCATABLE[0]

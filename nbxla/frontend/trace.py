@@ -181,9 +181,12 @@ def alias_pattern(leaves: list) -> tuple[int, ...]:
 
 def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
           leaf_names: list[str] | None = None,
-          filename_display: Callable[[str], str | None] | None = None) -> TracedProgram:
-    """Trace ``fn(*args, **kwargs)``; ``arg_leaves``/``arg_treedef`` flatten ``(args, kwargs)``."""
+          filename_display: Callable[[str], str | None] | None = None,
+          memory_checked: bool = True) -> TracedProgram:
+    """Trace ``fn(*args, **kwargs)``; ``arg_leaves``/``arg_treedef`` flatten ``(args, kwargs)``.
+    ``memory_checked=False`` allows arrays larger than memory (for programs run in chunks)."""
     ctx = TraceContext(name, filename_display)
+    ctx.memory_checked = memory_checked
     tracers: dict[int, Tracer] = {}        # id(array) -> Tracer: the same array, the same Tracer
     traced_leaves, param_leaves = [], []
     for i, leaf in enumerate(arg_leaves):

@@ -86,3 +86,14 @@ def test_index_array_bounds_checked_in_a_long_loop():
     _same(nbxla.jit(f)(x, idx), f(x, idx))
     with pytest.raises(IndexError):
         nbxla.jit(f)(x, idx + 3)
+
+
+# ---- an array NumPy could not allocate: MemoryError at trace time, naming the line ----------------
+
+@pytest.mark.parametrize("body", [lambda x: np.zeros_like(x, shape=(10 ** 6, 10 ** 6)).sum(),
+                                  lambda x: (np.zeros_like(x, shape=(10 ** 6, 10 ** 6)) + x[0]).sum()])
+def test_array_larger_than_memory_raises_memory_error(body):
+    with pytest.raises(MemoryError):
+        body(np.ones(3))                    # NumPy
+    with pytest.raises(nbxla.errors.ResourceError, match=r"test_numpy_probes.py:\d+: .*GiB.*MemoryError"):
+        nbxla.jit(body)(np.ones(3))
