@@ -29,7 +29,7 @@ from .frontend.autograph import convert_function
 from .frontend.cell_ast import check_function_no_random
 from .flags import current_flags
 from .frontend.trace import (StaticValue, TracedProgram, alias_pattern, is_array_leaf, leaf_signature,
-                             trace, tree_flatten, tree_unflatten)
+                             trace, tree_flatten, tree_paths, tree_unflatten)
 from .frontend.tracer import Tracer
 from .runtime.cache import DEFAULT_CACHE, CacheKey, CompilationCache
 from .runtime.executable import resolve_device
@@ -161,11 +161,7 @@ def _array_leaves(args, out: list) -> list:
 
 
 def _paths(name: str, tree) -> list[str]:
-    if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
-        return [p for i, item in enumerate(tree) for p in _paths(f"{name}[{i}]", item)]
-    if isinstance(tree, dict):
-        return [p for k, item in tree.items() for p in _paths(f"{name}[{k!r}]", item)]
-    return [name]
+    return tree_paths(name, tree)           # (objects holding arrays too: ``self.w``)
 
 
 class CompiledFunction:
@@ -179,6 +175,11 @@ class CompiledFunction:
         if not isinstance(getattr(self, "__name__", None), str):    # functools.partial, objects
             inner = fn.func if isinstance(fn, functools.partial) else fn
             self.__name__ = getattr(inner, "__name__", None) or type(inner).__name__
+        # A bound method (``jit(m.f)``): its object is passed as the first argument on every
+        # call, so that the arrays it holds (``self.w``) are read afresh, not baked in.
+        self._bound = ()
+        if isinstance(fn, types.MethodType) and not isinstance(fn.__self__, type):
+            self._bound, fn = (fn.__self__,), fn.__func__
         self.fn = fn
         self.device = device
         self.cache = cache or DEFAULT_CACHE
@@ -267,6 +268,8 @@ class CompiledFunction:
         return call
 
     def __call__(self, *args, **kwargs):
+        if self._bound:
+            args = self._bound + args
         if kwargs and self._positional is not None:
             args, kwargs = as_positional(self._positional, args, kwargs)
         plan = self._captures
@@ -372,7 +375,7 @@ class CompiledFunction:
 
     def get_compiler_ir(self, *args, device: str | None = None, **kwargs) -> Callable[..., str]:
         """Like TensorFlow's ``experimental_get_compiler_ir``: ``f.get_compiler_ir(x)(stage='hlo')``."""
-        compiled, _, _ = self._lookup(args, kwargs, device)
+        compiled, _, _ = self._lookup(self._bound + args, kwargs, device)
         return lambda stage="hlo": compiled.compilation.stage(stage)
 
     def __get__(self, obj, objtype=None):       # methods: bind like a function would

@@ -103,11 +103,10 @@ class TraceContext:
             where = self.builder.location
             source = f"\n    {where.source.strip()}" if getattr(where, "source", None) else ""
             raise ResourceError(
-                f"{where or 'this line'}: {opcode} makes an array "
-                f"{instr.shape.to_text(with_layout=False)} of {instr.shape.byte_size / 2**30:.3g} "
-                f"GiB, more than this machine's memory and swap ({allocatable_bytes() / 2**30:.3g} "
-                "GiB): NumPy cannot allocate it (MemoryError). Use a smaller shape or compute it "
-                f"in pieces.{source}")
+                f"{opcode} makes an array {instr.shape.to_text(with_layout=False)} of "
+                f"{instr.shape.byte_size / 2**30:.3g} GiB at {where or 'this line'}, more than this "
+                f"machine's memory and swap ({allocatable_bytes() / 2**30:.3g} GiB): NumPy cannot "
+                f"allocate it (MemoryError). Use a smaller shape or compute it in pieces.{source}")
         return instr
 
     def add_check(self, value: Instruction, fail: Callable) -> None:

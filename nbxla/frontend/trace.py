@@ -25,30 +25,74 @@ from .tracer import ScalarTracer, Tracer
 
 @dataclass(frozen=True)
 class TreeDef:
-    kind: str                  # "leaf", "tuple", "list", "dict"
+    kind: str                  # "leaf", "tuple", "list", "dict", "object"
     children: tuple = ()
-    keys: tuple = ()
+    keys: tuple = ()           # dict keys; an object's attribute names
+    cls: type | None = None    # an object's class
 
 
 LEAF = TreeDef("leaf")
 
 
-def tree_flatten(tree) -> tuple[list, TreeDef]:
+def tree_flatten(tree, _objects: int = 0) -> tuple[list, TreeDef]:
     if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
         flat, defs = [], []
         for item in tree:
-            f, d = tree_flatten(item)
+            f, d = tree_flatten(item, _objects)
             flat += f
             defs.append(d)
         return flat, TreeDef(type(tree).__name__, tuple(defs))
     if isinstance(tree, dict):
         flat, defs = [], []
         for key in tree:
-            f, d = tree_flatten(tree[key])
+            f, d = tree_flatten(tree[key], _objects)
             flat += f
             defs.append(d)
         return flat, TreeDef("dict", tuple(defs), tuple(tree))
+    if _objects < MAX_OBJECT_DEPTH and is_array_holder(tree, _objects):
+        flat, d = tree_flatten(vars(tree), _objects + 1)
+        return flat, TreeDef("object", d.children, d.keys, type(tree))
     return [tree], LEAF
+
+
+def tree_paths(name: str, tree, _objects: int = 0) -> list[str]:
+    """A name per leaf of ``tree_flatten(tree)``: ``x[0]``, ``d['k']``, ``self.w``."""
+    if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
+        return [p for i, item in enumerate(tree) for p in tree_paths(f"{name}[{i}]", item, _objects)]
+    if isinstance(tree, dict):
+        return [p for k, item in tree.items() for p in tree_paths(f"{name}[{k!r}]", item, _objects)]
+    if _objects < MAX_OBJECT_DEPTH and is_array_holder(tree, _objects):
+        return [p for k, item in vars(tree).items() for p in tree_paths(f"{name}.{k}", item, _objects + 1)]
+    return [name]
+
+
+_LIBRARY_PREFIXES = ("numpy", "nbxla", "builtins")
+MAX_OBJECT_DEPTH = 3            # objects in objects (self.layer.w) flattened; deeper ones (and
+#                                 cycles: a node's parent) are constants
+
+
+def is_array_holder(value, depth: int = 0) -> bool:
+    """An object of the user's class holding arrays in its attributes (``self.w``): flattened
+    like a dict of its attributes, so that its arrays are read afresh on every call, passed as
+    parameters (a rebound ``self.w`` or one of a new shape is seen) and its other attributes
+    are part of the cache key.  Only plain objects (identity equality, a ``__dict__``) whose
+    attributes are all arrays, hashable constants, or lists/tuples/dicts/such objects of them:
+    anything else stays one constant, as before."""
+    cls = type(value)
+    if cls.__eq__ is not object.__eq__ or (cls.__module__ or "").startswith(_LIBRARY_PREFIXES) or \
+            isinstance(value, type) or callable(value) or not isinstance(getattr(value, "__dict__", None), dict):
+        return False
+    leaves = tree_flatten(list(vars(value).values()), depth + 1)[0]
+    arrays = [is_array_leaf(v) or isinstance(v, Tracer) for v in leaves]   # (a result: Tracers)
+    return any(arrays) and all(a or _hashable(v) for a, v in zip(arrays, leaves))
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def tree_unflatten(treedef: TreeDef, leaves) -> Any:
@@ -63,6 +107,10 @@ def _build(d: TreeDef, it) -> Any:
     items = [_build(c, it) for c in d.children]
     if d.kind == "dict":
         return dict(zip(d.keys, items))
+    if d.kind == "object":          # a copy of the object holding these values (Tracers)
+        obj = object.__new__(d.cls)
+        obj.__dict__.update(zip(d.keys, items))
+        return obj
     return tuple(items) if d.kind == "tuple" else items
 
 

@@ -95,5 +95,56 @@ def test_index_array_bounds_checked_in_a_long_loop():
 def test_array_larger_than_memory_raises_memory_error(body):
     with pytest.raises(MemoryError):
         body(np.ones(3))                    # NumPy
-    with pytest.raises(nbxla.errors.ResourceError, match=r"test_numpy_probes.py:\d+: .*GiB.*MemoryError"):
+    with pytest.raises(nbxla.errors.ResourceError, match=r"f64\[1000000,1000000\].*GiB at .*test_numpy_probes.py:\d+.*MemoryError"):
         nbxla.jit(body)(np.ones(3))
+
+
+# ---- arrays held by an object (self.w): read afresh on every call ---------------------------------
+
+class _Model:
+    def __init__(self):
+        self.w = np.ones(3)
+        self.scale = 2.0
+
+    @nbxla.jit
+    def f(self, x):
+        return x * self.w * self.scale
+
+    def g(self, x):
+        return x * self.w * self.scale
+
+
+@pytest.mark.parametrize("how", ["decorated method", "jit of a bound method", "argument", "global"])
+def test_object_arrays_are_read_on_every_call(how):
+    m, x = _Model(), np.arange(3.0)
+    global _captured
+    _captured = m
+    call = {"decorated method": lambda: m.f(x), "jit of a bound method": nbxla.jit(m.g),
+            "argument": (lambda h: lambda: h(m, x))(nbxla.jit(lambda o, a: o.g(a))),
+            "global": (lambda h: lambda: h(x))(nbxla.jit(lambda a: a * _captured.w * _captured.scale))}[how]
+    if how == "jit of a bound method":
+        call = (lambda h: lambda: h(x))(call)
+    _same(call(), m.g(x))
+    m.w = np.full(3, 2.0)                       # rebound: a new array
+    _same(call(), m.g(x))
+    m.w[:] = 5.0                                # written in place
+    _same(call(), m.g(x))
+    m.w = np.arange(6, dtype=np.int32).reshape(2, 3)      # another shape and dtype
+    _same(call(), m.g(x))
+    m.scale = 3.0                               # a constant attribute
+    _same(call(), m.g(x))
+
+
+def test_object_results_and_writes_through_self():
+    class State:
+        def __init__(self, v):
+            self.v = v
+
+    def bump(s, d):
+        s.v[0] += d
+        return State(s.v * 2)
+    s, t = State(np.zeros(3)), State(np.zeros(3))
+    want, got = bump(s, 1.0), nbxla.jit(bump)(t, 1.0)
+    assert isinstance(got, State)
+    _same(got.v, want.v)
+    _same(t.v, s.v)
