@@ -73,6 +73,11 @@ def run_program(compiled: CompiledProgram, leaves: list):
             value = value[()] if value.ndim == 0 else value   # NumPy gives scalars for 0-d results
         elif kind == "selection":           # x[mask]: its length depends on the data
             value = to_host(outputs[value])[to_host(outputs[value + 1])]
+        elif kind == "view":                # x[1:]: NumPy's view of the caller's array
+            leaf_index, keys = value
+            value = leaves[leaf_index]
+            for key in keys:
+                value = value[key]
         result.append(value)
     return tree_unflatten(program.out_treedef, result)
 
@@ -246,7 +251,8 @@ class CompiledFunction:
             check_function_no_random(self.fn)
             start = time.perf_counter()
             fn = convert_function(self.fn) if not captured else self._traceable()
-            program = trace(fn, leaves, treedef, name=_module_name(self.fn), leaf_names=names())
+            program = trace(fn, leaves, treedef, name=_module_name(self.fn), leaf_names=names(),
+                            argument_views=True)
             trace_ms = (time.perf_counter() - start) * 1e3
             return CompiledProgram(program, compile_module(program.module, device, trace_ms,
                                                            dump_to=flags.dump_to,

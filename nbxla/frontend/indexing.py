@@ -65,7 +65,7 @@ def getitem(x: Tracer, key):
         if not plan.out_shape:           # NumPy: an element is a scalar copy, not a view
             return ScalarTracer(x.ctx, plan.read(x).instr)
         strides = plan.view_strides(x.strides)
-        return make_view(x, plan.read, plan.write, strides)
+        return make_view(x, plan.read, plan.write, strides, key)
     if kind == "constant":
         return _gather_positions(x, _positions(x, key))
     return _traced_take(x, key)

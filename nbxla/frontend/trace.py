@@ -230,9 +230,12 @@ def alias_pattern(leaves: list) -> tuple[int, ...]:
 def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
           leaf_names: list[str] | None = None,
           filename_display: Callable[[str], str | None] | None = None,
-          memory_checked: bool = True) -> TracedProgram:
+          memory_checked: bool = True, argument_views: bool = False) -> TracedProgram:
     """Trace ``fn(*args, **kwargs)``; ``arg_leaves``/``arg_treedef`` flatten ``(args, kwargs)``.
-    ``memory_checked=False`` allows arrays larger than memory (for programs run in chunks)."""
+    ``memory_checked=False`` allows arrays larger than memory (for programs run in chunks).
+    ``argument_views``: a result that is a basic-indexing view of an argument array
+    (``return x[1:]``) becomes a ("view", (leaf, keys)) slot: the caller gets that view of
+    its own array (after write-back), as NumPy returns a view sharing the argument's memory."""
     ctx = TraceContext(name, filename_display)
     ctx.memory_checked = memory_checked
     tracers: dict[int, Tracer] = {}        # id(array) -> Tracer: the same array, the same Tracer
@@ -264,8 +267,13 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
 
     out_leaves, out_treedef = tree_flatten(result)
     outputs, out_slots = [], []
+    params = {id(tracers[id(arg_leaves[i])]): i for i in param_leaves
+              if isinstance(arg_leaves[i], np.ndarray)} if argument_views else {}
     for leaf in out_leaves:
-        if isinstance(leaf, Selection):          # x[mask]: compacted on the host after the run
+        view = _argument_view(leaf, params) if params else None
+        if view is not None:
+            out_slots.append(("view", view))
+        elif isinstance(leaf, Selection):          # x[mask]: compacted on the host after the run
             out_slots.append(("selection", len(outputs)))
             outputs += [leaf.values.instr, leaf.mask.instr]
         elif isinstance(leaf, Tracer):
@@ -296,6 +304,20 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
     module.make_names_unique()
     return TracedProgram(module, param_leaves, out_treedef, out_slots, writebacks, checks,
                          ctx.loop_decisions)
+
+
+def _argument_view(t, params: dict) -> tuple[int, tuple] | None:
+    """(argument leaf, NumPy keys) when ``t`` is ``arg[k1][k2]...`` by basic indexing of an
+    argument array itself (not of a value computed from it), else None."""
+    if not isinstance(t, Tracer):
+        return None
+    keys = []
+    while t.view is not None and t.view.key is not None:
+        keys.append(t.view.key)
+        t = t.view.base
+    if not keys or t.view is not None or id(t) not in params:
+        return None
+    return params[id(t)], tuple(reversed(keys))
 
 
 def _hlo_name(name: str) -> str:

@@ -148,3 +148,38 @@ def test_object_results_and_writes_through_self():
     assert isinstance(got, State)
     _same(got.v, want.v)
     _same(t.v, s.v)
+
+
+# ---- a returned view of an argument is a view of the caller's array --------------------------------
+
+def _view_of_argument(x):
+    return x[1:]
+
+
+def _write_then_view(x):
+    x[0] = 5
+    return x[1:]
+
+
+def _view_then_write(x):
+    r = x[1:, ::2]
+    x[1, 0] = 9                 # after the view was taken: NumPy's view sees it
+    return r, x.sum()
+
+
+def _view_of_view(x):
+    return x[::2][1:], (x * 2)[1:]          # (the second is a new array in NumPy too)
+
+
+@pytest.mark.parametrize("fn", [_view_of_argument, _write_then_view, _view_then_write, _view_of_view])
+def test_returned_view_of_an_argument_shares_its_memory(fn):
+    a, b = np.arange(24.0).reshape(6, 4), np.arange(24.0).reshape(6, 4)
+    want, got = fn(a), nbxla.jit(fn)(b)
+    want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+    for w, g in zip(want, got):
+        _same(g, w)
+        assert np.shares_memory(g, b) == np.shares_memory(w, a)
+    _same(b, a)
+    got[0][...] = -1                        # writes to the result show in the argument
+    want[0][...] = -1
+    _same(b, a)
