@@ -55,3 +55,27 @@ ENTRY %main (x: f32[4,3], i: s32[2,1], u: f32[2,3]) -> f32[4,3] {
 def test_scatter_dimension_numbers_out_of_range_are_refused_at_their_line(dims):
     with pytest.raises(HloParseError, match=r"^m.hlo:13:\d+: %s: scatter"):
         parse_hlo(_SCATTER.replace("DIMS", dims), "m.hlo")
+
+
+# ---- fuzz family: a required attribute left out (was a KeyError in a pass or the code generator) --
+
+_MISSING_ATTRIBUTE = """HloModule m
+
+ENTRY %main (x: f32[9]) -> f32[9] {
+  %x = f32[9]{0} parameter(0)
+  %c = f32[] constant(2)
+  %b = f32[9]{0} BROADCAST
+  %r = f32[9]{0} REVERSE
+  ROOT %s = f32[9]{0} add(f32[9]{0} %b, f32[9]{0} %r)
+}
+"""
+
+
+@pytest.mark.parametrize("line, broadcast, reverse", [
+    (6, "broadcast(f32[] %c)", "reverse(f32[9]{0} %x), dimensions={0}"),
+    (7, "broadcast(f32[] %c), dimensions={}", "reverse(f32[9]{0} %x)"),
+])
+def test_a_missing_required_attribute_is_refused_at_its_line(line, broadcast, reverse):
+    text = _MISSING_ATTRIBUTE.replace("BROADCAST", broadcast).replace("REVERSE", reverse)
+    with pytest.raises(HloParseError, match=rf"^m.hlo:{line}:\d+: %\w: \w+ needs the attribute\(s\) dimensions"):
+        parse_hlo(text, "m.hlo")
