@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import HloShapeError, NotCompilableError, ResourceError
+from ..errors import HloShapeError, NotCompilableError, ResourceError, source_excerpt
 from ..hlo import Builder, Shape, SourceLocation, from_numpy_dtype
 from ..hlo.ir import Instruction
 
@@ -101,7 +101,7 @@ class TraceContext:
             # NumPy would fail to allocate this array (MemoryError); compiled code might fuse
             # it away, or loop over its 10**12 elements for hours: refuse it as NumPy does.
             where = self.builder.location
-            source = f"\n    {where.source.strip()}" if getattr(where, "source", None) else ""
+            source = f"\n    {source_excerpt(where.source)}" if getattr(where, "source", None) else ""
             raise ResourceError(
                 f"{opcode} makes an array {instr.shape.to_text(with_layout=False)} of "
                 f"{instr.shape.byte_size / 2**30:.3g} GiB at {where or 'this line'}, more than this "
