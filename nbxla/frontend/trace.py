@@ -9,6 +9,7 @@ caller's arrays afterwards, so the caller sees NumPy's in-place semantics.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -75,11 +76,12 @@ def is_array_holder(value, depth: int = 0) -> bool:
     """An object of the user's class holding arrays in its attributes (``self.w``): flattened
     like a dict of its attributes, so that its arrays are read afresh on every call, passed as
     parameters (a rebound ``self.w`` or one of a new shape is seen) and its other attributes
-    are part of the cache key.  Only plain objects (identity equality, a ``__dict__``) whose
-    attributes are all arrays, hashable constants, or lists/tuples/dicts/such objects of them:
-    anything else stays one constant, as before."""
+    are part of the cache key.  Only plain objects (identity equality, or a dataclass; a
+    ``__dict__``) whose attributes are all arrays, hashable constants, or lists/tuples/dicts/
+    such objects of them: anything else stays one constant, as before."""
     cls = type(value)
-    if cls.__eq__ is not object.__eq__ or (cls.__module__ or "").startswith(_LIBRARY_PREFIXES) or \
+    plain = cls.__eq__ is object.__eq__ or dataclasses.is_dataclass(cls)
+    if not plain or (cls.__module__ or "").startswith(_LIBRARY_PREFIXES) or \
             isinstance(value, type) or callable(value) or not isinstance(getattr(value, "__dict__", None), dict):
         return False
     leaves = tree_flatten(list(vars(value).values()), depth + 1)[0]

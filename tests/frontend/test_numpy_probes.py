@@ -3,6 +3,7 @@ same function eagerly and compiled and compares, or checks NumPy's error."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -183,3 +184,15 @@ def test_returned_view_of_an_argument_shares_its_memory(fn):
     got[0][...] = -1                        # writes to the result show in the argument
     want[0][...] = -1
     _same(b, a)
+
+
+def test_dataclass_of_arrays_as_an_argument():
+    @dataclasses.dataclass
+    class Params:
+        w: np.ndarray
+        b: float = 1.0
+
+    p, f = Params(np.ones(3)), nbxla.jit(lambda p, x: p.w * x + p.b)
+    _same(f(p, 2.0), p.w * 2.0 + p.b)
+    p.w, p.b = np.arange(3.0), 5.0
+    _same(f(p, 2.0), p.w * 2.0 + p.b)
