@@ -9,6 +9,7 @@ and one command.  Exit codes: 0 all good, 1 results differ from the expected out
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -136,6 +137,7 @@ def run_hlo(opts) -> int:
     t0 = time.perf_counter()
     module = parse_hlo(text, str(path))
     t_parse = time.perf_counter() - t0
+    _check_custom_calls(module, text, str(path))
 
     params = module.entry.parameters
     data = _load_npz(opts.inputs) if opts.inputs else {}
@@ -154,6 +156,26 @@ def run_hlo(opts) -> int:
     if not expected:
         return 0
     return _compare(results, expected, opts.rtol, opts.atol)
+
+
+def _check_custom_calls(module, text: bytes, filename: str) -> None:
+    """Refuse a custom-call nbxla has no implementation for before running anything, at its
+    line of the file (the evaluator, which runs custom-calls for every backend, would only
+    name the instruction, after the compilation)."""
+    from .errors import HloParseError
+    from .hlo.evaluator import CUSTOM_CALL_TARGETS
+    lines = text.decode("utf-8").splitlines()
+    for instr in module.instructions():
+        target = instr.attrs.get("custom_call_target", "")
+        if instr.opcode != "custom-call" or target in CUSTOM_CALL_TARGETS:
+            continue
+        line = next((k for k, source in enumerate(lines, 1)
+                     if re.match(rf"\s*(ROOT\s+)?%?{re.escape(instr.name)}\s*=", source)), 0)
+        raise HloParseError(
+            f"custom-call target {target!r} (%{instr.name}) has no implementation in nbxla "
+            f"(supported: {', '.join(sorted(CUSTOM_CALL_TARGETS))}); rewrite the program without "
+            "it, or register a NumPy implementation in nbxla.hlo.evaluator.CUSTOM_CALL_TARGETS",
+            filename, line, 1 if line else 0, lines[line - 1] if line else None)
 
 
 def _load_npz(path: str) -> dict[str, np.ndarray]:

@@ -32,7 +32,7 @@ from .frontend.autograph import convert_function
 from .frontend.cell_ast import check_function_no_random
 from .flags import current_flags
 from .frontend.trace import (StaticValue, TracedProgram, alias_pattern, is_array_leaf, leaf_signature,
-                             trace, tree_flatten, tree_unflatten)
+                             trace, tree_flatten, tree_paths, tree_unflatten)
 from .frontend.tracer import Tracer
 from .runtime.cache import DEFAULT_CACHE, CacheKey, CompilationCache
 from .runtime.executable import resolve_device
@@ -79,6 +79,11 @@ def run_program(compiled: CompiledProgram, leaves: list):
                 value = int(value)
         elif kind == "selection":           # x[mask]: its length depends on the data
             value = to_host(outputs[value])[to_host(outputs[value + 1])]
+        elif kind == "view":                # x[1:]: NumPy's view of the caller's array
+            leaf_index, keys = value
+            value = leaves[leaf_index]
+            for key in keys:
+                value = value[key]
         result.append(value)
     return tree_unflatten(program.out_treedef, result)
 
@@ -168,11 +173,7 @@ def _array_leaves(args, out: list) -> list:
 
 
 def _paths(name: str, tree) -> list[str]:
-    if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
-        return [p for i, item in enumerate(tree) for p in _paths(f"{name}[{i}]", item)]
-    if isinstance(tree, dict):
-        return [p for k, item in tree.items() for p in _paths(f"{name}[{k!r}]", item)]
-    return [name]
+    return tree_paths(name, tree)           # (objects holding arrays too: ``self.w``)
 
 
 class CompiledFunction:
@@ -186,6 +187,11 @@ class CompiledFunction:
         if not isinstance(getattr(self, "__name__", None), str):    # functools.partial, objects
             inner = fn.func if isinstance(fn, functools.partial) else fn
             self.__name__ = getattr(inner, "__name__", None) or type(inner).__name__
+        # A bound method (``jit(m.f)``): its object is passed as the first argument on every
+        # call, so that the arrays it holds (``self.w``) are read afresh, not baked in.
+        self._bound = ()
+        if isinstance(fn, types.MethodType) and not isinstance(fn.__self__, type):
+            self._bound, fn = (fn.__self__,), fn.__func__
         self.fn = fn
         self.device = device
         # Check the first call of each compiled signature against the plain function (also
@@ -258,7 +264,8 @@ class CompiledFunction:
             check_function_no_random(self.fn)
             start = time.perf_counter()
             fn = convert_function(self.fn) if not captured else self._traceable()
-            program = trace(fn, leaves, treedef, name=_module_name(self.fn), leaf_names=names())
+            program = trace(fn, leaves, treedef, name=_module_name(self.fn), leaf_names=names(),
+                            argument_views=True)
             trace_ms = (time.perf_counter() - start) * 1e3
             return CompiledProgram(program, compile_module(program.module, device, trace_ms,
                                                            dump_to=flags.dump_to,
@@ -280,6 +287,8 @@ class CompiledFunction:
         return call
 
     def __call__(self, *args, **kwargs):
+        if self._bound:
+            args = self._bound + args
         if kwargs and self._positional is not None:
             args, kwargs = as_positional(self._positional, args, kwargs)
         plan = self._captures
@@ -410,7 +419,7 @@ class CompiledFunction:
 
     def get_compiler_ir(self, *args, device: str | None = None, **kwargs) -> Callable[..., str]:
         """Like TensorFlow's ``experimental_get_compiler_ir``: ``f.get_compiler_ir(x)(stage='hlo')``."""
-        compiled = self._lookup(args, kwargs, device)[0]
+        compiled = self._lookup(self._bound + args, kwargs, device)[0]
         return lambda stage="hlo": compiled.compilation.stage(stage)
 
     def __get__(self, obj, objtype=None):       # methods: bind like a function would

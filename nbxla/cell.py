@@ -75,6 +75,8 @@ def _signature(leaf, name: str | None = None) -> tuple:
 def _leaf_names(name: str, d: TreeDef) -> list[str]:
     if d.kind == "leaf":
         return [name]
+    if d.kind == "object":                  # an object holding arrays: m.w
+        return [n for key, c in zip(d.keys, d.children) for n in _leaf_names(f"{name}.{key}", c)]
     labels = [repr(k) for k in d.keys] if d.kind == "dict" else range(len(d.children))
     return [n for label, c in zip(labels, d.children) for n in _leaf_names(f"{name}[{label}]", c)]
 

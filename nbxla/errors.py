@@ -53,10 +53,17 @@ class TraceError(NbxlaError):
         self.location, self.hint, self.bare_message = location, hint, message
         text = f"{location}: {message}" if location is not None else message
         if location is not None and getattr(location, "source", None):
-            text += f"\n    {location.source.strip()}"
+            text += f"\n    {source_excerpt(location.source)}"
         if hint:
             text += f"\n{hint}"
         super().__init__(text)
+
+
+def source_excerpt(line: str, limit: int = 200) -> str:
+    """A source line as an error shows it: stripped, and cut short past ``limit`` characters
+    (a cell line holding a 100 000-character literal would bury the message)."""
+    line = line.strip()
+    return line if len(line) <= limit else f"{line[:limit]} ... ({len(line)} characters)"
 
 
 class NotCompilableError(TraceError):

@@ -4,7 +4,8 @@ Each mutation is a small, plausible corruption of a real module: a number change
 element type swapped, an operand dropped, an opcode replaced, a line deleted or doubled,
 parameter numbers collided, a window stride of 0, dimension numbers out of range, a
 computation calling itself, deeply nested tuple shapes, dimensions beyond memory, text cut
-short, bytes that are not UTF-8.  ``mutate(text, rng)`` applies one, chosen by ``rng``.
+short, bytes that are not UTF-8, an attribute left out.  ``mutate(text, rng)`` applies one,
+chosen by ``rng``.
 """
 
 from __future__ import annotations
@@ -109,13 +110,19 @@ def _huge_dims(text, rng):
                     lambda m: f"{m.group(1)}[{rng.choice([10 ** 12, 2 ** 40, 2 ** 62])}")
 
 
+def _drop_attribute(text, rng):
+    """An attribute left out (``broadcast(...)`` without ``dimensions``): found by issue 28's
+    fuzzing as a KeyError in the passes, now refused by the parser at its line."""
+    return _sub_one(re.compile(r",\s*\w+=(?:\{[^}]*\}|[^,\s)]+)"), text, rng, lambda m: "")
+
+
 def _truncate(text, rng):
     return text[:rng.randrange(1, max(2, len(text)))]
 
 
 MUTATIONS = [_number, _element_type, _drop_operand, _opcode, lambda t, r: _line(t, r, False),
              lambda t, r: _line(t, r, True), _parameter_number, _stride_zero, _dimension_numbers,
-             _recursive, _nested_tuple, _huge_dims, _truncate]
+             _recursive, _nested_tuple, _huge_dims, _truncate, _drop_attribute]
 
 
 def mutate(text: str, rng: random.Random) -> bytes:

@@ -88,7 +88,7 @@ def _plan(cf, args, kwargs, leaves, treedef) -> DaskPlan:
     name = name if name.isidentifier() else "lambda_fn"
     try:
         program = trace(cf.fn, traced_leaves, treedef, name=name,
-                        leaf_names=cf._leaf_names(args, kwargs))
+                        leaf_names=cf._leaf_names(args, kwargs), memory_checked=False)
     except ValueError as e:
         if "read-only" in str(e):
             raise NotCompilableError(f"the function writes into a dask array argument ({e}); dask "

@@ -8,8 +8,10 @@ tuples, helper functions) become part of the cache key: a new value recompiles, 
 cache says which name changed (``w: 2.0 -> 3.0 (constant)``).  Helper functions the
 function calls are followed (a few levels deep) for the same reasons.
 
-What is not followed: modules (``np``), attributes of objects (``self.w``, ``cfg.alpha``),
-and values that are neither arrays, numbers, strings, tuples nor functions; those are read
+An object of the user's class holding arrays (``cfg.w``, see ``trace.is_array_holder``) is
+flattened like a dict of its attributes: its arrays are implicit arguments, its other
+attributes part of the key.  What is not followed: modules (``np``), other objects, and
+values that are neither arrays, numbers, strings, tuples nor functions; those are read
 once, while tracing, as before.
 """
 
@@ -23,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from .trace import is_array_leaf, tree_flatten, tree_unflatten
+from .trace import is_array_holder, is_array_leaf, tree_flatten, tree_unflatten
 
 MAX_DEPTH = 3                           # helper functions followed below the compiled one
 _STATIC_TYPES = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, np.dtype)
@@ -65,6 +67,8 @@ def _plain_array(value) -> bool:
 
 def _relevant(value) -> bool:
     """Whether a captured value is an array, a constant in the key, or a tree of them."""
+    if is_array_holder(value):
+        return True
     if is_array_leaf(value):
         return _plain_array(value)
     if isinstance(value, (list, dict, tuple)):

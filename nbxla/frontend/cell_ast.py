@@ -12,10 +12,14 @@ its value can be traced, compiled and returned like any other output.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import inspect
+import io
 import linecache
+import sys
 import textwrap
+import tokenize
 import types
 from dataclasses import dataclass
 from types import CodeType, ModuleType, SimpleNamespace
@@ -107,22 +111,61 @@ class CellAnalysis:
     def traced_code(self, filename: str) -> CodeType:
         """The cell compiled with its loops and branches converted (see ``autograph``)."""
         from .autograph import convert_tree
-        return compile(convert_tree(self.tree), filename, "exec")
+        with deep_trees():
+            return compile(convert_tree(self.tree), filename, "exec")
+
+
+@contextlib.contextmanager
+def deep_trees():
+    """Room on the Python stack for walking a syntax tree as deep as Python's parser accepts
+    (``y + y + ... + y`` with 2 000 terms on one line is one nesting level per ``+``; copying
+    and converting it recurses a few Python frames per level, past the default limit of
+    1 000).  The parser has already bounded the depth, so the deeper recursion is bounded too
+    (and Python-to-Python calls do not grow the C stack)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20_000))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _too_deep(source: str) -> SyntaxError:
+    """Python's own parser gives up on a line nested too deeply (thousands of chained
+    operators or brackets); plain Python cannot run it either.  Said at the line with the
+    most tokens, its text shortened (a 100 000-character line would fill the screen)."""
+    counts = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            counts[tok.start[0]] = counts.get(tok.start[0], 0) + 1
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    line = max(counts, key=counts.get, default=1)
+    text = (source.splitlines() or [""])[line - 1]
+    shown = text if len(text) <= 200 else text[:200] + " ..."
+    return SyntaxError(f"line {line} nests too deeply for Python's parser ({counts.get(line, 0)} "
+                       "tokens, e.g. a very long chain of + or of brackets): split it into several "
+                       "statements (partial sums, or build a list and np.array it)",
+                       ("<cell>", line, 1, shown))
 
 
 @functools.lru_cache(maxsize=256)
 def analyze(source: str) -> CellAnalysis:
     """Parse a cell (already padded so that its line numbers are the notebook's)."""
-    tree = ast.parse(source)
+    try:
+        tree = ast.parse(source)
+    except RecursionError:
+        raise _too_deep(source) from None
     reads: dict[str, None] = {}
     binds: dict[str, None] = {}
     certain: set[str] = set()
-    for stmt in tree.body:
-        loads, stores = _scope_names([stmt])
-        reads.update(dict.fromkeys(sorted(loads - certain)))
-        binds.update(dict.fromkeys(stores))
-        if isinstance(stmt, _CERTAIN):
-            certain.update(stores)
+    with deep_trees():
+        for stmt in tree.body:
+            loads, stores = _scope_names([stmt])
+            reads.update(dict.fromkeys(sorted(loads - certain)))
+            binds.update(dict.fromkeys(stores))
+            if isinstance(stmt, _CERTAIN):
+                certain.update(stores)
     displays = bool(tree.body) and isinstance(tree.body[-1], ast.Expr) \
         and not source.rstrip().endswith(";")
     if displays:

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import HloShapeError, NotCompilableError
+from ..errors import HloShapeError, NotCompilableError, ResourceError, source_excerpt
 from ..hlo import Builder, Shape, SourceLocation, from_numpy_dtype
 from ..hlo.ir import Instruction
 from ..hlo.shapes import LOW_PRECISION_DTYPES
@@ -55,6 +55,9 @@ class TraceContext:
         # NumPy views taken in converted code: id -> (view, base, how), where how(Tracer of
         # base) makes the same view of it (control.getitem / control.call)
         self.views: dict[int, tuple] = {}
+        # Arrays larger than memory are refused (NumPy's MemoryError), except where the
+        # program runs in pieces (nbxla.dask traces whole arrays, each task gets a chunk).
+        self.memory_checked = True
 
     # ---- source locations -------------------------------------------------------------------
 
@@ -96,13 +99,24 @@ class TraceContext:
     def emit(self, opcode: str, *operands: Instruction, shape=None, **attrs) -> Instruction:
         self.builder.location = self.user_location()
         try:
-            return self.builder.op(opcode, *operands, shape=shape, **attrs)
+            instr = self.builder.op(opcode, *operands, shape=shape, **attrs)
         except HloShapeError as e:
             # A lowering rule built an invalid instruction for these inputs: an nbxla gap,
             # reported at the user's line rather than as a bare IR error.
             raise self.not_compilable(
                 f"nbxla cannot compile this operation for these inputs ({e})",
                 "compute this step outside the compiled code, and please report it") from None
+        if self.memory_checked and not instr.shape.is_tuple and instr.shape.byte_size > allocatable_bytes():
+            # NumPy would fail to allocate this array (MemoryError); compiled code might fuse
+            # it away, or loop over its 10**12 elements for hours: refuse it as NumPy does.
+            where = self.builder.location
+            source = f"\n    {source_excerpt(where.source)}" if getattr(where, "source", None) else ""
+            raise ResourceError(
+                f"{opcode} makes an array {instr.shape.to_text(with_layout=False)} of "
+                f"{instr.shape.byte_size / 2**30:.3g} GiB at {where or 'this line'}, more than this "
+                f"machine's memory and swap ({allocatable_bytes() / 2**30:.3g} GiB): NumPy cannot "
+                f"allocate it (MemoryError). Use a smaller shape or compute it in pieces.{source}")
+        return instr
 
     def add_check(self, value: Instruction, fail: Callable) -> None:
         """Check ``value`` after every run: ``fail(np.ndarray)`` returns the error NumPy would
@@ -127,3 +141,21 @@ class TraceContext:
                                     literal=arr.copy())
             self._constants[key] = instr
         return instr
+
+
+_ALLOCATABLE: list[int] = []
+
+
+def allocatable_bytes() -> int:
+    """Physical memory plus swap: Linux's default overcommit refuses a single allocation
+    larger than that, so NumPy's ``np.zeros``/``np.empty`` raise MemoryError beyond it."""
+    if not _ALLOCATABLE:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") \
+            else 1 << 40
+        try:
+            with open("/proc/meminfo") as f:
+                swap = next((int(line.split()[1]) * 1024 for line in f if line.startswith("SwapTotal:")), 0)
+        except OSError:
+            swap = 0
+        _ALLOCATABLE.append(total + swap)
+    return _ALLOCATABLE[0]

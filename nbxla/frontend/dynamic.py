@@ -83,6 +83,13 @@ class _Plan:
             if hi < 0:
                 return k + n
         kk = plain(k)
+        # A scalar read from the data (a NumPy-scalar argument, idx[j]): dynamic-slice would
+        # clamp it, NumPy raises IndexError (checked after the run, as for index arrays).
+        # In a loop body traced once (a rolled loop, a while loop's counter) the check cannot
+        # leave the body yet: there the index is clamped, as XLA does.
+        if not k.ctx.rolling:
+            from .indexing import check_bounds         # (indexing imports this module)
+            check_bounds(kk, n, axis)
         return select(compare(kk, like(kk, 0), "LT"), emit(k.ctx, "add", kk, like(kk, n)), kk)
 
     def _slice(self, k: slice, n, axis):

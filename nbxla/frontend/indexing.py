@@ -25,6 +25,7 @@ from ..errors import IndexCheckError
 from ..flags import current_flags
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
+from .control import CannotRoll
 from .dynamic import dynamic_getitem, dynamic_setitem, is_dynamic_key
 from .registry import entry_point, ufunc_method
 from .selection import Selection, select_from, write_selection
@@ -64,7 +65,7 @@ def getitem(x: Tracer, key):
         if not plan.out_shape:           # NumPy: an element is a scalar copy, not a view
             return ScalarTracer(x.ctx, plan.read(x).instr)
         strides = plan.view_strides(x.strides)
-        return make_view(x, plan.read, plan.write, strides)
+        return make_view(x, plan.read, plan.write, strides, key)
     if kind == "constant":
         return _gather_positions(x, _positions(x, key))
     return _traced_take(x, key)
@@ -355,6 +356,11 @@ def check_bounds(idx: Tracer, n: int, axis: int) -> None:
     if current_flags().clamp_indices or idx.size == 0:
         return
     ctx = idx.ctx
+    if ctx.rolling:
+        # The check is an output of the entry computation; a loop body traced once cannot
+        # hand it out, so the loop runs unrolled (each step checked).
+        raise CannotRoll(f"an index read from the data is checked against axis {axis}'s bounds "
+                         f"(size {n}) after the run, as NumPy raises IndexError")
     flat = reshape(convert(idx, np.int64), (idx.size,))
     extremes = emit(ctx, "concatenate", reshape(np.min(flat), (1,)), reshape(np.max(flat), (1,)),
                     dimensions=(0,))

@@ -96,9 +96,13 @@ def reduce(x: Tracer, ufunc, axes, keepdims=False, dtype=None, initial=_NO_VALUE
         nan = isnan(x)
         x = select(nan, full(ctx, x.shape, identity, out_dtype), x)
         all_nan = reduce(nan, np.logical_and, axes, keepdims)
-    init = scalar(ctx, identity, out_dtype)
-    result = emit(ctx, "reduce", x, init, dimensions=tuple(sorted(axes)),
-                  to_apply=reducer(opcode, out_dtype))
+    # NumPy's float16 add and multiply loops accumulate in float32 and round once at the end
+    # (a float16 running sum of 10 000 numbers would lose digits and overflow early).
+    acc = np.dtype(np.float32) if out_dtype == np.float16 and opcode in ("add", "multiply") else out_dtype
+    init = scalar(ctx, identity, acc)
+    result = emit(ctx, "reduce", convert(x, acc), init, dimensions=tuple(sorted(axes)),
+                  to_apply=reducer(opcode, acc))
+    result = convert(result, out_dtype)
     if initial is not _NO_VALUE:
         result = binop(opcode, result, full(ctx, result.shape, initial, out_dtype))
     if keepdims:
@@ -159,20 +163,20 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
         raise x.ctx.not_compilable("np.mean(where=...) is not supported", "use np.sum(x*mask)/np.sum(mask)")
     axes = normalize_axes(axis, x.ndim)
     result_dtype = np.mean(np.zeros((1,), x.dtype), dtype=dtype).dtype
-    acc = _accumulation_dtype(x.dtype, dtype)
+    # NumPy's _mean: ints and bools sum in float64, float16 in float32 (unless a dtype is asked).
+    acc = np.dtype(dtype) if dtype is not None else np.dtype(np.float64) if x.dtype.kind in "iub" \
+        else np.dtype(np.float32) if x.dtype == np.float16 else x.dtype
     total = reduce(convert(x, acc), np.add, axes, keepdims)
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    return _to_out(convert(binop("divide", total, full(x.ctx, total.shape, count, acc)), result_dtype), out)
+    return _to_out(convert(_divide_by_count(total, count), result_dtype), out)
 
 
-def _accumulation_dtype(dtype, requested):
-    """What NumPy sums in for mean/var: float64 for ints and bools, float32 for float16."""
-    if requested is not None:
-        requested = np.dtype(requested)
-        return np.dtype(np.float32) if requested == np.float16 else requested
-    if dtype.kind in "iub":
-        return np.dtype(np.float64)
-    return np.dtype(np.float32) if dtype == np.float16 else dtype
+def _divide_by_count(total: Tracer, count: int) -> Tracer:
+    """``total / count`` as NumPy's true_divide by an integer count does it: float16 values
+    are divided in a wider type and rounded (a count such as 70 000 has no float16 value)."""
+    wide = np.dtype(np.float32) if total.dtype == np.float16 else total.dtype
+    t = convert(total, wide)
+    return convert(binop("divide", t, full(t.ctx, t.shape, count, wide)), total.dtype)
 
 
 @implements(np.var, method="var")
@@ -185,19 +189,21 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Tru
         ddof = correction
     axes = normalize_axes(axis, x.ndim)
     result_dtype = np.var(np.zeros((2,), x.dtype), dtype=dtype).dtype
-    acc = _accumulation_dtype(x.dtype, dtype)
+    # NumPy's _var computes in the input's dtype (float64 for ints and bools): for float16 the
+    # mean, the squared deviations and their sum are each rounded to float16 (and overflow to
+    # inf where the sum of squares passes 65504, as NumPy's does).
+    acc = np.dtype(dtype) if dtype is not None else np.dtype(np.float64) if x.dtype.kind in "iub" \
+        else x.dtype
     xa = convert(x, acc)
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    m = reduce(xa, np.add, axes, keepdims=True)
-    m = binop("divide", m, full(x.ctx, m.shape, count, acc))
+    m = _divide_by_count(reduce(xa, np.add, axes, keepdims=True), count)
     d = binop("subtract", xa, broadcast_to(m, xa.shape))
     if acc.kind == "c":
         sq = binop("add", *(binop("multiply", p, p) for p in (emit(x.ctx, "real", d), emit(x.ctx, "imag", d))))
     else:
         sq = binop("multiply", d, d)
     total = reduce(sq, np.add, axes, keepdims)
-    denom = max(count - ddof, 0)
-    result = binop("divide", total, full(x.ctx, total.shape, denom, total.dtype))
+    result = _divide_by_count(total, max(count - ddof, 0))
     return _to_out(convert(result, result_dtype), out)
 
 

@@ -67,6 +67,9 @@ def convert(x: Tracer, dtype) -> Tracer:
         x = emit(x.ctx, "real", x)      # NumPy drops the imaginary part (with a warning)
         if x.dtype == dtype:
             return x
+    if x.dtype.kind == "f" and dtype.kind in "iu":      # NumPy's C cast out of range, not HLO's
+        from .float_to_int import float_to_int
+        return float_to_int(x, dtype)
     return emit(x.ctx, "convert", x, shape=Shape(from_numpy_dtype(dtype), x.shape))
 
 
@@ -126,10 +129,12 @@ def reducer(opcode: str, dtype) -> object:
     return scalar_computation(opcode, from_numpy_dtype(dtype))
 
 
-def make_view(base: Tracer, forward: Callable, backward: Callable | None, strides) -> Tracer:
-    """A Tracer that reads ``forward(base)`` and writes back through ``backward``."""
+def make_view(base: Tracer, forward: Callable, backward: Callable | None, strides,
+              key: tuple | None = None) -> Tracer:
+    """A Tracer that reads ``forward(base)`` and writes back through ``backward``; ``key``:
+    the basic NumPy index that makes the same view (see ``View.key``)."""
     value = forward(base)
-    return Tracer(base.ctx, value.instr, View(base, forward, backward, tuple(strides)))
+    return Tracer(base.ctx, value.instr, View(base, forward, backward, tuple(strides), key))
 
 
 # ---- ufunc dispatch --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ caller's arrays afterwards, so the caller sees NumPy's in-place semantics.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,30 +27,75 @@ from .tracer import ScalarTracer, Tracer
 
 @dataclass(frozen=True)
 class TreeDef:
-    kind: str                  # "leaf", "tuple", "list", "dict"
+    kind: str                  # "leaf", "tuple", "list", "dict", "object"
     children: tuple = ()
-    keys: tuple = ()
+    keys: tuple = ()           # dict keys; an object's attribute names
+    cls: type | None = None    # an object's class
 
 
 LEAF = TreeDef("leaf")
 
 
-def tree_flatten(tree) -> tuple[list, TreeDef]:
+def tree_flatten(tree, _objects: int = 0) -> tuple[list, TreeDef]:
     if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
         flat, defs = [], []
         for item in tree:
-            f, d = tree_flatten(item)
+            f, d = tree_flatten(item, _objects)
             flat += f
             defs.append(d)
         return flat, TreeDef(type(tree).__name__, tuple(defs))
     if isinstance(tree, dict):
         flat, defs = [], []
         for key in tree:
-            f, d = tree_flatten(tree[key])
+            f, d = tree_flatten(tree[key], _objects)
             flat += f
             defs.append(d)
         return flat, TreeDef("dict", tuple(defs), tuple(tree))
+    if _objects < MAX_OBJECT_DEPTH and is_array_holder(tree, _objects):
+        flat, d = tree_flatten(vars(tree), _objects + 1)
+        return flat, TreeDef("object", d.children, d.keys, type(tree))
     return [tree], LEAF
+
+
+def tree_paths(name: str, tree, _objects: int = 0) -> list[str]:
+    """A name per leaf of ``tree_flatten(tree)``: ``x[0]``, ``d['k']``, ``self.w``."""
+    if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
+        return [p for i, item in enumerate(tree) for p in tree_paths(f"{name}[{i}]", item, _objects)]
+    if isinstance(tree, dict):
+        return [p for k, item in tree.items() for p in tree_paths(f"{name}[{k!r}]", item, _objects)]
+    if _objects < MAX_OBJECT_DEPTH and is_array_holder(tree, _objects):
+        return [p for k, item in vars(tree).items() for p in tree_paths(f"{name}.{k}", item, _objects + 1)]
+    return [name]
+
+
+_LIBRARY_PREFIXES = ("numpy", "nbxla", "builtins")
+MAX_OBJECT_DEPTH = 3            # objects in objects (self.layer.w) flattened; deeper ones (and
+#                                 cycles: a node's parent) are constants
+
+
+def is_array_holder(value, depth: int = 0) -> bool:
+    """An object of the user's class holding arrays in its attributes (``self.w``): flattened
+    like a dict of its attributes, so that its arrays are read afresh on every call, passed as
+    parameters (a rebound ``self.w`` or one of a new shape is seen) and its other attributes
+    are part of the cache key.  Only plain objects (identity equality, or a dataclass; a
+    ``__dict__``) whose attributes are all arrays, hashable constants, or lists/tuples/dicts/
+    such objects of them: anything else stays one constant, as before."""
+    cls = type(value)
+    plain = cls.__eq__ is object.__eq__ or dataclasses.is_dataclass(cls)
+    if not plain or (cls.__module__ or "").startswith(_LIBRARY_PREFIXES) or \
+            isinstance(value, type) or callable(value) or not isinstance(getattr(value, "__dict__", None), dict):
+        return False
+    leaves = tree_flatten(list(vars(value).values()), depth + 1)[0]
+    arrays = [is_array_leaf(v) or isinstance(v, Tracer) for v in leaves]   # (a result: Tracers)
+    return any(arrays) and all(a or _hashable(v) for a, v in zip(arrays, leaves))
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def tree_unflatten(treedef: TreeDef, leaves) -> Any:
@@ -64,6 +110,10 @@ def _build(d: TreeDef, it) -> Any:
     items = [_build(c, it) for c in d.children]
     if d.kind == "dict":
         return dict(zip(d.keys, items))
+    if d.kind == "object":          # a copy of the object holding these values (Tracers)
+        obj = object.__new__(d.cls)
+        obj.__dict__.update(zip(d.keys, items))
+        return obj
     return tuple(items) if d.kind == "tuple" else items
 
 
@@ -184,9 +234,15 @@ def alias_pattern(leaves: list) -> tuple[int, ...]:
 
 def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
           leaf_names: list[str] | None = None,
-          filename_display: Callable[[str], str | None] | None = None) -> TracedProgram:
-    """Trace ``fn(*args, **kwargs)``; ``arg_leaves``/``arg_treedef`` flatten ``(args, kwargs)``."""
+          filename_display: Callable[[str], str | None] | None = None,
+          memory_checked: bool = True, argument_views: bool = False) -> TracedProgram:
+    """Trace ``fn(*args, **kwargs)``; ``arg_leaves``/``arg_treedef`` flatten ``(args, kwargs)``.
+    ``memory_checked=False`` allows arrays larger than memory (for programs run in chunks).
+    ``argument_views``: a result that is a basic-indexing view of an argument array
+    (``return x[1:]``) becomes a ("view", (leaf, keys)) slot: the caller gets that view of
+    its own array (after write-back), as NumPy returns a view sharing the argument's memory."""
     ctx = TraceContext(name, filename_display)
+    ctx.memory_checked = memory_checked
     tracers: dict[int, Tracer] = {}        # id(array) -> Tracer: the same array, the same Tracer
     traced_leaves, param_leaves = [], []
     for i, leaf in enumerate(arg_leaves):
@@ -216,8 +272,13 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
 
     out_leaves, out_treedef = tree_flatten(result)
     outputs, out_slots, python_ints = [], [], set()
+    params = {id(tracers[id(arg_leaves[i])]): i for i in param_leaves
+              if isinstance(arg_leaves[i], np.ndarray)} if argument_views else {}
     for leaf in out_leaves:
-        if isinstance(leaf, Selection):          # x[mask]: compacted on the host after the run
+        view = _argument_view(leaf, params) if params else None
+        if view is not None:
+            out_slots.append(("view", view))
+        elif isinstance(leaf, Selection):          # x[mask]: compacted on the host after the run
             out_slots.append(("selection", len(outputs)))
             outputs += [leaf.values.instr, leaf.mask.instr]
         elif isinstance(leaf, Tracer):
@@ -250,6 +311,20 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
     module.make_names_unique()
     return TracedProgram(module, param_leaves, out_treedef, out_slots, writebacks, checks,
                          ctx.loop_decisions, frozenset(python_ints))
+
+
+def _argument_view(t, params: dict) -> tuple[int, tuple] | None:
+    """(argument leaf, NumPy keys) when ``t`` is ``arg[k1][k2]...`` by basic indexing of an
+    argument array itself (not of a value computed from it), else None."""
+    if not isinstance(t, Tracer):
+        return None
+    keys = []
+    while t.view is not None and t.view.key is not None:
+        keys.append(t.view.key)
+        t = t.view.base
+    if not keys or t.view is not None or id(t) not in params:
+        return None
+    return params[id(t)], tuple(reversed(keys))
 
 
 def _hlo_name(name: str) -> str:

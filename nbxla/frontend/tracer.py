@@ -43,13 +43,16 @@ class View:
     ``backward`` is None for a copy that NumPy might have made a view: writing to it is an error.
     """
 
-    __slots__ = ("base", "forward", "backward", "base_version", "strides")
+    __slots__ = ("base", "forward", "backward", "base_version", "strides", "key")
 
     def __init__(self, base: "Tracer", forward: Callable, backward: Callable | None,
-                 strides: tuple[int, ...]):
+                 strides: tuple[int, ...], key: tuple | None = None):
         self.base, self.forward, self.backward = base, forward, backward
         self.base_version = chain_versions(base)
         self.strides = strides
+        # For basic indexing, the NumPy index giving this view of the base (``base[key]``):
+        # a returned view of an argument is then made of the caller's array (trace.py).
+        self.key = key
 
 
 def chain_versions(t: "Tracer") -> tuple[int, ...]:

@@ -179,6 +179,21 @@ ATTRIBUTE_KINDS: dict[str, str] = {
 # Attributes holding called computations, in the order XLA lists them.
 COMPUTATION_ATTRS = tuple(k for k, v in ATTRIBUTE_KINDS.items() if v in ("computation", "computations"))
 
+# Attributes an instruction of these opcodes cannot do without (XLA's parser requires them
+# too); the parser refuses text that leaves one out, at its line, rather than let a pass or
+# the code generator look it up later and fail with a bare KeyError.
+REQUIRED_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "broadcast": ("dimensions",), "transpose": ("dimensions",), "reverse": ("dimensions",),
+    "concatenate": ("dimensions",), "reduce": ("dimensions", "to_apply"),
+    "sort": ("dimensions", "to_apply"), "get-tuple-element": ("index",), "fusion": ("calls",),
+    "slice": ("slice",), "compare": ("direction",), "while": ("condition", "body"),
+    "call": ("to_apply",), "map": ("to_apply",), "reduce-window": ("window", "to_apply"),
+    "select-and-scatter": ("window", "select", "scatter"), "scatter": ("to_apply",),
+    "pad": ("padding",), "iota": ("iota_dimension",), "dynamic-slice": ("dynamic_slice_sizes",),
+    "fft": ("fft_type", "fft_length"), "reduce-precision": ("exponent_bits", "mantissa_bits"),
+    "convolution": ("dim_labels",),
+}
+
 
 def attribute_to_text(name: str, value) -> str:
     """The text after ``name=`` for a typed attribute value."""

@@ -17,8 +17,8 @@ import re
 import numpy as np
 
 from ..errors import HloParseError, HloShapeError, NbxlaError
-from .attributes import (ATTRIBUTE_KINDS, ConvDimensionNumbers, Metadata, PadDim, RawAttr,
-                         SliceDim, Window, WindowDim)
+from .attributes import (ATTRIBUTE_KINDS, REQUIRED_ATTRIBUTES, ConvDimensionNumbers, Metadata, PadDim,
+                         RawAttr, SliceDim, Window, WindowDim)
 from .ir import Computation, CycleError, Instruction, Module, SourceLocation
 from .opcodes import COMPARISON_DIRECTIONS, FAMILIAR_NAMES, OPCODES, VARIADIC
 from .shape_inference import infer_shape
@@ -555,6 +555,11 @@ class _Parser:
                 if arity != VARIADIC and len(instr.operands) != arity:
                     raise self.error(f"{instr.opcode} takes {arity} operand(s), "
                                      f"%{instr.name} has {len(instr.operands)}", pos)
+                missing = [a for a in REQUIRED_ATTRIBUTES.get(instr.opcode, ()) if a not in instr.attrs]
+                if missing:
+                    raise self.error(f"%{instr.name}: {instr.opcode} needs the attribute(s) "
+                                     f"{', '.join(missing)} (e.g. {missing[0]}=...); add them as "
+                                     "XLA writes them", pos)
                 try:
                     inferred = infer_shape(instr.opcode, [o.shape for o in instr.operands],
                                            instr.attrs, declared=instr.shape)

@@ -21,7 +21,7 @@ from IPython.core.magic import (Magics, cell_magic, line_magic, magics_class,
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from ..errors import NbxlaError, TraceError
+from ..errors import NbxlaError, TraceError, source_excerpt
 from ..flags import current_flags
 from ..cell import prepare_cell
 from ..cell_check import compare_times, verify
@@ -330,7 +330,7 @@ def _short_message(e: NbxlaError) -> str:
     loc = e.location
     text = f"{type(e).__name__}: {e.bare_message}\n  {loc.file}, line {loc.line}"
     if loc.source:
-        text += f"\n    {loc.source.strip()}"
+        text += f"\n    {source_excerpt(loc.source)}"
     if e.hint:
         text += f"\n{e.hint}"
     return text
