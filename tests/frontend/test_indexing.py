@@ -183,9 +183,9 @@ GLOBAL_OUT = np.zeros(3)
 
 def test_writing_traced_values_into_an_untraced_array_names_the_fix():
     def into_view(a):
-        out = np.zeros((2, 3))
-        row = out[0]
-        row[1] = a.sum()                    # a view of a NumPy array cannot become traced
+        out = np.zeros((3, 2))
+        row = out.T[0]
+        row[1] = a.sum()                    # a view through .T is not followed: cannot become traced
 
     with pytest.raises(nbxla.NotCompilableError, match="into a NumPy array that is not traced") as info:
         jit(into_view)(np.ones(3))
