@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import NbxlaError, NotCompilableError
 from ..hlo import Builder, Shape, TupleShape
 from ..hlo.builder import unique_name
+from . import loop_checks
 from .context import TraceContext
 from .registry import ENTRY_POINTS
 from .selection import Selection
@@ -413,6 +414,7 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
     tracers = [t for t, _, _ in saved]
     shapes = TupleShape(tuple(instr.shape for _, instr, _ in saved))
     outer, outer_constants = ctx.builder, ctx._constants
+    checks = len(ctx.checks)
     branches = []
     try:
         for fn, what in ((then, "then"), (orelse, "else")):
@@ -427,6 +429,10 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
     finally:
         _restore(saved)
         ctx.builder, ctx._constants = outer, outer_constants
+    if len(ctx.checks) != checks:
+        # a branch's run-time check names the branch's values (the select form checks both)
+        del ctx.checks[checks:]
+        return None
     (_, t_then, o_then), (_, t_else, o_else) = branches
     slots = []
     for k, (a, b, m) in enumerate(zip(o_then, o_else, merged)):
@@ -681,6 +687,9 @@ class _Loop:
         self.rebound: dict[int, Tracer] = {}
         self.weak: set[int] = set()      # rebound names that were Python ints
         self.static_after: dict[int, object] = {}
+        # (state slot, check) per run-time check the body makes (see loop_checks)
+        self.checks: list = []
+        self.checks_from = len(self.ctx.checks)
         for _ in range(_ATTEMPTS):
             snap = _Snapshot(self.state, self.objects)
             try:
@@ -688,11 +697,20 @@ class _Loop:
             finally:
                 changed = snap.changed_containers()
                 snap.restore()
+                # the body's checks name the body's values: never outputs of the program
+                made = self.ctx.checks[self.checks_from:]
+                del self.ctx.checks[self.checks_from:]
             if changed:
                 raise CannotRoll("the body changes a Python list, dict or NumPy array in place")
             *plan, requests = plan
-            if not requests:
-                return self._emit(*plan)
+            new_checks = [(loop_checks.carry(self.ctx, c), c) for c in made[len(self.checks):]]
+            if not requests and not new_checks:
+                state = self._emit(*plan)
+                for slot, check in self.checks:
+                    self.ctx.add_check(slot.instr, check.fail, check.fold)
+                return state
+            self.checks += new_checks
+            self.objects += [slot for slot, _ in new_checks]
             for k, old, shape, dtype in requests:
                 self.rebound[k] = self._initial_for(old, shape, dtype)
         raise CannotRoll("the types of the loop's values do not settle")
@@ -806,6 +824,7 @@ class _Loop:
             raise CannotRoll(_reason(e)) from None
         finally:
             ctx.rolling -= 1
+        loop_checks.fold(ctx, self.checks, ctx.checks[self.checks_from:])
         new_state = tuple(new_state) if self.names else ()
         outs = []
         builder.location = None
@@ -829,10 +848,14 @@ class _Loop:
         ctx.builder, ctx._constants = builder, {}
         param, gtes, _, state = self._bind_params(builder, shapes, inits)
         versions = [t.version for t in self.objects]
+        checks = len(ctx.checks)
         try:
             test = _scalar_test(self.cond(state))
         except (NbxlaError, IndexError, TypeError, ValueError) as e:
             raise CannotRoll(_reason(e)) from None
+        if len(ctx.checks) != checks:
+            raise CannotRoll("the condition needs a check of its values after the run (an index "
+                             "that may be out of bounds, a negative integer power)")
         if [t.version for t in self.objects] != versions:
             raise CannotRoll("the condition writes into an array")
         from .rules import asarray
