@@ -884,8 +884,11 @@ class _Loop:
         gtes = [outer.op("get-tuple-element", loop, index=k) for k in range(len(init_instrs))]
         offset = 1 if self.counted else 0
         for t, g, same in zip(self.objects, gtes[offset:], self.unchanged[offset:]):
-            t._instr = g
+            # a value the body does not change stays the loop's input: a loop around this one
+            # must see it unchanged too (else it counts as written: a NumPy scalar argument
+            # read in a nested loop was "read-only")
             if not same:
+                t._instr = g
                 t.version += 1
         for t in self.objects:
             if t.view is not None:
