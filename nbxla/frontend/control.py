@@ -40,6 +40,10 @@ from .selection import Selection
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer
 
 UNROLL_MAX = 4
+# A loop that cannot be traced once is unrolled (traced step by step) only while that stays
+# small: longer ones are refused at once, not after minutes of tracing and optimizing.
+UNROLL_LIMIT = 1000
+UNROLL_BUDGET = 2000
 # An ``if`` on a traced value whose branches compute at least this many elements becomes an HLO
 # ``conditional`` (only the chosen branch runs); cheaper ones select between both branches.
 CONDITIONAL_MIN_WORK = 1 << 15
@@ -555,14 +559,18 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
             if ctx is not None and _has_tracer(state):
                 ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops "
                                            f"(at most {UNROLL_MAX}) are unrolled"))
-            return _python_loop(r, body, state, last)
+            why = "short loops are unrolled" if len(r) <= UNROLL_MAX else "no traced value in its state"
+            return _python_loop(r, body, state, last, _Budget(ctx, lineno, why) if ctx is not None else None)
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
                            (min(r[0], r[-1]), max(r[0], r[-1]))).run()
             return tuple(state) + (r[-1],)
         except CannotRoll as e:
             ctx.loop_decisions.append((lineno, "unrolled", str(e)))
-            return _python_loop(r, body, state, last)
+            budget = _Budget(ctx, lineno, str(e))
+            if len(r) > UNROLL_LIMIT:
+                raise budget.refusal(f"a loop of {len(r)} steps") from None
+            return _python_loop(r, body, state, last, budget)
     ctx = next(a.ctx for a in args if isinstance(a, Tracer))
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
     if isinstance(step, Tracer) or step == 0:
@@ -620,10 +628,36 @@ def _last_index(start, stop, step, before):
     return np.where(trips > 0, last, before)
 
 
-def _python_loop(r, body, state, last):
+def _python_loop(r, body, state, last, budget=None):
     for last in r:
         state = body(last, state)
+        if budget is not None:
+            budget.spend()
     return tuple(state) + (last,)
+
+
+class _Budget:
+    """What a loop traced step by step (unrolled) may add to the program: past
+    ``UNROLL_BUDGET`` instructions it is refused at once, rather than after minutes of tracing
+    and optimizing a program that grows with the trip count."""
+
+    def __init__(self, ctx, lineno: int, why: str):
+        self.ctx, self.lineno, self.why = ctx, lineno, why
+        self.builder, self.start = ctx.builder, len(ctx.builder.instructions)
+
+    def spend(self) -> None:
+        if len(self.builder.instructions) - self.start > UNROLL_BUDGET:
+            raise self.refusal("a loop")
+
+    def refusal(self, what: str) -> NotCompilableError:
+        return NotCompilableError(
+            f"{what} that cannot be traced once into an HLO while ({self.why}) is too long to "
+            f"unroll: its steps, traced one by one, would grow the program past "
+            f"{UNROLL_BUDGET} instructions (loops of more than {UNROLL_LIMIT} steps are refused "
+            "right away)", _location(self.ctx, self.lineno),
+            "make the body traceable once (the reason above says what stops it: fixed shapes "
+            "and dtypes, no Python lists or counters changed in it, no x[mask] kept after "
+            "an iteration), run fewer steps, or run this part eagerly (mode=\"auto\")")
 
 
 def _dynamic_bounds(start, stop, step):
@@ -648,6 +682,8 @@ def _location(ctx, lineno):
 
 
 def while_loop(cond, body, state: tuple, names: tuple, lineno: int):
+    ctx = _ctx()
+    budget = _Budget(ctx, lineno, "its condition is a Python value") if ctx is not None else None
     while True:
         test = _scalar_test(cond(state))
         if isinstance(test, Tracer):
@@ -655,6 +691,8 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int):
         if not test:
             return state
         state = body(state)
+        if budget is not None:
+            budget.spend()
     ctx = test.ctx
     try:
         return _Loop(ctx, body, state, names, lineno, cond=cond).run()
