@@ -604,6 +604,11 @@ def for_items(items, start, body, state: tuple, names: tuple, lineno: int):
     return for_range(builtins.range, (items.shape[0],), indexed, state, names, lineno)[:-1]
 
 
+def traced_items(items) -> bool:
+    """Does ``for x in items`` with break/continue run over a traced array (autograph)?"""
+    return isinstance(items, Tracer) and items.ndim > 0
+
+
 def range_bounds(*args):
     """(start, stop, step) of ``range(*args)`` (a ``for`` loop with ``break``, see autograph)."""
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
