@@ -7,6 +7,8 @@ subclass; the notebook layer only formats them.
 
 from __future__ import annotations
 
+import numpy as np
+
 
 class NbxlaError(Exception):
     """Base class of every error nbxla reports to a user."""
@@ -91,6 +93,10 @@ class IndexCheckError(RuntimeCheckError, IndexError):
 
 class ValueCheckError(RuntimeCheckError, ValueError):
     """A traced value NumPy rejects (NumPy's ``ValueError``)."""
+
+
+class LinAlgCheckError(RuntimeCheckError, np.linalg.LinAlgError):
+    """A matrix NumPy's linear algebra rejects (NumPy's ``LinAlgError``): not positive definite."""
 
 
 class UnsupportedInputError(TraceError, TypeError):

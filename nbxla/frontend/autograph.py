@@ -16,7 +16,9 @@ What is rewritten (and why):
 
 * ``break``/``continue`` in a ``while`` or ``for ... in range()`` loop (directly or in ``if``s)
   become flags: the loop condition tests the break flag, and what follows an exit runs under
-  ``if not flag`` (a ``for`` with ``break`` becomes a ``while`` over its own counter).
+  ``if not flag`` (a ``for`` with ``break`` becomes a ``while`` over its own counter; its
+  ``else`` runs under ``if not flag`` after it).  ``for x in X`` with exits does the same over
+  ``range(len(X))`` when X is traced, and stays a Python loop otherwise.
 
 A loop whose body holds ``return`` (or ``global``/``nonlocal``/``del``/``yield``, or an exit
 inside ``try``/``with``) is left as Python; its condition, if traced, fails with an error
@@ -26,6 +28,7 @@ naming the line.
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import itertools
 import textwrap
@@ -240,15 +243,20 @@ class _Converter(ast.NodeTransformer):
         ``break`` sets a flag the loop condition tests, ``continue`` one that skips the rest of
         the iteration, and the statements after a possible exit run under ``if not flag``.
         A ``for`` with ``break`` becomes a ``while`` over its own counter, so that a traced
-        exit ends the loop early.  None when the loop has no such exits, or others."""
-        if node.orelse or not _own_exits(node.body):
+        exit ends the loop early.  The loop's ``else`` runs after it under ``if not flag``.
+        None when the loop has no such exits and no ``else``, or other exits."""
+        if not node.orelse and not _own_exits(node.body):
             return None
         is_range = isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and \
             isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range" and \
             1 <= len(node.iter.args) <= 3 and not node.iter.keywords and \
             not any(isinstance(a, ast.Starred) for a in node.iter.args)
-        if isinstance(node, ast.For) and not is_range:
-            return None                         # (any iterable: stays a Python loop)
+        if isinstance(node, ast.For) and not is_range and _own_exits(node.body):
+            return self._items_with_exits(node)
+        if not _own_exits(node.body):           # only an else: it always runs after the loop
+            loop = ast.For(node.target, node.iter, node.body, []) if isinstance(node, ast.For) \
+                else ast.While(node.test, node.body, [])
+            return [ast.fix_missing_locations(s) for s in _located([loop] + node.orelse, node)]
         k = next(_counter)
         brk, cont = f"{_EXIT}break_{k}", f"{_EXIT}continue_{k}"
         has_break = any(isinstance(n, ast.Break) for n in _own_exits(node.body))
@@ -275,7 +283,29 @@ class _Converter(ast.NodeTransformer):
                                                                             for n in (counter, stop, step)))])
             advance = _assign(counter, ast.BinOp(ast.Name(counter, ast.Load()), ast.Add(), ast.Name(step, ast.Load())))
             loop = ast.While(test, [ast.Assign([node.target], ast.Name(counter, ast.Load())), advance] + body, [])
-        return [ast.fix_missing_locations(s) for s in _located(before + [loop], node)]
+        after = ([ast.If(not_broken, node.orelse, [])] if has_break else node.orelse) if node.orelse else []
+        return [ast.fix_missing_locations(s) for s in _located(before + [loop] + after, node)]
+
+    def _items_with_exits(self, node) -> list[ast.stmt] | None:
+        """``for TARGET in X`` with exits: over a traced X, ``for i in range(len(X))`` with
+        ``TARGET = X[i]`` (its exits then lowered as above); over anything else the Python
+        loop as it is (a traced exit there names its line).  None for that Python loop."""
+        if getattr(node, "_nbxla_python", False):
+            return None
+        k = next(_counter)
+        items, index = f"{_EXIT}items_{k}", f"{_EXIT}index_{k}"
+        if self.local_names is not None:
+            self.local_names.update([items, index])
+        length = ast.Call(ast.Name("len", ast.Load()), [ast.Name(items, ast.Load())], [])
+        item = ast.Assign([copy.deepcopy(node.target)],
+                          ast.Subscript(ast.Name(items, ast.Load()), ast.Name(index, ast.Load()), ast.Load()))
+        indexed = ast.For(ast.Name(index, ast.Store()), ast.Call(ast.Name("range", ast.Load()), [length], []),
+                          [item] + copy.deepcopy(node.body), copy.deepcopy(node.orelse))
+        python = ast.For(node.target, ast.Name(items, ast.Load()), node.body, node.orelse)
+        python._nbxla_python = True
+        choose = ast.If(_call("traced_items", ast.Name(items, ast.Load())), [indexed], [python])
+        source = ast.Assign([ast.Name(items, ast.Store())], node.iter)
+        return [ast.fix_missing_locations(s) for s in _located([source, choose], node)]
 
     def _for_items(self, node):
         """``for TARGET in X`` / ``for TARGET in enumerate(X[, start])``: ``control.for_items``

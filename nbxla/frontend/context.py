@@ -13,6 +13,7 @@ import linecache
 import os
 import sys
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -26,6 +27,14 @@ _NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
 _SKIP_DIRS = (_NBXLA_DIR + os.sep, _NUMPY_DIR + os.sep)
 _STORE_SUBSCR = dis.opmap["STORE_SUBSCR"]
+
+
+@dataclass
+class Check:
+    """A condition NumPy would raise on, known only when the program runs (``add_check``)."""
+    value: Instruction
+    fail: Callable
+    fold: tuple[str, ...]
 
 
 class TraceContext:
@@ -43,7 +52,7 @@ class TraceContext:
         # Conditions NumPy would raise on, known only when the program runs: (value, fail),
         # where ``value`` becomes an extra output and ``fail(host value)`` gives the error
         # to raise (None when all is well).  See ``add_check``.
-        self.checks: list[tuple[Instruction, Callable]] = []
+        self.checks: list[Check] = []
         # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py).
         self.loop_decisions: list[tuple[int, str, str]] = []
         self.rolling = 0         # loop bodies being traced once, one inside the other
@@ -118,10 +127,12 @@ class TraceContext:
                 f"allocate it (MemoryError). Use a smaller shape or compute it in pieces.{source}")
         return instr
 
-    def add_check(self, value: Instruction, fail: Callable) -> None:
+    def add_check(self, value: Instruction, fail: Callable, fold: tuple[str, ...]) -> None:
         """Check ``value`` after every run: ``fail(np.ndarray)`` returns the error NumPy would
-        have raised (already located at the current user line), or None."""
-        self.checks.append((value, fail))
+        have raised (already located at the current user line), or None.  ``fold`` says, per
+        element of ``value`` (a vector), whether its "min" or its "max" over many values fails
+        whenever one of them does: a rolled loop checks the fold over its iterations."""
+        self.checks.append(Check(value, fail, fold))
 
     def parameter(self, shape, name: str) -> Instruction:
         self.builder.location = None     # inputs come from the caller, not from a line

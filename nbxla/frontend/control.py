@@ -35,11 +35,16 @@ from ..errors import NbxlaError, NotCompilableError
 from ..flags import current_flags
 from ..hlo import Builder, Shape, TupleShape
 from ..hlo.builder import unique_name
+from . import loop_checks
 from .context import TraceContext
 from .registry import ENTRY_POINTS
 from .selection import Selection
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer
 
+# A loop that cannot be traced once is unrolled (traced step by step) only while that stays
+# small: longer ones are refused at once, not after minutes of tracing and optimizing.
+UNROLL_LIMIT = 1000
+UNROLL_BUDGET = 2000
 # An ``if`` on a traced value whose branches compute at least this many elements becomes an HLO
 # ``conditional`` (only the chosen branch runs); cheaper ones select between both branches.
 CONDITIONAL_MIN_WORK = 1 << 15
@@ -510,6 +515,7 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
     tracers = [t for t, _, _ in saved]
     shapes = TupleShape(tuple(instr.shape for _, instr, _ in saved))
     outer, outer_constants = ctx.builder, ctx._constants
+    checks = len(ctx.checks)
     branches = []
     promoted = dict(ctx.promoted)
     try:
@@ -529,6 +535,10 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
     finally:
         _restore(saved)
         ctx.builder, ctx._constants = outer, outer_constants
+    if len(ctx.checks) != checks:
+        # a branch's run-time check names the branch's values (the select form checks both)
+        del ctx.checks[checks:]
+        return None
     (_, t_then, o_then, _), (_, t_else, o_else, _) = branches
     slots = []
     for k, (a, b, m) in enumerate(zip(o_then, o_else, merged)):
@@ -659,14 +669,18 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
             if ctx is not None and _has_tracer(state):
                 ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops "
                                            f"(at most {unroll_max}) are unrolled"))
-            return _python_loop(r, body, state, last)
+            why = "short loops are unrolled" if len(r) <= unroll_max else "no traced value in its state"
+            return _python_loop(r, body, state, last, _Budget(ctx, lineno, why) if ctx is not None else None)
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
                            (min(r[0], r[-1]), max(r[0], r[-1]))).run()
             return tuple(state) + (r[-1],)
         except CannotRoll as e:
             ctx.loop_decisions.append((lineno, "unrolled", str(e)))
-            return _python_loop(r, body, state, last)
+            budget = _Budget(ctx, lineno, str(e))
+            if len(r) > UNROLL_LIMIT:
+                raise budget.refusal(f"a loop of {len(r)} steps") from None
+            return _python_loop(r, body, state, last, budget)
     ctx = next(a.ctx for a in args if isinstance(a, Tracer))
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
     if isinstance(step, Tracer) or step == 0:
@@ -700,6 +714,11 @@ def for_items(items, start, body, state: tuple, names: tuple, lineno: int):
     return for_range(builtins.range, (items.shape[0],), indexed, state, names, lineno)[:-1]
 
 
+def traced_items(items) -> bool:
+    """Does ``for x in items`` with break/continue run over a traced array (autograph)?"""
+    return isinstance(items, Tracer) and items.ndim > 0
+
+
 def range_bounds(*args):
     """(start, stop, step) of ``range(*args)`` (a ``for`` loop with ``break``, see autograph)."""
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
@@ -728,10 +747,36 @@ def _last_index(start, stop, step, before):
     return last
 
 
-def _python_loop(r, body, state, last):
+def _python_loop(r, body, state, last, budget=None):
     for last in r:
         state = body(last, state)
+        if budget is not None:
+            budget.spend()
     return tuple(state) + (last,)
+
+
+class _Budget:
+    """What a loop traced step by step (unrolled) may add to the program: past
+    ``UNROLL_BUDGET`` instructions it is refused at once, rather than after minutes of tracing
+    and optimizing a program that grows with the trip count."""
+
+    def __init__(self, ctx, lineno: int, why: str):
+        self.ctx, self.lineno, self.why = ctx, lineno, why
+        self.builder, self.start = ctx.builder, len(ctx.builder.instructions)
+
+    def spend(self) -> None:
+        if len(self.builder.instructions) - self.start > UNROLL_BUDGET:
+            raise self.refusal("a loop")
+
+    def refusal(self, what: str) -> NotCompilableError:
+        return NotCompilableError(
+            f"{what} that cannot be traced once into an HLO while ({self.why}) is too long to "
+            f"unroll: its steps, traced one by one, would grow the program past "
+            f"{UNROLL_BUDGET} instructions (loops of more than {UNROLL_LIMIT} steps are refused "
+            "right away)", _location(self.ctx, self.lineno),
+            "make the body traceable once (the reason above says what stops it: fixed shapes "
+            "and dtypes, no Python lists or counters changed in it, no x[mask] kept after "
+            "an iteration), run fewer steps, or run this part eagerly (mode=\"auto\")")
 
 
 def _dynamic_bounds(start, stop, step):
@@ -756,6 +801,8 @@ def _location(ctx, lineno):
 
 
 def while_loop(cond, body, state: tuple, names: tuple, lineno: int):
+    ctx = _ctx()
+    budget = _Budget(ctx, lineno, "its condition is a Python value") if ctx is not None else None
     while True:
         test = _scalar_test(cond(state))
         if isinstance(test, Tracer):
@@ -763,6 +810,8 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int):
         if not test:
             return state
         state = body(state)
+        if budget is not None:
+            budget.spend()
     ctx = test.ctx
     try:
         return _Loop(ctx, body, state, names, lineno, cond=cond).run()
@@ -790,9 +839,12 @@ class _Loop:
             _tracers_in(self.stop, found)
         if isinstance(self.start, Tracer):
             _tracers_in(self.start, found)
-        self.objects = list(found.values())
+        self.objects = list(found.values()) + [slot for slot, _ in self.checks]   # (checks: see run)
 
     def run(self):
+        # (state slot, check) per run-time check the body makes (see loop_checks)
+        self.checks: list = []
+        self.checks_from = len(self.ctx.checks)
         self._find_objects()
         # name k -> initial value (a Tracer) when it gets its own slot (it is rebound)
         self.rebound: dict[int, Tracer] = {}
@@ -807,6 +859,9 @@ class _Loop:
             finally:
                 changed = snap.changed_containers()
                 snap.restore()
+                # the body's checks name the body's values: never outputs of the program
+                made_checks = self.ctx.checks[self.checks_from:]
+                del self.ctx.checks[self.checks_from:]
                 made = _drop_promotions(self.ctx, promoted)
             # NumPy arrays from before the loop that the body writes into (through any name,
             # a helper's parameter too) become traced before the loop and join its state.
@@ -820,9 +875,15 @@ class _Loop:
             if changed:
                 raise CannotRoll("the body changes a Python list, dict or NumPy array in place")
             *plan, requests = plan
-            if not requests:
-                return self._emit(*plan)
+            new_checks = [(loop_checks.carry(self.ctx, c), c) for c in made_checks[len(self.checks):]]
+            if not requests and not new_checks:
+                state = self._emit(*plan)
+                for slot, check in self.checks:
+                    self.ctx.add_check(slot.instr, check.fail, check.fold)
+                return state
             attempts += 1
+            self.checks += new_checks
+            self.objects += [slot for slot, _ in new_checks]
             for k, old, shape, dtype in requests:
                 self.rebound[k] = self._initial_for(old, shape, dtype)
         raise CannotRoll("the types of the loop's values do not settle")
@@ -851,13 +912,10 @@ class _Loop:
         # Which names did the body rebind, and are the slot types stable?  (The answers are
         # applied by ``run`` once the state is restored: initial values live outside.)
         requests = []
-        offset = 1 if self.counted else 0
-        written = {id(t) for t, same in zip(self.objects, self.unchanged[offset:]) if not same}
         for k, (old, new) in enumerate(zip(self.state, new_state)):
             if k in self.rebound or new is old:
                 continue
-            if isinstance(old, Tracer) and \
-                    (id(old) in written or old.view is not None and id(old.view.base) in written):
+            if isinstance(old, Tracer) and id(_root(old)) in self.written:
                 # ``b[i] = v; b = f(b)``: the first step writes into the array ``b`` held
                 # before the loop, later steps into the one it was rebound to -- not one body.
                 # (Which name a write went through is not known: any write into that array
@@ -938,6 +996,7 @@ class _Loop:
         builder = Builder(unique_name(f"{what}_line{self.lineno}"))
         ctx.builder, ctx._constants = builder, {}
         param, gtes, index, state = self._bind_params(builder, shapes, inits)
+        versions = [t.version for t in self.objects]
         ctx.rolling += 1
         try:
             new_state = fn(index, state) if self.counted else fn(state)
@@ -948,6 +1007,9 @@ class _Loop:
             raise CannotRoll(_reason(e)) from None
         finally:
             ctx.rolling -= 1
+        # arrays the body wrote into (a view's writes land in its base: bases only)
+        self.written = {id(t) for t, v in zip(self.objects, versions) if t.view is None and t.version != v}
+        loop_checks.fold(ctx, self.checks, ctx.checks[self.checks_from:])
         new_state = _resolved(new_state) if self.names else ()
         outs = []
         builder.location = None
@@ -971,10 +1033,14 @@ class _Loop:
         ctx.builder, ctx._constants = builder, {}
         param, gtes, _, state = self._bind_params(builder, shapes, inits)
         versions = [t.version for t in self.objects]
+        checks = len(ctx.checks)
         try:
             test = _scalar_test(self.cond(state))
         except (NbxlaError, IndexError, TypeError, ValueError) as e:
             raise CannotRoll(_reason(e)) from None
+        if len(ctx.checks) != checks:
+            raise CannotRoll("the condition needs a check of its values after the run (an index "
+                             "that may be out of bounds, a negative integer power)")
         if [t.version for t in self.objects] != versions:
             raise CannotRoll("the condition writes into an array")
         from .rules import asarray
@@ -1003,8 +1069,11 @@ class _Loop:
         gtes = [outer.op("get-tuple-element", loop, index=k) for k in range(len(init_instrs))]
         offset = 1 if self.counted else 0
         for t, g, same in zip(self.objects, gtes[offset:], self.unchanged[offset:]):
-            t._instr = g
+            # a value the body does not change stays the loop's input: a loop around this one
+            # must see it unchanged too (else it counts as written: a NumPy scalar argument
+            # read in a nested loop was "read-only")
             if not same:
+                t._instr = g
                 t.version += 1
         for t in self.objects:
             if t.view is not None:
@@ -1031,6 +1100,12 @@ class _Loop:
                 limit = builder.op("convert", limit, shape=Shape("s64"))
         builder.op("compare", index, limit, direction="LT" if self.step > 0 else "GT")
         return builder.build()
+
+
+def _root(t: Tracer) -> Tracer:
+    while t.view is not None:
+        t = t.view.base
+    return t
 
 
 def _stored_type(t: Tracer) -> tuple:

@@ -375,7 +375,7 @@ def check_bounds(idx: Tracer, n: int, axis: int) -> None:
             bad += 1 << 64                           # (a uint64 index beyond int64's range)
         return IndexCheckError(f"index {bad} is out of bounds for axis {axis} with size {n}",
                                location, CLAMP_HINT)
-    ctx.add_check(extremes.instr, fail)
+    ctx.add_check(extremes.instr, fail, ("min", "max"))
 
 
 def _wrap_negative(idx: Tracer, n: int, axis: int = 0) -> Tracer:

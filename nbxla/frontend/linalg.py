@@ -1,4 +1,5 @@
-"""Contractions, norms and solves: tensordot, outer, einsum, cross, linalg.norm, linalg.solve/inv.
+"""Contractions, norms and solves: tensordot, outer, einsum, cross, linalg.norm, linalg.solve/inv,
+linalg.cholesky.
 
 Every contraction becomes one HLO ``dot`` per pair of operands (batch dims + contracting
 dims), with ``reduce`` for indices summed within one operand and a final ``transpose`` into
@@ -14,7 +15,8 @@ import numpy as np
 from .functions import dot_general, matmul, promote_arrays, transpose_value
 from .reductions import normalize_axes, reduce
 from .registry import implements
-from ..hlo import Shape, from_numpy_dtype
+from ..errors import LinAlgCheckError
+from ..hlo import Shape, TupleShape, from_numpy_dtype
 from ..hlo.evaluator_linalg import SOLVE_TARGET
 from .rules import asarray, broadcast_to, convert, emit, find_context, reshape
 from .tracer import Tracer
@@ -334,3 +336,41 @@ def inv(a):
     n = a.shape[-1]
     eye = broadcast_to(asarray(ctx, np.eye(n)), a.shape)
     return solve(a, eye)
+
+
+@implements(np.linalg.cholesky)
+def cholesky(a, /, *, upper=False):
+    """``np.linalg.cholesky``: LAPACK's potrf as the custom call JAX emits for it
+    (``lapack_{s,d}potrf_ffi``: the factor and LAPACK's info), the other triangle zeroed.  A
+    matrix that is not positive definite raises NumPy's LinAlgError after the run (info)."""
+    ctx = find_context((a,))
+    a = asarray(ctx, a)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+    dtype = np.result_type(a.dtype, np.float64) if a.dtype.kind in "biu" else a.dtype
+    if dtype == np.float16:
+        raise TypeError("array type float16 is unsupported in linalg")
+    if dtype.kind == "c":
+        raise ctx.not_compilable("np.linalg.cholesky of a complex matrix cannot be compiled",
+                                 "compute it outside the compiled code")
+    a = convert(a, dtype)
+    if a.size == 0:
+        return a
+    target = "lapack_spotrf_ffi" if dtype == np.float32 else "lapack_dpotrf_ffi"
+    batch = a.shape[:-2]
+    call = ctx.emit("custom-call", a.instr,
+                shape=TupleShape((Shape(from_numpy_dtype(dtype), a.shape), Shape("s32", batch))),
+                custom_call_target=target)
+    factor = Tracer(ctx, ctx.emit("get-tuple-element", call, index=0))
+    info = Tracer(ctx, ctx.emit("get-tuple-element", call, index=1))
+    lower = np.tri(a.shape[-1], dtype=bool)
+    factor = np.where(lower, factor, np.zeros((), dtype))          # potrf leaves the input there
+    location = ctx.user_location()
+
+    def fail(value):
+        if value.max() <= 0:
+            return None
+        return LinAlgCheckError("Matrix is not positive definite", location,
+                                "np.linalg.cholesky needs a symmetric positive definite matrix")
+    ctx.add_check(reshape(np.max(info), (1,)).instr, fail, ("max",))
+    return np.swapaxes(factor, -1, -2) if upper else factor

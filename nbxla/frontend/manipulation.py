@@ -594,4 +594,4 @@ def _check_finite_range(ctx, first: Tracer, last: Tracer) -> None:
         if np.isfinite(lo) and np.isfinite(hi):
             return None
         return ValueError(f"autodetected range of [{lo}, {hi}] is not finite ({location})")
-    ctx.add_check(pair.instr, fail)
+    ctx.add_check(pair.instr, fail, ("min", "max"))

@@ -293,3 +293,54 @@ def _cum(ufunc):
 
 implements(np.cumsum, method="cumsum")(_cum(np.add))
 implements(np.cumprod, method="cumprod")(_cum(np.multiply))
+
+
+@implements(np.cov)
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *,
+        dtype=None):
+    """NumPy's own steps: rows are variables (columns with ``rowvar=False``), ``y`` adds
+    rows, the mean of each row is subtracted and ``X @ X.conj().T`` divided by N - ddof."""
+    ctx = find_context([m, y])
+    if fweights is not None or aweights is not None:
+        raise ctx.not_compilable("np.cov with fweights/aweights is not supported",
+                                 "weight the observations yourself, or compute it outside the compiled code")
+    if ddof is not None and ddof != int(ddof):
+        raise ValueError("ddof must be integer")
+    x = asarray(ctx, m)
+    if x.ndim > 2:
+        raise ValueError("m has more than 2 dimensions")
+    if dtype is None:
+        dtype = np.result_type(x.dtype, np.float64) if y is None else \
+            np.result_type(x.dtype, asarray(ctx, y).dtype, np.float64)
+    rows = _cov_rows(x, not rowvar and x.ndim != 1, dtype)
+    if rows.shape[0] == 0:
+        return full(ctx, (0, 0), 0, np.float64)
+    if y is not None:
+        other = asarray(ctx, y)
+        if other.ndim > 2:
+            raise ValueError("y has more than 2 dimensions")
+        other = _cov_rows(other, False, dtype)
+        other = other.T if not rowvar and other.shape[0] != 1 else other
+        if other.shape[1] != rows.shape[1]:
+            raise ValueError("all the input array dimensions except for the concatenation axis "
+                             f"must match exactly, but along dimension 1, the array at index 0 has "
+                             f"size {rows.shape[1]} and the array at index 1 has size {other.shape[1]}")
+        rows = np.concatenate((rows, other), axis=0)
+    if ddof is None:
+        ddof = 0 if bias else 1
+    fact = rows.shape[1] - ddof
+    if fact <= 0:
+        import warnings
+        warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=2)
+        fact = 0.0
+    centered = rows - np.mean(rows, axis=1)[:, None]
+    c = centered @ np.conj(centered).T
+    c = convert(c * np.true_divide(1, fact), c.dtype)          # NumPy: c *= 1 / fact, in place
+    return np.squeeze(c)
+
+
+def _cov_rows(x: Tracer, transpose: bool, dtype) -> Tracer:
+    """``np.array(x, ndmin=2, dtype=dtype)``, transposed where NumPy does."""
+    x = convert(x, dtype)
+    x = reshape(x, (1,) * (2 - x.ndim) + x.shape)
+    return x.T if transpose else x

@@ -469,7 +469,7 @@ def _check_non_negative(ctx, b: Tracer) -> None:
     def fail(value):
         return ValueCheckError(NEGATIVE_POWER, location, "use a float base (x.astype(float) ** n)") \
             if value.size and value.min() < 0 else None
-    ctx.add_check(least.instr, fail)
+    ctx.add_check(least.instr, fail, ("min",))
 
 
 def _true_divide(ctx, a, b):

@@ -200,7 +200,7 @@ class Selection:
                 return ValueError(f"zero-size array to reduction operation {name} which has no identity "
                                   f"({location})")
             return None
-        self.ctx.add_check(count.instr, fail)
+        self.ctx.add_check(count.instr, fail, ("min",))
         return reduce(self._filled(fill))
 
     # ---- operators ----------------------------------------------------------------------------

@@ -296,9 +296,9 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
             writebacks.append((i, len(outputs)))
             outputs.append(t.instr)
     checks = []
-    for value, fail in ctx.checks:
-        checks.append((len(outputs), fail))
-        outputs.append(value)
+    for check in ctx.checks:
+        checks.append((len(outputs), check.fail))
+        outputs.append(check.value)
     b = ctx.builder
     b.location = None
     if len(outputs) == 1:

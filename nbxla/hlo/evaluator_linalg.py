@@ -107,6 +107,8 @@ def lapack_uplo(instr) -> str:
 
 
 SOLVE_TARGET = "nbxla_linalg_solve"
+# LAPACK's Cholesky through XLA's FFI, as JAX's CPU lowering names it (nbxla emits it too).
+POTRF_TARGETS = ("lapack_spotrf_ffi", "lapack_dpotrf_ffi")
 
 
 def linalg_solve(instr, args, interp):

@@ -432,7 +432,7 @@ class CpuExecutable:
         if instr.name in self.library_calls:
             return {"sort": "library call: NumPy's stable argsort/lexsort",
                     "convolution": "library call: im2col + np.matmul",
-                    "custom-call": "library call: LAPACK gesv (np.linalg.solve)"}[instr.opcode]
+                    "custom-call": f"library call: {getattr(thunk, 'how', 'LAPACK')}"}[instr.opcode]
         if instr.opcode in ("while", "conditional", "call"):
             names = ", ".join(f"%{c.name}" for c in program_callees(instr))
             if isinstance(thunk, NativeLoopThunk):

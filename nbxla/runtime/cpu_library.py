@@ -39,7 +39,7 @@ from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator_common import signed_of, unsigned_of
 from ..hlo.evaluator_data import pad_array
 from ..hlo.evaluator_elementwise import total_order_key
-from ..hlo.evaluator_linalg import SOLVE_TARGET
+from ..hlo.evaluator_linalg import POTRF_TARGETS, SOLVE_TARGET, lapack_potrf
 from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision
 from ..hlo.shape_inference import window_output_size
@@ -59,6 +59,8 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
         return _convolution_thunk(instr)
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == SOLVE_TARGET:
         return _SolveThunk(instr), None
+    if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") in POTRF_TARGETS:
+        return _CholeskyThunk(instr), None
     return None, None
 
 
@@ -72,6 +74,18 @@ class _SolveThunk:
     def __call__(self, operands):
         a, b = operands
         return np.ascontiguousarray(np.linalg.solve(a, b), dtype=self.dtype)
+
+
+class _CholeskyThunk:
+    """LAPACK's potrf custom call (``np.linalg.cholesky``, JAX's ``jnp.linalg.cholesky``): the
+    evaluator's rule, which calls NumPy's LAPACK (nothing to gain from a second copy)."""
+    how = "LAPACK potrf through np.linalg.cholesky"
+
+    def __init__(self, instr: Instruction):
+        self.instr = instr
+
+    def __call__(self, operands):
+        return lapack_potrf(self.instr, operands, None)
 
 
 # ---- sort ---------------------------------------------------------------------------------------

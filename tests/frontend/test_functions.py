@@ -494,6 +494,23 @@ def test_average(dtype):
                             np.average(a, axis=1, weights=v, keepdims=True)), x, w, w2)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.complex128])
+@pytest.mark.parametrize("shape", [(3, 6), (4, 1), (1, 5), (5,), (0, 4)])
+def test_cov(dtype, shape):
+    x = (_x(shape, np.float64) * 9).astype(dtype)
+    y = _x(shape, np.float64)
+    for fn in (lambda a, b: np.cov(a), lambda a, b: np.cov(a, rowvar=False),
+               lambda a, b: np.cov(a, bias=True), lambda a, b: np.cov(a, ddof=0),
+               lambda a, b: np.cov(a, ddof=2), lambda a, b: np.cov(a, b),
+               lambda a, b: np.cov(a, b, rowvar=False), lambda a, b: np.cov(a, dtype=np.float32)):
+        check_or_same_error(fn, x, y)
+
+
+def test_cov_with_weights_is_refused_with_the_reason():
+    with pytest.raises(nbxla.NotCompilableError, match="fweights/aweights"):
+        jit(lambda a: np.cov(a, aweights=np.ones(4)))(_x((3, 4)))
+
+
 # ---- what is refused, and how ------------------------------------------------------------------
 
 @pytest.mark.parametrize("fn, match", [

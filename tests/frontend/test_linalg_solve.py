@@ -1,5 +1,5 @@
-"""``np.linalg.solve`` / ``inv``: one custom call that the CPU backend runs through NumPy's
-LAPACK (a library call, not the evaluator).  Oracle: eager NumPy."""
+"""``np.linalg.solve`` / ``inv`` / ``cholesky``: one custom call that the CPU backend runs
+through NumPy's LAPACK (a library call, not the evaluator).  Oracle: eager NumPy."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import nbxla
-from nbxla.errors import AotError
-from tests.frontend_util import quiet
+from nbxla.errors import AotError, LinAlgCheckError
+from tests.frontend_util import check, jit, quiet
 
 RNG = np.random.default_rng(9)
 
@@ -77,3 +77,57 @@ def test_ahead_of_time_names_the_call(tmp_path):
     import nbxla.aot
     with pytest.raises(AotError, match="nbxla_linalg_solve"):
         nbxla.aot.compile(solve, ["f64[3,3]", "f64[3]"], str(tmp_path), "solve")
+
+
+# ---- np.linalg.cholesky: LAPACK's potrf custom call (JAX's target), a library call too -----------
+
+def _spd(*shape, dtype=np.float64):
+    a = RNG.random(shape)
+    return (a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1])).astype(dtype)
+
+
+def cholesky(a):
+    return np.linalg.cholesky(a)
+
+
+def cholesky_both(a):
+    return np.linalg.cholesky(a, upper=True), np.linalg.cholesky(a) @ np.ones(a.shape[-1])
+
+
+def shifted_choleskys(a, n):
+    total = np.zeros_like(a)
+    for i in range(n):
+        total += np.linalg.cholesky(a - i * 0.5 * np.eye(a.shape[-1]))
+    return total
+
+
+CHOLESKY_CASES = [
+    (cholesky, (_spd(6, 6),)), (cholesky, (_spd(3, 4, 4),)), (cholesky, (_spd(5, 5, dtype=np.float32),)),
+    (cholesky, (np.eye(3, dtype=np.int64) * 4,)), (cholesky, (np.zeros((0, 0)),)), (cholesky, (np.ones((1, 1)),)),
+    (cholesky_both, (_spd(5, 5),)),
+] + [(shifted_choleskys, (_spd(4, 4), n)) for n in (0, 1, 4, 5, 9)]
+
+
+@pytest.mark.parametrize("fn, args", CHOLESKY_CASES,
+                         ids=[f"{fn.__name__}{k}" for k, (fn, _) in enumerate(CHOLESKY_CASES)])
+def test_cholesky_agrees_with_numpy(fn, args):
+    check(fn, *args)
+    jitted = nbxla.jit(fn)
+    with quiet():
+        got, want = jitted(*args), fn(*args)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-5 if w.dtype == np.float32 else 1e-10)
+    assert jitted.last_compilation.executable.native.interpreted_ops == {}
+
+
+@pytest.mark.parametrize("fn, args", [(cholesky, (-np.eye(3),)), (cholesky, (np.stack([np.eye(3), -np.eye(3)]),)),
+                                      (shifted_choleskys, (_spd(4, 4), 40))])
+def test_cholesky_of_a_matrix_that_is_not_positive_definite_raises_numpys_error(fn, args):
+    with quiet(), pytest.raises(np.linalg.LinAlgError, match="not positive definite"):
+        fn(*args)
+    for run in (nbxla.jit(fn), jit(fn)):
+        with quiet(), pytest.raises(LinAlgCheckError, match="not positive definite") as info:
+            run(*args)
+        assert isinstance(info.value, np.linalg.LinAlgError) and __file__ in str(info.value)

@@ -1,0 +1,85 @@
+"""Nested rolled loops (polybench / npbench triangular BLAS kernels) with NumPy scalar
+arguments.  A value the inner loop only reads must stay unchanged for the outer loop: before,
+the inner while's output replaced it, the outer loop counted it as written, and a NumPy
+scalar argument (``alpha = np.float64(1.5)``) failed as "assignment destination is
+read-only (alpha)" (an unwritten array argument was written back).
+
+Trip counts on both sides of the unroll threshold (``--unroll_max``, 4) for both loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.frontend_util import check, jit, quiet
+
+RNG = np.random.default_rng(28)
+
+
+def syrk(alpha, beta, C, A):
+    for i in range(A.shape[0]):
+        C[i, :i + 1] *= beta
+        for k in range(A.shape[1]):
+            C[i, :i + 1] += alpha * A[i, k] * A[:i + 1, k]
+
+
+def syr2k(alpha, beta, C, A, B):
+    for i in range(A.shape[0]):
+        C[i, :i + 1] *= beta
+        for k in range(A.shape[1]):
+            C[i, :i + 1] += A[:i + 1, k] * alpha * B[i, k] + B[:i + 1, k] * alpha * A[i, k]
+
+
+def symm(alpha, beta, C, A, B):
+    temp2 = np.empty((C.shape[1],), dtype=C.dtype)
+    C *= beta
+    for i in range(C.shape[0]):
+        for j in range(C.shape[1]):
+            C[:i, j] += alpha * B[i, j] * A[i, :i]
+            temp2[j] = B[:i, j] @ A[i, :i]
+        C[i, :] += alpha * B[i, :] * A[i, i] + alpha * temp2
+
+
+def symm_scalar(alpha, beta, C, A, B):
+    """polybench's element loop: ``temp2`` a scalar accumulated in the innermost loop."""
+    for i in range(C.shape[0]):
+        for j in range(C.shape[1]):
+            temp2 = 0.0
+            for k in range(i):
+                C[k, j] += alpha * B[i, j] * A[i, k]
+                temp2 += B[k, j] * A[i, k]
+            C[i, j] = beta * C[i, j] + alpha * B[i, j] * A[i, i] + alpha * temp2
+
+
+SCALARS = [pytest.param(np.float64(1.5), np.float64(1.2), id="float64"),
+           pytest.param(np.float32(1.5), np.float32(1.2), id="float32"),
+           pytest.param(1.5, 1.2, id="python")]
+
+
+@pytest.mark.parametrize("alpha,beta", SCALARS)
+@pytest.mark.parametrize("n,m", [(0, 6), (1, 6), (4, 4), (5, 5), (12, 9)])
+def test_rank_k_updates(alpha, beta, n, m):
+    C = RNG.random((n, n))
+    check(syrk, alpha, beta, C, RNG.random((n, m)))
+    check(syr2k, alpha, beta, C, RNG.random((n, m)), RNG.random((n, m)))
+
+
+@pytest.mark.parametrize("alpha,beta", SCALARS)
+@pytest.mark.parametrize("m,n", [(1, 3), (4, 4), (5, 5), (9, 7)])
+def test_symm(alpha, beta, m, n):
+    args = RNG.random((m, n)), RNG.random((m, m)), RNG.random((m, n))
+    check(symm, alpha, beta, *args)
+    check(symm_scalar, alpha, beta, *args)
+
+
+def test_arrays_only_read_in_nested_loops_are_not_written_back():
+    """A read-only array argument read by a nested loop is no write destination."""
+    A = RNG.random((6, 5))
+    A.flags.writeable = False
+    C = RNG.random((6, 6))
+    want = C.copy()
+    syrk(np.float64(1.5), np.float64(1.2), want, A)
+    with quiet():
+        jit(syrk)(np.float64(1.5), np.float64(1.2), C, A)
+    np.testing.assert_allclose(C, want, rtol=1e-12)
