@@ -23,6 +23,7 @@ import os
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -39,6 +40,17 @@ TRANSCENDENTAL_TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4,
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int32, np.int64, np.float32, np.float64)]
 NUMERIC = DTYPES[1:]
 FLOATS = [np.dtype(np.float32), np.dtype(np.float64)]
+
+
+@pytest.fixture(params=["", "--unroll_max=0"], ids=["unroll_default", "unroll_max0"])
+def unroll_flag(request, monkeypatch):
+    """Runs the test twice: with the default unroll threshold, and with every loop that can be
+    rolled rolled into an HLO ``while`` -- small test trip counts would otherwise be unrolled,
+    and the rolled path (what long loops take) would go untested (issue 28).  Other flags in
+    ``NBXLA_FLAGS`` are kept.  (The flags are part of every cache key.)"""
+    if request.param:
+        monkeypatch.setenv("NBXLA_FLAGS", f"{os.environ.get('NBXLA_FLAGS', '')} {request.param}".strip())
+    return request.param
 
 
 class quiet:

@@ -65,6 +65,11 @@ def get_state(loc: dict, glob: dict, names: tuple) -> tuple:
                  getattr(builtins, n, UNDEFINED) for n in names)
 
 
+def bound_state(loc: dict, names: tuple) -> tuple:
+    """The state a loop body or branch hands back: a name it left unbound is UNDEFINED."""
+    return tuple([loc.get(n, UNDEFINED) for n in names])
+
+
 def ld(value):
     """A name's value as converted code reads it: a NumPy array that became traced (through
     any reference to it) reads as its Tracer."""
