@@ -23,7 +23,7 @@ import nbxla
 from nbxla import examples
 from nbxla.errors import RuntimeCheckError
 from nbxla.testing import compare_arrays
-from tests.frontend_util import quiet, unroll_flag  # noqa: F401  (fixture)
+from tests.frontend_util import DEVICE, quiet, use_flags, with_unroll_flags
 from tests.ipython_util import run, shell  # noqa: F401  (fixture)
 
 RNG = np.random.default_rng(18)
@@ -538,12 +538,12 @@ def test_there_are_enough_kernels():
     assert len(CASES) >= 30
 
 
-def _run(case, args):
+def _run(case, args, device="cpu"):
     """The kernel on copies of ``args``, eagerly and compiled: the same result and arguments
     afterwards, or, where NumPy raises, an exception of the same type.  Returns the jit
     function (None where NumPy raised)."""
     eager, compiled = copy.deepcopy(args), copy.deepcopy(args)
-    jitted = nbxla.jit(case.fn)
+    jitted = nbxla.jit(case.fn, device=device)
     with quiet():
         try:
             want = case.fn(*eager)
@@ -563,8 +563,9 @@ def _run(case, args):
     return jitted
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_kernel_matches_numpy(name, unroll_flag):
+@pytest.mark.parametrize("name, flags", with_unroll_flags(CASES))
+def test_kernel_matches_numpy(name, flags, monkeypatch):
+    use_flags(monkeypatch, flags)
     case = CASES[name]
     jitted = _run(case, case.make_args())
     text = jitted.last_compilation.stage("optimized_hlo")
@@ -572,16 +573,20 @@ def test_kernel_matches_numpy(name, unroll_flag):
 
 
 # Trip counts of each kernel's main loop: none, one, the most that are unrolled by default
-# (--unroll_max=4) and the fewest that are rolled, and a long loop.  Run with the default flags
-# (0, 1, 4 unrolled; 5, 37 rolled) and with --unroll_max=0 (everything but 0 rolled).
-TRIPS = (0, 1, 4, 5, 37)
+# (--unroll_max=4) and the fewest that are rolled, and a longer loop.  Run with the default
+# flags (0, 1, 4 unrolled; 5, 16 rolled) and with --unroll_max=0 (all but 0 rolled).
+TRIPS = (0, 1, 4, 5, 16)
 
 
 @pytest.mark.parametrize("n", TRIPS)
-@pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c.sized))
-def test_kernel_trip_counts(name, n, unroll_flag):
+@pytest.mark.parametrize("name, flags", with_unroll_flags({k: c for k, c in CASES.items() if c.sized}))
+def test_kernel_trip_counts(name, flags, n, monkeypatch):
+    """(On the reference evaluator, as the frontend's tests run: whether a loop is rolled is
+    the frontend's choice, and this checks what it traces; test_kernel_matches_numpy runs
+    each kernel compiled for the CPU.)"""
+    use_flags(monkeypatch, flags)
     case = CASES[name]
-    _run(case, case.make_args(n))
+    _run(case, case.make_args(n), DEVICE)
 
 
 def _instruction_count(fn, *args) -> int:
