@@ -23,7 +23,7 @@ import nbxla
 from nbxla import examples
 from nbxla.errors import RuntimeCheckError
 from nbxla.testing import compare_arrays
-from tests.frontend_util import DEVICE, quiet, use_flags, with_unroll_flags
+from tests.frontend_util import DEVICE, UNROLL_OFF, quiet, use_flags, with_unroll_flags
 from tests.ipython_util import run, shell  # noqa: F401  (fixture)
 
 RNG = np.random.default_rng(18)
@@ -618,8 +618,10 @@ def test_expensive_branches_become_a_conditional_cheap_ones_a_select():
             assert jitted.last_compilation.stage("optimized_hlo").count(" conditional(") == want
 
 
-def test_short_loops_unroll(monkeypatch):
-    monkeypatch.setenv("NBXLA_FLAGS", "--unroll_max=4")
+@pytest.mark.parametrize("flags, rolled", [("--unroll_max=4", False), (UNROLL_OFF, True)])
+def test_short_loops_unroll(flags, rolled, monkeypatch):
+    """(And --unroll_max=0, with which the loop tests run a second time, rolls them.)"""
+    use_flags(monkeypatch, flags)
     def three_steps(x):
         for i in range(3):
             x = x * 2 + i
@@ -628,7 +630,7 @@ def test_short_loops_unroll(monkeypatch):
         jitted = nbxla.jit(three_steps)
         got = jitted(np.arange(4.0))
     np.testing.assert_array_equal(got, three_steps(np.arange(4.0)))
-    assert " while(" not in jitted.last_compilation.stage("optimized_hlo")
+    assert (" while(" in jitted.last_compilation.stage("optimized_hlo")) == rolled
 
 
 def test_loop_index_is_a_python_int_in_promotion():
@@ -643,6 +645,37 @@ def test_loop_index_is_a_python_int_in_promotion():
     want = scaled(x)
     assert got.dtype == want.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_name_bound_only_in_a_loop_that_ran_no_times_is_unbound():
+    """As in Python: reading it raises UnboundLocalError (it read as ``<undefined>``, a
+    sentinel object, and was returned as the result)."""
+    def last_row(A):
+        for i in range(A.shape[0]):
+            row = A[i]
+        return row
+
+    def last_item(A):
+        for item in A:
+            pass
+        return item
+
+    def chosen(x, flag):
+        if flag:                            # a Python value: only this branch runs
+            y = x * 2
+        return y
+    for fn, args in ((last_row, (rand(0, 3),)), (last_item, (rand(0, 3),)), (chosen, (rand(3), False))):
+        with quiet(), pytest.raises(UnboundLocalError, match="'(row|item|y)'"):
+            nbxla.jit(fn)(*args)
+    np.testing.assert_array_equal(nbxla.jit(last_row)(np.eye(3)), np.eye(3)[2])
+
+
+def test_cell_name_bound_only_in_a_loop_that_ran_no_times_is_undefined(shell):
+    shell.user_ns["x"] = rand(0)
+    with quiet():
+        result, out = run(shell, "%%xla\nfor i in range(x.shape[0]):\n    y = x[i] * 2\nz = y + 1\n")
+    assert isinstance(result.error_in_exec, NameError), out
+    assert "z" not in shell.user_ns
 
 
 def test_break_in_a_loop_over_a_python_list_names_the_line():
