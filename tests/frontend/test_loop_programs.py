@@ -6,6 +6,12 @@ visible to the caller) must agree.  Kernels marked ``rolled`` must keep their lo
 ``while`` in the optimized module; ``test_trip_count_does_not_grow_the_program`` checks that
 a 1000-step loop traces to the same program size as a 10-step one.  A few run as ``%%xla``
 cells too.
+
+Every kernel with a loop runs twice, with the default flags and with ``--unroll_max=0`` (every
+loop rolled), and, where its trip count is the caller's to choose, at trip counts around the
+unroll threshold (``TRIPS``): short test loops are unrolled, and a wrong answer on the rolled
+path alone went unnoticed (issue 28).  Where NumPy raises (index 0 of an empty array), the
+compiled function must raise the same type.
 """
 
 from __future__ import annotations
