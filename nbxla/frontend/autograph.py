@@ -168,8 +168,9 @@ class _Converter(ast.NodeTransformer):
         return ast.FunctionDef(name, args, stmts or [ast.Pass()], [], None)
 
     def _state_call(self, names) -> ast.Call:
-        return _call("get_state", ast.Call(ast.Name("locals", ast.Load()), [], []),
-                     ast.Call(ast.Name("globals", ast.Load()), [], []),
+        # (a function's state names are its locals: none may read a global of the same name)
+        glob = ast.Call(ast.Name("globals", ast.Load()), [], []) if self.local_names is None else _const(None)
+        return _call("get_state", ast.Call(ast.Name("locals", ast.Load()), [], []), glob,
                      ast.Tuple([_const(n) for n in names], ast.Load()))
 
     def _rebind(self, names, value: ast.expr) -> list[ast.stmt]:

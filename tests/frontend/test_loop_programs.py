@@ -676,6 +676,26 @@ def test_a_name_bound_only_in_a_loop_that_ran_no_times_is_unbound():
     np.testing.assert_array_equal(nbxla.jit(last_row)(np.eye(3)), np.eye(3)[2])
 
 
+label = "a global of this module"        # (test_a_local_never_reads_the_global_of_its_name)
+
+
+def test_a_local_never_reads_the_global_of_its_name():
+    """A function's local not bound yet entered a loop or branch as the module's global of the
+    same name (a cell's namespace lookup), and came out as the result."""
+    def last(x):
+        for i in range(x.shape[0]):
+            label = x[i]
+        return label
+
+    def chosen(x, flag):
+        if flag:
+            label = x * 2
+        return label
+    for fn, args in ((last, (rand(0),)), (chosen, (rand(3), False))):
+        with quiet(), pytest.raises(UnboundLocalError, match="'label'"):
+            nbxla.jit(fn)(*args)
+
+
 def test_cell_name_bound_only_in_a_loop_that_ran_no_times_is_undefined(shell):
     shell.user_ns["x"] = rand(0)
     with quiet():
