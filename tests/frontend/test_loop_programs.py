@@ -480,7 +480,7 @@ def first_above_per_row(A, v):
     return first
 
 
-@kernel(lambda: (RNG.standard_normal((200, 200)), rand(200, 30)), rolled=False, rtol=1e-10)
+@kernel(lambda: (RNG.standard_normal((200, 200)), rand(200, 30)), rolled=False, rtol=1e-10)   # (no loop)
 def expensive_branches(x, y):
     if x.sum() > 0:                     # large branches: an HLO conditional runs only one
         z = np.exp(x) @ y + np.sin(x).sum()
@@ -489,7 +489,7 @@ def expensive_branches(x, y):
     return z
 
 
-@kernel(lambda: (rand(150, 150),), rolled=False, rtol=1e-12)
+@kernel(lambda: (rand(150, 150),), rolled=False, rtol=1e-12)     # (no loop)
 def write_in_expensive_branch(A):
     if A.mean() > 0.5:
         A[:, :] = np.tanh(A) * 2
