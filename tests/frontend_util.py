@@ -18,11 +18,15 @@ Tolerances (relative, with an absolute floor of the same size for values near ze
 
 from __future__ import annotations
 
+import ast
 import functools
+import inspect
 import os
+import textwrap
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -39,6 +43,45 @@ TRANSCENDENTAL_TOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4,
 DTYPES = [np.dtype(t) for t in (np.bool_, np.int32, np.int64, np.float32, np.float64)]
 NUMERIC = DTYPES[1:]
 FLOATS = [np.dtype(np.float32), np.dtype(np.float64)]
+
+
+# The loop tests run twice: with the default flags, and with every loop that can be rolled
+# rolled into an HLO ``while`` -- small test trip counts are unrolled by default, and would leave
+# the rolled path (the one long loops take) untested (issue 28).  (Flags are part of every
+# compilation's cache key.)
+UNROLL_OFF = "--unroll_max=0"
+UNROLL_FLAGS = [pytest.param("", id="unroll_default"), pytest.param(UNROLL_OFF, id="unroll_max0")]
+
+
+def use_flags(monkeypatch, flags: str) -> None:
+    """``flags`` added to ``NBXLA_FLAGS`` for this test (the flags already there are kept)."""
+    if flags:
+        monkeypatch.setenv("NBXLA_FLAGS", f"{os.environ.get('NBXLA_FLAGS', '')} {flags}".strip())
+
+
+def has_loop(fn, _seen=None) -> bool:
+    """Whether ``fn``, or a module-level function it calls, holds a ``for`` or ``while`` (only
+    then can ``--unroll_max`` change what compiles)."""
+    seen = _seen if _seen is not None else set()
+    if fn in seen:
+        return False
+    seen.add(fn)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError):
+        return True                                  # (cannot tell: run it both ways)
+    if any(isinstance(node, (ast.For, ast.While)) for node in ast.walk(tree)):
+        return True
+    called = (fn.__globals__.get(name) for name in fn.__code__.co_names)
+    return any(has_loop(f, seen) for f in called if inspect.isfunction(f))
+
+
+def with_unroll_flags(cases: dict) -> list:
+    """pytest params (name, flags): every case with the default flags, and those whose
+    function (``case.fn``) has a loop once more with ``--unroll_max=0``."""
+    return [pytest.param(name, p.values[0], id=f"{p.id}-{name}")
+            for name, case in sorted(cases.items()) for p in UNROLL_FLAGS
+            if not p.values[0] or has_loop(case.fn)]
 
 
 class quiet:

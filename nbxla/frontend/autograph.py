@@ -159,7 +159,9 @@ class _Converter(ast.NodeTransformer):
         return [ast.Assign([target], ast.Name(arg, ast.Load()))]
 
     def _state_return(self, names) -> ast.Return:
-        return ast.Return(ast.Tuple([ast.Name(n, ast.Load()) for n in names], ast.Load()))
+        # (through locals(): an inner loop or branch may have left a name unbound, see _rebind)
+        return ast.Return(_call("bound_state", ast.Call(ast.Name("locals", ast.Load()), [], []),
+                                ast.Tuple([_const(n) for n in names], ast.Load())))
 
     def _function(self, name, params, names, body, returns=True) -> ast.FunctionDef:
         args = ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, [])
@@ -169,14 +171,21 @@ class _Converter(ast.NodeTransformer):
         return ast.FunctionDef(name, args, stmts or [ast.Pass()], [], None)
 
     def _state_call(self, names) -> ast.Call:
-        return _call("get_state", ast.Call(ast.Name("locals", ast.Load()), [], []),
-                     ast.Call(ast.Name("globals", ast.Load()), [], []),
+        # (a function's state names are its locals: none may read a global of the same name)
+        glob = ast.Call(ast.Name("globals", ast.Load()), [], []) if self.local_names is None else _const(None)
+        return _call("get_state", ast.Call(ast.Name("locals", ast.Load()), [], []), glob,
                      ast.Tuple([_const(n) for n in names], ast.Load()))
 
-    def _rebind(self, names, value: ast.expr) -> ast.stmt:
+    def _rebind(self, names, value: ast.expr) -> list[ast.stmt]:
+        """``names = value`` after a loop or branch; a name it left unbound (a loop that ran no
+        times, a branch not taken) is deleted again, so that reading it raises
+        UnboundLocalError (NameError in a cell) as in Python, instead of yielding UNDEFINED."""
         if not names:
-            return ast.Expr(value)
-        return ast.Assign([ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())], value)
+            return [ast.Expr(value)]
+        unbind = [ast.If(ast.Compare(ast.Name(n, ast.Load()), [ast.Is()], [_ag("UNDEFINED")]),
+                         [ast.Delete([ast.Name(n, ast.Del())])], [])
+                  for n in names if not n.startswith(_PREFIX)]
+        return [ast.Assign([ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())], value)] + unbind
 
     def _visit_body(self, stmts) -> list[ast.stmt]:
         """The statements converted, each with its own line on every new node in it."""
@@ -235,7 +244,7 @@ class _Converter(ast.NodeTransformer):
         outputs = names + [target] if self._rebindable(target) else names
         if outputs is names:
             call = ast.Subscript(call, ast.Slice(None, _const(-1), None), ast.Load())
-        return _located([fn, self._rebind(outputs, call)], node)
+        return _located([fn, *self._rebind(outputs, call)], node)
 
     def _lower_exits(self, node) -> list[ast.stmt] | None:
         """A ``while`` or ``for ... in range(...)`` loop whose ``break``/``continue`` sit in its
@@ -326,7 +335,7 @@ class _Converter(ast.NodeTransformer):
                      self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
                      _const(node.lineno))
         source = ast.Assign([ast.Name(items, ast.Store())], self.visit(it))
-        return _located([source, fn, self._rebind(names, call)], node)
+        return _located([source, fn, *self._rebind(names, call)], node)
 
     def visit_While(self, node):
         lowered = self._lower_exits(node)
@@ -347,7 +356,7 @@ class _Converter(ast.NodeTransformer):
         call = _call("while_loop", ast.Name(cname, ast.Load()), ast.Name(bname, ast.Load()),
                      self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
                      _const(node.lineno))
-        return _located([cond, fn, self._rebind(names, call)], node)
+        return _located([cond, fn, *self._rebind(names, call)], node)
 
     def visit_If(self, node):
         if _stops(node.body + node.orelse, loop=False) is not None:
@@ -366,7 +375,7 @@ class _Converter(ast.NodeTransformer):
         call = _call("if_stmt", test, ast.Name(tname, ast.Load()), ast.Name(ename, ast.Load()),
                      self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
                      _const(node.lineno))
-        return _located(fns + [self._rebind(names, call)], node)
+        return _located(fns + self._rebind(names, call), node)
 
     def visit_Assign(self, node):
         self.generic_visit(node)

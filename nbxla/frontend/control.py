@@ -65,9 +65,19 @@ class CannotRoll(Exception):
     """Tracing the loop body once is not valid; the reason says why."""
 
 
-def get_state(loc: dict, glob: dict, names: tuple) -> tuple:
+def get_state(loc: dict, glob: dict | None, names: tuple) -> tuple:
+    """The values of ``names`` before a loop or branch.  In a cell, a name looks up as Python
+    looks it up there (namespace, then builtins); in a function (``glob`` None) the names are
+    its locals, and one not bound yet is UNDEFINED -- not a global of the same name."""
+    if glob is None:
+        return tuple([ld(loc[n]) if n in loc else UNDEFINED for n in names])
     return tuple(ld(loc[n]) if n in loc else glob[n] if n in glob else
                  getattr(builtins, n, UNDEFINED) for n in names)
+
+
+def bound_state(loc: dict, names: tuple) -> tuple:
+    """The state a loop body or branch hands back: a name it left unbound is UNDEFINED."""
+    return tuple([loc.get(n, UNDEFINED) for n in names])
 
 
 def ld(value):

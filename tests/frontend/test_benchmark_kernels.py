@@ -28,7 +28,7 @@ import pytest
 import nbxla
 from nbxla import examples
 from nbxla.testing import compare_arrays
-from tests.frontend_util import quiet
+from tests.frontend_util import quiet, use_flags, with_unroll_flags
 
 from tests.ipython_util import run
 
@@ -903,8 +903,12 @@ def _helpers(fn) -> dict:
 
 
 def _params(expect_error: bool) -> list:
-    return [pytest.param(n, marks=[pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else [])
-            for n, c in sorted(CASES.items()) if (c.error is not None) == expect_error]
+    """(name, flags) of the kernels that compile (or of those that must fail): each with the
+    default flags, and each with a loop once more with every loop rolled (--unroll_max=0)."""
+    chosen = {n: c for n, c in CASES.items() if (c.error is not None) == expect_error}
+    return [pytest.param(*p.values, id=p.id, marks=[pytest.mark.xfail(strict=True, reason=CASES[p.values[0]].xfail)]
+                         if CASES[p.values[0]].xfail else [])
+            for p in with_unroll_flags(chosen)]
 
 
 def _error_line(fn, fragment) -> int:
@@ -914,8 +918,9 @@ def _error_line(fn, fragment) -> int:
     return i
 
 
-@pytest.mark.parametrize("name", _params(expect_error=False))
-def test_jit_matches_numpy(name):
+@pytest.mark.parametrize("name, flags", _params(expect_error=False))
+def test_jit_matches_numpy(name, flags, monkeypatch):
+    use_flags(monkeypatch, flags)
     case = CASES[name]
     args = case.make_args()
     eager_args, jit_args, again_args = _copy(args), _copy(args), _copy(args)
@@ -932,8 +937,9 @@ def test_jit_matches_numpy(name):
         _same(f"argument {k} (cached call)", eager_args[k], again_args[k], case.rtol)
 
 
-@pytest.mark.parametrize("name", _params(expect_error=False))
-def test_cell_matches_numpy(shell, name):
+@pytest.mark.parametrize("name, flags", _params(expect_error=False))
+def test_cell_matches_numpy(shell, name, flags, monkeypatch):
+    use_flags(monkeypatch, flags)
     case = CASES[name]
     args = case.make_args()
     source, _ = _body(case.fn)
@@ -956,8 +962,9 @@ def test_cell_matches_numpy(shell, name):
             assert shell.user_ns[key] is value, key
 
 
-@pytest.mark.parametrize("name", _params(expect_error=True))
-def test_jit_fails_clearly(name):
+@pytest.mark.parametrize("name, flags", _params(expect_error=True))
+def test_jit_fails_clearly(name, flags, monkeypatch):
+    use_flags(monkeypatch, flags)
     case = CASES[name]
     error, pattern, fragment = case.error
     with quiet(), pytest.raises(error) as info:
@@ -970,8 +977,9 @@ def test_jit_fails_clearly(name):
     assert info.value.hint, message                      # it says what to do instead
 
 
-@pytest.mark.parametrize("name", _params(expect_error=True))
-def test_cell_fails_clearly(shell, name):
+@pytest.mark.parametrize("name, flags", _params(expect_error=True))
+def test_cell_fails_clearly(shell, name, flags, monkeypatch):
+    use_flags(monkeypatch, flags)
     case = CASES[name]
     error, pattern, fragment = case.error
     source, _ = _body(case.fn)

@@ -6,11 +6,18 @@ visible to the caller) must agree.  Kernels marked ``rolled`` must keep their lo
 ``while`` in the optimized module; ``test_trip_count_does_not_grow_the_program`` checks that
 a 1000-step loop traces to the same program size as a 10-step one.  A few run as ``%%xla``
 cells too.
+
+Every kernel with a loop runs twice, with the default flags and with ``--unroll_max=0`` (every
+loop rolled), and, where its trip count is the caller's to choose, at trip counts around the
+unroll threshold (``TRIPS``): short test loops are unrolled, and a wrong answer on the rolled
+path alone went unnoticed (issue 28).  Where NumPy raises (index 0 of an empty array), the
+compiled function must raise the same type.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -20,8 +27,9 @@ import pytest
 
 import nbxla
 from nbxla import examples
+from nbxla.errors import RuntimeCheckError
 from nbxla.testing import compare_arrays
-from tests.frontend_util import quiet
+from tests.frontend_util import DEVICE, UNROLL_OFF, quiet, use_flags, with_unroll_flags
 from tests.ipython_util import run, shell  # noqa: F401  (fixture)
 
 RNG = np.random.default_rng(18)
@@ -39,9 +47,15 @@ def spd(n):
 @dataclass
 class Case:
     fn: Callable
-    make_args: Callable[[], tuple]
-    rolled: bool                  # the optimized HLO keeps a while
+    # make_args(n) (with a default n): the arguments with which the kernel's main loop runs n
+    # times; make_args() alone where the trip count is not the caller's to choose
+    make_args: Callable[..., tuple]
+    rolled: bool                  # the optimized HLO keeps a while (at the default size)
     rtol: float | None
+
+    @property
+    def sized(self) -> bool:
+        return bool(inspect.signature(self.make_args).parameters)
 
 
 CASES: dict[str, Case] = {}
@@ -56,13 +70,13 @@ def kernel(make_args, *, rolled=True, rtol=None, name=None):
 
 # ---- linear algebra with triangular loops (dynamic-length slices, masked) --------------------
 
-kernel(lambda: (spd(24),), rtol=1e-10)(examples.cholesky)
+kernel(lambda n=24: (spd(n),), rtol=1e-10)(examples.cholesky)
 
 
-kernel(lambda: (spd(20),), rtol=1e-9)(examples.lu)
+kernel(lambda n=20: (spd(n),), rtol=1e-9)(examples.lu)
 
 
-@kernel(lambda: (spd(18),), rtol=1e-9)
+@kernel(lambda n=17: (spd(n + 1),), rtol=1e-9)
 def lu_outer(A):
     """Right-looking LU: a rank-1 update of the trailing block (masked on both axes)."""
     n = A.shape[0]
@@ -71,7 +85,7 @@ def lu_outer(A):
         A[k + 1:, k + 1:] -= np.outer(A[k + 1:, k], A[k, k + 1:])
 
 
-@kernel(lambda: (spd(16), rand(16)), rtol=1e-9)
+@kernel(lambda n=16: (spd(n), rand(n)), rtol=1e-9)
 def ludcmp(A, b):
     n = A.shape[0]
     x = np.zeros_like(b)
@@ -92,16 +106,16 @@ def ludcmp(A, b):
     return x, y
 
 
-kernel(lambda: (np.tril(rand(30, 30)) + 30 * np.eye(30), rand(30)), rtol=1e-10)(examples.trisolv)
+kernel(lambda n=30: (np.tril(rand(n, n)) + n * np.eye(n), rand(n)), rtol=1e-10)(examples.trisolv)
 
 
-kernel(lambda: (rand(24) * 0.1,), rtol=1e-9)(examples.durbin)
+kernel(lambda n=23: (rand(n + 1) * 0.1,), rtol=1e-9)(examples.durbin)
 
 
-kernel(lambda: (rand(12, 10),), rtol=1e-9)(examples.gramschmidt)
+kernel(lambda n=10: (rand(n + 2, n),), rtol=1e-9)(examples.gramschmidt)
 
 
-@kernel(lambda: (1.5, rand(12, 12), rand(12, 10)), rtol=1e-10)
+@kernel(lambda n=12: (1.5, rand(n, n), rand(n, 10)), rtol=1e-10)
 def trmm(alpha, A, B):
     for i in range(B.shape[0]):
         for j in range(B.shape[1]):
@@ -109,7 +123,7 @@ def trmm(alpha, A, B):
     B *= alpha
 
 
-@kernel(lambda: (1.5, 1.2, rand(14, 14), rand(14, 9)), rtol=1e-10)
+@kernel(lambda n=14: (1.5, 1.2, rand(n, n), rand(n, 9)), rtol=1e-10)
 def syrk(alpha, beta, C, A):
     for i in range(A.shape[0]):
         C[i, :i + 1] *= beta
@@ -117,15 +131,15 @@ def syrk(alpha, beta, C, A):
             C[i, :i + 1] += alpha * A[i, k] * A[:i + 1, k]
 
 
-@kernel(lambda: (rand(16, 16) * 10,))
+@kernel(lambda n=16: (rand(n, n) * 10,))
 def floyd_warshall(path):
     for k in range(path.shape[0]):
         path[:] = np.minimum(path[:], np.add.outer(path[:, k], path[k, :]))
 
 
-@kernel(lambda: (rand(20, 20), rand(20)), rtol=1e-8)
-def power_iteration(A, v):
-    for _ in range(40):
+@kernel(lambda n=40: (rand(20, 20), rand(20), n), rtol=1e-8)
+def power_iteration(A, v, steps):
+    for _ in range(steps):
         v = A @ v
         v = v / np.sqrt(v @ v)
     return v
@@ -133,10 +147,10 @@ def power_iteration(A, v):
 
 # ---- recursions along time or an axis ------------------------------------------------------
 
-kernel(lambda: (rand(500), 0.2, 0.3, 0.5), rtol=1e-10)(examples.iir_filter)
+kernel(lambda n=499: (rand(n + 1), 0.2, 0.3, 0.5), rtol=1e-10)(examples.iir_filter)
 
 
-@kernel(lambda: (rand(8, 40, dtype=np.float32), 0.25, 0.5), rtol=1e-5)
+@kernel(lambda n=40: (rand(8, n, dtype=np.float32), 0.25, 0.5), rtol=1e-5)
 def deriche_rows(img, a1, b1):
     """A causal recursive filter along the columns of every row (Deriche style)."""
     h, w = img.shape
@@ -148,7 +162,7 @@ def deriche_rows(img, a1, b1):
     return y
 
 
-@kernel(lambda: (rand(6, 50),), rtol=1e-10)
+@kernel(lambda n=49: (rand(6, n + 1),), rtol=1e-10)
 def running_sum_columns(x):
     out = np.empty_like(x)
     out[:, 0] = x[:, 0]
@@ -157,7 +171,7 @@ def running_sum_columns(x):
     return out
 
 
-@kernel(lambda: (rand(9), rand(64)), rtol=1e-10)
+@kernel(lambda n=9: (rand(n), rand(64)), rtol=1e-10)
 def horner(coeffs, x):
     y = np.zeros_like(x)
     for k in range(coeffs.shape[0]):
@@ -167,20 +181,20 @@ def horner(coeffs, x):
 
 # ---- time-stepping stencils --------------------------------------------------------------------
 
-@kernel(lambda: (20, rand(40), rand(40)), rtol=1e-10)
+@kernel(lambda n=19: (n + 1, rand(40), rand(40)), rtol=1e-10)
 def jacobi_1d(TSTEPS, A, B):
     for t in range(1, TSTEPS):
         B[1:-1] = 0.33333 * (A[:-2] + A[1:-1] + A[2:])
         A[1:-1] = 0.33333 * (B[:-2] + B[1:-1] + B[2:])
 
 
-kernel(lambda: (10, rand(16, 16), rand(16, 16)), rtol=1e-10)(examples.jacobi_2d)
+kernel(lambda n=9: (n + 1, rand(16, 16), rand(16, 16)), rtol=1e-10)(examples.jacobi_2d)
 
 
-kernel(lambda: (4, rand(12, 12)), rtol=1e-10)(examples.seidel_2d)
+kernel(lambda n=3: (n + 1, rand(12, 12)), rtol=1e-10)(examples.seidel_2d)
 
 
-@kernel(lambda: (6, rand(10, 12), rand(10, 12), rand(10, 12), rand(6)), rtol=1e-10)
+@kernel(lambda n=6: (n, rand(10, 12), rand(10, 12), rand(10, 12), rand(n)), rtol=1e-10)
 def fdtd_2d(TMAX, ex, ey, hz, _fict_):
     for t in range(TMAX):
         ey[0, :] = _fict_[t]
@@ -189,14 +203,14 @@ def fdtd_2d(TMAX, ex, ey, hz, _fict_):
         hz[:-1, :-1] -= 0.7 * (ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1] - ey[:-1, :-1])
 
 
-@kernel(lambda: (rand(64), 0.1, 200), rtol=1e-9)
+@kernel(lambda n=200: (rand(64), 0.1, n), rtol=1e-9)
 def heat_1d(u, c, steps):
     for _ in range(steps):
         u[1:-1] = u[1:-1] + c * (u[2:] - 2 * u[1:-1] + u[:-2])
     return u.sum()
 
 
-@kernel(lambda: ((rand(16, 16) < 0.35).astype(np.int64), 12))
+@kernel(lambda n=12: ((rand(16, 16) < 0.35).astype(np.int64), n))
 def game_of_life(X, steps):
     for _ in range(steps):
         nbrs = np.zeros_like(X)
@@ -206,7 +220,7 @@ def game_of_life(X, steps):
     return X
 
 
-@kernel(lambda: (3, 10, rand(10, 10)), rtol=1e-9)
+@kernel(lambda n=3: (n, 10, rand(10, 10)), rtol=1e-9)
 def adi(TSTEPS, N, u):
     """polybench ADI (np.zeros for v, whose border NumPy's np.empty leaves unwritten):
     NumPy arrays made inside, filled inside nested rolled loops, one of them running down."""
@@ -228,7 +242,7 @@ def adi(TSTEPS, N, u):
     return v
 
 
-@kernel(lambda: (10, RNG.integers(0, 4, 10).astype(np.int32)))
+@kernel(lambda n=10: (n, RNG.integers(0, 4, n).astype(np.int32)))
 def nussinov(N, seq):
     """npbench nussinov: max() of traced scalars, int() of a traced comparison, Python ifs on
     the indices inside rolled loops."""
@@ -251,6 +265,7 @@ def nussinov(N, seq):
 
 # ---- while on array values -------------------------------------------------------------------
 
+# (The while kernels' trip counts are their convergence's, not an argument's: one size each.)
 kernel(lambda: (rand(32) + 0.5,), rtol=1e-12)(examples.newton_sqrt)
 
 
@@ -279,7 +294,7 @@ def fixed_point_iterations(M, b):
 
 # ---- branches, min/max, conditional expressions, and/or -------------------------------------
 
-@kernel(lambda: (RNG.standard_normal(60),), rtol=1e-12)
+@kernel(lambda n=60: (RNG.standard_normal(n),), rtol=1e-12)
 def running_max_if(x):
     best = x[0]
     out = np.empty_like(x)
@@ -290,7 +305,7 @@ def running_max_if(x):
     return out
 
 
-@kernel(lambda: (RNG.standard_normal(50), -0.5, 0.5), rtol=1e-12)
+@kernel(lambda n=50: (RNG.standard_normal(n), -0.5, 0.5), rtol=1e-12)
 def clamp_builtin_minmax(x, lo, hi):
     y = np.empty_like(x)
     for i in range(x.shape[0]):
@@ -298,7 +313,7 @@ def clamp_builtin_minmax(x, lo, hi):
     return y
 
 
-@kernel(lambda: (RNG.standard_normal(40),), rtol=1e-12)
+@kernel(lambda n=40: (RNG.standard_normal(n),), rtol=1e-12)
 def abs_sum_ifexp(x):
     s = 0.0
     for i in range(x.shape[0]):
@@ -306,7 +321,7 @@ def abs_sum_ifexp(x):
     return s
 
 
-@kernel(lambda: (RNG.standard_normal(40), RNG.standard_normal(40)))
+@kernel(lambda n=40: (RNG.standard_normal(n), RNG.standard_normal(n)))
 def count_both_positive(x, y):
     count = 0
     for i in range(x.shape[0]):
@@ -315,7 +330,7 @@ def count_both_positive(x, y):
     return count
 
 
-@kernel(lambda: (RNG.standard_normal(30),), rtol=1e-12)
+@kernel(lambda n=30: (RNG.standard_normal(n),), rtol=1e-12)
 def piecewise_elif(x):
     y = np.zeros_like(x)
     for i in range(x.shape[0]):
@@ -328,7 +343,7 @@ def piecewise_elif(x):
     return y
 
 
-@kernel(lambda: (rand(20),), rtol=1e-12)
+@kernel(lambda n=19: (rand(n + 1),), rtol=1e-12)
 def one_bubble_pass(x):
     for i in range(x.shape[0] - 1):
         if x[i] > x[i + 1]:
@@ -336,11 +351,12 @@ def one_bubble_pass(x):
 
 
 # ---- create-then-fill -------------------------------------------------------------------------
+# (Kernels without a loop take no trip count.)
 
-kernel(lambda: (RNG.integers(0, 10, 200), 10))(examples.histogram_fill)
+kernel(lambda n=200: (RNG.integers(0, 10, n), 10))(examples.histogram_fill)
 
 
-@kernel(lambda: (rand(6), 5), rtol=1e-12)
+@kernel(lambda n=6: (rand(n), 5), rtol=1e-12)
 def nested_create_then_fill(x, m):
     out = np.zeros((x.shape[0], m))
     for i in range(x.shape[0]):
@@ -377,13 +393,13 @@ def array_of_traced_scalars(pos):
     return pos - com
 
 
-@kernel(lambda: (rand(30, 4), rand(4)), rtol=1e-12)
+@kernel(lambda n=30: (rand(n, 4), rand(4)), rtol=1e-12)
 def scale_rows_in_place(A, s):
     for i in range(A.shape[0]):
         A[i] *= s * i
 
 
-@kernel(lambda: (rand(30, 8),), rtol=1e-12)
+@kernel(lambda n=30: (rand(n, 8),), rtol=1e-12)
 def sum_over_rows(A):
     s = np.zeros(A.shape[1])
     for row in A:                       # iterating a traced array: rolled over its first axis
@@ -391,7 +407,7 @@ def sum_over_rows(A):
     return s
 
 
-@kernel(lambda: (rand(25, 6),), rtol=1e-12)
+@kernel(lambda n=25: (rand(n, 6),), rtol=1e-12)
 def enumerate_rows(A):
     out = np.empty_like(A)
     for i, row in enumerate(A, 1):
@@ -399,7 +415,7 @@ def enumerate_rows(A):
     return out, row                     # the loop variable keeps its last value
 
 
-@kernel(lambda: (RNG.integers(0, 256, 40).astype(np.uint8),))
+@kernel(lambda n=40: (RNG.integers(0, 256, n).astype(np.uint8),))
 def crc16_bits(data):
     crc = 0xFFFF
     for b in data:
@@ -414,7 +430,7 @@ def crc16_bits(data):
     return (crc << 8) | ((crc >> 8) & 0xFF)
 
 
-@kernel(lambda: (rand(6, 4),), rolled=False, rtol=1e-12)
+@kernel(lambda: (rand(6, 4),), rolled=False, rtol=1e-12)     # (the loop is over a Python list)
 def python_list_items(A):
     out = A
     for w, shift in [(0.5, 1), (2.0, -1)]:      # a Python list: iterated in Python
@@ -422,8 +438,9 @@ def python_list_items(A):
     return out
 
 
-@kernel(lambda: (rand(10),), rtol=1e-12)
+@kernel(lambda n=10: (np.linspace(0.0, 0.9e-3 * 2.0 ** n, 10),), rtol=1e-12)
 def halve_until_small(x):
+    """(n halvings bring the largest element, the last, below 1e-3; at least one runs.)"""
     i = 0
     while True:
         x = x * 0.5
@@ -433,7 +450,7 @@ def halve_until_small(x):
     return x, i
 
 
-@kernel(lambda: (rand(5) + 1, 1e-10), rtol=1e-12)
+@kernel(lambda: (rand(5) + 1, 1e-10), rtol=1e-12)     # (trips: where the break comes)
 def newton_with_break(x, tol):
     for it in range(1000):
         x = 0.5 * (x + 2.0 / x)
@@ -442,7 +459,7 @@ def newton_with_break(x, tol):
     return x, it                        # the index at the break, as in Python
 
 
-@kernel(lambda: (rand(30, 4),), rtol=1e-12)
+@kernel(lambda n=30: (rand(n, 4),), rtol=1e-12)
 def skip_small_rows(x):
     s = np.zeros_like(x[0])
     for i in range(x.shape[0]):
@@ -452,7 +469,7 @@ def skip_small_rows(x):
     return s
 
 
-@kernel(lambda: (rand(12, 9), 0.95))
+@kernel(lambda n=12: (rand(n, 9), 0.95))
 def first_above_per_row(A, v):
     first = np.full(A.shape[0], -1)
     for i in range(A.shape[0]):
@@ -463,7 +480,7 @@ def first_above_per_row(A, v):
     return first
 
 
-@kernel(lambda: (RNG.standard_normal((200, 200)), rand(200, 30)), rolled=False, rtol=1e-10)
+@kernel(lambda: (RNG.standard_normal((200, 200)), rand(200, 30)), rolled=False, rtol=1e-10)   # (no loop)
 def expensive_branches(x, y):
     if x.sum() > 0:                     # large branches: an HLO conditional runs only one
         z = np.exp(x) @ y + np.sin(x).sum()
@@ -472,7 +489,7 @@ def expensive_branches(x, y):
     return z
 
 
-@kernel(lambda: (rand(150, 150),), rolled=False, rtol=1e-12)
+@kernel(lambda: (rand(150, 150),), rolled=False, rtol=1e-12)     # (no loop)
 def write_in_expensive_branch(A):
     if A.mean() > 0.5:
         A[:, :] = np.tanh(A) * 2
@@ -481,9 +498,9 @@ def write_in_expensive_branch(A):
     return A.sum()
 
 
-@kernel(lambda: (rand(120, 120),), rtol=1e-12)
-def conditional_in_loop(A):
-    for i in range(10):
+@kernel(lambda n=10: (rand(120, 120), n), rtol=1e-12)
+def conditional_in_loop(A, steps):
+    for i in range(steps):
         if A[i, 0] > 0.5:
             A = np.sqrt(A) + 1
         else:
@@ -491,7 +508,7 @@ def conditional_in_loop(A):
     return A
 
 
-@kernel(lambda: (rand(7, 4),), rtol=1e-12)
+@kernel(lambda n=7: (rand(n, 4),), rtol=1e-12)
 def view_bound_then_base_written(A):
     for i in range(A.shape[0]):
         row = A[i]                      # a view of A, bound in the body...
@@ -499,7 +516,7 @@ def view_bound_then_base_written(A):
     return A
 
 
-@kernel(lambda: (rand(7, 4),), rtol=1e-12)
+@kernel(lambda n=7: (rand(n, 4),), rtol=1e-12)
 def iterate_rows_while_writing(A):
     for row in A:
         A[0] += row * 0.5
@@ -527,21 +544,55 @@ def test_there_are_enough_kernels():
     assert len(CASES) >= 30
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_kernel_matches_numpy(name):
-    case = CASES[name]
-    args = case.make_args()
+def _run(case, args, device="cpu"):
+    """The kernel on copies of ``args``, eagerly and compiled: the same result and arguments
+    afterwards, or, where NumPy raises, an exception of the same type.  Returns the jit
+    function (None where NumPy raised)."""
     eager, compiled = copy.deepcopy(args), copy.deepcopy(args)
+    jitted = nbxla.jit(case.fn, device=device)
     with quiet():
-        want = case.fn(*eager)
-        jitted = nbxla.jit(case.fn)
+        try:
+            want = case.fn(*eager)
+        except Exception as e:  # noqa: BLE001 - nbxla must raise the same type
+            with pytest.raises(type(e)) as info:
+                jitted(*compiled)
+            # (a subclass is fine -- nbxla's IndexCheckError is an IndexError -- but not one
+            # of the compiler's internal errors that happens to derive from the same type)
+            assert not isinstance(info.value, nbxla.NbxlaError) or \
+                isinstance(info.value, RuntimeCheckError), repr(info.value)
+            return None
         got = jitted(*compiled)
     _same("result", want, got, case.rtol)
     for k, (w, g) in enumerate(zip(eager, compiled)):
         if isinstance(w, np.ndarray):
             _same(f"argument {k}", w, g, case.rtol)
+    return jitted
+
+
+@pytest.mark.parametrize("name, flags", with_unroll_flags(CASES))
+def test_kernel_matches_numpy(name, flags, monkeypatch):
+    use_flags(monkeypatch, flags)
+    case = CASES[name]
+    jitted = _run(case, case.make_args())
     text = jitted.last_compilation.stage("optimized_hlo")
     assert (" while(" in text) == case.rolled, text[:2000]
+
+
+# Trip counts of each kernel's main loop: none, one, the most that are unrolled by default
+# (--unroll_max=4) and the fewest that are rolled, and a longer loop.  Run with the default
+# flags (0, 1, 4 unrolled; 5, 16 rolled) and with --unroll_max=0 (all but 0 rolled).
+TRIPS = (0, 1, 4, 5, 16)
+
+
+@pytest.mark.parametrize("n", TRIPS)
+@pytest.mark.parametrize("name, flags", with_unroll_flags({k: c for k, c in CASES.items() if c.sized}))
+def test_kernel_trip_counts(name, flags, n, monkeypatch):
+    """(On the reference evaluator, as the frontend's tests run: whether a loop is rolled is
+    the frontend's choice, and this checks what it traces; test_kernel_matches_numpy runs
+    each kernel compiled for the CPU.)"""
+    use_flags(monkeypatch, flags)
+    case = CASES[name]
+    _run(case, case.make_args(n), DEVICE)
 
 
 def _instruction_count(fn, *args) -> int:
@@ -573,8 +624,10 @@ def test_expensive_branches_become_a_conditional_cheap_ones_a_select():
             assert jitted.last_compilation.stage("optimized_hlo").count(" conditional(") == want
 
 
-def test_short_loops_unroll(monkeypatch):
-    monkeypatch.setenv("NBXLA_FLAGS", "--unroll_max=4")
+@pytest.mark.parametrize("flags, rolled", [("--unroll_max=4", False), (UNROLL_OFF, True)])
+def test_short_loops_unroll(flags, rolled, monkeypatch):
+    """(And --unroll_max=0, with which the loop tests run a second time, rolls them.)"""
+    use_flags(monkeypatch, flags)
     def three_steps(x):
         for i in range(3):
             x = x * 2 + i
@@ -583,7 +636,7 @@ def test_short_loops_unroll(monkeypatch):
         jitted = nbxla.jit(three_steps)
         got = jitted(np.arange(4.0))
     np.testing.assert_array_equal(got, three_steps(np.arange(4.0)))
-    assert " while(" not in jitted.last_compilation.stage("optimized_hlo")
+    assert (" while(" in jitted.last_compilation.stage("optimized_hlo")) == rolled
 
 
 def test_loop_index_is_a_python_int_in_promotion():
@@ -598,6 +651,57 @@ def test_loop_index_is_a_python_int_in_promotion():
     want = scaled(x)
     assert got.dtype == want.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_name_bound_only_in_a_loop_that_ran_no_times_is_unbound():
+    """As in Python: reading it raises UnboundLocalError (it read as ``<undefined>``, a
+    sentinel object, and was returned as the result)."""
+    def last_row(A):
+        for i in range(A.shape[0]):
+            row = A[i]
+        return row
+
+    def last_item(A):
+        for item in A:
+            pass
+        return item
+
+    def chosen(x, flag):
+        if flag:                            # a Python value: only this branch runs
+            y = x * 2
+        return y
+    for fn, args in ((last_row, (rand(0, 3),)), (last_item, (rand(0, 3),)), (chosen, (rand(3), False))):
+        with quiet(), pytest.raises(UnboundLocalError, match="'(row|item|y)'"):
+            nbxla.jit(fn)(*args)
+    np.testing.assert_array_equal(nbxla.jit(last_row)(np.eye(3)), np.eye(3)[2])
+
+
+label = "a global of this module"        # (test_a_local_never_reads_the_global_of_its_name)
+
+
+def test_a_local_never_reads_the_global_of_its_name():
+    """A function's local not bound yet entered a loop or branch as the module's global of the
+    same name (a cell's namespace lookup), and came out as the result."""
+    def last(x):
+        for i in range(x.shape[0]):
+            label = x[i]
+        return label
+
+    def chosen(x, flag):
+        if flag:
+            label = x * 2
+        return label
+    for fn, args in ((last, (rand(0),)), (chosen, (rand(3), False))):
+        with quiet(), pytest.raises(UnboundLocalError, match="'label'"):
+            nbxla.jit(fn)(*args)
+
+
+def test_cell_name_bound_only_in_a_loop_that_ran_no_times_is_undefined(shell):
+    shell.user_ns["x"] = rand(0)
+    with quiet():
+        result, out = run(shell, "%%xla\nfor i in range(x.shape[0]):\n    y = x[i] * 2\nz = y + 1\n")
+    assert isinstance(result.error_in_exec, NameError), out
+    assert "z" not in shell.user_ns
 
 
 def test_break_in_a_loop_over_a_python_list_names_the_line():

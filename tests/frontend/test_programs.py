@@ -9,7 +9,7 @@ import pytest
 import nbxla
 from nbxla.examples import (black_scholes, layernorm, logsumexp, lstm_cell, mlp_forward, mlp_train_step,
                             softmax)
-from tests.frontend_util import check, jit
+from tests.frontend_util import UNROLL_FLAGS, check, jit, use_flags
 
 RNG = np.random.default_rng(1234)
 
@@ -86,8 +86,10 @@ def periodic_laplacian(u):
     return (np.roll(u, 1, 0) + np.roll(u, -1, 0) + np.roll(u, 1, 1) + np.roll(u, -1, 1) - 4 * u)
 
 
+@pytest.mark.parametrize("flags", UNROLL_FLAGS)      # (their time loops are short: unrolled by default)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_stencils(dtype):
+def test_stencils(dtype, flags, monkeypatch):
+    use_flags(monkeypatch, flags)
     u = rand(6, 7, dtype=dtype)
     check(jacobi_step, u)
     check(heat_in_place, rand(10, dtype=dtype), 0.1, 4)
