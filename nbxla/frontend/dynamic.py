@@ -88,8 +88,7 @@ class _Plan:
         # In a loop body traced once (a rolled loop, a while loop's counter) the check cannot
         # leave the body yet: there the index is clamped, as XLA does.
         if not k.ctx.rolling:
-            from .indexing import check_bounds         # (indexing imports this module)
-            check_bounds(kk, n, axis)
+            ENTRY_POINTS["check_bounds"](kk, n, axis)      # (indexing.py, above this module)
         return select(compare(kk, like(kk, 0), "LT"), emit(k.ctx, "add", kk, like(kk, n)), kk)
 
     def _slice(self, k: slice, n, axis):

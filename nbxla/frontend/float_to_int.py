@@ -22,12 +22,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..hlo import Shape, from_numpy_dtype
+from .registry import entry_point
+from .rules import binop, compare, convert, emit, like, select
 from .tracer import Tracer
 
 
+@entry_point("float_to_int")
 def float_to_int(x: Tracer, dtype: np.dtype) -> Tracer:
     """``x.astype(dtype)`` as NumPy computes it, for a float ``x`` and an integer ``dtype``."""
-    from .rules import binop, convert, emit, like, select     # (rules imports this module)
     if x.dtype.itemsize < 4:            # float16: compared in float32, where 2**31 and 2**63 exist
         x = convert(x, np.float32)
     if dtype == np.uint64:
@@ -42,7 +44,6 @@ def float_to_int(x: Tracer, dtype: np.dtype) -> Tracer:
 def _x86_truncate(x: Tracer, bits: int) -> Tracer:
     """``cvtt*2si`` to a ``bits``-wide signed integer: truncation toward zero, and INT_MIN for
     NaN and values out of range."""
-    from .rules import binop, compare, emit, like, select
     wide = np.dtype(f"int{bits}")
     limit = 2.0 ** (bits - 1)
     inside = binop("and", compare(x, like(x, -limit), "GE"), compare(x, like(x, limit), "LT"))

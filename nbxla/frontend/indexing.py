@@ -349,6 +349,7 @@ CLAMP_HINT = ("NumPy raises IndexError for this index. To clamp out-of-range ind
               "range as XLA does (and skip the check), set NBXLA_FLAGS=--clamp_indices=true.")
 
 
+@entry_point("check_bounds")
 def check_bounds(idx: Tracer, n: int, axis: int) -> None:
     """Raise NumPy's IndexError when the program runs, if a traced index is outside [-n, n):
     the program computes the indices' minimum and maximum (fused reductions over the index

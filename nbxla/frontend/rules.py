@@ -68,8 +68,7 @@ def convert(x: Tracer, dtype) -> Tracer:
         if x.dtype == dtype:
             return x
     if x.dtype.kind == "f" and dtype.kind in "iu":      # NumPy's C cast out of range, not HLO's
-        from .float_to_int import float_to_int
-        return float_to_int(x, dtype)
+        return ENTRY_POINTS["float_to_int"](x, dtype)     # (float_to_int.py, above this module)
     return emit(x.ctx, "convert", x, shape=Shape(from_numpy_dtype(dtype), x.shape))
 
 
