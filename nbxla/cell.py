@@ -40,6 +40,7 @@ from .frontend.cell_ast import DISPLAY, CellAnalysis, analyze, check_no_random
 from .frontend.trace import (StaticValue, TracedProgram, TreeDef, alias_pattern, is_array_leaf,
                              leaf_signature, trace, tree_flatten, tree_unflatten)
 from .frontend.selection import Selection
+from .frontend.control import OneBranch
 from .frontend.index_tracer import IndexTracer
 from .frontend.tracer import Tracer
 
@@ -265,6 +266,8 @@ class _Recipe:
         return Binding(name, action, treedef, [self.slot(leaf) for leaf in leaves])
 
     def slot(self, leaf):
+        if isinstance(leaf, OneBranch):     # NumPy would bind it or not, depending on the data
+            raise leaf.error
         if isinstance(leaf, Selection):
             self.outputs += [leaf.values, leaf.mask]
             return ("selection", len(self.outputs) - 2)

@@ -61,6 +61,17 @@ class _Undefined:
 UNDEFINED = _Undefined()
 
 
+class OneBranch:
+    """The value of a name only one branch of a traced ``if`` bound: reading it is refused
+    (``error``), since whether it exists depends on the data."""
+
+    def __init__(self, error: NbxlaError):
+        self.error = error
+
+    def __repr__(self):
+        return "<bound in one branch>"
+
+
 class CannotRoll(Exception):
     """Tracing the loop body once is not valid; the reason says why."""
 
@@ -70,9 +81,9 @@ def get_state(loc: dict, glob: dict | None, names: tuple) -> tuple:
     looks it up there (namespace, then builtins); in a function (``glob`` None) the names are
     its locals, and one not bound yet is UNDEFINED -- not a global of the same name."""
     if glob is None:
-        return tuple([ld(loc[n]) if n in loc else UNDEFINED for n in names])
-    return tuple(ld(loc[n]) if n in loc else glob[n] if n in glob else
-                 getattr(builtins, n, UNDEFINED) for n in names)
+        return _resolved([loc[n] if n in loc else UNDEFINED for n in names])
+    return _resolved(loc[n] if n in loc else glob[n] if n in glob else
+                     getattr(builtins, n, UNDEFINED) for n in names)
 
 
 def bound_state(loc: dict, names: tuple) -> tuple:
@@ -83,6 +94,8 @@ def bound_state(loc: dict, names: tuple) -> tuple:
 def ld(value):
     """A name's value as converted code reads it: a NumPy array that became traced (through
     any reference to it) reads as its Tracer, and a view of one as the same view of it."""
+    if type(value) is OneBranch:
+        raise value.error
     if type(value) is np.ndarray:
         ctx = _ctx()
         if ctx is not None and ctx.promoted:
@@ -120,7 +133,8 @@ def _remember_view(ctx, view, base, how) -> None:
 
 
 def _resolved(values: tuple) -> tuple:
-    return tuple(ld(v) for v in values)
+    """Values handed around as loop or branch state (not read: a one-branch name passes)."""
+    return tuple(v if type(v) is OneBranch else ld(v) for v in values)
 
 
 def _ctx() -> TraceContext | None:
@@ -384,7 +398,7 @@ def _is_value(v) -> bool:
 # ---- tracked state: the Tracers a body can reach, and how to undo what it did -------------------
 
 def _tracers_in(value, found: dict):
-    value = ld(value)
+    value = _resolved((value,))[0]
     if isinstance(value, Tracer):
         if id(value) not in found:
             found[id(value)] = value
@@ -625,15 +639,17 @@ def _traced_if(ctx, test, then, orelse, state: tuple, names: tuple, lineno: int,
     for name, a, b in zip(names, out_then, out_else):
         if a is b:
             merged.append(a)
-        elif a is UNDEFINED or b is UNDEFINED:
-            if _is_value(a) or _is_value(b):
-                raise NotCompilableError(
+        elif a is UNDEFINED or b is UNDEFINED or type(a) is OneBranch or type(b) is OneBranch:
+            if _is_value(a) or _is_value(b) or type(a) is OneBranch or type(b) is OneBranch:
+                # fine until it is read (a temporary of one branch): then it is refused
+                merged.append(OneBranch(NotCompilableError(
                     f"`{name}` is bound in only one branch of an `if` on a traced value: "
                     "whether it exists after the `if` would depend on the data",
                     _location(ctx, lineno),
                     f"bind `{name}` before the `if` (or in both branches), or choose with "
-                    "np.where(cond, a, b)")
-            merged.append(UNDEFINED)
+                    "np.where(cond, a, b)")))
+            else:
+                merged.append(UNDEFINED)
         elif isinstance(a, Tracer) or isinstance(b, Tracer):
             merged.append(_merge_values(ctx, test, a, b, name))
         elif type(a) is type(b) and _is_value(a) and np.array_equal(a, b):
@@ -963,7 +979,7 @@ class _Loop:
         """The value a rebound name starts from, in the type the body gives it."""
         from .rules import asarray, broadcast_to, convert, full
         ctx = self.ctx
-        if old is UNDEFINED:
+        if old is UNDEFINED or type(old) is OneBranch:      # (never read before the body binds it)
             return full(ctx, shape, 0, dtype)
         if isinstance(old, Tracer):
             value = Tracer(ctx, old.instr)

@@ -823,3 +823,39 @@ def test_cell_with_loops(shell):
     with quiet():
         result, out = run(shell, "%xla_ir stage=hlo")
     assert re.search(r"\bwhile\(", out), out
+
+
+# ---- a name only one branch of a traced `if` binds ----------------------------------------------
+
+def temporary_in_one_branch(n, x):
+    for i in range(n):
+        if x[i % 3] > 0.5:
+            t = np.sin(x)               # a temporary of this branch, not read after the if
+            x = x + t
+        else:
+            x = x * 0.5
+    return x
+
+
+def read_after_one_branch(x):
+    if x[0] > 0.5:
+        t = x * 2
+    return t
+
+
+@pytest.mark.parametrize("n", [0, 1, 4, 5, 20])
+def test_a_temporary_of_one_branch_compiles(n):
+    for first in (0.2, 0.9):
+        x = np.array([first, 0.3, 0.7])
+        with quiet():
+            _same("result", temporary_in_one_branch(n, x), nbxla.jit(temporary_in_one_branch)(n, x), 1e-12)
+
+
+def test_reading_a_name_one_branch_bound_is_refused(shell):
+    with quiet(), pytest.raises(nbxla.NotCompilableError, match="bound in only one branch") as info:
+        nbxla.jit(read_after_one_branch)(np.array([0.9, 0.1]))
+    assert "if x[0] > 0.5:" in str(info.value)
+    shell.user_ns["x"] = np.array([0.9, 0.1])
+    with quiet():
+        result, out = run(shell, "%%xla\nif x[0] > 0.5:\n    t = x * 2\n")
+    assert not result.success and "bound in only one branch" in out, out
