@@ -5,8 +5,9 @@
 ``nbxla.jit`` function made without an explicit ``mode`` (like ``TF_XLA_FLAGS=--tf_xla_auto_jit``).
 ``--verify`` (a switch) makes every ``nbxla.jit`` function check the first call of each
 compiled signature against the plain function, as ``jit(fn, verify=True)`` does.
-``--unroll_max=N`` unrolls Python loops of at most N steps (4); ``--unroll_max=0`` rolls every
-loop that can be rolled into an HLO ``while``.
+``--unroll_max=N`` unrolls Python loops of at most N steps (4), ``--unroll_budget=N`` longer ones
+whose unrolled body stays within N instructions (512); ``--unroll_max=0`` rolls every loop that
+can be rolled into an HLO ``while``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class Flags:
     # become an HLO while.  0 rolls every loop it can (the path long loops take), which the
     # test suite runs once more with, so that short test loops do not hide that path.
     unroll_max: int = 4
+    # Longer loops are unrolled too while steps x instructions of the body traced once stay
+    # within this budget: a rolled step costs a host round trip (~1 us), and unrolled steps
+    # fuse into one kernel.  (--unroll_max=0 turns this off as well.)
+    unroll_budget: int = 512
     verify: bool = False
 
 
@@ -58,7 +63,8 @@ def _count(text: str) -> int:
 
 
 _KNOWN = {"device": str, "dump_to": str, "pass_timing": _boolean, "clamp_indices": _boolean,
-          "auto_jit": _boolean, "unroll_max": _count, "verify": _boolean}
+          "auto_jit": _boolean, "unroll_max": _count, "unroll_budget": _count,
+          "verify": _boolean}
 
 
 def parse_flags(text: str | None) -> Flags:

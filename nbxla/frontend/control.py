@@ -76,6 +76,15 @@ class CannotRoll(Exception):
     """Tracing the loop body once is not valid; the reason says why."""
 
 
+class _Cheap(Exception):
+    """The loop is cheaper unrolled (its steps times its body's size are within budget)."""
+
+
+def _size(comp) -> int:
+    """Instructions of a computation and of those it calls."""
+    return sum(1 + sum(_size(c) for c in i.called_computations) for i in comp.instructions)
+
+
 def get_state(loc: dict, glob: dict | None, names: tuple) -> tuple:
     """The values of ``names`` before a loop or branch.  In a cell, a name looks up as Python
     looks it up there (namespace, then builtins); in a function (``glob`` None) the names are
@@ -697,10 +706,15 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
                                            f"(at most {unroll_max}) are unrolled"))
             why = "short loops are unrolled" if len(r) <= unroll_max else "no traced value in its state"
             return _python_loop(r, body, state, last, _Budget(ctx, lineno, why) if ctx is not None else None)
+        flags = current_flags()
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
-                           (min(r[0], r[-1]), max(r[0], r[-1]))).run()
+                          (min(r[0], r[-1]), max(r[0], r[-1])),
+                          unroll_budget=(len(r), flags.unroll_budget if unroll_max else 0)).run()
             return tuple(state) + (r[-1],)
+        except _Cheap as e:
+            ctx.loop_decisions.append((lineno, "unrolled", str(e)))
+            return _python_loop(r, body, state, last, None)
         except CannotRoll as e:
             ctx.loop_decisions.append((lineno, "unrolled", str(e)))
             budget = _Budget(ctx, lineno, str(e))
@@ -853,10 +867,11 @@ class _Loop:
     """One rolled loop: traces the body (and condition) into computations, emits the while."""
 
     def __init__(self, ctx, body, state, names, lineno, start=None, stop=None, step=None,
-                 index_range=None, cond=None):
+                 index_range=None, cond=None, unroll_budget=(0, 0)):
         self.ctx, self.body, self.state, self.names, self.lineno = ctx, body, _resolved(state), names, lineno
         self.start, self.stop, self.step, self.index_range, self.cond = start, stop, step, index_range, cond
         self.counted = cond is None
+        self.trips, self.budget = unroll_budget     # (Python bounds: unrolled when cheap)
 
     def _find_objects(self):
         found: dict = {}
@@ -903,6 +918,11 @@ class _Loop:
             *plan, requests = plan
             new_checks = [(loop_checks.carry(self.ctx, c), c) for c in made_checks[len(self.checks):]]
             if not requests and not new_checks:
+                if self.budget and self.trips * _size(plan[0]) <= self.budget:
+                    size = _size(plan[0])
+                    raise _Cheap(f"{self.trips} steps of a {size}-instruction body: within the "
+                                 f"unroll budget ({self.budget}), where steps fuse and no step "
+                                 "costs a host round trip")
                 state = self._emit(*plan)
                 for slot, check in self.checks:
                     self.ctx.add_check(slot.instr, check.fail, check.fold)

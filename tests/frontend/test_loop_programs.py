@@ -571,7 +571,9 @@ def _run(case, args, device="cpu"):
 
 @pytest.mark.parametrize("name, flags", with_unroll_flags(CASES))
 def test_kernel_matches_numpy(name, flags, monkeypatch):
-    use_flags(monkeypatch, flags)
+    # (``rolled`` is about the step count: the cost rule, which unrolls cheap bodies of more
+    # steps, is off here and checked by test_cheap_loops_unroll_by_cost)
+    use_flags(monkeypatch, f"{flags} --unroll_budget=0")
     case = CASES[name]
     jitted = _run(case, case.make_args())
     text = jitted.last_compilation.stage("optimized_hlo")
@@ -602,7 +604,33 @@ def _instruction_count(fn, *args) -> int:
     return sum(1 for _ in jitted.last_compilation.hlo.instructions())
 
 
-def test_trip_count_does_not_grow_the_program():
+def test_cheap_loops_unroll_by_cost(monkeypatch):
+    """Past --unroll_max steps, a loop whose steps times body size fit --unroll_budget is
+    unrolled (its steps fuse into one kernel); one that does not fit stays a while."""
+    def chain(x):
+        for i in range(10):
+            x = x * 1.01 + 0.5
+        return x
+    x = rand(128)
+    for budget, rolled in (("", False), ("--unroll_budget=40", True), ("--unroll_budget=0", True)):
+        monkeypatch.setenv("NBXLA_FLAGS", budget)
+        with quiet():
+            jitted = nbxla.jit(chain)
+            _same("chain", chain(x), jitted(x), 1e-12)
+        text = jitted.last_compilation.stage("optimized_hlo")
+        assert (" while(" in text) == rolled, (budget, text[:1500])
+        if not rolled:
+            assert text.count(" fusion(") == 1, text
+    monkeypatch.setenv("NBXLA_FLAGS", "")
+    with quiet():
+        jitted = nbxla.jit(heat_1d)
+        u = rand(64)
+        _same("heat_1d", heat_1d(u.copy(), 0.1, 200), jitted(u.copy(), 0.1, 200), 1e-9)
+    assert " while(" in jitted.last_compilation.stage("optimized_hlo")      # 200 steps: too many
+
+
+def test_trip_count_does_not_grow_the_program(monkeypatch):
+    monkeypatch.setenv("NBXLA_FLAGS", "--unroll_budget=0")
     small = _instruction_count(examples.iir_filter, rand(10), 0.2, 0.3, 0.5)
     large = _instruction_count(examples.iir_filter, rand(1000), 0.2, 0.3, 0.5)
     assert small == large
