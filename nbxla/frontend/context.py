@@ -64,6 +64,9 @@ class TraceContext:
         # NumPy views taken in converted code: id -> (view, base, how), where how(Tracer of
         # base) makes the same view of it (control.getitem / control.call)
         self.views: dict[int, tuple] = {}
+        # Values of names that alias one array or another depending on a traced ``if``:
+        # id -> (value, the error a write into it raises)
+        self.ambiguous: dict[int, tuple] = {}
         # Arrays larger than memory are refused (NumPy's MemoryError), except where the
         # program runs in pieces (nbxla.dask traces whole arrays, each task gets a chunk).
         self.memory_checked = True

@@ -308,6 +308,7 @@ def setitem(x, key, value):
     """``x[key] = value``; returns what the name ``x`` is bound to afterwards.  (Inside a
     loop body being traced once, a NumPy array written at all becomes traced: the write
     happens in every iteration, not once.)"""
+    x = ld(x)                   # (the name itself is not read through ld: it is rebound)
     if _promotable(x, key, value) or isinstance(x, np.ndarray) and _rolling():
         x = _promote_owned(x)
     x[key] = value
@@ -323,6 +324,7 @@ def setitem_in_place(x, key, value) -> None:
 
 def setitem_aug(x, key, op: str, value, rebind=True):
     """``x[key] op= value`` (NumPy: read the item, update it in place, write it back)."""
+    x = ld(x)
     if _promotable(x, key, value) or isinstance(x, np.ndarray) and _rolling() and rebind:
         if not rebind:
             raise _ctx().not_compilable(WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT)
@@ -334,6 +336,7 @@ def setitem_aug(x, key, op: str, value, rebind=True):
 
 def aug(x, op: str, value):
     """``x op= value`` on a name."""
+    x = ld(x)
     if (_promotable(x, value) or isinstance(x, np.ndarray) and _rolling()) and x.ndim > 0:
         x = _promote_owned(x)
     return _INPLACE[op](x, value)
@@ -660,7 +663,17 @@ def _traced_if(ctx, test, then, orelse, state: tuple, names: tuple, lineno: int,
             else:
                 merged.append(UNDEFINED)
         elif isinstance(a, Tracer) or isinstance(b, Tracer):
-            merged.append(_merge_values(ctx, test, a, b, name))
+            value = _merge_values(ctx, test, a, b, name)
+            if value.ndim and any(isinstance(v, Tracer) and id(_root(v)) in found for v in (a, b)):
+                # ``y`` is the array it held before the ``if`` (an argument, say) or another
+                # one, depending on the data: a later write would land in one or the other
+                ctx.ambiguous[id(value)] = (
+                    value, f"writing into `{name}`, which after the `if` on a traced value at "
+                    f"line {lineno} is the array it held before or another one, depending on "
+                    "the data",
+                    f"make `{name}` a new array in both branches (e.g. {name} = {name}.copy()), "
+                    "or write into the arrays inside the branches")
+            merged.append(value)
         elif type(a) is type(b) and _is_value(a) and np.array_equal(a, b):
             merged.append(a)
         elif _is_value(a) and _is_value(b):

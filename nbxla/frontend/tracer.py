@@ -95,6 +95,9 @@ class Tracer:
 
     def assign(self, value: "Tracer") -> None:
         """Replace this array's contents (same shape and dtype), as an in-place write does."""
+        if self.ctx.ambiguous and id(self) in self.ctx.ambiguous:
+            _, what, hint = self.ctx.ambiguous[id(self)]
+            raise NotCompilableError(what, self.ctx.user_location(), hint)
         value = ENTRY_POINTS["convert"](ENTRY_POINTS["broadcast_to"](value, self.shape), self.dtype)
         if self.view is not None:
             if self.view.backward is None:

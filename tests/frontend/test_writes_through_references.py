@@ -116,8 +116,26 @@ def rebinding_helper(n, x, u):
     return u * 2
 
 
+def view_then_base_updated(n, u):
+    t = np.zeros(u.shape)
+    v = t[1:-1]
+    for i in range(n):
+        v += 0.25 * (u[:-2] - v)        # through the view...
+        t[1:-1] *= 0.5                  # ...then the base, by its own name
+    return t
+
+
+def argument_or_new_array(x, u):
+    if u[0] > 0.5:
+        fill(x, u)                      # x is still the argument...
+    else:
+        x = x * 2                       # ...or a new array, depending on the data
+    bump(x, u)                          # so where this write lands depends on the data
+    return x
+
+
 PROGRAMS = [helper_fills_local, helper_in_traced_if, list_items_written, fresh_each_step,
-            numpy_update_then_helper, rebinding_helper]
+            numpy_update_then_helper, rebinding_helper, view_then_base_updated]
 
 
 def _same(label, want, got):
@@ -157,3 +175,8 @@ def test_program_matches_numpy(program, n, unroll):
     for k, (w, g) in enumerate(zip(eager, compiled)):
         if isinstance(w, np.ndarray):
             _same(f"argument {k}", w, g)
+
+
+def test_a_write_whose_target_depends_on_the_data_is_refused():
+    with quiet(), pytest.raises(nbxla.NotCompilableError, match="depending on the data"):
+        nbxla.jit(argument_or_new_array)(np.ones(4), np.full(4, 0.7))
