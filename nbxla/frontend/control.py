@@ -717,8 +717,11 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
             if ctx is not None and _has_tracer(state):
                 ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops "
                                            f"(at most {unroll_max}) are unrolled"))
-            why = "short loops are unrolled" if len(r) <= unroll_max else "no traced value in its state"
-            return _python_loop(r, body, state, last, _Budget(ctx, lineno, why) if ctx is not None else None)
+            # (a short loop is unrolled by choice, at any size: only a loop that has no other
+            # way is held to the budget)
+            budget = None if ctx is None or len(r) <= unroll_max else \
+                _Budget(ctx, lineno, "no traced value in its state")
+            return _python_loop(r, body, state, last, budget)
         flags = current_flags()
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
