@@ -34,13 +34,13 @@ from .errors import NotCompilableError
 from .flags import current_flags
 from .runtime.cache import DEFAULT_CACHE, CompilationCache
 from .runtime.executable import resolve_device
-from .frontend import control
+from .frontend import control, runtime
 from .frontend.autograph import AG
 from .frontend.cell_ast import DISPLAY, CellAnalysis, analyze, check_no_random
 from .frontend.trace import (StaticValue, TracedProgram, TreeDef, alias_pattern, is_array_leaf,
                              leaf_signature, trace, tree_flatten, tree_unflatten)
 from .frontend.selection import Selection
-from .frontend.control import OneBranch
+from .frontend.promotion import OneBranch
 from .frontend.index_tracer import IndexTracer
 from .frontend.tracer import Tracer
 
@@ -226,7 +226,7 @@ def trace_cell(analysis: CellAnalysis, inputs: CellInputs, user_ns: dict, *, fil
         ns.update(zip(inputs.names, values))
         given = {name: (ns[name], tree_flatten(ns[name])) for name in inputs.names}
         builder = _Recipe(ns, tree_flatten(values)[0])   # before the cell mutates lists
-        ns[AG] = control
+        ns[AG] = runtime
         exec(code, ns)
         bindings = []
         for name, (obj, (leaves, treedef)) in given.items():

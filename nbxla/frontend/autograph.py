@@ -1,5 +1,5 @@
 """AutoGraph-style conversion: the syntax tree of a function or cell, rewritten so that its
-loops, branches and writes go through ``control.py`` when it runs on Tracers.
+loops, branches and writes go through ``runtime.py`` (``control.py``, ``loops.py``) when it runs on Tracers.
 
 What is rewritten (and why):
 
@@ -35,7 +35,7 @@ import textwrap
 import types
 from typing import Callable
 
-from . import control
+from . import runtime
 from .registry import entry_point
 
 AG = "__nbxla_ag__"
@@ -317,7 +317,7 @@ class _Converter(ast.NodeTransformer):
         return [ast.fix_missing_locations(s) for s in _located([source, choose], node)]
 
     def _for_items(self, node):
-        """``for TARGET in X`` / ``for TARGET in enumerate(X[, start])``: ``control.for_items``
+        """``for TARGET in X`` / ``for TARGET in enumerate(X[, start])``: ``loops.for_items``
         rolls it over the first axis when X is traced (X joins the loop state, the item is
         ``X[i]``) and iterates in Python otherwise."""
         it, start = node.iter, _const(None)
@@ -615,7 +615,7 @@ def _make(fn) -> Callable:
                 cells.append(c.cell_contents)
             except ValueError:                        # a free variable not bound yet
                 return None
-        new = ns[f"{_PREFIX}factory"](control, *cells)
+        new = ns[f"{_PREFIX}factory"](runtime, *cells)
         new.__defaults__, new.__kwdefaults__ = f.__defaults__, f.__kwdefaults__
         new.__nbxla_converted__ = True
         return new

@@ -53,16 +53,16 @@ class TraceContext:
         # where ``value`` becomes an extra output and ``fail(host value)`` gives the error
         # to raise (None when all is well).  See ``add_check``.
         self.checks: list[Check] = []
-        # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py).
+        # (line, "rolled" | "unrolled", why) per Python loop over traced values (loops.py).
         self.loop_decisions: list[tuple[int, str, str]] = []
         self.rolling = 0         # loop bodies being traced once, one inside the other
         # NumPy arrays made inside the compiled code that became traced on a traced write:
         # id -> (the array, kept alive so that its id stays its own; its Tracer).  Every
         # reference to the array -- a helper's parameter, the caller's name, a list item --
-        # reads the one Tracer (control.ld), as every reference to a NumPy array sees a write.
+        # reads the one Tracer (promotion.ld), as every reference to a NumPy array sees a write.
         self.promoted: dict[int, tuple] = {}
         # NumPy views taken in converted code: id -> (view, base, how), where how(Tracer of
-        # base) makes the same view of it (control.getitem / control.call)
+        # base) makes the same view of it (control.getitem / control.call, promotion.ld)
         self.views: dict[int, tuple] = {}
         # Values of names that alias one array or another depending on a traced ``if``:
         # id -> (value, the error a write into it raises)

@@ -1,6 +1,6 @@
 """Loop indices as traced scalars: ``IndexTracer`` keeps NumPy's Python-int promotion (weak) and
 an affine form with a known range, which lets slices at the index become dynamic slices of a
-known length (``dynamic.py``) and loops stay loops (``control.py``)."""
+known length (``dynamic.py``) and loops stay loops (``loops.py``)."""
 
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ class TracedProgram:
     #                                   or ("selection", k): outputs k (values) and k + 1 (mask)
     writebacks: list[tuple[int, int]] = field(default_factory=list)  # (arg leaf, output k)
     checks: list[tuple[int, Callable]] = field(default_factory=list)  # (output k, fail): see run_checks
-    # (line, "rolled" | "unrolled", why) per Python loop over traced values (control.py)
+    # (line, "rolled" | "unrolled", why) per Python loop over traced values (loops.py)
     loop_decisions: list[tuple[int, str, str]] = field(default_factory=list)
     # Outputs that NumPy gives as Python ints (a loop index, a counter: IndexTracer values)
     python_ints: frozenset[int] = frozenset()

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import nbxla
-from nbxla.frontend import control
+from nbxla.frontend import loops
 from tests.frontend_util import check, jit, quiet
 
 RNG = np.random.default_rng(3)
@@ -68,7 +68,7 @@ def test_a_million_uncompilable_steps_are_refused_at_once():
     print(f"10**6 steps refused in {seconds * 1e3:.0f} ms")
 
 
-@pytest.mark.parametrize("npt", [control.UNROLL_LIMIT + 1, 10**6])
+@pytest.mark.parametrize("npt", [loops.UNROLL_LIMIT + 1, 10**6])
 def test_long_unrollable_loops_are_refused_at_once(npt):
     error, seconds = _refused(azimint, RNG.random(50), RNG.random(50), npt)
     message = str(error)
@@ -81,10 +81,10 @@ def test_long_unrollable_loops_are_refused_at_once(npt):
 
 def test_unrolled_loops_stop_at_the_instruction_budget():
     # ~20 instructions a step: the budget ends the loop after ~100 of its 1000 steps
-    error, seconds = _refused(azimint, RNG.random(50), RNG.random(50), control.UNROLL_LIMIT)
+    error, seconds = _refused(azimint, RNG.random(50), RNG.random(50), loops.UNROLL_LIMIT)
     assert "too long to unroll" in str(error), str(error)
     assert seconds < 10, f"refused after {seconds:.2f} s"
-    print(f"azimint of {control.UNROLL_LIMIT} bins refused in {seconds * 1e3:.0f} ms")
+    print(f"azimint of {loops.UNROLL_LIMIT} bins refused in {seconds * 1e3:.0f} ms")
 
 
 @pytest.mark.parametrize("npt", [0, 1, 4, 5, 12])

@@ -1,0 +1,532 @@
+"""Python loops over traced values (the converted code's ``for``/``while``, see ``autograph.py``).
+
+* ``for_range`` traces the loop body once, with the index a traced scalar, into an HLO
+  ``while`` whose state is every traced value the body can reach (one slot per array object,
+  so writes into arrays and their views stay visible, plus one per name the body rebinds).
+  When that is not valid -- the body needs the index as a Python int, changes Python state,
+  changes a value's shape -- it runs the Python loop instead (the trace is unrolled).  Loops
+  of at most ``NBXLA_FLAGS=--unroll_max`` steps (4) are unrolled, and so are longer ones whose
+  steps times body instructions fit ``--unroll_budget``: a rolled step costs a host round trip,
+  unrolled steps fuse.
+* ``for_items`` does the same for ``for x in traced`` and ``enumerate(traced)`` (over the
+  first axis, the item ``traced[i]``).
+* ``while_loop`` runs in Python while its condition is a Python value, then as an HLO
+  ``while`` once the condition is traced.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from ..errors import NbxlaError, NotCompilableError
+from ..flags import current_flags
+from ..hlo import Builder, Shape, TupleShape
+from ..hlo.builder import unique_name
+from . import loop_checks
+from .control import (UNDEFINED, CannotRoll, Snapshot, check_closed, getitem, is_value, location_at,
+                      scalar_test, tracers_in, view_root)
+from .promotion import (OneBranch, active_context, drop_promotions, has_tracer, promote_owned, reaches,
+                        resolved_state)
+from .selection import Selection
+from .tracer import Tracer
+
+_ATTEMPTS = 4
+# A loop that cannot be traced once is unrolled (traced step by step) only while that stays
+# small: longer ones are refused at once, not after minutes of tracing and optimizing.
+UNROLL_LIMIT = 1000
+UNROLL_BUDGET = 2000
+
+
+class _Cheap(Exception):
+    """The loop is cheaper unrolled (its steps times its body's size are within budget)."""
+
+
+def _size(comp) -> int:
+    """Instructions of a computation and of those it calls."""
+    return sum(1 + sum(_size(c) for c in i.called_computations) for i in comp.instructions)
+
+
+# ---- loops -----------------------------------------------------------------------------------
+
+def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: int, target=(UNDEFINED,)):
+    """The loop; returns the state after it and the loop variable's last value."""
+    (last,) = target
+    if range_fn is not builtins.range or not any(isinstance(a, Tracer) for a in args):
+        r = range_fn(*args)
+        ctx = active_context()
+        unroll_max = current_flags().unroll_max
+        if ctx is None or range_fn is not builtins.range or len(r) <= unroll_max \
+                or not has_tracer(state):
+            if ctx is not None and has_tracer(state):
+                ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops "
+                                           f"(at most {unroll_max}) are unrolled"))
+            # (a short loop is unrolled by choice, at any size: only a loop that has no other
+            # way is held to the budget)
+            budget = None if ctx is None or len(r) <= unroll_max else \
+                _Budget(ctx, lineno, "no traced value in its state")
+            return _python_loop(r, body, state, last, budget)
+        flags = current_flags()
+        try:
+            state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
+                          (min(r[0], r[-1]), max(r[0], r[-1])),
+                          unroll_budget=(len(r), flags.unroll_budget if unroll_max else 0)).run()
+            return tuple(state) + (r[-1],)
+        except _Cheap as e:
+            ctx.loop_decisions.append((lineno, "unrolled", str(e)))
+            return _python_loop(r, body, state, last, None)
+        except CannotRoll as e:
+            ctx.loop_decisions.append((lineno, "unrolled", str(e)))
+            budget = _Budget(ctx, lineno, str(e))
+            if len(r) > UNROLL_LIMIT:
+                raise budget.refusal(f"a loop of {len(r)} steps") from None
+            return _python_loop(r, body, state, last, budget)
+    ctx = next(a.ctx for a in args if isinstance(a, Tracer))
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
+    if isinstance(step, Tracer) or step == 0:
+        raise ctx.not_compilable("range() with a traced step cannot compile",
+                                 "use a Python int step")
+    lo_hi = _dynamic_bounds(start, stop, step)
+    try:
+        state = _Loop(ctx, body, state, names, lineno, start, stop, step, lo_hi).run()
+    except CannotRoll as e:
+        raise NotCompilableError(
+            f"a loop over range() with traced bounds could not be traced once: {e}",
+            location_at(ctx, lineno),
+            "give the loop Python bounds (then it may be unrolled), or write its body "
+            "with fixed shapes (np.where with a mask)") from None
+    return tuple(state) + (_last_index(start, stop, step, last),)
+
+
+def for_items(items, start, body, state: tuple, names: tuple, lineno: int):
+    """``for target in items`` (``start`` None) or ``for target in enumerate(items, start)``;
+    ``items`` is the last name of the state.  Traced items: the loop over their first axis is
+    rolled like ``for i in range(len(items))`` with the item ``items[i]``; anything else is
+    iterated in Python."""
+    if not isinstance(items, Tracer) or not items.shape:
+        for item in (items if start is None else builtins.enumerate(items, start)):
+            state = body(item, state)
+        return tuple(state)
+
+    def indexed(i, state):
+        item = getitem(state[-1], i)
+        return body(item if start is None else (i + start, item), state)
+    return for_range(builtins.range, (items.shape[0],), indexed, state, names, lineno)[:-1]
+
+
+def traced_items(items) -> bool:
+    """Does ``for x in items`` with break/continue run over a traced array (autograph)?"""
+    return isinstance(items, Tracer) and items.ndim > 0
+
+
+def range_bounds(*args):
+    """(start, stop, step) of ``range(*args)`` (a ``for`` loop with ``break``, see autograph)."""
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
+    if isinstance(step, Tracer) or step == 0:
+        ctx = next(a.ctx for a in args if isinstance(a, Tracer)) if isinstance(step, Tracer) else None
+        if ctx is None:
+            raise ValueError("range() arg 3 must not be zero")
+        raise ctx.not_compilable("range() with a traced step cannot compile", "use a Python int step")
+    return start, stop, step
+
+
+def in_range(k, stop, step):
+    return k < stop if step > 0 else k > stop
+
+
+def _last_index(start, stop, step, before):
+    """The loop variable after ``for i in range(start, stop, step)`` with traced bounds."""
+    from .index_tracer import IndexTracer, weak_result
+    trips = (stop - start + (step - 1 if step > 0 else step + 1)) // step
+    last = start + (trips - 1) * step
+    if before is not UNDEFINED and is_value(before):
+        last = np.where(trips > 0, last, before)
+    if weak_result((start, stop) + ((before,) if before is not UNDEFINED else ())) \
+            and isinstance(last, Tracer):      # Python ints in NumPy's eyes: so is the index
+        return IndexTracer(last.ctx, last.instr)
+    return last
+
+
+def _python_loop(r, body, state, last, budget=None):
+    for last in r:
+        state = body(last, state)
+        if budget is not None:
+            budget.spend()
+    return tuple(state) + (last,)
+
+
+class _Budget:
+    """What a loop traced step by step (unrolled) may add to the program: past
+    ``UNROLL_BUDGET`` instructions it is refused at once, rather than after minutes of tracing
+    and optimizing a program that grows with the trip count."""
+
+    def __init__(self, ctx, lineno: int, why: str):
+        self.ctx, self.lineno, self.why = ctx, lineno, why
+        self.builder, self.start = ctx.builder, len(ctx.builder.instructions)
+
+    def spend(self) -> None:
+        if len(self.builder.instructions) - self.start > UNROLL_BUDGET:
+            raise self.refusal("a loop")
+
+    def refusal(self, what: str) -> NotCompilableError:
+        return NotCompilableError(
+            f"{what} that cannot be traced once into an HLO while ({self.why}) is too long to "
+            f"unroll: its steps, traced one by one, would grow the program past "
+            f"{UNROLL_BUDGET} instructions (loops of more than {UNROLL_LIMIT} steps are refused "
+            "right away)", location_at(self.ctx, self.lineno),
+            "make the body traceable once (the reason above says what stops it: fixed shapes "
+            "and dtypes, no Python lists or counters changed in it, no x[mask] kept after "
+            "an iteration), run fewer steps, or run this part eagerly (mode=\"auto\")")
+
+
+def _dynamic_bounds(start, stop, step):
+    """(lowest, highest) value the index of range(start, stop, step) can take, when known."""
+    from .index_tracer import value_range
+    rs, re_ = value_range(start), value_range(stop)
+    if rs is None or re_ is None:
+        return None
+    return (rs[0], re_[1] - 1) if step > 0 else (re_[0] + 1, rs[1])
+
+
+
+
+def while_loop(cond, body, state: tuple, names: tuple, lineno: int):
+    ctx = active_context()
+    budget = _Budget(ctx, lineno, "its condition is a Python value") if ctx is not None else None
+    while True:
+        test = scalar_test(cond(state))
+        if isinstance(test, Tracer):
+            break
+        if not test:
+            return state
+        state = body(state)
+        if budget is not None:
+            budget.spend()
+    ctx = test.ctx
+    try:
+        return _Loop(ctx, body, state, names, lineno, cond=cond).run()
+    except CannotRoll as e:
+        raise NotCompilableError(
+            f"a `while` loop on a traced condition could not be traced once: {e}",
+            location_at(ctx, lineno),
+            "keep the shapes and dtypes of the loop's values fixed and do not change Python "
+            "lists or counters in it; or run it eagerly (mode=\"auto\")") from None
+
+
+class _Loop:
+    """One rolled loop: traces the body (and condition) into computations, emits the while."""
+
+    def __init__(self, ctx, body, state, names, lineno, start=None, stop=None, step=None,
+                 index_range=None, cond=None, unroll_budget=(0, 0)):
+        self.ctx, self.body, self.state, self.names, self.lineno = ctx, body, resolved_state(state), names, lineno
+        self.start, self.stop, self.step, self.index_range, self.cond = start, stop, step, index_range, cond
+        self.counted = cond is None
+        self.trips, self.budget = unroll_budget     # (Python bounds: unrolled when cheap)
+
+    def _find_objects(self):
+        found: dict = {}
+        tracers_in(self.state, found)
+        if isinstance(self.stop, Tracer):
+            tracers_in(self.stop, found)
+        if isinstance(self.start, Tracer):
+            tracers_in(self.start, found)
+        self.objects = list(found.values()) + [slot for slot, _ in self.checks]   # (checks: see run)
+
+    def run(self):
+        # (state slot, check) per run-time check the body makes (see loop_checks)
+        self.checks: list = []
+        self.checks_from = len(self.ctx.checks)
+        self._find_objects()
+        # name k -> initial value (a Tracer) when it gets its own slot (it is rebound)
+        self.rebound: dict[int, Tracer] = {}
+        self.weak: set[int] = set()      # rebound names that were Python ints
+        self.static_after: dict[int, object] = {}
+        attempts = 0
+        while attempts < _ATTEMPTS:
+            snap = Snapshot(self.state, self.objects)
+            promoted = dict(self.ctx.promoted)
+            try:
+                plan = self._trace()
+            finally:
+                changed = snap.changed_containers()
+                snap.restore()
+                # the body's checks name the body's values: never outputs of the program
+                made_checks = self.ctx.checks[self.checks_from:]
+                del self.ctx.checks[self.checks_from:]
+                made = drop_promotions(self.ctx, promoted)
+            # NumPy arrays from before the loop that the body writes into (through any name,
+            # a helper's parameter too) become traced before the loop and join its state.
+            outer = [arr for arr in made if reaches(self.state, arr)]
+            if outer:
+                for arr in outer:
+                    promote_owned(arr)
+                self.state = resolved_state(self.state)
+                self._find_objects()
+                continue
+            if changed:
+                raise CannotRoll("the body changes a Python list, dict or NumPy array in place")
+            *plan, requests = plan
+            new_checks = [(loop_checks.carry(self.ctx, c), c) for c in made_checks[len(self.checks):]]
+            if not requests and not new_checks:
+                if self.budget and self.trips * _size(plan[0]) <= self.budget:
+                    size = _size(plan[0])
+                    raise _Cheap(f"{self.trips} steps of a {size}-instruction body: within the "
+                                 f"unroll budget ({self.budget}), where steps fuse and no step "
+                                 "costs a host round trip")
+                state = self._emit(*plan)
+                for slot, check in self.checks:
+                    self.ctx.add_check(slot.instr, check.fail, check.fold)
+                return state
+            attempts += 1
+            self.checks += new_checks
+            self.objects += [slot for slot, _ in new_checks]
+            for k, old, shape, dtype in requests:
+                self.rebound[k] = self._initial_for(old, shape, dtype)
+        raise CannotRoll("the types of the loop's values do not settle")
+
+    # -- one trace of the body (and the condition) with the current slot layout --
+
+    def _slots(self):
+        """(initial outer instruction, shape) per state slot after the index."""
+        inits = [t._instr for t in self.objects] + [t.instr for t in self.rebound.values()]
+        return inits
+
+    def _trace(self):
+        ctx = self.ctx
+        inits = self._slots()
+        index_shape = [Shape("s64")] if self.counted else []
+        shapes = index_shape + [i.shape for i in inits]
+        outer_builder, outer_constants = ctx.builder, ctx._constants
+        try:
+            body_comp, outs, new_state = self._trace_computation("body", shapes, inits, self.body)
+            if self.cond is not None:
+                cond_comp = self._trace_condition(shapes, inits)
+            else:
+                cond_comp = None
+        finally:
+            ctx.builder, ctx._constants = outer_builder, outer_constants
+        # Which names did the body rebind, and are the slot types stable?  (The answers are
+        # applied by ``run`` once the state is restored: initial values live outside.)
+        requests = []
+        for k, (old, new) in enumerate(zip(self.state, new_state)):
+            if k in self.rebound or new is old:
+                continue
+            if isinstance(old, Tracer) and id(view_root(old)) in self.written:
+                # ``b[i] = v; b = f(b)``: the first step writes into the array ``b`` held
+                # before the loop, later steps into the one it was rebound to -- not one body.
+                # (Which name a write went through is not known: any write into that array
+                # counts, so a loop that writes it through another name is unrolled too.)
+                raise CannotRoll(f"the body writes into the array `{self.names[k]}` holds and "
+                                 f"then rebinds `{self.names[k]}`")
+            if isinstance(new, Tracer):
+                if getattr(new, "weak", False):          # a loop index: a Python int
+                    self.weak.add(k)
+                requests.append((k, old, *_stored_type(new)))
+            elif isinstance(new, Selection):
+                raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "
+                                 "length depends on the data")
+            elif old is UNDEFINED:
+                # a Python value first bound in the body (an inner loop's variable): the
+                # same in every iteration, since the body is traced once
+                self.static_after[k] = new
+            elif not self.counted and _is_number(old) and _is_number(new) and type(old) is type(new):
+                # a Python counter in a while loop on array values: it becomes traced
+                if isinstance(old, int):
+                    self.weak.add(k)
+                requests.append((k, old, (), np.asarray(new).dtype))
+            elif not _same_static(old, new):
+                raise CannotRoll(f"the body changes `{self.names[k]}`, a Python value "
+                                 f"({type(old).__name__})")
+        for k, init in self.rebound.items():
+            new = new_state[k]
+            if not isinstance(new, Tracer):
+                raise CannotRoll(f"the body binds `{self.names[k]}` to a Python value")
+            if _stored_type(new) != (init.shape, init.dtype):
+                requests.append((k, init, *_stored_type(new)))
+        return body_comp, cond_comp, outs, requests
+
+    def _initial_for(self, old, shape, dtype) -> Tracer:
+        """The value a rebound name starts from, in the type the body gives it."""
+        from .rules import asarray, broadcast_to, convert, full
+        ctx = self.ctx
+        if old is UNDEFINED or type(old) is OneBranch:      # (never read before the body binds it)
+            return full(ctx, shape, 0, dtype)
+        if isinstance(old, Tracer):
+            value = Tracer(ctx, old.instr)
+        elif is_value(old):
+            value = asarray(ctx, old)
+        else:
+            raise CannotRoll(f"the body binds a {type(old).__name__} value to an array")
+        try:
+            fits = np.broadcast_shapes(value.shape, shape) == tuple(shape)
+        except ValueError:
+            fits = False
+        if not fits:
+            raise CannotRoll("a value changes its shape in the loop")
+        if value.dtype != dtype and not np.can_cast(value.dtype, dtype, "same_kind") \
+                and not (value.dtype.kind in "iub" and dtype.kind in "fc"):
+            raise CannotRoll("a value changes its dtype in the loop")
+        return Tracer(ctx, broadcast_to(convert(value, dtype), shape).instr)
+
+    def _bind_params(self, builder, shapes, inits):
+        ctx = self.ctx
+        param = builder.parameter(TupleShape(tuple(shapes)), "state")
+        gtes = [builder.op("get-tuple-element", param, index=k) for k in range(len(shapes))]
+        offset = 1 if self.counted else 0
+        for t, g in zip(self.objects, gtes[offset:]):
+            t._instr = g
+        for t in self.objects:
+            if t.view is not None:
+                t.view.base_version = t.view.base.version
+        state = list(self.state)
+        for (k, _), g in zip(self.rebound.items(), gtes[offset + len(self.objects):]):
+            state[k] = _weak(ctx, g) if k in self.weak else Tracer(ctx, g)
+        index = None
+        if self.counted:
+            from .index_tracer import IndexTracer
+            index = IndexTracer(ctx, gtes[0], self.index_range)
+        return param, gtes, index, tuple(state)
+
+    def _trace_computation(self, what, shapes, inits, fn):
+        ctx = self.ctx
+        builder = Builder(unique_name(f"{what}_line{self.lineno}"))
+        ctx.builder, ctx._constants = builder, {}
+        param, gtes, index, state = self._bind_params(builder, shapes, inits)
+        versions = [t.version for t in self.objects]
+        ctx.rolling += 1
+        try:
+            new_state = fn(index, state) if self.counted else fn(state)
+        except CannotRoll:
+            raise
+        except (NbxlaError, IndexError, TypeError, ValueError, AttributeError, KeyError,
+                ZeroDivisionError, OverflowError) as e:
+            raise CannotRoll(_reason(e)) from None
+        finally:
+            ctx.rolling -= 1
+        # arrays the body wrote into (a view's writes land in its base: bases only)
+        self.written = {id(t) for t, v in zip(self.objects, versions) if t.view is None and t.version != v}
+        loop_checks.fold(ctx, self.checks, ctx.checks[self.checks_from:])
+        new_state = resolved_state(new_state) if self.names else ()
+        outs = []
+        builder.location = None
+        if self.counted:
+            from .rules import emit, scalar
+            nxt = emit(ctx, "add", Tracer(ctx, gtes[0]), scalar(ctx, self.step, np.int64))
+            outs.append(nxt.instr)
+        outs += [t.instr for t in self.objects]
+        for k in self.rebound:
+            v = new_state[k]
+            outs.append(v.instr if isinstance(v, Tracer) else gtes[0])
+        self.unchanged = [o is g for o, g in zip(outs, gtes)]
+        builder.location = None
+        root = builder.op("tuple", *outs)
+        check_closed(builder)
+        return builder.build(root), outs, new_state
+
+    def _trace_condition(self, shapes, inits):
+        ctx = self.ctx
+        builder = Builder(unique_name(f"cond_line{self.lineno}"))
+        ctx.builder, ctx._constants = builder, {}
+        param, gtes, _, state = self._bind_params(builder, shapes, inits)
+        versions = [t.version for t in self.objects]
+        checks = len(ctx.checks)
+        try:
+            test = scalar_test(self.cond(state))
+        except (NbxlaError, IndexError, TypeError, ValueError) as e:
+            raise CannotRoll(_reason(e)) from None
+        if len(ctx.checks) != checks:
+            raise CannotRoll("the condition needs a check of its values after the run (an index "
+                             "that may be out of bounds, a negative integer power)")
+        if [t.version for t in self.objects] != versions:
+            raise CannotRoll("the condition writes into an array")
+        from .rules import asarray
+        test = asarray(ctx, test)
+        if test.dtype != np.bool_:
+            test = np.not_equal(test, 0)
+        builder.location = None
+        check_closed(builder)
+        return builder.build(test.instr)
+
+    def _emit(self, body_comp, cond_comp, outs):
+        ctx = self.ctx
+        inits = self._slots()
+        outer = ctx.builder
+        if self.counted:
+            from .rules import asarray, convert
+            start = self.start if not isinstance(self.start, Tracer) else Tracer(ctx, self.start.instr)
+            start = convert(asarray(ctx, start), np.int64)
+            init_instrs = [start.instr] + inits
+            cond_comp = self._counted_condition([start.instr.shape] + [i.shape for i in inits])
+        else:
+            init_instrs = inits
+        ctx.builder.location = location_at(ctx, self.lineno)
+        init = outer.op("tuple", *init_instrs)
+        loop = outer.op("while", init, condition=cond_comp, body=body_comp)
+        gtes = [outer.op("get-tuple-element", loop, index=k) for k in range(len(init_instrs))]
+        offset = 1 if self.counted else 0
+        for t, g, same in zip(self.objects, gtes[offset:], self.unchanged[offset:]):
+            # a value the body does not change stays the loop's input: a loop around this one
+            # must see it unchanged too (else it counts as written: a NumPy scalar argument
+            # read in a nested loop was "read-only")
+            if not same:
+                t._instr = g
+                t.version += 1
+        for t in self.objects:
+            if t.view is not None:
+                t.view.base_version = t.view.base.version
+        state = list(self.state)
+        for (k, _), g in zip(self.rebound.items(), gtes[offset + len(self.objects):]):
+            state[k] = _weak(ctx, g) if k in self.weak else Tracer(ctx, g)
+        for k, value in self.static_after.items():
+            state[k] = value
+        ctx.loop_decisions.append((self.lineno, "rolled", "a while loop; its body traced once"))
+        return tuple(state)
+
+    def _counted_condition(self, shapes):
+        """``index < stop`` (``>`` for a negative step); a traced stop is a state slot."""
+        builder = Builder(unique_name(f"cond_line{self.lineno}"))
+        param = builder.parameter(TupleShape(tuple(shapes)), "state")
+        index = builder.op("get-tuple-element", param, index=0)
+        if not isinstance(self.stop, Tracer):
+            limit = builder.op("constant", shape=Shape("s64"), literal=np.asarray(self.stop, np.int64))
+        else:
+            k = next(j for j, t in enumerate(self.objects) if t is self.stop)
+            limit = builder.op("get-tuple-element", param, index=1 + k)
+            if limit.shape.element_type != "s64":
+                limit = builder.op("convert", limit, shape=Shape("s64"))
+        builder.op("compare", index, limit, direction="LT" if self.step > 0 else "GT")
+        return builder.build()
+
+
+
+
+def _stored_type(t: Tracer) -> tuple:
+    """(shape, dtype) of a value the body gave, read without re-deriving a view: outside the
+    body's trace that would build the view's slice in the outer computation from the body's
+    values (a view bound in the body, its base written after)."""
+    return t._instr.shape.dims, t._instr.shape.dtype
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _weak(ctx, instr) -> Tracer:
+    from .index_tracer import IndexTracer
+    return IndexTracer(ctx, instr)
+
+
+def _same_static(old, new) -> bool:
+    if type(old) is not type(new):
+        return False
+    try:
+        return bool(old == new) if not isinstance(old, np.ndarray) else np.array_equal(old, new)
+    except Exception:
+        return False
+
+
+def _reason(e: Exception) -> str:
+    text = str(e).split("\n")[0]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
