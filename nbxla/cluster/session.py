@@ -440,7 +440,7 @@ class Session:
             or ufunc_method == "at"
         if self.closed:
             return self._eager(fn, args, kwargs, lazies, writes, None)
-        if not any(self.pending(x) for x in lazies):
+        if kind != "create" and not any(self.pending(x) for x in lazies):
             if kind in ("getitem", "setitem") or fn in _VIEW_FUNCTIONS or fn in _PRODUCTS or \
                     getattr(fn, "name", None) in _VIEW_METHODS or \
                     getattr(fn, "name", None) == "dot" or \
