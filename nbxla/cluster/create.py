@@ -5,9 +5,12 @@ values of auto-clustering.
 array, and a pending value written into it (``out[:, :, 1:-1] = x``) must be computed first
 (a graph break), after which the work on ``out`` runs as plain NumPy, unseen.  Calls made in
 rewritten code (``rewrite.callee``) to these creators, for arrays of at least the session's
-``min_work`` elements, are recorded instead as a constant broadcast to the shape: writes into
-it and the math after stay in the cluster (and the allocation fuses away).  ``np.empty``'s
-values are unspecified; zeros are as good as any.
+``min_work`` elements, give a stand-in instead (``Session.created``) that enters the pending
+graph as a constant broadcast to the shape where it is first used: writes into it and the
+math after stay in the cluster (and the allocation fuses away), and one made before a graph
+break but first used after it is no output of the cluster before the break.  The
+``*_like`` creators of stand-ins (``np.zeros_like(x)``, which NumPy does hand to us) are made
+the same way.  ``np.empty``'s values are unspecified; zeros are as good as any.
 """
 
 from __future__ import annotations
@@ -55,7 +58,41 @@ def _full_args(shape, fill_value, dtype=None, order="C", *, like=None):
     return _shape_dtype(shape, dtype, order, like), fill_value
 
 
-_FILL = {"zeros": 0, "empty": 0, "ones": 1}
+_FILL = {"zeros": 0, "empty": 0, "ones": 1, "zeros_like": 0, "empty_like": 0, "ones_like": 1}
+
+
+def _like_args(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    return a, dtype, order, shape, device, None
+
+
+def _full_like_args(a, fill_value, dtype=None, order="K", subok=True, shape=None, *,
+                    device=None):
+    return a, dtype, order, shape, device, fill_value
+
+
+LIKE = {np.zeros_like: "zeros_like", np.ones_like: "ones_like", np.empty_like: "empty_like",
+        np.full_like: "full_like"}
+
+
+def create_like(session, fn, args: tuple, kwargs: dict):
+    """``np.zeros_like(a)``... of a C-ordered stand-in or NumPy array as a created array of
+    ``session`` (see ``create``), or None where NumPy's own rule runs."""
+    name = LIKE[fn]
+    try:
+        a, dtype, order, shape, device, fill = \
+            (_full_like_args if name == "full_like" else _like_args)(*args, **kwargs)
+    except TypeError:
+        return None
+    value = getattr(a, "_value", None) if getattr(type(a), "nbxla_stand_in", False) else \
+        a if type(a) is np.ndarray else False
+    if value is False or device is not None or order not in ("K", "A", "C") or \
+            (value is not None and not value.flags.c_contiguous):
+        return None
+    if shape is None:
+        shape = a.shape
+    return create(session, "full" if name == "full_like" else name[:-5],
+                  (shape,) + ((fill,) if name == "full_like" else ()),
+                  {"dtype": a.dtype if dtype is None else dtype})
 
 
 def create(session, name: str, args: tuple, kwargs: dict):
@@ -86,7 +123,7 @@ def create(session, name: str, args: tuple, kwargs: dict):
         return None
     if not isinstance(value, np.generic):
         return None
-    return session.dispatch(filled, (shape, value), {}, kind="create")
+    return session.created(shape, value)
 
 
 def creator(numpy_fn, active):

@@ -166,3 +166,55 @@ def test_helpers_made_inside_the_function_and_recursion():
     for depth in (0, 3, 3, 2):
         x = rng.random((6, 3))
         np.testing.assert_allclose(f(x, depth), program(x, depth), rtol=1e-12)
+
+
+def made_before_a_break(x):
+    out = np.zeros_like(x)
+    flux = np.full(x.shape, 0.5)
+    y = x * 2 + 1
+    s = float(y.sum())                            # a graph break
+    out[1:] = y[:-1] * s + flux[1:]
+    return out, np.ones(x.shape, np.int32)        # (one never used: made for the result)
+
+
+def test_an_array_made_before_a_break_and_used_after_it_is_made_after_it():
+    """``np.zeros_like``/``np.full`` made before a graph break, first used after it: made in
+    the cluster after the break (not computed and handed over by the one before)."""
+    rng = np.random.default_rng(6)
+    f = auto(made_before_a_break)
+    check_calls(f, made_before_a_break, lambda k: (rng.random((5, 6)),), calls=4)
+    report = f.last_report
+    first = report.clusters[0]
+    made_at = [line_of(made_before_a_break, "np.zeros_like"),
+               line_of(made_before_a_break, "np.full")]
+    assert not set(first.lines) & set(made_at), report.to_text()
+    assert line_of(made_before_a_break, "out[1:] =") in report.clusters[-1].lines
+
+
+def line_of(fn, text: str) -> int:
+    import inspect
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, ln in enumerate(lines) if text in ln)
+
+
+def test_a_made_array_that_escapes_the_run_is_made_when_used():
+    kept = []
+
+    def program(x):
+        kept.append(np.ones(x.shape))             # never used in the run
+        return x + 1
+
+    x = np.random.default_rng(7).random((4, 4))
+    np.testing.assert_array_equal(auto(program)(x), x + 1)
+    np.testing.assert_array_equal(np.asarray(kept[0] + x), 1 + x)
+
+
+def test_zeros_like_of_a_fortran_array_gives_numpys_values():
+    def program(x, y):
+        z = np.zeros_like(y)                      # y: a NumPy array in Fortran order
+        z += x
+        return z
+
+    x = np.random.default_rng(8).random((4, 5))
+    got = auto(program)(x, np.asfortranarray(x))
+    np.testing.assert_array_equal(got, x)
