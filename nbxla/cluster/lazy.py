@@ -62,7 +62,7 @@ class LazyArray:
     __array_priority__ = 1000
     nbxla_stand_in = True        # (what nbxla.jit looks for to inline a call into the graph)
     __slots__ = ("_session", "_value", "_tracer", "_epoch", "_entry", "_slot", "_root",
-                 "_spec", "_num", "_num_epoch", "_view_key", "__weakref__")
+                 "_spec", "_num", "_num_epoch", "_view_key", "_fill", "__weakref__")
 
     def __init__(self, session, value=None):
         self._session = session
@@ -76,6 +76,8 @@ class LazyArray:
         self._num = 0                  # its number among the stand-ins of epoch ``_num_epoch``
         self._num_epoch = -1
         self._view_key = None          # for a view: how it is made from its base, as a key
+        self._fill = None              # (shape, value): made by np.zeros... (create.py), not
+                                       # yet used: it enters a graph where it is first used
 
     # ---- shape and dtype: known without computing anything -----------------------------------
 

@@ -5,8 +5,13 @@ Large NumPy arrays made outside the stand-ins' reach — returned by native code
 would otherwise keep all later work on them eager (NumPy never hands them to us).  The
 auto-clustered function's (or cell's) syntax tree is rewritten once so that every call's
 result passes through ``hook``, which wraps large arrays as concrete stand-ins: work on them
-is recorded, and writes into them (``out[1:] = y``) stay in the graph.  Only the function
-itself is rewritten, not the functions it calls; results those return are wrapped here.
+is recorded, and writes into them (``out[1:] = y``) stay in the graph.
+
+The function called goes through ``hook.callee`` first (``y = hook(hook.callee(g)(x))``):
+NumPy's creators (``np.zeros``...) become pending constants (``create.py``), and the user's
+own Python functions (helpers defined outside NumPy, SciPy and the standard library) are
+rewritten the same way, once per code object, so that arrays made inside a helper
+(``out = np.zeros(shape); out[:, :, 1:-1] = x``) stay in the graph too.
 
 The same rewrite binds each local of the function's body to None after the last top-level
 statement that mentions it (``release_dead_locals``), so that graph breaks do not compute
@@ -17,11 +22,16 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
+import sysconfig
 import textwrap
 import types
+import weakref
 from contextvars import ContextVar
 
 import numpy as np
+
+from .create import CREATED, creator
 
 HOOK = "__nbxla_result__"
 ACTIVE: ContextVar = ContextVar("nbxla_cluster_session", default=None)
@@ -39,9 +49,50 @@ def hook(value):
     return value
 
 
+# id(NumPy's creator) -> (it, what rewritten code calls instead)
+_CREATORS = {id(f): (f, creator(f, ACTIVE)) for f in CREATED}
+_NOT_USER = tuple({os.path.abspath(p) + os.sep for p in
+                   (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+                    sysconfig.get_paths()["platlib"], os.path.dirname(np.__file__),
+                    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))})
+_NOT_REWRITTEN = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_REWRITTEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # function -> what to call
+
+
+def callee(fn):
+    """What a call of ``fn`` in rewritten code calls (see the module docstring)."""
+    if type(fn) is types.FunctionType:
+        session = ACTIVE.get()
+        if session is None or session.closed:
+            return fn
+        new = _REWRITTEN.get(fn)
+        if new is None:
+            new = _REWRITTEN[fn] = _rewritten_helper(fn)
+        return new
+    made = _CREATORS.get(id(fn))
+    return made[1] if made is not None and made[0] is fn else fn
+
+
+hook.callee = callee
+
+
+def _rewritten_helper(fn):
+    """``fn`` rewritten (``instrument``) when it is the user's own plain function, else
+    ``fn``."""
+    code = fn.__code__
+    if HOOK in code.co_freevars or code.co_flags & _NOT_REWRITTEN or \
+            "__wrapped__" in fn.__dict__ or code.co_filename.startswith(_NOT_USER) or \
+            code.co_filename.startswith("<frozen"):
+        return fn                    # (already rewritten; a generator; a decorator's wrapper)
+    return instrument(fn) or fn
+
+
 class _WrapCalls(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call):
         self.generic_visit(node)
+        node.func = ast.copy_location(ast.Call(
+            ast.Attribute(ast.Name(HOOK, ast.Load()), "callee", ast.Load()), [node.func], []),
+            node.func)
         return ast.copy_location(
             ast.Call(ast.Name(HOOK, ast.Load()), [node], []), node)
 

@@ -48,6 +48,7 @@ from ..runtime.cache import DEFAULT_CACHE, CacheKey
 from ..runtime.host_memory import memory_owner
 from ..testing import SharedCopies, differences
 from .choice import ClusterTiming
+from .create import LIKE, create_like, filled
 from .lazy import LazyArray
 from .tape import FlushEntry, NoKey, Tape, key_of
 
@@ -428,9 +429,32 @@ class Session:
 
     # ---- dispatch ---------------------------------------------------------------------------
 
-    def dispatch(self, fn, args, kwargs, kind: str, ufunc_method: str = "__call__"):
+    def created(self, shape: tuple, value: np.generic) -> LazyArray:
+        """An array of ``shape`` filled with ``value`` (``np.zeros``...: create.py), made
+        when first used: it enters the pending graph of that moment (so that one made before
+        a graph break and used after it is no output of the cluster before)."""
+        x = LazyArray(self)
+        x._spec, x._fill = _Meta(shape, value.dtype), (shape, value)
+        return x
+
+    def _enter(self, x: LazyArray) -> None:
+        """A created array's first use: record its making (or, the run over, make it)."""
+        shape, value = x._fill
+        x._fill = None
+        if self.closed:
+            x._value = filled(shape, value)
+            return
+        made = self.dispatch(filled, (shape, value), {}, kind="create", target=x)
+        if made is not x:                # (recording refused: made eagerly)
+            x._value = made._value if isinstance(made, LazyArray) else made
+
+    def dispatch(self, fn, args, kwargs, kind: str, ufunc_method: str = "__call__",
+                 target: LazyArray | None = None):
         leaves = flatten((args, kwargs), [])
         lazies = [x for x in leaves if isinstance(x, LazyArray)]
+        for x in lazies:
+            if x._fill is not None:
+                x._session._enter(x)
         foreign = [x for x in lazies if x._session is not self]
         if foreign:      # a stand-in of another (enclosing) session: make it concrete here
             args, kwargs = tree_map((args, kwargs),
@@ -440,7 +464,11 @@ class Session:
             or ufunc_method == "at"
         if self.closed:
             return self._eager(fn, args, kwargs, lazies, writes, None)
-        if not any(self.pending(x) for x in lazies):
+        if kind == "function" and fn in LIKE:      # (np.zeros_like...: made where first used)
+            made = create_like(self, fn, args, kwargs)
+            if made is not None:
+                return made
+        if kind != "create" and not any(self.pending(x) for x in lazies):
             if kind in ("getitem", "setitem") or fn in _VIEW_FUNCTIONS or fn in _PRODUCTS or \
                     getattr(fn, "name", None) in _VIEW_METHODS or \
                     getattr(fn, "name", None) == "dot" or \
@@ -458,14 +486,16 @@ class Session:
                 taped = self.node.children.get(key) if key is not None else None
                 if taped is not None:
                     return self._replay_op(taped, fn, args, kwargs, lazies, kind, ufunc_method,
-                                           writes, location)
+                                           writes, location, target)
                 refused = self.node.refused.get(key) if key is not None else None
                 if refused is not None:              # a break here before: the same break
                     return self._eager(fn, args, kwargs, lazies, writes, refused)
                 self._materialize()
         try:
             result, outs, _ = self._record(fn, args, kwargs, lazies, writes, ufunc_method,
-                                           location)
+                                           location, None if target is None else [target])
+            if target is not None:
+                self._new_number(target)
         except _Unsupported as e:
             if key is not None and self.node is not None:
                 self.node.refused[key] = str(e)
@@ -535,12 +565,14 @@ class Session:
             return True
         return False
 
-    def _replay_op(self, taped, fn, args, kwargs, lazies, kind, ufunc_method, writes, location):
-        """An operation the tape knows: its result stand-ins, with no recording."""
+    def _replay_op(self, taped, fn, args, kwargs, lazies, kind, ufunc_method, writes, location,
+                   target=None):
+        """An operation the tape knows: its result stand-ins (``target``, when given, is the
+        one to use for its result), with no recording."""
         results, new, refs = [], [], []
         for out in taped.outs:
             if out[0] == "new":
-                x = LazyArray(self)
+                x = LazyArray(self) if target is None else target
                 x._spec, x._slot, x._epoch = _Meta(out[1], out[2]), _Slot(), self.epoch
                 self._new_number(x)
                 if out[3]:
@@ -741,6 +773,9 @@ class Session:
     def concrete(self, x: LazyArray, reason: str, caller: bool = False, writes: bool = False):
         """``x``'s NumPy array, running the pending graph first when ``x`` depends on it (or,
         for ``writes``, when the graph reads ``x``)."""
+        if x._fill is not None:          # (a created array not used yet: made now)
+            shape, value = x._fill
+            x._fill, x._value = None, filled(shape, value)
         if self.pending(x) or (writes and self.in_graph(x)):
             library = _library_caller() if caller else None
             if library:
@@ -1009,7 +1044,7 @@ class Session:
         """The run's result with stand-ins replaced by NumPy arrays (0-d: NumPy scalars)."""
         def concrete(x):
             if isinstance(x, LazyArray) and x._session is self:
-                value = x._value
+                value = self.concrete(x, "the run's result")
                 return value[()] if value.ndim == 0 else value
             return x
         return tree_map(tree, concrete)
