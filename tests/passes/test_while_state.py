@@ -16,6 +16,14 @@ from nbxla.hlo.ir import clone_module
 from nbxla.hlo.parser import parse_hlo
 from nbxla.passes import WhileStateElimination, optimize
 from nbxla.runtime.cache import CompilationCache
+from tests.frontend_util import use_flags
+
+
+@pytest.fixture(autouse=True)
+def _loops_stay_loops(monkeypatch):
+    """These programs' loops are short on purpose: here they must stay HLO whiles (what runs
+    them is the subject), not be unrolled by the cost rule."""
+    use_flags(monkeypatch, "--unroll_budget=0")
 
 # State: (i, x, junk, feeds, tested, side).  After the loop only x is read; x needs feeds; the
 # condition reads tested (and i); junk and side are written and never needed.

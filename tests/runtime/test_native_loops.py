@@ -20,6 +20,14 @@ from nbxla.runtime.cache import CompilationCache
 from nbxla.runtime.executable import build_executable
 from nbxla.testing import compare_arrays
 from tests.runtime.test_cpu_control_flow import ARENA_LOOP, COUNTED_LOOP, NESTED_LOOPS, check
+from tests.frontend_util import use_flags
+
+
+@pytest.fixture(autouse=True)
+def _loops_stay_loops(monkeypatch):
+    """These programs' loops are short on purpose: here they must stay HLO whiles (what runs
+    them is the subject), not be unrolled by the cost rule."""
+    use_flags(monkeypatch, "--unroll_budget=0")
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: loops stay host-driven")
 
