@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from .trace import is_array_holder, is_array_leaf, tree_flatten, tree_unflatten
+from .trace import hashable, is_array_holder, is_array_leaf, tree_flatten, tree_unflatten
 
 MAX_DEPTH = 3                           # helper functions followed below the compiled one
 _STATIC_TYPES = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, np.dtype)
@@ -73,17 +73,9 @@ def _relevant(value) -> bool:
         return _plain_array(value)
     if isinstance(value, (list, dict, tuple)):
         leaves = tree_flatten(value)[0]
-        return all(_plain_array(v) if is_array_leaf(v) else isinstance(v, _STATIC_TYPES) and _hashable(v)
+        return all(_plain_array(v) if is_array_leaf(v) else isinstance(v, _STATIC_TYPES) and hashable(v)
                    for v in leaves)
-    return isinstance(value, _STATIC_TYPES) and _hashable(value)
-
-
-def _hashable(value) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
+    return isinstance(value, _STATIC_TYPES) and hashable(value)
 
 
 _MISSING = object()

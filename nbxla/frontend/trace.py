@@ -87,10 +87,10 @@ def is_array_holder(value, depth: int = 0) -> bool:
         return False
     leaves = tree_flatten(list(vars(value).values()), depth + 1)[0]
     arrays = [is_array_leaf(v) or isinstance(v, Tracer) for v in leaves]   # (a result: Tracers)
-    return any(arrays) and all(a or _hashable(v) for a, v in zip(arrays, leaves))
+    return any(arrays) and all(a or hashable(v) for a, v in zip(arrays, leaves))
 
 
-def _hashable(value) -> bool:
+def hashable(value) -> bool:
     try:
         hash(value)
     except TypeError:
