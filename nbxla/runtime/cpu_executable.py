@@ -39,7 +39,8 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.printer import print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_callees, program_computations
-from .cpu_kernels import ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, worker_count
+from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
+                          worker_count)
 from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
@@ -211,6 +212,8 @@ class CpuExecutable:
                                spec.work_per_unit, self.kernels.addresses.get(spec.object_entry))
         if op == "dot" and DotThunk.applies(instr):
             return DotThunk(instr)
+        if op == "dot" and WidenedDotThunk.applies(instr):
+            return WidenedDotThunk(instr)
         if op == "constant":
             lit = _contiguous(instr.literal)
             literals.append(lit)

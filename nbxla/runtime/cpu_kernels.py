@@ -8,12 +8,14 @@ import ctypes
 import itertools
 import os
 import sys
+from types import SimpleNamespace
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
+from ..hlo.low_precision import widen_shape, widen_value
 from ..hlo.opcodes import EXPENSIVE, TRANSCENDENTAL
 from . import host_memory
 from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls, one_thread_enabled
@@ -308,3 +310,30 @@ class DotThunk:
             def block(_, begin, end):
                 np.matmul(lhs[begin:end], rhs[begin:end], out=out[begin:end])
         run_split(block, None, extent)
+
+
+class WidenedDotThunk:
+    """A bf16 ``dot`` as XLA:CPU computes it: operands widened to f32 (exactly), one f32
+    GEMM through ``DotThunk``, the result rounded once to bf16 -- or kept, when the dot asks
+    for an f32 result (``preferred_element_type``)."""
+
+    def __init__(self, instr: Instruction):
+        wide = SimpleNamespace(opcode="dot", name=instr.name, attrs=instr.attrs,
+                               shape=widen_shape(instr.shape),
+                               operands=[SimpleNamespace(shape=widen_shape(o.shape)) for o in instr.operands])
+        self.inner = DotThunk(wide)
+        self.how, self.dtype = f"{self.inner.how} in f32", instr.shape.dtype
+
+    @staticmethod
+    def applies(instr: Instruction) -> bool:
+        a, b = (o.shape for o in instr.operands)
+        return a.element_type == b.element_type == "bf16" and instr.shape.element_type in ("bf16", "f32")
+
+    def __call__(self, operands, outs=None):
+        result = self.inner([widen_value(o) for o in operands])
+        if result.dtype != self.dtype:
+            result = result.astype(self.dtype)          # (round to nearest even, once)
+        if outs:
+            outs[0][...] = result
+            return outs[0]
+        return result
