@@ -2,7 +2,7 @@
 
 from .api import CompiledFunction, jit, register_array_adapter
 from .autodiff import GradientTape, grad, value_and_grad
-from . import random
+from . import cluster, random  # noqa: F401  (cluster registers mode="auto")
 from .errors import ConcretizationError, NbxlaError, NotCompilableError
 from .runtime.cache import DEFAULT_CACHE as cache
 

@@ -28,6 +28,7 @@ from .call_check import checked_call
 from .compiler import Compilation, compile_module
 from .errors import ResourceError, TraceError, UnsupportedInputError
 from .frontend.captures import CapturePlan, bake, has_arrays, rebuild, unbake
+from .frontend.arguments import as_positional, positional_parameters
 from .frontend.autograph import convert_function
 from .frontend.cell_ast import check_function_no_random
 from .flags import current_flags
@@ -46,6 +47,24 @@ ARRAY_ADAPTERS: list[tuple[Callable, Callable]] = []
 def register_array_adapter(claims: Callable, adapter: Callable) -> None:
     """Calls with an argument leaf that ``claims`` accepts go to ``adapter`` instead."""
     ARRAY_ADAPTERS.append((claims, adapter))
+
+
+# Modes above this module (``nbxla.cluster`` registers "auto"): ``jit(fn, mode=name)`` is
+# ``MODES[name](fn, device, cache)``.
+MODES: dict[str, Callable] = {}
+
+
+def register_mode(name: str, make: Callable) -> None:
+    """``jit(fn, mode=name)`` (and, for "auto", ``NBXLA_FLAGS=--auto_jit``) makes ``make(fn,
+    device, cache)``."""
+    MODES[name] = make
+
+
+def _mode(name: str) -> Callable:
+    if name not in MODES:
+        raise ValueError(f"nbxla.jit: mode {name!r} is not available (known: "
+                         f"{', '.join(['compile', *MODES])}); import the package that provides it")
+    return MODES[name]
 
 
 @dataclass
@@ -408,8 +427,7 @@ class CompiledFunction:
 
     def _auto_function(self):
         if self._auto is None:
-            from .cluster import AutoFunction        # the auto-clustering layer, above this one
-            self._auto = AutoFunction(self.fn, self.device, self.cache)
+            self._auto = _mode("auto")(self.fn, self.device, self.cache)
         return self._auto
 
     @property
@@ -431,26 +449,6 @@ class CompiledFunction:
 
 # Shapes remembered per function by the fast path (each pins a compiled program).
 FAST_PATH_ENTRIES = 64
-
-
-def positional_parameters(signature: inspect.Signature | None) -> list | None:
-    """[(name, default)] of a signature whose parameters may all be passed by position
-    (keyword calls are then made positional: one fast path for both), else None."""
-    params = signature.parameters.values() if signature is not None else ()
-    if params and all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params):
-        return [(p.name, p.default) for p in params]
-    return None
-
-
-def as_positional(parameters: list, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """``(args, kwargs)`` with the keywords (and the defaults after them) moved into ``args``
-    by position; unchanged where they do not fit (the call then goes the general way, and
-    errors as Python's would)."""
-    rest = parameters[len(args):]
-    if len(kwargs) > len(rest) or sum(k in kwargs for k, _ in rest) != len(kwargs) or \
-            any(k not in kwargs and d is inspect.Parameter.empty for k, d in rest):
-        return args, kwargs
-    return args + tuple(kwargs[k] if k in kwargs else d for k, d in rest), {}
 
 
 def _capture_token(value):
@@ -519,14 +517,12 @@ def jit(fn: Callable | None = None, *, device: str = "cpu", cache: CompilationCa
     where results or written arguments differ; later calls cost nothing more.  (Auto mode
     always checks what it compiles, and runs what differs with NumPy.)
     """
-    if mode not in (None, "compile", "auto"):
-        raise ValueError(f"nbxla.jit: mode must be 'compile' or 'auto', not {mode!r}")
+    make = _mode(mode) if mode not in (None, "compile") else None
     if fn is None:
         return lambda f: jit(f, device=device, cache=cache, mode=mode, verify=verify)
-    if mode == "auto":
-        from .cluster import AutoFunction            # the auto-clustering layer, above this one
-        return AutoFunction(fn, device, cache)
+    if make is not None:
+        return make(fn, device, cache)
     return CompiledFunction(fn, device, cache, follow_auto_flag=mode is None, verify=verify)
 
 
-__all__ = ["jit", "CompiledFunction"]
+__all__ = ["jit", "CompiledFunction", "register_array_adapter", "register_mode"]

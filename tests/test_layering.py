@@ -152,3 +152,12 @@ def test_layers_import_only_downwards():
         if low is not None and high is not None and low > high:
             wrong.append(f"{importer} imports {imported}")
     assert not wrong, "imports against the layering:\n" + "\n".join(sorted(set(wrong)))
+
+
+def test_api_knows_no_room_above_it():
+    """Modes (auto-clustering), adapters (Dask) and views plug into ``jit`` from above
+    (``api.register_mode`` / ``register_array_adapter``): ``api`` imports none of them."""
+    above = ("nbxla.cluster", "nbxla.dask", "nbxla.jupyter", "nbxla.autodiff")
+    found = [(imported, name) for importer, imported, name in _imports(_modules())
+             if importer == "nbxla.api" and imported.startswith(above)]
+    assert not found, found

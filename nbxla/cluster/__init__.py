@@ -9,9 +9,12 @@ graph, which is compiled (and cached) or replayed eagerly whenever a concrete va
 See docs/auto_clustering.md.
 """
 
+from ..api import register_mode
 from .auto import AutoFunction, explain, run_cell
 from .lazy import LazyArray
 from .report import ClusterReport
 from .session import MIN_CLUSTER_WORK
+
+register_mode("auto", AutoFunction)     # jit(fn, mode="auto"), NBXLA_FLAGS=--auto_jit
 
 __all__ = ["AutoFunction", "explain", "run_cell", "LazyArray", "ClusterReport", "MIN_CLUSTER_WORK"]

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..api import as_positional, positional_parameters
+from ..frontend.arguments import as_positional, positional_parameters
 from ..frontend.tracer import Tracer
 from .choice import ModeChoice
 from .lazy import LazyArray
