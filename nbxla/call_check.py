@@ -4,8 +4,8 @@ must agree -- results and the arrays passed in, after the call (dtype, shape, va
 ``testing.compare_arrays``' per-dtype tolerance).  A difference is a bug in nbxla: it raises a
 ``VerificationError`` naming what differs.  Later calls of a checked signature cost nothing more.
 
-The caller's arrays are touched only by the compiled run's write-back; the plain function
-works on ``SharedCopies`` (views of one argument stay views of one copy).
+The plain function works on ``SharedCopies`` (views of one argument stay views of one copy);
+when the check fails, the caller's arrays are left as NumPy left the copies.
 """
 
 from __future__ import annotations
@@ -42,11 +42,13 @@ def checked_call(name: str, compiled: Callable[[list], object], plain: Callable[
                       f"{message[0] if message else ''})", UncheckedWarning, stacklevel=4)
         return result
     except Exception as e:
+        _as_numpy_left_them(leaves, eager_leaves)
         raise _error(name, [f"NumPy raises {type(e).__name__}: {e} (the compiled program does "
                             "not)"]) from e
     got_leaves, got_tree = tree_flatten(result)
     want_leaves, want_tree = tree_flatten(want)
     if got_tree != want_tree:
+        _as_numpy_left_them(leaves, eager_leaves)
         raise _error(name, [f"the result is {_shape_of(result)} where NumPy gives {_shape_of(want)}"])
     pairs, failures = [], []
     for k, (g, w) in enumerate(zip(got_leaves, want_leaves)):
@@ -60,8 +62,17 @@ def checked_call(name: str, compiled: Callable[[list], object], plain: Callable[
               for i, x in enumerate(leaves) if type(x) is np.ndarray]
     failures += differences(pairs)[1]
     if failures:
+        _as_numpy_left_them(leaves, eager_leaves)
         raise _error(name, failures)
     return result
+
+
+def _as_numpy_left_them(leaves: list, eager_leaves: list) -> None:
+    """A failed check loses nothing: the caller's arrays get the values NumPy gave the copies
+    (not the compiled run's, which differ)."""
+    for x, copy in zip(leaves, eager_leaves):
+        if type(x) is np.ndarray and x.flags.writeable:
+            np.copyto(x, copy)
 
 
 def _is_value(x) -> bool:
