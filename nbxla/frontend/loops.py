@@ -376,17 +376,23 @@ class _Loop:
         offset = 1 if self.counted else 0
         for t, g in zip(self.objects, gtes[offset:]):
             t._instr = g
-        for t in self.objects:
-            if t.view is not None:
-                t.view.base_version = t.view.base.version
-        state = list(self.state)
-        for (k, _), g in zip(self.rebound.items(), gtes[offset + len(self.objects):]):
-            state[k] = _weak(ctx, g) if k in self.weak else Tracer(ctx, g)
+        state = self._state_from(gtes[offset + len(self.objects):])
         index = None
         if self.counted:
             from .index_tracer import IndexTracer
             index = IndexTracer(ctx, gtes[0], self.index_range)
         return param, gtes, index, tuple(state)
+
+    def _state_from(self, rebound_slots) -> list:
+        """The names' values once the objects' slots are bound (views follow their bases):
+        each rebound name reads its own slot."""
+        for t in self.objects:
+            if t.view is not None:
+                t.view.base_version = t.view.base.version
+        state = list(self.state)
+        for (k, _), g in zip(self.rebound.items(), rebound_slots):
+            state[k] = _weak(self.ctx, g) if k in self.weak else Tracer(self.ctx, g)
+        return state
 
     def _trace_computation(self, what, shapes, inits, fn):
         ctx = self.ctx
@@ -472,12 +478,7 @@ class _Loop:
             if not same:
                 t._instr = g
                 t.version += 1
-        for t in self.objects:
-            if t.view is not None:
-                t.view.base_version = t.view.base.version
-        state = list(self.state)
-        for (k, _), g in zip(self.rebound.items(), gtes[offset + len(self.objects):]):
-            state[k] = _weak(ctx, g) if k in self.weak else Tracer(ctx, g)
+        state = self._state_from(gtes[offset + len(self.objects):])
         for k, value in self.static_after.items():
             state[k] = value
         ctx.loop_decisions.append((self.lineno, "rolled", "a while loop; its body traced once"))
