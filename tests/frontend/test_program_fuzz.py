@@ -88,3 +88,32 @@ _FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, Hea
 def test_programs_match_numpy(source, n, numpy_scalar, unroll_max, monkeypatch):
     s = np.float64(0.375) if numpy_scalar else 0.375
     check_program(source, n, s, unroll_max, monkeypatch)
+
+
+SAMPLE = """import numpy as np
+
+def h0(b, u, s):
+    b[1:-1, 1:-1] = 0.25 * (u[2:, 1:-1] + u[1:-1, 0:-2])
+
+def prog(n, s, x, y):
+    t1 = np.zeros(x.shape)
+    for i2 in range(n):
+        h0(t1, x, s)
+        v3 = y[1:-1, 1:-1]
+        v3 += 0.25 * np.tanh(t1[1:-1, 1:-1])
+        x[0, :] = x[1, :]
+    return t1
+"""
+
+
+def test_the_check_compiles_and_can_fail(monkeypatch):
+    """The generator's shape of program compiles (it is not merely refused), and a compiled
+    result that differs from NumPy's fails the check."""
+    def refused(msg):
+        raise AssertionError(f"refused: {msg}")
+    monkeypatch.setattr(sys.modules[__name__], "event", refused)
+    check_program(SAMPLE, 5, 0.375, None, monkeypatch)
+    real = nbxla.jit
+    monkeypatch.setattr(nbxla, "jit", lambda fn: (lambda *a: real(fn)(*a) + 1e-6))
+    with pytest.raises(AssertionError, match="result 0 differs from NumPy"):
+        check_program(SAMPLE, 5, 0.375, None, monkeypatch)
