@@ -2,7 +2,7 @@
 
 Each style lives in a module of its own and knows nothing of the others' existence; this module
 picks one per fused computation (or standalone op) in order from most to least specialized:
-scatter and reduce-window kernels, then a whole-array reduction, a column reduction (grouped
+a dot with its epilogue, scatter and reduce-window kernels, then a whole-array reduction, a column reduction (grouped
 when few columns), a row reduction, and the elementwise loop kernel for everything else.
 """
 
@@ -16,7 +16,9 @@ from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from ..hlo.low_precision import involves_low_precision
 from ..hlo.printer import PrintOptions, print_instruction
+from ..passes.fused_dots import fused_dot
 from . import column_groups
+from .dot_kernels import emit_dot_kernel
 from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel,
                     emit_reduction_kernel, emit_scatter_kernel)
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
@@ -25,6 +27,8 @@ from .windows import emit_reduce_window_kernel
 
 def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     check_narrow_floats(comp)
+    if fused_dot(comp) is not None:
+        return emit_dot_kernel(module, name, comp)
     if comp.root.opcode == "scatter":
         return emit_scatter_kernel(module, name, comp)
     if comp.root.opcode == "reduce-window":

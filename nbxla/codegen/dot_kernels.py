@@ -1,0 +1,139 @@
+"""The dot kernel: a fused computation holding one ``dot`` and its elementwise epilogue.
+
+The form it takes (``passes/fused_dots.dot_epilogue_refusal``) is XLA's output fusion (dot +
+bias + activation) and JAX's loop fusions of small batched dots: every value computed from the
+dot reads it where it is itself evaluated, and every output has the dot's dims.
+
+Rows of the output (all dims but the last) are the parallel range.  Per row, the last dim's
+columns are accumulated in a stack array (up to ``CHUNK`` columns at a time): for each
+contraction index ``c`` the operand that does not vary along the row is computed once, and the
+column loop ``acc[j] += x(c) * y(c, j)`` is plain vector code (independent accumulators, no
+reduction across lanes, so LLVM vectorizes it without reassociating anything).  Then each
+column's epilogue runs with the dot's value taken from ``acc[j]`` (the elemental emitter's
+``reduced`` values, as in row reductions), and the outputs are stored.
+
+Arithmetic follows the evaluator's ``_dot``: operands converted to the result type first; f16,
+bf16 and f32 products accumulate in f32 (rounded once to the result type), f64 in f64,
+integers in the result type (wrapping).  The sum over the contraction runs in order, one
+rounding per step (BLAS orders it differently: results agree to rounding).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..errors import UnsupportedError
+from ..hlo.ir import Computation
+from ..hlo.shapes import compute_type, is_float
+from ..passes.fused_dots import dot_epilogue_refusal, fused_dot
+from . import bf16
+from .elemental import ElementalEmitter, const_i64, delinearize, linear_index, llvm_type
+from .toolkit import (counted_loop, entry_alloca, kernel_function, kernel_outputs, KernelBuffers,
+                      KernelSpec, load_at, product)
+
+# Columns of one output row accumulated at a time (a stack array of this many accumulators).
+CHUNK = 256
+
+
+def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+    why = dot_epilogue_refusal(comp)
+    if why is not None:
+        raise UnsupportedError(f"a fused dot in this form has no native code path ({why})")
+    dot = fused_dot(comp)
+    outputs = kernel_outputs(comp)
+    params = comp.parameters
+    fn, b = kernel_function(module, name)
+    bufs = KernelBuffers(b, fn.args[0], [p.shape for p in params] + [o.shape for o in outputs])
+    em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, k, params[k].shape.dims, index))
+
+    dims = dot.shape.dims
+    row_dims, n = (dims[:-1], dims[-1]) if dims else ((), 1)
+    lhs, rhs = dot.operands
+    a = dot.attrs
+    lb, lc = list(a.get("lhs_batch_dims", ())), list(a.get("lhs_contracting_dims", ()))
+    rb, rc = list(a.get("rhs_batch_dims", ())), list(a.get("rhs_contracting_dims", ()))
+    lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+    contracted = [lhs.shape.dims[d] for d in lc]
+    # Output dims: batch, lhs free, rhs free.  The last one is an rhs free dim when there is
+    # one, else an lhs free dim, else a batch dim: which operands vary along a row.
+    varies = (not rf, bool(rf) or not lf)
+    positions = ({d: k for k, d in enumerate(lb)} | {d: len(lb) + k for k, d in enumerate(lf)},
+                 {d: k for k, d in enumerate(rb)} | {d: len(lb) + len(lf) + k for k, d in enumerate(rf)})
+    contracting = ({d: k for k, d in enumerate(lc)}, {d: k for k, d in enumerate(rc)})
+
+    out_t = dot.shape.element_type
+    ct = compute_type(out_t)                       # the dot's register type
+    acc_t = "f32" if ct == "f16" else ct
+    if not is_float(acc_t) and acc_t[0] not in "su":
+        raise UnsupportedError(f"a {out_t} dot has no native code path")
+    acc_ty = llvm_type(acc_t)
+    zero = ir.Constant(acc_ty, 0.0 if is_float(acc_t) else 0)
+    width = min(n, CHUNK)
+    acc = entry_alloca(b, ir.ArrayType(acc_ty, max(width, 1)))
+
+    def operand(k: int, out_index: list, cidx: list):
+        """Operand ``k`` at the element that output ``out_index`` and contraction ``cidx``
+        read, converted as the evaluator converts it (to the result type, then widened)."""
+        op = dot.operands[k]
+        index = [cidx[contracting[k][d]] if d in contracting[k] else out_index[positions[k][d]]
+                 for d in range(op.shape.rank)]
+        v = em.convert_value(em.value(op, index), compute_type(op.shape.element_type), ct)
+        if out_t == "bf16" and op.shape.element_type != "bf16":
+            v = bf16.round_to_bf16(b, v)
+        return em.convert_value(v, ct, acc_t)
+
+    def multiply_add(total, x, y):
+        if is_float(acc_t):
+            return b.fadd(total, b.fmul(x, y))
+        return b.add(total, b.mul(x, y))
+
+    def slot(jj):
+        return b.gep(acc, [const_i64(0), jj])
+
+    def row(r):
+        outer = delinearize(b, r, row_dims) if row_dims else []
+
+        def chunk(j0, count):
+            def at(jj):
+                return jj if j0 is None else b.add(j0, jj)
+
+            def out_index(jj):
+                return outer + [at(jj)] if dims else []
+
+            counted_loop(b, const_i64(0), count, "zero", lambda jj: b.store(zero, slot(jj)))
+
+            def contraction(c):
+                cidx = delinearize(b, c, contracted) if contracted else []
+                em.reset_memo()
+                fixed = [None if varies[k] else operand(k, outer + [None], cidx) for k in (0, 1)]
+
+                def column(jj):
+                    em.reset_memo()
+                    x, y = (fixed[k] if fixed[k] is not None else operand(k, out_index(jj), cidx)
+                            for k in (0, 1))
+                    b.store(multiply_add(b.load(slot(jj)), x, y), slot(jj))
+                counted_loop(b, const_i64(0), count, "col", column)
+            counted_loop(b, const_i64(0), const_i64(product(contracted)), "c", contraction)
+
+            def epilogue(jj):
+                em.reset_memo()
+                em.reduced[id(dot)] = em.convert_value(b.load(slot(jj)), acc_t, ct)
+                full = out_index(jj)
+                for k, out in enumerate(outputs):
+                    bufs.store(b, len(params) + k, linear_index(b, full, dims), em.value(out, full))
+                del em.reduced[id(dot)]
+            counted_loop(b, const_i64(0), count, "epi", epilogue)
+
+        if n <= CHUNK:
+            chunk(None, const_i64(n))
+            return
+
+        def wide_chunk(j0):
+            left = b.sub(const_i64(n), j0)
+            chunk(j0, b.select(b.icmp_signed("<", left, const_i64(CHUNK)), left, const_i64(CHUNK)))
+        counted_loop(b, const_i64(0), const_i64(n), "chunk", wide_chunk, step=const_i64(CHUNK))
+
+    counted_loop(b, fn.args[1], fn.args[2], "row", row)
+    b.ret_void()
+    return KernelSpec(name, "dot", product(row_dims), max(1, n * product(contracted)))
