@@ -3,7 +3,7 @@
 Each style lives in a module of its own and knows nothing of the others' existence; this module
 picks one per fused computation (or standalone op) in order from most to least specialized:
 a dot with its epilogue, scatter and reduce-window kernels, then a whole-array reduction, a column reduction (grouped
-when few columns), a row reduction, and the elementwise loop kernel for everything else.
+when few columns), a row reduction, a tiled transpose, and the elementwise loop kernel for everything else.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .dot_kernels import emit_dot_kernel
 from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel,
                     emit_reduction_kernel, emit_scatter_kernel)
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
+from .transposes import emit_transpose_kernel, minor_transpose
 from .windows import emit_reduce_window_kernel
 
 
@@ -43,6 +44,8 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
                 return column_groups.emit_grouped_column_reduction(module, name, comp, plan)
             return emit_column_reduction(module, name, comp, plan)
         return emit_reduction_kernel(module, name, comp)
+    if minor_transpose(comp) is not None:
+        return emit_transpose_kernel(module, name, comp)
     return emit_loop_kernel(module, name, comp)
 
 
