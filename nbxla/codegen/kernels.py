@@ -19,8 +19,8 @@ from ..hlo.printer import PrintOptions, print_instruction
 from ..passes.fused_dots import fused_dot
 from . import column_groups
 from .dot_kernels import emit_dot_kernel
-from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel,
-                    emit_reduction_kernel, emit_scatter_kernel)
+from .loops import column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel
+from .scatter import emit_scatter_kernel
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
 from .transposes import emit_transpose_kernel, minor_transpose
 from .windows import emit_reduce_window_kernel

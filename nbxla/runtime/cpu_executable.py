@@ -490,7 +490,7 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
     taken, out = set(), []
     for comp in computations:
         for instr in comp.instructions:
-            if instr.opcode != "fusion" and instr.opcode not in OWN_KERNEL:
+            if instr.opcode != "fusion" and instr.opcode not in OWN_KERNEL and not _dot_without_library(instr):
                 continue
             base = symbol = "nbxla_" + instr.name.replace(".", "_").replace("-", "_")
             suffix = 2
@@ -499,6 +499,12 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
             taken.add(symbol)
             out.append((symbol, instr))
     return out
+
+
+def _dot_without_library(instr: Instruction) -> bool:
+    """A dot no library call takes (integer, f16 or mixed element types): the native dot kernel
+    (codegen/dot_kernels.py) computes it instead of the evaluator."""
+    return instr.opcode == "dot" and not DotThunk.applies(instr) and not WidenedDotThunk.applies(instr)
 
 
 def _kernel_computation(instr: Instruction) -> Computation:
