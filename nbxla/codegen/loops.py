@@ -258,13 +258,15 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
         else None
     blocked = opcode == "add" and t in ("f32", "f16", "c64")
     wide = _wide_type(ty)
+    t, ty, x_type = _block_type(t, blocked), llvm_type(_block_type(t, blocked)), ty
     acc_slot = entry_alloca(b, ty)
     # Blocked float sums: a running double total of per-block sums.
     total_slot = entry_alloca(b, wide) if blocked else None
-    b.store(init, acc_slot)
     if blocked:
         b.store(_widen(b, init, wide), total_slot)
         b.store(_zero(ty), acc_slot)
+    else:
+        b.store(init, acc_slot)
     red_dims = plan.red_dims
     inner = red_dims[-1] if red_dims else 1
 
@@ -276,6 +278,8 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
                 x = em.value(x_instr, idx)
                 if keep is not None:
                     keep(idx)
+                if x_type != ty:
+                    x = b.fpext(x, ty)
                 if extreme is not None:
                     extreme.add(x)
                 else:
@@ -300,8 +304,14 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
     if extreme is not None:
         return extreme.result()
     if blocked:
-        return narrow_float(b, b.load(total_slot), ty)
+        return narrow_float(b, b.load(total_slot), x_type)
     return b.load(acc_slot)
+
+
+def _block_type(t: str, blocked: bool) -> str:
+    """The type a block of a float sum accumulates in: f16 sums in f32 (rounded once at the end,
+    as NumPy sums halves; nbxla/testing.py's f16 tolerance says why XLA's answers differ)."""
+    return "f32" if blocked and t == "f16" else t
 
 
 def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
@@ -625,15 +635,19 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
         opcode, t = reducer_opcode(r), compute_type(r.shape.element_type)
         pty, ty = partial_type(r), llvm_type(t)
         blocked = pty != ty
+        x_type, t = ty, _block_type(t, blocked)
+        ty = llvm_type(t)
         acc = entry_alloca(b, ty)
         total = entry_alloca(b, pty)
         b.store(ir.Constant(ty, 0.0) if blocked else em.value(r.operands[1], []), acc)
         if blocked:
             b.store(ir.Constant(pty, 0.0), total)
 
-        def element(i, r=r, acc=acc, opcode=opcode, t=t):
+        def element(i, r=r, acc=acc, opcode=opcode, t=t, ty=ty, x_type=x_type):
             em.reset_memo()
-            b.store(combine_values(b, em, opcode, t, b.load(acc), em.value(r.operands[0], [i])), acc)
+            x = em.value(r.operands[0], [i])
+            x = b.fpext(x, ty) if x_type != ty else x
+            b.store(combine_values(b, em, opcode, t, b.load(acc), x), acc)
 
         interleave = _reduction_interleave(opcode, r.operands[0], None)
         if blocked:
