@@ -153,7 +153,8 @@ CPU_PLACEMENT = {
     "complex": "fused (complex rules)",
     "reduce": "fused: row, column or full-reduction kernel",
     "reduce-window": "own kernel", "scatter": "own kernel",
-    "dot": "library call: NumPy's BLAS (np.matmul)",
+    "dot": "library call: NumPy's BLAS (np.matmul); a native dot kernel when fused with its "
+           "epilogue and small, or on types BLAS lacks (integers, f16)",
     "convolution": "library call: im2col + np.matmul",
     "sort": "library call: NumPy's argsort/lexsort (evaluator for comparators it cannot read)",
     "while": "host loop over compiled programs",
@@ -164,7 +165,7 @@ CPU_PLACEMENT = {
     "rng-bit-generator": "evaluator: NumPy implementation of ThreeFry/Philox",
     "select-and-scatter": "evaluator: no native kernel yet",
     "fft": "evaluator: numpy.fft",
-    "topk": "evaluator: NumPy partition and sort",
+    "topk": "library call: NumPy's stable argsort on total-order keys (also XLA's TopK custom call)",
     "opt-barrier": "evaluator: identity rule (no work)",
 }
 

@@ -228,7 +228,7 @@ class CpuExecutable:
         if structural is not None:
             return structural
         rule_thunk = self._rule_thunk(instr)
-        if op in ("sort", "convolution", "custom-call"):
+        if op in ("sort", "convolution", "custom-call", "topk"):
             thunk, why = library_thunk(instr, rule_thunk)
             if thunk is not None:
                 self.library_calls[instr.name] = op
@@ -434,8 +434,8 @@ class CpuExecutable:
             return f"library call: {thunk.how} (NumPy's BLAS{threads})"
         if instr.name in self.library_calls:
             return {"sort": "library call: NumPy's stable argsort/lexsort",
-                    "convolution": "library call: im2col + np.matmul",
-                    "custom-call": f"library call: {getattr(thunk, 'how', 'LAPACK')}"}[instr.opcode]
+                    "convolution": "library call: im2col + np.matmul"}.get(
+                instr.opcode, f"library call: {getattr(thunk, 'how', 'LAPACK')}")
         if instr.opcode in ("while", "conditional", "call"):
             names = ", ".join(f"%{c.name}" for c in program_callees(instr))
             if isinstance(thunk, NativeLoopThunk):
