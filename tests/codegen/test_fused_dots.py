@@ -46,6 +46,7 @@ def run_and_check(text: str, inputs: list, rtol=None):
     with np.errstate(all="ignore"):
         want = flatten(evaluate(parse_hlo(text), inputs))
     assert not interpreted(comp.executable), interpreted(comp.executable)
+    assert_no_evaluator_steps(comp.executable.native)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         w = np.asarray(w)
@@ -53,6 +54,14 @@ def run_and_check(text: str, inputs: list, rtol=None):
         ok, detail = compare_arrays(np.asarray(g), w, rtol=rtol, atol=atol)
         assert ok, detail
     return comp
+
+
+def assert_no_evaluator_steps(native) -> None:
+    """Every step of every program of the executable (its thunks, as ``describe`` lists them
+    for the execution stage) is a kernel, a library call, a view or control flow: none runs
+    an evaluator rule."""
+    steps = [line for line in native.describe().splitlines() if line.startswith("  %")]
+    assert not [line for line in steps if "evaluator" in line], native.describe()
 
 
 def how_fusions_run(comp) -> dict[str, str]:
@@ -263,3 +272,13 @@ def test_header_less_module_with_a_fused_dot_parses_and_runs():
     # and a module that is only its entry computation
     run_and_check("ENTRY %e (a: f32[3,4]) -> f32[4,3] {\n  %a = f32[3,4] parameter(0)\n"
                   "  ROOT %t = f32[4,3] transpose(%a), dimensions={1,0}\n}\n", [sample("f32", (3, 4))])
+
+
+def test_the_evaluator_step_check_sees_an_interpreted_op():
+    """The check above can fail: an op with no kernel or library call (fft) is seen."""
+    text = ("HloModule f\nENTRY %e (a: c64[8]) -> c64[8] {\n  %a = c64[8] parameter(0)\n"
+            "  ROOT %f = c64[8] fft(%a), fft_type=FFT, fft_length={8}\n}\n")
+    with pytest.warns(Warning):
+        comp = compile_module(parse_hlo(text), "cpu")
+    with pytest.raises(AssertionError):
+        assert_no_evaluator_steps(comp.executable.native)

@@ -16,6 +16,8 @@ from nbxla.compiler import compile_module
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.hlo.parser import parse_hlo
 
+from tests.codegen.test_fused_dots import assert_no_evaluator_steps
+
 RNG = np.random.default_rng(5)
 TYPES = {"f32": np.float32, "f64": np.float64, "s8": np.int8, "bf16": ml_dtypes.bfloat16,
          "pred": np.bool_, "c64": np.complex64, "u16": np.uint16}
@@ -45,6 +47,7 @@ def check(t: str, dims, perm):
     comp = compile_module(parse_hlo(text), "cpu")
     native = comp.executable.native
     assert not native.interpreted and not native.interpreted_ops
+    assert_no_evaluator_steps(native)
     got = comp.executable.run([x])[0]
     want = flatten(evaluate(parse_hlo(text), [x]))[0]
     assert got.dtype == want.dtype and got.shape == want.shape

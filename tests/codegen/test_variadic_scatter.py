@@ -6,13 +6,15 @@ replace, windows, operand batching dims; and through the AOT compiler."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from nbxla.compiler import compile_module
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.hlo.parser import parse_hlo
+from nbxla.testing import compare_arrays
 
+from tests.aot.aot_util import build, needs_cc, run
 from tests.codegen.test_cpu import assert_bitwise
+from tests.codegen.test_fused_dots import MATMUL, assert_no_evaluator_steps, dot_fusion_module
 
 RNG = np.random.default_rng(3)
 
@@ -38,6 +40,7 @@ def run_native(text: str, inputs: list):
     comp = compile_module(parse_hlo(text), "cpu")
     native = comp.executable.native
     assert not native.interpreted and not native.interpreted_ops, {**native.interpreted, **native.interpreted_ops}
+    assert_no_evaluator_steps(native)
     got = comp.executable.run(inputs)
     want = flatten(evaluate(parse_hlo(text), inputs))
     assert len(got) == len(want)
@@ -136,17 +139,19 @@ ENTRY %main (x: f32[4,10], idx: s32[4,6,1], u: f32[4,6]) -> f32[4,10] {
     np.testing.assert_allclose(out, want, rtol=1e-6)
 
 
-def test_variadic_scatter_compiles_ahead_of_time(tmp_path):
-    """The AOT compiler takes the same kernel (no evaluator there to fall back on)."""
-    aot = pytest.importorskip("nbxla.aot")
-    if not hasattr(aot, "compile_hlo"):
-        pytest.skip("nbxla.aot has no HLO-text entry point")
+@needs_cc
+def test_variadic_scatter_and_fused_dot_compile_ahead_of_time(tmp_path):
+    """The AOT compiler takes the same kernels (it has no evaluator to fall back on): the
+    argmax scatter, and a kOutput dot + bias + relu fusion."""
     n, u = 16, 64
     inputs = [np.full(n, -np.inf, np.float32), np.full(n, -1, np.int32),
               RNG.integers(0, n, (u, 1)).astype(np.int32), RNG.standard_normal(u).astype(np.float32),
-              np.arange(u, dtype=np.int32)]
-    library = aot.compile_hlo(argmax_module(n, u), tmp_path / "argmax")
-    got = library(*inputs)
-    want = flatten(evaluate(parse_hlo(argmax_module(n, u)), inputs))
-    for g, w in zip(got, want):
-        assert_bitwise(np.asarray(g), w, "aot")
+              RNG.permutation(u).astype(np.int32)]
+    dot_text, dot_inputs = dot_fusion_module((8, 32), (32, 16), (8, 16), MATMUL)
+    for k, (text, args) in enumerate(((argmax_module(n, u), inputs), (dot_text, dot_inputs))):
+        obj, exe = build(parse_hlo(text), None, tmp_path, f"m{k}")
+        got = run(obj, exe, args, tmp_path)
+        want = flatten(evaluate(parse_hlo(text), args))
+        for g, w in zip(got, want):
+            ok, detail = compare_arrays(g, np.asarray(w), atol=1e-5 if w.dtype == np.float32 else None)
+            assert ok, detail
