@@ -83,6 +83,33 @@ ENTRY %main (a: {L}, c: {R}) -> {O} {{
             (lambda a, c: jnp.tanh(2 * jnp.einsum("bij,bjk->bik", a, c))) if jax else None)
 
 
+def scores_case(batch, s, d):
+    """Attention scores: softmax-free q @ k^T per batch (both operands contract their minor dim)
+    scaled, in one loop fusion."""
+    Q, O = _shape((batch, s, d)), _shape((batch, s, s))
+    dn = "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}"
+    text = f"""HloModule scores
+%fused (p0: {Q}, p1: {Q}) -> {O} {{
+  %p0 = {Q} parameter(0)
+  %p1 = {Q} parameter(1)
+  %dot = {O} dot(%p0, %p1), {dn}
+  %c = f32[] constant(0.125)
+  %cs = {O} broadcast(%c), dimensions={{}}
+  ROOT %m = {O} multiply(%dot, %cs)
+}}
+ENTRY %main (q: {Q}, k: {Q}) -> {O} {{
+  %q = {Q} parameter(0)
+  %k = {Q} parameter(1)
+  ROOT %f = {O} fusion(%q, %k), kind=kLoop, calls=%fused
+}}
+"""
+    q = RNG.standard_normal((batch, s, d)).astype(np.float32)
+    k = RNG.standard_normal((batch, s, d)).astype(np.float32)
+    return (f"q@k^T*c {batch}x[{s},{d}]", text, [q, k],
+            lambda q, k: np.matmul(q, k.transpose(0, 2, 1)) * np.float32(0.125),
+            (lambda q, k: jnp.einsum("bqd,bkd->bqk", q, k) * 0.125) if jax else None)
+
+
 def dense_relu_case(m, k, n):
     """XLA's output fusion: dot + bias + relu in one kOutput fusion."""
     X, W, B, O = _shape((m, k)), _shape((k, n)), _shape((n,)), _shape((m, n))
@@ -157,6 +184,8 @@ CASES = [
     lambda: batched_dot_case(64, 8, 16, 8),
     lambda: batched_dot_case(256, 16, 16, 16),
     lambda: batched_dot_case(32, 32, 32, 32),
+    lambda: scores_case(64, 32, 16),
+    lambda: scores_case(128, 16, 32),
     lambda: dense_relu_case(8, 32, 16),
     lambda: dense_relu_case(256, 256, 256),
     lambda: argmax_scatter_case(1000, 4000),

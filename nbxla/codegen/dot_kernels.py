@@ -34,6 +34,9 @@ from .toolkit import (counted_loop, entry_alloca, kernel_function, kernel_output
 
 # Columns of one output row accumulated at a time (a stack array of this many accumulators).
 CHUNK = 256
+# Largest rhs (contraction x columns elements) copied to the stack once per batch element when
+# it is not contiguous along the row (q @ k^T), so that the column loop reads it as vectors.
+PACK_LIMIT = 8192
 
 
 def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
@@ -73,6 +76,27 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
     width = min(n, CHUNK)
     acc = entry_alloca(b, ir.ArrayType(acc_ty, max(width, 1)))
 
+    # The loop order.  "columns": acc[j] += x(c) * y(c, j), vector code along the row, when
+    # the operands that vary along the row are contiguous along it.  "packed" (q @ k^T: the
+    # rhs varies along the row with a stride): per batch element the rhs is first copied to
+    # the stack with the row contiguous, then "columns" reads the copy.  "inner": a
+    # reassociated sum over c per column, when both operands are contiguous along the
+    # contraction and the copy would be too large.  Otherwise "columns" with strided reads.
+    last_out = len(dims) - 1
+    along_row = [positions[k].get(op.shape.rank - 1) == last_out if varies[k] else True
+                 for k, op in enumerate(dot.operands)]
+    minor_contracted = bool(lc) and lc[-1] == lhs.shape.rank - 1 and rc[-1] == rhs.shape.rank - 1
+    batch_dims = [dims[k] for k in range(len(lb))]
+    lf_dims = [dims[len(lb) + k] for k in range(len(lf))]
+    if all(along_row):
+        form = "columns"
+    elif len(rf) == 1 and varies[1] and along_row[0] and n <= CHUNK and n * product(contracted) <= PACK_LIMIT:
+        form = "packed"
+    elif minor_contracted:
+        form = "inner"
+    else:
+        form = "columns"
+
     def operand(k: int, out_index: list, cidx: list):
         """Operand ``k`` at the element that output ``out_index`` and contraction ``cidx``
         read, converted as the evaluator converts it (to the result type, then widened)."""
@@ -94,49 +118,108 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
     def slot(jj):
         return b.gep(acc, [const_i64(0), jj])
 
-    def row(r):
-        outer = delinearize(b, r, row_dims) if row_dims else []
+    def inner_products(outer):
+        """Per column, one sum over the contraction (both operands contiguous along it):
+        reassociated, so LLVM vectorizes it with several partial sums."""
+        total = entry_alloca(b, acc_ty)
 
-        def chunk(j0, count):
-            def at(jj):
-                return jj if j0 is None else b.add(j0, jj)
-
-            def out_index(jj):
-                return outer + [at(jj)] if dims else []
-
-            counted_loop(b, const_i64(0), count, "zero", lambda jj: b.store(zero, slot(jj)))
+        def column(j):
+            full = outer + [j] if dims else []
+            b.store(zero, total)
 
             def contraction(c):
+                em.reset_memo()
                 cidx = delinearize(b, c, contracted) if contracted else []
-                em.reset_memo()
-                fixed = [None if varies[k] else operand(k, outer + [None], cidx) for k in (0, 1)]
-
-                def column(jj):
-                    em.reset_memo()
-                    x, y = (fixed[k] if fixed[k] is not None else operand(k, out_index(jj), cidx)
-                            for k in (0, 1))
-                    b.store(multiply_add(b.load(slot(jj)), x, y), slot(jj))
-                counted_loop(b, const_i64(0), count, "col", column)
+                x, y = (operand(k, full, cidx) for k in (0, 1))
+                if is_float(acc_t):
+                    step = b.fadd(b.load(total), b.fmul(x, y, flags=("contract",)),
+                                  flags=("reassoc", "nsz", "contract"))
+                else:
+                    step = b.add(b.load(total), b.mul(x, y))
+                b.store(step, total)
             counted_loop(b, const_i64(0), const_i64(product(contracted)), "c", contraction)
+            em.reset_memo()
+            em.reduced[id(dot)] = em.convert_value(b.load(total), acc_t, ct)
+            for k, out in enumerate(outputs):
+                bufs.store(b, len(params) + k, linear_index(b, full, dims), em.value(out, full))
+            del em.reduced[id(dot)]
+        counted_loop(b, const_i64(0), const_i64(n), "col", column)
 
-            def epilogue(jj):
+    def chunk(outer, j0, count, packed_rhs=None):
+        """Columns [j0, j0 + count) of the output row at ``outer``: accumulate, then the
+        epilogue.  ``packed_rhs(c, jj)``, when given, reads the rhs from the packed copy."""
+        def at(jj):
+            return jj if j0 is None else b.add(j0, jj)
+
+        def out_index(jj):
+            return outer + [at(jj)] if dims else []
+
+        counted_loop(b, const_i64(0), count, "zero", lambda jj: b.store(zero, slot(jj)))
+
+        def contraction(c):
+            cidx = delinearize(b, c, contracted) if contracted else []
+            em.reset_memo()
+            fixed = [None if varies[k] else operand(k, outer + [None], cidx) for k in (0, 1)]
+
+            def column(jj):
                 em.reset_memo()
-                em.reduced[id(dot)] = em.convert_value(b.load(slot(jj)), acc_t, ct)
-                full = out_index(jj)
-                for k, out in enumerate(outputs):
-                    bufs.store(b, len(params) + k, linear_index(b, full, dims), em.value(out, full))
-                del em.reduced[id(dot)]
-            counted_loop(b, const_i64(0), count, "epi", epilogue)
+                x = fixed[0] if fixed[0] is not None else operand(0, out_index(jj), cidx)
+                y = fixed[1] if fixed[1] is not None else \
+                    packed_rhs(c, jj) if packed_rhs is not None else operand(1, out_index(jj), cidx)
+                b.store(multiply_add(b.load(slot(jj)), x, y), slot(jj))
+            counted_loop(b, const_i64(0), count, "col", column)
+        counted_loop(b, const_i64(0), const_i64(product(contracted)), "c", contraction)
 
-        if n <= CHUNK:
-            chunk(None, const_i64(n))
-            return
+        def epilogue(jj):
+            em.reset_memo()
+            em.reduced[id(dot)] = em.convert_value(b.load(slot(jj)), acc_t, ct)
+            full = out_index(jj)
+            for k, out in enumerate(outputs):
+                bufs.store(b, len(params) + k, linear_index(b, full, dims), em.value(out, full))
+            del em.reduced[id(dot)]
+        counted_loop(b, const_i64(0), count, "epi", epilogue)
 
-        def wide_chunk(j0):
-            left = b.sub(const_i64(n), j0)
-            chunk(j0, b.select(b.icmp_signed("<", left, const_i64(CHUNK)), left, const_i64(CHUNK)))
-        counted_loop(b, const_i64(0), const_i64(n), "chunk", wide_chunk, step=const_i64(CHUNK))
+    def row(r):
+        outer = delinearize(b, r, row_dims) if row_dims else []
+        if form == "inner":
+            inner_products(outer)
+        elif n <= CHUNK:
+            chunk(outer, None, const_i64(n))
+        else:
+            def wide_chunk(j0):
+                left = b.sub(const_i64(n), j0)
+                chunk(outer, j0, b.select(b.icmp_signed("<", left, const_i64(CHUNK)), left, const_i64(CHUNK)))
+            counted_loop(b, const_i64(0), const_i64(n), "chunk", wide_chunk, step=const_i64(CHUNK))
 
+    def batch_element(u):
+        """All rows of one batch element, the rhs packed first (contraction-major, the row
+        contiguous) so that the column loop reads it as vectors."""
+        bidx = delinearize(b, u, batch_dims) if batch_dims else []
+        k_total = product(contracted)
+        packed = entry_alloca(b, ir.ArrayType(acc_ty, k_total * n))
+
+        def pack(c):
+            cidx = delinearize(b, c, contracted) if contracted else []
+
+            def column(j):
+                em.reset_memo()
+                v = operand(1, bidx + [None] * len(lf) + [j], cidx)
+                b.store(v, b.gep(packed, [const_i64(0), b.add(b.mul(c, const_i64(n)), j)]))
+            counted_loop(b, const_i64(0), const_i64(n), "pack", column)
+        counted_loop(b, const_i64(0), const_i64(k_total), "packc", pack)
+
+        def packed_rhs(c, jj):
+            return b.load(b.gep(packed, [const_i64(0), b.add(b.mul(c, const_i64(n)), jj)]))
+
+        def lhs_row(i):
+            outer = bidx + (delinearize(b, i, lf_dims) if lf_dims else [])
+            chunk(outer, None, const_i64(n), packed_rhs)
+        counted_loop(b, const_i64(0), const_i64(product(lf_dims)), "lrow", lhs_row)
+
+    if form == "packed":
+        counted_loop(b, fn.args[1], fn.args[2], "batch", batch_element)
+        b.ret_void()
+        return KernelSpec(name, "dot", product(batch_dims), max(1, product(lf_dims) * n * product(contracted)))
     counted_loop(b, fn.args[1], fn.args[2], "row", row)
     b.ret_void()
     return KernelSpec(name, "dot", product(row_dims), max(1, n * product(contracted)))

@@ -163,6 +163,14 @@ def test_batched_small_dots_in_a_loop_fusion(batch, m, k, n):
      "lhs_batch_dims={1}, lhs_contracting_dims={0,3}, rhs_batch_dims={0}, rhs_contracting_dims={2,1}"),
     # a row longer than one accumulator chunk (256 columns): chunks and a remainder
     ((2, 3), (3, 600), (2, 600), MATMUL),
+    # x @ w^T with a long row: the rhs strided along the row, too large to pack: inner products
+    ((6, 40), (300, 40), (6, 300), "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),
+    # q @ k^T per batch element: the rhs packed on the stack per batch element
+    ((5, 7, 12), (5, 9, 12), (5, 7, 9), "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+                                        "rhs_contracting_dims={2}"),
+    # the same with the contraction not minor (packed, strided reads while packing)
+    ((5, 12, 7), (5, 12, 9), (5, 7, 9), "lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={0}, "
+                                        "rhs_contracting_dims={1}"),
 ])
 def test_dimension_numbers(lhs, rhs, out, dnums):
     text, inputs = dot_fusion_module(lhs, rhs, out, dnums, epilogue="none", kind="kCustom")
