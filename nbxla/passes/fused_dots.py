@@ -1,13 +1,12 @@
-"""Fusions that arrive with a ``dot`` inside (HLO text from XLA or JAX): keep or split them.
+"""Fusions holding a ``dot`` (HLO text from XLA or JAX): which ones stay one native kernel.
 
 XLA's CPU backend fuses a dot with its elementwise epilogue (``kind=kOutput``: dot + bias +
 activation), and JAX's exported HLO carries such fusions, as well as loop fusions holding small
 batched dots.  nbxla computes a kept fusion in one kernel that accumulates a row of the dot in
 registers and applies the epilogue to it (``codegen/dot_kernels.py``); that kernel beats a BLAS
 call only while each matrix product is small, and it accepts one shape of fusion
-(``dot_epilogue_refusal``).  Every other fusion with a dot is *split*: its instructions are put
-back into the calling computation, where the fusion pass sees them as it sees traced code --
-the dot a library call (BLAS), the rest fused around it (the epilogue one kernel).
+(``dot_epilogue_refusal``).  The others are split (``imported_fusions.py``): the dot becomes a
+library call (BLAS) and the rest is fused around it.
 
 The threshold is on one matrix product of the batch (m * k * n multiply-adds): per product a
 BLAS call costs about a microsecond of overhead, and the native kernel does about eight
@@ -17,11 +16,9 @@ element types the BLAS path does not take (integers) stay native whatever their 
 
 from __future__ import annotations
 
-from ..hlo import Module
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import ELEMENTWISE, FUSIBLE
 from ..hlo.shapes import is_complex
-from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 # Largest single matrix product (m * k * n multiply-adds, per batch element) a fused dot keeps
 # native code for; larger ones are split into a BLAS call and an epilogue kernel.
@@ -88,56 +85,6 @@ def keeps_native(comp: Computation) -> bool:
     if dot is None or dot_epilogue_refusal(comp) is not None:
         return False
     return dot.shape.element_type not in _BLAS_RESULT_TYPES or dot_work(dot)[1] <= SMALL_DOT_WORK
-
-
-class FusedDotSplitting(Pass):
-    """Put the instructions of a fusion holding a dot back into its caller, unless the fusion
-    is kept as a native dot kernel (see the module's docstring)."""
-    name = "fused-dot-splitting"
-
-    def __init__(self):
-        self.report: dict[str, str] = {}       # fusion name -> "kept native" / "split"
-
-    def run(self, module: Module) -> bool:
-        before, changed = instruction_ids(module), False
-        self.report = {}
-        for comp in module.computations_post_order():
-            changed |= self._split_in(comp)
-        if changed:
-            module.computations = module.computations_post_order()   # drop split fusions' bodies
-            rename_new_instructions(module, before)
-        return changed
-
-    def _split_in(self, comp: Computation) -> bool:
-        replace: dict[int, Instruction] = {}
-        order: list[Instruction] = []
-        changed = False
-        for instr in comp.instructions:
-            instr.operands = [replace.get(id(o), o) for o in instr.operands]
-            fused = instr.attrs.get("calls") if instr.opcode == "fusion" else None
-            if fused is None or fused_dot(fused) is None:
-                order.append(instr)
-                continue
-            if keeps_native(fused):
-                self.report[instr.name] = "kept: one native dot kernel with its epilogue"
-                order.append(instr)
-                continue
-            self.report[instr.name] = "split: the dot a library call, the rest fused around it"
-            mapping: dict[int, Instruction] = {}
-            for inner in fused.instructions:
-                if inner.opcode == "parameter":
-                    mapping[id(inner)] = instr.operands[inner.parameter_number]
-                    continue
-                copy = Instruction(inner.opcode, inner.shape, [mapping[id(o)] for o in inner.operands],
-                                   inner.attrs, inner.name, inner.location or instr.location)
-                copy.parent = comp
-                order.append(copy)
-                mapping[id(inner)] = copy
-            replace[id(instr)] = mapping[id(fused.root)]
-            changed = True
-        comp.instructions = order
-        comp.root = replace.get(id(comp.root), comp.root)
-        return changed
 
 
 def _product(values) -> int:

@@ -2,7 +2,7 @@
 XLA:CPU's dot-only ``kCustom`` fusions, small batched dots with an epilogue in a loop fusion.
 
 Small products keep their fusion and run as one native dot kernel (codegen/dot_kernels.py);
-large ones, and fusions in another form, are split by the fused-dot-splitting pass into a BLAS
+large ones, and fusions in another form, are split by the imported-fusions pass into a BLAS
 call and an epilogue kernel.  Both sides of the threshold are checked against the reference
 evaluator on the module as written, and neither runs anything on the evaluator.
 """
@@ -65,7 +65,7 @@ def assert_no_evaluator_steps(native) -> None:
 
 
 def how_fusions_run(comp) -> dict[str, str]:
-    return comp.pipeline.facts["fused-dot-splitting"]
+    return comp.pipeline.facts["imported-fusions"]
 
 
 def dot_fusion_module(lhs: tuple, rhs: tuple, out: tuple, dnums: str, types=("f32", "f32", "f32"),
