@@ -21,6 +21,7 @@ from . import column_groups
 from .dot_kernels import emit_dot_kernel
 from .loops import column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel
 from .scatter import emit_scatter_kernel
+from .select_scatter import emit_select_and_scatter_kernel
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
 from .transposes import emit_transpose_kernel, minor_transpose
 from .windows import emit_reduce_window_kernel
@@ -32,6 +33,8 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
         return emit_dot_kernel(module, name, comp)
     if comp.root.opcode == "scatter":
         return emit_scatter_kernel(module, name, comp)
+    if comp.root.opcode == "select-and-scatter":
+        return emit_select_and_scatter_kernel(module, name, comp)
     if comp.root.opcode == "reduce-window":
         return emit_reduce_window_kernel(module, name, comp)
     if any(i.opcode == "reduce" for i in comp.instructions):

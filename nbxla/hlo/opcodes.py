@@ -129,7 +129,7 @@ NATIVE_COMBINERS = frozenset({"add", "multiply", "maximum", "minimum", "and", "o
 
 # Run as a kernel of their own when not fused (the runtime hands the code generator a computation
 # of this one instruction over parameters).
-OWN_KERNEL = frozenset({"scatter", "reduce-window"})
+OWN_KERNEL = frozenset({"scatter", "reduce-window", "select-and-scatter"})
 
 # Run the computations they call as whole programs (every other caller applies its computation
 # to scalars: a reducer, a comparator, a combiner).
@@ -163,7 +163,7 @@ CPU_PLACEMENT = {
     "fusion": "kernel",
     "custom-call": "evaluator: the registered target's NumPy implementation",
     "rng-bit-generator": "evaluator: NumPy implementation of ThreeFry/Philox",
-    "select-and-scatter": "evaluator: no native kernel yet",
+    "select-and-scatter": "own kernel",
     "fft": "evaluator: numpy.fft",
     "topk": "library call: NumPy's stable argsort on total-order keys (also XLA's TopK custom call)",
     "opt-barrier": "evaluator: identity rule (no work)",
