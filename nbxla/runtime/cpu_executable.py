@@ -105,7 +105,9 @@ class _Program:
 class CpuExecutable:
     backend = "cpu (LLVM)"
 
-    def __init__(self, module: Module, plan=None):
+    def __init__(self, module: Module, plan=None, compile_loops: bool | None = None):
+        """``compile_loops=False`` keeps every loop host-driven (the profiler's twin, which
+        times a native loop's kernels one by one); None follows ``NBXLA_NATIVE_LOOPS``."""
         self.module = module
         self.plan = plan
         store = default_cache()
@@ -113,7 +115,7 @@ class CpuExecutable:
         self.loops: dict[str, str] = {}
         self._native: dict[int, NativeLoopThunk] = {}
         whiles = [i for i in module.entry.instructions if i.opcode == "while"]
-        if whiles and native_loops_enabled():
+        if whiles and (native_loops_enabled() if compile_loops is None else compile_loops):
             found = native_loops(whiles, print_module(module), store)
             for instr in whiles:
                 if isinstance(found[id(instr)], NativeLoopThunk):
