@@ -5,8 +5,10 @@ step's measured (exclusive) time goes to the lines of the operations it holds:
 
 * a fused kernel's time is split over its member operations by their flops (XLA's count:
   one per element of an elementwise op, one per input element of a reduction, 2*M*N*K for a
-  dot); an operation that does no arithmetic (broadcast, slice, transpose, concatenate, a
-  convert...) weighs as many as the elements it produces, since moving them is its work;
+  dot); operations that do no arithmetic (broadcast, slice, transpose, concatenate) get none
+  of it -- inside a kernel they are index arithmetic, the reads and writes are the kernel's --
+  unless the whole kernel has no flops (a transpose, a concatenate): then the split is by the
+  elements each operation produces, since moving them is all the work there is;
 * a library call, a loop's own dispatch, a branch: the line of the instruction itself;
 * what has no line (a copy the compiler added) is its own row, "(no source line)", and the
   time between steps (the run loop's own dispatch, argument checks) is "(dispatch between
@@ -89,6 +91,7 @@ class _Builder:
         self.line_time: dict[tuple[str, int], float] = {}
         self.line_kernels: dict[tuple[str, int], list[str]] = {}
         self.no_line = 0.0
+        self.source_file = ""             # the profiled function's or cell's file, when known
 
     # ---- rows ------------------------------------------------------------------------------
 
@@ -148,17 +151,20 @@ class _Builder:
     def split(self, instr: Instruction) -> list[tuple[tuple[str, int | None], float]]:
         """(where, share) of a step's time: see the module docstring."""
         if instr.opcode == "fusion":
-            weights: Counter = Counter()
+            flops: Counter = Counter()
+            moved: Counter = Counter()
             for m in instr.called_computations[0].instructions:
                 if m.opcode in VIEWS:
                     continue
-                flops = instruction_flops(m)[0]
-                weight = flops if flops and m.opcode not in DATA_MOVEMENT else _elements(m.shape)
                 where = (m.location.file, m.location.line) if m.location else ("", None)
-                weights[where] += max(weight, 1)
+                if m.opcode not in DATA_MOVEMENT:
+                    flops[where] += instruction_flops(m)[0]
+                moved[where] += _elements(m.shape)
+            # (by flops; a kernel without any -- a transpose, a concatenate -- by elements made)
+            weights = flops if sum(flops.values()) else moved
             total = sum(weights.values())
             if total:
-                return [(where, w / total) for where, w in weights.items()]
+                return [(where, w / total) for where, w in weights.items() if w]
         loc = instr.location
         return [((loc.file, loc.line) if loc else ("", None), 1.0)]
 
@@ -270,6 +276,8 @@ class _Builder:
         return linecache.getline(file, line) if file else ""
 
     def source_file_of(self, line: int) -> str:
+        if self.source_file:
+            return self.source_file
         for c in self.comp.hlo.computations:
             for i in c.instructions:
                 if i.location is not None and i.location.line == line:
@@ -293,6 +301,7 @@ def _time_text(seconds: float) -> str:
 def build_profile(comp: Compilation, timed: TimedRuns, limits: MachineLimits, *, name: str,
                   source_file: str, source_lines: list[tuple[int, str]]) -> Profile:
     b = _Builder(comp, timed, limits)
+    b.source_file = source_file
     b.steps()
     limits = _observed_limits(b.rows, limits)
     for row in b.rows:

@@ -173,13 +173,16 @@ def _summary(per_run: list, call_s: float) -> TimedRuns:
     kept = sorted(per_run, key=lambda r: r[0])[:max(1, (len(per_run) + 1) // 2)]
     n = len(kept)
     out = TimedRuns(len(per_run), call_s, sum(r[0] for r in kept) / n)
+    # (sums first, one division last: a step called once per run has calls == 1.0 exactly)
+    sums: dict[tuple[str, str], list] = {}
     for _, records, _ in kept:
-        for (program, instr), (excl, incl, calls) in records.items():
-            step = out.steps.setdefault((program, instr), StepTime(program, instr))
-            step.exclusive_s += excl * 1e-9 / n
-            step.inclusive_s += incl * 1e-9 / n
-            step.calls += calls / n
+        for key, (excl, incl, calls) in records.items():
+            total = sums.setdefault(key, [0, 0, 0])
+            total[0], total[1], total[2] = total[0] + excl, total[1] + incl, total[2] + calls
+    for (program, instr), (excl, incl, calls) in sums.items():
+        out.steps[(program, instr)] = StepTime(program, instr, excl * 1e-9 / n, incl * 1e-9 / n, calls / n)
     for _, _, runs in kept:
         for program, count in runs.items():
-            out.program_runs[program] = out.program_runs.get(program, 0.0) + count / n
+            out.program_runs[program] = out.program_runs.get(program, 0) + count
+    out.program_runs = {program: count / n for program, count in out.program_runs.items()}
     return out
