@@ -12,6 +12,7 @@ for a cell, ``python -m nbxla profile FILE.py:FUNC --arg f32[...]`` in a termina
 from __future__ import annotations
 
 import inspect
+from collections import Counter
 from typing import Callable
 
 from ..compiler import Compilation
@@ -82,5 +83,14 @@ def profile_cell(prepared, source: str, filename: str, *, name: str | None = Non
     program = prepared.cell.program
     inputs = [prepared.inputs.leaves[i] for i in program.param_leaves]
     lines = list(enumerate(source.splitlines(), 1))
-    return profile_compilation(prepared.compilation, inputs, name=name, source_file=filename,
+    return profile_compilation(prepared.compilation, inputs, name=name,
+                               source_file=_cell_file(prepared.compilation, filename),
                                source_lines=lines, min_runs=min_runs, budget_s=budget_s)
+
+
+def _cell_file(comp: Compilation, filename: str) -> str:
+    """The name the cell's instructions carry as their file: ``filename``, or the label the
+    notebook shows (``Cell In[5]``) when the cell was traced under that."""
+    files = Counter(i.location.file for c in comp.hlo.computations for i in c.instructions
+                    if i.location is not None)
+    return filename if filename in files or not files else files.most_common(1)[0][0]

@@ -39,6 +39,7 @@ DISPATCH = "(dispatch between steps, arguments, results)"
 # Instructions that only name or rearrange values in a program (no work of their own).
 VIEWS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape"})
 LIBRARY = frozenset({"dot", "convolution", "sort", "custom-call"})
+SLICING = frozenset({"slice", "dynamic-slice", "gather"})
 MAX_FUSION_DECISIONS = 12
 # Kernels this large run from memory, not the caches: what they reach, the machine can.
 LARGE_BYTES = 64 << 20
@@ -51,6 +52,26 @@ def _elements(shape) -> int:
 
 def _bytes(shape) -> int:
     return shape.byte_size
+
+
+def kernel_bytes_read(instr: Instruction) -> int:
+    """Bytes a step reads: its operands, except that a fused kernel reading an operand only
+    through slices (a loop body's ``a[i]``) reads just those slices."""
+    if instr.opcode != "fusion":
+        return sum(_bytes(o.shape) for o in dict.fromkeys(instr.operands))
+    comp = instr.called_computations[0]
+    users: dict[int, list[Instruction]] = {}
+    for i in comp.instructions:
+        for o in i.operands:
+            users.setdefault(id(o), []).append(i)
+    total = 0
+    for param in comp.parameters:
+        readers = users.get(id(param), [])
+        if readers and all(u.opcode in SLICING and u.operands[0] is param for u in readers):
+            total += min(_bytes(param.shape), sum(_bytes(u.shape) for u in readers))
+        else:
+            total += _bytes(param.shape)
+    return total
 
 
 def dot_kind(instr: Instruction) -> str:
@@ -92,6 +113,7 @@ class _Builder:
         self.line_kernels: dict[tuple[str, int], list[str]] = {}
         self.no_line = 0.0
         self.source_file = ""             # the profiled function's or cell's file, when known
+        self.source_lines: dict[int, str] = {}
 
     # ---- rows ------------------------------------------------------------------------------
 
@@ -130,7 +152,7 @@ class _Builder:
         flops = bytes_read = bytes_written = 0.0
         if kind in ("kernel", "library", "interpreted"):
             flops = instruction_flops(instr)[0] * calls
-            bytes_read = sum(_bytes(o.shape) for o in dict.fromkeys(instr.operands)) * calls
+            bytes_read = kernel_bytes_read(instr) * calls
             bytes_written = _bytes(instr.shape) * calls
         row = KernelRow(instr.name, program, kind, how, calls, seconds, flops, bytes_read, bytes_written,
                         in_native_loop=in_native_loop)
@@ -272,6 +294,8 @@ class _Builder:
         return out
 
     def source_text(self, line: int) -> str:
+        if line in self.source_lines:
+            return self.source_lines[line]
         file = self.source_file_of(line)
         return linecache.getline(file, line) if file else ""
 
@@ -301,7 +325,7 @@ def _time_text(seconds: float) -> str:
 def build_profile(comp: Compilation, timed: TimedRuns, limits: MachineLimits, *, name: str,
                   source_file: str, source_lines: list[tuple[int, str]]) -> Profile:
     b = _Builder(comp, timed, limits)
-    b.source_file = source_file
+    b.source_file, b.source_lines = source_file, dict(source_lines)
     b.steps()
     limits = _observed_limits(b.rows, limits)
     for row in b.rows:
@@ -309,7 +333,8 @@ def build_profile(comp: Compilation, timed: TimedRuns, limits: MachineLimits, *,
     loops, loop_decisions = b.loops()
     decisions = sorted(loop_decisions + b.fusion_decisions(),
                        key=lambda d: (d.line is None, d.line or 0, d.kind))
-    lines = [LineTime(file, line, t, linecache.getline(file, line).rstrip("\n"),
+    lines = [LineTime(file, line, t, b.source_lines.get(line, "") if file == source_file else
+                      linecache.getline(file, line).rstrip("\n"),
                       b.line_kernels.get((file, line), []))
              for (file, line), t in sorted(b.line_time.items(), key=lambda kv: (kv[0][0] != source_file, kv[0]))]
     unattributed = {NO_LINE: b.no_line, DISPATCH: b.dispatch}

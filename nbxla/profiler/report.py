@@ -247,9 +247,8 @@ def classify(row: KernelRow, limits: MachineLimits) -> None:
         in_cache = row.bytes / max(row.calls, 1) < CACHE_BYTES
         if per_call < OVERHEAD_US and (model_s < 0.5 * row.seconds or in_cache):
             row.bound = "overhead"
-            row.verdict = (f"overhead bound: {per_call:.1f} us of work per call "
-                           f"(the roofs allow {model_s / max(row.calls, 1) * 1e6:.2f} us): "
-                           "more work per call helps, not faster code")
+            row.verdict = (f"overhead bound: {per_call:.2f} us of work per call: more work per call "
+                           "helps, not faster code")
         elif row.intensity < limits.ridge:
             row.bound = "memory"
             row.verdict = (f"memory bound, above the memory roof ({frac_bw:.2f}): its data stays in the "
