@@ -17,6 +17,7 @@ import { diffLines, withContext, MAX_EDITS } from './diff';
 import { humanBytes, humanCount, humanMs } from './format';
 import { dotToSvg, svgDataUri } from './graph';
 import { highlightLine, lineFacts, passSnapshots } from './hlo';
+import { profileExtension } from './profile';
 
 export const MIME_TYPE = 'application/vnd.nbxla.stages+json';
 
@@ -655,4 +656,5 @@ const extension: IRenderMime.IExtension = {
   dataType: 'json'
 };
 
-export default extension;
+// The stage viewer and the profile view (profile.ts): one package, two MIME renderers.
+export default [extension, profileExtension];
