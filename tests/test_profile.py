@@ -167,6 +167,9 @@ def test_profile_stage_and_errors():
         comp.stage("profile")
     nbxla.profile(f, **FAST)(x)
     assert "profile" in comp.stages and "time per source line" in comp.stage("profile")
+    from nbxla.jupyter.stage_view import StageView
+    bundle = StageView(comp)._repr_mimebundle_()
+    assert "profile: time per kernel" in bundle["text/html"] and "time per source line" in bundle["text/html"]
     evaluated = compile_module(comp.hlo, "evaluator")
     with pytest.raises(ProfileError, match="CPU backend"):
         profile_compilation(evaluated, inputs)

@@ -32,7 +32,8 @@ const STAGE_TITLES: Record<string, string> = {
   llvm_ir: 'LLVM IR',
   llvm_ir_optimized: "LLVM IR after LLVM's optimizations",
   asm: 'machine code (assembly)',
-  ptx: 'PTX (CUDA)'
+  ptx: 'PTX (CUDA)',
+  profile: 'profile: time per kernel and per source line, verdicts, decisions'
 };
 
 interface Kernel {
