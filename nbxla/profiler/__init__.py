@@ -12,6 +12,7 @@ for a cell, ``python -m nbxla profile FILE.py:FUNC --arg f32[...]`` in a termina
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections import Counter
 from typing import Callable
 
@@ -25,6 +26,12 @@ from .report import Profile
 
 __all__ = ["profile", "profile_compilation", "profile_cell", "Profile", "MachineLimits", "machine_limits",
            "ProfileError"]
+
+
+# Per executable with native loops, its host-driven twin (compiled once, while it lives).
+_TWINS: "weakref.WeakKeyDictionary[CpuExecutable, CpuExecutable]" = weakref.WeakKeyDictionary()
+# The attribute of a plain function profiled that holds its jit function.
+JITTED = "__nbxla_profiled_jit__"
 
 
 class ProfileError(NbxlaError):
@@ -42,7 +49,9 @@ def profile_compilation(comp: Compilation, inputs: list, *, name: str | None = N
                            "profile it with device='cpu'")
 
     def twin() -> CpuExecutable:        # its loops host-driven: their kernels timed one by one
-        return CpuExecutable(comp.optimized, cpu.plan, compile_loops=False)
+        if cpu not in _TWINS:
+            _TWINS[cpu] = CpuExecutable(comp.optimized, cpu.plan, compile_loops=False)
+        return _TWINS[cpu]
     timed = profile_runs(cpu, inputs, min_runs=min_runs, budget_s=budget_s, twin=twin)
     report = build_profile(comp, timed, machine_limits(), name=name or comp.name,
                            source_file=source_file, source_lines=source_lines or [])
@@ -66,7 +75,13 @@ def profile(fn: Callable, *, device: str = "cpu", min_runs: int = MIN_RUNS,
     per-step timing, and return the ``Profile``.  ``f`` may be a plain function or an
     ``nbxla.jit`` function (then its cache and compilations are used)."""
     from ..api import CompiledFunction, jit
-    compiled = fn if isinstance(fn, CompiledFunction) else jit(fn, device=device)
+    compiled = fn if isinstance(fn, CompiledFunction) else getattr(fn, JITTED, None)
+    if not isinstance(compiled, CompiledFunction) or compiled.device != device:
+        compiled = jit(fn, device=device)
+        try:                            # (kept on the function: profiling it again reuses the
+            setattr(fn, JITTED, compiled)   # compilation, and both go when the function goes)
+        except (AttributeError, TypeError):
+            pass
 
     def run(*args, **kwargs) -> Profile:
         comp, inputs = compiled.compiled_inputs(*args, **kwargs)
