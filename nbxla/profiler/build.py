@@ -125,7 +125,7 @@ class _Builder:
             return "kernel", f"native kernel ({kind}), called from the loop's C function"
         if op == "while":
             how = cpu.loops.get(name, "host-driven")
-            if how.startswith("native"):
+            if how.startswith("native:"):
                 return "native-loop", "native loop: one C function runs it"
             return "loop", f"host loop: dispatch between its iterations ({how})"
         if op in ("conditional", "call"):
@@ -199,7 +199,12 @@ class _Builder:
             if self.kind_of(instr)[0] == "native-loop" and name in timed.native_loops:
                 self.native_loop(instr, program, step)
                 continue
-            self.add_row(instr, program, step.exclusive_s, step.calls)
+            row = self.add_row(instr, program, step.exclusive_s, step.calls)
+            if row.kind == "loop":
+                trips, _ = self.trips(instr)
+                if trips:
+                    row.how = (f"host loop: {row.seconds / (trips * row.calls) * 1e6:.2f} us of dispatch per "
+                               f"iteration ({trips:g} iterations; {self.runs_as(instr)})")
         self.dispatch = max(0.0, timed.total_s - timed.steps_s)
 
     def native_loop(self, instr: Instruction, program: str, step: StepTime) -> None:
@@ -244,6 +249,14 @@ class _Builder:
                       if i.opcode == "fusion" or i.opcode in LIBRARY or i.name in self.cpu.kernel_symbols)
         return (runs / execs if runs is not None and execs else None), kernels
 
+    def runs_as(self, instr: Instruction) -> str:
+        """How a while runs, in words (the executable's record for the entry's loops)."""
+        if instr.name in self.cpu.loops:
+            return self.cpu.loops[instr.name]
+        if instr.parent is self.comp.optimized.entry:
+            return "native loops are off (NBXLA_NATIVE_LOOPS=0)"
+        return "inside another loop"
+
     def loops(self) -> tuple[list[LoopInfo], list[Decision]]:
         whiles: dict[int, list[Instruction]] = {}
         for c in self.comp.optimized.computations:
@@ -258,7 +271,7 @@ class _Builder:
                 instr = whiles[line].pop(0)
                 info.while_name = instr.name
                 info.trips, info.body_kernels = self.trips(instr)
-                info.runs_as = self.cpu.loops.get(instr.name, "host-driven (inside another loop)")
+                info.runs_as = self.runs_as(instr)
                 trips = "?" if info.trips is None else f"{info.trips:g}"
                 text = (f"{keyword} rolled into a while (trip count {trips}), body = "
                         f"{info.body_kernels} kernel{'s' if info.body_kernels != 1 else ''}; "
@@ -315,7 +328,7 @@ def _keyword(text: str) -> str:
 
 
 def _runs_as(how: str) -> str:
-    return "one native C function" if how.startswith("native") else f"host-driven ({how})"
+    return "one native C function" if how.startswith("native:") else f"host-driven ({how})"
 
 
 def _time_text(seconds: float) -> str:

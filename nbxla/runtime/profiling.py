@@ -30,6 +30,8 @@ from .cpu_executable import CpuExecutable
 MIN_RUNS = 3
 MAX_RUNS = 2000
 BUDGET_S = 0.3
+# Step times kept over all timed runs at most (runs x steps): a program of many steps runs fewer times.
+MAX_KEPT_TIMES = 200_000
 
 
 @dataclass
@@ -147,7 +149,9 @@ def profile_runs(cpu: CpuExecutable, inputs: list, *, min_runs: int = MIN_RUNS,
     per_run: list[tuple[float, dict, dict]] = []
     spent, start_all = 0.0, time.perf_counter()
     with timing_hooks(cpu) as (records, runs):
-        while len(per_run) < MAX_RUNS and (len(per_run) < min_runs or spent < budget_s):
+        # (each run's step times are kept until the faster half is chosen: bounded in all)
+        most = max(min_runs, min(MAX_RUNS, MAX_KEPT_TIMES // max(1, len(records))))
+        while len(per_run) < most and (len(per_run) < min_runs or spent < budget_s):
             for r in records.values():
                 r[0] = r[1] = r[2] = 0
             for c in runs.values():
@@ -160,7 +164,7 @@ def profile_runs(cpu: CpuExecutable, inputs: list, *, min_runs: int = MIN_RUNS,
             spent = time.perf_counter() - start_all
     call_s = _normal_call_s(cpu, inputs, max(min_runs, min(len(per_run), 200)))
     result = _summary(per_run, call_s)
-    native = [name for name, how in cpu.loops.items() if how.startswith("native")]
+    native = [name for name, how in cpu.loops.items() if how.startswith("native:")]
     if native and twin is not None:
         host = twin()
         inner = profile_runs(host, inputs, min_runs=min_runs, budget_s=budget_s)
