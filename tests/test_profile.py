@@ -224,3 +224,68 @@ def test_xla_magic_profile(shell):
     assert shell.user_ns["m"] == pytest.approx(4.0)
     result, out = run(shell, "%xla_ir profile")
     assert result.success and "time per source line" in out
+
+
+# ---- the verdict's thresholds, both sides of each (synthetic rows: no timing involved) -------
+
+def _row(seconds, calls=1, flops=0.0, read=0.0, written=0.0, kind="kernel"):
+    from nbxla.profiler.report import KernelRow
+    return KernelRow("k", "p", kind, "native kernel (kLoop)", calls, seconds, flops, read, written)
+
+
+def _limits():
+    from nbxla.profiler.machine import MachineLimits
+    return MachineLimits(read_gbs=10.0, copy_gbs=8.0, peak_gflops=100.0, threads=2)   # ridge: 10 flops/byte
+
+
+@pytest.mark.parametrize("intensity, bound", [(9.0, "memory"), (11.0, "compute")])
+def test_the_ridge_separates_memory_from_compute_bound(intensity, bound):
+    from nbxla.profiler.report import classify
+    nbytes = 64 << 20
+    row = _row(seconds=0.5, read=nbytes, flops=intensity * nbytes)
+    classify(row, _limits())
+    assert row.bound == bound and row.verdict.startswith(f"{bound} bound")
+
+
+@pytest.mark.parametrize("fraction, at_roof", [(0.7, True), (0.5, False), (1.5, None)])
+def test_at_the_memory_roof_or_below_it(fraction, at_roof):
+    from nbxla.profiler.report import AT_ROOF, classify
+    nbytes = 64 << 20
+    row = _row(seconds=nbytes / (fraction * 10e9), read=nbytes, flops=nbytes)
+    classify(row, _limits())
+    assert row.bandwidth_fraction == pytest.approx(fraction)
+    if at_roof is None:
+        assert "above the memory roof" in row.verdict
+    elif at_roof:
+        assert fraction >= AT_ROOF and "only less traffic helps" in row.verdict
+    else:
+        assert "below the roof" in row.verdict
+
+
+@pytest.mark.parametrize("us, overhead", [(OVERHEAD_US * 0.5, True), (OVERHEAD_US * 2, False)])
+def test_overhead_bound_below_the_per_call_threshold(us, overhead):
+    from nbxla.profiler.report import classify
+    row = _row(seconds=us * 1e-6, read=1024, flops=256)            # far below both roofs
+    classify(row, _limits())
+    assert (row.bound == "overhead") == overhead, row.verdict
+
+
+def test_library_and_loop_rows_keep_their_kind():
+    from nbxla.profiler.report import classify
+    row = _row(seconds=1e-3, flops=2e9, kind="library")
+    row.how = "BLAS GEMM f32[1000,1000] x f32[1000,1000]"
+    classify(row, _limits())
+    assert row.bound == "library" and row.verdict.startswith("library call: BLAS GEMM")
+    assert row.flops_fraction == pytest.approx(20.0)
+
+
+def test_large_kernels_raise_a_low_calibration(monkeypatch, tmp_path):
+    from nbxla.profiler import machine
+    monkeypatch.setenv("NBXLA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(machine, "_measured", None)
+    low = _limits()
+    raised = machine.raise_limits(low, read_gbs=12.0, copy_gbs=5.0)
+    assert (raised.read_gbs, raised.copy_gbs, raised.peak_gflops) == (12.0, 8.0, 100.0)
+    with open(tmp_path / machine.FILE) as f:
+        assert json.load(f)["read_gbs"] == 12.0
+    assert machine.raise_limits(raised, read_gbs=11.0) == raised       # never lowered
