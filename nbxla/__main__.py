@@ -71,7 +71,7 @@ class _UsageError(NbxlaError):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m nbxla", description="nbxla command line: run HLO files, show the running example, "
-        "compile ahead of time.")
+        "compile ahead of time, profile a function.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run-hlo", help="parse and run an HLO text file, optionally checking outputs",

@@ -9,6 +9,7 @@ machine's measured bandwidth and peak flops as the roofs).
 
 from __future__ import annotations
 
+import base64
 import io
 
 from ..profiler.report import VIEWS
@@ -150,7 +151,7 @@ class ProfileView:
         decisions = "".join(f"<li>{h.esc(d.to_text())}</li>" for d in p.decisions)
         decisions = (f'<div style="margin-top: 6px;"><b>decisions</b><ul class="nbxla-profile-decisions" '
                      f'style="margin: 2px 0;">{decisions}</ul></div>') if decisions else ""
-        b64 = __import__("base64").b64encode(self.png()).decode("ascii")
+        b64 = base64.b64encode(self.png()).decode("ascii")
         chart = (f'<img class="nbxla-roofline" src="data:image/png;base64,{b64}" '
                  f'alt="roofline: one point per kernel" style="max-width: 100%; width: 640px;"/>')
         body = (head + '<div style="margin: 4px 0;"><b>time per source line</b></div>' + self.lines_html()

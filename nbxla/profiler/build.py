@@ -104,14 +104,15 @@ class _Builder:
             for i in c.instructions:
                 self.instrs[(c.name, i.name)] = i
         self.rows: list[KernelRow] = []
-        self.twin_kernels: set[str] = set()     # standalone kernel ops inside native loops
+        self.own_kernels: set[str] = set()      # standalone kernel ops (named as in native loops)
         for c in comp.optimized.computations:
             for i in c.instructions:
                 if i.opcode in OWN_KERNEL:
-                    self.twin_kernels.add(i.name)
+                    self.own_kernels.add(i.name)
         self.line_time: dict[tuple[str, int], float] = {}
         self.line_kernels: dict[tuple[str, int], list[str]] = {}
-        self.no_line = 0.0
+        self.no_line = 0.0                # seconds of steps without a source line
+        self.dispatch = 0.0               # seconds of a run outside every step
         self.source_file = ""             # the profiled function's or cell's file, when known
         self.source_lines: dict[int, str] = {}
 
@@ -119,7 +120,7 @@ class _Builder:
 
     def kind_of(self, instr: Instruction, in_native_loop: bool = False) -> tuple[str, str]:
         cpu, name, op = self.cpu, instr.name, instr.opcode
-        if in_native_loop and (op == "fusion" or name in self.twin_kernels):
+        if in_native_loop and (op == "fusion" or name in self.own_kernels):
             # (compiled into the loop's C function: the main executable has no symbol for it)
             kind = instr.attrs.get("kind", "kLoop") if op == "fusion" else op
             return "kernel", f"native kernel ({kind}), called from the loop's C function"
@@ -212,8 +213,8 @@ class _Builder:
         twin = self.timed.native_loops[instr.name]
         inside = {c.name for c in program_computations_of(instr)}
         # (only the work: the twin's per-iteration views and dispatch do not exist natively)
-        parts = [(key, s) for key, s in twin.steps.items() if key[0] in inside and s.calls
-                 and key in self.instrs and self.kind_of(self.instrs[key], True)[0] != "view"]
+        parts = [(key, s) for key, s in twin.steps.items() if key[0] in inside and s.calls and key in self.instrs
+                 and self.kind_of(self.instrs[key], True)[0] in ("kernel", "library", "interpreted")]
         measured = sum(s.exclusive_s for _, s in parts)
         loop = self.add_row(instr, program, 0.0, step.calls)
         loop.how = loop.verdict = (f"native loop: one C function, {_time_text(step.exclusive_s)} in all; "
