@@ -383,9 +383,10 @@ def program_verdict(rows: list[KernelRow], timed: TimedRuns) -> str:
                 f"%{top.name}{where}; per-call costs dominate: do more work per call (vectorize the "
                 "loop over whole arrays)")
     if timed.call_s < 100e-6 and (work < 0.5 * timed.call_s or (busy and busy[0].bound == "overhead")):
-        return (f"overhead bound: {work * 1e6:.1f} us of work in a {timed.call_s * 1e6:.1f} us call; "
-                "fixed per-call costs dominate: give each call more work (a batch), or leave such "
-                "small arrays to NumPy")
+        calls = sum(r.calls for r in rows if r.kind in ("kernel", "library", "interpreted")) or 1
+        return (f"overhead bound: a {timed.call_s * 1e6:.1f} us call of {calls:.0f} kernel call(s), "
+                f"{work / calls * 1e6:.2f} us of work each; fixed per-call costs dominate: give each "
+                "call more work (a batch), or leave such small arrays to NumPy")
     if not busy:
         return "no work measured"
     top = busy[0]
