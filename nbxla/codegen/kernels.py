@@ -2,7 +2,7 @@
 
 Each style lives in a module of its own and knows nothing of the others' existence; this module
 picks one per fused computation (or standalone op) in order from most to least specialized:
-scatter and reduce-window kernels, then a whole-array reduction, a column reduction (grouped
+scatter, reduce-window and convolution kernels, then a whole-array reduction, a column reduction (grouped
 when few columns), a row reduction, and the elementwise loop kernel for everything else.
 """
 
@@ -20,6 +20,7 @@ from . import column_groups
 from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel,
                     emit_reduction_kernel, emit_scatter_kernel)
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
+from .convolution import emit_convolution_kernel
 from .windows import emit_reduce_window_kernel
 
 
@@ -29,6 +30,8 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
         return emit_scatter_kernel(module, name, comp)
     if comp.root.opcode == "reduce-window":
         return emit_reduce_window_kernel(module, name, comp)
+    if comp.root.opcode == "convolution":
+        return emit_convolution_kernel(module, name, comp)
     if any(i.opcode == "reduce" for i in comp.instructions):
         plan = full_reduction_plan(comp)
         if plan is not None:

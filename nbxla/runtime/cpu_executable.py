@@ -232,6 +232,8 @@ class CpuExecutable:
             thunk, why = library_thunk(instr, rule_thunk)
             if thunk is not None:
                 self.library_calls[instr.name] = op
+                # (a convolution its own kernel refused, the reason recorded above, runs here)
+                self.interpreted_ops.pop(instr.name, None)
                 return thunk
             if why is not None:
                 self.interpreted_ops[instr.name] = why
@@ -434,7 +436,7 @@ class CpuExecutable:
             return f"library call: {thunk.how} (NumPy's BLAS{threads})"
         if instr.name in self.library_calls:
             return {"sort": "library call: NumPy's stable argsort/lexsort",
-                    "convolution": "library call: im2col + np.matmul",
+                    "convolution": f"library call: {getattr(thunk, 'how', 'BLAS GEMM')}",
                     "custom-call": f"library call: {getattr(thunk, 'how', 'LAPACK')}"}[instr.opcode]
         if instr.opcode in ("while", "conditional", "call"):
             names = ", ".join(f"%{c.name}" for c in program_callees(instr))
