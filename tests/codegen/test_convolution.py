@@ -1,0 +1,214 @@
+"""The native convolution kernel (codegen/convolution.py): depthwise and narrowly grouped
+convolutions in every layout, with strides, padding (also negative), rhs and lhs dilation,
+reversal, channel multipliers, f32 / f64 / bf16 -- checked against the reference evaluator,
+and against XLA:CPU (``jax.lax.conv_general_dilated``) where JAX is installed.  Both sides of
+each threshold (inputs per group, taps, the parallel split) are run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nbxla.codegen import convolution as native
+from nbxla.hlo import Builder, Module, Shape
+from nbxla.hlo.attributes import ConvDimensionNumbers, Window, WindowDim
+from nbxla.hlo.evaluator import evaluate, flatten
+from nbxla.runtime.cpu_kernels import KernelThunk
+from nbxla.runtime.executable import build_executable
+from nbxla.testing import compare_arrays
+
+
+def conv_module(x_shape, k_shape, t, labels, window, groups) -> Module:
+    dn = ConvDimensionNumbers.from_text(labels) if isinstance(labels, str) else labels
+    b = Builder("conv")
+    x = b.parameter(Shape(t, x_shape), "x")
+    k = b.parameter(Shape(t, k_shape), "k")
+    b.op("convolution", x, k, dim_labels=dn, window=window, feature_group_count=groups, name="conv")
+    return Module("conv", b.build())
+
+
+def run_checked(module: Module, seed: int = 0, expect_native: bool = True):
+    """Compile, run, compare with the evaluator; returns (result, the executable's native object)."""
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(p.shape.dims).astype(p.shape.dtype) for p in module.entry.parameters]
+    executable = build_executable(module, "cpu")
+    (got,) = executable.run(inputs)
+    (want,) = flatten(evaluate(module, inputs))
+    ok, detail = compare_arrays(got, want)
+    assert ok, detail
+    nat = executable.native
+    assert nat.interpreted_ops == {}
+    assert ("conv" not in nat.library_calls) == expect_native, nat.library_calls
+    return got, nat, inputs
+
+
+def nhwc(n, h, w, c, k, mult=1, t="f32", **window):
+    """A depthwise NHWC / HWIO convolution (channel multiplier ``mult``)."""
+    win = Window((WindowDim(k, **window), WindowDim(k, **window)))
+    return conv_module((n, h, w, c), (k, k, 1, c * mult), t, "b01f_01io->b01f", win, c)
+
+
+def nchw(n, c, h, w, k, t="f32", **window):
+    win = Window((WindowDim(k, **window), WindowDim(k, **window)))
+    return conv_module((n, c, h, w), (c, 1, k, k), t, "bf01_oi01->bf01", win, c)
+
+
+WINDOWS = [dict(), dict(pad_low=1, pad_high=1), dict(stride=2, pad_low=0, pad_high=1), dict(stride=2, pad_low=1, pad_high=1),
+           dict(window_dilation=2, pad_low=2, pad_high=2), dict(pad_low=-1, pad_high=2), dict(stride=3, pad_low=2, pad_high=0),
+           dict(base_dilation=2, pad_low=1, pad_high=1), dict(reversal=True, pad_low=1, pad_high=0)]
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=lambda w: ",".join(f"{k}={v}" for k, v in w.items()) or "valid")
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_depthwise_windows_in_both_layouts(window, layout):
+    # 19 channels / width 13: vector lanes and a remainder
+    module = nhwc(2, 11, 13, 19, 3, **window) if layout == "nhwc" else nchw(2, 19, 11, 13, 3, **window)
+    run_checked(module)
+
+
+@pytest.mark.parametrize("t", ["f32", "f64", "bf16"])
+def test_element_types(t):
+    got, _, _ = run_checked(nhwc(1, 9, 9, 16, 3, t=t, pad_low=1, pad_high=1))
+    assert got.dtype == Shape(t).dtype
+
+
+def test_bf16_operands_with_f32_result():
+    b = Builder("conv")
+    x = b.parameter(Shape("bf16", (1, 6, 6, 8)), "x")
+    k = b.parameter(Shape("bf16", (3, 3, 1, 8)), "k")
+    b.op("convolution", x, k, dim_labels=ConvDimensionNumbers.from_text("b01f_01io->b01f"),
+         window=Window((WindowDim(3), WindowDim(3))), feature_group_count=8, name="conv",
+         shape=Shape("f32", (1, 4, 4, 8)))
+    got, _, _ = run_checked(Module("conv", b.build()))
+    assert got.dtype == np.float32
+
+
+def test_channel_multiplier_and_kernel_sizes():
+    run_checked(nhwc(1, 8, 8, 6, 3, mult=3, stride=2, pad_low=1, pad_high=1))
+    run_checked(nhwc(1, 12, 12, 10, 5, pad_low=2, pad_high=2))
+    run_checked(nhwc(1, 5, 5, 4, 1))                      # a 1x1 depthwise: a per-channel scale
+
+
+def test_one_and_three_spatial_dims_and_odd_label_orders():
+    one = conv_module((3, 17, 12), (3, 1, 12), "f32", "b0f_0io->b0f", Window((WindowDim(3, pad_low=1, pad_high=1),)), 12)
+    run_checked(one)
+    three = conv_module((1, 5, 6, 7, 8), (3, 3, 3, 1, 8), "f32", "b012f_012io->b012f",
+                        Window(tuple(WindowDim(3, pad_low=1, pad_high=1) for _ in range(3))), 8)
+    run_checked(three)
+    # features first in the input, batch minor in the output, kernel output feature first
+    odd = conv_module((6, 9, 8, 2), (6, 3, 3, 1), "f32", "f01b_o01i->0bf1",
+                      Window((WindowDim(3, stride=2), WindowDim(3, pad_low=1, pad_high=1))), 6)
+    run_checked(odd)
+
+
+@pytest.mark.parametrize("inputs_per_group", [native.MAX_GROUP_INPUTS, native.MAX_GROUP_INPUTS + 1])
+def test_inputs_per_group_threshold(inputs_per_group):
+    groups = 3
+    # (a 2x2 window: 8 inputs per group make 32 taps, under MAX_TAPS)
+    module = conv_module((1, 7, 7, groups * inputs_per_group), (2, 2, inputs_per_group, groups * 2), "f32",
+                         "b01f_01io->b01f", Window((WindowDim(2), WindowDim(2))), groups)
+    run_checked(module, expect_native=inputs_per_group <= native.MAX_GROUP_INPUTS)
+
+
+@pytest.mark.parametrize("size", [8, 9])
+def test_taps_threshold(size):
+    # 8x8 = 64 taps unroll; 9x9 = 81 do not and run as BLAS GEMMs
+    assert (size * size <= native.MAX_TAPS) == (size == 8)
+    run_checked(nhwc(1, 12, 12, 4, size), expect_native=size == 8)
+
+
+@pytest.mark.parametrize("height", [4, 200])
+def test_small_runs_inline_and_large_splits_over_threads(height):
+    module = nhwc(1, height, 64, 32, 3, pad_low=1, pad_high=1)
+    _, nat, _ = run_checked(module)
+    (thunk,) = [step[0] for step in nat.programs[module.entry.name].steps if isinstance(step[0], KernelThunk)]
+    assert thunk.parallel == (height == 200)
+
+
+def test_refused_convolutions_say_why():
+    b = Builder("conv")
+    x = b.parameter(Shape("s32", (1, 5, 5, 4)), "x")
+    k = b.parameter(Shape("s32", (3, 3, 1, 4)), "k")
+    conv = b.op("convolution", x, k, dim_labels=ConvDimensionNumbers.from_text("b01f_01io->b01f"),
+                window=Window((WindowDim(3), WindowDim(3))), feature_group_count=4, name="conv")
+    assert "s32" in native.native_convolution_refusal(conv)
+    module = Module("conv", b.build())
+    executable = build_executable(module, "cpu")
+    rng = np.random.default_rng(1)
+    xs = [rng.integers(-4, 4, p.shape.dims).astype(np.int32) for p in module.entry.parameters]
+    assert np.array_equal(executable.run(xs)[0], flatten(evaluate(module, xs))[0])
+    assert "s32" in executable.native.interpreted_ops["conv"]
+
+
+@st.composite
+def depthwise_cases(draw):
+    """Depthwise-style convolutions with enough channels for vector lanes and remainders."""
+    rank = draw(st.integers(1, 2))
+    channels = draw(st.integers(1, 40))
+    mult = draw(st.sampled_from([1, 1, 2]))
+    group_inputs = draw(st.sampled_from([1, 1, 2, 3]))
+    n = draw(st.integers(1, 2))
+    spatial = [draw(st.integers(1, 12)) for _ in range(rank)]
+    window = Window(tuple(WindowDim(draw(st.integers(1, 4)), stride=draw(st.integers(1, 3)),
+                                    pad_low=draw(st.integers(-1, 3)), pad_high=draw(st.integers(-1, 3)),
+                                    base_dilation=draw(st.sampled_from([1, 1, 1, 2])),
+                                    window_dilation=draw(st.integers(1, 2)), reversal=draw(st.booleans()))
+                          for _ in range(rank)))
+    channels_last = draw(st.booleans())
+    labels = ("b" + "".join(map(str, range(rank))) + "f_" + "".join(map(str, range(rank))) + "io->b"
+              + "".join(map(str, range(rank))) + "f") if channels_last else \
+        ("bf" + "".join(map(str, range(rank))) + "_oi" + "".join(map(str, range(rank))) + "->bf"
+         + "".join(map(str, range(rank))))
+    c_in, c_out = channels * group_inputs, channels * mult
+    sizes = [w.size for w in window.dims]
+    x = (n, *spatial, c_in) if channels_last else (n, c_in, *spatial)
+    k = (*sizes, group_inputs, c_out) if channels_last else (c_out, group_inputs, *sizes)
+    t = draw(st.sampled_from(["f32", "f32", "f64", "bf16"]))
+    return x, k, t, labels, window, channels, draw(st.integers(0, 1000))
+
+
+@given(depthwise_cases())
+@settings(max_examples=60, deadline=None)
+def test_random_depthwise_against_the_evaluator(case):
+    x, k, t, labels, window, groups, seed = case
+    from nbxla.hlo.shape_inference import window_output_size
+    spatial = x[1:-1] if labels.startswith("b0") else x[2:]
+    if any(window_output_size(s, w) == 0 for s, w in zip(spatial, window.dims)):
+        return          # an empty result: nothing for the kernel to compute
+    module = conv_module(x, k, t, labels, window, groups)
+    # (one channel is a dense convolution: the BLAS path)
+    run_checked(module, seed, expect_native=groups > 1)
+    assert (native.native_convolution_refusal(module.entry.root) is None) == (groups > 1)
+
+
+# ---- XLA:CPU as a second oracle -------------------------------------------------------------
+
+JAX_CASES = [
+    # (layout, n, h, w, c, k, stride, padding, rhs dilation, multiplier)
+    ("NHWC", 1, 20, 20, 32, 3, 1, (1, 1), 1, 1),
+    ("NHWC", 2, 15, 16, 24, 3, 2, (0, 1), 1, 1),
+    ("NCHW", 1, 14, 14, 16, 3, 1, (1, 1), 1, 1),
+    ("NHWC", 1, 17, 17, 8, 3, 1, (2, 2), 2, 2),
+    ("NCHW", 1, 10, 11, 8, 5, 2, (2, 2), 1, 1),
+]
+
+
+@pytest.mark.parametrize("case", JAX_CASES)
+def test_matches_xla_cpu(case):
+    jax = pytest.importorskip("jax")
+    from jax import lax
+    layout, n, h, w, c, k, stride, (lo, hi), dil, mult = case
+    win = Window(tuple(WindowDim(k, stride=stride, pad_low=lo, pad_high=hi, window_dilation=dil) for _ in range(2)))
+    if layout == "NHWC":
+        module = conv_module((n, h, w, c), (k, k, 1, c * mult), "f32", "b01f_01io->b01f", win, c)
+        dn = ("NHWC", "HWIO", "NHWC")
+    else:
+        module = conv_module((n, c, h, w), (c * mult, 1, k, k), "f32", "bf01_oi01->bf01", win, c)
+        dn = ("NCHW", "OIHW", "NCHW")
+    got, _, (x, kern) = run_checked(module)
+    want = np.asarray(lax.conv_general_dilated(jax.device_put(x), jax.device_put(kern), (stride, stride),
+                                               [(lo, hi), (lo, hi)], rhs_dilation=(dil, dil),
+                                               dimension_numbers=dn, feature_group_count=c))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
