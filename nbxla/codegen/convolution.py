@@ -22,9 +22,11 @@ taps on padding or on holes of lhs (base) dilation, so padding is never loaded. 
 sends everything through the checked body (correct, not fast: it is rare outside
 gradients).
 
-**Epilogue.**  The sum of a point is final when it is stored, so ``epilogue(value, output
-index)`` -- identity here -- is where a bias add or a clamp (relu6) consuming the
-convolution elementwise is applied in the same pass over the output.
+**Epilogue.**  The sum of a point is final when it is stored, so a fusion whose root
+consumes the convolution elementwise (a bias add, relu6's clamp: the runtime folds such a
+consumer into the convolution, ``runtime/conv_epilogue.py``) is computed on the sum in the
+register, by the elemental emitter, and only the fusion's result is stored: one pass over
+the output instead of two.
 
 Precision: f32 and f64 accumulate in their own type; bf16 operands are widened to f32
 (exact), summed in f32 and rounded once at the store, as XLA:CPU's FloatNormalization
@@ -41,8 +43,9 @@ from llvmlite import ir
 from ..errors import UnsupportedError
 from ..hlo.attributes import WindowDim
 from ..hlo.ir import Computation, Instruction
-from .elemental import const_i64, delinearize, row_major_strides
-from .toolkit import counted_loop, entry_alloca, kernel_function, KernelBuffers, KernelSpec, product
+from . import bf16
+from .elemental import const_i64, delinearize, ElementalEmitter, row_major_strides
+from .toolkit import counted_loop, entry_alloca, kernel_function, KernelBuffers, KernelSpec, load_at, product
 
 # Taps (kernel window size x input features per group) unrolled into the innermost loop body.
 # Beyond this the body would be too large to keep its sum in registers, and the convolution
@@ -144,14 +147,40 @@ class _Convolution:
 
 
 def emit_convolution_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
-    """A computation whose root is ``convolution(input, kernel)`` of its parameters."""
-    conv = comp.root
+    """A computation of ``convolution(input, kernel)`` of two of its parameters, either its
+    root or followed by an elementwise epilogue (see ``epilogue_refusal``)."""
+    convs = [i for i in comp.instructions if i.opcode == "convolution"]
+    if len(convs) != 1:
+        raise UnsupportedError(f"a fusion of {len(convs)} convolutions has no native code path")
+    conv = convs[0]
     if any(o.opcode != "parameter" for o in conv.operands):
-        raise UnsupportedError("a fused convolution has no native code path yet")
-    why = native_convolution_refusal(conv)
+        raise UnsupportedError("a convolution of fused operands has no native code path yet")
+    why = native_convolution_refusal(conv) or epilogue_refusal(comp, conv)
     if why is not None:
         raise UnsupportedError(why)
     return _Emitter(module, name, comp, conv).emit()
+
+
+def epilogue_refusal(comp: Computation, conv: Instruction) -> str | None:
+    """Why the rest of ``comp`` cannot be computed point by point from the convolution's sum
+    (None when it can): every value that depends on the convolution must be elementwise with
+    the convolution's dims, so that it reads the sum at the point being stored; the root
+    must be one of them (one output, the convolution's extents)."""
+    if comp.root is conv:
+        return None
+    if comp.root.shape.is_tuple or comp.root.shape.dims != conv.shape.dims:
+        return "a convolution epilogue must give one array of the convolution's shape"
+    depends = {id(conv)}
+    for instr in comp.instructions:
+        if instr is conv or not any(id(o) in depends for o in instr.operands):
+            continue
+        if not instr.is_elementwise or instr.shape.dims != conv.shape.dims:
+            return (f"%{instr.name} ({instr.opcode}) reads the convolution at other points than its "
+                    "own: only elementwise epilogues run in the convolution kernel")
+        depends.add(id(instr))
+    if id(comp.root) not in depends:
+        return "the fusion's root does not use the convolution"
+    return None
 
 
 class _Emitter:
@@ -160,11 +189,15 @@ class _Emitter:
         self.fn, self.b = kernel_function(module, name)
         x, w = instr.operands
         params = comp.parameters
-        self.bufs = KernelBuffers(self.b, self.fn.args[0], [p.shape for p in params] + [instr.shape])
+        self.bufs = KernelBuffers(self.b, self.fn.args[0], [p.shape for p in params] + [comp.root.shape])
         self.slot_x, self.slot_w, self.slot_out = x.parameter_number, w.parameter_number, len(params)
         self.g = _Convolution(instr)
         self.t = ir.DoubleType() if instr.shape.element_type == "f64" else ir.FloatType()
         self.taps = self.g.taps()
+        self.conv, self.root = instr, comp.root
+        # The epilogue's other operands (a bias, clamp bounds) are read at the output point.
+        self.em = None if comp.root is instr else ElementalEmitter(
+            self.b, comp, lambda k, index: load_at(self.b, self.bufs, k, params[k].shape.dims, index))
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -232,8 +265,15 @@ class _Emitter:
         self.bufs.store(b, self.slot_out, out_off, self.epilogue(acc, index))
 
     def epilogue(self, value, index):
-        """The value stored at ``index``: where an elementwise consumer (bias, clamp) would go."""
-        return value
+        """The value stored at ``index``: the sum itself, or the fusion's root computed from
+        it (bias add, clamp, ...) while it is still in a register."""
+        if self.em is None:
+            return value
+        if self.conv.shape.element_type == "bf16":
+            value = bf16.round_to_bf16(self.b, value)       # the convolution's own result, rounded once
+        self.em.reset_memo()
+        self.em.reduced[id(self.conv)] = value
+        return self.em.value(self.root, index)
 
     def _load(self, slot, offset):
         v = self.bufs.load(self.b, slot, offset)

@@ -30,7 +30,7 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
         return emit_scatter_kernel(module, name, comp)
     if comp.root.opcode == "reduce-window":
         return emit_reduce_window_kernel(module, name, comp)
-    if comp.root.opcode == "convolution":
+    if any(i.opcode == "convolution" for i in comp.instructions):
         return emit_convolution_kernel(module, name, comp)
     if any(i.opcode == "reduce" for i in comp.instructions):
         plan = full_reduction_plan(comp)

@@ -41,6 +41,7 @@ from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leav
     program_callees, program_computations
 from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
                           worker_count)
+from .conv_epilogue import fold_convolution_epilogues
 from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
@@ -107,6 +108,8 @@ class CpuExecutable:
 
     def __init__(self, module: Module, plan=None):
         self.module = module
+        # Fusions that took the convolution they consume (computed in one kernel with it).
+        self.convolution_epilogues = fold_convolution_epilogues(module)
         self.plan = plan
         store = default_cache()
         # How each while of the entry runs: natively (one C function) or from the host, why.

@@ -212,3 +212,93 @@ def test_matches_xla_cpu(case):
                                                [(lo, hi), (lo, hi)], rhs_dilation=(dil, dil),
                                                dimension_numbers=dn, feature_group_count=c))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# ---- epilogues: the consuming elementwise fusion computed in the convolution's kernel ---------
+
+def run_text(text: str, folded: int, seed: int = 0):
+    """Compile HLO text for the CPU, compare every output with the evaluator, check how many
+    fusions took their convolution and that nothing ran on the evaluator."""
+    from nbxla.compiler import compile_module
+    from nbxla.hlo.parser import parse_hlo
+    module = parse_hlo(text)
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(p.shape.dims).astype(p.shape.dtype) for p in module.entry.parameters]
+    want = flatten(evaluate(module, inputs))
+    executable = compile_module(parse_hlo(text), "cpu").executable
+    got = executable.run(inputs)
+    for g, w in zip(got, want, strict=True):
+        ok, detail = compare_arrays(g, w)
+        assert ok, detail
+    nat = executable.native
+    assert nat.interpreted == {} and nat.interpreted_ops == {}
+    assert len(nat.convolution_epilogues) == folded, nat.convolution_epilogues
+    return nat
+
+
+def epilogue_module(t="f32", labels="b01f_01io->b01f", x="1,10,9,16", k="3,3,1,16", out="1,10,9,16",
+                    bias_dim=3, tail="", root="r"):
+    c = 16
+    return f"""HloModule epilogue
+ENTRY main {{
+  x = {t}[{x}] parameter(0)
+  k = {t}[{k}] parameter(1)
+  b = {t}[{c}] parameter(2)
+  lo = {t}[] constant(0)
+  hi = {t}[] constant(6)
+  d = {t}[{out}] convolution(x, k), window={{size=3x3 pad=1_1x1_1}}, dim_labels={labels}, feature_group_count={c}
+  bb = {t}[{out}] broadcast(b), dimensions={{{bias_dim}}}
+  a = {t}[{out}] add(d, bb)
+  l = {t}[{out}] broadcast(lo), dimensions={{}}
+  h = {t}[{out}] broadcast(hi), dimensions={{}}
+  r = {t}[{out}] clamp(l, a, h){tail}
+}}""".replace(f"  r = {t}[{out}] clamp", f"  {'ROOT ' if root == 'r' else ''}r = {t}[{out}] clamp")
+
+
+@pytest.mark.parametrize("t", ["f32", "f64", "bf16"])
+def test_bias_relu6_runs_in_the_convolution_kernel(t):
+    run_text(epilogue_module(t), folded=1)
+
+
+def test_channels_first_epilogue():
+    run_text(epilogue_module(labels="bf01_oi01->bf01", x="2,16,10,9", k="16,1,3,3", out="2,16,10,9", bias_dim=1),
+             folded=1)
+
+
+def test_epilogue_reading_other_points_is_not_folded():
+    # the relu6 result transposed: the fusion reads the convolution away from the stored point
+    text = epilogue_module(root="t", tail="\n  ROOT t = f32[1,9,10,16] transpose(r), dimensions={0,2,1,3}")
+    run_text(text, folded=0)
+
+
+def test_convolution_with_two_users_is_not_folded():
+    text = epilogue_module(root="t", tail="\n  m = f32[1,10,9,16] multiply(d, d)\n"
+                           "  ROOT t = (f32[1,10,9,16], f32[1,10,9,16]) tuple(r, m)")
+    run_text(text, folded=0)
+
+
+def test_dense_convolution_keeps_its_separate_epilogue():
+    text = """HloModule dense
+ENTRY main {
+  x = f32[1,8,8,16] parameter(0)
+  k = f32[3,3,16,8] parameter(1)
+  z = f32[] constant(0)
+  d = f32[1,8,8,8] convolution(x, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+  zz = f32[1,8,8,8] broadcast(z), dimensions={}
+  ROOT r = f32[1,8,8,8] maximum(d, zz)
+}"""
+    nat = run_text(text, folded=0)
+    assert nat.library_calls == {"d": "convolution"}
+
+
+def test_epilogue_refusals_name_the_reason():
+    from nbxla.hlo.parser import parse_hlo
+    transposed = parse_hlo(epilogue_module(root="t", tail="\n  ROOT t = f32[1,9,10,16] transpose(r), dimensions={0,2,1,3}")).entry
+    conv = next(i for i in transposed.instructions if i.opcode == "convolution")
+    assert "convolution's shape" in native.epilogue_refusal(transposed, conv)
+    text = epilogue_module(root="t", tail="\n  v = f32[1,10,9,16] reverse(r), dimensions={1}\n"
+                           "  ROOT t = f32[1,10,9,16] add(v, r)")
+    reversed_ = parse_hlo(text).entry
+    conv = next(i for i in reversed_.instructions if i.opcode == "convolution")
+    assert "reads the convolution at other points" in native.epilogue_refusal(reversed_, conv)
+    run_text(text, folded=0)

@@ -44,11 +44,19 @@ def test_module_runs_natively_and_matches_the_evaluator(name):
         assert ok, f"{name} output {k}: {detail}"
     native = executable.native
     assert native.interpreted == {} and native.interpreted_ops == {}
-    convolutions = [i for c in executable.module.computations for i in c.instructions
-                    if i.opcode == "convolution"]
-    assert convolutions
-    for conv in convolutions:
+    standalone = [i for i in executable.module.entry.instructions if i.opcode == "convolution"]
+    for conv in standalone:
         # depthwise / narrow groups: the native kernel; the rest: BLAS
         expect_kernel = native_convolution_refusal(conv) is None
         assert (conv.name not in native.library_calls) == expect_kernel, conv.name
         assert conv.name in native.kernel_symbols or not expect_kernel
+    # Convolutions moved into the fusion consuming them (bias, relu6) run in its kernel.
+    fused = [f for f in executable.module.entry.instructions if f.opcode == "fusion" and
+             any(i.opcode == "convolution" for i in f.attrs["calls"].instructions)]
+    assert sorted(f.name for f in fused) == sorted(native.convolution_epilogues)
+    assert all(f.name in native.kernel_symbols for f in fused)
+    assert len(fused) == EPILOGUES.get(name, 0), [f.name for f in fused]
+
+
+# Modules whose depthwise convolution feeds an elementwise fusion (bias, clamp): folded.
+EPILOGUES = {"mobilenet_block_nhwc.hlo": 1, "mobilenet_block_stride2_bf16.hlo": 1}
