@@ -17,7 +17,8 @@ per image as ``out_wide[n] (O, P) += kernel[k] (O, C) @ x[n] (C, P) shifted``, s
 result lands in the output's own layout with no transpose.  Feature groups are GEMMs on
 column / row blocks of the same buffers.
 
-Large convolutions split the output rows into blocks over nbxla's pool (see ``_run``).
+The GEMMs run on one OpenBLAS thread, large convolutions split into blocks of output rows
+over nbxla's pool (see ``run_on_one_blas_thread``).
 The GEMMs call NumPy's OpenBLAS directly (``cblas_?gemm`` with leading dimensions, found as
 ``blas_threads`` finds its thread controls), for the ``beta = 1`` accumulation and strided
 blocks NumPy's matmul cannot take without copies; without it ``np.matmul`` into a
@@ -34,16 +35,18 @@ import numpy as np
 from ..hlo.attributes import PadDim, WindowDim
 from ..hlo.evaluator_data import pad_array
 from ..hlo.ir import Instruction
-from .blas_threads import controls as blas_thread_controls, one_thread_enabled, openblas_libraries
+from .blas_threads import controls as blas_thread_controls, openblas_libraries
 from .cpu_kernels import run_split, worker_count
 
 # Below this many input features per group, a tap's GEMM is too thin (K = channels) for BLAS to
 # run near its peak: im2col, which packs all taps into K, does better (LeNet's 1-channel input).
 WIDE_MIN_FEATURES = 16
 
-# Output rows (channels-last) or columns (channels-first) per block of the split: a block's
-# output (BLOCK x features) stays in L2 while every tap's GEMM adds into it.
-BLOCK = 1024
+# Output rows (channels-last) or columns (channels-first) per block of the split: about two
+# blocks per thread, within these bounds (smaller GEMMs lose BLAS efficiency: 256-row blocks
+# of a 3x3 64->64 convolution ran 1.5x slower than 1024-row ones; larger ones leave the
+# output block out of L2 across the taps).
+MIN_BLOCK, MAX_BLOCK = 64, 1024
 # Multiply-adds from which the GEMMs are split over the pool (below, one call per tap with
 # OpenBLAS's default threading: it threads none of them below ~260K multiply-adds anyway).
 SPLIT_WORK = 4_000_000
@@ -182,18 +185,19 @@ class WideGemmConvolution:
             flat = x.reshape(n, c, plane)
             m = plane - reach
             wide = np.empty((n, o, plane), self.dtype)
-            blocks = -(-m // BLOCK)
+            block = block_size(n * m, m)
+            blocks = -(-m // block)
 
             def run(_, begin, end):
                 for unit in range(begin, end):
                     b, lo = divmod(unit, blocks)
-                    lo *= BLOCK
-                    hi = min(m, lo + BLOCK)
+                    lo *= block
+                    hi = min(m, lo + block)
                     for grp in range(g):
                         rows, cols = slice(grp * co, (grp + 1) * co), slice(grp * ci, (grp + 1) * ci)
                         for t, off in enumerate(offsets):
                             gemm(k[t, rows, :], flat[b, cols, off + lo:off + hi], wide[b, rows, lo:hi], t > 0)
-            self._run(run, n * blocks, n * m * c * o // g * len(offsets))
+            run_on_one_blas_thread(run, n * blocks, n * m * c * o // g * len(offsets))
             wide = wide.reshape(n, o, *padded)
             return np.ascontiguousarray(wide[(slice(None), slice(None)) + tuple(slice(0, e) for e in out_spatial)])
         c, o = x.shape[-1], k.shape[-1]
@@ -202,33 +206,61 @@ class WideGemmConvolution:
         m = n * plane - reach
         wide = np.empty((n * plane, o), self.dtype)
 
+        block = block_size(m, m)
+
         def run(_, begin, end):
-            lo, hi = begin * BLOCK, min(m, end * BLOCK)
+            lo, hi = begin * block, min(m, end * block)
             for grp in range(g):
                 rows, cols = slice(grp * ci, (grp + 1) * ci), slice(grp * co, (grp + 1) * co)
                 for t, off in enumerate(offsets):
                     gemm(flat[off + lo:off + hi, rows], k[t, :, cols], wide[lo:hi, cols], t > 0)
-        self._run(run, -(-m // BLOCK), m * c * o // g * len(offsets))
+        run_on_one_blas_thread(run, -(-m // block), m * c * o // g * len(offsets))
         wide = wide.reshape(n, *padded, o)[(slice(None),) + tuple(slice(0, e) for e in out_spatial)]
         return np.ascontiguousarray(np.transpose(wide, self.output_order))
 
-    @staticmethod
-    def _run(run, units: int, work: int) -> None:
-        """``run(None, 0, units)``: by default one GEMM per tap threaded by OpenBLAS, as dots
-        are.  Under ``NBXLA_BLAS_ONE_THREAD=1`` (see blas_threads) large work is split into
-        blocks of output rows over nbxla's pool, each GEMM on one OpenBLAS thread: the pool's
-        chunks never wait for a thread the OS has not scheduled, where OpenBLAS's own threads
-        wait a scheduler tick per call on busy cores.  Measured here (2 shared cores, load ~7):
-        a 3x3 56x56 64->64 convolution 1.2 ms threaded by OpenBLAS alone, 2.0 ms split (blocks
-        of 1024 rows), but 10-100x slower threaded when JAX's threads ran beside it."""
-        controls = blas_thread_controls() if one_thread_enabled() else None
-        if work < SPLIT_WORK or units < 2 or worker_count() < 2 or controls is None:
-            run(None, 0, units)
-            return
-        get, set_ = controls
-        threads = get()
+
+def block_size(total: int, extent: int) -> int:
+    """Rows per block for ``total`` rows in all, blocks taken within an extent of ``extent``."""
+    return max(1, min(extent, max(MIN_BLOCK, min(MAX_BLOCK, -(-total // (2 * worker_count()))))))
+
+
+def run_on_one_blas_thread(run, units: int, work: int) -> None:
+    """``run(None, begin, end)`` over ``[0, units)`` with OpenBLAS on one thread: split over
+    nbxla's pool when the work (multiply-adds) is large, else on the calling thread.
+
+    Why not OpenBLAS's own threads (what dots use by default, see blas_threads): after a call
+    they spin, waiting for the next one, for far longer than a convolution layer lasts; the
+    next layer's depthwise kernel then runs its pool threads against them.  Measured with
+    benchmarks/conv.py (2 shared cores): MobileNet blocks (depthwise kernel -> pointwise GEMM)
+    2.4 / 1.2 / 3.2 ms split this way against 11.6 / 32 / 74 ms with OpenBLAS threading, and
+    a lone 3x3 convolution 2.0 ms against 1.2 ms best / 166 ms median.  The pool's chunks
+    never wait for a thread the OS has not scheduled."""
+    controls = blas_thread_controls()
+    if controls is None:
+        run(None, 0, units)
+        return
+    get, set_ = controls
+    threads = get()
+    if threads > 1:
         set_(1)
-        try:
+    try:
+        if work < SPLIT_WORK or units < 2 or worker_count() < 2:
+            run(None, 0, units)
+        else:
             run_split(run, None, units)
-        finally:
+    finally:
+        if threads > 1:
             set_(threads)
+
+
+def matmul_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for 2-D ``a`` (rows split over the pool, one BLAS thread: see above)."""
+    m, k = a.shape
+    out = np.empty((m, b.shape[1]), np.result_type(a, b))
+    block = block_size(m, m)
+
+    def run(_, begin, end):
+        lo, hi = begin * block, min(m, end * block)
+        np.matmul(a[lo:hi], b, out=out[lo:hi])
+    run_on_one_blas_thread(run, -(-m // block), m * k * b.shape[1])
+    return out

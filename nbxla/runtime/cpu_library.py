@@ -47,7 +47,7 @@ from ..hlo.evaluator_linalg import POTRF_TARGETS, SOLVE_TARGET, lapack_potrf
 from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
-from .conv_gemm import wide_gemm_refusal, WideGemmConvolution
+from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 
 __all__ = ["library_thunk"]
 
@@ -453,7 +453,7 @@ class _ConvolutionThunk:
         rows, taps, o = n * int(np.prod(out_spatial)), int(np.prod(k.shape[:r])), k.shape[-1]
         if g == 1:
             # (contiguous: a strided patch view would send np.matmul to its non-BLAS loops)
-            out = np.matmul(np.ascontiguousarray(patches.reshape(rows, taps * c)), k.reshape(taps * c, o))
+            out = matmul_rows(np.ascontiguousarray(patches.reshape(rows, taps * c)), k.reshape(taps * c, o))
             return out.reshape(n, *out_spatial, o)
         # patches (rows, taps, g, c/g) -> (g, rows, taps*c/g); kernel (taps, c/g, g, o/g) likewise.
         cols = patches.reshape(rows, taps, g, c // g).transpose(2, 0, 1, 3).reshape(g, rows, taps * (c // g))

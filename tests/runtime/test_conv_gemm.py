@@ -99,15 +99,23 @@ def test_without_cblas_numpy_matmul_gives_the_same(monkeypatch):
                                         ("bf01_oi01->bf01", (2, 16, 20, 20), (16, 16, 3, 3))])
 @pytest.mark.parametrize("split", [False, True])
 def test_split_over_the_pool_or_not(monkeypatch, labels, x, k, split):
-    # Under NBXLA_BLAS_ONE_THREAD=1, work from SPLIT_WORK up is split into row blocks.
-    monkeypatch.setattr(conv_gemm, "one_thread_enabled", lambda: True)
-    monkeypatch.setattr(conv_gemm, "BLOCK", 64)
+    # Work from SPLIT_WORK up is split into row blocks over the pool (one BLAS thread each).
+    monkeypatch.setattr(conv_gemm, "MIN_BLOCK", 16)
+    monkeypatch.setattr(conv_gemm, "worker_count", lambda: 4)
     monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1 if split else 1 << 40)
     calls = []
     real = conv_gemm.run_split
     monkeypatch.setattr(conv_gemm, "run_split", lambda *a: (calls.append(a[2]), real(*a)))
     check(conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1)))
-    assert bool(calls) == (split and conv_gemm.worker_count() > 1 and conv_gemm.blas_thread_controls() is not None)
+    assert bool(calls) == (split and conv_gemm.blas_thread_controls() is not None)
+    assert all(units > 2 for units in calls)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_im2col_rows_split_or_not(monkeypatch, split):
+    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1 if split else 1 << 40)
+    monkeypatch.setattr(conv_gemm, "MIN_BLOCK", 8)
+    check(conv_module((2, 13, 13, 16), (3, 3, 16, 8), "f32", "b01f_01io->b01f", square(3, stride=2)), wide=False)
 
 
 def test_gemm_takes_transposed_and_strided_views():
