@@ -6,9 +6,11 @@ the fusion to it in registers and stores the fusion's result (``codegen/convolut
 This is the runtime's own placement, not an optimizer pass: the passes do not know which
 backend runs the module, and only this backend has a kernel that can take the convolution
 (other backends keep the separate fusion).  The rewrite is done on the optimized module the
-executable runs, before its kernels are compiled: the fusion keeps its name and output (so
-the buffer plan still holds), gains the convolution's two operands as its last parameters,
-and the convolution instruction leaves the program.
+executable runs, before its kernels are compiled: the fusion keeps its name and output,
+gains the convolution's two operands as its last parameters, and the convolution
+instruction leaves the program.  The buffer plan was made for the two steps: the fusion now
+reads the convolution's operands later than the plan assumed, so a fold is made only where
+no value placed from the convolution to the fusion shares their memory.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from ..hlo import Module
 from ..hlo.ir import Computation, Instruction
 
 
-def fold_convolution_epilogues(module: Module) -> list[str]:
+def fold_convolution_epilogues(module: Module, plan=None) -> list[str]:
     """Fold every foldable convolution into its consuming fusion, in place; returns the
-    names of the fusions that took one."""
+    names of the fusions that took one.  ``plan``: the entry's buffer plan, whose places
+    must stay right (see ``_operands_survive``)."""
     folded = []
     for comp in list(module.computations):
         users: dict[int, list[Instruction]] = {}
@@ -29,9 +32,38 @@ def fold_convolution_epilogues(module: Module) -> list[str]:
                 users.setdefault(id(o), []).append(instr)
         for conv in [i for i in comp.instructions if i.opcode == "convolution"]:
             fusion = _consumer(comp, conv, users)
-            if fusion is not None and _fold(comp, conv, fusion):
+            if fusion is None or (comp is module.entry and not _operands_survive(plan, conv, fusion)):
+                continue
+            if _fold(comp, conv, fusion):
                 folded.append(fusion.name)
     return folded
+
+
+def _operands_survive(plan, conv: Instruction, fusion: Instruction) -> bool:
+    """Do the convolution's operands keep their values until the fusion runs, now that the
+    fusion reads them?  The plan let their memory be reused from the convolution on: by
+    values defined after it up to the fusion (whose own output included).  (Without a plan
+    every value has memory of its own.)"""
+    if plan is None:
+        return True
+    values = plan.values
+    if conv.name not in values or fusion.name not in values:
+        return False
+    first, last = values[conv.name].start, values[fusion.name].start
+    for operand in conv.operands:
+        v = values.get(operand.name)
+        if v is None or (v.kind == "parameter" and v.parameter in plan.donated):
+            return False
+        if v.kind != "arena":
+            continue                # parameters and constants are never written
+        if v.offset is None:
+            return False
+        for other in values.values():
+            if other is v or other.kind != "arena" or not first < other.start <= last:
+                continue
+            if other.offset is None or (other.offset < v.offset + v.size and v.offset < other.offset + other.size):
+                return False
+    return True
 
 
 def _consumer(comp: Computation, conv: Instruction, users) -> Instruction | None:

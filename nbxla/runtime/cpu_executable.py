@@ -109,7 +109,7 @@ class CpuExecutable:
     def __init__(self, module: Module, plan=None):
         self.module = module
         # Fusions that took the convolution they consume (computed in one kernel with it).
-        self.convolution_epilogues = fold_convolution_epilogues(module)
+        self.convolution_epilogues = fold_convolution_epilogues(module, plan)
         self.plan = plan
         store = default_cache()
         # How each while of the entry runs: natively (one C function) or from the host, why.

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from nbxla.codegen import convolution as native
 from nbxla.hlo import Builder, Module, Shape
+from nbxla.hlo.ir import Instruction
 from nbxla.hlo.attributes import ConvDimensionNumbers, Window, WindowDim
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.runtime.cpu_kernels import KernelThunk
@@ -302,3 +303,31 @@ def test_epilogue_refusals_name_the_reason():
     conv = next(i for i in reversed_.instructions if i.opcode == "convolution")
     assert "reads the convolution at other points" in native.epilogue_refusal(reversed_, conv)
     run_text(text, folded=0)
+
+
+def test_fold_keeps_the_convolution_operands_memory_alive():
+    """The fused kernel reads the convolution's operands when the fusion runs: a value the
+    plan placed over them between the two steps forbids the fold."""
+    from types import SimpleNamespace as V
+    from nbxla.runtime.conv_epilogue import _operands_survive
+    x = Instruction("parameter", Shape("f32", (4,)), attrs={"parameter_number": 0}, name="x")
+    e = Instruction("exponential", Shape("f32", (4,)), [x], name="e")
+    k = Instruction("parameter", Shape("f32", (4,)), attrs={"parameter_number": 1}, name="k")
+    conv = Instruction("convolution", Shape("f32", (4,)), [e, k], name="conv")
+    fusion = Instruction("fusion", Shape("f32", (4,)), [conv], name="f")
+
+    def plan(other_offset, other_start, donated=()):
+        return V(donated=dict.fromkeys(donated, "out"), values={
+            "x": V(kind="parameter", parameter=0, offset=None, size=16, start=0),
+            "k": V(kind="parameter", parameter=1, offset=None, size=16, start=0),
+            "e": V(kind="arena", parameter=None, offset=0, size=16, start=1),
+            "conv": V(kind="arena", parameter=None, offset=64, size=16, start=2),
+            "other": V(kind="arena", parameter=None, offset=other_offset, size=16, start=other_start),
+            "f": V(kind="arena", parameter=None, offset=128, size=16, start=4)})
+    assert _operands_survive(None, conv, fusion)
+    assert _operands_survive(plan(192, 3), conv, fusion)         # placed elsewhere
+    assert not _operands_survive(plan(8, 3), conv, fusion)       # over the input, before the fusion
+    assert _operands_survive(plan(8, 5), conv, fusion)           # over it, but after the fusion
+    conv.operands = [x, k]                                        # parameters: never written ...
+    assert _operands_survive(plan(8, 3), conv, fusion)
+    assert not _operands_survive(plan(8, 3, donated=[0]), conv, fusion)   # ... unless donated
