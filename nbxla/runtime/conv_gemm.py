@@ -206,15 +206,27 @@ class WideGemmConvolution:
         m = n * plane - reach
         wide = np.empty((n * plane, o), self.dtype)
 
-        block = block_size(m, m)
+        work = m * c * o // g * len(offsets)
+        if g == 1 and m < o:
+            # Few rows, many features (a 1x1 convolution on 14x14x512): blocks of output
+            # features, so that each block packs its own part of the kernel once.
+            block = block_size(o, o)
 
-        def run(_, begin, end):
-            lo, hi = begin * block, min(m, end * block)
-            for grp in range(g):
-                rows, cols = slice(grp * ci, (grp + 1) * ci), slice(grp * co, (grp + 1) * co)
+            def run(_, begin, end):
+                cols = slice(begin * block, min(o, end * block))
                 for t, off in enumerate(offsets):
-                    gemm(flat[off + lo:off + hi, rows], k[t, :, cols], wide[lo:hi, cols], t > 0)
-        run_on_one_blas_thread(run, -(-m // block), m * c * o // g * len(offsets))
+                    gemm(flat[off:off + m], k[t, :, cols], wide[:m, cols], t > 0)
+            run_on_one_blas_thread(run, -(-o // block), work)
+        else:
+            block = block_size(m, m)
+
+            def run(_, begin, end):
+                lo, hi = begin * block, min(m, end * block)
+                for grp in range(g):
+                    rows, cols = slice(grp * ci, (grp + 1) * ci), slice(grp * co, (grp + 1) * co)
+                    for t, off in enumerate(offsets):
+                        gemm(flat[off + lo:off + hi, rows], k[t, :, cols], wide[lo:hi, cols], t > 0)
+            run_on_one_blas_thread(run, -(-m // block), work)
         wide = wide.reshape(n, *padded, o)[(slice(None),) + tuple(slice(0, e) for e in out_spatial)]
         return np.ascontiguousarray(np.transpose(wide, self.output_order))
 

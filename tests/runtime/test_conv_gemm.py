@@ -159,3 +159,11 @@ def test_random_dense_convolutions(case):
     if 0 in module.entry.root.shape.dims:
         return              # cropped to nothing: the im2col path's zeros (tested there)
     check(module, seed=seed)
+
+
+@pytest.mark.parametrize("rows", [5, 40])
+def test_few_rows_split_by_output_features(monkeypatch, rows):
+    # 1x1 convolutions with fewer rows than output features are split by feature blocks
+    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1)
+    monkeypatch.setattr(conv_gemm, "MIN_BLOCK", 8)
+    check(conv_module((1, rows, 1, 16), (1, 1, 16, 32), "f32", "b01f_01io->b01f", square(1)))
