@@ -20,11 +20,11 @@ from ..hlo import Module
 from ..hlo.ir import Computation, Instruction
 
 
-def fold_convolution_epilogues(module: Module, plan=None) -> list[str]:
-    """Fold every foldable convolution into its consuming fusion, in place; returns the
-    names of the fusions that took one.  ``plan``: the entry's buffer plan, whose places
-    must stay right (see ``_operands_survive``)."""
-    folded = []
+def fold_convolution_epilogues(module: Module, plan=None) -> dict[str, bool]:
+    """Fold every foldable convolution into its consuming fusion, in place.  Returns, for
+    each fusion that took one, whether its output must have memory of its own instead of
+    its place in the buffer plan (see ``_operands_survive``)."""
+    folded = {}
     for comp in list(module.computations):
         users: dict[int, list[Instruction]] = {}
         for instr in comp.instructions:
@@ -32,38 +32,44 @@ def fold_convolution_epilogues(module: Module, plan=None) -> list[str]:
                 users.setdefault(id(o), []).append(instr)
         for conv in [i for i in comp.instructions if i.opcode == "convolution"]:
             fusion = _consumer(comp, conv, users)
-            if fusion is None or (comp is module.entry and not _operands_survive(plan, conv, fusion)):
+            if fusion is None:
                 continue
-            if _fold(comp, conv, fusion):
-                folded.append(fusion.name)
+            survive = _operands_survive(plan if comp is module.entry else None, conv, fusion)
+            if survive is not None and _fold(comp, conv, fusion):
+                folded[fusion.name] = survive == "own output"
     return folded
 
 
-def _operands_survive(plan, conv: Instruction, fusion: Instruction) -> bool:
+def _operands_survive(plan, conv: Instruction, fusion: Instruction) -> str | None:
     """Do the convolution's operands keep their values until the fusion runs, now that the
-    fusion reads them?  The plan let their memory be reused from the convolution on: by
-    values defined after it up to the fusion (whose own output included).  (Without a plan
-    every value has memory of its own.)"""
+    fusion reads them?  The plan let their memory be reused from the convolution on.  None:
+    a value defined between the two steps shares it (no fold); "own output": only the
+    fusion's planned output does (a fusion usually takes the place of the input that died at
+    the convolution), so it is written to memory of its own; "yes" otherwise, and always
+    without a plan (every value has memory of its own)."""
     if plan is None:
-        return True
+        return "yes"
     values = plan.values
     if conv.name not in values or fusion.name not in values:
-        return False
+        return None
     first, last = values[conv.name].start, values[fusion.name].start
+    answer = "yes"
     for operand in conv.operands:
         v = values.get(operand.name)
         if v is None or (v.kind == "parameter" and v.parameter in plan.donated):
-            return False
+            return None
         if v.kind != "arena":
             continue                # parameters and constants are never written
         if v.offset is None:
-            return False
+            return None
         for other in values.values():
             if other is v or other.kind != "arena" or not first < other.start <= last:
                 continue
             if other.offset is None or (other.offset < v.offset + v.size and v.offset < other.offset + other.size):
-                return False
-    return True
+                if other.start < last or other.name != fusion.name:
+                    return None
+                answer = "own output"
+    return answer
 
 
 def _consumer(comp: Computation, conv: Instruction, users) -> Instruction | None:

@@ -108,7 +108,8 @@ class CpuExecutable:
 
     def __init__(self, module: Module, plan=None):
         self.module = module
-        # Fusions that took the convolution they consume (computed in one kernel with it).
+        # Fusions that took the convolution they consume (computed in one kernel with it),
+        # and whether each needs an output of its own (not its place in the arena).
         self.convolution_epilogues = fold_convolution_epilogues(module, plan)
         self.plan = plan
         store = default_cache()
@@ -285,7 +286,7 @@ class CpuExecutable:
         in the arena; None when it has none (or is live-out: results get their own memory,
         so that what a caller keeps does not pin the whole arena)."""
         if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)) or \
-                self.plan.arena_bytes < SMALL_ARENA:
+                self.plan.arena_bytes < SMALL_ARENA or self.convolution_epilogues.get(instr.name):
             return None
         shapes = instr.shape.elements if instr.shape.is_tuple else [instr.shape]
         names = [f"{instr.name}{{{k}}}" for k in range(len(shapes))] if instr.shape.is_tuple else [instr.name]

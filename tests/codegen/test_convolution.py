@@ -320,14 +320,17 @@ def test_fold_keeps_the_convolution_operands_memory_alive():
         return V(donated=dict.fromkeys(donated, "out"), values={
             "x": V(kind="parameter", parameter=0, offset=None, size=16, start=0),
             "k": V(kind="parameter", parameter=1, offset=None, size=16, start=0),
-            "e": V(kind="arena", parameter=None, offset=0, size=16, start=1),
-            "conv": V(kind="arena", parameter=None, offset=64, size=16, start=2),
-            "other": V(kind="arena", parameter=None, offset=other_offset, size=16, start=other_start),
-            "f": V(kind="arena", parameter=None, offset=128, size=16, start=4)})
-    assert _operands_survive(None, conv, fusion)
-    assert _operands_survive(plan(192, 3), conv, fusion)         # placed elsewhere
-    assert not _operands_survive(plan(8, 3), conv, fusion)       # over the input, before the fusion
-    assert _operands_survive(plan(8, 5), conv, fusion)           # over it, but after the fusion
-    conv.operands = [x, k]                                        # parameters: never written ...
-    assert _operands_survive(plan(8, 3), conv, fusion)
-    assert not _operands_survive(plan(8, 3, donated=[0]), conv, fusion)   # ... unless donated
+            "e": V(kind="arena", parameter=None, offset=0, size=16, start=1, name="e"),
+            "conv": V(kind="arena", parameter=None, offset=64, size=16, start=2, name="conv"),
+            "other": V(kind="arena", parameter=None, offset=other_offset, size=16, start=other_start, name="other"),
+            "f": V(kind="arena", parameter=None, offset=128, size=16, start=4, name="f")})
+    assert _operands_survive(None, conv, fusion) == "yes"
+    assert _operands_survive(plan(192, 3), conv, fusion) == "yes"         # placed elsewhere
+    assert _operands_survive(plan(8, 3), conv, fusion) is None            # over the input, before the fusion
+    assert _operands_survive(plan(8, 5), conv, fusion) == "yes"           # over it, but after the fusion
+    on_input = plan(192, 3)
+    on_input.values["f"].offset = 0                                       # the fusion's own output over it
+    assert _operands_survive(on_input, conv, fusion) == "own output"
+    conv.operands = [x, k]                                                # parameters: never written ...
+    assert _operands_survive(plan(8, 3), conv, fusion) == "yes"
+    assert _operands_survive(plan(8, 3, donated=[0]), conv, fusion) is None   # ... unless donated

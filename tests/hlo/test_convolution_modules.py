@@ -59,4 +59,12 @@ def test_module_runs_natively_and_matches_the_evaluator(name):
 
 
 # Modules whose depthwise convolution feeds an elementwise fusion (bias, clamp): folded.
-EPILOGUES = {"mobilenet_block_nhwc.hlo": 1, "mobilenet_block_stride2_bf16.hlo": 1}
+EPILOGUES = {"mobilenet_block_nhwc.hlo": 1, "mobilenet_block_stride2_bf16.hlo": 1, "mobilenet_two_blocks.hlo": 2}
+
+
+def test_folds_inside_the_arena_plan():
+    from nbxla.runtime.cpu_executable import SMALL_ARENA
+    text = (HERE / "mobilenet_two_blocks.hlo").read_text()
+    native = compile_module(parse_hlo(text), "cpu").executable.native
+    assert native.plan.arena_bytes >= SMALL_ARENA            # (the kernels write into the arena)
+    assert len(native.convolution_epilogues) == 2
