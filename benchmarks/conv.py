@@ -1,9 +1,9 @@
 """Convolutions: nbxla's CPU backend against JAX's ``lax.conv_general_dilated`` (XLA:CPU) and
-the NumPy reference (the im2col + ``np.matmul`` library call nbxla used before its own kernel).
+a plain NumPy im2col reference.
 
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/conv.py            # all cases
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/conv.py --quick    # small shapes (a smoke test)
-    ... --only dw,block --repeats 30
+    ... --only dw,block,mobilenet --repeats 30
 
 Method
 ------
@@ -18,8 +18,11 @@ Method
 * JAX: ``jax.jit`` of ``lax.conv_general_dilated`` with the same dimension numbers, window
   strides, padding, dilations and groups (the block: the same chain in jax.numpy), inputs
   placed on the CPU device beforehand, timed with ``block_until_ready``.
-* numpy: the im2col + matmul thunk of ``runtime/cpu_library.py`` called directly (the
-  reference path; for the block chain, it plus NumPy's bias and clip).
+* The whole MobileNet v1 body (224x224, 27 convolutions, each with bias and relu6) as one
+  HLO module against the same network in JAX.
+* numpy: a plain NumPy reference, ``numpy_conv``: im2col (``sliding_window_view``, patches
+  copied contiguous) and one matmul per group -- what nbxla's library call did before its
+  own kernels (for the block chain, it plus NumPy's bias and clip).
 * ``xJAX`` = JAX's time / nbxla's time (> 1: nbxla faster), from the minima; same for
   ``xNumPy``.  ``check`` compares nbxla's and JAX's results with the NumPy reference.
 * OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the environment before NumPy
@@ -42,7 +45,7 @@ import numpy as np   # noqa: E402
 
 from nbxla.compiler import compile_module                  # noqa: E402
 from nbxla.hlo.parser import parse_hlo                     # noqa: E402
-from nbxla.runtime.cpu_library import library_thunk        # noqa: E402
+from numpy.lib.stride_tricks import sliding_window_view    # noqa: E402
 
 # name, input dims, kernel dims, dim_labels, strides, padding (low, high) per dim, rhs
 # dilation, feature groups, element type
@@ -84,6 +87,26 @@ def cases(quick: bool):
             case("3x3 NHWC 28x28 128->128 s2", 1, 28, 28, 128, 128, 3, stride=2),
             case("3x3 NHWC 8x32x32 3->32 batch", 8, 32, 32, 3, 32, 3)]
     return out
+
+
+def numpy_conv(x, k, c) -> np.ndarray:
+    """The NumPy reference: im2col with ``sliding_window_view`` (patches copied contiguous)
+    and one matmul per group, in float32, for the benchmark's 2-D layouts."""
+    x, k = x.astype(np.float32), k.astype(np.float32)
+    if c["layout"] == "NCHW":
+        x, k = x.transpose(0, 2, 3, 1), k.transpose(2, 3, 1, 0)        # -> NHWC, HWIO
+    p, s, d, g = c["pad"], c["stride"], c["dilation"], c["groups"]
+    kh = k.shape[0]
+    x = np.pad(x, [(0, 0), (p, p), (p, p), (0, 0)])
+    span = (kh - 1) * d + 1
+    win = sliding_window_view(x, (span, span), axis=(1, 2))[:, ::s, ::s, :, ::d, ::d]   # N,OH,OW,C,KH,KW
+    n, oh, ow, cin = win.shape[:4]
+    ci, o = cin // g, k.shape[3]
+    patches = np.ascontiguousarray(win.reshape(n, oh, ow, g, ci, kh, kh).transpose(3, 0, 1, 2, 5, 6, 4))
+    patches = patches.reshape(g, n * oh * ow, kh * kh * ci)
+    kern = k.reshape(kh, kh, ci, g, o // g).transpose(3, 0, 1, 2, 4).reshape(g, kh * kh * ci, o // g)
+    out = np.matmul(patches, kern).transpose(1, 0, 2).reshape(n, oh, ow, o)
+    return np.ascontiguousarray(out.transpose(0, 3, 1, 2) if c["layout"] == "NCHW" else out)
 
 
 def _dims(d) -> str:
@@ -135,6 +158,92 @@ ENTRY main {{
   s2 = f32[1,{oh},{oh},{o}] broadcast(six), dimensions={{}}
   ROOT r2 = f32[1,{oh},{oh},{o}] clamp(z2, a2, s2)
 }}"""
+
+
+MOBILENET = [(1, 64), (2, 128), (1, 128), (2, 256), (1, 256), (2, 512)] + [(1, 512)] * 5 + [(2, 1024), (1, 1024)]
+
+
+def mobilenet_layers(size: int):
+    """MobileNet v1's body (width 1.0): a 3x3 stride-2 convolution 3 -> 32, then 13 blocks of
+    depthwise 3x3 (stride 1 or 2, TF's SAME padding) and pointwise 1x1, each followed by bias
+    and relu6.  Yields (kind, input hw, channels in, channels out, stride)."""
+    hw, c = size, 3
+    layers = [("dense", hw, c, 32, 2)]
+    hw, c = -(-hw // 2), 32
+    for stride, out in MOBILENET:
+        layers.append(("dw", hw, c, c, stride))
+        hw = -(-hw // stride)
+        layers.append(("pw", hw, c, out, 1))
+        c = out
+    return layers
+
+
+def _same(hw: int, k: int, stride: int) -> tuple[int, int]:
+    """TF's SAME padding (low, high) and the output size."""
+    out = -(-hw // stride)
+    total = max(0, (out - 1) * stride + k - hw)
+    return total // 2, total - total // 2
+
+
+def mobilenet_hlo(size: int) -> tuple[str, list[tuple]]:
+    lines, shapes = [f"  x = f32[1,{size},{size},3] parameter(0)"], [(1, size, size, 3)]
+    lines += ["  zero = f32[] constant(0)", "  six = f32[] constant(6)"]
+    prev = "x"
+    for i, (kind, hw, cin, cout, stride) in enumerate(mobilenet_layers(size)):
+        k = 1 if kind == "pw" else 3
+        kshape = (k, k, 1 if kind == "dw" else cin, cout)
+        lo, hi = _same(hw, k, stride)
+        out = -(-hw // stride)
+        o = f"f32[1,{out},{out},{cout}]"
+        shapes += [kshape, (cout,)]
+        n = 2 * i + 1
+        group = f", feature_group_count={cin}" if kind == "dw" else ""
+        lines += [f"  w{i} = f32[{_dims(kshape)}] parameter({n})", f"  b{i} = f32[{cout}] parameter({n + 1})",
+                  f"  c{i} = {o} convolution({prev}, w{i}), window={{size={k}x{k} stride={stride}x{stride} "
+                  f"pad={lo}_{hi}x{lo}_{hi}}}, dim_labels=b01f_01io->b01f{group}",
+                  f"  bb{i} = {o} broadcast(b{i}), dimensions={{3}}", f"  a{i} = {o} add(c{i}, bb{i})",
+                  f"  z{i} = {o} broadcast(zero), dimensions={{}}", f"  s{i} = {o} broadcast(six), dimensions={{}}",
+                  f"  {'ROOT ' if i == len(mobilenet_layers(size)) - 1 else ''}r{i} = {o} clamp(z{i}, a{i}, s{i})"]
+        prev = f"r{i}"
+    return "HloModule mobilenet_v1\nENTRY main {\n" + "\n".join(lines) + "\n}", shapes
+
+
+def run_mobilenet(size, rng, jx, repeats):
+    name = f"MobileNet v1 body {size}x{size}"
+    text, shapes = mobilenet_hlo(size)
+    module = parse_hlo(text)
+    args = []
+    for k, shape in enumerate(shapes):
+        scale = 1.0 if k == 0 or len(shape) == 1 else 1.0 / np.sqrt(np.prod(shape[:-1]))
+        args.append((rng.standard_normal(shape) * scale).astype(np.float32))
+    ex = compile_module(module, "cpu").executable
+    contenders = {"nbxla": lambda: ex.run(args)}
+    got = np.asarray(ex.run(args)[0])
+    bad = []
+    if jx:
+        jax, jnp, lax = jx
+
+        def net(x, *weights):
+            for i, (kind, hw, cin, cout, stride) in enumerate(mobilenet_layers(size)):
+                lo, hi = _same(hw, 1 if kind == "pw" else 3, stride)
+                x = lax.conv_general_dilated(x, weights[2 * i], (stride, stride), [(lo, hi), (lo, hi)],
+                                             dimension_numbers=LAYOUT["NHWC"][1],
+                                             feature_group_count=cin if kind == "dw" else 1)
+                x = jnp.clip(x + weights[2 * i + 1], 0, 6)
+            return x
+        f = jax.jit(net)
+        jargs = [jax.device_put(a) for a in args]
+        want = np.asarray(f(*jargs).block_until_ready())
+        contenders["jax"] = lambda: f(*jargs).block_until_ready()
+        if np.abs(got - want).max() > 1e-3 * (np.abs(want).max() or 1):
+            bad.append("nbxla vs jax")
+    samples = measure(contenders, repeats)
+    best = {n: min(v) * 1e3 for n, v in samples.items()}
+    xj = best["jax"] / best["nbxla"] if "jax" in best else float("nan")
+    print(f"{name:36s} {best['nbxla']:9.3f} {best.get('jax', float('nan')):9.3f} {'':>9s} {xj:6.2f} {'':>7s}  "
+          f"run-hlo path, {len(ex.native.convolution_epilogues)} epilogues folded"
+          f"{'  MISMATCH: ' + ','.join(bad) if bad else '  ok'}")
+    return name, xj
 
 
 def timed(fn, repeats_inner):
@@ -195,12 +304,11 @@ def main() -> int:
         compilation = compile_module(module, "cpu")
         ex = compilation.executable
         conv = module.entry.root
-        # (the reference runs in f32: a bf16 convolution is an f32 one rounded once)
-        ref_thunk, _ = library_thunk(parse_hlo(conv_hlo({**c, "t": "f32"})[0]).entry.root, None)
         contenders = {"nbxla": lambda: ex.run([x, k])}
         if c["t"] == "f32":
-            contenders["numpy"] = lambda: ref_thunk([x, k])
-        want = ref_thunk([x.astype(np.float32), k.astype(np.float32)])
+            contenders["numpy"] = lambda: numpy_conv(x, k, c)
+        # (the reference runs in f32: a bf16 convolution is an f32 one rounded once)
+        want = numpy_conv(x, k, c)
         got = np.asarray(ex.run([x, k])[0]).astype(np.float32)
         check = []
         if jx:
@@ -232,6 +340,8 @@ def main() -> int:
         for h, cin, cout, s in ([(16, 8, 16, 1)] if opts.quick else
                                 [(112, 32, 64, 1), (56, 128, 128, 2), (14, 512, 512, 1)]):
             ratios.append(run_block(h, cin, cout, s, rng, jx, opts.repeats))
+    if not wanted or any("mobilenet" in s for s in wanted):
+        ratios.append(run_mobilenet(64 if opts.quick else 224, rng, jx, opts.repeats))
     if ratios:
         finite = [r for _, r in ratios if r == r]
         if finite:
@@ -251,13 +361,14 @@ def run_block(h, cin, cout, stride, rng, jx, repeats):
     b2 = rng.standard_normal(cout).astype(np.float32)
     args = [x, dw, b1, pw, b2]
     ex = compile_module(module, "cpu").executable
-    convs = [i for i in module.entry.instructions if i.opcode == "convolution"]
-    t_dw, _ = library_thunk(convs[0], None)
-    t_pw, _ = library_thunk(convs[1], None)
+    pad = 1 if stride == 1 else 0
+    dwc = dict(layout="NHWC", pad=pad, stride=stride, dilation=1, groups=cin)
+    pwc = dict(layout="NHWC", pad=0, stride=1, dilation=1, groups=1)
 
     def numpy_block():
-        a = np.clip(t_dw([x, dw]) + b1, 0, 6)
-        return np.clip(t_pw([a, pw]) + b2, 0, 6)
+        xx = x if stride == 1 else np.pad(x, [(0, 0), (0, 1), (0, 1), (0, 0)])    # TF's SAME, stride 2
+        a = np.clip(numpy_conv(xx, dw, dwc) + b1, 0, 6)
+        return np.clip(numpy_conv(a, pw, pwc) + b2, 0, 6)
     contenders = {"nbxla": lambda: ex.run(args), "numpy": numpy_block}
     want = numpy_block()
     results = [("nbxla", np.asarray(ex.run(args)[0]))]
