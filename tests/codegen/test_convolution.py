@@ -334,3 +334,40 @@ def test_fold_keeps_the_convolution_operands_memory_alive():
     conv.operands = [x, k]                                                # parameters: never written ...
     assert _operands_survive(plan(8, 3), conv, fusion) == "yes"
     assert _operands_survive(plan(8, 3, donated=[0]), conv, fusion) is None   # ... unless donated
+
+
+LOOP = """HloModule loop
+body {
+  s = (s32[], f32[1,6,6,4], f32[3,3,1,4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[1,6,6,4] get-tuple-element(s), index=1
+  k = f32[3,3,1,4] get-tuple-element(s), index=2
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  d = f32[1,6,6,4] convolution(x, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=4
+  lo = f32[] constant(-1)
+  hi = f32[] constant(1)
+  l = f32[1,6,6,4] broadcast(lo), dimensions={}
+  h = f32[1,6,6,4] broadcast(hi), dimensions={}
+  y = f32[1,6,6,4] clamp(l, d, h)
+  ROOT t = (s32[], f32[1,6,6,4], f32[3,3,1,4]) tuple(j, y, k)
+}
+cond {
+  s = (s32[], f32[1,6,6,4], f32[3,3,1,4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(5)
+  ROOT c = pred[] compare(i, n), direction=LT
+}
+ENTRY main {
+  x = f32[1,6,6,4] parameter(0)
+  k = f32[3,3,1,4] parameter(1)
+  zero = s32[] constant(0)
+  t = (s32[], f32[1,6,6,4], f32[3,3,1,4]) tuple(zero, x, k)
+  w = (s32[], f32[1,6,6,4], f32[3,3,1,4]) while(t), condition=cond, body=body
+  ROOT y = f32[1,6,6,4] get-tuple-element(w), index=1
+}"""
+
+
+def test_depthwise_with_epilogue_in_a_loop_body():
+    # (natively run loops go through the ahead-of-time driver: the same kernel there)
+    run_text(LOOP, folded=1)
