@@ -120,6 +120,9 @@ def _fold(comp: Computation, conv: Instruction, fusion: Instruction) -> bool:
                      for c in module.computations for i in c.instructions)
         if shared:                      # (another fusion calls the same computation: keep it)
             new_inner.name = f"{inner.name}.{conv.name}"
+            for instr in new_inner.instructions:          # (names stay unique in the module)
+                if instr is not inner_conv and not instr.name.startswith(conv.name + ".operand"):
+                    instr.name = f"{instr.name}.{conv.name}"
             module.add_computation(new_inner)
         else:
             new_inner.parent = module

@@ -371,3 +371,42 @@ ENTRY main {
 def test_depthwise_with_epilogue_in_a_loop_body():
     # (natively run loops go through the ahead-of-time driver: the same kernel there)
     run_text(LOOP, folded=1)
+
+
+SHARED = """HloModule shared
+fused {
+  p0 = f32[1,5,5,4] parameter(0)
+  p1 = f32[4] parameter(1)
+  bb = f32[1,5,5,4] broadcast(p1), dimensions={3}
+  ROOT a = f32[1,5,5,4] add(p0, bb)
+}
+ENTRY main {
+  x = f32[1,5,5,4] parameter(0)
+  k = f32[3,3,1,4] parameter(1)
+  b = f32[4] parameter(2)
+  d = f32[1,5,5,4] convolution(x, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=4
+  f1 = f32[1,5,5,4] fusion(d, b), kind=kLoop, calls=fused
+  f2 = f32[1,5,5,4] fusion(x, b), kind=kLoop, calls=fused
+  ROOT t = (f32[1,5,5,4], f32[1,5,5,4]) tuple(f1, f2)
+}"""
+
+
+def test_fold_into_a_computation_other_fusions_share():
+    from nbxla.hlo.parser import parse_hlo
+    from nbxla.hlo.printer import print_module
+    from nbxla.runtime.conv_epilogue import fold_convolution_epilogues
+    module = parse_hlo(SHARED)
+    rng = np.random.default_rng(4)
+    inputs = [rng.standard_normal(p.shape.dims).astype(np.float32) for p in module.entry.parameters]
+    want = flatten(evaluate(parse_hlo(SHARED), inputs))
+    assert fold_convolution_epilogues(module) == {"f1": False}
+    (f1, f2) = [i for i in module.entry.instructions if i.opcode == "fusion"]
+    assert f2.attrs["calls"].name == "fused" and f1.attrs["calls"] is not f2.attrs["calls"]
+    names = [i.name for c in module.computations for i in c.instructions]
+    assert len(names) == len(set(names))
+    again = parse_hlo(print_module(module))             # (the folded module is valid HLO)
+    for g, w in zip(flatten(evaluate(again, inputs)), want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    executable = build_executable(parse_hlo(SHARED), "cpu")
+    for g, w in zip(executable.run(inputs), want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
