@@ -11,9 +11,10 @@ leaves must end in, ``scratch`` its temporaries.  Every array value is a *leaf b
 parameter leaf, a constant (a global of the kernels' object), a caller's result leaf, or a
 place in the scratch area.  Views (``tuple``, ``get-tuple-element``, a row-major
 ``reshape``/``bitcast``) name existing buffers; kernels (``fusion``, ``scatter``,
-``reduce-window``, depthwise ``convolution``), the C routines of ``aot_runtime.c`` (``dot``, ``convolution``, ``sort``,
-``topk``, ``select-and-scatter``, ``fft``, LAPACK's Cholesky and XLA's TopK custom calls:
-their steps are in ``aot_library``) and control flow write new ones.
+``reduce-window``, depthwise ``convolution``), the C routines of ``aot_runtime.c`` (``dot``,
+other ``convolution``s, ``sort``, ``topk``, ``select-and-scatter``, ``fft``, LAPACK's Cholesky
+and XLA's TopK custom calls: their steps are in ``aot_library``) and control flow write new
+ones.
 
 **Planning.**  Instructions run in their order in the computation (the schedule the passes
 left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
