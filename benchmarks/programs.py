@@ -6,7 +6,8 @@
 The programs are our own versions of the shapes that public NumPy benchmark suites contain
 (none is copied from a suite): an equation of state (one wide elementwise formula with many
 named temporaries and several outputs), an isoneutral-mixing-style kernel (slices, ``where``,
-broadcasts over 3-D grids), time-stepping stencils unrolled by tracing (2-D Jacobi, FDTD-2D,
+broadcasts over 3-D grids), gt4py's horizontal diffusion (a stencil of stencils with flux
+limiters), time-stepping stencils unrolled by tracing (2-D Jacobi, FDTD-2D,
 heat-3d, with in-place slice writes), batched matmuls (doitgen's ``@`` on 3-D operands and an
 ``einsum`` with a batch dimension), and the BLAS-shaped linear algebra kernels gemm, gemver,
 atax and bicg.
@@ -24,8 +25,9 @@ Columns
   generation and one run; nbxla's on-disk object cache is off).
 * ``kern``: kernels in nbxla's optimized entry computation (fusions, library calls, loops);
   ``interp``: instructions that run on the reference evaluator at run time (target 0).
-* ``%BW``: the program's minimum traffic / nbxla's median time, over the machine's read+write
-  (copy) bandwidth measured in this run.
+* ``GB/s`` and ``%BW``: the bandwidth each program achieves under nbxla (its minimum traffic /
+  nbxla's median time), in GB/s and as a percentage of the machine's read+write (copy)
+  bandwidth measured in this run (streaming programs only).
 * ``med`` and ``p90``: nbxla's median and worst-decile per-call time, so that a slow regime in
   a run of calls cannot hide behind the median; ``np p90`` is NumPy's worst decile.
 """
@@ -302,6 +304,51 @@ def _heat3d(size):
                    A.nbytes * 4 * steps)
 
 
+# ---- horizontal diffusion: a stencil of stencils ------------------------------------------------
+
+def hdiff_inplace(in_field, out_field, coeff):
+    """gt4py's horizontal diffusion as NumPy benchmark suites write it: a Laplacian, two flux
+    limiters with ``where``, one update written into ``out_field``."""
+    I, J = out_field.shape[0], out_field.shape[1]
+    lap_field = 4.0 * in_field[1:I + 3, 1:J + 3, :] - (
+        in_field[2:I + 4, 1:J + 3, :] + in_field[0:I + 2, 1:J + 3, :] +
+        in_field[1:I + 3, 2:J + 4, :] + in_field[1:I + 3, 0:J + 2, :])
+    res = lap_field[1:, 1:J + 1, :] - lap_field[:-1, 1:J + 1, :]
+    flx_field = np.where((res * (in_field[2:I + 3, 2:J + 2, :] - in_field[1:I + 2, 2:J + 2, :])) > 0, 0, res)
+    res = lap_field[1:I + 1, 1:, :] - lap_field[1:I + 1, :-1, :]
+    fly_field = np.where((res * (in_field[2:I + 2, 2:J + 3, :] - in_field[2:I + 2, 1:J + 2, :])) > 0, 0, res)
+    out_field[:, :, :] = in_field[2:I + 2, 2:J + 2, :] - coeff[:, :, :] * (
+        flx_field[1:, :, :] - flx_field[:-1, :, :] + fly_field[:, 1:, :] - fly_field[:, :-1, :])
+
+
+def hdiff_formula(xp, in_field, coeff):
+    """The same as a function of its inputs (JAX arrays are immutable)."""
+    I, J = coeff.shape[0], coeff.shape[1]
+    lap = 4.0 * in_field[1:I + 3, 1:J + 3, :] - (
+        in_field[2:I + 4, 1:J + 3, :] + in_field[0:I + 2, 1:J + 3, :] +
+        in_field[1:I + 3, 2:J + 4, :] + in_field[1:I + 3, 0:J + 2, :])
+    res = lap[1:, 1:J + 1, :] - lap[:-1, 1:J + 1, :]
+    flx = xp.where((res * (in_field[2:I + 3, 2:J + 2, :] - in_field[1:I + 2, 2:J + 2, :])) > 0, 0, res)
+    res = lap[1:I + 1, 1:, :] - lap[1:I + 1, :-1, :]
+    fly = xp.where((res * (in_field[2:I + 2, 2:J + 3, :] - in_field[2:I + 2, 1:J + 2, :])) > 0, 0, res)
+    return in_field[2:I + 2, 2:J + 2, :] - coeff * (flx[1:, :, :] - flx[:-1, :, :] + fly[:, 1:, :] - fly[:, :-1, :])
+
+
+def _hdiff(size):
+    I, J, K = {"small": (64, 64, 60), "medium": (128, 128, 80)}[size]
+    g = _rng()
+    in_field, coeff = g.uniform(size=(I + 4, J + 4, K)), g.uniform(size=(I, J, K))
+
+    def hdiff(in_field, coeff):
+        out_field = np.zeros_like(coeff)
+        hdiff_inplace(in_field, out_field, coeff)
+        return out_field
+
+    def make_jax(jnp):
+        return lambda in_field, coeff: hdiff_formula(jnp, in_field, coeff)
+    return Program("hdiff", hdiff, (in_field, coeff), make_jax, in_field.nbytes + 2 * coeff.nbytes)
+
+
 # ---- batched matmul ---------------------------------------------------------------------------
 
 def _doitgen(size):
@@ -387,7 +434,7 @@ def _bicg(size):
 
 PROGRAMS: dict[str, Callable[[str], Program]] = {
     "eos": _eos, "isoneutral": _isoneutral, "jacobi2d": _jacobi2d, "fdtd2d": _fdtd2d,
-    "heat3d": _heat3d, "doitgen": _doitgen, "batched_einsum": _batched_einsum, "gemm": _gemm,
+    "heat3d": _heat3d, "hdiff": _hdiff, "doitgen": _doitgen, "batched_einsum": _batched_einsum, "gemm": _gemm,
     "gemver": _gemver, "atax": _atax, "bicg": _bicg,
 }
 SIZES = ("small", "medium")
@@ -497,7 +544,7 @@ def main(argv=None) -> int:
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e9:.1f} GB/s; times per call; first = first call of a fresh jit")
     head = (f"{'program':<16}{'size':<7}{'xNumPy':>7}{'xJAX':>6}{'med ms':>9}{'p90 ms':>9}"
-            f"{'numpy ms':>9}{'np p90':>8}{'jax ms':>8}{'first s':>8}{'jax 1st':>8}{'kern':>5}{'interp':>7}{'%BW':>5}  ok")
+            f"{'numpy ms':>9}{'np p90':>8}{'jax ms':>8}{'first s':>8}{'jax 1st':>8}{'kern':>5}{'interp':>7}{'GB/s':>6}{'%BW':>5}  ok")
     print(head)
     for size in sizes:
         for name in names:
@@ -509,7 +556,8 @@ def main(argv=None) -> int:
             jx = f"{row['jax'] / row['nbxla']:6.2f}" if "jax" in row else f"{'-':>6}"
             jms = f"{row['jax'] * 1e3:8.2f}" if "jax" in row else f"{'-':>8}"
             j1 = f"{row['jax_first']:8.2f}" if "jax_first" in row else f"{'-':>8}"
-            pbw = f"{100 * row['bytes'] / row['nbxla'] / bw:5.0f}" if "bytes" in row else f"{'-':>5}"
+            pbw = (f"{row['bytes'] / row['nbxla'] / 1e9:6.1f}{100 * row['bytes'] / row['nbxla'] / bw:5.0f}"
+                   if "bytes" in row else f"{'-':>6}{'-':>5}")
             print(f"{name:<16}{size:<7}{row['numpy'] / row['nbxla']:7.2f}{jx}{row['nbxla'] * 1e3:9.2f}"
                   f"{row['nbxla_p90'] * 1e3:9.2f}{row['numpy'] * 1e3:9.2f}{row['numpy_p90'] * 1e3:8.2f}{jms}{row['first']:8.2f}{j1}"
                   f"{row['kernels']:5d}{row['interp']:7d}{pbw}  {'yes' if row['ok'] else 'NO'}", flush=True)

@@ -164,6 +164,7 @@ class _Fuser(Legality, Construction):
             group.params.pop(id(p), None)       # (its readers here read the copy now)
             group.reads.pop(id(p), None)
             group.clones[id(p)] = clone
+            group.origin[id(clone)] = p
             return True
         waiting = [u for u in outside if u.opcode in FUSIBLE and id(u) not in self.group_of]
         if waiting:
@@ -277,6 +278,7 @@ class _Fuser(Legality, Construction):
                         a.add(m, users)
                         self.group_of[id(m)] = a
                     a.clones.update(b.clones)
+                    a.origin.update(b.origin)
                     a.stretch(b.first, a.last)
                     a.maps, a.depth, a.reads = merged
                     a.values = sum(len(v) for v in a.maps.values())
@@ -308,6 +310,11 @@ class _Fuser(Legality, Construction):
             return None
         if any(cost_reason(m, maps[id(m)], depth[id(m)]) is not None for m in ordered):
             return None
+        for original, copy in (*a.clones.items(), *b.clones.items()):
+            # (a value and its copy become one after the fused computation's CSE)
+            if original in ids and id(copy) in ids and cost_reason(
+                    copy, maps[original] | maps[id(copy)], depth[id(copy)]) is not None:
+                return None
         return maps, depth, reads
 
     @staticmethod

@@ -147,6 +147,7 @@ class Group:
         self.params: dict[int, Instruction] = {}   # operands from outside (not constants: copied in)
         self.external_users: dict[int, Instruction] = {}
         self.clones: dict[int, Instruction] = {}    # original's id -> its copy in this group
+        self.origin: dict[int, Instruction] = {}    # copy's id -> its original
         # Per member: the index maps (hashed paths of index-changing reads from an output) at
         # which the kernel evaluates it, and its distance from the outputs.
         self.maps: dict[int, frozenset] = {id(seed): ROOT_MAPS}
@@ -416,7 +417,7 @@ class Legality:
                 exported = True
         if exported or not maps:
             maps = maps | ROOT_MAPS
-        reason = cost_reason(x, maps, depth)
+        reason = cost_reason(x, self._with_twin(group, x, maps), depth)
         if reason is not None:
             return reason
         pending = {id(x): (maps, depth)}
@@ -440,7 +441,7 @@ class Legality:
                 nm, nd = om | read_maps(y, o, ym), max(od, yd + 1)
                 if nm == om and nd == od:
                     continue
-                reason = cost_reason(o, nm, nd)
+                reason = cost_reason(o, self._with_twin(group, o, nm), nd)
                 if reason is not None:
                     return reason
                 pending[id(o)] = (nm, nd)
@@ -452,6 +453,15 @@ class Legality:
             return f"the kernel would hold more than {MAX_MEMBERS} instructions"
         self._pending = (group, pending, values, reads)
         return None
+
+    @staticmethod
+    def _with_twin(group: Group, x: Instruction, maps: frozenset) -> frozenset:
+        """``maps`` with those of ``x``'s twin in ``group`` (its copy, or the original of a
+        copy): the fused computation's CSE makes the two one value evaluated at both."""
+        twin = group.clones.get(id(x)) or group.origin.get(id(x))
+        if twin is not None and id(twin) in group.ids:
+            return maps | group.maps.get(id(twin), frozenset())
+        return maps
 
     def _commit_cost(self, group: Group) -> None:
         pending_group, pending, values, reads = self._pending
