@@ -489,6 +489,37 @@ def copy_bandwidth() -> float:
     return 2 * src.nbytes / best
 
 
+def kernel_profile(compilation, inputs, repeats: int = 20) -> list[tuple[str, str, float, int]]:
+    """(instruction, how it runs, best seconds, bytes read + written) of each step of the
+    entry computation that moves data (fusions, library calls, loops), each step timed on
+    its own: the entry program's steps are run one by one, in order, ``repeats`` times."""
+    native = compilation.executable.native
+    if native is None:
+        return []
+    comp = compilation.optimized.entry
+    program = native.programs[comp.name]
+    ops = [i for i in comp.instructions if i.opcode != "parameter"]
+    best: dict[int, float] = {}
+    for _ in range(repeats):
+        values = [None] * program.size
+        for k, number in program.params:
+            values[k] = np.ascontiguousarray(inputs[number])
+        for step, (thunk, operands, out, places) in enumerate(program.steps):
+            args = [values[k] for k in operands]
+            outs = None if places is None else [np.empty(dims, dtype) for _, dims, dtype in places]
+            t0 = time.perf_counter()
+            values[out] = thunk(args) if outs is None else thunk(args, outs)
+            best[step] = min(best.get(step, np.inf), time.perf_counter() - t0)
+    rows = []
+    for step, instr in enumerate(ops):
+        if instr.opcode in ("tuple", "get-tuple-element", "bitcast", "reshape", "constant"):
+            continue
+        operands = {id(o): o for o in instr.operands}
+        moved = sum(o.shape.byte_size for o in operands.values()) + instr.shape.byte_size
+        rows.append((instr.name, instr.opcode, best[step], moved))
+    return rows
+
+
 def measure(program: Program, seconds: float, use_jax: bool) -> dict:
     import nbxla
     row = {"name": program.name}
@@ -523,6 +554,7 @@ def measure(program: Program, seconds: float, use_jax: bool) -> dict:
         row[k + "_p90"] = float(np.percentile(s, 90))
     if program.streaming_bytes:
         row["bytes"] = program.streaming_bytes
+    row["profile"] = kernel_profile(f.last_compilation, program.inputs)
     return row
 
 
@@ -532,6 +564,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated program names")
     ap.add_argument("--seconds", type=float, default=1.0, help="timing budget per contender")
     ap.add_argument("--no-jax", action="store_true")
+    ap.add_argument("--kernels", action="store_true",
+                    help="each kernel of nbxla's entry computation timed alone: ms, GB/s, %% of copy bandwidth")
     args = ap.parse_args(argv)
     os.environ["NBXLA_CACHE_DIR"] = "off"
     use_jax = not args.no_jax
@@ -563,6 +597,10 @@ def main(argv=None) -> int:
             print(f"{name:<16}{size:<7}{row['numpy'] / row['nbxla']:7.2f}{jx}{row['nbxla'] * 1e3:9.2f}"
                   f"{row['nbxla_p90'] * 1e3:9.2f}{row['numpy'] * 1e3:9.2f}{row['numpy_p90'] * 1e3:8.2f}{jms}{row['first']:8.2f}{j1}"
                   f"{row['kernels']:5d}{row['interp']:7d}{pbw}  {'yes' if row['ok'] else 'NO'}", flush=True)
+            if args.kernels:
+                for kname, how, t, moved in row["profile"]:
+                    print(f"    {kname:<40}{how:<12}{t * 1e3:9.3f} ms{moved / t / 1e9:8.1f} GB/s"
+                          f"{100 * moved / t / bw:6.0f}% of copy")
             for w in dict.fromkeys(row["warnings"]):
                 print(f"    warning: {w}")
     return 0
