@@ -5,7 +5,7 @@
 
 The programs are our own versions of the shapes that public NumPy benchmark suites contain
 (none is copied from a suite): an equation of state (one wide elementwise formula with many
-named temporaries and several outputs), an isoneutral-mixing-style kernel (slices, ``where``,
+named temporaries and several outputs), great-circle distances (a transcendental formula), an isoneutral-mixing-style kernel (slices, ``where``,
 broadcasts over 3-D grids), gt4py's horizontal diffusion (a stencil of stencils with flux
 limiters), time-stepping stencils unrolled by tracing (2-D Jacobi, FDTD-2D,
 heat-3d, with in-place slice writes), batched matmuls (doitgen's ``@`` on 3-D operands and an
@@ -152,6 +152,28 @@ def _eos(size):
     def make_jax(jnp):
         return lambda SA, CT, p, mask: eos_formula(jnp, SA, CT, p, mask)
     return Program("eos", eos, (SA, CT, p, mask), make_jax, SA.nbytes * 3 + mask.nbytes + SA.nbytes * 5)
+
+
+# ---- arc distance: a transcendental formula DAG -------------------------------------------------
+
+def arc_distance_formula(xp, theta_1, phi_1, theta_2, phi_2):
+    """Great-circle distances (the haversine formula), as NumPy benchmark suites write it."""
+    temp = xp.sin((theta_2 - theta_1) / 2) ** 2 + \
+        xp.cos(theta_1) * xp.cos(theta_2) * xp.sin((phi_2 - phi_1) / 2) ** 2
+    return 2 * (xp.arctan2(xp.sqrt(temp), xp.sqrt(1 - temp)))
+
+
+def _arc_distance(size):
+    n = {"small": 100_000, "medium": 1_000_000}[size]
+    g = _rng()
+    args = tuple(g.uniform(0, 3.1, n) for _ in range(4))
+
+    def arc_distance(t1, p1, t2, p2):
+        return arc_distance_formula(np, t1, p1, t2, p2)
+
+    def make_jax(jnp):
+        return lambda *a: arc_distance_formula(jnp, *a)
+    return Program("arc_distance", arc_distance, args, make_jax, args[0].nbytes * 5)
 
 
 # ---- isoneutral mixing: slices and where over 3-D grids -------------------------------------
@@ -435,7 +457,7 @@ def _bicg(size):
 
 
 PROGRAMS: dict[str, Callable[[str], Program]] = {
-    "eos": _eos, "isoneutral": _isoneutral, "jacobi2d": _jacobi2d, "fdtd2d": _fdtd2d,
+    "eos": _eos, "arc_distance": _arc_distance, "isoneutral": _isoneutral, "jacobi2d": _jacobi2d, "fdtd2d": _fdtd2d,
     "heat3d": _heat3d, "hdiff": _hdiff, "doitgen": _doitgen, "batched_einsum": _batched_einsum, "gemm": _gemm,
     "gemver": _gemver, "atax": _atax, "bicg": _bicg,
 }
