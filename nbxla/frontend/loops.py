@@ -37,6 +37,15 @@ _ATTEMPTS = 4
 # small: longer ones are refused at once, not after minutes of tracing and optimizing.
 UNROLL_LIMIT = 1000
 UNROLL_BUDGET = 2000
+# Ops that are a kernel (or a loop) of their own in every unrolled step: no fusion merges
+# them across steps, and each costs an LLVM compilation when their operands differ per step
+# (a reduction over a window at each output position).  Unrolling is cheap only while steps
+# times these stay within UNROLL_KERNEL_BUDGET: 28 x 28 unrolled window reductions (a
+# convolution written as a loop over output positions) took a minute to compile, rolled one
+# second.  (Dots are library calls, no compilation: not counted.)
+KERNEL_OPS = frozenset({"reduce", "reduce-window", "select-and-scatter", "sort", "scatter",
+                        "convolution", "while", "conditional", "fft", "custom-call"})
+UNROLL_KERNEL_BUDGET = 4
 
 
 class _Cheap(Exception):
@@ -46,6 +55,18 @@ class _Cheap(Exception):
 def _size(comp) -> int:
     """Instructions of a computation and of those it calls."""
     return sum(1 + sum(_size(c) for c in i.called_computations) for i in comp.instructions)
+
+
+def _kernels(comp) -> int:
+    """KERNEL_OPS in a computation and in the loops and branches it calls (not counting a
+    reduction's own combiner)."""
+    count = 0
+    for i in comp.instructions:
+        if i.opcode in KERNEL_OPS:
+            count += 1
+        if i.opcode in ("while", "conditional", "call"):
+            count += sum(_kernels(c) for c in i.called_computations)
+    return count
 
 
 # ---- loops -----------------------------------------------------------------------------------
@@ -223,6 +244,7 @@ class _Loop:
         self.start, self.stop, self.step, self.index_range, self.cond = start, stop, step, index_range, cond
         self.counted = cond is None
         self.trips, self.budget = unroll_budget     # (Python bounds: unrolled when cheap)
+        self.why = ""                               # (why a loop within budget stays rolled)
 
     def _find_objects(self):
         found: dict = {}
@@ -270,10 +292,14 @@ class _Loop:
             new_checks = [(loop_checks.carry(self.ctx, c), c) for c in made_checks[len(self.checks):]]
             if not requests and not new_checks:
                 if self.budget and self.trips * _size(plan[0]) <= self.budget:
-                    size = _size(plan[0])
-                    raise _Cheap(f"{self.trips} steps of a {size}-instruction body: within the "
-                                 f"unroll budget ({self.budget}), where steps fuse and no step "
-                                 "costs a host round trip")
+                    size, kernels = _size(plan[0]), _kernels(plan[0])
+                    if self.trips * kernels <= UNROLL_KERNEL_BUDGET:
+                        raise _Cheap(f"{self.trips} steps of a {size}-instruction body: within the "
+                                     f"unroll budget ({self.budget}), where steps fuse and no step "
+                                     "costs a host round trip")
+                    self.why = (f"{self.trips} steps of a body with {kernels} reductions or other "
+                                f"kernels of their own: unrolled, more than {UNROLL_KERNEL_BUDGET} "
+                                "kernels to compile")
                 state = self._emit(*plan)
                 for slot, check in self.checks:
                     self.ctx.add_check(slot.instr, check.fail, check.fold)
@@ -481,7 +507,8 @@ class _Loop:
         state = self._state_from(gtes[offset + len(self.objects):])
         for k, value in self.static_after.items():
             state[k] = value
-        ctx.loop_decisions.append((self.lineno, "rolled", "a while loop; its body traced once"))
+        ctx.loop_decisions.append((self.lineno, "rolled", "a while loop; its body traced once" +
+                                   (f" ({self.why})" if self.why else "")))
         return tuple(state)
 
     def _counted_condition(self, shapes):

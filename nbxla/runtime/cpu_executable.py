@@ -36,7 +36,7 @@ from ..hlo.opcodes import OWN_KERNEL
 from ..hlo import Module
 from ..hlo.evaluator import Interpreter
 from ..hlo.ir import Computation, Instruction
-from ..hlo.printer import print_module
+from ..hlo.printer import PrintOptions, print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_callees, program_computations
 from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
@@ -52,6 +52,9 @@ from .thunks import structural_thunk
 # Below this, temporaries are plain small allocations, not arena places: creating the arena
 # and a view per output cost more than malloc's reuse of small blocks (tiny BLAS programs).
 SMALL_ARENA = 64 << 10
+# The module's text in cache keys: large constants by a hash of their bytes (printing them
+# in full cost seconds per key).
+KEY_TEXT = PrintOptions(large_constants="digest")
 
 
 def _contiguous(value):
@@ -114,7 +117,7 @@ class CpuExecutable:
         self._native: dict[int, NativeLoopThunk] = {}
         whiles = [i for i in module.entry.instructions if i.opcode == "while"]
         if whiles and native_loops_enabled():
-            found = native_loops(whiles, print_module(module), store)
+            found = native_loops(whiles, print_module(module, KEY_TEXT), store)
             for instr in whiles:
                 if isinstance(found[id(instr)], NativeLoopThunk):
                     self._native[id(instr)] = found[id(instr)]
@@ -128,7 +131,7 @@ class CpuExecutable:
         if store is not None:
             names = ",".join(symbol for symbol, _ in compiled)
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
-                                  print_module(module)).encode()).hexdigest()
+                                  print_module(module, KEY_TEXT)).encode()).hexdigest()
         self.kernels: CompiledKernels = compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET)
         # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name
         # (identical kernels, the steps of a time loop, share one symbol).
