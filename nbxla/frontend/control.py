@@ -129,9 +129,15 @@ _LIBRARY_DIRS = tuple({sys.prefix, sys.base_prefix, sysconfig.get_paths()["purel
                        sysconfig.get_paths()["stdlib"], os.path.dirname(os.path.dirname(__file__))})
 
 
+# nbxla.examples holds programs written the way users write them (lenet5 calls conv2d, whose
+# loops must become HLO loops): converted like the user's own helpers.
+_EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples.py")
+
+
 def _is_user_code(f) -> bool:
     """The user's own helper functions are converted too; library code is called as it is."""
-    return not os.path.abspath(f.__code__.co_filename).startswith(_LIBRARY_DIRS)
+    path = os.path.abspath(f.__code__.co_filename)
+    return path == _EXAMPLES or not path.startswith(_LIBRARY_DIRS)
 
 
 def _stack_nested(ctx, value):

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import builtins
+import sys
 
 import numpy as np
 
@@ -78,27 +79,33 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
         r = range_fn(*args)
         ctx = active_context()
         unroll_max = current_flags().unroll_max
-        if ctx is None or range_fn is not builtins.range or len(r) <= unroll_max \
+        short = len(r) <= unroll_max
+        if ctx is None or range_fn is not builtins.range or short and len(r) <= 1 \
                 or not has_tracer(state):
             if ctx is not None and has_tracer(state):
                 ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops "
                                            f"(at most {unroll_max}) are unrolled"))
-            # (a short loop is unrolled by choice, at any size: only a loop that has no other
-            # way is held to the budget)
-            budget = None if ctx is None or len(r) <= unroll_max else \
+            budget = None if ctx is None or short else \
                 _Budget(ctx, lineno, "no traced value in its state")
             return _python_loop(r, body, state, last, budget)
         flags = current_flags()
+        # (a short loop is unrolled by choice, at any size, unless its steps would each add
+        # kernels of their own past UNROLL_KERNEL_BUDGET: nested 4-step loops of window
+        # reductions were 16 kernels to compile)
+        budget = sys.maxsize if short else flags.unroll_budget if unroll_max else 0
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
                           (min(r[0], r[-1]), max(r[0], r[-1])),
-                          unroll_budget=(len(r), flags.unroll_budget if unroll_max else 0)).run()
+                          unroll_budget=(len(r), budget)).run()
             return tuple(state) + (r[-1],)
         except _Cheap as e:
-            ctx.loop_decisions.append((lineno, "unrolled", str(e)))
+            ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops (at most "
+                                       f"{unroll_max}) are unrolled" if short else str(e)))
             return _python_loop(r, body, state, last, None)
         except CannotRoll as e:
             ctx.loop_decisions.append((lineno, "unrolled", str(e)))
+            if short:
+                return _python_loop(r, body, state, last, None)
             budget = _Budget(ctx, lineno, str(e))
             if len(r) > UNROLL_LIMIT:
                 raise budget.refusal(f"a loop of {len(r)} steps") from None
