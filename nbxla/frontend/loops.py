@@ -252,6 +252,8 @@ class _Loop:
         self.counted = cond is None
         self.trips, self.budget = unroll_budget     # (Python bounds: unrolled when cheap)
         self.why = ""                               # (why a loop within budget stays rolled)
+        # (a loop of at most --unroll_max steps: unrolled unless it is costly, see for_range)
+        self.short = self.trips and self.budget == sys.maxsize
 
     def _find_objects(self):
         found: dict = {}
@@ -356,6 +358,12 @@ class _Loop:
                 if getattr(new, "weak", False):          # a loop index: a Python int
                     self.weak.add(k)
                 requests.append((k, old, *_stored_type(new)))
+            elif isinstance(new, Selection) and old is UNDEFINED and not self.short:
+                # ``values = data[mask]; res[i] = values.mean()``: a temporary of each step.
+                # Its data-dependent length cannot be a loop state; after the loop the name
+                # holds a stand-in that refuses use (a short loop is unrolled instead, where
+                # it keeps the last step's selection, as Python does).
+                self.static_after[k] = _SelectionAfterLoop(self.names[k], location_at(self.ctx, self.lineno))
             elif isinstance(new, Selection):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "
                                  "length depends on the data")
@@ -534,6 +542,31 @@ class _Loop:
         return builder.build()
 
 
+
+
+class _SelectionAfterLoop:
+    """What a name bound to ``x[mask]`` in each step of a rolled loop holds after it: using it
+    is refused with a clear error (the last step's selection, of data-dependent length, was
+    not kept)."""
+
+    def __init__(self, name: str, where):
+        self._name, self._where = name, where
+
+    def _refuse(self, *args, **kwargs):
+        raise NotCompilableError(
+            f"`{self._name}` holds x[mask] from the last step of a loop compiled as one HLO "
+            "while, which does not keep it (its length depends on the data)", self._where,
+            "use it inside the loop only, or keep what you need of it in an array the loop "
+            "writes (res[i] = values.mean())")
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        self._refuse()
+
+    __array__ = __array_ufunc__ = __array_function__ = __len__ = __iter__ = __getitem__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _refuse
+    __rtruediv__ = __pow__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = _refuse
 
 
 def _stored_type(t: Tracer) -> tuple:
