@@ -44,7 +44,7 @@ from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, Kerne
 from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
-from .native_loops import NativeLoopThunk, native_loops, native_loops_enabled
+from .native_loops import NativeLoopThunk, native_entry_runner, native_loops, native_loops_enabled
 from .persistent_cache import default_cache
 from .straight_line import straight_line_runner
 from .thunks import structural_thunk
@@ -164,6 +164,11 @@ class CpuExecutable:
         if direct is not None:
             self.run = direct
         self.run_single = self._single_kernel_runner(entry, direct)
+        if self.run_single is None and self._native:
+            ops = [i for i in module.entry.instructions if i.opcode != "parameter"]
+            fills = {id(i): step for i, step in zip(ops, entry.steps) if not i.operands}
+            self.run_single = native_entry_runner(module.entry, self._native, self.run,
+                                                  lambda instr: _fill_value(fills[id(instr)]))
         self.run_tuple = None       # (a flat tuple root's arrays as a tuple: straight_line.py)
         if direct is None and self._fresh_results and not self._arena_bytes:
             written = straight_line_runner(entry.computation, entry.params, entry.steps, entry.root,
@@ -474,6 +479,14 @@ def _warn_interpreted(module_name: str, interpreted: dict[str, str]) -> None:
         (f"\n  ... and {len(lines) - 20} more" if len(lines) > 20 else "") +
         "\n(the fusion report and %xla_ir stage=execution mark them; please report the HLO)"),
         stacklevel=2)
+
+
+def _fill_value(step) -> np.ndarray:
+    """The value of an entry step without operands (a constant fill), computed now."""
+    thunk, _, _, places = step
+    if places is None:
+        return thunk([])
+    return thunk([], [np.empty(dims, dtype) for _, dims, dtype in places])
 
 
 def _c_strides(dims, itemsize: int) -> tuple:
