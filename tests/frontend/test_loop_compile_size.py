@@ -130,3 +130,12 @@ def test_steps_times_kernels_decide_unrolling(steps, per_step):
     if rolled:
         report = compilation.stage("fusion_report")
         assert f"{steps} steps of a body with {per_step} reductions" in report, report
+
+
+def test_an_empty_array_filled_by_a_loop_is_a_fill_not_a_constant():
+    """np.empty's contents are unspecified: inside compiled code it is np.zeros, which becomes
+    a broadcast when the loop writes into it (was a constant as large as the array)."""
+    compilation = _run(examples.conv2d, _f32(2, 9, 9, 3), _f32(5, 5, 3, 4), rtol=1e-4)
+    hlo = compilation.hlo
+    assert all(i.opcode != "constant" or np.size(i.literal) <= 1 for i in hlo.instructions()), \
+        compilation.stage("hlo")
