@@ -7,7 +7,11 @@
   changes a value's shape -- it runs the Python loop instead (the trace is unrolled).  Loops
   of at most ``NBXLA_FLAGS=--unroll_max`` steps (4) are unrolled, and so are longer ones whose
   steps times body instructions fit ``--unroll_budget``: a rolled step costs a host round trip,
-  unrolled steps fuse.
+  unrolled steps fuse.  Both only while steps times the body's reductions (and other ops that
+  are a kernel of their own in every step) stay within ``UNROLL_KERNEL_BUDGET``: each would be
+  one more kernel to compile, and no fusion merges them across steps.  A name bound to
+  ``x[mask]`` in each step does not stop a loop of more than ``--unroll_max`` steps rolling;
+  after the loop it refuses use.
 * ``for_items`` does the same for ``for x in traced`` and ``enumerate(traced)`` (over the
   first axis, the item ``traced[i]``).
 * ``while_loop`` runs in Python while its condition is a Python value, then as an HLO
