@@ -34,7 +34,7 @@ from .control import (UNDEFINED, CannotRoll, Snapshot, check_closed, getitem, is
                       scalar_test, tracers_in, view_root)
 from .promotion import (OneBranch, active_context, drop_promotions, has_tracer, promote_owned, reaches,
                         resolved_state)
-from .selection import Selection
+from .selection import Selection, SelectionAfterLoop
 from .tracer import Tracer
 
 _ATTEMPTS = 4
@@ -310,8 +310,8 @@ class _Loop:
                         raise _Cheap(f"{self.trips} steps of a {size}-instruction body: within the "
                                      f"unroll budget ({self.budget}), where steps fuse and no step "
                                      "costs a host round trip")
-                    self.why = (f"{self.trips} steps of a body with {kernels} reductions or other "
-                                f"kernels of their own: unrolled, more than {UNROLL_KERNEL_BUDGET} "
+                    self.why = (f"unrolled, its {self.trips} steps x {kernels} reductions or other "
+                                f"kernels of their own would be more than {UNROLL_KERNEL_BUDGET} "
                                 "kernels to compile")
                 state = self._emit(*plan)
                 for slot, check in self.checks:
@@ -367,7 +367,7 @@ class _Loop:
                 # Its data-dependent length cannot be a loop state; after the loop the name
                 # holds a stand-in that refuses use (a short loop is unrolled instead, where
                 # it keeps the last step's selection, as Python does).
-                self.static_after[k] = _SelectionAfterLoop(self.names[k], location_at(self.ctx, self.lineno))
+                self.static_after[k] = SelectionAfterLoop(self.names[k], location_at(self.ctx, self.lineno))
             elif isinstance(new, Selection):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "
                                  "length depends on the data")
@@ -546,31 +546,6 @@ class _Loop:
         return builder.build()
 
 
-
-
-class _SelectionAfterLoop:
-    """What a name bound to ``x[mask]`` in each step of a rolled loop holds after it: using it
-    is refused with a clear error (the last step's selection, of data-dependent length, was
-    not kept)."""
-
-    def __init__(self, name: str, where):
-        self._name, self._where = name, where
-
-    def _refuse(self, *args, **kwargs):
-        raise NotCompilableError(
-            f"`{self._name}` holds x[mask] from the last step of a loop compiled as one HLO "
-            "while, which does not keep it (its length depends on the data)", self._where,
-            "use it inside the loop only, or keep what you need of it in an array the loop "
-            "writes (res[i] = values.mean())")
-
-    def __getattr__(self, name):
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        self._refuse()
-
-    __array__ = __array_ufunc__ = __array_function__ = __len__ = __iter__ = __getitem__ = _refuse
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _refuse
-    __rtruediv__ = __pow__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = _refuse
 
 
 def _stored_type(t: Tracer) -> tuple:

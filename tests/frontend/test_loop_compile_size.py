@@ -129,7 +129,7 @@ def test_steps_times_kernels_decide_unrolling(steps, per_step):
     assert (" while(" in text) == rolled, text
     if rolled:
         report = compilation.stage("fusion_report")
-        assert f"{steps} steps of a body with {per_step} reductions" in report, report
+        assert f"its {steps} steps x {per_step} reductions" in report, report
 
 
 def test_an_empty_array_filled_by_a_loop_is_a_fill_not_a_constant():
