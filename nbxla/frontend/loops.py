@@ -362,11 +362,13 @@ class _Loop:
                 if getattr(new, "weak", False):          # a loop index: a Python int
                     self.weak.add(k)
                 requests.append((k, old, *_stored_type(new)))
-            elif isinstance(new, Selection) and old is UNDEFINED and not self.short:
+            elif isinstance(new, Selection) and old is UNDEFINED and not self.short \
+                    and not self.ctx.names_outlive:
                 # ``values = data[mask]; res[i] = values.mean()``: a temporary of each step.
                 # Its data-dependent length cannot be a loop state; after the loop the name
                 # holds a stand-in that refuses use (a short loop is unrolled instead, where
-                # it keeps the last step's selection, as Python does).
+                # it keeps the last step's selection, as Python does; so is any loop of a
+                # cell, whose names are all outputs).
                 self.static_after[k] = SelectionAfterLoop(self.names[k], location_at(self.ctx, self.lineno))
             elif isinstance(new, Selection):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "
