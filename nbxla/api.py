@@ -335,10 +335,10 @@ class CompiledFunction:
                     fast_key = (id(flags), "tree", tree)
             if fast_key is not None:
                 hit = self._fast.get(fast_key)
-                if hit is not None and hit[1] == self.cache.generation:
-                    entry, _, runner = hit
-                    self.cache.touch(entry)
-                    self.last_compilation = entry.value.compilation
+                cache = self.cache
+                if hit is not None and hit[1] == cache.generation:
+                    entry, _, runner, self.last_compilation = hit
+                    cache.touch(entry)
                     try:
                         return runner(args if not captured else args + tuple([v for _, v in captured]))
                     except MemoryError:
@@ -386,7 +386,7 @@ class CompiledFunction:
         # any call with the same types, shapes and dtypes, aliased or not.)
         if fast_key is not None and runner is not None and plain \
                 and len({id(a) for a in arrays}) == len(arrays):
-            self._fast[fast_key] = (entry, self.cache.generation, runner)
+            self._fast[fast_key] = (entry, self.cache.generation, runner, entry.value.compilation)
             if len(self._fast) > FAST_PATH_ENTRIES:
                 self._fast.popitem(last=False)
         if result is not None:              # (checked: it ran)

@@ -248,7 +248,7 @@ def trace_cell(analysis: CellAnalysis, inputs: CellInputs, user_ns: dict, *, fil
 
     display = filename_display or (lambda f: label if f == filename else None)
     program = trace(body, list(inputs.leaves), inputs.treedef, name=name,
-                    leaf_names=inputs.leaf_names, filename_display=display)
+                    leaf_names=inputs.leaf_names, filename_display=display, names_outlive=True)
     return program, recipe["bindings"], recipe["display"]
 
 

@@ -1,7 +1,8 @@
 """Standard NumPy programs (softmax, layernorm, an MLP forward pass and training step, an LSTM
 cell, Black-Scholes; and loop programs of the polybench/npbench kind: Cholesky, LU, a
 triangular solve, Durbin, an IIR filter, Jacobi and Gauss-Seidel sweeps, Newton's iteration,
-Gram-Schmidt, a histogram fill): plain NumPy, the way people write them in notebooks.
+Gram-Schmidt, a histogram fill, a correlation matrix, a convolution and a LeNet-5 forward pass
+written as loops over output positions, an azimuthal integration over radial bins): plain NumPy, the way people write them in notebooks.
 
 Tests and benchmarks import them from here (one copy each), and they are handy in a notebook:
 ``nbxla.jit(nbxla.examples.softmax)``.
@@ -178,3 +179,61 @@ def histogram_fill(values, nbins):
     for i in range(values.shape[0]):
         counts[values[i]] += 1
     return counts
+
+
+def correlation(M, float_n, data):
+    mean = np.mean(data, axis=0)
+    stddev = np.std(data, axis=0)
+    stddev[stddev <= 0.1] = 1.0
+    data -= mean
+    data /= np.sqrt(float_n) * stddev
+    corr = np.eye(M, dtype=data.dtype)
+    for i in range(M - 1):
+        corr[i + 1:M, i] = corr[i, i + 1:M] = data[:, i] @ data[:, i + 1:M]
+    return corr
+
+
+def conv2d(input, weights):
+    """A valid convolution (NHWC input, KKCF weights, stride 1) as the usual double loop over
+    output positions, each a reduction over a K x K x C window."""
+    K = weights.shape[0]
+    H_out = input.shape[1] - K + 1
+    W_out = input.shape[2] - K + 1
+    output = np.empty((input.shape[0], H_out, W_out, weights.shape[3]), dtype=np.float32)
+    for i in range(H_out):
+        for j in range(W_out):
+            output[:, i, j, :] = np.sum(input[:, i:i + K, j:j + K, :, np.newaxis] *
+                                        weights[np.newaxis, :, :, :], axis=(1, 2, 3))
+    return output
+
+
+def maxpool2d(x):
+    output = np.empty([x.shape[0], x.shape[1] // 2, x.shape[2] // 2, x.shape[3]], dtype=x.dtype)
+    for i in range(x.shape[1] // 2):
+        for j in range(x.shape[2] // 2):
+            output[:, i, j, :] = np.max(x[:, 2 * i:2 * i + 2, 2 * j:2 * j + 2, :], axis=(1, 2))
+    return output
+
+
+def lenet5(input, conv1, conv1bias, conv2, conv2bias, fc1w, fc1b, fc2w, fc2b, fc3w, fc3b, N,
+           C_before_fc1):
+    x = np.maximum(conv2d(input, conv1) + conv1bias, 0)
+    x = maxpool2d(x)
+    x = np.maximum(conv2d(x, conv2) + conv2bias, 0)
+    x = maxpool2d(x)
+    x = np.reshape(x, (N, C_before_fc1))
+    x = np.maximum(x @ fc1w + fc1b, 0)
+    x = np.maximum(x @ fc2w + fc2b, 0)
+    return x @ fc3w + fc3b
+
+
+def azimint_naive(data, radius, npt):
+    rmax = radius.max()
+    res = np.zeros(npt, dtype=np.float64)
+    for i in range(npt):
+        r1 = rmax * i / npt
+        r2 = rmax * (i + 1) / npt
+        mask_r12 = np.logical_and((r1 <= radius), (radius < r2))
+        values_r12 = data[mask_r12]
+        res[i] = values_r12.mean()
+    return res

@@ -90,7 +90,7 @@ def standalone_computation(instr: Instruction) -> Computation:
 
 
 _NAME = re.compile(r"%([\w.\-]+)")
-_STRUCTURE_OPTIONS = PrintOptions(operand_shapes=True, metadata=False)
+_STRUCTURE_OPTIONS = PrintOptions(operand_shapes=True, metadata=False, large_constants="digest")
 
 
 def structure_key(comp: Computation) -> str:

@@ -56,6 +56,8 @@ class TraceContext:
         # (line, "rolled" | "unrolled", why) per Python loop over traced values (loops.py).
         self.loop_decisions: list[tuple[int, str, str]] = []
         self.rolling = 0         # loop bodies being traced once, one inside the other
+        # Names bound in loops are outputs (a cell's): see trace(names_outlive=...)
+        self.names_outlive = False
         # NumPy arrays made inside the compiled code that became traced on a traced write:
         # id -> (the array, kept alive so that its id stays its own; its Tracer).  Every
         # reference to the array -- a helper's parameter, the caller's name, a list item --

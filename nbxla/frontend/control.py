@@ -109,6 +109,11 @@ def call(f, *args, **kwargs):
         dtype = kwargs.get("dtype")
         value = convert(value, dtype) if dtype is not None else value
         return Tracer(ctx, value.instr) if value is args[0] else value
+    if f is np.empty or f is np.empty_like:
+        # Unspecified contents: zeros are one valid answer, and one that becomes a fill when
+        # the array is traced, not a constant of whatever the memory held (a 100 000-element
+        # np.empty output of a loop was a 400 KB constant in the module and its keys).
+        f = np.zeros if f is np.empty else np.zeros_like
     if isinstance(f, type(call)) and not getattr(f, "__nbxla_converted__", False) \
             and _is_user_code(f):
         f = ENTRY_POINTS["convert_function"](f)
@@ -129,9 +134,15 @@ _LIBRARY_DIRS = tuple({sys.prefix, sys.base_prefix, sysconfig.get_paths()["purel
                        sysconfig.get_paths()["stdlib"], os.path.dirname(os.path.dirname(__file__))})
 
 
+# nbxla.examples holds programs written the way users write them (lenet5 calls conv2d, whose
+# loops must become HLO loops): converted like the user's own helpers.
+_EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples.py")
+
+
 def _is_user_code(f) -> bool:
     """The user's own helper functions are converted too; library code is called as it is."""
-    return not os.path.abspath(f.__code__.co_filename).startswith(_LIBRARY_DIRS)
+    path = os.path.abspath(f.__code__.co_filename)
+    return path == _EXAMPLES or not path.startswith(_LIBRARY_DIRS)
 
 
 def _stack_nested(ctx, value):

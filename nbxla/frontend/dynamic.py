@@ -41,7 +41,7 @@ def is_dynamic_key(key: tuple) -> bool:
                                                      for p in (k.start, k.stop)):
                     return False
                 dynamic = True
-        elif k is None or isinstance(k, (list, np.ndarray)) and not (isinstance(k, np.ndarray) and k.ndim == 0):
+        elif isinstance(k, (list, np.ndarray)) and not (isinstance(k, np.ndarray) and k.ndim == 0):
             return False
     return dynamic
 
@@ -203,7 +203,38 @@ def _mask(ctx, shape, dims) -> Tracer:
     return mask
 
 
+def _new_axes(ndim: int, key: tuple) -> tuple[tuple, list[int] | None]:
+    """The key without ``None`` (np.newaxis) entries, and where the result gets its new unit
+    axes (None when there are none): ``x[:, i:i+K, None]`` reads like ``x[:, i:i+K][:, :, None]``."""
+    if not any(k is None for k in key):
+        return key, None
+    real = sum(1 for k in key if k is not None and k is not Ellipsis)
+    full = []
+    for k in key:
+        full += [slice(None)] * (ndim - real) if k is Ellipsis else [k]
+    if not any(k is Ellipsis for k in key):
+        full += [slice(None)] * (ndim - real)
+    positions, out_axis = [], 0
+    for k in full:
+        if k is None:
+            positions.append(out_axis)
+        if k is None or isinstance(k, slice):
+            out_axis += 1
+    return tuple(k for k in full if k is not None), positions
+
+
 def dynamic_getitem(x: Tracer, key: tuple) -> Tracer:
+    key, new_axes = _new_axes(x.ndim, key)
+    if new_axes is not None:
+        y = dynamic_getitem(x, key)
+        if isinstance(y, MaskedTracer):
+            raise NotCompilableError("np.newaxis next to a slice whose length depends on the loop "
+                                     "index is not supported", x.ctx.user_location(),
+                                     "slice first, then add the axis with a reshape or np.expand_dims")
+        shape = list(y.shape)
+        for p in new_axes:
+            shape.insert(p, 1)
+        return reshape(plain(y), tuple(shape))
     plan = _Plan(x, key)
     masks = plan.masks()
     if any(m is not None for m in masks):

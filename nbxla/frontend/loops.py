@@ -7,7 +7,11 @@
   changes a value's shape -- it runs the Python loop instead (the trace is unrolled).  Loops
   of at most ``NBXLA_FLAGS=--unroll_max`` steps (4) are unrolled, and so are longer ones whose
   steps times body instructions fit ``--unroll_budget``: a rolled step costs a host round trip,
-  unrolled steps fuse.
+  unrolled steps fuse.  Both only while steps times the body's reductions (and other ops that
+  are a kernel of their own in every step) stay within ``UNROLL_KERNEL_BUDGET``: each would be
+  one more kernel to compile, and no fusion merges them across steps.  A name bound to
+  ``x[mask]`` in each step does not stop a loop of more than ``--unroll_max`` steps rolling;
+  after the loop it refuses use.
 * ``for_items`` does the same for ``for x in traced`` and ``enumerate(traced)`` (over the
   first axis, the item ``traced[i]``).
 * ``while_loop`` runs in Python while its condition is a Python value, then as an HLO
@@ -17,6 +21,7 @@
 from __future__ import annotations
 
 import builtins
+import sys
 
 import numpy as np
 
@@ -29,7 +34,7 @@ from .control import (UNDEFINED, CannotRoll, Snapshot, check_closed, getitem, is
                       scalar_test, tracers_in, view_root)
 from .promotion import (OneBranch, active_context, drop_promotions, has_tracer, promote_owned, reaches,
                         resolved_state)
-from .selection import Selection
+from .selection import Selection, SelectionAfterLoop
 from .tracer import Tracer
 
 _ATTEMPTS = 4
@@ -37,6 +42,15 @@ _ATTEMPTS = 4
 # small: longer ones are refused at once, not after minutes of tracing and optimizing.
 UNROLL_LIMIT = 1000
 UNROLL_BUDGET = 2000
+# Ops that are a kernel (or a loop) of their own in every unrolled step: no fusion merges
+# them across steps, and each costs an LLVM compilation when their operands differ per step
+# (a reduction over a window at each output position).  Unrolling is cheap only while steps
+# times these stay within UNROLL_KERNEL_BUDGET: 28 x 28 unrolled window reductions (a
+# convolution written as a loop over output positions) took a minute to compile, rolled one
+# second.  (Dots are library calls, no compilation: not counted.)
+KERNEL_OPS = frozenset({"reduce", "reduce-window", "select-and-scatter", "sort", "scatter",
+                        "convolution", "while", "conditional", "fft", "custom-call"})
+UNROLL_KERNEL_BUDGET = 4
 
 
 class _Cheap(Exception):
@@ -48,6 +62,18 @@ def _size(comp) -> int:
     return sum(1 + sum(_size(c) for c in i.called_computations) for i in comp.instructions)
 
 
+def _kernels(comp) -> int:
+    """KERNEL_OPS in a computation and in the loops and branches it calls (not counting a
+    reduction's own combiner)."""
+    count = 0
+    for i in comp.instructions:
+        if i.opcode in KERNEL_OPS:
+            count += 1
+        if i.opcode in ("while", "conditional", "call"):
+            count += sum(_kernels(c) for c in i.called_computations)
+    return count
+
+
 # ---- loops -----------------------------------------------------------------------------------
 
 def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: int, target=(UNDEFINED,)):
@@ -57,27 +83,33 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
         r = range_fn(*args)
         ctx = active_context()
         unroll_max = current_flags().unroll_max
-        if ctx is None or range_fn is not builtins.range or len(r) <= unroll_max \
+        short = len(r) <= unroll_max
+        if ctx is None or range_fn is not builtins.range or short and len(r) <= 1 \
                 or not has_tracer(state):
             if ctx is not None and has_tracer(state):
                 ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops "
                                            f"(at most {unroll_max}) are unrolled"))
-            # (a short loop is unrolled by choice, at any size: only a loop that has no other
-            # way is held to the budget)
-            budget = None if ctx is None or len(r) <= unroll_max else \
+            budget = None if ctx is None or short else \
                 _Budget(ctx, lineno, "no traced value in its state")
             return _python_loop(r, body, state, last, budget)
         flags = current_flags()
+        # (a short loop is unrolled by choice, at any size, unless its steps would each add
+        # kernels of their own past UNROLL_KERNEL_BUDGET: nested 4-step loops of window
+        # reductions were 16 kernels to compile)
+        budget = sys.maxsize if short else flags.unroll_budget if unroll_max else 0
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
                           (min(r[0], r[-1]), max(r[0], r[-1])),
-                          unroll_budget=(len(r), flags.unroll_budget if unroll_max else 0)).run()
+                          unroll_budget=(len(r), budget)).run()
             return tuple(state) + (r[-1],)
         except _Cheap as e:
-            ctx.loop_decisions.append((lineno, "unrolled", str(e)))
+            ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops (at most "
+                                       f"{unroll_max}) are unrolled" if short else str(e)))
             return _python_loop(r, body, state, last, None)
         except CannotRoll as e:
             ctx.loop_decisions.append((lineno, "unrolled", str(e)))
+            if short:
+                return _python_loop(r, body, state, last, None)
             budget = _Budget(ctx, lineno, str(e))
             if len(r) > UNROLL_LIMIT:
                 raise budget.refusal(f"a loop of {len(r)} steps") from None
@@ -223,6 +255,9 @@ class _Loop:
         self.start, self.stop, self.step, self.index_range, self.cond = start, stop, step, index_range, cond
         self.counted = cond is None
         self.trips, self.budget = unroll_budget     # (Python bounds: unrolled when cheap)
+        self.why = ""                               # (why a loop within budget stays rolled)
+        # (a loop of at most --unroll_max steps: unrolled unless it is costly, see for_range)
+        self.short = self.trips and self.budget == sys.maxsize
 
     def _find_objects(self):
         found: dict = {}
@@ -270,10 +305,14 @@ class _Loop:
             new_checks = [(loop_checks.carry(self.ctx, c), c) for c in made_checks[len(self.checks):]]
             if not requests and not new_checks:
                 if self.budget and self.trips * _size(plan[0]) <= self.budget:
-                    size = _size(plan[0])
-                    raise _Cheap(f"{self.trips} steps of a {size}-instruction body: within the "
-                                 f"unroll budget ({self.budget}), where steps fuse and no step "
-                                 "costs a host round trip")
+                    size, kernels = _size(plan[0]), _kernels(plan[0])
+                    if self.trips * kernels <= UNROLL_KERNEL_BUDGET:
+                        raise _Cheap(f"{self.trips} steps of a {size}-instruction body: within the "
+                                     f"unroll budget ({self.budget}), where steps fuse and no step "
+                                     "costs a host round trip")
+                    self.why = (f"unrolled, its {self.trips} steps x {kernels} reductions or other "
+                                f"kernels of their own would be more than {UNROLL_KERNEL_BUDGET} "
+                                "kernels to compile")
                 state = self._emit(*plan)
                 for slot, check in self.checks:
                     self.ctx.add_check(slot.instr, check.fail, check.fold)
@@ -323,6 +362,14 @@ class _Loop:
                 if getattr(new, "weak", False):          # a loop index: a Python int
                     self.weak.add(k)
                 requests.append((k, old, *_stored_type(new)))
+            elif isinstance(new, Selection) and old is UNDEFINED and not self.short \
+                    and not self.ctx.names_outlive:
+                # ``values = data[mask]; res[i] = values.mean()``: a temporary of each step.
+                # Its data-dependent length cannot be a loop state; after the loop the name
+                # holds a stand-in that refuses use (a short loop is unrolled instead, where
+                # it keeps the last step's selection, as Python does; so is any loop of a
+                # cell, whose names are all outputs).
+                self.static_after[k] = SelectionAfterLoop(self.names[k], location_at(self.ctx, self.lineno))
             elif isinstance(new, Selection):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "
                                  "length depends on the data")
@@ -481,7 +528,8 @@ class _Loop:
         state = self._state_from(gtes[offset + len(self.objects):])
         for k, value in self.static_after.items():
             state[k] = value
-        ctx.loop_decisions.append((self.lineno, "rolled", "a while loop; its body traced once"))
+        ctx.loop_decisions.append((self.lineno, "rolled", "a while loop; its body traced once" +
+                                   (f" ({self.why})" if self.why else "")))
         return tuple(state)
 
     def _counted_condition(self, shapes):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import NbxlaError
+from ..errors import NbxlaError, NotCompilableError
 from ..hlo.ir import Instruction
 from .rules import broadcast_to, convert, like, select
 from .tracer import Tracer
@@ -268,3 +268,28 @@ def same_value(a: Instruction, b: Instruction, depth: int = 64) -> bool:
             a.attrs[k] is not b.attrs[k] and a.attrs[k] != b.attrs[k] for k in a.attrs):
         return False
     return all(same_value(x, y, depth - 1) for x, y in zip(a.operands, b.operands))
+
+
+class SelectionAfterLoop:
+    """What a name bound to ``x[mask]`` in each step of a rolled loop holds after it: using it
+    is refused with a clear error (the last step's selection, of data-dependent length, was
+    not kept)."""
+
+    def __init__(self, name: str, where):
+        self._name, self._where = name, where
+
+    def _refuse(self, *args, **kwargs):
+        raise NotCompilableError(
+            f"`{self._name}` holds x[mask] from the last step of a loop compiled as one HLO "
+            "while, which does not keep it (its length depends on the data)", self._where,
+            "use it inside the loop only, or keep what you need of it in an array the loop "
+            "writes (res[i] = values.mean())")
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        self._refuse()
+
+    __array__ = __array_ufunc__ = __array_function__ = __len__ = __iter__ = __getitem__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _refuse
+    __rtruediv__ = __pow__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = _refuse

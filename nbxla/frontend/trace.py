@@ -235,14 +235,18 @@ def alias_pattern(leaves: list) -> tuple[int, ...]:
 def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
           leaf_names: list[str] | None = None,
           filename_display: Callable[[str], str | None] | None = None,
-          memory_checked: bool = True, argument_views: bool = False) -> TracedProgram:
+          memory_checked: bool = True, argument_views: bool = False,
+          names_outlive: bool = False) -> TracedProgram:
     """Trace ``fn(*args, **kwargs)``; ``arg_leaves``/``arg_treedef`` flatten ``(args, kwargs)``.
     ``memory_checked=False`` allows arrays larger than memory (for programs run in chunks).
     ``argument_views``: a result that is a basic-indexing view of an argument array
     (``return x[1:]``) becomes a ("view", (leaf, keys)) slot: the caller gets that view of
-    its own array (after write-back), as NumPy returns a view sharing the argument's memory."""
+    its own array (after write-back), as NumPy returns a view sharing the argument's memory.
+    ``names_outlive``: every name a loop binds is an output (a cell's namespace), so a loop
+    that binds one to ``x[mask]`` is unrolled (see loops.py)."""
     ctx = TraceContext(name, filename_display)
     ctx.memory_checked = memory_checked
+    ctx.names_outlive = names_outlive
     tracers: dict[int, Tracer] = {}        # id(array) -> Tracer: the same array, the same Tracer
     traced_leaves, param_leaves = [], []
     for i, leaf in enumerate(arg_leaves):

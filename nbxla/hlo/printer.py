@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,12 +27,21 @@ if TYPE_CHECKING:                       # (ir prints itself through this module)
 # Attributes stored on instructions but printed inside the parentheses, not as name=value.
 INTERNAL_ATTRS = ("parameter_number", "literal")
 
+# Constants with more elements than this print in full only where the text must read back
+# (``print_module`` by default): printing a 100 000-element constant (an ``np.empty`` output
+# made a constant by the writes into it) takes about a second, and keys and per-pass records
+# printed it several times per compilation.
+LARGE_CONSTANT_ELEMENTS = 1024
+
 
 @dataclass(frozen=True)
 class PrintOptions:
     operand_shapes: bool = True   # "add(f32[8]{0} %x, ...)" as XLA prints by default
     metadata: bool = True
     debug_sections: bool = True   # FileNames / StackFrames tables exported by JAX
+    # Large constants: "full" (reads back), "digest" (a hash of the bytes: for keys, equal text
+    # exactly when the values are equal) or "elide" ("{...}", as XLA's dumps print them).
+    large_constants: str = "full"
 
 
 def print_module(module: Module, options: PrintOptions = PrintOptions()) -> str:
@@ -73,7 +83,7 @@ def print_instruction(instr: Instruction, options: PrintOptions = PrintOptions()
     if instr.opcode == "parameter":
         inside = str(instr.parameter_number)
     elif instr.opcode == "constant":
-        inside = format_literal(instr.literal, instr.shape.element_type)
+        inside = _constant_text(instr, options.large_constants)
     elif options.operand_shapes:
         inside = ", ".join(f"{op.shape} %{op.name}" for op in instr.operands)
     else:
@@ -88,6 +98,16 @@ def print_instruction(instr: Instruction, options: PrintOptions = PrintOptions()
     for key, value in attrs.items():
         text += f", {key}={attribute_to_text(key, value)}"
     return text
+
+
+def _constant_text(instr: Instruction, large: str) -> str:
+    literal = instr.literal
+    if large == "full" or np.size(literal) <= LARGE_CONSTANT_ELEMENTS:
+        return format_literal(literal, instr.shape.element_type)
+    if large == "elide":
+        return "{...}"
+    data = np.ascontiguousarray(literal)
+    return "{sha256:" + hashlib.sha256(str(data.dtype).encode() + data.tobytes()).hexdigest() + "}"
 
 
 def format_scalar(value, element_type: str) -> str:

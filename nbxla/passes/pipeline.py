@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 
 from ..hlo import Module
 from ..hlo.ir import clone_module
-from ..hlo.printer import print_module
+from ..hlo.printer import PrintOptions, print_module
 from .verifier import verify_module
 
 
 # Modules larger than this (instructions in all computations) keep no text per pass.
 RECORD_TEXT_LIMIT = 20000
+# (large constants print as "{...}" there, as in XLA's dumps: see hlo.printer)
+_HISTORY_TEXT = PrintOptions(large_constants="elide")
 
 
 class Pass:
@@ -101,7 +103,7 @@ class Pipeline:
                 size = sum(len(c.instructions) for c in module.computations)
                 # (Printing a module of an unrolled loop after every pass took longer than the
                 # passes: 145K instructions, 10 MB of text each time.)
-                text = print_module(module) if size <= RECORD_TEXT_LIMIT else \
+                text = print_module(module, _HISTORY_TEXT) if size <= RECORD_TEXT_LIMIT else \
                     f"// (module of {size} instructions: its text after this pass is not kept)"
             result.history.append(PassRecord(p.name, changed, ms, text))
             report = getattr(p, "report", None)

@@ -100,7 +100,7 @@ class CompilationCache:
         self.evictions = 0
         # Bumped whenever entries leave the cache, so shortcuts to entries can tell they are stale.
         self.generation = 0
-        # Hits found without a lookup (``touch``), not yet counted: (entry, time) pairs.
+        # Hits found without a lookup (``touch``), not yet counted: entries.
         self._pending: deque = deque()
         # Callers' shortcut tables to entries (jit's fast path): emptied whenever entries
         # leave, so that they release the compiled programs with the cache.
@@ -123,17 +123,20 @@ class CompilationCache:
 
         Called on every fast-path jit call, where taking the lock costs a fifth of the dispatch
         budget: the hit is queued (a deque append is atomic) and counted under the lock the next
-        time anything reads or changes the cache."""
-        self._pending.append((entry, time.time()))
-        if len(self._pending) > 4096:
+        time anything reads or changes the cache (its time of use: the time it is counted;
+        reading the clock here cost as much as the queueing)."""
+        pending = self._pending
+        pending.append(entry)
+        if len(pending) > 4096:
             with self._lock:
                 self._count_pending()
 
     def _count_pending(self) -> None:
         """(Under the lock.)  Apply the queued hits to the statistics and the LRU order."""
         pending = self._pending
+        when = time.time() if pending else 0.0
         while pending:
-            entry, when = pending.popleft()         # (only ever called under the lock)
+            entry = pending.popleft()               # (only ever called under the lock)
             entry.hits += 1
             entry.last_use = max(entry.last_use, when)
             self._hits += 1

@@ -36,7 +36,7 @@ from ..hlo.opcodes import OWN_KERNEL
 from ..hlo import Module
 from ..hlo.evaluator import Interpreter
 from ..hlo.ir import Computation, Instruction
-from ..hlo.printer import print_module
+from ..hlo.printer import PrintOptions, print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_callees, program_computations
 from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
@@ -45,7 +45,7 @@ from .conv_epilogue import fold_convolution_epilogues
 from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
-from .native_loops import NativeLoopThunk, native_loops, native_loops_enabled
+from .native_loops import NativeLoopThunk, native_entry_runner, native_loops, native_loops_enabled
 from .persistent_cache import default_cache
 from .straight_line import straight_line_runner
 from .thunks import structural_thunk
@@ -53,6 +53,9 @@ from .thunks import structural_thunk
 # Below this, temporaries are plain small allocations, not arena places: creating the arena
 # and a view per output cost more than malloc's reuse of small blocks (tiny BLAS programs).
 SMALL_ARENA = 64 << 10
+# The module's text in cache keys: large constants by a hash of their bytes (printing them
+# in full cost seconds per key).
+KEY_TEXT = PrintOptions(large_constants="digest")
 
 
 def _contiguous(value):
@@ -120,7 +123,7 @@ class CpuExecutable:
         self._native: dict[int, NativeLoopThunk] = {}
         whiles = [i for i in module.entry.instructions if i.opcode == "while"]
         if whiles and (native_loops_enabled() if compile_loops is None else compile_loops):
-            found = native_loops(whiles, print_module(module), store)
+            found = native_loops(whiles, print_module(module, KEY_TEXT), store)
             for instr in whiles:
                 if isinstance(found[id(instr)], NativeLoopThunk):
                     self._native[id(instr)] = found[id(instr)]
@@ -134,7 +137,7 @@ class CpuExecutable:
         if store is not None:
             names = ",".join(symbol for symbol, _ in compiled)
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
-                                  print_module(module)).encode()).hexdigest()
+                                  print_module(module, KEY_TEXT)).encode()).hexdigest()
         self.kernels: CompiledKernels = compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET)
         # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name
         # (identical kernels, the steps of a time loop, share one symbol).
@@ -167,6 +170,11 @@ class CpuExecutable:
         if direct is not None:
             self.run = direct
         self.run_single = self._single_kernel_runner(entry, direct)
+        if self.run_single is None and self._native:
+            ops = [i for i in module.entry.instructions if i.opcode != "parameter"]
+            fills = {id(i): step for i, step in zip(ops, entry.steps) if not i.operands}
+            self.run_single = native_entry_runner(module.entry, self._native, self.run,
+                                                  lambda instr: _fill_value(fills[id(instr)]))
         self.run_tuple = None       # (a flat tuple root's arrays as a tuple: straight_line.py)
         if direct is None and self._fresh_results and not self._arena_bytes:
             written = straight_line_runner(entry.computation, entry.params, entry.steps, entry.root,
@@ -479,6 +487,14 @@ def _warn_interpreted(module_name: str, interpreted: dict[str, str]) -> None:
         (f"\n  ... and {len(lines) - 20} more" if len(lines) > 20 else "") +
         "\n(the fusion report and %xla_ir stage=execution mark them; please report the HLO)"),
         stacklevel=2)
+
+
+def _fill_value(step) -> np.ndarray:
+    """The value of an entry step without operands (a constant fill), computed now."""
+    thunk, _, _, places = step
+    if places is None:
+        return thunk([])
+    return thunk([], [np.empty(dims, dtype) for _, dims, dtype in places])
 
 
 def _c_strides(dims, itemsize: int) -> tuple:

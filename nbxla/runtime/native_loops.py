@@ -31,7 +31,7 @@ from ..hlo import TupleShape
 from ..hlo.ir import Computation, Instruction
 from .cpu_control import flatten_leaves, program_computations_of
 from . import host_memory
-from .cpu_kernels import PARALLEL_THRESHOLD
+from .cpu_kernels import PARALLEL_THRESHOLD, data_pointer
 from .persistent_cache import PersistentCache
 
 # A dot of more multiply-adds than this inside a loop keeps the loop host-driven (NumPy's BLAS).
@@ -55,20 +55,100 @@ class NativeLoopThunk:
         self.fixed = passed_through(instr.attrs["body"])
         self.results = [(s.dims, s.dtype) for k, s in enumerate(instr.shape.leaves()) if k not in self.fixed]
         self.arg_types = [s.dtype for s in instr.operands[0].shape.leaves()]
+        self.arg_shapes = [s.dims for s in instr.operands[0].shape.leaves()]
         self.fn.argtypes = [ctypes.c_void_p] * (len(self.arg_types) + len(self.results))
         self.tuple_shape = instr.shape
 
     def __call__(self, operands):
         # (reshaped: ascontiguousarray makes 0-d arrays 1-d, and fixed leaves are handed back)
-        args = [np.ascontiguousarray(a, dtype=t).reshape(a.shape)
-                for a, t in zip(flatten_leaves(operands[0]), self.arg_types)]
+        args = []
+        for a, t in zip(flatten_leaves(operands[0]), self.arg_types):
+            if type(a) is not np.ndarray or a.dtype != t or not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a, dtype=t).reshape(a.shape)
+            args.append(a)
         results = [host_memory.empty(dims, dtype) for dims, dtype in self.results]
-        if self.fn(*[a.ctypes.data for a in args], *[r.ctypes.data for r in results]):
+        # (data_pointer reads the address from the array object: ``ctypes.data`` cost ~1 us each)
+        if self.fn(*[data_pointer(a) for a in args], *[data_pointer(r) for r in results]):
             raise MemoryError("a native loop could not allocate its scratch memory")
         changed = iter(results)
         leaves = [args[k] if k in self.fixed else next(changed) for k in range(len(args))]
         return _rebuild(self.tuple_shape, iter(leaves))
 
+
+    def entry_runner(self, sources: list, index: int, general) -> callable:
+        """``run_single(inputs)`` for an entry that is only this loop: ``sources`` per state
+        leaf (a parameter number, or a constant array), ``index`` the state leaf returned.  Called
+        straight from the jit fast path: the general run (a tuple, the loop's leaves flattened
+        and rebuilt, ``ctypes.data`` per buffer) was 3x the cost of a kernel call."""
+        fn = self.fn
+        changed = [k for k in range(len(self.arg_types)) if k not in self.fixed]
+        pick = changed.index(index)
+        makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.results]
+        scalar = not self.results[pick][0]
+        keep = [s for s in sources if not isinstance(s, int)]     # (constants' memory)
+        plan = [(s, _c_strides(s_shape, t.itemsize)) if isinstance(s, int) else (None, data_pointer(s))
+                for s, s_shape, t in zip(sources, self.arg_shapes, self.arg_types)]
+
+        def fallback(inputs):
+            value = general(inputs)[0]
+            return value[()] if scalar else value
+
+        def run_single(inputs):
+            ptrs = []
+            for number, fixed in plan:
+                if number is None:
+                    ptrs.append(fixed)
+                    continue
+                a = inputs[number]
+                if type(a) is not np.ndarray or a.strides != fixed:
+                    return fallback(inputs)
+                ptrs.append(data_pointer(a))
+            outs = [make() for make in makers]
+            if fn(*ptrs, *[data_pointer(o) for o in outs]):
+                raise MemoryError("a native loop could not allocate its scratch memory")
+            out = outs[pick]
+            return out[()] if scalar else out
+        run_single.constants = keep
+        return run_single
+
+
+def native_entry_runner(entry: Computation, native: dict, general, fill) -> callable | None:
+    """The fast runner of an entry that only feeds parameters and constants to one native loop
+    and returns one array it computes (see ``NativeLoopThunk.entry_runner``); else None.
+    Kernels without operands (``np.zeros_like(x)``: a fill) count as constants: ``fill(instr)``
+    computes one once (the loop reads its initial state, never writes it)."""
+    root = entry.root
+    if root.opcode != "get-tuple-element" or id(root.operands[0]) not in native:
+        return None
+    loop = root.operands[0]
+    state = loop.operands[0]
+    thunk = native[id(loop)]
+    if state.opcode != "tuple" or root.attrs["index"] in thunk.fixed or \
+            any(i not in (root, loop, state) and i.opcode != "parameter" and i.operands
+                for i in entry.instructions):
+        return None
+    sources = []
+    for op, dtype in zip(state.operands, thunk.arg_types):
+        if op.shape.is_tuple:
+            return None
+        if op.opcode == "parameter":
+            sources.append(op.parameter_number)
+        elif not op.operands:
+            value = op.literal if op.opcode == "constant" else fill(op)
+            if isinstance(value, (tuple, list)):
+                return None
+            sources.append(np.ascontiguousarray(np.asarray(value), dtype).reshape(op.shape.dims))
+        else:
+            return None
+    return thunk.entry_runner(sources, root.attrs["index"], general)
+
+
+def _c_strides(dims, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for n in reversed(dims):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
 
 
 def _rebuild(shape, leaves):

@@ -95,12 +95,36 @@ def test_selections_agree_with_numpy(fn, make):
             same(w, g)
 
 
-def test_ring_means_loop_is_unrolled_with_the_reason():
-    jitted = nbxla.jit(ring_means)
+def test_ring_means_loop_rolls_past_unroll_max_and_unrolls_below():
+    """A selection bound in each step is a temporary of the step: past --unroll_max steps the
+    loop rolls (a loop of 1000 bins was refused, or took 80 s under mode="auto"); a short loop
+    is unrolled, with the reason."""
+    for npt, rolled in ((6, True), (4, False)):
+        jitted = nbxla.jit(ring_means)
+        args = (RNG.random(50), RNG.random(50), npt)
+        with quiet():
+            same(ring_means(*args), jitted(*args))
+        report = jitted.last_compilation.stage("fusion_report")
+        assert (" while(" in jitted.last_compilation.stage("optimized_hlo")) == rolled
+        if not rolled:
+            assert "unrolled (the body binds `values` to x[mask]" in report, report[-800:]
+
+
+def ring_means_then_last(data, radius, npt):
+    res = np.zeros(npt)
+    for i in range(npt):
+        values = data[np.logical_and(i / npt <= radius, radius < (i + 1) / npt)]
+        res[i] = values.mean()
+    return res, values.sum()
+
+
+def test_a_selection_read_after_a_rolled_loop_is_refused_clearly():
+    args = (RNG.random(50), RNG.random(50), 8)
+    with quiet(), pytest.raises(NotCompilableError, match="`values` holds x\\[mask\\] from the last step"):
+        nbxla.jit(ring_means_then_last)(*args)
+    args = (RNG.random(50), RNG.random(50), 3)          # short: unrolled, Python's semantics
     with quiet():
-        jitted(RNG.random(50), RNG.random(50), 6)
-    report = jitted.last_compilation.stage("fusion_report")
-    assert "unrolled (the body binds `values` to x[mask]" in report, report[-800:]
+        same(ring_means_then_last(*args), nbxla.jit(ring_means_then_last)(*args))
 
 
 def test_max_of_an_empty_selection_raises_numpys_error():

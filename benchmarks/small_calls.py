@@ -1,0 +1,114 @@
+"""Per-call cost of small programs (issue 30): a 20-operation chain on a 128-element vector
+written as a Python loop (``@nbxla.jit`` unrolls it into one fused kernel), against eager NumPy
+and ``jax.jit``; and the native loop driver's own overhead per call and per step, from a
+rolled loop with a trivial body.
+
+    PYTHONPATH=. /work/benchvenv/bin/python benchmarks/small_calls.py
+    PYTHONPATH=. /work/benchvenv/bin/python benchmarks/small_calls.py --rounds 9 --calls 20000
+
+Contenders run interleaved, round by round; each figure is the minimum over rounds of the
+mean over ``--calls`` calls (the least disturbed estimate on a shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+import nbxla  # noqa: E402
+
+try:
+    import jax
+    import jax.numpy as jnp
+except ImportError:                     # (a contender, not a dependency)
+    jax = None
+
+
+def chain20(x, xp=np):
+    """5 steps of 4 ops (the chain of benchmarks/cpu_workloads.py)."""
+    for _ in range(5):
+        x = xp.sqrt(xp.abs(x * 0.9 + 0.1))
+    return x
+
+
+def chain10x2(x, xp=np):
+    """10 steps of 2 ops."""
+    for _ in range(10):
+        x = x * 0.9 + 0.05
+    return x
+
+
+def rolled_loop(x, n):
+    """A loop over a traced trip count: always an HLO while, run by the native loop driver."""
+    for _ in range(n):
+        x = x + 1.0
+    return x
+
+
+def one_add(x):
+    return x + 1.0
+
+
+def _per_call_us(fn, args, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def _measure(contenders: dict, calls: int, rounds: int) -> dict:
+    best = {name: float("inf") for name in contenders}
+    for r in range(rounds):
+        order = list(contenders.items())
+        for name, (fn, args) in (order if r % 2 == 0 else order[::-1]):
+            best[name] = min(best[name], _per_call_us(fn, args, calls))
+    return best
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=10000)
+    parser.add_argument("--rounds", type=int, default=7)
+    opts = parser.parse_args()
+    x = np.random.default_rng(0).random(128).astype(np.float32)
+
+    print("20-op chains on f32[128] (us per call)")
+    for fn in (chain20, chain10x2):
+        jitted = nbxla.jit(fn)
+        contenders = {"numpy": (fn, (x,)), "nbxla": (jitted, (x,))}
+        np.testing.assert_allclose(jitted(x), fn(x), rtol=1e-5)
+        if jax is not None:
+            jax_fn = jax.jit(lambda v, f=fn: f(v, jnp))
+            xj = jnp.asarray(x)
+            jax_fn(xj).block_until_ready()
+            contenders["jax"] = (lambda v, f=jax_fn: f(v).block_until_ready(), (xj,))
+        best = _measure(contenders, opts.calls, opts.rounds)
+        kernels = jitted.last_compilation.stage("optimized_hlo").count(" fusion(")
+        row = "  ".join(f"{k} {v:6.2f}" for k, v in best.items())
+        print(f"  {fn.__name__:10s} {row}   nbxla/numpy {best['nbxla'] / best['numpy']:.2f}"
+              f"   ({kernels} fused kernel{'s' if kernels != 1 else ''})")
+
+    print("\nnative loop driver (f32[1], body x + 1; us per call)")
+    one = np.ones(1, np.float32)
+    looped, straight = nbxla.jit(rolled_loop), nbxla.jit(one_add)
+    steps = {n: np.array(n) for n in (1, 1001)}
+    for n, trips in steps.items():
+        np.testing.assert_allclose(looped(one, trips), one + n)
+    assert " while(" in looped.last_compilation.stage("optimized_hlo")
+    best = _measure({"straight": (straight, (one,)), "loop1": (looped, (one, steps[1])),
+                     "loop1001": (looped, (one, steps[1001]))}, opts.calls // 4, opts.rounds)
+    print(f"  one add, no loop        {best['straight']:6.2f}")
+    print(f"  rolled loop, 1 step     {best['loop1']:6.2f}   driver overhead per call "
+          f"{best['loop1'] - best['straight']:5.2f}")
+    print(f"  rolled loop, 1001 steps {best['loop1001']:6.2f}   per step "
+          f"{(best['loop1001'] - best['loop1']) / 1000 * 1e3:5.1f} ns (body kernel included)")
+
+
+if __name__ == "__main__":
+    main()
