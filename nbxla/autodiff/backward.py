@@ -100,9 +100,7 @@ def vjp_module(module: Module, wrt: list[int] | None = None) -> Module:
     params = entry.parameters
     if wrt is None:
         wrt = [i for i, p in enumerate(params) if is_differentiable_shape(p.shape)]
-    b = Builder(entry.name + "_vjp")
-    b.instructions = list(entry.instructions)
-    b._parameter_count = len(params)
+    b = Builder.extending(entry, entry.name + "_vjp")
     root = entry.root
     if root.shape.is_tuple:
         raise NotDifferentiableError(f"the module {module.name} returns a tuple; vjp_module "

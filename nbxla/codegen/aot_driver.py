@@ -17,8 +17,9 @@ their steps are in ``aot_library``) and control flow write new ones.
 
 **Planning.**  Instructions run in their order in the computation (the schedule the passes
 left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
-results are copied there at the end.  Temporaries are placed by a linear scan that reuses the
-memory of values whose last reader has run (first fit, 64-byte aligned).  After the planned
+results are copied there at the end.  Temporaries are placed by the buffer plan's arena
+(``passes.buffer_assignment.place_by_lifetime``: best fit, 64-byte aligned), reusing the memory
+of values whose last reader has run.  After the planned
 area comes one region that each step may use while it runs (a loop's second state buffer and
 its condition's and body's scratch, a full reduction's partial slots, a dot's converted,
 transposed or packed operands, a sort's permutation): everything is sized at compile time, so one block of
@@ -36,9 +37,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import AotError
+from ..hlo.aliasing import is_byte_view
 from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape
+from ..passes.buffer_assignment import place_by_lifetime
 from .aot_library import ALIGN, CUSTOM_CALLS, LibrarySteps, align_up
 from .updates import updated_parameter
 
@@ -70,37 +73,6 @@ class Buffer:
                 self.index = self.source.constant(self.data)
             return f"(void *){self.index}"
         return f"(void *)(scratch + {self.index})"
-
-
-class _Arena:
-    """First-fit placement with reuse of freed blocks (adjacent free blocks merge)."""
-
-    def __init__(self):
-        self.free: list[tuple[int, int]] = []     # (offset, size), sorted by offset
-        self.top = 0
-
-    def alloc(self, size: int) -> int:
-        size = align_up(max(size, 1))
-        for k, (offset, room) in enumerate(self.free):
-            if room >= size:
-                self.free[k:k + 1] = [(offset + size, room - size)] if room > size else []
-                return offset
-        if self.free and self.free[-1][0] + self.free[-1][1] == self.top:   # grow the last block
-            offset = self.free.pop()[0]
-        else:
-            offset = self.top
-        self.top = offset + size
-        return offset
-
-    def release(self, offset: int, size: int) -> None:
-        blocks = sorted(self.free + [(offset, align_up(max(size, 1)))])
-        merged = [blocks[0]]
-        for o, s in blocks[1:]:
-            if merged[-1][0] + merged[-1][1] == o:
-                merged[-1] = (merged[-1][0], merged[-1][1] + s)
-            else:
-                merged.append((o, s))
-        self.free = merged
 
 
 def passed_through(body: Computation) -> set[int]:
@@ -207,11 +179,8 @@ class _ProgramEmitter(LibrarySteps):
             index = instr.attrs["index"]
             start = sum(len(leaf_shapes(e)) for e in elements[:index])
             return self.values[id(instr.operands[0])][start:start + len(leaf_shapes(elements[index]))]
-        if op in ("reshape", "bitcast"):
-            source = instr.operands[0].shape
-            if instr.shape.layout is None and source.layout is None and \
-                    instr.shape.element_type == source.element_type:
-                return self.values[id(instr.operands[0])]
+        if is_byte_view(instr):
+            return self.values[id(instr.operands[0])]
         return None
 
     def _taken_over(self, instr: Instruction) -> list[Buffer] | None:
@@ -316,24 +285,23 @@ class _ProgramEmitter(LibrarySteps):
                         users_at[id(buf)] = position[id(instr)]
         for _, buf in copies:
             users_at[id(buf)] = len(steps)
-        arena = _Arena()
-        live: list[Buffer] = []
+        lifetimes = []
         for i, produced in enumerate(self.produced):
             for buf in produced:
                 buf.last_use = users_at.get(id(buf), i)
-                if buf.kind == "temp":
-                    buf.index = arena.alloc(buf.nbytes)
-                    live.append(buf)
-            for buf in [b for b in live if b.last_use <= i]:
-                arena.release(buf.index, buf.nbytes)
-                live.remove(buf)
-        self.arena_bytes = align_up(arena.top)
+            # (a zero-byte temporary still gets a place of its own: pointers stay distinct)
+            lifetimes.append([(buf, max(buf.nbytes, 1), buf.last_use) for buf in produced
+                              if buf.kind == "temp"])
+        offsets, top = place_by_lifetime(lifetimes)
+        for buf, offset in offsets.items():
+            buf.index = offset
+        self.arena_bytes = align_up(top)
 
     def _region(self, nbytes: int) -> None:
         """The step being emitted uses ``nbytes`` of the per-step region."""
         self.local = max(self.local, align_up(nbytes))
 
-    def _local(self, offset: int = 0) -> str:
+    def local_place(self, offset: int = 0) -> str:
         # (The region starts after the planned area, whose size is known once planning ran.)
         return f"(scratch + {self.arena_bytes + offset})"
 
@@ -349,7 +317,7 @@ class _ProgramEmitter(LibrarySteps):
         elif op == "call":
             callee = self.driver.program(instr.attrs["to_apply"])
             self._call(callee, [c for o in instr.operands for c in self._leaves(o)], self._leaves(instr),
-                       self._local())
+                       self.local_place())
             self._region(callee.scratch_bytes)
         elif op == "dot":
             self._dot(instr)
@@ -390,15 +358,15 @@ class _ProgramEmitter(LibrarySteps):
             # As the jit runtime's FullReductionThunk: parts only where they pay off.
             parts = max(1, min(MAX_THREADS, extent, extent * work // max(1, self.driver.threshold // 2)))
             if parts == 1:      # both phases right here (no thread count to ask for)
-                self.lines += ["{", "    " + self._pointer_list("p", ins + [self._local()]),
+                self.lines += ["{", "    " + self._pointer_list("p", ins + [self.local_place()]),
                                f"    {spec.name}(p, 0, {extent});",
-                               "    " + self._pointer_list("b", ins + outs + [self._local()]),
+                               "    " + self._pointer_list("b", ins + outs + [self.local_place()]),
                                f"    {spec.finish_name}(b, 1, 0);", "}"]
                 self._region(8 * max(1, spec.scratch_slots))
                 return
             self.lines += ["{", "    " + self._pointer_list("b", ins + outs + ["0"]),
                            f"    nbxla_full_reduce({spec.name}, {spec.finish_name}, b, {len(ins)}, "
-                           f"{len(outs)}, {extent}, {parts}, {spec.scratch_slots}, {self._local()});", "}"]
+                           f"{len(outs)}, {extent}, {parts}, {spec.scratch_slots}, {self.local_place()});", "}"]
             self._region(8 * max(1, spec.scratch_slots) * parts)
             return
         self.lines += ["{", "    " + self._pointer_list("b", ins + outs), "    " + self._range_call(spec), "}"]
@@ -425,17 +393,17 @@ class _ProgramEmitter(LibrarySteps):
         nested = used + ALIGN
         count = len(state)
         self.lines += ["{", f"    void *cur[{max(1, count)}] = {{{', '.join(b.c for b in state) or '0'}}};",
-                       f"    void *nxt[{max(1, count)}] = {{{', '.join(b.c if off is None else self._local(off) for b, off in zip(state, offsets)) or '0'}}};",
-                       f"    unsigned char *pred = (unsigned char *){self._local(pred)};",
+                       f"    void *nxt[{max(1, count)}] = {{{', '.join(b.c if off is None else self.local_place(off) for b, off in zip(state, offsets)) or '0'}}};",
+                       f"    unsigned char *pred = (unsigned char *){self.local_place(pred)};",
                        "    void *pd[1] = {pred};"]
         self.lines += [f"    memcpy(cur[{k}], {src}, {b.nbytes});" for k, (src, b) in enumerate(zip(init, state))
                        if src != b.c]
         swaps = [f"t = cur[{k}]; cur[{k}] = nxt[{k}]; nxt[{k}] = t;" for k, off in enumerate(offsets)
                  if off is not None]
         self.lines += ["    for (;;) {",
-                       f"        if ((rc = {cond.symbol}(cur, pd, {self._local(nested)}))) return rc;",
+                       f"        if ((rc = {cond.symbol}(cur, pd, {self.local_place(nested)}))) return rc;",
                        "        if (!*pred) break;",
-                       f"        if ((rc = {body.symbol}(cur, nxt, {self._local(nested)}))) return rc;",
+                       f"        if ((rc = {body.symbol}(cur, nxt, {self.local_place(nested)}))) return rc;",
                        "        void *t; (void)t;"] + ["        " + s for s in swaps] + ["    }"]
         self.lines += [f"    if (cur[{k}] != {b.c}) memcpy({b.c}, cur[{k}], {b.nbytes});"
                        for k, b in enumerate(state)] + ["}"]
@@ -459,7 +427,7 @@ class _ProgramEmitter(LibrarySteps):
         for k, branch in enumerate(branches):
             self.lines.append(f"    case {k}:")
             self.lines += ["    " + line for line in self._call_lines(
-                branch, self._leaves(instr.operands[1 + k]), self._leaves(instr), self._local())]
+                branch, self._leaves(instr.operands[1 + k]), self._leaves(instr), self.local_place())]
             self.lines.append("        break;")
         self.lines += ["    }", "}"]
         self._region(max(b.scratch_bytes for b in branches))

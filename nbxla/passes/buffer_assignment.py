@@ -8,9 +8,9 @@ the arena is usually much smaller than the sum of all values.
 
 * **Parameters** are owned by the caller and are never placed in the arena; **constants**
   are part of the executable.
-* **Aliases** need no memory of their own: ``tuple`` and ``get-tuple-element`` name existing
-  buffers, ``bitcast`` reinterprets its operand's, and ``reshape`` of a row-major array is the
-  same bytes.  Their readers keep the underlying buffer alive.
+* **Aliases** need no memory of their own: the views of ``hlo/aliasing.py`` (``tuple``,
+  ``get-tuple-element``, a row-major ``reshape``/``bitcast`` keeping the element type) name
+  existing buffers.  Their readers keep the underlying buffer alive.
 * **In-place updates**: an elementwise kernel (a ``kLoop`` fusion, or an unfused elementwise
   op) may write its output over an operand that dies at that kernel, when the operand has the
   output's byte size and dimensions, is not a parameter, and is read only elementwise (output
@@ -23,7 +23,10 @@ the arena is usually much smaller than the sum of all values.
   decision: it may only donate an array when no other reference to the old array can observe
   the change (a separate issue); this pass only plans for what it is told.
 
-Only the entry computation is planned; loop bodies and branches keep their own temporaries.
+The entry computation is planned with the caller's donations; every computation its control flow
+runs (a ``while``'s condition and body, a ``conditional``'s branches, a ``call``'s callee, and
+theirs in turn) gets a plan of its own in ``BufferPlan.nested``, by the same rules: its
+parameters are the caller's buffers, its temporaries live in its own arena.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo import Module, Shape
-from ..hlo.ir import Instruction
+from ..hlo.aliasing import is_view, view_source
+from ..hlo.ir import Computation, Instruction, program_callees
 from .pipeline import Pass
 
 ALIGNMENT = 64
@@ -75,6 +79,7 @@ class BufferPlan:
     length: int = 0                         # instructions in the schedule ("live out" = length)
     in_place: list[tuple[str, str]] = field(default_factory=list)    # (value, operand it overwrote)
     donated: dict[int, str] = field(default_factory=dict)           # parameter -> output value
+    nested: dict[str, "BufferPlan"] = field(default_factory=dict)   # by computation name
 
     def __getitem__(self, name: str) -> ValueAssignment:
         return self.values[name]
@@ -98,6 +103,8 @@ class BufferPlan:
             note = f"  ({note})" if note else ""
             lines.append(f"  %{v.name}: {v.shape.to_text(False)} {where} size {v.size} "
                          f"live [{v.start}, {end}]{note}")
+        for name, inner in self.nested.items():
+            lines.append(f"nested computation %{name}: " + inner.to_text())
         return "\n".join(lines)
 
 
@@ -106,8 +113,9 @@ class _Allocation:
         self.ident, self.offset, self.size, self.end = ident, offset, size, end
 
 
-class _Arena:
-    """A best-fit allocator over one growing arena, with a free list of (offset, size)."""
+class Arena:
+    """A best-fit allocator over one growing arena, with a free list of (offset, size): the one
+    placement every planner uses (the entry's plan here, each AOT program's temporaries)."""
 
     def __init__(self):
         self.free: list[list[int]] = []
@@ -142,6 +150,23 @@ class _Arena:
             else:
                 merged.append(chunk)
         self.free = merged
+
+
+def place_by_lifetime(steps) -> tuple[dict, int]:
+    """Offsets for buffers that live from the step that writes them to their last reader.
+    ``steps`` lists, per step in schedule order, the ``(key, size, last step)`` of the buffers it
+    writes; each is placed when written and its memory is reused after its last step.  Returns
+    ``({key: offset}, arena size)``."""
+    arena = Arena()
+    offsets: dict = {}
+    ending: dict[int, list] = {}
+    for i, written in enumerate(steps):
+        for key, size, last in written:
+            offsets[key] = arena.alloc(size)
+            ending.setdefault(max(last, i), []).append((offsets[key], size))
+        for offset, size in ending.pop(i, ()):
+            arena.release(offset, size)
+    return offsets, arena.top
 
 
 def _leaves(shape, prefix=()) -> list[tuple[tuple[int, ...], Shape]]:
@@ -247,7 +272,20 @@ class BufferAssignment(Pass):
 
 
 def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
-    comp = module.entry
+    """The entry's plan (``donated_parameters`` are the caller's to overwrite), with a plan for
+    every computation its control flow runs in ``nested``."""
+    plan = plan_computation(module.entry, donated_parameters)
+    stack = [c for i in module.entry.instructions for c in program_callees(i)]
+    while stack:
+        comp = stack.pop(0)
+        if comp.name not in plan.nested:
+            plan.nested[comp.name] = plan_computation(comp)
+            stack += [c for i in comp.instructions for c in program_callees(i)]
+    return plan
+
+
+def plan_computation(comp: Computation, donated_parameters=frozenset()) -> BufferPlan:
+    """One computation's plan (see the module docstring)."""
     instrs = comp.instructions
     n = len(instrs)
     plan = BufferPlan(length=n)
@@ -279,17 +317,10 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
                 new_value(instr, index, shape, "parameter", i, parameter=instr.parameter_number)
         elif op == "constant":
             new_value(instr, (), instr.shape, "constant", i)
-        elif op == "tuple":
-            for k, o in enumerate(instr.operands):
-                for index, shape in _leaves(o.shape):
-                    alias(instr, (k,) + index, shape, buffer[(id(o), index)], i)
-        elif op == "get-tuple-element":
-            (o,) = instr.operands
+        elif is_view(instr):
             for index, shape in _leaves(instr.shape):
-                alias(instr, index, shape, buffer[(id(o), (instr.attrs["index"],) + index)], i)
-        elif op == "bitcast" or (op == "reshape" and instr.shape.layout is None
-                                 and instr.operands[0].shape.layout is None):
-            alias(instr, (), instr.shape, buffer[(id(instr.operands[0]), ())], i)
+                source, at = view_source(instr, index)
+                alias(instr, index, shape, buffer[(id(source), at)], i)
         else:
             for index, shape in _leaves(instr.shape):
                 new_value(instr, index, shape, "arena", i)
@@ -331,7 +362,7 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
             break
 
     # 3. the arena: allocate in schedule order, free after each value's last reader
-    arena = _Arena()
+    arena = Arena()
     allocations: dict[str, _Allocation] = {}
     idents = iter(range(1 << 62))
     ending: dict[int, list[_Allocation]] = {}

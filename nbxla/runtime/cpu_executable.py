@@ -35,10 +35,11 @@ from ..errors import InterpretedWarning
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo import Module
 from ..hlo.evaluator import Interpreter
-from ..hlo.ir import Computation, Instruction
+from ..hlo.aliasing import is_view
+from ..hlo.ir import Computation, Instruction, program_callees
 from ..hlo.printer import print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
-    program_callees, program_computations
+    program_computations
 from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
                           worker_count)
 from .cpu_library import library_thunk
@@ -264,8 +265,7 @@ class CpuExecutable:
             if step is None:
                 return False
             thunk, places = step[0], step[3]
-            if instr.opcode in ("get-tuple-element", "reshape", "bitcast") and \
-                    not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)):
+            if is_view(instr) and not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)):
                 # a view or a name of its operand
                 return fresh(instr.operands[0], (instr.attrs["index"],) + index
                              if instr.opcode == "get-tuple-element" else index)
@@ -448,7 +448,7 @@ class CpuExecutable:
             return f"evaluator rule (interpreted: {why})"
         if instr.opcode == "constant":
             return "constant"
-        if instr.opcode in ("tuple", "get-tuple-element", "bitcast", "reshape"):
+        if is_view(instr):
             return "no work (a view or a name)"
         if instr.opcode == "slice":
             return "a copy of a NumPy view"
