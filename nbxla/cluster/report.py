@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .choice import EAGER_MARGIN
-from .session import SessionLog
+from .records import SessionLog
 
 
 # The HTML view of a report, registered from above (``nbxla/__init__`` hands in

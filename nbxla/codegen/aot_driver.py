@@ -17,9 +17,12 @@ their steps are in ``aot_library``) and control flow write new ones.
 
 **Planning.**  Instructions run in their order in the computation (the schedule the passes
 left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
-results are copied there at the end.  Temporaries are placed by the buffer plan's arena
-(``passes.buffer_assignment.place_by_lifetime``: best fit, 64-byte aligned), reusing the memory
-of values whose last reader has run.  After the planned
+results are copied there at the end.  How long each temporary lives is the buffer plan's answer
+(``passes.buffer_assignment.plan_computation``: the views of ``hlo/aliasing.py``, each value's
+last reader, results living out), and the plan's arena places them (``place_by_lifetime``: best
+fit, 64-byte aligned, reusing the memory of values whose last reader has run).  What the driver
+adds is its own in-place steps: an update fusion writing its window into its operand's buffer,
+and a loop's state kept in its initial buffers.  After the planned
 area comes one region that each step may use while it runs (a loop's second state buffer and
 its condition's and body's scratch, a full reduction's partial slots, a dot's converted,
 transposed or packed operands, a sort's permutation): everything is sized at compile time, so one block of
@@ -40,8 +43,9 @@ from ..errors import AotError
 from ..hlo.aliasing import is_byte_view
 from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
+from ..hlo.placement import AOT, placement
 from ..hlo.shapes import Shape
-from ..passes.buffer_assignment import place_by_lifetime
+from ..passes.buffer_assignment import leaf_paths, place_by_lifetime, plan_computation, value_name
 from .aot_library import ALIGN, CUSTOM_CALLS, LibrarySteps, align_up
 from .updates import updated_parameter
 
@@ -257,7 +261,7 @@ class _ProgramEmitter(LibrarySteps):
                 buf.kind, buf.index = "out", k
             else:
                 copies.append((k, buf))
-        self._plan(steps, copies)
+        self._plan(steps)
         for instr in steps:
             self._step(instr)
         for k, buf in copies:
@@ -273,22 +277,28 @@ class _ProgramEmitter(LibrarySteps):
                         f"{body}\n    return rc;\n}}\n")
         return program
 
-    def _plan(self, steps: list[Instruction], copies) -> None:
-        """Offsets of the temporaries: live from their step to their last reader's."""
+    def _plan(self, steps: list[Instruction]) -> None:
+        """Offsets of the temporaries: live from their step to their last reader's, as the buffer
+        plan of this computation says (``passes.buffer_assignment``: the same views, the same
+        last uses, results living out).  A buffer several values live in (an update written in
+        place, a loop's state) lives until the last of theirs."""
+        plan = plan_computation(self.comp)
+        instructions = self.comp.instructions
         position = {id(instr): i for i, instr in enumerate(steps)}
-        users_at = {}
-        for instr in self.comp.instructions:
-            # A view is read where its readers are: walk readers of steps only.
-            if id(instr) in position:
-                for o in instr.operands:
-                    for buf in self.values[id(o)]:
-                        users_at[id(buf)] = position[id(instr)]
-        for _, buf in copies:
-            users_at[id(buf)] = len(steps)
+
+        def last_step(buf: Buffer) -> int:
+            last = -1
+            for sharer in self.sharers[id(buf)]:
+                for (index, _), leaf in zip(leaf_paths(sharer.shape), self.values[id(sharer)]):
+                    if leaf is buf:
+                        end = plan[value_name(sharer, index)].end
+                        last = max(last, len(steps) if end >= plan.length else position[id(instructions[end])])
+            return last
+
         lifetimes = []
         for i, produced in enumerate(self.produced):
             for buf in produced:
-                buf.last_use = users_at.get(id(buf), i)
+                buf.last_use = max(last_step(buf), i)
             # (a zero-byte temporary still gets a place of its own: pointers stay distinct)
             lifetimes.append([(buf, max(buf.nbytes, 1), buf.last_use) for buf in produced
                               if buf.kind == "temp"])
@@ -308,33 +318,29 @@ class _ProgramEmitter(LibrarySteps):
     # ---- steps ----------------------------------------------------------------------------
 
     def _step(self, instr: Instruction) -> None:
-        op = instr.opcode
-        self.lines.append(f"/* %{instr.name} = {op} */")
-        if op == "while":
-            self._while(instr)
-        elif op == "conditional":
-            self._conditional(instr)
-        elif op == "call":
-            callee = self.driver.program(instr.attrs["to_apply"])
-            self._call(callee, [c for o in instr.operands for c in self._leaves(o)], self._leaves(instr),
-                       self.local_place())
-            self._region(callee.scratch_bytes)
-        elif op == "dot":
-            self._dot(instr)
-        elif op == "convolution":
-            self._convolution(instr)
-        elif op == "sort":
-            self._sort(instr)
-        elif op == "topk":
-            self._topk(instr)
-        elif op == "select-and-scatter":
-            self._select_and_scatter(instr)
-        elif op == "fft":
-            self._fft(instr)
-        elif op == "custom-call" and instr.attrs.get("custom_call_target") in CUSTOM_CALLS:
-            getattr(self, CUSTOM_CALLS[instr.attrs["custom_call_target"]])(instr)
+        """One step, by the AOT placement table (``hlo/placement.py``): its handler writes it."""
+        self.lines.append(f"/* %{instr.name} = {instr.opcode} */")
+        how = placement(AOT, instr)
+        getattr(self, how.handler)(instr)
+
+    def _call_step(self, instr: Instruction) -> None:
+        callee = self.driver.program(instr.attrs["to_apply"])
+        self._call(callee, [c for o in instr.operands for c in self._leaves(o)], self._leaves(instr),
+                   self.local_place())
+        self._region(callee.scratch_bytes)
+
+    def _custom_call(self, instr: Instruction) -> None:
+        method = CUSTOM_CALLS.get(instr.attrs.get("custom_call_target"))
+        if method is None:
+            self._kernel(instr)         # (refused there, the target named)
         else:
-            self._kernel(instr)
+            getattr(self, method)(instr)
+
+    def _refused(self, instr: Instruction) -> None:
+        raise AotError(f"{label(instr)} cannot be compiled ahead of time: the object file has no native "
+                       f"implementation of {instr.opcode} ({placement(AOT, instr).how}); under jit it "
+                       "runs through the reference evaluator, in Python. Rewrite that part of the "
+                       "function, or use nbxla.jit")
 
     def _pointer_list(self, name: str, items: list[str]) -> str:
         return f"void *{name}[{max(1, len(items))}] = {{{', '.join(items) or '0'}}};"

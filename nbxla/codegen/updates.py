@@ -49,7 +49,7 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
     # scalar loop ran; through one, a read at u before the store at u is a plain dependence.
     em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, out if params[k] is target else k,
                                                             params[k].shape.dims, index))
-    starts = [em.clamped_start(s, [], n - u)
+    starts = [em._clamped_start(s, [], n - u)
               for s, n, u in zip(root.operands[2:], root.shape.dims, update.shape.dims)]
     dims = update.shape.dims
 

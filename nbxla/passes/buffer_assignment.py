@@ -169,16 +169,16 @@ def place_by_lifetime(steps) -> tuple[dict, int]:
     return offsets, arena.top
 
 
-def _leaves(shape, prefix=()) -> list[tuple[tuple[int, ...], Shape]]:
+def leaf_paths(shape, prefix=()) -> list[tuple[tuple[int, ...], Shape]]:
     if not shape.is_tuple:
         return [(prefix, shape)]
     out = []
     for i, e in enumerate(shape.elements):
-        out.extend(_leaves(e, prefix + (i,)))
+        out.extend(leaf_paths(e, prefix + (i,)))
     return out
 
 
-def _value_name(instr: Instruction, index: tuple[int, ...]) -> str:
+def value_name(instr: Instruction, index: tuple[int, ...]) -> str:
     return instr.name + ("{" + ",".join(map(str, index)) + "}" if index else "")
 
 
@@ -295,7 +295,7 @@ def plan_computation(comp: Computation, donated_parameters=frozenset()) -> Buffe
     defined_by: dict[str, Instruction] = {}
 
     def new_value(instr, index, shape, kind, i, **kw) -> ValueAssignment:
-        name = _value_name(instr, index)
+        name = value_name(instr, index)
         a = ValueAssignment(name, shape, kind, None, shape.byte_size, i, i, **kw)
         values[name] = a
         defined_by[name] = instr
@@ -303,7 +303,7 @@ def plan_computation(comp: Computation, donated_parameters=frozenset()) -> Buffe
         return a
 
     def alias(instr, index, shape, source: str, i: int) -> None:
-        name = _value_name(instr, index)
+        name = value_name(instr, index)
         values[name] = ValueAssignment(name, shape, "alias", None, values[source].size, i, i,
                                        alias_of=source)
         buffer[(id(instr), index)] = source
@@ -313,21 +313,21 @@ def plan_computation(comp: Computation, donated_parameters=frozenset()) -> Buffe
     for i, instr in enumerate(instrs):
         op = instr.opcode
         if op == "parameter":
-            for index, shape in _leaves(instr.shape):
+            for index, shape in leaf_paths(instr.shape):
                 new_value(instr, index, shape, "parameter", i, parameter=instr.parameter_number)
         elif op == "constant":
             new_value(instr, (), instr.shape, "constant", i)
         elif is_view(instr):
-            for index, shape in _leaves(instr.shape):
+            for index, shape in leaf_paths(instr.shape):
                 source, at = view_source(instr, index)
                 alias(instr, index, shape, buffer[(id(source), at)], i)
         else:
-            for index, shape in _leaves(instr.shape):
+            for index, shape in leaf_paths(instr.shape):
                 new_value(instr, index, shape, "arena", i)
             for o in instr.operands:
-                for index, _ in _leaves(o.shape):
+                for index, _ in leaf_paths(o.shape):
                     last_use[buffer[(id(o), index)]] = i
-    for index, _ in _leaves(comp.root.shape):
+    for index, _ in leaf_paths(comp.root.shape):
         last_use[buffer[(id(comp.root), index)]] = n       # outputs live out
     for name, a in values.items():
         if a.alias_of is None:
@@ -337,7 +337,7 @@ def plan_computation(comp: Computation, donated_parameters=frozenset()) -> Buffe
                                    if v.kind == "arena" and v.alias_of is None)
 
     # 2. donation: an output written into a donated parameter's buffer
-    outputs = list(dict.fromkeys(buffer[(id(comp.root), index)] for index, _ in _leaves(comp.root.shape)))
+    outputs = list(dict.fromkeys(buffer[(id(comp.root), index)] for index, _ in leaf_paths(comp.root.shape)))
     params = {p.parameter_number: p for p in comp.parameters}
     for k in sorted(donated_parameters):
         p = params.get(k)
@@ -367,8 +367,8 @@ def plan_computation(comp: Computation, donated_parameters=frozenset()) -> Buffe
     idents = iter(range(1 << 62))
     ending: dict[int, list[_Allocation]] = {}
     for i, instr in enumerate(instrs):
-        for index, _ in _leaves(instr.shape) if instr.opcode not in ("parameter", "constant") else ():
-            name = _value_name(instr, index)
+        for index, _ in leaf_paths(instr.shape) if instr.opcode not in ("parameter", "constant") else ():
+            name = value_name(instr, index)
             v = values.get(name)
             if v is None or v.kind != "arena" or buffer[(id(instr), index)] != name:
                 continue
@@ -406,10 +406,10 @@ def _in_place_victim(instr, index, values, allocations, buffer, i) -> str | None
         return None
     if not (instr.opcode == "fusion" or instr.is_elementwise):
         return None
-    out = values[_value_name(instr, index)]
+    out = values[value_name(instr, index)]
     by_buffer: dict[str, list[int]] = {}
     for j, o in enumerate(instr.operands):
-        for oi, _ in _leaves(o.shape):
+        for oi, _ in leaf_paths(o.shape):
             by_buffer.setdefault(buffer[(id(o), oi)], []).append(j)
     for name, positions in by_buffer.items():
         v = values[name]

@@ -123,7 +123,7 @@ KNOWN_GAPS = re.compile(
     r"|variadic reduce-window \(several inputs\) has no native code path yet"
     r"|a reduction fusion output outside the reduced and input spaces"
     r"|convolution %[\w.\-]+ on [\w/]+ runs through the evaluator's rule .*"
-    # Ops with no kernel or library call yet (hlo/opcodes.CPU_PLACEMENT says so); dots only
+    # Ops with no kernel or library call yet (hlo/placement.CPU_PLACEMENT says so); dots only
     # where BLAS has no element type for them (integers, mixed types).
     r"|no native kernel or library call for (custom-call|fft|rng-bit-generator|select-and-scatter|topk"
     r"|dot(?=\((s|u|pred|f16|bf16)\d*\[|.*\), (s|u|pred|f16|bf16)))\(.*")
