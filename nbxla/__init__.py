@@ -32,7 +32,7 @@ def _cluster_report_html(report) -> str:
 _register_report_view(_cluster_report_html)
 
 __all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "ConcretizationError",
-           "cache", "dashboard", "grad", "value_and_grad", "GradientTape", "random", "explain"]
+           "cache", "dashboard", "grad", "value_and_grad", "GradientTape", "random", "explain", "profile"]
 
 
 def __getattr__(name):
@@ -50,6 +50,16 @@ def explain(fn, *args, **kwargs):
     and lines, and the fraction of array work that ran compiled (``nbxla.cluster.explain``)."""
     from .cluster import explain as run
     return run(fn, *args, **kwargs)
+
+
+def profile(fn, **options):
+    """``nbxla.profile(f)(*args)``: run ``f`` compiled with per-kernel timing and return the
+    profile: time per kernel and per source line, each kernel against this machine's measured
+    bandwidth and peak flops with a verdict, and the loop and fusion decisions per line
+    (``nbxla.profiler``; in a notebook it shows the bars and the roofline)."""
+    from .profiler import profile as make
+    from .jupyter import profile_view  # noqa: F401  (registers the notebook view)
+    return make(fn, **options)
 
 
 def dashboard(cache=None):

@@ -22,7 +22,7 @@ LAYERS = [
     {"nbxla.runtime"},
     {"nbxla.compiler", "nbxla.aot", "nbxla.call_check"},
     {"nbxla.api", "nbxla.cell", "nbxla.cell_check", "nbxla.random"},
-    {"nbxla.cluster", "nbxla.autodiff", "nbxla.dask"},
+    {"nbxla.cluster", "nbxla.autodiff", "nbxla.dask", "nbxla.profiler"},
     {"nbxla.jupyter"},
     {"nbxla", "nbxla.__main__"},
 ]

@@ -11,9 +11,10 @@ leaves must end in, ``scratch`` its temporaries.  Every array value is a *leaf b
 parameter leaf, a constant (a global of the kernels' object), a caller's result leaf, or a
 place in the scratch area.  Views (``tuple``, ``get-tuple-element``, a row-major
 ``reshape``/``bitcast``) name existing buffers; kernels (``fusion``, ``scatter``,
-``reduce-window``), the C routines of ``aot_runtime.c`` (``dot``, ``convolution``, ``sort``,
-``topk``, ``select-and-scatter``, ``fft``, LAPACK's Cholesky and XLA's TopK custom calls:
-their steps are in ``aot_library``) and control flow write new ones.
+``reduce-window``, depthwise ``convolution``), the C routines of ``aot_runtime.c`` (``dot``,
+other ``convolution``s, ``sort``, ``topk``, ``select-and-scatter``, ``fft``, LAPACK's Cholesky
+and XLA's TopK custom calls: their steps are in ``aot_library``) and control flow write new
+ones.
 
 **Planning.**  Instructions run in their order in the computation (the schedule the passes
 left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
@@ -47,6 +48,7 @@ from ..hlo.placement import AOT, placement
 from ..hlo.shapes import Shape
 from ..passes.buffer_assignment import leaf_paths, place_by_lifetime, plan_computation, value_name
 from .aot_library import ALIGN, CUSTOM_CALLS, LibrarySteps, align_up
+from .convolution import native_convolution_refusal
 from .updates import updated_parameter
 
 MAX_THREADS = 64          # NBXLA_MAX_THREADS in aot_runtime.c
@@ -328,6 +330,12 @@ class _ProgramEmitter(LibrarySteps):
         self._call(callee, [c for o in instr.operands for c in self._leaves(o)], self._leaves(instr),
                    self.local_place())
         self._region(callee.scratch_bytes)
+
+    def _convolution_step(self, instr: Instruction) -> None:
+        if native_convolution_refusal(instr) is None:
+            self._kernel(instr)              # (depthwise ones: the LLVM kernel)
+        else:
+            self._convolution(instr)
 
     def _custom_call(self, instr: Instruction) -> None:
         method = CUSTOM_CALLS.get(instr.attrs.get("custom_call_target"))

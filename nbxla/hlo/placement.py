@@ -73,8 +73,13 @@ CPU: dict[str, Placement] = _table({
     "fusion": Placement("kernel", "kernel", "_kernel_thunk"),
     "reduce-window": Placement("kernel", "own kernel", "_kernel_thunk"),
     "scatter": Placement("kernel", "own kernel", "_kernel_thunk"),
-    "dot": Placement("library", "library call: NumPy's BLAS (np.matmul)", "_library_thunk"),
-    "convolution": Placement("library", "library call: im2col + np.matmul", "_library_thunk"),
+    # (a compiled kernel runs first whatever the kind: fusion decides which dots and convolutions
+    # get one -- ``_kernel_symbols`` in runtime/cpu_executable.py)
+    "dot": Placement("library", "library call: NumPy's BLAS (np.matmul); a native dot kernel when "
+                                "fused with its epilogue and small, or on types BLAS lacks "
+                                "(integers, f16)", "_library_thunk"),
+    "convolution": Placement("library", "own kernel (depthwise / few inputs per group), else "
+                                        "library call: BLAS GEMM", "_library_thunk"),
     "sort": Placement("library", "library call: NumPy's argsort/lexsort (evaluator for comparators "
                                  "it cannot read)", "_library_thunk"),
     "custom-call": Placement("library", "library call for LAPACK targets (solve, Cholesky); "
@@ -85,9 +90,10 @@ CPU: dict[str, Placement] = _table({
     "call": Placement("control", "runs the called compiled program", "_control_thunk"),
     "rng-bit-generator": Placement("host", "evaluator: NumPy implementation of ThreeFry/Philox",
                                    "_host_thunk"),
-    "select-and-scatter": Placement("host", "evaluator: no native kernel yet", "_host_thunk"),
+    "select-and-scatter": Placement("kernel", "own kernel", "_kernel_thunk"),
     "fft": Placement("host", "evaluator: numpy.fft", "_host_thunk"),
-    "topk": Placement("host", "evaluator: NumPy partition and sort", "_host_thunk"),
+    "topk": Placement("library", "library call: NumPy's stable argsort on total-order keys (also "
+                                 "XLA's TopK custom call)", "_library_thunk"),
     "opt-barrier": Placement("host", "evaluator: identity rule (no work)", "_host_thunk"),
 }, fused=Placement("fused", "inside a fused kernel", otherwise=_CPU_HOST), rest=_CPU_HOST)
 
@@ -137,7 +143,8 @@ AOT: dict[str, Placement] = _table({
     "tuple": _AOT_VIEW, "get-tuple-element": _AOT_VIEW, "reshape": _AOT_VIEW, "bitcast": _AOT_VIEW,
     "fusion": _AOT_KERNEL, "scatter": _AOT_KERNEL, "reduce-window": _AOT_KERNEL,
     "dot": _aot_library("GEMM (packed panels, converted operands)", "_dot"),
-    "convolution": _aot_library("im2col + GEMM", "_convolution"),
+    "convolution": _aot_library("im2col + GEMM (depthwise ones: a kernel of the object file)",
+                                "_convolution_step"),
     "sort": _aot_library("merge sort with the compiled comparator", "_sort"),
     "topk": _aot_library("top-k selection", "_topk"),
     "select-and-scatter": _aot_library("select-and-scatter", "_select_and_scatter"),
