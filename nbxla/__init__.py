@@ -3,6 +3,7 @@
 from .api import CompiledFunction, jit, register_array_adapter
 from .autodiff import GradientTape, grad, value_and_grad
 from . import cluster, random  # noqa: F401  (cluster registers mode="auto")
+from .cluster.report import register_html_view as _register_report_view
 from .errors import ConcretizationError, NbxlaError, NotCompilableError
 from .runtime.cache import DEFAULT_CACHE as cache
 
@@ -20,6 +21,15 @@ def _call_on_dask(fn, args, kwargs):
 
 
 register_array_adapter(_is_dask_collection, _call_on_dask)
+
+
+# Clustering reports drawn in notebooks: the view lives in the notebook layer, above cluster/.
+def _cluster_report_html(report) -> str:
+    from .jupyter.cluster_view import render_html     # imported when a notebook shows a report
+    return render_html(report)
+
+
+_register_report_view(_cluster_report_html)
 
 __all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "ConcretizationError",
            "cache", "dashboard", "grad", "value_and_grad", "GradientTape", "random", "explain", "profile"]

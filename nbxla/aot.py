@@ -7,8 +7,11 @@ then, in C, ``#include "predict.h"`` and ``cc main.c build/predict.o -lm -lpthre
 function is traced for the given argument specs (HLO's spelling, ``f32[16,784]``, ``s64[]``,
 ``pred[3]``; or NumPy arrays, whose shape and dtype are taken), optimized like ``jit`` does,
 and compiled by ``codegen.aot`` into one self-contained object: no Python, llvmlite or nbxla
-at run time.  An ``HloModule`` (or a path to HLO text) compiles its entry computation, which
-is how loops reach the object today (the frontend has no ``while`` yet).
+at run time.  An ``HloModule`` (or a path to HLO text) compiles its entry computation the same
+way.  Python loops over traced values become HLO ``while`` loops (as under jit), and the object
+runs them as C loops over the condition's and body's functions; how each opcode runs in the
+object (a kernel, an ``aot_runtime.c`` routine, control, or a refusal with its reason) is the AOT
+table of ``hlo/placement.py``.
 
 Results are the function's array results, flattened in order; arguments it writes into
 (``x[...] = ...``) come after them, as under jit's write-back.  Non-array results (Python

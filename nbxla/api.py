@@ -248,7 +248,7 @@ class CompiledFunction:
         captured = self._captures.read()
         return bake(captured) if self._bake_captures else captured
 
-    def _leaf_names(self, args, kwargs) -> list[str]:
+    def leaf_names(self, args, kwargs) -> list[str]:
         names = []
         params = list(self._signature.parameters) if self._signature else []
         for i, a in enumerate(args):
@@ -270,7 +270,7 @@ class CompiledFunction:
             leaves, treedef = tree_flatten((args, kwargs))
 
         def names():
-            return self._leaf_names(args, kwargs) + [p for label, v in captured for p in _paths(label, v)]
+            return self.leaf_names(args, kwargs) + [p for label, v in captured for p in _paths(label, v)]
         try:
             signature = tuple(leaf_signature(leaf) for leaf in leaves)
         except UnsupportedInputError:       # again, to name the argument (not paid per call)
@@ -311,9 +311,8 @@ class CompiledFunction:
         if kwargs and self._positional is not None:
             args, kwargs = as_positional(self._positional, args, kwargs)
         plan = self._captures
-        if plan is not None and not self._bake_captures and plan._last is not None and plan._unchanged():
-            captured = plan._last               # (the common case, without a call per layer)
-        else:
+        captured = plan.still_current() if plan is not None and not self._bake_captures else None
+        if captured is None:                # (reused: the common case, without a call per layer)
             captured = self._read_captures()
         # Fast path for the common call f(array, array, ...): a cache hit then costs one dict
         # lookup keyed by argument types, shapes and dtypes (and the captured values), and a
@@ -419,7 +418,7 @@ class CompiledFunction:
         if memo is not None and memo[0] is captured:
             return memo[1]
         tokens = tuple([_capture_token(v) for _, v in captured])
-        if plan is not None and captured is plan._last:
+        if plan is not None and captured is plan.last:
             self._token_memo = (captured, tokens)
         return tokens
 

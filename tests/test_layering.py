@@ -10,17 +10,21 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nbxla"
 
-# Layers, lowest first; a module may import from its own layer and the ones before it.  The
-# top-level modules (api, compiler, flags, errors, ...) and the rooms above the api sit where
-# listed.
+# Layers, lowest first; a module may import from its own layer and the ones before it.  Every
+# module of the package sits in exactly one (``test_every_module_has_a_layer``): a package name
+# covers its submodules, a top-level module is named on its own.  ``nbxla`` itself (the package
+# ``__init__``, which gathers the public names) and ``python -m nbxla`` sit on top.
 LAYERS = [
-    {"nbxla.errors", "nbxla.flags"},
-    {"nbxla.hlo"},
+    {"nbxla.errors", "nbxla.flags", "nbxla.examples"},
+    {"nbxla.hlo", "nbxla.testing"},
     {"nbxla.frontend", "nbxla.passes"},
     {"nbxla.codegen"},
     {"nbxla.runtime"},
-    {"nbxla.compiler"},
-    {"nbxla.profiler"},
+    {"nbxla.compiler", "nbxla.aot", "nbxla.call_check"},
+    {"nbxla.api", "nbxla.cell", "nbxla.cell_check", "nbxla.random"},
+    {"nbxla.cluster", "nbxla.autodiff", "nbxla.dask", "nbxla.profiler"},
+    {"nbxla.jupyter"},
+    {"nbxla", "nbxla.__main__"},
 ]
 
 # Cross-module underscore imports still waiting for a public name, each with its reason.
@@ -121,7 +125,7 @@ def test_no_import_cycles():
     mods = _modules()
     edges = {m: set() for m in mods}
     for importer, imported, _ in _imports(mods):
-        if imported in mods and imported != importer and not mods[importer].name == "__init__.py":
+        if imported in mods and imported != importer:
             edges[importer].add(imported)
     found = set(_cycles(edges))
     unexpected = [sorted(c) for c in found if c not in CYCLES_ALLOWED]
@@ -140,10 +144,20 @@ def test_no_private_names_imported_across_modules():
 
 
 def _layer(module: str) -> int | None:
+    """The layer of ``module``: the most specific group entry naming it or a package above it
+    (``nbxla`` itself matches only the package ``__init__``)."""
+    best, best_len = None, -1
     for k, group in enumerate(LAYERS):
-        if any(module == g or module.startswith(g + ".") for g in group):
-            return k
-    return None
+        for g in group:
+            covers = module == g or (g != "nbxla" and module.startswith(g + "."))
+            if covers and len(g) > best_len:
+                best, best_len = k, len(g)
+    return best
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in _modules() if _layer(m) is None)
+    assert not unplaced, f"modules in no layer (add them to LAYERS): {unplaced}"
 
 
 def test_layers_import_only_downwards():
@@ -153,6 +167,98 @@ def test_layers_import_only_downwards():
         if low is not None and high is not None and low > high:
             wrong.append(f"{importer} imports {imported}")
     assert not wrong, "imports against the layering:\n" + "\n".join(sorted(set(wrong)))
+
+
+def test_layering_check_sees_init_and_function_level_imports():
+    """The scan counts what Python runs: a package ``__init__``'s imports and imports inside
+    functions (the shapes an upward import hides in) are edges like any other."""
+    mods = _modules()
+    edges = {(a, b) for a, b, _ in _imports(mods)}
+    assert ("nbxla", "nbxla.cluster") in edges                      # from an __init__
+    assert ("nbxla", "nbxla.jupyter.dashboard") in edges            # inside a function there
+    assert _layer("nbxla.cluster.session") > _layer("nbxla.api") > _layer("nbxla.runtime.thunks")
+
+
+# Private attributes: ``obj._name`` where ``_name`` belongs to another module.  A name "belongs"
+# to the modules that define it: ``self._x = ...`` / ``cls._x = ...`` in a method, a ``_x``
+# function, class or module-level name, a ``_x`` parameter or ``__slots__`` entry.  An access
+# ``something._x`` (load or store) on anything other than ``self``/``cls`` is cross-module when
+# the module making it does not itself define ``_x`` but another nbxla module does.  Names no
+# nbxla module defines (``np._NoValue``, a namedtuple's ``_replace``) are other libraries' business.
+PRIVATE_ATTRIBUTES_ALLOWED: dict[tuple[str, str], str] = {
+    # The loop helpers' files (frontend/control.py, frontend/loops.py) swap a tracer's instruction
+    # and the context's constant table by hand until ``Tracer.rebind`` / ``ctx.subcomputation``
+    # exist (issue #29 item 5); those files are being reworked separately.
+    ("nbxla.frontend.control", "_instr"): "Tracer.rebind pending (issue #29)",
+    ("nbxla.frontend.control", "_constants"): "ctx.subcomputation pending (issue #29)",
+    ("nbxla.frontend.loops", "_instr"): "Tracer.rebind pending (issue #29)",
+    ("nbxla.frontend.loops", "_constants"): "ctx.subcomputation pending (issue #29)",
+    # The in-place update kernel clamps its window starts as the elemental emitter does; the
+    # emitter (codegen/elemental.py, one of the cohesive math modules over 600 lines that other
+    # work edits too) keeps the helper private until it is split.
+    ("nbxla.codegen.updates", "_clamped_start"): "elemental.py helper, renamed when it is split",
+}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("__")
+
+
+def _private_attributes(mods: dict[str, Path]):
+    """(module, attribute name, line) for each cross-module private attribute access."""
+    defined: dict[str, set[str]] = {}
+    accessed: dict[str, list[tuple[str, int]]] = {}
+    for name, path in mods.items():
+        own, used = set(), []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if _private(node.name):
+                    own.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                if _private(node.id):
+                    own.add(node.id)
+            elif isinstance(node, ast.arg) and _private(node.arg):
+                own.add(node.arg)
+            elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__slots__"
+                                                      for t in node.targets):
+                own.update(c.value for c in ast.walk(node.value)
+                           if isinstance(c, ast.Constant) and _private(str(c.value)))
+            elif isinstance(node, ast.Attribute) and _private(node.attr):
+                if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                    if isinstance(node.ctx, ast.Store):
+                        own.add(node.attr)
+                else:
+                    used.append((node.attr, node.lineno))
+        defined[name], accessed[name] = own, used
+    owners: dict[str, set[str]] = {}
+    for name, own in defined.items():
+        for attr in own:
+            owners.setdefault(attr, set()).add(name)
+    for name, used in accessed.items():
+        for attr, line in used:
+            if attr not in defined[name] and attr in owners:
+                yield name, attr, line
+
+
+def test_no_private_attributes_reached_across_modules():
+    found: dict[tuple[str, str], list[int]] = {}
+    for name, attr, line in _private_attributes(_modules()):
+        found.setdefault((name, attr), []).append(line)
+    unexpected = sorted(f"{m}:{lines[0]} ._{a.lstrip('_')}" for (m, a), lines in found.items()
+                        if (m, a) not in PRIVATE_ATTRIBUTES_ALLOWED)
+    assert not unexpected, "private attributes of another module reached:\n" + "\n".join(unexpected)
+    stale = sorted(PRIVATE_ATTRIBUTES_ALLOWED.keys() - found.keys())
+    assert not stale, f"allow-list entries no longer needed: {stale}"
+
+
+def test_private_attribute_check_can_fail(tmp_path):
+    """The check flags ``other._x`` when ``_x`` is another module's and passes ``self._x``."""
+    (tmp_path / "a.py").write_text("class A:\n    def __init__(self):\n        self._x = 1\n")
+    (tmp_path / "b.py").write_text("def f(a):\n    return a._x\n")
+    (tmp_path / "c.py").write_text("class C:\n    def __init__(self):\n        self._x = 2\n"
+                                   "    def same(self, other):\n        return other._x\n")
+    mods = {m: tmp_path / f"{m}.py" for m in ("a", "b", "c")}
+    assert sorted(_private_attributes(mods)) == [("b", "_x", 2)]
 
 
 def test_api_knows_no_room_above_it():

@@ -1,7 +1,7 @@
 """Reverse-mode differentiation of an HLO graph, and the HloModule -> HloModule transform.
 
 ``backward`` walks the instructions between the differentiated inputs and the output in
-reverse order and asks each one's transpose rule (``rules.py``) for its operands'
+reverse order and asks each one's VJP rule (``rules.py``) for its operands'
 cotangents, summing where a value has several users.  It builds into any ``Builder``: a
 module's (``vjp_module``) or that of a running trace (``nbxla.grad`` inside ``jit``/``%%xla``),
 so the backward instructions are ordinary HLO that the pass pipeline fuses like the forward.
@@ -14,7 +14,7 @@ from ..hlo import Builder, Module, Shape
 from ..hlo.ir import Instruction, clone_module, post_order
 from ..hlo.shapes import is_float
 from .emit import Emitter
-from .rules import NOT_DIFFERENTIABLE, TRANSPOSE_RULES, ZERO_GRADIENT, NoTransposeRule
+from .rules import NOT_DIFFERENTIABLE, VJP_RULES, ZERO_GRADIENT, NoVjpRule
 
 
 class NotDifferentiableError(TraceError):
@@ -72,7 +72,7 @@ def backward(builder: Builder, root: Instruction, seed, wrt: list[Instruction]) 
             g = cot.pop(id(instr))
             if instr.opcode in ZERO_GRADIENT:
                 continue
-            rule = TRANSPOSE_RULES.get(instr.opcode)
+            rule = VJP_RULES.get(instr.opcode)
             if rule is None:
                 raise _not_differentiable(instr, NOT_DIFFERENTIABLE.get(instr.opcode, "no rule"))
             builder.location = instr.location     # backward code points at its forward line
@@ -81,7 +81,7 @@ def backward(builder: Builder, root: Instruction, seed, wrt: list[Instruction]) 
                 for op, thunk in zip(instr.operands, thunks):
                     if thunk is not None and id(op) in active:
                         _accumulate(e, cot, op, thunk())
-            except NoTransposeRule as why:
+            except NoVjpRule as why:
                 raise _not_differentiable(instr, f"no transpose rule for {why}") from None
     finally:
         builder.location = saved_location
@@ -100,9 +100,7 @@ def vjp_module(module: Module, wrt: list[int] | None = None) -> Module:
     params = entry.parameters
     if wrt is None:
         wrt = [i for i, p in enumerate(params) if is_differentiable_shape(p.shape)]
-    b = Builder(entry.name + "_vjp")
-    b.instructions = list(entry.instructions)
-    b._parameter_count = len(params)
+    b = Builder.extending(entry, entry.name + "_vjp")
     root = entry.root
     if root.shape.is_tuple:
         raise NotDifferentiableError(f"the module {module.name} returns a tuple; vjp_module "

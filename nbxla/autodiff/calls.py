@@ -1,4 +1,4 @@
-"""Transpose rules for ops that run other computations: ``call`` and ``while``.
+"""VJP rules for ops that run other computations: ``call`` and ``while``.
 
 Both are differentiated by copying the called work into the graph being built and running
 ``backward`` through the copy: a ``call`` is inlined once; a ``while`` whose trip count is
@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..hlo import Builder
 from ..hlo.ir import Computation, Instruction
 from .backward import backward
-from .rules import NoTransposeRule, rule
+from .rules import NoVjpRule, vjp_rule
 
 MAX_UNROLLED = 50_000          # instructions an unrolled loop may add
 
@@ -47,7 +47,7 @@ def _through_copy(e, operands: list[Instruction], g, build) -> list:
     return grads
 
 
-@rule("call")
+@vjp_rule("call")
 def _call(e, instr, g):
     cache = {}
 
@@ -92,15 +92,15 @@ def static_trip_count(instr: Instruction) -> int | None:
     return max(0, limit - first + (1 if direction == "LE" else 0))
 
 
-@rule("while")
+@vjp_rule("while")
 def _while(e, instr, g):
     trips = static_trip_count(instr)
     if trips is None:
-        raise NoTransposeRule("a while loop whose trip count is not static (a counter from a "
+        raise NoVjpRule("a while loop whose trip count is not static (a counter from a "
                               "constant, compared with a constant, stepped by one)")
     body = instr.attrs["body"]
     if trips * len(body.instructions) > MAX_UNROLLED:
-        raise NoTransposeRule(f"a while loop of {trips} iterations (unrolling it would add more "
+        raise NoVjpRule(f"a while loop of {trips} iterations (unrolling it would add more "
                               f"than {MAX_UNROLLED} instructions)")
 
     def unrolled(stand_ins):

@@ -1,4 +1,4 @@
-"""``Emitter``: the few HLO-building helpers the transpose rules are written in.
+"""``Emitter``: the few HLO-building helpers the VJP rules are written in.
 
 It appends to an ordinary ``Builder``: the one of a module being transformed, or the
 builder of a running trace (so that the backward pass joins the surrounding computation).

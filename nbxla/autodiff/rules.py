@@ -1,4 +1,5 @@
-"""One transpose (VJP) rule per HLO opcode: the fourth per-opcode table.
+"""One VJP rule per HLO opcode: the fourth per-opcode table (JAX would call most of them
+JVP-then-transpose; here each opcode maps its output cotangent to its operands' directly).
 
 A rule is ``rule(e, instr, g) -> [thunk or None per operand]``: ``instr`` is the forward
 instruction, ``g`` its cotangent (an instruction of ``instr``'s shape; a list per element
@@ -8,7 +9,7 @@ is being differentiated, so a rule never builds work for indices or constants.  
 means "no gradient flows to this operand".
 
 Every opcode is in exactly one of three tables (``tests/autodiff`` checks the partition):
-``TRANSPOSE_RULES``, ``ZERO_GRADIENT`` (piecewise constant or integer-valued: the gradient
+``VJP_RULES``, ``ZERO_GRADIENT`` (piecewise constant or integer-valued: the gradient
 is zero or undefined, none flows) and ``NOT_DIFFERENTIABLE`` (with the reason shown to the
 user).
 
@@ -30,10 +31,11 @@ from ..hlo.attributes import PadDim, SliceDim, Window, WindowDim
 from ..hlo.builder import unique_name
 from ..hlo.ir import Computation
 from ..hlo.opcodes import OPCODES
+from ..hlo.reducers import reducer_op, returns_second
 from .emit import Emitter, inverse_permutation
-from .sort import sort_transpose
+from .sort import sort_vjp
 
-TRANSPOSE_RULES: dict[str, object] = {}
+VJP_RULES: dict[str, object] = {}
 
 # Piecewise-constant or integer/boolean-valued: no gradient flows through them.
 ZERO_GRADIENT = {
@@ -61,10 +63,12 @@ NOT_DIFFERENTIABLE = {
 }
 
 
-def rule(*opcodes):
+def vjp_rule(*opcodes):
+    """Register ``fn`` as the VJP rule of ``opcodes`` -- the one spelling, as a decorator
+    (``@vjp_rule("add")``) or a call (``vjp_rule("sort")(sort_vjp)``)."""
     def register(fn):
         for op in opcodes:
-            TRANSPOSE_RULES[op] = fn
+            VJP_RULES[op] = fn
         return fn
     return register
 
@@ -96,47 +100,47 @@ UNARY_DERIVATIVES = {
     "erf": lambda e, x, y: e.scale(e.op("exponential", e.neg(e.mul(x, x))), 2 / math.sqrt(math.pi)),
 }
 for _op, _d in UNARY_DERIVATIVES.items():
-    TRANSPOSE_RULES[_op] = _unary(_d)
+    vjp_rule(_op)(_unary(_d))
 
 
-@rule("negate")
+@vjp_rule("negate")
 def _negate(e, instr, g):
     return [lambda: e.neg(g)]
 
 
-@rule("copy", "reduce-precision")
+@vjp_rule("copy", "reduce-precision")
 def _identity(e, instr, g):
     return [lambda: g]
 
 
-@rule("convert")
+@vjp_rule("convert")
 def _convert(e, instr, g):
     return [lambda: e.convert(g, instr.operands[0].shape.element_type)]
 
 
-@rule("add")
+@vjp_rule("add")
 def _add(e, instr, g):
     return [lambda: g, lambda: g]
 
 
-@rule("subtract")
+@vjp_rule("subtract")
 def _subtract(e, instr, g):
     return [lambda: g, lambda: e.neg(g)]
 
 
-@rule("multiply")
+@vjp_rule("multiply")
 def _multiply(e, instr, g):
     a, b = instr.operands
     return [lambda: e.mul(g, b), lambda: e.mul(g, a)]
 
 
-@rule("divide")
+@vjp_rule("divide")
 def _divide(e, instr, g):
     a, b = instr.operands
     return [lambda: e.div(g, b), lambda: e.neg(e.div(e.mul(g, instr), b))]
 
 
-@rule("remainder")
+@vjp_rule("remainder")
 def _remainder(e, instr, g):
     # fmod: a - trunc(a / b) * b
     a, b = instr.operands
@@ -148,7 +152,7 @@ def _remainder(e, instr, g):
     return [lambda: g, db]
 
 
-@rule("power")
+@vjp_rule("power")
 def _power(e, instr, g):
     a, b = instr.operands
 
@@ -176,11 +180,11 @@ def _extreme_rule(direction):
     return transpose
 
 
-TRANSPOSE_RULES["maximum"] = _extreme_rule("GT")
-TRANSPOSE_RULES["minimum"] = _extreme_rule("LT")
+vjp_rule("maximum")(_extreme_rule("GT"))
+vjp_rule("minimum")(_extreme_rule("LT"))
 
 
-@rule("atan2")
+@vjp_rule("atan2")
 def _atan2(e, instr, g):
     a, b = instr.operands
 
@@ -189,14 +193,14 @@ def _atan2(e, instr, g):
     return [lambda: e.div(e.mul(g, b), norm()), lambda: e.neg(e.div(e.mul(g, a), norm()))]
 
 
-@rule("select")
+@vjp_rule("select")
 def _select(e, instr, g):
     p = instr.operands[0]
     zero = e.full_like(g, 0)
     return [None, lambda: e.select(p, g, zero), lambda: e.select(p, zero, g)]
 
 
-@rule("clamp")
+@vjp_rule("clamp")
 def _clamp(e, instr, g):
     lo, x, hi = instr.operands
 
@@ -218,7 +222,7 @@ def _clamp(e, instr, g):
 
 # ---- data movement ------------------------------------------------------------------------------
 
-@rule("broadcast")
+@vjp_rule("broadcast")
 def _broadcast(e, instr, g):
     x = instr.operands[0]
     dims = instr.attrs.get("dimensions", ())
@@ -232,7 +236,7 @@ def _broadcast(e, instr, g):
     return [t]
 
 
-@rule("reshape", "bitcast")
+@vjp_rule("reshape", "bitcast")
 def _reshape(e, instr, g):
     x = instr.operands[0]
     if x.shape.element_type != instr.shape.element_type:
@@ -240,17 +244,17 @@ def _reshape(e, instr, g):
     return [lambda: e.reshape(g, x.shape.dims)]
 
 
-@rule("transpose")
+@vjp_rule("transpose")
 def _transpose(e, instr, g):
     return [lambda: e.transpose(g, inverse_permutation(instr.attrs["dimensions"]))]
 
 
-@rule("reverse")
+@vjp_rule("reverse")
 def _reverse(e, instr, g):
     return [lambda: e.op("reverse", g, dimensions=tuple(instr.attrs.get("dimensions", ())))]
 
 
-@rule("slice")
+@vjp_rule("slice")
 def _slice(e, instr, g):
     x = instr.operands[0]
 
@@ -265,7 +269,7 @@ def _slice(e, instr, g):
     return [t]
 
 
-@rule("pad")
+@vjp_rule("pad")
 def _pad(e, instr, g):
     x = instr.operands[0]
 
@@ -286,7 +290,7 @@ def _pad(e, instr, g):
     return [operand, value]
 
 
-@rule("concatenate")
+@vjp_rule("concatenate")
 def _concatenate(e, instr, g):
     (axis,) = instr.attrs["dimensions"]
     thunks, start = [], 0
@@ -299,13 +303,13 @@ def _concatenate(e, instr, g):
     return thunks
 
 
-@rule("dynamic-slice")
+@vjp_rule("dynamic-slice")
 def _dynamic_slice(e, instr, g):
     x, starts = instr.operands[0], instr.operands[1:]
     return [lambda: e.op("dynamic-update-slice", e.zeros(x.shape), g, *starts)] + [None] * len(starts)
 
 
-@rule("dynamic-update-slice")
+@vjp_rule("dynamic-update-slice")
 def _dynamic_update_slice(e, instr, g):
     u, starts = instr.operands[1], instr.operands[2:]
     return ([lambda: e.op("dynamic-update-slice", g, e.zeros(u.shape), *starts),
@@ -317,26 +321,20 @@ def _dynamic_update_slice(e, instr, g):
 
 def reducer_kind(comp: Computation) -> str | None:
     """'add', 'multiply', 'maximum', 'minimum', 'replace' (returns its second parameter) or None."""
-    params = comp.parameters
-    root = comp.root
-    if len(params) != 2:
-        return None
-    if root is params[1]:
+    if returns_second(comp):
         return "replace"
-    if root.opcode in ("add", "multiply", "maximum", "minimum") and \
-            {id(o) for o in root.operands} == {id(p) for p in params}:
-        return root.opcode
-    return None
+    op = reducer_op(comp)                       # (hlo/reducers.py)
+    return op if op in ("add", "multiply", "maximum", "minimum") else None
 
 
-class NoTransposeRule(Exception):
+class NoVjpRule(Exception):
     """A rule met a form of its opcode it cannot differentiate; ``backward`` reports it."""
 
 
-@rule("reduce")
+@vjp_rule("reduce")
 def _reduce(e, instr, g):
     if len(instr.operands) != 2:
-        raise NoTransposeRule("a reduction of several arrays at once (argmax's value/index pair)")
+        raise NoVjpRule("a reduction of several arrays at once (argmax's value/index pair)")
     x, init = instr.operands
     kind = reducer_kind(instr.attrs["to_apply"])
     axes = tuple(instr.attrs["dimensions"])
@@ -358,7 +356,7 @@ def _reduce(e, instr, g):
     if kind == "multiply":
         # d prod / d x_i = prod / x_i (undefined where x_i == 0; see docs/autodiff.md)
         return [lambda: e.mul(spread(e.mul(g, instr)), e.div(e.full_like(x, 1), x)), None]
-    raise NoTransposeRule("a reduction with a custom reducer")
+    raise NoVjpRule("a reduction with a custom reducer")
 
 
 def _scan_axis(window: Window, dims) -> int | None:
@@ -382,7 +380,7 @@ def _chooser(element_type: str, direction: str):
     return b.build(b.compare(picked, candidate, direction))
 
 
-@rule("reduce-window")
+@vjp_rule("reduce-window")
 def _reduce_window(e, instr, g):
     kind = reducer_kind(instr.attrs["to_apply"]) if len(instr.operands) == 2 else None
     x = instr.operands[0]
@@ -407,10 +405,10 @@ def _reduce_window(e, instr, g):
         # cumprod: d y_i / d x_j = y_i / x_j for i >= j (undefined where x_j == 0, like prod)
         return [lambda: e.div(reverse_cumsum(e.mul(g, instr)), x), None]
     if kind != "add":
-        raise NoTransposeRule("a window reduction other than a sum, max, min or cumulative "
+        raise NoVjpRule("a window reduction other than a sum, max, min or cumulative "
                               "product (or a dilated max or min)")
     if any(w.base_dilation != 1 for w in window.dims):
-        raise NoTransposeRule("a window sum with base dilation")
+        raise NoVjpRule("a window sum with base dilation")
     if scan is not None:
         return [lambda: reverse_cumsum(g), None]
 
@@ -425,7 +423,7 @@ def _reduce_window(e, instr, g):
             hi = n + win - 1 - out - lo
             pads.append(PadDim(lo, hi, w.stride - 1))
         if any(p.low < 0 or p.high < 0 for p in pads):
-            raise NoTransposeRule("a window sum whose padding exceeds its window")
+            raise NoVjpRule("a window sum whose padding exceeds its window")
         padded = e.pad(g, pads)
         dims = tuple(WindowDim(w.size, 1, 0, 0, 1, w.window_dilation) for w in window.dims)
         return e.op("reduce-window", padded, e.scalar(0, g.shape.element_type),
@@ -464,7 +462,7 @@ def _dot_cotangents(e, g, x, y, xc, yc, xb, yb):
     return [dx, dy]
 
 
-@rule("dot")
+@vjp_rule("dot")
 def _dot(e, instr, g):
     x, y = instr.operands
     a = instr.attrs
@@ -477,7 +475,7 @@ def _dot(e, instr, g):
 
 # ---- gather and scatter -------------------------------------------------------------------------
 
-@rule("gather")
+@vjp_rule("gather")
 def _gather(e, instr, g):
     x, idx = instr.operands
     a = instr.attrs
@@ -517,10 +515,10 @@ def _gather_like_scatter(e, instr, source):
     return e.op("gather", source, idx, **attrs)
 
 
-@rule("scatter")
+@vjp_rule("scatter")
 def _scatter(e, instr, g):
     if len(instr.operands) != 3:
-        raise NoTransposeRule("a scatter of several arrays at once")
+        raise NoVjpRule("a scatter of several arrays at once")
     x, idx, u = instr.operands
     kind = reducer_kind(instr.attrs["to_apply"])
     if kind == "add":
@@ -532,17 +530,17 @@ def _scatter(e, instr, g):
             attrs = {k: v for k, v in instr.attrs.items() if k != "metadata"}
             return e.op("scatter", g, idx, e.zeros(u.shape), **attrs)
         return [operand, None, lambda: _gather_like_scatter(e, instr, g)]
-    raise NoTransposeRule(f"a scatter that combines with {kind or 'a custom function'}")
+    raise NoVjpRule(f"a scatter that combines with {kind or 'a custom function'}")
 
 
 # ---- tuples -------------------------------------------------------------------------------------
 
-@rule("tuple")
+@vjp_rule("tuple")
 def _tuple(e, instr, g):
     return [(lambda c=c: c) if c is not None else None for c in g]
 
 
-@rule("get-tuple-element")
+@vjp_rule("get-tuple-element")
 def _get_tuple_element(e, instr, g):
     n = len(instr.operands[0].shape.elements)
     index = instr.attrs["index"]
@@ -551,7 +549,7 @@ def _get_tuple_element(e, instr, g):
 
 # ---- sort ---------------------------------------------------------------------------------------
 
-TRANSPOSE_RULES["sort"] = sort_transpose
+vjp_rule("sort")(sort_vjp)            # (sort.py: the rule lives beside its helpers)
 
 
 
@@ -559,12 +557,12 @@ def check_tables() -> list[str]:
     """Opcodes missing from, or listed twice in, the three tables (empty when consistent)."""
     problems = []
     for op in OPCODES:
-        homes = [name for name, table in (("rules", TRANSPOSE_RULES), ("zero", ZERO_GRADIENT),
+        homes = [name for name, table in (("rules", VJP_RULES), ("zero", ZERO_GRADIENT),
                                           ("not", NOT_DIFFERENTIABLE)) if op in table]
         if len(homes) != 1:
             problems.append(f"{op}: {homes or 'nowhere'}")
     return problems
 
 
-__all__ = ["TRANSPOSE_RULES", "ZERO_GRADIENT", "NOT_DIFFERENTIABLE", "NoTransposeRule",
+__all__ = ["VJP_RULES", "ZERO_GRADIENT", "NOT_DIFFERENTIABLE", "NoVjpRule", "vjp_rule",
            "reducer_kind", "check_tables"]

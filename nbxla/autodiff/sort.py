@@ -28,7 +28,7 @@ def _with_passenger(comparator: Computation, index_type: str) -> Computation:
     return b.build(mapping[id(comparator.root)])
 
 
-def sort_transpose(e: Emitter, instr, g):
+def sort_vjp(e: Emitter, instr, g):
     operands = instr.operands
     (axis,) = instr.attrs["dimensions"]
     shape = operands[0].shape

@@ -12,8 +12,8 @@ See docs/auto_clustering.md.
 from ..api import register_mode
 from .auto import AutoFunction, explain, run_cell
 from .lazy import LazyArray
+from .records import MIN_CLUSTER_WORK
 from .report import ClusterReport
-from .session import MIN_CLUSTER_WORK
 
 register_mode("auto", AutoFunction)     # jit(fn, mode="auto"), NBXLA_FLAGS=--auto_jit
 

@@ -23,7 +23,8 @@ from .lazy import LazyArray
 from .tape import Tape
 from .report import ClusterReport, build_report
 from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
-from .session import MIN_CLUSTER_WORK, Session, flatten
+from .records import MIN_CLUSTER_WORK, flatten
+from .session import Session
 from .whole import WholeFunction, run_cell_whole
 
 
@@ -324,7 +325,7 @@ def run_cell(source: str, ns: dict, filename: str, name: str = "cell", device: s
     finally:
         ns.pop(HOOK, None)
         for key, value_now in list(ns.items()):
-            if isinstance(value_now, LazyArray) and value_now._session is session:
+            if isinstance(value_now, LazyArray) and value_now.state.session is session:
                 ns[key] = session.unwrap(value_now)
             elif isinstance(value_now, (list, tuple, dict)) and key in read:
                 ns[key] = session.unwrap(value_now)

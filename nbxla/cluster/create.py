@@ -83,7 +83,7 @@ def create_like(session, fn, args: tuple, kwargs: dict):
             (_full_like_args if name == "full_like" else _like_args)(*args, **kwargs)
     except TypeError:
         return None
-    value = getattr(a, "_value", None) if getattr(type(a), "nbxla_stand_in", False) else \
+    value = a.state.value if getattr(type(a), "nbxla_stand_in", False) else \
         a if type(a) is np.ndarray else False
     if value is False or device is not None or order not in ("K", "A", "C") or \
             (value is not None and not value.flags.c_contiguous):

@@ -17,13 +17,13 @@ import operator
 
 import numpy as np
 
+from ..frontend.methods import ARRAY_ATTRIBUTES, array_method_names
 from ..frontend.tracer import install_operators
 
-# Array methods the frontend lowers (frontend/methods.py); anything else goes to NumPy's own.
-TRACED_METHODS = ("sum", "prod", "mean", "var", "std", "max", "min", "argmax", "argmin", "any",
-                  "all", "cumsum", "cumprod", "clip", "dot", "swapaxes", "squeeze", "ravel",
-                  "round", "argsort", "take", "repeat", "trace", "diagonal", "conj", "conjugate",
-                  "copy", "reshape", "transpose", "astype", "flatten", "sort", "fill")
+# Array methods the frontend lowers (frontend/methods.py, from its registry); anything else goes
+# to NumPy's own.  (``nonzero`` is lowered only to refuse: its shape depends on the data, so a
+# stand-in hands it to NumPy at once instead of breaking the graph for it.)
+TRACED_METHODS = tuple(name for name in array_method_names() if name != "nonzero")
 # Methods that write into the array: run eagerly, they must see the pending writes first.
 WRITING_METHODS = frozenset({"sort", "fill", "put", "itemset", "resize", "partition", "setfield",
                              "setflags", "byteswap"})
@@ -53,7 +53,29 @@ class _Attribute(_Method):
 
 
 _METHODS = {name: _Method(name) for name in TRACED_METHODS}
-_ATTRIBUTES = {name: _Attribute(name) for name in ("T", "mT", "real", "imag")}
+_ATTRIBUTES = {name: _Attribute(name) for name in ARRAY_ATTRIBUTES}
+
+
+class LazyState:
+    """What the session knows of one LazyArray: the session reads and writes these fields (the
+    array itself only asks for its value, node or spec)."""
+    __slots__ = ("session", "value", "tracer", "epoch", "entry", "slot", "root", "spec", "num",
+                 "num_epoch", "view_key", "fill")
+
+    def __init__(self, session, value=None):
+        self.session = session
+        self.value = value             # the NumPy array, once computed
+        self.tracer = None             # its node in the pending graph of epoch ``epoch``
+        self.epoch = -1
+        self.entry = None              # (root tracer, its version) when it entered that graph
+        self.slot = None               # where the eager replay of the graph puts its value
+        self.root = None               # (base LazyArray, recipe): a view, as NumPy would make it
+        self.spec = None               # (shape, dtype) of a value replayed from a tape (tape.py)
+        self.num = 0                   # its number among the stand-ins of epoch ``num_epoch``
+        self.num_epoch = -1
+        self.view_key = None           # for a view: how it is made from its base, as a key
+        self.fill = None               # (shape, value): made by np.zeros... (create.py), not
+                                       # yet used: it enters a graph where it is first used
 
 
 class LazyArray:
@@ -61,30 +83,17 @@ class LazyArray:
 
     __array_priority__ = 1000
     nbxla_stand_in = True        # (what nbxla.jit looks for to inline a call into the graph)
-    __slots__ = ("_session", "_value", "_tracer", "_epoch", "_entry", "_slot", "_root",
-                 "_spec", "_num", "_num_epoch", "_view_key", "_fill", "__weakref__")
+    __slots__ = ("state", "__weakref__")
 
     def __init__(self, session, value=None):
-        self._session = session
-        self._value = value            # the NumPy array, once computed
-        self._tracer = None            # its node in the pending graph of epoch ``_epoch``
-        self._epoch = -1
-        self._entry = None             # (root tracer, its version) when it entered that graph
-        self._slot = None              # where the eager replay of the graph puts its value
-        self._root = None              # (base LazyArray, recipe): a view, as NumPy would make it
-        self._spec = None              # (shape, dtype) of a value replayed from a tape (tape.py)
-        self._num = 0                  # its number among the stand-ins of epoch ``_num_epoch``
-        self._num_epoch = -1
-        self._view_key = None          # for a view: how it is made from its base, as a key
-        self._fill = None              # (shape, value): made by np.zeros... (create.py), not
-                                       # yet used: it enters a graph where it is first used
+        self.state = LazyState(session, value)
 
     # ---- shape and dtype: known without computing anything -----------------------------------
 
     def _meta(self):
-        if self._value is not None:
-            return self._value
-        return self._tracer if self._tracer is not None else self._spec
+        if self.state.value is not None:
+            return self.state.value
+        return self.state.tracer if self.state.tracer is not None else self.state.spec
 
     shape = property(lambda self: tuple(self._meta().shape))
     dtype = property(lambda self: self._meta().dtype)
@@ -107,44 +116,44 @@ class LazyArray:
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         fn = ufunc if method == "__call__" else getattr(ufunc, method)
-        return self._session.dispatch(fn, inputs, kwargs, kind="ufunc", ufunc_method=method)
+        return self.state.session.dispatch(fn, inputs, kwargs, kind="ufunc", ufunc_method=method)
 
     def __array_function__(self, func, types, args, kwargs):
-        return self._session.dispatch(func, args, kwargs, kind="function")
+        return self.state.session.dispatch(func, args, kwargs, kind="function")
 
     def __array__(self, dtype=None, copy=None):
-        value = self._session.concrete(self, "NumPy needed the values (np.asarray, or a call into "
+        value = self.state.session.concrete(self, "NumPy needed the values (np.asarray, or a call into "
                                              "native code)", caller=True)
         if dtype is not None and np.dtype(dtype) != value.dtype:
             return value.astype(dtype)
         return value.copy() if copy else value
 
     def __getitem__(self, key):
-        return self._session.dispatch(operator.getitem, (self, key), {}, kind="getitem")
+        return self.state.session.dispatch(operator.getitem, (self, key), {}, kind="getitem")
 
     def __setitem__(self, key, value):
-        self._session.dispatch(operator.setitem, (self, key, value), {}, kind="setitem")
+        self.state.session.dispatch(operator.setitem, (self, key, value), {}, kind="setitem")
 
     def __getattr__(self, name):
         method = _METHODS.get(name)
         if method is not None:
             kind = "write" if name in WRITING_METHODS else "method"
-            return lambda *a, **k: self._session.dispatch(method, (self,) + a, k, kind=kind)
+            return lambda *a, **k: self.state.session.dispatch(method, (self,) + a, k, kind=kind)
         if name in _ATTRIBUTES:
-            return self._session.dispatch(_ATTRIBUTES[name], (self,), {}, kind="method")
+            return self.state.session.dispatch(_ATTRIBUTES[name], (self,), {}, kind="method")
         if name.startswith("__"):
             raise AttributeError(name)
         if not hasattr(np.ndarray, name):
             raise AttributeError(f"'numpy.ndarray' object has no attribute '{name}'")
         # Anything else NumPy arrays have (tolist, item, flags, ctypes, ...): NumPy's own,
         # on the concrete value (which may write into it: the pending graph is computed first).
-        value = self._session.concrete(self, f"ndarray.{name} needs the values", writes=True)
+        value = self.state.session.concrete(self, f"ndarray.{name} needs the values", writes=True)
         return getattr(value, name)
 
     # ---- Python asking for values: graph breaks ----------------------------------------------
 
     def _scalar(self, what: str):
-        return self._session.concrete(self, what)
+        return self.state.session.concrete(self, what)
 
     def __bool__(self):
         return bool(self._scalar("the truth value of an array was needed (if/while/and/or)"))

@@ -25,7 +25,7 @@ import types
 
 import numpy as np
 
-from .session import LIBRARY_DIRS
+from .records import LIBRARY_DIRS
 
 # Builtins with no side effect (on what a traced function can hand them).
 PURE_BUILTINS = frozenset({

@@ -2,7 +2,9 @@
 how much of the array work ran compiled; ``nbxla.explain`` and ``%%xla --auto --explain``.
 
 A ``ClusterReport`` is a record (like ``--tf_xla_clustering_debug``'s dumps or TorchDynamo's
-``explain()``): text here, the notebook view in ``nbxla/jupyter/cluster_view.py``.
+``explain()``): text here, the notebook view in ``nbxla/jupyter/cluster_view.py``, which the
+package wires in from above (``register_html_view``): this room imports nothing of the notebook
+layer.
 """
 
 from __future__ import annotations
@@ -10,7 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .choice import EAGER_MARGIN
-from .session import SessionLog
+from .records import SessionLog
+
+
+# The HTML view of a report, registered from above (``nbxla/__init__`` hands in
+# ``jupyter.cluster_view.render_html``); without one a report shows as text only.
+_HTML_VIEWS: list = []
+
+
+def register_html_view(render) -> None:
+    """Draw reports in notebooks with ``render(report) -> str`` (HTML); the latest one wins."""
+    _HTML_VIEWS.append(render)
 
 
 @dataclass
@@ -120,8 +132,10 @@ class ClusterReport:
                 "source": self.source, "first_line": self.first_line}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..jupyter.cluster_view import render_html     # the notebook layer draws it
-        return {"text/plain": self.to_text(), "text/html": render_html(self)}
+        bundle = {"text/plain": self.to_text()}
+        if _HTML_VIEWS:
+            bundle["text/html"] = _HTML_VIEWS[-1](self)
+        return bundle
 
 
 def build_report(log: SessionLog, min_work: int, source=None, first_line: int = 1,

@@ -34,8 +34,8 @@ from ..cell import prepare_cell
 from ..cell_check import verify
 from ..frontend.cell_ast import DISPLAY
 from .purity import IMMUTABLE, cell_side_effect, methods_are_pure, side_effect
+from .records import MIN_CLUSTER_WORK, ClusterRun, SessionLog
 from .report import build_report
-from .session import MIN_CLUSTER_WORK, ClusterRun, SessionLog
 
 # Whole compilation stops when one argument signature compiled more programs than this.
 MAX_WHOLE_COMPILES = 3

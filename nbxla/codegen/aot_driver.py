@@ -18,8 +18,12 @@ ones.
 
 **Planning.**  Instructions run in their order in the computation (the schedule the passes
 left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
-results are copied there at the end.  Temporaries are placed by a linear scan that reuses the
-memory of values whose last reader has run (first fit, 64-byte aligned).  After the planned
+results are copied there at the end.  How long each temporary lives is the buffer plan's answer
+(``passes.buffer_assignment.plan_computation``: the views of ``hlo/aliasing.py``, each value's
+last reader, results living out), and the plan's arena places them (``place_by_lifetime``: best
+fit, 64-byte aligned, reusing the memory of values whose last reader has run).  What the driver
+adds is its own in-place steps: an update fusion writing its window into its operand's buffer,
+and a loop's state kept in its initial buffers.  After the planned
 area comes one region that each step may use while it runs (a loop's second state buffer and
 its condition's and body's scratch, a full reduction's partial slots, a dot's converted,
 transposed or packed operands, a sort's permutation): everything is sized at compile time, so one block of
@@ -37,9 +41,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import AotError
+from ..hlo.aliasing import is_byte_view
 from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
+from ..hlo.placement import AOT, placement
 from ..hlo.shapes import Shape
+from ..passes.buffer_assignment import leaf_paths, place_by_lifetime, plan_computation, value_name
 from .aot_library import ALIGN, CUSTOM_CALLS, LibrarySteps, align_up
 from .convolution import native_convolution_refusal
 from .updates import updated_parameter
@@ -72,37 +79,6 @@ class Buffer:
                 self.index = self.source.constant(self.data)
             return f"(void *){self.index}"
         return f"(void *)(scratch + {self.index})"
-
-
-class _Arena:
-    """First-fit placement with reuse of freed blocks (adjacent free blocks merge)."""
-
-    def __init__(self):
-        self.free: list[tuple[int, int]] = []     # (offset, size), sorted by offset
-        self.top = 0
-
-    def alloc(self, size: int) -> int:
-        size = align_up(max(size, 1))
-        for k, (offset, room) in enumerate(self.free):
-            if room >= size:
-                self.free[k:k + 1] = [(offset + size, room - size)] if room > size else []
-                return offset
-        if self.free and self.free[-1][0] + self.free[-1][1] == self.top:   # grow the last block
-            offset = self.free.pop()[0]
-        else:
-            offset = self.top
-        self.top = offset + size
-        return offset
-
-    def release(self, offset: int, size: int) -> None:
-        blocks = sorted(self.free + [(offset, align_up(max(size, 1)))])
-        merged = [blocks[0]]
-        for o, s in blocks[1:]:
-            if merged[-1][0] + merged[-1][1] == o:
-                merged[-1] = (merged[-1][0], merged[-1][1] + s)
-            else:
-                merged.append((o, s))
-        self.free = merged
 
 
 def passed_through(body: Computation) -> set[int]:
@@ -209,11 +185,8 @@ class _ProgramEmitter(LibrarySteps):
             index = instr.attrs["index"]
             start = sum(len(leaf_shapes(e)) for e in elements[:index])
             return self.values[id(instr.operands[0])][start:start + len(leaf_shapes(elements[index]))]
-        if op in ("reshape", "bitcast"):
-            source = instr.operands[0].shape
-            if instr.shape.layout is None and source.layout is None and \
-                    instr.shape.element_type == source.element_type:
-                return self.values[id(instr.operands[0])]
+        if is_byte_view(instr):
+            return self.values[id(instr.operands[0])]
         return None
 
     def _taken_over(self, instr: Instruction) -> list[Buffer] | None:
@@ -290,7 +263,7 @@ class _ProgramEmitter(LibrarySteps):
                 buf.kind, buf.index = "out", k
             else:
                 copies.append((k, buf))
-        self._plan(steps, copies)
+        self._plan(steps)
         for instr in steps:
             self._step(instr)
         for k, buf in copies:
@@ -306,69 +279,76 @@ class _ProgramEmitter(LibrarySteps):
                         f"{body}\n    return rc;\n}}\n")
         return program
 
-    def _plan(self, steps: list[Instruction], copies) -> None:
-        """Offsets of the temporaries: live from their step to their last reader's."""
+    def _plan(self, steps: list[Instruction]) -> None:
+        """Offsets of the temporaries: live from their step to their last reader's, as the buffer
+        plan of this computation says (``passes.buffer_assignment``: the same views, the same
+        last uses, results living out).  A buffer several values live in (an update written in
+        place, a loop's state) lives until the last of theirs."""
+        plan = plan_computation(self.comp)
+        instructions = self.comp.instructions
         position = {id(instr): i for i, instr in enumerate(steps)}
-        users_at = {}
-        for instr in self.comp.instructions:
-            # A view is read where its readers are: walk readers of steps only.
-            if id(instr) in position:
-                for o in instr.operands:
-                    for buf in self.values[id(o)]:
-                        users_at[id(buf)] = position[id(instr)]
-        for _, buf in copies:
-            users_at[id(buf)] = len(steps)
-        arena = _Arena()
-        live: list[Buffer] = []
+
+        def last_step(buf: Buffer) -> int:
+            last = -1
+            for sharer in self.sharers[id(buf)]:
+                for (index, _), leaf in zip(leaf_paths(sharer.shape), self.values[id(sharer)]):
+                    if leaf is buf:
+                        end = plan[value_name(sharer, index)].end
+                        last = max(last, len(steps) if end >= plan.length else position[id(instructions[end])])
+            return last
+
+        lifetimes = []
         for i, produced in enumerate(self.produced):
             for buf in produced:
-                buf.last_use = users_at.get(id(buf), i)
-                if buf.kind == "temp":
-                    buf.index = arena.alloc(buf.nbytes)
-                    live.append(buf)
-            for buf in [b for b in live if b.last_use <= i]:
-                arena.release(buf.index, buf.nbytes)
-                live.remove(buf)
-        self.arena_bytes = align_up(arena.top)
+                buf.last_use = max(last_step(buf), i)
+            # (a zero-byte temporary still gets a place of its own: pointers stay distinct)
+            lifetimes.append([(buf, max(buf.nbytes, 1), buf.last_use) for buf in produced
+                              if buf.kind == "temp"])
+        offsets, top = place_by_lifetime(lifetimes)
+        for buf, offset in offsets.items():
+            buf.index = offset
+        self.arena_bytes = align_up(top)
 
     def _region(self, nbytes: int) -> None:
         """The step being emitted uses ``nbytes`` of the per-step region."""
         self.local = max(self.local, align_up(nbytes))
 
-    def _local(self, offset: int = 0) -> str:
+    def local_place(self, offset: int = 0) -> str:
         # (The region starts after the planned area, whose size is known once planning ran.)
         return f"(scratch + {self.arena_bytes + offset})"
 
     # ---- steps ----------------------------------------------------------------------------
 
     def _step(self, instr: Instruction) -> None:
-        op = instr.opcode
-        self.lines.append(f"/* %{instr.name} = {op} */")
-        if op == "while":
-            self._while(instr)
-        elif op == "conditional":
-            self._conditional(instr)
-        elif op == "call":
-            callee = self.driver.program(instr.attrs["to_apply"])
-            self._call(callee, [c for o in instr.operands for c in self._leaves(o)], self._leaves(instr),
-                       self._local())
-            self._region(callee.scratch_bytes)
-        elif op == "dot":
-            self._dot(instr)
-        elif op == "convolution" and native_convolution_refusal(instr) is not None:
-            self._convolution(instr)         # (depthwise ones: the LLVM kernel, below)
-        elif op == "sort":
-            self._sort(instr)
-        elif op == "topk":
-            self._topk(instr)
-        elif op == "select-and-scatter":
-            self._select_and_scatter(instr)
-        elif op == "fft":
-            self._fft(instr)
-        elif op == "custom-call" and instr.attrs.get("custom_call_target") in CUSTOM_CALLS:
-            getattr(self, CUSTOM_CALLS[instr.attrs["custom_call_target"]])(instr)
+        """One step, by the AOT placement table (``hlo/placement.py``): its handler writes it."""
+        self.lines.append(f"/* %{instr.name} = {instr.opcode} */")
+        how = placement(AOT, instr)
+        getattr(self, how.handler)(instr)
+
+    def _call_step(self, instr: Instruction) -> None:
+        callee = self.driver.program(instr.attrs["to_apply"])
+        self._call(callee, [c for o in instr.operands for c in self._leaves(o)], self._leaves(instr),
+                   self.local_place())
+        self._region(callee.scratch_bytes)
+
+    def _convolution_step(self, instr: Instruction) -> None:
+        if native_convolution_refusal(instr) is None:
+            self._kernel(instr)              # (depthwise ones: the LLVM kernel)
         else:
-            self._kernel(instr)
+            self._convolution(instr)
+
+    def _custom_call(self, instr: Instruction) -> None:
+        method = CUSTOM_CALLS.get(instr.attrs.get("custom_call_target"))
+        if method is None:
+            self._kernel(instr)         # (refused there, the target named)
+        else:
+            getattr(self, method)(instr)
+
+    def _refused(self, instr: Instruction) -> None:
+        raise AotError(f"{label(instr)} cannot be compiled ahead of time: the object file has no native "
+                       f"implementation of {instr.opcode} ({placement(AOT, instr).how}); under jit it "
+                       "runs through the reference evaluator, in Python. Rewrite that part of the "
+                       "function, or use nbxla.jit")
 
     def _pointer_list(self, name: str, items: list[str]) -> str:
         return f"void *{name}[{max(1, len(items))}] = {{{', '.join(items) or '0'}}};"
@@ -392,15 +372,15 @@ class _ProgramEmitter(LibrarySteps):
             # As the jit runtime's FullReductionThunk: parts only where they pay off.
             parts = max(1, min(MAX_THREADS, extent, extent * work // max(1, self.driver.threshold // 2)))
             if parts == 1:      # both phases right here (no thread count to ask for)
-                self.lines += ["{", "    " + self._pointer_list("p", ins + [self._local()]),
+                self.lines += ["{", "    " + self._pointer_list("p", ins + [self.local_place()]),
                                f"    {spec.name}(p, 0, {extent});",
-                               "    " + self._pointer_list("b", ins + outs + [self._local()]),
+                               "    " + self._pointer_list("b", ins + outs + [self.local_place()]),
                                f"    {spec.finish_name}(b, 1, 0);", "}"]
                 self._region(8 * max(1, spec.scratch_slots))
                 return
             self.lines += ["{", "    " + self._pointer_list("b", ins + outs + ["0"]),
                            f"    nbxla_full_reduce({spec.name}, {spec.finish_name}, b, {len(ins)}, "
-                           f"{len(outs)}, {extent}, {parts}, {spec.scratch_slots}, {self._local()});", "}"]
+                           f"{len(outs)}, {extent}, {parts}, {spec.scratch_slots}, {self.local_place()});", "}"]
             self._region(8 * max(1, spec.scratch_slots) * parts)
             return
         self.lines += ["{", "    " + self._pointer_list("b", ins + outs), "    " + self._range_call(spec), "}"]
@@ -427,17 +407,17 @@ class _ProgramEmitter(LibrarySteps):
         nested = used + ALIGN
         count = len(state)
         self.lines += ["{", f"    void *cur[{max(1, count)}] = {{{', '.join(b.c for b in state) or '0'}}};",
-                       f"    void *nxt[{max(1, count)}] = {{{', '.join(b.c if off is None else self._local(off) for b, off in zip(state, offsets)) or '0'}}};",
-                       f"    unsigned char *pred = (unsigned char *){self._local(pred)};",
+                       f"    void *nxt[{max(1, count)}] = {{{', '.join(b.c if off is None else self.local_place(off) for b, off in zip(state, offsets)) or '0'}}};",
+                       f"    unsigned char *pred = (unsigned char *){self.local_place(pred)};",
                        "    void *pd[1] = {pred};"]
         self.lines += [f"    memcpy(cur[{k}], {src}, {b.nbytes});" for k, (src, b) in enumerate(zip(init, state))
                        if src != b.c]
         swaps = [f"t = cur[{k}]; cur[{k}] = nxt[{k}]; nxt[{k}] = t;" for k, off in enumerate(offsets)
                  if off is not None]
         self.lines += ["    for (;;) {",
-                       f"        if ((rc = {cond.symbol}(cur, pd, {self._local(nested)}))) return rc;",
+                       f"        if ((rc = {cond.symbol}(cur, pd, {self.local_place(nested)}))) return rc;",
                        "        if (!*pred) break;",
-                       f"        if ((rc = {body.symbol}(cur, nxt, {self._local(nested)}))) return rc;",
+                       f"        if ((rc = {body.symbol}(cur, nxt, {self.local_place(nested)}))) return rc;",
                        "        void *t; (void)t;"] + ["        " + s for s in swaps] + ["    }"]
         self.lines += [f"    if (cur[{k}] != {b.c}) memcpy({b.c}, cur[{k}], {b.nbytes});"
                        for k, b in enumerate(state)] + ["}"]
@@ -461,7 +441,7 @@ class _ProgramEmitter(LibrarySteps):
         for k, branch in enumerate(branches):
             self.lines.append(f"    case {k}:")
             self.lines += ["    " + line for line in self._call_lines(
-                branch, self._leaves(instr.operands[1 + k]), self._leaves(instr), self._local())]
+                branch, self._leaves(instr.operands[1 + k]), self._leaves(instr), self.local_place())]
             self.lines.append("        break;")
         self.lines += ["    }", "}"]
         self._region(max(b.scratch_bytes for b in branches))

@@ -46,7 +46,7 @@ class _Room:
         self.emitter, self.used = emitter, 0
 
     def take(self, nbytes: int) -> str:
-        place = f"(void *){self.emitter._local(self.used)}"
+        place = f"(void *){self.emitter.local_place(self.used)}"
         self.used += align_up(nbytes)
         return place
 
@@ -191,7 +191,7 @@ class LibrarySteps:
         self.lines += ["{", f"    char *si[] = {{{', '.join(ins)}}};", f"    char *so[] = {{{', '.join(outs)}}};",
                        f"    static const int64_t es[] = {{{sizes}}};",
                        f"    nbxla_sort({len(ins)}, si, so, es, {product(dims[:axis])}, {n}, {product(dims[axis + 1:])}, "
-                       f"{less.name}, {less.parallel_extent}, (int64_t *){self._local()});", "}"]
+                       f"{less.name}, {less.parallel_extent}, (int64_t *){self.local_place()});", "}"]
         self._region(16 * n)
 
     def _topk(self, instr: Instruction) -> None:
@@ -213,7 +213,7 @@ class LibrarySteps:
         values, positions = self._leaves(instr)
         esize = x.shape.dtype.itemsize
         self.lines.append(f"nbxla_topk({self._array(x)}, {values}, {positions}, {rows}, {n}, {k}, {esize}, "
-                          f"{before.name}, {before.parallel_extent}, {self._local()});")
+                          f"{before.name}, {before.parallel_extent}, {self.local_place()});")
         self._region(sum(-(-b // 8) * 8 for b in (4 * n * rows, esize * n * rows, 4 * n * rows)) + 16 * n)
 
     def _select_and_scatter(self, instr: Instruction) -> None:
@@ -254,7 +254,7 @@ class LibrarySteps:
         self.lines += ["{", f"    static const int64_t len[] = {{{', '.join(map(str, lengths))}}};",
                        f"    nbxla_fft({self._array(x)}, {self._array(instr)}, {kinds[instr.attrs['fft_type']]}, "
                        f"{types[t_in]}, {types[t_out]}, {batch}, {len(lengths)}, len, "
-                       f"(double complex *){self._local()}, (double complex *){self._local(work)});", "}"]
+                       f"(double complex *){self.local_place()}, (double complex *){self.local_place(work)});", "}"]
         self._region(work + 16 * max(lengths))
 
     def _potrf(self, instr: Instruction) -> None:
@@ -266,7 +266,7 @@ class LibrarySteps:
         factor, info = self._leaves(instr)
         lower = int(lapack_uplo(instr) == "L")
         self.lines.append(f"nbxla_potrf_{t}({self._array(a)}, {factor}, {info}, {product(a.shape.dims[:-2])}, {n}, "
-                          f"{lower}, (double *){self._local()});")
+                          f"{lower}, (double *){self.local_place()});")
         self._region(8 * n * n)
 
     def _topk_call(self, instr: Instruction) -> None:

@@ -15,6 +15,7 @@ from llvmlite import ir
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import LINEAR_INDEXABLE, NATIVE_COMBINERS
+from ..hlo.reducers import reducer_op
 from ..hlo.shapes import compute_type, is_complex, is_float
 from .elemental import (I1, I8, I32, I64, ElementalEmitter, const_i64, from_storage, linear_index, llvm_type,
                         storage_type, to_storage)
@@ -172,13 +173,9 @@ def load_at(b, bufs, k, dims, index):
 
 
 def reducer_opcode(reduce: Instruction) -> str | None:
-    comp = reduce.attrs["to_apply"]
-    root = comp.root
-    params = comp.parameters
-    if len(params) == 2 and root.opcode in NATIVE_COMBINERS and \
-            {id(o) for o in root.operands} == {id(p) for p in params}:
-        return root.opcode
-    return None
+    """The reducer's op (``hlo/reducers.py``) when it has a native accumulator, else None."""
+    op = reducer_op(reduce.attrs["to_apply"])
+    return op if op in NATIVE_COMBINERS else None
 
 
 def combine_values(b: ir.IRBuilder, em: ElementalEmitter, opcode: str, t: str, acc, x, ordered=False):

@@ -74,7 +74,7 @@ def _plan(cf, args, kwargs, leaves, treedef) -> DaskPlan:
     check_function_no_random(cf.fn)
     stand_ins: dict[int, np.ndarray] = {}
     traced_leaves = []
-    for leaf, leaf_name in zip(leaves, cf._leaf_names(args, kwargs)):
+    for leaf, leaf_name in zip(leaves, cf.leaf_names(args, kwargs)):
         if is_dask_array(leaf) and any(np.isnan(c) for ch in leaf.chunks for c in ch):
             raise DaskSplitError(f"{leaf_name} has unknown chunk sizes (a dask array after boolean "
                                  f"indexing or similar); call {leaf_name}.compute_chunk_sizes() first")
@@ -88,7 +88,7 @@ def _plan(cf, args, kwargs, leaves, treedef) -> DaskPlan:
     name = name if name.isidentifier() else "lambda_fn"
     try:
         program = trace(cf.fn, traced_leaves, treedef, name=name,
-                        leaf_names=cf._leaf_names(args, kwargs), memory_checked=False)
+                        leaf_names=cf.leaf_names(args, kwargs), memory_checked=False)
     except ValueError as e:
         if "read-only" in str(e):
             raise NotCompilableError(f"the function writes into a dask array argument ({e}); dask "

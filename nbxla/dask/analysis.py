@@ -27,10 +27,13 @@ import numpy as np
 
 from ..hlo import Instruction, Module
 from ..hlo.opcodes import OPCODES
+from ..hlo.reducers import IDEMPOTENT, REDUCER_OPS, is_identity, reducer_op
 
 # Reducers a tree reduction may apply in any grouping, and the init each must have (None: any
 # init, because applying the op to it twice changes nothing).
-ASSOCIATIVE = {"add": 0, "multiply": 1, "maximum": None, "minimum": None, "and": None, "or": None}
+# Reducer ops a blocked reduction combines block results with (hlo/reducers.py; xor is left to
+# one whole-array reduce).
+BLOCK_COMBINABLE = REDUCER_OPS - {"xor"}
 
 
 @dataclass
@@ -293,15 +296,12 @@ def analyze(module: Module, params: list[ParamInfo], describe) -> Analysis:
 def _tree_reducible(instr: Instruction) -> bool:
     """A one-operand reduce whose reducer is one associative op and whose init is that op's
     identity (so every block may apply it once)."""
-    body = instr.attrs["to_apply"]
-    root = body.root
-    params = body.parameters
-    if (len(instr.operands) != 2 or root.opcode not in ASSOCIATIVE or len(body.instructions) != 3
-            or set(map(id, root.operands)) != set(map(id, params))):
+    op = reducer_op(instr.attrs["to_apply"])
+    if len(instr.operands) != 2 or op not in BLOCK_COMBINABLE:
         return False
     init = instr.operands[1]
-    want = ASSOCIATIVE[root.opcode]
-    return init.opcode == "constant" and (want is None or bool(np.all(init.literal == want)))
+    return init.opcode == "constant" and \
+        (op in IDEMPOTENT or is_identity(op, init.literal, init.shape.element_type))
 
 
 def _windows(a: Analysis, dask_params: set[int]) -> None:

@@ -163,6 +163,18 @@ class CapturePlan:
                 return False
         return True
 
+    def still_current(self) -> list | None:
+        """The last ``read()``'s result while nothing it looked at changed, else None (the
+        per-call fast path: no new read)."""
+        if self._last is not None and self._unchanged():
+            return self._last
+        return None
+
+    @property
+    def last(self) -> list | None:
+        """The last ``read()``'s result (None before the first)."""
+        return self._last
+
     def read(self) -> list[tuple[str, object]]:
         """The current captured values, as (label, value): arrays, constants, trees of them,
         and helper functions (their identity) with what they capture in turn."""

@@ -79,7 +79,7 @@ def setitem(x: Tracer, key, value) -> None:
     kind = _classify(x, key)
     if isinstance(value, Selection):
         if not (_is_traced_mask(key) and key[0].shape == x.shape):
-            raise value._refuse("assigning it to another place than its own mask's")
+            raise value.refusal("assigning it to another place than its own mask's")
         x.assign(write_selection(x, key[0], value))
         return
     value = value if isinstance(value, Tracer) else asarray(x.ctx, value)

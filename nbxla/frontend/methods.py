@@ -49,10 +49,21 @@ def _imag(self):
 _FORWARD_ELSEWHERE = {"conj": np.conjugate, "conjugate": np.conjugate, "nonzero": np.nonzero}
 
 
+# Methods and attributes spelled here (rather than forwarded to one registered function).
+_OWN_METHODS = ("reshape", "transpose", "astype", "sort", "fill", "flatten")
+ARRAY_ATTRIBUTES = ("T", "mT", "real", "imag")
+
+
 def install() -> None:
     """Attach every array method to Tracer; called once all rule modules have registered."""
     for name, func in {**METHODS, **_FORWARD_ELSEWHERE}.items():
         setattr(Tracer, name, (lambda f: lambda self, *a, **k: f(self, *a, **k))(func))
+
+
+def array_method_names() -> tuple[str, ...]:
+    """Every array method a Tracer lowers (``x.sum()``, ``x.reshape(...)``, ...): the registry's,
+    the forwarded ones and those spelled here.  Stand-in arrays (auto mode) record exactly these."""
+    return tuple(sorted({*METHODS, *_FORWARD_ELSEWHERE, *_OWN_METHODS}))
 
 
 Tracer.reshape = _reshape

@@ -45,13 +45,13 @@ class Selection:
 
     # ---- refusals -----------------------------------------------------------------------------
 
-    def _refuse(self, what: str) -> NbxlaError:
+    def refusal(self, what: str) -> NbxlaError:
         return self.ctx.not_compilable(f"{_WHAT} cannot be compiled here: {what} needs the number of "
                                        "selected elements, which depends on the data", _HINT)
 
     @property
     def shape(self):
-        raise self._refuse("its shape")
+        raise self.refusal("its shape")
 
     @property
     def ndim(self):
@@ -62,51 +62,51 @@ class Selection:
         return self.values.dtype
 
     def __len__(self):
-        raise self._refuse("len()")
+        raise self.refusal("len()")
 
     def __iter__(self):
-        raise self._refuse("iterating over it")
+        raise self.refusal("iterating over it")
 
     def __getitem__(self, key):
-        raise self._refuse("indexing it")
+        raise self.refusal("indexing it")
 
     def __setitem__(self, key, value):
-        raise self._refuse("writing into it")
+        raise self.refusal("writing into it")
 
     def __bool__(self):
-        raise self._refuse("its truth value")
+        raise self.refusal("its truth value")
 
     def __array__(self, *args, **kwargs):
-        raise self._refuse("making a NumPy array of it")
+        raise self.refusal("making a NumPy array of it")
 
     def reshape(self, *args, **kwargs):
-        raise self._refuse("reshape")
+        raise self.refusal("reshape")
 
     def __getattr__(self, name):
         # (any other array attribute or method: a clear refusal, not an AttributeError;
         # protocol names NumPy probes for stay missing)
         if name.startswith("__") or name in ("values", "mask", "ctx"):
             raise AttributeError(name)
-        raise self._refuse(f".{name}")
+        raise self.refusal(f".{name}")
 
     # ---- elementwise --------------------------------------------------------------------------
 
     def _operand(self, v):
         if isinstance(v, Selection):
             if not same_value(v.mask.instr, self.mask.instr):
-                raise self._refuse("combining selections by different masks")
+                raise self.refusal("combining selections by different masks")
             return v.values
         if isinstance(v, Tracer) and v.ndim:
-            raise self._refuse("combining it with an array")
+            raise self.refusal("combining it with an array")
         if isinstance(v, (np.ndarray, list, tuple)) and np.ndim(v):
-            raise self._refuse("combining it with an array")
+            raise self.refusal("combining it with an array")
         return v
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if method != "__call__" or kwargs.get("out") is not None or kwargs.get("where", True) is not True:
             if method == "reduce" and len(inputs) == 1 and ufunc in _UFUNC_REDUCTIONS:
                 return getattr(self, _UFUNC_REDUCTIONS[ufunc])(**kwargs)
-            raise self._refuse(f"np.{ufunc.__name__}.{method}")
+            raise self.refusal(f"np.{ufunc.__name__}.{method}")
         result = ufunc(*[self._operand(v) for v in inputs], **kwargs)
         if isinstance(result, tuple):
             return tuple(Selection(r, self.mask) for r in result)
@@ -119,7 +119,7 @@ class Selection:
             return getattr(self, method)(*args[1:], **kwargs)
         if name in ("size", "shape", "ndim") and args and args[0] is self:
             return getattr(self, name)
-        raise self._refuse(f"np.{name}")
+        raise self.refusal(f"np.{name}")
 
     def astype(self, dtype, *args, **kwargs):
         return Selection(convert(self.values, np.dtype(dtype)), self.mask)
@@ -147,7 +147,7 @@ class Selection:
 
     def _whole(self, axis):
         if axis not in (None, 0, -1):
-            raise self._refuse(f"a reduction along axis {axis}")
+            raise self.refusal(f"a reduction along axis {axis}")
 
     def _filled(self, value) -> Tracer:
         return select(self.mask, self.values, like(self.values, value))
@@ -191,7 +191,7 @@ class Selection:
             info = np.iinfo(dtype)
             fill = info.min if low else info.max
         else:
-            raise self._refuse(f"{name} of {dtype} values")
+            raise self.refusal(f"{name} of {dtype} values")
         count = np.sum(self.mask, dtype=np.int64)
         location = self.ctx.user_location()
 
@@ -242,7 +242,7 @@ _UFUNC_REDUCTIONS = {np.add: "sum", np.multiply: "prod", np.maximum: "max", np.m
 def write_selection(x: Tracer, mask: Tracer, value: Selection) -> Tracer:
     """``x[mask] = value`` for a selection by the same mask: the new values of ``x``."""
     if not same_value(mask.instr, value.mask.instr):
-        raise value._refuse("assigning a selection by another mask")
+        raise value.refusal("assigning a selection by another mask")
     new = convert(broadcast_to(value.values, x.shape), x.dtype) if value.values.shape != x.shape \
         else convert(value.values, x.dtype)
     return select(mask, new, x)

@@ -34,6 +34,15 @@ class Builder:
         self._parameter_count = 0
         self.location: SourceLocation | None = None  # stamped on every new instruction
 
+    @classmethod
+    def extending(cls, computation: Computation, name: str) -> "Builder":
+        """A builder that starts with ``computation``'s instructions (its parameters included);
+        parameters added later number after its own."""
+        b = cls(name)
+        b.instructions = list(computation.instructions)
+        b._parameter_count = len(computation.parameters)
+        return b
+
     def op(self, opcode: str, *operands: Instruction, shape: AnyShape | None = None,
            name: str | None = None, **attrs) -> Instruction:
         """Add ``opcode(operands)`` with ``attrs``; ``shape`` is needed only for declared-shape ops."""

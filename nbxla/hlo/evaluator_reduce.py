@@ -14,6 +14,7 @@ from .attributes import PadDim
 from .evaluator_common import arange_along
 from .evaluator_data import full_start_indices, index_vectors, pad_array
 from .evaluator_elementwise import total_order_key
+from .reducers import reducer_op
 from . import shapes as S
 
 # Reducers with a NumPy ufunc (on pred, add is "or" and multiply is "and", as in XLA).
@@ -23,15 +24,14 @@ _UFUNCS = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum,
 
 
 def recognized_binary(comp) -> str | None:
-    """The opcode if ``comp`` is ``(a, b) -> op(a, b)`` for a ufunc-backed ``op``, else None."""
-    params, root = comp.parameters, comp.root
-    if len(params) != 2 or root.opcode not in _UFUNCS or len(root.operands) != 2:
+    """The opcode if ``comp`` is ``(a, b) -> op(a, b)`` (``hlo/reducers.py``) for a ufunc-backed
+    ``op``, else None."""
+    op = reducer_op(comp)
+    if op not in _UFUNCS:
         return None
-    if {id(o) for o in root.operands} != {id(p) for p in params}:
-        return None
-    if root.opcode in ("maximum", "minimum") and S.is_complex(root.shape.element_type):
+    if op in ("maximum", "minimum") and S.is_complex(comp.root.shape.element_type):
         return None  # the general path reports that complex numbers have no order
-    return root.opcode
+    return op
 
 
 def _as_list(value) -> list:

@@ -250,6 +250,21 @@ def _fresh(name: str, taken: set[str]) -> str:
     raise AssertionError("unreachable")
 
 
+def program_callees(instr: Instruction) -> list[Computation]:
+    """The computations ``instr`` runs as programs of their own (a ``while``'s condition and
+    body, a ``conditional``'s branches, a ``call``'s callee); not reducers, comparators or
+    fusion bodies, which are parts of one kernel."""
+    at = instr.attrs
+    if instr.opcode == "while":
+        return [at["condition"], at["body"]]
+    if instr.opcode == "conditional":
+        return list(at["branch_computations"]) if "branch_computations" in at else \
+            [at["true_computation"], at["false_computation"]]
+    if instr.opcode == "call":
+        return [at["to_apply"]]
+    return []
+
+
 def post_order(root: Instruction) -> list[Instruction]:
     """Instructions reachable from ``root``, operands before users (iterative: deep graphs)."""
     order, seen, stack = [], set(), [(root, False)]

@@ -3,10 +3,12 @@ that more than one layer reads.
 
 Every opcode listed here has a shape rule (``shape_inference.SHAPE_RULE_OPCODES``), a reference
 rule (``evaluator.RULES``) and a way to run on the CPU: an elemental codegen rule
-(``codegen.elemental.ELEMENTAL_RULES``) when it can sit inside a fused kernel, else the place
-named in ``CPU_PLACEMENT`` below.  ``tests/hlo/test_opcode_tables.py`` checks that these tables
-cover the same set, so adding an opcode means: its record here, a shape rule, an evaluator rule,
-a codegen rule (or a placement), and the frontend line that produces it.
+(``codegen.elemental.ELEMENTAL_RULES``) when it can sit inside a fused kernel, and an entry in
+each backend's placement table (``hlo/placement.py``: CPU, CUDA, AOT -- how it runs there, or
+why it cannot; ``placement.CPU_PLACEMENT`` is the prose derived from the CPU table).
+``tests/hlo/test_opcode_tables.py`` checks that these tables cover the same set, so adding an
+opcode means: its record here, a shape rule, an evaluator rule, a codegen rule, its placements,
+an autodiff (VJP) rule or the reason it has none, and the frontend line that produces it.
 
 Properties are named groups (frozensets) beside the records, one comment per notion: passes,
 emitters and reports import them from here instead of keeping lists of their own.
@@ -146,31 +148,7 @@ NEVER_FOLD = frozenset({"parameter", "constant", "iota", "broadcast", "rng-bit-g
                         "custom-call", "while", "conditional", "call", "fusion", "tuple",
                         "get-tuple-element"})
 
-# How an opcode without an elemental codegen rule runs on the CPU backend (those with one run
-# inside fused kernels; any of them may also end up on the evaluator with a stated reason).
-CPU_PLACEMENT = {
-    "parameter": "program input",
-    "tuple": "no work (a name)", "get-tuple-element": "no work (a name)",
-    "complex": "fused (complex rules)",
-    "reduce": "fused: row, column or full-reduction kernel",
-    "reduce-window": "own kernel", "scatter": "own kernel",
-    "dot": "library call: NumPy's BLAS (np.matmul); a native dot kernel when fused with its "
-           "epilogue and small, or on types BLAS lacks (integers, f16)",
-    "convolution": "own kernel (depthwise / few inputs per group), else library call: BLAS GEMM",
-    "sort": "library call: NumPy's argsort/lexsort (evaluator for comparators it cannot read)",
-    "while": "host loop over compiled programs",
-    "conditional": "host branch over compiled programs",
-    "call": "runs the called compiled program",
-    "fusion": "kernel",
-    "custom-call": "evaluator: the registered target's NumPy implementation",
-    "rng-bit-generator": "evaluator: NumPy implementation of ThreeFry/Philox",
-    "select-and-scatter": "own kernel",
-    "fft": "evaluator: numpy.fft",
-    "topk": "library call: NumPy's stable argsort on total-order keys (also XLA's TopK custom call)",
-    "opt-barrier": "evaluator: identity rule (no work)",
-}
-
 for _group in (TRANSCENDENTAL, EXPENSIVE, NOT_KERNELS, DATA_MOVEMENT, FUSIBLE,
                TYPE_AGNOSTIC, LINEAR_INDEXABLE, NATIVE_COMBINERS, OWN_KERNEL, PROGRAM_CALLERS,
-               NEVER_CSE, NEVER_FOLD, frozenset(CPU_PLACEMENT)):
+               NEVER_CSE, NEVER_FOLD):
     assert _group <= OPCODES.keys(), _group - OPCODES.keys()

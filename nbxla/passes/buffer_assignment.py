@@ -8,9 +8,9 @@ the arena is usually much smaller than the sum of all values.
 
 * **Parameters** are owned by the caller and are never placed in the arena; **constants**
   are part of the executable.
-* **Aliases** need no memory of their own: ``tuple`` and ``get-tuple-element`` name existing
-  buffers, ``bitcast`` reinterprets its operand's, and ``reshape`` of a row-major array is the
-  same bytes.  Their readers keep the underlying buffer alive.
+* **Aliases** need no memory of their own: the views of ``hlo/aliasing.py`` (``tuple``,
+  ``get-tuple-element``, a row-major ``reshape``/``bitcast`` keeping the element type) name
+  existing buffers.  Their readers keep the underlying buffer alive.
 * **In-place updates**: an elementwise kernel (a ``kLoop`` fusion, or an unfused elementwise
   op) may write its output over an operand that dies at that kernel, when the operand has the
   output's byte size and dimensions, is not a parameter, and is read only elementwise (output
@@ -23,7 +23,10 @@ the arena is usually much smaller than the sum of all values.
   decision: it may only donate an array when no other reference to the old array can observe
   the change (a separate issue); this pass only plans for what it is told.
 
-Only the entry computation is planned; loop bodies and branches keep their own temporaries.
+The entry computation is planned with the caller's donations; every computation its control flow
+runs (a ``while``'s condition and body, a ``conditional``'s branches, a ``call``'s callee, and
+theirs in turn) gets a plan of its own in ``BufferPlan.nested``, by the same rules: its
+parameters are the caller's buffers, its temporaries live in its own arena.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo import Module, Shape
-from ..hlo.ir import Instruction
+from ..hlo.aliasing import is_view, view_source
+from ..hlo.ir import Computation, Instruction, program_callees
 from .pipeline import Pass
 
 ALIGNMENT = 64
@@ -75,6 +79,7 @@ class BufferPlan:
     length: int = 0                         # instructions in the schedule ("live out" = length)
     in_place: list[tuple[str, str]] = field(default_factory=list)    # (value, operand it overwrote)
     donated: dict[int, str] = field(default_factory=dict)           # parameter -> output value
+    nested: dict[str, "BufferPlan"] = field(default_factory=dict)   # by computation name
 
     def __getitem__(self, name: str) -> ValueAssignment:
         return self.values[name]
@@ -98,6 +103,8 @@ class BufferPlan:
             note = f"  ({note})" if note else ""
             lines.append(f"  %{v.name}: {v.shape.to_text(False)} {where} size {v.size} "
                          f"live [{v.start}, {end}]{note}")
+        for name, inner in self.nested.items():
+            lines.append(f"nested computation %{name}: " + inner.to_text())
         return "\n".join(lines)
 
 
@@ -106,8 +113,9 @@ class _Allocation:
         self.ident, self.offset, self.size, self.end = ident, offset, size, end
 
 
-class _Arena:
-    """A best-fit allocator over one growing arena, with a free list of (offset, size)."""
+class Arena:
+    """A best-fit allocator over one growing arena, with a free list of (offset, size): the one
+    placement every planner uses (the entry's plan here, each AOT program's temporaries)."""
 
     def __init__(self):
         self.free: list[list[int]] = []
@@ -144,16 +152,33 @@ class _Arena:
         self.free = merged
 
 
-def _leaves(shape, prefix=()) -> list[tuple[tuple[int, ...], Shape]]:
+def place_by_lifetime(steps) -> tuple[dict, int]:
+    """Offsets for buffers that live from the step that writes them to their last reader.
+    ``steps`` lists, per step in schedule order, the ``(key, size, last step)`` of the buffers it
+    writes; each is placed when written and its memory is reused after its last step.  Returns
+    ``({key: offset}, arena size)``."""
+    arena = Arena()
+    offsets: dict = {}
+    ending: dict[int, list] = {}
+    for i, written in enumerate(steps):
+        for key, size, last in written:
+            offsets[key] = arena.alloc(size)
+            ending.setdefault(max(last, i), []).append((offsets[key], size))
+        for offset, size in ending.pop(i, ()):
+            arena.release(offset, size)
+    return offsets, arena.top
+
+
+def leaf_paths(shape, prefix=()) -> list[tuple[tuple[int, ...], Shape]]:
     if not shape.is_tuple:
         return [(prefix, shape)]
     out = []
     for i, e in enumerate(shape.elements):
-        out.extend(_leaves(e, prefix + (i,)))
+        out.extend(leaf_paths(e, prefix + (i,)))
     return out
 
 
-def _value_name(instr: Instruction, index: tuple[int, ...]) -> str:
+def value_name(instr: Instruction, index: tuple[int, ...]) -> str:
     return instr.name + ("{" + ",".join(map(str, index)) + "}" if index else "")
 
 
@@ -247,7 +272,20 @@ class BufferAssignment(Pass):
 
 
 def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
-    comp = module.entry
+    """The entry's plan (``donated_parameters`` are the caller's to overwrite), with a plan for
+    every computation its control flow runs in ``nested``."""
+    plan = plan_computation(module.entry, donated_parameters)
+    stack = [c for i in module.entry.instructions for c in program_callees(i)]
+    while stack:
+        comp = stack.pop(0)
+        if comp.name not in plan.nested:
+            plan.nested[comp.name] = plan_computation(comp)
+            stack += [c for i in comp.instructions for c in program_callees(i)]
+    return plan
+
+
+def plan_computation(comp: Computation, donated_parameters=frozenset()) -> BufferPlan:
+    """One computation's plan (see the module docstring)."""
     instrs = comp.instructions
     n = len(instrs)
     plan = BufferPlan(length=n)
@@ -257,7 +295,7 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
     defined_by: dict[str, Instruction] = {}
 
     def new_value(instr, index, shape, kind, i, **kw) -> ValueAssignment:
-        name = _value_name(instr, index)
+        name = value_name(instr, index)
         a = ValueAssignment(name, shape, kind, None, shape.byte_size, i, i, **kw)
         values[name] = a
         defined_by[name] = instr
@@ -265,7 +303,7 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
         return a
 
     def alias(instr, index, shape, source: str, i: int) -> None:
-        name = _value_name(instr, index)
+        name = value_name(instr, index)
         values[name] = ValueAssignment(name, shape, "alias", None, values[source].size, i, i,
                                        alias_of=source)
         buffer[(id(instr), index)] = source
@@ -275,28 +313,21 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
     for i, instr in enumerate(instrs):
         op = instr.opcode
         if op == "parameter":
-            for index, shape in _leaves(instr.shape):
+            for index, shape in leaf_paths(instr.shape):
                 new_value(instr, index, shape, "parameter", i, parameter=instr.parameter_number)
         elif op == "constant":
             new_value(instr, (), instr.shape, "constant", i)
-        elif op == "tuple":
-            for k, o in enumerate(instr.operands):
-                for index, shape in _leaves(o.shape):
-                    alias(instr, (k,) + index, shape, buffer[(id(o), index)], i)
-        elif op == "get-tuple-element":
-            (o,) = instr.operands
-            for index, shape in _leaves(instr.shape):
-                alias(instr, index, shape, buffer[(id(o), (instr.attrs["index"],) + index)], i)
-        elif op == "bitcast" or (op == "reshape" and instr.shape.layout is None
-                                 and instr.operands[0].shape.layout is None):
-            alias(instr, (), instr.shape, buffer[(id(instr.operands[0]), ())], i)
+        elif is_view(instr):
+            for index, shape in leaf_paths(instr.shape):
+                source, at = view_source(instr, index)
+                alias(instr, index, shape, buffer[(id(source), at)], i)
         else:
-            for index, shape in _leaves(instr.shape):
+            for index, shape in leaf_paths(instr.shape):
                 new_value(instr, index, shape, "arena", i)
             for o in instr.operands:
-                for index, _ in _leaves(o.shape):
+                for index, _ in leaf_paths(o.shape):
                     last_use[buffer[(id(o), index)]] = i
-    for index, _ in _leaves(comp.root.shape):
+    for index, _ in leaf_paths(comp.root.shape):
         last_use[buffer[(id(comp.root), index)]] = n       # outputs live out
     for name, a in values.items():
         if a.alias_of is None:
@@ -306,7 +337,7 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
                                    if v.kind == "arena" and v.alias_of is None)
 
     # 2. donation: an output written into a donated parameter's buffer
-    outputs = list(dict.fromkeys(buffer[(id(comp.root), index)] for index, _ in _leaves(comp.root.shape)))
+    outputs = list(dict.fromkeys(buffer[(id(comp.root), index)] for index, _ in leaf_paths(comp.root.shape)))
     params = {p.parameter_number: p for p in comp.parameters}
     for k in sorted(donated_parameters):
         p = params.get(k)
@@ -331,13 +362,13 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
             break
 
     # 3. the arena: allocate in schedule order, free after each value's last reader
-    arena = _Arena()
+    arena = Arena()
     allocations: dict[str, _Allocation] = {}
     idents = iter(range(1 << 62))
     ending: dict[int, list[_Allocation]] = {}
     for i, instr in enumerate(instrs):
-        for index, _ in _leaves(instr.shape) if instr.opcode not in ("parameter", "constant") else ():
-            name = _value_name(instr, index)
+        for index, _ in leaf_paths(instr.shape) if instr.opcode not in ("parameter", "constant") else ():
+            name = value_name(instr, index)
             v = values.get(name)
             if v is None or v.kind != "arena" or buffer[(id(instr), index)] != name:
                 continue
@@ -375,10 +406,10 @@ def _in_place_victim(instr, index, values, allocations, buffer, i) -> str | None
         return None
     if not (instr.opcode == "fusion" or instr.is_elementwise):
         return None
-    out = values[_value_name(instr, index)]
+    out = values[value_name(instr, index)]
     by_buffer: dict[str, list[int]] = {}
     for j, o in enumerate(instr.operands):
-        for oi, _ in _leaves(o.shape):
+        for oi, _ in leaf_paths(o.shape):
             by_buffer.setdefault(buffer[(id(o), oi)], []).append(j)
     for name, positions in by_buffer.items():
         v = values[name]

@@ -16,6 +16,7 @@ import numpy as np
 from ..hlo import Module
 from ..hlo.ir import Computation, Instruction, SourceLocation
 from ..hlo.opcodes import DATA_MOVEMENT, TRANSCENDENTAL
+from ..hlo.placement import CPU
 from .fusion import Boundary, FusionDecisions, Refusal, fusion_targets, is_kernel
 
 
@@ -126,8 +127,7 @@ def fusion_report(module: Module, decisions: FusionDecisions | None,
             members = [i for i in body.instructions if i.opcode != "parameter"] if body else [instr]
             flops, trans = instruction_flops(instr)
             kind = instr.attrs.get("kind", "kLoop") if instr.opcode == "fusion" else \
-                f"library call: {instr.opcode}" if instr.opcode in ("dot", "convolution", "sort",
-                                                                    "custom-call") else instr.opcode
+                f"library call: {instr.opcode}" if CPU[instr.opcode].kind == "library" else instr.opcode
             kernels.append(KernelInfo(
                 instr.name, kind,
                 dict(Counter(m.opcode for m in members if m.opcode not in ("constant", "tuple"))),

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from ..hlo import Module
-from ..hlo.ir import Computation, Instruction
+from ..hlo.ir import Computation, Instruction, program_callees
 from .cpu_kernels import KernelThunk, data_pointer
 
 
@@ -119,19 +119,6 @@ def _copy_shared(value, foreign: list[np.ndarray]):
     if any(np.may_share_memory(value, f) for f in foreign):
         return value.copy()
     return value
-
-
-def program_callees(instr: Instruction) -> list[Computation]:
-    """The computations ``instr`` runs as programs (not reducers, comparators or fusions)."""
-    at = instr.attrs
-    if instr.opcode == "while":
-        return [at["condition"], at["body"]]
-    if instr.opcode == "conditional":
-        return list(at["branch_computations"]) if "branch_computations" in at else \
-            [at["true_computation"], at["false_computation"]]
-    if instr.opcode == "call":
-        return [at["to_apply"]]
-    return []
 
 
 def program_computations(module: Module, native: frozenset = frozenset()) -> list[Computation]:

@@ -35,10 +35,12 @@ from ..errors import InterpretedWarning
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo import Module
 from ..hlo.evaluator import Interpreter
-from ..hlo.ir import Computation, Instruction
+from ..hlo.aliasing import is_view
+from ..hlo.ir import Computation, Instruction, program_callees
+from ..hlo.placement import CPU, placement
 from ..hlo.printer import PrintOptions, print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
-    program_callees, program_computations
+    program_computations
 from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
                           worker_count)
 from .conv_epilogue import fold_convolution_epilogues
@@ -213,47 +215,67 @@ class CpuExecutable:
         return program
 
     def _thunk(self, instr: Instruction, nested: list[_Program], literals: list) -> Callable:
-        op = instr.opcode
+        """The thunk of one instruction, by the CPU placement table (``hlo/placement.py``).  A
+        compiled kernel runs whatever the instruction's kind (the kernel list is the codegen's
+        say); an opcode the table places as a kernel whose kernel did not compile runs on the
+        evaluator, its reason recorded."""
         kernel = self._kernel_of.get(id(instr))
         if kernel is not None and kernel in self.kernels.addresses:
-            spec = self.kernels.specs[kernel]
-            if spec.style == "full-reduce":
-                return FullReductionThunk(instr, self.kernels.addresses[kernel],
-                                          self.kernels.addresses[spec.finish_name],
-                                          spec.parallel_extent, spec.scratch_slots, spec.work_per_unit,
-                                          self.kernels.addresses.get(spec.object_entry))
-            return KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
-                               spec.work_per_unit, self.kernels.addresses.get(spec.object_entry))
-        if op == "dot" and DotThunk.applies(instr):
-            return DotThunk(instr)
-        if op == "dot" and WidenedDotThunk.applies(instr):
-            return WidenedDotThunk(instr)
-        if op == "constant":
-            lit = _contiguous(instr.literal)
-            literals.append(lit)
-            return lambda ops: lit
-        if op == "while":
+            return self._kernel_thunk(instr, kernel)
+        how = placement(CPU, instr)
+        if how.handler is None or how.kind == "kernel":
+            return self._host_thunk(instr, nested, literals)
+        return getattr(self, how.handler)(instr, nested, literals)
+
+    def _kernel_thunk(self, instr: Instruction, kernel: str) -> Callable:
+        spec = self.kernels.specs[kernel]
+        if spec.style == "full-reduce":
+            return FullReductionThunk(instr, self.kernels.addresses[kernel],
+                                      self.kernels.addresses[spec.finish_name],
+                                      spec.parallel_extent, spec.scratch_slots, spec.work_per_unit,
+                                      self.kernels.addresses.get(spec.object_entry))
+        return KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
+                           spec.work_per_unit, self.kernels.addresses.get(spec.object_entry))
+
+    def _constant_thunk(self, instr: Instruction, nested, literals: list) -> Callable:
+        lit = _contiguous(instr.literal)
+        literals.append(lit)
+        return lambda ops: lit
+
+    def _control_thunk(self, instr: Instruction, nested: list[_Program], literals) -> Callable:
+        if instr.opcode == "while":
             return WhileThunk(*nested)
-        if op == "conditional":
+        if instr.opcode == "conditional":
             return ConditionalThunk(instr, nested)
-        if op == "call":
-            return nested[0].run
-        structural = structural_thunk(instr)
-        if structural is not None:
-            return structural
+        return nested[0].run                                    # call
+
+    def _view_thunk(self, instr: Instruction, nested, literals) -> Callable:
+        return structural_thunk(instr) or self._host_thunk(instr, nested, literals)
+
+    def _library_thunk(self, instr: Instruction, nested, literals) -> Callable:
+        """BLAS for the dots it takes; NumPy's sort, im2col convolutions and LAPACK custom calls
+        (``cpu_library``); the evaluator, with the reason, for the rest."""
+        if instr.opcode == "dot":
+            for thunk in (DotThunk, WidenedDotThunk):
+                if thunk.applies(instr):
+                    return thunk(instr)
+            return self._host_thunk(instr, nested, literals)
         rule_thunk = self._rule_thunk(instr)
-        if op in ("sort", "convolution", "custom-call", "topk"):
-            thunk, why = library_thunk(instr, rule_thunk)
-            if thunk is not None:
-                self.library_calls[instr.name] = op
-                # (a convolution its own kernel refused, the reason recorded above, runs here)
-                self.interpreted_ops.pop(instr.name, None)
-                return thunk
-            if why is not None:
-                self.interpreted_ops[instr.name] = why
+        thunk, why = library_thunk(instr, rule_thunk)
+        if thunk is not None:
+            self.library_calls[instr.name] = instr.opcode
+            # (a convolution its own kernel refused, the reason recorded above, runs here)
+            self.interpreted_ops.pop(instr.name, None)
+            return thunk
+        if why is not None:
+            self.interpreted_ops[instr.name] = why
+        return self._host_thunk(instr, nested, literals, rule_thunk)
+
+    def _host_thunk(self, instr: Instruction, nested, literals, rule_thunk=None) -> Callable:
+        """The evaluator's rule, the reason recorded (a warning names it once per module)."""
         if instr.name not in self.interpreted_ops and instr.name not in self.interpreted:
             self.interpreted_ops[instr.name] = f"no native kernel or library call for {_describe_op(instr)}"
-        return rule_thunk
+        return rule_thunk or self._rule_thunk(instr)
 
     def _rule_thunk(self, instr: Instruction) -> Callable:
         """The evaluator's rule for ``instr``, giving exactly its dtype (kernels rely on it)."""
@@ -280,8 +302,7 @@ class CpuExecutable:
             if step is None:
                 return False
             thunk, places = step[0], step[3]
-            if instr.opcode in ("get-tuple-element", "reshape", "bitcast") and \
-                    not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)):
+            if is_view(instr) and not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)):
                 # a view or a name of its operand
                 return fresh(instr.operands[0], (instr.attrs["index"],) + index
                              if instr.opcode == "get-tuple-element" else index)
@@ -464,11 +485,7 @@ class CpuExecutable:
             return f"evaluator rule (interpreted: {why})"
         if instr.opcode == "constant":
             return "constant"
-        if instr.opcode in ("tuple", "get-tuple-element", "bitcast", "reshape"):
-            return "no work (a view or a name)"
-        if instr.opcode == "slice":
-            return "a copy of a NumPy view"
-        return "evaluator rule"
+        return placement(CPU, instr).how          # a view, a name, a slice's copy, an evaluator rule
 
 
 def _describe_op(instr: Instruction) -> str:

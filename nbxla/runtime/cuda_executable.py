@@ -45,6 +45,7 @@ from ..hlo import Module
 from ..hlo.evaluator import Interpreter
 from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
+from ..hlo.placement import CUDA, CUDA_ON_HOST, placement
 from .thunks import structural_thunk
 
 BLOCKS_PER_SM = 32
@@ -147,10 +148,8 @@ class CudaExecutable:
         self._kernel_of = {id(instr): name for name, instr in fusions}
         self.interpreted = dict(self.kernels.unsupported)
         for instr in entry.instructions:
-            if instr.opcode not in ("parameter", "constant", "tuple", "get-tuple-element", "fusion",
-                                    "reshape", "bitcast") and not self._device_dot(instr):
-                self.interpreted[instr.name] = (f"{instr.opcode} runs on the host through the reference "
-                                                "evaluator (operands copied to the host and back: slow)")
+            if self._placement(instr).kind == "host":
+                self.interpreted[instr.name] = f"{instr.opcode} {CUDA_ON_HOST.how}"
         self.backend = ("cuda (LLVM NVPTX, emulated on the host)" if emulate else
                         f"cuda (LLVM NVPTX {arch} -> PTX, CuPy)")
         self.host_outputs = emulate or os.environ.get("NBXLA_CUDA_OUTPUTS", "device") == "host"
@@ -183,21 +182,39 @@ class CudaExecutable:
             self._plan = self._schedule()
         return self._device
 
+    def _placement(self, instr: Instruction):
+        """The CUDA table's placement (``hlo/placement.py``), a dot the device cannot take on
+        the host."""
+        how = placement(CUDA, instr)
+        if how.kind == "library" and not self._device_dot(instr):
+            return CUDA_ON_HOST
+        return how
+
     def _thunk(self, instr: Instruction) -> Callable:
-        dev = self._device
-        op = instr.opcode
         name = self._kernel_of.get(id(instr))
         if name is not None and name in self.kernels.specs:
-            return _KernelThunk(dev, instr, self.kernels.specs[name])
-        if op == "constant":
-            lit = dev.to_device(instr.literal)
-            self._literal_ids.add(id(lit))
-            return lambda ops: lit
-        structural = structural_thunk(instr)
-        if structural is not None:
-            return structural
-        if self._device_dot(instr):
-            return functools.partial(_dot, dev, instr)
+            return self._kernel_thunk(instr, name)
+        how = self._placement(instr)
+        if how.handler is None or how.kind == "kernel":
+            return self._host_thunk(instr)
+        return getattr(self, how.handler)(instr)
+
+    def _kernel_thunk(self, instr: Instruction, name: str) -> Callable:
+        return _KernelThunk(self._device, instr, self.kernels.specs[name])
+
+    def _constant_thunk(self, instr: Instruction) -> Callable:
+        lit = self._device.to_device(instr.literal)
+        self._literal_ids.add(id(lit))
+        return lambda ops: lit
+
+    def _view_thunk(self, instr: Instruction) -> Callable:
+        return structural_thunk(instr) or self._host_thunk(instr)
+
+    def _library_thunk(self, instr: Instruction) -> Callable:
+        return functools.partial(_dot, self._device, instr)      # (only device dots get here)
+
+    def _host_thunk(self, instr: Instruction) -> Callable:
+        dev = self._device
         interp = Interpreter()
 
         def on_host(ops, instr=instr):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..hlo.aliasing import is_byte_view
 from ..hlo.ir import Instruction
 
 
@@ -17,9 +18,7 @@ def structural_thunk(instr: Instruction) -> Callable | None:
     if op == "get-tuple-element":
         index = instr.attrs["index"]
         return lambda ops: ops[0][index]
-    if op in ("reshape", "bitcast") and instr.shape.layout is None and \
-            instr.operands[0].shape.layout is None and \
-            instr.shape.element_type == instr.operands[0].shape.element_type:
+    if is_byte_view(instr):
         dims = instr.shape.dims
         return lambda ops: ops[0].reshape(dims)
     if op == "slice" and not instr.shape.is_tuple:

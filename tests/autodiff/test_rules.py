@@ -1,4 +1,4 @@
-"""Each transpose rule against central finite differences, in float64, on the evaluator.
+"""Each VJP rule against central finite differences, in float64, on the evaluator.
 
 Every case is one forward instruction (built with the ``Builder``) of random float64 inputs.
 ``vjp_module`` gives the cotangents for a random output cotangent ``g``; central differences
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from nbxla.autodiff import vjp_module
-from nbxla.autodiff.rules import TRANSPOSE_RULES, check_tables
+from nbxla.autodiff.rules import VJP_RULES, check_tables
 from nbxla.hlo import Builder, Module, Shape, scalar_computation
 from nbxla.hlo.attributes import PadDim, SliceDim, Window, WindowDim
 from nbxla.hlo.evaluator import evaluate
@@ -205,7 +205,7 @@ def test_every_opcode_has_exactly_one_home():
 
 def test_every_rule_has_a_case():
     # (call and while: the loop tests below)
-    assert sorted(set(TRANSPOSE_RULES) - set(CASES) - {"call", "while"}) == []
+    assert sorted(set(VJP_RULES) - set(CASES) - {"call", "while"}) == []
 
 
 @pytest.mark.parametrize("name", sorted(CASES) + sorted(EXTRA))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from nbxla.cluster import AutoFunction
+from nbxla.cluster.session import Session
 from nbxla.runtime.cache import CompilationCache
 
 
@@ -43,12 +44,12 @@ def test_zero_arrays_merged_by_cse_stay_distinct():
 
 @pytest.fixture
 def fresh_clusters(monkeypatch):
-    """No cluster checked, refused or timed yet (those tables are per process)."""
-    from nbxla.cluster import session
-    monkeypatch.setattr(session, "_CHECKED", set(), raising=False)
-    monkeypatch.setattr(session, "_REFUSED", {})
-    monkeypatch.setattr(session, "_TIMINGS", {})
-    return session
+    """No cluster checked, refused or timed yet (those tables are per process: cluster/flush.py)."""
+    from nbxla.cluster import flush
+    monkeypatch.setattr(flush, "_CHECKED", set(), raising=False)
+    monkeypatch.setattr(flush, "_REFUSED", {})
+    monkeypatch.setattr(flush, "_TIMINGS", {})
+    return flush
 
 
 def smooth(x, y):
@@ -59,14 +60,14 @@ def smooth(x, y):
 
 @pytest.mark.parametrize("measure", [False, True])
 def test_a_cluster_compiled_wrong_gives_numpys_result_and_is_reported(fresh_clusters, monkeypatch, measure):
-    real = fresh_clusters.Session._execute
+    real = Session._execute
     wrong = []
 
     def execute(self, compilation):             # every compiled run's first output off by 1
         outputs, ms = real(self, compilation)
         wrong.append(len(outputs))
         return [outputs[0] + 1.0] + outputs[1:], ms
-    monkeypatch.setattr(fresh_clusters.Session, "_execute", execute)
+    monkeypatch.setattr(Session, "_execute", execute)
     x, y = np.random.default_rng(1).random((2, 40, 30))
     f = auto(smooth, measure=measure)
     want = smooth(x, y)
@@ -98,12 +99,12 @@ def test_a_cluster_checked_right_stays_compiled(fresh_clusters):
 def test_outputs_sharing_one_array_are_caught(fresh_clusters, monkeypatch):
     """(The check of each output's values cannot see two outputs that are one array: the
     zeros of ``fluxes`` were right when the cluster ran, and wrong after the writes.)"""
-    real = fresh_clusters.Session._execute
+    real = Session._execute
 
     def execute(self, compilation):             # the runtime's old bug: equal outputs merged
         outputs, ms = real(self, compilation)
         return [outputs[0]] * len(outputs), ms
-    monkeypatch.setattr(fresh_clusters.Session, "_execute", execute)
+    monkeypatch.setattr(Session, "_execute", execute)
     rng = np.random.default_rng(0)
     mask, t = (rng.random((6, 5)) > 0.2).astype(np.float64), rng.random((6, 5))
     f = auto(fluxes, measure=False)

@@ -75,7 +75,7 @@ def test_each_creator_gives_numpys_dtype_and_values():
 def made_now(a) -> bool:
     """Was ``a`` made as NumPy makes it (a NumPy array, or a stand-in holding one), not
     left pending?"""
-    return type(a) is np.ndarray or (isinstance(a, LazyArray) and a._value is not None)
+    return type(a) is np.ndarray or (isinstance(a, LazyArray) and a.state.value is not None)
 
 
 @pytest.mark.parametrize("min_work", [1, 10 ** 6])

@@ -14,7 +14,8 @@ from nbxla.codegen.elemental import _COMPLEX_FUNCTIONS, COMPLEX_RULES, ELEMENTAL
 from nbxla.frontend.registry import FUNCTIONS, UFUNCS
 from nbxla.hlo import opcodes
 from nbxla.hlo.evaluator import RULES
-from nbxla.hlo.opcodes import CPU_PLACEMENT, ELEMENTWISE, OPCODES
+from nbxla.hlo.opcodes import ELEMENTWISE, OPCODES
+from nbxla.hlo.placement import CPU_PLACEMENT, KINDS, TABLES, Placement, placement
 from nbxla.hlo.shape_inference import SHAPE_RULE_OPCODES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "supported_numpy.md"
@@ -36,11 +37,52 @@ def test_every_opcode_runs_on_the_cpu_somehow():
     assert set(ELEMENTAL_RULES) <= set(OPCODES) and set(COMPLEX_RULES) <= set(OPCODES)
 
 
+@pytest.mark.parametrize("backend", sorted(TABLES))
+def test_every_opcode_has_a_placement_on_every_backend(backend):
+    """CPU, CUDA and AOT each say how every opcode runs -- or refuse it with a reason -- and
+    every handler the table names is a method of the backend that dispatches from it."""
+    from nbxla.codegen.aot_driver import _ProgramEmitter
+    from nbxla.runtime.cpu_executable import CpuExecutable
+    from nbxla.runtime.cuda_executable import CudaExecutable
+    runner = {"cpu": CpuExecutable, "cuda": CudaExecutable, "aot": _ProgramEmitter}[backend]
+    table = TABLES[backend]
+    assert set(table) == set(OPCODES)
+    for op, p in table.items():
+        for q in (p, p.otherwise):
+            if q is None:
+                continue
+            assert q.kind in KINDS and q.how, (backend, op, q)
+            if q.kind == "refused":
+                assert len(q.how) > 20, f"{backend} refuses {op} without a reason"
+            if q.kind not in ("data", "fused") and not (backend == "aot" and q.kind == "view"):
+                assert q.handler and callable(getattr(runner, q.handler, None)), (backend, op, q)
+        if p.kind in ("fused", "view") and op not in ("slice",):
+            assert p.otherwise is not None, f"{backend}: how does {op} run alone / as no view?"
+
+
+def test_placement_resolves_views_and_lone_fused_ops():
+    from nbxla.hlo import Builder, Shape
+    from nbxla.hlo.placement import AOT, CPU
+    b = Builder("p")
+    x = b.parameter(Shape("f32", (4, 6)))
+    view = b.op("bitcast", x, shape=Shape("f32", (24,)))
+    other = b.op("bitcast", x, shape=Shape("s32", (4, 6)))
+    alone = b.op("add", x, x)
+    assert placement(CPU, view).kind == "view" and placement(CPU, other).kind == "host"
+    assert placement(AOT, other).kind == "kernel" and placement(CPU, alone).kind == "host"
+    assert placement(AOT, alone).kind == "kernel"
+
+
+def test_fusion_report_names_the_library_calls_the_cpu_table_places():
+    assert {op for op, p in TABLES["cpu"].items() if p.kind == "library"} == \
+        {"dot", "convolution", "sort", "custom-call", "topk"}
+
+
 def test_every_opcode_is_differentiated_or_says_why_not():
-    """The fourth table: a transpose (VJP) rule, a zero gradient (integer-valued results), or a
+    """The fourth table: a VJP rule, a zero gradient (integer-valued results), or a
     stated reason it cannot be differentiated."""
-    from nbxla.autodiff.rules import NOT_DIFFERENTIABLE, TRANSPOSE_RULES, ZERO_GRADIENT
-    tables = [set(TRANSPOSE_RULES), set(ZERO_GRADIENT), set(NOT_DIFFERENTIABLE)]
+    from nbxla.autodiff.rules import NOT_DIFFERENTIABLE, VJP_RULES, ZERO_GRADIENT
+    tables = [set(VJP_RULES), set(ZERO_GRADIENT), set(NOT_DIFFERENTIABLE)]
     assert set().union(*tables) == set(OPCODES)
     assert sum(len(t) for t in tables) == len(set().union(*tables)), "an opcode is in two tables"
 

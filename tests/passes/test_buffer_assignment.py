@@ -277,3 +277,60 @@ def test_plan_text_and_compiler_stage():
     assert any("parameter 0 size 1024" in line and line.strip().startswith("%x:") for line in lines)
     assert any("offset 0 size 512 live [" in line and "in place of %dot" in line for line in lines)
     assert any("live [" in line and ", out]" in line for line in lines)
+
+
+def test_one_view_answer_for_every_planner():
+    """``hlo.aliasing`` decides what is a view: a row-major reshape or bitcast that keeps the
+    element type names its operand's bytes; a bitcast that changes the element type is a kernel
+    (its own buffer in the plan, a fresh array in the runtime), whoever asks."""
+    from nbxla.hlo.aliasing import is_view
+    from nbxla.runtime.thunks import structural_thunk
+    b = Builder("views")
+    x = b.parameter(Shape("f32", (4, 6)), "x")
+    e = b.op("exponential", x)
+    same = b.op("bitcast", e, shape=Shape("f32", (24,)))
+    other = b.op("bitcast", e, shape=Shape("s32", (4, 6)))
+    n = b.op("negate", same)
+    module = Module("views", b.build(b.op("tuple", n, other)))
+    assert is_view(same) and not is_view(other)
+    assert structural_thunk(same) is not None and structural_thunk(other) is None
+    plan = plan_buffers(module)
+    assert plan[same.name].alias_of == e.name
+    assert plan[other.name].alias_of is None and plan[other.name].kind == "arena"
+
+
+def test_nested_computations_get_plans_of_their_own():
+    """A loop's condition and body are planned by the same rules as the entry: the body's
+    temporaries (two chained kernels) get arena places that never collide while live."""
+    from nbxla.hlo import TupleShape
+    state = TupleShape((Shape("s32"), Shape("f32", (16, 16))))
+    cb = Builder("cond")
+    st = cb.parameter(state)
+    cond = cb.build(cb.compare(cb.op("get-tuple-element", st, index=0), cb.constant(3, "s32"), "LT"))
+    bb = Builder("body")
+    st = bb.parameter(state)
+    x = bb.op("get-tuple-element", st, index=1)
+    e = bb.op("exponential", x)
+    n = bb.op("negate", e)
+    m = bb.op("multiply", n, e)
+    i = bb.op("add", bb.op("get-tuple-element", st, index=0), bb.constant(1, "s32"))
+    body = bb.build(bb.op("tuple", i, m))
+    b = Builder("main")
+    p = b.parameter(Shape("f32", (16, 16)), "p")
+    w = b.op("while", b.op("tuple", b.constant(0, "s32"), p), condition=cond, body=body)
+    module = Module("loop", b.build(b.op("get-tuple-element", w, index=1)))
+    plan = plan_buffers(module)
+    assert set(plan.nested) == {"cond", "body"}
+    inner = plan.nested["body"]
+    assert inner.length == len(body.instructions)
+    assert inner[x.name].alias_of is not None and inner[x.name].kind == "parameter"
+    bufs = [v for v in inner.buffers() if v.size]
+    assert {v.name for v in bufs} >= {e.name, n.name}
+    for k, a in enumerate(bufs):
+        assert a.offset % ALIGNMENT == 0 and a.offset + a.size <= inner.arena_bytes
+        for o in bufs[k + 1:]:
+            live_together = a.start <= o.end and o.start <= a.end
+            share = a.offset < o.offset + o.size and o.offset < a.offset + a.size
+            assert not (live_together and share) or a.allocation == o.allocation, inner.to_text()
+    assert "nested computation %body" in plan.to_text()
+    assert evaluate(module, [np.ones((16, 16), np.float32)]).shape == (16, 16)

@@ -1,0 +1,159 @@
+"""Running a session's operations eagerly: replaying the tape of earlier calls (a known
+operation only makes its result stand-ins), materializing what was replayed when something
+unknown comes, and the eager replay of a cluster with NumPy (``Session`` mixes this in)."""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+import numpy as np
+
+from .lazy import LazyArray
+from .records import (ClusterRun, Op, Slot, ValueMeta, flatten, root_of, tree_map, view_recipe,
+                      write_targets)
+
+
+class Replaying:
+    """The replay half of ``Session``."""
+
+    def _replay_op(self, taped, fn, args, kwargs, lazies, kind, ufunc_method, writes, location,
+                   target=None):
+        """An operation the tape knows: its result stand-ins (``target``, when given, is the
+        one to use for its result), with no recording."""
+        results, new, refs = [], [], []
+        for out in taped.outs:
+            if out[0] == "new":
+                x = LazyArray(self) if target is None else target
+                x.state.spec, x.state.slot, x.state.epoch = ValueMeta(out[1], out[2]), Slot(), self.epoch
+                self._new_number(x)
+                if out[3]:
+                    base = lazies[0]
+                    x.state.root, x.state.view_key = (base, view_recipe(fn, args, kwargs, base)), out[4]
+                self.members.append(weakref.ref(x))
+                results.append(x)
+                new.append(x)
+                refs.append(weakref.ref(x))
+            elif out[0] == "owner":
+                results.append(lazies[out[1]])
+            else:
+                results.append(out[1])
+        for x in lazies:                 # (they enter the graph, views with their bases)
+            while x is not None and x.state.value is not None and x.state.epoch != self.epoch:
+                x.state.epoch = self.epoch
+                self.joined[id(x)] = self.root_writes.get(id(root_of(x)), 0)
+                x = x.state.root[0] if x.state.root is not None else None
+        if writes:
+            for x in write_targets(fn, args, kwargs, kind, ufunc_method):
+                root = id(root_of(x))
+                self.root_writes[root] = self.root_writes.get(root, 0) + 1
+
+        def template(x):
+            if isinstance(x, LazyArray):
+                return x.state.slot if x.state.value is None else x.state.value
+            if type(x) is np.ndarray and id(x) in self.plain_params:
+                return self.plain_params[id(x)].state.value
+            return x
+        slots = iter([x.state.slot for x in new])
+        outs = [next(slots) if out[0] == "new" else None for out in taped.outs]
+        self.ops.append(Op(fn, tree_map(tuple(args), template), tree_map(kwargs, template), outs,
+                           location, taped.work))
+        self.work += taped.work
+
+        def keyed(x):                    # (replayed values by slot: the op holds no stand-in)
+            return x.state.slot if isinstance(x, LazyArray) and x.state.value is None else x
+        self.replayed.append((fn, tree_map((tuple(args), kwargs), keyed), ufunc_method, writes,
+                              location, [x.state.num for x in new], [x.state.slot for x in new], refs))
+        self.node = taped.node
+        return results[0] if taped.structure is None else taped.structure(results)
+
+    def _materialize(self) -> None:
+        """Stop replaying: record the operations replayed so far for real, in order, with the
+        same stand-ins (or, for ones no longer alive, temporary ones)."""
+        self.replaying = False
+        replayed, self.replayed = self.replayed, []
+        self.root_writes, self.joined = {}, {}
+        if not replayed:
+            return
+        self.ops, self.work = [], 0
+        by_slot = {}                     # id(replayed slot) -> the stand-in now recorded
+
+        def real(x):
+            return by_slot[id(x)] if type(x) is Slot else x
+        for fn, keyed, ufunc_method, writes, location, numbers, slots, refs in replayed:
+            args, kwargs = tree_map(keyed, real)
+            lazies = [x for x in flatten((args, kwargs), []) if isinstance(x, LazyArray)]
+            _, _, made = self._record(fn, args, kwargs, lazies, writes, ufunc_method, location,
+                                      targets=[r() for r in refs])
+            for x, number, slot in zip(made, numbers, slots):
+                x.state.num, x.state.num_epoch = number, self.epoch
+                by_slot[id(slot)] = x
+
+    def _flush_replayed(self) -> None:
+        """Flush a replayed graph: the tape's cluster for this point runs on the numbered
+        arrays (if the values alive now are among its outputs; else record it for real)."""
+        members = [x for x in (r() for r in self.members) if x is not None and x.state.epoch == self.epoch]
+        pending = [x for x in members if x.state.value is None]
+        needed = {x.state.num for x in pending if x.state.root is None}
+        needed.update(x.state.num for x in self.numbered.values()
+                      if type(x) is LazyArray and x.state.root is None and self.pending(x))
+        if not needed:                   # (nothing alive depends on the graph: as flush())
+            return self._end_epoch(members, [], [x for x in pending if x.state.root is not None], None)
+        entry = next((e for e in self.node.flushes if needed <= e.root_set), None)
+        if entry is None:
+            self._materialize()
+            return self.flush()
+        by_number = dict(self.numbered)
+        by_number.update((x.state.num, x) for x in pending)
+        roots = [by_number.get(n) for n in entry.roots]
+        self.params = [by_number[n].state.value for n in entry.params]
+        run = self._run_cluster(roots, entry)
+        views = [x for x in pending if x.state.root is not None]
+        roots = [x for x in roots if x is not None]
+        self._end_epoch(members, roots, views, run)
+
+    def _replay(self, roots, run: ClusterRun) -> None:
+        """Run the logged NumPy calls eagerly, in order: exactly what eager NumPy would do."""
+        start = time.perf_counter()
+        values = self._eager_ops([id(x.state.slot) for x in roots if x is not None and x.state.value is None])
+        for x in roots:
+            if x is not None and x.state.value is None:
+                x.state.value = values[id(x.state.slot)]
+        run.run_ms = (time.perf_counter() - start) * 1e3
+        self.log.eager_work += run.work
+
+    def _eager_ops(self, keep=(), copies: dict | None = None) -> dict:
+        """The logged NumPy calls run eagerly; id(slot) -> the value of each slot in ``keep``
+        (ids).  A value is dropped after its last use, as eager NumPy drops temporaries:
+        holding them all would keep the allocator from reusing their memory (fresh pages
+        for every temporary cost more than the arithmetic).  With ``copies`` (a
+        ``SharedCopies``), the calls see copies of the arrays instead of the arrays."""
+        last_use = {}
+        for i, op in enumerate(self.ops):
+            for leaf in flatten((op.args, op.kwargs), []):
+                if type(leaf) is Slot:
+                    last_use[id(leaf)] = i
+        keep = set(keep)
+        values = {}
+
+        def value(x):
+            if type(x) is Slot:
+                return values[id(x)]
+            if copies is not None and type(x) is np.ndarray:
+                return copies(x)
+            return x
+        for i, op in enumerate(self.ops):
+            args, kwargs = tree_map((op.args, op.kwargs), value)
+            result = op.fn(*args, **kwargs)
+            del args, kwargs
+            leaves = flatten(result, []) if isinstance(result, (tuple, list)) else [result]
+            for slot, leaf in zip(op.outs, leaves):
+                if slot is not None and (id(slot) in keep or id(slot) in last_use):
+                    values[id(slot)] = leaf
+            del result, leaves
+            for leaf in flatten((op.args, op.kwargs), []):
+                if type(leaf) is Slot and last_use.get(id(leaf)) == i and id(leaf) not in keep:
+                    values.pop(id(leaf), None)
+        return values
+
+    # ---- the end of the run -----------------------------------------------------------------
