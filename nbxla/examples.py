@@ -178,3 +178,64 @@ def histogram_fill(values, nbins):
     for i in range(values.shape[0]):
         counts[values[i]] += 1
     return counts
+
+
+# ---- npbench-style loop programs (the loop shapes of issue 30) --------------------------------
+
+
+def correlation(M, float_n, data):
+    mean = np.mean(data, axis=0)
+    stddev = np.std(data, axis=0)
+    stddev[stddev <= 0.1] = 1.0
+    data -= mean
+    data /= np.sqrt(float_n) * stddev
+    corr = np.eye(M, dtype=data.dtype)
+    for i in range(M - 1):
+        corr[i + 1:M, i] = corr[i, i + 1:M] = data[:, i] @ data[:, i + 1:M]
+    return corr
+
+
+def covariance(M, float_n, data):
+    mean = np.mean(data, axis=0)
+    data -= mean
+    cov = np.zeros((M, M), dtype=data.dtype)
+    for i in range(M):
+        cov[i:M, i] = cov[i, i:M] = data[:, i] @ data[:, i:M] / (float_n - 1.0)
+    return cov
+
+
+def floyd_warshall(path):
+    for k in range(path.shape[0]):
+        path[:] = np.minimum(path[:], np.add.outer(path[:, k], path[k, :]))
+
+
+def gramschmidt_outer(A):
+    """Modified Gram-Schmidt with the trailing columns updated at once (a rank-1 update)."""
+    m, n = A.shape
+    Q = np.zeros_like(A)
+    R = np.zeros((n, n), dtype=A.dtype)
+    for k in range(n):
+        R[k, k] = np.linalg.norm(A[:, k])
+        Q[:, k] = A[:, k] / R[k, k]
+        R[k, k + 1:] = Q[:, k] @ A[:, k + 1:]
+        A[:, k + 1:] -= np.outer(Q[:, k], R[k, k + 1:])
+    return Q, R
+
+
+def contour_integral(NR, NM, slab_per_bc, Ham, int_pts, Y):
+    P0 = np.zeros((NR, NM), dtype=np.complex128)
+    P1 = np.zeros((NR, NM), dtype=np.complex128)
+    for z in int_pts:
+        Tz = np.zeros((NR, NR), dtype=np.complex128)
+        for n in range(slab_per_bc + 1):
+            zz = np.power(z, slab_per_bc / 2 - n)
+            Tz += zz * Ham[n]
+        if NR == NM:
+            X = np.linalg.inv(Tz)
+        else:
+            X = np.linalg.solve(Tz, Y)
+        if abs(z) < 1.0:
+            X = -X
+        P0 += X
+        P1 += z * X
+    return P0, P1

@@ -1,4 +1,7 @@
-"""Optional (``NBXLA_BLAS_ONE_THREAD=1``): BLAS calls on one OpenBLAS thread, large ones split
+"""NumPy's OpenBLAS, found in the process: its ``cblas_?gemm`` for the native loops'
+run-time-sized dots (``gemm_addresses``), and its thread count, as follows.
+
+Optional (``NBXLA_BLAS_ONE_THREAD=1``): BLAS calls on one OpenBLAS thread, large ones split
 across nbxla's own pool.  Off by default: dots then thread exactly as NumPy's do.
 
 Why off: on idle cores OpenBLAS's own threads win (quiet 2-core VM, ``benchmarks/programs.py``
@@ -48,17 +51,7 @@ _controls: list = []          # [(get, set)] once looked up; [None] when there i
 
 
 def _find() -> tuple[Callable, Callable] | None:
-    try:
-        import numpy as np  # noqa: F401  (NumPy's BLAS must be loaded first)
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
+    for lib in _openblas_libraries():
         for name in _NAMES:
             setter = getattr(lib, name, None)
             getter = getattr(lib, name.replace("set_num", "get_num"), None)
@@ -66,6 +59,42 @@ def _find() -> tuple[Callable, Callable] | None:
                 setter.argtypes, setter.restype, getter.restype = [ctypes.c_int], None, ctypes.c_int
                 return getter, setter
     return None
+
+
+def _openblas_libraries() -> list[ctypes.CDLL]:
+    try:
+        import numpy as np  # noqa: F401  (NumPy's BLAS must be loaded first)
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
+    except OSError:
+        return []
+    libraries = []
+    for path in sorted(paths):
+        try:
+            libraries.append(ctypes.CDLL(path))
+        except OSError:
+            continue
+    return libraries
+
+
+_gemms: list = []
+
+
+def gemm_addresses() -> tuple[int, int] | None:
+    """Addresses of ``cblas_dgemm`` and ``cblas_sgemm`` of NumPy's OpenBLAS built with 64-bit
+    integers (the ``64_`` symbols: the native loops pass int64 sizes), or None."""
+    if not _gemms:
+        found = None
+        for lib in _openblas_libraries():
+            for prefix in ("scipy_cblas_", "cblas_"):
+                d, s = (getattr(lib, f"{prefix}{t}gemm64_", None) for t in "ds")
+                if d is not None and s is not None:
+                    found = (ctypes.cast(d, ctypes.c_void_p).value, ctypes.cast(s, ctypes.c_void_p).value)
+                    break
+            if found:
+                break
+        _gemms.append(found)
+    return _gemms[0]
 
 
 def controls() -> tuple[Callable, Callable] | None:

@@ -39,7 +39,8 @@ from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator_common import signed_of, unsigned_of
 from ..hlo.evaluator_data import pad_array
 from ..hlo.evaluator_elementwise import total_order_key
-from ..hlo.evaluator_linalg import POTRF_TARGETS, SOLVE_TARGET, lapack_potrf
+from ..hlo.evaluator_linalg import (MASKED_DOT_TARGET, POTRF_TARGETS, SOLVE_TARGET, lapack_potrf, masked_dot_axes,
+                                    masked_dot_bounds)
 from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision
 from ..hlo.shape_inference import window_output_size
@@ -61,7 +62,44 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
         return _SolveThunk(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") in POTRF_TARGETS:
         return _CholeskyThunk(instr), None
+    if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == MASKED_DOT_TARGET:
+        return MaskedDotThunk(instr), None
     return None, None
+
+
+class MaskedDotThunk:
+    """``nbxla_masked_dot``: NumPy's BLAS on the masks' sub-matrices (their true lengths), the
+    rest of the result zero."""
+    how = "BLAS on the masked sub-matrices (np.dot)"
+
+    def __init__(self, instr: Instruction):
+        self.axes = masked_dot_axes(instr)
+        self.lhs_rank = instr.operands[0].shape.rank
+        self.contract = (instr.attrs["lhs_contracting_dims"][0], instr.attrs["rhs_contracting_dims"][0])
+        self.dtype, self.dims = instr.shape.dtype, instr.shape.dims
+
+    def __call__(self, operands):
+        lhs, rhs = operands[:2]
+        windows = [[slice(None)] * lhs.ndim, [slice(None)] * rhs.ndim]
+        for k, axis in enumerate(self.axes):
+            side, axis = (0, axis) if axis < self.lhs_rank else (1, axis - self.lhs_rank)
+            n = (lhs, rhs)[side].shape[axis]
+            lo, hi = masked_dot_bounds(operands[2 + 2 * k], operands[3 + 2 * k], n)
+            w = windows[side][axis]
+            windows[side][axis] = slice(max(lo, w.start or 0), max(max(lo, w.start or 0), min(hi, n if w.stop is None else w.stop)))
+        # (the contracted axis: where both operands are inside their masks)
+        lc, rc = self.contract
+        a, b = windows[0][lc], windows[1][rc]
+        both = slice(max(a.start or 0, b.start or 0), None)
+        stop = min(lhs.shape[lc] if a.stop is None else a.stop, rhs.shape[rc] if b.stop is None else b.stop)
+        both = slice(both.start, max(both.start, stop))
+        windows[0][lc] = windows[1][rc] = both
+        out = np.zeros(self.dims, self.dtype)
+        free = [w for d, w in enumerate(windows[0]) if d != lc] + [w for d, w in enumerate(windows[1]) if d != rc]
+        part = np.tensordot(lhs[tuple(windows[0])].astype(self.dtype, copy=False),
+                            rhs[tuple(windows[1])].astype(self.dtype, copy=False), axes=([lc], [rc]))
+        out[tuple(free)] = part
+        return out
 
 
 class _SolveThunk:

@@ -28,9 +28,11 @@ from ..codegen.aot_driver import passed_through
 from ..codegen.cpu import target_fingerprint
 from ..errors import NbxlaError, UnsupportedError
 from ..hlo import TupleShape
+from ..hlo.evaluator_linalg import MASKED_DOT_TARGET
 from ..hlo.ir import Computation, Instruction
 from .cpu_control import flatten_leaves, program_computations_of
 from . import host_memory
+from .blas_threads import gemm_addresses
 from .cpu_kernels import PARALLEL_THRESHOLD
 from .persistent_cache import PersistentCache
 
@@ -109,6 +111,12 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
 def _unsuitable(instr: Instruction) -> str:
     for comp in program_computations_of(instr):
         for i in comp.instructions:
+            if i.opcode == "custom-call" and i.attrs.get("custom_call_target") == MASKED_DOT_TARGET \
+                    and gemm_addresses() is None and i.shape.element_type in ("f32", "f64"):
+                flops = int(np.prod(i.shape.dims, dtype=np.int64)) * i.operands[0].shape.dims[-1]
+                if flops > LARGE_DOT:
+                    return f"host-driven: %{i.name} is a large dot ({flops} multiply-adds) and NumPy's " \
+                           "BLAS was not found for the native loop to call"
             if i.opcode == "dot":
                 lhs, rhs = i.operands
                 flops = int(np.prod(i.shape.dims, dtype=np.int64)) * int(np.prod(
@@ -145,4 +153,10 @@ def _load(library: bytes) -> ctypes.CDLL:
     with tempfile.NamedTemporaryFile(prefix="nbxla-loop-", suffix=".so") as f:
         f.write(library)
         f.flush()
-        return ctypes.CDLL(f.name)
+        loaded = ctypes.CDLL(f.name)
+    # (the masked dots' large windows call NumPy's BLAS through these; without, plain C)
+    gemms = gemm_addresses()
+    if gemms is not None:
+        loaded.nbxla_set_blas.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        loaded.nbxla_set_blas(*gemms)
+    return loaded
