@@ -127,9 +127,24 @@ def format_literal(literal: np.ndarray, element_type: str) -> str:
     arr = np.asarray(literal)
     if arr.ndim == 0:
         return format_scalar(arr[()], element_type)
+    # Each distinct value (bit pattern: -0.0 and NaN payloads stay apart) formatted once: an
+    # np.eye(500) literal is 250 000 elements of two values (formatting each took seconds,
+    # on every print of the module).
+    bits = arr.reshape(-1).view(f"V{arr.dtype.itemsize}") if arr.dtype.itemsize else arr.reshape(-1)
+    if arr.size > 64 and arr.dtype.kind != "V":
+        try:
+            distinct, first, inverse = np.unique(bits, return_index=True, return_inverse=True)
+        except TypeError:
+            distinct = None
+        if distinct is not None:
+            flat = arr.reshape(-1)
+            texts = [format_scalar(flat[k], element_type) for k in first]
+            strings = np.asarray(texts, dtype=object)[inverse.reshape(-1)].reshape(arr.shape)
+            return _nested(strings, lambda x: x)
+    return _nested(arr, lambda x: format_scalar(x, element_type))
 
-    def nested(a):
-        if a.ndim == 1:
-            return "{" + ", ".join(format_scalar(x, element_type) for x in a) + "}"
-        return "{" + ", ".join(nested(sub) for sub in a) + "}"
-    return nested(arr)
+
+def _nested(a, text) -> str:
+    if a.ndim == 1:
+        return "{" + ", ".join(text(x) for x in a) + "}"
+    return "{" + ", ".join(_nested(sub, text) for sub in a) + "}"
