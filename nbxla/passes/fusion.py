@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from ..hlo import Module
 from ..hlo.builder import unique_name
 from ..hlo.ir import Computation, Instruction
-from ..hlo.opcodes import EXPENSIVE, FUSIBLE, NOT_KERNELS, PROGRAM_CALLERS
+from ..hlo.opcodes import EXPENSIVE, FUSIBLE, NOT_KERNELS, PROGRAM_CALLERS, TRANSCENDENTAL
 from ..hlo.shapes import TupleShape
 from .cse import eliminate_common_subexpressions
 from .pipeline import Pass, instruction_ids, rename_new_instructions
@@ -57,6 +57,9 @@ MAX_DEPTH = 180
 # in (see ``_small_pick``).
 SMALL_PICK = 16
 _SMALL_PICK_RATIO = 64
+# A transcendental of a scalar joins kernels of at most this many elements (each evaluates it
+# per element); in larger ones it is computed once, apart.
+SCALAR_RECOMPUTE_LIMIT = 64
 
 # Never duplicated into a consumer: an update rewrites a whole array (computed once, in place).
 NOT_DUPLICATED = EXPENSIVE | {"dynamic-update-slice"}
@@ -367,6 +370,12 @@ class _Fuser:
         too much, or None; then ``self._pending`` holds the new maps and depths of ``x`` and
         of the members below it, for ``_join``."""
         users = self._users[id(x)]
+        if x.shape.rank == 0 and x.opcode in TRANSCENDENTAL and \
+                any(_size(d) > SCALAR_RECOMPUTE_LIMIT for d in group.dims if d is not None):
+            # (the elemental emitter evaluates it at every element: a complex power of one
+            # scalar, broadcast over a 50x50 matrix, cost 2500 powers per loop step)
+            return (f"{x.opcode} of a scalar would be recomputed at every element of the kernel: it is "
+                    "computed once, in its own kernel")
         maps = group.maps.get(id(x), frozenset())
         depth = group.depth.get(id(x), 0)
         exported = x is self.comp.root
