@@ -250,18 +250,26 @@ NBXLA_GEMM(nbxla_gemm_u16, uint16_t, uint32_t)
 NBXLA_GEMM(nbxla_gemm_u32, uint32_t, uint32_t)
 NBXLA_GEMM(nbxla_gemm_u64, uint64_t, uint64_t)
 
-/* cblas_?gemm of an OpenBLAS with 64-bit integers (NumPy's scipy-openblas64): set by the jit
- * runtime after loading a native loop library; NULL in AOT objects. */
+/* cblas_?gemm / cblas_?gemv of an OpenBLAS with 64-bit integers (NumPy's scipy-openblas64): set
+ * by the jit runtime after loading a native loop library; NULL in AOT objects. */
 typedef void (*nbxla_dgemm_fn)(int, int, int, int64_t, int64_t, int64_t, double, const double *, int64_t,
                                const double *, int64_t, double, double *, int64_t);
 typedef void (*nbxla_sgemm_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
                                const float *, int64_t, float, float *, int64_t);
+typedef void (*nbxla_dgemv_fn)(int, int, int64_t, int64_t, double, const double *, int64_t, const double *,
+                               int64_t, double, double *, int64_t);
+typedef void (*nbxla_sgemv_fn)(int, int, int64_t, int64_t, float, const float *, int64_t, const float *,
+                               int64_t, float, float *, int64_t);
 static nbxla_dgemm_fn nbxla_blas_dgemm;
 static nbxla_sgemm_fn nbxla_blas_sgemm;
+static nbxla_dgemv_fn nbxla_blas_dgemv;
+static nbxla_sgemv_fn nbxla_blas_sgemv;
 
-void nbxla_set_blas(void *dgemm, void *sgemm) {
+void nbxla_set_blas(void *dgemm, void *sgemm, void *dgemv, void *sgemv) {
     nbxla_blas_dgemm = (nbxla_dgemm_fn)dgemm;
     nbxla_blas_sgemm = (nbxla_sgemm_fn)sgemm;
+    nbxla_blas_dgemv = (nbxla_dgemv_fn)dgemv;
+    nbxla_blas_sgemv = (nbxla_sgemv_fn)sgemv;
 }
 
 /* Below this many multiply-adds a sub-matrix product runs in C: a BLAS call costs more than
@@ -300,16 +308,28 @@ void nbxla_set_blas(void *dgemm, void *sgemm) {
         }                                                                                         \
     }
 
-/* row-major (101), no transposes (111): the window's corner and the full rows' strides */
-#define NBXLA_BLAS_WINDOW(GEMM, ONE, ZERO)                                                        \
+/* row-major (101), no transposes (111), transposed (112): the window's corner and the full
+ * rows' strides.  A window of one row or one column is a GEMV (as NumPy calls it: GEMM kernels
+ * pack their operands, which costs more than the product there). */
+#define NBXLA_BLAS_WINDOW(GEMM, GEMV, ONE, ZERO)                                                  \
+    if (GEMV != NULL && m1 - m0 == 1) { /* row vector @ matrix: (b's window)^T @ a's row */       \
+        GEMV(101, 112, k1 - k0, n1 - n0, ONE, b + k0 * n + n0, n, a + m0 * k + k0, 1, ZERO,       \
+             c + m0 * n + n0, 1);                                                                 \
+        return;                                                                                   \
+    }                                                                                             \
+    if (GEMV != NULL && n1 - n0 == 1) { /* matrix @ column vector */                              \
+        GEMV(101, 111, m1 - m0, k1 - k0, ONE, a + m0 * k + k0, k, b + k0 * n + n0, n, ZERO,       \
+             c + m0 * n + n0, n);                                                                 \
+        return;                                                                                   \
+    }                                                                                             \
     if (GEMM != NULL) {                                                                           \
         GEMM(101, 111, 111, m1 - m0, n1 - n0, k1 - k0, ONE, a + m0 * k + k0, k, b + k0 * n + n0, n, \
              ZERO, c + m0 * n + n0, n);                                                           \
         return;                                                                                   \
     }
 
-NBXLA_MASKED_DOT(nbxla_masked_dot_f64, double, NBXLA_BLAS_WINDOW(nbxla_blas_dgemm, 1.0, 0.0))
-NBXLA_MASKED_DOT(nbxla_masked_dot_f32, float, NBXLA_BLAS_WINDOW(nbxla_blas_sgemm, 1.0f, 0.0f))
+NBXLA_MASKED_DOT(nbxla_masked_dot_f64, double, NBXLA_BLAS_WINDOW(nbxla_blas_dgemm, nbxla_blas_dgemv, 1.0, 0.0))
+NBXLA_MASKED_DOT(nbxla_masked_dot_f32, float, NBXLA_BLAS_WINDOW(nbxla_blas_sgemm, nbxla_blas_sgemv, 1.0f, 0.0f))
 NBXLA_MASKED_DOT(nbxla_masked_dot_c128, double complex, ;)
 NBXLA_MASKED_DOT(nbxla_masked_dot_c64, float complex, ;)
 

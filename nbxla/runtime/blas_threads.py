@@ -80,16 +80,17 @@ def _openblas_libraries() -> list[ctypes.CDLL]:
 _gemms: list = []
 
 
-def gemm_addresses() -> tuple[int, int] | None:
-    """Addresses of ``cblas_dgemm`` and ``cblas_sgemm`` of NumPy's OpenBLAS built with 64-bit
-    integers (the ``64_`` symbols: the native loops pass int64 sizes), or None."""
+def gemm_addresses() -> tuple[int, int, int, int] | None:
+    """Addresses of ``cblas_dgemm``, ``cblas_sgemm``, ``cblas_dgemv`` and ``cblas_sgemv`` of
+    NumPy's OpenBLAS built with 64-bit integers (the ``64_`` symbols: the native loops pass
+    int64 sizes), or None."""
     if not _gemms:
         found = None
         for lib in _openblas_libraries():
             for prefix in ("scipy_cblas_", "cblas_"):
-                d, s = (getattr(lib, f"{prefix}{t}gemm64_", None) for t in "ds")
-                if d is not None and s is not None:
-                    found = (ctypes.cast(d, ctypes.c_void_p).value, ctypes.cast(s, ctypes.c_void_p).value)
+                fns = [getattr(lib, f"{prefix}{name}64_", None) for name in ("dgemm", "sgemm", "dgemv", "sgemv")]
+                if all(f is not None for f in fns):
+                    found = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in fns)
                     break
             if found:
                 break

@@ -157,6 +157,6 @@ def _load(library: bytes) -> ctypes.CDLL:
     # (the masked dots' large windows call NumPy's BLAS through these; without, plain C)
     gemms = gemm_addresses()
     if gemms is not None:
-        loaded.nbxla_set_blas.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        loaded.nbxla_set_blas.argtypes = [ctypes.c_void_p] * 4
         loaded.nbxla_set_blas(*gemms)
     return loaded
