@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,14 @@ class PrintOptions:
     operand_shapes: bool = True   # "add(f32[8]{0} %x, ...)" as XLA prints by default
     metadata: bool = True
     debug_sections: bool = True   # FileNames / StackFrames tables exported by JAX
+    # Constants of more than LARGE_CONSTANT elements: "full" (parses back), "elided" (``{...}``,
+    # as XLA's dumps print them: for display), "digest" (a hash of the bytes: for cache keys,
+    # exact but without formatting a quarter million numbers)
+    large_constants: str = "full"
+
+
+LARGE_CONSTANT = 1000
+KEY_OPTIONS = PrintOptions(large_constants="digest")
 
 
 def print_module(module: Module, options: PrintOptions = PrintOptions()) -> str:
@@ -73,7 +82,14 @@ def print_instruction(instr: Instruction, options: PrintOptions = PrintOptions()
     if instr.opcode == "parameter":
         inside = str(instr.parameter_number)
     elif instr.opcode == "constant":
-        inside = format_literal(instr.literal, instr.shape.element_type)
+        size = np.size(instr.literal)
+        if size > LARGE_CONSTANT and options.large_constants == "elided":
+            inside = "{...}"
+        elif size > LARGE_CONSTANT and options.large_constants == "digest":
+            data = np.ascontiguousarray(instr.literal)
+            inside = "{sha256:" + hashlib.sha256(data.tobytes()).hexdigest() + f":{data.dtype.str}}}"
+        else:
+            inside = format_literal(instr.literal, instr.shape.element_type)
     elif options.operand_shapes:
         inside = ", ".join(f"{op.shape} %{op.name}" for op in instr.operands)
     else:

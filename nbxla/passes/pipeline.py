@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..hlo import Module
 from ..hlo.ir import clone_module
-from ..hlo.printer import print_module
+from ..hlo.printer import PrintOptions, print_module
 from .verifier import verify_module
 
 
@@ -80,6 +80,9 @@ class PipelineResult:
         return "\n".join(parts)
 
 
+ELIDED = PrintOptions(large_constants="elided")
+
+
 class Pipeline:
     def __init__(self, passes: list[Pass], verify: bool = True, record_text: bool = True):
         self.passes, self.verify, self.record_text = passes, verify, record_text
@@ -101,7 +104,9 @@ class Pipeline:
                 size = sum(len(c.instructions) for c in module.computations)
                 # (Printing a module of an unrolled loop after every pass took longer than the
                 # passes: 145K instructions, 10 MB of text each time.)
-                text = print_module(module) if size <= RECORD_TEXT_LIMIT else \
+                # (large constants elided, as in XLA's dumps: an np.eye(500) printed after
+                # every pass cost seconds)
+                text = print_module(module, ELIDED) if size <= RECORD_TEXT_LIMIT else \
                     f"// (module of {size} instructions: its text after this pass is not kept)"
             result.history.append(PassRecord(p.name, changed, ms, text))
             report = getattr(p, "report", None)

@@ -36,7 +36,7 @@ from ..hlo.opcodes import OWN_KERNEL
 from ..hlo import Module
 from ..hlo.evaluator import Interpreter
 from ..hlo.ir import Computation, Instruction
-from ..hlo.printer import print_module
+from ..hlo.printer import KEY_OPTIONS, print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_callees, program_computations
 from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
@@ -114,7 +114,7 @@ class CpuExecutable:
         self._native: dict[int, NativeLoopThunk] = {}
         whiles = [i for i in module.entry.instructions if i.opcode == "while"]
         if whiles and native_loops_enabled():
-            found = native_loops(whiles, print_module(module), store)
+            found = native_loops(whiles, print_module(module, KEY_OPTIONS), store)
             for instr in whiles:
                 if isinstance(found[id(instr)], NativeLoopThunk):
                     self._native[id(instr)] = found[id(instr)]
@@ -128,7 +128,7 @@ class CpuExecutable:
         if store is not None:
             names = ",".join(symbol for symbol, _ in compiled)
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
-                                  print_module(module)).encode()).hexdigest()
+                                  print_module(module, KEY_OPTIONS)).encode()).hexdigest()
         self.kernels: CompiledKernels = compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET)
         # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name
         # (identical kernels, the steps of a time loop, share one symbol).
