@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nbxla  # noqa: E402
 from nbxla.examples import (cholesky, contour_integral, correlation, covariance, crc16, durbin,  # noqa: E402
                             floyd_warshall, go_fast, gramschmidt, gramschmidt_outer, histogram_fill, iir_filter,
-                            jacobi_2d, lu, mandelbrot, newton_sqrt, seidel_2d, symm, syr2k, trisolv, trmm)
+                            jacobi_2d, lu, newton_sqrt, seidel_2d, symm, syr2k, trisolv, trmm)
 from nbxla.runtime.cache import DEFAULT_CACHE  # noqa: E402
 
 
@@ -72,7 +72,6 @@ def programs(quick: bool):
         "trmm": (trmm, lambda: (1.5, rng.random((s(60, 12),) * 2), rng.random((s(60, 12), s(80, 14))))),
         "go_fast": (go_fast, lambda: (rng.random((s(2000, 100),) * 2),)),
         "crc16": (crc16, lambda: (rng.integers(0, 256, s(1000, 50)).astype(np.uint8),)),
-        "mandelbrot": (mandelbrot, lambda: (-2.25, 0.75, -1.25, 1.25, s(125, 20), s(125, 20), s(20, 6))),
         "cholesky": (cholesky, lambda: (_spd(rng, n),)),
         "lu": (lu, lambda: (_spd(rng, n),)),
         "trisolv": (trisolv, lambda: (np.tril(rng.random((s(400, 40),) * 2)) + s(400, 40) * np.eye(s(400, 40)),
