@@ -9,6 +9,7 @@ modules; eager NumPy for traced programs.  Both sides of the native routine's BL
 
 from __future__ import annotations
 
+import copy
 import shutil
 
 import numpy as np
@@ -107,7 +108,7 @@ def test_evaluator_rule_and_cpu_thunk_match_zeroed_operands(bounds):
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: loops stay host-driven")
 def test_native_loop_clamps_bounds_like_the_evaluator(monkeypatch):
-    use_flags(monkeypatch, "--unroll_budget=0")
+    use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
     compilation = compile_module(parse_hlo(LOOP), "cpu")
     loops = compilation.executable.native.loops
     assert loops and all(how.startswith("native") for how in loops.values()), loops
@@ -117,10 +118,11 @@ def test_native_loop_clamps_bounds_like_the_evaluator(monkeypatch):
 # ---- traced programs --------------------------------------------------------------------------
 
 def triangle_products(data):
-    """covariance's loop: the rhs's columns masked, the result written to a masked row."""
+    """covariance's loop: the rhs's columns masked, the result written to a masked row (a third
+    of the rows: too few for loop-invariant-dots to compute all of data.T @ data instead)."""
     M = data.shape[1]
     out = np.zeros((M, M), dtype=data.dtype)
-    for i in range(M):
+    for i in range(M // 3):
         out[i, i:M] = data[:, i] @ data[:, i:M]
     return out
 
@@ -151,16 +153,16 @@ PROGRAMS = {"triangle_products": (triangle_products, lambda n, t: (RNG.random((n
             "block_update": (block_update, lambda n, t: (RNG.random((n, n)).astype(t), RNG.random((n, n)).astype(t)))}
 
 
-def _jit_matches_numpy(fn, args, rtol):
+def _jit_matches_numpy(fn, args, rtol, masked_dot=True):
     DEFAULT_CACHE.clear()
     with quiet():
         jitted = nbxla.jit(fn)
-        got = jitted(*[a.copy() for a in args])
-    want = fn(*[a.copy() for a in args])
+        got = jitted(*copy.deepcopy(args))
+    want = fn(*copy.deepcopy(args))
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         ok, detail = compare_arrays(np.asarray(g), w, rtol=rtol)
         assert ok, detail
-    assert "nbxla_masked_dot" in jitted.last_compilation.stage("optimized_hlo")
+    assert ("nbxla_masked_dot" in jitted.last_compilation.stage("optimized_hlo")) == masked_dot
     return jitted
 
 
@@ -169,7 +171,7 @@ def _jit_matches_numpy(fn, args, rtol):
 @pytest.mark.parametrize("n", [6, 70], ids=["below-blas-threshold", "blas"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
 def test_masked_dots_in_native_loops_match_numpy(name, n, dtype, monkeypatch):
-    use_flags(monkeypatch, "--unroll_budget=0")
+    use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
     fn, make = PROGRAMS[name]
     jitted = _jit_matches_numpy(fn, make(n, dtype), 1e-4 if dtype == np.float32 else 1e-10)
     loops = jitted.last_compilation.executable.native.loops
@@ -181,7 +183,7 @@ def test_masked_dots_in_native_loops_match_numpy(name, n, dtype, monkeypatch):
 def test_large_masked_dots_without_blas_run_in_c(name, monkeypatch):
     """No OpenBLAS found: large windows run in the C routine (a loop small enough stays native;
     nothing calls a BLAS that is not there)."""
-    use_flags(monkeypatch, "--unroll_budget=0")
+    use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
     monkeypatch.setattr(native_loops, "gemm_addresses", lambda: None)
     fn, make = PROGRAMS[name]
     _jit_matches_numpy(fn, make(40, np.float64), 1e-10)
@@ -189,7 +191,58 @@ def test_large_masked_dots_without_blas_run_in_c(name, monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_masked_dots_in_host_driven_loops_match_numpy(name, monkeypatch):
-    use_flags(monkeypatch, "--unroll_budget=0")
+    use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
     monkeypatch.setenv("NBXLA_NATIVE_LOOPS", "0")
     fn, make = PROGRAMS[name]
     _jit_matches_numpy(fn, make(30, np.float64), 1e-10)
+
+
+# ---- loop-invariant-dots: a loop of row products of invariant arrays becomes one GEMM --------
+
+def rows_of_gram(data, rows):
+    """correlation's loop over ``rows`` of the triangle (the mask starting past the diagonal)."""
+    M = data.shape[1]
+    out = np.eye(M, dtype=data.dtype)
+    for i in range(rows):
+        out[i + 1:M, i] = out[i, i + 1:M] = data[:, i] @ data[:, i + 1:M]
+    return out
+
+
+def rows_of_cross(A, B, rows):
+    """Rows of A (its first axis indexed) against columns of another invariant array."""
+    out = np.zeros((A.shape[0], B.shape[1]), A.dtype)
+    for i in range(rows):
+        out[i, i:] = A[i] @ B[:, i:]
+    return out
+
+
+def rows_of_changing(data, rows):
+    """The sliced array changes in the loop: each step's product must see the update."""
+    M = data.shape[1]
+    out = np.zeros((M, M), data.dtype)
+    for i in range(rows):
+        out[i, i:] = data[:, i] @ data[:, i:]
+        data[:, i] *= 0.5
+    return out
+
+
+@pytest.mark.parametrize("rows, hoisted", [(12, True), (6, True), (5, False), (0, False)],
+                         ids=["all", "half", "under-half", "none"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_loop_of_row_products_becomes_one_gemm(rows, hoisted, dtype, monkeypatch):
+    """(Hoisted when the loop runs for at least half of the rows of the product: 6 of 12.)"""
+    use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
+    rtol = 1e-4 if dtype == np.float32 else 1e-10
+    data = RNG.random((15, 12)).astype(dtype)
+    jitted = _jit_matches_numpy(rows_of_gram, (data, rows), rtol, masked_dot=not hoisted and rows > 0)
+    text = jitted.last_compilation.stage("optimized_hlo")
+    entry = text[text.index("ENTRY"):]
+    assert (" dot(" in entry) == hoisted, entry
+    A, B = RNG.random((12, 7)).astype(dtype), RNG.random((7, 11)).astype(dtype)
+    _jit_matches_numpy(rows_of_cross, (A, B, rows), rtol, masked_dot=not hoisted and rows > 0)
+
+
+def test_a_loop_that_changes_the_sliced_array_keeps_its_products(monkeypatch):
+    use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
+    data = RNG.random((10, 8))
+    _jit_matches_numpy(rows_of_changing, (data, 8), 1e-10, masked_dot=True)
