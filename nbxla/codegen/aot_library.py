@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import AotError
 from ..hlo.attributes import WindowDim
 from ..hlo.evaluator_common import label
-from ..hlo.evaluator_linalg import MASKED_DOT_TARGET, lapack_uplo, masked_dot_axes
+from ..hlo.evaluator_linalg import MASKED_DOT_TARGET, SOLVE_TARGET, lapack_uplo, masked_dot_axes
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape
 from .elemental import row_major_strides
@@ -25,7 +25,7 @@ ALIGN = 64
 _GEMM_TYPES = {"f32", "f64", "c64", "c128", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
 # custom-call targets with a C implementation -> the method that emits the call
 CUSTOM_CALLS = {"lapack_spotrf_ffi": "_potrf", "lapack_dpotrf_ffi": "_potrf", "TopK": "_topk_call",
-                MASKED_DOT_TARGET: "_masked_dot"}
+                MASKED_DOT_TARGET: "_masked_dot", SOLVE_TARGET: "_solve"}
 
 
 def align_up(n: int) -> int:
@@ -301,6 +301,24 @@ class LibrarySteps:
         self.lines += ["{"] + ["    " + line for line in lines] + [
             f"    nbxla_masked_dot_{t}({self._array(lhs)}, {self._array(rhs)}, {self._array(instr)}, {m}, {k}, {n}, r);",
             "}"]
+
+    def _solve(self, instr: Instruction) -> None:
+        """``nbxla_linalg_solve`` through the LAPACKE ``?gesv`` the jit runtime hands a native
+        loop library (an AOT object has none: refused here, at build time)."""
+        if not self.driver.host_lapack:
+            raise AotError(f"{label(instr)}: {SOLVE_TARGET} needs LAPACK, which only the jit's native "
+                           "loops have (NumPy's); an ahead-of-time object has none")
+        a, b = instr.operands
+        t = instr.shape.element_type
+        kinds = {"f32": 0, "f64": 1, "c64": 2, "c128": 3}
+        if t not in kinds or a.shape.element_type != t or b.shape.element_type != t:
+            raise AotError(f"{label(instr)}: {SOLVE_TARGET} of {t} has no native implementation")
+        n, nrhs = a.shape.dims[-1], b.shape.dims[-1]
+        batch = product(a.shape.dims[:-2])
+        esize = instr.shape.dtype.itemsize
+        self.lines.append(f"if ((rc = nbxla_solve({kinds[t]}, {self._array(a)}, {self._array(b)}, {self._array(instr)}, "
+                          f"{batch}, {n}, {nrhs}, {esize}, (char *){self._local()}))) return rc;")
+        self._region(n * n * esize + 8 * n)
 
     def _topk_call(self, instr: Instruction) -> None:
         """XLA:CPU's ``TopK`` custom call: (x, positions) sorted by its comparator, first k kept."""

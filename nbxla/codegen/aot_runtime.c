@@ -13,6 +13,8 @@
  *    the evaluator).
  *  - nbxla_fft: a direct DFT in double precision (the jit: the evaluator, NumPy's FFT).
  *  - nbxla_potrf: LAPACK's Cholesky custom call (the jit: the evaluator, NumPy's cholesky).
+ *  - nbxla_solve: ``nbxla_linalg_solve`` through NumPy's LAPACKE ?gesv, only in the jit's native
+ *    loops (nbxla_set_lapack; an AOT object has no LAPACK and refuses the call when built).
  *  - nbxla_masked_dot: ``nbxla_masked_dot``, a dot of sub-matrices at run-time sizes: through
  *    NumPy's OpenBLAS where the jit runtime hands its dgemm/sgemm over (nbxla_set_blas), in
  *    plain C otherwise (and always in AOT objects, which must not depend on NumPy).
@@ -270,6 +272,36 @@ void nbxla_set_blas(void *dgemm, void *sgemm, void *dgemv, void *sgemv) {
     nbxla_blas_sgemm = (nbxla_sgemm_fn)sgemm;
     nbxla_blas_dgemv = (nbxla_dgemv_fn)dgemv;
     nbxla_blas_sgemv = (nbxla_sgemv_fn)sgemv;
+}
+
+/* LAPACKE_?gesv (row-major, 64-bit integers) of s, d, c, z: set with nbxla_set_lapack. */
+typedef int64_t (*nbxla_gesv_fn)(int, int64_t, int64_t, void *, int64_t, int64_t *, void *, int64_t);
+static nbxla_gesv_fn nbxla_lapack_gesv[4];
+
+void nbxla_set_lapack(void *s, void *d, void *c, void *z) {
+    nbxla_lapack_gesv[0] = (nbxla_gesv_fn)s;
+    nbxla_lapack_gesv[1] = (nbxla_gesv_fn)d;
+    nbxla_lapack_gesv[2] = (nbxla_gesv_fn)c;
+    nbxla_lapack_gesv[3] = (nbxla_gesv_fn)z;
+}
+
+/* x[s] = solve(a[s], b[s]) for each of ``batch`` systems (a: n x n, b and x: n x nrhs, row-major,
+ * elements of ``esize`` bytes); ``work`` has room for n * n elements and n int64 pivots.
+ * Returns 0, 2 for a singular matrix (NumPy raises LinAlgError), 3 without LAPACK. */
+static int nbxla_solve(int kind, const char *a, const char *b, char *x, int64_t batch, int64_t n, int64_t nrhs,
+                       int64_t esize, char *work) {
+    nbxla_gesv_fn gesv = nbxla_lapack_gesv[kind];
+    if (gesv == NULL) return 3;
+    int64_t *pivots = (int64_t *)(work + n * n * esize);
+    for (int64_t s = 0; s < batch; s++) {
+        memcpy(work, a + s * n * n * esize, (size_t)(n * n * esize));
+        memcpy(x + s * n * nrhs * esize, b + s * n * nrhs * esize, (size_t)(n * nrhs * esize));
+        if (n == 0 || nrhs == 0) continue;
+        int64_t info = gesv(101, n, nrhs, work, n, pivots, x + s * n * nrhs * esize, nrhs);
+        if (info > 0) return 2;
+        if (info < 0) return 3;
+    }
+    return 0;
 }
 
 /* Below this many multiply-adds a sub-matrix product runs in C: a BLAS call costs more than

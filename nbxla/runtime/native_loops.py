@@ -32,7 +32,7 @@ from ..hlo.evaluator_linalg import MASKED_DOT_TARGET
 from ..hlo.ir import Computation, Instruction
 from .cpu_control import flatten_leaves, program_computations_of
 from . import host_memory
-from .blas_threads import gemm_addresses
+from .blas_threads import gemm_addresses, gesv_addresses
 from .cpu_kernels import PARALLEL_THRESHOLD
 from .persistent_cache import PersistentCache
 
@@ -65,8 +65,12 @@ class NativeLoopThunk:
         args = [np.ascontiguousarray(a, dtype=t).reshape(a.shape)
                 for a, t in zip(flatten_leaves(operands[0]), self.arg_types)]
         results = [host_memory.empty(dims, dtype) for dims, dtype in self.results]
-        if self.fn(*[a.ctypes.data for a in args], *[r.ctypes.data for r in results]):
-            raise MemoryError("a native loop could not allocate its scratch memory")
+        rc = self.fn(*[a.ctypes.data for a in args], *[r.ctypes.data for r in results])
+        if rc == 2:     # (nbxla_solve: LAPACK's info > 0, as NumPy reports it)
+            raise np.linalg.LinAlgError("Singular matrix")
+        if rc:
+            raise MemoryError("a native loop could not allocate its scratch memory") if rc == 1 else \
+                RuntimeError(f"a native loop failed (code {rc}): LAPACK was not available or refused its arguments")
         changed = iter(results)
         leaves = [args[k] if k in self.fixed else next(changed) for k in range(len(args))]
         return _rebuild(self.tuple_shape, iter(leaves))
@@ -90,7 +94,8 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
     try:
         if store is not None:
             names = ",".join(i.name for i in chosen)
-            key = hashlib.sha256(f"native-loops,{target_fingerprint()},{names},{module_text}".encode()).hexdigest()
+            key = hashlib.sha256(f"native-loops,{target_fingerprint()},{names},{gesv_addresses() is not None},"
+                                 f"{module_text}".encode()).hexdigest()
             cached = store.load(key)
             if cached is not None:
                 library = _load(cached[1])
@@ -143,7 +148,8 @@ def _build(loops: list[Instruction]) -> bytes:
             entries[f"loop{k}"] = Computation(f"{instr.name}.native", [param, loop], loop)
     with tempfile.TemporaryDirectory(prefix="nbxla-loop-") as tmp:
         path = os.path.join(tmp, "loops.so")
-        compile_shared_library(entries, path, parallel_threshold=PARALLEL_THRESHOLD)
+        compile_shared_library(entries, path, parallel_threshold=PARALLEL_THRESHOLD,
+                               host_lapack=gesv_addresses() is not None)
         with open(path, "rb") as f:
             return f.read()
 
@@ -159,4 +165,8 @@ def _load(library: bytes) -> ctypes.CDLL:
     if gemms is not None:
         loaded.nbxla_set_blas.argtypes = [ctypes.c_void_p] * 4
         loaded.nbxla_set_blas(*gemms)
+    gesvs = gesv_addresses()
+    if gesvs is not None:
+        loaded.nbxla_set_lapack.argtypes = [ctypes.c_void_p] * 4
+        loaded.nbxla_set_lapack(*gesvs)
     return loaded
