@@ -326,8 +326,13 @@ static int nbxla_solve(int kind, const char *a, const char *b, char *x, int64_t 
                 const T *bj = b + n0;                                                             \
                 T acc[4] = {0, 0, 0, 0};                                                          \
                 int64_t p = k0;                                                                   \
-                for (; p + 4 <= k1; p += 4)                                                       \
-                    for (int q = 0; q < 4; q++) acc[q] += ai[p + q] * bj[(p + q) * n];            \
+                if (n == 1) { /* (a vector: unit stride, which the compiler can see) */          \
+                    for (; p + 4 <= k1; p += 4)                                                   \
+                        for (int q = 0; q < 4; q++) acc[q] += ai[p + q] * bj[p + q];              \
+                } else {                                                                          \
+                    for (; p + 4 <= k1; p += 4)                                                   \
+                        for (int q = 0; q < 4; q++) acc[q] += ai[p + q] * bj[(p + q) * n];        \
+                }                                                                                 \
                 for (; p < k1; p++) acc[0] += ai[p] * bj[p * n];                                  \
                 ci[n0] = (acc[0] + acc[1]) + (acc[2] + acc[3]);                                   \
                 continue;                                                                         \
