@@ -318,7 +318,7 @@ def test_large_random_stencil_graphs_agree_with_the_evaluator_and_stay_bounded(c
 def test_the_spanning_index_answers_as_asking_every_group():
     """Fusion's O(log n) "does any group span this position" against the direct question,
     over growing spans at half positions, past the size it was made for too."""
-    from nbxla.passes.fusion import _Spans
+    from nbxla.passes.fusion_model import Spans as _Spans
     rng = np.random.default_rng(6)
     spans, groups = _Spans(20), []
     for _ in range(400):
