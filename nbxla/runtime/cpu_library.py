@@ -80,25 +80,21 @@ class MaskedDotThunk:
 
     def __call__(self, operands):
         lhs, rhs = operands[:2]
-        windows = [[slice(None)] * lhs.ndim, [slice(None)] * rhs.ndim]
+        # [lo, hi) per axis of each operand: the whole axis, narrowed by its masks
+        bounds = [[[0, n] for n in lhs.shape], [[0, n] for n in rhs.shape]]
         for k, axis in enumerate(self.axes):
             side, axis = (0, axis) if axis < self.lhs_rank else (1, axis - self.lhs_rank)
-            n = (lhs, rhs)[side].shape[axis]
-            lo, hi = masked_dot_bounds(operands[2 + 2 * k], operands[3 + 2 * k], n)
-            w = windows[side][axis]
-            windows[side][axis] = slice(max(lo, w.start or 0), max(max(lo, w.start or 0), min(hi, n if w.stop is None else w.stop)))
-        # (the contracted axis: where both operands are inside their masks)
-        lc, rc = self.contract
-        a, b = windows[0][lc], windows[1][rc]
-        both = slice(max(a.start or 0, b.start or 0), None)
-        stop = min(lhs.shape[lc] if a.stop is None else a.stop, rhs.shape[rc] if b.stop is None else b.stop)
-        both = slice(both.start, max(both.start, stop))
-        windows[0][lc] = windows[1][rc] = both
-        out = np.zeros(self.dims, self.dtype)
+            lo, hi = masked_dot_bounds(operands[2 + 2 * k], operands[3 + 2 * k], (lhs, rhs)[side].shape[axis])
+            b = bounds[side][axis]
+            b[0], b[1] = max(b[0], lo), min(b[1], hi)
+        lc, rc = self.contract           # (the contracted axis: where both operands' masks hold)
+        both = [max(bounds[0][lc][0], bounds[1][rc][0]), min(bounds[0][lc][1], bounds[1][rc][1])]
+        bounds[0][lc] = bounds[1][rc] = both
+        windows = [tuple(slice(lo, max(lo, hi)) for lo, hi in side) for side in bounds]
         free = [w for d, w in enumerate(windows[0]) if d != lc] + [w for d, w in enumerate(windows[1]) if d != rc]
-        part = np.tensordot(lhs[tuple(windows[0])].astype(self.dtype, copy=False),
-                            rhs[tuple(windows[1])].astype(self.dtype, copy=False), axes=([lc], [rc]))
-        out[tuple(free)] = part
+        out = np.zeros(self.dims, self.dtype)
+        out[tuple(free)] = np.tensordot(lhs[windows[0]].astype(self.dtype, copy=False),
+                                        rhs[windows[1]].astype(self.dtype, copy=False), axes=([lc], [rc]))
         return out
 
 
