@@ -92,8 +92,9 @@ def _passed_through(body: Computation) -> set[int]:
 
 def _hoist_one(comp: Computation, loop: Instruction) -> bool:
     body = loop.attrs["body"]
-    if body.root.opcode != "tuple" or loop.operands[0].opcode != "tuple":
-        return False
+    if body.root.opcode != "tuple" or loop.operands[0].opcode != "tuple" or loop is comp.root \
+            or any(loop in i.operands and i.opcode != "get-tuple-element" for i in comp.instructions):
+        return False        # (the state grows by one element: only its readers by index stay valid)
     found = _counter(loop)
     if found is None:
         return False
@@ -108,7 +109,7 @@ def _hoist_one(comp: Computation, loop: Instruction) -> bool:
         rows = y.shape.dims[axis]
         if 2 * trips < rows:
             continue
-        _rewrite(comp, loop, call, y, axis, x, counter)
+        _rewrite(comp, loop, call, y, axis, x)
         return True
     return False
 
@@ -141,7 +142,7 @@ def _row_product(call: Instruction, body: Computation, counter: int, fixed: set[
 
 
 def _rewrite(comp: Computation, loop: Instruction, call: Instruction, y: Instruction, axis: int,
-             x: Instruction, counter: int) -> None:
+             x: Instruction) -> None:
     body, cond = loop.attrs["body"], loop.attrs["condition"]
     loc, t = call.location, call.shape.element_type
     rows, cols = y.shape.dims[axis], x.shape.dims[1]
