@@ -286,16 +286,3 @@ def crc16(data, poly=0x8408):
     crc = (crc << 8) | ((crc >> 8) & 0xFF)
     return crc & 0xFFFF
 
-
-def mandelbrot(xmin, xmax, ymin, ymax, xn, yn, maxiter, horizon=2.0):
-    X = np.linspace(xmin, xmax, xn, dtype=np.float64)
-    Y = np.linspace(ymin, ymax, yn, dtype=np.float64)
-    C = X + Y[:, None] * 1j
-    N = np.zeros(C.shape, dtype=np.int64)
-    Z = np.zeros(C.shape, dtype=np.complex128)
-    for n in range(maxiter):
-        I = np.less(abs(Z), horizon)
-        N[I] = n
-        Z[I] = Z[I] ** 2 + C[I]
-    N[N == maxiter - 1] = 0
-    return Z, N
