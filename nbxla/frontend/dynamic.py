@@ -372,11 +372,13 @@ def _masked_matmul(a, b):
 
 
 def _masked_dot_call(a, b) -> Tracer | None:
-    """``a @ b`` (ranks 1-2, float or complex) as ``nbxla_masked_dot`` over the slices' raw
-    values and mask bounds: run at the slices' true lengths, not masked to full length.  None
-    where neither operand is a slice read as it is (``raw``), or for other dtypes."""
+    """``a @ b`` (ranks 1-2, float or complex, not two vectors) as ``nbxla_masked_dot`` over the
+    slices' raw values and mask bounds: run at the slices' true lengths, not masked to full
+    length.  None where neither operand is a slice read as it is (``raw``), or otherwise."""
     raws = [isinstance(v, MaskedTracer) and v.raw is not None for v in (a, b)]
-    if not any(raws):
+    if not any(raws) or _ndim(a) == _ndim(b) == 1:
+        # (two vectors: O(n) either way, and the masked product fuses into one reduction
+        # kernel with what feeds it -- faster in a Cholesky's inner loop than a call)
         return None
     dtype = np.result_type(*(v.dtype if isinstance(v, Tracer) else np.asarray(v).dtype for v in (a, b)))
     if dtype.kind not in "fc" or dtype.itemsize < 4:
