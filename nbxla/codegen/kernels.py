@@ -2,8 +2,9 @@
 
 Each style lives in a module of its own and knows nothing of the others' existence; this module
 picks one per fused computation (or standalone op) in order from most to least specialized:
-scatter and reduce-window kernels, then a whole-array reduction, a column reduction (grouped
-when few columns), a row reduction, and the elementwise loop kernel for everything else.
+scatter, reduce-window and convolution kernels, then a whole-array reduction, a column
+reduction (grouped when few columns), a row reduction, and the elementwise loop kernel for
+everything else.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.low_precision import involves_low_precision
 from ..hlo.printer import PrintOptions, print_instruction
 from . import column_groups
+from .convolution import emit_convolution_kernel
 from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel,
                     emit_reduction_kernel, emit_scatter_kernel)
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
@@ -29,6 +31,8 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
         return emit_scatter_kernel(module, name, comp)
     if comp.root.opcode == "reduce-window":
         return emit_reduce_window_kernel(module, name, comp)
+    if any(i.opcode == "convolution" for i in comp.instructions):
+        return emit_convolution_kernel(module, name, comp)
     if any(i.opcode == "reduce" for i in comp.instructions):
         plan = full_reduction_plan(comp)
         if plan is not None:

@@ -128,8 +128,9 @@ LINEAR_INDEXABLE = frozenset({
 NATIVE_COMBINERS = frozenset({"add", "multiply", "maximum", "minimum", "and", "or"})
 
 # Run as a kernel of their own when not fused (the runtime hands the code generator a computation
-# of this one instruction over parameters).
-OWN_KERNEL = frozenset({"scatter", "reduce-window"})
+# of this one instruction over parameters).  A convolution the kernel refuses (dense ones) runs
+# as a library call instead.
+OWN_KERNEL = frozenset({"scatter", "reduce-window", "convolution"})
 
 # Run the computations they call as whole programs (every other caller applies its computation
 # to scalars: a reducer, a comparator, a combiner).
@@ -154,7 +155,7 @@ CPU_PLACEMENT = {
     "reduce": "fused: row, column or full-reduction kernel",
     "reduce-window": "own kernel", "scatter": "own kernel",
     "dot": "library call: NumPy's BLAS (np.matmul)",
-    "convolution": "library call: im2col + np.matmul",
+    "convolution": "own kernel (depthwise / few inputs per group), else library call: BLAS GEMM",
     "sort": "library call: NumPy's argsort/lexsort (evaluator for comparators it cannot read)",
     "while": "host loop over compiled programs",
     "conditional": "host branch over compiled programs",

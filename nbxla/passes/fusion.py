@@ -18,9 +18,10 @@ read the same inputs merge (multi-output fusion):
 * recomputation is bounded (a cost model, not a rule list): every member of a group knows the
   *index maps* at which the kernel evaluates it (an elementwise user reads its operand where
   it is itself evaluated; a shifted slice, a reverse, a broadcast... read it elsewhere, so
-  the elemental emitter computes it again).  A value evaluated at more than
-  ``RECOMPUTE_LIMIT`` maps stays out (a chain of stencil steps fuses one step per kernel,
-  never the whole cone); a ``dynamic-update-slice`` is never duplicated nor read at more
+  the elemental emitter computes it again).  A value stays out when recomputing it at its
+  maps costs more flops than writing it and reading it back would cost in traffic
+  (``fusion_model.cost_reason``: a stencil's Laplacian is recomputed at its neighbours, a
+  chain of stencil steps fuses one step per kernel, never the whole cone); a ``dynamic-update-slice`` is never duplicated nor read at more
   than one map (each time step's update is one kernel writing the whole array once); a
   kernel holds at most ``MAX_MEMBERS`` instructions, ``MAX_VALUES`` evaluations per element
   and a chain ``MAX_DEPTH`` deep, so the code generator can always emit it.
@@ -38,13 +39,13 @@ from ..hlo.builder import unique_name
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import FUSIBLE, PROGRAM_CALLERS
 from .fusion_build import Construction
-from .fusion_model import (MAX_MEMBERS, MAX_OPERANDS, MAX_VALUES, NOT_DUPLICATED, RECOMPUTE_LIMIT, SMALL_PICK,
+from .fusion_model import (MAX_MAPS, MAX_MEMBERS, MAX_OPERANDS, MAX_VALUES, NOT_DUPLICATED, SMALL_PICK,
                            SMALL_PICK_RATIO, Boundary, FusionDecisions, Group, Legality, Refusal, cost_reason,
-                           index_maps, is_kernel, size_of, small_pick)
+                           index_maps, is_kernel, read_cost_reason, size_of, small_pick)
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 __all__ = ["Boundary", "Fusion", "FusionDecisions", "MAX_MEMBERS", "MAX_OPERANDS", "MAX_VALUES",
-           "RECOMPUTE_LIMIT", "Refusal", "fusion_targets", "is_kernel", "kernel_count"]
+           "MAX_MAPS", "Refusal", "fusion_targets", "is_kernel", "kernel_count"]
 
 
 class _Fuser(Legality, Construction):
@@ -163,6 +164,7 @@ class _Fuser(Legality, Construction):
             group.params.pop(id(p), None)       # (its readers here read the copy now)
             group.reads.pop(id(p), None)
             group.clones[id(p)] = clone
+            group.origin[id(clone)] = p
             return True
         waiting = [u for u in outside if u.opcode in FUSIBLE and id(u) not in self.group_of]
         if waiting:
@@ -276,6 +278,7 @@ class _Fuser(Legality, Construction):
                         a.add(m, users)
                         self.group_of[id(m)] = a
                     a.clones.update(b.clones)
+                    a.origin.update(b.origin)
                     a.stretch(b.first, a.last)
                     a.maps, a.depth, a.reads = merged
                     a.values = sum(len(v) for v in a.maps.values())
@@ -300,10 +303,18 @@ class _Fuser(Legality, Construction):
             # place; as one of several outputs every element would choose between both sides.
             return None
         maps, depth, reads = index_maps(ordered, ids, outputs, users)
-        if sum(len(v) for v in maps.values()) > MAX_VALUES or any(len(r) > RECOMPUTE_LIMIT for r in reads.values()):
+        if sum(len(v) for v in maps.values()) > MAX_VALUES:
+            return None
+        arrays = {id(o): o for m in ordered for o in m.operands}
+        if any(read_cost_reason(arrays[k], r) is not None for k, r in reads.items()):
             return None
         if any(cost_reason(m, maps[id(m)], depth[id(m)]) is not None for m in ordered):
             return None
+        for original, copy in (*a.clones.items(), *b.clones.items()):
+            # (a value and its copy become one after the fused computation's CSE)
+            if original in ids and id(copy) in ids and cost_reason(
+                    copy, maps[original] | maps[id(copy)], depth[id(copy)]) is not None:
+                return None
         return maps, depth, reads
 
     @staticmethod

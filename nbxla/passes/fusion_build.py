@@ -9,7 +9,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import FUSIBLE, NOT_KERNELS
 from ..hlo.shapes import TupleShape
 from .cse import eliminate_common_subexpressions
-from .fusion_model import MAX_VALUES, RECOMPUTE_LIMIT, Boundary, Group, is_kernel
+from .fusion_model import MAX_VALUES, Boundary, Group, is_kernel
 
 
 class Construction:
@@ -83,7 +83,7 @@ class Construction:
         why = self.check(a.members + b.members, users)
         if why is None:
             why = "recomputing values of one in the other would exceed the cost bounds " \
-                  f"(at most {RECOMPUTE_LIMIT} positions per value, {MAX_VALUES} values per element)"
+                  f"(recomputed flops against traffic, {MAX_VALUES} values per element)"
         return "the two kernels cannot be merged: " + why
 
     def _build_fusion(self, group: Group, users, removed: set[int], placed: dict) -> None:

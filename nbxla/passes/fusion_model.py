@@ -15,15 +15,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo.ir import Instruction
-from ..hlo.opcodes import EXPENSIVE, NOT_KERNELS, TRANSCENDENTAL
+from ..hlo.opcodes import ELEMENTWISE, EXPENSIVE, NOT_KERNELS, TRANSCENDENTAL
 
 # Arrays one kernel may read (XLA's GPU limit, operands and outputs: 96).  The count is of the
 # group's frontier while it grows, which for a wide formula grown half-way is far wider than
 # the inputs of the finished kernel (32 split an equation of state into 19 kernels).
 MAX_OPERANDS = 96
-# Index maps at which one value may be evaluated in a kernel: a 7-point stencil step (heat-3d)
-# reads its producer at 7; two chained 5-point steps would read it at 25.
-RECOMPUTE_LIMIT = 8
+# Recomputation is a cost comparison.  Keeping a value out of a kernel costs writing it once and
+# reading it back (2 x its element size in bytes per element); evaluating it inside the kernel at
+# n index maps costs (n - 1) x its flops more.  The kernel recomputes while the extra flops stay
+# below what the traffic would cost, at FLOPS_PER_BYTE flops for the time one byte moves (a core
+# streams ~10 GB/s and does ~20 GFlop/s in vector lanes).  So a stencil keeps a neighbour's
+# Laplacian (5 flops at up to 7 extra positions is less than 2 x 8 bytes of f64 traffic: hdiff is
+# one kernel), while a chain of stencil steps still splits (a step's 20 flops at 7 positions, or
+# an add at 49 positions, is more).
+FLOPS_PER_BYTE = 2
+# Flops per evaluation of opcodes that are more than one instruction (see ``recompute_flops``).
+EXPENSIVE_FLOPS = 16
+# Index maps at which one value may be evaluated whatever its cost (data movement costs no flops;
+# the emitter's work and the kernel's size grow with the maps).
+MAX_MAPS = 64
 # What one kernel may hold: instructions, evaluations per element (sum over members of their
 # index maps; the emitter stops at 20000) and the longest chain (the emitter recurses along
 # it, about four Python frames a level).
@@ -139,6 +150,7 @@ class Group:
         self.params: dict[int, Instruction] = {}   # operands from outside (not constants: copied in)
         self.external_users: dict[int, Instruction] = {}
         self.clones: dict[int, Instruction] = {}    # original's id -> its copy in this group
+        self.origin: dict[int, Instruction] = {}    # copy's id -> its original
         # Per member: the index maps (hashed paths of index-changing reads from an output) at
         # which the kernel evaluates it, and its distance from the outputs.
         self.maps: dict[int, frozenset] = {id(seed): ROOT_MAPS}
@@ -213,7 +225,24 @@ def read_maps(user: Instruction, operand: Instruction, maps: frozenset) -> froze
     """The maps at which ``operand`` is evaluated for ``user`` evaluated at ``maps``."""
     if same_index(user, operand):
         return maps
+    if user.opcode == "slice" and not user.shape.is_tuple and all(s.stride == 1 for s in user.attrs["slice"]):
+        # A shifted window: the operand is read at the user's position plus the starts.  Maps
+        # are then offsets, so two paths to the same neighbour (``lap[1:] - lap[:-1]`` read
+        # through two differences) count as one position, evaluated once.
+        starts = tuple(s.start for s in user.attrs["slice"])
+        return frozenset(_shifted(t, starts) for t in maps)
     return frozenset(hash((t, id(user))) for t in maps)
+
+
+def _shifted(t, starts: tuple):
+    """Map ``t`` (0: the output's own index; a tuple: an offset from it; else opaque) moved by
+    ``starts``."""
+    if t == 0:
+        t = (0,) * len(starts)
+    if not isinstance(t, tuple) or len(t) != len(starts):
+        return hash((t, starts))
+    moved = tuple(a + b for a, b in zip(t, starts))
+    return 0 if not any(moved) else moved
 
 
 def index_maps(members: list[Instruction], ids: set[int], outputs: set[int], users) -> tuple[dict, dict, dict]:
@@ -235,22 +264,57 @@ def index_maps(members: list[Instruction], ids: set[int], outputs: set[int], use
     return maps, depth, reads
 
 
+def recompute_flops(instr: Instruction) -> int:
+    """Flops one more evaluation of ``instr`` per element costs: none for what only moves or
+    picks values (a slice, broadcast, transpose...: the kernel reads another position), one for
+    plain arithmetic, ``EXPENSIVE_FLOPS`` for transcendentals, divisions and reductions (a
+    kernel holds a reduction's result per outer index: more maps of it are more reads of the
+    held value and of its neighbours' rows, not its whole extent again)."""
+    op = instr.opcode
+    if op in EXPENSIVE:
+        return EXPENSIVE_FLOPS
+    if op in ELEMENTWISE and op not in ("convert", "copy", "bitcast-convert"):
+        return 1
+    return 0
+
+
+def _leaf(instr: Instruction):
+    return instr.shape.elements[0] if instr.shape.is_tuple else instr.shape
+
+
+def traffic_flops(instr: Instruction) -> int:
+    """What writing ``instr``'s value once and reading it back costs, in flops per element."""
+    return FLOPS_PER_BYTE * 2 * max(1, _leaf(instr).dtype.itemsize)
+
+
 def cost_reason(p: Instruction, maps: frozenset, depth: int) -> str | None:
     """Why ``p`` evaluated at ``maps`` (``depth`` below an output) is too costly, or None."""
     if p.opcode == "dynamic-update-slice" and len(maps) > 1:
         return ("an updated array read at several positions is written once by its own kernel "
                 "(recomputing the update for each read multiplies the work)")
-    if len(maps) > RECOMPUTE_LIMIT:
-        return (f"{p.opcode} would be recomputed at {len(maps)} positions per element (more than "
-                f"{RECOMPUTE_LIMIT}: a chain of stencil steps fuses one step per kernel)")
+    if len(maps) > MAX_MAPS:
+        return f"{p.opcode} would be evaluated at {len(maps)} positions per element (more than {MAX_MAPS})"
+    extra, saved = (len(maps) - 1) * recompute_flops(p), traffic_flops(p)
+    if extra > saved:
+        return (f"{p.opcode} would be recomputed at {len(maps)} positions per element: {extra} flops more, "
+                f"against {saved} for writing it once and reading it back")
     if depth > MAX_DEPTH:
         return f"the kernel's chain of operations would be deeper than {MAX_DEPTH}"
     return None
 
 
+def read_cost_reason(o: Instruction, maps: frozenset) -> str | None:
+    """Why a kernel reading the array ``o`` at ``maps`` is too costly, or None.  The reads are
+    loads from the cache after the first; keeping the reader of one of them out of the kernel
+    saves no traffic (a slice left out is a copy written and read back), so only the emitter's
+    bound applies: what is computed from the reads is charged by ``cost_reason``."""
+    if len(maps) > MAX_MAPS:
+        return f"the kernel would read %{o.name} at {len(maps)} positions per element (more than {MAX_MAPS})"
+    return None
+
+
 def squeeze(dims) -> tuple[int, ...]:
     return tuple(n for n in dims if n != 1)
-
 
 
 class Legality:
@@ -362,7 +426,7 @@ class Legality:
                 exported = True
         if exported or not maps:
             maps = maps | ROOT_MAPS
-        reason = cost_reason(x, maps, depth)
+        reason = cost_reason(x, self._with_twin(group, x, maps), depth)
         if reason is not None:
             return reason
         pending = {id(x): (maps, depth)}
@@ -377,17 +441,16 @@ class Legality:
                         continue                # (constants are copied in; scalars read once)
                     old = reads.get(id(o)) or group.reads.get(id(o), frozenset())
                     new = old | read_maps(y, o, ym)
-                    if len(new) > RECOMPUTE_LIMIT:
-                        return (f"the kernel would read %{o.name} at {len(new)} positions per element "
-                                f"(more than {RECOMPUTE_LIMIT}: a chain of stencil steps fuses one step "
-                                "per kernel)")
+                    reason = read_cost_reason(o, new)
+                    if reason is not None:
+                        return reason
                     reads[id(o)] = new
                     continue
                 om, od = pending.get(id(o)) or (group.maps[id(o)], group.depth[id(o)])
                 nm, nd = om | read_maps(y, o, ym), max(od, yd + 1)
                 if nm == om and nd == od:
                     continue
-                reason = cost_reason(o, nm, nd)
+                reason = cost_reason(o, self._with_twin(group, o, nm), nd)
                 if reason is not None:
                     return reason
                 pending[id(o)] = (nm, nd)
@@ -399,6 +462,15 @@ class Legality:
             return f"the kernel would hold more than {MAX_MEMBERS} instructions"
         self._pending = (group, pending, values, reads)
         return None
+
+    @staticmethod
+    def _with_twin(group: Group, x: Instruction, maps: frozenset) -> frozenset:
+        """``maps`` with those of ``x``'s twin in ``group`` (its copy, or the original of a
+        copy): the fused computation's CSE makes the two one value evaluated at both."""
+        twin = group.clones.get(id(x)) or group.origin.get(id(x))
+        if twin is not None and id(twin) in group.ids:
+            return maps | group.maps.get(id(twin), frozenset())
+        return maps
 
     def _commit_cost(self, group: Group) -> None:
         pending_group, pending, values, reads = self._pending

@@ -51,8 +51,25 @@ _NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
 _controls: list = []          # [(get, set)] once looked up; [None] when there is none
 
 
+def openblas_libraries() -> list[ctypes.CDLL]:
+    """The OpenBLAS libraries mapped into the process (NumPy's), opened; empty elsewhere."""
+    try:
+        import numpy as np  # noqa: F401  (NumPy's BLAS must be loaded first)
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
+    except OSError:
+        return []
+    libs = []
+    for path in sorted(paths):
+        try:
+            libs.append(ctypes.CDLL(path))
+        except OSError:
+            continue
+    return libs
+
+
 def _find() -> tuple[Callable, Callable] | None:
-    for lib in _openblas_libraries():
+    for lib in openblas_libraries():
         for name in _NAMES:
             setter = getattr(lib, name, None)
             getter = getattr(lib, name.replace("set_num", "get_num"), None)
@@ -60,22 +77,6 @@ def _find() -> tuple[Callable, Callable] | None:
                 setter.argtypes, setter.restype, getter.restype = [ctypes.c_int], None, ctypes.c_int
                 return getter, setter
     return None
-
-
-def _openblas_libraries() -> list[ctypes.CDLL]:
-    try:
-        import numpy as np  # noqa: F401  (NumPy's BLAS must be loaded first)
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
-    except OSError:
-        return []
-    libraries = []
-    for path in sorted(paths):
-        try:
-            libraries.append(ctypes.CDLL(path))
-        except OSError:
-            continue
-    return libraries
 
 
 _gemms: list = []
@@ -87,7 +88,7 @@ def gemm_addresses() -> tuple[int, int, int, int] | None:
     int64 sizes), or None."""
     if not _gemms:
         found = None
-        for lib in _openblas_libraries():
+        for lib in openblas_libraries():
             for prefix in ("scipy_cblas_", "cblas_"):
                 fns = [getattr(lib, f"{prefix}{name}64_", None) for name in ("dgemm", "sgemm", "dgemv", "sgemv")]
                 if all(f is not None for f in fns):
@@ -107,7 +108,7 @@ def gesv_addresses() -> tuple[int, int, int, int] | None:
     native loops' linear solves), or None."""
     if not _gesvs:
         found = None
-        for lib in _openblas_libraries():
+        for lib in openblas_libraries():
             for prefix in ("scipy_LAPACKE_", "LAPACKE_"):
                 fns = [getattr(lib, f"{prefix}{t}gesv64_", None) for t in "sdcz"]
                 if all(f is not None for f in fns):
