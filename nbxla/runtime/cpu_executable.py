@@ -234,7 +234,7 @@ class CpuExecutable:
         if structural is not None:
             return structural
         rule_thunk = self._rule_thunk(instr)
-        if op in ("sort", "convolution", "custom-call"):
+        if op in ("sort", "convolution", "custom-call", "topk"):
             thunk, why = library_thunk(instr, rule_thunk)
             if thunk is not None:
                 self.library_calls[instr.name] = op
@@ -442,8 +442,8 @@ class CpuExecutable:
             return f"library call: {thunk.how} (NumPy's BLAS{threads})"
         if instr.name in self.library_calls:
             return {"sort": "library call: NumPy's stable argsort/lexsort",
-                    "convolution": f"library call: {getattr(thunk, 'how', 'BLAS GEMM')}",
-                    "custom-call": f"library call: {getattr(thunk, 'how', 'LAPACK')}"}[instr.opcode]
+                    "convolution": f"library call: {getattr(thunk, 'how', 'BLAS GEMM')}"}.get(
+                instr.opcode, f"library call: {getattr(thunk, 'how', 'LAPACK')}")
         if instr.opcode in ("while", "conditional", "call"):
             names = ", ".join(f"%{c.name}" for c in program_callees(instr))
             if isinstance(thunk, NativeLoopThunk):
@@ -498,7 +498,7 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
     taken, out = set(), []
     for comp in computations:
         for instr in comp.instructions:
-            if instr.opcode != "fusion" and instr.opcode not in OWN_KERNEL:
+            if instr.opcode != "fusion" and instr.opcode not in OWN_KERNEL and not _dot_without_library(instr):
                 continue
             base = symbol = "nbxla_" + instr.name.replace(".", "_").replace("-", "_")
             suffix = 2
@@ -507,6 +507,12 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
             taken.add(symbol)
             out.append((symbol, instr))
     return out
+
+
+def _dot_without_library(instr: Instruction) -> bool:
+    """A dot no library call takes (integer, f16 or mixed element types): the native dot kernel
+    (codegen/dot_kernels.py) computes it instead of the evaluator."""
+    return instr.opcode == "dot" and not DotThunk.applies(instr) and not WidenedDotThunk.applies(instr)
 
 
 def _kernel_computation(instr: Instruction) -> Computation:

@@ -69,6 +69,10 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
         return _CholeskyThunk(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == MASKED_DOT_TARGET:
         return MaskedDotThunk(instr), None
+    if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == "TopK":
+        return _top_k_thunk(instr, fallback)
+    if instr.opcode == "topk":
+        return _TopKOpThunk(instr), None
     return None, None
 
 
@@ -340,6 +344,58 @@ class _SortThunk:
                 return None
             columns += ascending
         return columns
+
+
+def _top_k_thunk(instr: Instruction, fallback: Callable):
+    comparator = instr.attrs["called_computations"][0]
+    try:
+        keys = _ordered_keys(comparator.root)
+        for key in keys:
+            _check_key_expression(key.expr)
+    except _NotRecognized as e:
+        return None, f"TopK comparator %{comparator.name} is not a recognized key order ({e}); " \
+                     "it runs through the evaluator's merge sort"
+    return _TopKThunk(instr, keys, fallback), None
+
+
+class _TopKThunk:
+    """XLA:CPU's ``TopK`` custom call: the rows stably sorted by the comparator's recognized
+    keys (as ``_SortThunk``), the first k kept with their positions.  NaN keys under a plain
+    float comparison go to the evaluator's rule, as a sort's do."""
+    how = "NumPy's stable argsort by the TopK comparator's keys, first k kept"
+
+    def __init__(self, instr: Instruction, keys: list[_Key], fallback: Callable):
+        self.keys, self.fallback = keys, fallback
+        self.k = instr.shape.elements[0].dims[-1]
+        self.interpreter = Interpreter()
+
+    def __call__(self, operands: list[np.ndarray]):
+        (x,) = operands
+        columns = []
+        with np.errstate(all="ignore"):
+            for key in self.keys:
+                values = np.broadcast_to(_evaluate_key(key.expr, [x], self.interpreter), x.shape)
+                ascending = _ascending_columns(values, key)
+                if ascending is None:
+                    return self.fallback(operands)
+                columns += ascending
+        perm = np.lexsort(columns[::-1], axis=-1) if len(columns) > 1 else \
+            np.argsort(columns[0], axis=-1, kind="stable")
+        perm = np.ascontiguousarray(perm[..., :self.k])
+        return np.take_along_axis(x, perm, -1), perm.astype(np.int32)
+
+
+class _TopKOpThunk:
+    """The ``topk`` op: its reference rule, which is already whole-array NumPy (total-order
+    keys, one stable argsort per call): nothing to gain from a second copy."""
+    how = "NumPy's stable argsort on total-order keys, first k kept"
+
+    def __init__(self, instr: Instruction):
+        self.instr, self.interpreter = instr, Interpreter()
+
+    def __call__(self, operands):
+        values, positions = RULES["topk"](self.instr, operands, self.interpreter)
+        return np.ascontiguousarray(values), np.ascontiguousarray(positions)
 
 
 def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
