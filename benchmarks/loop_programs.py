@@ -27,8 +27,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import nbxla  # noqa: E402
-from nbxla.examples import (cholesky, durbin, gramschmidt, histogram_fill, iir_filter, jacobi_2d, lu,  # noqa: E402
-                            newton_sqrt, seidel_2d, trisolv)
+from nbxla.examples import (cholesky, contour_integral, correlation, covariance, crc16, durbin,  # noqa: E402
+                            floyd_warshall, go_fast, gramschmidt, gramschmidt_outer, histogram_fill, iir_filter,
+                            jacobi_2d, lu, newton_sqrt, seidel_2d, symm, syr2k, trisolv, trmm)
 from nbxla.runtime.cache import DEFAULT_CACHE  # noqa: E402
 
 
@@ -37,11 +38,40 @@ def _spd(rng, n):
     return a @ a.T + n * np.eye(n)
 
 
+def _floyd_paths(n):
+    """npbench's initialization: int32 distances, 999 for missing edges."""
+    i, j = np.indices((n, n))
+    path = (i * j % 7 + 1).astype(np.int32)
+    path[((i + j) % 13 == 0) | ((i + j) % 7 == 0) | ((i + j) % 11 == 0)] = 999
+    return path
+
+
+def _contour(rng, NR, NM, points):
+    ham = rng.random((3, NR, NR)) + 1j * rng.random((3, NR, NR))
+    radii = np.r_[np.full(points // 2, 0.8), np.full(points - points // 2, 1.2)]
+    pts = np.exp(1j * np.linspace(0, 2 * np.pi, points)) * radii
+    return NR, NM, 2, ham, pts, rng.random((NR, NM)) + 1j * rng.random((NR, NM))
+
+
 def programs(quick: bool):
     rng = np.random.default_rng(0)
     s = (lambda big, small: small if quick else big)
     n = s(120, 30)
+    M, N = s(500, 40), s(600, 50)
     return {
+        # (npbench's "S" sizes where known; the loop shapes of issue 30)
+        "correlation": (correlation, lambda: (M, float(N), rng.random((N, M)))),
+        "covariance": (covariance, lambda: (M, float(N), rng.random((N, M)))),
+        "floyd_warshall": (floyd_warshall, lambda: (_floyd_paths(s(200, 20)),)),
+        "gramschmidt_outer": (gramschmidt_outer, lambda: (rng.random((s(240, 24), s(200, 20))),)),
+        "contour_integral": (contour_integral, lambda: _contour(rng, s(50, 10), s(150, 30), s(32, 8))),
+        "symm": (symm, lambda: (1.5, 1.2, rng.random((s(60, 12), s(80, 14))), rng.random((s(60, 12),) * 2),
+                                rng.random((s(60, 12), s(80, 14))))),
+        "syr2k": (syr2k, lambda: (1.5, 1.2, rng.random((s(70, 12),) * 2), rng.random((s(70, 12), s(50, 10))),
+                                  rng.random((s(70, 12), s(50, 10))))),
+        "trmm": (trmm, lambda: (1.5, rng.random((s(60, 12),) * 2), rng.random((s(60, 12), s(80, 14))))),
+        "go_fast": (go_fast, lambda: (rng.random((s(2000, 100),) * 2),)),
+        "crc16": (crc16, lambda: (rng.integers(0, 256, s(1000, 50)).astype(np.uint8),)),
         "cholesky": (cholesky, lambda: (_spd(rng, n),)),
         "lu": (lu, lambda: (_spd(rng, n),)),
         "trisolv": (trisolv, lambda: (np.tril(rng.random((s(400, 40),) * 2)) + s(400, 40) * np.eye(s(400, 40)),

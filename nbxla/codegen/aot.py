@@ -229,12 +229,13 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
                      list(kernels.names), files)
 
 
-def compile_shared_library(entries: dict[str, Computation], path: str, *, parallel_threshold: int) -> None:
+def compile_shared_library(entries: dict[str, Computation], path: str, *, parallel_threshold: int,
+                           host_lapack: bool = False) -> None:
     """Write the shared library ``path`` exporting ``int NAME(args..., results...)`` for each
     computation of an optimized module in ``entries`` (the jit's native loops: one library, one
     C compiler run, for all the loops of a module)."""
     cc = find_tool("cc")
-    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold)
+    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack)
     with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
         kernels_o, driver_c = os.path.join(tmp, "kernels.o"), os.path.join(tmp, "driver.c")
         with open(kernels_o, "wb") as f:
@@ -245,12 +246,13 @@ def compile_shared_library(entries: dict[str, Computation], path: str, *, parall
               kernels_o, "-o", path, "-lm", "-lpthread"], "compiling the driver")
 
 
-def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_threshold: int):
+def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_threshold: int,
+           host_lapack: bool = False):
     """(target machine, optimized LLVM module of the kernels, the kernel source, the driver's C
     with an entry point per computation, their programs)."""
     tm = _target_machine(cpu)
     kernels = _Kernels(prefix, llvm.get_process_triple())
-    driver = Driver(prefix, kernels, parallel_threshold)
+    driver = Driver(prefix, kernels, parallel_threshold, host_lapack)
     programs = [driver.program(comp) for comp in entries.values()]
     kernels.module.data_layout = str(tm.target_data)
     mod = llvm.parse_assembly(str(kernels.module))

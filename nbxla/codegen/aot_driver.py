@@ -126,8 +126,11 @@ class Program:
 class Driver:
     """Builds the C functions of every program reached from the entry."""
 
-    def __init__(self, prefix: str, kernels: KernelSource, parallel_threshold: int):
+    def __init__(self, prefix: str, kernels: KernelSource, parallel_threshold: int, host_lapack: bool = False):
+        """``host_lapack``: the library will be loaded by the jit runtime, which hands it
+        NumPy's LAPACK (``nbxla_set_lapack``); an AOT object has none."""
         self.prefix, self.kernels, self.threshold = prefix, kernels, parallel_threshold
+        self.host_lapack = host_lapack
         self.programs: dict[int, Program] = {}
         self.order: list[Program] = []                 # callees before callers
         self.count = 0

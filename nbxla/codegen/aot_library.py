@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import AotError
 from ..hlo.attributes import WindowDim
 from ..hlo.evaluator_common import label
-from ..hlo.evaluator_linalg import lapack_uplo
+from ..hlo.evaluator_linalg import MASKED_DOT_TARGET, SOLVE_TARGET, lapack_uplo, masked_dot_axes
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape
 from .elemental import row_major_strides
@@ -24,7 +24,8 @@ from .toolkit import product
 ALIGN = 64
 _GEMM_TYPES = {"f32", "f64", "c64", "c128", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
 # custom-call targets with a C implementation -> the method that emits the call
-CUSTOM_CALLS = {"lapack_spotrf_ffi": "_potrf", "lapack_dpotrf_ffi": "_potrf", "TopK": "_topk_call"}
+CUSTOM_CALLS = {"lapack_spotrf_ffi": "_potrf", "lapack_dpotrf_ffi": "_potrf", "TopK": "_topk_call",
+                MASKED_DOT_TARGET: "_masked_dot", SOLVE_TARGET: "_solve"}
 
 
 def align_up(n: int) -> int:
@@ -268,6 +269,56 @@ class LibrarySteps:
         self.lines.append(f"nbxla_potrf_{t}({self._array(a)}, {factor}, {info}, {product(a.shape.dims[:-2])}, {n}, "
                           f"{lower}, (double *){self.local_place()});")
         self._region(8 * n * n)
+
+    def _masked_dot(self, instr: Instruction) -> None:
+        """``nbxla_masked_dot`` of matmul form (lhs [m, k] or [k], rhs [k, n] or [k], both in the
+        result type): the window {m0, m1, k0, k1, n0, n1} from the run-time bounds (each clamped
+        to its axis; the contracted axis where both operands' masks hold), then one call."""
+        lhs, rhs = instr.operands[:2]
+        t = instr.shape.element_type
+        if t not in ("f32", "f64", "c64", "c128") or lhs.shape.element_type != t or rhs.shape.element_type != t \
+                or not 1 <= lhs.shape.rank <= 2 or not 1 <= rhs.shape.rank <= 2 \
+                or tuple(instr.attrs.get("lhs_contracting_dims", ())) != (lhs.shape.rank - 1,) \
+                or tuple(instr.attrs.get("rhs_contracting_dims", ())) != (0,):
+            raise AotError(f"{label(instr)}: {MASKED_DOT_TARGET} has a C implementation only for "
+                           "matmul-form f32/f64/c64/c128 operands of rank 1 or 2")
+        m = lhs.shape.dims[0] if lhs.shape.rank == 2 else 1
+        k = lhs.shape.dims[-1]
+        n = rhs.shape.dims[1] if rhs.shape.rank == 2 else 1
+        # the window entry each masked axis narrows: lhs rows, lhs k, rhs k, rhs columns
+        entry = {0: 0} if lhs.shape.rank == 2 else {}
+        entry[lhs.shape.rank - 1] = 2
+        entry[lhs.shape.rank] = 2
+        if rhs.shape.rank == 2:
+            entry[lhs.shape.rank + 1] = 4
+        lines = [f"int64_t r[6] = {{0, {m}, 0, {k}, 0, {n}}}, lo, hi;"]
+        for j, axis in enumerate(masked_dot_axes(instr)):
+            e, size = entry[axis], (m, k, n)[entry[axis] // 2]
+            lo, hi = (f"*(const int64_t *){self._array(b)}" for b in instr.operands[2 + 2 * j:4 + 2 * j])
+            lines += [f"lo = {lo}; hi = {hi};",
+                      f"lo = lo < 0 ? 0 : lo > {size} ? {size} : lo; hi = hi < 0 ? 0 : hi > {size} ? {size} : hi;",
+                      f"if (lo > r[{e}]) r[{e}] = lo;", f"if (hi < r[{e + 1}]) r[{e + 1}] = hi;"]
+        self.lines += ["{"] + ["    " + line for line in lines] + [
+            f"    nbxla_masked_dot_{t}({self._array(lhs)}, {self._array(rhs)}, {self._array(instr)}, {m}, {k}, {n}, r);",
+            "}"]
+
+    def _solve(self, instr: Instruction) -> None:
+        """``nbxla_linalg_solve`` through the LAPACKE ``?gesv`` the jit runtime hands a native
+        loop library (an AOT object has none: refused here, at build time)."""
+        if not self.driver.host_lapack:
+            raise AotError(f"{label(instr)}: {SOLVE_TARGET} needs LAPACK, which only the jit's native "
+                           "loops have (NumPy's); an ahead-of-time object has none")
+        a, b = instr.operands
+        t = instr.shape.element_type
+        kinds = {"f32": 0, "f64": 1, "c64": 2, "c128": 3}
+        if t not in kinds or a.shape.element_type != t or b.shape.element_type != t:
+            raise AotError(f"{label(instr)}: {SOLVE_TARGET} of {t} has no native implementation")
+        n, nrhs = a.shape.dims[-1], b.shape.dims[-1]
+        batch = product(a.shape.dims[:-2])
+        esize = instr.shape.dtype.itemsize
+        self.lines.append(f"if ((rc = nbxla_solve({kinds[t]}, {self._array(a)}, {self._array(b)}, {self._array(instr)}, "
+                          f"{batch}, {n}, {nrhs}, {esize}, (char *){self._local()}))) return rc;")
+        self._region(n * n * esize + 8 * n)
 
     def _topk_call(self, instr: Instruction) -> None:
         """XLA:CPU's ``TopK`` custom call: (x, positions) sorted by its comparator, first k kept."""

@@ -13,6 +13,11 @@
  *    the evaluator).
  *  - nbxla_fft: a direct DFT in double precision (the jit: the evaluator, NumPy's FFT).
  *  - nbxla_potrf: LAPACK's Cholesky custom call (the jit: the evaluator, NumPy's cholesky).
+ *  - nbxla_solve: ``nbxla_linalg_solve`` through NumPy's LAPACKE ?gesv, only in the jit's native
+ *    loops (nbxla_set_lapack; an AOT object has no LAPACK and refuses the call when built).
+ *  - nbxla_masked_dot: ``nbxla_masked_dot``, a dot of sub-matrices at run-time sizes: through
+ *    NumPy's OpenBLAS where the jit runtime hands its dgemm/sgemm over (nbxla_set_blas), in
+ *    plain C otherwise (and always in AOT objects, which must not depend on NumPy).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -246,6 +251,124 @@ NBXLA_GEMM(nbxla_gemm_u8, uint8_t, uint32_t)
 NBXLA_GEMM(nbxla_gemm_u16, uint16_t, uint32_t)
 NBXLA_GEMM(nbxla_gemm_u32, uint32_t, uint32_t)
 NBXLA_GEMM(nbxla_gemm_u64, uint64_t, uint64_t)
+
+/* cblas_?gemm / cblas_?gemv of an OpenBLAS with 64-bit integers (NumPy's scipy-openblas64): set
+ * by the jit runtime after loading a native loop library; NULL in AOT objects. */
+typedef void (*nbxla_dgemm_fn)(int, int, int, int64_t, int64_t, int64_t, double, const double *, int64_t,
+                               const double *, int64_t, double, double *, int64_t);
+typedef void (*nbxla_sgemm_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                               const float *, int64_t, float, float *, int64_t);
+typedef void (*nbxla_dgemv_fn)(int, int, int64_t, int64_t, double, const double *, int64_t, const double *,
+                               int64_t, double, double *, int64_t);
+typedef void (*nbxla_sgemv_fn)(int, int, int64_t, int64_t, float, const float *, int64_t, const float *,
+                               int64_t, float, float *, int64_t);
+static nbxla_dgemm_fn nbxla_blas_dgemm;
+static nbxla_sgemm_fn nbxla_blas_sgemm;
+static nbxla_dgemv_fn nbxla_blas_dgemv;
+static nbxla_sgemv_fn nbxla_blas_sgemv;
+
+void nbxla_set_blas(void *dgemm, void *sgemm, void *dgemv, void *sgemv) {
+    nbxla_blas_dgemm = (nbxla_dgemm_fn)dgemm;
+    nbxla_blas_sgemm = (nbxla_sgemm_fn)sgemm;
+    nbxla_blas_dgemv = (nbxla_dgemv_fn)dgemv;
+    nbxla_blas_sgemv = (nbxla_sgemv_fn)sgemv;
+}
+
+/* LAPACKE_?gesv (row-major, 64-bit integers) of s, d, c, z: set with nbxla_set_lapack. */
+typedef int64_t (*nbxla_gesv_fn)(int, int64_t, int64_t, void *, int64_t, int64_t *, void *, int64_t);
+static nbxla_gesv_fn nbxla_lapack_gesv[4];
+
+void nbxla_set_lapack(void *s, void *d, void *c, void *z) {
+    nbxla_lapack_gesv[0] = (nbxla_gesv_fn)s;
+    nbxla_lapack_gesv[1] = (nbxla_gesv_fn)d;
+    nbxla_lapack_gesv[2] = (nbxla_gesv_fn)c;
+    nbxla_lapack_gesv[3] = (nbxla_gesv_fn)z;
+}
+
+/* x[s] = solve(a[s], b[s]) for each of ``batch`` systems (a: n x n, b and x: n x nrhs, row-major,
+ * elements of ``esize`` bytes); ``work`` has room for n * n elements and n int64 pivots.
+ * Returns 0, 2 for a singular matrix (NumPy raises LinAlgError), 3 without LAPACK. */
+static int nbxla_solve(int kind, const char *a, const char *b, char *x, int64_t batch, int64_t n, int64_t nrhs,
+                       int64_t esize, char *work) {
+    nbxla_gesv_fn gesv = nbxla_lapack_gesv[kind];
+    if (gesv == NULL) return 3;
+    int64_t *pivots = (int64_t *)(work + n * n * esize);
+    for (int64_t s = 0; s < batch; s++) {
+        memcpy(work, a + s * n * n * esize, (size_t)(n * n * esize));
+        memcpy(x + s * n * nrhs * esize, b + s * n * nrhs * esize, (size_t)(n * nrhs * esize));
+        if (n == 0 || nrhs == 0) continue;
+        int64_t info = gesv(101, n, nrhs, work, n, pivots, x + s * n * nrhs * esize, nrhs);
+        if (info > 0) return 2;
+        if (info < 0) return 3;
+    }
+    return 0;
+}
+
+/* Below this many multiply-adds a sub-matrix product runs in C: a BLAS call costs more than
+ * the work (a dot of two short vectors in a Cholesky's inner loop). */
+#define NBXLA_BLAS_MIN_WORK 4096
+
+/* c (m x n, row-major) = a (m x k) @ b (k x n), read only in the window r = {m0, m1, k0, k1, n0,
+ * n1} (run-time bounds, already clamped); c is zero outside rows [m0, m1) x columns [n0, n1). */
+#define NBXLA_MASKED_DOT(NAME, T, GEMM_CALL)                                                       \
+    static void NAME(const T *a, const T *b, T *c, int64_t m, int64_t k, int64_t n, const int64_t *r) { \
+        int64_t m0 = r[0], m1 = r[1], k0 = r[2], k1 = r[3], n0 = r[4], n1 = r[5];                  \
+        memset(c, 0, (size_t)(m * n) * sizeof(T));                                                \
+        if (m1 <= m0 || n1 <= n0 || k1 <= k0) return;                                             \
+        int64_t work = (m1 - m0) * (n1 - n0) * (k1 - k0);                                         \
+        if (work >= NBXLA_BLAS_MIN_WORK && (m1 - m0 > 1 || n1 - n0 > 1)) {                        \
+            GEMM_CALL /* (returns when there is a BLAS) */                                        \
+        }                                                                                         \
+        for (int64_t i = m0; i < m1; i++) {                                                       \
+            const T *ai = a + i * k;                                                              \
+            T *ci = c + i * n;                                                                    \
+            if (n1 - n0 == 1) { /* a dot product: four partial sums, as the GEMM's vector form */ \
+                const T *bj = b + n0;                                                             \
+                T acc[4] = {0, 0, 0, 0};                                                          \
+                int64_t p = k0;                                                                   \
+                if (n == 1) { /* (a vector: unit stride, which the compiler can see) */          \
+                    for (; p + 4 <= k1; p += 4)                                                   \
+                        for (int q = 0; q < 4; q++) acc[q] += ai[p + q] * bj[p + q];              \
+                } else {                                                                          \
+                    for (; p + 4 <= k1; p += 4)                                                   \
+                        for (int q = 0; q < 4; q++) acc[q] += ai[p + q] * bj[(p + q) * n];        \
+                }                                                                                 \
+                for (; p < k1; p++) acc[0] += ai[p] * bj[p * n];                                  \
+                ci[n0] = (acc[0] + acc[1]) + (acc[2] + acc[3]);                                   \
+                continue;                                                                         \
+            }                                                                                     \
+            for (int64_t p = k0; p < k1; p++) { /* rows of b scaled and added: vectorized */      \
+                T ap = ai[p];                                                                     \
+                const T *bp = b + p * n;                                                          \
+                for (int64_t j = n0; j < n1; j++) ci[j] += ap * bp[j];                            \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+/* row-major (101), no transposes (111), transposed (112): the window's corner and the full
+ * rows' strides.  A window of one row or one column is a GEMV (as NumPy calls it: GEMM kernels
+ * pack their operands, which costs more than the product there). */
+#define NBXLA_BLAS_WINDOW(GEMM, GEMV, ONE, ZERO)                                                  \
+    if (GEMV != NULL && m1 - m0 == 1) { /* row vector @ matrix: (b's window)^T @ a's row */       \
+        GEMV(101, 112, k1 - k0, n1 - n0, ONE, b + k0 * n + n0, n, a + m0 * k + k0, 1, ZERO,       \
+             c + m0 * n + n0, 1);                                                                 \
+        return;                                                                                   \
+    }                                                                                             \
+    if (GEMV != NULL && n1 - n0 == 1) { /* matrix @ column vector */                              \
+        GEMV(101, 111, m1 - m0, k1 - k0, ONE, a + m0 * k + k0, k, b + k0 * n + n0, n, ZERO,       \
+             c + m0 * n + n0, n);                                                                 \
+        return;                                                                                   \
+    }                                                                                             \
+    if (GEMM != NULL) {                                                                           \
+        GEMM(101, 111, 111, m1 - m0, n1 - n0, k1 - k0, ONE, a + m0 * k + k0, k, b + k0 * n + n0, n, \
+             ZERO, c + m0 * n + n0, n);                                                           \
+        return;                                                                                   \
+    }
+
+NBXLA_MASKED_DOT(nbxla_masked_dot_f64, double, NBXLA_BLAS_WINDOW(nbxla_blas_dgemm, nbxla_blas_dgemv, 1.0, 0.0))
+NBXLA_MASKED_DOT(nbxla_masked_dot_f32, float, NBXLA_BLAS_WINDOW(nbxla_blas_sgemm, nbxla_blas_sgemv, 1.0f, 0.0f))
+NBXLA_MASKED_DOT(nbxla_masked_dot_c128, double complex, ;)
+NBXLA_MASKED_DOT(nbxla_masked_dot_c64, float complex, ;)
 
 /* A direct convolution, as the evaluator defines it: output (b, o, spatial...) sums
  * x[b + bg*n_out, g*cpg + c, position] * w[o, c, kernel index] over the cpg input features of

@@ -55,6 +55,17 @@ class KernelBuffers:
             raw = b.load(b.gep(arg, [const_i64(k)]))
             self.ptrs.append(b.bitcast(raw, storage_type(shape.element_type).as_pointer()))
         self.shapes = shapes
+        self.entry, self.scalars = b.block, {}
+
+    def scalar(self, b, k: int) -> ir.Value:
+        """The value of the rank-0 buffer ``k``, loaded once in the entry block.  Why: LLVM
+        cannot tell the kernel's stores from that buffer (all pointers come from one array),
+        so a load in the loop stays there, with the index clamping it feeds -- a dynamic
+        slice at a loop index kept Floyd-Warshall's min-plus kernel scalar (8 ns an element)."""
+        if k not in self.scalars:
+            with b.goto_block(self.entry):
+                self.scalars[k] = self.load(b, k, const_i64(0))
+        return self.scalars[k]
 
     def load(self, b, k: int, offset) -> ir.Value:
         if is_complex(self.shapes[k].element_type):
@@ -169,6 +180,9 @@ class LinearEmitter(ElementalEmitter):
 
 
 def load_at(b, bufs, k, dims, index):
+    """Element ``index`` of input ``k`` (an operand of the kernel, read before it stores)."""
+    if not dims:
+        return bufs.scalar(b, k)
     return bufs.load(b, k, linear_index(b, index, dims))
 
 

@@ -19,6 +19,8 @@ import numpy as np
 
 from ..errors import NotCompilableError
 from ..hlo import Shape
+from ..hlo.evaluator_linalg import MASKED_DOT_TARGET
+from ..hlo.shapes import from_numpy_dtype
 from .index_tracer import IndexTracer, affine_key, is_int, plain, value_range
 from .registry import ENTRY_POINTS
 from .rules import asarray, broadcast_to, compare, convert, emit, like, make_view, reshape, select
@@ -240,7 +242,7 @@ def dynamic_getitem(x: Tracer, key: tuple) -> Tracer:
     if any(m is not None for m in masks):
         data = plan.read(x)
         mask = _mask(x.ctx, data.shape, list(masks))
-        return MaskedTracer(x.ctx, select(mask, data, like(data, 0)).instr, masks)
+        return MaskedTracer(x.ctx, select(mask, data, like(data, 0)).instr, masks, raw=data)
     if all(d[0] == "int" for d in plan.dims):    # an element: a scalar copy, not a view
         return ScalarTracer(x.ctx, plan.read(x).instr)
     strides = [s for d, s in zip(plan.dims, x.strides) if d[0] != "int"]
@@ -256,12 +258,15 @@ def dynamic_setitem(x: Tracer, key: tuple, value) -> None:
 
 class MaskedTracer(Tracer):
     """A slice of dynamic length held at full length, zero outside its mask (see the module doc).
-    ``masks``: per axis None or ("mask", lo, hi, signature)."""
-    __slots__ = ("masks",)
+    ``masks``: per axis None or ("mask", lo, hi, signature).  ``raw``: for a slice read as it
+    is, the same values not zeroed outside the mask (a dot passes it whole to
+    ``nbxla_masked_dot``, which reads only the mask's part); None for a computed value."""
+    __slots__ = ("masks", "raw")
 
-    def __init__(self, ctx, instr, masks):
+    def __init__(self, ctx, instr, masks, raw=None):
         super().__init__(ctx, instr)
         self.masks = tuple(masks)
+        self.raw = raw
 
     def _sig(self):
         return tuple(None if m is None else m[3] for m in self.masks)
@@ -284,7 +289,8 @@ class MaskedTracer(Tracer):
         raise self._refuse("iteration")
 
     def astype(self, dtype, *args, **kwargs):
-        return MaskedTracer(self.ctx, convert(plain(self), dtype).instr, self.masks)
+        return MaskedTracer(self.ctx, convert(plain(self), dtype).instr, self.masks,
+                            raw=None if self.raw is None else convert(self.raw, dtype))
 
     def _masked_like(self, value: Tracer, masks) -> Tracer:
         if all(m is None for m in masks):
@@ -387,10 +393,43 @@ def _masked_matmul(a, b):
     if sig(ka) != sig(kb):
         raise (a if isinstance(a, MaskedTracer) else b)._refuse("matmul of slices whose lengths differ")
     out_masks = list(ma[:-1]) + ([] if _ndim(b) == 1 else [mb[-1]])
-    result = ENTRY_POINTS["matmul"](plain(a) if isinstance(a, Tracer) else a, plain(b) if isinstance(b, Tracer) else b)
+    result = _masked_dot_call(a, b)
+    if result is None:
+        result = ENTRY_POINTS["matmul"](plain(a) if isinstance(a, Tracer) else a,
+                                        plain(b) if isinstance(b, Tracer) else b)
     if any(m is not None for m in out_masks):
         return MaskedTracer(a.ctx if isinstance(a, Tracer) else b.ctx, result.instr, out_masks)
     return result
+
+
+def _masked_dot_call(a, b) -> Tracer | None:
+    """``a @ b`` (ranks 1-2, float or complex, not two vectors) as ``nbxla_masked_dot`` over the
+    slices' raw values and mask bounds: run at the slices' true lengths, not masked to full
+    length.  None where neither operand is a slice read as it is (``raw``), or otherwise."""
+    raws = [isinstance(v, MaskedTracer) and v.raw is not None for v in (a, b)]
+    if not any(raws) or _ndim(a) == _ndim(b) == 1:
+        # (two vectors: O(n) either way, and the masked product fuses into one reduction
+        # kernel with what feeds it -- faster in a Cholesky's inner loop than a call)
+        return None
+    dtype = np.result_type(*(v.dtype if isinstance(v, Tracer) else np.asarray(v).dtype for v in (a, b)))
+    if dtype.kind not in "fc" or dtype.itemsize < 4:
+        return None
+    ctx = a.ctx if isinstance(a, Tracer) else b.ctx
+    operands, axes, bounds = [], [], []
+    for v, raw, first in ((a, raws[0], 0), (b, raws[1], _ndim(a))):
+        if raw:
+            operands.append(convert(v.raw, dtype))
+            for axis, m in enumerate(v.masks):
+                if m is not None:
+                    axes.append(first + axis)
+                    bounds += [convert(asarray(ctx, _plain_int(bound)), np.int64) for bound in m[1:3]]
+        else:
+            operands.append(convert(plain(v) if isinstance(v, Tracer) else asarray(ctx, v), dtype))
+    lhs, rhs = operands
+    dims = lhs.shape[:-1] + (rhs.shape[1:] if rhs.ndim == 2 else ())
+    return emit(ctx, "custom-call", lhs, rhs, *bounds, shape=Shape(from_numpy_dtype(dtype), dims),
+                custom_call_target=MASKED_DOT_TARGET, lhs_contracting_dims=(lhs.ndim - 1,),
+                rhs_contracting_dims=(0,), dimensions=tuple(axes))
 
 
 def _masked_dot(a, b, out=None):
@@ -423,7 +462,7 @@ def _masked_outer(a, b, out=None):
 
 
 def _masked_copy(a, *args, **kwargs):
-    return MaskedTracer(a.ctx, a.instr, a.masks)
+    return MaskedTracer(a.ctx, a.instr, a.masks, raw=a.raw)
 
 
 _MASKED_FUNCTIONS = {

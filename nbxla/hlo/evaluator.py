@@ -24,7 +24,7 @@ from ..errors import EvaluationError, HloShapeError, NbxlaError
 from .evaluator_common import label
 from .evaluator_data import DATA_RULES
 from .evaluator_elementwise import ELEMENTWISE_RULES
-from .evaluator_linalg import LINALG_RULES, SOLVE_TARGET, lapack_potrf, linalg_solve
+from .evaluator_linalg import LINALG_RULES, MASKED_DOT_TARGET, SOLVE_TARGET, lapack_potrf, linalg_solve, masked_dot
 from .evaluator_reduce import REDUCE_RULES, topk_custom_call
 from .ir import Computation, Instruction, Module
 from .low_precision import Widener, computes_in_f32, widen_value
@@ -41,6 +41,8 @@ CUSTOM_CALL_TARGETS: dict[str, Callable] = {
     "TopK": topk_custom_call,
     # np.linalg.solve / inv (nbxla's own target; the CPU backend calls NumPy's LAPACK for it).
     SOLVE_TARGET: linalg_solve,
+    # a dot of index-dependent slices, at their true lengths (nbxla's own target)
+    MASKED_DOT_TARGET: masked_dot,
 }
 
 

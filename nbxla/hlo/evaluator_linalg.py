@@ -107,6 +107,9 @@ def lapack_uplo(instr) -> str:
 
 
 SOLVE_TARGET = "nbxla_linalg_solve"
+# A dot of slices whose lengths depend on a loop index (``A[i, :j] @ A[:j, j]``), the operands
+# passed whole (see masked_dot).
+MASKED_DOT_TARGET = "nbxla_masked_dot"
 # LAPACK's Cholesky through XLA's FFI, as JAX's CPU lowering names it (nbxla emits it too).
 POTRF_TARGETS = ("lapack_spotrf_ffi", "lapack_dpotrf_ffi")
 
@@ -119,6 +122,42 @@ def linalg_solve(instr, args, interp):
     if a.ndim < 2 or a.shape[-1] != a.shape[-2] or b.shape[-2:-1] != a.shape[-1:]:
         raise fail(instr, f"{SOLVE_TARGET} needs a[..., n, n] and b[..., n, k], got {list(a.shape)}, {list(b.shape)}")
     return np.linalg.solve(a, b).astype(instr.shape.dtype, copy=False)
+
+
+def masked_dot(instr, args, interp):
+    """``nbxla_masked_dot(lhs, rhs, lo_0, hi_0, lo_1, hi_1, ...)``: the dot (its
+    ``lhs_contracting_dims`` / ``rhs_contracting_dims``, no batch dims) of ``lhs`` and ``rhs``
+    with each axis listed in ``dimensions`` (numbered over lhs's axes, then rhs's) zeroed
+    outside ``[lo_k, hi_k)`` (bounds clamped to the axis).  Why a call and not
+    ``select(mask, x, 0)`` before a ``dot``: the backends run it at the slices' true lengths
+    (a BLAS call on the sub-matrix), where the select costs a copy of the whole operand and
+    the dot its full length."""
+    lhs, rhs = (np.array(x) for x in args[:2])
+    axes = masked_dot_axes(instr)
+    for k, axis in enumerate(axes):
+        x = lhs if axis < lhs.ndim else rhs
+        axis = axis if axis < lhs.ndim else axis - lhs.ndim
+        lo, hi = masked_dot_bounds(args[2 + 2 * k], args[3 + 2 * k], x.shape[axis])
+        index = [slice(None)] * x.ndim
+        index[axis] = np.r_[0:lo, hi:x.shape[axis]].astype(np.int64)
+        x[tuple(index)] = 0
+    return _dot(instr, [lhs, rhs], interp)
+
+
+def masked_dot_axes(instr) -> tuple:
+    axes = tuple(instr.attrs.get("dimensions", ()))
+    ranks = instr.operands[0].shape.rank + instr.operands[1].shape.rank
+    if len(instr.operands) != 2 + 2 * len(axes) or any(not 0 <= a < ranks for a in axes) \
+            or instr.attrs.get("lhs_batch_dims") or instr.attrs.get("rhs_batch_dims"):
+        raise fail(instr, f"{MASKED_DOT_TARGET} needs (lhs, rhs, lo, hi per axis in dimensions), "
+                          "no batch dims")
+    return axes
+
+
+def masked_dot_bounds(lo, hi, n: int) -> tuple[int, int]:
+    """[lo, hi) clamped to an axis of length n (empty when hi <= lo)."""
+    lo, hi = min(max(int(lo), 0), n), min(max(int(hi), 0), n)
+    return lo, max(lo, hi)
 
 
 def lapack_potrf(instr, args, interp):

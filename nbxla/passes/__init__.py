@@ -8,6 +8,7 @@ from .fusion import Fusion
 from .imported_fusions import ImportedFusions
 from .inline import CallInliner
 from .layouts import LayoutNormalization
+from .loop_dots import LoopInvariantDots
 from .pipeline import Pass, Pipeline, PipelineResult
 from .simplify import AlgebraicSimplifier, ConstantFolding
 from .verifier import verify_module
@@ -19,7 +20,8 @@ def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
     up, so that outputs may be written into them (see ``buffer_assignment``)."""
     return Pipeline([
         LayoutNormalization(), CallInliner(), ImportedFusions(), AlgebraicSimplifier(), ConstantFolding(),
-        CommonSubexpressionElimination(), DotRewrites(), WhileStateElimination(), DeadCodeElimination(),
+        CommonSubexpressionElimination(), DotRewrites(), WhileStateElimination(), LoopInvariantDots(),
+        DeadCodeElimination(),
         Fusion(), DeadCodeElimination(),
         BufferAssignment(donated_parameters),
     ])
@@ -32,4 +34,5 @@ def optimize(module, donated_parameters=frozenset()) -> PipelineResult:
 __all__ = ["Pass", "Pipeline", "PipelineResult", "default_pipeline", "optimize", "verify_module",
            "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
            "DeadCodeElimination", "Fusion", "BufferAssignment", "BufferPlan", "CallInliner",
-           "LayoutNormalization", "DotRewrites", "WhileStateElimination", "ImportedFusions"]
+           "LayoutNormalization", "DotRewrites", "WhileStateElimination", "ImportedFusions",
+           "LoopInvariantDots"]

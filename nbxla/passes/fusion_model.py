@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo.ir import Instruction
-from ..hlo.opcodes import ELEMENTWISE, EXPENSIVE, NOT_KERNELS
+from ..hlo.opcodes import ELEMENTWISE, EXPENSIVE, NOT_KERNELS, TRANSCENDENTAL
 
 # Arrays one kernel may read (XLA's GPU limit, operands and outputs: 96).  The count is of the
 # group's frontier while it grows, which for a wide formula grown half-way is far wider than
@@ -45,6 +45,9 @@ MAX_DEPTH = 180
 # in (see ``small_pick``).
 SMALL_PICK = 16
 SMALL_PICK_RATIO = 64
+# A transcendental of a scalar joins kernels of at most this many elements (each evaluates it
+# per element); in larger ones it is computed once, apart.
+SCALAR_RECOMPUTE_LIMIT = 64
 
 # Never duplicated into a consumer: an update rewrites a whole array (computed once, in place).
 NOT_DUPLICATED = EXPENSIVE | {"dynamic-update-slice"}
@@ -406,6 +409,12 @@ class Legality:
         too much, or None; then ``self._pending`` holds the new maps and depths of ``x`` and
         of the members below it, for ``_join``."""
         users = self._users[id(x)]
+        if x.shape.rank == 0 and x.opcode in TRANSCENDENTAL and \
+                any(size_of(d) > SCALAR_RECOMPUTE_LIMIT for d in group.dims if d is not None):
+            # (the elemental emitter evaluates it at every element: a complex power of one
+            # scalar, broadcast over a 50x50 matrix, cost 2500 powers per loop step)
+            return (f"{x.opcode} of a scalar would be recomputed at every element of the kernel: it is "
+                    "computed once, in its own kernel")
         maps = group.maps.get(id(x), frozenset())
         depth = group.depth.get(id(x), 0)
         exported = x is self.comp.root

@@ -144,6 +144,10 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         x = ops[0]
         if all((s.start, s.limit, s.stride) == (0, n, 1) for s, n in zip(instr.attrs["slice"], x.shape.dims)):
             return x
+    if op == "dynamic-slice" and tuple(instr.attrs["dynamic_slice_sizes"]) == ops[0].shape.dims:
+        # the whole array: its starts are clamped to 0 whatever they are (a masked slice's read
+        # of a whole axis, which a masked dot passes on to read in place)
+        return ops[0]
     if op == "copy" and ops[0].opcode != "parameter":
         return ops[0]
     if op == "opt-barrier":

@@ -17,11 +17,16 @@ from __future__ import annotations
 
 from ..hlo import Module, TupleShape
 from ..hlo.builder import unique_name
+from ..hlo.evaluator_linalg import MASKED_DOT_TARGET, POTRF_TARGETS, SOLVE_TARGET
 from ..hlo.ir import Computation, Instruction
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 # Ops whose effect is not only their result: a loop running them keeps all of its state.
 _EFFECTS = frozenset({"custom-call", "rng", "infeed", "outfeed", "send", "send-done", "recv", "recv-done"})
+# custom-call targets known to compute only their result (nbxla's own and the LAPACK ones
+# its backends implement): a masked dot in a loop body (trisolv, Cholesky) must not keep the
+# loop's dead state alive.
+_PURE_TARGETS = frozenset({MASKED_DOT_TARGET, SOLVE_TARGET, *POTRF_TARGETS, "TopK"})
 
 
 class WhileStateElimination(Pass):
@@ -101,7 +106,9 @@ def _has_effects(comp: Computation, seen: set) -> bool:
     if id(comp) in seen:
         return False
     seen.add(id(comp))
-    return any(i.opcode in _EFFECTS or any(_has_effects(c, seen) for c in i.called_computations)
+    return any(i.opcode in _EFFECTS and not (i.opcode == "custom-call" and
+                                             i.attrs.get("custom_call_target") in _PURE_TARGETS)
+               or any(_has_effects(c, seen) for c in i.called_computations)
                for i in comp.instructions)
 
 

@@ -1,4 +1,8 @@
-"""Optional (``NBXLA_BLAS_ONE_THREAD=1``): BLAS calls on one OpenBLAS thread, large ones split
+"""NumPy's OpenBLAS, found in the process: its ``cblas_?gemm`` for the native loops'
+run-time-sized dots (``gemm_addresses``) and linear solves (``gesv_addresses``), and its
+thread count, as follows.
+
+Optional (``NBXLA_BLAS_ONE_THREAD=1``): BLAS calls on one OpenBLAS thread, large ones split
 across nbxla's own pool.  Off by default: dots then thread exactly as NumPy's do.
 
 Why off: on idle cores OpenBLAS's own threads win (quiet 2-core VM, ``benchmarks/programs.py``
@@ -73,6 +77,47 @@ def _find() -> tuple[Callable, Callable] | None:
                 setter.argtypes, setter.restype, getter.restype = [ctypes.c_int], None, ctypes.c_int
                 return getter, setter
     return None
+
+
+_gemms: list = []
+
+
+def gemm_addresses() -> tuple[int, int, int, int] | None:
+    """Addresses of ``cblas_dgemm``, ``cblas_sgemm``, ``cblas_dgemv`` and ``cblas_sgemv`` of
+    NumPy's OpenBLAS built with 64-bit integers (the ``64_`` symbols: the native loops pass
+    int64 sizes), or None."""
+    if not _gemms:
+        found = None
+        for lib in openblas_libraries():
+            for prefix in ("scipy_cblas_", "cblas_"):
+                fns = [getattr(lib, f"{prefix}{name}64_", None) for name in ("dgemm", "sgemm", "dgemv", "sgemv")]
+                if all(f is not None for f in fns):
+                    found = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in fns)
+                    break
+            if found:
+                break
+        _gemms.append(found)
+    return _gemms[0]
+
+
+_gesvs: list = []
+
+
+def gesv_addresses() -> tuple[int, int, int, int] | None:
+    """Addresses of ``LAPACKE_{s,d,c,z}gesv`` of NumPy's OpenBLAS with 64-bit integers (the
+    native loops' linear solves), or None."""
+    if not _gesvs:
+        found = None
+        for lib in openblas_libraries():
+            for prefix in ("scipy_LAPACKE_", "LAPACKE_"):
+                fns = [getattr(lib, f"{prefix}{t}gesv64_", None) for t in "sdcz"]
+                if all(f is not None for f in fns):
+                    found = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in fns)
+                    break
+            if found:
+                break
+        _gesvs.append(found)
+    return _gesvs[0]
 
 
 def controls() -> tuple[Callable, Callable] | None:

@@ -43,7 +43,8 @@ from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator_common import signed_of, unsigned_of
 from ..hlo.evaluator_data import pad_array
 from ..hlo.evaluator_elementwise import total_order_key
-from ..hlo.evaluator_linalg import POTRF_TARGETS, SOLVE_TARGET, lapack_potrf
+from ..hlo.evaluator_linalg import (MASKED_DOT_TARGET, POTRF_TARGETS, SOLVE_TARGET, lapack_potrf, masked_dot_axes,
+                                    masked_dot_bounds)
 from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
@@ -66,11 +67,44 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
         return _SolveThunk(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") in POTRF_TARGETS:
         return _CholeskyThunk(instr), None
+    if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == MASKED_DOT_TARGET:
+        return MaskedDotThunk(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == "TopK":
         return _top_k_thunk(instr, fallback)
     if instr.opcode == "topk":
         return _TopKOpThunk(instr), None
     return None, None
+
+
+class MaskedDotThunk:
+    """``nbxla_masked_dot``: NumPy's BLAS on the masks' sub-matrices (their true lengths), the
+    rest of the result zero."""
+    how = "BLAS on the masked sub-matrices (np.dot)"
+
+    def __init__(self, instr: Instruction):
+        self.axes = masked_dot_axes(instr)
+        self.lhs_rank = instr.operands[0].shape.rank
+        self.contract = (instr.attrs["lhs_contracting_dims"][0], instr.attrs["rhs_contracting_dims"][0])
+        self.dtype, self.dims = instr.shape.dtype, instr.shape.dims
+
+    def __call__(self, operands):
+        lhs, rhs = operands[:2]
+        # [lo, hi) per axis of each operand: the whole axis, narrowed by its masks
+        bounds = [[[0, n] for n in lhs.shape], [[0, n] for n in rhs.shape]]
+        for k, axis in enumerate(self.axes):
+            side, axis = (0, axis) if axis < self.lhs_rank else (1, axis - self.lhs_rank)
+            lo, hi = masked_dot_bounds(operands[2 + 2 * k], operands[3 + 2 * k], (lhs, rhs)[side].shape[axis])
+            b = bounds[side][axis]
+            b[0], b[1] = max(b[0], lo), min(b[1], hi)
+        lc, rc = self.contract           # (the contracted axis: where both operands' masks hold)
+        both = [max(bounds[0][lc][0], bounds[1][rc][0]), min(bounds[0][lc][1], bounds[1][rc][1])]
+        bounds[0][lc] = bounds[1][rc] = both
+        windows = [tuple(slice(lo, max(lo, hi)) for lo, hi in side) for side in bounds]
+        free = [w for d, w in enumerate(windows[0]) if d != lc] + [w for d, w in enumerate(windows[1]) if d != rc]
+        out = np.zeros(self.dims, self.dtype)
+        out[tuple(free)] = np.tensordot(lhs[windows[0]].astype(self.dtype, copy=False),
+                                        rhs[windows[1]].astype(self.dtype, copy=False), axes=([lc], [rc]))
+        return out
 
 
 class _SolveThunk:

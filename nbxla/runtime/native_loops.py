@@ -28,9 +28,11 @@ from ..codegen.aot_driver import passed_through
 from ..codegen.cpu import target_fingerprint
 from ..errors import NbxlaError, UnsupportedError
 from ..hlo import TupleShape
+from ..hlo.evaluator_linalg import MASKED_DOT_TARGET
 from ..hlo.ir import Computation, Instruction
 from .cpu_control import flatten_leaves, program_computations_of
 from . import host_memory
+from .blas_threads import gemm_addresses, gesv_addresses
 from .cpu_kernels import PARALLEL_THRESHOLD, data_pointer
 from .persistent_cache import PersistentCache
 
@@ -41,6 +43,17 @@ LARGE_DOT = 1 << 18
 def native_loops_enabled() -> bool:
     """``NBXLA_NATIVE_LOOPS=0`` keeps every loop host-driven (to compare, or to debug)."""
     return os.environ.get("NBXLA_NATIVE_LOOPS", "1") != "0"
+
+
+def _check(rc: int) -> None:
+    """Raise what a native loop's return code says went wrong (0: nothing)."""
+    if rc == 2:     # (nbxla_solve: LAPACK's info > 0, as NumPy reports it)
+        raise np.linalg.LinAlgError("Singular matrix")
+    if rc == 1:
+        raise MemoryError("a native loop could not allocate its scratch memory")
+    if rc:
+        raise RuntimeError(f"a native loop failed (code {rc}): LAPACK was not available or refused "
+                           "its arguments")
 
 
 class NativeLoopThunk:
@@ -68,8 +81,7 @@ class NativeLoopThunk:
             args.append(a)
         results = [host_memory.empty(dims, dtype) for dims, dtype in self.results]
         # (data_pointer reads the address from the array object: ``ctypes.data`` cost ~1 us each)
-        if self.fn(*[data_pointer(a) for a in args], *[data_pointer(r) for r in results]):
-            raise MemoryError("a native loop could not allocate its scratch memory")
+        _check(self.fn(*[data_pointer(a) for a in args], *[data_pointer(r) for r in results]))
         changed = iter(results)
         leaves = [args[k] if k in self.fixed else next(changed) for k in range(len(args))]
         return _rebuild(self.tuple_shape, iter(leaves))
@@ -104,8 +116,7 @@ class NativeLoopThunk:
                     return fallback(inputs)
                 ptrs.append(data_pointer(a))
             outs = [make() for make in makers]
-            if fn(*ptrs, *[data_pointer(o) for o in outs]):
-                raise MemoryError("a native loop could not allocate its scratch memory")
+            _check(fn(*ptrs, *[data_pointer(o) for o in outs]))
             out = outs[pick]
             return out[()] if scalar else out
         run_single.constants = keep
@@ -168,7 +179,8 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
     try:
         if store is not None:
             names = ",".join(i.name for i in chosen)
-            key = hashlib.sha256(f"native-loops,{target_fingerprint()},{names},{module_text}".encode()).hexdigest()
+            key = hashlib.sha256(f"native-loops,{target_fingerprint()},{names},{gesv_addresses() is not None},"
+                                 f"{module_text}".encode()).hexdigest()
             cached = store.load(key)
             if cached is not None:
                 library = _load(cached[1])
@@ -189,6 +201,12 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
 def _unsuitable(instr: Instruction) -> str:
     for comp in program_computations_of(instr):
         for i in comp.instructions:
+            if i.opcode == "custom-call" and i.attrs.get("custom_call_target") == MASKED_DOT_TARGET \
+                    and gemm_addresses() is None and i.shape.element_type in ("f32", "f64"):
+                flops = int(np.prod(i.shape.dims, dtype=np.int64)) * i.operands[0].shape.dims[-1]
+                if flops > LARGE_DOT:
+                    return f"host-driven: %{i.name} is a large dot ({flops} multiply-adds) and NumPy's " \
+                           "BLAS was not found for the native loop to call"
             if i.opcode == "dot":
                 lhs, rhs = i.operands
                 flops = int(np.prod(i.shape.dims, dtype=np.int64)) * int(np.prod(
@@ -215,7 +233,8 @@ def _build(loops: list[Instruction]) -> bytes:
             entries[f"loop{k}"] = Computation(f"{instr.name}.native", [param, loop], loop)
     with tempfile.TemporaryDirectory(prefix="nbxla-loop-") as tmp:
         path = os.path.join(tmp, "loops.so")
-        compile_shared_library(entries, path, parallel_threshold=PARALLEL_THRESHOLD)
+        compile_shared_library(entries, path, parallel_threshold=PARALLEL_THRESHOLD,
+                               host_lapack=gesv_addresses() is not None)
         with open(path, "rb") as f:
             return f.read()
 
@@ -225,4 +244,14 @@ def _load(library: bytes) -> ctypes.CDLL:
     with tempfile.NamedTemporaryFile(prefix="nbxla-loop-", suffix=".so") as f:
         f.write(library)
         f.flush()
-        return ctypes.CDLL(f.name)
+        loaded = ctypes.CDLL(f.name)
+    # (the masked dots' large windows call NumPy's BLAS through these; without, plain C)
+    gemms = gemm_addresses()
+    if gemms is not None:
+        loaded.nbxla_set_blas.argtypes = [ctypes.c_void_p] * 4
+        loaded.nbxla_set_blas(*gemms)
+    gesvs = gesv_addresses()
+    if gesvs is not None:
+        loaded.nbxla_set_lapack.argtypes = [ctypes.c_void_p] * 4
+        loaded.nbxla_set_lapack(*gesvs)
+    return loaded

@@ -145,6 +145,39 @@ def power_iteration(A, v, steps):
     return v
 
 
+# ---- npbench's loop shapes of issue 30 (dynamic-length slices feeding dots run at their true
+# lengths, nbxla_masked_dot; a loop index's slices feeding one fused kernel per step) -----------
+
+kernel(lambda n=12: (n + 1, float(n + 4), rand(n + 4, n + 1)), rtol=1e-9)(examples.correlation)
+
+
+kernel(lambda n=12: (n, float(n + 3), rand(n + 3, n)), rtol=1e-9)(examples.covariance)
+
+
+kernel(lambda n=10: (rand(n + 3, n),), rtol=1e-9)(examples.gramschmidt_outer)
+
+
+kernel(lambda n=16: ((rand(n, n) * 20).astype(np.int32),), name="floyd_warshall_int32")(examples.floyd_warshall)
+
+
+def _contour_args(points):
+    ham = rand(3, 5, 5) + 1j * rand(3, 5, 5) + 4 * np.eye(5)
+    pts = np.exp(1j * np.linspace(0, 2 * np.pi, points)) * np.linspace(0.7, 1.3, points)
+    return 5, 7, 2, ham, pts, rand(5, 7) + 1j * rand(5, 7)
+
+
+kernel(lambda n=6: _contour_args(n), rtol=1e-9)(examples.contour_integral)
+
+
+kernel(lambda n=9: (1.5, 1.2, rand(n, 7), rand(n, n), rand(n, 7)), rtol=1e-9)(examples.symm)
+
+
+kernel(lambda n=9: (1.5, 1.2, rand(n, n), rand(n, 6), rand(n, 6)), rtol=1e-9)(examples.syr2k)
+
+
+kernel(lambda n=12: (rand(n, n),), rtol=1e-12)(examples.go_fast)
+
+
 # ---- recursions along time or an axis ------------------------------------------------------
 
 kernel(lambda n=499: (rand(n + 1), 0.2, 0.3, 0.5), rtol=1e-10)(examples.iir_filter)

@@ -270,3 +270,48 @@ def test_leapfrog_updates_in_native_loops_agree_with_numpy(monkeypatch, threshol
         assert ok, detail
     loops = loops_of(jitted.last_compilation)
     assert loops and all(how.startswith("native") for how in loops.values()), loops
+
+
+# ---- linear solves inside native loops (NumPy's LAPACKE ?gesv) ---------------------------------
+
+def solves_per_point(A, points, B):
+    """The contour integral's shape: one solve per loop step, results accumulated."""
+    out = np.zeros_like(B)
+    for z in points:
+        out += np.linalg.solve(A + z * np.eye(A.shape[0], dtype=A.dtype), B)
+    return out
+
+
+def batched_solves(A, b, steps):
+    x = np.zeros_like(b)
+    for k in range(steps):
+        x = x + np.linalg.solve(A * (k + 1), b)
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, np.complex64])
+def test_solves_run_in_native_loops_and_match_numpy(dtype, monkeypatch):
+    from nbxla.runtime.blas_threads import gesv_addresses
+    if gesv_addresses() is None:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS with 64-bit LAPACKE: solves keep loops host-driven")
+    use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
+    rtol = 1e-4 if dtype in (np.float32, np.complex64) else 1e-10
+    A = (RNG.random((6, 6)) + 6 * np.eye(6)).astype(dtype)
+    B = RNG.random((6, 4)).astype(dtype)
+    for fn, args in ((solves_per_point, (A, np.linspace(0.5, 2, 7).astype(dtype), B)),
+                     (batched_solves, (np.stack([A, A.T]), RNG.random((2, 6, 3)).astype(dtype), 5))):
+        jitted = nbxla.jit(fn)
+        got = jitted(*args)
+        ok, detail = compare_arrays(got, fn(*args), rtol=rtol)
+        assert ok, detail
+        loops = loops_of(jitted.last_compilation)
+        assert loops and all(how.startswith("native") for how in loops.values()), loops
+
+
+def test_a_singular_solve_in_a_native_loop_raises_numpys_error(monkeypatch):
+    use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
+    A = np.ones((4, 4))                 # singular
+    with pytest.raises(np.linalg.LinAlgError):
+        batched_solves(A, np.ones(4), 3)
+    with pytest.raises(np.linalg.LinAlgError):
+        nbxla.jit(batched_solves)(A, np.ones(4), 3)
