@@ -317,7 +317,7 @@ class LibrarySteps:
         batch = product(a.shape.dims[:-2])
         esize = instr.shape.dtype.itemsize
         self.lines.append(f"if ((rc = nbxla_solve({kinds[t]}, {self._array(a)}, {self._array(b)}, {self._array(instr)}, "
-                          f"{batch}, {n}, {nrhs}, {esize}, (char *){self._local()}))) return rc;")
+                          f"{batch}, {n}, {nrhs}, {esize}, (char *){self.local_place()}))) return rc;")
         self._region(n * n * esize + 8 * n)
 
     def _topk_call(self, instr: Instruction) -> None:
