@@ -235,7 +235,8 @@ def alias_pattern(leaves: list) -> tuple[int, ...]:
 def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
           leaf_names: list[str] | None = None,
           filename_display: Callable[[str], str | None] | None = None,
-          memory_checked: bool = True, argument_views: bool = False) -> TracedProgram:
+          memory_checked: bool = True, argument_views: bool = False,
+          size_observations: list | None = None) -> TracedProgram:
     """Trace ``fn(*args, **kwargs)``; ``arg_leaves``/``arg_treedef`` flatten ``(args, kwargs)``.
     ``memory_checked=False`` allows arrays larger than memory (for programs run in chunks).
     ``argument_views``: a result that is a basic-indexing view of an argument array
@@ -243,6 +244,7 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
     its own array (after write-back), as NumPy returns a view sharing the argument's memory."""
     ctx = TraceContext(name, filename_display)
     ctx.memory_checked = memory_checked
+    ctx.size_observations = size_observations     # (a probe of unknown dimensions: observed_sizes.py)
     tracers: dict[int, Tracer] = {}        # id(array) -> Tracer: the same array, the same Tracer
     traced_leaves, param_leaves = [], []
     for i, leaf in enumerate(arg_leaves):

@@ -37,7 +37,7 @@ def generalize_module(m1: Module, m2: Module, symbols: dict[int, str]) -> Module
         raise SymbolicDimensionError(f"the program has {len(m1.computations)} computations at one size "
                                      f"and {len(m2.computations)} at another")
     pairs = {id(c2): c1 for c1, c2 in zip(m1.computations, m2.computations)}
-    out_comps: dict[int, Computation] = {}
+    out_comps = {id(c1): Computation(c1.name) for c1 in m1.computations}
     result = Module(m1.name)
     for c1, c2 in zip(m1.computations, m2.computations):
         if len(c1.instructions) != len(c2.instructions):
@@ -47,7 +47,7 @@ def generalize_module(m1: Module, m2: Module, symbols: dict[int, str]) -> Module
         c2.name = c1.name
         index2 = {id(i): k for k, i in enumerate(c2.instructions)}
         index1 = {id(i): k for k, i in enumerate(c1.instructions)}
-        new = Computation(c1.name)
+        new = out_comps[id(c1)]
         made: list[Instruction] = []
         for i1, i2 in zip(c1.instructions, c2.instructions):
             where = _where(i1)
@@ -64,7 +64,6 @@ def generalize_module(m1: Module, m2: Module, symbols: dict[int, str]) -> Module
             made.append(copy)
             new.add(copy)
         new.root = made[index1[id(c1.root)]]
-        out_comps[id(c1)] = new
         result.add_computation(new)
     result.entry = out_comps[id(m1.entry)]
     result.header = dict(m1.header)
@@ -104,7 +103,7 @@ def _general_attr(key, v1, v2, pairs, out_comps, where):
     if isinstance(v1, Computation):
         if pairs.get(id(v2)) is not v1:
             raise SymbolicDimensionError(f"{key} calls different computations at different sizes ({where})")
-        return out_comps[id(v1)] if id(v1) in out_comps else _late(v1, out_comps)
+        return out_comps[id(v1)]
     if isinstance(v1, tuple) and v1 and all(isinstance(v, Computation) for v in v1):
         if not (isinstance(v2, tuple) and len(v1) == len(v2) and all(pairs.get(id(b)) is a for a, b in zip(v1, v2))):
             raise SymbolicDimensionError(f"{key} calls different computations at different sizes ({where})")
@@ -120,12 +119,6 @@ def _general_attr(key, v1, v2, pairs, out_comps, where):
     if v1 != v2:
         raise SymbolicDimensionError(f"the attribute {key}={v1} depends on the size ({where})")
     return v1
-
-
-def _late(comp, out_comps):
-    # Called computations come before their callers in a module (post order); a reference to
-    # one not yet made means a malformed probe.
-    raise SymbolicDimensionError(f"computation {comp.name} is referenced before it is defined")
 
 
 def symbols_of_module(module: Module) -> list[str]:
@@ -165,11 +158,11 @@ def bind_symbols(module: Module, args) -> dict[str, int]:
 
 def bind_module(module: Module, values: dict[str, int]) -> Module:
     """A concrete copy of a symbolic module: every unknown dimension replaced by its size."""
-    comp_map: dict[int, Computation] = {}
+    comp_map = {id(comp): Computation(comp.name) for comp in module.computations}
     out = Module(module.name)
     for comp in module.computations:
         made: dict[int, Instruction] = {}
-        new = Computation(comp.name)
+        new = comp_map[id(comp)]
         for instr in comp.instructions:
             attrs = {k: (comp_map[id(v)] if isinstance(v, Computation) else
                          tuple(comp_map[id(c)] for c in v)
@@ -180,7 +173,6 @@ def bind_module(module: Module, values: dict[str, int]) -> Module:
             made[id(instr)] = copy
             new.add(copy)
         new.root = made[id(comp.root)]
-        comp_map[id(comp)] = new
         out.add_computation(new)
     out.entry = comp_map[id(module.entry)]
     out.header = dict(module.header)

@@ -1,0 +1,202 @@
+"""Compiling once for every size of some dimensions (unknown dimensions), and running at any size.
+
+``compile_symbolic`` takes the traced function, the call's argument leaves and the dimensions to
+make unknown, and either returns a ``SymbolicProgram`` or raises ``SymbolicDimensionError``
+saying why not (the caller then compiles for the concrete sizes: never a wrong answer).
+
+How it stays safe (see ``hlo/symbolic.py``): the program is traced, and optimized, at two sizes
+of every symbol, and the two results must be the same program up to dimensions that scale with
+a symbol; the code generator's LLVM IR for the second probe must be *identical* to the first's,
+which holds when every kernel reads its size from its ``[begin, end)`` range only (the
+runtime's split of a kernel across threads already relies on that range); each kernel's range
+extent must be a multiple of one symbol.  Only the first probe's kernels are compiled to machine
+code.  Running at a size binds the symbols from the arguments, makes the concrete module (a
+copy with sizes filled in), plans its buffers and builds its thunks over the machine code
+compiled once -- a few milliseconds, memoized per size -- never LLVM again.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from .compiler import Compilation
+from .frontend.observed_sizes import compare_observations
+from .frontend.trace import TracedProgram, is_array_leaf
+from .hlo.shapes import SymDim, SymbolicDimensionError
+from .hlo.symbolic import bind_module, generalize_module, second_probe
+from .passes import optimize
+from .passes.buffer_assignment import plan_buffers
+from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
+from .runtime.executable import resolve_device
+
+# Kernel styles whose machine code takes its whole size from the [begin, end) range.
+_RANGED_STYLES = ("linear", "rows", "reduce")
+# Instances (sizes) kept per symbolic program; each holds only thunks over shared machine code.
+MAX_INSTANCES = 64
+
+
+@dataclass
+class SymbolicProgram:
+    """One compilation serving every size of its symbols."""
+    program: TracedProgram              # the first probe's trace (how values map in and out)
+    compilation: Compilation            # record: symbolic hlo/optimized, first probe's executable
+    symbols: dict[str, list[tuple[int, int]]]   # symbol -> (argument leaf, dim) that carry it
+    extents: dict[str, object]          # kernel symbol -> its range extent (int or SymDim)
+    instance_ms: float = 0.0            # time spent making instances (sizes), all together
+    _instances: dict = field(default_factory=dict)
+
+    def values_of(self, leaves: list) -> dict[str, int]:
+        return {name: np.shape(leaves[places[0][0]])[places[0][1]] for name, places in self.symbols.items()}
+
+    def instance(self, values: dict[str, int]) -> Compilation:
+        """The compilation record whose executable runs at these sizes (made once per size)."""
+        key = tuple(sorted(values.items()))
+        found = self._instances.get(key)
+        if found is not None:
+            return found
+        start = time.perf_counter()
+        base = self.compilation
+        module = bind_module(base.optimized, values)
+        kernels = base.executable.kernels
+        specs = {name: replace(spec, parallel_extent=_bind(self.extents[name], values))
+                 for name, spec in kernels.specs.items()}
+        executable = CpuExecutable(module, plan_buffers(module), kernels=replace(kernels, specs=specs))
+        found = replace(base, executable=executable, _stage_text={})
+        self.instance_ms += (time.perf_counter() - start) * 1e3
+        if len(self._instances) >= MAX_INSTANCES:
+            self._instances.pop(next(iter(self._instances)))
+        self._instances[key] = found
+        return found
+
+    @property
+    def instances(self) -> int:
+        return len(self._instances)
+
+
+def _bind(extent, values):
+    return extent.bind(values) if isinstance(extent, SymDim) else extent
+
+
+def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], leaves: list,
+                     marks: dict[tuple[int, int], str], device: str, explanation: str = "") -> SymbolicProgram:
+    """Compile with the dimensions ``marks`` ((leaf, dim) -> symbol) unknown.  ``trace_at(leaves,
+    log)`` traces the function on argument leaves (logging size comparisons into ``log``).
+    Raises ``SymbolicDimensionError`` with the reason when something needs a concrete size."""
+    if resolve_device(device) != "cpu":
+        raise SymbolicDimensionError(f"unknown dimensions are compiled for the CPU only (not {device})")
+    hints: dict[str, int] = {}
+    for (leaf, dim), name in marks.items():
+        size = np.shape(leaves[leaf])[dim]
+        if size < 2:
+            raise SymbolicDimensionError(f"size {size} is specialised (0 and 1 broadcast differently)")
+        if hints.setdefault(name, size) != size:
+            raise SymbolicDimensionError(f"{name} has sizes {hints[name]} and {size} in one call")
+    if len(set(hints.values())) != len(hints):
+        raise SymbolicDimensionError("two symbols with the same size in one call (they are one symbol)")
+    by_size = {size: name for name, size in hints.items()}
+    start = time.perf_counter()
+    log1: list = []
+    first = trace_at(leaves, log1)
+    log2: list = []
+    second = trace_at(_second_probe_leaves(leaves, marks), log2)
+    trace_ms = (time.perf_counter() - start) * 1e3
+    _check_program(first)
+    why = compare_observations(log1, log2)
+    if why:
+        raise SymbolicDimensionError(why)
+    symbolic_hlo = generalize_module(first.module, second.module, by_size)
+
+    start = time.perf_counter()
+    pipe1, pipe2 = optimize(first.module), optimize(second.module)
+    symbolic_optimized = generalize_module(pipe1.module, pipe2.module, by_size)
+    optimize_ms = (time.perf_counter() - start) * 1e3
+
+    start = time.perf_counter()
+    if any(i.opcode in ("while", "conditional", "call") for i in pipe1.module.entry.instructions):
+        raise SymbolicDimensionError("control flow (while, conditional) has no symbolic runtime path yet")
+    executable = CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"))
+    kernels = executable.kernels
+    if kernels.unsupported:
+        raise SymbolicDimensionError("a fusion runs on the evaluator: " + next(iter(kernels.unsupported.values())))
+    text2, specs2 = kernel_llvm_ir(pipe2.module)
+    _same_code(kernels.llvm_ir, text2)
+    extents = {}
+    for name, spec in kernels.specs.items():
+        other = specs2.get(name)
+        if other is None or replace(other, parallel_extent=0, object_entry=None) != \
+                replace(spec, parallel_extent=0, object_entry=None):
+            raise SymbolicDimensionError(f"kernel {name} is planned differently at different sizes")
+        if spec.style not in _RANGED_STYLES and spec.parallel_extent != other.parallel_extent:
+            raise SymbolicDimensionError(f"kernel {name} ({spec.style}) reads its size from its code, "
+                                         "not its range")
+        extents[name] = spec.parallel_extent if spec.parallel_extent == other.parallel_extent else \
+            _extent_symbol(spec.parallel_extent, other.parallel_extent, by_size, name)
+    codegen_ms = (time.perf_counter() - start) * 1e3
+    compilation = Compilation(first.module.name, resolve_device(device), symbolic_hlo, symbolic_optimized,
+                              executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
+                              pipe1, explanation, list(first.loop_decisions))
+    symbols: dict[str, list] = {}
+    for (leaf, dim), name in sorted(marks.items()):
+        symbols.setdefault(name, []).append((leaf, dim))
+    return SymbolicProgram(first, compilation, symbols, extents)
+
+
+def _check_program(program: TracedProgram) -> None:
+    if program.writebacks:
+        raise SymbolicDimensionError("the function writes into its arguments")
+    if program.checks:
+        raise SymbolicDimensionError("the program checks indices or sizes when it runs")
+    if any(kind != "out" for kind, _ in program.out_slots):
+        raise SymbolicDimensionError("a result is a constant, a selection or a view of an argument")
+
+
+def _second_probe_leaves(leaves: list, marks: dict) -> list:
+    """Stand-ins for the arguments at the second probe's sizes (shape and dtype only: tracing
+    reads no argument's values); the same array twice stays one stand-in."""
+    out, made = [], {}
+    for k, leaf in enumerate(leaves):
+        if not is_array_leaf(leaf) or isinstance(leaf, np.generic):
+            out.append(leaf)
+            continue
+        if id(leaf) not in made:
+            dims = list(np.shape(leaf))
+            for d in range(len(dims)):
+                if (k, d) in marks:
+                    dims[d] = second_probe(dims[d])
+            arr = np.asarray(leaf)
+            made[id(leaf)] = np.lib.stride_tricks.as_strided(np.zeros(1, arr.dtype), tuple(dims),
+                                                             (0,) * len(dims), writeable=False)
+        out.append(made[id(leaf)])
+    return out
+
+
+_DATALAYOUT = re.compile(r'^target datalayout = .*$', re.M)
+
+
+def _same_code(text1: str, text2: str) -> None:
+    """The two probes' kernels must be the same LLVM IR (sizes only through the ranges)."""
+    a, b = _DATALAYOUT.sub("", text1), _DATALAYOUT.sub("", text2)
+    if a == b:
+        return
+    kernel = "a kernel"
+    for fa, fb in zip(a.split("\ndefine "), b.split("\ndefine ")):
+        if fa != fb:
+            kernel = "kernel " + fa.split("(")[0].split()[-1]
+            break
+    raise SymbolicDimensionError(f"the generated code of {kernel} depends on the size "
+                                 "(a loop bound or stride baked in)")
+
+
+def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str) -> SymDim:
+    for hint, name in by_size.items():
+        if e1 % hint == 0 and e1 // hint * second_probe(hint) == e2:
+            return SymDim(name, e1 // hint)
+    raise SymbolicDimensionError(f"kernel {kernel}'s range ({e1}, then {e2}) is not a multiple of one size")
+
+
+__all__ = ["SymbolicProgram", "compile_symbolic", "SymbolicDimensionError"]
