@@ -35,7 +35,10 @@ from .flags import current_flags
 from .frontend.trace import (StaticValue, TracedProgram, alias_pattern, is_array_leaf, leaf_signature,
                              trace, tree_flatten, tree_paths, tree_unflatten)
 from .frontend.tracer import Tracer
+from .dynamic_dims import DimensionPolicy, SymbolicEntry, describe_marks, family_of
+from .hlo.shapes import SymbolicDimensionError
 from .runtime.cache import DEFAULT_CACHE, CacheKey, CompilationCache
+from .symbolic_compile import compile_symbolic
 from .runtime.executable import resolve_device
 
 
@@ -199,7 +202,8 @@ class CompiledFunction:
     """A function compiled per input signature; see ``jit``."""
 
     def __init__(self, fn: Callable, device: str = "cpu", cache: CompilationCache | None = None,
-                 follow_auto_flag: bool = False, verify: bool = False, checkable: bool = True):
+                 follow_auto_flag: bool = False, verify: bool = False, checkable: bool = True,
+                 dynamic=None):
         if not callable(fn):
             raise TypeError(f"nbxla.jit needs a function, not {type(fn).__name__}")
         functools.update_wrapper(self, fn)
@@ -213,6 +217,8 @@ class CompiledFunction:
             self._bound, fn = (fn.__self__,), fn.__func__
         self.fn = fn
         self.device = device
+        # Which dimensions are unknown (one compilation for every size): dynamic_dims.py.
+        self._dims = DimensionPolicy(dynamic)
         # Check the first call of each compiled signature against the plain function (also
         # with NBXLA_FLAGS=--verify): call_check.py.  Not ``checkable``: a function that only
         # runs traced (a gradient: NumPy has no oracle for it).
@@ -279,6 +285,13 @@ class CompiledFunction:
         key = CacheKey(self, device, replace(flags, verify=False) if flags.verify else flags,
                        signature, treedef, alias_pattern(leaves))
 
+        note = ""
+        if self._dims.enabled and not self.cache.contains(key):
+            found, note = self._symbolic_lookup(key, leaves, signature, names, treedef, device, flags,
+                                                captured, len(tree_flatten((args, kwargs))[0]))
+            if found is not None:
+                return found
+
         def compile_now():
             check_function_no_random(self.fn)
             start = time.perf_counter()
@@ -293,9 +306,67 @@ class CompiledFunction:
         entry, hit = self.cache.get_or_compile(key, self, self.__name__, signature, names, device,
                                                compile_now)
         if not hit:
+            if note:
+                entry.explanation = f"{note} ({entry.explanation})"
             entry.value.compilation.explanation = entry.explanation
         self.last_compilation = entry.value.compilation
         return entry.value, leaves, entry, treedef
+
+    def _symbolic_lookup(self, key, leaves, signature, names, treedef, device, flags, captured, arguments):
+        """(``_lookup``'s answer from a program with unknown dimensions, or None; and a note for
+        the cache table when the call is compiled for its concrete sizes instead: the guard that
+        failed, or why its dimensions cannot be symbolic).  See ``dynamic_dims.py``."""
+        policy = self._dims
+        extra = (key[1], key[2], key[4], key[5])             # device, flags, tree, aliasing
+        sym, failed = policy.match(self.cache, extra, signature)
+        if sym is None:
+            refusals = []
+            for marks in policy.candidates(extra, signature, names(), arguments):
+                found = self._compile_symbolic(key, leaves, signature, names, treedef, device, captured,
+                                               extra, marks, failed)
+                if isinstance(found, SymbolicEntry):
+                    sym = found
+                    break
+                refusals.append(found)
+            else:
+                return None, "; ".join(filter(None, [failed] + refusals))
+        program = sym.program
+        compilation = program.instance(program.values_of(leaves))
+        self.last_compilation = compilation
+        return (CompiledProgram(program.program, compilation), leaves, sym.entry, treedef), ""
+
+    def _compile_symbolic(self, key, leaves, signature, names, treedef, device, captured, extra, marks,
+                          failed) -> SymbolicEntry | str:
+        """The symbolic entry for ``marks`` (compiled now, or found), or why it cannot be."""
+        policy = self._dims
+        refusal = (extra, family_of(signature), tuple(sorted(marks.items())))
+        if refusal in policy.refused:
+            return policy.refused[refusal]
+        pattern = policy.pattern(signature, marks)
+        described = describe_marks(marks, names())
+
+        def compile_symbolic_now():
+            check_function_no_random(self.fn)
+            fn = convert_function(self.fn) if not captured else self._traceable()
+
+            def trace_at(arg_leaves, log):
+                return trace(fn, arg_leaves, treedef, name=_module_name(self.fn), leaf_names=names(),
+                             argument_views=True, size_observations=log)
+            return compile_symbolic(trace_at, leaves, marks, device)
+        try:
+            entry, hit = self.cache.get_or_compile(CacheKey(self, *key[1:3], pattern, *key[4:]), self,
+                                                   self.__name__, pattern, names, device,
+                                                   compile_symbolic_now)
+        except SymbolicDimensionError as e:
+            policy.refused[refusal] = f"{described} specialised: {e}"
+            return policy.refused[refusal]
+        if not hit:
+            entry.explanation = "; ".join(filter(None, [failed, f"{described}: one compilation for "
+                                                        "every size >= 2 (symbolic)"]))
+            entry.value.compilation.explanation = entry.explanation
+        sym = SymbolicEntry(entry, entry.value, (extra, family_of(signature)), pattern, names())
+        policy.entries.append(sym)
+        return sym
 
     def _traceable(self) -> Callable:
         """The function traced when it captures values: traced with the tree ``((args, kwargs),
@@ -504,7 +575,7 @@ def _module_name(fn) -> str:
 
 
 def jit(fn: Callable | None = None, *, device: str = "cpu", cache: CompilationCache | None = None,
-        mode: str | None = None, verify: bool = False):
+        mode: str | None = None, verify: bool = False, dynamic=None):
     """Compile ``fn``; usable as ``@jit``, ``@jit(device='cuda')`` or ``jit(fn, device=...)``.
 
     ``mode="compile"`` compiles the whole function or refuses it (like ``jit_compile=True``);
@@ -516,13 +587,18 @@ def jit(fn: Callable | None = None, *, device: str = "cpu", cache: CompilationCa
     also runs ``fn`` with NumPy on copies of the arguments and raises ``VerificationError``
     where results or written arguments differ; later calls cost nothing more.  (Auto mode
     always checks what it compiles, and runs what differs with NumPy.)
+
+    ``dynamic``: which dimensions are unknown, compiled once for every size (``dynamic_dims.py``):
+    ``None`` (default) makes a dimension symbolic when a second size is seen in it, ``True``
+    every dimension of every array argument from the first call, ``False`` none (a compilation
+    per shape), ``{"x": (0,)}`` the named ones.  Sizes 0 and 1 are always specialised.
     """
     make = _mode(mode) if mode not in (None, "compile") else None
     if fn is None:
-        return lambda f: jit(f, device=device, cache=cache, mode=mode, verify=verify)
+        return lambda f: jit(f, device=device, cache=cache, mode=mode, verify=verify, dynamic=dynamic)
     if make is not None:
         return make(fn, device, cache)
-    return CompiledFunction(fn, device, cache, follow_auto_flag=mode is None, verify=verify)
+    return CompiledFunction(fn, device, cache, follow_auto_flag=mode is None, verify=verify, dynamic=dynamic)
 
 
 __all__ = ["jit", "CompiledFunction", "register_array_adapter", "register_mode"]

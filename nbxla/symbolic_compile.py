@@ -103,7 +103,11 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     log1: list = []
     first = trace_at(leaves, log1)
     log2: list = []
-    second = trace_at(_second_probe_leaves(leaves, marks), log2)
+    try:
+        second = trace_at(_second_probe_leaves(leaves, marks), log2)
+    except Exception as e:          # (the sizes moved apart are ones the program needs related)
+        raise SymbolicDimensionError(f"the program does not trace at other sizes ({type(e).__name__}: "
+                                     f"{str(e).splitlines()[0] if str(e) else ''})") from None
     trace_ms = (time.perf_counter() - start) * 1e3
     _check_program(first)
     why = compare_observations(log1, log2)
@@ -119,14 +123,12 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     start = time.perf_counter()
     if any(i.opcode in ("while", "conditional", "call") for i in pipe1.module.entry.instructions):
         raise SymbolicDimensionError("control flow (while, conditional) has no symbolic runtime path yet")
-    executable = CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"))
-    kernels = executable.kernels
-    if kernels.unsupported:
-        raise SymbolicDimensionError("a fusion runs on the evaluator: " + next(iter(kernels.unsupported.values())))
+    # (Compared before compiling: a refusal costs no LLVM time.)
+    text1, specs1 = kernel_llvm_ir(pipe1.module)
     text2, specs2 = kernel_llvm_ir(pipe2.module)
-    _same_code(kernels.llvm_ir, text2)
+    _same_code(text1, text2)
     extents = {}
-    for name, spec in kernels.specs.items():
+    for name, spec in specs1.items():
         other = specs2.get(name)
         if other is None or replace(other, parallel_extent=0, object_entry=None) != \
                 replace(spec, parallel_extent=0, object_entry=None):
@@ -136,6 +138,10 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
                                          "not its range")
         extents[name] = spec.parallel_extent if spec.parallel_extent == other.parallel_extent else \
             _extent_symbol(spec.parallel_extent, other.parallel_extent, by_size, name)
+    executable = CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"))
+    if executable.kernels.unsupported:
+        raise SymbolicDimensionError("a fusion runs on the evaluator: " +
+                                     next(iter(executable.kernels.unsupported.values())))
     codegen_ms = (time.perf_counter() - start) * 1e3
     compilation = Compilation(first.module.name, resolve_device(device), symbolic_hlo, symbolic_optimized,
                               executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
