@@ -28,7 +28,7 @@ from .compiler import Compilation
 from .frontend.observed_sizes import compare_observations
 from .frontend.trace import TracedProgram, is_array_leaf
 from .hlo.shapes import SymDim, SymbolicDimensionError
-from .hlo.symbolic import bind_module, generalize_module, second_probe
+from .hlo.symbolic import bind_module, generalize_module, lift_size_constants, second_probe
 from .passes import optimize
 from .passes.buffer_assignment import plan_buffers
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
@@ -47,6 +47,8 @@ class SymbolicProgram:
     compilation: Compilation            # record: symbolic hlo/optimized, first probe's executable
     symbols: dict[str, list[tuple[int, int]]]   # symbol -> (argument leaf, dim) that carry it
     extents: dict[str, object]          # kernel symbol -> its range extent (int or SymDim)
+    # Sizes the program reads as values (a mean's count): extra trailing arguments, (k*b, dtype)
+    sizes: list = field(default_factory=list)
     instance_ms: float = 0.0            # time spent making instances (sizes), all together
     _instances: dict = field(default_factory=dict)
 
@@ -66,6 +68,9 @@ class SymbolicProgram:
         specs = {name: replace(spec, parallel_extent=_bind(self.extents[name], values))
                  for name, spec in kernels.specs.items()}
         executable = CpuExecutable(module, plan_buffers(module), kernels=replace(kernels, specs=specs))
+        if self.sizes:
+            executable = WithSizeArguments(executable, [np.asarray(size.bind(values), dtype)
+                                                        for size, dtype in self.sizes])
         found = replace(base, executable=executable, _stage_text={})
         self.instance_ms += (time.perf_counter() - start) * 1e3
         if len(self._instances) >= MAX_INSTANCES:
@@ -76,6 +81,21 @@ class SymbolicProgram:
     @property
     def instances(self) -> int:
         return len(self._instances)
+
+
+class WithSizeArguments:
+    """An executable whose trailing parameters are sizes (``lift_size_constants``), given them
+    on every run; everything else is the wrapped executable's."""
+
+    def __init__(self, executable, sizes: list):
+        self.executable, self.sizes = executable, sizes
+        run, single, as_tuple = executable.run, executable.run_single, executable.run_tuple
+        self.run = lambda inputs: run(list(inputs) + sizes)
+        self.run_single = None if single is None else (lambda inputs: single(list(inputs) + sizes))
+        self.run_tuple = None if as_tuple is None else (lambda inputs: as_tuple(list(inputs) + sizes))
+
+    def __getattr__(self, name):
+        return getattr(self.executable, name)
 
 
 def _bind(extent, values):
@@ -113,6 +133,7 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     why = compare_observations(log1, log2)
     if why:
         raise SymbolicDimensionError(why)
+    sizes = lift_size_constants(first.module, second.module, by_size)
     symbolic_hlo = generalize_module(first.module, second.module, by_size)
 
     start = time.perf_counter()
@@ -149,7 +170,7 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     symbols: dict[str, list] = {}
     for (leaf, dim), name in sorted(marks.items()):
         symbols.setdefault(name, []).append((leaf, dim))
-    return SymbolicProgram(first, compilation, symbols, extents)
+    return SymbolicProgram(first, compilation, symbols, extents, sizes)
 
 
 def _check_program(program: TracedProgram) -> None:

@@ -121,6 +121,40 @@ def _general_attr(key, v1, v2, pairs, out_comps, where):
     return v1
 
 
+def lift_size_constants(m1: Module, m2: Module, symbols: dict[int, str]) -> list[tuple[SymDim, np.dtype]]:
+    """Scalar constants of the two probes' entries that are a size (``k*h1`` in one, ``k*h2`` in
+    the other: a mean's count) become new entry parameters in both, in place; returns each new
+    parameter's value (``k*b``) and dtype, in parameter order.  Why: the count is then read
+    when the program runs, as any argument is, instead of baked into its code."""
+    lifted: list[tuple[SymDim, np.dtype]] = []
+    c1, c2 = m1.entry, m2.entry
+    if len(c1.instructions) != len(c2.instructions):
+        return lifted
+    number = len(c1.parameters)
+    for k, (i1, i2) in enumerate(zip(list(c1.instructions), list(c2.instructions))):
+        if i1.opcode != "constant" or i2.opcode != "constant" or i1.shape.rank or i2.shape.rank:
+            continue
+        v1, v2 = i1.literal.reshape(()), i2.literal.reshape(())
+        if v1.dtype != v2.dtype or v1.dtype.kind not in "iuf" or v1 == v2:
+            continue
+        size = None
+        for hint, name in symbols.items():
+            coeff = v1 / hint
+            if coeff >= 1 and coeff == int(coeff) and int(coeff) * second_probe(hint) == v2:
+                size = SymDim(name, int(coeff))
+        if size is None:
+            continue
+        for comp, old in ((c1, i1), (c2, i2)):
+            param = Instruction("parameter", old.shape, attrs={"parameter_number": number},
+                                name=f"size.{number}", location=old.location)
+            param.parent = comp
+            comp.instructions[k] = param
+            comp.replace_all_uses(old, param)
+        lifted.append((size, v1.dtype))
+        number += 1
+    return lifted
+
+
 def symbols_of_module(module: Module) -> list[str]:
     """The size symbols of the entry's parameters, in order of first appearance."""
     names: list[str] = []
