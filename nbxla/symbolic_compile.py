@@ -18,6 +18,7 @@ compiled once -- a few milliseconds, memoized per size -- never LLVM again.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -51,6 +52,7 @@ class SymbolicProgram:
     sizes: list = field(default_factory=list)
     instance_ms: float = 0.0            # time spent making instances (sizes), all together
     _instances: dict = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def values_of(self, leaves: list) -> dict[str, int]:
         return {name: np.shape(leaves[places[0][0]])[places[0][1]] for name, places in self.symbols.items()}
@@ -61,6 +63,11 @@ class SymbolicProgram:
         found = self._instances.get(key)
         if found is not None:
             return found
+        with self._lock:            # (threads calling at a new size make it once)
+            found = self._instances.get(key)
+            return found if found is not None else self._new_instance(key, values)
+
+    def _new_instance(self, key: tuple, values: dict[str, int]) -> Compilation:
         start = time.perf_counter()
         base = self.compilation
         module = bind_module(base.optimized, values)

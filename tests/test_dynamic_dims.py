@@ -1,0 +1,200 @@
+"""Unknown dimensions through ``nbxla.jit``: when a dimension becomes symbolic (both sides of the
+automatic threshold), how many compilations 40 batch sizes take, the guards and the reasons for
+specialising, all against NumPy at every size.  (Compile counts, not times: tests never time.)"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.hlo.symbolic import module_is_symbolic
+from nbxla.runtime.cache import CompilationCache
+
+RNG = np.random.default_rng(31)
+W = RNG.random((64, 48), dtype=np.float32)
+
+
+def layer(x, w):
+    return np.tanh(x @ w)
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def layernorm(x):
+    m = x.mean(axis=1, keepdims=True)
+    v = ((x - m) ** 2).mean(axis=1, keepdims=True)
+    return (x - m) / np.sqrt(v + 1e-5)
+
+
+def elementwise(x, y):
+    return 3 * x ** 2 + y
+
+
+def rows(n):
+    return RNG.random((n, 64), dtype=np.float32)
+
+
+def ONE(n):
+    return (rows(n),)
+
+
+# (function, arguments at batch size n): elementwise, reduction and dot programs.
+PROGRAMS = {
+    "elementwise": (elementwise, lambda n: (rows(n), rows(n))),
+    "softmax": (softmax, lambda n: (rows(n),)),
+    "layernorm": (layernorm, lambda n: (rows(n),)),
+    "dot": (layer, lambda n: (rows(n), W)),
+}
+
+
+def _sweep(f, fn, make, sizes):
+    for n in sizes:
+        args = make(n)
+        np.testing.assert_allclose(f(*args), fn(*args), rtol=2e-5, atol=1e-6, err_msg=f"size {n}")
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_forty_sizes_compile_at_most_twice_automatically(name):
+    fn, make = PROGRAMS[name]
+    cache = CompilationCache()
+    f = nbxla.jit(fn, cache=cache)
+    _sweep(f, fn, make, range(1, 41))
+    assert cache.misses == 2                    # size 1 (specialised), then one symbolic program
+    symbolic = [e for e in cache.entries() if "symbolic" in e.explanation]
+    assert len(symbolic) == 1 and "x.shape[0] -> b" in symbolic[0].explanation
+    assert "[b,64]" in symbolic[0].summary()
+    assert symbolic[0].hits >= 37
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_dynamic_true_compiles_once_for_sizes_two_and_up(name):
+    fn, make = PROGRAMS[name]
+    cache = CompilationCache()
+    f = nbxla.jit(fn, cache=cache, dynamic=True)
+    _sweep(f, fn, make, range(2, 41))
+    assert cache.misses == 1
+    assert module_is_symbolic(f.last_compilation.hlo) and "f32[b,64]" in f.last_compilation.stage("hlo")
+
+
+def test_dynamic_false_compiles_per_size():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache, dynamic=False)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], range(2, 8))
+    assert cache.misses == 6
+
+
+def test_automatic_threshold_first_size_static_second_symbolic():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [5])
+    assert cache.misses == 1 and not module_is_symbolic(f.last_compilation.hlo)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [5])          # the same size again: no new program
+    assert cache.misses == 1
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [6])          # a second size: symbolic from now on
+    assert cache.misses == 2 and module_is_symbolic(f.last_compilation.hlo)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [7, 4096, 3])
+    assert cache.misses == 2
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [5])          # the static entry still serves 5
+    assert not module_is_symbolic(f.last_compilation.hlo)
+
+
+def test_named_dimensions():
+    cache = CompilationCache()
+    f = nbxla.jit(layer, cache=cache, dynamic={"x": (0,)})
+    _sweep(f, layer, PROGRAMS["dot"][1], [3, 9, 33])
+    assert cache.misses == 1 and "x.shape[0] -> b" in cache.entries()[0].explanation
+
+
+def test_size_one_fails_the_guard_and_says_so():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache, dynamic=True)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [4, 1])
+    assert cache.misses == 2
+    static = cache.entries()[-1]
+    assert "x.shape[0] == 1, compiled for b >= 2" in static.explanation
+    assert "x.shape[0] == 1, compiled for b >= 2" in cache.table()
+
+
+def test_shared_symbol_guard_recompiles_when_sizes_part():
+    cache = CompilationCache()
+    f = nbxla.jit(elementwise, cache=cache, dynamic={"x": (0,), "y": (0,)})
+    _sweep(f, elementwise, PROGRAMS["elementwise"][1], [4, 9])
+    assert cache.misses == 1
+    x, y = rows(5), RNG.random((1, 64), dtype=np.float32)     # broadcasting a 1: another program
+    np.testing.assert_allclose(f(x, y), elementwise(x, y), rtol=1e-6)
+    assert cache.misses == 2
+    assert "y.shape[0] == 1, compiled for b >= 2" in cache.entries()[-1].explanation
+
+
+def test_python_decision_on_a_size_specialises_with_the_line():
+    def branchy(x):
+        if x.shape[0] > 10:
+            return x * 2
+        return x * 3
+    cache = CompilationCache()
+    f = nbxla.jit(branchy, cache=cache, dynamic=True)
+    _sweep(f, branchy, ONE, [12, 5, 30])
+    assert cache.misses == 3
+    assert "compares a size in Python" in cache.entries()[0].explanation
+
+
+def test_python_loop_over_a_size_specialises():
+    def looped(x):
+        total = x[0]
+        for i in range(1, x.shape[0]):
+            total = total + x[i]
+        return total
+    cache = CompilationCache()
+    f = nbxla.jit(looped, cache=cache, dynamic=True)
+    _sweep(f, looped, ONE, [3, 4])
+    assert cache.misses == 2 and "specialised" in cache.entries()[0].explanation
+
+
+def test_reductions_over_the_symbol_are_specialised_with_the_reason():
+    def running_example(x, y):
+        return np.mean(3 * x ** 2 + y)
+    cache = CompilationCache()
+    f = nbxla.jit(running_example, cache=cache, dynamic=True)
+    _sweep(f, running_example, PROGRAMS["elementwise"][1], [3, 4, 5])
+    assert cache.misses == 3
+    assert "depends on the size" in cache.entries()[0].explanation
+
+
+def test_a_reshape_keeps_the_symbol_scaled():
+    def flat(x):
+        return np.tanh(x.reshape(-1, 8)).sum(axis=1)
+    cache = CompilationCache()
+    f = nbxla.jit(flat, cache=cache, dynamic=True)
+    _sweep(f, flat, ONE, [2, 3, 50])
+    assert cache.misses == 1 and "f32[8*b]" in f.last_compilation.stage("optimized_hlo")
+
+
+def test_instances_agree_with_the_evaluator_on_the_symbolic_module():
+    from nbxla.hlo.evaluator import evaluate
+    f = nbxla.jit(layer, cache=CompilationCache(), dynamic=True)
+    f(rows(3), W)
+    symbolic = f.last_compilation.optimized
+    for n in (2, 7, 40):
+        x = rows(n)
+        np.testing.assert_allclose(f(x, W), evaluate(symbolic, [x, W]), rtol=1e-5)
+
+
+def test_concurrent_calls_at_many_sizes_share_one_symbolic_program():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache, dynamic=True)
+    f(rows(2))
+    inputs = [rows(n) for n in list(range(2, 30)) * 2]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(f, inputs))
+    for x, got in zip(inputs, results):
+        np.testing.assert_allclose(got, softmax(x), rtol=2e-5, atol=1e-6)
+    assert cache.misses == 1
+
+
+def test_bad_dynamic_argument_is_a_clear_error():
+    with pytest.raises(TypeError, match="dynamic must be"):
+        nbxla.jit(softmax, dynamic="yes")
