@@ -33,7 +33,7 @@ from .hlo.symbolic import bind_module, generalize_module, lift_size_constants, s
 from .passes import optimize
 from .passes.buffer_assignment import plan_buffers
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
-from .runtime.executable import resolve_device
+from .runtime.executable import cpu_executable, resolve_device
 
 # Kernel styles whose machine code takes its whole size from the [begin, end) range.
 _RANGED_STYLES = ("linear", "rows", "reduce")
@@ -71,13 +71,13 @@ class SymbolicProgram:
         start = time.perf_counter()
         base = self.compilation
         module = bind_module(base.optimized, values)
-        kernels = base.executable.kernels
+        kernels = base.executable.native.kernels
         specs = {name: replace(spec, parallel_extent=_bind(self.extents[name], values))
                  for name, spec in kernels.specs.items()}
-        executable = CpuExecutable(module, plan_buffers(module), kernels=replace(kernels, specs=specs))
+        executable = cpu_executable(CpuExecutable(module, plan_buffers(module),
+                                                  kernels=replace(kernels, specs=specs)))
         if self.sizes:
-            executable = WithSizeArguments(executable, [np.asarray(size.bind(values), dtype)
-                                                        for size, dtype in self.sizes])
+            _give_sizes(executable, [np.asarray(size.bind(values), dtype) for size, dtype in self.sizes])
         found = replace(base, executable=executable, _stage_text={})
         self.instance_ms += (time.perf_counter() - start) * 1e3
         if len(self._instances) >= MAX_INSTANCES:
@@ -90,19 +90,13 @@ class SymbolicProgram:
         return len(self._instances)
 
 
-class WithSizeArguments:
-    """An executable whose trailing parameters are sizes (``lift_size_constants``), given them
-    on every run; everything else is the wrapped executable's."""
-
-    def __init__(self, executable, sizes: list):
-        self.executable, self.sizes = executable, sizes
-        run, single, as_tuple = executable.run, executable.run_single, executable.run_tuple
-        self.run = lambda inputs: run(list(inputs) + sizes)
-        self.run_single = None if single is None else (lambda inputs: single(list(inputs) + sizes))
-        self.run_tuple = None if as_tuple is None else (lambda inputs: as_tuple(list(inputs) + sizes))
-
-    def __getattr__(self, name):
-        return getattr(self.executable, name)
+def _give_sizes(executable, sizes: list) -> None:
+    """Make the executable's runners pass ``sizes`` as its trailing parameters
+    (``lift_size_constants``), so that callers give only the arguments."""
+    run, single, as_tuple = executable.run, executable.run_single, executable.run_tuple
+    executable.run = lambda inputs: run(list(inputs) + sizes)
+    executable.run_single = None if single is None else (lambda inputs: single(list(inputs) + sizes))
+    executable.run_tuple = None if as_tuple is None else (lambda inputs: as_tuple(list(inputs) + sizes))
 
 
 def _bind(extent, values):
@@ -166,10 +160,10 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
                                          "not its range")
         extents[name] = spec.parallel_extent if spec.parallel_extent == other.parallel_extent else \
             _extent_symbol(spec.parallel_extent, other.parallel_extent, by_size, name)
-    executable = CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"))
-    if executable.kernels.unsupported:
+    executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment")))
+    if executable.native.kernels.unsupported:
         raise SymbolicDimensionError("a fusion runs on the evaluator: " +
-                                     next(iter(executable.kernels.unsupported.values())))
+                                     next(iter(executable.native.kernels.unsupported.values())))
     codegen_ms = (time.perf_counter() - start) * 1e3
     compilation = Compilation(first.module.name, resolve_device(device), symbolic_hlo, symbolic_optimized,
                               executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
