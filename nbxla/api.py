@@ -308,6 +308,7 @@ class CompiledFunction:
         if not hit:
             if note:
                 entry.explanation = f"{note} ({entry.explanation})"
+                entry.value.compilation.dimensions = note
             entry.value.compilation.explanation = entry.explanation
         self.last_compilation = entry.value.compilation
         return entry.value, leaves, entry, treedef
@@ -364,6 +365,9 @@ class CompiledFunction:
             entry.explanation = "; ".join(filter(None, [failed, f"{described}: one compilation for "
                                                         "every size >= 2 (symbolic)"]))
             entry.value.compilation.explanation = entry.explanation
+            entry.value.compilation.dimensions = (
+                f"{described} (symbolic); guards: " + ", ".join(f"{sym} >= 2" for sym in sorted(set(marks.values()))) +
+                "".join(f", {a} == {b}" for a, b in _shared(marks, names())))
         sym = SymbolicEntry(entry, entry.value, (extra, family_of(signature)), pattern, names())
         policy.entries.append(sym)
         return sym
@@ -545,6 +549,19 @@ def _frozen(value):
     if is_array_leaf(value):
         raise TypeError("an array inside a captured container")
     return value
+
+
+def _shared(marks: dict, names: list[str]) -> list[tuple[str, str]]:
+    """Pairs of dimensions one symbol stands for (the guard checks they stay equal)."""
+    first: dict[str, str] = {}
+    pairs = []
+    for (leaf, d), sym in sorted(marks.items()):
+        where = f"{names[leaf]}.shape[{d}]"
+        if sym in first:
+            pairs.append((first[sym], where))
+        else:
+            first[sym] = where
+    return pairs
 
 
 def _memory_error(name: str, compiled: CompiledProgram) -> ResourceError:

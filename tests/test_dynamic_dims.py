@@ -198,3 +198,20 @@ def test_concurrent_calls_at_many_sizes_share_one_symbolic_program():
 def test_bad_dynamic_argument_is_a_clear_error():
     with pytest.raises(TypeError, match="dynamic must be"):
         nbxla.jit(softmax, dynamic="yes")
+
+
+def test_fusion_report_says_which_dimensions_are_symbolic_and_why_others_are_not():
+    f = nbxla.jit(elementwise, cache=CompilationCache(), dynamic=True)
+    f(rows(3), rows(3))
+    report = f.last_compilation.stage("fusion_report")
+    assert "dimensions: x.shape[0] -> b, y.shape[0] -> b (symbolic); guards: b >= 2, x.shape[0] == y.shape[0]" \
+        in report
+    for stage in f.last_compilation.stages:             # every stage shows for a symbolic compile
+        assert f.last_compilation.stage(stage)
+
+    def column_sums(x):
+        return x.sum(axis=0)
+    g = nbxla.jit(column_sums, cache=CompilationCache())
+    g(rows(3))
+    g(rows(4))
+    assert "dimensions: x.shape[0] -> b specialised: the generated code" in g.last_compilation.stage("fusion_report")
