@@ -36,7 +36,7 @@ from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
 from .runtime.executable import cpu_executable, resolve_device
 
 # Kernel styles whose machine code takes its whole size from the [begin, end) range.
-_RANGED_STYLES = ("linear", "rows", "reduce")
+_RANGED_STYLES = ("linear", "rows", "reduce", "full-reduce")
 # Instances (sizes) kept per symbolic program; each holds only thunks over shared machine code.
 MAX_INSTANCES = 64
 

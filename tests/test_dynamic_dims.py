@@ -48,6 +48,7 @@ PROGRAMS = {
     "softmax": (softmax, lambda n: (rows(n),)),
     "layernorm": (layernorm, lambda n: (rows(n),)),
     "dot": (layer, lambda n: (rows(n), W)),
+    "running_example": (lambda x, y: np.mean(3 * x ** 2 + y), lambda n: (rows(n), rows(n))),
 }
 
 
@@ -155,13 +156,26 @@ def test_python_loop_over_a_size_specialises():
 
 
 def test_reductions_over_the_symbol_are_specialised_with_the_reason():
+    def column_sums(x):
+        return x.sum(axis=0) * 2
+    cache = CompilationCache()
+    f = nbxla.jit(column_sums, cache=cache, dynamic=True)
+    _sweep(f, column_sums, ONE, [3, 4, 5])
+    assert cache.misses == 3
+    assert "depends on the size" in cache.entries()[0].explanation
+
+
+def test_the_running_example_reads_its_count_as_a_size_argument():
+    """``np.mean`` over the symbol divides by ``64*b``: a trailing size argument, given per call."""
     def running_example(x, y):
         return np.mean(3 * x ** 2 + y)
     cache = CompilationCache()
-    f = nbxla.jit(running_example, cache=cache, dynamic=True)
-    _sweep(f, running_example, PROGRAMS["elementwise"][1], [3, 4, 5])
-    assert cache.misses == 3
-    assert "depends on the size" in cache.entries()[0].explanation
+    f = nbxla.jit(running_example, cache=cache, dynamic={"x": (0,), "y": (0,)})
+    _sweep(f, running_example, PROGRAMS["elementwise"][1], [3, 4, 5, 1000])
+    assert cache.misses == 1
+    assert "size." in f.last_compilation.stage("hlo")           # the lifted count parameter
+    assert "full-reduce" in f.last_compilation.stage("execution") or \
+        "partial chunk" in f.last_compilation.stage("execution")
 
 
 def test_a_reshape_keeps_the_symbol_scaled():
