@@ -35,8 +35,7 @@ from .flags import current_flags
 from .frontend.trace import (StaticValue, TracedProgram, alias_pattern, is_array_leaf, leaf_signature,
                              trace, tree_flatten, tree_paths, tree_unflatten)
 from .frontend.tracer import Tracer
-from .dynamic_dims import DimensionPolicy, SymbolicEntry, describe_marks, family_of
-from .hlo.shapes import SymbolicDimensionError
+from .dynamic_dims import DimensionPolicy, find_or_compile
 from .runtime.cache import DEFAULT_CACHE, CacheKey, CompilationCache
 from .symbolic_compile import compile_symbolic
 from .runtime.executable import resolve_device
@@ -317,36 +316,7 @@ class CompiledFunction:
         """(``_lookup``'s answer from a program with unknown dimensions, or None; and a note for
         the cache table when the call is compiled for its concrete sizes instead: the guard that
         failed, or why its dimensions cannot be symbolic).  See ``dynamic_dims.py``."""
-        policy = self._dims
-        extra = (key[1], key[2], key[4], key[5])             # device, flags, tree, aliasing
-        sym, failed = policy.match(self.cache, extra, signature)
-        if sym is None:
-            refusals = []
-            for marks in policy.candidates(extra, signature, names(), arguments):
-                found = self._compile_symbolic(key, leaves, signature, names, treedef, device, captured,
-                                               extra, marks, failed)
-                if isinstance(found, SymbolicEntry):
-                    sym = found
-                    break
-                refusals.append(found)
-            else:
-                return None, "; ".join(filter(None, [failed] + refusals))
-        program = sym.program
-        compilation = program.instance(program.values_of(leaves))
-        self.last_compilation = compilation
-        return (CompiledProgram(program.program, compilation), leaves, sym.entry, treedef), ""
-
-    def _compile_symbolic(self, key, leaves, signature, names, treedef, device, captured, extra, marks,
-                          failed) -> SymbolicEntry | str:
-        """The symbolic entry for ``marks`` (compiled now, or found), or why it cannot be."""
-        policy = self._dims
-        refusal = (extra, family_of(signature), tuple(sorted(marks.items())))
-        if refusal in policy.refused:
-            return policy.refused[refusal]
-        pattern = policy.pattern(signature, marks)
-        described = describe_marks(marks, names())
-
-        def compile_symbolic_now():
+        def compile_for(marks):
             check_function_no_random(self.fn)
             fn = convert_function(self.fn) if not captured else self._traceable()
 
@@ -354,23 +324,16 @@ class CompiledFunction:
                 return trace(fn, arg_leaves, treedef, name=_module_name(self.fn), leaf_names=names(),
                              argument_views=True, size_observations=log)
             return compile_symbolic(trace_at, leaves, marks, device)
-        try:
-            entry, hit = self.cache.get_or_compile(CacheKey(self, *key[1:3], pattern, *key[4:]), self,
-                                                   self.__name__, pattern, names, device,
-                                                   compile_symbolic_now)
-        except SymbolicDimensionError as e:
-            policy.refused[refusal] = f"{described} specialised: {e}"
-            return policy.refused[refusal]
-        if not hit:
-            entry.explanation = "; ".join(filter(None, [failed, f"{described}: one compilation for "
-                                                        "every size >= 2 (symbolic)"]))
-            entry.value.compilation.explanation = entry.explanation
-            entry.value.compilation.dimensions = (
-                f"{described} (symbolic); guards: " + ", ".join(f"{sym} >= 2" for sym in sorted(set(marks.values()))) +
-                "".join(f", {a} == {b}" for a, b in _shared(marks, names())))
-        sym = SymbolicEntry(entry, entry.value, (extra, family_of(signature)), pattern, names())
-        policy.entries.append(sym)
-        return sym
+
+        sym, note = find_or_compile(self._dims, self.cache, (key[1], key[2], key[4], key[5]), signature, names,
+                                    arguments, lambda pattern: CacheKey(self, *key[1:3], pattern, *key[4:]),
+                                    self, self.__name__, device, compile_for)
+        if sym is None:
+            return None, note
+        program = sym.program
+        compilation = program.instance(program.values_of(leaves))
+        self.last_compilation = compilation
+        return (CompiledProgram(program.program, compilation), leaves, sym.entry, treedef), ""
 
     def _traceable(self) -> Callable:
         """The function traced when it captures values: traced with the tree ``((args, kwargs),
@@ -549,19 +512,6 @@ def _frozen(value):
     if is_array_leaf(value):
         raise TypeError("an array inside a captured container")
     return value
-
-
-def _shared(marks: dict, names: list[str]) -> list[tuple[str, str]]:
-    """Pairs of dimensions one symbol stands for (the guard checks they stay equal)."""
-    first: dict[str, str] = {}
-    pairs = []
-    for (leaf, d), sym in sorted(marks.items()):
-        where = f"{names[leaf]}.shape[{d}]"
-        if sym in first:
-            pairs.append((first[sym], where))
-        else:
-            first[sym] = where
-    return pairs
 
 
 def _memory_error(name: str, compiled: CompiledProgram) -> ResourceError:

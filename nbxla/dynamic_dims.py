@@ -22,8 +22,11 @@ and the compilation's explanation show it, and the function does not try that pa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
+
+from .hlo.shapes import SymbolicDimensionError
 
 SYMBOL_NAMES = ("b", "n", "m", "k", "p", "q", "r", "s", "t", "u")
 
@@ -172,3 +175,56 @@ def describe_marks(marks: dict, names: list[str]) -> str:
 
 def symbol_values(marks: dict, leaves: list) -> dict[str, int]:
     return {sym: np.shape(leaves[leaf])[d] for (leaf, d), sym in marks.items()}
+
+
+def find_or_compile(policy: DimensionPolicy, cache, extra: tuple, signature: tuple, names: Callable,
+                    arguments: int, make_key: Callable, code_key, code_name: str, device: str,
+                    compile_for: Callable) -> tuple[SymbolicEntry | None, str]:
+    """The symbolic entry serving this call: found (its guards pass), or compiled now for the
+    first marks ``policy.candidates`` offers that the program allows.  Else (None, a note for
+    the cache table: the failed guard, or why the dimensions were specialised).
+
+    ``make_key(pattern)`` is the cache key of a symbolic entry; ``compile_for(marks)`` compiles
+    (a ``SymbolicProgram``) or raises ``SymbolicDimensionError``."""
+    sym, failed = policy.match(cache, extra, signature)
+    if sym is not None:
+        return sym, ""
+    refusals = []
+    for marks in policy.candidates(extra, signature, names(), arguments):
+        refusal = (extra, family_of(signature), tuple(sorted(marks.items())))
+        if refusal in policy.refused:
+            refusals.append(policy.refused[refusal])
+            continue
+        pattern = policy.pattern(signature, marks)
+        described = describe_marks(marks, names())
+        try:
+            entry, hit = cache.get_or_compile(make_key(pattern), code_key, code_name, pattern, names, device,
+                                              lambda marks=marks: compile_for(marks))
+        except SymbolicDimensionError as e:
+            policy.refused[refusal] = f"{described} specialised: {e}"
+            refusals.append(policy.refused[refusal])
+            continue
+        if not hit:
+            entry.explanation = "; ".join(filter(None, [failed, f"{described}: one compilation for "
+                                                        "every size >= 2 (symbolic)"]))
+            entry.value.compilation.explanation = entry.explanation
+            entry.value.compilation.dimensions = (
+                f"{described} (symbolic); guards: " + ", ".join(f"{s} >= 2" for s in sorted(set(marks.values())))
+                + "".join(f", {a} == {b}" for a, b in _shared(marks, names())))
+        sym = SymbolicEntry(entry, entry.value, (extra, family_of(signature)), pattern, names())
+        policy.entries.append(sym)
+        return sym, ""
+    return None, "; ".join(filter(None, [failed] + refusals))
+
+
+def _shared(marks: dict, names: list[str]) -> list[tuple[str, str]]:
+    """Pairs of dimensions one symbol stands for (the guard checks they stay equal)."""
+    first: dict[str, str] = {}
+    pairs = []
+    for (leaf, d), sym in sorted(marks.items()):
+        where = f"{names[leaf]}.shape[{d}]"
+        if sym in first:
+            pairs.append((first[sym], where))
+        else:
+            first[sym] = where
+    return pairs
