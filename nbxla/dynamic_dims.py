@@ -206,7 +206,7 @@ def find_or_compile(policy: DimensionPolicy, cache, extra: tuple, signature: tup
             continue
         if not hit:
             entry.explanation = "; ".join(filter(None, [failed, f"{described}: one compilation for "
-                                                        "every size >= 2 (symbolic)"]))
+                                                        f"every size >= 2 (symbolic; {entry.explanation})"]))
             entry.value.compilation.explanation = entry.explanation
             entry.value.compilation.dimensions = (
                 f"{described} (symbolic); guards: " + ", ".join(f"{s} >= 2" for s in sorted(set(marks.values())))
