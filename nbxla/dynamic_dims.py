@@ -89,14 +89,15 @@ class DimensionPolicy:
         failed for the nearest one ("" when none was near)."""
         failed = ""
         family = family_of(signature)
-        for sym in reversed(self.entries):
+        for sym in reversed(list(self.entries)):       # (a copy: threads may remove entries)
             if sym.family != (extra, family):
                 continue
             why = sym.guard_failure(signature)
             if why is None:
                 if cache.lookup(sym.entry.key) is sym.entry:
                     return sym, ""
-                self.entries.remove(sym)            # evicted or cleared: compile it again
+                # evicted or cleared: compile it again
+                self.entries[:] = [e for e in self.entries if e is not sym]
                 continue
             failed = failed or why
         return None, failed
