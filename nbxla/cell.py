@@ -388,7 +388,7 @@ def _prepare_symbolic(analysis, inputs: CellInputs, user_ns: dict, code_key, key
             probes.append((bindings, display))
             return program
         program = compile_symbolic(trace_at, inputs.leaves, marks, device)
-        if not _same_recipes(*probes):
+        if not all(_same_recipes(probes[0], other) for other in probes[1:]):
             raise SymbolicDimensionError("the cell binds a Python value or array computed from a size")
         program.cell_parts = probes[0]
         return program

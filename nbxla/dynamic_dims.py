@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from .hlo.shapes import SymbolicDimensionError
+from .hlo.symbolic import upper_probes
 
 SYMBOL_NAMES = ("b", "n", "m", "k", "p", "q", "r", "s", "t", "u")
 
@@ -53,8 +54,11 @@ class SymbolicEntry:
                         return ""
                     continue
                 where = f"{name}.shape[{d}]"
+                upper = self.program.bounds.get(p)
                 if n < 2:
                     return f"{where} == {n}, compiled for {p} >= 2"
+                if upper is not None and n > upper:
+                    return f"{where} == {n}, compiled for {p} <= {upper}"
                 if p in values and values[p][0] != n:
                     other, at = values[p]
                     return f"{where} == {n} but {at} == {other}, compiled for both equal ({p})"
@@ -198,8 +202,11 @@ def find_or_compile(policy: DimensionPolicy, cache, extra: tuple, signature: tup
             continue
         pattern = policy.pattern(signature, marks)
         described = describe_marks(marks, names())
+        # (The key holds the sizes the program will serve up to: a size past them compiles anew.)
+        bounds = upper_probes(sorted({signature[leaf][1][d] for (leaf, d) in marks}))
+        key = make_key(pattern + (("serves up to", tuple(sorted(bounds.values()))),))
         try:
-            entry, hit = cache.get_or_compile(make_key(pattern), code_key, code_name, pattern, names, device,
+            entry, hit = cache.get_or_compile(key, code_key, code_name, pattern, names, device,
                                               lambda marks=marks: compile_for(marks))
         except SymbolicDimensionError as e:
             policy.refused[refusal] = f"{described} specialised: {e}"
@@ -209,8 +216,10 @@ def find_or_compile(policy: DimensionPolicy, cache, extra: tuple, signature: tup
             entry.explanation = "; ".join(filter(None, [failed, f"{described}: one compilation for "
                                                         f"every size >= 2 (symbolic; {entry.explanation})"]))
             entry.value.compilation.explanation = entry.explanation
+            bounds = entry.value.bounds
             entry.value.compilation.dimensions = (
-                f"{described} (symbolic); guards: " + ", ".join(f"{s} >= 2" for s in sorted(set(marks.values())))
+                f"{described} (symbolic); guards: " + ", ".join(f"2 <= {s} <= {bounds[s]}" if s in bounds else f"{s} >= 2"
+                                                               for s in sorted(set(marks.values())))
                 + "".join(f", {a} == {b}" for a, b in _shared(marks, names())))
         sym = SymbolicEntry(entry, entry.value, (extra, family_of(signature)), pattern, names())
         policy.entries.append(sym)

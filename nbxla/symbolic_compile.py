@@ -29,7 +29,8 @@ from .compiler import Compilation
 from .frontend.observed_sizes import compare_observations
 from .frontend.trace import TracedProgram, is_array_leaf
 from .hlo.shapes import SymDim, SymbolicDimensionError
-from .hlo.symbolic import bind_module, generalize_module, lift_size_constants, second_probe
+from .hlo.ir import clone_module
+from .hlo.symbolic import bind_module, generalize_module, lift_size_constants, second_probe, upper_probes
 from .passes import optimize
 from .passes.buffer_assignment import plan_buffers
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
@@ -50,6 +51,7 @@ class SymbolicProgram:
     extents: dict[str, object]          # kernel symbol -> its range extent (int or SymDim)
     # Sizes the program reads as values (a mean's count): extra trailing arguments, (k*b, dtype)
     sizes: list = field(default_factory=list)
+    bounds: dict = field(default_factory=dict)     # symbol -> the largest size it serves
     instance_ms: float = 0.0            # time spent making instances (sizes), all together
     _instances: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -125,15 +127,16 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     first = trace_at(leaves, log1)
     log2: list = []
     try:
-        second = trace_at(_second_probe_leaves(leaves, marks), log2)
+        second = trace_at(_probe_leaves(leaves, marks, second_probe), log2)
     except Exception as e:          # (the sizes moved apart are ones the program needs related)
         raise SymbolicDimensionError(f"the program does not trace at other sizes ({type(e).__name__}: "
                                      f"{str(e).splitlines()[0] if str(e) else ''})") from None
-    trace_ms = (time.perf_counter() - start) * 1e3
     _check_program(first)
     why = compare_observations(log1, log2)
     if why:
         raise SymbolicDimensionError(why)
+    bounds = _check_extreme_sizes(trace_at, leaves, marks, first, log1, by_size)
+    trace_ms = (time.perf_counter() - start) * 1e3
     sizes = lift_size_constants(first.module, second.module, by_size)
     symbolic_hlo = generalize_module(first.module, second.module, by_size)
 
@@ -171,7 +174,7 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     symbols: dict[str, list] = {}
     for (leaf, dim), name in sorted(marks.items()):
         symbols.setdefault(name, []).append((leaf, dim))
-    return SymbolicProgram(first, compilation, symbols, extents, sizes)
+    return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds)
 
 
 def _check_program(program: TracedProgram) -> None:
@@ -183,9 +186,41 @@ def _check_program(program: TracedProgram) -> None:
         raise SymbolicDimensionError("a result is a constant, a selection or a view of an argument")
 
 
-def _second_probe_leaves(leaves: list, marks: dict) -> list:
-    """Stand-ins for the arguments at the second probe's sizes (shape and dtype only: tracing
-    reads no argument's values); the same array twice stays one stand-in."""
+def _check_extreme_sizes(trace_at, leaves, marks, first, log1, by_size) -> dict[str, int]:
+    """Trace at the smallest sizes (2, 3, ...: one per symbol) and at the largest (``UPPER_PROBE``
+    or more: ``upper_probes``) too, and require the same program as the first probe's, up to the symbols; returns
+    each symbol's upper bound.  Why: what the two probes agree on may still change between
+    them and the guard's ends -- ``x[:8]`` has 8 rows at 33 and 67 but 3 at 3, ``x[:100]`` has b
+    rows at 33 and 67 but 100 at 200.  Such clamps and thresholds are monotone in the size, so
+    agreeing at both ends of the guarded range [2, upper] means agreeing everywhere inside."""
+    order = sorted(by_size)
+    small = {hint: 2 + k for k, hint in enumerate(order)}
+    large = upper_probes(order)
+    for sizes in (small, large):
+        if all(sizes[h] in (h, second_probe(h)) for h in order):
+            continue                                # (already traced there)
+        log: list = []
+        try:
+            probe = trace_at(_probe_leaves(leaves, marks, sizes.__getitem__), log)
+        except Exception as e:
+            raise SymbolicDimensionError(f"the program does not trace at size {min(sizes.values())} or "
+                                         f"{max(sizes.values())} ({type(e).__name__})") from None
+        why = compare_observations(log1, log)
+        if why:
+            raise SymbolicDimensionError(why)
+        reference = clone_module(first.module)
+        try:
+            lift_size_constants(reference, probe.module, by_size, sizes.__getitem__)
+            generalize_module(reference, probe.module, by_size, sizes.__getitem__)
+        except SymbolicDimensionError as e:
+            raise SymbolicDimensionError(f"at size {', '.join(str(sizes[h]) for h in order)}: {e}") from None
+    return {by_size[h]: large[h] for h in order}
+
+
+def _probe_leaves(leaves: list, marks: dict, size_of) -> list:
+    """Stand-ins for the arguments with every marked dimension of size ``h`` at ``size_of(h)``
+    (shape and dtype only: tracing reads no argument's values); the same array twice stays one
+    stand-in."""
     out, made = [], {}
     for k, leaf in enumerate(leaves):
         if not is_array_leaf(leaf) or isinstance(leaf, np.generic):
@@ -195,7 +230,7 @@ def _second_probe_leaves(leaves: list, marks: dict) -> list:
             dims = list(np.shape(leaf))
             for d in range(len(dims)):
                 if (k, d) in marks:
-                    dims[d] = second_probe(dims[d])
+                    dims[d] = size_of(dims[d])
             arr = np.asarray(leaf)
             made[id(leaf)] = np.lib.stride_tricks.as_strided(np.zeros(1, arr.dtype), tuple(dims),
                                                              (0,) * len(dims), writeable=False)

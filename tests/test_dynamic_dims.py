@@ -218,7 +218,7 @@ def test_fusion_report_says_which_dimensions_are_symbolic_and_why_others_are_not
     f = nbxla.jit(elementwise, cache=CompilationCache(), dynamic=True)
     f(rows(3), rows(3))
     report = f.last_compilation.stage("fusion_report")
-    assert "dimensions: x.shape[0] -> b, y.shape[0] -> b (symbolic); guards: b >= 2, x.shape[0] == y.shape[0]" \
+    assert "dimensions: x.shape[0] -> b, y.shape[0] -> b (symbolic); guards: 2 <= b <= 65537, x.shape[0] == y.shape[0]" \
         in report
     for stage in f.last_compilation.stages:             # every stage shows for a symbolic compile
         assert f.last_compilation.stage(stage)
@@ -229,3 +229,32 @@ def test_fusion_report_says_which_dimensions_are_symbolic_and_why_others_are_not
     g(rows(3))
     g(rows(4))
     assert "dimensions: x.shape[0] -> b specialised: the generated code" in g.last_compilation.stage("fusion_report")
+
+
+def test_clamped_slices_are_checked_at_both_ends_of_the_guarded_range():
+    """``x[:8]`` has 8 rows at the two probes (33 and 67) and 3 at size 3; ``x[:100]`` has b rows
+    there and 100 at 200: the extreme probes (2 and 65537) see both, and the dimension is
+    specialised -- never the wrong shape."""
+    def head(x):
+        return x[:8] * 2
+
+    def first_hundred(x):
+        return x[:100] * 2
+    for fn in (head, first_hundred):
+        cache = CompilationCache()
+        f = nbxla.jit(fn, cache=cache, dynamic={"x": (0,)})
+        _sweep(f, fn, ONE, [33, 3, 200])
+        assert cache.misses == 3
+        assert "specialised: at size" in cache.entries()[0].explanation
+
+
+def test_sizes_above_the_largest_probe_fail_the_guard():
+    from nbxla.hlo.symbolic import UPPER_PROBE
+    cache = CompilationCache()
+    f = nbxla.jit(lambda x: x * 2, cache=cache, dynamic={"x": (0,)})
+    small, big = np.ones(3, np.float32), np.ones(UPPER_PROBE + 10, np.float32)
+    np.testing.assert_array_equal(f(small), small * 2)
+    np.testing.assert_array_equal(f(big), big * 2)
+    assert cache.misses == 2
+    assert f"x.shape[0] == {UPPER_PROBE + 10}, compiled for b <= {UPPER_PROBE}" in cache.entries()[-1].explanation
+    assert "guards: 2 <= b <= 65537" in cache.entries()[0].value.compilation.stage("fusion_report")

@@ -28,10 +28,20 @@ def second_probe(hint: int) -> int:
     return 2 * hint + 1
 
 
-def generalize_module(m1: Module, m2: Module, symbols: dict[int, str]) -> Module:
+# The smallest size the largest probe traces at: a symbolic program serves 2 <= b <= its bound.
+UPPER_PROBE = 65537
+
+
+def upper_probes(hints: list[int]) -> dict[int, int]:
+    """The size each symbol (by its first-probe size) takes in the largest probe: the upper
+    bound of the sizes the program serves."""
+    return {h: max(UPPER_PROBE + 2 * k, second_probe(h)) for k, h in enumerate(sorted(hints))}
+
+
+def generalize_module(m1: Module, m2: Module, symbols: dict[int, str], probe=second_probe) -> Module:
     """The symbolic module both probes are instances of (``m1`` with unknown dimensions);
-    ``symbols`` maps each symbol's first-probe size to its name (its second-probe size is
-    ``second_probe``).  Renames ``m2``'s computations and instructions to ``m1``'s, so that
+    ``symbols`` maps each symbol's first-probe size to its name (its size in ``m2`` is
+    ``probe(size)``).  Renames ``m2``'s computations and instructions to ``m1``'s, so that
     what is generated from them can be compared as text.  Raises ``SymbolicDimensionError``."""
     if len(m1.computations) != len(m2.computations):
         raise SymbolicDimensionError(f"the program has {len(m1.computations)} computations at one size "
@@ -54,7 +64,7 @@ def generalize_module(m1: Module, m2: Module, symbols: dict[int, str]) -> Module
             if i1.opcode != i2.opcode or len(i1.operands) != len(i2.operands) or \
                     [index1[id(o)] for o in i1.operands] != [index2[id(o)] for o in i2.operands]:
                 raise SymbolicDimensionError(f"the program's structure depends on the size ({where})")
-            shape = _general_shape(i1.shape, i2.shape, symbols, where)
+            shape = _general_shape(i1.shape, i2.shape, symbols, probe, where)
             attrs = {}
             for key in set(i1.attrs) | set(i2.attrs):
                 attrs[key] = _general_attr(key, i1.attrs.get(key), i2.attrs.get(key), pairs, out_comps, where)
@@ -74,11 +84,11 @@ def _where(instr: Instruction) -> str:
     return f"%{instr.name}" + (f" at line {instr.location.line}" if instr.location is not None else "")
 
 
-def _general_shape(s1, s2, symbols: dict[int, str], where: str):
+def _general_shape(s1, s2, symbols: dict[int, str], probe, where: str):
     if s1.is_tuple or s2.is_tuple:
         if not (s1.is_tuple and s2.is_tuple and len(s1.elements) == len(s2.elements)):
             raise SymbolicDimensionError(f"a result whose structure depends on the size ({where})")
-        return TupleShape(tuple(_general_shape(a, b, symbols, where) for a, b in zip(s1.elements, s2.elements)))
+        return TupleShape(tuple(_general_shape(a, b, symbols, probe, where) for a, b in zip(s1.elements, s2.elements)))
     if s1.element_type != s2.element_type or len(s1.dims) != len(s2.dims) or s1.layout != s2.layout:
         raise SymbolicDimensionError(f"a result type that depends on the size ({where})")
     dims = []
@@ -86,14 +96,14 @@ def _general_shape(s1, s2, symbols: dict[int, str], where: str):
         if d1 == d2:
             dims.append(d1)
             continue
-        dims.append(_scaled_symbol(d1, d2, symbols, where))
+        dims.append(_scaled_symbol(d1, d2, symbols, probe, where))
     return type(s1)(s1.element_type, tuple(dims), s1.layout)
 
 
-def _scaled_symbol(d1: int, d2: int, symbols: dict[int, str], where: str) -> SymDim:
-    """``k*b`` where ``d1 = k*h1`` and ``d2 = k*second_probe(h1)`` for one symbol's size ``h1``."""
+def _scaled_symbol(d1: int, d2: int, symbols: dict[int, str], probe, where: str) -> SymDim:
+    """``k*b`` where ``d1 = k*h1`` and ``d2 = k*probe(h1)`` for one symbol's size ``h1``."""
     for hint, name in symbols.items():
-        if d1 % hint == 0 and d1 // hint * second_probe(hint) == d2:
+        if d1 % hint == 0 and d1 // hint * probe(hint) == d2:
             return SymDim(name, d1 // hint)
     raise SymbolicDimensionError(f"a dimension ({d1} at one size, {d2} at another) that is not a "
                                  f"multiple of one unknown size ({where})")
@@ -121,7 +131,8 @@ def _general_attr(key, v1, v2, pairs, out_comps, where):
     return v1
 
 
-def lift_size_constants(m1: Module, m2: Module, symbols: dict[int, str]) -> list[tuple[SymDim, np.dtype]]:
+def lift_size_constants(m1: Module, m2: Module, symbols: dict[int, str],
+                        probe=second_probe) -> list[tuple[SymDim, np.dtype]]:
     """Scalar constants of the two probes' entries that are a size (``k*h1`` in one, ``k*h2`` in
     the other: a mean's count) become new entry parameters in both, in place; returns each new
     parameter's value (``k*b``) and dtype, in parameter order.  Why: the count is then read
@@ -140,7 +151,7 @@ def lift_size_constants(m1: Module, m2: Module, symbols: dict[int, str]) -> list
         size = None
         for hint, name in symbols.items():
             coeff = v1 / hint
-            if coeff >= 1 and coeff == int(coeff) and int(coeff) * second_probe(hint) == v2:
+            if coeff >= 1 and coeff == int(coeff) and int(coeff) * probe(hint) == v2:
                 size = SymDim(name, int(coeff))
         if size is None:
             continue
