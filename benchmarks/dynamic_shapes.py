@@ -197,7 +197,9 @@ def main(argv=None):
             if c == "auto":
                 entries = result[2].entries()
                 sym = [e for e in entries if "symbolic" in e.explanation]
-                notes.append(f"  {name}: " + (f"symbolic entry {sym[0].summary()} ({sym[0].hits} hits)" if sym else
+                arrays = ", ".join(part for part in sym[0].summary().split(", ") if "(constant)" not in part) \
+                    if sym else ""
+                notes.append(f"  {name}: " + (f"symbolic entry {arrays} ({sym[0].hits} hits)" if sym else
                                                "no symbolic entry: " + entries[-1].explanation[:160]))
         print(f"{name:<16}{one * 1e3:>15.0f}" + "".join(f"{c:>30}" for c in cells))
     print("\n".join(notes))
