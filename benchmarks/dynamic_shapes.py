@@ -38,7 +38,7 @@ if str(REPO) not in sys.path:
 import numpy as np  # noqa: E402
 
 import nbxla  # noqa: E402
-from nbxla.runtime.cache import CompilationCache  # noqa: E402
+from nbxla.runtime.cache import CompilationCache, describe_leaf  # noqa: E402
 from benchmarks.programs import eos_formula  # noqa: E402
 
 try:
@@ -197,8 +197,8 @@ def main(argv=None):
             if c == "auto":
                 entries = result[2].entries()
                 sym = [e for e in entries if "symbolic" in e.explanation]
-                arrays = ", ".join(part for part in sym[0].summary().split(", ") if "(constant)" not in part) \
-                    if sym else ""
+                arrays = ", ".join(f"{n}: {describe_leaf(sig)}" for n, sig in zip(sym[0].leaf_names, sym[0].signature)
+                                   if sig[0] == "array") if sym else ""
                 notes.append(f"  {name}: " + (f"symbolic entry {arrays} ({sym[0].hits} hits)" if sym else
                                                "no symbolic entry: " + entries[-1].explanation[:160]))
         print(f"{name:<16}{one * 1e3:>15.0f}" + "".join(f"{c:>30}" for c in cells))
