@@ -258,3 +258,15 @@ def test_sizes_above_the_largest_probe_fail_the_guard():
     assert cache.misses == 2
     assert f"x.shape[0] == {UPPER_PROBE + 10}, compiled for b <= {UPPER_PROBE}" in cache.entries()[-1].explanation
     assert "guards: 2 <= b <= 65537" in cache.entries()[0].value.compilation.stage("fusion_report")
+
+
+def test_benchmark_script_runs_and_prints_both_parts():
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(repo / "benchmarks" / "dynamic_shapes.py"), "--only", "softmax",
+                          "--sizes", "3", "--steady-sizes", "8", "--repeats", "1", "--calls", "1"],
+                         capture_output=True, text=True, timeout=600, cwd=repo)
+    assert out.returncode == 0, out.stderr
+    assert "Part 1" in out.stdout and "Part 2" in out.stdout and "symbolic entry x: f32[b,256]" in out.stdout
