@@ -14,7 +14,8 @@ code cache is off (``NBXLA_CACHE_DIR=off``) so that every compile is a real one.
 
 Part 2, per program and size (64, 512, 4096 rows): steady-state time of the symbolic program
 (an instance of the ``dynamic=True`` compile) against a ``dynamic=False`` compile of that exact
-shape, and JAX; contenders interleaved, ``--repeats`` rounds, the minimum per contender, and
+shape, and JAX; contenders interleaved (the order rotated per round), ``--repeats`` rounds, the
+minimum per contender, and
 the ratio static/symbolic (1.0 = the symbolic kernel is as fast; below 0.95 would miss the goal).
 
 Programs: the ``tanh(x @ w)`` layer, the running example ``mean(3*x**2 + y)`` (its reduction
@@ -160,8 +161,11 @@ def steady(name, sizes, repeats, calls):
             jax.block_until_ready(jf(*jargs))
             contenders["jax"] = lambda *a, jf=jf, jargs=jargs: jax.block_until_ready(jf(*jargs))
         best = {k: float("inf") for k in contenders}
-        for _ in range(repeats):
-            for label, fn in contenders.items():            # interleaved
+        order = list(contenders.items())
+        for r in range(repeats):
+            # interleaved, the order rotated each round: a contender right after JAX's (whose
+            # threads keep spinning for a while on a 2-core machine) would be measured slower
+            for label, fn in order[r % len(order):] + order[:r % len(order)]:
                 start = time.perf_counter()
                 for _ in range(calls):
                     fn(*args)
