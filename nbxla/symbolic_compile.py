@@ -10,8 +10,8 @@ a symbol; the code generator's LLVM IR for the second probe must be *identical* 
 which holds when every kernel reads its size from its ``[begin, end)`` range only (the
 runtime's split of a kernel across threads already relies on that range); each kernel's range
 extent must be a multiple of one symbol.  Only the first probe's kernels are compiled to machine
-code.  Running at a size binds the symbols from the arguments, makes the concrete module (a
-copy with sizes filled in), plans its buffers and builds its thunks over the machine code
+code.  Running at a size binds the symbols from the arguments, makes the concrete entry (a copy
+with sizes filled in; the fused computations stay symbolic, their code is compiled), plans its buffers and builds its thunks over the machine code
 compiled once -- a few milliseconds, memoized per size -- never LLVM again.
 """
 
@@ -30,7 +30,7 @@ from .frontend.observed_sizes import compare_observations
 from .frontend.trace import TracedProgram, is_array_leaf
 from .hlo.shapes import SymDim, SymbolicDimensionError
 from .hlo.ir import clone_module
-from .hlo.symbolic import bind_module, generalize_module, lift_size_constants, second_probe, upper_probes
+from .hlo.symbolic import bind_entry, generalize_module, lift_size_constants, second_probe, upper_probes
 from .passes import optimize
 from .passes.buffer_assignment import plan_buffers
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
@@ -72,12 +72,12 @@ class SymbolicProgram:
     def _new_instance(self, key: tuple, values: dict[str, int]) -> Compilation:
         start = time.perf_counter()
         base = self.compilation
-        module = bind_module(base.optimized, values)
+        module = bind_entry(base.optimized, values)
         kernels = base.executable.native.kernels
         specs = {name: replace(spec, parallel_extent=_bind(self.extents[name], values))
                  for name, spec in kernels.specs.items()}
-        executable = cpu_executable(CpuExecutable(module, plan_buffers(module),
-                                                  kernels=replace(kernels, specs=specs)))
+        executable = cpu_executable(CpuExecutable(module, plan_buffers(module), kernels=replace(kernels, specs=specs),
+                                                  symbols=base.executable.native.kernel_symbols))
         if self.sizes:
             _give_sizes(executable, [np.asarray(size.bind(values), dtype) for size, dtype in self.sizes])
         found = replace(base, executable=executable, _stage_text={})

@@ -224,5 +224,28 @@ def bind_module(module: Module, values: dict[str, int]) -> Module:
     return out
 
 
+def bind_entry(module: Module, values: dict[str, int]) -> Module:
+    """A module whose entry is the symbolic module's entry with sizes filled in, for running
+    over kernels compiled already: the computations the entry's fusions call stay the symbolic
+    ones (shared, not copied -- copying them was most of the cost of a new size for a wide
+    formula), so only what the runtime reads is concrete.  Not for code generation or control
+    flow (the computations a ``while`` runs would stay symbolic)."""
+    entry = module.entry
+    made: dict[int, Instruction] = {}
+    new = Computation(entry.name)
+    for instr in entry.instructions:
+        copy = Instruction(instr.opcode, bind_shape(instr.shape, values), [made[id(o)] for o in instr.operands],
+                           instr.attrs, instr.name, instr.location)
+        made[id(instr)] = copy
+        new.add(copy)
+    new.root = made[id(entry.root)]
+    out = Module(module.name)
+    out.computations.append(new)           # (not add_computation: the callees keep their parent)
+    new.parent = out
+    out.entry = new
+    out.header = dict(module.header)
+    return out
+
+
 def module_is_symbolic(module: Module) -> bool:
     return any(is_symbolic(i.shape) for c in module.computations for i in c.instructions)

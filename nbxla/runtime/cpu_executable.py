@@ -105,10 +105,12 @@ class _Program:
 class CpuExecutable:
     backend = "cpu (LLVM)"
 
-    def __init__(self, module: Module, plan=None, kernels: CompiledKernels | None = None):
+    def __init__(self, module: Module, plan=None, kernels: CompiledKernels | None = None,
+                 symbols: dict[str, str] | None = None):
         """``kernels``: machine code compiled earlier for this module's kernels (an instance of
         a program with unknown dimensions at one size: see ``nbxla/symbolic_compile.py``);
-        its specs give this module's extents.  Native loops are not made then."""
+        its specs give this module's extents, ``symbols`` the kernel symbol of each fusion and
+        kernel op by instruction name.  Native loops are not made then."""
         self.module = module
         self.plan = plan
         store = default_cache() if kernels is None else None
@@ -124,7 +126,13 @@ class CpuExecutable:
                     self.loops[instr.name] = "native: one compiled C function runs the whole loop"
                 else:
                     self.loops[instr.name] = found[id(instr)]
-        distinct, compiled = kernel_computations(module, frozenset(self._native))
+        if kernels is not None and symbols is not None:
+            # (an instance: its kernels are the compiled module's, by instruction name; finding
+            # identical kernels again would print every kernel's instructions)
+            distinct, compiled = [], [(symbols[i.name], i) for c in program_computations(module, frozenset())
+                                      for i in c.instructions if i.name in symbols]
+        else:
+            distinct, compiled = kernel_computations(module, frozenset(self._native))
         key = None
         if store is not None:
             names = ",".join(symbol for symbol, _ in compiled)
