@@ -270,3 +270,14 @@ def test_benchmark_script_runs_and_prints_both_parts():
                          capture_output=True, text=True, timeout=600, cwd=repo)
     assert out.returncode == 0, out.stderr
     assert "Part 1" in out.stdout and "Part 2" in out.stdout and "symbolic entry x: f32[b,256]" in out.stdout
+
+
+def test_an_exact_size_test_in_python_specialises():
+    def special(x):
+        if x.shape[0] == 40 or x.size == 40 * 64:
+            return x * 2
+        return x * 3
+    cache = CompilationCache()
+    f = nbxla.jit(special, cache=cache, dynamic={"x": (0,)})
+    _sweep(f, special, ONE, [33, 40, 41])
+    assert cache.misses == 3 and "compares a size in Python" in cache.entries()[0].explanation

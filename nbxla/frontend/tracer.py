@@ -148,7 +148,9 @@ class Tracer:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        size = int(np.prod(self.instr.shape.dims, dtype=np.int64))
+        log = self.ctx.size_observations
+        return size if log is None else observed_shape((size,), log)[0]
 
     @property
     def itemsize(self) -> int:
