@@ -285,7 +285,8 @@ class CompiledFunction:
                        signature, treedef, alias_pattern(leaves))
 
         note = ""
-        if self._dims.enabled and not self.cache.contains(key):
+        if self._dims.enabled and device == "cpu" and not self.cache.contains(key):
+            # (unknown dimensions: the CPU backend only, so far)
             found, note = self._symbolic_lookup(key, leaves, signature, names, treedef, device, flags,
                                                 captured, len(tree_flatten((args, kwargs))[0]))
             if found is not None:

@@ -491,10 +491,10 @@ def _c_strides(dims, itemsize: int) -> tuple:
     return tuple(reversed(strides))
 
 
-def kernel_computations(module: Module, native_loops=frozenset()):
+def kernel_computations(module: Module, native=frozenset()):
     """(symbol, computation) of each distinct kernel of the module's programs, and (symbol,
     instruction) for every fusion and standalone kernel op: what ``compile_kernels`` is given."""
-    return _share_identical_kernels(_kernel_symbols(program_computations(module, native_loops)))
+    return _share_identical_kernels(_kernel_symbols(program_computations(module, native)))
 
 
 def kernel_llvm_ir(module: Module) -> tuple[str, dict]:
