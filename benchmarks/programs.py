@@ -5,8 +5,9 @@
 
 The programs are our own versions of the shapes that public NumPy benchmark suites contain
 (none is copied from a suite): an equation of state (one wide elementwise formula with many
-named temporaries and several outputs), an isoneutral-mixing-style kernel (slices, ``where``,
-broadcasts over 3-D grids), time-stepping stencils unrolled by tracing (2-D Jacobi, FDTD-2D,
+named temporaries and several outputs), great-circle distances (a transcendental formula), an isoneutral-mixing-style kernel (slices, ``where``,
+broadcasts over 3-D grids), gt4py's horizontal diffusion (a stencil of stencils with flux
+limiters), time-stepping stencils unrolled by tracing (2-D Jacobi, FDTD-2D,
 heat-3d, with in-place slice writes), batched matmuls (doitgen's ``@`` on 3-D operands and an
 ``einsum`` with a batch dimension), and the BLAS-shaped linear algebra kernels gemm, gemver,
 atax and bicg.
@@ -24,8 +25,9 @@ Columns
   generation and one run; nbxla's on-disk object cache is off).
 * ``kern``: kernels in nbxla's optimized entry computation (fusions, library calls, loops);
   ``interp``: instructions that run on the reference evaluator at run time (target 0).
-* ``%BW``: the program's minimum traffic / nbxla's median time, over the machine's read+write
-  (copy) bandwidth measured in this run.
+* ``GB/s`` and ``%BW``: the bandwidth each program achieves under nbxla (its minimum traffic /
+  nbxla's median time), in GB/s and as a percentage of the machine's read+write (copy)
+  bandwidth measured in this run (streaming programs only).
 * ``med`` and ``p90``: nbxla's median and worst-decile per-call time, so that a slow regime in
   a run of calls cannot hide behind the median; ``np p90`` is NumPy's worst decile.
 """
@@ -152,6 +154,28 @@ def _eos(size):
     return Program("eos", eos, (SA, CT, p, mask), make_jax, SA.nbytes * 3 + mask.nbytes + SA.nbytes * 5)
 
 
+# ---- arc distance: a transcendental formula DAG -------------------------------------------------
+
+def arc_distance_formula(xp, theta_1, phi_1, theta_2, phi_2):
+    """Great-circle distances (the haversine formula), as NumPy benchmark suites write it."""
+    temp = xp.sin((theta_2 - theta_1) / 2) ** 2 + \
+        xp.cos(theta_1) * xp.cos(theta_2) * xp.sin((phi_2 - phi_1) / 2) ** 2
+    return 2 * (xp.arctan2(xp.sqrt(temp), xp.sqrt(1 - temp)))
+
+
+def _arc_distance(size):
+    n = {"small": 100_000, "medium": 1_000_000}[size]
+    g = _rng()
+    args = tuple(g.uniform(0, 3.1, n) for _ in range(4))
+
+    def arc_distance(t1, p1, t2, p2):
+        return arc_distance_formula(np, t1, p1, t2, p2)
+
+    def make_jax(jnp):
+        return lambda *a: arc_distance_formula(jnp, *a)
+    return Program("arc_distance", arc_distance, args, make_jax, args[0].nbytes * 5)
+
+
 # ---- isoneutral mixing: slices and where over 3-D grids -------------------------------------
 
 def isoneutral_formula(xp, maskT, maskW, dxt, dyt, dzw, tem, sal, drdT, drdS, K_iso):
@@ -220,6 +244,8 @@ def _setter(xp):
         def put(A, idx, value):
             A[idx] = value
             return A
+    elif hasattr(xp, "functional_set"):       # an adapter (benchmarks/peers.py's torch)
+        put = xp.functional_set
     else:
         def put(A, idx, value):
             return A.at[idx].set(value)
@@ -228,7 +254,7 @@ def _setter(xp):
 
 def jacobi2d_steps(xp, A, B, steps):
     put = _setter(xp)
-    A, B = A.copy(), B.copy()
+    A, B = xp.copy(A), xp.copy(B)
     for _ in range(steps):
         B = put(B, (slice(1, -1), slice(1, -1)),
                 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1]))
@@ -250,7 +276,7 @@ def _jacobi2d(size):
 
 def fdtd2d_steps(xp, ex, ey, hz, fict, steps):
     put = _setter(xp)
-    ex, ey, hz = ex.copy(), ey.copy(), hz.copy()
+    ex, ey, hz = xp.copy(ex), xp.copy(ey), xp.copy(hz)
     for t in range(steps):
         ey = put(ey, (0, slice(None)), fict[t])
         ey = put(ey, (slice(1, None), slice(None)), ey[1:, :] - 0.5 * (hz[1:, :] - hz[:-1, :]))
@@ -276,7 +302,7 @@ def heat3d_steps(xp, A, B, steps):
     """Polybench heat-3d: B from A, then A from the new B (the same program in NumPy and
     JAX: each update reads the array as the previous one left it)."""
     put = _setter(xp)
-    A, B = A.copy(), B.copy()
+    A, B = xp.copy(A), xp.copy(B)
     inner = (slice(1, -1),) * 3
 
     def stencil(src):
@@ -300,6 +326,51 @@ def _heat3d(size):
         return heat3d_steps(np, A, B, steps)
     return Program("heat3d", heat3d, (A, B), lambda jnp: lambda A, B: heat3d_steps(jnp, A, B, steps),
                    A.nbytes * 4 * steps)
+
+
+# ---- horizontal diffusion: a stencil of stencils ------------------------------------------------
+
+def hdiff_inplace(in_field, out_field, coeff):
+    """gt4py's horizontal diffusion as NumPy benchmark suites write it: a Laplacian, two flux
+    limiters with ``where``, one update written into ``out_field``."""
+    I, J = out_field.shape[0], out_field.shape[1]
+    lap_field = 4.0 * in_field[1:I + 3, 1:J + 3, :] - (
+        in_field[2:I + 4, 1:J + 3, :] + in_field[0:I + 2, 1:J + 3, :] +
+        in_field[1:I + 3, 2:J + 4, :] + in_field[1:I + 3, 0:J + 2, :])
+    res = lap_field[1:, 1:J + 1, :] - lap_field[:-1, 1:J + 1, :]
+    flx_field = np.where((res * (in_field[2:I + 3, 2:J + 2, :] - in_field[1:I + 2, 2:J + 2, :])) > 0, 0, res)
+    res = lap_field[1:I + 1, 1:, :] - lap_field[1:I + 1, :-1, :]
+    fly_field = np.where((res * (in_field[2:I + 2, 2:J + 3, :] - in_field[2:I + 2, 1:J + 2, :])) > 0, 0, res)
+    out_field[:, :, :] = in_field[2:I + 2, 2:J + 2, :] - coeff[:, :, :] * (
+        flx_field[1:, :, :] - flx_field[:-1, :, :] + fly_field[:, 1:, :] - fly_field[:, :-1, :])
+
+
+def hdiff_formula(xp, in_field, coeff):
+    """The same as a function of its inputs (JAX arrays are immutable)."""
+    I, J = coeff.shape[0], coeff.shape[1]
+    lap = 4.0 * in_field[1:I + 3, 1:J + 3, :] - (
+        in_field[2:I + 4, 1:J + 3, :] + in_field[0:I + 2, 1:J + 3, :] +
+        in_field[1:I + 3, 2:J + 4, :] + in_field[1:I + 3, 0:J + 2, :])
+    res = lap[1:, 1:J + 1, :] - lap[:-1, 1:J + 1, :]
+    flx = xp.where((res * (in_field[2:I + 3, 2:J + 2, :] - in_field[1:I + 2, 2:J + 2, :])) > 0, 0, res)
+    res = lap[1:I + 1, 1:, :] - lap[1:I + 1, :-1, :]
+    fly = xp.where((res * (in_field[2:I + 2, 2:J + 3, :] - in_field[2:I + 2, 1:J + 2, :])) > 0, 0, res)
+    return in_field[2:I + 2, 2:J + 2, :] - coeff * (flx[1:, :, :] - flx[:-1, :, :] + fly[:, 1:, :] - fly[:, :-1, :])
+
+
+def _hdiff(size):
+    I, J, K = {"small": (64, 64, 60), "medium": (128, 128, 80)}[size]
+    g = _rng()
+    in_field, coeff = g.uniform(size=(I + 4, J + 4, K)), g.uniform(size=(I, J, K))
+
+    def hdiff(in_field, coeff):
+        out_field = np.zeros_like(coeff)
+        hdiff_inplace(in_field, out_field, coeff)
+        return out_field
+
+    def make_jax(jnp):
+        return lambda in_field, coeff: hdiff_formula(jnp, in_field, coeff)
+    return Program("hdiff", hdiff, (in_field, coeff), make_jax, in_field.nbytes + 2 * coeff.nbytes)
 
 
 # ---- batched matmul ---------------------------------------------------------------------------
@@ -386,8 +457,8 @@ def _bicg(size):
 
 
 PROGRAMS: dict[str, Callable[[str], Program]] = {
-    "eos": _eos, "isoneutral": _isoneutral, "jacobi2d": _jacobi2d, "fdtd2d": _fdtd2d,
-    "heat3d": _heat3d, "doitgen": _doitgen, "batched_einsum": _batched_einsum, "gemm": _gemm,
+    "eos": _eos, "arc_distance": _arc_distance, "isoneutral": _isoneutral, "jacobi2d": _jacobi2d, "fdtd2d": _fdtd2d,
+    "heat3d": _heat3d, "hdiff": _hdiff, "doitgen": _doitgen, "batched_einsum": _batched_einsum, "gemm": _gemm,
     "gemver": _gemver, "atax": _atax, "bicg": _bicg,
 }
 SIZES = ("small", "medium")
@@ -440,6 +511,37 @@ def copy_bandwidth() -> float:
     return 2 * src.nbytes / best
 
 
+def kernel_profile(compilation, inputs, repeats: int = 20) -> list[tuple[str, str, float, int]]:
+    """(instruction, how it runs, best seconds, bytes read + written) of each step of the
+    entry computation that moves data (fusions, library calls, loops), each step timed on
+    its own: the entry program's steps are run one by one, in order, ``repeats`` times."""
+    native = compilation.executable.native
+    if native is None:
+        return []
+    comp = compilation.optimized.entry
+    program = native.programs[comp.name]
+    ops = [i for i in comp.instructions if i.opcode != "parameter"]
+    best: dict[int, float] = {}
+    for _ in range(repeats):
+        values = [None] * program.size
+        for k, number in program.params:
+            values[k] = np.ascontiguousarray(inputs[number])
+        for step, (thunk, operands, out, places) in enumerate(program.steps):
+            args = [values[k] for k in operands]
+            outs = None if places is None else [np.empty(dims, dtype) for _, dims, dtype in places]
+            t0 = time.perf_counter()
+            values[out] = thunk(args) if outs is None else thunk(args, outs)
+            best[step] = min(best.get(step, np.inf), time.perf_counter() - t0)
+    rows = []
+    for step, instr in enumerate(ops):
+        if instr.opcode in ("tuple", "get-tuple-element", "bitcast", "reshape", "constant"):
+            continue
+        operands = {id(o): o for o in instr.operands}
+        moved = sum(o.shape.byte_size for o in operands.values()) + instr.shape.byte_size
+        rows.append((instr.name, instr.opcode, best[step], moved))
+    return rows
+
+
 def measure(program: Program, seconds: float, use_jax: bool) -> dict:
     import nbxla
     row = {"name": program.name}
@@ -474,6 +576,7 @@ def measure(program: Program, seconds: float, use_jax: bool) -> dict:
         row[k + "_p90"] = float(np.percentile(s, 90))
     if program.streaming_bytes:
         row["bytes"] = program.streaming_bytes
+    row["profile"] = kernel_profile(f.last_compilation, program.inputs)
     return row
 
 
@@ -483,6 +586,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated program names")
     ap.add_argument("--seconds", type=float, default=1.0, help="timing budget per contender")
     ap.add_argument("--no-jax", action="store_true")
+    ap.add_argument("--kernels", action="store_true",
+                    help="each kernel of nbxla's entry computation timed alone: ms, GB/s, %% of copy bandwidth")
     args = ap.parse_args(argv)
     os.environ["NBXLA_CACHE_DIR"] = "off"
     use_jax = not args.no_jax
@@ -497,7 +602,7 @@ def main(argv=None) -> int:
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e9:.1f} GB/s; times per call; first = first call of a fresh jit")
     head = (f"{'program':<16}{'size':<7}{'xNumPy':>7}{'xJAX':>6}{'med ms':>9}{'p90 ms':>9}"
-            f"{'numpy ms':>9}{'np p90':>8}{'jax ms':>8}{'first s':>8}{'jax 1st':>8}{'kern':>5}{'interp':>7}{'%BW':>5}  ok")
+            f"{'numpy ms':>9}{'np p90':>8}{'jax ms':>8}{'first s':>8}{'jax 1st':>8}{'kern':>5}{'interp':>7}{'GB/s':>6}{'%BW':>5}  ok")
     print(head)
     for size in sizes:
         for name in names:
@@ -509,10 +614,15 @@ def main(argv=None) -> int:
             jx = f"{row['jax'] / row['nbxla']:6.2f}" if "jax" in row else f"{'-':>6}"
             jms = f"{row['jax'] * 1e3:8.2f}" if "jax" in row else f"{'-':>8}"
             j1 = f"{row['jax_first']:8.2f}" if "jax_first" in row else f"{'-':>8}"
-            pbw = f"{100 * row['bytes'] / row['nbxla'] / bw:5.0f}" if "bytes" in row else f"{'-':>5}"
+            pbw = (f"{row['bytes'] / row['nbxla'] / 1e9:6.1f}{100 * row['bytes'] / row['nbxla'] / bw:5.0f}"
+                   if "bytes" in row else f"{'-':>6}{'-':>5}")
             print(f"{name:<16}{size:<7}{row['numpy'] / row['nbxla']:7.2f}{jx}{row['nbxla'] * 1e3:9.2f}"
                   f"{row['nbxla_p90'] * 1e3:9.2f}{row['numpy'] * 1e3:9.2f}{row['numpy_p90'] * 1e3:8.2f}{jms}{row['first']:8.2f}{j1}"
                   f"{row['kernels']:5d}{row['interp']:7d}{pbw}  {'yes' if row['ok'] else 'NO'}", flush=True)
+            if args.kernels:
+                for kname, how, t, moved in row["profile"]:
+                    print(f"    {kname:<40}{how:<12}{t * 1e3:9.3f} ms{moved / t / 1e9:8.1f} GB/s"
+                          f"{100 * moved / t / bw:6.0f}% of copy")
             for w in dict.fromkeys(row["warnings"]):
                 print(f"    warning: {w}")
     return 0

@@ -22,7 +22,7 @@ def _call_on_dask(fn, args, kwargs):
 register_array_adapter(_is_dask_collection, _call_on_dask)
 
 __all__ = ["jit", "CompiledFunction", "NbxlaError", "NotCompilableError", "ConcretizationError",
-           "cache", "dashboard", "grad", "value_and_grad", "GradientTape", "random", "explain"]
+           "cache", "dashboard", "grad", "value_and_grad", "GradientTape", "random", "explain", "profile"]
 
 
 def __getattr__(name):
@@ -40,6 +40,16 @@ def explain(fn, *args, **kwargs):
     and lines, and the fraction of array work that ran compiled (``nbxla.cluster.explain``)."""
     from .cluster import explain as run
     return run(fn, *args, **kwargs)
+
+
+def profile(fn, **options):
+    """``nbxla.profile(f)(*args)``: run ``f`` compiled with per-kernel timing and return the
+    profile: time per kernel and per source line, each kernel against this machine's measured
+    bandwidth and peak flops with a verdict, and the loop and fusion decisions per line
+    (``nbxla.profiler``; in a notebook it shows the bars and the roofline)."""
+    from .profiler import profile as make
+    from .jupyter import profile_view  # noqa: F401  (registers the notebook view)
+    return make(fn, **options)
 
 
 def dashboard(cache=None):

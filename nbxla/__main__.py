@@ -71,7 +71,7 @@ class _UsageError(NbxlaError):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m nbxla", description="nbxla command line: run HLO files, show the running example, "
-        "compile ahead of time.")
+        "compile ahead of time, profile a function.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run-hlo", help="parse and run an HLO text file, optionally checking outputs",
@@ -106,6 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     aot.add_argument("--emit-asm", action="store_true", help="also write the kernels' assembly (NAME.s)")
     aot.add_argument("--emit-c", action="store_true", help="also write the generated driver (NAME.driver.c)")
     aot.set_defaults(func=run_aot)
+
+    prof = sub.add_parser("profile", help="run a function compiled, with per-kernel timing: why is it (not) faster",
+                          description="Compile FILE.py:FUNC for the given argument specs, run it on "
+                          "deterministic random inputs with per-kernel timing, and print the profile: "
+                          "time per kernel and per source line, each kernel against this machine's "
+                          "bandwidth and peak flops with a verdict, loop and fusion decisions per line.")
+    prof.add_argument("target", metavar="FILE.py:FUNC")
+    prof.add_argument("--arg", action="append", default=[], metavar="SPEC",
+                      help="an argument's type in HLO's spelling, in order: f32[1024,1024], s64[]")
+    prof.add_argument("--runs", type=int, default=3, help="timed runs at least (default 3; more while under 0.3 s)")
+    prof.add_argument("--json", action="store_true", help="print the profile as JSON instead of text")
+    prof.set_defaults(func=run_profile)
 
     opts = parser.parse_args(argv)
     try:
@@ -313,6 +325,24 @@ def run_aot(opts) -> int:
     for path in obj.files.values():
         print(f"wrote {path}")
     print(f"link with: cc main.c {obj.object_path} -lm -lpthread")
+    return 0
+
+
+def run_profile(opts) -> int:
+    from .aot import parse_spec
+    from .profiler import profile
+
+    if not opts.arg:
+        raise _UsageError(f"give the argument types of {opts.target}, e.g. --arg f32[1024] --arg f32[1024]")
+    fn = _load_function(opts.target)
+    rng = np.random.default_rng(0)
+    args = [_random_value(parse_spec(spec), rng) for spec in opts.arg]
+    report = profile(fn, min_runs=max(1, opts.runs))(*args)
+    if opts.json:
+        import json
+        print(json.dumps(report.to_json(), indent=1))
+    else:
+        print(report.to_text())
     return 0
 
 

@@ -52,6 +52,9 @@ class Compilation:
     # Which dimensions are unknown (symbolic) and their guards, or why a dimension that could
     # have been was specialised (docs/unknown_dimensions.md); "" when neither applies.
     dimensions: str = ""
+    # The last profile of this compilation (``nbxla.profile``, ``%%xla --profile``): anything
+    # with ``to_text()``; it adds the ``profile`` stage.
+    profile: object = field(default=None, repr=False)
     _stage_text: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -70,9 +73,15 @@ class Compilation:
 
     @property
     def stages(self) -> tuple[str, ...]:
-        return STAGES + tuple(self.executable.stages)
+        return STAGES + tuple(self.executable.stages) + (("profile",) if self.profile is not None else ())
 
     def stage(self, name: str) -> str:
+        if name == "profile":               # (not memoized: a later profile replaces it)
+            if self.profile is None:
+                raise UnknownStageError(
+                    "stage 'profile' needs a run: profile it first with nbxla.profile(f)(*args) or "
+                    f"%%xla --profile; available: {', '.join(self.stages)}")
+            return self.profile.to_text()
         if name not in self._stage_text:
             if name == "hlo":
                 text = print_module(self.hlo)

@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/cpu_workloads.py: it runs and prints its table.
+"""Smoke tests of benchmarks/cpu_workloads.py and hlo_modules.py: they run and print their tables.
 
 Timings are never asserted (the machine may be busy); only that the script completes with
 ``--quick`` (small sizes; numexpr and JAX are used when installed, skipped otherwise) and
@@ -71,3 +71,15 @@ def test_reduction_workloads_run_and_agree_with_numpy():
     names = {row.split()[0] for row in rows}
     assert names == {"sum_middle", "mean_hw", "sum_columns", "argmax_all", "argmax_rows", "argmax_columns"}
     assert all(row.split()[-1] == "ok" for row in rows), proc.stdout
+
+
+def test_hlo_modules_quick_run_agrees_and_runs_nothing_on_the_evaluator():
+    """benchmarks/hlo_modules.py --quick: every module's result agrees with NumPy's (and JAX's
+    when installed), and nbxla's executable runs nothing on the reference evaluator."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "hlo_modules.py"), "--quick"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    rows = [line for line in proc.stdout.splitlines()[1:] if line.strip()]
+    assert len(rows) >= 10, proc.stdout
+    for row in rows:
+        assert row.endswith("ok / none"), row

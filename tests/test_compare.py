@@ -11,6 +11,8 @@ from nbxla.testing import compare_arrays
     (np.float32([1, 2]), np.float32([1, 2.01]), False),
     (np.float64([1.0]), np.float64([1.0 + 1e-9]), False),
     (np.float16([1.0]), np.float16([1.0009765]), True),
+    (np.float16([1.0]), np.float16([1.00195]), True),       # 2 ulps: f16 accumulation order
+    (np.float16([1.0]), np.float16([1.0059]), False),
     (np.float32([np.nan, 1]), np.float32([np.nan, 1]), True),
     (np.float32([np.nan, 1]), np.float32([1, np.nan]), False),
     (np.float32([np.inf]), np.float32([np.inf]), True),

@@ -20,6 +20,7 @@ LAYERS = [
     {"nbxla.codegen"},
     {"nbxla.runtime"},
     {"nbxla.compiler"},
+    {"nbxla.profiler"},
 ]
 
 # Cross-module underscore imports still waiting for a public name, each with its reason.

@@ -17,6 +17,7 @@ import { diffLines, withContext, MAX_EDITS } from './diff';
 import { humanBytes, humanCount, humanMs } from './format';
 import { dotToSvg, svgDataUri } from './graph';
 import { highlightLine, lineFacts, passSnapshots } from './hlo';
+import { profileExtension } from './profile';
 
 export const MIME_TYPE = 'application/vnd.nbxla.stages+json';
 
@@ -31,7 +32,8 @@ const STAGE_TITLES: Record<string, string> = {
   llvm_ir: 'LLVM IR',
   llvm_ir_optimized: "LLVM IR after LLVM's optimizations",
   asm: 'machine code (assembly)',
-  ptx: 'PTX (CUDA)'
+  ptx: 'PTX (CUDA)',
+  profile: 'profile: time per kernel and per source line, verdicts, decisions'
 };
 
 interface Kernel {
@@ -655,4 +657,5 @@ const extension: IRenderMime.IExtension = {
   dataType: 'json'
 };
 
-export default extension;
+// The stage viewer and the profile view (profile.ts): one package, two MIME renderers.
+export default [extension, profileExtension];

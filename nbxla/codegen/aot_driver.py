@@ -11,9 +11,10 @@ leaves must end in, ``scratch`` its temporaries.  Every array value is a *leaf b
 parameter leaf, a constant (a global of the kernels' object), a caller's result leaf, or a
 place in the scratch area.  Views (``tuple``, ``get-tuple-element``, a row-major
 ``reshape``/``bitcast``) name existing buffers; kernels (``fusion``, ``scatter``,
-``reduce-window``), the C routines of ``aot_runtime.c`` (``dot``, ``convolution``, ``sort``,
-``topk``, ``select-and-scatter``, ``fft``, LAPACK's Cholesky and XLA's TopK custom calls:
-their steps are in ``aot_library``) and control flow write new ones.
+``reduce-window``, depthwise ``convolution``), the C routines of ``aot_runtime.c`` (``dot``,
+other ``convolution``s, ``sort``, ``topk``, ``select-and-scatter``, ``fft``, LAPACK's Cholesky
+and XLA's TopK custom calls: their steps are in ``aot_library``) and control flow write new
+ones.
 
 **Planning.**  Instructions run in their order in the computation (the schedule the passes
 left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
@@ -40,6 +41,7 @@ from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape
 from .aot_library import ALIGN, CUSTOM_CALLS, LibrarySteps, align_up
+from .convolution import native_convolution_refusal
 from .updates import updated_parameter
 
 MAX_THREADS = 64          # NBXLA_MAX_THREADS in aot_runtime.c
@@ -353,8 +355,8 @@ class _ProgramEmitter(LibrarySteps):
             self._region(callee.scratch_bytes)
         elif op == "dot":
             self._dot(instr)
-        elif op == "convolution":
-            self._convolution(instr)
+        elif op == "convolution" and native_convolution_refusal(instr) is not None:
+            self._convolution(instr)         # (depthwise ones: the LLVM kernel, below)
         elif op == "sort":
             self._sort(instr)
         elif op == "topk":

@@ -512,11 +512,36 @@ class ElementalEmitter:
         return self.convert_value(self.value(x, index), compute_type(x.shape.element_type), self._t(instr))
 
     def _bitcast_convert(self, instr, index):
-        """The same bits as another type of the same width (between widths a dimension of
-        the width ratio appears or vanishes: not an elementwise op, left to the evaluator)."""
+        """The same bits as another type.  Between widths a minor dim of the width ratio
+        appears (wide to narrow: element k of it is the k-th narrow piece, lowest bits first,
+        as NumPy's little-endian view) or vanishes (narrow to wide: the pieces joined)."""
         x = instr.operands[0]
-        return self._reinterpret(self.value(x, index), x.shape.element_type, instr.shape.element_type,
-                                 "bitcast-convert between widths (or of pred) has no native code path yet")
+        src, dst = x.shape.element_type, instr.shape.element_type
+        sw, dw = _bit_width(storage_type(src)), _bit_width(storage_type(dst))
+        refusal = "bitcast-convert between widths (or of pred) has no native code path yet"
+        if sw == dw or "pred" in (src, dst) or not sw or not dw or self.flat_index:
+            return self._reinterpret(self.value(x, index), src, dst, refusal)
+        b = self.b
+        if sw > dw:
+            shift = b.mul(index[-1], const_i64(dw))           # (sw <= 64: the widest type)
+            shift = b.trunc(shift, ir.IntType(sw)) if sw < 64 else shift
+            piece = b.lshr(self._bits(self.value(x, index[:-1]), src), shift)
+            return self._from_bits(b.trunc(piece, ir.IntType(dw)), dst)
+        joined = ir.Constant(ir.IntType(dw), 0)
+        for k in range(dw // sw):
+            piece = b.zext(self._bits(self.value(x, index + [const_i64(k)]), src), ir.IntType(dw))
+            joined = b.or_(joined, b.shl(piece, ir.Constant(ir.IntType(dw), k * sw)) if k else piece)
+        return self._from_bits(joined, dst)
+
+    def _bits(self, v, t: str):
+        """A register value's stored bits as an integer."""
+        stored = to_storage(self.b, t, v)
+        return stored if isinstance(stored.type, ir.IntType) else self.b.bitcast(stored, ir.IntType(_bit_width(stored.type)))
+
+    def _from_bits(self, bits, t: str):
+        """The register value whose stored bits are the integer ``bits``."""
+        ty = storage_type(t)
+        return from_storage(self.b, t, bits if isinstance(ty, ir.IntType) else self.b.bitcast(bits, ty))
 
     def _reduce_precision(self, instr, index):
         """Round to a float format with fewer bits, on the bit pattern (the evaluator's rule,

@@ -2,8 +2,9 @@
 
 Each style lives in a module of its own and knows nothing of the others' existence; this module
 picks one per fused computation (or standalone op) in order from most to least specialized:
-scatter and reduce-window kernels, then a whole-array reduction, a column reduction (grouped
-when few columns), a row reduction, and the elementwise loop kernel for everything else.
+a dot with its epilogue, scatter, select-and-scatter, reduce-window and convolution kernels, then
+a whole-array reduction, a column reduction (grouped when few columns), a row reduction, a tiled
+transpose, and the elementwise loop kernel for everything else.
 """
 
 from __future__ import annotations
@@ -16,19 +17,30 @@ from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from ..hlo.low_precision import involves_low_precision
 from ..hlo.printer import PrintOptions, print_instruction
+from ..passes.fused_dots import fused_dot
 from . import column_groups
-from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel,
-                    emit_reduction_kernel, emit_scatter_kernel)
+from .convolution import emit_convolution_kernel
+from .dot_kernels import emit_dot_kernel
+from .loops import column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel
+from .scatter import emit_scatter_kernel
+from .select_scatter import emit_select_and_scatter_kernel
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
+from .transposes import emit_transpose_kernel, minor_transpose
 from .windows import emit_reduce_window_kernel
 
 
 def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     check_narrow_floats(comp)
+    if fused_dot(comp) is not None:
+        return emit_dot_kernel(module, name, comp)
     if comp.root.opcode == "scatter":
         return emit_scatter_kernel(module, name, comp)
+    if comp.root.opcode == "select-and-scatter":
+        return emit_select_and_scatter_kernel(module, name, comp)
     if comp.root.opcode == "reduce-window":
         return emit_reduce_window_kernel(module, name, comp)
+    if any(i.opcode == "convolution" for i in comp.instructions):
+        return emit_convolution_kernel(module, name, comp)
     if any(i.opcode == "reduce" for i in comp.instructions):
         plan = full_reduction_plan(comp)
         if plan is not None:
@@ -39,6 +51,8 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
                 return column_groups.emit_grouped_column_reduction(module, name, comp, plan)
             return emit_column_reduction(module, name, comp, plan)
         return emit_reduction_kernel(module, name, comp)
+    if minor_transpose(comp) is not None:
+        return emit_transpose_kernel(module, name, comp)
     return emit_loop_kernel(module, name, comp)
 
 

@@ -258,13 +258,15 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
         else None
     blocked = opcode == "add" and t in ("f32", "f16", "c64")
     wide = _wide_type(ty)
+    t, ty, x_type = _block_type(t, blocked), llvm_type(_block_type(t, blocked)), ty
     acc_slot = entry_alloca(b, ty)
     # Blocked float sums: a running double total of per-block sums.
     total_slot = entry_alloca(b, wide) if blocked else None
-    b.store(init, acc_slot)
     if blocked:
         b.store(_widen(b, init, wide), total_slot)
         b.store(_zero(ty), acc_slot)
+    else:
+        b.store(init, acc_slot)
     red_dims = plan.red_dims
     inner = red_dims[-1] if red_dims else 1
 
@@ -276,6 +278,8 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
                 x = em.value(x_instr, idx)
                 if keep is not None:
                     keep(idx)
+                if x_type != ty:
+                    x = b.fpext(x, ty)
                 if extreme is not None:
                     extreme.add(x)
                 else:
@@ -300,8 +304,14 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
     if extreme is not None:
         return extreme.result()
     if blocked:
-        return narrow_float(b, b.load(total_slot), ty)
+        return narrow_float(b, b.load(total_slot), x_type)
     return b.load(acc_slot)
+
+
+def _block_type(t: str, blocked: bool) -> str:
+    """The type a block of a float sum accumulates in: f16 sums in f32 (rounded once at the end,
+    as NumPy sums halves; nbxla/testing.py's f16 tolerance says why XLA's answers differ)."""
+    return "f32" if blocked and t == "f16" else t
 
 
 def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
@@ -625,15 +635,19 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
         opcode, t = reducer_opcode(r), compute_type(r.shape.element_type)
         pty, ty = partial_type(r), llvm_type(t)
         blocked = pty != ty
+        x_type, t = ty, _block_type(t, blocked)
+        ty = llvm_type(t)
         acc = entry_alloca(b, ty)
         total = entry_alloca(b, pty)
         b.store(ir.Constant(ty, 0.0) if blocked else em.value(r.operands[1], []), acc)
         if blocked:
             b.store(ir.Constant(pty, 0.0), total)
 
-        def element(i, r=r, acc=acc, opcode=opcode, t=t):
+        def element(i, r=r, acc=acc, opcode=opcode, t=t, ty=ty, x_type=x_type):
             em.reset_memo()
-            b.store(combine_values(b, em, opcode, t, b.load(acc), em.value(r.operands[0], [i])), acc)
+            x = em.value(r.operands[0], [i])
+            x = b.fpext(x, ty) if x_type != ty else x
+            b.store(combine_values(b, em, opcode, t, b.load(acc), x), acc)
 
         interleave = _reduction_interleave(opcode, r.operands[0], None)
         if blocked:
@@ -693,134 +707,3 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
         bufs.store(b, len(params) + k, const_i64(0), em.value(out, idx))
     b.ret_void()
     return KernelSpec(name, "full-reduce", product(plan.in_dims), 1, name + "_finish", len(plan.reduces))
-
-
-# ---- scatter ------------------------------------------------------------------------------------
-
-
-def scatter_combiner(scatter: Instruction) -> str | None:
-    """The recognized combiner of a scatter: a binary opcode of (current, update), or
-    "replace" (the computation returns the update); None for anything else."""
-    comp = scatter.attrs["to_apply"]
-    params, root = comp.parameters, comp.root
-    if len(params) != 2:
-        return None
-    if root is params[1]:
-        return "replace"
-    if root.opcode in NATIVE_COMBINERS and len(root.operands) == 2 and \
-            {id(o) for o in root.operands} == {id(p) for p in params} and root.operands[0] is not root.operands[1]:
-        return root.opcode
-    return None
-
-
-def emit_scatter_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
-    """A computation whose root is ``scatter(operand, indices, updates)`` of its parameters.
-
-    The output starts as a copy of the operand (nothing is copied when the runtime passes the
-    operand's own buffer); then the updates are applied one at a time, in row-major order of
-    the updates with the scatter dimensions outer and the window inner (the evaluator's
-    order: with duplicate indices, float sums round the same way and the last update of a
-    replace wins).  An update whose whole window does not fit in the operand is skipped
-    (XLA's semantics).  Single-threaded: duplicate indices make splitting unsafe.
-    """
-    scatter = comp.root
-    if scatter.opcode != "scatter" or scatter.shape.is_tuple or len(scatter.operands) != 3:
-        raise UnsupportedError("variadic scatter has no native code path yet")
-    if any(o.opcode != "parameter" for o in scatter.operands):
-        raise UnsupportedError("a fused scatter has no native code path yet")
-    a = scatter.attrs
-    if a.get("input_batching_dims") or a.get("scatter_indices_batching_dims"):
-        raise UnsupportedError("scatter with batching dims has no native code path yet")
-    opcode = scatter_combiner(scatter)
-    if opcode is None:
-        raise UnsupportedError("scatter with a custom combiner has no native code path yet")
-    operand, indices, updates = scatter.operands
-    t = scatter.shape.element_type
-    if opcode == "add" and t == "pred":
-        opcode = "or"
-    if is_complex(t) and opcode not in ("add", "multiply", "replace"):
-        raise UnsupportedError(f"complex scatter with {opcode} has no native code path")
-    params = comp.parameters
-    k_operand, k_indices, k_updates = (params.index(o) for o in (operand, indices, updates))
-    shapes = [p.shape for p in params] + [scatter.shape]
-    k_out = len(params)
-    fn, b = kernel_function(module, name)
-    bufs = KernelBuffers(b, fn.args[0], shapes)
-    em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, k, params[k].shape.dims, index))
-
-    odims = operand.shape.dims
-    udims = updates.shape.dims
-    idims = indices.shape.dims
-    rank = len(odims)
-    window_dims = tuple(a.get("update_window_dims", ()))
-    inserted = tuple(a.get("inserted_window_dims", ()))
-    to_operand = tuple(a.get("scatter_dims_to_operand_dims", ()))
-    ivd = a.get("index_vector_dim", len(idims))
-    scatter_dims = [d for d in range(len(udims)) if d not in window_dims]
-    covered = [d for d in range(rank) if d not in inserted]
-    window_shape = [udims[d] for d in window_dims]
-    extent = [1] * rank
-    for k, d in enumerate(covered):
-        extent[d] = window_shape[k]
-    itype = indices.shape.element_type
-
-    # 1. out = operand (skipped when they are the same buffer: an in-place update)
-    size = product(odims)
-    src = b.ptrtoint(bufs.ptrs[k_operand], I64)
-    dst = b.ptrtoint(bufs.ptrs[k_out], I64)
-    copy_block = b.append_basic_block("copy")
-    after_copy = b.append_basic_block("copied")
-    b.cbranch(b.icmp_unsigned("!=", src, dst), copy_block, after_copy)
-    b.position_at_end(copy_block)
-    counted_loop(b, const_i64(0), const_i64(size), "cp",
-          lambda i: bufs.store(b, k_out, i, bufs.load(b, k_operand, i)))
-    b.branch(after_copy)
-    b.position_at_end(after_copy)
-
-    # 2. the updates, in order
-    def per_scatter_index(sidx):
-        batch = list(sidx)                       # indices' dims other than the index vector dim
-        starts = {}
-        for k, d in enumerate(to_operand):
-            sub = list(batch)
-            if ivd < len(idims):
-                sub.insert(ivd, const_i64(k))
-            v = bufs.load(b, k_indices, linear_index(b, sub, idims))
-            starts[d] = em.convert_value(v, itype, "s64")
-        fits = ir.Constant(I1, 1)
-        for d in range(rank):
-            s = starts.get(d, const_i64(0))
-            fits = b.and_(fits, b.icmp_signed(">=", s, const_i64(0)))
-            fits = b.and_(fits, b.icmp_signed("<=", s, const_i64(odims[d] - extent[d])))
-        apply_block = b.append_basic_block("apply")
-        skip_block = b.append_basic_block("skip")
-        b.cbranch(fits, apply_block, skip_block)
-        b.position_at_end(apply_block)
-
-        def per_window_index(widx):
-            uidx = [None] * len(udims)
-            for d, i in zip(scatter_dims, sidx):
-                uidx[d] = i
-            for d, i in zip(window_dims, widx):
-                uidx[d] = i
-            oidx = []
-            for d in range(rank):
-                s = starts.get(d, const_i64(0))
-                if d in covered:
-                    w = widx[covered.index(d)]
-                    s = w if d not in starts else b.add(s, w)
-                oidx.append(s)
-            off = linear_index(b, oidx, odims)
-            u = bufs.load(b, k_updates, linear_index(b, uidx, udims))
-            if opcode == "replace":
-                new = u
-            else:
-                new = combine_values(b, em, opcode, t, bufs.load(b, k_out, off), u)
-            bufs.store(b, k_out, off, new)
-        nest(b, window_shape, "w", per_window_index)
-        b.branch(skip_block)
-        b.position_at_end(skip_block)
-
-    nest(b, [udims[d] for d in scatter_dims], "s", per_scatter_index)
-    b.ret_void()
-    return KernelSpec(name, "scatter", 1, max(1, product(udims)))

@@ -128,8 +128,9 @@ LINEAR_INDEXABLE = frozenset({
 NATIVE_COMBINERS = frozenset({"add", "multiply", "maximum", "minimum", "and", "or"})
 
 # Run as a kernel of their own when not fused (the runtime hands the code generator a computation
-# of this one instruction over parameters).
-OWN_KERNEL = frozenset({"scatter", "reduce-window"})
+# of this one instruction over parameters).  A convolution the kernel refuses (dense ones) runs
+# as a library call instead.
+OWN_KERNEL = frozenset({"scatter", "reduce-window", "select-and-scatter", "convolution"})
 
 # Run the computations they call as whole programs (every other caller applies its computation
 # to scalars: a reducer, a comparator, a combiner).
@@ -153,8 +154,9 @@ CPU_PLACEMENT = {
     "complex": "fused (complex rules)",
     "reduce": "fused: row, column or full-reduction kernel",
     "reduce-window": "own kernel", "scatter": "own kernel",
-    "dot": "library call: NumPy's BLAS (np.matmul)",
-    "convolution": "library call: im2col + np.matmul",
+    "dot": "library call: NumPy's BLAS (np.matmul); a native dot kernel when fused with its "
+           "epilogue and small, or on types BLAS lacks (integers, f16)",
+    "convolution": "own kernel (depthwise / few inputs per group), else library call: BLAS GEMM",
     "sort": "library call: NumPy's argsort/lexsort (evaluator for comparators it cannot read)",
     "while": "host loop over compiled programs",
     "conditional": "host branch over compiled programs",
@@ -162,9 +164,9 @@ CPU_PLACEMENT = {
     "fusion": "kernel",
     "custom-call": "evaluator: the registered target's NumPy implementation",
     "rng-bit-generator": "evaluator: NumPy implementation of ThreeFry/Philox",
-    "select-and-scatter": "evaluator: no native kernel yet",
+    "select-and-scatter": "own kernel",
     "fft": "evaluator: numpy.fft",
-    "topk": "evaluator: NumPy partition and sort",
+    "topk": "library call: NumPy's stable argsort on total-order keys (also XLA's TopK custom call)",
     "opt-barrier": "evaluator: identity rule (no work)",
 }
 

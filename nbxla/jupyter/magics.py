@@ -25,6 +25,7 @@ from ..errors import NbxlaError, TraceError, source_excerpt
 from ..flags import current_flags
 from ..cell import prepare_cell
 from ..cell_check import compare_times, verify
+from ..profiler import profile_cell
 from ..runtime.cache import DEFAULT_CACHE
 from ..runtime.cuda_executable import DeviceUnavailableError  # CUDA backend
 from ..runtime.executable import resolve_device
@@ -32,6 +33,7 @@ from . import dashboard
 from .bench import bench
 from .cache_view import CacheTable
 from .compare_view import Comparison
+from .profile_view import ProfileView
 from .stage_view import StageView
 
 _NBXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -77,6 +79,9 @@ class XlaMagics(Magics):
     @argument("--dynamic", action="store_true",
               help="compile once for every size of the arrays' dimensions (sizes 0 and 1 are "
                    "specialised; see docs/unknown_dimensions.md)")
+    @argument("--profile", action="store_true",
+              help="also run the compiled cell a few times with per-kernel timing: time per source "
+                   "line, each kernel on the roofline with a verdict, loop and fusion decisions")
     @argument("--no-cache", action="store_true", dest="no_cache",
               help="compile afresh, neither using nor filling the compilation cache")
     @argument("--auto", action="store_true",
@@ -133,6 +138,9 @@ class XlaMagics(Magics):
                 report.append(StageView(prepared.compilation,
                                         None if args.stage == "all" else [args.stage], source=full_source,
                                         title=f"Cell In[{number}]"))
+            if args.profile:
+                report.append(ProfileView(profile_cell(prepared, full_source, filename,
+                                                       name=f"Cell In[{number}]")))
             if args.dump:
                 paths = prepared.compilation.dump(args.dump)
                 report.append(f"wrote {len(paths)} files to {args.dump}")
@@ -156,7 +164,7 @@ class XlaMagics(Magics):
 
     def _xla_dask(self, args, source: str, number: int, filename: str):
         """A cell reading dask arrays: the names it binds become dask arrays (nbxla.dask)."""
-        unsupported = [o for o in ("compare", "verify", "stage", "dump") if getattr(args, o)]
+        unsupported = [o for o in ("compare", "verify", "stage", "dump", "profile") if getattr(args, o)]
         if unsupported or args.device not in (None, "cpu"):
             raise UsageError(f"--{', --'.join(unsupported) or 'device'} is not available for cells "
                              "with dask inputs; nbxla.dask.explain() shows their plan")
@@ -171,9 +179,9 @@ class XlaMagics(Magics):
 
     def _auto_cell(self, args, line, source, filename, number, ns):
         """``%%xla --auto``: the cell runs as Python; its array work runs in compiled clusters."""
-        if args.stage or args.verify or args.compare or args.dump:
+        if args.stage or args.verify or args.compare or args.dump or args.profile:
             raise UsageError("--auto runs the cell as Python (it always gives NumPy's result): "
-                             "--stage/--verify/--compare/--dump are for compiled cells; use "
+                             "--stage/--verify/--compare/--dump/--profile are for compiled cells; use "
                              "--explain, or %xla_ir after an --auto cell")
         from ..cluster import run_cell
         try:
@@ -227,6 +235,8 @@ class XlaMagics(Magics):
             compilation, source = self.last_compilation, self.last_source
             if compilation is None:
                 raise UsageError("no %%xla cell has been compiled yet")
+        if stage == "profile" and compilation.profile is not None:
+            return display(ProfileView(compilation.profile))
         try:
             view = StageView(compilation, None if stage in (None, "all") else [stage], source=source)
         except NbxlaError as e:

@@ -36,6 +36,7 @@ STAGE_TITLES = {
     "llvm_ir_optimized": "LLVM IR after LLVM's optimizations",
     "asm": "machine code (assembly)",
     "ptx": "PTX (CUDA)",
+    "profile": "profile: time per kernel and per source line, verdicts, decisions",
 }
 
 

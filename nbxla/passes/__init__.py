@@ -5,6 +5,7 @@ from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .dot_rewrites import DotRewrites
 from .fusion import Fusion
+from .imported_fusions import ImportedFusions
 from .inline import CallInliner
 from .layouts import LayoutNormalization
 from .pipeline import Pass, Pipeline, PipelineResult
@@ -17,7 +18,7 @@ def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
     """The optimizer; ``donated_parameters`` are entry parameters whose buffers the caller gives
     up, so that outputs may be written into them (see ``buffer_assignment``)."""
     return Pipeline([
-        LayoutNormalization(), CallInliner(), AlgebraicSimplifier(), ConstantFolding(),
+        LayoutNormalization(), CallInliner(), ImportedFusions(), AlgebraicSimplifier(), ConstantFolding(),
         CommonSubexpressionElimination(), DotRewrites(), WhileStateElimination(), DeadCodeElimination(),
         Fusion(), DeadCodeElimination(),
         BufferAssignment(donated_parameters),
@@ -31,4 +32,4 @@ def optimize(module, donated_parameters=frozenset()) -> PipelineResult:
 __all__ = ["Pass", "Pipeline", "PipelineResult", "default_pipeline", "optimize", "verify_module",
            "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
            "DeadCodeElimination", "Fusion", "BufferAssignment", "BufferPlan", "CallInliner",
-           "LayoutNormalization", "DotRewrites", "WhileStateElimination"]
+           "LayoutNormalization", "DotRewrites", "WhileStateElimination", "ImportedFusions"]

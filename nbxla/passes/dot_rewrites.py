@@ -126,6 +126,10 @@ def _drop_unit_free_dims(comp, dot: Instruction, users) -> bool:
         dot.shape = old.with_dims(n for d, n in enumerate(old.dims) if d not in gone)
         users.setdefault(v, []).append(dot)
         users[r] = [u for u in users[r] if u is not dot]
+        if not users[r] and comp.root is not r:
+            # The reshape is dead now (DCE removes it): not a reader of ``v`` any more, so a
+            # scalar factor in ``v`` (``(beta * y) @ A``) can still move after the dot.
+            users[v] = [u for u in users[v] if u is not r]
         _reshape_back(comp, dot, old, readers, users)
         changed = True
     return changed

@@ -47,18 +47,25 @@ _NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
 _controls: list = []          # [(get, set)] once looked up; [None] when there is none
 
 
-def _find() -> tuple[Callable, Callable] | None:
+def openblas_libraries() -> list[ctypes.CDLL]:
+    """The OpenBLAS libraries mapped into the process (NumPy's), opened; empty elsewhere."""
     try:
         import numpy as np  # noqa: F401  (NumPy's BLAS must be loaded first)
         with open("/proc/self/maps") as f:
             paths = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
     except OSError:
-        return None
+        return []
+    libs = []
     for path in sorted(paths):
         try:
-            lib = ctypes.CDLL(path)
+            libs.append(ctypes.CDLL(path))
         except OSError:
             continue
+    return libs
+
+
+def _find() -> tuple[Callable, Callable] | None:
+    for lib in openblas_libraries():
         for name in _NAMES:
             setter = getattr(lib, name, None)
             getter = getattr(lib, name.replace("set_num", "get_num"), None)

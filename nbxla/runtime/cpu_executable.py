@@ -41,6 +41,7 @@ from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leav
     program_callees, program_computations
 from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
                           worker_count)
+from .conv_epilogue import fold_convolution_epilogues
 from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
@@ -105,20 +106,26 @@ class _Program:
 class CpuExecutable:
     backend = "cpu (LLVM)"
 
-    def __init__(self, module: Module, plan=None, kernels: CompiledKernels | None = None,
-                 symbols: dict[str, str] | None = None):
-        """``kernels``: machine code compiled earlier for this module's kernels (an instance of
+    def __init__(self, module: Module, plan=None, compile_loops: bool | None = None,
+                 kernels: CompiledKernels | None = None, symbols: dict[str, str] | None = None):
+        """``compile_loops=False`` keeps every loop host-driven (the profiler's twin, which
+        times a native loop's kernels one by one); None follows ``NBXLA_NATIVE_LOOPS``.
+
+        ``kernels``: machine code compiled earlier for this module's kernels (an instance of
         a program with unknown dimensions at one size: see ``nbxla/symbolic_compile.py``);
         its specs give this module's extents, ``symbols`` the kernel symbol of each fusion and
         kernel op by instruction name.  Native loops are not made then."""
         self.module = module
+        # Fusions that took the convolution they consume (computed in one kernel with it),
+        # and whether each needs an output of its own (not its place in the arena).
+        self.convolution_epilogues = fold_convolution_epilogues(module, plan)
         self.plan = plan
         store = default_cache() if kernels is None else None
         # How each while of the entry runs: natively (one C function) or from the host, why.
         self.loops: dict[str, str] = {}
         self._native: dict[int, NativeLoopThunk] = {}
         whiles = [i for i in module.entry.instructions if i.opcode == "while"]
-        if whiles and native_loops_enabled() and kernels is None:
+        if whiles and (native_loops_enabled() if compile_loops is None else compile_loops) and kernels is None:
             found = native_loops(whiles, print_module(module), store)
             for instr in whiles:
                 if isinstance(found[id(instr)], NativeLoopThunk):
@@ -238,10 +245,12 @@ class CpuExecutable:
         if structural is not None:
             return structural
         rule_thunk = self._rule_thunk(instr)
-        if op in ("sort", "convolution", "custom-call"):
+        if op in ("sort", "convolution", "custom-call", "topk"):
             thunk, why = library_thunk(instr, rule_thunk)
             if thunk is not None:
                 self.library_calls[instr.name] = op
+                # (a convolution its own kernel refused, the reason recorded above, runs here)
+                self.interpreted_ops.pop(instr.name, None)
                 return thunk
             if why is not None:
                 self.interpreted_ops[instr.name] = why
@@ -290,7 +299,7 @@ class CpuExecutable:
         in the arena; None when it has none (or is live-out: results get their own memory,
         so that what a caller keeps does not pin the whole arena)."""
         if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)) or \
-                self.plan.arena_bytes < SMALL_ARENA:
+                self.plan.arena_bytes < SMALL_ARENA or self.convolution_epilogues.get(instr.name):
             return None
         shapes = instr.shape.elements if instr.shape.is_tuple else [instr.shape]
         names = [f"{instr.name}{{{k}}}" for k in range(len(shapes))] if instr.shape.is_tuple else [instr.name]
@@ -444,8 +453,8 @@ class CpuExecutable:
             return f"library call: {thunk.how} (NumPy's BLAS{threads})"
         if instr.name in self.library_calls:
             return {"sort": "library call: NumPy's stable argsort/lexsort",
-                    "convolution": "library call: im2col + np.matmul",
-                    "custom-call": f"library call: {getattr(thunk, 'how', 'LAPACK')}"}[instr.opcode]
+                    "convolution": f"library call: {getattr(thunk, 'how', 'BLAS GEMM')}"}.get(
+                instr.opcode, f"library call: {getattr(thunk, 'how', 'LAPACK')}")
         if instr.opcode in ("while", "conditional", "call"):
             names = ", ".join(f"%{c.name}" for c in program_callees(instr))
             if isinstance(thunk, NativeLoopThunk):
@@ -513,7 +522,7 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
     taken, out = set(), []
     for comp in computations:
         for instr in comp.instructions:
-            if instr.opcode != "fusion" and instr.opcode not in OWN_KERNEL:
+            if instr.opcode != "fusion" and instr.opcode not in OWN_KERNEL and not _dot_without_library(instr):
                 continue
             base = symbol = "nbxla_" + instr.name.replace(".", "_").replace("-", "_")
             suffix = 2
@@ -522,6 +531,12 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
             taken.add(symbol)
             out.append((symbol, instr))
     return out
+
+
+def _dot_without_library(instr: Instruction) -> bool:
+    """A dot no library call takes (integer, f16 or mixed element types): the native dot kernel
+    (codegen/dot_kernels.py) computes it instead of the evaluator."""
+    return instr.opcode == "dot" and not DotThunk.applies(instr) and not WidenedDotThunk.applies(instr)
 
 
 def _kernel_computation(instr: Instruction) -> Computation:

@@ -20,15 +20,19 @@ A plain (non-total-order) float comparison is no strict weak order when NaNs occ
 evaluator's answer then depends on its algorithm: such a sort checks its keys for NaN on
 each call and hands calls with NaNs to the evaluator's rule.
 
-**convolution.**  f32/f64 convolutions (any dim_labels, strides, padding including negative,
-lhs and rhs dilation, reversal, feature or batch groups) gather patches of the padded,
-dilated input with ``sliding_window_view`` into one matrix and multiply it with the reshaped
-kernel in one ``np.matmul`` (one batched matmul over groups).
+**convolution.**  (Depthwise and narrowly grouped ones run in their own native kernel,
+``codegen/convolution.py``; these are the rest.)  Unstrided f32/f64 convolutions with enough
+input features per group are a GEMM per kernel tap on the padded input (``conv_gemm.py``).
+The others (any dim_labels, strides, padding including negative, lhs and rhs dilation,
+reversal, feature or batch groups) gather patches of the padded, dilated input with
+``sliding_window_view`` into one matrix and multiply it with the reshaped kernel in one
+``np.matmul`` (one batched matmul over groups).  bf16 ones compute in f32 and round once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -41,8 +45,9 @@ from ..hlo.evaluator_data import pad_array
 from ..hlo.evaluator_elementwise import total_order_key
 from ..hlo.evaluator_linalg import POTRF_TARGETS, SOLVE_TARGET, lapack_potrf
 from ..hlo.ir import Instruction, post_order
-from ..hlo.low_precision import involves_low_precision
+from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
+from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 
 __all__ = ["library_thunk"]
 
@@ -61,6 +66,10 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
         return _SolveThunk(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") in POTRF_TARGETS:
         return _CholeskyThunk(instr), None
+    if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == "TopK":
+        return _top_k_thunk(instr, fallback)
+    if instr.opcode == "topk":
+        return _TopKOpThunk(instr), None
     return None, None
 
 
@@ -303,6 +312,58 @@ class _SortThunk:
         return columns
 
 
+def _top_k_thunk(instr: Instruction, fallback: Callable):
+    comparator = instr.attrs["called_computations"][0]
+    try:
+        keys = _ordered_keys(comparator.root)
+        for key in keys:
+            _check_key_expression(key.expr)
+    except _NotRecognized as e:
+        return None, f"TopK comparator %{comparator.name} is not a recognized key order ({e}); " \
+                     "it runs through the evaluator's merge sort"
+    return _TopKThunk(instr, keys, fallback), None
+
+
+class _TopKThunk:
+    """XLA:CPU's ``TopK`` custom call: the rows stably sorted by the comparator's recognized
+    keys (as ``_SortThunk``), the first k kept with their positions.  NaN keys under a plain
+    float comparison go to the evaluator's rule, as a sort's do."""
+    how = "NumPy's stable argsort by the TopK comparator's keys, first k kept"
+
+    def __init__(self, instr: Instruction, keys: list[_Key], fallback: Callable):
+        self.keys, self.fallback = keys, fallback
+        self.k = instr.shape.elements[0].dims[-1]
+        self.interpreter = Interpreter()
+
+    def __call__(self, operands: list[np.ndarray]):
+        (x,) = operands
+        columns = []
+        with np.errstate(all="ignore"):
+            for key in self.keys:
+                values = np.broadcast_to(_evaluate_key(key.expr, [x], self.interpreter), x.shape)
+                ascending = _ascending_columns(values, key)
+                if ascending is None:
+                    return self.fallback(operands)
+                columns += ascending
+        perm = np.lexsort(columns[::-1], axis=-1) if len(columns) > 1 else \
+            np.argsort(columns[0], axis=-1, kind="stable")
+        perm = np.ascontiguousarray(perm[..., :self.k])
+        return np.take_along_axis(x, perm, -1), perm.astype(np.int32)
+
+
+class _TopKOpThunk:
+    """The ``topk`` op: its reference rule, which is already whole-array NumPy (total-order
+    keys, one stable argsort per call): nothing to gain from a second copy."""
+    how = "NumPy's stable argsort on total-order keys, first k kept"
+
+    def __init__(self, instr: Instruction):
+        self.instr, self.interpreter = instr, Interpreter()
+
+    def __call__(self, operands):
+        values, positions = RULES["topk"](self.instr, operands, self.interpreter)
+        return np.ascontiguousarray(values), np.ascontiguousarray(positions)
+
+
 def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
     """Are ``a`` and ``b`` the same elements of the same memory (the key is the operand)?"""
     return a.dtype == b.dtype and a.shape == b.shape and a.strides == b.strides and \
@@ -355,18 +416,46 @@ def _ascending_columns(values: np.ndarray, key: _Key) -> list[np.ndarray] | None
 
 def _convolution_thunk(instr: Instruction):
     types = {o.shape.element_type for o in instr.operands} | {instr.shape.element_type}
-    if types not in ({"f32"}, {"f64"}):
+    if types not in ({"f32"}, {"f64"}, {"bf16"}, {"bf16", "f32"}) or \
+            {o.shape.element_type for o in instr.operands} == {"f32", "bf16"}:
         return None, (f"convolution %{instr.name} on {'/'.join(sorted(types))} runs through the "
-                      "evaluator's rule (the BLAS path takes f32 or f64 operands and result)")
+                      "evaluator's rule (the BLAS path takes f32, f64 or bf16 operands)")
     if instr.attrs.get("feature_group_count", 1) > 1 and instr.attrs.get("batch_group_count", 1) > 1:
         return None, (f"convolution %{instr.name} has both feature_group_count and "
                       "batch_group_count above 1")
-    return _ConvolutionThunk(instr), None
+    if "bf16" in types:
+        return _WidenedConvolution(instr), None
+    return _f32_or_f64_convolution(instr), None
+
+
+def _f32_or_f64_convolution(instr):
+    """Unstrided convolutions with enough features per group: a GEMM per tap (conv_gemm.py);
+    the rest (strides, batch groups, thin inputs): im2col + one matmul."""
+    if wide_gemm_refusal(instr) is None:
+        return WideGemmConvolution(instr)
+    return _ConvolutionThunk(instr)
+
+
+class _WidenedConvolution:
+    """A bf16 convolution as XLA:CPU computes it: operands widened to f32 (exactly), the f32
+    convolution, the result rounded once to bf16 (or kept f32 when the result type is f32)."""
+
+    def __init__(self, instr: Instruction):
+        wide = SimpleNamespace(opcode="convolution", name=instr.name, attrs=instr.attrs,
+                               shape=widen_shape(instr.shape),
+                               operands=[SimpleNamespace(shape=widen_shape(o.shape)) for o in instr.operands])
+        self.inner = _f32_or_f64_convolution(wide)
+        self.how, self.dtype = f"{self.inner.how}, in f32", instr.shape.dtype
+
+    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
+        result = self.inner([widen_value(o) for o in operands])
+        return result if result.dtype == self.dtype else result.astype(self.dtype)
 
 
 class _ConvolutionThunk:
     """Convolution as im2col + matmul, computed in channels-last order: input (N, S..., C),
     kernel (KS..., I, O), patches (N, OS..., KS..., C), result (N, OS..., O)."""
+    how = "im2col + one matmul (BLAS)"
 
     def __init__(self, instr: Instruction):
         dn = instr.attrs["dim_labels"]
@@ -419,7 +508,8 @@ class _ConvolutionThunk:
         n, out_spatial, c = patches.shape[0], patches.shape[1:r + 1], patches.shape[-1]
         rows, taps, o = n * int(np.prod(out_spatial)), int(np.prod(k.shape[:r])), k.shape[-1]
         if g == 1:
-            out = np.matmul(patches.reshape(rows, taps * c), k.reshape(taps * c, o))
+            # (contiguous: a strided patch view would send np.matmul to its non-BLAS loops)
+            out = matmul_rows(np.ascontiguousarray(patches.reshape(rows, taps * c)), k.reshape(taps * c, o))
             return out.reshape(n, *out_spatial, o)
         # patches (rows, taps, g, c/g) -> (g, rows, taps*c/g); kernel (taps, c/g, g, o/g) likewise.
         cols = patches.reshape(rows, taps, g, c // g).transpose(2, 0, 1, 3).reshape(g, rows, taps * (c // g))

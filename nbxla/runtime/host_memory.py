@@ -105,7 +105,9 @@ def empty(dims, dtype) -> np.ndarray:
             raw = None
     if raw is None:
         raw = np.empty(size + ALIGNMENT, np.uint8)
-    return np.asarray(PooledBlock(raw, size, dims, dtype))
+    arr = np.asarray(PooledBlock(raw, size, dims, dtype))
+    # (an array interface's typestr cannot name ml_dtypes' bf16 / f8: it comes back as raw |V2)
+    return arr if arr.dtype == dtype else arr.view(dtype)
 
 
 def memory_owner(arr: np.ndarray):

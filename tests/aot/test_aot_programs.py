@@ -473,3 +473,27 @@ def test_python_loops_stay_loops_ahead_of_time(tmp_path):
     _check(run(obj, exe, [spd], tmp_path), [written], rtol=1e-10)     # the argument it writes
     _roundtrip(examples.iir_filter, (rng.random(500), np.float64(0.2), np.float64(0.3), np.float64(0.5)),
                tmp_path, "iir", rtol=1e-10)
+
+
+DEPTHWISE_HLO = """
+HloModule depthwise
+
+ENTRY main {
+  x = f32[2,9,8,12] parameter(0)
+  k = f32[3,3,1,12] parameter(1)
+  y = f32[2,12,9,8] parameter(2)
+  j = f32[24,1,3,3] parameter(3)
+  a = f32[2,5,4,12] convolution(x, k), window={size=3x3 stride=2x2 pad=1_1x1_0}, dim_labels=b01f_01io->b01f, feature_group_count=12
+  b = f32[2,24,9,8] convolution(y, j), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01, feature_group_count=12
+  ROOT t = (f32[2,5,4,12], f32[2,24,9,8]) tuple(a, b)
+}
+"""
+
+
+def test_depthwise_convolutions_run_in_the_llvm_kernel(tmp_path):
+    # (the C direct convolution takes the rest: test_convolution_runs_natively)
+    rng = np.random.default_rng(13)
+    module = parse_hlo(DEPTHWISE_HLO)
+    inputs = [rng.standard_normal(p.shape.dims).astype(np.float32) for p in module.entry.parameters]
+    obj, exe = build(parse_hlo(DEPTHWISE_HLO), None, tmp_path, "depthwise")
+    _check(run(obj, exe, inputs, tmp_path), flatten(evaluate(parse_hlo(DEPTHWISE_HLO), inputs)), rtol=1e-5)

@@ -1,4 +1,5 @@
-"""A real browser on a real JupyterLab: demo 1 runs, and the stage viewer, chart and cache table show.
+"""A real browser on a real JupyterLab: demo 1 runs, and the stage viewer, chart and cache table
+show; demo 11 runs, and its profiles show their per-line time bars and the roofline.
 
 JupyterLab runs headless from this Python (its own config/data/runtime/settings directories
 under ``tmp_path``; a random port, no token), serving a copy of
@@ -35,6 +36,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo_notebooks" / "01_running_example.ipynb"
+DEMO_PROFILE = REPO / "demo_notebooks" / "11_why_not_faster.ipynb"
 CHROMIUM = os.environ.get("NBXLA_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -63,9 +65,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _notebook_copy(directory: Path) -> tuple[str, bool]:
-    """Demo 1 copied into ``directory``, with a ``%xla_cache`` cell added if it has none."""
-    nb = json.loads(DEMO.read_text())
+def _notebook_copy(directory: Path, demo: Path = DEMO) -> tuple[str, bool]:
+    """A demo (1 unless told) copied into ``directory``; demo 1 with a ``%xla_cache`` cell
+    added if it has none."""
+    nb = json.loads(demo.read_text())
+    if demo != DEMO:
+        (directory / demo.name).write_text(json.dumps(nb))
+        return demo.name, False
     has_cache = any("%xla_cache" in "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     if not has_cache:
         nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "nbxla-test-cache",
@@ -75,11 +81,12 @@ def _notebook_copy(directory: Path) -> tuple[str, bool]:
 
 
 @pytest.fixture
-def jupyterlab(tmp_path):
+def jupyterlab(tmp_path, request):
+    """JupyterLab serving a copy of demo 1 (or of the demo a test passes as ``indirect``)."""
     _requirements()
     root = tmp_path / "notebooks"
     root.mkdir()
-    name, _ = _notebook_copy(root)
+    name, _ = _notebook_copy(root, getattr(request, "param", DEMO))
     env = dict(os.environ)
     for var, sub in [("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
                      ("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTERLAB_SETTINGS_DIR", "settings"),
@@ -210,3 +217,82 @@ def test_demo_1_in_jupyterlab(jupyterlab, tmp_path):
           + ", ".join(str(s) for s in shots))
     elapsed = time.monotonic() - start
     assert elapsed < BUDGET_S, f"took {elapsed:.0f} s"
+
+
+PROFILE_BUDGET_S = 150
+
+
+def _open_and_run_all(page, url: str, name: str, timeout_ms: int) -> None:
+    """Open the notebook, wait for its kernel, run all cells and wait until each has run."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{url}/lab/tree/{name}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=30_000)
+    expect(page.locator(".jp-StatusBar-Widget", has_text=re.compile(r"\| Idle")).first).to_be_visible(timeout=30_000)
+    page.wait_for_function("() => window.jupyterapp !== undefined", timeout=10_000)
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
+            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+        }""", timeout=timeout_ms)
+
+
+@pytest.mark.parametrize("jupyterlab", [DEMO_PROFILE], indirect=True, ids=["demo11"])
+def test_demo_11_profiles_in_jupyterlab(jupyterlab, tmp_path):
+    """Demo 11 runs; its profiles show a time bar per source line and the roofline, drawn by
+    the extension (``.nbxla-profile``, an SVG roofline) or by the HTML fallback (an image)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    url, name, env = jupyterlab
+    start = time.monotonic()
+    extension = _extension_installed(env)
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            console_errors = []
+            page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+            _open_and_run_all(page, url, name, timeout_ms=120_000)
+            errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+                                  has_text="Traceback")
+            assert errors.count() == 0, errors.first.inner_text()
+
+            # Per-line bars: the source lines of each profile, and bars with a width.
+            profile = page.locator(".jp-OutputArea-child .nbxla-profile").first
+            expect(profile).to_be_attached()
+            profile.scroll_into_view_if_needed()
+            lines = profile.locator(".nbxla-line")
+            assert lines.count() >= 2
+            assert profile.locator(".nbxla-line", has_text="np.mean(3 * x**2 + y)").count() == 1
+            widths = profile.locator(".nbxla-line-bar").evaluate_all(
+                "bars => bars.map(b => b.getBoundingClientRect().width)")
+            assert max(widths) > 50, widths
+            expect(profile.locator(".nbxla-profile-verdict")).to_contain_text("memory bound")
+            # The roofline: an SVG with a point per kernel (extension) or the chart image (HTML).
+            roofline = page.locator(".jp-OutputArea-child .nbxla-roofline").first
+            expect(roofline).to_be_attached()
+            roofline.scroll_into_view_if_needed()
+            assert roofline.evaluate("r => r.getBoundingClientRect().width") > 100
+            if extension:
+                assert page.locator(".nbxla-profile svg.nbxla-roofline .nbxla-roofline-point").count() >= 1
+            else:
+                assert roofline.evaluate("img => img.naturalWidth") > 100
+            page.screenshot(path=str(artifacts / "demo11-profile.png"), full_page=False)
+            # The slow loop's decisions, in words.
+            loop = page.locator(".nbxla-profile-decisions li", has_text="rolled into a while (trip count 20000)")
+            expect(loop.first).to_be_attached()
+            ours = [e for e in console_errors if "nbxla" in e]
+            assert not ours, ours
+        finally:
+            browser.close()
+    keep = os.environ.get("NBXLA_TEST_ARTIFACTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        for shot in artifacts.glob("*.png"):
+            shutil.copy(shot, Path(keep) / shot.name)
+    print(f"\nbrowser test, demo 11 ({'extension' if extension else 'HTML fallback'}): screenshots in {artifacts}")
+    elapsed = time.monotonic() - start
+    assert elapsed < PROFILE_BUDGET_S, f"took {elapsed:.0f} s"

@@ -14,7 +14,7 @@ from benchmarks.programs import PROGRAMS, _agree, kernel_stats
 from nbxla.errors import InterpretedWarning
 
 # Most kernels a program may become (time loops: per step; the rest: in all).
-KERNELS = {"eos": 1, "isoneutral": 2, "doitgen": 1, "batched_einsum": 2, "gemm": 2, "atax": 2, "bicg": 2}
+KERNELS = {"eos": 1, "arc_distance": 1, "isoneutral": 2, "hdiff": 1, "doitgen": 1, "batched_einsum": 2, "gemm": 2, "gemver": 5, "atax": 2, "bicg": 2}
 PER_STEP = {"jacobi2d": (50, 2), "heat3d": (40, 2), "fdtd2d": (40, 4)}
 
 

@@ -131,3 +131,19 @@ def test_inner_products_become_fused_reductions(name):
     assert np.asarray(got).dtype == np.asarray(want).dtype
     np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12)
     assert not _dots(f.last_compilation.optimized), f.last_compilation.stage("optimized_hlo")
+
+
+@pytest.mark.parametrize("side", ["vecmat", "matvec"])
+def test_a_scalar_factor_on_a_vector_operand_moves_after_the_gemv(side):
+    """``(beta * y) @ A`` (gemver's ``beta * y @ A``): the vector operand is first reshaped to
+    a matrix; once that reshape is gone the scale moves after the dot into its epilogue, so no
+    kernel runs before the GEMV (the dead reshape no longer counts as a second reader)."""
+    fn = (lambda A, y, z: 1.2 * y @ A + z) if side == "vecmat" else (lambda A, y, z: A @ (1.2 * y) + z)
+    rng = np.random.default_rng(3)
+    A, y, z = rng.standard_normal((6, 6)), rng.standard_normal(6), rng.standard_normal(6)
+    f = nbxla.jit(fn)
+    np.testing.assert_allclose(f(A, y, z), fn(A, y, z), rtol=1e-12, atol=1e-12)
+    entry = f.last_compilation.optimized.entry
+    dot = next(i for i in entry.instructions if i.opcode == "dot")
+    assert all(o.opcode == "parameter" for o in dot.operands), f.last_compilation.stage("optimized_hlo")
+    assert sum(i.opcode == "fusion" for i in entry.instructions) == 1

@@ -281,7 +281,7 @@ def test_fusion_report_names_every_source_line_of_a_kernel():
 def test_history_records_text_only_for_passes_that_changed_the_module():
     _, result = optimized(seed, np.ones((4, 4), f32), np.ones((4, 4), f32))
     names = [r.name for r in result.history]
-    assert names == ["layouts", "call-inliner", "algsimp", "constant-folding", "cse", "dot-rewrites", "while-state",
+    assert names == ["layouts", "call-inliner", "imported-fusions", "algsimp", "constant-folding", "cse", "dot-rewrites", "while-state",
                      "dce", "fusion", "dce", "buffer-assignment"]
     for rec in result.history:
         assert (rec.text is not None) == rec.changed

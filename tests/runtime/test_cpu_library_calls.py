@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nbxla
+from nbxla.codegen.convolution import native_convolution_refusal
 from nbxla.hlo import Builder, Module, Shape
 from nbxla.hlo.attributes import ConvDimensionNumbers, Window, WindowDim
 from nbxla.hlo.evaluator import evaluate, flatten
@@ -337,7 +338,10 @@ def check_convolution(x_shape, k_shape, dtype, dn, window, seed=0, **attrs):
     got, want, native = run_both(module, [x, k])
     ok, detail = compare_arrays(got[0], want[0])
     assert ok, detail
-    assert native.library_calls == {"conv": "convolution"} and native.interpreted_ops == {}
+    assert native.interpreted_ops == {}
+    # a convolution with few inputs per group runs in its own kernel, the rest as BLAS calls
+    native_kernel = native_convolution_refusal(module.entry.root) is None
+    assert native.library_calls == ({} if native_kernel else {"conv": "convolution"})
 
 
 @given(conv_cases())

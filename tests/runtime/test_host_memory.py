@@ -25,6 +25,15 @@ def test_pooled_arrays_are_aligned_writable_contiguous():
     assert float(a.sum()) == 3.0 * a.size
 
 
+def test_pooled_arrays_keep_ml_dtypes_types():
+    # (an array interface names bf16 / f8 as raw |V2 / |V1 bytes: the dtype must come back)
+    import ml_dtypes
+    for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn):
+        a = host_memory.empty(BIG, dtype)
+        assert a.dtype == np.dtype(dtype) and memory_owner(a) is not None
+        assert isinstance(memory_owner(a), host_memory.PooledBlock)
+
+
 def test_memory_is_reused_only_after_the_last_view_dies():
     host_memory.release()
     a = host_memory.empty(BIG, np.float32)

@@ -1034,6 +1034,31 @@ def scatter_gather_medium():
     return f, (f32(3000, 4), ints(0, 50, 3000), ints(0, 3000, 1000))
 
 
+@case("dots XLA:CPU fuses: relu(x @ w + b) small and large, tanh(2 * batched small dots), an int32 dot")
+def fused_dot_epilogues():
+    def f(x, w, b, a, c, big_x, big_w, i, j):
+        return (jax.nn.relu(x @ w + b), jnp.tanh(2 * jnp.einsum("bij,bjk->bik", a, c)),
+                jax.nn.relu(big_x @ big_w + b.sum()), (i @ j) * 3 + 1)
+    return f, (f32(8, 32), f32(32, 16), f32(16), f32(64, 8, 16), f32(64, 16, 8), f32(96, 64), f32(64, 80),
+               ints(-9, 9, 12, 20), ints(-9, 9, 20, 6))
+
+
+@case("transposes moving the minor dim: f32[24,18,36] {1,2,0} and {2,0,1}, 4-D f32, f16 and int8")
+def transposes_minor_dim():
+    def f(x, y, h, q):
+        return (x.transpose(1, 2, 0), x.transpose(2, 0, 1), y.transpose(0, 3, 1, 2), y.transpose(3, 2, 1, 0),
+                h.transpose(2, 1, 0), q.transpose(1, 0))
+    return f, (f32(24, 18, 36), f32(4, 9, 10, 17), f32(13, 20, 24).astype(np.float16),
+               ints(-100, 100, 33, 70, dtype=np.int8))
+
+
+@case("f16 row sums reduced in f16 (lax.reduce: XLA:CPU adds in f16, nbxla in f32)")
+def float16_row_reduce():
+    def f(a):
+        return lax.reduce(a, np.float16(0), lax.add, (1,)), lax.reduce(a * a, np.float16(0), lax.add, (1,))
+    return f, (f32(768, 160).astype(np.float16),)
+
+
 # ---- expected errors ----------------------------------------------------------------------------
 
 @case("jnp.linalg.solve: LAPACK getrf custom call (not supported by nbxla)")

@@ -1,0 +1,70 @@
+"""Fusions that arrive in the HLO text (XLA's optimized modules, JAX's exports): put back.
+
+XLA's fusion decisions are made for XLA's emitters: a multi-output loop fusion with outputs
+of different shapes, a reduction fusion exporting values outside the reduced and input spaces,
+a reduce-window or a scatter fused with its producers, a dot with its epilogue.  nbxla's code
+generator is built for nbxla's fusion pass, so every imported fusion's instructions go back into
+the calling computation, before the optimizer, and nbxla's fusion pass fuses them again as it
+fuses traced code (XLA runs its own fusion passes over unfused HLO the same way).  The one
+exception is a fusion holding a small dot in the form the native dot kernel takes
+(``fused_dots.keeps_native``): kept, it is one kernel; split, it would be a BLAS call and an
+epilogue kernel (see ``fused_dots.py``).
+"""
+
+from __future__ import annotations
+
+from ..hlo import Module
+from ..hlo.ir import Computation, Instruction
+from .fused_dots import fused_dot, keeps_native
+from .pipeline import Pass, instruction_ids, rename_new_instructions
+
+
+class ImportedFusions(Pass):
+    """Put the instructions of every fusion back into its caller, except a dot fusion kept as
+    a native dot kernel (``fused_dots.keeps_native``)."""
+    name = "imported-fusions"
+
+    def __init__(self):
+        self.report: dict[str, str] = {}       # fusion name -> "kept native" / "split"
+
+    def run(self, module: Module) -> bool:
+        before, changed = instruction_ids(module), False
+        self.report = {}
+        for comp in module.computations_post_order():
+            changed |= self._split_in(comp)
+        if changed:
+            module.computations = module.computations_post_order()   # drop split fusions' bodies
+            rename_new_instructions(module, before)
+        return changed
+
+    def _split_in(self, comp: Computation) -> bool:
+        replace: dict[int, Instruction] = {}
+        order: list[Instruction] = []
+        changed = False
+        for instr in comp.instructions:
+            instr.operands = [replace.get(id(o), o) for o in instr.operands]
+            fused = instr.attrs.get("calls") if instr.opcode == "fusion" else None
+            if fused is None:
+                order.append(instr)
+                continue
+            if fused_dot(fused) is not None and keeps_native(fused):
+                self.report[instr.name] = "kept: one native dot kernel with its epilogue"
+                order.append(instr)
+                continue
+            self.report[instr.name] = "split: the dot a library call, the rest fused around it" \
+                if fused_dot(fused) is not None else "split: fused again by nbxla's fusion pass"
+            mapping: dict[int, Instruction] = {}
+            for inner in fused.instructions:
+                if inner.opcode == "parameter":
+                    mapping[id(inner)] = instr.operands[inner.parameter_number]
+                    continue
+                copy = Instruction(inner.opcode, inner.shape, [mapping[id(o)] for o in inner.operands],
+                                   inner.attrs, inner.name, inner.location or instr.location)
+                copy.parent = comp
+                order.append(copy)
+                mapping[id(inner)] = copy
+            replace[id(instr)] = mapping[id(fused.root)]
+            changed = True
+        comp.instructions = order
+        comp.root = replace.get(id(comp.root), comp.root)
+        return changed
