@@ -35,7 +35,9 @@ from .flags import current_flags
 from .frontend.trace import (StaticValue, TracedProgram, alias_pattern, is_array_leaf, leaf_signature,
                              trace, tree_flatten, tree_paths, tree_unflatten)
 from .frontend.tracer import Tracer
+from .dynamic_dims import DimensionPolicy, find_or_compile
 from .runtime.cache import DEFAULT_CACHE, CacheKey, CompilationCache
+from .symbolic_compile import compile_symbolic
 from .runtime.executable import resolve_device
 
 
@@ -199,7 +201,8 @@ class CompiledFunction:
     """A function compiled per input signature; see ``jit``."""
 
     def __init__(self, fn: Callable, device: str = "cpu", cache: CompilationCache | None = None,
-                 follow_auto_flag: bool = False, verify: bool = False, checkable: bool = True):
+                 follow_auto_flag: bool = False, verify: bool = False, checkable: bool = True,
+                 dynamic=None):
         if not callable(fn):
             raise TypeError(f"nbxla.jit needs a function, not {type(fn).__name__}")
         functools.update_wrapper(self, fn)
@@ -213,6 +216,8 @@ class CompiledFunction:
             self._bound, fn = (fn.__self__,), fn.__func__
         self.fn = fn
         self.device = device
+        # Which dimensions are unknown (one compilation for every size): dynamic_dims.py.
+        self._dims = DimensionPolicy(dynamic)
         # Check the first call of each compiled signature against the plain function (also
         # with NBXLA_FLAGS=--verify): call_check.py.  Not ``checkable``: a function that only
         # runs traced (a gradient: NumPy has no oracle for it).
@@ -279,6 +284,14 @@ class CompiledFunction:
         key = CacheKey(self, device, replace(flags, verify=False) if flags.verify else flags,
                        signature, treedef, alias_pattern(leaves))
 
+        note = ""
+        if self._dims.enabled and device == "cpu" and not self.cache.contains(key):
+            # (unknown dimensions: the CPU backend only, so far)
+            found, note = self._symbolic_lookup(key, leaves, signature, names, treedef, device, flags,
+                                                captured, len(tree_flatten((args, kwargs))[0]))
+            if found is not None:
+                return found
+
         def compile_now():
             check_function_no_random(self.fn)
             start = time.perf_counter()
@@ -293,9 +306,35 @@ class CompiledFunction:
         entry, hit = self.cache.get_or_compile(key, self, self.__name__, signature, names, device,
                                                compile_now)
         if not hit:
+            if note:
+                entry.explanation = f"{note} ({entry.explanation})"
+                entry.value.compilation.dimensions = note
             entry.value.compilation.explanation = entry.explanation
         self.last_compilation = entry.value.compilation
         return entry.value, leaves, entry, treedef
+
+    def _symbolic_lookup(self, key, leaves, signature, names, treedef, device, flags, captured, arguments):
+        """(``_lookup``'s answer from a program with unknown dimensions, or None; and a note for
+        the cache table when the call is compiled for its concrete sizes instead: the guard that
+        failed, or why its dimensions cannot be symbolic).  See ``dynamic_dims.py``."""
+        def compile_for(marks):
+            check_function_no_random(self.fn)
+            fn = convert_function(self.fn) if not captured else self._traceable()
+
+            def trace_at(arg_leaves, log):
+                return trace(fn, arg_leaves, treedef, name=_module_name(self.fn), leaf_names=names(),
+                             argument_views=True, size_observations=log)
+            return compile_symbolic(trace_at, leaves, marks, device)
+
+        sym, note = find_or_compile(self._dims, self.cache, (key[1], key[2], key[4], key[5]), signature, names,
+                                    arguments, lambda pattern: CacheKey(self, *key[1:3], pattern, *key[4:]),
+                                    self, self.__name__, device, compile_for)
+        if sym is None:
+            return None, note
+        program = sym.program
+        compilation = program.instance(program.values_of(leaves))
+        self.last_compilation = compilation
+        return (CompiledProgram(program.program, compilation), leaves, sym.entry, treedef), ""
 
     def _traceable(self) -> Callable:
         """The function traced when it captures values: traced with the tree ``((args, kwargs),
@@ -509,7 +548,7 @@ def _module_name(fn) -> str:
 
 
 def jit(fn: Callable | None = None, *, device: str = "cpu", cache: CompilationCache | None = None,
-        mode: str | None = None, verify: bool = False):
+        mode: str | None = None, verify: bool = False, dynamic=None):
     """Compile ``fn``; usable as ``@jit``, ``@jit(device='cuda')`` or ``jit(fn, device=...)``.
 
     ``mode="compile"`` compiles the whole function or refuses it (like ``jit_compile=True``);
@@ -521,13 +560,18 @@ def jit(fn: Callable | None = None, *, device: str = "cpu", cache: CompilationCa
     also runs ``fn`` with NumPy on copies of the arguments and raises ``VerificationError``
     where results or written arguments differ; later calls cost nothing more.  (Auto mode
     always checks what it compiles, and runs what differs with NumPy.)
+
+    ``dynamic``: which dimensions are unknown, compiled once for every size (``dynamic_dims.py``):
+    ``None`` (default) makes a dimension symbolic when a second size is seen in it, ``True``
+    every dimension of every array argument from the first call, ``False`` none (a compilation
+    per shape), ``{"x": (0,)}`` the named ones.  Sizes 0 and 1 are always specialised.
     """
     make = _mode(mode) if mode not in (None, "compile") else None
     if fn is None:
-        return lambda f: jit(f, device=device, cache=cache, mode=mode, verify=verify)
+        return lambda f: jit(f, device=device, cache=cache, mode=mode, verify=verify, dynamic=dynamic)
     if make is not None:
         return make(fn, device, cache)
-    return CompiledFunction(fn, device, cache, follow_auto_flag=mode is None, verify=verify)
+    return CompiledFunction(fn, device, cache, follow_auto_flag=mode is None, verify=verify, dynamic=dynamic)
 
 
 __all__ = ["jit", "CompiledFunction", "register_array_adapter", "register_mode"]

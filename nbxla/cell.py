@@ -23,13 +23,16 @@ from __future__ import annotations
 import itertools
 import linecache
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FunctionType, ModuleType
 from typing import Any, Callable
 
 import numpy as np
 
 from .compiler import Compilation, compile_module
+from .dynamic_dims import DimensionPolicy, find_or_compile
+from .hlo.shapes import SymbolicDimensionError
+from .symbolic_compile import compile_symbolic
 from .errors import NotCompilableError
 from .flags import current_flags
 from .runtime.cache import DEFAULT_CACHE, CompilationCache
@@ -215,7 +218,8 @@ class CellResult:
 
 def trace_cell(analysis: CellAnalysis, inputs: CellInputs, user_ns: dict, *, filename: str,
                label: str, name: str,
-               filename_display: Callable[[str], str | None] | None = None) -> tuple[TracedProgram, list, Binding | None]:
+               filename_display: Callable[[str], str | None] | None = None,
+               size_observations: list | None = None) -> tuple[TracedProgram, list, Binding | None]:
     """Run the cell once on Tracers; returns the program, the bindings and the display recipe."""
     check_no_random(analysis, user_ns, filename, label)
     code = analysis.traced_code(filename)
@@ -248,7 +252,8 @@ def trace_cell(analysis: CellAnalysis, inputs: CellInputs, user_ns: dict, *, fil
 
     display = filename_display or (lambda f: label if f == filename else None)
     program = trace(body, list(inputs.leaves), inputs.treedef, name=name,
-                    leaf_names=inputs.leaf_names, filename_display=display, names_outlive=True)
+                    leaf_names=inputs.leaf_names, filename_display=display, names_outlive=True,
+                    size_observations=size_observations)
     return program, recipe["bindings"], recipe["display"]
 
 
@@ -313,7 +318,8 @@ def register_source(source: str) -> str:
 def prepare_cell(source: str, user_ns: dict, *, label: str = "cell", filename: str | None = None,
                  name: str = "cell", device: str | None = None, use_cache: bool = True,
                  cache: CompilationCache | None = None,
-                 filename_display: Callable[[str], str | None] | None = None) -> PreparedCell:
+                 filename_display: Callable[[str], str | None] | None = None,
+                 dynamic: bool = False) -> PreparedCell:
     """The compiled cell for the namespace's current inputs: from the cache, or traced now.
 
     ``source`` is the cell text padded with blank lines so that its line numbers are the
@@ -344,11 +350,73 @@ def prepare_cell(source: str, user_ns: dict, *, label: str = "cell", filename: s
         return PreparedCell(cell, inputs, False)
     key = (code_key, device, flags, inputs.signature, inputs.treedef, tuple(inputs.leaf_names),
            alias_pattern(inputs.leaves))
+    note = ""
+    if dynamic and not cache.contains(key):
+        prepared, note = _prepare_symbolic(analysis, inputs, user_ns, code_key, key, device, cache,
+                                           dict(filename=filename, label=label, name=name,
+                                                filename_display=filename_display))
+        if prepared is not None:
+            return prepared
     entry, hit = cache.get_or_compile(key, code_key, label, inputs.signature,
                                       lambda: inputs.leaf_names, device, compile_now)
     if not hit:
+        if note:
+            entry.explanation = f"{note} ({entry.explanation})"
+            entry.value.compilation.dimensions = note
         entry.value.explanation = entry.value.compilation.explanation = entry.explanation
     return PreparedCell(entry.value, inputs, hit)
+
+
+# Per cell source: which dimensions are symbolic, the programs made, the patterns refused.
+_CELL_DIMENSIONS: dict = {}
+
+
+def _prepare_symbolic(analysis, inputs: CellInputs, user_ns: dict, code_key, key, device, cache,
+                      trace_options: dict) -> tuple[PreparedCell | None, str]:
+    """``%%xla --dynamic``: the cell compiled once for every size of its arrays' dimensions
+    (``dynamic_dims.py``), or (None, why not)."""
+    policy = _CELL_DIMENSIONS.setdefault(code_key, DimensionPolicy(True))
+    hit = [True]
+
+    def compile_for(marks):
+        hit[0] = False
+        probes = []
+
+        def trace_at(leaves, log):
+            program, bindings, display = trace_cell(analysis, replace(inputs, leaves=leaves), user_ns,
+                                                    size_observations=log, **trace_options)
+            probes.append((bindings, display))
+            return program
+        program = compile_symbolic(trace_at, inputs.leaves, marks, device)
+        if not all(_same_recipes(probes[0], other) for other in probes[1:]):
+            raise SymbolicDimensionError("the cell binds a Python value or array computed from a size")
+        program.cell_parts = probes[0]
+        return program
+
+    sym, note = find_or_compile(policy, cache, key[1:3] + key[4:], inputs.signature,
+                                lambda: inputs.leaf_names, len(inputs.leaves),
+                                lambda pattern: key[:3] + (pattern,) + key[4:], code_key,
+                                trace_options["label"], device, compile_for)
+    if sym is None:
+        return None, note
+    program = sym.program
+    compilation = program.instance(program.values_of(inputs.leaves))
+    cell = CompiledCell(analysis, program.program, compilation, *program.cell_parts,
+                        explanation=sym.entry.explanation)
+    return PreparedCell(cell, inputs, hit[0]), ""
+
+
+def _same_recipes(first: tuple, second: tuple) -> bool:
+    """Do the two probes bind the same things (slots equal, no value that changed with the size)?"""
+    def slots(recipe):
+        bindings, display = recipe
+        out = []
+        for b in list(bindings) + ([display] if display is not None else []):
+            out.append((b.name, b.action, b.treedef, [(k, v if k not in ("array", "static") else
+                                                      (np.asarray(v).tolist() if k == "array" else repr(v)))
+                                                     for k, v in b.slots if k != "function"]))
+        return out
+    return slots(first) == slots(second)
 
 
 def run_cell(source: str, user_ns: dict, **options):

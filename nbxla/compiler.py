@@ -16,6 +16,7 @@ from .errors import NbxlaError
 from .flags import current_flags
 from .hlo import Module
 from .hlo.printer import print_module
+from .hlo.symbolic import symbols_of_module
 from .passes import PipelineResult, optimize
 from .passes.report import FusionReport, fusion_report
 from .runtime.executable import Executable, build_executable, resolve_device
@@ -48,6 +49,9 @@ class Compilation:
     # (source line, "rolled"/"unrolled", why) per Python loop the tracer met
     loop_decisions: list = field(default_factory=list)
     module_id: int = field(default_factory=lambda: next(_module_ids))
+    # Which dimensions are unknown (symbolic) and their guards, or why a dimension that could
+    # have been was specialised (docs/unknown_dimensions.md); "" when neither applies.
+    dimensions: str = ""
     # The last profile of this compilation (``nbxla.profile``, ``%%xla --profile``): anything
     # with ``to_text()``; it adds the ``profile`` stage.
     profile: object = field(default=None, repr=False)
@@ -63,7 +67,9 @@ class Compilation:
         interpreted = {**getattr(native, "interpreted", {}), **getattr(native, "interpreted_ops", {})}
         loops = list(dict.fromkeys(f"line {line}: {how} ({why})" for line, how, why in self.loop_decisions))
         loops += [f"%{name}: {how}" for name, how in getattr(native, "loops", {}).items()]
-        return fusion_report(self.optimized, self.pipeline.facts.get("fusion"), interpreted, loops)
+        # (A symbolic module's figures -- bytes, flops -- are the first probe's: pipeline.module.)
+        module = self.pipeline.module if symbols_of_module(self.optimized) else self.optimized
+        return fusion_report(module, self.pipeline.facts.get("fusion"), interpreted, loops)
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -85,6 +91,8 @@ class Compilation:
                 text = self.pipeline.history_text()
             elif name == "fusion_report":
                 text = self.fusion_report.to_text()
+                if self.dimensions:
+                    text += f"\ndimensions: {self.dimensions}"
             elif name == "buffer_assignment":
                 text = self.pipeline.facts["buffer-assignment"].to_text()
             elif name == "optimized_hlo_dot":

@@ -215,6 +215,14 @@ def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
         return ir_module, specs, unsupported
 
 
+def emit_llvm_ir(module_name: str, fusions: list[tuple[str, Computation]],
+                 object_data_offset: int | None = None) -> tuple[str, dict[str, KernelSpec]]:
+    """The LLVM IR text (unoptimized) and the specs of the kernels, as ``compile_kernels``
+    would compile them, without compiling."""
+    ir_module, specs, _ = _emit_module(module_name, fusions, object_data_offset)
+    return str(ir_module), specs
+
+
 def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None) -> CompiledKernels:
     """JIT-load the optimized module; with ``obj``, its machine code is taken as given."""
     captured: list[bytes] = []

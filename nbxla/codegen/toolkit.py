@@ -337,8 +337,8 @@ def _reads_input_directly(value: Instruction, reduce_ids: set) -> bool:
         if id(v) in seen or id(v) in reduce_ids:
             continue
         seen.add(id(v))
-        if v.opcode == "parameter":
-            return True
+        if v.opcode == "parameter" and v.shape.rank:
+            return True             # (a scalar parameter -- a count, a scale -- the finish reads)
         stack.extend(v.operands)
     return False
 

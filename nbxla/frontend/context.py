@@ -53,6 +53,9 @@ class TraceContext:
         # where ``value`` becomes an extra output and ``fail(host value)`` gives the error
         # to raise (None when all is well).  See ``add_check``.
         self.checks: list[Check] = []
+        # Comparisons user code makes on sizes, logged while a program with unknown dimensions
+        # is traced (observed_sizes.py); None otherwise.
+        self.size_observations: list | None = None
         # (line, "rolled" | "unrolled", why) per Python loop over traced values (loops.py).
         self.loop_decisions: list[tuple[int, str, str]] = []
         self.rolling = 0         # loop bodies being traced once, one inside the other

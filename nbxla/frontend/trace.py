@@ -236,7 +236,8 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
           leaf_names: list[str] | None = None,
           filename_display: Callable[[str], str | None] | None = None,
           memory_checked: bool = True, argument_views: bool = False,
-          names_outlive: bool = False) -> TracedProgram:
+          names_outlive: bool = False,
+          size_observations: list | None = None) -> TracedProgram:
     """Trace ``fn(*args, **kwargs)``; ``arg_leaves``/``arg_treedef`` flatten ``(args, kwargs)``.
     ``memory_checked=False`` allows arrays larger than memory (for programs run in chunks).
     ``argument_views``: a result that is a basic-indexing view of an argument array
@@ -247,6 +248,7 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
     ctx = TraceContext(name, filename_display)
     ctx.memory_checked = memory_checked
     ctx.names_outlive = names_outlive
+    ctx.size_observations = size_observations     # (a probe of unknown dimensions: observed_sizes.py)
     tracers: dict[int, Tracer] = {}        # id(array) -> Tracer: the same array, the same Tracer
     traced_leaves, param_leaves = [], []
     for i, leaf in enumerate(arg_leaves):

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import ConcretizationError, NotCompilableError, TraceError
 from ..hlo.ir import Instruction
+from .observed_sizes import observed_shape
 from .context import TraceContext
 from .registry import ENTRY_POINTS
 
@@ -116,7 +117,10 @@ class Tracer:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.instr.shape.dims
+        log = self.ctx.size_observations
+        if log is None:
+            return self.instr.shape.dims
+        return observed_shape(self.instr.shape.dims, log)
 
     @property
     def dtype(self) -> np.dtype:
@@ -144,7 +148,9 @@ class Tracer:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        size = int(np.prod(self.instr.shape.dims, dtype=np.int64))
+        log = self.ctx.size_observations
+        return size if log is None else observed_shape((size,), log)[0]
 
     @property
     def itemsize(self) -> int:

@@ -26,6 +26,7 @@ from .evaluator_data import DATA_RULES
 from .evaluator_elementwise import ELEMENTWISE_RULES
 from .evaluator_linalg import LINALG_RULES, MASKED_DOT_TARGET, SOLVE_TARGET, lapack_potrf, linalg_solve, masked_dot
 from .evaluator_reduce import REDUCE_RULES, topk_custom_call
+from .symbolic import bind_module, bind_symbols, symbols_of_module
 from .ir import Computation, Instruction, Module
 from .low_precision import Widener, computes_in_f32, widen_value
 from .shapes import AnyShape, from_numpy_dtype
@@ -56,6 +57,8 @@ def evaluate(module_or_computation: Module | Computation, args: Sequence):
     if isinstance(comp, Module):
         if comp.entry is None:
             raise EvaluationError(f"module {comp.name} has no entry computation to evaluate")
+        if symbols_of_module(comp):         # unknown dimensions: sizes read off the arguments
+            comp = bind_module(comp, bind_symbols(comp, list(args)))
         comp = comp.entry
     values = _check_entry_args(comp, list(args))
     with np.errstate(all="ignore"):

@@ -22,9 +22,11 @@ from .attributes import (ATTRIBUTE_KINDS, REQUIRED_ATTRIBUTES, ConvDimensionNumb
 from .ir import Computation, CycleError, Instruction, Module, SourceLocation
 from .opcodes import COMPARISON_DIRECTIONS, FAMILIAR_NAMES, OPCODES, VARIADIC
 from .shape_inference import infer_shape
-from .shapes import ELEMENT_TYPES, Shape, TupleShape, is_complex, is_float
+from .shapes import ELEMENT_TYPES, Shape, SymDim, TupleShape, is_complex, is_float
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+# An unknown dimension: a symbol, possibly a whole multiple of one (``b``, ``64*b``).
+_SYMBOLIC_DIM = re.compile(r"(?:([0-9]+)\*)?([A-Za-z_][A-Za-z0-9_]*)")
 MAX_TUPLE_DEPTH = 32         # deeper tuple shapes: refused (Python recursion would run out first)
 _INT = re.compile(r"[+-]?\d+")
 _DEBUG_SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
@@ -121,6 +123,15 @@ class _Parser:
             raise self.error(f"expected {what}")
         self.pos = m.end()
         return int(m.group())
+
+    def dimension(self):
+        """A dimension size: ``64``, or an unknown one, a size symbol ``b`` or ``64*b``."""
+        self.skip_ws()
+        m = _SYMBOLIC_DIM.match(self.text, self.pos)
+        if m:
+            self.pos = m.end()
+            return SymDim(m.group(2), int(m.group(1)) if m.group(1) else 1)
+        return self.integer("a dimension size")
 
     def raw_value(self) -> tuple[str, int]:
         """Text of an attribute value: up to a top-level comma, whitespace or closing bracket."""
@@ -355,9 +366,10 @@ class _Parser:
         dims = []
         while not self.accept("]"):
             if self.peek("<=") or self.peek("?"):
-                raise self.error("dynamic dimensions (<=N, ?) are not supported; "
+                raise self.error("bounded dynamic dimensions (<=N, ?) are not supported; "
+                                 "write an unknown dimension as a symbol (f32[b,64]) or "
                                  "export the module with static shapes")
-            dims.append(self.integer("a dimension size"))
+            dims.append(self.dimension())
             if not self.peek("]"):
                 self.expect(",", "',' or ']' in the dimensions")
         layout = None

@@ -8,7 +8,6 @@ logical arrays.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterable, Union
 
@@ -101,6 +100,96 @@ def from_numpy_dtype(dtype) -> str:
 
 
 @dataclass(frozen=True)
+class SymDim:
+    """An unknown dimension: ``coeff * name`` for a size symbol ``name`` bound when the program
+    runs (``b`` in ``f32[b,64]``, ``64*b`` after a reshape that flattens it).
+
+    A symbol stands for sizes >= 2: sizes 0 and 1 are specialised (broadcasting treats 1
+    differently, and an empty array takes other paths), so ``b == 1`` and ``b < 0`` are
+    decided here; any other comparison with a number has no answer at compile time and
+    raises ``SymbolicDimensionError`` (the compile then falls back to the concrete size).
+    """
+
+    name: str
+    coeff: int = 1
+
+    def __str__(self) -> str:
+        return self.name if self.coeff == 1 else f"{self.coeff}*{self.name}"
+
+    def __repr__(self) -> str:
+        return f"SymDim({self})"
+
+    def bind(self, values: dict) -> int:
+        try:
+            return self.coeff * values[self.name]
+        except KeyError:
+            raise HloShapeError(f"no size given for the dimension symbol {self.name!r}") from None
+
+    def __mul__(self, other):
+        if isinstance(other, SymDim):
+            raise SymbolicDimensionError(f"a size {self} * {other} (a product of two symbols)")
+        return SymDim(self.name, self.coeff * int(other)) if other else 0
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        if isinstance(other, int) and other and self.coeff % other == 0:
+            return SymDim(self.name, self.coeff // other)
+        raise SymbolicDimensionError(f"a size {self} // {other} that is not a whole multiple of {self.name}")
+
+    def _undecided(self, op, other):
+        raise SymbolicDimensionError(f"a comparison {self} {op} {other} of an unknown size with a number")
+
+    def __lt__(self, other):
+        if isinstance(other, int) and other <= 2 * self.coeff:
+            return False
+        return self._undecided("<", other)
+
+    def __ge__(self, other):
+        return not self.__lt__(other)
+
+    def __gt__(self, other):
+        if isinstance(other, int) and other < 2 * self.coeff:
+            return True
+        return self._undecided(">", other)
+
+    def __le__(self, other):
+        return not self.__gt__(other)
+
+    def __int__(self):
+        raise SymbolicDimensionError(f"the unknown size {self} used as a number")
+
+    __index__ = __int__
+
+
+class SymbolicDimensionError(Exception):
+    """Something met an unknown dimension it cannot handle symbolically.  Internal: the
+    compile of a program with unknown dimensions catches it and compiles for the concrete
+    sizes instead, recording the reason (never a user-visible error)."""
+
+
+def _dimension(d):
+    return d if isinstance(d, SymDim) else int(d)
+
+
+def is_symbolic(shape) -> bool:
+    """Does the shape (or any element of a tuple shape) have an unknown dimension?"""
+    if shape.is_tuple:
+        return any(is_symbolic(e) for e in shape.elements)
+    return any(isinstance(d, SymDim) for d in shape.dims)
+
+
+def bind_shape(shape, values: dict):
+    """``shape`` with its symbols replaced by the sizes in ``values`` (name -> int)."""
+    if shape.is_tuple:
+        return TupleShape(tuple(bind_shape(e, values) for e in shape.elements))
+    if not any(isinstance(d, SymDim) for d in shape.dims):
+        return shape
+    return Shape(shape.element_type, tuple(d.bind(values) if isinstance(d, SymDim) else d for d in shape.dims),
+                 shape.layout)
+
+
+@dataclass(frozen=True)
 class Shape:
     """An array shape: element type, dimensions and (optional) minor-to-major layout."""
 
@@ -111,7 +200,7 @@ class Shape:
     is_tuple = False
 
     def __post_init__(self):
-        object.__setattr__(self, "dims", tuple(int(d) for d in self.dims))
+        object.__setattr__(self, "dims", tuple(_dimension(d) for d in self.dims))
         if self.element_type not in _NUMPY_OF:
             raise HloShapeError(f"unknown element type {self.element_type!r}")
         if any(d < 0 for d in self.dims):
@@ -131,7 +220,11 @@ class Shape:
 
     @property
     def size(self) -> int:
-        return math.prod(self.dims)        # (np.prod: ~3 us a call, read per instruction by passes)
+        # (np.prod: ~3 us a call, read per instruction by passes)
+        size = 1
+        for d in self.dims:
+            size = d * size if isinstance(d, SymDim) else size * d
+        return size
 
     @property
     def minor_to_major(self) -> tuple[int, ...]:

@@ -76,6 +76,9 @@ class XlaMagics(Magics):
     @argument("--stage", metavar="NAME",
               help="show a stage after compiling (hlo, optimized_hlo, ...), or 'all' for the stage viewer")
     @argument("--dump", metavar="DIR", help="write every stage to DIR/module_NNNN.<name>.<stage>.txt")
+    @argument("--dynamic", action="store_true",
+              help="compile once for every size of the arrays' dimensions (sizes 0 and 1 are "
+                   "specialised; see docs/unknown_dimensions.md)")
     @argument("--profile", action="store_true",
               help="also run the compiled cell a few times with per-kernel timing: time per source "
                    "line, each kernel on the roofline with a verdict, loop and fusion decisions")
@@ -113,7 +116,8 @@ class XlaMagics(Magics):
         try:
             prepared = prepare_cell(source, ns, label=f"Cell In[{number}]", filename=filename,
                                     name=f"cell_{number}", device=args.device,
-                                    use_cache=not args.no_cache, filename_display=self._display_name)
+                                    use_cache=not args.no_cache, filename_display=self._display_name,
+                                    dynamic=args.dynamic)
             full_source = f"%%xla {line}".rstrip() + source
             self.last_compilation, self.last_source = prepared.compilation, full_source
             dashboard.notify(prepared.compilation, full_source)

@@ -160,6 +160,11 @@ class CompilationCache:
                 self._hits += 1
             return entry
 
+    def contains(self, key: Hashable) -> bool:
+        """Is ``key`` cached (without counting a hit)?"""
+        with self._lock:
+            return key in self._entries
+
     def get_or_compile(self, key: Hashable, code_key: Hashable, code_name: str, signature: tuple,
                        names: Callable[[], list[str]], device: str,
                        compile_fn: Callable[[], Any]) -> tuple[CacheEntry, bool]:

@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..codegen.cpu import CompiledKernels, compile_kernels, target_fingerprint
+from ..codegen.cpu import CompiledKernels, compile_kernels, emit_llvm_ir, target_fingerprint
 from ..codegen.kernels import standalone_computation, structure_key
 from ..errors import InterpretedWarning
 from ..hlo.opcodes import OWN_KERNEL
@@ -111,20 +111,26 @@ class _Program:
 class CpuExecutable:
     backend = "cpu (LLVM)"
 
-    def __init__(self, module: Module, plan=None, compile_loops: bool | None = None):
+    def __init__(self, module: Module, plan=None, compile_loops: bool | None = None,
+                 kernels: CompiledKernels | None = None, symbols: dict[str, str] | None = None):
         """``compile_loops=False`` keeps every loop host-driven (the profiler's twin, which
-        times a native loop's kernels one by one); None follows ``NBXLA_NATIVE_LOOPS``."""
+        times a native loop's kernels one by one); None follows ``NBXLA_NATIVE_LOOPS``.
+
+        ``kernels``: machine code compiled earlier for this module's kernels (an instance of
+        a program with unknown dimensions at one size: see ``nbxla/symbolic_compile.py``);
+        its specs give this module's extents, ``symbols`` the kernel symbol of each fusion and
+        kernel op by instruction name.  Native loops are not made then."""
         self.module = module
         # Fusions that took the convolution they consume (computed in one kernel with it),
         # and whether each needs an output of its own (not its place in the arena).
         self.convolution_epilogues = fold_convolution_epilogues(module, plan)
         self.plan = plan
-        store = default_cache()
+        store = default_cache() if kernels is None else None
         # How each while of the entry runs: natively (one C function) or from the host, why.
         self.loops: dict[str, str] = {}
         self._native: dict[int, NativeLoopThunk] = {}
         whiles = [i for i in module.entry.instructions if i.opcode == "while"]
-        if whiles and (native_loops_enabled() if compile_loops is None else compile_loops):
+        if whiles and (native_loops_enabled() if compile_loops is None else compile_loops) and kernels is None:
             found = native_loops(whiles, print_module(module, KEY_TEXT), store)
             for instr in whiles:
                 if isinstance(found[id(instr)], NativeLoopThunk):
@@ -132,15 +138,20 @@ class CpuExecutable:
                     self.loops[instr.name] = "native: one compiled C function runs the whole loop"
                 else:
                     self.loops[instr.name] = found[id(instr)]
-        computations = program_computations(module, frozenset(self._native))
-        compiled = _kernel_symbols(computations)
-        distinct, compiled = _share_identical_kernels(compiled)
+        if kernels is not None and symbols is not None:
+            # (an instance: its kernels are the compiled module's, by instruction name; finding
+            # identical kernels again would print every kernel's instructions)
+            distinct, compiled = [], [(symbols[i.name], i) for c in program_computations(module, frozenset())
+                                      for i in c.instructions if i.name in symbols]
+        else:
+            distinct, compiled = kernel_computations(module, frozenset(self._native))
         key = None
         if store is not None:
             names = ",".join(symbol for symbol, _ in compiled)
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
                                   print_module(module, KEY_TEXT)).encode()).hexdigest()
-        self.kernels: CompiledKernels = compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET)
+        self.kernels: CompiledKernels = kernels if kernels is not None else \
+            compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET)
         # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name
         # (identical kernels, the steps of a time loop, share one symbol).
         self.kernel_symbols = {i.name: symbol for symbol, i in compiled}
@@ -520,6 +531,19 @@ def _c_strides(dims, itemsize: int) -> tuple:
         strides.append(step)
         step *= n
     return tuple(reversed(strides))
+
+
+def kernel_computations(module: Module, native=frozenset()):
+    """(symbol, computation) of each distinct kernel of the module's programs, and (symbol,
+    instruction) for every fusion and standalone kernel op: what ``compile_kernels`` is given."""
+    return _share_identical_kernels(_kernel_symbols(program_computations(module, native)))
+
+
+def kernel_llvm_ir(module: Module) -> tuple[str, dict]:
+    """The LLVM IR (before optimization) and the specs of the module's kernels, without
+    compiling them: what a second probe of a program with unknown dimensions is compared by."""
+    distinct, _ = kernel_computations(module)
+    return emit_llvm_ir(module.name, distinct, ARRAY_DATA_OFFSET)
 
 
 def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruction]]:

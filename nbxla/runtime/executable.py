@@ -50,7 +50,12 @@ class _LazyStages(dict):
 
 def _cpu_backend(module: Module, plan=None) -> Executable:
     from .cpu_executable import CpuExecutable
-    cpu = CpuExecutable(module, plan)
+    return cpu_executable(CpuExecutable(module, plan))
+
+
+def cpu_executable(cpu) -> Executable:
+    """The ``Executable`` of a ``CpuExecutable`` (also one made over kernels compiled earlier)."""
+    module = cpu.module
     executable = Executable(module, cpu.backend, cpu.run)
     executable.run_single = cpu.run_single
     executable.run_tuple = cpu.run_tuple

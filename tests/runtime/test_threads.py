@@ -10,7 +10,9 @@ from nbxla.runtime.cache import CompilationCache
 
 def test_concurrent_calls_compile_once_and_agree():
     cache = CompilationCache()
-    f = nbxla.jit(lambda x, y: np.tanh(x) * y + x.sum(axis=-1, keepdims=True), cache=cache)
+    # (dynamic=False: one compilation per shape, the thing checked here; the symbolic path
+    # under threads is tests/test_dynamic_dims.py's)
+    f = nbxla.jit(lambda x, y: np.tanh(x) * y + x.sum(axis=-1, keepdims=True), cache=cache, dynamic=False)
     rng = np.random.default_rng(0)
     inputs = [(rng.random((n, 16), dtype=np.float32), rng.random((n, 16), dtype=np.float32))
               for n in (3, 5, 3, 7, 5, 3, 7, 3) * 4]

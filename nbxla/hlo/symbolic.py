@@ -1,0 +1,251 @@
+"""Modules with unknown dimensions: finding them, binding them, reading their sizes off arguments.
+
+An unknown dimension is a ``SymDim`` (``b``, ``64*b``: see ``shapes.py``).  A symbolic module is
+found by *generalizing* two probes: the same program built (traced, or optimized) for two
+different values of every symbol.  Where the two agree except in dimensions that scale with a
+symbol -- ``k*h1`` in the first, ``k*h2`` in the second -- those dimensions become ``k*b``;
+anything else that differs (a constant computed from a size, a different structure, an
+attribute holding a size) means the program depends on the size in a way the symbol cannot
+stand for, and ``SymbolicDimensionError`` says where.  Why probes rather than symbolic shape
+rules in every pass: every pass and rule keeps working on plain integers, and whatever depends
+on a size shows up as a difference; nothing is assumed.
+
+The second probe's sizes are ``2*h + 1``: no number greater than 1 divides both ``h`` and
+``2*h + 1``, so no divisibility shortcut taken for one probe can be taken for the other without
+showing as a difference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ir import Computation, Instruction, Module
+from .shapes import SymDim, SymbolicDimensionError, TupleShape, bind_shape, is_symbolic
+
+
+def second_probe(hint: int) -> int:
+    """The size a symbol takes in the second probe."""
+    return 2 * hint + 1
+
+
+# The smallest size the largest probe traces at: a symbolic program serves 2 <= b <= its bound.
+UPPER_PROBE = 65537
+
+
+def upper_probes(hints: list[int]) -> dict[int, int]:
+    """The size each symbol (by its first-probe size) takes in the largest probe: the upper
+    bound of the sizes the program serves."""
+    return {h: max(UPPER_PROBE + 2 * k, second_probe(h)) for k, h in enumerate(sorted(hints))}
+
+
+def generalize_module(m1: Module, m2: Module, symbols: dict[int, str], probe=second_probe) -> Module:
+    """The symbolic module both probes are instances of (``m1`` with unknown dimensions);
+    ``symbols`` maps each symbol's first-probe size to its name (its size in ``m2`` is
+    ``probe(size)``).  Renames ``m2``'s computations and instructions to ``m1``'s, so that
+    what is generated from them can be compared as text.  Raises ``SymbolicDimensionError``."""
+    if len(m1.computations) != len(m2.computations):
+        raise SymbolicDimensionError(f"the program has {len(m1.computations)} computations at one size "
+                                     f"and {len(m2.computations)} at another")
+    pairs = {id(c2): c1 for c1, c2 in zip(m1.computations, m2.computations)}
+    out_comps = {id(c1): Computation(c1.name) for c1 in m1.computations}
+    result = Module(m1.name)
+    for c1, c2 in zip(m1.computations, m2.computations):
+        if len(c1.instructions) != len(c2.instructions):
+            raise SymbolicDimensionError(
+                f"{c1.name} has {len(c1.instructions)} instructions at one size and {len(c2.instructions)} "
+                "at another (a Python loop over a size, or a size-dependent choice)")
+        c2.name = c1.name
+        index2 = {id(i): k for k, i in enumerate(c2.instructions)}
+        index1 = {id(i): k for k, i in enumerate(c1.instructions)}
+        new = out_comps[id(c1)]
+        made: list[Instruction] = []
+        for i1, i2 in zip(c1.instructions, c2.instructions):
+            where = _where(i1)
+            if i1.opcode != i2.opcode or len(i1.operands) != len(i2.operands) or \
+                    [index1[id(o)] for o in i1.operands] != [index2[id(o)] for o in i2.operands]:
+                raise SymbolicDimensionError(f"the program's structure depends on the size ({where})")
+            shape = _general_shape(i1.shape, i2.shape, symbols, probe, where)
+            attrs = {}
+            for key in set(i1.attrs) | set(i2.attrs):
+                attrs[key] = _general_attr(key, i1.attrs.get(key), i2.attrs.get(key), pairs, out_comps, where)
+            i2.name = i1.name
+            copy = Instruction(i1.opcode, shape, [made[index1[id(o)]] for o in i1.operands], attrs,
+                               i1.name, i1.location)
+            made.append(copy)
+            new.add(copy)
+        new.root = made[index1[id(c1.root)]]
+        result.add_computation(new)
+    result.entry = out_comps[id(m1.entry)]
+    result.header = dict(m1.header)
+    return result
+
+
+def _where(instr: Instruction) -> str:
+    return f"%{instr.name}" + (f" at line {instr.location.line}" if instr.location is not None else "")
+
+
+def _general_shape(s1, s2, symbols: dict[int, str], probe, where: str):
+    if s1.is_tuple or s2.is_tuple:
+        if not (s1.is_tuple and s2.is_tuple and len(s1.elements) == len(s2.elements)):
+            raise SymbolicDimensionError(f"a result whose structure depends on the size ({where})")
+        return TupleShape(tuple(_general_shape(a, b, symbols, probe, where) for a, b in zip(s1.elements, s2.elements)))
+    if s1.element_type != s2.element_type or len(s1.dims) != len(s2.dims) or s1.layout != s2.layout:
+        raise SymbolicDimensionError(f"a result type that depends on the size ({where})")
+    dims = []
+    for d1, d2 in zip(s1.dims, s2.dims):
+        if d1 == d2:
+            dims.append(d1)
+            continue
+        dims.append(_scaled_symbol(d1, d2, symbols, probe, where))
+    return type(s1)(s1.element_type, tuple(dims), s1.layout)
+
+
+def _scaled_symbol(d1: int, d2: int, symbols: dict[int, str], probe, where: str) -> SymDim:
+    """``k*b`` where ``d1 = k*h1`` and ``d2 = k*probe(h1)`` for one symbol's size ``h1``."""
+    for hint, name in symbols.items():
+        if d1 % hint == 0 and d1 // hint * probe(hint) == d2:
+            return SymDim(name, d1 // hint)
+    raise SymbolicDimensionError(f"a dimension ({d1} at one size, {d2} at another) that is not a "
+                                 f"multiple of one unknown size ({where})")
+
+
+def _general_attr(key, v1, v2, pairs, out_comps, where):
+    if isinstance(v1, Computation):
+        if pairs.get(id(v2)) is not v1:
+            raise SymbolicDimensionError(f"{key} calls different computations at different sizes ({where})")
+        return out_comps[id(v1)]
+    if isinstance(v1, tuple) and v1 and all(isinstance(v, Computation) for v in v1):
+        if not (isinstance(v2, tuple) and len(v1) == len(v2) and all(pairs.get(id(b)) is a for a, b in zip(v1, v2))):
+            raise SymbolicDimensionError(f"{key} calls different computations at different sizes ({where})")
+        return tuple(out_comps[id(v)] for v in v1)
+    if isinstance(v1, np.ndarray) or isinstance(v2, np.ndarray):
+        if not (isinstance(v1, np.ndarray) and isinstance(v2, np.ndarray) and v1.dtype == v2.dtype
+                and v1.shape == v2.shape and np.array_equal(v1, v2, equal_nan=v1.dtype.kind in "fc")):
+            raise SymbolicDimensionError(f"a constant computed from a size ({where}): the code uses "
+                                         "a size as a number")
+        return v1
+    if key == "metadata":
+        return v1
+    if v1 != v2:
+        raise SymbolicDimensionError(f"the attribute {key}={v1} depends on the size ({where})")
+    return v1
+
+
+def lift_size_constants(m1: Module, m2: Module, symbols: dict[int, str],
+                        probe=second_probe) -> list[tuple[SymDim, np.dtype]]:
+    """Scalar constants of the two probes' entries that are a size (``k*h1`` in one, ``k*h2`` in
+    the other: a mean's count) become new entry parameters in both, in place; returns each new
+    parameter's value (``k*b``) and dtype, in parameter order.  Why: the count is then read
+    when the program runs, as any argument is, instead of baked into its code."""
+    lifted: list[tuple[SymDim, np.dtype]] = []
+    c1, c2 = m1.entry, m2.entry
+    if len(c1.instructions) != len(c2.instructions):
+        return lifted
+    number = len(c1.parameters)
+    for k, (i1, i2) in enumerate(zip(list(c1.instructions), list(c2.instructions))):
+        if i1.opcode != "constant" or i2.opcode != "constant" or i1.shape.rank or i2.shape.rank:
+            continue
+        v1, v2 = i1.literal.reshape(()), i2.literal.reshape(())
+        if v1.dtype != v2.dtype or v1.dtype.kind not in "iuf" or v1 == v2:
+            continue
+        size = None
+        for hint, name in symbols.items():
+            coeff = v1 / hint
+            if coeff >= 1 and coeff == int(coeff) and int(coeff) * probe(hint) == v2:
+                size = SymDim(name, int(coeff))
+        if size is None:
+            continue
+        for comp, old in ((c1, i1), (c2, i2)):
+            param = Instruction("parameter", old.shape, attrs={"parameter_number": number},
+                                name=f"size.{number}", location=old.location)
+            param.parent = comp
+            comp.instructions[k] = param
+            comp.replace_all_uses(old, param)
+        lifted.append((size, v1.dtype))
+        number += 1
+    return lifted
+
+
+def symbols_of_module(module: Module) -> list[str]:
+    """The size symbols of the entry's parameters, in order of first appearance."""
+    names: list[str] = []
+    for param in module.entry.parameters:
+        for leaf in (param.shape.leaves() if param.shape.is_tuple else [param.shape]):
+            for d in leaf.dims:
+                if isinstance(d, SymDim) and d.name not in names:
+                    names.append(d.name)
+    return names
+
+
+def bind_symbols(module: Module, args) -> dict[str, int]:
+    """The value of every symbol, read off the arguments' shapes (the entry parameters say which
+    dimension of which argument carries it); an error names an argument whose sizes disagree."""
+    from ..errors import HloShapeError
+    values: dict[str, int] = {}
+    for param in module.entry.parameters:
+        arg = args[param.parameter_number]
+        if param.shape.is_tuple:
+            continue
+        dims = np.shape(arg)
+        if len(dims) != param.shape.rank:
+            raise HloShapeError(f"parameter %{param.name} is {param.shape} but its argument has shape {dims}")
+        for d, n in zip(param.shape.dims, dims):
+            if not isinstance(d, SymDim):
+                continue
+            if n % d.coeff:
+                raise HloShapeError(f"parameter %{param.name}: size {n} is not a multiple of {d.coeff} ({d})")
+            value = n // d.coeff
+            if values.setdefault(d.name, value) != value:
+                raise HloShapeError(f"parameter %{param.name}: {d.name} = {value} here but {values[d.name]} "
+                                    "in an earlier argument")
+    return values
+
+
+def bind_module(module: Module, values: dict[str, int]) -> Module:
+    """A concrete copy of a symbolic module: every unknown dimension replaced by its size."""
+    comp_map = {id(comp): Computation(comp.name) for comp in module.computations}
+    out = Module(module.name)
+    for comp in module.computations:
+        made: dict[int, Instruction] = {}
+        new = comp_map[id(comp)]
+        for instr in comp.instructions:
+            attrs = {k: (comp_map[id(v)] if isinstance(v, Computation) else
+                         tuple(comp_map[id(c)] for c in v)
+                         if isinstance(v, tuple) and v and all(isinstance(c, Computation) for c in v) else v)
+                     for k, v in instr.attrs.items()}
+            copy = Instruction(instr.opcode, bind_shape(instr.shape, values),
+                               [made[id(o)] for o in instr.operands], attrs, instr.name, instr.location)
+            made[id(instr)] = copy
+            new.add(copy)
+        new.root = made[id(comp.root)]
+        out.add_computation(new)
+    out.entry = comp_map[id(module.entry)]
+    out.header = dict(module.header)
+    return out
+
+
+def bind_entry(module: Module, values: dict[str, int]) -> Module:
+    """A module whose entry is the symbolic module's entry with sizes filled in, for running
+    over kernels compiled already: the computations the entry's fusions call stay the symbolic
+    ones (shared, not copied -- copying them was most of the cost of a new size for a wide
+    formula), so only what the runtime reads is concrete.  Not for code generation or control
+    flow (the computations a ``while`` runs would stay symbolic)."""
+    entry = module.entry
+    made: dict[int, Instruction] = {}
+    new = Computation(entry.name)
+    for instr in entry.instructions:
+        copy = Instruction(instr.opcode, bind_shape(instr.shape, values), [made[id(o)] for o in instr.operands],
+                           instr.attrs, instr.name, instr.location)
+        made[id(instr)] = copy
+        new.add(copy)
+    new.root = made[id(entry.root)]
+    out = Module(module.name)
+    out.computations.append(new)           # (not add_computation: the callees keep their parent)
+    new.parent = out
+    out.entry = new
+    out.header = dict(module.header)
+    return out
+
+
+def module_is_symbolic(module: Module) -> bool:
+    return any(is_symbolic(i.shape) for c in module.computations for i in c.instructions)

@@ -1,0 +1,268 @@
+"""Compiling once for every size of some dimensions (unknown dimensions), and running at any size.
+
+``compile_symbolic`` takes the traced function, the call's argument leaves and the dimensions to
+make unknown, and either returns a ``SymbolicProgram`` or raises ``SymbolicDimensionError``
+saying why not (the caller then compiles for the concrete sizes: never a wrong answer).
+
+How it stays safe (see ``hlo/symbolic.py``): the program is traced, and optimized, at two sizes
+of every symbol, and the two results must be the same program up to dimensions that scale with
+a symbol; the code generator's LLVM IR for the second probe must be *identical* to the first's,
+which holds when every kernel reads its size from its ``[begin, end)`` range only (the
+runtime's split of a kernel across threads already relies on that range); each kernel's range
+extent must be a multiple of one symbol.  Only the first probe's kernels are compiled to machine
+code.  Running at a size binds the symbols from the arguments, makes the concrete entry (a copy
+with sizes filled in; the fused computations stay symbolic, their code is compiled), plans its buffers and builds its thunks over the machine code
+compiled once -- a few milliseconds, memoized per size -- never LLVM again.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from .compiler import Compilation
+from .frontend.observed_sizes import compare_observations
+from .frontend.trace import TracedProgram, is_array_leaf
+from .hlo.shapes import SymDim, SymbolicDimensionError
+from .hlo.ir import clone_module
+from .hlo.symbolic import bind_entry, generalize_module, lift_size_constants, second_probe, upper_probes
+from .passes import optimize
+from .passes.buffer_assignment import plan_buffers
+from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
+from .runtime.executable import cpu_executable, resolve_device
+
+# Kernel styles whose machine code takes its whole size from the [begin, end) range.
+_RANGED_STYLES = ("linear", "rows", "reduce", "full-reduce")
+# Instances (sizes) kept per symbolic program; each holds only thunks over shared machine code.
+MAX_INSTANCES = 64
+
+
+@dataclass
+class SymbolicProgram:
+    """One compilation serving every size of its symbols."""
+    program: TracedProgram              # the first probe's trace (how values map in and out)
+    compilation: Compilation            # record: symbolic hlo/optimized, first probe's executable
+    symbols: dict[str, list[tuple[int, int]]]   # symbol -> (argument leaf, dim) that carry it
+    extents: dict[str, object]          # kernel symbol -> its range extent (int or SymDim)
+    # Sizes the program reads as values (a mean's count): extra trailing arguments, (k*b, dtype)
+    sizes: list = field(default_factory=list)
+    bounds: dict = field(default_factory=dict)     # symbol -> the largest size it serves
+    instance_ms: float = 0.0            # time spent making instances (sizes), all together
+    _instances: dict = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def values_of(self, leaves: list) -> dict[str, int]:
+        return {name: np.shape(leaves[places[0][0]])[places[0][1]] for name, places in self.symbols.items()}
+
+    def instance(self, values: dict[str, int]) -> Compilation:
+        """The compilation record whose executable runs at these sizes (made once per size)."""
+        key = tuple(sorted(values.items()))
+        found = self._instances.get(key)
+        if found is not None:
+            return found
+        with self._lock:            # (threads calling at a new size make it once)
+            found = self._instances.get(key)
+            return found if found is not None else self._new_instance(key, values)
+
+    def _new_instance(self, key: tuple, values: dict[str, int]) -> Compilation:
+        start = time.perf_counter()
+        base = self.compilation
+        module = bind_entry(base.optimized, values)
+        kernels = base.executable.native.kernels
+        specs = {name: replace(spec, parallel_extent=_bind(self.extents[name], values))
+                 for name, spec in kernels.specs.items()}
+        executable = cpu_executable(CpuExecutable(module, plan_buffers(module), kernels=replace(kernels, specs=specs),
+                                                  symbols=base.executable.native.kernel_symbols))
+        if self.sizes:
+            _give_sizes(executable, [np.asarray(size.bind(values), dtype) for size, dtype in self.sizes])
+        found = replace(base, executable=executable, _stage_text={})
+        self.instance_ms += (time.perf_counter() - start) * 1e3
+        if len(self._instances) >= MAX_INSTANCES:
+            self._instances.pop(next(iter(self._instances)))
+        self._instances[key] = found
+        return found
+
+    @property
+    def instances(self) -> int:
+        return len(self._instances)
+
+
+def _give_sizes(executable, sizes: list) -> None:
+    """Make the executable's runners pass ``sizes`` as its trailing parameters
+    (``lift_size_constants``), so that callers give only the arguments."""
+    run, single, as_tuple = executable.run, executable.run_single, executable.run_tuple
+    executable.run = lambda inputs: run(list(inputs) + sizes)
+    executable.run_single = None if single is None else (lambda inputs: single(list(inputs) + sizes))
+    executable.run_tuple = None if as_tuple is None else (lambda inputs: as_tuple(list(inputs) + sizes))
+
+
+def _bind(extent, values):
+    return extent.bind(values) if isinstance(extent, SymDim) else extent
+
+
+def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], leaves: list,
+                     marks: dict[tuple[int, int], str], device: str, explanation: str = "") -> SymbolicProgram:
+    """Compile with the dimensions ``marks`` ((leaf, dim) -> symbol) unknown.  ``trace_at(leaves,
+    log)`` traces the function on argument leaves (logging size comparisons into ``log``).
+    Raises ``SymbolicDimensionError`` with the reason when something needs a concrete size."""
+    if resolve_device(device) != "cpu":
+        raise SymbolicDimensionError(f"unknown dimensions are compiled for the CPU only (not {device})")
+    hints: dict[str, int] = {}
+    for (leaf, dim), name in marks.items():
+        size = np.shape(leaves[leaf])[dim]
+        if size < 2:
+            raise SymbolicDimensionError(f"size {size} is specialised (0 and 1 broadcast differently)")
+        if hints.setdefault(name, size) != size:
+            raise SymbolicDimensionError(f"{name} has sizes {hints[name]} and {size} in one call")
+    if len(set(hints.values())) != len(hints):
+        raise SymbolicDimensionError("two symbols with the same size in one call (they are one symbol)")
+    by_size = {size: name for name, size in hints.items()}
+    start = time.perf_counter()
+    log1: list = []
+    first = trace_at(leaves, log1)
+    log2: list = []
+    try:
+        second = trace_at(_probe_leaves(leaves, marks, second_probe), log2)
+    except Exception as e:          # (the sizes moved apart are ones the program needs related)
+        raise SymbolicDimensionError(f"the program does not trace at other sizes ({type(e).__name__}: "
+                                     f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    _check_program(first)
+    why = compare_observations(log1, log2)
+    if why:
+        raise SymbolicDimensionError(why)
+    bounds = _check_extreme_sizes(trace_at, leaves, marks, first, log1, by_size)
+    trace_ms = (time.perf_counter() - start) * 1e3
+    sizes = lift_size_constants(first.module, second.module, by_size)
+    symbolic_hlo = generalize_module(first.module, second.module, by_size)
+
+    start = time.perf_counter()
+    pipe1, pipe2 = optimize(first.module), optimize(second.module)
+    symbolic_optimized = generalize_module(pipe1.module, pipe2.module, by_size)
+    optimize_ms = (time.perf_counter() - start) * 1e3
+
+    start = time.perf_counter()
+    if any(i.opcode in ("while", "conditional", "call") for i in pipe1.module.entry.instructions):
+        raise SymbolicDimensionError("control flow (while, conditional) has no symbolic runtime path yet")
+    if any(i.opcode == "convolution" for c in pipe1.module.computations for i in c.instructions):
+        # (the CPU runtime folds a convolution into its consumer in place, per module)
+        raise SymbolicDimensionError("convolutions have no symbolic runtime path yet")
+    # (Compared before compiling: a refusal costs no LLVM time.)
+    text1, specs1 = kernel_llvm_ir(pipe1.module)
+    text2, specs2 = kernel_llvm_ir(pipe2.module)
+    _same_code(text1, text2)
+    extents = {}
+    for name, spec in specs1.items():
+        other = specs2.get(name)
+        if other is None or replace(other, parallel_extent=0, object_entry=None) != \
+                replace(spec, parallel_extent=0, object_entry=None):
+            raise SymbolicDimensionError(f"kernel {name} is planned differently at different sizes")
+        if spec.style not in _RANGED_STYLES and spec.parallel_extent != other.parallel_extent:
+            raise SymbolicDimensionError(f"kernel {name} ({spec.style}) reads its size from its code, "
+                                         "not its range")
+        extents[name] = spec.parallel_extent if spec.parallel_extent == other.parallel_extent else \
+            _extent_symbol(spec.parallel_extent, other.parallel_extent, by_size, name)
+    executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment")))
+    if executable.native.kernels.unsupported:
+        raise SymbolicDimensionError("a fusion runs on the evaluator: " +
+                                     next(iter(executable.native.kernels.unsupported.values())))
+    codegen_ms = (time.perf_counter() - start) * 1e3
+    compilation = Compilation(first.module.name, resolve_device(device), symbolic_hlo, symbolic_optimized,
+                              executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
+                              pipe1, explanation, list(first.loop_decisions))
+    symbols: dict[str, list] = {}
+    for (leaf, dim), name in sorted(marks.items()):
+        symbols.setdefault(name, []).append((leaf, dim))
+    return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds)
+
+
+def _check_program(program: TracedProgram) -> None:
+    if program.writebacks:
+        raise SymbolicDimensionError("the function writes into its arguments")
+    if program.checks:
+        raise SymbolicDimensionError("the program checks indices or sizes when it runs")
+    if any(kind != "out" for kind, _ in program.out_slots):
+        raise SymbolicDimensionError("a result is a constant, a selection or a view of an argument")
+
+
+def _check_extreme_sizes(trace_at, leaves, marks, first, log1, by_size) -> dict[str, int]:
+    """Trace at the smallest sizes (2, 3, ...: one per symbol) and at the largest (``UPPER_PROBE``
+    or more: ``upper_probes``) too, and require the same program as the first probe's, up to the symbols; returns
+    each symbol's upper bound.  Why: what the two probes agree on may still change between
+    them and the guard's ends -- ``x[:8]`` has 8 rows at 33 and 67 but 3 at 3, ``x[:100]`` has b
+    rows at 33 and 67 but 100 at 200.  Such clamps and thresholds are monotone in the size, so
+    agreeing at both ends of the guarded range [2, upper] means agreeing everywhere inside."""
+    order = sorted(by_size)
+    small = {hint: 2 + k for k, hint in enumerate(order)}
+    large = upper_probes(order)
+    for sizes in (small, large):
+        if all(sizes[h] in (h, second_probe(h)) for h in order):
+            continue                                # (already traced there)
+        log: list = []
+        try:
+            probe = trace_at(_probe_leaves(leaves, marks, sizes.__getitem__), log)
+        except Exception as e:
+            raise SymbolicDimensionError(f"the program does not trace at size {min(sizes.values())} or "
+                                         f"{max(sizes.values())} ({type(e).__name__})") from None
+        why = compare_observations(log1, log)
+        if why:
+            raise SymbolicDimensionError(why)
+        reference = clone_module(first.module)
+        try:
+            lift_size_constants(reference, probe.module, by_size, sizes.__getitem__)
+            generalize_module(reference, probe.module, by_size, sizes.__getitem__)
+        except SymbolicDimensionError as e:
+            raise SymbolicDimensionError(f"at size {', '.join(str(sizes[h]) for h in order)}: {e}") from None
+    return {by_size[h]: large[h] for h in order}
+
+
+def _probe_leaves(leaves: list, marks: dict, size_of) -> list:
+    """Stand-ins for the arguments with every marked dimension of size ``h`` at ``size_of(h)``
+    (shape and dtype only: tracing reads no argument's values); the same array twice stays one
+    stand-in."""
+    out, made = [], {}
+    for k, leaf in enumerate(leaves):
+        if not is_array_leaf(leaf) or isinstance(leaf, np.generic):
+            out.append(leaf)
+            continue
+        if id(leaf) not in made:
+            dims = list(np.shape(leaf))
+            for d in range(len(dims)):
+                if (k, d) in marks:
+                    dims[d] = size_of(dims[d])
+            arr = np.asarray(leaf)
+            made[id(leaf)] = np.lib.stride_tricks.as_strided(np.zeros(1, arr.dtype), tuple(dims),
+                                                             (0,) * len(dims), writeable=False)
+        out.append(made[id(leaf)])
+    return out
+
+
+_DATALAYOUT = re.compile(r'^target datalayout = .*$', re.M)
+
+
+def _same_code(text1: str, text2: str) -> None:
+    """The two probes' kernels must be the same LLVM IR (sizes only through the ranges)."""
+    a, b = _DATALAYOUT.sub("", text1), _DATALAYOUT.sub("", text2)
+    if a == b:
+        return
+    kernel = "a kernel"
+    for fa, fb in zip(a.split("\ndefine "), b.split("\ndefine ")):
+        if fa != fb:
+            kernel = "kernel " + fa.split("(")[0].split()[-1]
+            break
+    raise SymbolicDimensionError(f"the generated code of {kernel} depends on the size "
+                                 "(a loop bound or stride baked in)")
+
+
+def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str) -> SymDim:
+    for hint, name in by_size.items():
+        if e1 % hint == 0 and e1 // hint * second_probe(hint) == e2:
+            return SymDim(name, e1 // hint)
+    raise SymbolicDimensionError(f"kernel {kernel}'s range ({e1}, then {e2}) is not a multiple of one size")
+
+
+__all__ = ["SymbolicProgram", "compile_symbolic", "SymbolicDimensionError"]

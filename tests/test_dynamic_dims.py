@@ -1,0 +1,283 @@
+"""Unknown dimensions through ``nbxla.jit``: when a dimension becomes symbolic (both sides of the
+automatic threshold), how many compilations 40 batch sizes take, the guards and the reasons for
+specialising, all against NumPy at every size.  (Compile counts, not times: tests never time.)"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.hlo.symbolic import module_is_symbolic
+from nbxla.runtime.cache import CompilationCache
+
+RNG = np.random.default_rng(31)
+W = RNG.random((64, 48), dtype=np.float32)
+
+
+def layer(x, w):
+    return np.tanh(x @ w)
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def layernorm(x):
+    m = x.mean(axis=1, keepdims=True)
+    v = ((x - m) ** 2).mean(axis=1, keepdims=True)
+    return (x - m) / np.sqrt(v + 1e-5)
+
+
+def elementwise(x, y):
+    return 3 * x ** 2 + y
+
+
+def rows(n):
+    return RNG.random((n, 64), dtype=np.float32)
+
+
+def ONE(n):
+    return (rows(n),)
+
+
+# (function, arguments at batch size n): elementwise, reduction and dot programs.
+PROGRAMS = {
+    "elementwise": (elementwise, lambda n: (rows(n), rows(n))),
+    "softmax": (softmax, lambda n: (rows(n),)),
+    "layernorm": (layernorm, lambda n: (rows(n),)),
+    "dot": (layer, lambda n: (rows(n), W)),
+    "running_example": (lambda x, y: np.mean(3 * x ** 2 + y), lambda n: (rows(n), rows(n))),
+}
+
+
+def _sweep(f, fn, make, sizes):
+    for n in sizes:
+        args = make(n)
+        np.testing.assert_allclose(f(*args), fn(*args), rtol=2e-5, atol=1e-6, err_msg=f"size {n}")
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_forty_sizes_compile_at_most_twice_automatically(name):
+    fn, make = PROGRAMS[name]
+    cache = CompilationCache()
+    f = nbxla.jit(fn, cache=cache)
+    _sweep(f, fn, make, range(1, 41))
+    assert cache.misses == 2                    # size 1 (specialised), then one symbolic program
+    symbolic = [e for e in cache.entries() if "symbolic" in e.explanation]
+    assert len(symbolic) == 1 and "x.shape[0] -> b" in symbolic[0].explanation
+    assert "[b,64]" in symbolic[0].summary()
+    assert symbolic[0].hits >= 37
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_dynamic_true_compiles_once_for_sizes_two_and_up(name):
+    fn, make = PROGRAMS[name]
+    cache = CompilationCache()
+    f = nbxla.jit(fn, cache=cache, dynamic=True)
+    _sweep(f, fn, make, range(2, 41))
+    assert cache.misses == 1
+    assert module_is_symbolic(f.last_compilation.hlo) and "f32[b,64]" in f.last_compilation.stage("hlo")
+
+
+def test_dynamic_false_compiles_per_size():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache, dynamic=False)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], range(2, 8))
+    assert cache.misses == 6
+
+
+def test_automatic_threshold_first_size_static_second_symbolic():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [5])
+    assert cache.misses == 1 and not module_is_symbolic(f.last_compilation.hlo)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [5])          # the same size again: no new program
+    assert cache.misses == 1
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [6])          # a second size: symbolic from now on
+    assert cache.misses == 2 and module_is_symbolic(f.last_compilation.hlo)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [7, 4096, 3])
+    assert cache.misses == 2
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [5])          # the static entry still serves 5
+    assert not module_is_symbolic(f.last_compilation.hlo)
+
+
+def test_named_dimensions():
+    cache = CompilationCache()
+    f = nbxla.jit(layer, cache=cache, dynamic={"x": (0,)})
+    _sweep(f, layer, PROGRAMS["dot"][1], [3, 9, 33])
+    assert cache.misses == 1 and "x.shape[0] -> b" in cache.entries()[0].explanation
+
+
+def test_size_one_fails_the_guard_and_says_so():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache, dynamic=True)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [4, 1])
+    assert cache.misses == 2
+    static = cache.entries()[-1]
+    assert "x.shape[0] == 1, compiled for b >= 2" in static.explanation
+    assert "x.shape[0] == 1, compiled for b >= 2" in cache.table()
+
+
+def test_shared_symbol_guard_recompiles_when_sizes_part():
+    cache = CompilationCache()
+    f = nbxla.jit(elementwise, cache=cache, dynamic={"x": (0,), "y": (0,)})
+    _sweep(f, elementwise, PROGRAMS["elementwise"][1], [4, 9])
+    assert cache.misses == 1
+    x, y = rows(5), RNG.random((1, 64), dtype=np.float32)     # broadcasting a 1: another program
+    np.testing.assert_allclose(f(x, y), elementwise(x, y), rtol=1e-6)
+    assert cache.misses == 2
+    assert "y.shape[0] == 1, compiled for b >= 2" in cache.entries()[-1].explanation
+
+
+def test_python_decision_on_a_size_specialises_with_the_line():
+    def branchy(x):
+        if x.shape[0] > 10:
+            return x * 2
+        return x * 3
+    cache = CompilationCache()
+    f = nbxla.jit(branchy, cache=cache, dynamic=True)
+    _sweep(f, branchy, ONE, [12, 5, 30])
+    assert cache.misses == 3
+    assert "compares a size in Python" in cache.entries()[0].explanation
+
+
+def test_python_loop_over_a_size_specialises():
+    def looped(x):
+        total = x[0]
+        for i in range(1, x.shape[0]):
+            total = total + x[i]
+        return total
+    cache = CompilationCache()
+    f = nbxla.jit(looped, cache=cache, dynamic=True)
+    _sweep(f, looped, ONE, [3, 4])
+    assert cache.misses == 2 and "specialised" in cache.entries()[0].explanation
+
+
+def test_reductions_over_the_symbol_are_specialised_with_the_reason():
+    def column_sums(x):
+        return x.sum(axis=0) * 2
+    cache = CompilationCache()
+    f = nbxla.jit(column_sums, cache=cache, dynamic=True)
+    _sweep(f, column_sums, ONE, [3, 4, 5])
+    assert cache.misses == 3
+    assert "depends on the size" in cache.entries()[0].explanation
+
+
+def test_the_running_example_reads_its_count_as_a_size_argument():
+    """``np.mean`` over the symbol divides by ``64*b``: a trailing size argument, given per call."""
+    def running_example(x, y):
+        return np.mean(3 * x ** 2 + y)
+    cache = CompilationCache()
+    f = nbxla.jit(running_example, cache=cache, dynamic={"x": (0,), "y": (0,)})
+    _sweep(f, running_example, PROGRAMS["elementwise"][1], [3, 4, 5, 1000])
+    assert cache.misses == 1
+    assert "size." in f.last_compilation.stage("hlo")           # the lifted count parameter
+    assert "full-reduce" in f.last_compilation.stage("execution") or \
+        "partial chunk" in f.last_compilation.stage("execution")
+
+
+def test_a_reshape_keeps_the_symbol_scaled():
+    def flat(x):
+        return np.tanh(x.reshape(-1, 8)).sum(axis=1)
+    cache = CompilationCache()
+    f = nbxla.jit(flat, cache=cache, dynamic=True)
+    _sweep(f, flat, ONE, [2, 3, 50])
+    assert cache.misses == 1 and "f32[8*b]" in f.last_compilation.stage("optimized_hlo")
+
+
+def test_instances_agree_with_the_evaluator_on_the_symbolic_module():
+    from nbxla.hlo.evaluator import evaluate
+    f = nbxla.jit(layer, cache=CompilationCache(), dynamic=True)
+    f(rows(3), W)
+    symbolic = f.last_compilation.optimized
+    for n in (2, 7, 40):
+        x = rows(n)
+        np.testing.assert_allclose(f(x, W), evaluate(symbolic, [x, W]), rtol=1e-5)
+
+
+def test_concurrent_calls_at_many_sizes_share_one_symbolic_program():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache, dynamic=True)
+    f(rows(2))
+    inputs = [rows(n) for n in list(range(2, 30)) * 2]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(f, inputs))
+    for x, got in zip(inputs, results):
+        np.testing.assert_allclose(got, softmax(x), rtol=2e-5, atol=1e-6)
+    assert cache.misses == 1
+
+
+def test_bad_dynamic_argument_is_a_clear_error():
+    with pytest.raises(TypeError, match="dynamic must be"):
+        nbxla.jit(softmax, dynamic="yes")
+
+
+def test_fusion_report_says_which_dimensions_are_symbolic_and_why_others_are_not():
+    f = nbxla.jit(elementwise, cache=CompilationCache(), dynamic=True)
+    f(rows(3), rows(3))
+    report = f.last_compilation.stage("fusion_report")
+    assert "dimensions: x.shape[0] -> b, y.shape[0] -> b (symbolic); guards: 2 <= b <= 65537, x.shape[0] == y.shape[0]" \
+        in report
+    for stage in f.last_compilation.stages:             # every stage shows for a symbolic compile
+        assert f.last_compilation.stage(stage)
+
+    def column_sums(x):
+        return x.sum(axis=0)
+    g = nbxla.jit(column_sums, cache=CompilationCache())
+    g(rows(3))
+    g(rows(4))
+    assert "dimensions: x.shape[0] -> b specialised: the generated code" in g.last_compilation.stage("fusion_report")
+
+
+def test_clamped_slices_are_checked_at_both_ends_of_the_guarded_range():
+    """``x[:8]`` has 8 rows at the two probes (33 and 67) and 3 at size 3; ``x[:100]`` has b rows
+    there and 100 at 200: the extreme probes (2 and 65537) see both, and the dimension is
+    specialised -- never the wrong shape."""
+    def head(x):
+        return x[:8] * 2
+
+    def first_hundred(x):
+        return x[:100] * 2
+    for fn in (head, first_hundred):
+        cache = CompilationCache()
+        f = nbxla.jit(fn, cache=cache, dynamic={"x": (0,)})
+        _sweep(f, fn, ONE, [33, 3, 200])
+        assert cache.misses == 3
+        assert "specialised: at size" in cache.entries()[0].explanation
+
+
+def test_sizes_above_the_largest_probe_fail_the_guard():
+    from nbxla.hlo.symbolic import UPPER_PROBE
+    cache = CompilationCache()
+    f = nbxla.jit(lambda x: x * 2, cache=cache, dynamic={"x": (0,)})
+    small, big = np.ones(3, np.float32), np.ones(UPPER_PROBE + 10, np.float32)
+    np.testing.assert_array_equal(f(small), small * 2)
+    np.testing.assert_array_equal(f(big), big * 2)
+    assert cache.misses == 2
+    assert f"x.shape[0] == {UPPER_PROBE + 10}, compiled for b <= {UPPER_PROBE}" in cache.entries()[-1].explanation
+    assert "guards: 2 <= b <= 65537" in cache.entries()[0].value.compilation.stage("fusion_report")
+
+
+def test_benchmark_script_runs_and_prints_both_parts():
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(repo / "benchmarks" / "dynamic_shapes.py"), "--only", "softmax",
+                          "--sizes", "3", "--steady-sizes", "8", "--repeats", "1", "--calls", "1"],
+                         capture_output=True, text=True, timeout=600, cwd=repo)
+    assert out.returncode == 0, out.stderr
+    assert "Part 1" in out.stdout and "Part 2" in out.stdout and "symbolic entry x: f32[b,256]" in out.stdout
+
+
+def test_an_exact_size_test_in_python_specialises():
+    def special(x):
+        if x.shape[0] == 40 or x.size == 40 * 64:
+            return x * 2
+        return x * 3
+    cache = CompilationCache()
+    f = nbxla.jit(special, cache=cache, dynamic={"x": (0,)})
+    _sweep(f, special, ONE, [33, 40, 41])
+    assert cache.misses == 3 and "compares a size in Python" in cache.entries()[0].explanation
