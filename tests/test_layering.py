@@ -20,7 +20,7 @@ LAYERS = [
     {"nbxla.frontend", "nbxla.passes"},
     {"nbxla.codegen"},
     {"nbxla.runtime"},
-    {"nbxla.compiler", "nbxla.aot", "nbxla.call_check"},
+    {"nbxla.compiler", "nbxla.aot", "nbxla.call_check", "nbxla.dynamic_dims", "nbxla.symbolic_compile"},
     {"nbxla.api", "nbxla.cell", "nbxla.cell_check", "nbxla.random"},
     {"nbxla.cluster", "nbxla.autodiff", "nbxla.dask", "nbxla.profiler"},
     {"nbxla.jupyter"},

@@ -28,9 +28,9 @@ class ObservedSize(int):
 
 
     def __new__(cls, value: int, log: list):
-        obj = super().__new__(cls, value)
-        obj._log = log
-        return obj
+        self = super().__new__(cls, value)
+        self._log = log
+        return self
 
     def _compare(self, op: str, other, result):
         frame = _user_frame(2)

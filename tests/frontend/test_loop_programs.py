@@ -178,6 +178,12 @@ kernel(lambda n=9: (1.5, 1.2, rand(n, n), rand(n, 6), rand(n, 6)), rtol=1e-9)(ex
 kernel(lambda n=12: (rand(n, n),), rtol=1e-12)(examples.go_fast)
 
 
+kernel(lambda n=9: (1.5, rand(n, n), rand(n, 5)), rtol=1e-9)(examples.trmm)
+
+
+kernel(lambda n=20: ((rand(n) * 256).astype(np.uint8),))(examples.crc16)
+
+
 # ---- recursions along time or an axis ------------------------------------------------------
 
 kernel(lambda n=499: (rand(n + 1), 0.2, 0.3, 0.5), rtol=1e-10)(examples.iir_filter)
