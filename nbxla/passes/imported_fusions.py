@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..hlo import Module
 from ..hlo.ir import Computation, Instruction
 from .fused_dots import fused_dot, keeps_native
+from .inline import inline_body
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 
@@ -53,17 +54,7 @@ class ImportedFusions(Pass):
                 continue
             self.report[instr.name] = "split: the dot a library call, the rest fused around it" \
                 if fused_dot(fused) is not None else "split: fused again by nbxla's fusion pass"
-            mapping: dict[int, Instruction] = {}
-            for inner in fused.instructions:
-                if inner.opcode == "parameter":
-                    mapping[id(inner)] = instr.operands[inner.parameter_number]
-                    continue
-                copy = Instruction(inner.opcode, inner.shape, [mapping[id(o)] for o in inner.operands],
-                                   inner.attrs, inner.name, inner.location or instr.location)
-                copy.parent = comp
-                order.append(copy)
-                mapping[id(inner)] = copy
-            replace[id(instr)] = mapping[id(fused.root)]
+            replace[id(instr)] = inline_body(instr, fused, comp, order)
             changed = True
         comp.instructions = order
         comp.root = replace.get(id(comp.root), comp.root)

@@ -26,18 +26,7 @@ class CallInliner(Pass):
                 if instr.opcode != "call":
                     order.append(instr)
                     continue
-                callee = instr.attrs["to_apply"]
-                mapping: dict[int, Instruction] = {}
-                for inner in callee.instructions:
-                    if inner.opcode == "parameter":
-                        mapping[id(inner)] = instr.operands[inner.parameter_number]
-                        continue
-                    copy = Instruction(inner.opcode, inner.shape, [mapping[id(o)] for o in inner.operands],
-                                       inner.attrs, inner.name, inner.location or instr.location)
-                    copy.parent = comp
-                    order.append(copy)
-                    mapping[id(inner)] = copy
-                replace[id(instr)] = mapping[id(callee.root)]
+                replace[id(instr)] = inline_body(instr, instr.attrs["to_apply"], comp, order)
                 changed = True
             comp.instructions = order
             comp.root = replace.get(id(comp.root), comp.root)
@@ -45,3 +34,20 @@ class CallInliner(Pass):
             module.computations = module.computations_post_order()   # drop inlined callees
             rename_new_instructions(module, before)                   # copies kept callee names
         return changed
+
+
+def inline_body(instr: Instruction, callee, comp, order: list) -> Instruction:
+    """Copy ``callee``'s instructions into ``comp`` (appended to ``order``) with its parameters
+    replaced by ``instr``'s operands; returns the copy of the callee's root (what replaces
+    ``instr``).  Used for calls here and for imported fusions (imported_fusions.py)."""
+    mapping: dict[int, Instruction] = {}
+    for inner in callee.instructions:
+        if inner.opcode == "parameter":
+            mapping[id(inner)] = instr.operands[inner.parameter_number]
+            continue
+        copy = Instruction(inner.opcode, inner.shape, [mapping[id(o)] for o in inner.operands],
+                           inner.attrs, inner.name, inner.location or instr.location)
+        copy.parent = comp
+        order.append(copy)
+        mapping[id(inner)] = copy
+    return mapping[id(callee.root)]
