@@ -24,12 +24,17 @@ from .dot_kernels import emit_dot_kernel
 from .loops import column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel
 from .scatter import emit_scatter_kernel
 from .select_scatter import emit_select_and_scatter_kernel
-from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
+from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode, single_unit
 from .transposes import emit_transpose_kernel, minor_transpose
 from .windows import emit_reduce_window_kernel
 
 
 def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+    return _emit_one_style(module, name, comp)
+
+
+@single_unit
+def _emit_one_style(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     check_narrow_floats(comp)
     if fused_dot(comp) is not None:
         return emit_dot_kernel(module, name, comp)

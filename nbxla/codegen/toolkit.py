@@ -46,6 +46,36 @@ def kernel_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBui
     return fn, ir.IRBuilder(block)
 
 
+def single_unit(emitter):
+    """``emitter(module, name, comp) -> KernelSpec`` made to emit a kernel whose range is one
+    unit (every output one element: a loop's counter step, its condition, a one-element
+    update) without the range loop: the emitter's function (``NAME__one``, inlined and
+    internal) called at [0, 1) from ``NAME`` when the range is not empty.  Why: the loop over
+    an unknown [begin, end) was vectorized and unrolled by LLVM (a 1-element compare grew 6x,
+    most of a loop program's LLVM time went to such kernels) and its checks ran on every
+    iteration of the loop that calls the kernel.  Kernels with a second phase (a full
+    reduction's finish) or a range of more than one unit keep their range: ``NAME`` forwards it."""
+    def emit(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+        outputs = comp.root.operands if comp.root.opcode == "tuple" else [comp.root]
+        if any(o.shape.is_tuple or product(o.shape.dims) != 1 for o in outputs):
+            return emitter(module, name, comp)
+        spec = emitter(module, f"{name}__one", comp)
+        inner = module.globals[spec.name]
+        inner.linkage = "internal"
+        inner.attributes.add("alwaysinline")
+        fn, b = kernel_function(module, name)
+        if spec.finish_name is not None or spec.scratch_slots or spec.parallel_extent != 1:
+            b.call(inner, [fn.args[0], fn.args[1], fn.args[2]])    # (as emitted: a forward)
+        else:
+            with b.if_then(b.icmp_signed("<", fn.args[1], fn.args[2])):
+                b.call(inner, [fn.args[0], const_i64(0), const_i64(1)])
+        b.ret_void()
+        spec.name = name
+        return spec
+    emit.__name__ = emitter.__name__      # (kernel caches key on the emitter's name)
+    return emit
+
+
 class KernelBuffers:
     """Typed pointers to the kernel's buffers, loaded once in the entry block."""
 

@@ -19,7 +19,7 @@ from llvmlite import ir
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import ELEMENTWISE
 from .elemental import ElementalEmitter, I64, const_i64, linear_index, llvm_type
-from .toolkit import KernelBuffers, KernelSpec, counted_loop, kernel_function, load_at, nest, product
+from .toolkit import KernelBuffers, KernelSpec, counted_loop, kernel_function, load_at, nest, product, single_unit
 
 I8P = ir.IntType(8).as_pointer()
 
@@ -34,6 +34,7 @@ def updated_parameter(comp: Computation) -> int | None:
     return root.operands[0].parameter_number
 
 
+@single_unit
 def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     """The kernel of ``comp`` (``updated_parameter(comp)`` is not None) writing only the window;
     its output buffer must be the updated parameter's buffer."""

@@ -10,6 +10,7 @@ caller's arrays afterwards, so the caller sees NumPy's in-place semantics.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -209,7 +210,10 @@ def check_array_leaf(x, name: str | None = None) -> None:
             f"{label} is an np.matrix: nbxla computes with ndarray semantics, where a * b is "
             "elementwise (for np.matrix it is a matrix product) and results are never matrices",
             hint="pass np.asarray(m) and write a @ b for matrix products")
-    if isinstance(x, np.ma.MaskedArray):
+    # (through sys.modules: ``np.ma`` imports numpy.ma, 50 ms of a first call; an array
+    # cannot be masked unless that module is loaded)
+    masked = sys.modules.get("numpy.ma")
+    if masked is not None and isinstance(x, masked.MaskedArray):
         raise UnsupportedInputError(
             f"{label} is a masked array: the compiled code would ignore its mask",
             hint="pass m.filled(value) (e.g. 0 for a sum) and the mask as a boolean array, "
