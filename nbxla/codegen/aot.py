@@ -36,6 +36,7 @@ from ..hlo.opcodes import OWN_KERNEL
 from ..hlo.shapes import Shape
 from .aot_driver import Driver, KernelSource, leaf_shapes
 from .aot_library import ALIGN
+from .aot_loops import LoopFunctions, llvm_loops_enabled
 from .cpu import optimize_module
 from .elemental import ELEMENTAL_RULES
 from .kernels import emit_kernel, standalone_computation, structure_key
@@ -87,6 +88,7 @@ class _Kernels(KernelSource):
         self.constants: dict[bytes, str] = {}
         self.names: list[str] = []
         self._keep: list = []            # computations emitted (ids must stay unique)
+        self.loops = LoopFunctions(self.module, prefix)
 
     def _symbol(self, name: str) -> str:
         base = f"{self.prefix}_k_" + re.sub(r"\W", "_", name)
@@ -142,6 +144,11 @@ class _Kernels(KernelSource):
         comp = Computation(f"convert_{shape.element_type}_{to}_{shape.size}", [param, root], root)
         return self._emit(("convert", shape.to_text(False), to), comp.name, comp,
                           f"a conversion of a dot or convolution operand {shape.to_text(False)} to {to}")
+
+    def loop(self, step) -> str | None:
+        if not llvm_loops_enabled():
+            return None
+        return self.loops.loop(step)
 
     def constant(self, data: bytes) -> str:
         symbol = self.constants.get(data)
@@ -254,20 +261,23 @@ def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_thre
     kernels = _Kernels(prefix, llvm.get_process_triple())
     driver = Driver(prefix, kernels, parallel_threshold, host_lapack)
     programs = [driver.program(comp) for comp in entries.values()]
+    programs_c = driver.source(programs)
+    kernels.loops.finish(programs_c)
     kernels.module.data_layout = str(tm.target_data)
     mod = llvm.parse_assembly(str(kernels.module))
     mod.verify()
     optimize_module(mod, tm)
     functions = kernels.names + [s.finish_name for s in kernels.specs.values() if s.finish_name]
     declarations = "".join(f"extern void {s}(void **, int64_t, int64_t);\n" for s in functions) + \
-        "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values())
+        "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values()) + \
+        "".join(f"extern void {s}(void *const *, void *const *, char *);\n" for s in kernels.loops.names)
     points = [_entry_points(name, [s for p in comp.parameters for s in leaf_shapes(p.shape)],
                             leaf_shapes(comp.root.shape), program)
               for (name, comp), program in zip(entries.items(), programs)]
     with open(_RUNTIME_C) as f:
         runtime_c = f.read()
     c_source = "\n".join([runtime_c, "/* ---- generated ---- */", declarations,
-                          driver.source(), *points])
+                          programs_c, *points])
     return tm, mod, kernels, c_source, programs
 
 

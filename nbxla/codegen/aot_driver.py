@@ -108,6 +108,10 @@ class KernelSource:
     def constant(self, data: bytes) -> str:         # -> the symbol of a global holding data
         raise NotImplementedError
 
+    def loop(self, step: "WhileStep") -> str | None:   # -> the symbol of a native function
+        return None     # ``void f(void *const *in, void *const *out, char *scratch)`` running
+        #                 the loop (None: the driver writes it in C)
+
     def convert(self, shape: Shape, to: str):       # -> KernelSpec of convert(shape) -> to
         raise NotImplementedError
 
@@ -121,6 +125,27 @@ class Program:
     scratch_bytes: int = 0
     identity: list[bool] = field(default_factory=list)   # result leaf k is parameter leaf k
     donation_kept: bool = True     # every parameter leaf written in place is returned in place
+    # The same steps as data, for programs of kernels, copies and loops only (else None): what
+    # ``aot_loops`` compiles into LLVM, so that a loop of small kernels runs as one function
+    # (see ``KernelSource.loop``).  Items: ("kernel", symbol, [Buffer], extent),
+    # ("copy", out leaf, Buffer, nbytes), ("while", WhileStep).
+    ops: list | None = None
+
+
+@dataclass
+class WhileStep:
+    """A ``while`` of a program, as ``_ProgramEmitter._while`` runs it: the state starts as
+    ``init`` copied into ``state``; each iteration the condition reads ``cur`` and the body
+    writes ``nxt`` (``second[k]``: leaf k's second buffer, an offset in the step's region, or
+    None where the body returns the leaf in place); ``region`` is where the condition's and
+    the body's scratch starts (an offset in the step's region, after ``pred`` at ``pred``)."""
+    cond: Program
+    body: Program
+    init: list
+    state: list
+    second: list
+    pred: int
+    region: int
 
 
 class Driver:
@@ -134,6 +159,7 @@ class Driver:
         self.programs: dict[int, Program] = {}
         self.order: list[Program] = []                 # callees before callers
         self.count = 0
+        self.called_from_c: set[str] = set()         # programs some C calls (the others run in LLVM)
 
     def program(self, comp: Computation, donated: bool = False) -> Program:
         """The C function of ``comp``; ``donated``: its parameter leaves are the caller's to
@@ -150,8 +176,10 @@ class Driver:
             self.order.append(found)
         return found
 
-    def source(self) -> str:
-        return "\n".join(p.text for p in self.order)
+    def source(self, roots: list[Program]) -> str:
+        """The C of ``roots`` (the entry points' programs) and of every program C calls (a
+        program only a native loop runs is not compiled twice)."""
+        return "\n".join(p.text for p in self.order if any(p is r for r in roots) or p.symbol in self.called_from_c)
 
 
 class _ProgramEmitter(LibrarySteps):
@@ -164,6 +192,7 @@ class _ProgramEmitter(LibrarySteps):
         self.produced: list[list[Buffer]] = []          # per step: the buffers it writes
         self.local = 0                                  # bytes of the per-step region
         self.lines: list[str] = []
+        self.ops: list | None = []                      # (see Program.ops)
 
     # ---- buffers --------------------------------------------------------------------------
 
@@ -271,7 +300,9 @@ class _ProgramEmitter(LibrarySteps):
             self._step(instr)
         for k, buf in copies:
             self.lines.append(f"if (out[{k}] != {buf.c}) memcpy(out[{k}], {buf.c}, {buf.nbytes});")
+            self._op("copy", k, buf, buf.nbytes)
         program = Program(self.symbol, comp)
+        program.ops = self.ops
         program.identity = [b.kind == "in" and b.index == k for k, b in enumerate(root)]
         written = {b.index for b in self.written if b.kind == "in"}
         program.donation_kept = all(program.identity[k] if k < len(root) else False for k in written)
@@ -326,7 +357,17 @@ class _ProgramEmitter(LibrarySteps):
         """One step, by the AOT placement table (``hlo/placement.py``): its handler writes it."""
         self.lines.append(f"/* %{instr.name} = {instr.opcode} */")
         how = placement(AOT, instr)
+        before = len(self.ops) if self.ops is not None else -1
         getattr(self, how.handler)(instr)
+        if self.ops is not None and len(self.ops) == before:
+            self.ops = None         # (a step only C runs: the program stays C)
+
+    def _op(self, *op) -> None:
+        if self.ops is not None:
+            self.ops.append(op)
+
+    def local_offset(self, offset: int = 0) -> int:
+        return self.arena_bytes + offset
 
     def _call_step(self, instr: Instruction) -> None:
         callee = self.driver.program(instr.attrs["to_apply"])
@@ -357,6 +398,7 @@ class _ProgramEmitter(LibrarySteps):
         return f"void *{name}[{max(1, len(items))}] = {{{', '.join(items) or '0'}}};"
 
     def _call(self, callee: Program, ins: list[str], outs: list[str], scratch: str) -> None:
+        self.driver.called_from_c.add(callee.symbol)
         self.lines += ["{", "    " + self._pointer_list("pi", ins), "    " + self._pointer_list("po", outs),
                        f"    if ((rc = {callee.symbol}(pi, po, {scratch}))) return rc;", "}"]
 
@@ -366,6 +408,7 @@ class _ProgramEmitter(LibrarySteps):
             ins = [self._array(o) for o in instr.operands]
             self.lines += ["{", "    " + self._pointer_list("b", ins + self._leaves(instr)),
                            "    " + self._range_call(spec), "}"]
+            self._kernel_op(spec, [b for o in instr.operands for b in self.values[id(o)]] + self.values[id(instr)])
             return
         spec = self.driver.kernels.kernel(instr)
         ins = [self._array(o) for o in instr.operands]
@@ -387,6 +430,13 @@ class _ProgramEmitter(LibrarySteps):
             self._region(8 * max(1, spec.scratch_slots) * parts)
             return
         self.lines += ["{", "    " + self._pointer_list("b", ins + outs), "    " + self._range_call(spec), "}"]
+        self._kernel_op(spec, [b for o in instr.operands for b in self.values[id(o)]] + self.values[id(instr)])
+
+    def _kernel_op(self, spec, buffers: list) -> None:
+        """The kernel call as an op, where it runs on this thread (no thread split: that is C)."""
+        extent, work = spec.parallel_extent, spec.work_per_unit
+        if not (extent >= 2 and extent * work >= self.driver.threshold):
+            self._op("kernel", spec.name, list(buffers), extent)
 
     def _range_call(self, spec) -> str:
         """The call of a kernel over its whole range, split over threads where that pays."""
@@ -409,6 +459,17 @@ class _ProgramEmitter(LibrarySteps):
         pred = used
         nested = used + ALIGN
         count = len(state)
+        self._region(nested + max(cond.scratch_bytes, body.scratch_bytes))
+        if cond.ops is not None and body.ops is not None:
+            step = WhileStep(cond, body, list(self.values[id(instr.operands[0])]), list(state),
+                             [None if off is None else self.local_offset(off) for off in offsets],
+                             self.local_offset(pred), self.local_offset(nested))
+            symbol = self.driver.kernels.loop(step)
+            if symbol is not None:
+                self._op("while", step)
+                self.lines.append(f"{symbol}(in, out, scratch);")
+                return
+        self.driver.called_from_c.update((cond.symbol, body.symbol))
         self.lines += ["{", f"    void *cur[{max(1, count)}] = {{{', '.join(b.c for b in state) or '0'}}};",
                        f"    void *nxt[{max(1, count)}] = {{{', '.join(b.c if off is None else self.local_place(off) for b, off in zip(state, offsets)) or '0'}}};",
                        f"    unsigned char *pred = (unsigned char *){self.local_place(pred)};",
@@ -424,7 +485,6 @@ class _ProgramEmitter(LibrarySteps):
                        "        void *t; (void)t;"] + ["        " + s for s in swaps] + ["    }"]
         self.lines += [f"    if (cur[{k}] != {b.c}) memcpy({b.c}, cur[{k}], {b.nbytes});"
                        for k, b in enumerate(state)] + ["}"]
-        self._region(nested + max(cond.scratch_bytes, body.scratch_bytes))
 
     def _conditional(self, instr: Instruction) -> None:
         a = instr.attrs

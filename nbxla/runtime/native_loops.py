@@ -25,6 +25,7 @@ import numpy as np
 
 from ..codegen.aot import compile_shared_library
 from ..codegen.aot_driver import passed_through
+from ..codegen.aot_loops import llvm_loops_enabled
 from ..codegen.cpu import target_fingerprint
 from ..errors import NbxlaError, UnsupportedError
 from ..hlo import TupleShape
@@ -180,6 +181,7 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
         if store is not None:
             names = ",".join(i.name for i in chosen)
             key = hashlib.sha256(f"native-loops,{target_fingerprint()},{names},{gesv_addresses() is not None},"
+                                 f"{llvm_loops_enabled()},"
                                  f"{module_text}".encode()).hexdigest()
             cached = store.load(key)
             if cached is not None:

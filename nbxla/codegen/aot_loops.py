@@ -1,0 +1,183 @@
+"""Loops of small kernels compiled as one LLVM function, beside the kernels they call.
+
+Why: the driver's C (``aot_driver``) runs a ``while`` by calling its condition's and body's
+programs, which call each kernel through a pointer array in another object file, so nothing
+is inlined: a scalar loop (an IIR filter, a histogram, CRC-16) paid five calls and the
+kernels' setup per iteration, 8-15 ns, where numba's loop takes 1-2 ns.  When a loop's
+condition and body (and the loops inside them) consist only of kernels run on one thread,
+views and copies (``Program.ops``), the whole loop is emitted here in LLVM IR into the
+kernels' module: LLVM inlines the kernels, keeps the state's pointers in registers and
+optimizes across the body.  The function has the signature of a driver program,
+``void f(void *const *in, void *const *out, char *scratch)``, and resolves buffers exactly
+as the C would (the same ``Buffer`` plan), so the driver simply calls it in the loop's place.
+"""
+
+from __future__ import annotations
+
+import os
+
+from llvmlite import ir
+
+from .aot_driver import Program, WhileStep
+
+_I8 = ir.IntType(8)
+_I64 = ir.IntType(64)
+_PTR = _I8.as_pointer()
+_PTRS = _PTR.as_pointer()
+_PROGRAM = ir.FunctionType(ir.VoidType(), [_PTRS, _PTRS, _PTR])
+SMALL_STATE = 64        # bytes: a loop's state leaves up to this size live in registers
+
+
+def llvm_loops_enabled() -> bool:
+    """``NBXLA_LLVM_LOOPS=0`` leaves every loop to the driver's C (to compare, or to debug)."""
+    return os.environ.get("NBXLA_LLVM_LOOPS", "1") != "0"
+
+
+def _i64(n: int) -> ir.Constant:
+    return ir.Constant(_I64, n)
+
+
+class LoopFunctions:
+    """Emits loop functions (and the programs they run) into ``module``, where the kernels
+    named by the programs' ops are defined (and the constants' globals)."""
+
+    def __init__(self, module: ir.Module, prefix: str):
+        self.module, self.prefix = module, prefix
+        self.programs: dict[str, ir.Function] = {}
+        self.pending: list[tuple[str, WhileStep]] = []
+        self.names: list[str] = []          # the loops emitted
+
+    def loop(self, step: WhileStep) -> str:
+        """The symbol of the function that will run ``step`` (emitted by ``finish`` if some C
+        calls it: a loop inside a loop compiled here is part of the outer function)."""
+        name = f"{self.prefix}_loop{len(self.pending) + 1}"
+        self.pending.append((name, step))
+        return name
+
+    def finish(self, c_source: str) -> None:
+        """Emit the loops ``c_source`` calls."""
+        for name, step in self.pending:
+            if f"{name}(in, out, scratch);" in c_source:
+                frame = _Frame(self, ir.Function(self.module, _PROGRAM, name))
+                frame.run_while(step)
+                frame.b.ret_void()
+                self.names.append(name)
+
+    def program(self, program: Program) -> ir.Function:
+        fn = self.programs.get(program.symbol)
+        if fn is None:
+            fn = ir.Function(self.module, _PROGRAM, f"{program.symbol}_native")
+            fn.linkage = "internal"
+            self.programs[program.symbol] = fn
+            frame = _Frame(self, fn)
+            for op in program.ops:
+                frame.run(op)
+            frame.b.ret_void()
+        return fn
+
+
+class _Frame:
+    """One function being emitted: its ``in``, ``out`` and ``scratch`` and a builder."""
+
+    def __init__(self, owner: LoopFunctions, fn: ir.Function):
+        self.owner, self.fn = owner, fn
+        self.ins, self.outs, self.scratch = fn.args
+        self.entry = fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.entry)
+
+    def _alloca(self, ty, name: str):
+        # (in the entry block, before its first instruction: promotable to registers)
+        with self.b.goto_entry_block():
+            if self.entry.instructions:
+                self.b.position_before(self.entry.instructions[0])
+            return self.b.alloca(ty, name=name)
+
+    def pointer(self, buf) -> ir.Value:
+        b = self.b
+        if buf.kind == "in":
+            return b.load(b.gep(self.ins, [_i64(buf.index)]))
+        if buf.kind == "out":
+            return b.load(b.gep(self.outs, [_i64(buf.index)]))
+        if buf.kind == "const":
+            buf.c                                       # (names the global, as the C does)
+            return b.bitcast(self.owner.module.get_global(buf.index), _PTR)
+        return b.gep(self.scratch, [_i64(buf.index)])
+
+    def _pointer_array(self, values: list, name: str):
+        array = self._alloca(ir.ArrayType(_PTR, max(1, len(values))), name)
+        for k, v in enumerate(values):
+            self.b.store(v, self.b.gep(array, [_i64(0), ir.Constant(ir.IntType(32), k)]))
+        return self.b.bitcast(array, _PTRS)
+
+    def _copy(self, dst, src, nbytes: int) -> None:
+        memcpy = self.owner.module.declare_intrinsic("llvm.memcpy", [_PTR, _PTR, _I64])
+        self.b.call(memcpy, [dst, src, _i64(nbytes), ir.Constant(ir.IntType(1), 0)])
+
+    def _copy_if_different(self, dst, src, nbytes: int) -> None:
+        with self.b.if_then(self.b.icmp_unsigned("!=", dst, src)):
+            self._copy(dst, src, nbytes)
+
+    def run(self, op) -> None:
+        kind = op[0]
+        if kind == "kernel":
+            _, symbol, buffers, extent = op
+            kernel = self.owner.module.get_global(symbol)
+            array = self._pointer_array([self.pointer(buf) for buf in buffers], "b")
+            self.b.call(kernel, [array, _i64(0), _i64(extent)])
+        elif kind == "copy":
+            _, k, buf, nbytes = op
+            self._copy_if_different(self.b.load(self.b.gep(self.outs, [_i64(k)])), self.pointer(buf), nbytes)
+        elif kind == "while":
+            self.run_while(op[1])
+        else:
+            raise AssertionError(f"unknown native loop op {kind!r}")
+
+    def _local(self, nbytes: int, name: str):
+        slot = self._alloca(ir.ArrayType(_I8, max(1, nbytes)), name)
+        slot.align = 64
+        return self.b.bitcast(slot, _PTR)
+
+    def run_while(self, step: WhileStep) -> None:
+        """As ``_ProgramEmitter._while`` writes it in C: the body reads one set of state
+        buffers and writes the other (leaves it returns in place stay in one buffer).  Large
+        leaves swap their two buffers after each iteration; small ones (a counter, a running
+        value: at most ``SMALL_STATE`` bytes) live in two slots of this function, the new value
+        copied over the old: LLVM then keeps them in registers instead of memory.  The
+        condition's result too."""
+        b = self.b
+        cond, body = self.owner.program(step.cond), self.owner.program(step.body)
+        state = [self.pointer(buf) for buf in step.state]
+        small = [off is not None and leaf.nbytes <= SMALL_STATE for leaf, off in zip(step.state, step.second)]
+        current = [self._local(leaf.nbytes, f"state{k}") if local else p
+                   for k, (leaf, p, local) in enumerate(zip(step.state, state, small))]
+        second = [self._local(leaf.nbytes, f"next{k}") if local else
+                  s if off is None else b.gep(self.scratch, [_i64(off)])
+                  for k, (leaf, s, off, local) in enumerate(zip(step.state, state, step.second, small))]
+        cur = self._pointer_array(current, "cur")
+        nxt = self._pointer_array(second, "nxt")
+        pred = self._local(1, "pred")
+        pd = self._pointer_array([pred], "pd")
+        region = b.gep(self.scratch, [_i64(step.region)])
+        for buf, dst, leaf in zip(step.init, current, step.state):
+            self._copy_if_different(dst, self.pointer(buf), leaf.nbytes)
+        head = self.fn.append_basic_block("loop.head")
+        loop = self.fn.append_basic_block("loop.body")
+        done = self.fn.append_basic_block("loop.end")
+        b.branch(head)
+        b.position_at_end(head)
+        b.call(cond, [cur, pd, region])
+        b.cbranch(b.icmp_unsigned("!=", b.load(pred), ir.Constant(_I8, 0)), loop, done)
+        b.position_at_end(loop)
+        b.call(body, [cur, nxt, region])
+        for k, (off, local) in enumerate(zip(step.second, small)):
+            if local:
+                self._copy(current[k], second[k], step.state[k].nbytes)
+            elif off is not None:
+                at_cur, at_nxt = (b.gep(a, [_i64(k)]) for a in (cur, nxt))
+                was = b.load(at_cur)
+                b.store(b.load(at_nxt), at_cur)
+                b.store(was, at_nxt)
+        b.branch(head)
+        b.position_at_end(done)
+        for k, (leaf, dst) in enumerate(zip(step.state, state)):
+            self._copy_if_different(dst, b.load(b.gep(cur, [_i64(k)])), leaf.nbytes)

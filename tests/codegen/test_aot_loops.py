@@ -1,0 +1,128 @@
+"""Loops of small kernels compiled in LLVM (codegen/aot_loops.py) instead of the driver's C.
+
+Oracle: eager NumPy, and the same program with ``NBXLA_LLVM_LOOPS=0`` (the C driver).  Which
+path ran is read from the driver's C (``aot._build``): a loop compiled in LLVM is one call of
+``PREFIX_loopN``, the C of its condition and body is not written at all.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.codegen import aot
+from nbxla.codegen.aot_loops import SMALL_STATE
+from nbxla.compiler import compile_module
+from nbxla.hlo.parser import parse_hlo
+from nbxla.runtime.cache import CompilationCache
+from nbxla.runtime.cpu_kernels import PARALLEL_THRESHOLD
+from nbxla.testing import compare_arrays
+from tests.frontend_util import use_flags
+from tests.runtime.test_cpu_control_flow import COUNTED_LOOP, NESTED_LOOPS
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: loops stay host-driven")
+
+RNG = np.random.default_rng(3)
+
+
+@pytest.fixture(autouse=True)
+def _loops_stay_loops(monkeypatch):
+    use_flags(monkeypatch, "--unroll_budget=0")
+
+
+def _driver_c(text: str) -> str:
+    module = compile_module(parse_hlo(text), "cpu").optimized
+    *_, c_source, _ = aot._build({"f": module.entry}, "t", "host", PARALLEL_THRESHOLD)
+    return c_source
+
+
+def test_a_loop_of_kernels_is_one_llvm_function_and_its_c_is_not_written():
+    c = _driver_c(COUNTED_LOOP % 100)
+    assert "t_loop1(in, out, scratch);" in c
+    assert "for (;;)" not in c              # (no C loop: the condition and body are in LLVM)
+
+
+def test_nested_loops_are_one_llvm_function():
+    c = _driver_c(NESTED_LOOPS)
+    assert len(re.findall(r"t_loop\d+\(in, out, scratch\);", c)) == 1       # (the outer one)
+    assert len(re.findall(r"extern void t_loop\d+", c)) == 1 and "for (;;)" not in c
+
+
+def test_with_the_switch_off_the_loop_is_c(monkeypatch):
+    monkeypatch.setenv("NBXLA_LLVM_LOOPS", "0")
+    c = _driver_c(COUNTED_LOOP % 100)
+    assert "_loop1" not in c and "for (;;)" in c
+
+
+def test_a_loop_with_a_library_step_stays_c():
+    def power(A, x):
+        for _ in range(30):
+            x = A @ x
+        return x
+    jitted = nbxla.jit(power, cache=CompilationCache())
+    A, x = RNG.random((6, 6)) / 6, RNG.random(6)
+    np.testing.assert_allclose(jitted(A, x), power(A, x), rtol=1e-12)
+    c = _driver_c(jitted.last_compilation.stage("optimized_hlo"))
+    assert "for (;;)" in c and "_loop1" not in c
+
+
+def iir(x, b0, b1, a1):
+    y = np.zeros_like(x)
+    y[0] = b0 * x[0]
+    for n in range(1, x.shape[0]):
+        y[n] = b0 * x[n] + b1 * x[n - 1] - a1 * y[n - 1]
+    return y
+
+
+def histogram(values, nbins):
+    counts = np.zeros(nbins, dtype=np.int64)
+    for i in range(values.shape[0]):
+        counts[values[i]] += 1
+    return counts
+
+
+def running(x, width):
+    """A state vector of ``width`` float64: a fresh value every iteration (not updated in place),
+    kept in the loop function's own slots up to SMALL_STATE bytes, swapped above."""
+    v = np.zeros(width)
+    for i in range(x.shape[0]):
+        v = v * 0.5 + x[i] * np.arange(width)
+    return v
+
+
+def nested(A):
+    total = 0.0
+    for i in range(A.shape[0]):
+        for j in range(i):
+            total = total * 0.9 + A[i, j]
+    return total
+
+
+CASES = [
+    (iir, lambda: (RNG.random(300), 0.2, 0.3, 0.5)),
+    (histogram, lambda: (RNG.integers(0, 16, 500), 16)),
+    (running, lambda: (RNG.random(50), SMALL_STATE // 8)),        # (at the limit: slots)
+    (running, lambda: (RNG.random(50), SMALL_STATE // 8 + 1)),    # (above: swapped buffers)
+    (nested, lambda: (RNG.random((12, 12)),)),
+]
+
+
+@pytest.mark.parametrize("llvm_loops", ["1", "0"])
+@pytest.mark.parametrize("fn,make", CASES, ids=["iir", "histogram", "small_state", "large_state", "nested"])
+def test_loops_agree_with_numpy_either_way(fn, make, llvm_loops, monkeypatch):
+    monkeypatch.setenv("NBXLA_LLVM_LOOPS", llvm_loops)
+    args = make()
+    want = fn(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    jitted = nbxla.jit(fn, cache=CompilationCache())
+    got = jitted(*args)
+    ok, detail = compare_arrays(np.asarray(got), np.asarray(want), rtol=1e-12)
+    assert ok, detail
+    loops = jitted.last_compilation.executable.native.loops
+    assert loops and all(how.startswith("native") for how in loops.values()), loops
+    # (second call: the state starts again from the inputs)
+    ok, detail = compare_arrays(np.asarray(jitted(*args)), np.asarray(want), rtol=1e-12)
+    assert ok, detail
