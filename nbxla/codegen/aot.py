@@ -18,6 +18,7 @@ aligned), the shapes as constants, and a comment with the source and signature.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -236,38 +237,82 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
                      list(kernels.names), files)
 
 
+# The support code compiled on its own (see "the interface" in aot_runtime.c): its shared
+# routines hidden inside the library that links it, not exported.
+_SHARED_RUNTIME = ['-DNBXLA_SHARED=__attribute__((visibility("hidden")))']
+_C_FLAGS = ["-std=gnu11", "-fPIC", "-fcx-limited-range", "-march=native"]
+
+
+def runtime_object_key() -> str:
+    """What the compiled support code depends on: its source and the C compiler (by path, size
+    and time: asking it its version would cost a process start)."""
+    cc = find_tool("cc")
+    st = os.stat(os.path.realpath(cc))
+    with open(_RUNTIME_C, "rb") as f:
+        source = f.read()
+    return hashlib.sha256(b"%s,%d,%d,%s,%s" % (cc.encode(), st.st_size, int(st.st_mtime), " ".join(
+        _C_FLAGS + _SHARED_RUNTIME).encode(), source)).hexdigest()
+
+
+def compile_runtime_object() -> bytes:
+    """``aot_runtime.c`` as an object for ``compile_shared_library(runtime_object=...)`` (-O3:
+    its GEMM, convolution and sort are the hot code of the loops that call them)."""
+    cc = find_tool("cc")
+    with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
+        out = os.path.join(tmp, "runtime.o")
+        _run([cc, *_C_FLAGS, "-O3", *_SHARED_RUNTIME, "-c", _RUNTIME_C, "-o", out], "compiling the support code")
+        with open(out, "rb") as f:
+            return f.read()
+
+
 def compile_shared_library(entries: dict[str, Computation], path: str, *, parallel_threshold: int,
-                           host_lapack: bool = False) -> None:
+                           host_lapack: bool = False, runtime_object: bytes | None = None) -> None:
     """Write the shared library ``path`` exporting ``int NAME(args..., results...)`` for each
     computation of an optimized module in ``entries`` (the jit's native loops: one library, one
-    C compiler run, for all the loops of a module)."""
+    C compiler run, for all the loops of a module).  With ``runtime_object`` (from
+    ``compile_runtime_object``) the C compiler reads only the generated driver, at -O1: it is
+    glue (pointer lists, calls, copies), the loops of kernels run in LLVM (``aot_loops``), the
+    support code is compiled already.  Without, the support code is compiled with it."""
     cc = find_tool("cc")
-    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack)
+    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack,
+                                     runtime="interface" if runtime_object else "full")
     with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
         kernels_o, driver_c = os.path.join(tmp, "kernels.o"), os.path.join(tmp, "driver.c")
         with open(kernels_o, "wb") as f:
             f.write(tm.emit_object(mod))
         with open(driver_c, "w") as f:
             f.write(c_source)
-        _run([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", "-march=native", "-shared", driver_c,
-              kernels_o, "-o", path, "-lm", "-lpthread"], "compiling the driver")
+        objects = [kernels_o]
+        if runtime_object:
+            objects.append(os.path.join(tmp, "runtime.o"))
+            with open(objects[-1], "wb") as f:
+                f.write(runtime_object)
+        flags = [*_C_FLAGS, "-O1", *_SHARED_RUNTIME] if runtime_object else [*_C_FLAGS, "-O3"]
+        _run([cc, *flags, "-shared", driver_c, *objects, "-o", path, "-lm", "-lpthread"], "compiling the driver")
 
 
 def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_threshold: int,
-           host_lapack: bool = False):
+           host_lapack: bool = False, runtime: str = "full"):
     """(target machine, optimized LLVM module of the kernels, the kernel source, the driver's C
-    with an entry point per computation, their programs)."""
+    with an entry point per computation, their programs).  ``runtime``: the support code in
+    front of the driver, "full" or only its "interface" (compiled separately)."""
     tm = _target_machine(cpu)
     kernels = _Kernels(prefix, llvm.get_process_triple())
     driver = Driver(prefix, kernels, parallel_threshold, host_lapack)
     programs = [driver.program(comp) for comp in entries.values()]
     programs_c = driver.source(programs)
     kernels.loops.finish(programs_c)
+    # Kernels no C calls (those of loops compiled in LLVM) are internal: once inlined into their
+    # loop, LLVM drops them instead of optimizing and emitting a second copy.
+    called = set(re.findall(r"\w+", programs_c))
+    functions = [name for name in kernels.names + [s.finish_name for s in kernels.specs.values() if s.finish_name]
+                 if name in called]
+    for name in set(kernels.names) - called:
+        kernels.module.get_global(name).linkage = "internal"
     kernels.module.data_layout = str(tm.target_data)
     mod = llvm.parse_assembly(str(kernels.module))
     mod.verify()
     optimize_module(mod, tm)
-    functions = kernels.names + [s.finish_name for s in kernels.specs.values() if s.finish_name]
     declarations = "".join(f"extern void {s}(void **, int64_t, int64_t);\n" for s in functions) + \
         "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values()) + \
         "".join(f"extern void {s}(void *const *, void *const *, char *);\n" for s in kernels.loops.names)
@@ -276,6 +321,9 @@ def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_thre
               for (name, comp), program in zip(entries.items(), programs)]
     with open(_RUNTIME_C) as f:
         runtime_c = f.read()
+    if runtime == "interface":
+        end = "/* ---- end of interface ---- */"
+        runtime_c = runtime_c[:runtime_c.index(end) + len(end)] + "\n"
     c_source = "\n".join([runtime_c, "/* ---- generated ---- */", declarations,
                           programs_c, *points])
     return tm, mod, kernels, c_source, programs

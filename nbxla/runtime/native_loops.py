@@ -23,7 +23,7 @@ import tempfile
 
 import numpy as np
 
-from ..codegen.aot import compile_shared_library
+from ..codegen.aot import compile_runtime_object, compile_shared_library, runtime_object_key
 from ..codegen.aot_driver import passed_through
 from ..codegen.aot_loops import llvm_loops_enabled
 from ..codegen.cpu import target_fingerprint
@@ -187,7 +187,7 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
             if cached is not None:
                 library = _load(cached[1])
                 return {**found, **{id(i): NativeLoopThunk(library, f"loop{k}", i) for k, i in enumerate(chosen)}}
-        data = _build(chosen)
+        data = _build(chosen, store)
     except (NbxlaError, UnsupportedError, OSError, subprocess.SubprocessError) as e:
         if len(chosen) > 1:      # find the loops that fail; the others are compiled together
             one_by_one = {id(i): native_loops([i], module_text, None)[id(i)] for i in chosen}
@@ -218,7 +218,26 @@ def _unsuitable(instr: Instruction) -> str:
     return ""
 
 
-def _build(loops: list[Instruction]) -> bytes:
+_RUNTIME_OBJECTS: dict[str, bytes] = {}      # compiled support code, by runtime_object_key()
+
+
+def _runtime_object(store: PersistentCache | None) -> bytes:
+    """The driver's support code compiled once: per process, and in the persistent cache (the
+    C compiler's time on it was half of a native loop's compile time)."""
+    key = runtime_object_key()
+    found = _RUNTIME_OBJECTS.get(key)
+    if found is None and store is not None:
+        cached = store.load(f"aot-runtime-{key}")
+        found = cached[1] if cached is not None else None
+    if found is None:
+        found = compile_runtime_object()
+        if store is not None:
+            store.save(f"aot-runtime-{key}", {"what": "aot_runtime.c"}, found)
+    _RUNTIME_OBJECTS[key] = found
+    return found
+
+
+def _build(loops: list[Instruction], store: PersistentCache | None = None) -> bytes:
     """The shared library (bytes) exporting ``int loopK(const T *state leaves..., T *results...)``
     for the K-th of ``loops``."""
     entries = {}
@@ -236,7 +255,7 @@ def _build(loops: list[Instruction]) -> bytes:
     with tempfile.TemporaryDirectory(prefix="nbxla-loop-") as tmp:
         path = os.path.join(tmp, "loops.so")
         compile_shared_library(entries, path, parallel_threshold=PARALLEL_THRESHOLD,
-                               host_lapack=gesv_addresses() is not None)
+                               host_lapack=gesv_addresses() is not None, runtime_object=_runtime_object(store))
         with open(path, "rb") as f:
             return f.read()
 
