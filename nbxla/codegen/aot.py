@@ -237,42 +237,49 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
                      list(kernels.names), files)
 
 
-# The support code compiled on its own (see "the interface" in aot_runtime.c): its shared
-# routines hidden inside the library that links it, not exported.
-_SHARED_RUNTIME = ['-DNBXLA_SHARED=__attribute__((visibility("hidden")))']
+# The support code compiled on its own (see "the interface" in aot_runtime.c): the routines a
+# driver calls, by the names the interface declares.
+_RUNTIME_API = re.compile(r"\bnbxla_(?:parallel|full_reduce|transpose|solve|sort|topk|select_and_scatter|fft|"
+                          r"(?:gemm|conv|masked_dot|potrf)_[a-z0-9]+(?:_prepacked)?)\b")
 _C_FLAGS = ["-std=gnu11", "-fPIC", "-fcx-limited-range", "-march=native"]
 
 
-def runtime_object_key() -> str:
-    """What the compiled support code depends on: its source and the C compiler (by path, size
-    and time: asking it its version would cost a process start)."""
+def _wanted(names) -> list[str]:
+    return [f"-DNBXLA_WANT_{name}=~,NBXLA_HIDDEN" for name in sorted(names)]
+
+
+def runtime_object_key(names) -> str:
+    """What the support code compiled for the routines ``names`` depends on: its source, the
+    names and the C compiler (by path, size and time: asking its version costs a process)."""
     cc = find_tool("cc")
     st = os.stat(os.path.realpath(cc))
     with open(_RUNTIME_C, "rb") as f:
         source = f.read()
     return hashlib.sha256(b"%s,%d,%d,%s,%s" % (cc.encode(), st.st_size, int(st.st_mtime), " ".join(
-        _C_FLAGS + _SHARED_RUNTIME).encode(), source)).hexdigest()
+        _C_FLAGS + _wanted(names)).encode(), source)).hexdigest()
 
 
-def compile_runtime_object() -> bytes:
-    """``aot_runtime.c`` as an object for ``compile_shared_library(runtime_object=...)`` (-O3:
-    its GEMM, convolution and sort are the hot code of the loops that call them)."""
+def compile_runtime_object(names) -> bytes:
+    """``aot_runtime.c`` as an object with the routines ``names`` (hidden; the rest is dropped),
+    for ``compile_shared_library(runtime_object=...)``.  -O3: its GEMM, convolution and sort are
+    the hot code of the loops that call them."""
     cc = find_tool("cc")
     with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
         out = os.path.join(tmp, "runtime.o")
-        _run([cc, *_C_FLAGS, "-O3", *_SHARED_RUNTIME, "-c", _RUNTIME_C, "-o", out], "compiling the support code")
+        _run([cc, *_C_FLAGS, "-O3", *_wanted(names), "-c", _RUNTIME_C, "-o", out], "compiling the support code")
         with open(out, "rb") as f:
             return f.read()
 
 
 def compile_shared_library(entries: dict[str, Computation], path: str, *, parallel_threshold: int,
-                           host_lapack: bool = False, runtime_object: bytes | None = None) -> None:
+                           host_lapack: bool = False, runtime_object=None) -> None:
     """Write the shared library ``path`` exporting ``int NAME(args..., results...)`` for each
     computation of an optimized module in ``entries`` (the jit's native loops: one library, one
-    C compiler run, for all the loops of a module).  With ``runtime_object`` (from
-    ``compile_runtime_object``) the C compiler reads only the generated driver, at -O1: it is
-    glue (pointer lists, calls, copies), the loops of kernels run in LLVM (``aot_loops``), the
-    support code is compiled already.  Without, the support code is compiled with it."""
+    C compiler run, for all the loops of a module).  With ``runtime_object(names)`` (giving
+    ``compile_runtime_object(names)``, or a copy kept of it) the C compiler reads only the
+    generated driver, at -O1: it is glue (pointer lists, calls, copies), the loops of kernels run
+    in LLVM (``aot_loops``) and the support code is compiled already.  Without, the support code
+    is compiled with it, at -O3."""
     cc = find_tool("cc")
     tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack,
                                      runtime="interface" if runtime_object else "full")
@@ -282,12 +289,14 @@ def compile_shared_library(entries: dict[str, Computation], path: str, *, parall
             f.write(tm.emit_object(mod))
         with open(driver_c, "w") as f:
             f.write(c_source)
-        objects = [kernels_o]
+        objects, flags = [kernels_o], [*_C_FLAGS, "-O3"]
         if runtime_object:
+            generated = c_source[c_source.index("/* ---- generated ---- */"):]
+            names = set(_RUNTIME_API.findall(generated))
             objects.append(os.path.join(tmp, "runtime.o"))
             with open(objects[-1], "wb") as f:
-                f.write(runtime_object)
-        flags = [*_C_FLAGS, "-O1", *_SHARED_RUNTIME] if runtime_object else [*_C_FLAGS, "-O3"]
+                f.write(runtime_object(names))
+            flags = [*_C_FLAGS, "-O1", *_wanted(names)]
         _run([cc, *flags, "-shared", driver_c, *objects, "-o", path, "-lm", "-lpthread"], "compiling the driver")
 
 

@@ -1,7 +1,7 @@
 /* Support code of nbxla's ahead-of-time objects (codegen/aot.py): what the jit runtime does
  * from Python, in C.  It is pasted at the top of every generated driver, so that everything
  * here is static to that one object: two AOT objects linked into one program do not clash
- * (the jit's native loops compile it once, separately: see "the interface" below).
+ * (the jit's native loops compile it separately: see "the interface" below).
  *
  *  - nbxla_parallel / nbxla_full_reduce: split a kernel's [begin, end) range over threads
  *    (threads started per call and joined before returning: no global state, so the entry
@@ -34,14 +34,18 @@
 typedef void (*nbxla_kernel)(void **buffers, int64_t begin, int64_t end);
 
 /* ---- the interface: what the generated driver calls ----
- * NBXLA_SHARED marks it.  Pasted in front of the driver (an AOT object) everything is static;
- * the jit's native loops compile this file once into an object of its own
- * (-DNBXLA_SHARED='__attribute__((visibility("hidden")))', kept in the persistent cache) and
- * each driver against the text up to "end of interface" only: the C compiler then reads and
- * optimizes only the generated code (codegen/aot.py: compile_shared_library). */
-#ifndef NBXLA_SHARED
-#define NBXLA_SHARED static
-#endif
+ * NBXLA_API(name) is such a routine's linkage.  Pasted in front of the driver (an AOT object)
+ * everything is static.  The jit's native loops compile this file on its own into an object
+ * (kept in the persistent cache) and each driver against the text up to "end of interface"
+ * only, both with -DNBXLA_WANT_<name>=~,NBXLA_HIDDEN for the routines that driver calls: those
+ * are hidden (linked into the loop library, not exported) and the others stay static, so the C
+ * compiler drops them unread (all twelve types of GEMM and convolution took it 10 s).
+ * (NBXLA_PICK takes the second of "~, NBXLA_HIDDEN, static" when NBXLA_WANT_<name> is defined,
+ * of "NBXLA_WANT_<name>, static" when it is not.) */
+#define NBXLA_HIDDEN __attribute__((visibility("hidden")))
+#define NBXLA_PICK2(a, b, ...) b
+#define NBXLA_PICK(...) NBXLA_PICK2(__VA_ARGS__)
+#define NBXLA_API(name) NBXLA_PICK(NBXLA_WANT_##name, static, ~)
 
 struct nbxla_conv {
     int64_t nsp, n_out, o, cpg, opg, obg, xs_b, xs_f, ws_o, ws_i, os_b, os_f;
@@ -53,10 +57,10 @@ struct nbxla_window {
     int64_t rank, in_dims[8], in_strides[8], src_dims[8], size[8], stride[8], pad_low[8], base_dil[8], win_dil[8];
 };
 
-NBXLA_SHARED void nbxla_parallel(nbxla_kernel fn, void **buffers, int64_t extent);
-NBXLA_SHARED void nbxla_full_reduce(nbxla_kernel partial, nbxla_kernel finish, void **buffers, int n_in,
+NBXLA_API(nbxla_parallel) void nbxla_parallel(nbxla_kernel fn, void **buffers, int64_t extent);
+NBXLA_API(nbxla_full_reduce) void nbxla_full_reduce(nbxla_kernel partial, nbxla_kernel finish, void **buffers, int n_in,
                                     int n_out, int64_t extent, int64_t max_parts, int64_t slots, char *scratch);
-NBXLA_SHARED void nbxla_transpose(const char *src, char *dst, int rank, const int64_t *dims,
+NBXLA_API(nbxla_transpose) void nbxla_transpose(const char *src, char *dst, int rank, const int64_t *dims,
                                   const int64_t *perm, int64_t esize);
 #define NBXLA_TYPED(API)                                                                          \
     API(f32, float, float) API(f64, double, double) API(c64, float complex, float complex)        \
@@ -64,36 +68,36 @@ NBXLA_SHARED void nbxla_transpose(const char *src, char *dst, int rank, const in
     API(s32, int32_t, uint32_t) API(s64, int64_t, uint64_t) API(u8, uint8_t, uint32_t)          \
     API(u16, uint16_t, uint32_t) API(u32, uint32_t, uint32_t) API(u64, uint64_t, uint64_t)
 #define NBXLA_GEMM_API(S, T, U)                                                                   \
-    NBXLA_SHARED void nbxla_gemm_##S(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a,  \
+    NBXLA_API(nbxla_gemm_##S) void nbxla_gemm_##S(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a,  \
                                      const T *b, T *c, T *packed);                                \
-    NBXLA_SHARED void nbxla_gemm_##S##_prepacked(int64_t batch, int64_t m, int64_t n, int64_t k,  \
+    NBXLA_API(nbxla_gemm_##S##_prepacked) void nbxla_gemm_##S##_prepacked(int64_t batch, int64_t m, int64_t n, int64_t k,  \
                                                  const T *a, const T *packed, T *c);
 #define NBXLA_CONV_API(S, T, U)                                                                   \
-    NBXLA_SHARED void nbxla_conv_##S(const T *x, const T *w, T *out, const struct nbxla_conv *d);
+    NBXLA_API(nbxla_conv_##S) void nbxla_conv_##S(const T *x, const T *w, T *out, const struct nbxla_conv *d);
 NBXLA_TYPED(NBXLA_GEMM_API)
 NBXLA_TYPED(NBXLA_CONV_API)
 #define NBXLA_MASKED_DOT_API(S, T)                                                                \
-    NBXLA_SHARED void nbxla_masked_dot_##S(const T *a, const T *b, T *c, int64_t m, int64_t k,    \
+    NBXLA_API(nbxla_masked_dot_##S) void nbxla_masked_dot_##S(const T *a, const T *b, T *c, int64_t m, int64_t k,    \
                                            int64_t n, const int64_t *r);
 NBXLA_MASKED_DOT_API(f64, double) NBXLA_MASKED_DOT_API(f32, float)
 NBXLA_MASKED_DOT_API(c128, double complex) NBXLA_MASKED_DOT_API(c64, float complex)
-NBXLA_SHARED int nbxla_solve(int kind, const char *a, const char *b, char *x, int64_t batch, int64_t n,
+NBXLA_API(nbxla_solve) int nbxla_solve(int kind, const char *a, const char *b, char *x, int64_t batch, int64_t n,
                              int64_t nrhs, int64_t esize, char *work);
-NBXLA_SHARED void nbxla_sort(int n_ops, char *const *in, char *const *out, const int64_t *esize,
+NBXLA_API(nbxla_sort) void nbxla_sort(int n_ops, char *const *in, char *const *out, const int64_t *esize,
                              int64_t outer, int64_t n, int64_t inner, nbxla_kernel less,
                              int64_t less_extent, int64_t *perm);
-NBXLA_SHARED void nbxla_topk(const char *x, char *values, int32_t *positions, int64_t rows, int64_t n,
+NBXLA_API(nbxla_topk) void nbxla_topk(const char *x, char *values, int32_t *positions, int64_t rows, int64_t n,
                              int64_t k, int64_t esize, nbxla_kernel before, int64_t before_extent,
                              char *scratch);
-NBXLA_SHARED void nbxla_select_and_scatter(const char *operand, const char *source, const char *init,
+NBXLA_API(nbxla_select_and_scatter) void nbxla_select_and_scatter(const char *operand, const char *source, const char *init,
                                            char *out, int64_t esize, const struct nbxla_window *w,
                                            nbxla_kernel select, int64_t select_extent,
                                            nbxla_kernel scatter, int64_t scatter_extent);
-NBXLA_SHARED void nbxla_fft(const char *in, char *out, int kind, int in_type, int out_type, int64_t batch,
+NBXLA_API(nbxla_fft) void nbxla_fft(const char *in, char *out, int kind, int in_type, int out_type, int64_t batch,
                             int nd, const int64_t *len, double complex *work, double complex *line);
-NBXLA_SHARED void nbxla_potrf_f32(const float *a, float *factor, int32_t *info, int64_t batch, int64_t n,
+NBXLA_API(nbxla_potrf_f32) void nbxla_potrf_f32(const float *a, float *factor, int32_t *info, int64_t batch, int64_t n,
                                   int lower, double *work);
-NBXLA_SHARED void nbxla_potrf_f64(const double *a, double *factor, int32_t *info, int64_t batch, int64_t n,
+NBXLA_API(nbxla_potrf_f64) void nbxla_potrf_f64(const double *a, double *factor, int32_t *info, int64_t batch, int64_t n,
                                   int lower, double *work);
 /* ---- end of interface ---- */
 
@@ -134,7 +138,7 @@ static void nbxla_run_tasks(struct nbxla_task *tasks, int n) {
 }
 
 /* ``fn`` over [0, extent), split into one contiguous part per worker. */
-NBXLA_SHARED void nbxla_parallel(nbxla_kernel fn, void **buffers, int64_t extent) {
+NBXLA_API(nbxla_parallel) void nbxla_parallel(nbxla_kernel fn, void **buffers, int64_t extent) {
     int64_t n = nbxla_workers();
     if (n > extent) n = extent;
     if (n <= 1) { fn(buffers, 0, extent); return; }
@@ -148,7 +152,7 @@ NBXLA_SHARED void nbxla_parallel(nbxla_kernel fn, void **buffers, int64_t extent
  * [0, extent) into ``slots`` 8-byte slots at scratch + 8*slots*c, then ``finish`` combines the
  * parts (called with begin = the number of parts).  ``buffers`` holds the n_in inputs, then
  * the outputs, then room for one pointer; ``scratch`` has room for NBXLA_MAX_THREADS parts. */
-NBXLA_SHARED void nbxla_full_reduce(nbxla_kernel partial, nbxla_kernel finish, void **buffers, int n_in,
+NBXLA_API(nbxla_full_reduce) void nbxla_full_reduce(nbxla_kernel partial, nbxla_kernel finish, void **buffers, int n_in,
                               int n_out, int64_t extent, int64_t max_parts, int64_t slots, char *scratch) {
     int64_t parts = nbxla_workers();
     if (parts > max_parts) parts = max_parts;
@@ -168,7 +172,7 @@ NBXLA_SHARED void nbxla_full_reduce(nbxla_kernel partial, nbxla_kernel finish, v
 
 /* dst = src transposed: dst's dimension i is src's dimension perm[i] (row-major, any element
  * size).  Puts a dot's operands in [batch, rows, columns] order. */
-NBXLA_SHARED void nbxla_transpose(const char *src, char *dst, int rank, const int64_t *dims,
+NBXLA_API(nbxla_transpose) void nbxla_transpose(const char *src, char *dst, int rank, const int64_t *dims,
                             const int64_t *perm, int64_t esize) {
     int64_t src_strides[16], out_dims[16], step[16], index[16], total = 1;
     for (int i = rank - 1, s = esize; i >= 0; i--) { src_strides[i] = s; s *= dims[i]; }
@@ -285,7 +289,7 @@ NBXLA_SHARED void nbxla_transpose(const char *src, char *dst, int rank, const in
             }                                                                                     \
         }                                                                                         \
     }                                                                                             \
-    NBXLA_SHARED void NAME(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a, const T *b,\
+    NBXLA_API(NAME) void NAME(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a, const T *b,\
                      T *c, T *packed) {                                                           \
         if (n == 1 || m == 1) { /* vector forms: no packing, which would cost more than the work */ \
             NAME##_vector(batch, m, n, k, a, b, c);                                               \
@@ -297,7 +301,7 @@ NBXLA_SHARED void nbxla_transpose(const char *src, char *dst, int rank, const in
         }                                                                                         \
     }                                                                                             \
     /* B packed at compile time (a constant): batch blocks of k * round_up(n, NBXLA_NR) */      \
-    NBXLA_SHARED void NAME##_prepacked(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a,\
+    NBXLA_API(NAME##_prepacked) void NAME##_prepacked(int64_t batch, int64_t m, int64_t n, int64_t k, const T *a,\
                                  const T *packed, T *c) {                                         \
         int64_t panels = (n + NBXLA_NR - 1) / NBXLA_NR * NBXLA_NR * k;                            \
         for (int64_t s = 0; s < batch; s++)                                                       \
@@ -353,7 +357,7 @@ void nbxla_set_lapack(void *s, void *d, void *c, void *z) {
 /* x[s] = solve(a[s], b[s]) for each of ``batch`` systems (a: n x n, b and x: n x nrhs, row-major,
  * elements of ``esize`` bytes); ``work`` has room for n * n elements and n int64 pivots.
  * Returns 0, 2 for a singular matrix (NumPy raises LinAlgError), 3 without LAPACK. */
-NBXLA_SHARED int nbxla_solve(int kind, const char *a, const char *b, char *x, int64_t batch, int64_t n, int64_t nrhs,
+NBXLA_API(nbxla_solve) int nbxla_solve(int kind, const char *a, const char *b, char *x, int64_t batch, int64_t n, int64_t nrhs,
                        int64_t esize, char *work) {
     nbxla_gesv_fn gesv = nbxla_lapack_gesv[kind];
     if (gesv == NULL) return 3;
@@ -376,7 +380,7 @@ NBXLA_SHARED int nbxla_solve(int kind, const char *a, const char *b, char *x, in
 /* c (m x n, row-major) = a (m x k) @ b (k x n), read only in the window r = {m0, m1, k0, k1, n0,
  * n1} (run-time bounds, already clamped); c is zero outside rows [m0, m1) x columns [n0, n1). */
 #define NBXLA_MASKED_DOT(NAME, T, GEMM_CALL)                                                       \
-    NBXLA_SHARED void NAME(const T *a, const T *b, T *c, int64_t m, int64_t k, int64_t n,          \
+    NBXLA_API(NAME) void NAME(const T *a, const T *b, T *c, int64_t m, int64_t k, int64_t n,          \
                            const int64_t *r) {                                                \
         int64_t m0 = r[0], m1 = r[1], k0 = r[2], k1 = r[3], n0 = r[4], n1 = r[5];                  \
         memset(c, 0, (size_t)(m * n) * sizeof(T));                                                \
@@ -445,7 +449,7 @@ NBXLA_MASKED_DOT(nbxla_masked_dot_c64, float complex, ;)
 /* (struct nbxla_conv: in the interface above) */
 
 #define NBXLA_CONV(NAME, T, U)                                                                    \
-    NBXLA_SHARED void NAME(const T *x, const T *w, T *out, const struct nbxla_conv *d) {          \
+    NBXLA_API(NAME) void NAME(const T *x, const T *w, T *out, const struct nbxla_conv *d) {          \
         int64_t out_total = 1, k_total = 1, oi[8], ki[8];                                         \
         for (int64_t s = 0; s < d->nsp; s++) { out_total *= d->out_size[s]; k_total *= d->k_size[s]; } \
         for (int64_t b = 0; b < d->n_out; b++)                                                    \
@@ -504,7 +508,7 @@ NBXLA_CONV(nbxla_conv_u64, uint64_t, uint64_t)
  * merge sort of a permutation: an element of the right run goes first only when it compares
  * less than the left one, so equal elements keep their order (a stable sort: for a strict
  * weak order the same result as the evaluator's merge sort).  ``perm`` has room for 2n. */
-NBXLA_SHARED void nbxla_sort(int n_ops, char *const *in, char *const *out, const int64_t *esize,
+NBXLA_API(nbxla_sort) void nbxla_sort(int n_ops, char *const *in, char *const *out, const int64_t *esize,
                        int64_t outer, int64_t n, int64_t inner, nbxla_kernel less,
                        int64_t less_extent, int64_t *perm) {
     void *args[2 * n_ops + 1];
@@ -546,7 +550,7 @@ NBXLA_SHARED void nbxla_sort(int n_ops, char *const *in, char *const *out, const
  * positions.  A stable sort of (x, 0..n-1) by ``before``, of which the first k are kept.
  * ``scratch``: 4n*rows (positions) + (esize + 4)*n*rows (sorted copies) + 16n (permutation),
  * each rounded up to 8 bytes. */
-NBXLA_SHARED void nbxla_topk(const char *x, char *values, int32_t *positions, int64_t rows, int64_t n, int64_t k,
+NBXLA_API(nbxla_topk) void nbxla_topk(const char *x, char *values, int32_t *positions, int64_t rows, int64_t n, int64_t k,
                        int64_t esize, nbxla_kernel before, int64_t before_extent, char *scratch) {
 #define NBXLA_ALIGN8(bytes) (((bytes) + 7) / 8 * 8)
     int32_t *iota = (int32_t *)scratch;
@@ -572,7 +576,7 @@ NBXLA_SHARED void nbxla_topk(const char *x, char *values, int32_t *positions, in
  * ``scatter(out, source)``.  Window positions as in nbxla_conv. */
 /* (struct nbxla_window: in the interface above) */
 
-NBXLA_SHARED void nbxla_select_and_scatter(const char *operand, const char *source, const char *init, char *out,
+NBXLA_API(nbxla_select_and_scatter) void nbxla_select_and_scatter(const char *operand, const char *source, const char *init, char *out,
                                      int64_t esize, const struct nbxla_window *w, nbxla_kernel select,
                                      int64_t select_extent, nbxla_kernel scatter, int64_t scatter_extent) {
     int64_t total = 1, src_total = 1, win_total = 1, si[8] = {0}, ki[8];
@@ -670,7 +674,7 @@ static void nbxla_dft_axis(double complex *work, int64_t batch, int nd, const in
         }
 }
 
-NBXLA_SHARED void nbxla_fft(const char *in, char *out, int kind, int in_type, int out_type, int64_t batch, int nd,
+NBXLA_API(nbxla_fft) void nbxla_fft(const char *in, char *out, int kind, int in_type, int out_type, int64_t batch, int nd,
                       const int64_t *len, double complex *work, double complex *line) {
     int64_t n = len[nd - 1], full = batch, rows;
     for (int d = 0; d < nd; d++) full *= len[d];
@@ -701,7 +705,7 @@ NBXLA_SHARED void nbxla_fft(const char *in, char *out, int kind, int in_type, in
  * the first leading minor that is not positive definite, with the factor all NaN.  Computed in
  * double.  ``work`` holds n*n doubles. */
 #define NBXLA_POTRF(NAME, T)                                                                      \
-    NBXLA_SHARED void NAME(const T *a, T *factor, int32_t *info, int64_t batch, int64_t n,        \
+    NBXLA_API(NAME) void NAME(const T *a, T *factor, int32_t *info, int64_t batch, int64_t n,        \
                            int lower,                                                         \
                      double *work) {                                                              \
         for (int64_t b = 0; b < batch; b++) {                                                     \

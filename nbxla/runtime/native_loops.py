@@ -221,18 +221,19 @@ def _unsuitable(instr: Instruction) -> str:
 _RUNTIME_OBJECTS: dict[str, bytes] = {}      # compiled support code, by runtime_object_key()
 
 
-def _runtime_object(store: PersistentCache | None) -> bytes:
-    """The driver's support code compiled once: per process, and in the persistent cache (the
-    C compiler's time on it was half of a native loop's compile time)."""
-    key = runtime_object_key()
+def _runtime_object(store: PersistentCache | None, names) -> bytes:
+    """The driver's support code with the routines ``names``, compiled once: kept per process and
+    in the persistent cache (compiled with each driver, it was half of a native loop's compile
+    time)."""
+    key = runtime_object_key(names)
     found = _RUNTIME_OBJECTS.get(key)
     if found is None and store is not None:
         cached = store.load(f"aot-runtime-{key}")
         found = cached[1] if cached is not None else None
     if found is None:
-        found = compile_runtime_object()
+        found = compile_runtime_object(names)
         if store is not None:
-            store.save(f"aot-runtime-{key}", {"what": "aot_runtime.c"}, found)
+            store.save(f"aot-runtime-{key}", {"what": "aot_runtime.c", "routines": sorted(names)}, found)
     _RUNTIME_OBJECTS[key] = found
     return found
 
@@ -255,7 +256,7 @@ def _build(loops: list[Instruction], store: PersistentCache | None = None) -> by
     with tempfile.TemporaryDirectory(prefix="nbxla-loop-") as tmp:
         path = os.path.join(tmp, "loops.so")
         compile_shared_library(entries, path, parallel_threshold=PARALLEL_THRESHOLD,
-                               host_lapack=gesv_addresses() is not None, runtime_object=_runtime_object(store))
+                               host_lapack=gesv_addresses() is not None, runtime_object=lambda names: _runtime_object(store, names))
         with open(path, "rb") as f:
             return f.read()
 

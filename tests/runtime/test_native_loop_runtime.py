@@ -72,7 +72,7 @@ def test_a_library_linked_with_the_compiled_support_code_computes_the_same(tmp_p
     want = x
     for _ in range(5):
         want = a @ want
-    separate = _library(tmp_path, "separate.so", aot.compile_runtime_object())
+    separate = _library(tmp_path, "separate.so", aot.compile_runtime_object)
     together = _library(tmp_path, "together.so", None)
     np.testing.assert_allclose(_call(separate, a, x), want, rtol=1e-12)
     np.testing.assert_allclose(_call(together, a, x), want, rtol=1e-12)
@@ -81,12 +81,31 @@ def test_a_library_linked_with_the_compiled_support_code_computes_the_same(tmp_p
 def test_the_support_code_is_compiled_once_and_kept_in_the_persistent_cache(tmp_path, monkeypatch):
     store = PersistentCache(str(tmp_path / "cache"))
     monkeypatch.setattr(native_loops, "_RUNTIME_OBJECTS", {})
-    first = native_loops._runtime_object(store)
+    names = {"nbxla_gemm_f64", "nbxla_parallel"}
+    first = native_loops._runtime_object(store, names)
     assert first and any(name.startswith("aot-runtime-") for name in os.listdir(tmp_path / "cache"))
 
-    def refuse():
+    def refuse(names):
         raise AssertionError("compiled again")
     monkeypatch.setattr(native_loops, "compile_runtime_object", refuse)
-    assert native_loops._runtime_object(store) == first            # (this process's copy)
+    assert native_loops._runtime_object(store, names) == first            # (this process's copy)
     monkeypatch.setattr(native_loops, "_RUNTIME_OBJECTS", {})
-    assert native_loops._runtime_object(store) == first            # (the persistent cache's)
+    assert native_loops._runtime_object(store, names) == first            # (the persistent cache's)
+    with pytest.raises(AssertionError, match="compiled again"):          # (other routines: another)
+        native_loops._runtime_object(store, {"nbxla_sort"})
+
+
+def test_the_routines_a_driver_calls_are_found_by_the_interfaces_names():
+    """Every routine the interface of aot_runtime.c declares is matched by the pattern that
+    picks the routines a driver needs (one missing would be static: a link error)."""
+    import re
+    with open(aot._RUNTIME_C) as f:
+        interface = f.read().split("/* ---- end of interface ---- */")[0]
+    declared = set(re.findall(r"NBXLA_API\((nbxla_\w+)\)", interface))
+    for family in ("gemm", "conv"):
+        for t in ("f32", "f64", "c64", "c128", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"):
+            declared |= {f"nbxla_{family}_{t}"} | ({f"nbxla_gemm_{t}_prepacked"} if family == "gemm" else set())
+    declared |= {f"nbxla_masked_dot_{t}" for t in ("f32", "f64", "c64", "c128")}
+    assert all(aot._RUNTIME_API.fullmatch(name) for name in declared), \
+        sorted(n for n in declared if not aot._RUNTIME_API.fullmatch(n))
+    assert not aot._RUNTIME_API.fullmatch("nbxla_k_add_fusion_3") and not aot._RUNTIME_API.fullmatch("nbxla_p1")
