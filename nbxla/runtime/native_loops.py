@@ -244,21 +244,48 @@ def _build(loops: list[Instruction], store: PersistentCache | None = None) -> by
     entries = {}
     for k, instr in enumerate(loops):
         param = Instruction("parameter", instr.operands[0].shape, attrs={"parameter_number": 0}, name="state")
-        loop = Instruction("while", instr.shape, [param], dict(instr.attrs), name=instr.name)
+        init, extra = _known_start(instr, param)
+        loop = Instruction("while", instr.shape, [init], dict(instr.attrs), name=instr.name)
         fixed = passed_through(instr.attrs["body"])
         if fixed:     # (results: only what the loop changes; NativeLoopThunk hands back the rest)
             changed = [Instruction("get-tuple-element", e, [loop], {"index": j}, name=f"{instr.name}.{j}")
                        for j, e in enumerate(instr.shape.elements) if j not in fixed]
             root = Instruction("tuple", TupleShape(tuple(c.shape for c in changed)), changed, name=f"{instr.name}.out")
-            entries[f"loop{k}"] = Computation(f"{instr.name}.native", [param, loop, *changed, root], root)
+            entries[f"loop{k}"] = Computation(f"{instr.name}.native", [param, *extra, loop, *changed, root], root)
         else:
-            entries[f"loop{k}"] = Computation(f"{instr.name}.native", [param, loop], loop)
+            entries[f"loop{k}"] = Computation(f"{instr.name}.native", [param, *extra, loop], loop)
     with tempfile.TemporaryDirectory(prefix="nbxla-loop-") as tmp:
         path = os.path.join(tmp, "loops.so")
         compile_shared_library(entries, path, parallel_threshold=PARALLEL_THRESHOLD,
                                host_lapack=gesv_addresses() is not None, runtime_object=lambda names: _runtime_object(store, names))
         with open(path, "rb") as f:
             return f.read()
+
+
+def _known_start(instr: Instruction, param: Instruction) -> tuple[Instruction, list[Instruction]]:
+    """The loop's initial state in its library: ``param`` (the state the caller passes), with
+    the scalars the entry starts it from as constants (a counter's first value) built in.  Why:
+    LLVM then knows where the counter starts, and with the condition's bound, its range, so the
+    clamps of the indices it feeds fold away (``y[n] = ... y[n - 1]`` then forwards the stored
+    value to the next iteration instead of reading memory).  The caller still passes those
+    leaves (the same values); the library does not read them.  Returns (the state, the
+    instructions made for it)."""
+    state = instr.operands[0]
+    shape = state.shape
+    if state.opcode != "tuple" or any(e.is_tuple for e in shape.elements):
+        return param, []
+    known = {k: o for k, o in enumerate(state.operands)
+             if o.opcode == "constant" and not o.shape.is_tuple and not o.shape.dims}
+    if not known:
+        return param, []
+    made = []
+    for k, e in enumerate(shape.elements):
+        if k in known:
+            made.append(Instruction("constant", e, attrs={"literal": known[k].literal}, name=f"start{k}"))
+        else:
+            made.append(Instruction("get-tuple-element", e, [param], {"index": k}, name=f"state{k}"))
+    init = Instruction("tuple", shape, made, name="start")
+    return init, [*made, init]
 
 
 def _load(library: bytes) -> ctypes.CDLL:
