@@ -218,23 +218,32 @@ def _unsuitable(instr: Instruction) -> str:
     return ""
 
 
-_RUNTIME_OBJECTS: dict[str, bytes] = {}      # compiled support code, by runtime_object_key()
+# The support code compiled so far in this process: (the routines in it, the object).
+_RUNTIME_OBJECTS: list[tuple[frozenset, bytes]] = []
 
 
 def _runtime_object(store: PersistentCache | None, names) -> bytes:
-    """The driver's support code with the routines ``names``, compiled once: kept per process and
-    in the persistent cache (compiled with each driver, it was half of a native loop's compile
-    time)."""
-    key = runtime_object_key(names)
-    found = _RUNTIME_OBJECTS.get(key)
-    if found is None and store is not None:
-        cached = store.load(f"aot-runtime-{key}")
-        found = cached[1] if cached is not None else None
-    if found is None:
-        found = compile_runtime_object(names)
-        if store is not None:
-            store.save(f"aot-runtime-{key}", {"what": "aot_runtime.c", "routines": sorted(names)}, found)
-    _RUNTIME_OBJECTS[key] = found
+    """The driver's support code with (at least) the routines ``names``, compiled once: kept
+    per process and in the persistent cache (compiled with each driver, it was half of a native
+    loop's compile time).  A new one has every routine this process needed so far, so that the
+    next module most likely finds its routines in it (one C compiler run per new routine, not
+    per new combination)."""
+    needed = frozenset(names)
+    for routines, found in _RUNTIME_OBJECTS:
+        if needed <= routines:
+            return found
+    key = runtime_object_key(needed)
+    cached = store.load(f"aot-runtime-{key}") if store is not None else None
+    if cached is not None:
+        _RUNTIME_OBJECTS.append((needed, cached[1]))
+        return cached[1]
+    routines = needed.union(*(r for r, _ in _RUNTIME_OBJECTS))
+    found = compile_runtime_object(routines)
+    if store is not None:
+        for which in {needed, routines}:
+            store.save(f"aot-runtime-{runtime_object_key(which)}", {"what": "aot_runtime.c",
+                                                                   "routines": sorted(routines)}, found)
+    _RUNTIME_OBJECTS.append((routines, found))
     return found
 
 
