@@ -38,7 +38,7 @@ from ..hlo.shapes import Shape
 from .aot_driver import Driver, KernelSource, leaf_shapes
 from .aot_library import ALIGN
 from .aot_loops import LoopFunctions, llvm_loops_enabled
-from .cpu import optimize_module
+from .cpu import object_engine, optimize_module
 from .elemental import ELEMENTAL_RULES
 from .kernels import emit_kernel, standalone_computation, structure_key
 from .toolkit import KernelSpec
@@ -280,9 +280,28 @@ def compile_shared_library(entries: dict[str, Computation], path: str, *, parall
     generated driver, at -O1: it is glue (pointer lists, calls, copies), the loops of kernels run
     in LLVM (``aot_loops``) and the support code is compiled already.  Without, the support code
     is compiled with it, at -O3."""
-    cc = find_tool("cc")
     tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack,
                                      runtime="interface" if runtime_object else "full")
+    _link(tm, mod, c_source, path, runtime_object)
+
+
+def compile_native_loops(entries: dict[str, Computation], path: str, *, parallel_threshold: int,
+                         host_lapack: bool, runtime_object) -> bytes | None:
+    """As ``compile_shared_library``, except where every program of ``entries`` runs in LLVM
+    (loops of kernels, see ``aot_loops``): then the entry points are made in LLVM too and the
+    result is MCJIT object code (returned; ``cpu.object_engine`` loads it), with no C compiler
+    or linker run (half of such a loop's compile time); else the library is written to
+    ``path`` and None returned."""
+    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack,
+                                     runtime="interface", native_entries=True)
+    if c_source is None:
+        return object_engine(mod)[1]
+    _link(tm, mod, c_source, path, runtime_object)
+    return None
+
+
+def _link(tm, mod, c_source: str, path: str, runtime_object) -> None:
+    cc = find_tool("cc")
     with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
         kernels_o, driver_c = os.path.join(tmp, "kernels.o"), os.path.join(tmp, "driver.c")
         with open(kernels_o, "wb") as f:
@@ -301,16 +320,25 @@ def compile_shared_library(entries: dict[str, Computation], path: str, *, parall
 
 
 def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_threshold: int,
-           host_lapack: bool = False, runtime: str = "full"):
+           host_lapack: bool = False, runtime: str = "full", native_entries: bool = False):
     """(target machine, optimized LLVM module of the kernels, the kernel source, the driver's C
     with an entry point per computation, their programs).  ``runtime``: the support code in
-    front of the driver, "full" or only its "interface" (compiled separately)."""
+    front of the driver, "full" or only its "interface" (compiled separately).  With
+    ``native_entries``, the entry points are made in LLVM where every program runs there: then
+    there is no C (None)."""
     tm = _target_machine(cpu)
     kernels = _Kernels(prefix, llvm.get_process_triple())
     driver = Driver(prefix, kernels, parallel_threshold, host_lapack)
     programs = [driver.program(comp) for comp in entries.values()]
     programs_c = driver.source(programs)
-    kernels.loops.finish(programs_c)
+    native_entries = native_entries and all(p.ops is not None for p in programs)
+    if native_entries:
+        for (name, comp), program in zip(entries.items(), programs):
+            kernels.loops.entry_point(name, program, sum(len(leaf_shapes(p.shape)) for p in comp.parameters),
+                                      len(leaf_shapes(comp.root.shape)))
+        programs_c = ""
+    else:
+        kernels.loops.finish(programs_c)
     # Kernels no C calls (those of loops compiled in LLVM) are internal: once inlined into their
     # loop, LLVM drops them instead of optimizing and emitting a second copy.
     called = set(re.findall(r"\w+", programs_c))
@@ -335,7 +363,7 @@ def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_thre
         runtime_c = runtime_c[:runtime_c.index(end) + len(end)] + "\n"
     c_source = "\n".join([runtime_c, "/* ---- generated ---- */", declarations,
                           programs_c, *points])
-    return tm, mod, kernels, c_source, programs
+    return tm, mod, kernels, None if native_entries else c_source, programs
 
 
 def _params(arg_shapes, result_shapes) -> list[str]:

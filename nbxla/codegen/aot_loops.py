@@ -63,6 +63,29 @@ class LoopFunctions:
                 frame.b.ret_void()
                 self.names.append(name)
 
+    def entry_point(self, name: str, program: Program, n_args: int, n_results: int) -> None:
+        """``int NAME(args..., results...)`` running ``program`` (as the driver's C entry point
+        does): the scratch from aligned_alloc, 1 when that fails, else 0."""
+        fn = ir.Function(self.module, ir.FunctionType(ir.IntType(32), [_PTR] * (n_args + n_results)), name)
+        frame = _Frame(self, fn, params=False)
+        b = frame.b
+        ins = frame.pointer_array(list(fn.args[:n_args]), "in")
+        outs = frame.pointer_array(list(fn.args[n_args:]), "out")
+        scratch = ir.Constant(_PTR, None)
+        if program.scratch_bytes:
+            alloc = self._libc("aligned_alloc", _PTR, [_I64, _I64])
+            scratch = b.call(alloc, [_i64(64), _i64(-(-program.scratch_bytes // 64) * 64)])
+            with b.if_then(b.icmp_unsigned("==", scratch, ir.Constant(_PTR, None))):
+                b.ret(ir.Constant(ir.IntType(32), 1))
+        b.call(self.program(program), [ins, outs, scratch])
+        if program.scratch_bytes:
+            b.call(self._libc("free", ir.VoidType(), [_PTR]), [scratch])
+        b.ret(ir.Constant(ir.IntType(32), 0))
+
+    def _libc(self, name: str, ret, args) -> ir.Function:
+        found = self.module.globals.get(name)
+        return found if found is not None else ir.Function(self.module, ir.FunctionType(ret, args), name)
+
     def program(self, program: Program) -> ir.Function:
         fn = self.programs.get(program.symbol)
         if fn is None:
@@ -79,9 +102,10 @@ class LoopFunctions:
 class _Frame:
     """One function being emitted: its ``in``, ``out`` and ``scratch`` and a builder."""
 
-    def __init__(self, owner: LoopFunctions, fn: ir.Function):
+    def __init__(self, owner: LoopFunctions, fn: ir.Function, params: bool = True):
         self.owner, self.fn = owner, fn
-        self.ins, self.outs, self.scratch = fn.args
+        if params:
+            self.ins, self.outs, self.scratch = fn.args
         self.entry = fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.entry)
 
@@ -103,7 +127,7 @@ class _Frame:
             return b.bitcast(self.owner.module.get_global(buf.index), _PTR)
         return b.gep(self.scratch, [_i64(buf.index)])
 
-    def _pointer_array(self, values: list, name: str):
+    def pointer_array(self, values: list, name: str):
         array = self._alloca(ir.ArrayType(_PTR, max(1, len(values))), name)
         for k, v in enumerate(values):
             self.b.store(v, self.b.gep(array, [_i64(0), ir.Constant(ir.IntType(32), k)]))
@@ -122,7 +146,7 @@ class _Frame:
         if kind == "kernel":
             _, symbol, buffers, extent = op
             kernel = self.owner.module.get_global(symbol)
-            array = self._pointer_array([self.pointer(buf) for buf in buffers], "b")
+            array = self.pointer_array([self.pointer(buf) for buf in buffers], "b")
             self.b.call(kernel, [array, _i64(0), _i64(extent)])
         elif kind == "copy":
             _, k, buf, nbytes = op
@@ -153,10 +177,10 @@ class _Frame:
         second = [self._local(leaf.nbytes, f"next{k}") if local else
                   s if off is None else b.gep(self.scratch, [_i64(off)])
                   for k, (leaf, s, off, local) in enumerate(zip(step.state, state, step.second, small))]
-        cur = self._pointer_array(current, "cur")
-        nxt = self._pointer_array(second, "nxt")
+        cur = self.pointer_array(current, "cur")
+        nxt = self.pointer_array(second, "nxt")
         pred = self._local(1, "pred")
-        pd = self._pointer_array([pred], "pd")
+        pd = self.pointer_array([pred], "pd")
         region = b.gep(self.scratch, [_i64(step.region)])
         for buf, dst, leaf in zip(step.init, current, step.state):
             self._copy_if_different(dst, self.pointer(buf), leaf.nbytes)

@@ -67,6 +67,22 @@ def jit_engine(mod):
     return engine
 
 
+def object_engine(mod=None, obj: bytes | None = None):
+    """(an MCJIT engine, its object code) for an optimized parsed module ``mod``, or for object
+    code ``obj`` compiled earlier that way (loaded as given: no module, no LLVM passes).  The
+    code lives as long as the engine (the native loops' libraries made without a C compiler)."""
+    captured: list[bytes] = []
+    with _lock:
+        if obj is None:
+            engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
+            engine.set_object_cache(notify_func=lambda m, buf: captured.append(bytes(buf)))
+        else:
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
+            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+    return engine, obj if obj is not None else captured[0]
+
+
 @dataclass
 class CompiledKernels:
     """Machine code for a set of kernels; keeps the JIT engine (and so the code) alive."""

@@ -23,10 +23,10 @@ import tempfile
 
 import numpy as np
 
-from ..codegen.aot import compile_runtime_object, compile_shared_library, runtime_object_key
+from ..codegen.aot import compile_native_loops, compile_runtime_object, runtime_object_key
 from ..codegen.aot_driver import passed_through
 from ..codegen.aot_loops import llvm_loops_enabled
-from ..codegen.cpu import target_fingerprint
+from ..codegen.cpu import object_engine, target_fingerprint
 from ..errors import NbxlaError, UnsupportedError
 from ..hlo import TupleShape
 from ..hlo.evaluator_linalg import MASKED_DOT_TARGET
@@ -185,9 +185,9 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
                                  f"{module_text}".encode()).hexdigest()
             cached = store.load(key)
             if cached is not None:
-                library = _load(cached[1])
+                library = _load(cached[0].get("kind", "library"), cached[1])
                 return {**found, **{id(i): NativeLoopThunk(library, f"loop{k}", i) for k, i in enumerate(chosen)}}
-        data = _build(chosen, store)
+        kind, data = _build(chosen, store)
     except (NbxlaError, UnsupportedError, OSError, subprocess.SubprocessError) as e:
         if len(chosen) > 1:      # find the loops that fail; the others are compiled together
             one_by_one = {id(i): native_loops([i], module_text, None)[id(i)] for i in chosen}
@@ -195,8 +195,8 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
             return {**found, **one_by_one, **(native_loops(kept, module_text, store) if kept else {})}
         return {**found, id(chosen[0]): f"host-driven: {str(e).splitlines()[0] if str(e) else type(e).__name__}"}
     if store is not None:
-        store.save(key, {"loops": len(chosen)}, data)
-    library = _load(data)
+        store.save(key, {"loops": len(chosen), "kind": kind}, data)
+    library = _load(kind, data)
     return {**found, **{id(i): NativeLoopThunk(library, f"loop{k}", i) for k, i in enumerate(chosen)}}
 
 
@@ -247,9 +247,11 @@ def _runtime_object(store: PersistentCache | None, names) -> bytes:
     return found
 
 
-def _build(loops: list[Instruction], store: PersistentCache | None = None) -> bytes:
-    """The shared library (bytes) exporting ``int loopK(const T *state leaves..., T *results...)``
-    for the K-th of ``loops``."""
+def _build(loops: list[Instruction], store: PersistentCache | None = None) -> tuple[str, bytes]:
+    """("object", MCJIT object code) or ("library", a shared library) exporting
+    ``int loopK(const T *state leaves..., T *results...)`` for the K-th of ``loops``: object code
+    where every loop runs in LLVM (no C compiler or linker run: they were half of such a
+    loop's compile time), else a library with the driver's C."""
     entries = {}
     for k, instr in enumerate(loops):
         param = Instruction("parameter", instr.operands[0].shape, attrs={"parameter_number": 0}, name="state")
@@ -265,10 +267,13 @@ def _build(loops: list[Instruction], store: PersistentCache | None = None) -> by
             entries[f"loop{k}"] = Computation(f"{instr.name}.native", [param, *extra, loop], loop)
     with tempfile.TemporaryDirectory(prefix="nbxla-loop-") as tmp:
         path = os.path.join(tmp, "loops.so")
-        compile_shared_library(entries, path, parallel_threshold=PARALLEL_THRESHOLD,
-                               host_lapack=gesv_addresses() is not None, runtime_object=lambda names: _runtime_object(store, names))
+        obj = compile_native_loops(entries, path, parallel_threshold=PARALLEL_THRESHOLD,
+                                   host_lapack=gesv_addresses() is not None,
+                                   runtime_object=lambda names: _runtime_object(store, names))
+        if obj is not None:
+            return "object", obj
         with open(path, "rb") as f:
-            return f.read()
+            return "library", f.read()
 
 
 def _known_start(instr: Instruction, param: Instruction) -> tuple[Instruction, list[Instruction]]:
@@ -297,7 +302,22 @@ def _known_start(instr: Instruction, param: Instruction) -> tuple[Instruction, l
     return init, [*made, init]
 
 
-def _load(library: bytes) -> ctypes.CDLL:
+class _ObjectLibrary:
+    """Object code loaded by MCJIT, its functions reached as a ctypes library's are."""
+
+    def __init__(self, obj: bytes):
+        self.engine, _ = object_engine(obj=obj)     # (the code lives as long as the engine)
+
+    def __getattr__(self, name: str):
+        address = self.engine.get_function_address(name)
+        if not address:
+            raise AttributeError(name)
+        return ctypes.CFUNCTYPE(ctypes.c_int)(address)
+
+
+def _load(kind: str, library: bytes):
+    if kind == "object":
+        return _ObjectLibrary(library)
     # (dlopen needs a file; it stays mapped after the file is removed)
     with tempfile.NamedTemporaryFile(prefix="nbxla-loop-", suffix=".so") as f:
         f.write(library)
