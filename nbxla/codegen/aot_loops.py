@@ -10,6 +10,9 @@ kernels' module: LLVM inlines the kernels, keeps the state's pointers in registe
 optimizes across the body.  The function has the signature of a driver program,
 ``void f(void *const *in, void *const *out, char *scratch)``, and resolves buffers exactly
 as the C would (the same ``Buffer`` plan), so the driver simply calls it in the loop's place.
+Where every program of a module is of this kind, ``entry_point`` makes the entry points in
+LLVM as well and the module needs no C at all (``aot.compile_native_loops``: the jit's native
+loops are then loaded by LLVM's JIT, with no C compiler or linker run).
 """
 
 from __future__ import annotations
