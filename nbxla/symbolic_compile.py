@@ -48,7 +48,7 @@ class SymbolicProgram:
     program: TracedProgram              # the first probe's trace (how values map in and out)
     compilation: Compilation            # record: symbolic hlo/optimized, first probe's executable
     symbols: dict[str, list[tuple[int, int]]]   # symbol -> (argument leaf, dim) that carry it
-    extents: dict[str, object]          # kernel symbol -> its range extent (int or SymDim)
+    extents: dict[str, "KernelSizes"]   # kernel symbol -> its sizes (ints or SymDims)
     # Sizes the program reads as values (a mean's count): extra trailing arguments, (k*b, dtype)
     sizes: list = field(default_factory=list)
     bounds: dict = field(default_factory=dict)     # symbol -> the largest size it serves
@@ -74,8 +74,7 @@ class SymbolicProgram:
         base = self.compilation
         module = bind_entry(base.optimized, values)
         kernels = base.executable.native.kernels
-        specs = {name: replace(spec, parallel_extent=_bind(self.extents[name], values))
-                 for name, spec in kernels.specs.items()}
+        specs = {name: self.extents[name].bind(spec, values) for name, spec in kernels.specs.items()}
         executable = cpu_executable(CpuExecutable(module, plan_buffers(module), kernels=replace(kernels, specs=specs),
                                                   symbols=base.executable.native.kernel_symbols))
         if self.sizes:
@@ -105,6 +104,37 @@ def _bind(extent, values):
     return extent.bind(values) if isinstance(extent, SymDim) else extent
 
 
+@dataclass(frozen=True)
+class KernelSizes:
+    """What of a kernel's spec depends on the sizes: its range, its work per unit of range (for
+    the threading decision) and the sizes it reads when it runs; each an int or a ``SymDim``."""
+    extent: object
+    work_per_unit: object
+    sizes: tuple = ()
+
+    def bind(self, spec, values: dict[str, int]):
+        return replace(spec, parallel_extent=_bind(self.extent, values),
+                       work_per_unit=_bind(self.work_per_unit, values),
+                       sizes=tuple(_bind(s, values) for s in self.sizes))
+
+
+def mark_unknown_axes(symbolic, *concrete) -> None:
+    """Give every fused computation of the ``concrete`` probes (instances of ``symbolic``,
+    computation by computation, instruction names equal: ``generalize_module``) the axes of
+    each instruction whose size is unknown, for the kernel emitters (``comp.unknown_axes``)."""
+    for sym, *probes in zip(symbolic.computations, *(m.computations for m in concrete)):
+        if sym is symbolic.entry:
+            continue
+        axes = {}
+        for instr in sym.instructions:
+            if not instr.shape.is_tuple:
+                found = tuple(d for d, n in enumerate(instr.shape.dims) if isinstance(n, SymDim))
+                if found:
+                    axes[instr.name] = found
+        for comp in probes:
+            comp.unknown_axes = axes
+
+
 def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], leaves: list,
                      marks: dict[tuple[int, int], str], device: str, explanation: str = "") -> SymbolicProgram:
     """Compile with the dimensions ``marks`` ((leaf, dim) -> symbol) unknown.  ``trace_at(leaves,
@@ -121,10 +151,20 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
             raise SymbolicDimensionError(f"{name} has sizes {hints[name]} and {size} in one call")
     if len(set(hints.values())) != len(hints):
         raise SymbolicDimensionError("two symbols with the same size in one call (they are one symbol)")
+    call_sizes = hints
+    hints = _first_probe_sizes(hints)
     by_size = {size: name for name, size in hints.items()}
+    if hints != call_sizes:         # (stand-ins, as for the other probes: tracing reads no values)
+        leaves = _probe_leaves(leaves, marks, {call_sizes[name]: size for name, size in hints.items()}.__getitem__)
     start = time.perf_counter()
     log1: list = []
-    first = trace_at(leaves, log1)
+    try:
+        first = trace_at(leaves, log1)
+    except Exception as e:
+        if hints == call_sizes:     # (the call's own sizes: the user's error, raised as it is)
+            raise
+        raise SymbolicDimensionError(f"the program does not trace at other sizes ({type(e).__name__}: "
+                                     f"{str(e).splitlines()[0] if str(e) else ''})") from None
     log2: list = []
     try:
         second = trace_at(_probe_leaves(leaves, marks, second_probe), log2)
@@ -151,6 +191,9 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     if any(i.opcode == "convolution" for c in pipe1.module.computations for i in c.instructions):
         # (the CPU runtime folds a convolution into its consumer in place, per module)
         raise SymbolicDimensionError("convolutions have no symbolic runtime path yet")
+    # Kernels may read sizes along unknown axes when they run (a column sum's row count):
+    # the emitters see which axes those are (``codegen/toolkit.unknown_axes``).
+    mark_unknown_axes(symbolic_optimized, pipe1.module, pipe2.module)
     # (Compared before compiling: a refusal costs no LLVM time.)
     text1, specs1 = kernel_llvm_ir(pipe1.module)
     text2, specs2 = kernel_llvm_ir(pipe2.module)
@@ -158,14 +201,17 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     extents = {}
     for name, spec in specs1.items():
         other = specs2.get(name)
-        if other is None or replace(other, parallel_extent=0, object_entry=None) != \
-                replace(spec, parallel_extent=0, object_entry=None):
+        sized = dict(parallel_extent=0, work_per_unit=0, sizes=(), object_entry=None)
+        if other is None or replace(other, **sized) != replace(spec, **sized) or \
+                len(other.sizes) != len(spec.sizes):
             raise SymbolicDimensionError(f"kernel {name} is planned differently at different sizes")
         if spec.style not in _RANGED_STYLES and spec.parallel_extent != other.parallel_extent:
             raise SymbolicDimensionError(f"kernel {name} ({spec.style}) reads its size from its code, "
                                          "not its range")
-        extents[name] = spec.parallel_extent if spec.parallel_extent == other.parallel_extent else \
-            _extent_symbol(spec.parallel_extent, other.parallel_extent, by_size, name)
+        extents[name] = KernelSizes(
+            _symbolic(spec.parallel_extent, other.parallel_extent, by_size, name),
+            _symbolic(spec.work_per_unit, other.work_per_unit, by_size, name),
+            tuple(_symbolic(a, b, by_size, name) for a, b in zip(spec.sizes, other.sizes)))
     executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment")))
     if executable.native.kernels.unsupported:
         raise SymbolicDimensionError("a fusion runs on the evaluator: " +
@@ -178,6 +224,27 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     for (leaf, dim), name in sorted(marks.items()):
         symbols.setdefault(name, []).append((leaf, dim))
     return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds)
+
+
+# The first probe traces at the call's sizes when they are at least this; smaller sizes are
+# probed at ``SMALL_PROBES`` instead.  Why: a small size equals the small literals programs are
+# full of (a mean's count of 2 and the exponent of ``x ** 2`` became one constant: another
+# program than at other sizes), and one compilation serves every size, whichever it was
+# traced at (the smallest sizes are still traced: ``_check_extreme_sizes``).
+PROBE_FLOOR = 16
+SMALL_PROBES = (17, 19, 23, 29, 31, 37, 41, 43, 47, 53)
+
+
+def _first_probe_sizes(sizes: dict[str, int]) -> dict[str, int]:
+    """The size each symbol takes in the first probe (distinct, as the call's are)."""
+    taken = set(sizes.values())
+    spare = iter(p for p in SMALL_PROBES if p not in taken)
+    out = {}
+    for name, size in sizes.items():
+        out[name] = size if size >= PROBE_FLOOR else next(spare, None)
+        if out[name] is None:
+            raise SymbolicDimensionError("more small unknown sizes in one call than probe sizes")
+    return out
 
 
 def _check_program(program: TracedProgram) -> None:
@@ -256,6 +323,10 @@ def _same_code(text1: str, text2: str) -> None:
             break
     raise SymbolicDimensionError(f"the generated code of {kernel} depends on the size "
                                  "(a loop bound or stride baked in)")
+
+
+def _symbolic(e1: int, e2: int, by_size: dict[int, str], kernel: str):
+    return e1 if e1 == e2 else _extent_symbol(e1, e2, by_size, kernel)
 
 
 def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str) -> SymDim:

@@ -207,7 +207,8 @@ def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
                     spec.object_entry = _emit_full_reduction_entry(ir_module, spec, len(comp.parameters),
                                                                    _buffer_count(comp), object_data_offset)
                 else:
-                    spec.object_entry = _emit_object_entry(ir_module, name, _buffer_count(comp),
+                    # (a kernel reading sizes at run time takes their array last: RunSizes)
+                    spec.object_entry = _emit_object_entry(ir_module, name, _buffer_count(comp) + bool(spec.sizes),
                                                            object_data_offset)
         except UnsupportedError as e:
             unsupported[current] = str(e)

@@ -147,7 +147,8 @@ class CpuExecutable:
             distinct, compiled = kernel_computations(module, frozenset(self._native))
         key = None
         if store is not None:
-            names = ",".join(symbol for symbol, _ in compiled)
+            names = ",".join(symbol for symbol, _ in compiled) + \
+                repr([getattr(comp, "unknown_axes", None) for _, comp in distinct])
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
                                   print_module(module, KEY_TEXT)).encode()).hexdigest()
         self.kernels: CompiledKernels = kernels if kernels is not None else \
@@ -246,7 +247,7 @@ class CpuExecutable:
                                       spec.parallel_extent, spec.scratch_slots, spec.work_per_unit,
                                       self.kernels.addresses.get(spec.object_entry))
         return KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
-                           spec.work_per_unit, self.kernels.addresses.get(spec.object_entry))
+                           spec.work_per_unit, self.kernels.addresses.get(spec.object_entry), spec.sizes)
 
     def _constant_thunk(self, instr: Instruction, nested, literals: list) -> Callable:
         lit = _contiguous(instr.literal)
@@ -394,7 +395,7 @@ class CpuExecutable:
             return None
         number = dict(entry.params)
         order = [number[k] for k in operands]
-        fn, makers, extent = thunk.object_fn, thunk.makers, thunk.extent
+        fn, makers, extent, sizes = thunk.object_fn, thunk.makers, thunk.extent, getattr(thunk, "sizes", ())
         scalar = not thunk.outputs[pick or 0][0]
         # Arrays with these exact strides are C-contiguous (checking them is cheaper than
         # reading ``flags``); others, or other types, take the general runner.
@@ -411,7 +412,7 @@ class CpuExecutable:
                 if type(arr) is not np.ndarray or arr.strides != st:
                     return fallback(inputs)
             outs = [make() for make in makers]
-            fn(*args, *outs, 0, extent)
+            fn(*args, *outs, *sizes, 0, extent)
             out = outs[pick or 0]
             return out[()] if scalar else out
         run_single.executable = self
@@ -584,7 +585,8 @@ def _share_identical_kernels(compiled: list[tuple[str, Instruction]]):
     distinct, shared = [], []
     for symbol, instr in compiled:
         comp = _kernel_computation(instr)
-        key = instr.opcode + "\n" + structure_key(comp)
+        # (with the axes known only at run time, which change the code: symbolic_compile.py)
+        key = instr.opcode + "\n" + structure_key(comp) + repr(getattr(comp, "unknown_axes", ""))
         if key not in first:
             first[key] = symbol
             distinct.append((symbol, comp))

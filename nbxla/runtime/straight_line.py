@@ -75,8 +75,11 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             # (Every value here is an exact C-contiguous ndarray: parameters were made so
             # above, kernels, BLAS calls, constants and views give such arrays.)
             env[f"kernel{n}"], env[f"make{n}"] = thunk.object_fn, thunk.makers[0]
+            sizes = ""
+            if thunk.sizes:                 # (the sizes a kernel reads at run time, last)
+                env[f"sizes{n}"], sizes = thunk.sizes[0], f", sizes{n}"
             lines += [f"    v{out} = make{n}()",
-                      f"    kernel{n}({args}{', ' if args else ''}v{out}, 0, {thunk.extent})"]
+                      f"    kernel{n}({args}{', ' if args else ''}v{out}{sizes}, 0, {thunk.extent})"]
         else:
             env[f"thunk{n}"] = thunk
             lines.append(f"    v{out} = thunk{n}([{args}])")
