@@ -31,7 +31,7 @@ from .frontend.trace import TracedProgram, is_array_leaf
 from .hlo.shapes import SymDim, SymbolicDimensionError
 from .hlo.ir import clone_module
 from .hlo.symbolic import bind_entry, generalize_module, lift_size_constants, second_probe, upper_probes
-from .passes import optimize
+from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
 from .runtime.executable import cpu_executable, resolve_device
@@ -151,20 +151,10 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
             raise SymbolicDimensionError(f"{name} has sizes {hints[name]} and {size} in one call")
     if len(set(hints.values())) != len(hints):
         raise SymbolicDimensionError("two symbols with the same size in one call (they are one symbol)")
-    call_sizes = hints
-    hints = _first_probe_sizes(hints)
     by_size = {size: name for name, size in hints.items()}
-    if hints != call_sizes:         # (stand-ins, as for the other probes: tracing reads no values)
-        leaves = _probe_leaves(leaves, marks, {call_sizes[name]: size for name, size in hints.items()}.__getitem__)
     start = time.perf_counter()
     log1: list = []
-    try:
-        first = trace_at(leaves, log1)
-    except Exception as e:
-        if hints == call_sizes:     # (the call's own sizes: the user's error, raised as it is)
-            raise
-        raise SymbolicDimensionError(f"the program does not trace at other sizes ({type(e).__name__}: "
-                                     f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    first = trace_at(leaves, log1)
     log2: list = []
     try:
         second = trace_at(_probe_leaves(leaves, marks, second_probe), log2)
@@ -181,7 +171,7 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     symbolic_hlo = generalize_module(first.module, second.module, by_size)
 
     start = time.perf_counter()
-    pipe1, pipe2 = optimize(first.module), optimize(second.module)
+    pipe1, pipe2 = optimize(first.module), _optimize_probe(second.module)
     symbolic_optimized = generalize_module(pipe1.module, pipe2.module, by_size)
     optimize_ms = (time.perf_counter() - start) * 1e3
 
@@ -195,9 +185,10 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     # the emitters see which axes those are (``codegen/toolkit.unknown_axes``).
     mark_unknown_axes(symbolic_optimized, pipe1.module, pipe2.module)
     # (Compared before compiling: a refusal costs no LLVM time.)
-    text1, specs1 = kernel_llvm_ir(pipe1.module)
-    text2, specs2 = kernel_llvm_ir(pipe2.module)
-    _same_code(text1, text2)
+    emitted = kernel_llvm_ir(pipe1.module)
+    emitted2 = kernel_llvm_ir(pipe2.module)
+    specs1, specs2 = emitted.specs, emitted2.specs
+    _same_code(emitted.text, emitted2.text)
     extents = {}
     for name, spec in specs1.items():
         other = specs2.get(name)
@@ -212,7 +203,8 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
             _symbolic(spec.parallel_extent, other.parallel_extent, by_size, name),
             _symbolic(spec.work_per_unit, other.work_per_unit, by_size, name),
             tuple(_symbolic(a, b, by_size, name) for a, b in zip(spec.sizes, other.sizes)))
-    executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment")))
+    executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"),
+                                              emitted=emitted))
     if executable.native.kernels.unsupported:
         raise SymbolicDimensionError("a fusion runs on the evaluator: " +
                                      next(iter(executable.native.kernels.unsupported.values())))
@@ -226,25 +218,13 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds)
 
 
-# The first probe traces at the call's sizes when they are at least this; smaller sizes are
-# probed at ``SMALL_PROBES`` instead.  Why: a small size equals the small literals programs are
-# full of (a mean's count of 2 and the exponent of ``x ** 2`` became one constant: another
-# program than at other sizes), and one compilation serves every size, whichever it was
-# traced at (the smallest sizes are still traced: ``_check_extreme_sizes``).
-PROBE_FLOOR = 16
-SMALL_PROBES = (17, 19, 23, 29, 31, 37, 41, 43, 47, 53)
-
-
-def _first_probe_sizes(sizes: dict[str, int]) -> dict[str, int]:
-    """The size each symbol takes in the first probe (distinct, as the call's are)."""
-    taken = set(sizes.values())
-    spare = iter(p for p in SMALL_PROBES if p not in taken)
-    out = {}
-    for name, size in sizes.items():
-        out[name] = size if size >= PROBE_FLOOR else next(spare, None)
-        if out[name] is None:
-            raise SymbolicDimensionError("more small unknown sizes in one call than probe sizes")
-    return out
+def _optimize_probe(module):
+    """The optimizer on the second probe, only to compare its result with the first's: no pass
+    history text, no verification between passes and no buffer plan (the first probe's run
+    keeps those for the record; this one is never run or shown)."""
+    pipeline = default_pipeline()
+    passes = [p for p in pipeline.passes if not isinstance(p, BufferAssignment)]
+    return Pipeline(passes, verify=False, record_text=False).run(module)
 
 
 def _check_program(program: TracedProgram) -> None:

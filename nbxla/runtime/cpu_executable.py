@@ -112,14 +112,16 @@ class CpuExecutable:
     backend = "cpu (LLVM)"
 
     def __init__(self, module: Module, plan=None, compile_loops: bool | None = None,
-                 kernels: CompiledKernels | None = None, symbols: dict[str, str] | None = None):
+                 kernels: CompiledKernels | None = None, symbols: dict[str, str] | None = None,
+                 emitted=None):
         """``compile_loops=False`` keeps every loop host-driven (the profiler's twin, which
         times a native loop's kernels one by one); None follows ``NBXLA_NATIVE_LOOPS``.
 
         ``kernels``: machine code compiled earlier for this module's kernels (an instance of
         a program with unknown dimensions at one size: see ``nbxla/symbolic_compile.py``);
         its specs give this module's extents, ``symbols`` the kernel symbol of each fusion and
-        kernel op by instruction name.  Native loops are not made then."""
+        kernel op by instruction name.  Native loops are not made then.  ``emitted``: the
+        kernels' IR as ``kernel_llvm_ir`` gave it for this module (not emitted again)."""
         self.module = module
         # Fusions that took the convolution they consume (computed in one kernel with it),
         # and whether each needs an output of its own (not its place in the arena).
@@ -152,7 +154,7 @@ class CpuExecutable:
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
                                   print_module(module, KEY_TEXT)).encode()).hexdigest()
         self.kernels: CompiledKernels = kernels if kernels is not None else \
-            compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET)
+            compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET, emitted)
         # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name
         # (identical kernels, the steps of a time loop, share one symbol).
         self.kernel_symbols = {i.name: symbol for symbol, i in compiled}
@@ -540,9 +542,10 @@ def kernel_computations(module: Module, native=frozenset()):
     return _share_identical_kernels(_kernel_symbols(program_computations(module, native)))
 
 
-def kernel_llvm_ir(module: Module) -> tuple[str, dict]:
-    """The LLVM IR (before optimization) and the specs of the module's kernels, without
-    compiling them: what a second probe of a program with unknown dimensions is compared by."""
+def kernel_llvm_ir(module: Module):
+    """The LLVM IR (before optimization), specs and refusals of the module's kernels
+    (``EmittedKernels``), without compiling them: what a second probe of a program with
+    unknown dimensions is compared by."""
     distinct, _ = kernel_computations(module)
     return emit_llvm_ir(module.name, distinct, ARRAY_DATA_OFFSET)
 

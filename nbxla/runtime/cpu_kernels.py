@@ -8,6 +8,7 @@ import ctypes
 import itertools
 import os
 import sys
+import weakref
 from types import SimpleNamespace
 from concurrent.futures import ThreadPoolExecutor
 
@@ -129,8 +130,21 @@ def element_cost(instr: Instruction) -> int:
     of 40K elements worth splitting (an equation of state ran on one of two idle cores)."""
     if instr.opcode != "fusion":
         return 1
+    comp = instr.attrs["calls"]
+    cost = _element_costs.get(comp)
+    if cost is None:
+        # (kept per computation: every size of a program with unknown dimensions makes its
+        # thunks again over the same fused computations -- half a millisecond per size)
+        cost = _element_costs[comp] = _fusion_cost(comp)
+    return cost
+
+
+_element_costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _fusion_cost(comp) -> int:
     cost = 0
-    for i in instr.attrs["calls"].instructions:
+    for i in comp.instructions:
         if i.opcode in TRANSCENDENTAL:
             cost += TRANSCENDENTAL_COST
         elif i.opcode in EXPENSIVE:

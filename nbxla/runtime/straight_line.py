@@ -14,6 +14,8 @@ the alias check on results.
 
 from __future__ import annotations
 
+import functools
+
 from typing import Callable
 
 import numpy as np
@@ -137,9 +139,16 @@ def _shared_matrix_pairs(ops: list, steps: list, params: list) -> dict:
     return pairs
 
 
+@functools.lru_cache(maxsize=256)
+def _code(source: str):
+    """Compiled once per text: the instances of a program with unknown dimensions (one per
+    size) write the same text, only their thunks differ (``env``)."""
+    return compile(source, "<nbxla straight-line entry>", "exec")
+
+
 def _define(source: str, env: dict, paired: set) -> Callable:
     namespace = dict(env)
-    exec(compile(source, "<nbxla straight-line entry>", "exec"), namespace)
+    exec(_code(source), namespace)
     run = namespace["run"]
     run.source = source                     # (for reading what runs; tests look at it too)
     run.paired = paired                     # dots run as one pass with a partner, by name
