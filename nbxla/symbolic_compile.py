@@ -30,7 +30,8 @@ from .frontend.observed_sizes import compare_observations
 from .frontend.trace import TracedProgram, is_array_leaf
 from .hlo.shapes import SymDim, SymbolicDimensionError
 from .hlo.ir import clone_module
-from .hlo.symbolic import bind_entry, generalize_module, lift_size_constants, second_probe, upper_probes
+from .hlo.symbolic import (bind_entry, bind_module, bind_symbols, generalize_module, lift_size_constants,
+                           second_probe, symbols_of_module, upper_probes)
 from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
@@ -170,8 +171,21 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     sizes = lift_size_constants(first.module, second.module, by_size)
     symbolic_hlo = generalize_module(first.module, second.module, by_size)
 
+    compilation, extents = _compile_probes(first.module.name, symbolic_hlo, first.module, second.module,
+                                           by_size, device, explanation, trace_ms, list(first.loop_decisions))
+    symbols: dict[str, list] = {}
+    for (leaf, dim), name in sorted(marks.items()):
+        symbols.setdefault(name, []).append((leaf, dim))
+    return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds)
+
+
+def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int, str], device: str,
+                    explanation: str, trace_ms: float, loop_decisions: list):
+    """Optimize two probes of one program (``module2`` at ``second_probe`` of ``module1``'s sizes),
+    require the same optimized program and the same kernel code, and compile the first's
+    kernels: the ``Compilation`` record and each kernel's ``KernelSizes``."""
     start = time.perf_counter()
-    pipe1, pipe2 = optimize(first.module), _optimize_probe(second.module)
+    pipe1, pipe2 = optimize(module1), _optimize_probe(module2)
     symbolic_optimized = generalize_module(pipe1.module, pipe2.module, by_size)
     optimize_ms = (time.perf_counter() - start) * 1e3
 
@@ -190,32 +204,65 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     specs1, specs2 = emitted.specs, emitted2.specs
     _same_code(emitted.text, emitted2.text)
     extents = {}
-    for name, spec in specs1.items():
-        other = specs2.get(name)
+    for kernel, spec in specs1.items():
+        other = specs2.get(kernel)
         sized = dict(parallel_extent=0, work_per_unit=0, sizes=(), object_entry=None)
         if other is None or replace(other, **sized) != replace(spec, **sized) or \
                 len(other.sizes) != len(spec.sizes):
-            raise SymbolicDimensionError(f"kernel {name} is planned differently at different sizes")
+            raise SymbolicDimensionError(f"kernel {kernel} is planned differently at different sizes")
         if spec.style not in _RANGED_STYLES and spec.parallel_extent != other.parallel_extent:
-            raise SymbolicDimensionError(f"kernel {name} ({spec.style}) reads its size from its code, "
+            raise SymbolicDimensionError(f"kernel {kernel} ({spec.style}) reads its size from its code, "
                                          "not its range")
-        extents[name] = KernelSizes(
-            _symbolic(spec.parallel_extent, other.parallel_extent, by_size, name),
-            _symbolic(spec.work_per_unit, other.work_per_unit, by_size, name),
-            tuple(_symbolic(a, b, by_size, name) for a, b in zip(spec.sizes, other.sizes)))
+        extents[kernel] = KernelSizes(
+            _symbolic(spec.parallel_extent, other.parallel_extent, by_size, kernel),
+            _symbolic(spec.work_per_unit, other.work_per_unit, by_size, kernel),
+            tuple(_symbolic(a, b, by_size, kernel) for a, b in zip(spec.sizes, other.sizes)))
     executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"),
                                               emitted=emitted))
     if executable.native.kernels.unsupported:
         raise SymbolicDimensionError("a fusion runs on the evaluator: " +
                                      next(iter(executable.native.kernels.unsupported.values())))
     codegen_ms = (time.perf_counter() - start) * 1e3
-    compilation = Compilation(first.module.name, resolve_device(device), symbolic_hlo, symbolic_optimized,
+    compilation = Compilation(name, resolve_device(device), symbolic_hlo, symbolic_optimized,
                               executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
-                              pipe1, explanation, list(first.loop_decisions))
-    symbols: dict[str, list] = {}
-    for (leaf, dim), name in sorted(marks.items()):
-        symbols.setdefault(name, []).append((leaf, dim))
-    return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds)
+                              pipe1, explanation, loop_decisions)
+    return compilation, extents
+
+
+def compile_symbolic_module(module, at: dict[str, int] | None = None, device: str = "cpu") -> SymbolicProgram:
+    """One compilation of an HLO module with unknown dimensions (parsed ``f32[b,64]`` text, a
+    Dask block of any size): probed at the sizes ``at`` (else 17, 19, ...) and their second
+    probes, as a traced function is.  Raises ``SymbolicDimensionError``.  Run it with
+    ``run_symbolic``: the symbols' values are read off the arguments."""
+    names = symbols_of_module(module)
+    if not names:
+        raise SymbolicDimensionError(f"module {module.name} has no unknown dimensions")
+    if resolve_device(device) != "cpu":
+        raise SymbolicDimensionError(f"unknown dimensions are compiled for the CPU only (not {device})")
+    at = dict(at or {})
+    spare = iter(range(17, 1 << 20, 2))
+    hints = {}
+    for name in names:
+        size = at.get(name)
+        while size is None or size < 2 or size in hints.values():
+            size = next(spare)
+        hints[name] = size
+    by_size = {size: name for name, size in hints.items()}
+    start = time.perf_counter()
+    module1 = bind_module(module, hints)
+    module2 = bind_module(module, {name: second_probe(size) for name, size in hints.items()})
+    bind_ms = (time.perf_counter() - start) * 1e3
+    compilation, extents = _compile_probes(module.name, module, module1, module2, by_size, device, "", bind_ms, [])
+    return SymbolicProgram(None, compilation, {}, extents)
+
+
+def run_symbolic(program: SymbolicProgram, inputs: list) -> list:
+    """A module's ``SymbolicProgram`` (``compile_symbolic_module``) on arguments of any size >= 2
+    of its symbols (``SymbolicDimensionError`` below: the caller compiles that size itself)."""
+    values = bind_symbols(program.compilation.hlo, inputs)
+    if min(values.values()) < 2:
+        raise SymbolicDimensionError(f"sizes {values}: 0 and 1 are specialised")
+    return program.instance(values).executable.run(inputs)
 
 
 def _optimize_probe(module):
@@ -316,4 +363,4 @@ def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str) -> Sy
     raise SymbolicDimensionError(f"kernel {kernel}'s range ({e1}, then {e2}) is not a multiple of one size")
 
 
-__all__ = ["SymbolicProgram", "compile_symbolic", "SymbolicDimensionError"]
+__all__ = ["SymbolicProgram", "compile_symbolic", "compile_symbolic_module", "run_symbolic", "SymbolicDimensionError"]
