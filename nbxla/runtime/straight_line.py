@@ -57,7 +57,8 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             vec_mat, mat_vec = (n, later) if steps[n][0].how.startswith("GEMV (vector") else (later, n)
             (r, a), s_out = steps[vec_mat][1], steps[vec_mat][2]
             (_, p), q_out = steps[mat_vec][1], steps[mat_vec][2]
-            rows, cols = ops[mat_vec].operands[0].shape.dims
+            env[f"rows{n}"], env[f"cols{n}"] = ops[mat_vec].operands[0].shape.dims
+            rows, cols = f"rows{n}", f"cols{n}"
             env[f"make{vec_mat}"], env[f"make{mat_vec}"] = steps[vec_mat][0].make, steps[mat_vec][0].make
             lines += [f"    v{s_out} = make{vec_mat}()", f"    v{q_out} = make{mat_vec}()"]
             if kind == "dual":
@@ -80,8 +81,11 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             sizes = ""
             if thunk.sizes:                 # (the sizes a kernel reads at run time, last)
                 env[f"sizes{n}"], sizes = thunk.sizes[0], f", sizes{n}"
+            # (the extent a name, not a literal: the instances of a program with unknown
+            # dimensions then write the same text, compiled once: ``_code``)
+            env[f"extent{n}"] = thunk.extent
             lines += [f"    v{out} = make{n}()",
-                      f"    kernel{n}({args}{', ' if args else ''}v{out}{sizes}, 0, {thunk.extent})"]
+                      f"    kernel{n}({args}{', ' if args else ''}v{out}{sizes}, 0, extent{n})"]
         else:
             env[f"thunk{n}"] = thunk
             lines.append(f"    v{out} = thunk{n}([{args}])")
