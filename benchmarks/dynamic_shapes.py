@@ -9,8 +9,10 @@ sweep), each size called once with fresh inputs, as four contenders: ``nbxla.jit
 (``dynamic=None``: the second size seen makes the batch dimension symbolic), ``dynamic=True``,
 ``dynamic=False`` (a compilation per shape) and ``jax.jit`` (per-shape compiles; where
 installed).  Printed: compilations (cache misses), the sweep's total time (first calls: tracing,
-compiling, running) and that time over one static compile of the same program; the minimum
-of ``--compile-rounds`` interleaved rounds of (one static compile, the sweeps).  The persistent
+compiling, running) and that time over one static compile of the same program made just before
+it (the median of ``--compile-rounds`` interleaved rounds of (one static compile, the sweeps): a
+pair sees the same load; the minimum over rounds of each would compare a quiet moment of the
+short static compile with a busier one of the longer sweep).  The persistent
 code cache is off (``NBXLA_CACHE_DIR=off``) so that every compile is a real one.
 
 Part 2, per program and size (64, 512, 4096 rows): steady-state time of the symbolic program
@@ -204,27 +206,33 @@ def main(argv=None):
     contenders = ["auto", "true", "false"] + (["jax"] if jax is not None else [])
     print(f"Part 1: batch sizes 1..{args.sizes}, one call each: compilations, compile ms in all (nbxla: "
           "entries' compile times + symbolic instances; jax: the sweep's wall time), that over one static "
-          f"compile, and the sweep's wall ms (min over {args.compile_rounds} interleaved rounds)")
+          f"compile (median of per-round ratios), and the sweep's wall ms (min over {args.compile_rounds} "
+          "interleaved rounds)")
     print(f"{'program':<16}{'one compile ms':>15}" + "".join(f"{c:>30}" for c in contenders))
     notes = []
     for name in names:
         # Interleaved rounds (one static compile, then each contender's sweep), the minimum
         # per contender: on a shared machine a single round's ratio moved by 0.5x from load.
         # (The per-shape contenders, 40 compiles each, run in the first round only.)
-        one, results = float("inf"), {}
+        # The ratio is the median over rounds of (the contender's compile time) / (the static
+        # compile made just before it): each pair saw the same load.
+        one, results, ratios = float("inf"), {}, {c: [] for c in contenders}
         for r in range(args.compile_rounds):
-            one = min(one, one_compile(name))
+            this_one = one_compile(name)
+            one = min(one, this_one)
             for c in contenders:
                 if r and c in ("false", "jax"):
                     continue
                 result = sweep(name, c, sizes)
+                ratios[c].append(result[3] / this_one)
                 if c not in results or result[3] < results[c][3]:
                     results[c] = result
         cells = []
         for c in contenders:
             result = results[c]
             count, wall, compiled = result[0], result[1], result[3]
-            cells.append(f"{count:>4} {compiled * 1e3:>8.0f} {compiled / one:>6.1f}x {wall * 1e3:>7.0f}")
+            ratio = sorted(ratios[c])[len(ratios[c]) // 2]
+            cells.append(f"{count:>4} {compiled * 1e3:>8.0f} {ratio:>6.1f}x {wall * 1e3:>7.0f}")
             if c == "auto":
                 entries = result[2].entries()
                 sym = [e for e in entries if "symbolic" in e.explanation]

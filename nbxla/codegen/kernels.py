@@ -21,7 +21,8 @@ from ..passes.fused_dots import fused_dot
 from . import column_groups
 from .convolution import emit_convolution_kernel
 from .dot_kernels import emit_dot_kernel
-from .loops import column_plan, rows_unknown, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel
+from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel,
+                    rows_unknown)
 from .scatter import emit_scatter_kernel
 from .select_scatter import emit_select_and_scatter_kernel
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
