@@ -185,7 +185,9 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     require the same optimized program and the same kernel code, and compile the first's
     kernels: the ``Compilation`` record and each kernel's ``KernelSizes``."""
     start = time.perf_counter()
-    pipe1, pipe2 = optimize(module1), _optimize_probe(module2)
+    pipe1 = optimize(module1)
+    _check_kernel_ranges(pipe1.module, by_size)
+    pipe2 = _optimize_probe(module2)
     symbolic_optimized = generalize_module(pipe1.module, pipe2.module, by_size)
     optimize_ms = (time.perf_counter() - start) * 1e3
 
@@ -263,6 +265,25 @@ def run_symbolic(program: SymbolicProgram, inputs: list) -> list:
     if min(values.values()) < 2:
         raise SymbolicDimensionError(f"sizes {values}: 0 and 1 are specialised")
     return program.instance(values).executable.run(inputs)
+
+
+def _check_kernel_ranges(module, by_size: dict[int, str]) -> None:
+    """Refuse, before the second probe's passes and any code generation, a fusion whose result
+    has dimensions of two symbols' sizes: its kernel's range would be their product, which
+    ``_extent_symbol`` refuses after all that work (every dimension of ``f32[b,n]`` unknown,
+    ``dynamic=True``: the compile then tries the leading dimensions alone).  A static dimension
+    that happens to equal a symbol's size can refuse a program that would compile: it then
+    compiles with fewer unknown dimensions, never wrongly."""
+    if len(by_size) < 2:
+        return
+    for instr in module.entry.instructions:
+        if instr.opcode != "fusion":
+            continue
+        for shape in (instr.shape.leaves() if instr.shape.is_tuple else [instr.shape]):
+            found = {by_size[d] for d in shape.dims if d in by_size}
+            if len(found) > 1:
+                raise SymbolicDimensionError(f"kernel %{instr.name}'s range has two unknown sizes "
+                                             f"({', '.join(sorted(found))}): their product")
 
 
 def _optimize_probe(module):
