@@ -116,10 +116,13 @@ class SymbolicDriver:
         return places
 
     def _temp(self, shape: Shape) -> str:
+        return self._allocate(byte_size(shape))
+
+    def _allocate(self, size: str) -> str:
+        """A temporary of ``size`` bytes (a C expression), freed when the call returns."""
         n = self.temps
         self.temps += 1
-        size = byte_size(shape)
-        self.lines.append(f"if (!(t[{n}] = malloc({size} ? {size} : 1))) {{ rc = 1; goto done; }}")
+        self.lines.append(f"if (!(t[{n}] = malloc(({size}) ? ({size}) : 1))) {{ rc = 1; goto done; }}")
         return f"t[{n}]"
 
     def _outputs(self, instr: Instruction, place) -> list[str]:
@@ -204,9 +207,8 @@ class SymbolicDriver:
         batch, m = c_product([ld[d] for d in lb]), c_product([ld[d] for d in lfree])
         k, n = c_product([ld[d] for d in lc]), c_product([rd[d] for d in rfree])
         (out,) = self._outputs(instr, place)
-        packed = self._temp(Shape(t, ()))          # (replaced below: its size is n's panels)
-        self.lines[-1] = (f"if (!({packed} = malloc(({n} + 15) / 16 * 16 * ({k}) * {instr.shape.dtype.itemsize} + 1)))"
-                          " { rc = 1; goto done; }")
+        # (the GEMM packs B into panels of NBXLA_NR = 16 columns)
+        packed = self._allocate(f"({n} + 15) / 16 * 16 * ({k}) * {instr.shape.dtype.itemsize}")
         self.lines.append(f"nbxla_gemm_{t}({batch}, {m}, {n}, {k}, {self.values[id(lhs)][0]}, "
                           f"{self.values[id(rhs)][0]}, {out}, {packed});")
         return [out]
