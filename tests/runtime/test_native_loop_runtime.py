@@ -102,7 +102,7 @@ def test_the_routines_a_driver_calls_are_found_by_the_interfaces_names():
     """Every routine the interface of aot_runtime.c declares is matched by the pattern that
     picks the routines a driver needs (one missing would be static: a link error)."""
     import re
-    with open(aot._RUNTIME_C) as f:
+    with open(aot.RUNTIME_C) as f:
         interface = f.read().split("/* ---- end of interface ---- */")[0]
     declared = set(re.findall(r"NBXLA_API\((nbxla_\w+)\)", interface))
     for family in ("gemm", "conv"):
