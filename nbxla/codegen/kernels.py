@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
-from ..hlo.low_precision import involves_low_precision
+from ..hlo.low_precision import STEPWISE_OPS, involves_low_precision
 from ..hlo.printer import PrintOptions, print_instruction
 from ..passes.fused_dots import fused_dot
 from . import column_groups
@@ -56,9 +56,6 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     return emit_loop_kernel(module, name, comp)
 
 
-# Ops whose called computation a kernel applies element by element: on bf16 that would round
-# every step, where XLA's f32 form of the op rounds once.
-_STEPWISE_ON_BF16 = ("reduce-window", "scatter", "select-and-scatter", "map", "sort")
 
 
 def check_narrow_floats(comp: Computation) -> None:
@@ -76,7 +73,7 @@ def check_narrow_floats(comp: Computation) -> None:
         if instr.opcode == "reduce" and (instr.shape.is_tuple or reducer_opcode(instr) is None):
             raise UnsupportedError(f"a bf16 reduce with a custom or variadic reducer (%{instr.name}) "
                                    "has no native code path yet")
-        if instr.opcode in _STEPWISE_ON_BF16:
+        if instr.opcode in STEPWISE_OPS:
             raise UnsupportedError(f"bf16 {instr.opcode} (%{instr.name}) has no native code path yet")
 
 
