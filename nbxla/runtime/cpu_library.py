@@ -48,6 +48,7 @@ from ..hlo.evaluator_linalg import (MASKED_DOT_TARGET, POTRF_TARGETS, SOLVE_TARG
 from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
+from ..hlo.shapes import Shape
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 
 __all__ = ["library_thunk"]
@@ -448,18 +449,54 @@ def _ascending_columns(values: np.ndarray, key: _Key) -> list[np.ndarray] | None
 
 # ---- convolution --------------------------------------------------------------------------------
 
+# Integer convolutions: exact in any order (wrapping sums are associative), so im2col + NumPy's
+# integer matmul (no BLAS) gives the evaluator's bits.
+_INTEGER_TYPES = {"s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
+
+
 def _convolution_thunk(instr: Instruction):
-    types = {o.shape.element_type for o in instr.operands} | {instr.shape.element_type}
-    if types not in ({"f32"}, {"f64"}, {"bf16"}, {"bf16", "f32"}) or \
-            {o.shape.element_type for o in instr.operands} == {"f32", "bf16"}:
-        return None, (f"convolution %{instr.name} on {'/'.join(sorted(types))} runs through the "
-                      "evaluator's rule (the BLAS path takes f32, f64 or bf16 operands)")
+    operand_types = {o.shape.element_type for o in instr.operands}
+    out_type = instr.shape.element_type
+    types = operand_types | {out_type}
     if instr.attrs.get("feature_group_count", 1) > 1 and instr.attrs.get("batch_group_count", 1) > 1:
         return None, (f"convolution %{instr.name} has both feature_group_count and "
                       "batch_group_count above 1")
+    if types <= _INTEGER_TYPES:
+        # (the evaluator converts the operands to the result type first, as XLA does)
+        return _ConvertedConvolution(instr, instr.shape.dtype, _ConvolutionThunk), None
+    if types in ({"f16"}, {"f16", "f32"}):
+        # f16 in f32, rounded once at the end: the answer closest to the exact one (XLA's
+        # Eigen f16 convolution rounds its sums in f16; testing.py's f16 tolerance takes both)
+        return _ConvertedConvolution(instr, np.dtype(np.float32), _f32_or_f64_convolution), None
+    if types not in ({"f32"}, {"f64"}, {"bf16"}, {"bf16", "f32"}) or operand_types == {"f32", "bf16"}:
+        return None, (f"convolution %{instr.name} on {'/'.join(sorted(types))} runs through the "
+                      "evaluator's rule (the library path takes integers, f16, f32, f64 or bf16 "
+                      "operands of one type)")
     if "bf16" in types:
         return _WidenedConvolution(instr), None
     return _f32_or_f64_convolution(instr), None
+
+
+class _ConvertedConvolution:
+    """A convolution computed on operands converted to ``dtype`` (exact: integers to the
+    result's integer type, f16 to f32), the result converted to the instruction's type."""
+
+    def __init__(self, instr: Instruction, dtype: np.dtype, make: Callable):
+        t = _element_type_of(dtype)
+        wide = SimpleNamespace(opcode="convolution", name=instr.name, attrs=instr.attrs,
+                               shape=Shape(t, instr.shape.dims),
+                               operands=[SimpleNamespace(shape=Shape(t, o.shape.dims)) for o in instr.operands])
+        self.inner, self.compute, self.dtype = make(wide), dtype, instr.shape.dtype
+        self.how = self.inner.how + ("" if dtype == self.dtype else f", in {t}")
+
+    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
+        result = self.inner([o.astype(self.compute, copy=False) for o in operands])
+        return result if result.dtype == self.dtype else result.astype(self.dtype)
+
+
+def _element_type_of(dtype: np.dtype) -> str:
+    return {"float32": "f32", "float64": "f64"}.get(dtype.name) or \
+        {"i": "s", "u": "u"}[dtype.kind] + str(8 * dtype.itemsize)
 
 
 def _f32_or_f64_convolution(instr):
