@@ -118,8 +118,6 @@ def test_evaluator_matches_jax(case, form):
 # native); any other reason for interpreting a fusion or a library op is a regression.
 KNOWN_GAPS = re.compile(
     r"bitcast-convert between widths \(or of pred\) has no native code path yet"
-    r"|reduce-window with a reducer other than .* has no native code path yet"
-    r"|variadic reduce-window \(several inputs\) has no native code path yet"
     r"|a reduction fusion output outside the reduced and input spaces"
     r"|convolution %[\w.\-]+ on [\w/]+ runs through the evaluator's rule .*"
     # Ops with no kernel or library call yet (hlo/placement.CPU_PLACEMENT says so).  (Dots in
