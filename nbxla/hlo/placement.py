@@ -91,7 +91,7 @@ CPU: dict[str, Placement] = _table({
     "rng-bit-generator": Placement("host", "evaluator: NumPy implementation of ThreeFry/Philox",
                                    "_host_thunk"),
     "select-and-scatter": Placement("kernel", "own kernel", "_kernel_thunk"),
-    "fft": Placement("host", "evaluator: numpy.fft", "_host_thunk"),
+    "fft": Placement("library", "library call: NumPy's pocketfft (np.fft)", "_library_thunk"),
     "topk": Placement("library", "library call: NumPy's stable argsort on total-order keys (also "
                                  "XLA's TopK custom call)", "_library_thunk"),
     "opt-barrier": Placement("host", "evaluator: identity rule (no work)", "_host_thunk"),

@@ -75,7 +75,7 @@ def test_placement_resolves_views_and_lone_fused_ops():
 
 def test_fusion_report_names_the_library_calls_the_cpu_table_places():
     assert {op for op, p in TABLES["cpu"].items() if p.kind == "library"} == \
-        {"dot", "convolution", "sort", "custom-call", "topk"}
+        {"dot", "convolution", "sort", "custom-call", "topk", "fft"}
 
 
 def test_every_opcode_is_differentiated_or_says_why_not():
