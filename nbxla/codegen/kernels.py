@@ -2,9 +2,9 @@
 
 Each style lives in a module of its own and knows nothing of the others' existence; this module
 picks one per fused computation (or standalone op) in order from most to least specialized:
-a dot with its epilogue, scatter, select-and-scatter, reduce-window and convolution kernels, then
-a whole-array reduction, a column reduction (grouped when few columns), a row reduction, a tiled
-transpose, and the elementwise loop kernel for everything else.
+a dot with its epilogue, scatter, select-and-scatter, reduce-window, random-bits and convolution
+kernels, then a whole-array reduction, a column reduction (grouped when few columns), a row
+reduction, a tiled transpose, and the elementwise loop kernel for everything else.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from . import column_groups
 from .convolution import emit_convolution_kernel
 from .dot_kernels import emit_dot_kernel
 from .loops import column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel
+from .random_bits import emit_rng_kernel
 from .scatter import emit_scatter_kernel
 from .select_scatter import emit_select_and_scatter_kernel
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
@@ -39,6 +40,8 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
         return emit_select_and_scatter_kernel(module, name, comp)
     if comp.root.opcode == "reduce-window":
         return emit_reduce_window_kernel(module, name, comp)
+    if comp.root.opcode == "rng-bit-generator":
+        return emit_rng_kernel(module, name, comp)
     if any(i.opcode == "convolution" for i in comp.instructions):
         return emit_convolution_kernel(module, name, comp)
     if any(i.opcode == "reduce" for i in comp.instructions):

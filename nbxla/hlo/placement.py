@@ -88,8 +88,7 @@ CPU: dict[str, Placement] = _table({
     "while": Placement("control", "host loop over compiled programs", "_control_thunk"),
     "conditional": Placement("control", "host branch over compiled programs", "_control_thunk"),
     "call": Placement("control", "runs the called compiled program", "_control_thunk"),
-    "rng-bit-generator": Placement("host", "evaluator: NumPy implementation of ThreeFry/Philox",
-                                   "_host_thunk"),
+    "rng-bit-generator": Placement("kernel", "own kernel: XLA's ThreeFry / Philox bits", "_kernel_thunk"),
     "select-and-scatter": Placement("kernel", "own kernel", "_kernel_thunk"),
     "fft": Placement("library", "library call: NumPy's pocketfft (np.fft)", "_library_thunk"),
     "topk": Placement("library", "library call: NumPy's stable argsort on total-order keys (also "

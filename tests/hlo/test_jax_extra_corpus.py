@@ -122,7 +122,7 @@ KNOWN_GAPS = re.compile(
     r"|convolution %[\w.\-]+ on [\w/]+ runs through the evaluator's rule .*"
     # Ops with no kernel or library call yet (hlo/placement.CPU_PLACEMENT says so).  (Dots in
     # fusions and dots BLAS has no element type for run as native dot kernels.)
-    r"|no native kernel or library call for (custom-call|rng-bit-generator)\(.*")
+    r"|no native kernel or library call for custom-call\(.*")
 
 
 @pytest.mark.parametrize("case, form", _params("cpu"))
