@@ -50,6 +50,7 @@ from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
 from ..hlo.shapes import Shape
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
+from .lapack_calls import lapack_thunk
 
 __all__ = ["library_thunk"]
 
@@ -72,6 +73,8 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
         return MaskedDotThunk(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == "TopK":
         return _top_k_thunk(instr, fallback)
+    if instr.opcode == "custom-call":
+        return lapack_thunk(instr)
     if instr.opcode == "topk":
         return _TopKOpThunk(instr), None
     if instr.opcode == "fft":

@@ -31,10 +31,7 @@ FORMS = ("hlo", "opt.hlo")
 
 # Cases nbxla rejects on purpose, with a pattern the error message must match (it names what
 # is unsupported, so that a user knows what to change).
-EXPECTED_ERRORS: dict[str, str] = {
-    # LU factorization is a LAPACK call on XLA:CPU; nbxla has no implementation of it.
-    "linalg_solve_lapack": r"custom-call target 'lapack_sgetrf_ffi' \(instruction %lu\.\d+",
-}
+EXPECTED_ERRORS: dict[str, str] = {}
 
 # Relative tolerances for cases whose outputs are more sensitive than one rounding step.
 CASE_RTOL: dict[str, float] = {

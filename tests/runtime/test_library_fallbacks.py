@@ -80,3 +80,99 @@ def test_f16_convolution_is_computed_in_f32_and_rounded_once():
     exact = flatten(evaluate(parse_hlo(CONVOLUTIONS.format(t="f32", r="f32")), wide))
     for g, e in zip(got, exact):
         assert np.array_equal(g, e.astype(np.float16))
+
+
+# ---- LAPACK custom calls (JAX's CPU lowering of solve, det, inv, lu, solve_triangular) --------
+
+LETTERS = {"f32": "s", "f64": "d", "c64": "c", "c128": "z"}
+
+
+def getrf_module(t: str, dims: tuple) -> str:
+    *batch, m, n = dims
+    k = min(m, n)
+    shape = f"{t}[{','.join(map(str, dims))}]"
+    piv = f"s32[{','.join(map(str, [*batch, k]))}]"
+    info = f"s32[{','.join(map(str, batch))}]"
+    return f"""HloModule lu
+ENTRY e {{
+  a = {shape} parameter(0)
+  ROOT lu = ({shape}, {piv}, {info}) custom-call(a), custom_call_target="lapack_{LETTERS[t]}getrf_ffi",
+      api_version=API_VERSION_TYPED_FFI
+}}"""
+
+
+@pytest.mark.parametrize("t", sorted(LETTERS))
+@pytest.mark.parametrize("dims", [(4, 4), (3, 6, 6), (5, 3), (3, 5), (2, 1, 1)], ids=str)
+def test_getrf_runs_as_a_lapack_call(t, dims):
+    text = getrf_module(t, dims)
+    (a,) = random_inputs(text)
+    lu, piv, info = run_natively(text, [a])
+    # and it is an LU factorization: P A = L U
+    *batch, m, n = dims
+    k = min(m, n)
+    for idx in np.ndindex(*batch):
+        f = lu[idx]
+        lower = np.tril(f, -1)[:, :k] + np.eye(m, k)
+        upper = np.triu(f)[:k, :]
+        perm = np.arange(m)
+        for j, p in enumerate(piv[idx]):
+            perm[[j, p - 1]] = perm[[p - 1, j]]
+        np.testing.assert_allclose(lower @ upper, a[idx][perm], rtol=1e-4, atol=1e-4)
+        assert info[idx] == 0
+
+
+def test_getrf_of_a_singular_matrix_reports_the_zero_pivot():
+    text = getrf_module("f64", (2, 4, 4))
+    a = RNG.standard_normal((2, 4, 4))
+    a[1, :, 2] = 0                          # a zero column stays zero: U[2, 2] == 0 exactly
+    _, _, info = run_natively(text, [a])
+    assert info[0] == 0 and info[1] == 3
+
+
+def test_getrf_rule_is_scipys_lapack():
+    scipy_linalg = pytest.importorskip("scipy.linalg")
+    text = getrf_module("f64", (6, 6))
+    (a,) = random_inputs(text)
+    lu, piv, info = flatten(evaluate(parse_hlo(text), [a]))
+    want_lu, want_piv = scipy_linalg.lu_factor(a)
+    np.testing.assert_allclose(lu, want_lu, rtol=1e-12, atol=1e-12)
+    assert np.array_equal(piv, want_piv + 1)
+
+
+def trsm_module(t: str, a_dims: tuple, b_dims: tuple, side: str, uplo: str, trans: str, diag: str,
+                alpha: bool) -> str:
+    code = {"L": 76, "R": 82, "U": 85, "N": 78, "T": 84, "C": 67}
+    a_shape = f"{t}[{','.join(map(str, a_dims))}]"
+    b_shape = f"{t}[{','.join(map(str, b_dims))}]"
+    extra = f", s" if alpha else ""
+    param = f"\n  s = {t}[] parameter(2)" if alpha else ""
+    return f"""HloModule trsm
+ENTRY e {{
+  a = {a_shape} parameter(0)
+  b = {b_shape} parameter(1){param}
+  ROOT x = {b_shape} custom-call(a, b{extra}), custom_call_target="lapack_{LETTERS[t]}trsm_ffi",
+      api_version=API_VERSION_TYPED_FFI,
+      backend_config={{diag = {code[diag]} : ui8, side = {code[side]} : ui8, trans_x = {code[trans]} : ui8, uplo = {code[uplo]} : ui8}}
+}}"""
+
+
+@pytest.mark.parametrize("t", sorted(LETTERS))
+@pytest.mark.parametrize("side", ["L", "R"])
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("trans", ["N", "T", "C"])
+@pytest.mark.parametrize("diag", ["N", "U"])
+def test_trsm_runs_as_a_blas_call(t, side, uplo, trans, diag):
+    a_dims, b_dims = ((2, 5, 5), (2, 5, 3)) if side == "L" else ((2, 3, 3), (2, 5, 3))
+    text = trsm_module(t, a_dims, b_dims, side, uplo, trans, diag, alpha=(trans == "T"))
+    inputs = random_inputs(text)
+    n = a_dims[-1]
+    inputs[0] = inputs[0] + 4 * np.eye(n, dtype=inputs[0].dtype)     # (well conditioned)
+    (x,) = run_natively(text, inputs)
+    # and it solves the system
+    a = np.tril(inputs[0]) if uplo == "L" else np.triu(inputs[0])
+    if diag == "U":
+        a[..., range(n), range(n)] = 1
+    op = {"N": a, "T": np.swapaxes(a, -1, -2), "C": np.swapaxes(a, -1, -2).conj()}[trans]
+    rhs = inputs[1] * (inputs[2] if len(inputs) > 2 else 1)
+    lhs = op @ x if side == "L" else x @ op
+    np.testing.assert_allclose(lhs, rhs, rtol=1e-3, atol=1e-3)
