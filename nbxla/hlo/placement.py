@@ -93,7 +93,7 @@ CPU: dict[str, Placement] = _table({
     "fft": Placement("library", "library call: NumPy's pocketfft (np.fft)", "_library_thunk"),
     "topk": Placement("library", "library call: NumPy's stable argsort on total-order keys (also "
                                  "XLA's TopK custom call)", "_library_thunk"),
-    "opt-barrier": Placement("host", "evaluator: identity rule (no work)", "_host_thunk"),
+    "opt-barrier": Placement("view", "no work: its operand passes through", "_view_thunk"),
 }, fused=Placement("fused", "inside a fused kernel", otherwise=_CPU_HOST), rest=_CPU_HOST)
 
 # How an opcode without an elemental codegen rule runs on the CPU (the prose docs quote): the
