@@ -1,10 +1,12 @@
 """Evaluator rules for the LAPACK custom calls JAX emits on the CPU (XLA's typed FFI):
-LU factorization (``lapack_?getrf_ffi``: ``jnp.linalg.solve``, ``det``, ``inv``, ``lu``) and
-triangular solves (``lapack_?trsm_ffi``: ``solve_triangular``, the second half of a solve).
+LU factorization (``lapack_?getrf_ffi``: ``jnp.linalg.solve``, ``det``, ``inv``, ``lu``),
+triangular solves (``lapack_?trsm_ffi``: ``solve_triangular``, the second half of a solve),
+QR (``?geqrf`` + ``?orgqr`` / ``?ungqr``: ``jnp.linalg.qr``) and symmetric / Hermitian
+eigenproblems (``?syevd`` / ``?heevd``: ``eigh``).
 
-These are the oracle's own NumPy algorithms, written from LAPACK's definitions (not calls into
-LAPACK): the CPU runtime calls LAPACK itself (runtime/lapack_calls.py) and is checked against
-them.  Batch dimensions lead; matrices are the two minor dimensions (logical order: the
+getrf, trsm, geqrf and orgqr are the oracle's own NumPy algorithms, written from LAPACK's
+definitions (not calls into LAPACK); syevd is NumPy's eigh.  The CPU runtime calls LAPACK
+itself (runtime/lapack_calls.py) and is checked against them.  Batch dimensions lead; matrices are the two minor dimensions (logical order: the
 operands' column-major layouts are gone after layout normalization).
 """
 
@@ -114,3 +116,95 @@ def lapack_trsm(instr, args, interp):
     if opt["side"] == "R":
         x = np.swapaxes(x, -1, -2)
     return np.ascontiguousarray(x)
+
+
+# ---- QR (jnp.linalg.qr: geqrf, then orgqr / ungqr) and symmetric eigenproblems (eigh) -------
+
+_TYPES = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex128}
+GEQRF_TARGETS = {f"lapack_{t}geqrf_ffi": dtype for t, dtype in _TYPES.items()}
+ORGQR_TARGETS = {"lapack_sorgqr_ffi": np.float32, "lapack_dorgqr_ffi": np.float64,
+                 "lapack_cungqr_ffi": np.complex64, "lapack_zungqr_ffi": np.complex128}
+SYEVD_TARGETS = {"lapack_ssyevd_ffi": np.float32, "lapack_dsyevd_ffi": np.float64,
+                 "lapack_cheevd_ffi": np.complex64, "lapack_zheevd_ffi": np.complex128}
+
+
+def _check_matrices(instr, a, targets) -> np.dtype:
+    target = instr.attrs.get("custom_call_target")
+    dtype = np.dtype(targets[target])
+    if a.dtype != dtype or a.ndim < 2:
+        raise fail(instr, f"{target} needs {dtype} matrices, got {a.dtype}{list(a.shape)}")
+    return dtype
+
+
+def _reflector(alpha, x):
+    """LAPACK's ?larfg: (beta, tau, v) with H^H (alpha, x) = (beta, 0), H = I - tau (1, v)(1, v)^H."""
+    xnorm = float(np.linalg.norm(x)) if x.size else 0.0
+    if xnorm == 0 and np.imag(alpha) == 0:
+        return alpha, alpha.dtype.type(0), np.zeros_like(x)
+    beta = -np.copysign(np.sqrt(abs(alpha) ** 2 + xnorm ** 2), np.real(alpha))
+    tau = (beta - alpha) / beta
+    return alpha.dtype.type(beta), alpha.dtype.type(tau), (x / (alpha - beta)).astype(alpha.dtype)
+
+
+def lapack_geqrf(instr, args, interp):
+    """``(a, tau)`` as LAPACK's geqrf: R on and above the diagonal, the Householder vectors of
+    the reflectors H_j = I - tau_j v_j v_j^H below it (v_j[j] = 1 implied)."""
+    (a,) = args
+    dtype = _check_matrices(instr, a, GEQRF_TARGETS)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    out = np.array(a, dtype).reshape(-1, m, n)
+    taus = np.zeros((out.shape[0], k), dtype)
+    for b, mat in enumerate(out):
+        for j in range(k):
+            beta, tau, v = _reflector(mat[j, j], mat[j + 1:, j])
+            taus[b, j] = tau
+            mat[j, j], mat[j + 1:, j] = beta, v
+            if j + 1 < n and tau != 0:
+                full = np.concatenate([[dtype.type(1)], v])
+                # H^H applied from the left: A -= conj(tau) v (v^H A)
+                rest = mat[j:, j + 1:]
+                rest -= np.conj(tau) * np.outer(full, full.conj() @ rest)
+    return out.reshape(a.shape), taus.reshape(a.shape[:-2] + (k,))
+
+
+def lapack_orgqr(instr, args, interp):
+    """LAPACK's orgqr / ungqr: the first n columns of Q = H_1 ... H_k from geqrf's output."""
+    a, tau = args
+    dtype = _check_matrices(instr, a, ORGQR_TARGETS)
+    m, n = a.shape[-2:]
+    k = tau.shape[-1]
+    mats, taus = np.asarray(a, dtype).reshape(-1, m, n), np.asarray(tau, dtype).reshape(-1, k)
+    out = np.empty_like(mats)
+    for b in range(mats.shape[0]):
+        q = np.eye(m, n, dtype=dtype)
+        for j in range(k - 1, -1, -1):
+            full = np.concatenate([[dtype.type(1)], mats[b, j + 1:, j]])
+            q[j:, :] -= taus[b, j] * np.outer(full, full.conj() @ q[j:, :])
+        out[b] = q
+    return out.reshape(a.shape)
+
+
+def lapack_syevd(instr, args, interp):
+    """``(vectors, values, info)`` as LAPACK's syevd / heevd reading the ``uplo`` triangle:
+    eigenvalues ascending, eigenvectors as columns (NumPy's eigh, which calls that LAPACK
+    routine; an eigenvector is defined up to a unit factor, and NumPy's call picks another sign
+    or phase than XLA's for some matrices: compare eigenvectors up to one).  With mode N (values only) the first output is unspecified by LAPACK: the input
+    is returned."""
+    (a,) = args
+    dtype = _check_matrices(instr, a, SYEVD_TARGETS)
+    config = str(getattr(instr.attrs.get("backend_config"), "text", instr.attrs.get("backend_config")) or "")
+    mode = re.search(r"\bmode\s*=\s*(\d+)", config)
+    vectors = mode is None or int(mode.group(1)) == ord("V")
+    lower = _CODES["uplo"].get(int(m.group(1)) if (m := re.search(r"\buplo\s*=\s*(\d+)", config)) else 76) == "L"
+    n = a.shape[-1]
+    mats = np.asarray(a, dtype).reshape(-1, n, n)
+    values = np.zeros((mats.shape[0], n), np.real(np.zeros((), dtype)).dtype)
+    vecs = np.array(mats)
+    for b, mat in enumerate(mats):
+        w, v = np.linalg.eigh(mat, UPLO="L" if lower else "U")
+        values[b] = w
+        if vectors:
+            vecs[b] = v
+    batch = a.shape[:-2]
+    return vecs.reshape(a.shape), values.reshape(batch + (n,)), np.zeros(batch, np.int32)

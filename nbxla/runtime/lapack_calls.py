@@ -1,6 +1,7 @@
 """LAPACK custom calls of JAX's CPU lowering as library calls: LU factorization
-(``lapack_?getrf_ffi``) through LAPACKE's ``?getrf`` and triangular solves (``lapack_?trsm_ffi``)
-through CBLAS's ``?trsm``, both from the OpenBLAS that NumPy loaded (its 64-bit-integer
+(``lapack_?getrf_ffi``) through LAPACKE's ``?getrf``, triangular solves (``lapack_?trsm_ffi``)
+through CBLAS's ``?trsm``, QR (``?geqrf`` and ``?orgqr`` / ``?ungqr``) and symmetric /
+Hermitian eigenproblems (``?syevd`` / ``?heevd``) through LAPACKE, all from the OpenBLAS that NumPy loaded (its 64-bit-integer
 ``64_`` symbols, found as ``blas_threads`` finds the GEMMs).  Row-major calls on the logical
 matrices, one per batch element.  The evaluator's rules (hlo/evaluator_lapack.py) are NumPy
 algorithms written from LAPACK's definitions: the oracle these calls are checked against.
@@ -12,10 +13,12 @@ instruction runs on the evaluator, with that reason.
 from __future__ import annotations
 
 import ctypes
+import re
 
 import numpy as np
 
-from ..hlo.evaluator_lapack import GETRF_TARGETS, TRSM_TARGETS, trsm_options
+from ..hlo.evaluator_lapack import (GEQRF_TARGETS, GETRF_TARGETS, ORGQR_TARGETS, SYEVD_TARGETS, TRSM_TARGETS,
+                                    trsm_options)
 from ..hlo.ir import Instruction
 from .blas_threads import openblas_libraries
 
@@ -58,7 +61,98 @@ def lapack_thunk(instr: Instruction):
         if fn is None:
             return None, f"{target}: cblas_{letter}trsm (64-bit ints) is not in NumPy's BLAS library"
         return TrsmThunk(instr, fn), None
+    for targets, routine, make in ((GEQRF_TARGETS, "geqrf", GeqrfThunk), (ORGQR_TARGETS, "orgqr", OrgqrThunk),
+                                   (SYEVD_TARGETS, "syevd", SyevdThunk)):
+        if target in targets:
+            letter = _LETTER[np.dtype(targets[target])]
+            if letter in "cz":
+                routine = {"orgqr": "ungqr", "syevd": "heevd"}.get(routine, routine)
+            fn = _routine(f"LAPACKE_{letter}{routine}")
+            if fn is None:
+                return None, f"{target}: LAPACKE_{letter}{routine} (64-bit ints) is not in NumPy's BLAS library"
+            return make(instr, fn), None
     return None, None
+
+
+def _check(how: str, info: int) -> None:
+    if info < 0:
+        raise RuntimeError(f"{how}: argument {-info} was refused")
+
+
+class GeqrfThunk:
+    """(a, tau) per matrix from LAPACKE's geqrf."""
+
+    def __init__(self, instr: Instruction, fn):
+        self.how, self.fn = f"LAPACK {fn.__name__}", fn
+        fn.restype = ctypes.c_int64
+        fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                       ctypes.c_void_p]
+        self.dtype = instr.shape.elements[0].dtype
+
+    def __call__(self, operands):
+        (a,) = operands
+        m, n = a.shape[-2:]
+        k = min(m, n)
+        out = np.array(a, self.dtype, order="C").reshape(-1, m, n)
+        tau = np.zeros((out.shape[0], k), self.dtype)
+        if m and n:
+            for b in range(out.shape[0]):
+                _check(self.how, self.fn(_ROW_MAJOR, m, n, out[b].ctypes.data, n, tau[b].ctypes.data))
+        return out.reshape(a.shape), tau.reshape(a.shape[:-2] + (k,))
+
+
+class OrgqrThunk:
+    """Q's first n columns per matrix from LAPACKE's orgqr / ungqr."""
+
+    def __init__(self, instr: Instruction, fn):
+        self.how, self.fn = f"LAPACK {fn.__name__}", fn
+        fn.restype = ctypes.c_int64
+        fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                       ctypes.c_int64, ctypes.c_void_p]
+        self.dtype = instr.shape.dtype
+
+    def __call__(self, operands):
+        a, tau = operands
+        m, n = a.shape[-2:]
+        k = tau.shape[-1]
+        out = np.array(a, self.dtype, order="C").reshape(-1, m, n)
+        taus = np.ascontiguousarray(tau, self.dtype).reshape(-1, k)
+        if m and n:
+            for b in range(out.shape[0]):
+                _check(self.how, self.fn(_ROW_MAJOR, m, n, k, out[b].ctypes.data, n, taus[b].ctypes.data))
+        return out.reshape(a.shape)
+
+
+class SyevdThunk:
+    """(vectors, values, info) per matrix from LAPACKE's syevd / heevd (mode N: the input is
+    returned as the first output, which LAPACK leaves unspecified: as the evaluator's rule)."""
+
+    def __init__(self, instr: Instruction, fn):
+        self.how, self.fn = f"LAPACK {fn.__name__}", fn
+        fn.restype = ctypes.c_int64
+        fn.argtypes = [ctypes.c_int, ctypes.c_char, ctypes.c_char, ctypes.c_int64, ctypes.c_void_p,
+                       ctypes.c_int64, ctypes.c_void_p]
+        config = str(getattr(instr.attrs.get("backend_config"), "text", instr.attrs.get("backend_config")) or "")
+        mode = re.search(r"\bmode\s*=\s*(\d+)", config)
+        uplo = re.search(r"\buplo\s*=\s*(\d+)", config)
+        self.vectors = mode is None or int(mode.group(1)) == ord("V")
+        self.uplo = bytes([int(uplo.group(1))]) if uplo else b"L"
+        self.dtype = instr.shape.elements[0].dtype
+        self.real = instr.shape.elements[1].dtype
+
+    def __call__(self, operands):
+        (a,) = operands
+        n = a.shape[-1]
+        work = np.array(a, self.dtype, order="C").reshape(-1, n, n)
+        values = np.zeros((work.shape[0], n), self.real)
+        info = np.zeros(work.shape[0], np.int32)
+        jobz = b"V" if self.vectors else b"N"
+        for b in range(work.shape[0] if n else 0):
+            info[b] = self.fn(_ROW_MAJOR, jobz, self.uplo, n, work[b].ctypes.data, n, values[b].ctypes.data)
+            _check(self.how, int(info[b]))
+        vectors = work if self.vectors else np.array(a, self.dtype)
+        batch = a.shape[:-2]
+        return vectors.reshape(a.shape), values.reshape(batch + (n,)), info.reshape(batch)
 
 
 class GetrfThunk:

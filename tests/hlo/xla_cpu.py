@@ -40,8 +40,12 @@ def run_in_process(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
     import jax
     import jax.extend.backend
     from jax._src.lib import _jax, xla_client
-    from jaxlib import _hlo
+    from jaxlib import _hlo, lapack
+    # (jaxlib fills LAPACK's function table when JAX lowers its first linalg op; HLO text
+    # with LAPACK custom calls needs it done first)
+    lapack._lapack.initialize()
     jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_enable_x64", True)       # (f64 / c128 / s64 inputs stay as they are)
     module = _hlo.hlo_module_from_text(text)
     stablehlo = _jax.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto())
     backend = jax.extend.backend.get_backend("cpu")

@@ -176,3 +176,72 @@ def test_trsm_runs_as_a_blas_call(t, side, uplo, trans, diag):
     rhs = inputs[1] * (inputs[2] if len(inputs) > 2 else 1)
     lhs = op @ x if side == "L" else x @ op
     np.testing.assert_allclose(lhs, rhs, rtol=1e-3, atol=1e-3)
+
+
+def qr_module(t: str, m: int, n: int) -> str:
+    k = min(m, n)
+    orgqr = {"f32": "sorgqr", "f64": "dorgqr", "c64": "cungqr", "c128": "zungqr"}[t]
+    return f"""HloModule qr
+ENTRY e {{
+  a = {t}[2,{m},{n}] parameter(0)
+  g = ({t}[2,{m},{n}], {t}[2,{k}]) custom-call(a), custom_call_target="lapack_{LETTERS[t]}geqrf_ffi"
+  r = {t}[2,{m},{n}] get-tuple-element(g), index=0
+  tau = {t}[2,{k}] get-tuple-element(g), index=1
+  q = {t}[2,{m},{n}] custom-call(r, tau), custom_call_target="lapack_{orgqr}_ffi"
+  ROOT o = ({t}[2,{m},{n}], {t}[2,{k}], {t}[2,{m},{n}]) tuple(r, tau, q)
+}}"""
+
+
+@pytest.mark.parametrize("t", sorted(LETTERS))
+@pytest.mark.parametrize("m, n", [(5, 3), (4, 4)])
+def test_qr_runs_as_lapack_calls(t, m, n):
+    text = qr_module(t, m, n)
+    (a,) = random_inputs(text)
+    r, tau, q = run_natively(text, [a])
+    tol = 1e-4 if t in ("f32", "c64") else 1e-10
+    for b in range(2):
+        np.testing.assert_allclose(q[b] @ np.triu(r[b])[:n], a[b], rtol=tol, atol=tol)
+        np.testing.assert_allclose(q[b].conj().T @ q[b], np.eye(n), rtol=tol, atol=tol)
+
+
+def test_geqrf_rule_is_scipys_lapack():
+    scipy_linalg = pytest.importorskip("scipy.linalg")
+    text = qr_module("f64", 5, 3)
+    (a,) = random_inputs(text)
+    r, tau, _ = flatten(evaluate(parse_hlo(text), [a]))
+    raw, want_tau = scipy_linalg.qr(a[0], mode="raw")[0]
+    np.testing.assert_allclose(r[0], raw, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tau[0], want_tau, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("t, real", [("f32", "f32"), ("f64", "f64"), ("c64", "f32"), ("c128", "f64")])
+@pytest.mark.parametrize("uplo", [76, 85])
+def test_eigh_runs_as_a_lapack_call(t, real, uplo):
+    """Eigenvalues as the evaluator's; eigenvectors are LAPACK's syevd / heevd called as XLA
+    calls it (the evaluator's come from NumPy's eigh, whose call of the same routine picks
+    other signs / phases for some matrices): equal up to one unit factor per column."""
+    target = {"f32": "ssyevd", "f64": "dsyevd", "c64": "cheevd", "c128": "zheevd"}[t]
+    text = f"""HloModule eigh
+ENTRY e {{
+  a = {t}[3,5,5] parameter(0)
+  ROOT h = ({t}[3,5,5], {real}[3,5], s32[3]) custom-call(a), custom_call_target="lapack_{target}_ffi",
+      backend_config={{mode = 86 : ui8, uplo = {uplo} : ui8}}
+}}"""
+    (a,) = random_inputs(text)
+    executable = compile_module(parse_hlo(text), "cpu").executable
+    assert not {**executable.native.interpreted, **executable.native.interpreted_ops}
+    vectors, values, info = executable.run([a])
+    want_vectors, want_values, want_info = flatten(evaluate(parse_hlo(text), [a]))
+    ok, detail = compare_arrays(values, want_values)
+    assert ok, detail
+    assert np.array_equal(info, want_info) and not info.any()
+    tol = 1e-3 if t in ("f32", "c64") else 1e-9
+    phase = np.sum(want_vectors.conj() * vectors, axis=-2, keepdims=True)     # <v_evaluator, v>
+    np.testing.assert_allclose(np.abs(phase), 1, rtol=tol, atol=tol)
+    np.testing.assert_allclose(vectors, want_vectors * phase, rtol=tol, atol=tol)
+    # and they are eigenvectors of the Hermitian matrix the uplo triangle describes
+    tri = np.tril(a) if uplo == 76 else np.triu(a)
+    herm = tri + np.swapaxes(tri, -1, -2).conj()
+    herm[..., range(5), range(5)] = np.diagonal(tri, axis1=-2, axis2=-1).real
+    np.testing.assert_allclose(herm @ vectors, vectors * values[..., None, :], rtol=tol, atol=tol)
+    assert np.all(np.diff(values, axis=-1) >= 0)
