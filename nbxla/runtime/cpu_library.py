@@ -50,7 +50,7 @@ from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
 from ..hlo.shapes import Shape
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
-from .lapack_calls import lapack_thunk
+from .lapack_calls import FftThunk, lapack_thunk
 
 __all__ = ["library_thunk"]
 
@@ -80,33 +80,6 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
     if instr.opcode == "fft":
         return FftThunk(instr), None
     return None, None
-
-
-class FftThunk:
-    """``fft``: NumPy's pocketfft over the trailing ``fft_length`` axes (single precision for
-    c64 / f32 operands, as XLA's DUCC FFT computes), the result in the instruction's type;
-    IFFT and IRFFT normalized by 1/n, as XLA defines them."""
-    how = "NumPy's pocketfft (np.fft)"
-
-    def __init__(self, instr: Instruction):
-        self.lengths = tuple(instr.attrs["fft_length"])
-        self.kind = instr.attrs["fft_type"]
-        self.dims, self.dtype = instr.shape.dims, instr.shape.dtype
-
-    def __call__(self, operands):
-        (x,) = operands
-        if x.size == 0 or 0 in self.dims:
-            return np.zeros(self.dims, self.dtype)
-        axes = tuple(range(x.ndim - len(self.lengths), x.ndim))
-        if self.kind == "FFT":
-            y = np.fft.fftn(x, axes=axes)
-        elif self.kind == "IFFT":
-            y = np.fft.ifftn(x, axes=axes)
-        elif self.kind == "RFFT":
-            y = np.fft.rfftn(x, s=self.lengths, axes=axes)
-        else:
-            y = np.fft.irfftn(x, s=self.lengths, axes=axes)
-        return np.ascontiguousarray(y, dtype=self.dtype)
 
 
 class MaskedDotThunk:

@@ -8,6 +8,8 @@ algorithms written from LAPACK's definitions: the oracle these calls are checked
 
 Without that library (NumPy built against another BLAS) the calls are not offered: the
 instruction runs on the evaluator, with that reason.
+
+``fft`` is here too: NumPy's pocketfft (``FftThunk``).
 """
 
 from __future__ import annotations
@@ -213,3 +215,30 @@ class TrsmThunk:
             for i in range(x.shape[0]):
                 self.fn(_ROW_MAJOR, *self.flags, m, n, alpha_arg, mats[i].ctypes.data, k, x[i].ctypes.data, n)
         return x.reshape(batch + (m, n))
+
+
+class FftThunk:
+    """``fft``: NumPy's pocketfft over the trailing ``fft_length`` axes (single precision for
+    c64 / f32 operands, as XLA's DUCC FFT computes), the result in the instruction's type;
+    IFFT and IRFFT normalized by 1/n, as XLA defines them."""
+    how = "NumPy's pocketfft (np.fft)"
+
+    def __init__(self, instr: Instruction):
+        self.lengths = tuple(instr.attrs["fft_length"])
+        self.kind = instr.attrs["fft_type"]
+        self.dims, self.dtype = instr.shape.dims, instr.shape.dtype
+
+    def __call__(self, operands):
+        (x,) = operands
+        if x.size == 0 or 0 in self.dims:
+            return np.zeros(self.dims, self.dtype)
+        axes = tuple(range(x.ndim - len(self.lengths), x.ndim))
+        if self.kind == "FFT":
+            y = np.fft.fftn(x, axes=axes)
+        elif self.kind == "IFFT":
+            y = np.fft.ifftn(x, axes=axes)
+        elif self.kind == "RFFT":
+            y = np.fft.rfftn(x, s=self.lengths, axes=axes)
+        else:
+            y = np.fft.irfftn(x, s=self.lengths, axes=axes)
+        return np.ascontiguousarray(y, dtype=self.dtype)
