@@ -2,8 +2,8 @@
 
 Each style lives in a module of its own and knows nothing of the others' existence; this module
 picks one per fused computation (or standalone op) in order from most to least specialized:
-a dot with its epilogue, scatter, select-and-scatter, reduce-window, random-bits and convolution
-kernels, then a whole-array reduction, a column reduction (grouped when few columns), a row
+a dot with its epilogue, scatter, select-and-scatter, reduce-window, random-bits, sort (comparators
+no library call reads) and convolution kernels, then a whole-array reduction, a column reduction (grouped when few columns), a row
 reduction, a tiled transpose, and the elementwise loop kernel for everything else.
 """
 
@@ -25,6 +25,7 @@ from .loops import column_plan, emit_column_reduction, emit_full_reduction, emit
 from .random_bits import emit_rng_kernel
 from .scatter import emit_scatter_kernel
 from .select_scatter import emit_select_and_scatter_kernel
+from .sort_kernel import emit_sort_kernel
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
 from .transposes import emit_transpose_kernel, minor_transpose
 from .windows import emit_reduce_window_kernel
@@ -42,6 +43,8 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
         return emit_reduce_window_kernel(module, name, comp)
     if comp.root.opcode == "rng-bit-generator":
         return emit_rng_kernel(module, name, comp)
+    if comp.root.opcode == "sort":
+        return emit_sort_kernel(module, name, comp)
     if any(i.opcode == "convolution" for i in comp.instructions):
         return emit_convolution_kernel(module, name, comp)
     if any(i.opcode == "reduce" for i in comp.instructions):

@@ -44,7 +44,7 @@ from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leav
 from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
                           worker_count)
 from .conv_epilogue import fold_convolution_epilogues
-from .cpu_library import library_thunk
+from .cpu_library import library_thunk, sort_has_library_call
 from . import host_memory
 from .host_memory import memory_owner
 from .native_loops import NativeLoopThunk, native_entry_runner, native_loops, native_loops_enabled
@@ -555,7 +555,8 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
     taken, out = set(), []
     for comp in computations:
         for instr in comp.instructions:
-            if instr.opcode != "fusion" and instr.opcode not in OWN_KERNEL and not _dot_without_library(instr):
+            if instr.opcode != "fusion" and instr.opcode not in OWN_KERNEL and not _dot_without_library(instr) \
+                    and not _sort_without_library(instr):
                 continue
             base = symbol = "nbxla_" + instr.name.replace(".", "_").replace("-", "_")
             suffix = 2
@@ -570,6 +571,12 @@ def _dot_without_library(instr: Instruction) -> bool:
     """A dot no library call takes (integer, f16 or mixed element types): the native dot kernel
     (codegen/dot_kernels.py) computes it instead of the evaluator."""
     return instr.opcode == "dot" and not DotThunk.applies(instr) and not WidenedDotThunk.applies(instr)
+
+
+def _sort_without_library(instr: Instruction) -> bool:
+    """A sort whose comparator NumPy's sort cannot follow: the native sort kernel
+    (codegen/sort_kernel.py, the evaluator's merge sort) computes it instead of the evaluator."""
+    return instr.opcode == "sort" and not sort_has_library_call(instr)
 
 
 def _kernel_computation(instr: Instruction) -> Computation:

@@ -52,7 +52,7 @@ from ..hlo.shapes import Shape
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 from .lapack_calls import FftThunk, lapack_thunk
 
-__all__ = ["library_thunk"]
+__all__ = ["library_thunk", "sort_has_library_call"]
 
 
 def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | None, str | None]:
@@ -154,6 +154,12 @@ class _Key:
 
 # Ops a key expression may use: evaluated on whole arrays, they act elementwise.
 _SCALAR_VIEWS = {"bitcast", "bitcast-convert", "copy", "reshape", "broadcast"}
+
+
+def sort_has_library_call(instr: Instruction) -> bool:
+    """Does NumPy's sort take this sort (its comparator a recognized order of keys)?  The
+    others run in the native sort kernel (codegen/sort_kernel.py)."""
+    return _sort_thunk(instr, None)[0] is not None
 
 
 def _sort_thunk(instr: Instruction, fallback: Callable):
