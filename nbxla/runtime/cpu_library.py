@@ -52,7 +52,7 @@ from ..hlo.shapes import Shape
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 from .lapack_calls import FftThunk, lapack_thunk
 
-__all__ = ["library_thunk", "sort_has_library_call"]
+__all__ = ["library_thunk", "sort_has_library_call", "sort_may_defer"]
 
 
 def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | None, str | None]:
@@ -160,6 +160,17 @@ def sort_has_library_call(instr: Instruction) -> bool:
     """Does NumPy's sort take this sort (its comparator a recognized order of keys)?  The
     others run in the native sort kernel (codegen/sort_kernel.py)."""
     return _sort_thunk(instr, None)[0] is not None
+
+
+def sort_may_defer(instr: Instruction) -> bool:
+    """Does NumPy's sort of this sort hand calls with NaN keys to its fallback (a key of floats
+    under a plain comparison, which is no strict weak order with NaNs)?"""
+    try:
+        keys = _ordered_keys(instr.attrs["to_apply"].root)
+    except _NotRecognized:
+        return False
+    return any(k.expr.shape.element_type in ("f16", "f32", "f64") and k.kind != "TOTALORDER" and not k.nans
+               for k in keys)
 
 
 def _sort_thunk(instr: Instruction, fallback: Callable):

@@ -188,11 +188,25 @@ def test_xla_bitcast_total_order_key_is_recognized():
     assert native.library_calls == {"s": "sort"}
 
 
-def test_plain_float_compare_with_nans_defers_to_the_evaluator_per_call():
+def test_plain_float_compare_with_nans_defers_to_the_sort_kernel_per_call(monkeypatch):
+    """NumPy's sort for calls without NaN keys; the native sort kernel (the evaluator's merge
+    sort, step for step) for the others: the evaluator's answer either way, and the
+    evaluator's rule is never called."""
+    from nbxla.hlo.evaluator import RULES
     module = sort_module(["f32"], [8], 0, "  ROOT lt = pred[] compare(l0, r0), direction=LT")
     executable = build_executable(module, "cpu")
-    for x in (np.array([3, 1, 2, 0, -1, 5, 4, 2], np.float32), SPECIAL[:8].copy()):
-        assert_identical(executable.run([x]), flatten(evaluate(module, [x])))
+    native = getattr(executable, "native", executable)
+    assert native.library_calls == {"s": "sort"} and "s" in native.kernel_symbols
+    assert not native.interpreted_ops
+    inputs = (np.array([3, 1, 2, 0, -1, 5, 4, 2], np.float32), SPECIAL[:8].copy())
+    assert np.isnan(inputs[1]).any()
+    wants = [flatten(evaluate(module, [x])) for x in inputs]
+
+    def evaluator_sort(*args):
+        raise AssertionError("the evaluator's sort rule ran")
+    monkeypatch.setitem(RULES, "sort", evaluator_sort)
+    for x, want in zip(inputs, wants):
+        assert_identical(executable.run([x]), want)
 
 
 UNRECOGNIZED = {
