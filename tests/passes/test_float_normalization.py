@@ -143,3 +143,49 @@ def test_f16_and_f32_ops_are_left_alone():
     for t in ("f16", "f32"):
         module = parse_hlo(module_text(SCATTER, t))
         assert not FloatNormalization().run(module)
+
+
+LOOP = """
+HloModule loop_of_bf16_scatters
+add {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+cond {
+  p = (s32[], bf16[8,4], s32[6,1], bf16[6,4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], bf16[8,4], s32[6,1], bf16[6,4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  acc = bf16[8,4] get-tuple-element(p), index=1
+  idx = s32[6,1] get-tuple-element(p), index=2
+  upd = bf16[6,4] get-tuple-element(p), index=3
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  sum = bf16[8,4] scatter(acc, idx, upd), update_window_dims={1}, inserted_window_dims={0},
+      scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  ROOT t = (s32[], bf16[8,4], s32[6,1], bf16[6,4]) tuple(next, sum, idx, upd)
+}
+ENTRY e {
+  x = bf16[8,4] parameter(0)
+  idx = s32[6,1] parameter(1)
+  upd = bf16[6,4] parameter(2)
+  zero = s32[] constant(0)
+  init = (s32[], bf16[8,4], s32[6,1], bf16[6,4]) tuple(zero, x, idx, upd)
+  w = (s32[], bf16[8,4], s32[6,1], bf16[6,4]) while(init), condition=cond, body=body
+  ROOT r = bf16[8,4] get-tuple-element(w), index=1
+}
+"""
+
+
+def test_ops_inside_loop_bodies_get_their_f32_form():
+    """(a bf16 scatter in a while body: each iteration rounds once, as the evaluator does)"""
+    module = parse_hlo(LOOP)
+    assert FloatNormalization().run(module)
+    body = next(c for c in module.computations if c.name == "body")
+    assert [i.shape.element_type for i in body.instructions if i.opcode == "scatter"] == ["f32"]
+    run(LOOP, inputs_for(LOOP), native=True)
