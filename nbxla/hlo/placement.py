@@ -80,10 +80,12 @@ CPU: dict[str, Placement] = _table({
                                 "(integers, f16)", "_library_thunk"),
     "convolution": Placement("library", "own kernel (depthwise / few inputs per group), else "
                                         "library call: BLAS GEMM", "_library_thunk"),
-    "sort": Placement("library", "library call: NumPy's argsort/lexsort (evaluator for comparators "
-                                 "it cannot read)", "_library_thunk"),
-    "custom-call": Placement("library", "library call for LAPACK targets (solve, Cholesky); "
-                                        "evaluator: the registered target's NumPy implementation",
+    "sort": Placement("library", "library call: NumPy's argsort/lexsort (a native merge-sort kernel "
+                                 "for comparators it cannot read, and for NaN keys under a plain "
+                                 "float comparison)", "_library_thunk"),
+    "custom-call": Placement("library", "library call for LAPACK targets (solve, Cholesky, LU, "
+                                        "triangular solve, QR, eigh) and TopK; evaluator: the "
+                                        "registered target's NumPy implementation for the rest",
                              "_library_thunk"),
     "while": Placement("control", "host loop over compiled programs", "_control_thunk"),
     "conditional": Placement("control", "host branch over compiled programs", "_control_thunk"),
