@@ -474,6 +474,7 @@ def _ascending_columns(values: np.ndarray, key: _Key) -> list[np.ndarray] | None
 # Integer convolutions: exact in any order (wrapping sums are associative), so im2col + NumPy's
 # integer matmul (no BLAS) gives the evaluator's bits.
 _INTEGER_TYPES = {"s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
+_FLOAT_TYPES = {"f16", "bf16", "f8e4m3fn", "f8e5m2", "f32", "f64"}
 
 
 def _convolution_thunk(instr: Instruction):
@@ -486,22 +487,25 @@ def _convolution_thunk(instr: Instruction):
     if types <= _INTEGER_TYPES:
         # (the evaluator converts the operands to the result type first, as XLA does)
         return _ConvertedConvolution(instr, instr.shape.dtype, _ConvolutionThunk), None
-    if types in ({"f16"}, {"f16", "f32"}):
-        # f16 in f32, rounded once at the end: the answer closest to the exact one (XLA's
-        # Eigen f16 convolution rounds its sums in f16; testing.py's f16 tolerance takes both)
-        return _ConvertedConvolution(instr, np.dtype(np.float32), _f32_or_f64_convolution), None
-    if types not in ({"f32"}, {"f64"}, {"bf16"}, {"bf16", "f32"}) or operand_types == {"f32", "bf16"}:
-        return None, (f"convolution %{instr.name} on {'/'.join(sorted(types))} runs through the "
-                      "evaluator's rule (the library path takes integers, f16, f32, f64 or bf16 "
-                      "operands of one type)")
-    if "bf16" in types:
+    if types in ({"f32"}, {"f64"}):
+        return _f32_or_f64_convolution(instr), None
+    if types in ({"bf16"}, {"bf16", "f32"}) and operand_types == {"bf16"}:
         return _WidenedConvolution(instr), None
-    return _f32_or_f64_convolution(instr), None
+    if types <= _FLOAT_TYPES:
+        # Other float types and mixes (f16, f8, an f32 operand with a bf16 one): the operands
+        # in the result type (as the evaluator and XLA convert them), then in f32 (f64 for an
+        # f64 result), the result rounded once.  (f16: XLA's Eigen f16 convolution rounds its
+        # sums in f16 instead; testing.py's f16 tolerance takes both.)
+        compute = np.dtype(np.float64 if out_type == "f64" else np.float32)
+        return _ConvertedConvolution(instr, compute, _f32_or_f64_convolution), None
+    return None, (f"convolution %{instr.name} on {'/'.join(sorted(types))} runs through the "
+                  "evaluator's rule (the library path takes integer and real float types)")
 
 
 class _ConvertedConvolution:
-    """A convolution computed on operands converted to ``dtype`` (exact: integers to the
-    result's integer type, f16 to f32), the result converted to the instruction's type."""
+    """A convolution of the operands converted to the result's type and then to ``dtype`` (the
+    second conversion exact: integers stay, floats widen to f32 / f64), the result converted
+    to the instruction's type."""
 
     def __init__(self, instr: Instruction, dtype: np.dtype, make: Callable):
         t = _element_type_of(dtype)
@@ -512,7 +516,8 @@ class _ConvertedConvolution:
         self.how = self.inner.how + ("" if dtype == self.dtype else f", in {t}")
 
     def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
-        result = self.inner([o.astype(self.compute, copy=False) for o in operands])
+        result = self.inner([o.astype(self.dtype, copy=False).astype(self.compute, copy=False)
+                             for o in operands])
         return result if result.dtype == self.dtype else result.astype(self.dtype)
 
 

@@ -45,7 +45,7 @@ def random_inputs(text: str, high: int = 8) -> list:
         elif dt.kind == "c":
             out.append((RNG.standard_normal(p.shape.dims) + 1j * RNG.standard_normal(p.shape.dims)).astype(dt))
         else:
-            out.append(RNG.standard_normal(p.shape.dims).astype(dt))
+            out.append(RNG.standard_normal(p.shape.dims).astype(np.float32).astype(dt))
     return out
 
 
@@ -65,8 +65,9 @@ ENTRY e {{
 
 
 @pytest.mark.parametrize("t, r", [("s32", "s32"), ("s8", "s8"), ("s8", "s32"), ("u8", "u16"), ("s64", "s64"),
-                                  ("f16", "f16"), ("f16", "f32")])
-def test_integer_and_f16_convolutions(t, r):
+                                  ("f16", "f16"), ("f16", "f32"), ("f32", "f16"), ("f8e4m3fn", "f32"),
+                                  ("f8e5m2", "bf16"), ("f32", "bf16"), ("f16", "f64")])
+def test_integer_f16_f8_and_mixed_convolutions(t, r):
     text = CONVOLUTIONS.format(t=t, r=r)
     # (s8 sums of 54 products of numbers up to 100 wrap: wrapping must match too)
     run_natively(text, random_inputs(text, high=100 if t == "s8" else 8))
