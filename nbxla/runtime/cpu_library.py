@@ -489,6 +489,8 @@ def _convolution_thunk(instr: Instruction):
         return _ConvertedConvolution(instr, instr.shape.dtype, _ConvolutionThunk), None
     if types in ({"f32"}, {"f64"}):
         return _f32_or_f64_convolution(instr), None
+    if types in ({"c64"}, {"c128"}):
+        return _ConvolutionThunk(instr), None                # (im2col + NumPy's complex GEMM)
     if types in ({"bf16"}, {"bf16", "f32"}) and operand_types == {"bf16"}:
         return _WidenedConvolution(instr), None
     if types <= _FLOAT_TYPES:
@@ -499,7 +501,8 @@ def _convolution_thunk(instr: Instruction):
         compute = np.dtype(np.float64 if out_type == "f64" else np.float32)
         return _ConvertedConvolution(instr, compute, _f32_or_f64_convolution), None
     return None, (f"convolution %{instr.name} on {'/'.join(sorted(types))} runs through the "
-                  "evaluator's rule (the library path takes integer and real float types)")
+                  "evaluator's rule (the library path takes integer, real float and complex types, "
+                  "complex ones unmixed)")
 
 
 class _ConvertedConvolution:

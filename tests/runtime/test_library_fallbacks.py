@@ -66,8 +66,9 @@ ENTRY e {{
 
 @pytest.mark.parametrize("t, r", [("s32", "s32"), ("s8", "s8"), ("s8", "s32"), ("u8", "u16"), ("s64", "s64"),
                                   ("f16", "f16"), ("f16", "f32"), ("f32", "f16"), ("f8e4m3fn", "f32"),
-                                  ("f8e5m2", "bf16"), ("f32", "bf16"), ("f16", "f64")])
-def test_integer_f16_f8_and_mixed_convolutions(t, r):
+                                  ("f8e5m2", "bf16"), ("f32", "bf16"), ("f16", "f64"), ("c64", "c64"),
+                                  ("c128", "c128")])
+def test_integer_f16_f8_complex_and_mixed_convolutions(t, r):
     text = CONVOLUTIONS.format(t=t, r=r)
     # (s8 sums of 54 products of numbers up to 100 wrap: wrapping must match too)
     run_natively(text, random_inputs(text, high=100 if t == "s8" else 8))
