@@ -116,7 +116,6 @@ def test_evaluator_matches_jax(case, form):
 KNOWN_GAPS = re.compile(
     r"bitcast-convert between widths \(or of pred\) has no native code path yet"
     r"|a reduction fusion output outside the reduced and input spaces"
-    r"|convolution %[\w.\-]+ on [\w/]+ runs through the evaluator's rule .*"
     # Ops with no kernel or library call yet (hlo/placement.CPU_PLACEMENT says so).  (Dots in
     # fusions and dots BLAS has no element type for run as native dot kernels.)
     r"|no native kernel or library call for custom-call\(.*")
