@@ -3,8 +3,9 @@
 Each style lives in a module of its own and knows nothing of the others' existence; this module
 picks one per fused computation (or standalone op) in order from most to least specialized:
 a dot with its epilogue, scatter, select-and-scatter, reduce-window, random-bits, sort (comparators
-no library call reads) and convolution kernels, then a whole-array reduction, a column reduction (grouped when few columns), a row
-reduction, a tiled transpose, and the elementwise loop kernel for everything else.
+no library call reads) and convolution kernels, then a whole-array reduction, a column reduction
+(grouped when few columns), a row reduction, a tiled transpose, and the elementwise loop kernel
+for everything else.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from ..passes.fused_dots import fused_dot
 from . import column_groups
 from .convolution import emit_convolution_kernel
 from .dot_kernels import emit_dot_kernel
-from .loops import column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel
+from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel,
+                    rows_unknown)
 from .random_bits import emit_rng_kernel
 from .scatter import emit_scatter_kernel
 from .select_scatter import emit_select_and_scatter_kernel
@@ -53,7 +55,9 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
             return emit_full_reduction(module, name, comp, plan)
         plan = column_plan(comp)
         if plan is not None:
-            if not plan.custom and column_groups.applies(comp, plan):
+            # (grouped kernels divide the rows into whole groups when compiled: not for an
+            # unknown row count)
+            if not plan.custom and not rows_unknown(comp, plan) and column_groups.applies(comp, plan):
                 return column_groups.emit_grouped_column_reduction(module, name, comp, plan)
             return emit_column_reduction(module, name, comp, plan)
         return emit_reduction_kernel(module, name, comp)
