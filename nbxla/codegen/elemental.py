@@ -22,8 +22,8 @@ from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from ..hlo.low_precision import KEEPS_NARROW_TYPES
 from ..hlo.opcodes import TYPE_AGNOSTIC
-from ..hlo.shapes import complex_component, compute_type, is_complex, is_float, is_integral
-from . import bf16, transcendentals
+from ..hlo.shapes import complex_component, compute_type, is_complex, is_float, is_integral, is_low_precision
+from . import bf16, f8, transcendentals
 from .complex_math import ComplexMath
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -33,6 +33,7 @@ _LLVM_TYPES = {
     "s32": I32, "u32": I32, "s64": I64, "u64": I64,
     "f16": ir.HalfType(), "f32": ir.FloatType(), "f64": ir.DoubleType(),
     "bf16": ir.FloatType(),     # an f32 in registers, 16 bits in memory (see bf16.py)
+    "f8e4m3fn": ir.FloatType(), "f8e5m2": ir.FloatType(),     # f32 in registers, 8 bits in memory (f8.py)
     # Complex values are {re, im} structs in registers and in memory (NumPy's interleaved
     # layout); the loop emitters load and store the two components separately.
     "c64": ir.LiteralStructType([ir.FloatType(), ir.FloatType()]),
@@ -66,13 +67,17 @@ def llvm_type(element_type: str) -> ir.Type:
 def storage_type(element_type: str) -> ir.Type:
     if element_type == "bf16":
         return ir.IntType(16)
+    if f8.is_f8(element_type):
+        return I8
     return I8 if element_type == "pred" else llvm_type(element_type)
 
 
 def to_storage(b: ir.IRBuilder, element_type: str, v):
-    """A register value as it is kept in memory (pred: i8, bf16: its 16 bits)."""
+    """A register value as it is kept in memory (pred: i8, bf16: its 16 bits, f8: its 8)."""
     if element_type == "pred":
         return b.zext(v, I8)
+    if f8.is_f8(element_type):
+        return f8.to_bits(b, element_type, v)
     return bf16.to_bits(b, v) if element_type == "bf16" else v
 
 
@@ -80,7 +85,16 @@ def from_storage(b: ir.IRBuilder, element_type: str, v):
     """A value read from memory as it is kept in registers (the inverse of ``to_storage``)."""
     if element_type == "pred":
         return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+    if f8.is_f8(element_type):
+        return f8.from_bits(b, element_type, v)
     return bf16.from_bits(b, v) if element_type == "bf16" else v
+
+
+def round_to_narrow(b: ir.IRBuilder, element_type: str, v):
+    """An f32 computed for a bf16 / f8 result, rounded to that type (still an f32)."""
+    if element_type == "bf16":
+        return bf16.round_to_bf16(b, v)
+    return f8.round_to_f8(b, element_type, v)
 
 
 def const_i64(v: int) -> ir.Constant:
@@ -164,8 +178,8 @@ class ElementalEmitter:
                     "runs through the evaluator")
             v = self._emit(instr, index)
             if instr.opcode not in KEEPS_NARROW_TYPES and not instr.shape.is_tuple \
-                    and instr.shape.element_type == "bf16":
-                v = bf16.round_to_bf16(self.b, v)     # computed in f32: round once, as XLA
+                    and is_low_precision(instr.shape.element_type):
+                v = round_to_narrow(self.b, instr.shape.element_type, v)   # computed in f32: round once, as XLA
             self._memo[key] = v
         return v
 

@@ -2,9 +2,10 @@
 
 Each style lives in a module of its own and knows nothing of the others' existence; this module
 picks one per fused computation (or standalone op) in order from most to least specialized:
-a dot with its epilogue, scatter, select-and-scatter, reduce-window and convolution kernels, then
-a whole-array reduction, a column reduction (grouped when few columns), a row reduction, a tiled
-transpose, and the elementwise loop kernel for everything else.
+a dot with its epilogue, scatter, select-and-scatter, reduce-window, random-bits, sort (comparators
+no library call reads) and convolution kernels, then a whole-array reduction, a column reduction
+(grouped when few columns), a row reduction, a tiled transpose, and the elementwise loop kernel
+for everything else.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from llvmlite import ir
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
-from ..hlo.low_precision import involves_low_precision
+from ..hlo.low_precision import STEPWISE_OPS, involves_low_precision
 from ..hlo.printer import PrintOptions, print_instruction
 from ..passes.fused_dots import fused_dot
 from . import column_groups
@@ -23,8 +24,10 @@ from .convolution import emit_convolution_kernel
 from .dot_kernels import emit_dot_kernel
 from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel,
                     rows_unknown)
+from .random_bits import emit_rng_kernel
 from .scatter import emit_scatter_kernel
 from .select_scatter import emit_select_and_scatter_kernel
+from .sort_kernel import emit_sort_kernel
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode, single_unit
 from .transposes import emit_transpose_kernel, minor_transpose
 from .windows import emit_reduce_window_kernel
@@ -45,6 +48,10 @@ def _emit_one_style(module: ir.Module, name: str, comp: Computation) -> KernelSp
         return emit_select_and_scatter_kernel(module, name, comp)
     if comp.root.opcode == "reduce-window":
         return emit_reduce_window_kernel(module, name, comp)
+    if comp.root.opcode == "rng-bit-generator":
+        return emit_rng_kernel(module, name, comp)
+    if comp.root.opcode == "sort":
+        return emit_sort_kernel(module, name, comp)
     if any(i.opcode == "convolution" for i in comp.instructions):
         return emit_convolution_kernel(module, name, comp)
     if any(i.opcode == "reduce" for i in comp.instructions):
@@ -64,28 +71,20 @@ def _emit_one_style(module: ir.Module, name: str, comp: Computation) -> KernelSp
     return emit_loop_kernel(module, name, comp)
 
 
-# Ops whose called computation a kernel applies element by element: on bf16 that would round
-# every step, where XLA's f32 form of the op rounds once.
-_STEPWISE_ON_BF16 = ("reduce-window", "scatter", "select-and-scatter", "map", "sort")
-
-
 def check_narrow_floats(comp: Computation) -> None:
     """UnsupportedError (the runtime then runs the evaluator's rule) for what the kernels
-    cannot compute as XLA does on narrow floats (see ``bf16.py``): any f8 value, a bf16
-    reduce whose reducer is not a single recognized combiner, and the ops above."""
+    cannot compute as XLA does on narrow floats (see ``bf16.py``, ``f8.py``): a bf16 / f8
+    reduce whose reducer is not a single recognized combiner, and the ``STEPWISE_OPS`` (the
+    optimizer gives those their f32 form first: passes/float_normalization.py)."""
     for instr in comp.instructions:
         shapes = [instr.shape] + [o.shape for o in instr.operands]
-        leaves = [leaf for s in shapes for leaf in (s.leaves() if s.is_tuple else [s])]
-        f8 = next((leaf.element_type for leaf in leaves if leaf.element_type.startswith("f8")), None)
-        if f8:
-            raise UnsupportedError(f"element type {f8} (%{instr.name}) has no native code path yet")
         if not any(involves_low_precision(s) for s in shapes):
             continue
         if instr.opcode == "reduce" and (instr.shape.is_tuple or reducer_opcode(instr) is None):
-            raise UnsupportedError(f"a bf16 reduce with a custom or variadic reducer (%{instr.name}) "
+            raise UnsupportedError(f"a narrow-float reduce with a custom or variadic reducer (%{instr.name}) "
                                    "has no native code path yet")
-        if instr.opcode in _STEPWISE_ON_BF16:
-            raise UnsupportedError(f"bf16 {instr.opcode} (%{instr.name}) has no native code path yet")
+        if instr.opcode in STEPWISE_OPS:
+            raise UnsupportedError(f"narrow-float {instr.opcode} (%{instr.name}) has no native code path yet")
 
 
 def standalone_computation(instr: Instruction) -> Computation:

@@ -3,11 +3,14 @@
 The semantics are the reference evaluator's (``_reduce_window`` in hlo/evaluator_reduce.py):
 each output element starts from the init value and combines, in row-major order of the
 window offsets, the window's input elements; padding and base-dilation holes are skipped
-(never combined), and window reversal is ignored.  Only a reducer that is one recognized
-binary op (add, multiply, maximum, minimum, and, or) runs natively.
+(never combined), and window reversal is ignored.  A reducer that is one recognized binary op
+(add, multiply, maximum, minimum, and, or) is one instruction; any other reducer, and the
+variadic ones (several inputs, a tuple result: an argmax pooling), are emitted inline on the
+accumulators and the window's values, in the window kernel (the evaluator scans only single
+recognized ops).
 
 Two kernels, with the usual signature ``void kernel(i8** buffers, i64 begin, i64 end)`` over
-buffers (input, init, output):
+buffers (inputs..., inits..., outputs...):
 
 * ``window``: a unit of the parallel range is one block of an output row (all output dims
   but the last fix the row).  The block is set to the init value, then for each window
@@ -35,6 +38,7 @@ from ..hlo.evaluator_reduce import prefix_axis
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import is_complex, is_float
 from .elemental import const_i64, delinearize, ElementalEmitter, llvm_type, row_major_strides
+from .loops import apply_scalar_computation
 from .toolkit import (combine_values, counted_loop, entry_alloca, kernel_function, KernelBuffers,
                       KernelSpec, product, reducer_opcode)
 
@@ -49,28 +53,34 @@ _INPUT, _INIT, _OUTPUT = "input", "init", "output"
 
 
 def emit_reduce_window_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
-    """A computation whose root is ``reduce-window(input, init)`` of its parameters."""
+    """A computation whose root is ``reduce-window(inputs..., inits...)`` of its parameters."""
     rw = comp.root
     opcode = _native_reducer(rw)
+    if opcode is None:
+        # A custom or variadic reducer: the window kernel applies it inline, in the evaluator's
+        # order (each output starts at the init values, then the window offsets in row-major
+        # order); the evaluator uses ``accumulate`` only for single recognized ops.
+        return _emit_windows(module, name, comp, rw, None)
     axis = prefix_axis(rw.attrs["window"].dims, rw.operands[0].shape.dims)
     if axis is not None:
         return _emit_scan(module, name, comp, rw, opcode, axis)
     return _emit_windows(module, name, comp, rw, opcode)
 
 
-def _native_reducer(rw: Instruction) -> str:
-    """The opcode ``combine_values`` applies for this reduce-window, or UnsupportedError saying why
-    there is none."""
-    if rw.shape.is_tuple or len(rw.operands) != 2:
-        raise UnsupportedError("variadic reduce-window (several inputs) has no native code path yet")
+def _native_reducer(rw: Instruction) -> str | None:
+    """The opcode ``combine_values`` applies for this reduce-window, None for a custom or
+    variadic reducer (applied inline), or UnsupportedError saying why there is no kernel."""
     if any(o.opcode != "parameter" for o in rw.operands):
         raise UnsupportedError("a fused reduce-window has no native code path yet")
-    opcode = reducer_opcode(rw)
+    leaves = rw.shape.leaves() if rw.shape.is_tuple else [rw.shape]
+    for leaf in leaves:
+        llvm_type(leaf.element_type)              # raises for element types without code
+    opcode = reducer_opcode(rw) if len(rw.operands) == 2 else None
     if opcode is None:
-        raise UnsupportedError("reduce-window with a reducer other than a single add, multiply, maximum, "
-                               "minimum, and, or has no native code path yet")
+        if any(is_complex(leaf.element_type) for leaf in leaves):
+            raise UnsupportedError("a complex reduce-window with a custom reducer has no native code path")
+        return None
     t = rw.shape.element_type
-    llvm_type(t)                                  # raises for element types without code
     if is_complex(t) and opcode not in ("add", "multiply"):
         raise UnsupportedError(f"complex reduce-window with {opcode} has no native code path")
     if is_float(t) and opcode in ("and", "or"):
@@ -82,24 +92,43 @@ def _native_reducer(rw: Instruction) -> str:
 
 
 class _Kernel:
-    """A kernel function over (input, init, output) with the emitter ``combine_values`` needs."""
+    """A kernel function over (inputs..., inits..., outputs...) with the emitter
+    ``combine_values`` needs.  ``opcode`` None: the reducer computation is applied inline."""
 
-    def __init__(self, module: ir.Module, name: str, comp: Computation, rw: Instruction, opcode: str):
+    def __init__(self, module: ir.Module, name: str, comp: Computation, rw: Instruction, opcode: str | None):
         self.fn, self.b = kernel_function(module, name)
-        x, init = rw.operands
+        n = len(rw.operands) // 2
         params = comp.parameters
-        self.bufs = KernelBuffers(self.b, self.fn.args[0], [p.shape for p in params] + [rw.shape])
-        self.slot = {_INPUT: x.parameter_number, _INIT: init.parameter_number, _OUTPUT: len(params)}
+        leaves = rw.shape.leaves() if rw.shape.is_tuple else [rw.shape]
+        self.bufs = KernelBuffers(self.b, self.fn.args[0], [p.shape for p in params] + leaves)
+        self.n = n
+        self.slot = {_INPUT: [x.parameter_number for x in rw.operands[:n]],
+                     _INIT: [i.parameter_number for i in rw.operands[n:]],
+                     _OUTPUT: [len(params) + k for k in range(n)]}
         # Only its scalar helpers (minmax, complex parts) are used: loads are emitted here.
         self.em = ElementalEmitter(self.b, comp, lambda k, index: self.load(_INIT, const_i64(0)))
-        self.opcode, self.t = opcode, rw.shape.element_type
+        self.opcode, self.t = opcode, leaves[0].element_type
+        self.reducer = rw.attrs["to_apply"]
         self.begin, self.end = self.fn.args[1], self.fn.args[2]
 
-    def load(self, buffer: str, offset) -> ir.Value:
-        return self.bufs.load(self.b, self.slot[buffer], offset)
+    def load(self, buffer: str, offset, k: int = 0) -> ir.Value:
+        return self.bufs.load(self.b, self.slot[buffer][k], offset)
 
-    def store(self, offset, value) -> None:
-        self.bufs.store(self.b, self.slot[_OUTPUT], offset, value)
+    def loads(self, buffer: str, offset) -> list:
+        return [self.load(buffer, offset, k) for k in range(self.n)]
+
+    def store(self, offset, value, k: int = 0) -> None:
+        self.bufs.store(self.b, self.slot[_OUTPUT][k], offset, value)
+
+    def stores(self, offset, values) -> None:
+        for k, v in enumerate(values):
+            self.store(offset, v, k)
+
+    def combine_all(self, accs: list, xs: list) -> list:
+        """The reducer on (accumulators..., values...): one op, or the computation inline."""
+        if self.opcode is None:
+            return apply_scalar_computation(self.b, self.reducer, accs + xs)
+        return [self.combine(accs[0], xs[0])]
 
     def combine(self, acc, x) -> ir.Value:
         """acc op x, with float sums and products rounded in exactly this order: combine_values
@@ -157,7 +186,8 @@ class _Axis:
 
 def _axes(rw: Instruction) -> list[_Axis]:
     dims = rw.attrs["window"].dims
-    axes = [_Axis(o, n, w) for o, n, w in zip(rw.shape.dims, rw.operands[0].shape.dims, dims)]
+    out = rw.shape.elements[0] if rw.shape.is_tuple else rw.shape
+    axes = [_Axis(o, n, w) for o, n, w in zip(out.dims, rw.operands[0].shape.dims, dims)]
     # A rank-0 reduce-window is init op x: one axis of one element with a window of one.
     return axes or [_Axis(1, 1, WindowDim(1))]
 
@@ -172,13 +202,13 @@ def _emit_windows(module, name, comp, rw, opcode) -> KernelSpec:
     width = min(WINDOW_COLUMNS, columns)
     blocks = -(-columns // width)
     b = kernel.b
-    init = kernel.load(_INIT, const_i64(0))
+    inits = kernel.loads(_INIT, const_i64(0))
     in_strides = row_major_strides([a.n for a in axes])
 
     def unit(u):
         row, lo, hi = kernel.unit_block(u, blocks, width, columns)
         out_row = b.mul(row, const_i64(columns))
-        counted_loop(b, lo, hi, "fill", lambda c: kernel.store(b.add(out_row, c), init))
+        counted_loop(b, lo, hi, "fill", lambda c: kernel.stores(b.add(out_row, c), inits))
         outer = delinearize(b, row, out_dims[:-1])
         _over_window(kernel, axes, in_strides, outer, 0, const_i64(0),
                      lambda offset: _combine_columns(kernel, axes[-1], offset, out_row, lo, hi))
@@ -238,14 +268,14 @@ def _combine_columns(kernel, axis: _Axis, row_offset, out_row, lo, hi) -> None:
             pos = b.add(b.mul(c, stride), shift)
             i = pos if w.base_dilation == 1 else b.sdiv(pos, const_i64(w.base_dilation))
             out_at = b.add(out_row, c)
-            acc = kernel.load(_OUTPUT, out_at)
-            new = kernel.combine(acc, kernel.load(_INPUT, b.add(row_offset, i)))
+            accs = kernel.loads(_OUTPUT, out_at)
+            new = kernel.combine_all(accs, kernel.loads(_INPUT, b.add(row_offset, i)))
             if w.base_dilation > 1:
                 # A hole between dilated elements: keep the accumulator (the load above was
                 # of a real element, pos rounded down, so it stayed in bounds).
                 hole = b.icmp_signed("!=", b.srem(pos, const_i64(w.base_dilation)), const_i64(0))
-                new = b.select(hole, acc, new)
-            kernel.store(out_at, new)
+                new = [b.select(hole, a, v) for a, v in zip(accs, new)]
+            kernel.stores(out_at, new)
         counted_loop(b, _max(b, first, lo), _min(b, end, hi), "c", column)
     counted_loop(b, const_i64(0), const_i64(w.size), "kc", per_offset)
 

@@ -24,6 +24,8 @@ from ..errors import EvaluationError, HloShapeError, NbxlaError
 from .evaluator_common import label
 from .evaluator_data import DATA_RULES
 from .evaluator_elementwise import ELEMENTWISE_RULES
+from .evaluator_lapack import (GEQRF_TARGETS, GETRF_TARGETS, ORGQR_TARGETS, SYEVD_TARGETS, TRSM_TARGETS,
+                               lapack_geqrf, lapack_getrf, lapack_orgqr, lapack_syevd, lapack_trsm)
 from .evaluator_linalg import LINALG_RULES, MASKED_DOT_TARGET, SOLVE_TARGET, lapack_potrf, linalg_solve, masked_dot
 from .evaluator_reduce import REDUCE_RULES, topk_custom_call
 from .symbolic import bind_module, bind_symbols, symbols_of_module
@@ -44,6 +46,13 @@ CUSTOM_CALL_TARGETS: dict[str, Callable] = {
     SOLVE_TARGET: linalg_solve,
     # a dot of index-dependent slices, at their true lengths (nbxla's own target)
     MASKED_DOT_TARGET: masked_dot,
+    # JAX's CPU LU (jnp.linalg.solve, det, inv) and triangular solves (solve_triangular)
+    **{target: lapack_getrf for target in GETRF_TARGETS},
+    **{target: lapack_trsm for target in TRSM_TARGETS},
+    # ... QR (jnp.linalg.qr) and symmetric / Hermitian eigenproblems (eigh)
+    **{target: lapack_geqrf for target in GEQRF_TARGETS},
+    **{target: lapack_orgqr for target in ORGQR_TARGETS},
+    **{target: lapack_syevd for target in SYEVD_TARGETS},
 }
 
 

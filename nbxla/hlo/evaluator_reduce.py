@@ -209,7 +209,10 @@ def sort_by_comparator(comp, args, axis, interp) -> list[np.ndarray]:
             lo = np.where(go_right, mid + 1, lo)
             hi = np.where(active & ~go_right, mid, hi)
         new_pos = np.where(in_left, j + lo, j - width + lo)
-        new_perm = np.empty((rows, n), np.int64)
+        # (a comparator that is no strict weak order may send two elements to one place and
+        # none to another: that place keeps the position it held, never an undefined one --
+        # as the native sort kernel does, codegen/sort_kernel.py)
+        new_perm = np.array(perm, np.int64)
         new_perm[row, new_pos] = perm
         perm = new_perm
         width *= 2

@@ -31,6 +31,11 @@ KEEPS_NARROW_TYPES = frozenset("""
     custom-call broadcast reshape bitcast transpose slice dynamic-slice dynamic-update-slice
     concatenate pad reverse copy gather select sort bitcast-convert""".split())
 
+# Ops whose called computation runs once per step (a combiner, a comparator, a mapped
+# function): a kernel applying it on bf16 would round every step, where XLA's f32 form of the
+# op rounds once.  The optimizer gives them their f32 form (passes/float_normalization.py).
+STEPWISE_OPS = frozenset({"reduce-window", "scatter", "select-and-scatter", "map", "sort"})
+
 
 def involves_low_precision(shape: AnyShape) -> bool:
     if shape.is_tuple:

@@ -132,7 +132,7 @@ NATIVE_COMBINERS = frozenset({"add", "multiply", "maximum", "minimum", "and", "o
 # Run as a kernel of their own when not fused (the runtime hands the code generator a computation
 # of this one instruction over parameters).  A convolution the kernel refuses (dense ones) runs
 # as a library call instead.
-OWN_KERNEL = frozenset({"scatter", "reduce-window", "select-and-scatter", "convolution"})
+OWN_KERNEL = frozenset({"scatter", "reduce-window", "select-and-scatter", "convolution", "rng-bit-generator"})
 
 # Run the computations they call as whole programs (every other caller applies its computation
 # to scalars: a reducer, a comparator, a combiner).

@@ -80,21 +80,22 @@ CPU: dict[str, Placement] = _table({
                                 "(integers, f16)", "_library_thunk"),
     "convolution": Placement("library", "own kernel (depthwise / few inputs per group), else "
                                         "library call: BLAS GEMM", "_library_thunk"),
-    "sort": Placement("library", "library call: NumPy's argsort/lexsort (evaluator for comparators "
-                                 "it cannot read)", "_library_thunk"),
-    "custom-call": Placement("library", "library call for LAPACK targets (solve, Cholesky); "
-                                        "evaluator: the registered target's NumPy implementation",
+    "sort": Placement("library", "library call: NumPy's argsort/lexsort (a native merge-sort kernel "
+                                 "for comparators it cannot read, and for NaN keys under a plain "
+                                 "float comparison)", "_library_thunk"),
+    "custom-call": Placement("library", "library call for LAPACK targets (solve, Cholesky, LU, "
+                                        "triangular solve, QR, eigh) and TopK; evaluator: the "
+                                        "registered target's NumPy implementation for the rest",
                              "_library_thunk"),
     "while": Placement("control", "host loop over compiled programs", "_control_thunk"),
     "conditional": Placement("control", "host branch over compiled programs", "_control_thunk"),
     "call": Placement("control", "runs the called compiled program", "_control_thunk"),
-    "rng-bit-generator": Placement("host", "evaluator: NumPy implementation of ThreeFry/Philox",
-                                   "_host_thunk"),
+    "rng-bit-generator": Placement("kernel", "own kernel: XLA's ThreeFry / Philox bits", "_kernel_thunk"),
     "select-and-scatter": Placement("kernel", "own kernel", "_kernel_thunk"),
-    "fft": Placement("host", "evaluator: numpy.fft", "_host_thunk"),
+    "fft": Placement("library", "library call: NumPy's pocketfft (np.fft)", "_library_thunk"),
     "topk": Placement("library", "library call: NumPy's stable argsort on total-order keys (also "
                                  "XLA's TopK custom call)", "_library_thunk"),
-    "opt-barrier": Placement("host", "evaluator: identity rule (no work)", "_host_thunk"),
+    "opt-barrier": Placement("view", "no work: its operand passes through", "_view_thunk"),
 }, fused=Placement("fused", "inside a fused kernel", otherwise=_CPU_HOST), rest=_CPU_HOST)
 
 # How an opcode without an elemental codegen rule runs on the CPU (the prose docs quote): the

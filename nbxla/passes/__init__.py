@@ -4,6 +4,7 @@ from .buffer_assignment import BufferAssignment, BufferPlan
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .dot_rewrites import DotRewrites
+from .float_normalization import FloatNormalization
 from .fusion import Fusion
 from .imported_fusions import ImportedFusions
 from .inline import CallInliner
@@ -21,7 +22,7 @@ def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
     return Pipeline([
         LayoutNormalization(), CallInliner(), ImportedFusions(), AlgebraicSimplifier(), ConstantFolding(),
         CommonSubexpressionElimination(), DotRewrites(), WhileStateElimination(), LoopInvariantDots(),
-        DeadCodeElimination(),
+        DeadCodeElimination(), FloatNormalization(),
         Fusion(), DeadCodeElimination(),
         BufferAssignment(donated_parameters),
     ])
@@ -35,4 +36,4 @@ __all__ = ["Pass", "Pipeline", "PipelineResult", "default_pipeline", "optimize",
            "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
            "DeadCodeElimination", "Fusion", "BufferAssignment", "BufferPlan", "CallInliner",
            "LayoutNormalization", "DotRewrites", "WhileStateElimination", "ImportedFusions",
-           "LoopInvariantDots"]
+           "LoopInvariantDots", "FloatNormalization"]

@@ -44,7 +44,7 @@ from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leav
 from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
                           worker_count)
 from .conv_epilogue import fold_convolution_epilogues
-from .cpu_library import library_thunk
+from .cpu_library import library_thunk, sort_has_library_call, sort_may_defer
 from . import host_memory
 from .host_memory import memory_owner
 from .native_loops import NativeLoopThunk, native_entry_runner, native_loops, native_loops_enabled
@@ -235,6 +235,9 @@ class CpuExecutable:
         evaluator, its reason recorded."""
         kernel = self._kernel_of.get(id(instr))
         if kernel is not None and kernel in self.kernels.addresses:
+            if instr.opcode == "sort" and sort_has_library_call(instr):
+                # NumPy's sort, the kernel for the calls it cannot answer (NaN keys)
+                return self._library_thunk(instr, nested, literals, self._kernel_thunk(instr, kernel))
             return self._kernel_thunk(instr, kernel)
         how = placement(CPU, instr)
         if how.handler is None or how.kind == "kernel":
@@ -266,15 +269,16 @@ class CpuExecutable:
     def _view_thunk(self, instr: Instruction, nested, literals) -> Callable:
         return structural_thunk(instr) or self._host_thunk(instr, nested, literals)
 
-    def _library_thunk(self, instr: Instruction, nested, literals) -> Callable:
+    def _library_thunk(self, instr: Instruction, nested, literals, fallback=None) -> Callable:
         """BLAS for the dots it takes; NumPy's sort, im2col convolutions and LAPACK custom calls
-        (``cpu_library``); the evaluator, with the reason, for the rest."""
+        (``cpu_library``); the evaluator, with the reason, for the rest.  ``fallback``: what a
+        sort runs for the calls NumPy's sort cannot answer (else the evaluator's rule)."""
         if instr.opcode == "dot":
             for thunk in (DotThunk, WidenedDotThunk):
                 if thunk.applies(instr):
                     return thunk(instr)
             return self._host_thunk(instr, nested, literals)
-        rule_thunk = self._rule_thunk(instr)
+        rule_thunk = fallback or self._rule_thunk(instr)
         thunk, why = library_thunk(instr, rule_thunk)
         if thunk is not None:
             self.library_calls[instr.name] = instr.opcode
@@ -559,7 +563,8 @@ def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruct
     taken, out = set(), []
     for comp in computations:
         for instr in comp.instructions:
-            if instr.opcode != "fusion" and instr.opcode not in OWN_KERNEL and not _dot_without_library(instr):
+            if instr.opcode != "fusion" and instr.opcode not in OWN_KERNEL and not _dot_without_library(instr) \
+                    and not _sort_without_library(instr):
                 continue
             base = symbol = "nbxla_" + instr.name.replace(".", "_").replace("-", "_")
             suffix = 2
@@ -574,6 +579,13 @@ def _dot_without_library(instr: Instruction) -> bool:
     """A dot no library call takes (integer, f16 or mixed element types): the native dot kernel
     (codegen/dot_kernels.py) computes it instead of the evaluator."""
     return instr.opcode == "dot" and not DotThunk.applies(instr) and not WidenedDotThunk.applies(instr)
+
+
+def _sort_without_library(instr: Instruction) -> bool:
+    """A sort whose comparator NumPy's sort cannot follow, or can only for calls without NaN
+    keys (a plain float comparison): the native sort kernel (codegen/sort_kernel.py, the
+    evaluator's merge sort) computes it (those calls) instead of the evaluator."""
+    return instr.opcode == "sort" and (not sort_has_library_call(instr) or sort_may_defer(instr))
 
 
 def _kernel_computation(instr: Instruction) -> Computation:

@@ -48,9 +48,11 @@ from ..hlo.evaluator_linalg import (MASKED_DOT_TARGET, POTRF_TARGETS, SOLVE_TARG
 from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
+from ..hlo.shapes import Shape
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
+from .lapack_calls import FftThunk, lapack_thunk
 
-__all__ = ["library_thunk"]
+__all__ = ["library_thunk", "sort_has_library_call", "sort_may_defer"]
 
 
 def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | None, str | None]:
@@ -71,8 +73,12 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
         return MaskedDotThunk(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == "TopK":
         return _top_k_thunk(instr, fallback)
+    if instr.opcode == "custom-call":
+        return lapack_thunk(instr)
     if instr.opcode == "topk":
         return _TopKOpThunk(instr), None
+    if instr.opcode == "fft":
+        return FftThunk(instr), None
     return None, None
 
 
@@ -148,6 +154,23 @@ class _Key:
 
 # Ops a key expression may use: evaluated on whole arrays, they act elementwise.
 _SCALAR_VIEWS = {"bitcast", "bitcast-convert", "copy", "reshape", "broadcast"}
+
+
+def sort_has_library_call(instr: Instruction) -> bool:
+    """Does NumPy's sort take this sort (its comparator a recognized order of keys)?  The
+    others run in the native sort kernel (codegen/sort_kernel.py)."""
+    return _sort_thunk(instr, None)[0] is not None
+
+
+def sort_may_defer(instr: Instruction) -> bool:
+    """Does NumPy's sort of this sort hand calls with NaN keys to its fallback (a key of floats
+    under a plain comparison, which is no strict weak order with NaNs)?"""
+    try:
+        keys = _ordered_keys(instr.attrs["to_apply"].root)
+    except _NotRecognized:
+        return False
+    return any(k.expr.shape.element_type in ("f16", "f32", "f64") and k.kind != "TOTALORDER" and not k.nans
+               for k in keys)
 
 
 def _sort_thunk(instr: Instruction, fallback: Callable):
@@ -448,18 +471,62 @@ def _ascending_columns(values: np.ndarray, key: _Key) -> list[np.ndarray] | None
 
 # ---- convolution --------------------------------------------------------------------------------
 
+# Integer convolutions: exact in any order (wrapping sums are associative), so im2col + NumPy's
+# integer matmul (no BLAS) gives the evaluator's bits.
+_INTEGER_TYPES = {"s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
+_FLOAT_TYPES = {"f16", "bf16", "f8e4m3fn", "f8e5m2", "f32", "f64"}
+
+
 def _convolution_thunk(instr: Instruction):
-    types = {o.shape.element_type for o in instr.operands} | {instr.shape.element_type}
-    if types not in ({"f32"}, {"f64"}, {"bf16"}, {"bf16", "f32"}) or \
-            {o.shape.element_type for o in instr.operands} == {"f32", "bf16"}:
-        return None, (f"convolution %{instr.name} on {'/'.join(sorted(types))} runs through the "
-                      "evaluator's rule (the BLAS path takes f32, f64 or bf16 operands)")
+    operand_types = {o.shape.element_type for o in instr.operands}
+    out_type = instr.shape.element_type
+    types = operand_types | {out_type}
     if instr.attrs.get("feature_group_count", 1) > 1 and instr.attrs.get("batch_group_count", 1) > 1:
         return None, (f"convolution %{instr.name} has both feature_group_count and "
                       "batch_group_count above 1")
-    if "bf16" in types:
+    if types <= _INTEGER_TYPES:
+        # (the evaluator converts the operands to the result type first, as XLA does)
+        return _ConvertedConvolution(instr, instr.shape.dtype, _ConvolutionThunk), None
+    if types in ({"f32"}, {"f64"}):
+        return _f32_or_f64_convolution(instr), None
+    if types in ({"c64"}, {"c128"}):
+        return _ConvolutionThunk(instr), None                # (im2col + NumPy's complex GEMM)
+    if types in ({"bf16"}, {"bf16", "f32"}) and operand_types == {"bf16"}:
         return _WidenedConvolution(instr), None
-    return _f32_or_f64_convolution(instr), None
+    if types <= _FLOAT_TYPES:
+        # Other float types and mixes (f16, f8, an f32 operand with a bf16 one): the operands
+        # in the result type (as the evaluator and XLA convert them), then in f32 (f64 for an
+        # f64 result), the result rounded once.  (f16: XLA's Eigen f16 convolution rounds its
+        # sums in f16 instead; testing.py's f16 tolerance takes both.)
+        compute = np.dtype(np.float64 if out_type == "f64" else np.float32)
+        return _ConvertedConvolution(instr, compute, _f32_or_f64_convolution), None
+    return None, (f"convolution %{instr.name} on {'/'.join(sorted(types))} runs through the "
+                  "evaluator's rule (the library path takes integer, real float and complex types, "
+                  "complex ones unmixed)")
+
+
+class _ConvertedConvolution:
+    """A convolution of the operands converted to the result's type and then to ``dtype`` (the
+    second conversion exact: integers stay, floats widen to f32 / f64), the result converted
+    to the instruction's type."""
+
+    def __init__(self, instr: Instruction, dtype: np.dtype, make: Callable):
+        t = _element_type_of(dtype)
+        wide = SimpleNamespace(opcode="convolution", name=instr.name, attrs=instr.attrs,
+                               shape=Shape(t, instr.shape.dims),
+                               operands=[SimpleNamespace(shape=Shape(t, o.shape.dims)) for o in instr.operands])
+        self.inner, self.compute, self.dtype = make(wide), dtype, instr.shape.dtype
+        self.how = self.inner.how + ("" if dtype == self.dtype else f", in {t}")
+
+    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
+        result = self.inner([o.astype(self.dtype, copy=False).astype(self.compute, copy=False)
+                             for o in operands])
+        return result if result.dtype == self.dtype else result.astype(self.dtype)
+
+
+def _element_type_of(dtype: np.dtype) -> str:
+    return {"float32": "f32", "float64": "f64"}.get(dtype.name) or \
+        {"i": "s", "u": "u"}[dtype.kind] + str(8 * dtype.itemsize)
 
 
 def _f32_or_f64_convolution(instr):

@@ -9,12 +9,16 @@ from ..hlo.ir import Instruction
 
 
 def structural_thunk(instr: Instruction) -> Callable | None:
-    """A thunk for tuple, get-tuple-element, a row-major reshape/bitcast (a view of the
+    """A thunk for tuple, get-tuple-element, opt-barrier, a row-major reshape/bitcast (a view of the
     same bytes) and a slice (a copy of a view: fusion leaves only small ones standalone), or
     None for any other instruction."""
     op = instr.opcode
     if op == "tuple":
         return lambda ops: tuple(ops)
+    if op == "opt-barrier":
+        # (it only keeps XLA's optimizer from moving work across it: the value passes through,
+        # as the evaluator's rule passes it)
+        return lambda ops: ops[0]
     if op == "get-tuple-element":
         index = instr.attrs["index"]
         return lambda ops: ops[0][index]

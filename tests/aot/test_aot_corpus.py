@@ -33,12 +33,8 @@ REFUSED = {
     "linalg_solve_lapack": r"%lu\.\d+ \(custom-call\).*'lapack_sgetrf_ffi'",
     # fusions the code generator cannot emit (jit interprets them)
     "rng_bit_generator_algorithms": r"\(rng-bit-generator\).*no native implementation of rng-bit-generator",
-    "cumulative_ops": r"%reduce_window\.\d+ \(reduce-window\).*reducer other than",
     # (XLA's fusions are put back and fused again by nbxla: the op itself is named)
-    "cumulative_ops.opt": r"\(reduce-window\).*reducer other than",
     "linalg_solve_lapack.opt": r"\(custom-call\).*'lapack_sgetrf_ffi'",
-    "select_and_scatter_maxpool_grad.opt": r"\(reduce-window\).*variadic reduce-window",
-    "select_and_scatter_overlapping.opt": r"\(reduce-window\).*variadic reduce-window",
 }
 
 

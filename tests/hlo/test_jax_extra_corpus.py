@@ -31,10 +31,7 @@ FORMS = ("hlo", "opt.hlo")
 
 # Cases nbxla rejects on purpose, with a pattern the error message must match (it names what
 # is unsupported, so that a user knows what to change).
-EXPECTED_ERRORS: dict[str, str] = {
-    # LU factorization is a LAPACK call on XLA:CPU; nbxla has no implementation of it.
-    "linalg_solve_lapack": r"custom-call target 'lapack_sgetrf_ffi' \(instruction %lu\.\d+",
-}
+EXPECTED_ERRORS: dict[str, str] = {}
 
 # Relative tolerances for cases whose outputs are more sensitive than one rounding step.
 CASE_RTOL: dict[str, float] = {
@@ -118,13 +115,10 @@ def test_evaluator_matches_jax(case, form):
 # native); any other reason for interpreting a fusion or a library op is a regression.
 KNOWN_GAPS = re.compile(
     r"bitcast-convert between widths \(or of pred\) has no native code path yet"
-    r"|reduce-window with a reducer other than .* has no native code path yet"
-    r"|variadic reduce-window \(several inputs\) has no native code path yet"
     r"|a reduction fusion output outside the reduced and input spaces"
-    r"|convolution %[\w.\-]+ on [\w/]+ runs through the evaluator's rule .*"
     # Ops with no kernel or library call yet (hlo/placement.CPU_PLACEMENT says so).  (Dots in
     # fusions and dots BLAS has no element type for run as native dot kernels.)
-    r"|no native kernel or library call for (custom-call|fft|rng-bit-generator|select-and-scatter|topk)\(.*")
+    r"|no native kernel or library call for custom-call\(.*")
 
 
 @pytest.mark.parametrize("case, form", _params("cpu"))

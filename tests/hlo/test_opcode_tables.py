@@ -56,7 +56,7 @@ def test_every_opcode_has_a_placement_on_every_backend(backend):
                 assert len(q.how) > 20, f"{backend} refuses {op} without a reason"
             if q.kind not in ("data", "fused") and not (backend == "aot" and q.kind == "view"):
                 assert q.handler and callable(getattr(runner, q.handler, None)), (backend, op, q)
-        if p.kind in ("fused", "view") and op not in ("slice",):
+        if p.kind in ("fused", "view") and op not in ("slice", "opt-barrier"):
             assert p.otherwise is not None, f"{backend}: how does {op} run alone / as no view?"
 
 
@@ -75,7 +75,7 @@ def test_placement_resolves_views_and_lone_fused_ops():
 
 def test_fusion_report_names_the_library_calls_the_cpu_table_places():
     assert {op for op, p in TABLES["cpu"].items() if p.kind == "library"} == \
-        {"dot", "convolution", "sort", "custom-call", "topk"}
+        {"dot", "convolution", "sort", "custom-call", "topk", "fft"}
 
 
 def test_every_opcode_is_differentiated_or_says_why_not():

@@ -282,7 +282,8 @@ def test_history_records_text_only_for_passes_that_changed_the_module():
     _, result = optimized(seed, np.ones((4, 4), f32), np.ones((4, 4), f32))
     names = [r.name for r in result.history]
     assert names == ["layouts", "call-inliner", "imported-fusions", "algsimp", "constant-folding", "cse",
-                     "dot-rewrites", "while-state", "loop-invariant-dots", "dce", "fusion", "dce",
+                     "dot-rewrites", "while-state", "loop-invariant-dots", "dce", "float-normalization",
+                     "fusion", "dce",
                      "buffer-assignment"]
     for rec in result.history:
         assert (rec.text is not None) == rec.changed

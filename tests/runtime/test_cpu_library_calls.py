@@ -188,11 +188,25 @@ def test_xla_bitcast_total_order_key_is_recognized():
     assert native.library_calls == {"s": "sort"}
 
 
-def test_plain_float_compare_with_nans_defers_to_the_evaluator_per_call():
+def test_plain_float_compare_with_nans_defers_to_the_sort_kernel_per_call(monkeypatch):
+    """NumPy's sort for calls without NaN keys; the native sort kernel (the evaluator's merge
+    sort, step for step) for the others: the evaluator's answer either way, and the
+    evaluator's rule is never called."""
+    from nbxla.hlo.evaluator import RULES
     module = sort_module(["f32"], [8], 0, "  ROOT lt = pred[] compare(l0, r0), direction=LT")
     executable = build_executable(module, "cpu")
-    for x in (np.array([3, 1, 2, 0, -1, 5, 4, 2], np.float32), SPECIAL[:8].copy()):
-        assert_identical(executable.run([x]), flatten(evaluate(module, [x])))
+    native = getattr(executable, "native", executable)
+    assert native.library_calls == {"s": "sort"} and "s" in native.kernel_symbols
+    assert not native.interpreted_ops
+    inputs = (np.array([3, 1, 2, 0, -1, 5, 4, 2], np.float32), SPECIAL[:8].copy())
+    assert np.isnan(inputs[1]).any()
+    wants = [flatten(evaluate(module, [x])) for x in inputs]
+
+    def evaluator_sort(*args):
+        raise AssertionError("the evaluator's sort rule ran")
+    monkeypatch.setitem(RULES, "sort", evaluator_sort)
+    for x, want in zip(inputs, wants):
+        assert_identical(executable.run([x]), want)
 
 
 UNRECOGNIZED = {
@@ -204,14 +218,15 @@ UNRECOGNIZED = {
 
 
 @pytest.mark.parametrize("case", sorted(UNRECOGNIZED))
-def test_unrecognized_comparator_falls_back_and_is_reported(case):
+def test_unrecognized_comparator_runs_in_the_native_sort_kernel(case):
+    """No library call: the native sort kernel (the evaluator's merge sort, step for step)."""
     comparator, reason = UNRECOGNIZED[case]
     x = np.array([3, 1, 2, 1, -1, 5, 4, 2], np.float32)
     module = sort_module(["f32", "f32"], [8], 0, comparator)
     got, want, native = run_both(module, [x, x[::-1].copy()])
     assert_identical(got, want)
-    assert native.library_calls == {}
-    assert reason in native.interpreted_ops["s"] and "%less" in native.interpreted_ops["s"]
+    assert native.library_calls == {} and native.interpreted_ops == {}
+    assert "s" in native.kernel_symbols
 
 
 def test_key_with_arithmetic_is_computed_on_whole_arrays():
@@ -383,7 +398,8 @@ def test_convolution_cropped_to_nothing_gives_zeros():
     check_convolution((1, 1, 3), (1, 1, 2), "f32", dn, Window((WindowDim(2, pad_low=-2, pad_high=-1),)))
 
 
-def test_integer_convolution_falls_back_and_is_reported():
+def test_integer_convolution_runs_as_a_library_call():
+    """im2col + NumPy's integer matmul: exact (tests/runtime/test_library_fallbacks.py has more)."""
     dn = ConvDimensionNumbers.from_text("b01f_01io->b01f")
     module = conv_module((1, 5, 5, 2), (3, 3, 2, 2), "s32", dn, Window((WindowDim(3), WindowDim(3))))
     rng = np.random.default_rng(5)
@@ -391,8 +407,7 @@ def test_integer_convolution_falls_back_and_is_reported():
     k = rng.integers(-5, 5, (3, 3, 2, 2)).astype(np.int32)
     got, want, native = run_both(module, [x, k])
     assert np.array_equal(got[0], want[0])
-    assert native.library_calls == {}
-    assert "s32" in native.interpreted_ops["conv"] and "evaluator" in native.interpreted_ops["conv"]
+    assert native.library_calls == {"conv": "convolution"} and native.interpreted_ops == {}
 
 
 def test_library_results_do_not_alias_inputs():

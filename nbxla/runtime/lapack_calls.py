@@ -1,0 +1,244 @@
+"""LAPACK custom calls of JAX's CPU lowering as library calls: LU factorization
+(``lapack_?getrf_ffi``) through LAPACKE's ``?getrf``, triangular solves (``lapack_?trsm_ffi``)
+through CBLAS's ``?trsm``, QR (``?geqrf`` and ``?orgqr`` / ``?ungqr``) and symmetric /
+Hermitian eigenproblems (``?syevd`` / ``?heevd``) through LAPACKE, all from the OpenBLAS that NumPy loaded (its 64-bit-integer
+``64_`` symbols, found as ``blas_threads`` finds the GEMMs).  Row-major calls on the logical
+matrices, one per batch element.  The evaluator's rules (hlo/evaluator_lapack.py) are NumPy
+algorithms written from LAPACK's definitions: the oracle these calls are checked against.
+
+Without that library (NumPy built against another BLAS) the calls are not offered: the
+instruction runs on the evaluator, with that reason.
+
+``fft`` is here too: NumPy's pocketfft (``FftThunk``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import numpy as np
+
+from ..hlo.evaluator_lapack import (GEQRF_TARGETS, GETRF_TARGETS, ORGQR_TARGETS, SYEVD_TARGETS, TRSM_TARGETS,
+                                    trsm_options)
+from ..hlo.ir import Instruction
+from .blas_threads import openblas_libraries
+
+_ROW_MAJOR = 101
+_CBLAS = {"side": {"L": 141, "R": 142}, "uplo": {"U": 121, "L": 122},
+          "trans_x": {"N": 111, "T": 112, "C": 113}, "diag": {"N": 131, "U": 132}}
+_LETTER = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
+           np.dtype(np.complex64): "c", np.dtype(np.complex128): "z"}
+_found: dict[str, object] = {}
+
+
+def _routine(name: str):
+    """``name`` (e.g. ``LAPACKE_sgetrf``) with 64-bit integers from NumPy's OpenBLAS, or None."""
+    if name not in _found:
+        fn = None
+        for lib in openblas_libraries():
+            for prefix in ("scipy_", ""):
+                fn = getattr(lib, f"{prefix}{name}64_", None)
+                if fn is not None:
+                    break
+            if fn is not None:
+                break
+        _found[name] = fn
+    return _found[name]
+
+
+def lapack_thunk(instr: Instruction):
+    """(thunk, None) for a LAPACK custom call this module runs; (None, why) when the library
+    routine is missing; (None, None) for other targets."""
+    target = instr.attrs.get("custom_call_target")
+    if target in GETRF_TARGETS:
+        letter = _LETTER[np.dtype(GETRF_TARGETS[target])]
+        fn = _routine(f"LAPACKE_{letter}getrf")
+        if fn is None:
+            return None, f"{target}: LAPACKE_{letter}getrf (64-bit ints) is not in NumPy's BLAS library"
+        return GetrfThunk(instr, fn), None
+    if target in TRSM_TARGETS:
+        letter = _LETTER[np.dtype(TRSM_TARGETS[target])]
+        fn = _routine(f"cblas_{letter}trsm")
+        if fn is None:
+            return None, f"{target}: cblas_{letter}trsm (64-bit ints) is not in NumPy's BLAS library"
+        return TrsmThunk(instr, fn), None
+    for targets, routine, make in ((GEQRF_TARGETS, "geqrf", GeqrfThunk), (ORGQR_TARGETS, "orgqr", OrgqrThunk),
+                                   (SYEVD_TARGETS, "syevd", SyevdThunk)):
+        if target in targets:
+            letter = _LETTER[np.dtype(targets[target])]
+            if letter in "cz":
+                routine = {"orgqr": "ungqr", "syevd": "heevd"}.get(routine, routine)
+            fn = _routine(f"LAPACKE_{letter}{routine}")
+            if fn is None:
+                return None, f"{target}: LAPACKE_{letter}{routine} (64-bit ints) is not in NumPy's BLAS library"
+            return make(instr, fn), None
+    return None, None
+
+
+def _check(how: str, info: int) -> None:
+    if info < 0:
+        raise RuntimeError(f"{how}: argument {-info} was refused")
+
+
+class GeqrfThunk:
+    """(a, tau) per matrix from LAPACKE's geqrf."""
+
+    def __init__(self, instr: Instruction, fn):
+        self.how, self.fn = f"LAPACK {fn.__name__}", fn
+        fn.restype = ctypes.c_int64
+        fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                       ctypes.c_void_p]
+        self.dtype = instr.shape.elements[0].dtype
+
+    def __call__(self, operands):
+        (a,) = operands
+        m, n = a.shape[-2:]
+        k = min(m, n)
+        out = np.array(a, self.dtype, order="C").reshape(-1, m, n)
+        tau = np.zeros((out.shape[0], k), self.dtype)
+        if m and n:
+            for b in range(out.shape[0]):
+                _check(self.how, self.fn(_ROW_MAJOR, m, n, out[b].ctypes.data, n, tau[b].ctypes.data))
+        return out.reshape(a.shape), tau.reshape(a.shape[:-2] + (k,))
+
+
+class OrgqrThunk:
+    """Q's first n columns per matrix from LAPACKE's orgqr / ungqr."""
+
+    def __init__(self, instr: Instruction, fn):
+        self.how, self.fn = f"LAPACK {fn.__name__}", fn
+        fn.restype = ctypes.c_int64
+        fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                       ctypes.c_int64, ctypes.c_void_p]
+        self.dtype = instr.shape.dtype
+
+    def __call__(self, operands):
+        a, tau = operands
+        m, n = a.shape[-2:]
+        k = tau.shape[-1]
+        out = np.array(a, self.dtype, order="C").reshape(-1, m, n)
+        taus = np.ascontiguousarray(tau, self.dtype).reshape(-1, k)
+        if m and n:
+            for b in range(out.shape[0]):
+                _check(self.how, self.fn(_ROW_MAJOR, m, n, k, out[b].ctypes.data, n, taus[b].ctypes.data))
+        return out.reshape(a.shape)
+
+
+class SyevdThunk:
+    """(vectors, values, info) per matrix from LAPACKE's syevd / heevd (mode N: the input is
+    returned as the first output, which LAPACK leaves unspecified: as the evaluator's rule)."""
+
+    def __init__(self, instr: Instruction, fn):
+        self.how, self.fn = f"LAPACK {fn.__name__}", fn
+        fn.restype = ctypes.c_int64
+        fn.argtypes = [ctypes.c_int, ctypes.c_char, ctypes.c_char, ctypes.c_int64, ctypes.c_void_p,
+                       ctypes.c_int64, ctypes.c_void_p]
+        config = str(getattr(instr.attrs.get("backend_config"), "text", instr.attrs.get("backend_config")) or "")
+        mode = re.search(r"\bmode\s*=\s*(\d+)", config)
+        uplo = re.search(r"\buplo\s*=\s*(\d+)", config)
+        self.vectors = mode is None or int(mode.group(1)) == ord("V")
+        self.uplo = bytes([int(uplo.group(1))]) if uplo else b"L"
+        self.dtype = instr.shape.elements[0].dtype
+        self.real = instr.shape.elements[1].dtype
+
+    def __call__(self, operands):
+        (a,) = operands
+        n = a.shape[-1]
+        work = np.array(a, self.dtype, order="C").reshape(-1, n, n)
+        values = np.zeros((work.shape[0], n), self.real)
+        info = np.zeros(work.shape[0], np.int32)
+        jobz = b"V" if self.vectors else b"N"
+        for b in range(work.shape[0] if n else 0):
+            info[b] = self.fn(_ROW_MAJOR, jobz, self.uplo, n, work[b].ctypes.data, n, values[b].ctypes.data)
+            _check(self.how, int(info[b]))
+        vectors = work if self.vectors else np.array(a, self.dtype)
+        batch = a.shape[:-2]
+        return vectors.reshape(a.shape), values.reshape(batch + (n,)), info.reshape(batch)
+
+
+class GetrfThunk:
+    """(lu, ipiv, info) per matrix from LAPACKE's getrf (ipiv 1-based, as LAPACK's)."""
+
+    def __init__(self, instr: Instruction, fn):
+        self.how = f"LAPACK {fn.__name__}"
+        self.fn = fn
+        fn.restype = ctypes.c_int64
+        fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                       ctypes.c_void_p]
+        self.dtype = instr.shape.elements[0].dtype
+
+    def __call__(self, operands):
+        (a,) = operands
+        m, n = a.shape[-2:]
+        k = min(m, n)
+        lu = np.array(a, self.dtype, order="C").reshape(-1, m, n)
+        ipiv = np.zeros((lu.shape[0], k), np.int64)
+        info = np.zeros(lu.shape[0], np.int32)
+        if m and n:
+            for b in range(lu.shape[0]):
+                result = self.fn(_ROW_MAJOR, m, n, lu[b].ctypes.data, n, ipiv[b].ctypes.data)
+                if result < 0:
+                    raise RuntimeError(f"{self.how}: argument {-result} was refused")
+                info[b] = result
+        batch = a.shape[:-2]
+        return lu.reshape(a.shape), ipiv.astype(np.int32).reshape(batch + (k,)), info.reshape(batch)
+
+
+class TrsmThunk:
+    """X with op(A) X = alpha B (side L) or X op(A) = alpha B (side R), from CBLAS's trsm."""
+
+    def __init__(self, instr: Instruction, fn):
+        self.how = f"BLAS {fn.__name__}"
+        self.fn = fn
+        opt = trsm_options(instr)
+        self.flags = [_CBLAS[key][opt[key]] for key in ("side", "uplo", "trans_x", "diag")]
+        self.dtype = instr.shape.dtype
+        self.complex = self.dtype.kind == "c"
+        scalar = ctypes.c_void_p if self.complex else \
+            (ctypes.c_float if self.dtype == np.float32 else ctypes.c_double)
+        fn.restype = None
+        fn.argtypes = [ctypes.c_int] * 5 + [ctypes.c_int64, ctypes.c_int64, scalar, ctypes.c_void_p,
+                                            ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
+
+    def __call__(self, operands):
+        a, b = operands[:2]
+        alpha = np.array(operands[2] if len(operands) > 2 else 1, self.dtype).reshape(())
+        m, n = b.shape[-2:]
+        k = a.shape[-1]
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        mats = np.ascontiguousarray(np.broadcast_to(a, batch + a.shape[-2:]), self.dtype).reshape(-1, k, k)
+        x = np.array(np.broadcast_to(b, batch + (m, n)), self.dtype, order="C").reshape(-1, m, n)
+        # (complex alpha goes by pointer: ``alpha`` keeps its memory alive through the calls)
+        alpha_arg = alpha.ctypes.data if self.complex else alpha.item()
+        if m and n:
+            for i in range(x.shape[0]):
+                self.fn(_ROW_MAJOR, *self.flags, m, n, alpha_arg, mats[i].ctypes.data, k, x[i].ctypes.data, n)
+        return x.reshape(batch + (m, n))
+
+
+class FftThunk:
+    """``fft``: NumPy's pocketfft over the trailing ``fft_length`` axes (single precision for
+    c64 / f32 operands, as XLA's DUCC FFT computes), the result in the instruction's type;
+    IFFT and IRFFT normalized by 1/n, as XLA defines them."""
+    how = "NumPy's pocketfft (np.fft)"
+
+    def __init__(self, instr: Instruction):
+        self.lengths = tuple(instr.attrs["fft_length"])
+        self.kind = instr.attrs["fft_type"]
+        self.dims, self.dtype = instr.shape.dims, instr.shape.dtype
+
+    def __call__(self, operands):
+        (x,) = operands
+        if x.size == 0 or 0 in self.dims:
+            return np.zeros(self.dims, self.dtype)
+        axes = tuple(range(x.ndim - len(self.lengths), x.ndim))
+        if self.kind == "FFT":
+            y = np.fft.fftn(x, axes=axes)
+        elif self.kind == "IFFT":
+            y = np.fft.ifftn(x, axes=axes)
+        elif self.kind == "RFFT":
+            y = np.fft.rfftn(x, s=self.lengths, axes=axes)
+        else:
+            y = np.fft.irfftn(x, s=self.lengths, axes=axes)
+        return np.ascontiguousarray(y, dtype=self.dtype)
