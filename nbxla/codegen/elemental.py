@@ -9,6 +9,11 @@ CPU loop emitters (and later the GPU ones) decide which indices to ask for.
 An index is a list of i64 values, one per dimension.  A parameter element is read through
 a ``load(param_number, index)`` callback supplied by the loop emitter, which knows where
 each buffer lives.
+
+Kept whole (over the 700-line rule on purpose): ``ElementalEmitter`` is the table of
+elemental rules itself, one method per opcode (``ELEMENTAL_RULES``, checked against the
+opcode list), sharing the per-index memo and the index arithmetic; splitting it by opcode
+family would scatter the one table that says which opcodes fuse.
 """
 
 from __future__ import annotations
