@@ -34,6 +34,7 @@ from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo.shapes import Shape
+from ..passes.buffer_assignment import BufferPlan, plan_buffers
 from .aot_driver import Driver, KernelSource, leaf_shapes
 from .aot_library import ALIGN
 from .cpu import optimize_module
@@ -174,7 +175,7 @@ def _run(cmd: list[str], what: str) -> None:
 
 def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshold: int,
                    cpu: str = "host", description: str = "", emit_llvm: bool = False,
-                   emit_asm: bool = False, emit_c: bool = False) -> AotObject:
+                   emit_asm: bool = False, emit_c: bool = False, plan: BufferPlan | None = None) -> AotObject:
     """Write ``out_dir/NAME.o`` and ``out_dir/NAME.h`` for an optimized ``module``.
 
     ``cpu`` is ``host`` (this machine's CPU and features; the C side gets ``-march=native``)
@@ -182,14 +183,17 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
     than ``parallel_threshold`` elements are split across threads, as under jit.
     ``description`` goes into the header's comment (the source function and signature).
     With ``emit_llvm`` / ``emit_asm`` / ``emit_c``, the optimized kernels' IR (``NAME.ll``),
-    their assembly (``NAME.s``) and the driver's C (``NAME.driver.c``) are written too."""
+    their assembly (``NAME.s``) and the driver's C (``NAME.driver.c``) are written too.
+    ``plan``: the module's buffer plan (the optimizer's ``buffer-assignment`` fact); planned
+    here when not given."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in _C_KEYWORDS:
         raise AotError(f"the name {name!r} is not a C identifier (or is a C keyword); choose one such as "
                        "predict_digits")
     cc, ld = find_tool("cc"), find_tool("ld")
     objcopy = shutil.which("objcopy")
     computation = module.entry
-    tm, mod, kernels, c_source, (entry,) = _build({name: computation}, name, cpu, parallel_threshold)
+    plan = plan if plan is not None else plan_buffers(module)
+    tm, mod, kernels, c_source, (entry,) = _build({name: computation}, name, cpu, parallel_threshold, plan=plan)
     arg_shapes = [s for p in computation.parameters for s in leaf_shapes(p.shape)]
     result_shapes = leaf_shapes(computation.root.shape)
     os.makedirs(out_dir, exist_ok=True)
@@ -230,12 +234,13 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
 
 
 def compile_shared_library(entries: dict[str, Computation], path: str, *, parallel_threshold: int,
-                           host_lapack: bool = False) -> None:
+                           host_lapack: bool = False, plan: BufferPlan | None = None) -> None:
     """Write the shared library ``path`` exporting ``int NAME(args..., results...)`` for each
     computation of an optimized module in ``entries`` (the jit's native loops: one library, one
-    C compiler run, for all the loops of a module)."""
+    C compiler run, for all the loops of a module).  ``plan``: the module's buffer plan, whose
+    nested plans the programs of its loops follow."""
     cc = find_tool("cc")
-    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack)
+    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack, plan)
     with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
         kernels_o, driver_c = os.path.join(tmp, "kernels.o"), os.path.join(tmp, "driver.c")
         with open(kernels_o, "wb") as f:
@@ -247,12 +252,12 @@ def compile_shared_library(entries: dict[str, Computation], path: str, *, parall
 
 
 def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_threshold: int,
-           host_lapack: bool = False):
+           host_lapack: bool = False, plan: BufferPlan | None = None):
     """(target machine, optimized LLVM module of the kernels, the kernel source, the driver's C
     with an entry point per computation, their programs)."""
     tm = _target_machine(cpu)
     kernels = _Kernels(prefix, llvm.get_process_triple())
-    driver = Driver(prefix, kernels, parallel_threshold, host_lapack)
+    driver = Driver(prefix, kernels, parallel_threshold, host_lapack, plan)
     programs = [driver.program(comp) for comp in entries.values()]
     kernels.module.data_layout = str(tm.target_data)
     mod = llvm.parse_assembly(str(kernels.module))

@@ -24,12 +24,13 @@ import tempfile
 import numpy as np
 
 from ..codegen.aot import compile_shared_library
-from ..codegen.aot_driver import passed_through
 from ..codegen.cpu import target_fingerprint
 from ..errors import NbxlaError, UnsupportedError
 from ..hlo import TupleShape
+from ..hlo.aliasing import passed_through
 from ..hlo.evaluator_linalg import MASKED_DOT_TARGET
 from ..hlo.ir import Computation, Instruction
+from ..passes.buffer_assignment import BufferPlan
 from .cpu_control import flatten_leaves, program_computations_of
 from . import host_memory
 from .blas_threads import gemm_addresses, gesv_addresses
@@ -168,9 +169,11 @@ def _rebuild(shape, leaves):
     return next(leaves)
 
 
-def native_loops(loops: list[Instruction], module_text: str, store: PersistentCache | None) -> dict:
+def native_loops(loops: list[Instruction], module_text: str, store: PersistentCache | None,
+                 plan: BufferPlan | None = None) -> dict:
     """For each ``while`` of the entry (``loops``): a NativeLoopThunk, or the reason it stays
-    host-driven.  The loops that fit are compiled into one shared library (one C compiler run)."""
+    host-driven.  The loops that fit are compiled into one shared library (one C compiler run),
+    their programs following ``plan``'s nested plans (the module's buffer plan) where given."""
     found = {id(i): _unsuitable(i) for i in loops}
     chosen = [i for i in loops if not found[id(i)]]
     if not chosen:
@@ -185,12 +188,12 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
             if cached is not None:
                 library = _load(cached[1])
                 return {**found, **{id(i): NativeLoopThunk(library, f"loop{k}", i) for k, i in enumerate(chosen)}}
-        data = _build(chosen)
+        data = _build(chosen, plan)
     except (NbxlaError, UnsupportedError, OSError, subprocess.SubprocessError) as e:
         if len(chosen) > 1:      # find the loops that fail; the others are compiled together
-            one_by_one = {id(i): native_loops([i], module_text, None)[id(i)] for i in chosen}
+            one_by_one = {id(i): native_loops([i], module_text, None, plan)[id(i)] for i in chosen}
             kept = [i for i in chosen if isinstance(one_by_one[id(i)], NativeLoopThunk)]
-            return {**found, **one_by_one, **(native_loops(kept, module_text, store) if kept else {})}
+            return {**found, **one_by_one, **(native_loops(kept, module_text, store, plan) if kept else {})}
         return {**found, id(chosen[0]): f"host-driven: {str(e).splitlines()[0] if str(e) else type(e).__name__}"}
     if store is not None:
         store.save(key, {"loops": len(chosen)}, data)
@@ -216,7 +219,7 @@ def _unsuitable(instr: Instruction) -> str:
     return ""
 
 
-def _build(loops: list[Instruction]) -> bytes:
+def _build(loops: list[Instruction], plan: BufferPlan | None = None) -> bytes:
     """The shared library (bytes) exporting ``int loopK(const T *state leaves..., T *results...)``
     for the K-th of ``loops``."""
     entries = {}
@@ -234,7 +237,7 @@ def _build(loops: list[Instruction]) -> bytes:
     with tempfile.TemporaryDirectory(prefix="nbxla-loop-") as tmp:
         path = os.path.join(tmp, "loops.so")
         compile_shared_library(entries, path, parallel_threshold=PARALLEL_THRESHOLD,
-                               host_lapack=gesv_addresses() is not None)
+                               host_lapack=gesv_addresses() is not None, plan=plan)
         with open(path, "rb") as f:
             return f.read()
 
