@@ -388,7 +388,7 @@ class ElementalEmitter:
     def _dynamic_slice(self, instr, index):
         x = instr.operands[0]
         starts = self._start_operands(instr.operands[1:], x.shape.rank)
-        sub = [self.b.add(i, self._clamped_start(start, at, n - size))
+        sub = [self.b.add(i, self.clamped_start(start, at, n - size))
                for i, (start, at), n, size in zip(index, starts, x.shape.dims, instr.shape.dims)]
         return self.value(x, sub)
 
@@ -400,7 +400,7 @@ class ElementalEmitter:
             return [(starts[0], [const_i64(d)]) for d in range(rank)]
         return [(s, []) for s in starts]
 
-    def _clamped_start(self, start: Instruction, index: list, limit: int) -> ir.Value:
+    def clamped_start(self, start: Instruction, index: list, limit: int) -> ir.Value:
         """An index operand as i64, clamped to [0, limit] (XLA clamps dynamic starts)."""
         b = self.b
         v = self.convert_value(self.value(start, index), start.shape.element_type, "s64")
@@ -420,7 +420,7 @@ class ElementalEmitter:
             sub = list(batch_index)
             if ivd < idx.shape.rank:
                 sub.insert(ivd, const_i64(k))
-            starts[operand_dim] = self._clamped_start(idx, sub, x.shape.dims[operand_dim] - sizes[operand_dim])
+            starts[operand_dim] = self.clamped_start(idx, sub, x.shape.dims[operand_dim] - sizes[operand_dim])
         # A batching dimension of the operand is indexed by the output's position along the
         # paired batch dimension of the indices (clamped like every start).
         batch_axes = [d for d in range(idx.shape.rank) if d != ivd]
@@ -441,7 +441,7 @@ class ElementalEmitter:
         inside = ir.Constant(I1, 1)
         sub = []
         for i, n, u, (start, at) in zip(index, x.shape.dims, update.shape.dims, starts):
-            rel = b.sub(i, self._clamped_start(start, at, n - u))
+            rel = b.sub(i, self.clamped_start(start, at, n - u))
             inside = b.and_(inside, b.and_(b.icmp_signed(">=", rel, const_i64(0)),
                                            b.icmp_signed("<", rel, const_i64(u))))
             # Clamped so the (discarded) read outside the update stays in bounds.
