@@ -157,6 +157,7 @@ class Driver:
 class _ProgramEmitter(LibrarySteps):
     def __init__(self, driver: Driver, comp: Computation, symbol: str, donated: bool = False):
         self.driver, self.comp, self.symbol, self.donated = driver, comp, symbol, donated
+        self.plan = driver.plan_of(comp, donated)       # lifetimes and in-place steps
         self.values: dict[int, list[Buffer]] = {}
         self.sharers: dict[int, list[Instruction]] = {}  # by buffer id: the values living in it
         self.in_place: set[int] = set()                  # steps writing into an operand's buffer
@@ -226,7 +227,6 @@ class _ProgramEmitter(LibrarySteps):
             params_base[p.parameter_number] = n
             n += len(leaf_shapes(p.shape))
         steps: list[Instruction] = []
-        self.plan = self.driver.plan_of(comp, self.donated)
         for instr in comp.instructions:
             buffers = self._buffers(instr, params_base)
             if buffers is None:
