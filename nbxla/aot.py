@@ -138,9 +138,10 @@ def compile(fn, specs: Sequence | None = None, out_dir: str = ".", name: str | N
     if name is None:        # the module's name, made a C identifier
         name = re.sub(r"\W", "_", module.name)
         name = name if name and not name[0].isdigit() else f"f_{name}"
-    optimized = optimize(module).module
-    return compile_object(optimized, name, out_dir, parallel_threshold=PARALLEL_THRESHOLD, cpu=cpu,
-                          description=description, emit_llvm=emit_llvm, emit_asm=emit_asm, emit_c=emit_c)
+    result = optimize(module)
+    return compile_object(result.module, name, out_dir, parallel_threshold=PARALLEL_THRESHOLD, cpu=cpu,
+                          description=description, emit_llvm=emit_llvm, emit_asm=emit_asm, emit_c=emit_c,
+                          plan=result.facts["buffer-assignment"])
 
 
 # The size the unknown dimension is traced and compiled at (the program serves every size).

@@ -185,19 +185,7 @@ def test_layering_check_sees_init_and_function_level_imports():
 # ``something._x`` (load or store) on anything other than ``self``/``cls`` is cross-module when
 # the module making it does not itself define ``_x`` but another nbxla module does.  Names no
 # nbxla module defines (``np._NoValue``, a namedtuple's ``_replace``) are other libraries' business.
-PRIVATE_ATTRIBUTES_ALLOWED: dict[tuple[str, str], str] = {
-    # The loop helpers' files (frontend/control.py, frontend/loops.py) swap a tracer's instruction
-    # and the context's constant table by hand until ``Tracer.rebind`` / ``ctx.subcomputation``
-    # exist (issue #29 item 5); those files are being reworked separately.
-    ("nbxla.frontend.control", "_instr"): "Tracer.rebind pending (issue #29)",
-    ("nbxla.frontend.control", "_constants"): "ctx.subcomputation pending (issue #29)",
-    ("nbxla.frontend.loops", "_instr"): "Tracer.rebind pending (issue #29)",
-    ("nbxla.frontend.loops", "_constants"): "ctx.subcomputation pending (issue #29)",
-    # The in-place update kernel clamps its window starts as the elemental emitter does; the
-    # emitter (codegen/elemental.py, one of the cohesive math modules over 600 lines that other
-    # work edits too) keeps the helper private until it is split.
-    ("nbxla.codegen.updates", "_clamped_start"): "elemental.py helper, renamed when it is split",
-}
+PRIVATE_ATTRIBUTES_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _private(name: str) -> bool:

@@ -35,6 +35,7 @@ from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo.shapes import Shape
+from ..passes.buffer_assignment import BufferPlan, plan_buffers
 from .aot_driver import Driver, KernelSource, leaf_shapes
 from .aot_library import ALIGN
 from .aot_loops import LoopFunctions, llvm_loops_enabled
@@ -183,7 +184,7 @@ def run_tool(cmd: list[str], what: str) -> None:
 
 def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshold: int,
                    cpu: str = "host", description: str = "", emit_llvm: bool = False,
-                   emit_asm: bool = False, emit_c: bool = False) -> AotObject:
+                   emit_asm: bool = False, emit_c: bool = False, plan: BufferPlan | None = None) -> AotObject:
     """Write ``out_dir/NAME.o`` and ``out_dir/NAME.h`` for an optimized ``module``.
 
     ``cpu`` is ``host`` (this machine's CPU and features; the C side gets ``-march=native``)
@@ -191,14 +192,17 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
     than ``parallel_threshold`` elements are split across threads, as under jit.
     ``description`` goes into the header's comment (the source function and signature).
     With ``emit_llvm`` / ``emit_asm`` / ``emit_c``, the optimized kernels' IR (``NAME.ll``),
-    their assembly (``NAME.s``) and the driver's C (``NAME.driver.c``) are written too."""
+    their assembly (``NAME.s``) and the driver's C (``NAME.driver.c``) are written too.
+    ``plan``: the module's buffer plan (the optimizer's ``buffer-assignment`` fact); planned
+    here when not given."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in C_KEYWORDS:
         raise AotError(f"the name {name!r} is not a C identifier (or is a C keyword); choose one such as "
                        "predict_digits")
     cc, ld = find_tool("cc"), find_tool("ld")
     objcopy = shutil.which("objcopy")
     computation = module.entry
-    tm, mod, kernels, c_source, (entry,) = _build({name: computation}, name, cpu, parallel_threshold)
+    plan = plan if plan is not None else plan_buffers(module)
+    tm, mod, kernels, c_source, (entry,) = _build({name: computation}, name, cpu, parallel_threshold, plan=plan)
     arg_shapes = [s for p in computation.parameters for s in leaf_shapes(p.shape)]
     result_shapes = leaf_shapes(computation.root.shape)
     os.makedirs(out_dir, exist_ok=True)
@@ -273,27 +277,29 @@ def compile_runtime_object(names) -> bytes:
 
 
 def compile_shared_library(entries: dict[str, Computation], path: str, *, parallel_threshold: int,
-                           host_lapack: bool = False, runtime_object=None) -> None:
+                           host_lapack: bool = False, runtime_object=None,
+                           plan: BufferPlan | None = None) -> None:
     """Write the shared library ``path`` exporting ``int NAME(args..., results...)`` for each
     computation of an optimized module in ``entries`` (the jit's native loops: one library, one
     C compiler run, for all the loops of a module).  With ``runtime_object(names)`` (giving
     ``compile_runtime_object(names)``, or a copy kept of it) the C compiler reads only the
     generated driver, at -O1: it is glue (pointer lists, calls, copies), the loops of kernels run
     in LLVM (``aot_loops``) and the support code is compiled already.  Without, the support code
-    is compiled with it, at -O3."""
-    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack,
+    is compiled with it, at -O3.  ``plan``: the module's buffer plan, whose nested plans the
+    programs of its loops follow."""
+    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack, plan,
                                      runtime="interface" if runtime_object else "full")
     _link(tm, mod, c_source, path, runtime_object)
 
 
 def compile_native_loops(entries: dict[str, Computation], path: str, *, parallel_threshold: int,
-                         host_lapack: bool, runtime_object) -> bytes | None:
+                         host_lapack: bool, runtime_object, plan: BufferPlan | None = None) -> bytes | None:
     """As ``compile_shared_library``, except where every program of ``entries`` runs in LLVM
     (loops of kernels, see ``aot_loops``): then the entry points are made in LLVM too and the
     result is MCJIT object code (returned; ``cpu.object_engine`` loads it), with no C compiler
     or linker run (half of such a loop's compile time); else the library is written to
     ``path`` and None returned."""
-    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack,
+    tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack, plan,
                                      runtime="interface", native_entries=True)
     if c_source is None:
         return object_engine(mod)[1]
@@ -321,7 +327,8 @@ def _link(tm, mod, c_source: str, path: str, runtime_object) -> None:
 
 
 def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_threshold: int,
-           host_lapack: bool = False, runtime: str = "full", native_entries: bool = False):
+           host_lapack: bool = False, plan: BufferPlan | None = None, runtime: str = "full",
+           native_entries: bool = False):
     """(target machine, optimized LLVM module of the kernels, the kernel source, the driver's C
     with an entry point per computation, their programs).  ``runtime``: the support code in
     front of the driver, "full" or only its "interface" (compiled separately).  With
@@ -329,7 +336,7 @@ def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_thre
     there is no C (None)."""
     tm = target_machine(cpu)
     kernels = AotKernels(prefix, llvm.get_process_triple())
-    driver = Driver(prefix, kernels, parallel_threshold, host_lapack)
+    driver = Driver(prefix, kernels, parallel_threshold, host_lapack, plan)
     programs = [driver.program(comp) for comp in entries.values()]
     programs_c = driver.source(programs)
     native_entries = native_entries and all(p.ops is not None for p in programs)

@@ -18,12 +18,14 @@ ones.
 
 **Planning.**  Instructions run in their order in the computation (the schedule the passes
 left).  A value whose buffer is a result leaf is written straight into ``out[k]``; the other
-results are copied there at the end.  How long each temporary lives is the buffer plan's answer
-(``passes.buffer_assignment.plan_computation``: the views of ``hlo/aliasing.py``, each value's
-last reader, results living out), and the plan's arena places them (``place_by_lifetime``: best
-fit, 64-byte aligned, reusing the memory of values whose last reader has run).  What the driver
-adds is its own in-place steps: an update fusion writing its window into its operand's buffer,
-and a loop's state kept in its initial buffers.  After the planned
+results are copied there at the end.  Every program's buffers follow its buffer plan
+(``passes.buffer_assignment``: the module's plan and its nested plans when the driver is given
+them, else the same planner run here): how long each temporary lives (the views of
+``hlo/aliasing.py``, each value's last reader, results living out), and which outputs are
+written into an operand's buffer (``operand_buffers``: an update fusion writing its window in
+place, a loop's state kept in its initial buffers).  The plan's arena places the temporaries
+(``place_by_lifetime``: best fit, 64-byte aligned, reusing the memory of values whose last
+reader has run).  After the planned
 area comes one region that each step may use while it runs (a loop's second state buffer and
 its condition's and body's scratch, a full reduction's partial slots, a dot's converted,
 transposed or packed operands, a sort's permutation): everything is sized at compile time, so one block of
@@ -41,15 +43,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import AotError
-from ..hlo.aliasing import is_byte_view
+from ..hlo.aliasing import is_byte_view, passed_through, updated_parameter
 from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.placement import AOT, placement
 from ..hlo.shapes import Shape
-from ..passes.buffer_assignment import leaf_paths, place_by_lifetime, plan_computation, value_name
+from ..passes.buffer_assignment import BufferPlan, leaf_paths, place_by_lifetime, plan_computation, value_name
 from .aot_library import ALIGN, CUSTOM_CALLS, LibrarySteps, align_up
 from .convolution import native_convolution_refusal
-from .updates import updated_parameter
 
 MAX_THREADS = 64          # NBXLA_MAX_THREADS in aot_runtime.c
 _INDEX_C_TYPES = {"pred": "unsigned char", "s32": "int32_t", "s64": "int64_t", "u32": "uint32_t",
@@ -79,16 +80,6 @@ class Buffer:
                 self.index = self.source.constant(self.data)
             return f"(void *){self.index}"
         return f"(void *)(scratch + {self.index})"
-
-
-def passed_through(body: Computation) -> set[int]:
-    """The state elements a loop body returns as it got them (no step of the body can write
-    them in place either: the root reads them).  Only for a state of arrays (no nested tuples)."""
-    root, (param,) = body.root, body.parameters
-    if root.opcode != "tuple" or any(e.is_tuple for e in param.shape.elements):
-        return set()
-    return {k for k, o in enumerate(root.operands)
-            if o.opcode == "get-tuple-element" and o.operands[0] is param and o.attrs["index"] == k}
 
 
 class KernelSource:
@@ -151,11 +142,14 @@ class WhileStep:
 class Driver:
     """Builds the C functions of every program reached from the entry."""
 
-    def __init__(self, prefix: str, kernels: KernelSource, parallel_threshold: int, host_lapack: bool = False):
+    def __init__(self, prefix: str, kernels: KernelSource, parallel_threshold: int, host_lapack: bool = False,
+                 plan: BufferPlan | None = None):
         """``host_lapack``: the library will be loaded by the jit runtime, which hands it
-        NumPy's LAPACK (``nbxla_set_lapack``); an AOT object has none."""
+        NumPy's LAPACK (``nbxla_set_lapack``); an AOT object has none.  ``plan``: the module's
+        buffer plan, whose nested plans cover the programs its control flow runs."""
         self.prefix, self.kernels, self.threshold = prefix, kernels, parallel_threshold
         self.host_lapack = host_lapack
+        self.plan = plan
         self.programs: dict[int, Program] = {}
         self.order: list[Program] = []                 # callees before callers
         self.count = 0
@@ -181,10 +175,17 @@ class Driver:
         program only a native loop runs is not compiled twice)."""
         return "\n".join(p.text for p in self.order if any(p is r for r in roots) or p.symbol in self.called_from_c)
 
+    def plan_of(self, comp: Computation, donated: bool) -> BufferPlan:
+        """``comp``'s buffer plan: from the module's plan when it covers ``comp`` as it is now
+        (a donated program is a loop body), else made by the same planner here."""
+        found = self.plan.for_computation(comp, loop_body=donated) if self.plan is not None else None
+        return found if found is not None else plan_computation(comp, loop_body=donated)
+
 
 class _ProgramEmitter(LibrarySteps):
     def __init__(self, driver: Driver, comp: Computation, symbol: str, donated: bool = False):
         self.driver, self.comp, self.symbol, self.donated = driver, comp, symbol, donated
+        self.plan = driver.plan_of(comp, donated)       # lifetimes and in-place steps
         self.values: dict[int, list[Buffer]] = {}
         self.sharers: dict[int, list[Instruction]] = {}  # by buffer id: the values living in it
         self.in_place: set[int] = set()                  # steps writing into an operand's buffer
@@ -222,36 +223,22 @@ class _ProgramEmitter(LibrarySteps):
         return None
 
     def _taken_over(self, instr: Instruction) -> list[Buffer] | None:
-        """The buffers ``instr`` may write its result into in place, or None: for a fusion that
-        updates a window of an operand, that operand's buffer; for a ``while``, its initial
-        state's buffers where they can be the loop's state.  Only a buffer nothing reads after
-        this step (through any value living in it), and that is scratch or a donated parameter."""
-        if instr.opcode == "fusion" and updated_parameter(instr.attrs["calls"]) is not None:
-            target = instr.operands[updated_parameter(instr.attrs["calls"])]
-            (buf,) = self.values[id(target)]
-            others = [b for o in instr.operands if o is not target for b in self.values[id(o)]]
-            if instr.operands.count(target) == 1 and buf not in others and self._free_after(buf, instr):
-                self.written.append(buf)
-                return [buf]
+        """The buffers ``instr`` writes its result into in place, as the buffer plan decided
+        (``operand_buffers``), or None: for a fusion that updates a window of an operand, that
+        operand's buffer; for a ``while``, its initial state's buffers for the kept leaves."""
+        kept = self.plan.operand_buffers.get(instr.name)
+        if kept is None:
             return None
-        if instr.opcode == "while":
-            leaves = self.values[id(instr.operands[0])]
-            fixed = passed_through(instr.attrs["body"])
-            # (a leaf the body passes on unchanged is only read: the loop reads it where it is)
-            out = [b if k in fixed or leaves.count(b) == 1 and self._free_after(b, instr)
-                   else Buffer(s.byte_size, "temp") for k, (b, s) in enumerate(zip(leaves, leaf_shapes(instr.shape)))]
-            self.written += [b for k, b in enumerate(out) if b in leaves and k not in fixed]
-            return out if any(b in leaves for b in out) else None
-        return None
-
-    def _free_after(self, buf: Buffer, instr: Instruction) -> bool:
-        if buf.kind != "temp" and not (buf.kind == "in" and self.donated):
-            return False
-        here = self.position[id(instr)]
-        root = self.comp.root
-        return all(v is not root and all(r is instr or self.position[id(r)] < here
-                                          for r in self.readers.get(id(v), ()))
-                   for v in self.sharers.get(id(buf), ()))
+        if instr.opcode == "fusion":
+            (buf,) = self.values[id(instr.operands[updated_parameter(instr.attrs["calls"])])]
+            self.written.append(buf)
+            return [buf]
+        leaves = self.values[id(instr.operands[0])]
+        fixed = passed_through(instr.attrs["body"])
+        # (a leaf the body passes on unchanged is only read: the loop reads it where it is)
+        self.written += [leaves[k] for k in kept if k not in fixed]
+        return [leaves[k] if k in kept else Buffer(s.byte_size, "temp")
+                for k, s in enumerate(leaf_shapes(instr.shape))]
 
     def _leaves(self, instr: Instruction) -> list[str]:
         return [b.c for b in self.values[id(instr)]]
@@ -269,11 +256,6 @@ class _ProgramEmitter(LibrarySteps):
             params_base[p.parameter_number] = n
             n += len(leaf_shapes(p.shape))
         steps: list[Instruction] = []
-        self.position = {id(i): n for n, i in enumerate(comp.instructions)}
-        self.readers: dict[int, list[Instruction]] = {}
-        for instr in comp.instructions:
-            for o in instr.operands:
-                self.readers.setdefault(id(o), []).append(instr)
         for instr in comp.instructions:
             buffers = self._buffers(instr, params_base)
             if buffers is None:
@@ -318,7 +300,7 @@ class _ProgramEmitter(LibrarySteps):
         plan of this computation says (``passes.buffer_assignment``: the same views, the same
         last uses, results living out).  A buffer several values live in (an update written in
         place, a loop's state) lives until the last of theirs."""
-        plan = plan_computation(self.comp)
+        plan = self.plan
         instructions = self.comp.instructions
         position = {id(instr): i for i, instr in enumerate(steps)}
 

@@ -2,8 +2,8 @@
 
 ``np.argmax`` traces to a variadic reduce over (values, iota) whose reducer keeps the better
 of two (value, index) pairs: the larger value (the smaller for argmin), NaN above every
-number, the smaller index on ties.  Applied element by element (loops.py's general path for
-custom reducers) that is a chain of selects LLVM cannot vectorize: 10x slower than NumPy.
+number, the smaller index on ties.  Applied element by element (reductions.py's general path
+for custom reducers) that is a chain of selects LLVM cannot vectorize: 10x slower than NumPy.
 
 Folding such a reducer over a row gives the best pair under that order, which two passes
 compute, both plain reductions that vectorize:

@@ -1,6 +1,6 @@
 """Column reductions over few columns (``x.sum(axis=0)`` of an N x 3 array), split across threads.
 
-The column kernel in loops.py keeps one accumulator per column and walks the rows; with a
+The column kernel in column_reductions.py keeps one accumulator per column and walks the rows; with a
 handful of columns its inner loop is a few elements long, so it neither vectorizes nor
 splits across threads (its parallel range is the columns).  Here the input is read as flat
 *groups* of ``k`` whole rows (``W = k * C`` contiguous elements), with one accumulator per
@@ -15,7 +15,7 @@ belongs to column ``j % C``.  The groups are split across threads like a full re
 
 Applies when the reduced input is elementwise work on full-shape arrays, scalars and row
 vectors broadcast along the rows (``(x - mean)**2``); other column reductions keep the
-loops.py kernel.
+column_reductions.py kernel.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def group_width(columns: int) -> int:
 
 
 def applies(comp: Computation, plan) -> bool:
-    """For a column plan (see loops._column_plan): few columns, many rows, an input that is
+    """For a column plan (see column_reductions.column_plan): few columns, many rows, an input that is
     linear-indexable but for row-vector broadcasts."""
     (r,) = plan.reduces
     columns, rows = product(plan.outer_dims), product(plan.red_dims)

@@ -9,6 +9,11 @@ CPU loop emitters (and later the GPU ones) decide which indices to ask for.
 An index is a list of i64 values, one per dimension.  A parameter element is read through
 a ``load(param_number, index)`` callback supplied by the loop emitter, which knows where
 each buffer lives.
+
+Kept whole (over the 700-line rule on purpose): ``ElementalEmitter`` is the table of
+elemental rules itself, one method per opcode (``ELEMENTAL_RULES``, checked against the
+opcode list), sharing the per-index memo and the index arithmetic; splitting it by opcode
+family would scatter the one table that says which opcodes fuse.
 """
 
 from __future__ import annotations
@@ -397,7 +402,7 @@ class ElementalEmitter:
     def _dynamic_slice(self, instr, index):
         x = instr.operands[0]
         starts = self._start_operands(instr.operands[1:], x.shape.rank)
-        sub = [self.b.add(i, self._clamped_start(start, at, n - size))
+        sub = [self.b.add(i, self.clamped_start(start, at, n - size))
                for i, (start, at), n, size in zip(index, starts, x.shape.dims, instr.shape.dims)]
         return self.value(x, sub)
 
@@ -409,7 +414,7 @@ class ElementalEmitter:
             return [(starts[0], [const_i64(d)]) for d in range(rank)]
         return [(s, []) for s in starts]
 
-    def _clamped_start(self, start: Instruction, index: list, limit: int) -> ir.Value:
+    def clamped_start(self, start: Instruction, index: list, limit: int) -> ir.Value:
         """An index operand as i64, clamped to [0, limit] (XLA clamps dynamic starts)."""
         b = self.b
         v = self.convert_value(self.value(start, index), start.shape.element_type, "s64")
@@ -429,7 +434,7 @@ class ElementalEmitter:
             sub = list(batch_index)
             if ivd < idx.shape.rank:
                 sub.insert(ivd, const_i64(k))
-            starts[operand_dim] = self._clamped_start(idx, sub, x.shape.dims[operand_dim] - sizes[operand_dim])
+            starts[operand_dim] = self.clamped_start(idx, sub, x.shape.dims[operand_dim] - sizes[operand_dim])
         # A batching dimension of the operand is indexed by the output's position along the
         # paired batch dimension of the indices (clamped like every start).
         batch_axes = [d for d in range(idx.shape.rank) if d != ivd]
@@ -450,7 +455,7 @@ class ElementalEmitter:
         inside = ir.Constant(I1, 1)
         sub = []
         for i, n, u, (start, at) in zip(index, x.shape.dims, update.shape.dims, starts):
-            rel = b.sub(i, self._clamped_start(start, at, n - u))
+            rel = b.sub(i, self.clamped_start(start, at, n - u))
             inside = b.and_(inside, b.and_(b.icmp_signed(">=", rel, const_i64(0)),
                                            b.icmp_signed("<", rel, const_i64(u))))
             # Clamped so the (discarded) read outside the update stays in bounds.

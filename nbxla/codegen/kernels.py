@@ -22,9 +22,11 @@ from ..passes.fused_dots import fused_dot
 from . import column_groups
 from .convolution import emit_convolution_kernel
 from .dot_kernels import emit_dot_kernel
-from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel,
-                    rows_unknown)
+from .column_reductions import column_plan, emit_column_reduction, rows_unknown
+from .full_reductions import emit_full_reduction
+from .loops import emit_loop_kernel
 from .random_bits import emit_rng_kernel
+from .reductions import emit_reduction_kernel
 from .scatter import emit_scatter_kernel
 from .select_scatter import emit_select_and_scatter_kernel
 from .sort_kernel import emit_sort_kernel

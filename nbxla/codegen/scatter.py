@@ -22,7 +22,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import NATIVE_COMBINERS
 from ..hlo.shapes import is_complex
 from .elemental import I1, ElementalEmitter, const_i64, linear_index
-from .loops import apply_scalar_computation
+from .reductions import apply_scalar_computation
 from .toolkit import combine_values, counted_loop, kernel_function, KernelBuffers, KernelSpec, load_at, nest, \
     product
 

@@ -19,7 +19,7 @@ from ..hlo.ir import Computation
 from ..hlo.opcodes import NATIVE_COMBINERS
 from ..hlo.shapes import is_complex
 from .elemental import I1, I64, ElementalEmitter, const_i64, linear_index, llvm_type
-from .loops import apply_scalar_computation
+from .reductions import apply_scalar_computation
 from .toolkit import combine_values, counted_loop, entry_alloca, kernel_function, KernelBuffers, KernelSpec, \
     load_at, nest, product
 

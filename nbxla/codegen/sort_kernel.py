@@ -24,7 +24,7 @@ from llvmlite import ir
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
 from .elemental import const_i64
-from .loops import apply_scalar_computation
+from .reductions import apply_scalar_computation
 from .toolkit import counted_loop, entry_alloca, kernel_function, KernelBuffers, KernelSpec, product
 
 _I8P, _I64 = ir.IntType(8).as_pointer(), ir.IntType(64)

@@ -2,8 +2,8 @@
 counted loops, flat and per-dimension indexing, reducer recognition and combining, the
 NaN-tracking max/min accumulator, and the plan of a whole-array reduction.
 
-Kernel styles (loops, column_groups, arg_reductions, windows, gpu) import from here; this module
-imports none of them.
+Kernel styles (loops, reductions, column_reductions, full_reductions, column_groups,
+arg_reductions, windows, gpu) import from here; this module imports none of them.
 """
 
 from __future__ import annotations

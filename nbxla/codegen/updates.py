@@ -24,19 +24,9 @@ from .toolkit import KernelBuffers, KernelSpec, counted_loop, kernel_function, l
 I8P = ir.IntType(8).as_pointer()
 
 
-def updated_parameter(comp: Computation) -> int | None:
-    """The number of the parameter ``comp`` updates in place (its root is a non-empty
-    ``dynamic-update-slice`` of that parameter), or None."""
-    root = comp.root
-    if root.opcode != "dynamic-update-slice" or root.operands[0].opcode != "parameter" \
-            or 0 in root.operands[1].shape.dims or len(root.operands) != 2 + root.shape.rank:
-        return None
-    return root.operands[0].parameter_number
-
-
 @single_unit
 def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
-    """The kernel of ``comp`` (``updated_parameter(comp)`` is not None) writing only the window;
+    """The kernel of ``comp`` (``hlo.aliasing.updated_parameter(comp)`` is not None) writing only the window;
     its output buffer must be the updated parameter's buffer."""
     root = comp.root
     target, update = root.operands[0], root.operands[1]
@@ -50,7 +40,7 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
     # scalar loop ran; through one, a read at u before the store at u is a plain dependence.
     em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, out if params[k] is target else k,
                                                             params[k].shape.dims, index))
-    starts = [em._clamped_start(s, [], n - u)
+    starts = [em.clamped_start(s, [], n - u)
               for s, n, u in zip(root.operands[2:], root.shape.dims, update.shape.dims)]
     dims = update.shape.dims
 

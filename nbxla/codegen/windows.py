@@ -38,7 +38,7 @@ from ..hlo.evaluator_reduce import prefix_axis
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import is_complex, is_float
 from .elemental import const_i64, delinearize, ElementalEmitter, llvm_type, row_major_strides
-from .loops import apply_scalar_computation
+from .reductions import apply_scalar_computation
 from .toolkit import (combine_values, counted_loop, entry_alloca, kernel_function, KernelBuffers,
                       KernelSpec, product, reducer_opcode)
 

@@ -12,6 +12,7 @@ import dis
 import linecache
 import os
 import sys
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable
@@ -134,6 +135,19 @@ class TraceContext:
                 f"machine's memory and swap ({allocatable_bytes() / 2**30:.3g} GiB): NumPy cannot "
                 f"allocate it (MemoryError). Use a smaller shape or compute it in pieces.{source}")
         return instr
+
+    @contextmanager
+    def subcomputation(self, builder: Builder):
+        """Trace into ``builder`` (a loop body, a branch) for the duration of the block, with
+        a constant table of its own (a constant of the enclosing computation is not an operand
+        the sub-computation can name); the enclosing builder and its constants come back after,
+        also when the block raises."""
+        outer, outer_constants = self.builder, self._constants
+        self.builder, self._constants = builder, {}
+        try:
+            yield builder
+        finally:
+            self.builder, self._constants = outer, outer_constants
 
     def add_check(self, value: Instruction, fail: Callable, fold: tuple[str, ...]) -> None:
         """Check ``value`` after every run: ``fail(np.ndarray)`` returns the error NumPy would

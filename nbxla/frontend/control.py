@@ -326,7 +326,7 @@ class Snapshot:
     """What tracing a body may change: Tracers' values, lists/dicts/NumPy arrays in place."""
 
     def __init__(self, state: tuple, tracers: list[Tracer]):
-        self.tracers = [(t, t._instr, t.version, t.view.base_version if t.view else None)
+        self.tracers = [(t, t.stored_instr, t.version, t.view.base_version if t.view else None)
                         for t in tracers]
         self.containers = []
         self.seen_changes: set[int] = set()
@@ -361,7 +361,7 @@ class Snapshot:
 
     def restore(self):
         for t, instr, version, base_version in self.tracers:
-            t._instr, t.version = instr, version
+            t.rebind(instr, version)
             if t.view is not None:
                 t.view.base_version = base_version
         for obj, saved in self.containers:
@@ -412,12 +412,12 @@ def if_stmt(test, then, orelse, state: tuple, names: tuple, lineno: int):
 def _tracer_states(state) -> list[tuple]:
     found: dict = {}
     tracers_in(state, found)
-    return [(t, t._instr, t.version) for t in found.values()]
+    return [(t, t.stored_instr, t.version) for t in found.values()]
 
 
 def _restore(states: list[tuple]) -> None:
     for t, instr, version in states:
-        t._instr, t.version = instr, version
+        t.rebind(instr, version)
 
 
 
@@ -434,27 +434,25 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
         return None
     tracers = [t for t, _, _ in saved]
     shapes = TupleShape(tuple(instr.shape for _, instr, _ in saved))
-    outer, outer_constants = ctx.builder, ctx._constants
+    outer = ctx.builder
     checks = len(ctx.checks)
     branches = []
     promoted = dict(ctx.promoted)
     try:
         for fn, what in ((then, "then"), (orelse, "else")):
-            builder = Builder(unique_name(f"{what}_line{lineno}"))
-            ctx.builder, ctx._constants = builder, {}
-            param = builder.parameter(shapes, "state")
-            for k, t in enumerate(tracers):
-                t._instr = builder.op("get-tuple-element", param, index=k)
-            params = [t.instr for t in tracers]
-            out = resolved_state(fn(state))
-            drop_promotions(ctx, promoted)      # (arrays made in the branch)
-            # a tracer the branch left alone is its parameter: mark it unchanged
-            branches.append((builder, [t.instr if t.instr is not p else None
-                                       for t, p in zip(tracers, params)], out, params))
-            _restore(saved)
+            with ctx.subcomputation(Builder(unique_name(f"{what}_line{lineno}"))) as builder:
+                param = builder.parameter(shapes, "state")
+                for k, t in enumerate(tracers):
+                    t.rebind(builder.op("get-tuple-element", param, index=k))
+                params = [t.instr for t in tracers]
+                out = resolved_state(fn(state))
+                drop_promotions(ctx, promoted)      # (arrays made in the branch)
+                # a tracer the branch left alone is its parameter: mark it unchanged
+                branches.append((builder, [t.instr if t.instr is not p else None
+                                           for t, p in zip(tracers, params)], out, params))
+                _restore(saved)
     finally:
         _restore(saved)
-        ctx.builder, ctx._constants = outer, outer_constants
     if len(ctx.checks) != checks:
         # a branch's run-time check names the branch's values (the select form checks both)
         del ctx.checks[checks:]
@@ -484,7 +482,7 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
     results = [outer.op("get-tuple-element", cond, index=k) for k in range(len(tracers) + len(slots))]
     for (t, instr, version), r, a, b in zip(saved, results, t_then, t_else):
         if a is not None or b is not None:
-            t._instr, t.version = r, version + 1
+            t.rebind(r, version + 1)
     state_out = list(merged)
     for k, r in zip(slots, results[len(tracers):]):
         state_out[k] = Tracer(ctx, r)
@@ -526,8 +524,7 @@ def _traced_if(ctx, test, then, orelse, state: tuple, names: tuple, lineno: int,
     for t, a, b in zip(tracers, then_instrs, else_instrs):
         if a is not b:
             ta, tb = Tracer(ctx, a), Tracer(ctx, b)
-            t._instr = select(broadcast_to(test, ta.shape), ta, tb).instr
-            t.version += 1
+            t.rebind(select(broadcast_to(test, ta.shape), ta, tb).instr, t.version + 1)
     for t in tracers:                      # views follow their (merged) bases
         if t.view is not None:
             t.view.base_version = t.view.base.version

@@ -328,23 +328,18 @@ class _Loop:
 
     def _slots(self):
         """(initial outer instruction, shape) per state slot after the index."""
-        inits = [t._instr for t in self.objects] + [t.instr for t in self.rebound.values()]
+        inits = [t.stored_instr for t in self.objects] + [t.instr for t in self.rebound.values()]
         return inits
 
     def _trace(self):
-        ctx = self.ctx
         inits = self._slots()
         index_shape = [Shape("s64")] if self.counted else []
         shapes = index_shape + [i.shape for i in inits]
-        outer_builder, outer_constants = ctx.builder, ctx._constants
-        try:
-            body_comp, outs, new_state = self._trace_computation("body", shapes, inits, self.body)
-            if self.cond is not None:
-                cond_comp = self._trace_condition(shapes, inits)
-            else:
-                cond_comp = None
-        finally:
-            ctx.builder, ctx._constants = outer_builder, outer_constants
+        body_comp, outs, new_state = self._trace_computation("body", shapes, inits, self.body)
+        if self.cond is not None:
+            cond_comp = self._trace_condition(shapes, inits)
+        else:
+            cond_comp = None
         # Which names did the body rebind, and are the slot types stable?  (The answers are
         # applied by ``run`` once the state is restored: initial values live outside.)
         requests = []
@@ -422,7 +417,7 @@ class _Loop:
         gtes = [builder.op("get-tuple-element", param, index=k) for k in range(len(shapes))]
         offset = 1 if self.counted else 0
         for t, g in zip(self.objects, gtes[offset:]):
-            t._instr = g
+            t.rebind(g)
         state = self._state_from(gtes[offset + len(self.objects):])
         index = None
         if self.counted:
@@ -443,63 +438,62 @@ class _Loop:
 
     def _trace_computation(self, what, shapes, inits, fn):
         ctx = self.ctx
-        builder = Builder(unique_name(f"{what}_line{self.lineno}"))
-        ctx.builder, ctx._constants = builder, {}
-        param, gtes, index, state = self._bind_params(builder, shapes, inits)
-        versions = [t.version for t in self.objects]
-        ctx.rolling += 1
-        try:
-            new_state = fn(index, state) if self.counted else fn(state)
-        except CannotRoll:
-            raise
-        except (NbxlaError, IndexError, TypeError, ValueError, AttributeError, KeyError,
-                ZeroDivisionError, OverflowError) as e:
-            raise CannotRoll(_reason(e)) from None
-        finally:
-            ctx.rolling -= 1
-        # arrays the body wrote into (a view's writes land in its base: bases only)
-        self.written = {id(t) for t, v in zip(self.objects, versions) if t.view is None and t.version != v}
-        loop_checks.fold(ctx, self.checks, ctx.checks[self.checks_from:])
-        new_state = resolved_state(new_state) if self.names else ()
-        outs = []
-        builder.location = None
-        if self.counted:
-            from .rules import emit, scalar
-            nxt = emit(ctx, "add", Tracer(ctx, gtes[0]), scalar(ctx, self.step, np.int64))
-            outs.append(nxt.instr)
-        outs += [t.instr for t in self.objects]
-        for k in self.rebound:
-            v = new_state[k]
-            outs.append(v.instr if isinstance(v, Tracer) else gtes[0])
-        self.unchanged = [o is g for o, g in zip(outs, gtes)]
-        builder.location = None
-        root = builder.op("tuple", *outs)
-        check_closed(builder)
-        return builder.build(root), outs, new_state
+        with ctx.subcomputation(Builder(unique_name(f"{what}_line{self.lineno}"))) as builder:
+            param, gtes, index, state = self._bind_params(builder, shapes, inits)
+            versions = [t.version for t in self.objects]
+            ctx.rolling += 1
+            try:
+                new_state = fn(index, state) if self.counted else fn(state)
+            except CannotRoll:
+                raise
+            except (NbxlaError, IndexError, TypeError, ValueError, AttributeError, KeyError,
+                    ZeroDivisionError, OverflowError) as e:
+                raise CannotRoll(_reason(e)) from None
+            finally:
+                ctx.rolling -= 1
+            # arrays the body wrote into (a view's writes land in its base: bases only)
+            self.written = {id(t) for t, v in zip(self.objects, versions)
+                            if t.view is None and t.version != v}
+            loop_checks.fold(ctx, self.checks, ctx.checks[self.checks_from:])
+            new_state = resolved_state(new_state) if self.names else ()
+            outs = []
+            builder.location = None
+            if self.counted:
+                from .rules import emit, scalar
+                nxt = emit(ctx, "add", Tracer(ctx, gtes[0]), scalar(ctx, self.step, np.int64))
+                outs.append(nxt.instr)
+            outs += [t.instr for t in self.objects]
+            for k in self.rebound:
+                v = new_state[k]
+                outs.append(v.instr if isinstance(v, Tracer) else gtes[0])
+            self.unchanged = [o is g for o, g in zip(outs, gtes)]
+            builder.location = None
+            root = builder.op("tuple", *outs)
+            check_closed(builder)
+            return builder.build(root), outs, new_state
 
     def _trace_condition(self, shapes, inits):
         ctx = self.ctx
-        builder = Builder(unique_name(f"cond_line{self.lineno}"))
-        ctx.builder, ctx._constants = builder, {}
-        param, gtes, _, state = self._bind_params(builder, shapes, inits)
-        versions = [t.version for t in self.objects]
-        checks = len(ctx.checks)
-        try:
-            test = scalar_test(self.cond(state))
-        except (NbxlaError, IndexError, TypeError, ValueError) as e:
-            raise CannotRoll(_reason(e)) from None
-        if len(ctx.checks) != checks:
-            raise CannotRoll("the condition needs a check of its values after the run (an index "
-                             "that may be out of bounds, a negative integer power)")
-        if [t.version for t in self.objects] != versions:
-            raise CannotRoll("the condition writes into an array")
-        from .rules import asarray
-        test = asarray(ctx, test)
-        if test.dtype != np.bool_:
-            test = np.not_equal(test, 0)
-        builder.location = None
-        check_closed(builder)
-        return builder.build(test.instr)
+        with ctx.subcomputation(Builder(unique_name(f"cond_line{self.lineno}"))) as builder:
+            param, gtes, _, state = self._bind_params(builder, shapes, inits)
+            versions = [t.version for t in self.objects]
+            checks = len(ctx.checks)
+            try:
+                test = scalar_test(self.cond(state))
+            except (NbxlaError, IndexError, TypeError, ValueError) as e:
+                raise CannotRoll(_reason(e)) from None
+            if len(ctx.checks) != checks:
+                raise CannotRoll("the condition needs a check of its values after the run (an index "
+                                 "that may be out of bounds, a negative integer power)")
+            if [t.version for t in self.objects] != versions:
+                raise CannotRoll("the condition writes into an array")
+            from .rules import asarray
+            test = asarray(ctx, test)
+            if test.dtype != np.bool_:
+                test = np.not_equal(test, 0)
+            builder.location = None
+            check_closed(builder)
+            return builder.build(test.instr)
 
     def _emit(self, body_comp, cond_comp, outs):
         ctx = self.ctx
@@ -523,8 +517,7 @@ class _Loop:
             # must see it unchanged too (else it counts as written: a NumPy scalar argument
             # read in a nested loop was "read-only")
             if not same:
-                t._instr = g
-                t.version += 1
+                t.rebind(g, t.version + 1)
         state = self._state_from(gtes[offset + len(self.objects):])
         for k, value in self.static_after.items():
             state[k] = value
@@ -554,7 +547,7 @@ def _stored_type(t: Tracer) -> tuple:
     """(shape, dtype) of a value the body gave, read without re-deriving a view: outside the
     body's trace that would build the view's slice in the outer computation from the body's
     values (a view bound in the body, its base written after)."""
-    return t._instr.shape.dims, t._instr.shape.dtype
+    return t.stored_instr.shape.dims, t.stored_instr.shape.dtype
 
 
 def _is_number(v) -> bool:

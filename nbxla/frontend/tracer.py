@@ -94,6 +94,21 @@ class Tracer:
             v.base_version = chain_versions(v.base)
         return self._instr
 
+    @property
+    def stored_instr(self) -> Instruction:
+        """The instruction this Tracer holds now, without re-deriving a view from its base:
+        what a snapshot saves, and what a loop reads where re-deriving would build the view's
+        slice in the wrong computation."""
+        return self._instr
+
+    def rebind(self, instr: Instruction, version: int | None = None) -> None:
+        """Hold ``instr`` from now on (a loop's or branch's parameter or result, a snapshot's
+        saved value), with ``version`` when given: control flow re-points a Tracer at the
+        value that stands for it in another computation, which is not a write of new data."""
+        self._instr = instr
+        if version is not None:
+            self.version = version
+
     def assign(self, value: "Tracer") -> None:
         """Replace this array's contents (same shape and dtype), as an in-place write does."""
         if self.ctx.ambiguous and id(self) in self.ctx.ambiguous:

@@ -9,11 +9,17 @@ on, and the JIT runtimes hand out a NumPy ``reshape`` of the operand.
 A ``bitcast`` that changes the element type (same width, HLO allows it) is *not* a view here: it
 is a kernel that converts bits (the elemental emitter's rule), since a NumPy ``reshape`` cannot
 change a dtype and a runtime that shared the bytes would hand out an array of the wrong type.
+
+Beyond views, an output may be *written into* an operand's buffer: a fusion updating a window
+of one operand (``updated_parameter``) and a ``while`` keeping its state in its initial state's
+buffers (every leaf the body passes through, ``passed_through``, and the others where the
+initial leaf dies at the loop).  Which of those may happen is the buffer plan's decision
+(``BufferPlan.operand_buffers``); the facts it decides from are here.
 """
 
 from __future__ import annotations
 
-from .ir import Instruction
+from .ir import Computation, Instruction
 
 # Opcodes that never write new memory, whatever their shapes.
 NAMING_OPCODES = frozenset({"tuple", "get-tuple-element"})
@@ -44,3 +50,28 @@ def view_source(instr: Instruction, index: tuple[int, ...] = ()) -> tuple[Instru
     if is_byte_view(instr):
         return instr.operands[0], index
     raise ValueError(f"%{instr.name} ({instr.opcode}) is not a view: it writes memory of its own")
+
+
+# ---- outputs that can live in an operand's buffer -------------------------------------------------
+# Structural facts only: whether the operand's buffer is free to take is the buffer plan's answer
+# (``passes/buffer_assignment``: ``BufferPlan.operand_buffers``).
+
+def updated_parameter(comp: Computation) -> int | None:
+    """The number of the parameter ``comp`` updates in place (its root is a non-empty
+    ``dynamic-update-slice`` of that parameter), or None: a fusion of it can write only the
+    update's window into that operand's buffer (``codegen/updates.py``)."""
+    root = comp.root
+    if root.opcode != "dynamic-update-slice" or root.operands[0].opcode != "parameter" \
+            or 0 in root.operands[1].shape.dims or len(root.operands) != 2 + root.shape.rank:
+        return None
+    return root.operands[0].parameter_number
+
+
+def passed_through(body: Computation) -> set[int]:
+    """The state elements a loop body returns as it got them (no step of the body can write
+    them in place either: the root reads them).  Only for a state of arrays (no nested tuples)."""
+    root, (param,) = body.root, body.parameters
+    if root.opcode != "tuple" or any(e.is_tuple for e in param.shape.elements):
+        return set()
+    return {k for k, o in enumerate(root.operands)
+            if o.opcode == "get-tuple-element" and o.operands[0] is param and o.attrs["index"] == k}

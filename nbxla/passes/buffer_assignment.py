@@ -23,10 +23,21 @@ the arena is usually much smaller than the sum of all values.
   decision: it may only donate an array when no other reference to the old array can observe
   the change (a separate issue); this pass only plans for what it is told.
 
+* **Outputs in an operand's buffer** (``operand_buffers``), for a backend with window-update
+  kernels and loops that keep their state in place (the AOT driver, which also builds the JIT's
+  native loops): a fusion updating a window of one operand writes into that operand's buffer,
+  and a ``while`` keeps each state leaf in its initial leaf's buffer -- always for a leaf the
+  body passes through, else when that buffer is free after the step: nothing living in it is
+  read later or is a result, and it is a temporary (or, in a loop body, the loop's state).
+  The structural facts are ``hlo/aliasing.py``'s; the arena above does not use this answer.
+
 The entry computation is planned with the caller's donations; every computation its control flow
 runs (a ``while``'s condition and body, a ``conditional``'s branches, a ``call``'s callee, and
 theirs in turn) gets a plan of its own in ``BufferPlan.nested``, by the same rules: its
-parameters are the caller's buffers, its temporaries live in its own arena.
+parameters are the caller's buffers, its temporaries live in its own arena; a ``while`` body's
+parameter is the loop's state (``loop_body``).  The JIT's CPU runtime places the entry's kernel
+outputs by the entry plan; the AOT driver (AOT objects and the JIT's native loops) takes every
+program's lifetimes and in-operand outputs from these plans (``BufferPlan.for_computation``).
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo import Module, Shape
-from ..hlo.aliasing import is_view, view_source
+from ..hlo.aliasing import is_byte_view, is_view, passed_through, updated_parameter, view_source
 from ..hlo.ir import Computation, Instruction, program_callees
 from .pipeline import Pass
 
@@ -80,6 +91,15 @@ class BufferPlan:
     in_place: list[tuple[str, str]] = field(default_factory=list)    # (value, operand it overwrote)
     donated: dict[int, str] = field(default_factory=dict)           # parameter -> output value
     nested: dict[str, "BufferPlan"] = field(default_factory=dict)   # by computation name
+    # Instruction name -> the output leaves (flat numbers) written into the buffer of the operand
+    # leaf they update (see the module docstring): (0,) for a window-update fusion, the kept
+    # state leaves for a while.
+    operand_buffers: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # What was planned: the computation's instruction names in schedule order, its donated
+    # parameters, and whether it was planned as a loop body (its state writable in place).
+    schedule: tuple[str, ...] = ()
+    donated_parameters: frozenset = frozenset()
+    loop_body: bool = False
 
     def __getitem__(self, name: str) -> ValueAssignment:
         return self.values[name]
@@ -90,6 +110,17 @@ class BufferPlan:
     def buffers(self) -> list[ValueAssignment]:
         """The values that own arena memory (not aliases, parameters or constants)."""
         return [v for v in self.values.values() if v.kind == "arena" and v.alias_of is None]
+
+    def for_computation(self, comp: Computation, loop_body: bool = False) -> "BufferPlan | None":
+        """The plan of ``comp`` among this one and its nested plans, planned as ``loop_body``
+        and without donations (the AOT driver's programs), or None -- also when the
+        computation changed after planning (the CPU runtime folds convolution epilogues)."""
+        schedule = tuple(i.name for i in comp.instructions)
+        for plan in (self, self.nested.get(comp.name)):
+            if plan is not None and plan.schedule == schedule and plan.loop_body == loop_body \
+                    and not plan.donated_parameters:
+                return plan
+        return None
 
     def to_text(self) -> str:
         lines = [f"buffer assignment: arena {self.arena_bytes} B with reuse, "
@@ -275,20 +306,25 @@ def plan_buffers(module: Module, donated_parameters=frozenset()) -> BufferPlan:
     """The entry's plan (``donated_parameters`` are the caller's to overwrite), with a plan for
     every computation its control flow runs in ``nested``."""
     plan = plan_computation(module.entry, donated_parameters)
+    bodies = {id(i.attrs["body"]) for c in module.computations for i in c.instructions if i.opcode == "while"}
     stack = [c for i in module.entry.instructions for c in program_callees(i)]
     while stack:
         comp = stack.pop(0)
         if comp.name not in plan.nested:
-            plan.nested[comp.name] = plan_computation(comp)
+            plan.nested[comp.name] = plan_computation(comp, loop_body=id(comp) in bodies)
             stack += [c for i in comp.instructions for c in program_callees(i)]
     return plan
 
 
-def plan_computation(comp: Computation, donated_parameters=frozenset()) -> BufferPlan:
-    """One computation's plan (see the module docstring)."""
+def plan_computation(comp: Computation, donated_parameters=frozenset(), loop_body: bool = False) -> BufferPlan:
+    """One computation's plan (see the module docstring); ``loop_body``: ``comp`` is a
+    ``while`` body, whose parameter leaves are the loop's state (``operand_buffers`` may write
+    into them)."""
     instrs = comp.instructions
     n = len(instrs)
-    plan = BufferPlan(length=n)
+    plan = BufferPlan(length=n, schedule=tuple(i.name for i in instrs),
+                      donated_parameters=frozenset(donated_parameters), loop_body=loop_body)
+    plan.operand_buffers = _operand_buffers(comp, loop_body)
     # buffer[(id(instr), index)] -> the name of the value that owns the memory.
     buffer: dict[tuple[int, tuple], str] = {}
     values: dict[str, ValueAssignment] = {}
@@ -419,3 +455,72 @@ def _in_place_victim(instr, index, values, allocations, buffer, i) -> str | None
         if all(_reads_elementwise(instr, j) for j in positions):
             return name
     return None
+
+
+def _operand_buffers(comp: Computation, loop_body: bool) -> dict[str, tuple[int, ...]]:
+    """``BufferPlan.operand_buffers`` of ``comp``.  A walk in schedule order over *buffers*:
+    each parameter leaf, constant and new output leaf is one; views name their operand's, and
+    an output written into an operand's buffer names that one, so that what lives in a buffer
+    includes earlier updates made in place.  Per buffer the walk keeps the last step reading
+    anything that lives in it, and whether a result does."""
+    instrs = comp.instructions
+    last_reader = [-1] * len(instrs)               # per instruction (by position)
+    position = {id(i): n for n, i in enumerate(instrs)}
+    for n, instr in enumerate(instrs):
+        for o in instr.operands:
+            last_reader[position[id(o)]] = n
+    kinds: list[str] = []                          # per buffer: "parameter", "constant", "temporary"
+    last_read: list[int] = []                      # per buffer
+    holds_result: list[bool] = []                  # per buffer
+    home: dict[int, list[int]] = {}                # per instruction: its leaves' buffers
+    found: dict[str, tuple[int, ...]] = {}
+
+    def new(kind: str) -> int:
+        kinds.append(kind)
+        last_read.append(-1)
+        holds_result.append(False)
+        return len(kinds) - 1
+
+    def free_after(buf: int, here: int) -> bool:
+        """Nothing living in ``buf`` is a result or read after step ``here``, and ``buf`` is a
+        temporary (or, in a loop body, the loop's state)."""
+        if kinds[buf] != "temporary" and not (kinds[buf] == "parameter" and loop_body):
+            return False
+        return not holds_result[buf] and last_read[buf] <= here
+
+    for here, instr in enumerate(instrs):
+        op = instr.opcode
+        count = len(leaf_paths(instr.shape))
+        if op in ("parameter", "constant"):
+            leaves = [new(op) for _ in range(count)]
+        elif op == "tuple":
+            leaves = [b for o in instr.operands for b in home[id(o)]]
+        elif op == "get-tuple-element":
+            elements = instr.operands[0].shape.elements
+            index = instr.attrs["index"]
+            start = sum(len(leaf_paths(e)) for e in elements[:index])
+            leaves = home[id(instr.operands[0])][start:start + count]
+        elif is_byte_view(instr):
+            leaves = home[id(instr.operands[0])]
+        else:
+            leaves = [new("temporary") for _ in range(count)]
+            k = updated_parameter(instr.attrs["calls"]) if op == "fusion" else None
+            if k is not None:
+                target = instr.operands[k]
+                (buf,) = home[id(target)]
+                others = [b for o in instr.operands if o is not target for b in home[id(o)]]
+                if instr.operands.count(target) == 1 and buf not in others and free_after(buf, here):
+                    leaves, found[instr.name] = [buf], (0,)
+            elif op == "while":
+                initial = home[id(instr.operands[0])]
+                fixed = passed_through(instr.attrs["body"])
+                kept = tuple(k for k, b in enumerate(initial)
+                             if k in fixed or initial.count(b) == 1 and free_after(b, here))
+                if kept:
+                    leaves = [initial[k] if k in kept else b for k, b in enumerate(leaves)]
+                    found[instr.name] = kept
+        home[id(instr)] = leaves
+        for buf in leaves:
+            last_read[buf] = max(last_read[buf], last_reader[here])
+            holds_result[buf] = holds_result[buf] or instr is comp.root
+    return found

@@ -9,11 +9,12 @@ reshape/bitcast, a host-driven loop or branch over the nested programs for contr
 the reference evaluator's rule for everything else (custom calls, ...).  The
 kernels of all programs are compiled together, as one LLVM module.
 
-The buffer plan covers the entry program only: its kernels write into one arena per run.
-Nested programs allocate their outputs per call and never write into a value once made, so
+The entry's kernels write into one arena per run, placed by the buffer plan.  Host-driven
+nested programs allocate their outputs per call and never write into a value once made, so
 values carried around a loop cannot be overwritten by a later iteration; what a control-flow
 op returns to the entry is copied where it may share memory with its operands (arena
-buffers, the caller's inputs) or with constants.
+buffers, the caller's inputs) or with constants.  A loop run natively (``native_loops``) is
+one C function whose programs follow the plan's nested plans (``BufferPlan.nested``).
 
 The compilation record lists what still runs through the evaluator: ``interpreted`` (fusions
 of any program that the code generator cannot emit) and ``interpreted_ops`` (standalone ops
@@ -133,7 +134,7 @@ class CpuExecutable:
         self._native: dict[int, NativeLoopThunk] = {}
         whiles = [i for i in module.entry.instructions if i.opcode == "while"]
         if whiles and (native_loops_enabled() if compile_loops is None else compile_loops) and kernels is None:
-            found = native_loops(whiles, print_module(module, KEY_TEXT), store)
+            found = native_loops(whiles, print_module(module, KEY_TEXT), store, plan)
             for instr in whiles:
                 if isinstance(found[id(instr)], NativeLoopThunk):
                     self._native[id(instr)] = found[id(instr)]

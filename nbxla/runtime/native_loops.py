@@ -24,13 +24,14 @@ import tempfile
 import numpy as np
 
 from ..codegen.aot import compile_native_loops, compile_runtime_object, runtime_object_key
-from ..codegen.aot_driver import passed_through
 from ..codegen.aot_loops import llvm_loops_enabled
 from ..codegen.cpu import object_engine, target_fingerprint
 from ..errors import NbxlaError, UnsupportedError
 from ..hlo import TupleShape
+from ..hlo.aliasing import passed_through
 from ..hlo.evaluator_linalg import MASKED_DOT_TARGET
 from ..hlo.ir import Computation, Instruction
+from ..passes.buffer_assignment import BufferPlan
 from .cpu_control import flatten_leaves, program_computations_of
 from . import host_memory
 from .blas_threads import gemm_addresses, gesv_addresses
@@ -169,9 +170,11 @@ def _rebuild(shape, leaves):
     return next(leaves)
 
 
-def native_loops(loops: list[Instruction], module_text: str, store: PersistentCache | None) -> dict:
+def native_loops(loops: list[Instruction], module_text: str, store: PersistentCache | None,
+                 plan: BufferPlan | None = None) -> dict:
     """For each ``while`` of the entry (``loops``): a NativeLoopThunk, or the reason it stays
-    host-driven.  The loops that fit are compiled into one shared library (one C compiler run)."""
+    host-driven.  The loops that fit are compiled into one shared library (one C compiler run),
+    their programs following ``plan``'s nested plans (the module's buffer plan) where given."""
     found = {id(i): _unsuitable(i) for i in loops}
     chosen = [i for i in loops if not found[id(i)]]
     if not chosen:
@@ -187,12 +190,12 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
             if cached is not None:
                 library = _load(cached[0].get("kind", "library"), cached[1])
                 return {**found, **{id(i): NativeLoopThunk(library, f"loop{k}", i) for k, i in enumerate(chosen)}}
-        kind, data = _build(chosen, store)
+        kind, data = _build(chosen, store, plan)
     except (NbxlaError, UnsupportedError, OSError, subprocess.SubprocessError) as e:
         if len(chosen) > 1:      # find the loops that fail; the others are compiled together
-            one_by_one = {id(i): native_loops([i], module_text, None)[id(i)] for i in chosen}
+            one_by_one = {id(i): native_loops([i], module_text, None, plan)[id(i)] for i in chosen}
             kept = [i for i in chosen if isinstance(one_by_one[id(i)], NativeLoopThunk)]
-            return {**found, **one_by_one, **(native_loops(kept, module_text, store) if kept else {})}
+            return {**found, **one_by_one, **(native_loops(kept, module_text, store, plan) if kept else {})}
         return {**found, id(chosen[0]): f"host-driven: {str(e).splitlines()[0] if str(e) else type(e).__name__}"}
     if store is not None:
         store.save(key, {"loops": len(chosen), "kind": kind}, data)
@@ -247,11 +250,13 @@ def _runtime_object(store: PersistentCache | None, names) -> bytes:
     return found
 
 
-def _build(loops: list[Instruction], store: PersistentCache | None = None) -> tuple[str, bytes]:
+def _build(loops: list[Instruction], store: PersistentCache | None = None,
+           plan: BufferPlan | None = None) -> tuple[str, bytes]:
     """("object", MCJIT object code) or ("library", a shared library) exporting
     ``int loopK(const T *state leaves..., T *results...)`` for the K-th of ``loops``: object code
     where every loop runs in LLVM (no C compiler or linker run: they were half of such a
-    loop's compile time), else a library with the driver's C."""
+    loop's compile time), else a library with the driver's C.  Their programs follow ``plan``'s
+    nested plans where given."""
     entries = {}
     for k, instr in enumerate(loops):
         param = Instruction("parameter", instr.operands[0].shape, attrs={"parameter_number": 0}, name="state")
@@ -269,7 +274,7 @@ def _build(loops: list[Instruction], store: PersistentCache | None = None) -> tu
         path = os.path.join(tmp, "loops.so")
         obj = compile_native_loops(entries, path, parallel_threshold=PARALLEL_THRESHOLD,
                                    host_lapack=gesv_addresses() is not None,
-                                   runtime_object=lambda names: _runtime_object(store, names))
+                                   runtime_object=lambda names: _runtime_object(store, names), plan=plan)
         if obj is not None:
             return "object", obj
         with open(path, "rb") as f:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import nbxla
-from nbxla.codegen import column_groups, loops
+from nbxla.codegen import column_groups, column_reductions
 from nbxla.runtime.cache import CompilationCache
 
 from tests.codegen.test_cpu import assert_all_native
@@ -159,4 +159,4 @@ def test_several_kept_axes_are_flat_columns(shape, axes):
     linear = _jit(lambda a: (a * 2).sum(axis=axes))
     linear(x)
     fusion = next(i for i in linear.last_compilation.optimized.entry.instructions if i.opcode == "fusion")
-    assert loops.column_plan(fusion.attrs["calls"]) is not None
+    assert column_reductions.column_plan(fusion.attrs["calls"]) is not None

@@ -90,12 +90,13 @@ def test_run_hlo_backend_cpu_native(capsys):
 def test_run_hlo_backend_cpu_lists_interpreted_fusions(capsys, monkeypatch):
     # Every corpus fusion has native code now: make the code generator refuse argmax-style
     # (variadic) reductions to see how interpreted fusions are reported.
-    from nbxla.codegen import loops
+    from nbxla.codegen import column_reductions, reductions
     from nbxla.errors import UnsupportedError
 
     def refuse(b, comp, args):
         raise UnsupportedError("variadic or custom reducers refused by this test")
-    monkeypatch.setattr(loops, "apply_scalar_computation", refuse)
+    for kernels in (reductions, column_reductions):      # the kernels applying a reducer
+        monkeypatch.setattr(kernels, "apply_scalar_computation", refuse)
     hlo, npz = _case("reduce_argmax_argmin")
     assert main(["run-hlo", hlo, "--inputs", npz, "--backend", "cpu"]) == 0
     out = capsys.readouterr().out

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nbxla
-from nbxla.codegen import loops
+from nbxla.codegen import column_reductions
 from nbxla.runtime import cpu_kernels
 from nbxla.runtime.cache import CompilationCache
 
@@ -34,12 +34,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("block", [loops.COLUMN_BLOCK, 48])       # (48: blocks end mid-batch)
+@pytest.mark.parametrize("block", [column_reductions.COLUMN_BLOCK, 48])       # (48: blocks end mid-batch)
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("shape,axis", CASES + [((70, 300), 0)])
 @pytest.mark.parametrize("op", ["sum", "max", "min", "prod"])
 def test_middle_axis_reductions_match_the_evaluator(shape, axis, op, threads, block, monkeypatch):
-    monkeypatch.setattr(loops, "COLUMN_BLOCK", block)
+    monkeypatch.setattr(column_reductions, "COLUMN_BLOCK", block)
     monkeypatch.setattr(cpu_kernels, "worker_count", lambda: threads)
     monkeypatch.setattr(cpu_kernels, "PARALLEL_THRESHOLD", 1 if threads > 1 else 1 << 62)
     x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)

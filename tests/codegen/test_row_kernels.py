@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import nbxla
-from nbxla.codegen import loops, toolkit
+from nbxla.codegen import reductions, toolkit
 from nbxla.runtime.cache import CompilationCache
 
 
@@ -44,7 +44,7 @@ def _kept(fn, *args):
         if any(i.opcode == "reduce" for i in comp.instructions):
             plan = toolkit.ReductionPlan(comp)
             outputs = [(o, None) for o in toolkit.kernel_outputs(comp)]
-            found.append(loops._kept_row_value(comp, plan, outputs))
+            found.append(reductions._kept_row_value(comp, plan, outputs))
     return found
 
 

@@ -334,3 +334,123 @@ def test_nested_computations_get_plans_of_their_own():
             assert not (live_together and share) or a.allocation == o.allocation, inner.to_text()
     assert "nested computation %body" in plan.to_text()
     assert evaluate(module, [np.ones((16, 16), np.float32)]).shape == (16, 16)
+
+
+# ---- outputs written into an operand's buffer (window updates, loop state) -----------------------
+
+def _update_loop(read_after: bool):
+    """main: t = exp(p); u = update_fusion(t, v, i) [writes a window of t]; a while whose state
+    is (counter, u, p); ``read_after``: t is read again after the update (so not free)."""
+    from nbxla.hlo import TupleShape
+    from nbxla.hlo.attributes import SliceDim
+    vec, one = Shape("f32", (8,)), Shape("f32", (1,))
+    fb = Builder("fused_update")
+    q0, q1, q2 = fb.parameter(vec, "q0"), fb.parameter(one, "q1"), fb.parameter(Shape("s32"), "q2")
+    fused = fb.build(fb.op("dynamic-update-slice", q0, q1, q2))
+    state = TupleShape((Shape("s32"), vec, vec))
+    cb = Builder("cond")
+    st = cb.parameter(state)
+    cond = cb.build(cb.compare(cb.op("get-tuple-element", st, index=0), cb.constant(3, "s32"), "LT"))
+    bb = Builder("body")
+    st = bb.parameter(state)
+    i = bb.op("get-tuple-element", st, index=0)
+    x = bb.op("get-tuple-element", st, index=1)
+    fixed = bb.op("get-tuple-element", st, index=2)
+    window = bb.op("slice", fixed, slice=[SliceDim(0, 1, 1)])
+    y = bb.op("fusion", x, window, i, kind="kLoop", calls=fused)        # updates x in place
+    body = bb.build(bb.op("tuple", bb.op("add", i, bb.constant(1, "s32")), y, fixed))
+    b = Builder("main")
+    p = b.parameter(vec, "p")
+    v = b.parameter(one, "v")
+    t = b.op("exponential", p)
+    u = b.op("fusion", t, v, b.constant(2, "s32"), kind="kLoop", calls=fused)
+    w = b.op("while", b.op("tuple", b.constant(0, "s32"), u, p), condition=cond, body=body)
+    out = b.op("get-tuple-element", w, index=1)
+    root = b.op("tuple", out, b.op("negate", t)) if read_after else out
+    return Module("update_loop", b.build(root)), u, w, y
+
+
+def test_updates_and_loop_state_live_in_their_operands_buffers():
+    """The plan says which outputs are written into an operand's buffer: a window update of a
+    temporary that dies there, a loop's state leaves (the one the body passes through always,
+    the updated one when its initial buffer dies at the loop), and, in the loop body (whose
+    state is the loop's own), the update of the state leaf."""
+    module, u, w, y = _update_loop(read_after=False)
+    plan = plan_buffers(module)
+    assert plan.operand_buffers == {u.name: (0,), w.name: (1, 2)}
+    body = plan.nested["body"]
+    assert body.loop_body and not plan.nested["cond"].loop_body
+    assert body.operand_buffers == {y.name: (0,)}
+    # (the counter leaf is a constant's buffer: never written in place; p is the caller's)
+    assert plan.to_text() == plan_buffers(module).to_text()
+
+
+def test_no_update_in_place_while_the_operand_is_still_read():
+    module, u, w, _ = _update_loop(read_after=True)
+    plan = plan_buffers(module)
+    assert u.name not in plan.operand_buffers           # t is read after the update
+    assert plan.operand_buffers[w.name] == (1, 2)       # u dies at the loop, p passes through
+
+
+def test_a_body_planned_without_its_state_writes_no_state_in_place():
+    from nbxla.passes.buffer_assignment import plan_computation
+    module, _, _, y = _update_loop(read_after=False)
+    body = plan_buffers(module).nested["body"].schedule
+    comp = next(c for c in module.computations if c.name == "body")
+    assert tuple(i.name for i in comp.instructions) == body
+    assert plan_computation(comp).operand_buffers == {}
+    assert plan_computation(comp, loop_body=True).operand_buffers == {y.name: (0,)}
+
+
+def test_for_computation_finds_each_program_and_refuses_a_changed_one():
+    """The AOT driver's programs take their plans from the module's plan; a computation changed
+    after planning (the CPU runtime folds convolution epilogues) is planned again."""
+    module, *_ = _update_loop(read_after=False)
+    plan = plan_buffers(module)
+    comps = {c.name: c for c in module.computations}
+    assert plan.for_computation(module.entry) is plan
+    assert plan.for_computation(comps["body"], loop_body=True) is plan.nested["body"]
+    assert plan.for_computation(comps["body"]) is None              # planned as a loop body
+    assert plan.for_computation(comps["cond"]) is plan.nested["cond"]
+    donated = plan_buffers(module, donated_parameters={0})
+    assert donated.for_computation(module.entry) is None            # the driver's programs donate nothing
+    comps["body"].instructions.insert(0, comps["body"].instructions.pop())   # (a changed schedule)
+    assert plan.for_computation(comps["body"], loop_body=True) is None
+
+
+def test_the_aot_driver_writes_in_place_exactly_where_the_plan_says():
+    """One answer: the driver's in-place steps are the plan's ``operand_buffers`` (a plan that
+    says none gets none), and its programs use the module plan's nested plans."""
+    from nbxla.codegen.aot_driver import Driver, _ProgramEmitter
+    module, u, w, y = _update_loop(read_after=False)
+    plan = plan_buffers(module)
+
+    class Specs:         # (the kernel side is not under test: any spec will do)
+        def __getattr__(self, name):
+            from nbxla.codegen.toolkit import KernelSpec
+            return lambda *a, **k: KernelSpec("k", "linear", 8, 1) if name != "constant" else "c"
+
+    def in_place_steps(plan):
+        driver = Driver("t", Specs(), 1 << 20, plan=plan)
+        found, plans = {}, []
+        original = _ProgramEmitter.emit
+
+        def emit(self):
+            program = original(self)
+            plans.append(self.plan)
+            found[self.comp.name] = {i.name for i in self.comp.instructions if id(i) in self.in_place}
+            return program
+        _ProgramEmitter.emit = emit
+        try:
+            driver.program(module.entry)
+        finally:
+            _ProgramEmitter.emit = original
+        return found, plans
+
+    found, plans = in_place_steps(plan)
+    assert found["main"] == {u.name, w.name} and found["body"] == {y.name}
+    assert plan in plans and plan.nested["body"] in plans and plan.nested["cond"] in plans
+    plan.operand_buffers.clear()
+    plan.nested["body"].operand_buffers.clear()
+    found, _ = in_place_steps(plan)
+    assert found["main"] == set() and found["body"] == set()
