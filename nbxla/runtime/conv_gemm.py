@@ -133,9 +133,12 @@ def wide_gemm_refusal(instr: Instruction) -> str | None:
 class WideGemmConvolution:
     how = "BLAS GEMM per kernel tap on the padded input (no patch matrix)"
 
-    def __init__(self, instr: Instruction):
+    def __init__(self, instr: Instruction, epilogue=None):
+        """``epilogue(values, out, region)`` stores the cropped result (a view in the output's
+        logical dims) into the output (``conv_blocks.copy_epilogue`` when None)."""
         dn = instr.attrs["dim_labels"]
         kdims = instr.operands[1].shape.dims
+        self.epilogue = epilogue
         window = instr.attrs.get("window")
         self.window = window.dims if window is not None else tuple(WindowDim(kdims[d]) for d in dn.kernel_spatial)
         r = len(dn.input_spatial)
@@ -158,6 +161,7 @@ class WideGemmConvolution:
             self.output_order = list(np.argsort([dn.output_batch, *dn.output_spatial, dn.output_feature]))
         self.pads = any(p != PadDim(0, 0) for p in self.padding)
         self.reversed = tuple(i for i, w in enumerate(self.window) if w.reversal)
+        self.everything = (slice(None),) * (r + 2)
         self.kernel_sizes = [kdims[d] for d in dn.kernel_spatial]
 
     def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
@@ -199,7 +203,7 @@ class WideGemmConvolution:
                             gemm(k[t, rows, :], flat[b, cols, off + lo:off + hi], wide[b, rows, lo:hi], t > 0)
             run_on_one_blas_thread(run, n * blocks, n * m * c * o // g * len(offsets))
             wide = wide.reshape(n, o, *padded)
-            return np.ascontiguousarray(wide[(slice(None), slice(None)) + tuple(slice(0, e) for e in out_spatial)])
+            return self._store(wide[(slice(None), slice(None)) + tuple(slice(0, e) for e in out_spatial)])
         c, o = x.shape[-1], k.shape[-1]
         ci, co = c // g, o // g
         flat = x.reshape(n * plane, c)
@@ -228,7 +232,16 @@ class WideGemmConvolution:
                         gemm(flat[off + lo:off + hi, rows], k[t, :, cols], wide[lo:hi, cols], t > 0)
             run_on_one_blas_thread(run, -(-m // block), work)
         wide = wide.reshape(n, *padded, o)[(slice(None),) + tuple(slice(0, e) for e in out_spatial)]
-        return np.ascontiguousarray(np.transpose(wide, self.output_order))
+        return self._store(np.transpose(wide, self.output_order))
+
+    def _store(self, values: np.ndarray) -> np.ndarray:
+        """The cropped result (a view of the wide one) copied into an output of its own, the
+        epilogue applied on the way (one pass over it)."""
+        if self.epilogue is None:
+            return np.ascontiguousarray(values)
+        out = np.empty(values.shape, self.dtype)
+        self.epilogue(values, out, self.everything)
+        return out
 
 
 def block_size(total: int, extent: int) -> int:

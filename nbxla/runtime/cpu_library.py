@@ -48,6 +48,7 @@ from ..hlo.evaluator_linalg import (MASKED_DOT_TARGET, POTRF_TARGETS, SOLVE_TARG
 from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
+from .conv_blocks import blocked_refusal, BlockedConvolution, copy_epilogue, prefers_per_tap
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 
 __all__ = ["library_thunk"]
@@ -462,11 +463,16 @@ def _convolution_thunk(instr: Instruction):
     return _f32_or_f64_convolution(instr), None
 
 
-def _f32_or_f64_convolution(instr):
-    """Unstrided convolutions with enough features per group: a GEMM per tap (conv_gemm.py);
-    the rest (strides, batch groups, thin inputs): im2col + one matmul."""
-    if wide_gemm_refusal(instr) is None:
-        return WideGemmConvolution(instr)
+def _f32_or_f64_convolution(instr, epilogue=None):
+    """Dense 2-D convolutions: a GEMM per tap (conv_gemm.py) or im2col by blocks
+    (conv_blocks.py), by the cost rule ``prefers_per_tap``; grouped ones with enough features
+    per group a GEMM per tap; the rest (batch groups, lhs dilation, thin groups, ...): im2col
+    + one matmul.  ``epilogue`` (conv_blocks.copy_epilogue's signature), for the first two."""
+    per_tap, blocked = wide_gemm_refusal(instr) is None, blocked_refusal(instr) is None
+    if per_tap and not (blocked and not prefers_per_tap(instr)):
+        return WideGemmConvolution(instr, epilogue or copy_epilogue)
+    if blocked:
+        return BlockedConvolution(instr, epilogue or copy_epilogue)
     return _ConvolutionThunk(instr)
 
 
