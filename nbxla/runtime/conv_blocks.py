@@ -42,8 +42,9 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..hlo.attributes import PadDim, WindowDim
 from ..hlo.evaluator_data import pad_array
-from ..hlo.ir import Instruction
-from .conv_gemm import gemm, run_on_one_blas_thread
+from ..hlo.evaluator_elementwise import ELEMENTWISE_RULES
+from ..hlo.ir import Computation, Instruction
+from .conv_gemm import gemm, run_on_one_blas_thread, wide_gemm_refusal
 
 # Largest patch block (bytes): about a quarter of a core's L2, so that the patches, the
 # kernel panel BLAS packs and the result block stay in it together.
@@ -51,11 +52,116 @@ PATCH_BYTES = 512 * 1024
 # Input channels from which the per-tap GEMMs (conv_gemm) are taken for unstrided dense
 # convolutions; below, the blocked im2col (see the module's docstring).
 WIDE_MIN_CHANNELS = 128
+# Fewest output positions per block: BLAS packs the whole kernel matrix on every call, which
+# a block of fewer positions does not repay (a 3x3 256->256 layer on 14x14 in blocks of 56
+# positions ran 1.7x slower than in one block).
+MIN_POSITIONS = 256
 
 
 def copy_epilogue(values: np.ndarray, out: np.ndarray, region: tuple) -> None:
     """The epilogue of a convolution without one: the values are the output."""
     np.copyto(out[region], values)
+
+
+# Elementwise ops an epilogue applies to a block (through the evaluator's NumPy rules, so its
+# values are the oracle's): those of bias adds, activations (relu, relu6, leaky relu) and
+# residual adds.  A fusion with others (tanh, exp, ...) keeps its native loop kernel, which
+# computes them faster than NumPy.
+EPILOGUE_OPS = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum", "clamp", "negate",
+                          "abs", "select", "compare", "copy"})
+
+
+def takes_epilogue(conv: Instruction) -> bool:
+    """Does the library call of ``conv`` write its output through an epilogue (f32 / f64,
+    taken by the blocked im2col or the per-tap GEMMs)?"""
+    types = {o.shape.element_type for o in conv.operands} | {conv.shape.element_type}
+    return len(types) == 1 and types <= {"f32", "f64"} and \
+        (blocked_refusal(conv) is None or wide_gemm_refusal(conv) is None)
+
+
+def block_epilogue_refusal(comp: Computation, conv: Instruction) -> str | None:
+    """Why ``comp`` (a fused computation holding ``conv``, whose operands are two of its
+    parameters) cannot be applied block by block as the convolution's epilogue (None when
+    it can): every instruction but the convolution, its operands and the parameters is a
+    scalar or full-shape constant, a broadcast of a parameter or constant, or an op of
+    ``EPILOGUE_OPS`` with the convolution's shape; parameters read directly have the
+    convolution's shape; the root has the convolution's shape and element type."""
+    if comp.root.shape.is_tuple or comp.root.shape != conv.shape:
+        return "the fusion's output is not shaped like the convolution's"
+    dims = conv.shape.dims
+    conv_inputs = {id(o) for o in conv.operands}
+    for instr in comp.instructions:
+        if instr is conv or instr.opcode == "parameter":
+            continue
+        if any(id(o) in conv_inputs for o in instr.operands):
+            return f"%{instr.name} reads the convolution's operands"
+        if instr.opcode == "constant":
+            if instr.shape.rank and instr.shape.dims != dims:
+                return f"constant %{instr.name} is neither a scalar nor shaped like the output"
+        elif instr.opcode == "broadcast":
+            if instr.operands[0].opcode not in ("parameter", "constant"):
+                return f"broadcast %{instr.name} of a computed value"
+        elif instr.opcode in EPILOGUE_OPS and instr.shape.dims == dims:
+            for o in instr.operands:
+                if o.opcode == "parameter" and o.shape.dims != dims:
+                    return f"parameter %{o.name} read unbroadcast"
+        else:
+            return f"{instr.opcode} (%{instr.name}) in the epilogue"
+    return None
+
+
+class BlockEpilogue:
+    """A fused computation applied block by block as a convolution's epilogue (see
+    ``block_epilogue_refusal`` for the form).  ``bind(operands)`` gives the epilogue of one
+    call (``copy_epilogue``'s signature): each value of the computation is its block, the
+    region's slices of a full-shape operand, or a broadcast operand reshaped to the output's
+    rank (ones where it is broadcast) and sliced where it is not; the elementwise ops run
+    through the evaluator's rules (NumPy broadcasting does the rest)."""
+
+    def __init__(self, comp: Computation, conv: Instruction):
+        self.comp, self.conv, self.rank = comp, conv, conv.shape.rank
+        self.order = [i for i in comp.instructions if i is not conv and i.opcode != "parameter"]
+
+    def _expanded(self, instr: Instruction, value: np.ndarray) -> np.ndarray:
+        """A broadcast's operand as a view of the output's rank (size 1 where broadcast)."""
+        mapped = list(instr.attrs.get("dimensions", ()))
+        order = sorted(range(len(mapped)), key=mapped.__getitem__)
+        shape = [1] * self.rank
+        for k in order:
+            shape[mapped[k]] = value.shape[k]
+        return np.transpose(value, order).reshape(shape)
+
+    def bind(self, operands: list[np.ndarray]):
+        """The epilogue of one call on the fusion's ``operands``."""
+        params = {id(p): operands[p.parameter_number] for p in self.comp.parameters}
+        dims, conv = self.conv.shape.dims, self.conv
+        # Per call: the values that do not depend on the block (broadcasts expanded).
+        fixed = {}
+        for instr in self.order:
+            if instr.opcode == "constant":
+                fixed[id(instr)] = instr.literal
+            elif instr.opcode == "broadcast":
+                o = instr.operands[0]
+                source = params[id(o)] if o.opcode == "parameter" else o.literal
+                fixed[id(instr)] = self._expanded(instr, np.asarray(source))
+
+        def epilogue(values: np.ndarray, out: np.ndarray, region: tuple) -> None:
+            env = {id(conv): values}
+
+            def value(instr):
+                v = env.get(id(instr))
+                if v is not None:
+                    return v
+                v = params[id(instr)] if instr.opcode == "parameter" else fixed[id(instr)]
+                if v.ndim == len(dims):          # (the block's part: slice where not broadcast)
+                    v = v[tuple(r if n != 1 else slice(None) for r, n in zip(region, v.shape))]
+                return v
+            for instr in self.order:
+                if instr.opcode in ("constant", "broadcast"):
+                    continue
+                env[id(instr)] = ELEMENTWISE_RULES[instr.opcode](instr, [value(o) for o in instr.operands], None)
+            np.copyto(out[region], value(self.comp.root))
+        return epilogue
 
 
 def blocked_refusal(instr) -> str | None:
@@ -93,64 +199,67 @@ class BlockedConvolution:
         window = instr.attrs.get("window")
         self.window = window.dims if window is not None else tuple(WindowDim(k[d]) for d in dn.kernel_spatial)
         self.dims, self.dtype = instr.shape.dims, instr.shape.dtype
-        self.input_order = [dn.input_batch, *dn.input_spatial, dn.input_feature]
-        self.kernel_order = [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
         # The output's logical dims in (N, H, W, O) order, and back.
         self.nhwc_order = [dn.output_batch, *dn.output_spatial, dn.output_feature]
         self.to_logical = tuple(int(i) for i in np.argsort(self.nhwc_order))
-        # Channels-first when the output is (b, f, h, w) in memory (row-major logical dims).
-        self.channels_first = [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3]
-        self.padding = [PadDim(0, 0), *(PadDim(w.pad_low, w.pad_high) for w in self.window), PadDim(0, 0)]
+        # Channels-first in and out (JAX's NCHW / OIHW, row-major logical dims): the patches
+        # are gathered transposed, straight from the input's layout (see ``_gather``).
+        self.channels_first = [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3] and \
+            [dn.input_batch, dn.input_feature, *dn.input_spatial] == [0, 1, 2, 3]
+        if self.channels_first:
+            self.input_order = [0, 1, 2, 3]
+            self.kernel_order = [dn.kernel_output_feature, dn.kernel_input_feature, *dn.kernel_spatial]
+        else:
+            self.input_order = [dn.input_batch, *dn.input_spatial, dn.input_feature]
+            self.kernel_order = [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
+        spatial_pads = [PadDim(w.pad_low, w.pad_high) for w in self.window]
+        self.padding = [PadDim(0, 0), PadDim(0, 0), *spatial_pads] if self.channels_first else \
+            [PadDim(0, 0), *spatial_pads, PadDim(0, 0)]
         self.pads = any(p != PadDim(0, 0) for p in self.padding)
-        self.reversed = tuple(i for i, w in enumerate(self.window) if w.reversal)
+        self.reversed = tuple((2 if self.channels_first else 0) + i for i, w in enumerate(self.window) if w.reversal)
         self.n, self.oh, self.ow, self.o = (self.dims[d] for d in self.nhwc_order)
         self.kh, self.kw = (k[d] for d in dn.kernel_spatial)
-        c = x[dn.input_feature]
-        self.depth = self.kh * self.kw * c
+        self.c = x[dn.input_feature]
+        self.depth = self.kh * self.kw * self.c
         row_bytes = self.ow * self.depth * self.dtype.itemsize
-        self.rows = max(1, min(self.oh, PATCH_BYTES // max(row_bytes, 1)))
+        self.rows = min(self.oh, max(PATCH_BYTES // max(row_bytes, 1), -(-MIN_POSITIONS // self.ow), 1))
         self.epilogue = epilogue
 
-    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
+    def __call__(self, operands: list[np.ndarray], epilogue=None) -> np.ndarray:
+        """The convolution of ``operands`` (input, kernel); ``epilogue``: this call's, in place
+        of the one it was made with."""
         x = np.transpose(operands[0], self.input_order)
         x = pad_array(x, self.dtype.type(0), self.padding) if self.pads else np.ascontiguousarray(x)
         k = np.transpose(operands[1], self.kernel_order)
         if self.reversed:
             k = np.flip(k, self.reversed)
-        kmat = np.ascontiguousarray(k).reshape(self.depth, self.o)
+        k = np.ascontiguousarray(k)
+        # channels-first: (O, C * KH * KW); channels-last: (KH * KW * C, O)
+        kmat = k.reshape(self.o, self.depth) if self.channels_first else k.reshape(self.depth, self.o)
         out = np.empty(self.dims, self.dtype)
-        (sh, sw), (dh, dw) = ((w.stride for w in self.window), (w.window_dilation for w in self.window))
-        item = x.itemsize
-        c = x.shape[3]
-        step_h, step_w = x.strides[1], x.strides[2]
         ow, o, hb, depth = self.ow, self.o, self.rows, self.depth
         blocks = -(-self.oh // hb)
-        nhwc, to_logical, epilogue, cf = self.nhwc_order, self.to_logical, self.epilogue, self.channels_first
+        nhwc, to_logical, cf = self.nhwc_order, self.to_logical, self.channels_first
+        epilogue = epilogue or self.epilogue
 
         def run(_, begin, end):
-            patches = np.empty((hb * ow, depth), self.dtype)
-            result = np.empty((o, hb * ow) if cf else (hb * ow, o), self.dtype)
+            patches = np.empty(hb * ow * depth, self.dtype)
+            result = np.empty(hb * ow * o, self.dtype)
             for unit in range(begin, end):
                 n, h0 = divmod(unit, blocks)
                 h0 *= hb
                 h = min(self.oh, h0 + hb) - h0
                 rows = h * ow
-                base = x[n, h0 * sh:]
-                if dw == 1:
-                    view = as_strided(base, (h, ow, self.kh, self.kw * c),
-                                      (sh * step_h, sw * step_w, dh * step_h, item), writeable=False)
-                else:
-                    view = as_strided(base, (h, ow, self.kh, self.kw, c),
-                                      (sh * step_h, sw * step_w, dh * step_h, dw * step_w, item), writeable=False)
-                p = patches[:rows]
+                view = self._gather(x, n, h0, h)
+                p = patches[:rows * depth]
                 np.copyto(p.reshape(view.shape), view)
                 if cf:
-                    r = result[:, :rows]
-                    gemm(kmat.T, p.T, r, False)
+                    r = result[:rows * o].reshape(o, rows)
+                    gemm(kmat, p.reshape(depth, rows), r, False)
                     values = r.reshape(o, h, ow).transpose(1, 2, 0)[None]
                 else:
-                    r = result[:rows]
-                    np.matmul(p, kmat, out=r)
+                    r = result[:rows * o].reshape(rows, o)
+                    np.matmul(p.reshape(rows, depth), kmat, out=r)
                     values = r.reshape(1, h, ow, o)
                 region = [slice(None)] * 4
                 region[nhwc[0]], region[nhwc[1]] = slice(n, n + 1), slice(h0, h0 + h)
@@ -158,3 +267,22 @@ class BlockedConvolution:
         units = self.n * blocks
         run_on_one_blas_thread(run, units, self.n * self.oh * ow * depth * o)
         return out
+
+    def _gather(self, x: np.ndarray, n: int, h0: int, h: int) -> np.ndarray:
+        """The patches of output rows [h0, h0 + h) of image n, as a strided view of the padded
+        input whose row-major order is the patch matrix's: channels-last (h, OW, KH, KW * C),
+        the runs of KW * C contiguous; channels-first (C, KH, KW, h, OW), patches transposed
+        (taps by positions), the runs of OW contiguous when unstrided."""
+        (sh, sw), (dh, dw) = ((w.stride for w in self.window), (w.window_dilation for w in self.window))
+        item = x.itemsize
+        if self.channels_first:
+            step_c, step_h, step_w = x.strides[1:]
+            return as_strided(x[n, :, h0 * sh:], (self.c, self.kh, self.kw, h, self.ow),
+                              (step_c, dh * step_h, dw * step_w, sh * step_h, sw * step_w), writeable=False)
+        step_h, step_w = x.strides[1], x.strides[2]
+        base = x[n, h0 * sh:]
+        if dw == 1:
+            return as_strided(base, (h, self.ow, self.kh, self.kw * self.c),
+                              (sh * step_h, sw * step_w, dh * step_h, item), writeable=False)
+        return as_strided(base, (h, self.ow, self.kh, self.kw, self.c),
+                          (sh * step_h, sw * step_w, dh * step_h, dw * step_w, item), writeable=False)

@@ -164,12 +164,15 @@ class WideGemmConvolution:
         self.everything = (slice(None),) * (r + 2)
         self.kernel_sizes = [kdims[d] for d in dn.kernel_spatial]
 
-    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
+    def __call__(self, operands: list[np.ndarray], epilogue=None) -> np.ndarray:
+        """The convolution of ``operands`` (input, kernel); ``epilogue``: this call's, in place
+        of the one it was made with."""
         x = np.transpose(operands[0], self.input_order)
         x = pad_array(x, self.dtype.type(0), self.padding) if self.pads else np.ascontiguousarray(x)
         k = np.transpose(operands[1], self.kernel_order)
         if self.reversed:
             k = np.flip(k, self.reversed)
+        epilogue = epilogue or self.epilogue
         taps = int(np.prod(self.kernel_sizes))
         k = np.ascontiguousarray(k).reshape(taps, *k.shape[self.rank:])
         n = x.shape[0]
@@ -203,7 +206,7 @@ class WideGemmConvolution:
                             gemm(k[t, rows, :], flat[b, cols, off + lo:off + hi], wide[b, rows, lo:hi], t > 0)
             run_on_one_blas_thread(run, n * blocks, n * m * c * o // g * len(offsets))
             wide = wide.reshape(n, o, *padded)
-            return self._store(wide[(slice(None), slice(None)) + tuple(slice(0, e) for e in out_spatial)])
+            return self._store(wide[(slice(None), slice(None)) + tuple(slice(0, e) for e in out_spatial)], epilogue)
         c, o = x.shape[-1], k.shape[-1]
         ci, co = c // g, o // g
         flat = x.reshape(n * plane, c)
@@ -232,15 +235,15 @@ class WideGemmConvolution:
                         gemm(flat[off + lo:off + hi, rows], k[t, :, cols], wide[lo:hi, cols], t > 0)
             run_on_one_blas_thread(run, -(-m // block), work)
         wide = wide.reshape(n, *padded, o)[(slice(None),) + tuple(slice(0, e) for e in out_spatial)]
-        return self._store(np.transpose(wide, self.output_order))
+        return self._store(np.transpose(wide, self.output_order), epilogue)
 
-    def _store(self, values: np.ndarray) -> np.ndarray:
+    def _store(self, values: np.ndarray, epilogue) -> np.ndarray:
         """The cropped result (a view of the wide one) copied into an output of its own, the
         epilogue applied on the way (one pass over it)."""
-        if self.epilogue is None:
+        if epilogue is None:
             return np.ascontiguousarray(values)
         out = np.empty(values.shape, self.dtype)
-        self.epilogue(values, out, self.everything)
+        epilogue(values, out, self.everything)
         return out
 
 

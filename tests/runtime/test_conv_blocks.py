@@ -63,12 +63,17 @@ def test_blocked_im2col_matches_the_evaluator(case, t):
 def test_one_block_or_many(monkeypatch, patch_bytes, labels, x, k):
     # one output row per block, a few rows with a short last block, the whole image at once
     monkeypatch.setattr(conv_blocks, "PATCH_BYTES", patch_bytes)
-    check(conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1)), BLOCKED)
+    monkeypatch.setattr(conv_blocks, "MIN_POSITIONS", 1)
+    module = conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1))
+    check(module, BLOCKED)
+    rows = conv_blocks.BlockedConvolution(module.entry.root).rows
+    assert rows == {1: 1, 700: 2, 1 << 20: 11}[patch_bytes] or (patch_bytes == 700 and rows == 1)
 
 
 @pytest.mark.parametrize("split", [False, True])
 def test_split_over_the_pool_or_not(monkeypatch, split):
     monkeypatch.setattr(conv_blocks, "PATCH_BYTES", 2000)
+    monkeypatch.setattr(conv_blocks, "MIN_POSITIONS", 1)
     monkeypatch.setattr(conv_gemm, "worker_count", lambda: 4)
     monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1 if split else 1 << 40)
     calls = []
@@ -117,7 +122,8 @@ def dense_2d_cases(draw):
                                     pad_low=draw(st.integers(0, 2)), pad_high=draw(st.integers(0, 2)),
                                     window_dilation=draw(st.integers(1, 2)), reversal=draw(st.booleans()))
                           for _ in range(2)))
-    pin, pk, pout = (draw(st.permutations(range(4))) for _ in range(3))
+    pin, pk, pout = (draw(st.sampled_from([[0, 1, 2, 3], [0, 2, 3, 1]]) | st.permutations(range(4)))
+                     for _ in range(3))
     dn = ConvDimensionNumbers(pin.index(0), pin.index(1), tuple(pin.index(2 + s) for s in range(2)),
                               pk.index(1), pk.index(0), tuple(pk.index(2 + s) for s in range(2)),
                               pout.index(0), pout.index(1), tuple(pout.index(2 + s) for s in range(2)))
@@ -133,9 +139,112 @@ def test_random_dense_2d_convolutions(case):
     module = conv_module(x, k, t, labels, window)
     if 0 in module.entry.root.shape.dims:
         return              # a window larger than the padded input: the general path's zeros
-    saved = conv_blocks.PATCH_BYTES
-    conv_blocks.PATCH_BYTES = patch_bytes
+    saved = conv_blocks.PATCH_BYTES, conv_blocks.MIN_POSITIONS
+    conv_blocks.PATCH_BYTES, conv_blocks.MIN_POSITIONS = patch_bytes, 1
     try:
         check(module, BLOCKED, seed)
     finally:
-        conv_blocks.PATCH_BYTES = saved
+        conv_blocks.PATCH_BYTES, conv_blocks.MIN_POSITIONS = saved
+
+
+# ---- epilogues: the consuming loop fusion applied to each block of the dense convolution ------
+
+def epilogue_text(layout: str, c: int, body: str, extra_params: str = "", stride: int = 1) -> str:
+    """A dense 3x3 convolution (8x8 image, c -> 6 features) and a loop fusion of it, its bias
+    ``b`` and ``extra_params``, whose body is ``body`` (the conv's value is ``v``)."""
+    if layout == "NHWC":
+        x, k, labels, feature = f"1,8,8,{c}", f"3,3,{c},6", "b01f_01io->b01f", 3
+        o = 8 // stride
+        out = f"1,{o},{o},6"
+    else:
+        x, k, labels, feature = f"1,{c},8,8", f"6,{c},3,3", "bf01_oi01->bf01", 1
+        o = 8 // stride
+        out = f"1,6,{o},{o}"
+    return f"""HloModule dense_epilogue
+%fused (v: f32[{out}], b: f32[6]{extra_params and ', ' + extra_params}) -> f32[{out}] {{
+  %v = f32[{out}] parameter(0)
+  %b = f32[6] parameter(1)
+  %bb = f32[{out}] broadcast(%b), dimensions={{{feature}}}
+  %zero = f32[] constant(0)
+  %zeros = f32[{out}] broadcast(%zero), dimensions={{}}
+  %six = f32[] constant(6)
+  %sixes = f32[{out}] broadcast(%six), dimensions={{}}
+{body}
+}}
+ENTRY %main (x: f32[{x}], k: f32[{k}], b: f32[6]{extra_params and ', ' + extra_params.replace('parameter', 'p')}) -> f32[{out}] {{
+  %x = f32[{x}] parameter(0)
+  %k = f32[{k}] parameter(1)
+  %b = f32[6] parameter(2)
+  %conv = f32[{out}] convolution(%x, %k), window={{size=3x3 stride={stride}x{stride} pad=1_1x1_1}}, dim_labels={labels}
+  ROOT %f = f32[{out}] fusion(%conv, %b), kind=kLoop, calls=%fused
+}}"""
+
+
+def run_module(text: str, seed: int = 0):
+    from nbxla.compiler import compile_module
+    from nbxla.hlo.parser import parse_hlo
+    module = parse_hlo(text)
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(p.shape.dims).astype(p.shape.dtype) for p in module.entry.parameters]
+    want = flatten(evaluate(module, inputs))
+    executable = compile_module(parse_hlo(text), "cpu").executable
+    got = executable.run(inputs)
+    for g, w in zip(got, want, strict=True):
+        # (sums of up to 1152 products in another order: f32 rounding of the largest terms)
+        ok, detail = compare_arrays(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
+        assert ok, detail
+    native = executable.native
+    assert native.interpreted == {} and native.interpreted_ops == {}
+    return native
+
+
+RELU6 = "  %a = f32[{out}] add(%v, %bb)\n  ROOT %r = f32[{out}] clamp(%zeros, %a, %sixes)"
+RELU = "  %a = f32[{out}] add(%v, %bb)\n  ROOT %r = f32[{out}] maximum(%a, %zeros)"
+LEAKY = ("  %a = f32[{out}] add(%v, %bb)\n  %gt = pred[{out}] compare(%a, %zeros), direction=GT\n"
+         "  %c = f32[] constant(0.1)\n  %cs = f32[{out}] broadcast(%c), dimensions={{}}\n"
+         "  %m = f32[{out}] multiply(%a, %cs)\n  ROOT %r = f32[{out}] select(%gt, %a, %m)")
+TANH = "  %a = f32[{out}] add(%v, %bb)\n  ROOT %r = f32[{out}] tanh(%a)"
+
+
+def _body(template, layout, stride=1):
+    o = 8 // stride
+    return template.format(out=f"1,{o},{o},6" if layout == "NHWC" else f"1,6,{o},{o}")
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("c", [3, conv_blocks.WIDE_MIN_CHANNELS])      # blocked im2col / per-tap GEMMs
+@pytest.mark.parametrize("body", [RELU6, RELU, LEAKY], ids=["relu6", "relu", "leaky"])
+def test_bias_and_activation_fold_into_the_dense_call(layout, c, body):
+    native = run_module(epilogue_text(layout, c, _body(body, layout)))
+    # (nbxla's fusion pass fuses the module again: the fusion's name is its own)
+    (fused,) = native.dense_convolution_epilogues
+    assert native.library_calls == {fused: "convolution"} and native.convolution_epilogues == {}
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_strided_and_many_blocks(monkeypatch, layout):
+    monkeypatch.setattr(conv_blocks, "PATCH_BYTES", 1)
+    monkeypatch.setattr(conv_blocks, "MIN_POSITIONS", 1)
+    native = run_module(epilogue_text(layout, 5, _body(RELU6, layout, 2), stride=2))
+    assert len(native.dense_convolution_epilogues) == 1
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_residual_add_folds(layout):
+    out = "1,8,8,6" if layout == "NHWC" else "1,6,8,8"
+    body = f"  %a = f32[{out}] add(%v, %bb)\n  %s = f32[{out}] add(%a, %res)\n  ROOT %r = f32[{out}] maximum(%s, %zeros)"
+    text = epilogue_text(layout, 4, body, f"res: f32[{out}]").replace(
+        "  %b = f32[6] parameter(1)\n", f"  %b = f32[6] parameter(1)\n  %res = f32[{out}] parameter(2)\n", 1)
+    text = text.replace("b: f32[6], res: f32", "b: f32[6], res: f32").replace(
+        "  %b = f32[6] parameter(2)\n", f"  %b = f32[6] parameter(2)\n  %res = f32[{out}] parameter(3)\n")
+    text = text.replace("fusion(%conv, %b)", "fusion(%conv, %b, %res)").replace(f", res: f32[{out}]) -> f32[{out}] {{\n  %x",
+                                                                                f", p3: f32[{out}]) -> f32[{out}] {{\n  %x")
+    native = run_module(text)
+    assert len(native.dense_convolution_epilogues) == 1
+
+
+def test_transcendental_epilogues_keep_their_kernel():
+    native = run_module(epilogue_text("NHWC", 3, _body(TANH, "NHWC")))
+    assert native.dense_convolution_epilogues == set()
+    assert list(native.library_calls.values()) == ["convolution"]
+    assert len([n for n in native.kernel_symbols if n not in native.library_calls]) == 1    # the fusion's kernel
