@@ -110,17 +110,33 @@ def block_epilogue_refusal(comp: Computation, conv: Instruction) -> str | None:
     return None
 
 
+# The epilogue ops that are one NumPy ufunc on floats (the evaluator's rules call exactly these),
+# so that each can write into the output block in place instead of a temporary.
+_UFUNCS = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+           "maximum": np.maximum, "minimum": np.minimum, "negate": np.negative, "abs": np.absolute}
+
+
 class BlockEpilogue:
     """A fused computation applied block by block as a convolution's epilogue (see
     ``block_epilogue_refusal`` for the form).  ``bind(operands)`` gives the epilogue of one
     call (``copy_epilogue``'s signature): each value of the computation is its block, the
     region's slices of a full-shape operand, or a broadcast operand reshaped to the output's
-    rank (ones where it is broadcast) and sliced where it is not; the elementwise ops run
-    through the evaluator's rules (NumPy broadcasting does the rest)."""
+    rank (ones where it is broadcast) and sliced where it is not (NumPy broadcasting does the
+    rest).  Ops run through the evaluator's rules; those that are one ufunc (and clamp, two)
+    write into the output's block itself while no value still needed is held there, so that
+    a bias add and relu6 are three passes over a block in cache and no temporaries."""
 
     def __init__(self, comp: Computation, conv: Instruction):
         self.comp, self.conv, self.rank = comp, conv, conv.shape.rank
-        self.order = [i for i in comp.instructions if i is not conv and i.opcode != "parameter"]
+        self.fixed_ops = [i for i in comp.instructions if i.opcode in ("constant", "broadcast")]
+        self.ops = [i for i in comp.instructions
+                    if i is not conv and i.opcode not in ("parameter", "constant", "broadcast")]
+        # Per op, the values read for the last time by it (their place may be reused).
+        last = {}
+        for k, instr in enumerate(self.ops):
+            for o in instr.operands:
+                last[id(o)] = k
+        self.last_use = last
 
     def _expanded(self, instr: Instruction, value: np.ndarray) -> np.ndarray:
         """A broadcast's operand as a view of the output's rank (size 1 where broadcast)."""
@@ -134,33 +150,45 @@ class BlockEpilogue:
     def bind(self, operands: list[np.ndarray]):
         """The epilogue of one call on the fusion's ``operands``."""
         params = {id(p): operands[p.parameter_number] for p in self.comp.parameters}
-        dims, conv = self.conv.shape.dims, self.conv
+        rank, conv, root, last_use = self.rank, self.conv, self.comp.root, self.last_use
         # Per call: the values that do not depend on the block (broadcasts expanded).
         fixed = {}
-        for instr in self.order:
+        for instr in self.fixed_ops:
             if instr.opcode == "constant":
                 fixed[id(instr)] = instr.literal
-            elif instr.opcode == "broadcast":
+            else:
                 o = instr.operands[0]
-                source = params[id(o)] if o.opcode == "parameter" else o.literal
-                fixed[id(instr)] = self._expanded(instr, np.asarray(source))
+                fixed[id(instr)] = self._expanded(instr, np.asarray(params[id(o)] if o.opcode == "parameter"
+                                                                    else o.literal))
 
         def epilogue(values: np.ndarray, out: np.ndarray, region: tuple) -> None:
+            target = out[region]
             env = {id(conv): values}
+            held = None                     # the value whose block is in ``target``
 
             def value(instr):
                 v = env.get(id(instr))
                 if v is not None:
                     return v
                 v = params[id(instr)] if instr.opcode == "parameter" else fixed[id(instr)]
-                if v.ndim == len(dims):          # (the block's part: slice where not broadcast)
+                if v.ndim == rank:          # (the block's part: sliced where not broadcast)
                     v = v[tuple(r if n != 1 else slice(None) for r, n in zip(region, v.shape))]
                 return v
-            for instr in self.order:
-                if instr.opcode in ("constant", "broadcast"):
+            for k, instr in enumerate(self.ops):
+                args = [value(o) for o in instr.operands]
+                free = held is None or last_use.get(held, -1) <= k
+                ufunc = _UFUNCS.get(instr.opcode)
+                if free and ufunc is not None:
+                    ufunc(*args, out=target)
+                elif free and instr.opcode == "clamp" and held not in (id(instr.operands[0]), id(instr.operands[2])):
+                    np.maximum(args[1], args[0], out=target)
+                    np.minimum(target, args[2], out=target)
+                else:
+                    env[id(instr)] = ELEMENTWISE_RULES[instr.opcode](instr, args, None)
                     continue
-                env[id(instr)] = ELEMENTWISE_RULES[instr.opcode](instr, [value(o) for o in instr.operands], None)
-            np.copyto(out[region], value(self.comp.root))
+                env[id(instr)], held = target, id(instr)
+            if held != id(root):
+                np.copyto(target, value(root))
         return epilogue
 
 

@@ -51,6 +51,9 @@ MIN_BLOCK, MAX_BLOCK = 64, 1024
 # OpenBLAS's default threading: it threads none of them below ~260K multiply-adds anyway).
 SPLIT_WORK = 4_000_000
 
+# Elements of the output per slab the epilogue is applied to (see ``_store``): 256 KB of f32.
+SLAB_ELEMENTS = 65536
+
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 
@@ -161,7 +164,9 @@ class WideGemmConvolution:
             self.output_order = list(np.argsort([dn.output_batch, *dn.output_spatial, dn.output_feature]))
         self.pads = any(p != PadDim(0, 0) for p in self.padding)
         self.reversed = tuple(i for i, w in enumerate(self.window) if w.reversal)
-        self.everything = (slice(None),) * (r + 2)
+        # The epilogue runs on slabs of the output (one image, some rows), each while it is in
+        # cache: the batch dim and the first spatial dim of the output (logical dims).
+        self.batch_dim, self.row_dim = dn.output_batch, (dn.output_spatial[0] if r else None)
         self.kernel_sizes = [kdims[d] for d in dn.kernel_spatial]
 
     def __call__(self, operands: list[np.ndarray], epilogue=None) -> np.ndarray:
@@ -243,7 +248,18 @@ class WideGemmConvolution:
         if epilogue is None:
             return np.ascontiguousarray(values)
         out = np.empty(values.shape, self.dtype)
-        epilogue(values, out, self.everything)
+        shape = values.shape
+        rows = shape[self.row_dim] if self.row_dim is not None else 1
+        per_row = values.size // max(shape[self.batch_dim] * rows, 1)
+        step = max(1, min(rows, SLAB_ELEMENTS // max(per_row, 1)))
+        region = [slice(None)] * values.ndim
+        for b in range(shape[self.batch_dim]):
+            region[self.batch_dim] = slice(b, b + 1)
+            for lo in range(0, rows, step):
+                if self.row_dim is not None:
+                    region[self.row_dim] = slice(lo, lo + step)
+                where = tuple(region)
+                epilogue(values[where], out, where)
         return out
 
 

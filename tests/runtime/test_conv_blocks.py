@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from nbxla.hlo.attributes import ConvDimensionNumbers, Window, WindowDim
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.runtime import conv_blocks, conv_gemm
-from nbxla.runtime.cpu_library import library_thunk
+from nbxla.runtime.cpu_library import ConvolutionEpilogueThunk, library_thunk
 from nbxla.testing import compare_arrays
 
 from .test_conv_gemm import conv_module, square
@@ -203,6 +203,9 @@ RELU = "  %a = f32[{out}] add(%v, %bb)\n  ROOT %r = f32[{out}] maximum(%a, %zero
 LEAKY = ("  %a = f32[{out}] add(%v, %bb)\n  %gt = pred[{out}] compare(%a, %zeros), direction=GT\n"
          "  %c = f32[] constant(0.1)\n  %cs = f32[{out}] broadcast(%c), dimensions={{}}\n"
          "  %m = f32[{out}] multiply(%a, %cs)\n  ROOT %r = f32[{out}] select(%gt, %a, %m)")
+TWICE = ("  %a = f32[{out}] add(%v, %bb)\n  %m = f32[{out}] maximum(%a, %zeros)\n"
+         "  %c = f32[] constant(0.1)\n  %cs = f32[{out}] broadcast(%c), dimensions={{}}\n"
+         "  %n = f32[{out}] multiply(%a, %cs)\n  ROOT %r = f32[{out}] add(%m, %n)")     # %a read twice
 TANH = "  %a = f32[{out}] add(%v, %bb)\n  ROOT %r = f32[{out}] tanh(%a)"
 
 
@@ -213,9 +216,11 @@ def _body(template, layout, stride=1):
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("c", [3, conv_blocks.WIDE_MIN_CHANNELS])      # blocked im2col / per-tap GEMMs
-@pytest.mark.parametrize("body", [RELU6, RELU, LEAKY], ids=["relu6", "relu", "leaky"])
+@pytest.mark.parametrize("body", [RELU6, RELU, LEAKY, TWICE], ids=["relu6", "relu", "leaky", "twice"])
 def test_bias_and_activation_fold_into_the_dense_call(layout, c, body):
     native = run_module(epilogue_text(layout, c, _body(body, layout)))
+    fusion = next(i for i in native.module.entry.instructions if i.name in native.dense_convolution_epilogues)
+    assert (PER_TAP if c >= conv_blocks.WIDE_MIN_CHANNELS else BLOCKED) in ConvolutionEpilogueThunk(fusion).how
     # (nbxla's fusion pass fuses the module again: the fusion's name is its own)
     (fused,) = native.dense_convolution_epilogues
     assert native.library_calls == {fused: "convolution"} and native.convolution_epilogues == {}
@@ -248,3 +253,14 @@ def test_transcendental_epilogues_keep_their_kernel():
     assert native.dense_convolution_epilogues == set()
     assert list(native.library_calls.values()) == ["convolution"]
     assert len([n for n in native.kernel_symbols if n not in native.library_calls]) == 1    # the fusion's kernel
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("slab", [1, 20, 1 << 20])
+def test_per_tap_epilogue_by_slabs(monkeypatch, layout, slab):
+    # the per-tap GEMMs apply the epilogue to slabs of rows: one row, a few, the whole output
+    monkeypatch.setattr(conv_gemm, "SLAB_ELEMENTS", slab)
+    native = run_module(epilogue_text(layout, conv_blocks.WIDE_MIN_CHANNELS, _body(TWICE, layout)))
+    (fused,) = native.dense_convolution_epilogues
+    fusion = next(i for i in native.module.entry.instructions if i.name == fused)
+    assert conv_gemm.WideGemmConvolution.how in ConvolutionEpilogueThunk(fusion).how
