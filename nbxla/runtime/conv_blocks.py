@@ -251,7 +251,18 @@ class BlockedConvolution:
         self.depth = self.kh * self.kw * self.c
         row_bytes = self.ow * self.depth * self.dtype.itemsize
         self.rows = min(self.oh, max(PATCH_BYTES // max(row_bytes, 1), -(-MIN_POSITIONS // self.ow), 1))
+        # Small images: several whole images per block (fewer, larger GEMMs; fewer calls).
+        self.images = 1
+        if self.rows == self.oh:
+            image_bytes = max(row_bytes * self.oh, 1)
+            self.images = min(self.n, max(1, PATCH_BYTES // image_bytes, -(-MIN_POSITIONS // (self.ow * self.oh))))
         self.epilogue = epilogue
+
+    def blocks(self) -> list[tuple[int, int, int, int]]:
+        """The blocks of the output: (first image, images, first row, rows)."""
+        if self.images > 1 or self.rows == self.oh:
+            return [(n, min(self.images, self.n - n), 0, self.oh) for n in range(0, self.n, self.images)]
+        return [(n, 1, h, min(self.rows, self.oh - h)) for n in range(self.n) for h in range(0, self.oh, self.rows)]
 
     def __call__(self, operands: list[np.ndarray], epilogue=None) -> np.ndarray:
         """The convolution of ``operands`` (input, kernel); ``epilogue``: this call's, in place
@@ -265,52 +276,56 @@ class BlockedConvolution:
         # channels-first: (O, C * KH * KW); channels-last: (KH * KW * C, O)
         kmat = k.reshape(self.o, self.depth) if self.channels_first else k.reshape(self.depth, self.o)
         out = np.empty(self.dims, self.dtype)
-        ow, o, hb, depth = self.ow, self.o, self.rows, self.depth
-        blocks = -(-self.oh // hb)
+        ow, o, depth = self.ow, self.o, self.depth
+        most = max(i * h for _, i, _, h in self.blocks()) * ow
+        units = self.blocks()
         nhwc, to_logical, cf = self.nhwc_order, self.to_logical, self.channels_first
         epilogue = epilogue or self.epilogue
 
         def run(_, begin, end):
-            patches = np.empty(hb * ow * depth, self.dtype)
-            result = np.empty(hb * ow * o, self.dtype)
-            for unit in range(begin, end):
-                n, h0 = divmod(unit, blocks)
-                h0 *= hb
-                h = min(self.oh, h0 + hb) - h0
-                rows = h * ow
-                view = self._gather(x, n, h0, h)
+            patches = np.empty(most * depth, self.dtype)
+            result = np.empty(most * o, self.dtype)
+            for n, images, h0, h in units[begin:end]:
+                rows = images * h * ow
+                view = self._gather(x, n, images, h0, h)
                 p = patches[:rows * depth]
                 np.copyto(p.reshape(view.shape), view)
                 if cf:
                     r = result[:rows * o].reshape(o, rows)
                     gemm(kmat, p.reshape(depth, rows), r, False)
-                    values = r.reshape(o, h, ow).transpose(1, 2, 0)[None]
+                    values = r.reshape(o, images, h, ow).transpose(1, 2, 3, 0)
                 else:
                     r = result[:rows * o].reshape(rows, o)
                     np.matmul(p.reshape(rows, depth), kmat, out=r)
-                    values = r.reshape(1, h, ow, o)
+                    values = r.reshape(images, h, ow, o)
                 region = [slice(None)] * 4
-                region[nhwc[0]], region[nhwc[1]] = slice(n, n + 1), slice(h0, h0 + h)
+                region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)
                 epilogue(values.transpose(to_logical), out, tuple(region))
-        units = self.n * blocks
-        run_on_one_blas_thread(run, units, self.n * self.oh * ow * depth * o)
+        run_on_one_blas_thread(run, len(units), self.n * self.oh * ow * depth * o)
         return out
 
-    def _gather(self, x: np.ndarray, n: int, h0: int, h: int) -> np.ndarray:
-        """The patches of output rows [h0, h0 + h) of image n, as a strided view of the padded
-        input whose row-major order is the patch matrix's: channels-last (h, OW, KH, KW * C),
-        the runs of KW * C contiguous; channels-first (C, KH, KW, h, OW), patches transposed
-        (taps by positions), the runs of OW contiguous when unstrided."""
+    def _gather(self, x: np.ndarray, n: int, images: int, h0: int, h: int) -> np.ndarray:
+        """The patches of output rows [h0, h0 + h) of images [n, n + images), as a strided view
+        of the padded input whose row-major order is the patch matrix's: channels-last
+        (images, h, OW, KH, KW * C), the runs of KW * C contiguous; channels-first (C, KH, KW,
+        images, h, OW), patches transposed (taps by positions), the runs of OW contiguous when
+        unstrided."""
         (sh, sw), (dh, dw) = ((w.stride for w in self.window), (w.window_dilation for w in self.window))
-        item = x.itemsize
+        step_n = x.strides[0]
+        offset = n * step_n
         if self.channels_first:
             step_c, step_h, step_w = x.strides[1:]
-            return as_strided(x[n, :, h0 * sh:], (self.c, self.kh, self.kw, h, self.ow),
-                              (step_c, dh * step_h, dw * step_w, sh * step_h, sw * step_w), writeable=False)
-        step_h, step_w = x.strides[1], x.strides[2]
-        base = x[n, h0 * sh:]
-        if dw == 1:
-            return as_strided(base, (h, self.ow, self.kh, self.kw * self.c),
-                              (sh * step_h, sw * step_w, dh * step_h, item), writeable=False)
-        return as_strided(base, (h, self.ow, self.kh, self.kw, self.c),
-                          (sh * step_h, sw * step_w, dh * step_h, dw * step_w, item), writeable=False)
+            shape = (self.c, self.kh, self.kw, images, h, self.ow)
+            strides = (step_c, dh * step_h, dw * step_w, step_n, sh * step_h, sw * step_w)
+        else:
+            step_h, step_w, item = x.strides[1:]
+            if dw == 1:
+                shape = (images, h, self.ow, self.kh, self.kw * self.c)
+                strides = (step_n, sh * step_h, sw * step_w, dh * step_h, item)
+            else:
+                shape = (images, h, self.ow, self.kh, self.kw, self.c)
+                strides = (step_n, sh * step_h, sw * step_w, dh * step_h, dw * step_w, item)
+        # (an ndarray over the padded input's buffer: as_strided costs several times more)
+        return np.ndarray(shape, x.dtype, buffer=x, offset=offset + h0 * sh * (x.strides[2] if self.channels_first
+                                                                                else x.strides[1]),
+                          strides=strides)

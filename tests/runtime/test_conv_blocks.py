@@ -57,7 +57,7 @@ def test_blocked_im2col_matches_the_evaluator(case, t):
     check(conv_module(x, k, t, labels, window), BLOCKED)
 
 
-@pytest.mark.parametrize("patch_bytes", [1, 700, 1 << 20])
+@pytest.mark.parametrize("patch_bytes", [1, 4400, 1 << 20])
 @pytest.mark.parametrize("labels,x,k", [("b01f_01io->b01f", (2, 11, 10, 6), (3, 3, 6, 5)),
                                         ("bf01_oi01->bf01", (2, 6, 11, 10), (5, 6, 3, 3))])
 def test_one_block_or_many(monkeypatch, patch_bytes, labels, x, k):
@@ -66,8 +66,11 @@ def test_one_block_or_many(monkeypatch, patch_bytes, labels, x, k):
     monkeypatch.setattr(conv_blocks, "MIN_POSITIONS", 1)
     module = conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1))
     check(module, BLOCKED)
-    rows = conv_blocks.BlockedConvolution(module.entry.root).rows
-    assert rows == {1: 1, 700: 2, 1 << 20: 11}[patch_bytes] or (patch_bytes == 700 and rows == 1)
+    blocks = conv_blocks.BlockedConvolution(module.entry.root).blocks()
+    # (first image, images, first row, rows): a row per block, two, both whole images at once
+    assert blocks == {1: [(n, 1, h, 1) for n in (0, 1) for h in range(11)],
+                      4400: [(n, 1, h, 2 if h < 10 else 1) for n in (0, 1) for h in range(0, 11, 2)],
+                      1 << 20: [(0, 2, 0, 11)]}[patch_bytes]
 
 
 @pytest.mark.parametrize("split", [False, True])
@@ -264,3 +267,18 @@ def test_per_tap_epilogue_by_slabs(monkeypatch, layout, slab):
     (fused,) = native.dense_convolution_epilogues
     fusion = next(i for i in native.module.entry.instructions if i.name == fused)
     assert conv_gemm.WideGemmConvolution.how in ConvolutionEpilogueThunk(fusion).how
+
+
+@pytest.mark.parametrize("labels,x,k", [("b01f_01io->b01f", (2, 7, 6, 3), (3, 3, 3, 4)),
+                                        ("bf01_oi01->bf01", (2, 3, 7, 6), (4, 3, 3, 3))])
+def test_unpadded_read_only_operands(labels, x, k):
+    # (no padding: the patches are gathered from the caller's own, read-only, array)
+    module = conv_module(x, k, "f32", labels, square(3))
+    thunk, _ = library_thunk(module.entry.root, None)
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(p.shape.dims).astype(np.float32) for p in module.entry.parameters]
+    for a in inputs:
+        a.flags.writeable = False
+    (want,) = flatten(evaluate(module, inputs))
+    ok, detail = compare_arrays(thunk(inputs), want)
+    assert ok, detail and BLOCKED in thunk.how
