@@ -26,6 +26,12 @@ the output's logical dims), the output array and the block's region in it (slice
 stores ``f(values)`` into ``out[region]``.  Without one, it copies.  See ``conv_epilogue``:
 a consuming loop fusion of bias adds, activations and residual adds is applied here.
 
+**Few output features** (at most ``NATIVE_GEMM_BYTES`` per position: 32 f32 features): no
+patches are gathered; nbxla's own kernel (``small_gemm``, ``codegen/patch_gemm.py``) reads
+them from the padded input in place, register-blocked, faster than OpenBLAS on these narrow
+products; channels-first outputs are then computed channels-last and transposed as each
+block is stored.
+
 **The cost rule** (``dense_convolution``): the per-tap GEMMs of ``conv_gemm`` need no gather,
 but each tap's GEMM has only ``C`` for its inner dimension, which BLAS runs well below its
 peak while ``C`` is small (measured on the benchmark's machine: a 3x3 64->64 layer on 56x56
@@ -44,6 +50,7 @@ from ..hlo.attributes import PadDim, WindowDim
 from ..hlo.evaluator_data import pad_array
 from ..hlo.evaluator_elementwise import ELEMENTWISE_RULES
 from ..hlo.ir import Computation, Instruction
+from . import small_gemm
 from .conv_gemm import gemm, run_on_one_blas_thread, wide_gemm_refusal
 
 # Largest patch block (bytes): about a quarter of a core's L2, so that the patches, the
@@ -52,6 +59,11 @@ PATCH_BYTES = 512 * 1024
 # Input channels from which the per-tap GEMMs (conv_gemm) are taken for unstrided dense
 # convolutions; below, the blocked im2col (see the module's docstring).
 WIDE_MIN_CHANNELS = 128
+# Widest row of output features (bytes) computed by nbxla's own implicit-im2col kernel instead
+# of BLAS on gathered patches (see small_gemm.py).  Measured on one core, register-blocked
+# products: 32 f32 features (1024x144 @ 144x32) 87 GFMA/s against OpenBLAS's 67; 64 (256x576
+# @ 576x64: the kernel matrix no longer in L1) 62 against 82.
+NATIVE_GEMM_BYTES = 128
 # Fewest output positions per block: BLAS packs the whole kernel matrix on every call, which
 # a block of fewer positions does not repay (a 3x3 256->256 layer on 14x14 in blocks of 56
 # positions ran 1.7x slower than in one block).
@@ -219,7 +231,7 @@ def prefers_per_tap(instr) -> bool:
 
 
 class BlockedConvolution:
-    how = "im2col by blocks of output rows + one BLAS GEMM per block (output written with its epilogue)"
+    how = "im2col by blocks of output rows + one GEMM per block (output written with its epilogue)"
 
     def __init__(self, instr: Instruction, epilogue=copy_epilogue):
         dn = instr.attrs["dim_labels"]
@@ -232,7 +244,12 @@ class BlockedConvolution:
         self.to_logical = tuple(int(i) for i in np.argsort(self.nhwc_order))
         # Channels-first in and out (JAX's NCHW / OIHW, row-major logical dims): the patches
         # are gathered transposed, straight from the input's layout (see ``_gather``).
-        self.channels_first = [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3] and \
+        o = k[dn.kernel_output_feature]
+        # Few output features: nbxla's own register-blocked GEMM (small_gemm.py), channels-last
+        # (it takes rows of at most NATIVE_GEMM_BYTES, the output features of a position).
+        self.native = small_gemm.element_type(self.dtype) is not None and o * self.dtype.itemsize <= NATIVE_GEMM_BYTES
+        self.channels_first = not self.native and \
+            [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3] and \
             [dn.input_batch, dn.input_feature, *dn.input_spatial] == [0, 1, 2, 3]
         if self.channels_first:
             self.input_order = [0, 1, 2, 3]
@@ -257,6 +274,14 @@ class BlockedConvolution:
             image_bytes = max(row_bytes * self.oh, 1)
             self.images = min(self.n, max(1, PATCH_BYTES // image_bytes, -(-MIN_POSITIONS // (self.ow * self.oh))))
         self.epilogue = epilogue
+        self.gemm = None
+        self.how = f"{BlockedConvolution.how}, by {'nbxla' if self.native else 'BLAS'}"
+        if self.native:
+            padded = [x[d] + p.low + p.high for d, p in zip(self.input_order, self.padding)]
+            self.gemm = small_gemm.PatchGemmKernel(small_gemm.PatchGemm(
+                small_gemm.element_type(self.dtype), self.n, padded[1], padded[2], self.c, self.kh, self.kw,
+                self.oh, self.ow, o, tuple(w.stride for w in self.window),
+                tuple(w.window_dilation for w in self.window)))
 
     def blocks(self) -> list[tuple[int, int, int, int]]:
         """The blocks of the output: (first image, images, first row, rows)."""
@@ -278,15 +303,26 @@ class BlockedConvolution:
         out = np.empty(self.dims, self.dtype)
         ow, o, depth = self.ow, self.o, self.depth
         most = max(i * h for _, i, _, h in self.blocks()) * ow
+        native = self.gemm
         units = self.blocks()
         nhwc, to_logical, cf = self.nhwc_order, self.to_logical, self.channels_first
         epilogue = epilogue or self.epilogue
 
         def run(_, begin, end):
-            patches = np.empty(most * depth, self.dtype)
+            patches = np.empty(0 if native is not None else most * depth, self.dtype)
             result = np.empty(most * o, self.dtype)
             for n, images, h0, h in units[begin:end]:
                 rows = images * h * ow
+                if native is not None:
+                    # (patches read in place by nbxla's kernel: output rows n * OH + h0 on)
+                    first = n * self.oh + h0
+                    r = result[:rows * o]
+                    native(x, kmat, r, first, first + images * h)
+                    values = r.reshape(images, h, ow, o)
+                    region = [slice(None)] * 4
+                    region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)
+                    epilogue(values.transpose(to_logical), out, tuple(region))
+                    continue
                 view = self._gather(x, n, images, h0, h)
                 p = patches[:rows * depth]
                 np.copyto(p.reshape(view.shape), view)
@@ -311,14 +347,17 @@ class BlockedConvolution:
         images, h, OW), patches transposed (taps by positions), the runs of OW contiguous when
         unstrided."""
         (sh, sw), (dh, dw) = ((w.stride for w in self.window), (w.window_dilation for w in self.window))
-        step_n = x.strides[0]
+        # (byte strides of the contiguous padded input from its shape: NumPy may give a dim of
+        # size 1 any stride)
+        item = x.itemsize
+        step_n, step_1, step_2, step_3 = (int(np.prod(x.shape[d + 1:])) * item for d in range(4))
         offset = n * step_n
         if self.channels_first:
-            step_c, step_h, step_w = x.strides[1:]
+            step_c, step_h, step_w = step_1, step_2, step_3
             shape = (self.c, self.kh, self.kw, images, h, self.ow)
             strides = (step_c, dh * step_h, dw * step_w, step_n, sh * step_h, sw * step_w)
         else:
-            step_h, step_w, item = x.strides[1:]
+            step_h, step_w = step_1, step_2
             if dw == 1:
                 shape = (images, h, self.ow, self.kh, self.kw * self.c)
                 strides = (step_n, sh * step_h, sw * step_w, dh * step_h, item)
@@ -326,6 +365,4 @@ class BlockedConvolution:
                 shape = (images, h, self.ow, self.kh, self.kw, self.c)
                 strides = (step_n, sh * step_h, sw * step_w, dh * step_h, dw * step_w, item)
         # (an ndarray over the padded input's buffer: as_strided costs several times more)
-        return np.ndarray(shape, x.dtype, buffer=x, offset=offset + h0 * sh * (x.strides[2] if self.channels_first
-                                                                                else x.strides[1]),
-                          strides=strides)
+        return np.ndarray(shape, x.dtype, buffer=x, offset=offset + h0 * sh * step_h, strides=strides)

@@ -87,6 +87,15 @@ def test_split_over_the_pool_or_not(monkeypatch, split):
     assert bool(calls) == (split and conv_gemm.blas_thread_controls() is not None)
 
 
+@pytest.mark.parametrize("t,features", [("f32", 32), ("f32", 33), ("f64", 16), ("f64", 17)])
+@pytest.mark.parametrize("labels", ["b01f_01io->b01f", "bf01_oi01->bf01"])
+def test_gemm_kernel_rule_both_sides(t, features, labels):
+    # up to NATIVE_GEMM_BYTES of output features per position: nbxla's GEMM kernel; beyond, BLAS
+    x, k = ((2, 7, 6, 5), (3, 3, 5, features)) if labels[1] == "0" else ((2, 5, 7, 6), (features, 5, 3, 3))
+    native = features * (4 if t == "f32" else 8) <= conv_blocks.NATIVE_GEMM_BYTES
+    check(conv_module(x, k, t, labels, square(3, pad_low=1, pad_high=1)), BLOCKED + (", by nbxla" if native else ", by BLAS"))
+
+
 @pytest.mark.parametrize("channels", [conv_blocks.WIDE_MIN_CHANNELS - 1, conv_blocks.WIDE_MIN_CHANNELS])
 @pytest.mark.parametrize("labels", ["b01f_01io->b01f", "bf01_oi01->bf01"])
 def test_cost_rule_both_sides(channels, labels):
@@ -118,7 +127,7 @@ def test_refusals_take_the_general_im2col(why, window):
 @st.composite
 def dense_2d_cases(draw):
     c = draw(st.integers(1, 9))
-    o = draw(st.integers(1, 5))
+    o = draw(st.integers(1, 5) | st.integers(33, 35))     # nbxla's GEMM kernel / BLAS (f32)
     n = draw(st.integers(1, 3))
     spatial = [draw(st.integers(1, 9)) for _ in range(2)]
     window = Window(tuple(WindowDim(draw(st.integers(1, 4)), stride=draw(st.integers(1, 3)),
