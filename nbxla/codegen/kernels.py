@@ -25,7 +25,7 @@ from .loops import column_plan, emit_column_reduction, emit_full_reduction, emit
 from .scatter import emit_scatter_kernel
 from .select_scatter import emit_select_and_scatter_kernel
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
-from .transposes import emit_transpose_kernel, minor_transpose
+from .transposes import emit_run_copy_kernel, emit_transpose_kernel, minor_transpose, run_copy_transpose
 from .windows import emit_reduce_window_kernel
 
 
@@ -53,6 +53,8 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
         return emit_reduction_kernel(module, name, comp)
     if minor_transpose(comp) is not None:
         return emit_transpose_kernel(module, name, comp)
+    if run_copy_transpose(comp) is not None:
+        return emit_run_copy_kernel(module, name, comp)
     return emit_loop_kernel(module, name, comp)
 
 
