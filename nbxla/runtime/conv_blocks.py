@@ -247,7 +247,13 @@ class BlockedConvolution:
         o = k[dn.kernel_output_feature]
         # Few output features: nbxla's own register-blocked GEMM (small_gemm.py), channels-last
         # (it takes rows of at most NATIVE_GEMM_BYTES, the output features of a position).
-        self.native = small_gemm.element_type(self.dtype) is not None and o * self.dtype.itemsize <= NATIVE_GEMM_BYTES
+        # (the kernel's sums are vectors of a width LLVM splits into whole registers: O rounded
+        # up to a power of two below a register's lanes, to whole registers above; the extra
+        # features are zero columns of the kernel, computed and dropped)
+        lanes = 64 // self.dtype.itemsize
+        self.o_wide = 1 << max(0, (o - 1).bit_length()) if o < lanes else -(-o // lanes) * lanes
+        self.native = small_gemm.element_type(self.dtype) is not None and \
+            self.o_wide * self.dtype.itemsize <= NATIVE_GEMM_BYTES
         self.channels_first = not self.native and \
             [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3] and \
             [dn.input_batch, dn.input_feature, *dn.input_spatial] == [0, 1, 2, 3]
@@ -280,7 +286,7 @@ class BlockedConvolution:
             padded = [x[d] + p.low + p.high for d, p in zip(self.input_order, self.padding)]
             self.gemm = small_gemm.PatchGemmKernel(small_gemm.PatchGemm(
                 small_gemm.element_type(self.dtype), self.n, padded[1], padded[2], self.c, self.kh, self.kw,
-                self.oh, self.ow, o, tuple(w.stride for w in self.window),
+                self.oh, self.ow, self.o_wide, tuple(w.stride for w in self.window),
                 tuple(w.window_dilation for w in self.window)))
 
     def blocks(self) -> list[tuple[int, int, int, int]]:
@@ -300,6 +306,10 @@ class BlockedConvolution:
         k = np.ascontiguousarray(k)
         # channels-first: (O, C * KH * KW); channels-last: (KH * KW * C, O)
         kmat = k.reshape(self.o, self.depth) if self.channels_first else k.reshape(self.depth, self.o)
+        if self.native and self.o_wide != self.o:
+            wide = np.zeros((self.depth, self.o_wide), self.dtype)
+            wide[:, :self.o] = kmat
+            kmat = wide
         out = np.empty(self.dims, self.dtype)
         ow, o, depth = self.ow, self.o, self.depth
         most = max(i * h for _, i, _, h in self.blocks()) * ow
@@ -310,15 +320,15 @@ class BlockedConvolution:
 
         def run(_, begin, end):
             patches = np.empty(0 if native is not None else most * depth, self.dtype)
-            result = np.empty(most * o, self.dtype)
+            result = np.empty(most * (self.o_wide if native is not None else o), self.dtype)
             for n, images, h0, h in units[begin:end]:
                 rows = images * h * ow
                 if native is not None:
                     # (patches read in place by nbxla's kernel: output rows n * OH + h0 on)
                     first = n * self.oh + h0
-                    r = result[:rows * o]
+                    r = result[:rows * self.o_wide]
                     native(x, kmat, r, first, first + images * h)
-                    values = r.reshape(images, h, ow, o)
+                    values = r.reshape(images, h, ow, self.o_wide)[..., :o]
                     region = [slice(None)] * 4
                     region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)
                     epilogue(values.transpose(to_logical), out, tuple(region))

@@ -87,10 +87,11 @@ def test_split_over_the_pool_or_not(monkeypatch, split):
     assert bool(calls) == (split and conv_gemm.blas_thread_controls() is not None)
 
 
-@pytest.mark.parametrize("t,features", [("f32", 32), ("f32", 33), ("f64", 16), ("f64", 17)])
+@pytest.mark.parametrize("t,features", [("f32", 32), ("f32", 33), ("f32", 20), ("f32", 3), ("f64", 16), ("f64", 17)])
 @pytest.mark.parametrize("labels", ["b01f_01io->b01f", "bf01_oi01->bf01"])
 def test_gemm_kernel_rule_both_sides(t, features, labels):
-    # up to NATIVE_GEMM_BYTES of output features per position: nbxla's GEMM kernel; beyond, BLAS
+    # up to NATIVE_GEMM_BYTES of output features per position (rounded up to a power of two
+    # below a register, to whole registers above): nbxla's GEMM kernel; beyond, BLAS
     x, k = ((2, 7, 6, 5), (3, 3, 5, features)) if labels[1] == "0" else ((2, 5, 7, 6), (features, 5, 3, 3))
     native = features * (4 if t == "f32" else 8) <= conv_blocks.NATIVE_GEMM_BYTES
     check(conv_module(x, k, t, labels, square(3, pad_low=1, pad_high=1)), BLOCKED + (", by nbxla" if native else ", by BLAS"))
