@@ -32,7 +32,7 @@ them from the padded input in place, register-blocked, faster than OpenBLAS on t
 products; channels-first outputs are then computed channels-last and transposed as each
 block is stored.
 
-**The cost rule** (``dense_convolution``): the per-tap GEMMs of ``conv_gemm`` need no gather,
+**The cost rule** (``prefers_per_tap``): the per-tap GEMMs of ``conv_gemm`` need no gather,
 but each tap's GEMM has only ``C`` for its inner dimension, which BLAS runs well below its
 peak while ``C`` is small (measured on the benchmark's machine: a 3x3 64->64 layer on 56x56
 ran 9 GEMMs of K=64 at ~45 GFMA/s, one K=576 GEMM at ~65 GFMA/s, the gather costing less
@@ -44,7 +44,6 @@ GEMMs above.
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ..hlo.attributes import PadDim, WindowDim
 from ..hlo.evaluator_data import pad_array
