@@ -49,6 +49,7 @@ from ..hlo.attributes import PadDim, WindowDim
 from ..hlo.evaluator_data import pad_array
 from ..hlo.evaluator_elementwise import ELEMENTWISE_RULES
 from ..hlo.ir import Computation, Instruction
+from ..codegen.patch_gemm import WIDEST_ROW_BYTES
 from . import small_gemm
 from .conv_gemm import gemm, run_on_one_blas_thread, wide_gemm_refusal
 
@@ -59,10 +60,11 @@ PATCH_BYTES = 512 * 1024
 # convolutions; below, the blocked im2col (see the module's docstring).
 WIDE_MIN_CHANNELS = 128
 # Widest row of output features (bytes) computed by nbxla's own implicit-im2col kernel instead
-# of BLAS on gathered patches (see small_gemm.py).  Measured on one core, register-blocked
-# products: 32 f32 features (1024x144 @ 144x32) 87 GFMA/s against OpenBLAS's 67; 64 (256x576
-# @ 576x64: the kernel matrix no longer in L1) 62 against 82.
-NATIVE_GEMM_BYTES = 128
+# of BLAS (on gathered patches, or per tap): 64 f32 features with AVX-512, 32 without (see
+# codegen/patch_gemm.py).  Measured on one core of the benchmark machine (AVX-512): 3x3
+# convolutions 16 -> 32 features 0.17 ms against 0.38 (BLAS blocked), 128 -> 64 on 28x28
+# 1.45 against 2.19 (BLAS blocked and per tap), 64 -> 64 on 2x16x16 0.54 against 0.73.
+NATIVE_GEMM_BYTES = WIDEST_ROW_BYTES
 # Fewest output positions per block: BLAS packs the whole kernel matrix on every call, which
 # a block of fewer positions does not repay (a 3x3 256->256 layer on 14x14 in blocks of 56
 # positions ran 1.7x slower than in one block).
@@ -224,9 +226,18 @@ def blocked_refusal(instr) -> str | None:
 
 def prefers_per_tap(instr) -> bool:
     """The cost rule between the per-tap GEMMs and the blocked im2col, for a convolution both
-    take (unstrided, dense): per tap once the input has ``WIDE_MIN_CHANNELS`` channels."""
+    take (unstrided, dense): per tap once the input has ``WIDE_MIN_CHANNELS`` channels,
+    unless the outputs are few enough for nbxla's own kernel (``takes_native``)."""
     dn = instr.attrs["dim_labels"]
-    return instr.operands[0].shape.dims[dn.input_feature] >= WIDE_MIN_CHANNELS
+    return instr.operands[0].shape.dims[dn.input_feature] >= WIDE_MIN_CHANNELS and not takes_native(instr)
+
+
+def takes_native(instr) -> bool:
+    """Does the blocked path run ``instr`` with nbxla's own kernel (few output features)?"""
+    dn = instr.attrs["dim_labels"]
+    o = instr.operands[1].shape.dims[dn.kernel_output_feature]
+    return small_gemm.element_type(instr.shape.dtype) is not None and \
+        (1 << max(0, (o - 1).bit_length())) * instr.shape.dtype.itemsize <= NATIVE_GEMM_BYTES
 
 
 class BlockedConvolution:
@@ -246,13 +257,11 @@ class BlockedConvolution:
         o = k[dn.kernel_output_feature]
         # Few output features: nbxla's own register-blocked GEMM (small_gemm.py), channels-last
         # (it takes rows of at most NATIVE_GEMM_BYTES, the output features of a position).
-        # (the kernel's sums are vectors of a width LLVM splits into whole registers: O rounded
-        # up to a power of two below a register's lanes, to whole registers above; the extra
-        # features are zero columns of the kernel, computed and dropped)
-        lanes = 64 // self.dtype.itemsize
-        self.o_wide = 1 << max(0, (o - 1).bit_length()) if o < lanes else -(-o // lanes) * lanes
-        self.native = small_gemm.element_type(self.dtype) is not None and \
-            self.o_wide * self.dtype.itemsize <= NATIVE_GEMM_BYTES
+        # (the kernel's sums are vectors of a power-of-two width: O rounded up, the extra
+        # features zero columns of the kernel, computed and dropped; LLVM's code for other
+        # widths (20, 48 lanes) ran 10-40x slower)
+        self.o_wide = 1 << max(0, (o - 1).bit_length())
+        self.native = takes_native(instr)
         self.channels_first = not self.native and \
             [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3] and \
             [dn.input_batch, dn.input_feature, *dn.input_spatial] == [0, 1, 2, 3]

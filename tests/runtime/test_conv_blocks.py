@@ -87,7 +87,12 @@ def test_split_over_the_pool_or_not(monkeypatch, split):
     assert bool(calls) == (split and conv_gemm.blas_thread_controls() is not None)
 
 
-@pytest.mark.parametrize("t,features", [("f32", 32), ("f32", 33), ("f32", 20), ("f32", 3), ("f64", 16), ("f64", 17)])
+F32_LIMIT = conv_blocks.NATIVE_GEMM_BYTES // 4      # output features nbxla's kernel takes (f32)
+WIDE_O = F32_LIMIT + 1                              # the fewest it does not
+
+
+@pytest.mark.parametrize("t,features", [("f32", F32_LIMIT), ("f32", F32_LIMIT + 1), ("f32", F32_LIMIT // 2 + 1),
+                                        ("f32", 3), ("f64", F32_LIMIT // 2), ("f64", F32_LIMIT // 2 + 1)])
 @pytest.mark.parametrize("labels", ["b01f_01io->b01f", "bf01_oi01->bf01"])
 def test_gemm_kernel_rule_both_sides(t, features, labels):
     # up to NATIVE_GEMM_BYTES of output features per position (rounded up to a power of two
@@ -98,12 +103,15 @@ def test_gemm_kernel_rule_both_sides(t, features, labels):
 
 
 @pytest.mark.parametrize("channels", [conv_blocks.WIDE_MIN_CHANNELS - 1, conv_blocks.WIDE_MIN_CHANNELS])
+@pytest.mark.parametrize("features", [4, WIDE_O])
 @pytest.mark.parametrize("labels", ["b01f_01io->b01f", "bf01_oi01->bf01"])
-def test_cost_rule_both_sides(channels, labels):
-    # unstrided dense: blocked im2col below WIDE_MIN_CHANNELS input channels, per-tap GEMMs from it
-    x, k = ((1, 6, 5, channels), (3, 3, channels, 4)) if labels[1] == "0" else ((1, channels, 6, 5), (4, channels, 3, 3))
-    check(conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1)),
-          PER_TAP if channels >= conv_blocks.WIDE_MIN_CHANNELS else BLOCKED)
+def test_cost_rule_both_sides(channels, features, labels):
+    # unstrided dense: blocked im2col below WIDE_MIN_CHANNELS input channels, per-tap GEMMs from
+    # it -- unless the output features are few enough for nbxla's own kernel (blocked)
+    o = features
+    x, k = ((1, 6, 5, channels), (3, 3, channels, o)) if labels[1] == "0" else ((1, channels, 6, 5), (o, channels, 3, 3))
+    per_tap = channels >= conv_blocks.WIDE_MIN_CHANNELS and features == WIDE_O
+    check(conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1)), PER_TAP if per_tap else BLOCKED)
 
 
 def test_strided_wide_inputs_are_blocked_too():
@@ -162,21 +170,21 @@ def test_random_dense_2d_convolutions(case):
 
 # ---- epilogues: the consuming loop fusion applied to each block of the dense convolution ------
 
-def epilogue_text(layout: str, c: int, body: str, extra_params: str = "", stride: int = 1) -> str:
-    """A dense 3x3 convolution (8x8 image, c -> 6 features) and a loop fusion of it, its bias
+def epilogue_text(layout: str, c: int, body: str, extra_params: str = "", stride: int = 1, o: int = 6) -> str:
+    """A dense 3x3 convolution (8x8 image, c -> o features) and a loop fusion of it, its bias
     ``b`` and ``extra_params``, whose body is ``body`` (the conv's value is ``v``)."""
     if layout == "NHWC":
-        x, k, labels, feature = f"1,8,8,{c}", f"3,3,{c},6", "b01f_01io->b01f", 3
-        o = 8 // stride
-        out = f"1,{o},{o},6"
+        x, k, labels, feature = f"1,8,8,{c}", f"3,3,{c},{o}", "b01f_01io->b01f", 3
+        side = 8 // stride
+        out = f"1,{side},{side},{o}"
     else:
-        x, k, labels, feature = f"1,{c},8,8", f"6,{c},3,3", "bf01_oi01->bf01", 1
-        o = 8 // stride
-        out = f"1,6,{o},{o}"
+        x, k, labels, feature = f"1,{c},8,8", f"{o},{c},3,3", "bf01_oi01->bf01", 1
+        side = 8 // stride
+        out = f"1,{o},{side},{side}"
     return f"""HloModule dense_epilogue
-%fused (v: f32[{out}], b: f32[6]{extra_params and ', ' + extra_params}) -> f32[{out}] {{
+%fused (v: f32[{out}], b: f32[{o}]{extra_params and ', ' + extra_params}) -> f32[{out}] {{
   %v = f32[{out}] parameter(0)
-  %b = f32[6] parameter(1)
+  %b = f32[{o}] parameter(1)
   %bb = f32[{out}] broadcast(%b), dimensions={{{feature}}}
   %zero = f32[] constant(0)
   %zeros = f32[{out}] broadcast(%zero), dimensions={{}}
@@ -184,10 +192,10 @@ def epilogue_text(layout: str, c: int, body: str, extra_params: str = "", stride
   %sixes = f32[{out}] broadcast(%six), dimensions={{}}
 {body}
 }}
-ENTRY %main (x: f32[{x}], k: f32[{k}], b: f32[6]{extra_params and ', ' + extra_params.replace('parameter', 'p')}) -> f32[{out}] {{
+ENTRY %main (x: f32[{x}], k: f32[{k}], b: f32[{o}]{extra_params and ', ' + extra_params.replace('parameter', 'p')}) -> f32[{out}] {{
   %x = f32[{x}] parameter(0)
   %k = f32[{k}] parameter(1)
-  %b = f32[6] parameter(2)
+  %b = f32[{o}] parameter(2)
   %conv = f32[{out}] convolution(%x, %k), window={{size=3x3 stride={stride}x{stride} pad=1_1x1_1}}, dim_labels={labels}
   ROOT %f = f32[{out}] fusion(%conv, %b), kind=kLoop, calls=%fused
 }}"""
@@ -222,18 +230,19 @@ TWICE = ("  %a = f32[{out}] add(%v, %bb)\n  %m = f32[{out}] maximum(%a, %zeros)\
 TANH = "  %a = f32[{out}] add(%v, %bb)\n  ROOT %r = f32[{out}] tanh(%a)"
 
 
-def _body(template, layout, stride=1):
-    o = 8 // stride
-    return template.format(out=f"1,{o},{o},6" if layout == "NHWC" else f"1,6,{o},{o}")
+def _body(template, layout, stride=1, o=6):
+    side = 8 // stride
+    return template.format(out=f"1,{side},{side},{o}" if layout == "NHWC" else f"1,{o},{side},{side}")
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-@pytest.mark.parametrize("c", [3, conv_blocks.WIDE_MIN_CHANNELS])      # blocked im2col / per-tap GEMMs
+@pytest.mark.parametrize("c,o,how", [(3, 6, BLOCKED + ", by nbxla"), (3, WIDE_O, BLOCKED + ", by BLAS"),
+                                     (conv_blocks.WIDE_MIN_CHANNELS, WIDE_O, PER_TAP)])
 @pytest.mark.parametrize("body", [RELU6, RELU, LEAKY, TWICE], ids=["relu6", "relu", "leaky", "twice"])
-def test_bias_and_activation_fold_into_the_dense_call(layout, c, body):
-    native = run_module(epilogue_text(layout, c, _body(body, layout)))
+def test_bias_and_activation_fold_into_the_dense_call(layout, c, o, how, body):
+    native = run_module(epilogue_text(layout, c, _body(body, layout, o=o), o=o))
     fusion = next(i for i in native.module.entry.instructions if i.name in native.dense_convolution_epilogues)
-    assert (PER_TAP if c >= conv_blocks.WIDE_MIN_CHANNELS else BLOCKED) in ConvolutionEpilogueThunk(fusion).how
+    assert how in ConvolutionEpilogueThunk(fusion).how
     # (nbxla's fusion pass fuses the module again: the fusion's name is its own)
     (fused,) = native.dense_convolution_epilogues
     assert native.library_calls == {fused: "convolution"} and native.convolution_epilogues == {}
@@ -273,7 +282,7 @@ def test_transcendental_epilogues_keep_their_kernel():
 def test_per_tap_epilogue_by_slabs(monkeypatch, layout, slab):
     # the per-tap GEMMs apply the epilogue to slabs of rows: one row, a few, the whole output
     monkeypatch.setattr(conv_gemm, "SLAB_ELEMENTS", slab)
-    native = run_module(epilogue_text(layout, conv_blocks.WIDE_MIN_CHANNELS, _body(TWICE, layout)))
+    native = run_module(epilogue_text(layout, conv_blocks.WIDE_MIN_CHANNELS, _body(TWICE, layout, o=WIDE_O), o=WIDE_O))
     (fused,) = native.dense_convolution_epilogues
     fusion = next(i for i in native.module.entry.instructions if i.name == fused)
     assert conv_gemm.WideGemmConvolution.how in ConvolutionEpilogueThunk(fusion).how
