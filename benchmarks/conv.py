@@ -4,6 +4,7 @@ a plain NumPy im2col reference.
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/conv.py            # all cases
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/conv.py --quick    # small shapes (a smoke test)
     ... --only dw,block,relu,mobilenet --repeats 30      (relu: dense conv + bias + relu)
+    taskset -c 0 ... --cpu-time      # CPU time on one core: steadier when the cores are shared
 
 Method
 ------
@@ -40,6 +41,12 @@ import os
 import statistics
 import sys
 import time
+
+# The timer: wall time, or with --cpu-time the process's CPU time (all its threads): on cores
+# shared with other work, time spent descheduled is not counted, so ratios measured under load
+# are steadier.  Use it with one core (``taskset -c 0``): a contender's threads that spin
+# waiting for work count as CPU time.
+CLOCK = [time.perf_counter]
 
 _UNSET = {k: os.environ.pop(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
 
@@ -249,10 +256,10 @@ def run_mobilenet(size, rng, jx, repeats):
 
 
 def timed(fn, repeats_inner):
-    t0 = time.perf_counter()
+    t0 = CLOCK[0]()
     for _ in range(repeats_inner):
         fn()
-    return (time.perf_counter() - t0) / repeats_inner
+    return (CLOCK[0]() - t0) / repeats_inner
 
 
 def inner_count(fn) -> int:
@@ -286,7 +293,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--only", default="", help="comma-separated substrings of case names ('block' for the chain)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by the process's CPU time (steadier on busy cores; use with taskset -c 0)")
     opts = ap.parse_args()
+    if opts.cpu_time:
+        CLOCK[0] = time.process_time
     jx = jax_setup()
     import ml_dtypes
     print(f"# OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE: {'unset here (were ' + repr(_UNSET) + ')' if _UNSET else 'not set'}; "
