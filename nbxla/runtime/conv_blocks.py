@@ -1,6 +1,6 @@
 """Dense 2-D convolutions (``feature_group_count`` 1) as im2col GEMMs over blocks of output
-rows, each block's result written into the output (in the output's own layout) with the
-epilogue applied on the way.
+rows, each block's result written into the output (in the output's own layout) while it is
+in cache.
 
 **Why blocks.**  One patch matrix for the whole output (the im2col of ``cpu_library``) is
 ``taps * C`` times the input: megabytes for a 56x56 layer, written once and read once from
@@ -21,10 +21,11 @@ only strides of that view.
 channel's block is a run of whole output rows: writing it out is a plain copy, not a
 transpose.
 
-**The epilogue.**  ``epilogue(values, out, region)`` gets the block's values (a view with
-the output's logical dims), the output array and the block's region in it (slices); it
-stores ``f(values)`` into ``out[region]``.  Without one, it copies.  See ``conv_epilogue``:
-a consuming loop fusion of bias adds, activations and residual adds is applied here.
+**The store.**  Each block's values (a view with the output's logical dims) are copied into
+its region of the output.  (A consuming fusion of bias adds and activations applied here
+block by block through NumPy's in-place ufuncs measured slower than the fusion's own native
+loop kernel over the whole output -- 3x3 64 -> 64 on 56x56 with bias and relu 2.29 against
+1.87 ms, MobileNet blocks 10-30% slower -- so the epilogue stays the fusion's kernel.)
 
 **Few output features** (at most ``NATIVE_GEMM_BYTES`` per position: 32 f32 features): no
 patches are gathered; nbxla's own kernel (``small_gemm``, ``codegen/patch_gemm.py``) reads
@@ -47,8 +48,7 @@ import numpy as np
 
 from ..hlo.attributes import PadDim, WindowDim
 from ..hlo.evaluator_data import pad_array
-from ..hlo.evaluator_elementwise import ELEMENTWISE_RULES
-from ..hlo.ir import Computation, Instruction
+from ..hlo.ir import Instruction
 from ..codegen.patch_gemm import WIDEST_ROW_BYTES
 from . import small_gemm
 from .conv_gemm import gemm, run_on_one_blas_thread, wide_gemm_refusal
@@ -69,140 +69,6 @@ NATIVE_GEMM_BYTES = WIDEST_ROW_BYTES
 # a block of fewer positions does not repay (a 3x3 256->256 layer on 14x14 in blocks of 56
 # positions ran 1.7x slower than in one block).
 MIN_POSITIONS = 256
-
-
-def copy_epilogue(values: np.ndarray, out: np.ndarray, region: tuple) -> None:
-    """The epilogue of a convolution without one: the values are the output."""
-    np.copyto(out[region], values)
-
-
-# Elementwise ops an epilogue applies to a block (through the evaluator's NumPy rules, so its
-# values are the oracle's): those of bias adds, activations (relu, relu6, leaky relu) and
-# residual adds.  A fusion with others (tanh, exp, ...) keeps its native loop kernel, which
-# computes them faster than NumPy.
-EPILOGUE_OPS = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum", "clamp", "negate",
-                          "abs", "select", "compare", "copy"})
-
-
-def takes_epilogue(conv: Instruction) -> bool:
-    """Does the library call of ``conv`` write its output through an epilogue (f32 / f64,
-    taken by the blocked im2col or the per-tap GEMMs)?"""
-    types = {o.shape.element_type for o in conv.operands} | {conv.shape.element_type}
-    return len(types) == 1 and types <= {"f32", "f64"} and \
-        (blocked_refusal(conv) is None or wide_gemm_refusal(conv) is None)
-
-
-def block_epilogue_refusal(comp: Computation, conv: Instruction) -> str | None:
-    """Why ``comp`` (a fused computation holding ``conv``, whose operands are two of its
-    parameters) cannot be applied block by block as the convolution's epilogue (None when
-    it can): every instruction but the convolution, its operands and the parameters is a
-    scalar or full-shape constant, a broadcast of a parameter or constant, or an op of
-    ``EPILOGUE_OPS`` with the convolution's shape; parameters read directly have the
-    convolution's shape; the root has the convolution's shape and element type."""
-    if comp.root.shape.is_tuple or comp.root.shape != conv.shape:
-        return "the fusion's output is not shaped like the convolution's"
-    dims = conv.shape.dims
-    conv_inputs = {id(o) for o in conv.operands}
-    for instr in comp.instructions:
-        if instr is conv or instr.opcode == "parameter":
-            continue
-        if any(id(o) in conv_inputs for o in instr.operands):
-            return f"%{instr.name} reads the convolution's operands"
-        if instr.opcode == "constant":
-            if instr.shape.rank and instr.shape.dims != dims:
-                return f"constant %{instr.name} is neither a scalar nor shaped like the output"
-        elif instr.opcode == "broadcast":
-            if instr.operands[0].opcode not in ("parameter", "constant"):
-                return f"broadcast %{instr.name} of a computed value"
-        elif instr.opcode in EPILOGUE_OPS and instr.shape.dims == dims:
-            for o in instr.operands:
-                if o.opcode == "parameter" and o.shape.dims != dims:
-                    return f"parameter %{o.name} read unbroadcast"
-        else:
-            return f"{instr.opcode} (%{instr.name}) in the epilogue"
-    return None
-
-
-# The epilogue ops that are one NumPy ufunc on floats (the evaluator's rules call exactly these),
-# so that each can write into the output block in place instead of a temporary.
-_UFUNCS = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
-           "maximum": np.maximum, "minimum": np.minimum, "negate": np.negative, "abs": np.absolute}
-
-
-class BlockEpilogue:
-    """A fused computation applied block by block as a convolution's epilogue (see
-    ``block_epilogue_refusal`` for the form).  ``bind(operands)`` gives the epilogue of one
-    call (``copy_epilogue``'s signature): each value of the computation is its block, the
-    region's slices of a full-shape operand, or a broadcast operand reshaped to the output's
-    rank (ones where it is broadcast) and sliced where it is not (NumPy broadcasting does the
-    rest).  Ops run through the evaluator's rules; those that are one ufunc (and clamp, two)
-    write into the output's block itself while no value still needed is held there, so that
-    a bias add and relu6 are three passes over a block in cache and no temporaries."""
-
-    def __init__(self, comp: Computation, conv: Instruction):
-        self.comp, self.conv, self.rank = comp, conv, conv.shape.rank
-        self.fixed_ops = [i for i in comp.instructions if i.opcode in ("constant", "broadcast")]
-        self.ops = [i for i in comp.instructions
-                    if i is not conv and i.opcode not in ("parameter", "constant", "broadcast")]
-        # Per op, the values read for the last time by it (their place may be reused).
-        last = {}
-        for k, instr in enumerate(self.ops):
-            for o in instr.operands:
-                last[id(o)] = k
-        self.last_use = last
-
-    def _expanded(self, instr: Instruction, value: np.ndarray) -> np.ndarray:
-        """A broadcast's operand as a view of the output's rank (size 1 where broadcast)."""
-        mapped = list(instr.attrs.get("dimensions", ()))
-        order = sorted(range(len(mapped)), key=mapped.__getitem__)
-        shape = [1] * self.rank
-        for k in order:
-            shape[mapped[k]] = value.shape[k]
-        return np.transpose(value, order).reshape(shape)
-
-    def bind(self, operands: list[np.ndarray]):
-        """The epilogue of one call on the fusion's ``operands``."""
-        params = {id(p): operands[p.parameter_number] for p in self.comp.parameters}
-        rank, conv, root, last_use = self.rank, self.conv, self.comp.root, self.last_use
-        # Per call: the values that do not depend on the block (broadcasts expanded).
-        fixed = {}
-        for instr in self.fixed_ops:
-            if instr.opcode == "constant":
-                fixed[id(instr)] = instr.literal
-            else:
-                o = instr.operands[0]
-                fixed[id(instr)] = self._expanded(instr, np.asarray(params[id(o)] if o.opcode == "parameter"
-                                                                    else o.literal))
-
-        def epilogue(values: np.ndarray, out: np.ndarray, region: tuple) -> None:
-            target = out[region]
-            env = {id(conv): values}
-            held = None                     # the value whose block is in ``target``
-
-            def value(instr):
-                v = env.get(id(instr))
-                if v is not None:
-                    return v
-                v = params[id(instr)] if instr.opcode == "parameter" else fixed[id(instr)]
-                if v.ndim == rank:          # (the block's part: sliced where not broadcast)
-                    v = v[tuple(r if n != 1 else slice(None) for r, n in zip(region, v.shape))]
-                return v
-            for k, instr in enumerate(self.ops):
-                args = [value(o) for o in instr.operands]
-                free = held is None or last_use.get(held, -1) <= k
-                ufunc = _UFUNCS.get(instr.opcode)
-                if free and ufunc is not None:
-                    ufunc(*args, out=target)
-                elif free and instr.opcode == "clamp" and held not in (id(instr.operands[0]), id(instr.operands[2])):
-                    np.maximum(args[1], args[0], out=target)
-                    np.minimum(target, args[2], out=target)
-                else:
-                    env[id(instr)] = ELEMENTWISE_RULES[instr.opcode](instr, args, None)
-                    continue
-                env[id(instr)], held = target, id(instr)
-            if held != id(root):
-                np.copyto(target, value(root))
-        return epilogue
 
 
 def blocked_refusal(instr) -> str | None:
@@ -226,10 +92,16 @@ def blocked_refusal(instr) -> str | None:
 
 def prefers_per_tap(instr) -> bool:
     """The cost rule between the per-tap GEMMs and the blocked im2col, for a convolution both
-    take (unstrided, dense): per tap once the input has ``WIDE_MIN_CHANNELS`` channels,
-    unless the outputs are few enough for nbxla's own kernel (``takes_native``)."""
+    take (unstrided, dense): per tap once the input has ``WIDE_MIN_CHANNELS`` channels, and
+    for unpadded 1x1 windows, unless the outputs are few enough for nbxla's own kernel
+    (``takes_native``)."""
     dn = instr.attrs["dim_labels"]
-    return instr.operands[0].shape.dims[dn.input_feature] >= WIDE_MIN_CHANNELS and not takes_native(instr)
+    window = instr.attrs.get("window")
+    # (a 1x1 window without padding is one GEMM on the input itself: nothing to gather)
+    pointwise = all(instr.operands[1].shape.dims[d] == 1 for d in dn.kernel_spatial) and \
+        (window is None or all(w.pad_low == w.pad_high == 0 for w in window.dims))
+    wide = instr.operands[0].shape.dims[dn.input_feature] >= WIDE_MIN_CHANNELS
+    return (wide or pointwise) and not takes_native(instr)
 
 
 def takes_native(instr) -> bool:
@@ -241,9 +113,9 @@ def takes_native(instr) -> bool:
 
 
 class BlockedConvolution:
-    how = "im2col by blocks of output rows + one GEMM per block (output written with its epilogue)"
+    how = "im2col by blocks of output rows + one GEMM per block"
 
-    def __init__(self, instr: Instruction, epilogue=copy_epilogue):
+    def __init__(self, instr: Instruction):
         dn = instr.attrs["dim_labels"]
         x, k = (o.shape.dims for o in instr.operands)
         window = instr.attrs.get("window")
@@ -287,7 +159,6 @@ class BlockedConvolution:
         if self.rows == self.oh:
             image_bytes = max(row_bytes * self.oh, 1)
             self.images = min(self.n, max(1, PATCH_BYTES // image_bytes, -(-MIN_POSITIONS // (self.ow * self.oh))))
-        self.epilogue = epilogue
         self.gemm = None
         self.how = f"{BlockedConvolution.how}, by {'nbxla' if self.native else 'BLAS'}"
         if self.native:
@@ -303,9 +174,8 @@ class BlockedConvolution:
             return [(n, min(self.images, self.n - n), 0, self.oh) for n in range(0, self.n, self.images)]
         return [(n, 1, h, min(self.rows, self.oh - h)) for n in range(self.n) for h in range(0, self.oh, self.rows)]
 
-    def __call__(self, operands: list[np.ndarray], epilogue=None) -> np.ndarray:
-        """The convolution of ``operands`` (input, kernel); ``epilogue``: this call's, in place
-        of the one it was made with."""
+    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
+        """The convolution of ``operands`` (input, kernel)."""
         x = np.transpose(operands[0], self.input_order)
         x = pad_array(x, self.dtype.type(0), self.padding) if self.pads else np.ascontiguousarray(x)
         k = np.transpose(operands[1], self.kernel_order)
@@ -324,7 +194,6 @@ class BlockedConvolution:
         native = self.gemm
         units = self.blocks()
         nhwc, to_logical, cf = self.nhwc_order, self.to_logical, self.channels_first
-        epilogue = epilogue or self.epilogue
 
         def run(_, begin, end):
             patches = np.empty(0 if native is not None else most * depth, self.dtype)
@@ -339,7 +208,7 @@ class BlockedConvolution:
                     values = r.reshape(images, h, ow, self.o_wide)[..., :o]
                     region = [slice(None)] * 4
                     region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)
-                    epilogue(values.transpose(to_logical), out, tuple(region))
+                    np.copyto(out[tuple(region)], values.transpose(to_logical))
                     continue
                 view = self._gather(x, n, images, h0, h)
                 p = patches[:rows * depth]
@@ -354,7 +223,7 @@ class BlockedConvolution:
                     values = r.reshape(images, h, ow, o)
                 region = [slice(None)] * 4
                 region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)
-                epilogue(values.transpose(to_logical), out, tuple(region))
+                np.copyto(out[tuple(region)], values.transpose(to_logical))
         run_on_one_blas_thread(run, len(units), self.n * self.oh * ow * depth * o)
         return out
 

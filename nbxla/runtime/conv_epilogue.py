@@ -11,12 +11,6 @@ gains the convolution's two operands as its last parameters, and the convolution
 instruction leaves the program.  The buffer plan was made for the two steps: the fusion now
 reads the convolution's operands later than the plan assumed, so a fold is made only where
 no value placed from the convolution to the fusion shares their memory.
-
-Dense convolutions (BLAS GEMMs, ``conv_blocks`` / ``conv_gemm``) of the entry are folded the
-same way when asked (``dense``), where the fusion is bias adds, activations and residual adds
-(``conv_blocks.block_epilogue_refusal``): the library call then applies the fusion to each
-block of its result while the block is in cache and stores the fusion's result, in place of
-a second pass over the whole output by the fusion's kernel.
 """
 
 from __future__ import annotations
@@ -24,18 +18,12 @@ from __future__ import annotations
 from ..codegen.convolution import epilogue_refusal, native_convolution_refusal
 from ..hlo import Module
 from ..hlo.ir import Computation, Instruction
-from .conv_blocks import block_epilogue_refusal, takes_epilogue
 
 
-def fold_convolution_epilogues(module: Module, plan=None, dense: set | None = None) -> dict[str, bool]:
+def fold_convolution_epilogues(module: Module, plan=None) -> dict[str, bool]:
     """Fold every foldable convolution into its consuming fusion, in place.  Returns, for
-    each fusion that took one run by the native kernel, whether its output must have memory
-    of its own instead of its place in the buffer plan (see ``_operands_survive``).
-
-    ``dense``: when given, dense convolutions (BLAS library calls) are folded too, where the
-    fusion is one that ``conv_blocks`` applies block by block as the epilogue of the call
-    (bias, activation, residual add); their fusions' names are added to it.  The runtime
-    runs those fusions as the library call (``cpu_library.ConvolutionEpilogueThunk``)."""
+    each fusion that took one, whether its output must have memory of its own instead of
+    its place in the buffer plan (see ``_operands_survive``)."""
     folded = {}
     for comp in list(module.computations):
         users: dict[int, list[Instruction]] = {}
@@ -43,19 +31,12 @@ def fold_convolution_epilogues(module: Module, plan=None, dense: set | None = No
             for o in instr.operands:
                 users.setdefault(id(o), []).append(instr)
         for conv in [i for i in comp.instructions if i.opcode == "convolution"]:
-            native = native_convolution_refusal(conv) is None
-            if not native and (dense is None or comp is not module.entry or not takes_epilogue(conv)):
-                continue
             fusion = _consumer(comp, conv, users)
             if fusion is None:
                 continue
             survive = _operands_survive(plan if comp is module.entry else None, conv, fusion)
-            refusal = epilogue_refusal if native else block_epilogue_refusal
-            if survive is not None and _fold(comp, conv, fusion, refusal):
-                if native:
-                    folded[fusion.name] = survive == "own output"
-                else:
-                    dense.add(fusion.name)
+            if survive is not None and _fold(comp, conv, fusion):
+                folded[fusion.name] = survive == "own output"
     return folded
 
 
@@ -94,7 +75,7 @@ def _operands_survive(plan, conv: Instruction, fusion: Instruction) -> str | Non
 def _consumer(comp: Computation, conv: Instruction, users) -> Instruction | None:
     """The loop fusion that is the convolution's only user and reads it once, or None."""
     found = users.get(id(conv), [])
-    if len(found) != 1 or conv is comp.root:
+    if len(found) != 1 or conv is comp.root or native_convolution_refusal(conv) is not None:
         return None
     fusion = found[0]
     if fusion.opcode != "fusion" or fusion.attrs.get("kind", "kLoop") != "kLoop" or \
@@ -106,7 +87,7 @@ def _consumer(comp: Computation, conv: Instruction, users) -> Instruction | None
     return fusion
 
 
-def _fold(comp: Computation, conv: Instruction, fusion: Instruction, refusal) -> bool:
+def _fold(comp: Computation, conv: Instruction, fusion: Instruction) -> bool:
     inner = fusion.attrs["calls"]
     position = fusion.operands.index(conv)
     params = inner.parameters
@@ -131,7 +112,7 @@ def _fold(comp: Computation, conv: Instruction, fusion: Instruction, refusal) ->
         clone[id(instr)] = copy
         body.append(copy)
     new_inner = Computation(inner.name, new_params + conv_params + [inner_conv] + body, clone[id(inner.root)])
-    if refusal(new_inner, inner_conv) is not None:
+    if epilogue_refusal(new_inner, inner_conv) is not None:
         return False
     module = inner.parent
     if module is not None:

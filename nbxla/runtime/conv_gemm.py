@@ -51,9 +51,6 @@ MIN_BLOCK, MAX_BLOCK = 64, 1024
 # OpenBLAS's default threading: it threads none of them below ~260K multiply-adds anyway).
 SPLIT_WORK = 4_000_000
 
-# Elements of the output per slab the epilogue is applied to (see ``_store``): 256 KB of f32.
-SLAB_ELEMENTS = 65536
-
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 
@@ -136,12 +133,9 @@ def wide_gemm_refusal(instr: Instruction) -> str | None:
 class WideGemmConvolution:
     how = "BLAS GEMM per kernel tap on the padded input (no patch matrix)"
 
-    def __init__(self, instr: Instruction, epilogue=None):
-        """``epilogue(values, out, region)`` stores the cropped result (a view in the output's
-        logical dims) into the output (``conv_blocks.copy_epilogue`` when None)."""
+    def __init__(self, instr: Instruction):
         dn = instr.attrs["dim_labels"]
         kdims = instr.operands[1].shape.dims
-        self.epilogue = epilogue
         window = instr.attrs.get("window")
         self.window = window.dims if window is not None else tuple(WindowDim(kdims[d]) for d in dn.kernel_spatial)
         r = len(dn.input_spatial)
@@ -164,20 +158,14 @@ class WideGemmConvolution:
             self.output_order = list(np.argsort([dn.output_batch, *dn.output_spatial, dn.output_feature]))
         self.pads = any(p != PadDim(0, 0) for p in self.padding)
         self.reversed = tuple(i for i, w in enumerate(self.window) if w.reversal)
-        # The epilogue runs on slabs of the output (one image, some rows), each while it is in
-        # cache: the batch dim and the first spatial dim of the output (logical dims).
-        self.batch_dim, self.row_dim = dn.output_batch, (dn.output_spatial[0] if r else None)
         self.kernel_sizes = [kdims[d] for d in dn.kernel_spatial]
 
-    def __call__(self, operands: list[np.ndarray], epilogue=None) -> np.ndarray:
-        """The convolution of ``operands`` (input, kernel); ``epilogue``: this call's, in place
-        of the one it was made with."""
+    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
         x = np.transpose(operands[0], self.input_order)
         x = pad_array(x, self.dtype.type(0), self.padding) if self.pads else np.ascontiguousarray(x)
         k = np.transpose(operands[1], self.kernel_order)
         if self.reversed:
             k = np.flip(k, self.reversed)
-        epilogue = epilogue or self.epilogue
         taps = int(np.prod(self.kernel_sizes))
         k = np.ascontiguousarray(k).reshape(taps, *k.shape[self.rank:])
         n = x.shape[0]
@@ -211,7 +199,7 @@ class WideGemmConvolution:
                             gemm(k[t, rows, :], flat[b, cols, off + lo:off + hi], wide[b, rows, lo:hi], t > 0)
             run_on_one_blas_thread(run, n * blocks, n * m * c * o // g * len(offsets))
             wide = wide.reshape(n, o, *padded)
-            return self._store(wide[(slice(None), slice(None)) + tuple(slice(0, e) for e in out_spatial)], epilogue)
+            return np.ascontiguousarray(wide[(slice(None), slice(None)) + tuple(slice(0, e) for e in out_spatial)])
         c, o = x.shape[-1], k.shape[-1]
         ci, co = c // g, o // g
         flat = x.reshape(n * plane, c)
@@ -240,27 +228,7 @@ class WideGemmConvolution:
                         gemm(flat[off + lo:off + hi, rows], k[t, :, cols], wide[lo:hi, cols], t > 0)
             run_on_one_blas_thread(run, -(-m // block), work)
         wide = wide.reshape(n, *padded, o)[(slice(None),) + tuple(slice(0, e) for e in out_spatial)]
-        return self._store(np.transpose(wide, self.output_order), epilogue)
-
-    def _store(self, values: np.ndarray, epilogue) -> np.ndarray:
-        """The cropped result (a view of the wide one) copied into an output of its own, the
-        epilogue applied on the way (one pass over it)."""
-        if epilogue is None:
-            return np.ascontiguousarray(values)
-        out = np.empty(values.shape, self.dtype)
-        shape = values.shape
-        rows = shape[self.row_dim] if self.row_dim is not None else 1
-        per_row = values.size // max(shape[self.batch_dim] * rows, 1)
-        step = max(1, min(rows, SLAB_ELEMENTS // max(per_row, 1)))
-        region = [slice(None)] * values.ndim
-        for b in range(shape[self.batch_dim]):
-            region[self.batch_dim] = slice(b, b + 1)
-            for lo in range(0, rows, step):
-                if self.row_dim is not None:
-                    region[self.row_dim] = slice(lo, lo + step)
-                where = tuple(region)
-                epilogue(values[where], out, where)
-        return out
+        return np.ascontiguousarray(np.transpose(wide, self.output_order))
 
 
 def block_size(total: int, extent: int) -> int:

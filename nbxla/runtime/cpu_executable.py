@@ -44,7 +44,7 @@ from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leav
 from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
                           worker_count)
 from .conv_epilogue import fold_convolution_epilogues
-from .cpu_library import ConvolutionEpilogueThunk, library_thunk
+from .cpu_library import library_thunk
 from . import host_memory
 from .host_memory import memory_owner
 from .native_loops import NativeLoopThunk, native_entry_runner, native_loops, native_loops_enabled
@@ -123,10 +123,7 @@ class CpuExecutable:
         self.module = module
         # Fusions that took the convolution they consume (computed in one kernel with it),
         # and whether each needs an output of its own (not its place in the arena).
-        self.convolution_epilogues = fold_convolution_epilogues(module, plan, dense := set())
-        # Fusions that took the dense convolution they consume: run as its library call, the
-        # fusion applied to each block of the result (cpu_library.ConvolutionEpilogueThunk).
-        self.dense_convolution_epilogues: set[str] = dense
+        self.convolution_epilogues = fold_convolution_epilogues(module, plan)
         self.plan = plan
         store = default_cache() if kernels is None else None
         # How each while of the entry runs: natively (one C function) or from the host, why.
@@ -162,7 +159,7 @@ class CpuExecutable:
         unsupported = self.kernels.unsupported
         # Fusions the code generator could not emit, by HLO instruction name, with the reason.
         self.interpreted = {i.name: unsupported[s] for s, i in compiled
-                            if s in unsupported and i.opcode == "fusion" and i.name not in dense}
+                            if s in unsupported and i.opcode == "fusion"}
         # Standalone ops offered to a native or library path that run through the evaluator's
         # rule instead (a scatter with a custom combiner, an unrecognized sort comparator).
         self.interpreted_ops = {i.name: unsupported[s] for s, i in compiled
@@ -233,9 +230,6 @@ class CpuExecutable:
         compiled kernel runs whatever the instruction's kind (the kernel list is the codegen's
         say); an opcode the table places as a kernel whose kernel did not compile runs on the
         evaluator, its reason recorded."""
-        if instr.name in self.dense_convolution_epilogues:
-            self.library_calls[instr.name] = "convolution"
-            return ConvolutionEpilogueThunk(instr)
         kernel = self._kernel_of.get(id(instr))
         if kernel is not None and kernel in self.kernels.addresses:
             return self._kernel_thunk(instr, kernel)

@@ -48,10 +48,10 @@ from ..hlo.evaluator_linalg import (MASKED_DOT_TARGET, POTRF_TARGETS, SOLVE_TARG
 from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
-from .conv_blocks import BlockEpilogue, blocked_refusal, BlockedConvolution, copy_epilogue, prefers_per_tap
+from .conv_blocks import blocked_refusal, BlockedConvolution, prefers_per_tap
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 
-__all__ = ["library_thunk", "ConvolutionEpilogueThunk"]
+__all__ = ["library_thunk"]
 
 
 def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | None, str | None]:
@@ -463,34 +463,17 @@ def _convolution_thunk(instr: Instruction):
     return _f32_or_f64_convolution(instr), None
 
 
-def _f32_or_f64_convolution(instr, epilogue=None):
+def _f32_or_f64_convolution(instr):
     """Dense 2-D convolutions: a GEMM per tap (conv_gemm.py) or im2col by blocks
     (conv_blocks.py), by the cost rule ``prefers_per_tap``; grouped ones with enough features
     per group a GEMM per tap; the rest (batch groups, lhs dilation, thin groups, ...): im2col
-    + one matmul.  ``epilogue`` (conv_blocks.copy_epilogue's signature), for the first two."""
+    + one matmul."""
     per_tap, blocked = wide_gemm_refusal(instr) is None, blocked_refusal(instr) is None
     if per_tap and not (blocked and not prefers_per_tap(instr)):
-        return WideGemmConvolution(instr, epilogue)
+        return WideGemmConvolution(instr)
     if blocked:
-        return BlockedConvolution(instr, epilogue or copy_epilogue)
+        return BlockedConvolution(instr)
     return _ConvolutionThunk(instr)
-
-
-class ConvolutionEpilogueThunk:
-    """A loop fusion that took the dense convolution it consumes (``conv_epilogue``): the
-    convolution's library call, the rest of the fusion applied to each block of its result
-    before it is stored (``conv_blocks.BlockEpilogue``)."""
-
-    def __init__(self, fusion: Instruction):
-        comp = fusion.attrs["calls"]
-        conv = next(i for i in comp.instructions if i.opcode == "convolution")
-        self.conv_operands = [o.parameter_number for o in conv.operands]
-        self.convolution = _f32_or_f64_convolution(conv)
-        self.epilogue = BlockEpilogue(comp, conv)
-        self.how = f"{self.convolution.how}; the fusion %{fusion.name} applied to each block as it is stored"
-
-    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
-        return self.convolution([operands[k] for k in self.conv_operands], self.epilogue.bind(operands))
 
 
 class _WidenedConvolution:

@@ -278,8 +278,7 @@ def test_convolution_with_two_users_is_not_folded():
     run_text(text, folded=0)
 
 
-def test_dense_convolution_takes_its_epilogue_into_the_blas_call():
-    # (not into the native kernel: the library call applies it per block, runtime/conv_blocks.py)
+def test_dense_convolution_keeps_its_separate_epilogue():
     text = """HloModule dense
 ENTRY main {
   x = f32[1,8,8,16] parameter(0)
@@ -290,8 +289,7 @@ ENTRY main {
   ROOT r = f32[1,8,8,8] maximum(d, zz)
 }"""
     nat = run_text(text, folded=0)
-    (fused,) = nat.dense_convolution_epilogues
-    assert nat.library_calls == {fused: "convolution"}
+    assert nat.library_calls == {"d": "convolution"}
 
 
 def test_epilogue_refusals_name_the_reason():

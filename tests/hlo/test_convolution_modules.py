@@ -53,12 +53,9 @@ def test_module_runs_natively_and_matches_the_evaluator(name):
     # Convolutions moved into the fusion consuming them (bias, relu6) run in its kernel.
     fused = [f for f in executable.module.entry.instructions if f.opcode == "fusion" and
              any(i.opcode == "convolution" for i in f.attrs["calls"].instructions)]
-    # Dense ones (BLAS) moved into such a fusion run as the library call, the fusion applied
-    # to each block of the result (runtime/conv_blocks.py).
-    assert sorted(f.name for f in fused) == sorted([*native.convolution_epilogues, *native.dense_convolution_epilogues])
-    assert all(f.name in native.kernel_symbols for f in fused if f.name in native.convolution_epilogues)
-    assert all(native.library_calls[name] == "convolution" for name in native.dense_convolution_epilogues)
-    assert len(native.convolution_epilogues) == EPILOGUES.get(name, 0), [f.name for f in fused]
+    assert sorted(f.name for f in fused) == sorted(native.convolution_epilogues)
+    assert all(f.name in native.kernel_symbols for f in fused)
+    assert len(fused) == EPILOGUES.get(name, 0), [f.name for f in fused]
 
 
 # Modules whose depthwise convolution feeds an elementwise fusion (bias, clamp): folded.

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from nbxla.hlo.attributes import ConvDimensionNumbers, Window, WindowDim
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.runtime import conv_blocks, conv_gemm
-from nbxla.runtime.cpu_library import ConvolutionEpilogueThunk, library_thunk
+from nbxla.runtime.cpu_library import library_thunk
 from nbxla.testing import compare_arrays
 
 from .test_conv_gemm import conv_module, square
@@ -114,6 +114,16 @@ def test_cost_rule_both_sides(channels, features, labels):
     check(conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1)), PER_TAP if per_tap else BLOCKED)
 
 
+@pytest.mark.parametrize("features", [4, WIDE_O])
+def test_pointwise_convolutions_are_one_gemm_unless_native(features):
+    # 1x1, unpadded: the per-tap path's single GEMM on the input (no patch copy), unless nbxla's
+    # own kernel takes the output features; padded, the blocked path
+    module = conv_module((1, 6, 5, 16), (1, 1, 16, features), "f32", "b01f_01io->b01f", square(1))
+    check(module, PER_TAP if features == WIDE_O else BLOCKED + ", by nbxla")
+    padded = conv_module((1, 6, 5, 16), (1, 1, 16, WIDE_O), "f32", "b01f_01io->b01f", square(1, pad_low=1))
+    check(padded, BLOCKED + ", by BLAS")
+
+
 def test_strided_wide_inputs_are_blocked_too():
     c = conv_blocks.WIDE_MIN_CHANNELS
     check(conv_module((1, 7, 7, c), (3, 3, c, 4), "f32", "b01f_01io->b01f", square(3, stride=2)), BLOCKED)
@@ -166,126 +176,6 @@ def test_random_dense_2d_convolutions(case):
         check(module, BLOCKED, seed)
     finally:
         conv_blocks.PATCH_BYTES, conv_blocks.MIN_POSITIONS = saved
-
-
-# ---- epilogues: the consuming loop fusion applied to each block of the dense convolution ------
-
-def epilogue_text(layout: str, c: int, body: str, extra_params: str = "", stride: int = 1, o: int = 6) -> str:
-    """A dense 3x3 convolution (8x8 image, c -> o features) and a loop fusion of it, its bias
-    ``b`` and ``extra_params``, whose body is ``body`` (the conv's value is ``v``)."""
-    if layout == "NHWC":
-        x, k, labels, feature = f"1,8,8,{c}", f"3,3,{c},{o}", "b01f_01io->b01f", 3
-        side = 8 // stride
-        out = f"1,{side},{side},{o}"
-    else:
-        x, k, labels, feature = f"1,{c},8,8", f"{o},{c},3,3", "bf01_oi01->bf01", 1
-        side = 8 // stride
-        out = f"1,{o},{side},{side}"
-    return f"""HloModule dense_epilogue
-%fused (v: f32[{out}], b: f32[{o}]{extra_params and ', ' + extra_params}) -> f32[{out}] {{
-  %v = f32[{out}] parameter(0)
-  %b = f32[{o}] parameter(1)
-  %bb = f32[{out}] broadcast(%b), dimensions={{{feature}}}
-  %zero = f32[] constant(0)
-  %zeros = f32[{out}] broadcast(%zero), dimensions={{}}
-  %six = f32[] constant(6)
-  %sixes = f32[{out}] broadcast(%six), dimensions={{}}
-{body}
-}}
-ENTRY %main (x: f32[{x}], k: f32[{k}], b: f32[{o}]{extra_params and ', ' + extra_params.replace('parameter', 'p')}) -> f32[{out}] {{
-  %x = f32[{x}] parameter(0)
-  %k = f32[{k}] parameter(1)
-  %b = f32[{o}] parameter(2)
-  %conv = f32[{out}] convolution(%x, %k), window={{size=3x3 stride={stride}x{stride} pad=1_1x1_1}}, dim_labels={labels}
-  ROOT %f = f32[{out}] fusion(%conv, %b), kind=kLoop, calls=%fused
-}}"""
-
-
-def run_module(text: str, seed: int = 0):
-    from nbxla.compiler import compile_module
-    from nbxla.hlo.parser import parse_hlo
-    module = parse_hlo(text)
-    rng = np.random.default_rng(seed)
-    inputs = [rng.standard_normal(p.shape.dims).astype(p.shape.dtype) for p in module.entry.parameters]
-    want = flatten(evaluate(module, inputs))
-    executable = compile_module(parse_hlo(text), "cpu").executable
-    got = executable.run(inputs)
-    for g, w in zip(got, want, strict=True):
-        # (sums of up to 1152 products in another order: f32 rounding of the largest terms)
-        ok, detail = compare_arrays(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
-        assert ok, detail
-    native = executable.native
-    assert native.interpreted == {} and native.interpreted_ops == {}
-    return native
-
-
-RELU6 = "  %a = f32[{out}] add(%v, %bb)\n  ROOT %r = f32[{out}] clamp(%zeros, %a, %sixes)"
-RELU = "  %a = f32[{out}] add(%v, %bb)\n  ROOT %r = f32[{out}] maximum(%a, %zeros)"
-LEAKY = ("  %a = f32[{out}] add(%v, %bb)\n  %gt = pred[{out}] compare(%a, %zeros), direction=GT\n"
-         "  %c = f32[] constant(0.1)\n  %cs = f32[{out}] broadcast(%c), dimensions={{}}\n"
-         "  %m = f32[{out}] multiply(%a, %cs)\n  ROOT %r = f32[{out}] select(%gt, %a, %m)")
-TWICE = ("  %a = f32[{out}] add(%v, %bb)\n  %m = f32[{out}] maximum(%a, %zeros)\n"
-         "  %c = f32[] constant(0.1)\n  %cs = f32[{out}] broadcast(%c), dimensions={{}}\n"
-         "  %n = f32[{out}] multiply(%a, %cs)\n  ROOT %r = f32[{out}] add(%m, %n)")     # %a read twice
-TANH = "  %a = f32[{out}] add(%v, %bb)\n  ROOT %r = f32[{out}] tanh(%a)"
-
-
-def _body(template, layout, stride=1, o=6):
-    side = 8 // stride
-    return template.format(out=f"1,{side},{side},{o}" if layout == "NHWC" else f"1,{o},{side},{side}")
-
-
-@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-@pytest.mark.parametrize("c,o,how", [(3, 6, BLOCKED + ", by nbxla"), (3, WIDE_O, BLOCKED + ", by BLAS"),
-                                     (conv_blocks.WIDE_MIN_CHANNELS, WIDE_O, PER_TAP)])
-@pytest.mark.parametrize("body", [RELU6, RELU, LEAKY, TWICE], ids=["relu6", "relu", "leaky", "twice"])
-def test_bias_and_activation_fold_into_the_dense_call(layout, c, o, how, body):
-    native = run_module(epilogue_text(layout, c, _body(body, layout, o=o), o=o))
-    fusion = next(i for i in native.module.entry.instructions if i.name in native.dense_convolution_epilogues)
-    assert how in ConvolutionEpilogueThunk(fusion).how
-    # (nbxla's fusion pass fuses the module again: the fusion's name is its own)
-    (fused,) = native.dense_convolution_epilogues
-    assert native.library_calls == {fused: "convolution"} and native.convolution_epilogues == {}
-
-
-@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-def test_strided_and_many_blocks(monkeypatch, layout):
-    monkeypatch.setattr(conv_blocks, "PATCH_BYTES", 1)
-    monkeypatch.setattr(conv_blocks, "MIN_POSITIONS", 1)
-    native = run_module(epilogue_text(layout, 5, _body(RELU6, layout, 2), stride=2))
-    assert len(native.dense_convolution_epilogues) == 1
-
-
-@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-def test_residual_add_folds(layout):
-    out = "1,8,8,6" if layout == "NHWC" else "1,6,8,8"
-    body = f"  %a = f32[{out}] add(%v, %bb)\n  %s = f32[{out}] add(%a, %res)\n  ROOT %r = f32[{out}] maximum(%s, %zeros)"
-    text = epilogue_text(layout, 4, body, f"res: f32[{out}]").replace(
-        "  %b = f32[6] parameter(1)\n", f"  %b = f32[6] parameter(1)\n  %res = f32[{out}] parameter(2)\n", 1)
-    text = text.replace("b: f32[6], res: f32", "b: f32[6], res: f32").replace(
-        "  %b = f32[6] parameter(2)\n", f"  %b = f32[6] parameter(2)\n  %res = f32[{out}] parameter(3)\n")
-    text = text.replace("fusion(%conv, %b)", "fusion(%conv, %b, %res)").replace(f", res: f32[{out}]) -> f32[{out}] {{\n  %x",
-                                                                                f", p3: f32[{out}]) -> f32[{out}] {{\n  %x")
-    native = run_module(text)
-    assert len(native.dense_convolution_epilogues) == 1
-
-
-def test_transcendental_epilogues_keep_their_kernel():
-    native = run_module(epilogue_text("NHWC", 3, _body(TANH, "NHWC")))
-    assert native.dense_convolution_epilogues == set()
-    assert list(native.library_calls.values()) == ["convolution"]
-    assert len([n for n in native.kernel_symbols if n not in native.library_calls]) == 1    # the fusion's kernel
-
-
-@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-@pytest.mark.parametrize("slab", [1, 20, 1 << 20])
-def test_per_tap_epilogue_by_slabs(monkeypatch, layout, slab):
-    # the per-tap GEMMs apply the epilogue to slabs of rows: one row, a few, the whole output
-    monkeypatch.setattr(conv_gemm, "SLAB_ELEMENTS", slab)
-    native = run_module(epilogue_text(layout, conv_blocks.WIDE_MIN_CHANNELS, _body(TWICE, layout, o=WIDE_O), o=WIDE_O))
-    (fused,) = native.dense_convolution_epilogues
-    fusion = next(i for i in native.module.entry.instructions if i.name == fused)
-    assert conv_gemm.WideGemmConvolution.how in ConvolutionEpilogueThunk(fusion).how
 
 
 @pytest.mark.parametrize("labels,x,k", [("b01f_01io->b01f", (2, 7, 6, 3), (3, 3, 3, 4)),
