@@ -3,7 +3,8 @@ a plain NumPy im2col reference.
 
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/conv.py            # all cases
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/conv.py --quick    # small shapes (a smoke test)
-    ... --only dw,block,mobilenet --repeats 30
+    ... --only dw,block,relu,mobilenet --repeats 30      (relu: dense conv + bias + relu)
+    taskset -c 0 ... --cpu-time      # CPU time on one core: steadier when the cores are shared
 
 Method
 ------
@@ -18,6 +19,8 @@ Method
 * JAX: ``jax.jit`` of ``lax.conv_general_dilated`` with the same dimension numbers, window
   strides, padding, dilations and groups (the block: the same chain in jax.numpy), inputs
   placed on the CPU device beforehand, timed with ``block_until_ready``.
+* ``relu(conv+b)``: a dense convolution with its bias add and relu, both layouts (TensorFlow's
+  NHWC/HWIO, JAX's NCHW/OIHW), against the same in JAX.
 * The whole MobileNet v1 body (224x224, 27 convolutions, each with bias and relu6) as one
   HLO module against the same network in JAX.
 * numpy: a plain NumPy reference, ``numpy_conv``: im2col (``sliding_window_view``, patches
@@ -38,6 +41,12 @@ import os
 import statistics
 import sys
 import time
+
+# The timer: wall time, or with --cpu-time the process's CPU time (all its threads): on cores
+# shared with other work, time spent descheduled is not counted, so ratios measured under load
+# are steadier.  Use it with one core (``taskset -c 0``): a contender's threads that spin
+# waiting for work count as CPU time.
+CLOCK = [time.perf_counter]
 
 _UNSET = {k: os.environ.pop(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
 
@@ -247,10 +256,10 @@ def run_mobilenet(size, rng, jx, repeats):
 
 
 def timed(fn, repeats_inner):
-    t0 = time.perf_counter()
+    t0 = CLOCK[0]()
     for _ in range(repeats_inner):
         fn()
-    return (time.perf_counter() - t0) / repeats_inner
+    return (CLOCK[0]() - t0) / repeats_inner
 
 
 def inner_count(fn) -> int:
@@ -284,7 +293,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--only", default="", help="comma-separated substrings of case names ('block' for the chain)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by the process's CPU time (steadier on busy cores; use with taskset -c 0)")
     opts = ap.parse_args()
+    if opts.cpu_time:
+        CLOCK[0] = time.process_time
     jx = jax_setup()
     import ml_dtypes
     print(f"# OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE: {'unset here (were ' + repr(_UNSET) + ')' if _UNSET else 'not set'}; "
@@ -340,6 +353,10 @@ def main() -> int:
         for h, cin, cout, s in ([(16, 8, 16, 1)] if opts.quick else
                                 [(112, 32, 64, 1), (56, 128, 128, 2), (14, 512, 512, 1)]):
             ratios.append(run_block(h, cin, cout, s, rng, jx, opts.repeats))
+    if not wanted or any("relu" in s for s in wanted):
+        for c in ([case("3x3 NHWC 8x8 8->8", 1, 8, 8, 8, 8, 3), case("3x3 NCHW 8x8 8->8", 1, 8, 8, 8, 8, 3, "NCHW")]
+                  if opts.quick else DENSE_BLOCKS):
+            ratios.append(run_dense_block(c, rng, jx, opts.repeats))
     if not wanted or any("mobilenet" in s for s in wanted):
         ratios.append(run_mobilenet(64 if opts.quick else 224, rng, jx, opts.repeats))
     if ratios:
@@ -349,6 +366,66 @@ def main() -> int:
                   f"{float(np.exp(np.mean(np.log(finite)))):.2f}; below 1.0: "
                   f"{', '.join(n for n, r in ratios if r == r and r < 1.0) or 'none'}")
     return 0
+
+
+def dense_block_hlo(c) -> str:
+    """A dense convolution + bias + relu (TensorFlow's Conv2D/BiasAdd/Relu, JAX's conv + b + relu)."""
+    conv_text, out = conv_hlo(c)
+    o = c["k"][3] if c["layout"] == "NHWC" else c["k"][0]
+    feature = 3 if c["layout"] == "NHWC" else 1
+    t = f"f32[{_dims(out)}]"
+    body = conv_text.replace("ROOT conv", "conv").rstrip("}")
+    return body + f"""  b = f32[{o}] parameter(2)
+  bb = {t} broadcast(b), dimensions={{{feature}}}
+  a = {t} add(conv, bb)
+  zero = f32[] constant(0)
+  z = {t} broadcast(zero), dimensions={{}}
+  ROOT r = {t} maximum(a, z)
+}}"""
+
+
+def run_dense_block(c, rng, jx, repeats):
+    name = f"relu(conv+b) {c['name']}"
+    ex = compile_module(parse_hlo(dense_block_hlo(c)), "cpu").executable
+    o = c["k"][3] if c["layout"] == "NHWC" else c["k"][0]
+    x = rng.standard_normal(c["x"]).astype(np.float32)
+    k = (rng.standard_normal(c["k"]) / np.sqrt(np.prod(c["k"]) / o)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    bias = b if c["layout"] == "NHWC" else b[:, None, None]
+    contenders = {"nbxla": lambda: ex.run([x, k, b]), "numpy": lambda: np.maximum(numpy_conv(x, k, c) + bias, 0)}
+    want = contenders["numpy"]()
+    results = [("nbxla", np.asarray(ex.run([x, k, b])[0]))]
+    if jx:
+        jax, jnp, lax = jx
+        dn = LAYOUT[c["layout"]][1]
+        p, s = c["pad"], c["stride"]
+        jb = bias if c["layout"] == "NHWC" else b[:, None, None]
+        f = jax.jit(lambda a, w, bb: jax.nn.relu(lax.conv_general_dilated(a, w, (s, s), [(p, p), (p, p)],
+                                                                          dimension_numbers=dn) + bb))
+        jargs = [jax.device_put(a) for a in (x, k, jb)]
+        results.append(("jax", np.asarray(f(*jargs).block_until_ready())))
+        contenders["jax"] = lambda: f(*jargs).block_until_ready()
+    bad = [n for n, r in results if np.abs(r - want).max() > 1e-3 * (np.abs(want).max() or 1)]
+    samples = measure(contenders, repeats)
+    best = {n: min(v) * 1e3 for n, v in samples.items()}
+    xj = best["jax"] / best["nbxla"] if "jax" in best else float("nan")
+    print(f"{name:36s} {best['nbxla']:9.3f} {best.get('jax', float('nan')):9.3f} {best['numpy']:9.3f} "
+          f"{xj:6.2f} {best['numpy'] / best['nbxla']:7.2f}  BLAS + loop kernel"
+          f"{'  MISMATCH: ' + ','.join(bad) if bad else '  ok'}")
+    return name, xj
+
+
+DENSE_BLOCKS = [case("3x3 NHWC 56x56 64->64", 1, 56, 56, 64, 64, 3),
+                case("3x3 NCHW 56x56 64->64", 1, 56, 56, 64, 64, 3, "NCHW"),
+                case("3x3 NHWC 14x14 256->256", 1, 14, 14, 256, 256, 3),
+                case("3x3 NCHW 14x14 256->256", 1, 14, 14, 256, 256, 3, "NCHW"),
+                case("1x1 NHWC 28x28 128->512", 1, 28, 28, 128, 512, 1),
+                case("1x1 NCHW 28x28 128->512", 1, 28, 28, 128, 512, 1, "NCHW"),
+                case("3x3 NHWC 4x28x28 32->32", 4, 28, 28, 32, 32, 3),
+                case("3x3 NCHW 4x28x28 32->32", 4, 28, 28, 32, 32, 3, "NCHW"),
+                case("5x5 NCHW 8x28x28 1->32 (LeNet)", 8, 28, 28, 1, 32, 5, "NCHW"),
+                case("7x7 NHWC 224x224 3->64 s2", 1, 224, 224, 3, 64, 7, stride=2, pad=3),
+                case("7x7 NCHW 224x224 3->64 s2", 1, 224, 224, 3, 64, 7, "NCHW", stride=2, pad=3)]
 
 
 def run_block(h, cin, cout, stride, rng, jx, repeats):

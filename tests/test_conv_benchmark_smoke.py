@@ -1,5 +1,5 @@
 """Smoke test of benchmarks/conv.py: with ``--quick`` it runs every kind of case (depthwise,
-pointwise, dense, MobileNet block and body), nbxla's results agree with the NumPy reference
+pointwise, dense, dense with bias and relu, MobileNet block and body), nbxla's results agree with the NumPy reference
 (and with JAX's where installed), and it prints its table.  Timings are never asserted."""
 
 import subprocess
@@ -16,7 +16,8 @@ def test_quick_run_prints_the_table_without_mismatches():
     out = proc.stdout
     assert "OPENBLAS_CORETYPE" in out and "xJAX" in out
     rows = [line for line in out.splitlines() if line.endswith("ok") or "MISMATCH" in line]
-    assert len(rows) == 6 and "MISMATCH" not in out, out
+    assert len(rows) == 8 and "MISMATCH" not in out, out
+    assert sum(r.startswith("relu(conv+b)") for r in rows) == 2        # dense conv + bias + relu, both layouts
     assert any(r.startswith("dw3x3") and "native kernel" in r for r in rows)
     assert any(r.startswith("1x1") and "BLAS" in r for r in rows)
     assert any("MobileNet" in r and "13 epilogues folded" in r for r in rows), out

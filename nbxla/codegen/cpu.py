@@ -195,6 +195,23 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     return kernels
 
 
+def compile_helper_kernel(name: str, emit) -> CompiledKernels:
+    """Machine code for one kernel emitted outside the dispatcher (the runtime's helper kernels:
+    ``runtime/conv_blocks.py``'s patch GEMM): ``emit(ir_module, name)`` returns its spec."""
+    ir_module = ir.Module(name=name)
+    ir_module.triple = llvm.get_process_triple()
+    spec = emit(ir_module, name)
+    with _lock:
+        tm = host_target_machine()
+        ir_module.data_layout = str(tm.target_data)
+        text = str(ir_module)
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        optimize_module(mod, tm)
+        optimized = str(mod)
+    return _load({name: spec}, {}, text, optimized, None, mod)
+
+
 def optimize_module(mod, tm) -> None:
     """LLVM's O3 pipeline with the loop and SLP vectorizers, in place (also used by AOT)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=3)

@@ -37,6 +37,16 @@ CHUNK = 256
 # Largest rhs (contraction x columns elements) copied to the stack once per batch element when
 # it is not contiguous along the row (q @ k^T), so that the column loop reads it as vectors.
 PACK_LIMIT = 8192
+# Register blocking (see ``_register_blocked``): widest output row (bytes) held as vector
+# accumulators, and how many vector registers the accumulators of one block of rows may take
+# (of AVX-512's 32 / AVX2's 16: the rest hold the rhs row and the broadcast lhs values).
+BLOCKED_ROW_BYTES = 256
+BLOCKED_REGISTERS = 12
+
+
+def _itemsize(t: str) -> int:
+    """Bytes of a register-blocked accumulator element (0: not register-blocked)."""
+    return {"f32": 4, "f64": 8}.get(t, 0)
 
 
 def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
@@ -170,14 +180,106 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
             counted_loop(b, const_i64(0), count, "col", column)
         counted_loop(b, const_i64(0), const_i64(product(contracted)), "c", contraction)
 
+        epilogue_row(outer, j0, count)
+
+    def epilogue_row(outer, j0, count):
+        """The epilogue of columns [j0, j0 + count) of the row at ``outer``, the dot's values
+        in the ``acc`` slots; the outputs stored."""
         def epilogue(jj):
             em.reset_memo()
             em.reduced[id(dot)] = em.convert_value(b.load(slot(jj)), acc_t, ct)
-            full = out_index(jj)
+            full = outer + [jj if j0 is None else b.add(j0, jj)] if dims else []
             for k, out in enumerate(outputs):
                 bufs.store(b, len(params) + k, linear_index(b, full, dims), em.value(out, full))
             del em.reduced[id(dot)]
         counted_loop(b, const_i64(0), count, "epi", epilogue)
+
+    # Register blocking: ``block_rows`` rows of one batch element at a time, each row's n
+    # accumulators one vector value (registers), per contraction index one vector load of the
+    # rhs row (contiguous: a parameter's own row, or the packed copy) and, per row, one
+    # broadcast lhs value and one vector fused multiply-add.  The scalar-slot loop above
+    # keeps each accumulator in memory (a store and a load per multiply-add).
+    m_rows = product(lf_dims)
+    vector_bytes = n * _itemsize(acc_t)
+    rhs_param = dot.operands[1] if dot.operands[1].opcode == "parameter" else None
+    blocked = (is_float(acc_t) and acc_t == out_t and {lhs.shape.element_type, rhs.shape.element_type} == {out_t}
+               and varies == (False, True) and len(rf) == 1 and dims and 0 < vector_bytes <= BLOCKED_ROW_BYTES
+               and (form == "packed" or (form == "columns" and along_row[1] and rhs_param is not None)))
+    direct_store = outputs == [dot]
+    registers = max(1, -(-vector_bytes // 64))
+    block_rows = max(1, min(8, BLOCKED_REGISTERS // registers, m_rows))
+    if block_rows < 2:
+        blocked = False
+    if blocked:
+        vec_ty = ir.VectorType(acc_ty, n)
+        accumulators = [entry_alloca(b, vec_ty) for _ in range(block_rows)]
+        zero_vec = ir.Constant(vec_ty, [zero] * n)
+        # (llvmlite's declare_intrinsic names no vector overloads)
+        name_ = f"llvm.fmuladd.v{n}{acc_t}"
+        fmuladd = module.globals.get(name_) or ir.Function(module, ir.FunctionType(vec_ty, [vec_ty] * 3), name_)
+
+    def splat(x):
+        v = b.insert_element(ir.Constant(vec_ty, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+        return b.shuffle_vector(v, ir.Constant(vec_ty, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), n), [0] * n))
+
+    def rhs_row(outer, c, cidx, packed=None):
+        """The rhs's n values along the row at contraction index ``c`` (one vector load)."""
+        if packed is not None:
+            at = b.gep(packed, [const_i64(0), b.mul(c, const_i64(n))])
+        else:
+            free = rf[0]
+            index = [cidx[contracting[1][d]] if d in contracting[1] else
+                     const_i64(0) if d == free else outer[positions[1][d]] for d in range(rhs.shape.rank)]
+            at = b.gep(bufs.ptrs[rhs_param.parameter_number], [linear_index(b, index, rhs.shape.dims)])
+        return b.load(b.bitcast(at, vec_ty.as_pointer()), align=_itemsize(acc_t))
+
+    def row_block(r0, packed=None):
+        """Rows [r0, r0 + block_rows) (of one batch element), register-blocked."""
+        outers = [delinearize(b, b.add(r0, const_i64(q)), row_dims) for q in range(block_rows)]
+        for a_ in accumulators:
+            b.store(zero_vec, a_)
+
+        def contraction(c):
+            cidx = delinearize(b, c, contracted) if contracted else []
+            y = rhs_row(outers[0], c, cidx, packed)
+            for q, outer in enumerate(outers):
+                em.reset_memo()
+                x = operand(0, outer + [None], cidx)
+                total = b.call(fmuladd, [splat(x), y, b.load(accumulators[q])])
+                b.store(total, accumulators[q])
+        counted_loop(b, const_i64(0), const_i64(product(contracted)), "c", contraction)
+        for q, outer in enumerate(outers):
+            if direct_store:
+                # (the dot is the output: the row stored as one vector)
+                at = b.gep(bufs.ptrs[len(params)], [linear_index(b, outer + [const_i64(0)], dims)])
+                b.store(b.load(accumulators[q]), b.bitcast(at, vec_ty.as_pointer()), align=_itemsize(acc_t))
+                continue
+            b.store(b.load(accumulators[q]), b.bitcast(slot(const_i64(0)), vec_ty.as_pointer()), align=_itemsize(acc_t))
+            epilogue_row(outer, None, const_i64(n))
+
+    def rows_of(begin, end, single, packed=None, base=None):
+        """Rows [begin, end): blocks of ``block_rows`` that stay in one batch element, the rest
+        one by one (``single(r)``).  ``base``: the first row of the batch element (packed form)."""
+        at = entry_alloca(b, ir.IntType(64))
+        b.store(begin, at)
+        head, body, after = (b.append_basic_block(f"rows.{k}") for k in ("head", "body", "end"))
+        b.branch(head)
+        b.position_at_end(head)
+        r = b.load(at)
+        b.cbranch(b.icmp_signed("<", r, end), body, after)
+        b.position_at_end(body)
+        within = b.urem(r, const_i64(m_rows)) if base is None else b.sub(r, base)
+        fits = b.and_(b.icmp_signed("<=", b.add(r, const_i64(block_rows)), end),
+                      b.icmp_signed("<=", b.add(within, const_i64(block_rows)), const_i64(m_rows)))
+        with b.if_else(fits) as (whole, rest):
+            with whole:
+                row_block(r, packed)
+                b.store(b.add(r, const_i64(block_rows)), at)
+            with rest:
+                single(r)
+                b.store(b.add(r, const_i64(1)), at)
+        b.branch(head)
+        b.position_at_end(after)
 
     def row(r):
         outer = delinearize(b, r, row_dims) if row_dims else []
@@ -214,12 +316,21 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
         def lhs_row(i):
             outer = bidx + (delinearize(b, i, lf_dims) if lf_dims else [])
             chunk(outer, None, const_i64(n), packed_rhs)
-        counted_loop(b, const_i64(0), const_i64(product(lf_dims)), "lrow", lhs_row)
+        if blocked:
+            # (rows numbered as in the "columns" form: u * rows per element + i)
+            first = b.mul(u, const_i64(m_rows))
+            rows_of(first, b.add(first, const_i64(m_rows)),
+                    lambda r: lhs_row(b.sub(r, first)), packed, base=first)
+        else:
+            counted_loop(b, const_i64(0), const_i64(product(lf_dims)), "lrow", lhs_row)
 
     if form == "packed":
         counted_loop(b, fn.args[1], fn.args[2], "batch", batch_element)
         b.ret_void()
         return KernelSpec(name, "dot", product(batch_dims), max(1, product(lf_dims) * n * product(contracted)))
-    counted_loop(b, fn.args[1], fn.args[2], "row", row)
+    if blocked and form == "columns":
+        rows_of(fn.args[1], fn.args[2], row)
+    else:
+        counted_loop(b, fn.args[1], fn.args[2], "row", row)
     b.ret_void()
     return KernelSpec(name, "dot", product(row_dims), max(1, n * product(contracted)))

@@ -31,7 +31,7 @@ from .scatter import emit_scatter_kernel
 from .select_scatter import emit_select_and_scatter_kernel
 from .sort_kernel import emit_sort_kernel
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode, single_unit
-from .transposes import emit_transpose_kernel, minor_transpose
+from .transposes import emit_run_copy_kernel, emit_transpose_kernel, minor_transpose, run_copy_transpose
 from .windows import emit_reduce_window_kernel
 
 
@@ -70,6 +70,8 @@ def _emit_one_style(module: ir.Module, name: str, comp: Computation) -> KernelSp
         return emit_reduction_kernel(module, name, comp)
     if minor_transpose(comp) is not None:
         return emit_transpose_kernel(module, name, comp)
+    if run_copy_transpose(comp) is not None:
+        return emit_run_copy_kernel(module, name, comp)
     return emit_loop_kernel(module, name, comp)
 
 

@@ -12,6 +12,13 @@ element by element.  The parallel range is (the other output dims) x (tile rows)
 runtime splits a large transpose across its threads.
 
 Elements are moved as integers of their width: the kernel works for every element type.
+
+A transpose that keeps the minor dim (``{1,0,2}``) moves whole runs: the trailing dims that
+stay in place and in order form one contiguous run in both arrays, so the kernel
+(``emit_run_copy_kernel``) copies one run per unit of its parallel range with a constant-size
+``memcpy`` (LLVM lowers it to vector moves), the run's source offset computed once; the loop
+kernel computed every element's index (measured on f32[128,32,64] {1,0,2}: 92 us against
+NumPy's 43 us copy).
 """
 
 from __future__ import annotations
@@ -41,6 +48,57 @@ def minor_transpose(comp: Computation) -> tuple[Instruction, tuple[int, ...]] | 
     if rank < 2 or perm[-1] == rank - 1 or 0 in root.shape.dims:
         return None
     return root.operands[0], perm
+
+
+def run_copy_transpose(comp: Computation) -> tuple[Instruction, tuple[int, ...], int] | None:
+    """(parameter, permutation, run length) when ``comp`` is a transpose of a parameter that
+    keeps the minor dim: the run is the trailing dims left in place (elements); else None."""
+    root = comp.root
+    if root.opcode != "transpose" or root.operands[0].opcode != "parameter" or root.shape.is_tuple:
+        return None
+    perm = tuple(root.attrs["dimensions"])
+    rank = len(perm)
+    if rank < 2 or perm[-1] != rank - 1 or perm == tuple(range(rank)) or 0 in root.shape.dims:
+        return None
+    return root.operands[0], perm, product(root.shape.dims[rank - _kept_dims(perm):])
+
+
+def emit_run_copy_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
+    x, perm, run = run_copy_transpose(comp)
+    out = comp.root
+    params = comp.parameters
+    fn, b = kernel_function(module, name)
+    bufs = KernelBuffers(b, fn.args[0], [p.shape for p in params] + [out.shape])
+    i8p = ir.IntType(8).as_pointer()
+    src = b.bitcast(bufs.ptrs[params.index(x)], i8p)
+    dst = b.bitcast(bufs.ptrs[len(params)], i8p)
+    item = x.shape.dtype.itemsize
+    odims = out.shape.dims
+    rank = len(odims)
+    outer = list(odims[:rank - _kept_dims(perm)])         # one run per index of these
+    in_strides = row_major_strides(x.shape.dims)
+    steps = [in_strides[perm[k]] for k in range(len(outer))]
+    memcpy = module.declare_intrinsic("llvm.memcpy", [i8p, i8p, ir.IntType(64)])
+    nbytes = const_i64(run * item)
+
+    def unit(u):
+        index = delinearize(b, u, outer) if outer else []
+        offset = const_i64(0)
+        for i, step in zip(index, steps):
+            offset = b.add(offset, b.mul(i, const_i64(step)))
+        b.call(memcpy, [b.gep(dst, [b.mul(u, nbytes)]), b.gep(src, [b.mul(offset, const_i64(item))]), nbytes,
+                        ir.Constant(ir.IntType(1), 0)])
+    counted_loop(b, fn.args[1], fn.args[2], "run", unit)
+    b.ret_void()
+    return KernelSpec(name, "transpose-runs", product(outer), run)
+
+
+def _kept_dims(perm) -> int:
+    """How many trailing dims the permutation leaves in place."""
+    rank, kept = len(perm), 0
+    while kept < rank and perm[rank - 1 - kept] == rank - 1 - kept:
+        kept += 1
+    return kept
 
 
 def _transpose_registers(b: ir.IRBuilder, rows: list) -> list:

@@ -49,6 +49,7 @@ from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
 from ..hlo.shapes import Shape
+from .conv_blocks import blocked_refusal, BlockedConvolution, prefers_per_tap
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 from .lapack_calls import FftThunk, lapack_thunk
 
@@ -530,10 +531,15 @@ def _element_type_of(dtype: np.dtype) -> str:
 
 
 def _f32_or_f64_convolution(instr):
-    """Unstrided convolutions with enough features per group: a GEMM per tap (conv_gemm.py);
-    the rest (strides, batch groups, thin inputs): im2col + one matmul."""
-    if wide_gemm_refusal(instr) is None:
+    """Dense 2-D convolutions: a GEMM per tap (conv_gemm.py) or im2col by blocks
+    (conv_blocks.py), by the cost rule ``prefers_per_tap``; grouped ones with enough features
+    per group a GEMM per tap; the rest (batch groups, lhs dilation, thin groups, ...): im2col
+    + one matmul."""
+    per_tap, blocked = wide_gemm_refusal(instr) is None, blocked_refusal(instr) is None
+    if per_tap and not (blocked and not prefers_per_tap(instr)):
         return WideGemmConvolution(instr)
+    if blocked:
+        return BlockedConvolution(instr)
     return _ConvolutionThunk(instr)
 
 

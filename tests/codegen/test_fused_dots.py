@@ -293,3 +293,47 @@ def test_the_evaluator_step_check_sees_an_interpreted_op(monkeypatch):
         comp = compile_module(parse_hlo(text), "cpu")
     with pytest.raises(AssertionError):
         assert_no_evaluator_steps(comp.executable.native)
+
+
+# ---- register blocking: rows of one batch element accumulated as vectors ---------------------
+
+def _blocked(comp) -> bool:
+    """Did the dot kernel take the register-blocked path (a vector fused multiply-add)?"""
+    return "llvm.fmuladd.v" in comp.stage("llvm_ir")
+
+
+@pytest.mark.parametrize("batch, m, k, n, t, epilogue, blocked", [
+    (4, 16, 8, 16, "f32", "none", True),          # the dot is the output: rows stored as vectors
+    (3, 13, 5, 16, "f32", "tanh2", True),         # 13 rows: a block of 8, the rest one by one
+    (2, 9, 4, 64, "f32", "relu", True),           # 64 columns = BLOCKED_ROW_BYTES: blocks of 3 rows
+    (2, 9, 4, 65, "f32", "relu", False),          # one column more: the scalar-slot loop
+    (3, 8, 5, 32, "f64", "tanh2", True),
+    (5, 1, 7, 16, "f32", "none", False),          # one row per batch element: nothing to block
+])
+def test_register_blocked_batched_dots(batch, m, k, n, t, epilogue, blocked):
+    from nbxla.codegen import dot_kernels
+    assert (n * {"f32": 4, "f64": 8}[t] <= dot_kernels.BLOCKED_ROW_BYTES) == (n != 65)
+    text, inputs = dot_fusion_module((batch, m, k), (batch, k, n), (batch, m, n), BATCHED, types=(t, t, t),
+                                     epilogue=epilogue, kind="kLoop")
+    comp = run_and_check(text, inputs)
+    assert _blocked(comp) == blocked
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_register_blocks_with_rows_split_anywhere(monkeypatch, packed):
+    # The runtime splits the rows (batch elements, when packed) over threads at any row:
+    # blocks never cross a batch element or the end of a chunk.
+    from nbxla.runtime import cpu_kernels
+    monkeypatch.setattr(cpu_kernels, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(cpu_kernels, "worker_count", lambda: 3)
+    rhs, dnums = ((6, 16, 7), "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+                              "rhs_contracting_dims={2}") if packed else ((6, 7, 16), BATCHED)
+    text, inputs = dot_fusion_module((6, 11, 7), rhs, (6, 11, 16), dnums, epilogue="tanh2", kind="kLoop")
+    comp = run_and_check(text, inputs)
+    assert _blocked(comp)
+
+
+def test_q_at_k_transposed_is_register_blocked_on_the_packed_copy():
+    dnums = "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}"
+    text, inputs = dot_fusion_module((8, 16, 32), (8, 16, 32), (8, 16, 16), dnums, epilogue="tanh2", kind="kLoop")
+    assert _blocked(run_and_check(text, inputs))

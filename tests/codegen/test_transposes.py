@@ -66,7 +66,7 @@ def kernel_style(comp) -> str:
 def test_every_3d_permutation(dims, perm):
     comp = check("f32", dims, perm)
     if perm != (0, 1, 2):
-        assert kernel_style(comp) == ("transpose" if perm[-1] != 2 else "rows")
+        assert kernel_style(comp) == ("transpose" if perm[-1] != 2 else "transpose-runs")
 
 
 @pytest.mark.parametrize("perm", list(itertools.permutations(range(4))))
@@ -91,3 +91,14 @@ def test_large_transpose_is_split_across_threads():
     comp = check("f32", (128, 32, 64), (1, 2, 0))
     native = comp.executable.native
     assert "transpose over" in native.describe() and "split over" in native.describe()
+
+
+@pytest.mark.parametrize("dims,perm,run", [((128, 32, 64), (1, 0, 2), 64), ((4, 5, 6, 7), (1, 0, 2, 3), 42),
+                                           ((4, 5, 6, 7), (2, 1, 0, 3), 7), ((512, 512, 4), (1, 0, 2), 4)])
+@pytest.mark.parametrize("t", ["f32", "s8", "c64"])
+def test_transposes_keeping_the_minor_dim_copy_runs(dims, perm, run, t):
+    from nbxla.codegen.transposes import run_copy_transpose
+    comp = check(t, dims, perm)
+    assert kernel_style(comp) == "transpose-runs"
+    fusion = next(i for i in comp.executable.module.entry.instructions if i.opcode == "fusion")
+    assert run_copy_transpose(fusion.attrs["calls"])[2] == run

@@ -13,9 +13,18 @@ from hypothesis import strategies as st
 from nbxla.hlo import Builder, Module, Shape
 from nbxla.hlo.attributes import ConvDimensionNumbers, Window, WindowDim
 from nbxla.hlo.evaluator import evaluate, flatten
-from nbxla.runtime import conv_gemm
+from nbxla.runtime import conv_blocks, conv_gemm
 from nbxla.runtime.cpu_library import library_thunk
 from nbxla.testing import compare_arrays
+
+
+@pytest.fixture(autouse=True)
+def per_tap_whenever_it_applies(monkeypatch):
+    """These tests are of the per-tap GEMMs: the cost rule that sends narrow dense 2-D
+    convolutions, and those with few output features, to the blocked im2col instead
+    (tests/runtime/test_conv_blocks.py) is off."""
+    monkeypatch.setattr(conv_blocks, "WIDE_MIN_CHANNELS", 0)
+    monkeypatch.setattr(conv_blocks, "NATIVE_GEMM_BYTES", 0)
 
 
 def conv_module(x_shape, k_shape, t, labels, window, groups=1) -> Module:

@@ -1,0 +1,255 @@
+"""Dense 2-D convolutions (``feature_group_count`` 1) as im2col GEMMs over blocks of output
+rows, each block's result written into the output (in the output's own layout) while it is
+in cache.
+
+**Why blocks.**  One patch matrix for the whole output (the im2col of ``cpu_library``) is
+``taps * C`` times the input: megabytes for a 56x56 layer, written once and read once from
+memory.  A block of output rows (one image, ``rows`` output rows, all columns) has a patch
+matrix of at most ``PATCH_BYTES``: it is gathered, multiplied and dropped while it sits in
+the core's L2.  The GEMM's result block is likewise still in cache when it is written out.
+
+**The gather.**  The input is padded once into channels-last ``(N, Hp, Wp, C)``.  For one
+output row ``h`` and column ``w`` the window's rows are runs of ``KW * C`` contiguous elements
+(without window dilation along W): the patch block is a strided view of shape
+``(rows, OW, KH, KW * C)`` copied into a contiguous ``(rows * OW, KH * KW * C)`` matrix (long
+contiguous runs: ``np.copyto`` moves them as memory copies).  Strides and dilations are
+only strides of that view.
+
+**The GEMM.**  Channels-last outputs (TensorFlow's NHWC) take ``patches @ kernel`` ->
+``(rows * OW, O)``.  Channels-first outputs (JAX's NCHW) take ``kernel^T @ patches^T`` ->
+``(O, rows * OW)`` (the patches read transposed by BLAS, no copy), so that each output
+channel's block is a run of whole output rows: writing it out is a plain copy, not a
+transpose.
+
+**The store.**  Each block's values (a view with the output's logical dims) are copied into
+its region of the output.  (A consuming fusion of bias adds and activations applied here
+block by block through NumPy's in-place ufuncs measured slower than the fusion's own native
+loop kernel over the whole output -- 3x3 64 -> 64 on 56x56 with bias and relu 2.29 against
+1.87 ms, MobileNet blocks 10-30% slower -- so the epilogue stays the fusion's kernel.)
+
+**Few output features** (at most ``NATIVE_GEMM_BYTES`` per position: 32 f32 features): no
+patches are gathered; nbxla's own kernel (``small_gemm``, ``codegen/patch_gemm.py``) reads
+them from the padded input in place, register-blocked, faster than OpenBLAS on these narrow
+products; channels-first outputs are then computed channels-last and transposed as each
+block is stored.
+
+**The cost rule** (``prefers_per_tap``): the per-tap GEMMs of ``conv_gemm`` need no gather,
+but each tap's GEMM has only ``C`` for its inner dimension, which BLAS runs well below its
+peak while ``C`` is small (measured on the benchmark's machine: a 3x3 64->64 layer on 56x56
+ran 9 GEMMs of K=64 at ~45 GFMA/s, one K=576 GEMM at ~65 GFMA/s, the gather costing less
+than the difference).  So the blocked im2col runs below ``WIDE_MIN_CHANNELS`` input
+channels and for strided convolutions (which the per-tap GEMMs do not take), the per-tap
+GEMMs above.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hlo.attributes import PadDim, WindowDim
+from ..hlo.evaluator_data import pad_array
+from ..hlo.ir import Instruction
+from ..codegen.patch_gemm import WIDEST_ROW_BYTES
+from . import small_gemm
+from .conv_gemm import gemm, run_on_one_blas_thread, wide_gemm_refusal
+
+# Largest patch block (bytes): about a quarter of a core's L2, so that the patches, the
+# kernel panel BLAS packs and the result block stay in it together.
+PATCH_BYTES = 512 * 1024
+# Input channels from which the per-tap GEMMs (conv_gemm) are taken for unstrided dense
+# convolutions; below, the blocked im2col (see the module's docstring).
+WIDE_MIN_CHANNELS = 128
+# Widest row of output features (bytes) computed by nbxla's own implicit-im2col kernel instead
+# of BLAS (on gathered patches, or per tap): 64 f32 features with AVX-512, 32 without (see
+# codegen/patch_gemm.py).  Measured on one core of the benchmark machine (AVX-512): 3x3
+# convolutions 16 -> 32 features 0.17 ms against 0.38 (BLAS blocked), 128 -> 64 on 28x28
+# 1.45 against 2.19 (BLAS blocked and per tap), 64 -> 64 on 2x16x16 0.54 against 0.73.
+NATIVE_GEMM_BYTES = WIDEST_ROW_BYTES
+# Fewest output positions per block: BLAS packs the whole kernel matrix on every call, which
+# a block of fewer positions does not repay (a 3x3 256->256 layer on 14x14 in blocks of 56
+# positions ran 1.7x slower than in one block).
+MIN_POSITIONS = 256
+
+
+def blocked_refusal(instr) -> str | None:
+    """Why the blocked im2col does not take ``instr`` (None when it does)."""
+    dn = instr.attrs["dim_labels"]
+    if len(dn.input_spatial) != 2:
+        return f"{len(dn.input_spatial)} spatial dims (the blocked path takes 2)"
+    if instr.attrs.get("feature_group_count", 1) != 1 or instr.attrs.get("batch_group_count", 1) != 1:
+        return "feature or batch groups"
+    window = instr.attrs.get("window")
+    if window is not None:
+        for w in window.dims:
+            if w.base_dilation > 1:
+                return "lhs dilation"
+            if w.pad_low < 0 or w.pad_high < 0:
+                return "negative padding"
+    if 0 in instr.shape.dims or 0 in instr.operands[0].shape.dims or 0 in instr.operands[1].shape.dims:
+        return "empty"
+    return None
+
+
+def prefers_per_tap(instr) -> bool:
+    """The cost rule between the per-tap GEMMs and the blocked im2col, for a convolution both
+    take (unstrided, dense): per tap once the input has ``WIDE_MIN_CHANNELS`` channels, and
+    for unpadded 1x1 windows, unless the outputs are few enough for nbxla's own kernel
+    (``takes_native``)."""
+    dn = instr.attrs["dim_labels"]
+    window = instr.attrs.get("window")
+    # (a 1x1 window without padding is one GEMM on the input itself: nothing to gather)
+    pointwise = all(instr.operands[1].shape.dims[d] == 1 for d in dn.kernel_spatial) and \
+        (window is None or all(w.pad_low == w.pad_high == 0 for w in window.dims))
+    wide = instr.operands[0].shape.dims[dn.input_feature] >= WIDE_MIN_CHANNELS
+    return (wide or pointwise) and not takes_native(instr)
+
+
+def takes_native(instr) -> bool:
+    """Does the blocked path run ``instr`` with nbxla's own kernel (few output features)?"""
+    dn = instr.attrs["dim_labels"]
+    o = instr.operands[1].shape.dims[dn.kernel_output_feature]
+    return small_gemm.element_type(instr.shape.dtype) is not None and \
+        (1 << max(0, (o - 1).bit_length())) * instr.shape.dtype.itemsize <= NATIVE_GEMM_BYTES
+
+
+class BlockedConvolution:
+    how = "im2col by blocks of output rows + one GEMM per block"
+
+    def __init__(self, instr: Instruction):
+        dn = instr.attrs["dim_labels"]
+        x, k = (o.shape.dims for o in instr.operands)
+        window = instr.attrs.get("window")
+        self.window = window.dims if window is not None else tuple(WindowDim(k[d]) for d in dn.kernel_spatial)
+        self.dims, self.dtype = instr.shape.dims, instr.shape.dtype
+        # The output's logical dims in (N, H, W, O) order, and back.
+        self.nhwc_order = [dn.output_batch, *dn.output_spatial, dn.output_feature]
+        self.to_logical = tuple(int(i) for i in np.argsort(self.nhwc_order))
+        # Channels-first in and out (JAX's NCHW / OIHW, row-major logical dims): the patches
+        # are gathered transposed, straight from the input's layout (see ``_gather``).
+        o = k[dn.kernel_output_feature]
+        # Few output features: nbxla's own register-blocked GEMM (small_gemm.py), channels-last
+        # (it takes rows of at most NATIVE_GEMM_BYTES, the output features of a position).
+        # (the kernel's sums are vectors of a power-of-two width: O rounded up, the extra
+        # features zero columns of the kernel, computed and dropped; LLVM's code for other
+        # widths (20, 48 lanes) ran 10-40x slower)
+        self.o_wide = 1 << max(0, (o - 1).bit_length())
+        self.native = takes_native(instr)
+        self.channels_first = not self.native and \
+            [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3] and \
+            [dn.input_batch, dn.input_feature, *dn.input_spatial] == [0, 1, 2, 3]
+        if self.channels_first:
+            self.input_order = [0, 1, 2, 3]
+            self.kernel_order = [dn.kernel_output_feature, dn.kernel_input_feature, *dn.kernel_spatial]
+        else:
+            self.input_order = [dn.input_batch, *dn.input_spatial, dn.input_feature]
+            self.kernel_order = [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
+        spatial_pads = [PadDim(w.pad_low, w.pad_high) for w in self.window]
+        self.padding = [PadDim(0, 0), PadDim(0, 0), *spatial_pads] if self.channels_first else \
+            [PadDim(0, 0), *spatial_pads, PadDim(0, 0)]
+        self.pads = any(p != PadDim(0, 0) for p in self.padding)
+        self.reversed = tuple((2 if self.channels_first else 0) + i for i, w in enumerate(self.window) if w.reversal)
+        self.n, self.oh, self.ow, self.o = (self.dims[d] for d in self.nhwc_order)
+        self.kh, self.kw = (k[d] for d in dn.kernel_spatial)
+        self.c = x[dn.input_feature]
+        self.depth = self.kh * self.kw * self.c
+        row_bytes = self.ow * self.depth * self.dtype.itemsize
+        self.rows = min(self.oh, max(PATCH_BYTES // max(row_bytes, 1), -(-MIN_POSITIONS // self.ow), 1))
+        # Small images: several whole images per block (fewer, larger GEMMs; fewer calls).
+        self.images = 1
+        if self.rows == self.oh:
+            image_bytes = max(row_bytes * self.oh, 1)
+            self.images = min(self.n, max(1, PATCH_BYTES // image_bytes, -(-MIN_POSITIONS // (self.ow * self.oh))))
+        self.gemm = None
+        self.how = f"{BlockedConvolution.how}, by {'nbxla' if self.native else 'BLAS'}"
+        if self.native:
+            padded = [x[d] + p.low + p.high for d, p in zip(self.input_order, self.padding)]
+            self.gemm = small_gemm.PatchGemmKernel(small_gemm.PatchGemm(
+                small_gemm.element_type(self.dtype), self.n, padded[1], padded[2], self.c, self.kh, self.kw,
+                self.oh, self.ow, self.o_wide, tuple(w.stride for w in self.window),
+                tuple(w.window_dilation for w in self.window)))
+
+    def blocks(self) -> list[tuple[int, int, int, int]]:
+        """The blocks of the output: (first image, images, first row, rows)."""
+        if self.images > 1 or self.rows == self.oh:
+            return [(n, min(self.images, self.n - n), 0, self.oh) for n in range(0, self.n, self.images)]
+        return [(n, 1, h, min(self.rows, self.oh - h)) for n in range(self.n) for h in range(0, self.oh, self.rows)]
+
+    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
+        """The convolution of ``operands`` (input, kernel)."""
+        x = np.transpose(operands[0], self.input_order)
+        x = pad_array(x, self.dtype.type(0), self.padding) if self.pads else np.ascontiguousarray(x)
+        k = np.transpose(operands[1], self.kernel_order)
+        if self.reversed:
+            k = np.flip(k, self.reversed)
+        k = np.ascontiguousarray(k)
+        # channels-first: (O, C * KH * KW); channels-last: (KH * KW * C, O)
+        kmat = k.reshape(self.o, self.depth) if self.channels_first else k.reshape(self.depth, self.o)
+        if self.native and self.o_wide != self.o:
+            wide = np.zeros((self.depth, self.o_wide), self.dtype)
+            wide[:, :self.o] = kmat
+            kmat = wide
+        out = np.empty(self.dims, self.dtype)
+        ow, o, depth = self.ow, self.o, self.depth
+        most = max(i * h for _, i, _, h in self.blocks()) * ow
+        native = self.gemm
+        units = self.blocks()
+        nhwc, to_logical, cf = self.nhwc_order, self.to_logical, self.channels_first
+
+        def run(_, begin, end):
+            patches = np.empty(0 if native is not None else most * depth, self.dtype)
+            result = np.empty(most * (self.o_wide if native is not None else o), self.dtype)
+            for n, images, h0, h in units[begin:end]:
+                rows = images * h * ow
+                if native is not None:
+                    # (patches read in place by nbxla's kernel: output rows n * OH + h0 on)
+                    first = n * self.oh + h0
+                    r = result[:rows * self.o_wide]
+                    native(x, kmat, r, first, first + images * h)
+                    values = r.reshape(images, h, ow, self.o_wide)[..., :o]
+                    region = [slice(None)] * 4
+                    region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)
+                    np.copyto(out[tuple(region)], values.transpose(to_logical))
+                    continue
+                view = self._gather(x, n, images, h0, h)
+                p = patches[:rows * depth]
+                np.copyto(p.reshape(view.shape), view)
+                if cf:
+                    r = result[:rows * o].reshape(o, rows)
+                    gemm(kmat, p.reshape(depth, rows), r, False)
+                    values = r.reshape(o, images, h, ow).transpose(1, 2, 3, 0)
+                else:
+                    r = result[:rows * o].reshape(rows, o)
+                    np.matmul(p.reshape(rows, depth), kmat, out=r)
+                    values = r.reshape(images, h, ow, o)
+                region = [slice(None)] * 4
+                region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)
+                np.copyto(out[tuple(region)], values.transpose(to_logical))
+        run_on_one_blas_thread(run, len(units), self.n * self.oh * ow * depth * o)
+        return out
+
+    def _gather(self, x: np.ndarray, n: int, images: int, h0: int, h: int) -> np.ndarray:
+        """The patches of output rows [h0, h0 + h) of images [n, n + images), as a strided view
+        of the padded input whose row-major order is the patch matrix's: channels-last
+        (images, h, OW, KH, KW * C), the runs of KW * C contiguous; channels-first (C, KH, KW,
+        images, h, OW), patches transposed (taps by positions), the runs of OW contiguous when
+        unstrided."""
+        (sh, sw), (dh, dw) = ((w.stride for w in self.window), (w.window_dilation for w in self.window))
+        # (byte strides of the contiguous padded input from its shape: NumPy may give a dim of
+        # size 1 any stride)
+        item = x.itemsize
+        step_n, step_1, step_2, step_3 = (int(np.prod(x.shape[d + 1:])) * item for d in range(4))
+        offset = n * step_n
+        if self.channels_first:
+            step_c, step_h, step_w = step_1, step_2, step_3
+            shape = (self.c, self.kh, self.kw, images, h, self.ow)
+            strides = (step_c, dh * step_h, dw * step_w, step_n, sh * step_h, sw * step_w)
+        else:
+            step_h, step_w = step_1, step_2
+            if dw == 1:
+                shape = (images, h, self.ow, self.kh, self.kw * self.c)
+                strides = (step_n, sh * step_h, sw * step_w, dh * step_h, item)
+            else:
+                shape = (images, h, self.ow, self.kh, self.kw, self.c)
+                strides = (step_n, sh * step_h, sw * step_w, dh * step_h, dw * step_w, item)
+        # (an ndarray over the padded input's buffer: as_strided costs several times more)
+        return np.ndarray(shape, x.dtype, buffer=x, offset=offset + h0 * sh * step_h, strides=strides)
