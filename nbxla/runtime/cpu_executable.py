@@ -49,6 +49,7 @@ from . import host_memory
 from .host_memory import memory_owner
 from .native_loops import NativeLoopThunk, native_entry_runner, native_loops, native_loops_enabled
 from .persistent_cache import default_cache
+from .single_call import single_kernel_runner
 from .straight_line import straight_line_runner
 from .thunks import structural_thunk
 
@@ -405,15 +406,7 @@ class CpuExecutable:
             value = general(inputs)[0]
             return value[()] if scalar else value
 
-        def run_single(inputs):
-            args = [inputs[n] for n in order]
-            for arr, st in zip(args, strides):
-                if type(arr) is not np.ndarray or arr.strides != st:
-                    return fallback(inputs)
-            outs = [make() for make in makers]
-            fn(*args, *outs, 0, extent)
-            out = outs[pick or 0]
-            return out[()] if scalar else out
+        run_single = single_kernel_runner(fn, makers, extent, order, strides, pick or 0, scalar, fallback)
         run_single.executable = self
         return run_single
 
