@@ -30,6 +30,7 @@ from ..hlo.opcodes import COSTLY_TO_RECOMPUTE, ELEMENTWISE, NATIVE_COMBINERS
 from ..hlo.shapes import compute_type, is_complex
 from . import arg_reductions, column_groups
 from .elemental import I1, I64, ElementalEmitter, const_i64, delinearize, linear_index, llvm_type
+from .trig_guard import emit_versioned_loop, versioned_trig
 from .toolkit import (ancestors, BLOCK, combine_values, componentwise, counted_loop, entry_alloca,
                       expand_index, is_linear, kernel_function, kernel_outputs,
                       KernelBuffers, KernelSpec, LinearEmitter, load_at, MINMAX_INTERLEAVE,
@@ -50,13 +51,21 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
     if is_linear(comp.instructions, dims):
         def load(k, index):
             return bufs.load(b, k, index[0] if index and params[k].shape.rank else const_i64(0))
-        em = LinearEmitter(b, comp, load)
 
-        def body(i):
-            em.reset_memo()
-            for k, out in enumerate(outputs):
-                bufs.store(b, len(params) + k, i, em.value(out, [i]))
-        counted_loop(b, begin, end, "i", body)
+        def make_body(bounded=frozenset()):
+            em = LinearEmitter(b, comp, load)
+            em.bounded_trig = bounded
+
+            def body(i):
+                em.reset_memo()
+                for k, out in enumerate(outputs):
+                    bufs.store(b, len(params) + k, i, em.value(out, [i]))
+            return body
+        trig = versioned_trig(comp)         # (sin/cos: the cheap reduction where it may)
+        if trig:
+            emit_versioned_loop(b, begin, end, trig, lambda: LinearEmitter(b, comp, load), make_body)
+        else:
+            counted_loop(b, begin, end, "i", make_body())
         b.ret_void()
         return KernelSpec(name, "linear", product(dims), 1)
 
