@@ -51,11 +51,13 @@ def versioned_trig(comp: Computation) -> list[Instruction]:
 
 def emit_versioned_loop(b: ir.IRBuilder, begin, end, trig: list[Instruction],
                         make_emitter: Callable[[], ElementalEmitter],
-                        make_body: Callable[[frozenset], Callable]) -> None:
+                        make_body: Callable[[frozenset], Callable],
+                        index: Callable[[ir.Value], list] = lambda i: [i]) -> None:
     """``for i in [begin, end)`` by blocks of ``BLOCK``: the check over the block (arguments
-    of ``trig`` from a fresh ``make_emitter()`` at flat index ``[i]``), then the block's
-    elements by ``make_body(bounded)(i)``, ``bounded`` the ids of ``trig`` when every
-    argument in the block is below the limit, else empty."""
+    of ``trig`` from a fresh ``make_emitter()`` at element ``index(i)``: the flat index, or a
+    row's index and the column), then the block's elements by ``make_body(bounded)(i)``,
+    ``bounded`` the ids of ``trig`` when every argument in the block is below the limit,
+    else empty."""
     flag = entry_alloca(b, _I8)
     bounded = frozenset(id(t) for t in trig)
 
@@ -69,7 +71,7 @@ def emit_versioned_loop(b: ir.IRBuilder, begin, end, trig: list[Instruction],
             em.reset_memo()
             outside = ir.Constant(ir.IntType(1), 0)
             for t in trig:
-                x = em.value(t.operands[0], [i])
+                x = em.value(t.operands[0], index(i))
                 # (every finite half is below the limit, which half cannot hold)
                 limit = ir.Constant(x.type, float("inf") if isinstance(x.type, ir.HalfType) else BOUNDED_TRIG_LIMIT)
                 inside = b.fcmp_ordered("<", em.intrinsic("llvm.fabs", x.type, [x]), limit)

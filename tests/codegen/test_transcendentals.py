@@ -575,3 +575,29 @@ def test_sincos_is_sin_and_cos_bit_for_bit(dtype):
         got, want = run(name, x), run(single, x)
         same = (got.view(f"u{x.itemsize}") == want.view(f"u{x.itemsize}")) | (np.isnan(got) & np.isnan(want))
         assert same.all(), (name, x[~same][:4])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_jit_trig_in_row_kernels_on_both_sides_of_the_limit(dtype):
+    """Broadcasts make a row kernel (rows, then the columns inside): each row's columns are
+    versioned the same way; rows with a large or non-finite argument take the full form."""
+    import nbxla
+    rng = np.random.default_rng(12)
+    lat = rng.uniform(-1.5, 1.5, 9).astype(dtype)
+    lon = rng.uniform(-3, 3, 1100).astype(dtype)
+    lat[4] = dtype(T.BOUNDED_TRIG_LIMIT * 2)       # one row above the limit
+    lon[700] = np.inf                               # one column (a block of every row)
+    lon[1099] = dtype(-1e30)
+
+    def program(lat, lon):
+        return np.sin(lat[:, None]) * np.cos(lon[None, :] - lat[:, None])
+    f = nbxla.jit(program)
+    got = f(lat, lon)
+    with np.errstate(invalid="ignore"):
+        want = program(lat, lon)
+    finite = np.isfinite(want)
+    assert np.isnan(got[~finite]).all() and (~finite).sum() == 9
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(got[finite], want[finite], rtol=8 * eps, atol=8 * eps)
+    assert "check" in f.last_compilation.stage("llvm_ir")
+    assert "rows" in f.last_compilation.stage("execution")
