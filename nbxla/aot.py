@@ -28,20 +28,23 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .codegen.aot import AotObject, compile_object
+from .codegen.aot import AotObject, compile_object, compile_symbolic_object
 from .errors import AotError
 from .frontend.autograph import convert_function
 from .frontend.cell_ast import check_function_no_random
 from .frontend.trace import trace, tree_flatten
 from .hlo import Module
 from .hlo.parser import parse_hlo
-from .hlo.shapes import ELEMENT_TYPES, Shape, from_numpy_dtype, to_numpy_dtype
+from .hlo.shapes import ELEMENT_TYPES, Shape, SymDim, SymbolicDimensionError, from_numpy_dtype, is_symbolic, \
+    to_numpy_dtype
+from .hlo.symbolic import bind_module, second_probe
+from .symbolic_compile import compile_symbolic, mark_unknown_axes
 from .passes import optimize
 from .runtime.cpu_kernels import PARALLEL_THRESHOLD
 
 __all__ = ["compile", "parse_spec", "AotObject", "AotError"]
 
-_SPEC = re.compile(r"\s*([a-z0-9]+)\[([0-9,\s]*)\]\s*")
+_SPEC = re.compile(r"\s*([a-z0-9]+)\[([0-9,?\s]*)\]\s*")
 
 
 def parse_spec(spec) -> Shape:
@@ -52,7 +55,8 @@ def parse_spec(spec) -> Shape:
     if not m or m.group(1) not in ELEMENT_TYPES:
         raise AotError(f"argument spec {spec!r} is not an array type in HLO's spelling: write an element "
                        f"type ({', '.join(ELEMENT_TYPES)}) and dimensions, e.g. f32[16,784] or s64[]")
-    dims = tuple(int(d) for d in m.group(2).replace(" ", "").split(",") if d)
+    # (``?``: the unknown size ``b``, given when the function is called: ``f32[?,784]``)
+    dims = tuple(SymDim("b") if d == "?" else int(d) for d in m.group(2).replace(" ", "").split(",") if d)
     if to_numpy_dtype(m.group(1)) is None:
         raise AotError(f"argument spec {spec!r}: NumPy has no {m.group(1)} arrays to trace with")
     return Shape(m.group(1), dims)
@@ -127,6 +131,9 @@ def compile(fn, specs: Sequence | None = None, out_dir: str = ".", name: str | N
     else:
         if specs is None:
             raise AotError("give the argument specs, e.g. nbxla.aot.compile(f, ['f32[16,784]'], 'build', 'f')")
+        shapes = [parse_spec(s) for s in specs]
+        if any(is_symbolic(s) for s in shapes):
+            return _compile_unknown_size(fn, shapes, out_dir, name, cpu, emit_c)
         module, description = _trace(fn, specs)
     if name is None:        # the module's name, made a C identifier
         name = re.sub(r"\W", "_", module.name)
@@ -134,3 +141,43 @@ def compile(fn, specs: Sequence | None = None, out_dir: str = ".", name: str | N
     optimized = optimize(module).module
     return compile_object(optimized, name, out_dir, parallel_threshold=PARALLEL_THRESHOLD, cpu=cpu,
                           description=description, emit_llvm=emit_llvm, emit_asm=emit_asm, emit_c=emit_c)
+
+
+# The size the unknown dimension is traced and compiled at (the program serves every size).
+PROBE_SIZE = 17
+
+
+def _compile_unknown_size(fn, shapes: list[Shape], out_dir: str, name: str | None, cpu: str,
+                          emit_c: bool) -> AotObject:
+    """``fn`` with ``?`` dimensions (all one unknown size ``b``): compiled as ``jit`` compiles
+    unknown dimensions (``symbolic_compile``: probes, guards, kernels that serve every size),
+    then written as one object whose function takes ``b`` first (``codegen/aot_symbolic.py``)."""
+    check_function_no_random(fn)
+    args = [np.zeros(tuple(PROBE_SIZE if isinstance(d, SymDim) else d for d in s.dims), s.dtype) for s in shapes]
+    leaves, treedef = tree_flatten((tuple(args), {}))
+    marks = {(k, d): "b" for k, s in enumerate(shapes) for d, n in enumerate(s.dims) if isinstance(n, SymDim)}
+    try:
+        names = list(inspect.signature(fn).parameters)[:len(args)]
+    except (TypeError, ValueError):
+        names = []
+    names += [f"args[{k}]" for k in range(len(names), len(args))]
+    fn_name = getattr(fn, "__name__", "fn")
+    fn_name = fn_name if fn_name.isidentifier() else "fn"
+    converted = convert_function(fn)
+
+    def trace_at(arg_leaves, log):
+        return trace(converted, arg_leaves, treedef, name=fn_name, leaf_names=names, size_observations=log)
+    try:
+        program = compile_symbolic(trace_at, leaves, marks, "cpu")
+    except SymbolicDimensionError as e:
+        raise AotError(f"{fn_name}: its ? dimensions cannot stay unknown ({e}); give them a size") from None
+    symbolic = program.compilation.optimized
+    sizes = (PROBE_SIZE, second_probe(PROBE_SIZE))
+    probes = tuple(bind_module(symbolic, {"b": h}) for h in sizes)
+    mark_unknown_axes(symbolic, *probes)
+    description = _describe(fn, shapes, names, "results: " + ", ".join(
+        s.to_text(False) for s in (symbolic.entry.root.shape.leaves() if symbolic.entry.root.shape.is_tuple
+                                   else [symbolic.entry.root.shape])))
+    return compile_symbolic_object(symbolic, probes, sizes, program.sizes, len(shapes), program.bounds.get("b", 2),
+                                   name or fn_name, out_dir, parallel_threshold=PARALLEL_THRESHOLD, cpu=cpu,
+                                   description=description, emit_c=emit_c)

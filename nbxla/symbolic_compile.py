@@ -30,8 +30,9 @@ from .frontend.observed_sizes import compare_observations
 from .frontend.trace import TracedProgram, is_array_leaf
 from .hlo.shapes import SymDim, SymbolicDimensionError
 from .hlo.ir import clone_module
-from .hlo.symbolic import bind_entry, generalize_module, lift_size_constants, second_probe, upper_probes
-from .passes import optimize
+from .hlo.symbolic import (bind_entry, bind_module, bind_symbols, generalize_module, lift_size_constants,
+                           second_probe, symbols_of_module, upper_probes)
+from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
 from .runtime.executable import cpu_executable, resolve_device
@@ -48,7 +49,7 @@ class SymbolicProgram:
     program: TracedProgram              # the first probe's trace (how values map in and out)
     compilation: Compilation            # record: symbolic hlo/optimized, first probe's executable
     symbols: dict[str, list[tuple[int, int]]]   # symbol -> (argument leaf, dim) that carry it
-    extents: dict[str, object]          # kernel symbol -> its range extent (int or SymDim)
+    extents: dict[str, "KernelSizes"]   # kernel symbol -> its sizes (ints or SymDims)
     # Sizes the program reads as values (a mean's count): extra trailing arguments, (k*b, dtype)
     sizes: list = field(default_factory=list)
     bounds: dict = field(default_factory=dict)     # symbol -> the largest size it serves
@@ -74,8 +75,7 @@ class SymbolicProgram:
         base = self.compilation
         module = bind_entry(base.optimized, values)
         kernels = base.executable.native.kernels
-        specs = {name: replace(spec, parallel_extent=_bind(self.extents[name], values))
-                 for name, spec in kernels.specs.items()}
+        specs = {name: self.extents[name].bind(spec, values) for name, spec in kernels.specs.items()}
         executable = cpu_executable(CpuExecutable(module, plan_buffers(module), kernels=replace(kernels, specs=specs),
                                                   symbols=base.executable.native.kernel_symbols))
         if self.sizes:
@@ -103,6 +103,37 @@ def _give_sizes(executable, sizes: list) -> None:
 
 def _bind(extent, values):
     return extent.bind(values) if isinstance(extent, SymDim) else extent
+
+
+@dataclass(frozen=True)
+class KernelSizes:
+    """What of a kernel's spec depends on the sizes: its range, its work per unit of range (for
+    the threading decision) and the sizes it reads when it runs; each an int or a ``SymDim``."""
+    extent: object
+    work_per_unit: object
+    sizes: tuple = ()
+
+    def bind(self, spec, values: dict[str, int]):
+        return replace(spec, parallel_extent=_bind(self.extent, values),
+                       work_per_unit=_bind(self.work_per_unit, values),
+                       sizes=tuple(_bind(s, values) for s in self.sizes))
+
+
+def mark_unknown_axes(symbolic, *concrete) -> None:
+    """Give every fused computation of the ``concrete`` probes (instances of ``symbolic``,
+    computation by computation, instruction names equal: ``generalize_module``) the axes of
+    each instruction whose size is unknown, for the kernel emitters (``comp.unknown_axes``)."""
+    for sym, *probes in zip(symbolic.computations, *(m.computations for m in concrete)):
+        if sym is symbolic.entry:
+            continue
+        axes = {}
+        for instr in sym.instructions:
+            if not instr.shape.is_tuple:
+                found = tuple(d for d, n in enumerate(instr.shape.dims) if isinstance(n, SymDim))
+                if found:
+                    axes[instr.name] = found
+        for comp in probes:
+            comp.unknown_axes = axes
 
 
 def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], leaves: list,
@@ -140,8 +171,23 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     sizes = lift_size_constants(first.module, second.module, by_size)
     symbolic_hlo = generalize_module(first.module, second.module, by_size)
 
+    compilation, extents = _compile_probes(first.module.name, symbolic_hlo, first.module, second.module,
+                                           by_size, device, explanation, trace_ms, list(first.loop_decisions))
+    symbols: dict[str, list] = {}
+    for (leaf, dim), name in sorted(marks.items()):
+        symbols.setdefault(name, []).append((leaf, dim))
+    return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds)
+
+
+def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int, str], device: str,
+                    explanation: str, trace_ms: float, loop_decisions: list):
+    """Optimize two probes of one program (``module2`` at ``second_probe`` of ``module1``'s sizes),
+    require the same optimized program and the same kernel code, and compile the first's
+    kernels: the ``Compilation`` record and each kernel's ``KernelSizes``."""
     start = time.perf_counter()
-    pipe1, pipe2 = optimize(first.module), optimize(second.module)
+    pipe1 = optimize(module1)
+    _check_kernel_ranges(pipe1.module, by_size)
+    pipe2 = _optimize_probe(module2)
     symbolic_optimized = generalize_module(pipe1.module, pipe2.module, by_size)
     optimize_ms = (time.perf_counter() - start) * 1e3
 
@@ -151,33 +197,102 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     if any(i.opcode == "convolution" for c in pipe1.module.computations for i in c.instructions):
         # (the CPU runtime folds a convolution into its consumer in place, per module)
         raise SymbolicDimensionError("convolutions have no symbolic runtime path yet")
+    # Kernels may read sizes along unknown axes when they run (a column sum's row count):
+    # the emitters see which axes those are (``codegen/toolkit.unknown_axes``).
+    mark_unknown_axes(symbolic_optimized, pipe1.module, pipe2.module)
     # (Compared before compiling: a refusal costs no LLVM time.)
-    text1, specs1 = kernel_llvm_ir(pipe1.module)
-    text2, specs2 = kernel_llvm_ir(pipe2.module)
-    _same_code(text1, text2)
+    emitted = kernel_llvm_ir(pipe1.module)
+    emitted2 = kernel_llvm_ir(pipe2.module)
+    specs1, specs2 = emitted.specs, emitted2.specs
+    _same_code(emitted.text, emitted2.text)
     extents = {}
-    for name, spec in specs1.items():
-        other = specs2.get(name)
-        if other is None or replace(other, parallel_extent=0, object_entry=None) != \
-                replace(spec, parallel_extent=0, object_entry=None):
-            raise SymbolicDimensionError(f"kernel {name} is planned differently at different sizes")
+    for kernel, spec in specs1.items():
+        other = specs2.get(kernel)
+        sized = dict(parallel_extent=0, work_per_unit=0, sizes=(), object_entry=None)
+        if other is None or replace(other, **sized) != replace(spec, **sized) or \
+                len(other.sizes) != len(spec.sizes):
+            raise SymbolicDimensionError(f"kernel {kernel} is planned differently at different sizes")
         if spec.style not in _RANGED_STYLES and spec.parallel_extent != other.parallel_extent:
-            raise SymbolicDimensionError(f"kernel {name} ({spec.style}) reads its size from its code, "
+            raise SymbolicDimensionError(f"kernel {kernel} ({spec.style}) reads its size from its code, "
                                          "not its range")
-        extents[name] = spec.parallel_extent if spec.parallel_extent == other.parallel_extent else \
-            _extent_symbol(spec.parallel_extent, other.parallel_extent, by_size, name)
-    executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment")))
+        extents[kernel] = KernelSizes(
+            _symbolic(spec.parallel_extent, other.parallel_extent, by_size, kernel),
+            _symbolic(spec.work_per_unit, other.work_per_unit, by_size, kernel),
+            tuple(_symbolic(a, b, by_size, kernel) for a, b in zip(spec.sizes, other.sizes)))
+    executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"),
+                                              emitted=emitted))
     if executable.native.kernels.unsupported:
         raise SymbolicDimensionError("a fusion runs on the evaluator: " +
                                      next(iter(executable.native.kernels.unsupported.values())))
     codegen_ms = (time.perf_counter() - start) * 1e3
-    compilation = Compilation(first.module.name, resolve_device(device), symbolic_hlo, symbolic_optimized,
+    compilation = Compilation(name, resolve_device(device), symbolic_hlo, symbolic_optimized,
                               executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
-                              pipe1, explanation, list(first.loop_decisions))
-    symbols: dict[str, list] = {}
-    for (leaf, dim), name in sorted(marks.items()):
-        symbols.setdefault(name, []).append((leaf, dim))
-    return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds)
+                              pipe1, explanation, loop_decisions)
+    return compilation, extents
+
+
+def compile_symbolic_module(module, at: dict[str, int] | None = None, device: str = "cpu") -> SymbolicProgram:
+    """One compilation of an HLO module with unknown dimensions (parsed ``f32[b,64]`` text, a
+    Dask block of any size): probed at the sizes ``at`` (else 17, 19, ...) and their second
+    probes, as a traced function is.  Raises ``SymbolicDimensionError``.  Run it with
+    ``run_symbolic``: the symbols' values are read off the arguments."""
+    names = symbols_of_module(module)
+    if not names:
+        raise SymbolicDimensionError(f"module {module.name} has no unknown dimensions")
+    if resolve_device(device) != "cpu":
+        raise SymbolicDimensionError(f"unknown dimensions are compiled for the CPU only (not {device})")
+    at = dict(at or {})
+    spare = iter(range(17, 1 << 20, 2))
+    hints = {}
+    for name in names:
+        size = at.get(name)
+        while size is None or size < 2 or size in hints.values():
+            size = next(spare)
+        hints[name] = size
+    by_size = {size: name for name, size in hints.items()}
+    start = time.perf_counter()
+    module1 = bind_module(module, hints)
+    module2 = bind_module(module, {name: second_probe(size) for name, size in hints.items()})
+    bind_ms = (time.perf_counter() - start) * 1e3
+    compilation, extents = _compile_probes(module.name, module, module1, module2, by_size, device, "", bind_ms, [])
+    return SymbolicProgram(None, compilation, {}, extents)
+
+
+def run_symbolic(program: SymbolicProgram, inputs: list) -> list:
+    """A module's ``SymbolicProgram`` (``compile_symbolic_module``) on arguments of any size >= 2
+    of its symbols (``SymbolicDimensionError`` below: the caller compiles that size itself)."""
+    values = bind_symbols(program.compilation.hlo, inputs)
+    if min(values.values()) < 2:
+        raise SymbolicDimensionError(f"sizes {values}: 0 and 1 are specialised")
+    return program.instance(values).executable.run(inputs)
+
+
+def _check_kernel_ranges(module, by_size: dict[int, str]) -> None:
+    """Refuse, before the second probe's passes and any code generation, a fusion whose result
+    has dimensions of two symbols' sizes: its kernel's range would be their product, which
+    ``_extent_symbol`` refuses after all that work (every dimension of ``f32[b,n]`` unknown,
+    ``dynamic=True``: the compile then tries the leading dimensions alone).  A static dimension
+    that happens to equal a symbol's size can refuse a program that would compile: it then
+    compiles with fewer unknown dimensions, never wrongly."""
+    if len(by_size) < 2:
+        return
+    for instr in module.entry.instructions:
+        if instr.opcode != "fusion":
+            continue
+        for shape in (instr.shape.leaves() if instr.shape.is_tuple else [instr.shape]):
+            found = {by_size[d] for d in shape.dims if d in by_size}
+            if len(found) > 1:
+                raise SymbolicDimensionError(f"kernel %{instr.name}'s range has two unknown sizes "
+                                             f"({', '.join(sorted(found))}): their product")
+
+
+def _optimize_probe(module):
+    """The optimizer on the second probe, only to compare its result with the first's: no pass
+    history text, no verification between passes and no buffer plan (the first probe's run
+    keeps those for the record; this one is never run or shown)."""
+    pipeline = default_pipeline()
+    passes = [p for p in pipeline.passes if not isinstance(p, BufferAssignment)]
+    return Pipeline(passes, verify=False, record_text=False).run(module)
 
 
 def _check_program(program: TracedProgram) -> None:
@@ -258,6 +373,10 @@ def _same_code(text1: str, text2: str) -> None:
                                  "(a loop bound or stride baked in)")
 
 
+def _symbolic(e1: int, e2: int, by_size: dict[int, str], kernel: str):
+    return e1 if e1 == e2 else _extent_symbol(e1, e2, by_size, kernel)
+
+
 def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str) -> SymDim:
     for hint, name in by_size.items():
         if e1 % hint == 0 and e1 // hint * second_probe(hint) == e2:
@@ -265,4 +384,4 @@ def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str) -> Sy
     raise SymbolicDimensionError(f"kernel {kernel}'s range ({e1}, then {e2}) is not a multiple of one size")
 
 
-__all__ = ["SymbolicProgram", "compile_symbolic", "SymbolicDimensionError"]
+__all__ = ["SymbolicProgram", "compile_symbolic", "compile_symbolic_module", "run_symbolic", "SymbolicDimensionError"]

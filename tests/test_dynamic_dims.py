@@ -155,12 +155,55 @@ def test_python_loop_over_a_size_specialises():
     assert cache.misses == 2 and "specialised" in cache.entries()[0].explanation
 
 
-def test_reductions_over_the_symbol_are_specialised_with_the_reason():
-    def column_sums(x):
-        return x.sum(axis=0) * 2
+W_OUT = RNG.random((64, 32), dtype=np.float32)
+
+# Reductions over the unknown dimension: the kernel reads the row count when it runs.
+REDUCTIONS_OVER_THE_BATCH = {
+    "column_sum": lambda x: x.sum(axis=0) * 2,
+    "column_max": lambda x: x.max(axis=0),
+    "mean_and_variance": lambda x: ((x - x.mean(axis=0)) ** 2).mean(axis=0),
+    "bias_gradient": lambda x: np.tanh(x @ W_OUT).sum(axis=0),
+    # (x.T @ g: the transpose folds into the dot, which BLAS runs at any size)
+    "weight_and_bias_gradients": lambda x: (x.T @ np.tanh(x @ W_OUT), np.tanh(x @ W_OUT).sum(axis=0)),
+}
+
+
+def _close(got, expected, n):
+    for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+        np.testing.assert_allclose(g, e, rtol=2e-5, atol=1e-4, err_msg=f"size {n}")
+
+
+@pytest.mark.parametrize("name", REDUCTIONS_OVER_THE_BATCH)
+def test_reductions_over_the_symbol_compile_once(name):
+    fn = REDUCTIONS_OVER_THE_BATCH[name]
     cache = CompilationCache()
-    f = nbxla.jit(column_sums, cache=cache, dynamic=True)
-    _sweep(f, column_sums, ONE, [3, 4, 5])
+    f = nbxla.jit(fn, cache=cache)
+    # (both sides of the column kernel's 8-row passes, and sizes a split or a block crosses)
+    for n in list(range(1, 41)) + [63, 64, 65, 4097]:
+        x = rows(n)
+        _close(f(x), fn(x), n)
+    assert cache.misses == 2
+    symbolic = [e for e in cache.entries() if "symbolic" in e.explanation]
+    assert len(symbolic) == 1 and symbolic[0].hits >= 40
+
+
+def test_column_sum_kernel_reads_its_row_count_when_it_runs():
+    cache = CompilationCache()
+    f = nbxla.jit(REDUCTIONS_OVER_THE_BATCH["column_sum"], cache=cache, dynamic=True)
+    f(rows(5))
+    ir_text = f.last_compilation.stage("llvm_ir")
+    assert 'load i64' in ir_text and "size" in ir_text          # (the RunSizes load)
+    static = nbxla.jit(REDUCTIONS_OVER_THE_BATCH["column_sum"], cache=CompilationCache(), dynamic=False)
+    static(rows(5))
+    assert "%size" not in static.last_compilation.stage("llvm_ir")  # static kernels bake it in
+
+
+def test_a_reduction_the_kernel_cannot_size_at_run_time_is_specialised_with_the_reason():
+    def grid_sums(x):                   # kept axes (8, 8) of a reshape: its kernel bakes the rows in
+        return x.reshape(x.shape[0], 8, 8).sum(axis=0) * 2
+    cache = CompilationCache()
+    f = nbxla.jit(grid_sums, cache=cache, dynamic=True)
+    _sweep(f, grid_sums, ONE, [3, 4, 5])
     assert cache.misses == 3
     assert "depends on the size" in cache.entries()[0].explanation
 
@@ -224,7 +267,7 @@ def test_fusion_report_says_which_dimensions_are_symbolic_and_why_others_are_not
         assert f.last_compilation.stage(stage)
 
     def column_sums(x):
-        return x.sum(axis=0)
+        return x.reshape(x.shape[0], 8, 8).sum(axis=0)
     g = nbxla.jit(column_sums, cache=CompilationCache())
     g(rows(3))
     g(rows(4))

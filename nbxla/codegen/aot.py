@@ -36,6 +36,7 @@ from ..hlo.opcodes import OWN_KERNEL
 from ..hlo.shapes import Shape
 from .aot_driver import Driver, KernelSource, leaf_shapes
 from .aot_library import ALIGN
+from .aot_symbolic import SymbolicDriver, entry_point, header
 from .cpu import optimize_module
 from .elemental import ELEMENTAL_RULES
 from .kernels import emit_kernel, standalone_computation, structure_key
@@ -49,10 +50,10 @@ C_TYPES = {"pred": "bool", "s8": "int8_t", "s16": "int16_t", "s32": "int32_t", "
 _TYPE_NOTES = {"f16": "IEEE half bits", "bf16": "bfloat16 bits (the high half of a float)",
                "f8e4m3fn": "float8 e4m3fn bits", "f8e5m2": "float8 e5m2 bits",
                "c64": "interleaved re, im", "c128": "interleaved re, im"}
-_C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if
+C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if
     inline int long register restrict return short signed sizeof static struct switch typedef union unsigned
     void volatile while bool true false main""".split())
-_RUNTIME_C = os.path.join(os.path.dirname(os.path.abspath(__file__)), "aot_runtime.c")
+RUNTIME_C = os.path.join(os.path.dirname(os.path.abspath(__file__)), "aot_runtime.c")
 
 
 @dataclass
@@ -76,7 +77,7 @@ def find_tool(name: str) -> str:
     return path
 
 
-class _Kernels(KernelSource):
+class AotKernels(KernelSource):
     """Emits kernels and constants into one LLVM module as the driver asks for them."""
 
     def __init__(self, prefix: str, triple: str):
@@ -155,7 +156,7 @@ class _Kernels(KernelSource):
         return symbol
 
 
-def _target_machine(cpu: str):
+def target_machine(cpu: str):
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
@@ -166,7 +167,7 @@ def _target_machine(cpu: str):
     return target.create_target_machine(cpu=cpu, opt=3, reloc="pic", codemodel="default")
 
 
-def _run(cmd: list[str], what: str) -> None:
+def run_tool(cmd: list[str], what: str) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise AotError(f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr.strip()}")
@@ -183,7 +184,7 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
     ``description`` goes into the header's comment (the source function and signature).
     With ``emit_llvm`` / ``emit_asm`` / ``emit_c``, the optimized kernels' IR (``NAME.ll``),
     their assembly (``NAME.s``) and the driver's C (``NAME.driver.c``) are written too."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in _C_KEYWORDS:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in C_KEYWORDS:
         raise AotError(f"the name {name!r} is not a C identifier (or is a C keyword); choose one such as "
                        "predict_digits")
     cc, ld = find_tool("cc"), find_tool("ld")
@@ -210,7 +211,7 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
         # (-fcx-limited-range: complex products by the plain formula, as BLAS does, with no
         # call into libgcc's __mulsc3)
         try:
-            _run([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", *march, "-c", driver_c, "-o", driver_o],
+            run_tool([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", *march, "-c", driver_c, "-o", driver_o],
                  "compiling the driver")
         except AotError as e:
             if re.search(rf"previous (declaration|definition) of .{name}(_arena)?\W", str(e)):
@@ -218,9 +219,9 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
                                f"it); choose another name") from None
             raise
         object_path = os.path.join(out_dir, f"{name}.o")
-        _run([ld, "-r", kernels_o, driver_o, "-o", object_path], "merging the objects (ld -r)")
+        run_tool([ld, "-r", kernels_o, driver_o, "-o", object_path], "merging the objects (ld -r)")
         if objcopy:
-            _run([objcopy, f"--keep-global-symbol={name}", f"--keep-global-symbol={name}_arena", object_path],
+            run_tool([objcopy, f"--keep-global-symbol={name}", f"--keep-global-symbol={name}_arena", object_path],
                  "localizing internal symbols (objcopy)")
     header_path = os.path.join(out_dir, f"{name}.h")
     with open(header_path, "w") as f:
@@ -242,7 +243,7 @@ def compile_shared_library(entries: dict[str, Computation], path: str, *, parall
             f.write(tm.emit_object(mod))
         with open(driver_c, "w") as f:
             f.write(c_source)
-        _run([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", "-march=native", "-shared", driver_c,
+        run_tool([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", "-march=native", "-shared", driver_c,
               kernels_o, "-o", path, "-lm", "-lpthread"], "compiling the driver")
 
 
@@ -250,8 +251,8 @@ def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_thre
            host_lapack: bool = False):
     """(target machine, optimized LLVM module of the kernels, the kernel source, the driver's C
     with an entry point per computation, their programs)."""
-    tm = _target_machine(cpu)
-    kernels = _Kernels(prefix, llvm.get_process_triple())
+    tm = target_machine(cpu)
+    kernels = AotKernels(prefix, llvm.get_process_triple())
     driver = Driver(prefix, kernels, parallel_threshold, host_lapack)
     programs = [driver.program(comp) for comp in entries.values()]
     kernels.module.data_layout = str(tm.target_data)
@@ -264,7 +265,7 @@ def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_thre
     points = [_entry_points(name, [s for p in comp.parameters for s in leaf_shapes(p.shape)],
                             leaf_shapes(comp.root.shape), program)
               for (name, comp), program in zip(entries.items(), programs)]
-    with open(_RUNTIME_C) as f:
+    with open(RUNTIME_C) as f:
         runtime_c = f.read()
     c_source = "\n".join([runtime_c, "/* ---- generated ---- */", declarations,
                           driver.source(), *points])
@@ -325,3 +326,64 @@ def _header(name: str, arg_shapes, result_shapes, arena_bytes: int, description:
               "#ifdef __cplusplus", "}", "#endif", f"#endif /* {guard} */", ""]
     return "\n".join(lines)
 
+
+
+def compile_symbolic_object(symbolic: Module, probes: tuple[Module, Module], sizes: tuple[int, int],
+                            lifted: list, user_params: int, upper: int, name: str, out_dir: str, *,
+                            parallel_threshold: int, cpu: str = "host", description: str = "",
+                            emit_c: bool = False) -> AotObject:
+    """``out_dir/NAME.o`` and ``NAME.h`` for an optimized module with the unknown size ``b``
+    (``aot_symbolic``): ``probes`` are it bound to ``sizes`` (their fused computations marked
+    with their unknown axes), ``lifted`` the sizes it reads as trailing parameters (after
+    ``user_params``), ``upper`` the largest ``b`` it serves."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in C_KEYWORDS:
+        raise AotError(f"the name {name!r} is not a C identifier (or is a C keyword); choose one such as "
+                       "predict_digits")
+    cc, ld = find_tool("cc"), find_tool("ld")
+    objcopy = shutil.which("objcopy")
+    tm = target_machine(cpu)
+    kernels, kernels2 = AotKernels(name, llvm.get_process_triple()), AotKernels(name, llvm.get_process_triple())
+    driver = SymbolicDriver(symbolic, probes, sizes, kernels, kernels2, parallel_threshold, user_params, lifted)
+    run_symbol = f"{name}_run"
+    driver_c = driver.emit(run_symbol)
+    if str(kernels.module) != str(kernels2.module):
+        raise AotError(f"{name}: a kernel's code depends on the unknown size (a loop bound or stride compiled "
+                       "in); compile a fixed size instead")
+    kernels.module.data_layout = str(tm.target_data)
+    mod = llvm.parse_assembly(str(kernels.module))
+    mod.verify()
+    optimize_module(mod, tm)
+    functions = kernels.names + [s.finish_name for s in kernels.specs.values() if s.finish_name]
+    declarations = "".join(f"extern void {s}(void **, int64_t, int64_t);\n" for s in functions) + \
+        "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values())
+    entry = symbolic.entry
+    arg_shapes = [p.shape for p in entry.parameters[:user_params]]
+    result_shapes = leaf_shapes(entry.root.shape)
+    with open(RUNTIME_C) as f:
+        runtime_c = f.read()
+    c_source = "\n".join([runtime_c, "/* ---- generated ---- */", declarations, driver_c,
+                          entry_point(name, run_symbol, [C_TYPES[s.element_type] for s in arg_shapes],
+                                      [C_TYPES[s.element_type] for s in result_shapes], upper)])
+    os.makedirs(out_dir, exist_ok=True)
+    files = {}
+    if emit_c:
+        files["driver.c"] = os.path.join(out_dir, f"{name}.driver.c")
+        with open(files["driver.c"], "w") as f:
+            f.write(c_source)
+    object_path = os.path.join(out_dir, f"{name}.o")
+    with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
+        kernels_o, source, driver_o = (os.path.join(tmp, n) for n in ("kernels.o", "driver.c", "driver.o"))
+        with open(kernels_o, "wb") as f:
+            f.write(tm.emit_object(mod))
+        with open(source, "w") as f:
+            f.write(c_source)
+        march = ["-march=native"] if cpu == "host" else [f"-march={cpu}"]
+        run_tool([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", *march, "-c", source, "-o", driver_o],
+                 "compiling the driver")
+        run_tool([ld, "-r", kernels_o, driver_o, "-o", object_path], "merging the objects (ld -r)")
+        if objcopy:
+            run_tool([objcopy, f"--keep-global-symbol={name}", object_path], "localizing internal symbols (objcopy)")
+    header_path = os.path.join(out_dir, f"{name}.h")
+    with open(header_path, "w") as f:
+        f.write(header(name, arg_shapes, result_shapes, C_TYPES, upper, description))
+    return AotObject(name, object_path, header_path, arg_shapes, result_shapes, 0, list(kernels.names), files)

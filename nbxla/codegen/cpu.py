@@ -114,11 +114,13 @@ class ObjectStore(Protocol):
 
 def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                     store: ObjectStore | None = None, key: str | None = None,
-                    object_data_offset: int | None = None) -> CompiledKernels:
+                    object_data_offset: int | None = None, emitted: "EmittedKernels | None" = None
+                    ) -> CompiledKernels:
     """Machine code for one kernel per fusion.  With ``object_data_offset``, kernels also get an
-    entry point taking array objects (see ``_emit_object_entry``)."""
+    entry point taking array objects (see ``_emit_object_entry``).  ``emitted``: these fusions'
+    IR as ``emit_llvm_ir`` gave it (emitted already to compare it: not emitted again)."""
     try:
-        return _compile_kernels(module_name, fusions, store, key, object_data_offset)
+        return _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted)
     except RuntimeError:
         pass
     # LLVM rejected the module (a code generator bug): compile the kernels one by one, so
@@ -143,7 +145,7 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
 
 def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                      store: ObjectStore | None, key: str | None,
-                     object_data_offset: int | None = None) -> CompiledKernels:
+                     object_data_offset: int | None = None, emitted=None) -> CompiledKernels:
     """Emit, optimize and load one kernel per fusion; fusions that cannot be emitted natively
     are listed in ``unsupported`` with the reason (the runtime interprets those).
 
@@ -155,11 +157,17 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
         meta, obj = cached
         specs = {name: KernelSpec(**spec) for name, spec in meta["specs"].items()}
         return _load(specs, meta["unsupported"], meta["llvm_ir"], meta["llvm_ir_optimized"], obj)
-    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset)
+    if emitted is not None:
+        text, specs, unsupported = emitted.text, dict(emitted.specs), dict(emitted.unsupported)
+    else:
+        ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset)
     with _lock:
         tm = host_target_machine()
-        ir_module.data_layout = str(tm.target_data)
-        text = str(ir_module)
+        if emitted is None:
+            ir_module.data_layout = str(tm.target_data)
+            text = str(ir_module)
+        else:
+            text = _with_data_layout(text, str(tm.target_data))
         mod = llvm.parse_assembly(text)
         mod.verify()
         optimize_module(mod, tm)
@@ -207,7 +215,8 @@ def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
                     spec.object_entry = _emit_full_reduction_entry(ir_module, spec, len(comp.parameters),
                                                                    _buffer_count(comp), object_data_offset)
                 else:
-                    spec.object_entry = _emit_object_entry(ir_module, name, _buffer_count(comp),
+                    # (a kernel reading sizes at run time takes their array last: RunSizes)
+                    spec.object_entry = _emit_object_entry(ir_module, name, _buffer_count(comp) + bool(spec.sizes),
                                                            object_data_offset)
         except UnsupportedError as e:
             unsupported[current] = str(e)
@@ -215,12 +224,32 @@ def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
         return ir_module, specs, unsupported
 
 
+@dataclass
+class EmittedKernels:
+    """Kernels' LLVM IR before optimization, their specs, and the fusions that cannot be emitted."""
+    text: str
+    specs: dict[str, KernelSpec]
+    unsupported: dict[str, str]
+
+
 def emit_llvm_ir(module_name: str, fusions: list[tuple[str, Computation]],
-                 object_data_offset: int | None = None) -> tuple[str, dict[str, KernelSpec]]:
+                 object_data_offset: int | None = None) -> EmittedKernels:
     """The LLVM IR text (unoptimized) and the specs of the kernels, as ``compile_kernels``
     would compile them, without compiling."""
-    ir_module, specs, _ = _emit_module(module_name, fusions, object_data_offset)
-    return str(ir_module), specs
+    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset)
+    return EmittedKernels(str(ir_module), specs, unsupported)
+
+
+def _with_data_layout(text: str, layout: str) -> str:
+    """``text`` (emitted without a data layout) with ``layout``, as ``_compile_kernels`` sets it."""
+    lines = text.split("\n")
+    for k, line in enumerate(lines):
+        if line.startswith("target datalayout"):
+            lines[k] = f'target datalayout = "{layout}"'
+            return "\n".join(lines)
+    at = next((k for k, line in enumerate(lines) if line.startswith("target triple")), 0)
+    lines.insert(at + 1, f'target datalayout = "{layout}"')
+    return "\n".join(lines)
 
 
 def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None) -> CompiledKernels:

@@ -21,7 +21,8 @@ from ..passes.fused_dots import fused_dot
 from . import column_groups
 from .convolution import emit_convolution_kernel
 from .dot_kernels import emit_dot_kernel
-from .loops import column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel
+from .loops import (column_plan, emit_column_reduction, emit_full_reduction, emit_loop_kernel, emit_reduction_kernel,
+                    rows_unknown)
 from .scatter import emit_scatter_kernel
 from .select_scatter import emit_select_and_scatter_kernel
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode
@@ -47,7 +48,9 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
             return emit_full_reduction(module, name, comp, plan)
         plan = column_plan(comp)
         if plan is not None:
-            if not plan.custom and column_groups.applies(comp, plan):
+            # (grouped kernels divide the rows into whole groups when compiled: not for an
+            # unknown row count)
+            if not plan.custom and not rows_unknown(comp, plan) and column_groups.applies(comp, plan):
                 return column_groups.emit_grouped_column_reduction(module, name, comp, plan)
             return emit_column_reduction(module, name, comp, plan)
         return emit_reduction_kernel(module, name, comp)

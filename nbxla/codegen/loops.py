@@ -35,7 +35,7 @@ from .toolkit import (ancestors, BLOCK, combine_values, componentwise, counted_l
                       expand_index, is_linear, kernel_function, kernel_outputs,
                       KernelBuffers, KernelSpec, LinearEmitter, load_at, MINMAX_INTERLEAVE,
                       NanTrackingExtreme, narrow_float, nest, partial_type, product, reducer_opcode,
-                      ReductionPlan, squeeze_dims)
+                      ReductionPlan, RunSizes, squeeze_dims, unknown_axes)
 
 
 def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
@@ -558,12 +558,16 @@ def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan)
     batch_dims, kept_dims = plan.in_dims[:first], plan.in_dims[last + 1:]
     rows = product(plan.red_dims)
     columns = product(kept_dims)
+    # The row count, read when the kernel runs where a reduced axis is unknown (one kernel for
+    # every batch size: a bias gradient's column sum); else a constant.
+    sizes = RunSizes(b, fn.args[0], len(shapes)) if rows_unknown(comp, plan) else None
+    rows_v = sizes.size(rows) if sizes is not None else const_i64(rows)
     if len(kept_dims) > 1:               # flat columns: read the input at flat positions
         flat = LinearEmitter(b, comp, lambda k, index: bufs.load(
             b, k, index[0] if index and params[k].shape.rank else const_i64(0)))
 
         def inputs_at(batch, c, i, red_index):
-            row = b.add(b.mul(batch, const_i64(rows)), i)
+            row = b.add(b.mul(batch, rows_v), i)
             return [flat.value(r.operands[0], [b.add(b.mul(row, const_i64(columns)), c)])]
     else:
         def inputs_at(batch, c, i, red_index):
@@ -602,11 +606,16 @@ def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan)
                     for k, acc in zip(accumulators, accs):
                         bufs.store(b, k, o, acc)
                 counted_loop(b, lo, hi, "cc", column)
+            if sizes is not None:           # (both loops: the count is not known here)
+                whole = b.sub(rows_v, b.srem(rows_v, const_i64(COLUMN_ROWS_PER_PASS)))
+                counted_loop(b, const_i64(0), whole, "cr", lambda i: rows_from(i, COLUMN_ROWS_PER_PASS),
+                             step=const_i64(COLUMN_ROWS_PER_PASS))
+                counted_loop(b, whole, rows_v, "crr", lambda i: rows_from(i, 1))
             whole = rows - rows % COLUMN_ROWS_PER_PASS
-            if whole:
+            if sizes is None and whole:
                 counted_loop(b, const_i64(0), const_i64(whole), "cr", lambda i: rows_from(i, COLUMN_ROWS_PER_PASS),
                       step=const_i64(COLUMN_ROWS_PER_PASS))
-            if whole < rows:
+            if sizes is None and whole < rows:
                 counted_loop(b, const_i64(whole), const_i64(rows), "crr", lambda i: rows_from(i, 1))
             if out is not r:
                 def epilogue(c):
@@ -628,7 +637,14 @@ def emit_column_reduction(module: ir.Module, name: str, comp: Computation, plan)
     else:
         batch_body(const_i64(0))
     b.ret_void()
-    return KernelSpec(name, "reduce", product(plan.outer_dims), rows)
+    return KernelSpec(name, "reduce", product(plan.outer_dims), rows,
+                      sizes=tuple(sizes.values) if sizes is not None else ())
+
+
+def rows_unknown(comp: Computation, plan) -> bool:
+    """Does a column reduction reduce over an axis known only when it runs?"""
+    axes = unknown_axes(comp, plan.reduces[0].operands[0])
+    return any(a in plan.reduced for a in axes)
 
 
 def _clamp(b: ir.IRBuilder, value, lo: int, hi: int):

@@ -34,6 +34,36 @@ class KernelSpec:
     finish_name: str | None = None
     scratch_slots: int = 0     # full reductions: 8-byte partial results per chunk
     object_entry: str | None = None   # the same kernel taking array objects (see cpu.py)
+    # Sizes the kernel reads when it runs (``RunSizes``): their values at compile time, in the
+    # order of the i64 array the runtime passes after the kernel's buffers.  Only kernels of a
+    # program with unknown dimensions have any (``unknown_axes``).
+    sizes: tuple = ()
+
+
+def unknown_axes(comp: Computation, instr: Instruction) -> tuple[int, ...]:
+    """Axes of ``instr``'s shape whose size is known only when the kernel runs: a program
+    compiled for unknown dimensions marks its fused computations (``symbolic_compile.py`` sets
+    ``comp.unknown_axes``, instruction name -> axes); () in every other kernel."""
+    return getattr(comp, "unknown_axes", {}).get(instr.name, ())
+
+
+class RunSizes:
+    """Sizes a kernel reads at run time instead of compiling them in: an i64 array whose
+    pointer follows the kernel's buffers.  Why: a loop bound over an unknown dimension (a
+    column sum's row count) cannot be a constant when one kernel serves every size; a bound
+    read once per call costs nothing measurable, and the loop's vectorized body and remainder
+    handle any count."""
+
+    def __init__(self, b: ir.IRBuilder, buffers_arg, slot: int):
+        self.b, self.slot = b, slot
+        self.array = b.bitcast(b.load(b.gep(buffers_arg, [const_i64(slot)])), I64.as_pointer())
+        self.values: list[int] = []
+
+    def size(self, value: int) -> ir.Value:
+        """The run-time size whose value is ``value`` at compile time (loaded where the builder
+        is: call it in the entry block)."""
+        self.values.append(value)
+        return self.b.load(self.b.gep(self.array, [const_i64(len(self.values) - 1)]), name="size")
 
 
 def kernel_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:

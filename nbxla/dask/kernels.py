@@ -172,3 +172,58 @@ def compile_block(module: Module) -> BlockKernel:
                  + entry.root.shape.to_text(with_layout=False))
     key = hashlib.sha1(text.encode()).hexdigest()[:16]
     return BlockKernel(KernelSpec(key, text, n_out), signature, report.to_text())
+
+
+def shared_block_kernels(modules: dict) -> dict:
+    """One kernel per block geometry (geometry -> unoptimized block module): blocks whose
+    modules differ only in the extents of chunked axes -- the last, shorter chunk -- share one
+    kernel with unknown dimensions, which a worker compiles once for every block size
+    (``worker.executable``); the others keep a kernel of their own.  Why: a chunking that does
+    not divide the array gave two kernels per stage, each compiled on every worker."""
+    built: dict = {}
+    geometries = list(modules)
+    if len(geometries) > 1:
+        reference = geometries[0]
+        shared, text = [reference], None
+        for g in geometries[1:]:
+            symbolic = _generalized(modules[reference], modules[g])
+            if symbolic is None:
+                continue
+            printed = print_module(symbolic)
+            if text is None:
+                text, first = printed, symbolic
+            if printed == text:
+                shared.append(g)
+        if text is not None:
+            kernel = compile_block(modules[reference])
+            entry = first.entry
+            signature = (", ".join(p.shape.to_text(with_layout=False) for p in entry.parameters) + " -> "
+                         + entry.root.shape.to_text(with_layout=False))
+            spec = KernelSpec(hashlib.sha1(text.encode()).hexdigest()[:16], text, kernel.spec.n_outputs)
+            summary = kernel.summary + f"\n(one kernel for {len(shared)} block shapes: unknown dimensions {signature})"
+            for g in shared:
+                built[g] = BlockKernel(spec, signature, summary)
+    for g in geometries:
+        if g not in built:
+            built[g] = compile_block(modules[g])
+    return built
+
+
+def _generalized(m1: Module, m2: Module) -> Module | None:
+    """The module with unknown dimensions both blocks' modules are instances of, or None."""
+    from ..hlo.shapes import SymbolicDimensionError
+    from ..hlo.symbolic import generalize_module
+    pairs: dict[int, int] = {}
+    for p1, p2 in zip(m1.entry.parameters, m2.entry.parameters):
+        if p1.shape.is_tuple or p2.shape.is_tuple or p1.shape.rank != p2.shape.rank:
+            return None
+        for d1, d2 in zip(p1.shape.dims, p2.shape.dims):
+            if d1 != d2 and pairs.setdefault(d1, d2) != d2:
+                return None
+    if not pairs or min(pairs) < 2 or min(pairs.values()) < 2:
+        return None                 # (sizes 0 and 1 are specialised)
+    names = {d1: f"s{k}" if k else "b" for k, d1 in enumerate(sorted(pairs))}
+    try:
+        return generalize_module(clone_module(m1), clone_module(m2), names, pairs.__getitem__)
+    except (SymbolicDimensionError, KeyError):
+        return None

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import NbxlaError
 from ..frontend.trace import TracedProgram, tree_unflatten
 from .analysis import Analysis
-from .kernels import BlockKernel, KernelSpec, build_block_module, compile_block, leaf_value
+from .kernels import BlockKernel, KernelSpec, build_block_module, leaf_value, shared_block_kernels
 from .stages import Ranges, Stage, anchored, block_ranges, blocks, split_stages
 from .worker import BlockCall, Combine, StageCall, combine_spec, identity, warm
 
@@ -402,7 +402,7 @@ def _plan_stage(a: Analysis, st: Stage, name: str) -> StagePlan:
             for d, ((cs, ce), (ns, ne)) in enumerate(zip(core, r.need.get(n, core))):
                 left, right = depth.get((n, d), (0, 0))
                 depth[(n, d)] = (max(left, cs - ns), max(right, ne - ce))
-    calls, kernels, built = {}, {}, {}
+    calls, kernels, modules, placed = {}, {}, {}, []
     for idx, b, r in per_block:
         avail = {}
         for n in st.inputs:
@@ -410,9 +410,11 @@ def _plan_stage(a: Analysis, st: Stage, name: str) -> StagePlan:
             core = anchored(a, instr, b)
             avail[n] = _extend(core, [depth[(n, d)] for d in range(len(core))], instr.shape.dims)
         geometry = _geometry(a, st, r, avail)
-        if geometry not in built:
-            module = build_block_module(a, st, r, avail, name.replace("-", "_"))
-            built[geometry] = compile_block(module)
+        if geometry not in modules:
+            modules[geometry] = build_block_module(a, st, r, avail, name.replace("-", "_"))
+        placed.append((idx, r, geometry))
+    built = shared_block_kernels(modules)
+    for idx, r, geometry in placed:
         kernel = built[geometry]
         count = kernels.get(kernel.spec.key, (kernel, 0))[1]
         kernels[kernel.spec.key] = (kernel, count + 1)

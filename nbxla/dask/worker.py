@@ -20,6 +20,9 @@ from ..compiler import compile_module
 from ..hlo import Builder, Module, Shape, from_numpy_dtype, scalar_computation
 from ..hlo.parser import parse_hlo
 from ..hlo.printer import print_module
+from ..hlo.shapes import SymbolicDimensionError
+from ..hlo.symbolic import bind_module, bind_symbols, module_is_symbolic
+from ..symbolic_compile import compile_symbolic_module, run_symbolic
 from .kernels import KernelSpec
 
 _EXECUTABLES: dict[str, object] = {}
@@ -51,11 +54,50 @@ def executable(spec: KernelSpec):
             exe = _EXECUTABLES.get(spec.key)
             if exe is None:
                 start = time.perf_counter()
-                exe = compile_module(parse_hlo(spec.text, f"<{spec.key}>"), "cpu").executable
+                exe = _compiled(parse_hlo(spec.text, f"<{spec.key}>"))
                 _STATS["compile_s"] += time.perf_counter() - start
                 _STATS["compiles"] += 1
                 _EXECUTABLES[spec.key] = exe
     return exe
+
+
+def _compiled(module):
+    """An executable of a block's module; one with unknown dimensions (blocks of several sizes:
+    ``kernels.shared_block_kernels``) compiles once for every size where it can."""
+    if not module_is_symbolic(module):
+        return compile_module(module, "cpu").executable
+    try:
+        return _AnySize(module, compile_symbolic_module(module))
+    except SymbolicDimensionError:
+        return _AnySize(module, None)
+
+
+class _AnySize:
+    """Runs a block module with unknown dimensions: the symbolic program's instance for the
+    block's sizes, or (sizes 0 and 1, or a module the symbolic compile refused) a compile of
+    the concrete module per size, counted as a compile."""
+
+    def __init__(self, module, program):
+        self.module, self.program, self.per_size = module, program, {}
+
+    def run(self, inputs: list) -> list:
+        if self.program is not None:
+            try:
+                return run_symbolic(self.program, inputs)
+            except SymbolicDimensionError:
+                pass
+        values = tuple(sorted(bind_symbols(self.module, inputs).items()))
+        exe = self.per_size.get(values)
+        if exe is None:
+            with _LOCK:
+                exe = self.per_size.get(values)
+                if exe is None:
+                    start = time.perf_counter()
+                    exe = compile_module(bind_module(self.module, dict(values)), "cpu").executable
+                    _STATS["compile_s"] += time.perf_counter() - start
+                    _STATS["compiles"] += 1
+                    self.per_size[values] = exe
+        return exe.run(inputs)
 
 
 def _run(spec: KernelSpec, inputs: list) -> list[np.ndarray]:

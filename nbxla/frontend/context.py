@@ -153,7 +153,10 @@ class TraceContext:
             raise self.not_compilable(f"a constant of dtype {arr.dtype} cannot be part of a "
                                       "compiled computation", "use numeric arrays only")
         key = (arr.dtype.str, arr.shape, arr.tobytes())
-        instr = self._constants.get(key)
+        # (Not shared while probing unknown dimensions: a size equal to a literal -- a mean's
+        # count of 2 and the 2 of ``x ** 2`` -- would make one constant at that size and two at
+        # others, another program; the optimizer's CSE shares them later.)
+        instr = self._constants.get(key) if self.size_observations is None else None
         if instr is None:
             self.builder.location = self.user_location()
             instr = self.builder.op("constant", shape=Shape(from_numpy_dtype(arr.dtype), arr.shape),

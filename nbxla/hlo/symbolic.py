@@ -184,8 +184,8 @@ def bind_symbols(module: Module, args) -> dict[str, int]:
     values: dict[str, int] = {}
     for param in module.entry.parameters:
         arg = args[param.parameter_number]
-        if param.shape.is_tuple:
-            continue
+        if param.shape.is_tuple or not is_symbolic(param.shape):
+            continue                # (only the parameters that carry a symbol are read)
         dims = np.shape(arg)
         if len(dims) != param.shape.rank:
             raise HloShapeError(f"parameter %{param.name} is {param.shape} but its argument has shape {dims}")

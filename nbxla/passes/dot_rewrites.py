@@ -45,12 +45,41 @@ class DotRewrites(Pass):
             users = comp.users()
             for instr in list(comp.instructions):
                 if instr.opcode == "dot":
+                    changed |= _fold_transposes(instr, users)
                     changed |= _unbatch(instr)
                     changed |= _drop_unit_free_dims(comp, instr, users)
                     changed |= _scale_after(comp, instr, users)
                     changed |= _inner_product(module, comp, instr)
         rename_new_instructions(module, before)
         return changed
+
+
+def _fold_transposes(dot: Instruction, users) -> bool:
+    """``dot(transpose(x), y)`` -> ``dot(x, y)`` contracting ``x``'s own dims (``x.T @ g``, a
+    weight gradient), when the free dims keep their order and there are no batch dims: BLAS
+    reads a transposed operand in place (NumPy passes the transpose flag), where the
+    transpose was a kernel writing a copy -- and one whose loops bake in the sizes, so a
+    program with an unknown batch could not use it (XLA's TransposeFolding does the same)."""
+    if dot.attrs.get("lhs_batch_dims") or dot.attrs.get("rhs_batch_dims"):
+        return False
+    changed = False
+    for k, side in ((0, "lhs"), (1, "rhs")):
+        t = dot.operands[k]
+        if t.opcode != "transpose" or t.shape.layout is not None or t.operands[0].shape.layout is not None:
+            continue
+        perm = tuple(t.attrs["dimensions"])          # (result dim d is operand dim perm[d])
+        free = [perm[d] for d in _free_dims(dot, k)]
+        if free != sorted(free):
+            continue
+        x = t.operands[0]
+        attrs = dict(dot.attrs)
+        attrs[f"{side}_contracting_dims"] = tuple(perm[d] for d in attrs.get(f"{side}_contracting_dims", ()))
+        dot.attrs = attrs
+        dot.operands = [x if j == k else o for j, o in enumerate(dot.operands)]
+        users.setdefault(x, []).append(dot)
+        users[t] = [u for u in users[t] if u is not dot]
+        changed = True
+    return changed
 
 
 def _scalar_factor(x: Instruction):

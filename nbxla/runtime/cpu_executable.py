@@ -113,14 +113,16 @@ class CpuExecutable:
     backend = "cpu (LLVM)"
 
     def __init__(self, module: Module, plan=None, compile_loops: bool | None = None,
-                 kernels: CompiledKernels | None = None, symbols: dict[str, str] | None = None):
+                 kernels: CompiledKernels | None = None, symbols: dict[str, str] | None = None,
+                 emitted=None):
         """``compile_loops=False`` keeps every loop host-driven (the profiler's twin, which
         times a native loop's kernels one by one); None follows ``NBXLA_NATIVE_LOOPS``.
 
         ``kernels``: machine code compiled earlier for this module's kernels (an instance of
         a program with unknown dimensions at one size: see ``nbxla/symbolic_compile.py``);
         its specs give this module's extents, ``symbols`` the kernel symbol of each fusion and
-        kernel op by instruction name.  Native loops are not made then."""
+        kernel op by instruction name.  Native loops are not made then.  ``emitted``: the
+        kernels' IR as ``kernel_llvm_ir`` gave it for this module (not emitted again)."""
         self.module = module
         # Fusions that took the convolution they consume (computed in one kernel with it),
         # and whether each needs an output of its own (not its place in the arena).
@@ -148,11 +150,12 @@ class CpuExecutable:
             distinct, compiled = kernel_computations(module, frozenset(self._native))
         key = None
         if store is not None:
-            names = ",".join(symbol for symbol, _ in compiled)
+            names = ",".join(symbol for symbol, _ in compiled) + \
+                repr([getattr(comp, "unknown_axes", None) for _, comp in distinct])
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
                                   print_module(module, KEY_TEXT)).encode()).hexdigest()
         self.kernels: CompiledKernels = kernels if kernels is not None else \
-            compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET)
+            compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET, emitted)
         # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name
         # (identical kernels, the steps of a time loop, share one symbol).
         self.kernel_symbols = {i.name: symbol for symbol, i in compiled}
@@ -247,7 +250,7 @@ class CpuExecutable:
                                       spec.parallel_extent, spec.scratch_slots, spec.work_per_unit,
                                       self.kernels.addresses.get(spec.object_entry))
         return KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
-                           spec.work_per_unit, self.kernels.addresses.get(spec.object_entry))
+                           spec.work_per_unit, self.kernels.addresses.get(spec.object_entry), spec.sizes)
 
     def _constant_thunk(self, instr: Instruction, nested, literals: list) -> Callable:
         lit = _contiguous(instr.literal)
@@ -395,7 +398,7 @@ class CpuExecutable:
             return None
         number = dict(entry.params)
         order = [number[k] for k in operands]
-        fn, makers, extent = thunk.object_fn, thunk.makers, thunk.extent
+        fn, makers, extent, sizes = thunk.object_fn, thunk.makers, thunk.extent, getattr(thunk, "sizes", ())
         scalar = not thunk.outputs[pick or 0][0]
         # Arrays with these exact strides are C-contiguous (checking them is cheaper than
         # reading ``flags``); others, or other types, take the general runner.
@@ -406,7 +409,7 @@ class CpuExecutable:
             value = general(inputs)[0]
             return value[()] if scalar else value
 
-        run_single = single_kernel_runner(fn, makers, extent, order, strides, pick or 0, scalar, fallback)
+        run_single = single_kernel_runner(fn, makers, extent, order, strides, pick or 0, scalar, fallback, sizes)
         run_single.executable = self
         return run_single
 
@@ -540,9 +543,10 @@ def kernel_computations(module: Module, native=frozenset()):
     return _share_identical_kernels(_kernel_symbols(program_computations(module, native)))
 
 
-def kernel_llvm_ir(module: Module) -> tuple[str, dict]:
-    """The LLVM IR (before optimization) and the specs of the module's kernels, without
-    compiling them: what a second probe of a program with unknown dimensions is compared by."""
+def kernel_llvm_ir(module: Module):
+    """The LLVM IR (before optimization), specs and refusals of the module's kernels
+    (``EmittedKernels``), without compiling them: what a second probe of a program with
+    unknown dimensions is compared by."""
     distinct, _ = kernel_computations(module)
     return emit_llvm_ir(module.name, distinct, ARRAY_DATA_OFFSET)
 
@@ -585,7 +589,8 @@ def _share_identical_kernels(compiled: list[tuple[str, Instruction]]):
     distinct, shared = [], []
     for symbol, instr in compiled:
         comp = _kernel_computation(instr)
-        key = instr.opcode + "\n" + structure_key(comp)
+        # (with the axes known only at run time, which change the code: symbolic_compile.py)
+        key = instr.opcode + "\n" + structure_key(comp) + repr(getattr(comp, "unknown_axes", ""))
         if key not in first:
             first[key] = symbol
             distinct.append((symbol, comp))

@@ -8,6 +8,7 @@ import ctypes
 import itertools
 import os
 import sys
+import weakref
 from types import SimpleNamespace
 from concurrent.futures import ThreadPoolExecutor
 
@@ -129,8 +130,21 @@ def element_cost(instr: Instruction) -> int:
     of 40K elements worth splitting (an equation of state ran on one of two idle cores)."""
     if instr.opcode != "fusion":
         return 1
+    comp = instr.attrs["calls"]
+    cost = _element_costs.get(comp)
+    if cost is None:
+        # (kept per computation: every size of a program with unknown dimensions makes its
+        # thunks again over the same fused computations -- half a millisecond per size)
+        cost = _element_costs[comp] = _fusion_cost(comp)
+    return cost
+
+
+_element_costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _fusion_cost(comp) -> int:
     cost = 0
-    for i in instr.attrs["calls"].instructions:
+    for i in comp.instructions:
         if i.opcode in TRANSCENDENTAL:
             cost += TRANSCENDENTAL_COST
         elif i.opcode in EXPENSIVE:
@@ -149,18 +163,21 @@ class KernelThunk:
     """Calls one compiled kernel on its operand arrays, writing fresh output arrays."""
 
     def __init__(self, instr: Instruction, address: int, extent: int, work_per_unit: int,
-                 object_entry: int | None = None):
+                 object_entry: int | None = None, sizes: tuple = ()):
+        """``sizes``: the values of the sizes the kernel reads when it runs (``RunSizes`` in
+        codegen/toolkit.py), passed as an i64 array after the output buffers."""
         self.fn = _KERNEL_TYPE(address)
         self.outputs = _output_shapes(instr)
         self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.outputs]
-        self.pointer_array = ctypes.c_void_p * (len(instr.operands) + len(self.outputs))
+        self.sizes = (np.array(sizes, np.int64),) if sizes else ()
+        self.pointer_array = ctypes.c_void_p * (len(instr.operands) + len(self.outputs) + len(self.sizes))
         self.extent = extent
         self.parallel = extent >= 2 and extent * work_per_unit * element_cost(instr) >= PARALLEL_THRESHOLD
         self.tuple_result = instr.shape.is_tuple
         # Small kernels are called with the arrays themselves (the cheapest dispatch).
         self.object_fn = None
         if object_entry is not None and not self.parallel and ARRAY_DATA_OFFSET is not None:
-            prototype = object_entry_type(len(instr.operands) + len(self.outputs))
+            prototype = object_entry_type(len(instr.operands) + len(self.outputs) + len(self.sizes))
             self.object_fn = prototype(object_entry) if prototype is not None else None
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
@@ -171,10 +188,11 @@ class KernelThunk:
                 if type(a) is not np.ndarray:    # only exact ndarrays have the known layout
                     break
             else:
-                self.object_fn(*operands, *outs, 0, self.extent)
+                self.object_fn(*operands, *outs, *self.sizes, 0, self.extent)
                 return tuple(outs) if self.tuple_result else outs[0]
         # A pointer array per call: executables may run on several threads at once.
-        ptrs = self.pointer_array(*[data_pointer(a) for a in operands], *[data_pointer(a) for a in outs])
+        ptrs = self.pointer_array(*[data_pointer(a) for a in operands], *[data_pointer(a) for a in outs],
+                                  *[data_pointer(a) for a in self.sizes])
         if self.parallel:
             run_split(self.fn, ptrs, self.extent)
         else:

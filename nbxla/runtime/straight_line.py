@@ -14,6 +14,8 @@ the alias check on results.
 
 from __future__ import annotations
 
+import functools
+
 from typing import Callable
 
 import numpy as np
@@ -55,7 +57,8 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             vec_mat, mat_vec = (n, later) if steps[n][0].how.startswith("GEMV (vector") else (later, n)
             (r, a), s_out = steps[vec_mat][1], steps[vec_mat][2]
             (_, p), q_out = steps[mat_vec][1], steps[mat_vec][2]
-            rows, cols = ops[mat_vec].operands[0].shape.dims
+            env[f"rows{n}"], env[f"cols{n}"] = ops[mat_vec].operands[0].shape.dims
+            rows, cols = f"rows{n}", f"cols{n}"
             env[f"make{vec_mat}"], env[f"make{mat_vec}"] = steps[vec_mat][0].make, steps[mat_vec][0].make
             lines += [f"    v{s_out} = make{vec_mat}()", f"    v{q_out} = make{mat_vec}()"]
             if kind == "dual":
@@ -75,8 +78,14 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             # (Every value here is an exact C-contiguous ndarray: parameters were made so
             # above, kernels, BLAS calls, constants and views give such arrays.)
             env[f"kernel{n}"], env[f"make{n}"] = thunk.object_fn, thunk.makers[0]
+            sizes = ""
+            if thunk.sizes:                 # (the sizes a kernel reads at run time, last)
+                env[f"sizes{n}"], sizes = thunk.sizes[0], f", sizes{n}"
+            # (the extent a name, not a literal: the instances of a program with unknown
+            # dimensions then write the same text, compiled once: ``_code``)
+            env[f"extent{n}"] = thunk.extent
             lines += [f"    v{out} = make{n}()",
-                      f"    kernel{n}({args}{', ' if args else ''}v{out}, 0, {thunk.extent})"]
+                      f"    kernel{n}({args}{', ' if args else ''}v{out}{sizes}, 0, extent{n})"]
         else:
             env[f"thunk{n}"] = thunk
             lines.append(f"    v{out} = thunk{n}([{args}])")
@@ -134,9 +143,16 @@ def _shared_matrix_pairs(ops: list, steps: list, params: list) -> dict:
     return pairs
 
 
+@functools.lru_cache(maxsize=256)
+def _code(source: str):
+    """Compiled once per text: the instances of a program with unknown dimensions (one per
+    size) write the same text, only their thunks differ (``env``)."""
+    return compile(source, "<nbxla straight-line entry>", "exec")
+
+
 def _define(source: str, env: dict, paired: set) -> Callable:
     namespace = dict(env)
-    exec(compile(source, "<nbxla straight-line entry>", "exec"), namespace)
+    exec(_code(source), namespace)
     run = namespace["run"]
     run.source = source                     # (for reading what runs; tests look at it too)
     run.paired = paired                     # dots run as one pass with a partner, by name

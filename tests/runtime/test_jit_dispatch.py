@@ -328,5 +328,5 @@ def test_single_kernel_runner_source_checks_every_operand():
     x, y = np.arange(6.0), np.ones(6)
     f(x, y), f(x, y)
     run = f.last_compilation.executable.run_single
-    assert "a1.strides != (8,)" in run.source and "a0.strides != (8,)" in run.source
+    assert "a1.strides != st1" in run.source and "a0.strides != st0" in run.source
     np.testing.assert_array_equal(f(x, np.ones(12)[::2]), x * 2 + 1)     # strided: the fallback
