@@ -153,6 +153,9 @@ class ElementalEmitter:
 
     # True when indices are flat element numbers (the linear fast path), not per-dimension.
     flat_index = False
+    # ids of sin/cos/tan instructions whose arguments the kernel checked are below
+    # transcendentals.BOUNDED_TRIG_LIMIT: emitted with the cheap reduction (trig_guard.py).
+    bounded_trig: frozenset = frozenset()
 
     def __init__(self, builder: ir.IRBuilder, comp: Computation,
                  load: Callable[[int, list], ir.Value], reduced: dict[int, ir.Value] | None = None):
@@ -623,10 +626,10 @@ class ElementalEmitter:
         return self._unary_float(instr, index, "llvm.sqrt")
 
     def _sine(self, instr, index):
-        return transcendentals.emit_sin(self.b, self._operand(instr, 0, index))
+        return transcendentals.emit_sin(self.b, self._operand(instr, 0, index), id(instr) in self.bounded_trig)
 
     def _cosine(self, instr, index):
-        return transcendentals.emit_cos(self.b, self._operand(instr, 0, index))
+        return transcendentals.emit_cos(self.b, self._operand(instr, 0, index), id(instr) in self.bounded_trig)
 
     def _floor(self, instr, index):
         return self._unary_float(instr, index, "llvm.floor")
@@ -657,7 +660,7 @@ class ElementalEmitter:
         return self._libm("cbrt", llvm_type(self._t(instr)), [self._operand(instr, 0, index)])
 
     def _tan(self, instr, index):
-        return transcendentals.emit_tan(self.b, self._operand(instr, 0, index))
+        return transcendentals.emit_tan(self.b, self._operand(instr, 0, index), id(instr) in self.bounded_trig)
 
     def _erf(self, instr, index):
         return transcendentals.emit_erf(self.b, self._operand(instr, 0, index))

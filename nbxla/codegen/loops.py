@@ -23,6 +23,7 @@ from llvmlite import ir
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from .elemental import I64, ElementalEmitter, const_i64, delinearize, linear_index
+from .trig_guard import emit_versioned_loop, versioned_trig
 from .toolkit import (counted_loop, is_linear, kernel_function, kernel_outputs, KernelBuffers, KernelSpec,
                       LinearEmitter, load_at, nest, product)
 
@@ -40,18 +41,29 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
     if is_linear(comp.instructions, dims):
         def load(k, index):
             return bufs.load(b, k, index[0] if index and params[k].shape.rank else const_i64(0))
-        em = LinearEmitter(b, comp, load)
 
-        def body(i):
-            em.reset_memo()
-            for k, out in enumerate(outputs):
-                bufs.store(b, len(params) + k, i, em.value(out, [i]))
-        counted_loop(b, begin, end, "i", body)
+        def make_body(bounded=frozenset()):
+            em = LinearEmitter(b, comp, load)
+            em.bounded_trig = bounded
+
+            def body(i):
+                em.reset_memo()
+                for k, out in enumerate(outputs):
+                    bufs.store(b, len(params) + k, i, em.value(out, [i]))
+            return body
+        trig = versioned_trig(comp)         # (sin/cos: the cheap reduction where it may)
+        if trig:
+            emit_versioned_loop(b, begin, end, trig, lambda: LinearEmitter(b, comp, load), make_body)
+        else:
+            counted_loop(b, begin, end, "i", make_body())
         b.ret_void()
         return KernelSpec(name, "linear", product(dims), 1)
 
-    em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, k, params[k].shape.dims, index))
+    def load_row(k, index):
+        return load_at(b, bufs, k, params[k].shape.dims, index)
+    em = ElementalEmitter(b, comp, load_row)
     rows, last = dims[:-1], dims[-1:]
+    trig = versioned_trig(comp) if last else []
 
     def row_body(r):
         outer = delinearize(b, r, rows)
@@ -62,12 +74,24 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
             _updated_row(b, em, bufs, len(params), outputs[0], outer, _window(outputs[0]))
             return
 
-        def inner(idx):
-            em.reset_memo()
-            full = outer + idx
-            for k, out in enumerate(outputs):
-                bufs.store(b, len(params) + k, linear_index(b, full, dims), em.value(out, full))
-        nest(b, last, "j", inner)
+        def make_inner(bounded=frozenset(), row_em=em):
+            if bounded:
+                row_em = ElementalEmitter(b, comp, load_row)
+                row_em.bounded_trig = bounded
+
+            def inner(idx):
+                row_em.reset_memo()
+                full = outer + idx
+                for k, out in enumerate(outputs):
+                    bufs.store(b, len(params) + k, linear_index(b, full, dims), row_em.value(out, full))
+            return inner
+        if trig:                            # (sin/cos: the cheap reduction where it may)
+            emit_versioned_loop(b, const_i64(0), const_i64(last[0]), trig,
+                                lambda: ElementalEmitter(b, comp, load_row),
+                                lambda bounded: (lambda j, f=make_inner(bounded): f([j])),
+                                index=lambda j: outer + [j])
+        else:
+            nest(b, last, "j", make_inner())
     counted_loop(b, begin, end, "row", row_body)
     b.ret_void()
     return KernelSpec(name, "rows", product(rows), product(last))

@@ -784,18 +784,104 @@ def _ph_f32(m: _M, x32):
 _PIO4 = 0.7853981633974483
 
 
-def _trig(*outputs):
+# ---- Cody-Waite reduction below a bound (kernels that checked their arguments) ---------------
+#
+# Payne-Hanek costs ~100 vector instructions and three gathers per value; for |x| below
+# BOUNDED_TRIG_LIMIT (glibc's and fdlibm's "medium" range) a Cody-Waite reduction with pi/2 as
+# a sum of three doubles costs ~25 flops.  A branch-free kernel would pay for both, so the
+# bounded form is only emitted where the kernel has checked, a block of elements at a time,
+# that every argument of the block is below the limit (codegen/trig_guard.py); blocks with a
+# larger argument (or inf/NaN) run the full form.
+BOUNDED_TRIG_LIMIT = 2.0 ** 20
+
+
+def _pio2_parts() -> tuple[float, float, float]:
+    """pi/2 = P1 + P2 + P3 (+ ~2**-160), each the double nearest to what is left."""
+    from fractions import Fraction
+    prec = 256
+    one = 1 << prec
+
+    def atan_inv(k):
+        total, term, n, sign = 0, one // k, 1, 1
+        while term:
+            total += sign * (term // n)
+            term //= k * k
+            n += 2
+            sign = -sign
+        return total
+    rest = Fraction(16 * atan_inv(5) - 4 * atan_inv(239), 2 << prec)
+    parts = []
+    for _ in range(3):
+        parts.append(float(rest))
+        rest -= Fraction(parts[-1])
+    return tuple(parts)
+
+
+_PIO2_PARTS = _pio2_parts()
+_TWO_OVER_PI = 0.6366197723675814
+_TOINT = 1.5 * 2.0 ** 52            # (t + _TOINT) - _TOINT rounds t to an integer (|t| < 2**51)
+
+
+def _two_sum(m: _M, a, c):
+    """(s, e) with s + e == a + c exactly (Knuth's TwoSum, any magnitudes)."""
+    s = m.add(a, c)
+    cc = m.sub(s, a)
+    return s, m.add(m.sub(a, m.sub(s, cc)), m.sub(c, cc))
+
+
+def _cw_quadrant(m: _M, x):
+    """(q as a double, q mod 4 as an integer) for q = rint(x * 2/pi), |x| < 2**51: one
+    fma rounds the product straight to an integer (no scalarized float-to-i64 conversion)."""
+    t = m.fma(x, m.c(_TWO_OVER_PI), m.c(_TOINT))
+    return m.sub(t, m.c(_TOINT)), m.b.and_(m.bits(t), m.ci(3))
+
+
+def _cw_f64(m: _M, x):
+    """(q, r_hi, r_lo) for a double |x| < BOUNDED_TRIG_LIMIT.  x - q*P1 is exact (q*P1 as an
+    exact product ph + pl; x and ph within a factor 2: Sterbenz), q*P2 is an exact product
+    too, and the sums are error-free (TwoSum): r is known to ~2**-130 absolute, far below the
+    closest double to a multiple of pi/2 (~2**-61), so it is accurate to the last bit."""
+    qf, q = _cw_quadrant(m, x)
+    p1, p2, p3 = (m.c(v) for v in _PIO2_PARTS)
+    ph = m.mul(qf, p1)
+    pl = m.fma(qf, p1, m.neg(ph))
+    a = m.sub(x, ph)
+    qh = m.mul(qf, p2)
+    ql = m.fma(qf, p2, m.neg(qh))
+    s1, e1 = _two_sum(m, a, m.neg(qh))
+    s2, e2 = _two_sum(m, s1, m.neg(pl))
+    lo = m.sub(m.sub(m.add(e1, e2), ql), m.mul(qf, p3))
+    r = m.add(s2, lo)
+    return q, r, m.sub(lo, m.sub(r, s2))
+
+
+def _cw_f32(m: _M, xd):
+    """(q, r, 0) for a float |x| < BOUNDED_TRIG_LIMIT computed in double: two fmas with pi/2
+    as two doubles; r is accurate to ~2**-50 relative even ~2**-30 from a multiple of pi/2
+    (the closest any float comes), far below the float rounding."""
+    qf, q = _cw_quadrant(m, xd)
+    p1, p2, _ = _PIO2_PARTS
+    nq = m.neg(qf)
+    r = m.fma(nq, m.c(p2), m.fma(nq, m.c(p1), xd))
+    return q, r, m.c(0.0)
+
+
+def _trig(*outputs, bounded: bool = False):
     """f32 and f64 implementations of the functions ``outputs`` ((from_quadrant,
-    tiny_identity) pairs) sharing one argument reduction; one value, or a tuple for several."""
+    tiny_identity) pairs) sharing one argument reduction; one value, or a tuple for several.
+    ``bounded``: only for |x| < BOUNDED_TRIG_LIMIT (Cody-Waite; see above)."""
     def finish(values):
         return values[0] if len(values) == 1 else tuple(values)
 
     def f64(m: _M, x):
-        q, r, rlo = _ph_f64(m, x)
-        small = m.lt(m.abs(x), m.c(_PIO4))                      # |x| < pi/4: no reduction
-        q = m.b.select(small, m.ci(0), q)
-        r = m.sel(small, x, r)
-        rlo = m.sel(small, m.c(0.0), rlo)
+        if bounded:
+            q, r, rlo = _cw_f64(m, x)                   # (q = 0, r = x for |x| < pi/4)
+        else:
+            q, r, rlo = _ph_f64(m, x)
+            small = m.lt(m.abs(x), m.c(_PIO4))                  # |x| < pi/4: no reduction
+            q = m.b.select(small, m.ci(0), q)
+            r = m.sel(small, x, r)
+            rlo = m.sel(small, m.c(0.0), rlo)
         s, c = _sincos_poly(m, r, rlo, 64)
         values = []
         for which, tiny_identity in outputs:
@@ -809,10 +895,13 @@ def _trig(*outputs):
         b = m32.b
         xd = _widen(b, x, 64)
         m = _M(b, xd.type)
-        q, r, rlo = _ph_f32(m, x)
-        small = m.lt(m.abs(xd), m.c(_PIO4))                     # |x| < pi/4: no reduction
-        q = b.select(small, m.ci(0), q)
-        r = m.sel(small, xd, m.add(r, m.sub(xd, xd)))     # +-inf, NaN -> NaN
+        if bounded:
+            q, r, rlo = _cw_f32(m, xd)
+        else:
+            q, r, rlo = _ph_f32(m, x)
+            small = m.lt(m.abs(xd), m.c(_PIO4))                 # |x| < pi/4: no reduction
+            q = b.select(small, m.ci(0), q)
+            r = m.sel(small, xd, m.add(r, m.sub(xd, xd)))     # +-inf, NaN -> NaN
         s, c = _sincos_poly(m, r, rlo, "f32d")
         values = []
         for which, tiny_identity in outputs:
@@ -828,18 +917,21 @@ _SIN = _trig((_sin_from, True))
 _COS = _trig((_cos_from, False))
 _TAN = _trig((_tan_from, True))
 _SINCOS = _trig((_sin_from, True), (_cos_from, False))
+_BOUNDED = {"sin": _trig((_sin_from, True), bounded=True), "cos": _trig((_cos_from, False), bounded=True),
+            "tan": _trig((_tan_from, True), bounded=True)}
 
 
-def emit_sin(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    return _dispatch(b, x, *_SIN)
+def emit_sin(b: ir.IRBuilder, x: ir.Value, bounded: bool = False) -> ir.Value:
+    """sin x; ``bounded``: valid only for |x| < BOUNDED_TRIG_LIMIT (the caller checked)."""
+    return _dispatch(b, x, *(_BOUNDED["sin"] if bounded else _SIN))
 
 
-def emit_cos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    return _dispatch(b, x, *_COS)
+def emit_cos(b: ir.IRBuilder, x: ir.Value, bounded: bool = False) -> ir.Value:
+    return _dispatch(b, x, *(_BOUNDED["cos"] if bounded else _COS))
 
 
-def emit_tan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    return _dispatch(b, x, *_TAN)
+def emit_tan(b: ir.IRBuilder, x: ir.Value, bounded: bool = False) -> ir.Value:
+    return _dispatch(b, x, *(_BOUNDED["tan"] if bounded else _TAN))
 
 
 def emit_sincos(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:

@@ -11,7 +11,7 @@ import os
 import threading
 import time
 import weakref
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
@@ -134,12 +134,21 @@ class CompilationCache:
     def _count_pending(self) -> None:
         """(Under the lock.)  Apply the queued hits to the statistics and the LRU order."""
         pending = self._pending
-        when = time.time() if pending else 0.0
-        while pending:
-            entry = pending.popleft()               # (only ever called under the lock)
-            entry.hits += 1
+        if not pending:
+            return
+        when = time.time()
+        # Counted per entry, not per hit: thousands of queued hits are mostly one or two hot
+        # entries (per hit, the LRU bookkeeping cost ~0.5 us of every fast-path call).
+        take = pending.popleft                      # (only ever called under the lock;
+        items = [take() for _ in range(len(pending))]   # hits queued meanwhile stay queued)
+        counts = Counter(map(id, items))
+        entries = {id(e): e for e in items}
+        # most recent last in the LRU order: by each entry's last hit
+        for key in reversed(dict.fromkeys(map(id, reversed(items)))):
+            entry, n = entries[key], counts[key]
+            entry.hits += n
             entry.last_use = max(entry.last_use, when)
-            self._hits += 1
+            self._hits += n
             if entry.key in self._entries:          # CacheKey hashes are precomputed: cheap
                 self._entries.move_to_end(entry.key)
 

@@ -51,7 +51,7 @@ from ..hlo.evaluator_data import pad_array
 from ..hlo.ir import Instruction
 from ..codegen.patch_gemm import WIDEST_ROW_BYTES
 from . import small_gemm
-from .conv_gemm import gemm, run_on_one_blas_thread, wide_gemm_refusal
+from .conv_gemm import gemm, run_on_one_blas_thread
 
 # Largest patch block (bytes): about a quarter of a core's L2, so that the patches, the
 # kernel panel BLAS packs and the result block stay in it together.

@@ -58,12 +58,12 @@ class PooledBlock:
 
     __slots__ = ("raw", "size", "__array_interface__")
 
-    def __init__(self, raw: np.ndarray, size: int, dims: tuple, dtype: np.dtype):
+    def __init__(self, raw: tuple, size: int, dims: tuple, typestr: str):
+        # (``raw``: the block and its aligned address, found once when it was allocated:
+        # reading an array's address costs 1-2 us, a third of a small program's call)
         self.raw, self.size = raw, size
-        address = raw.ctypes.data
-        address += -address % ALIGNMENT
-        self.__array_interface__ = {"shape": tuple(dims), "typestr": dtype.str,
-                                    "data": (address, False), "version": 3}
+        self.__array_interface__ = {"shape": dims, "typestr": typestr,
+                                    "data": (raw[1], False), "version": 3}
 
     def __del__(self):
         if _free_bytes[0] + self.size > MAX_FREE_BYTES:
@@ -79,9 +79,10 @@ def allocator(dims, dtype) -> Callable[[], np.ndarray]:
     the same outputs on every call: plain ``np.empty`` for small ones (dispatch overhead
     matters there), the pool for large ones."""
     dims, dtype = _shape(dims), np.dtype(dtype)
-    if math.prod(dims) * dtype.itemsize < MIN_POOLED_BYTES:
+    nbytes = math.prod(dims) * dtype.itemsize
+    if nbytes < MIN_POOLED_BYTES:
         return partial(np.empty, dims, dtype)
-    return partial(empty, dims, dtype)
+    return partial(_pooled, dims, dtype, dtype.str, -(-nbytes // 4096) * 4096)
 
 
 def _shape(dims) -> tuple:
@@ -94,7 +95,10 @@ def empty(dims, dtype) -> np.ndarray:
     nbytes = math.prod(dims) * dtype.itemsize
     if nbytes < MIN_POOLED_BYTES:
         return np.empty(dims, dtype)
-    size = -(-nbytes // 4096) * 4096                   # pages: near sizes share a free list
+    return _pooled(dims, dtype, dtype.str, -(-nbytes // 4096) * 4096)   # (pages: near sizes share a list)
+
+
+def _pooled(dims: tuple, dtype: np.dtype, typestr: str, size: int) -> np.ndarray:
     raw = None
     blocks = _free.get(size)
     if blocks:
@@ -104,8 +108,10 @@ def empty(dims, dtype) -> np.ndarray:
         except IndexError:                             # another thread took the last one
             raw = None
     if raw is None:
-        raw = np.empty(size + ALIGNMENT, np.uint8)
-    arr = np.asarray(PooledBlock(raw, size, dims, dtype))
+        block = np.empty(size + ALIGNMENT, np.uint8)
+        address = block.ctypes.data
+        raw = (block, address + -address % ALIGNMENT)
+    arr = np.asarray(PooledBlock(raw, size, dims, typestr))
     # (an array interface's typestr cannot name ml_dtypes' bf16 / f8: it comes back as raw |V2)
     return arr if arr.dtype == dtype else arr.view(dtype)
 

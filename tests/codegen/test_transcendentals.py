@@ -31,6 +31,9 @@ _UNARY = {
 _BINARY = {"pow": T.emit_pow, "atan2": T.emit_atan2}
 # the two outputs of emit_sincos, as kernels of their own
 _SINCOS = {"sincos_sin": 0, "sincos_cos": 1}
+# the Cody-Waite forms, valid below T.BOUNDED_TRIG_LIMIT (kernels check their arguments)
+_BOUNDED_TRIG = {f"{name}_bounded": (lambda b, x, f=emit: f(b, x, bounded=True))
+                 for name, emit in (("sin", T.emit_sin), ("cos", T.emit_cos), ("tan", T.emit_tan))}
 _LLVM = {np.float32: ir.FloatType(), np.float64: ir.DoubleType(), np.float16: ir.HalfType()}
 _kernels: dict = {}
 
@@ -46,7 +49,7 @@ def _compile(dtype):
     mod = ir.Module("transcendentals_test")
     mod.triple = llvm.get_process_triple()
     i64 = ir.IntType(64)
-    names = list(_UNARY) + list(_BINARY) + list(_SINCOS)
+    names = list(_UNARY) + list(_BINARY) + list(_SINCOS) + list(_BOUNDED_TRIG)
     for name in names:
         nargs = 2 if name in _BINARY else 1
         fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ty.as_pointer()] * (nargs + 1) + [i64]),
@@ -65,6 +68,8 @@ def _compile(dtype):
             r = _BINARY[name](b, *args)
         elif name in _SINCOS:
             r = T.emit_sincos(b, *args)[_SINCOS[name]]
+        elif name in _BOUNDED_TRIG:
+            r = _BOUNDED_TRIG[name](b, *args)
         else:
             r = _UNARY[name][0](b, *args)
         b.store(r, b.gep(fn.args[nargs], [i]))
@@ -370,6 +375,83 @@ def test_trig_huge_arguments_match_numpy(dtype):
         assert np.isnan(run(name, specials)).all(), name
 
 
+def _below_trig_limit(dtype, seed=7):
+    """Arguments below the Cody-Waite limit: every binade up to it, uniform ones, and the
+    neighbours of multiples of pi/2 up to the limit (the cancellation cases)."""
+    rng = np.random.default_rng(seed)
+    limit = T.BOUNDED_TRIG_LIMIT
+    top = np.log2(limit)
+    spread = np.exp2(rng.uniform(-60 if dtype == np.float64 else -30, top, 100_000)) * rng.choice([-1, 1], 100_000)
+    uniform = rng.uniform(-limit, limit, 50_000)
+    k = np.concatenate([np.arange(1, 100_000), rng.integers(100_000, int(limit * 2 / np.pi), 100_000)])
+    near = (np.longdouble(k) * np.longdouble(np.pi) / 2).astype(dtype)
+    near = np.concatenate([near, np.nextafter(near, dtype(np.inf)), np.nextafter(near, dtype(-np.inf)), -near])
+    x = np.concatenate([spread.astype(dtype), uniform.astype(dtype), near, np.array([0.0, -0.0], dtype)])
+    return x[np.abs(x) < limit]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bounded_trig_accuracy_below_the_limit(dtype):
+    """The Cody-Waite forms are as accurate as the Payne-Hanek ones everywhere below the limit,
+    the arguments nearest to multiples of pi/2 included, and agree with them closely."""
+    x = _below_trig_limit(dtype)
+    assert np.abs(x).max() > T.BOUNDED_TRIG_LIMIT / 2
+    for name in ("sin", "cos", "tan"):
+        got = run(f"{name}_bounded", x)
+        err = ulp_error(got, reference(name, x))
+        bound = 1 if dtype == np.float32 else (2 if name != "tan" else 3)
+        assert err.max() <= bound, (name, x[err.argmax()], err.max())
+        full = run(name, x)
+        assert ulp_error(got, full.astype(np.float64 if dtype == np.float32 else np.longdouble)).max() <= 2
+    assert np.signbit(run("sin_bounded", np.array([-0.0], dtype)))[0]       # sin(-0) = -0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_jit_trig_on_both_sides_of_the_limit(dtype):
+    """A kernel versions its loop by blocks on whether every sin/cos argument is below the
+    limit: blocks wholly below, blocks with one argument above (or inf/NaN) and the last
+    partial block all give what the full reduction gives (NumPy's values within 2 ulp)."""
+    import nbxla
+    from nbxla.codegen.trig_guard import BLOCK
+    f = nbxla.jit(lambda a, c: np.sin(a - c) * np.cos(c / 2) + np.sin(c))
+    rng = np.random.default_rng(11)
+    n = 7 * BLOCK + 37
+    a = rng.uniform(-4, 4, n).astype(dtype)
+    c = rng.uniform(-4, 4, n).astype(dtype)
+    limit = T.BOUNDED_TRIG_LIMIT
+    a[BLOCK + 5] = dtype(limit)                     # block 1: just at the limit
+    c[3 * BLOCK + 100] = dtype(limit * 3.5)         # block 3: far above
+    a[4 * BLOCK] = dtype(np.nextafter(dtype(limit), dtype(0)))   # block 4: just below, bounded
+    c[5 * BLOCK + 1], a[6 * BLOCK + 2] = np.inf, np.nan            # blocks 5, 6
+    c[n - 3] = dtype(-1e30 if dtype == np.float64 else -1e30)     # the partial last block
+    got = f(a, c)
+    with np.errstate(invalid="ignore"):
+        want = f.fn(a, c)                           # NumPy's own formula
+    finite = np.isfinite(want)
+    assert (~finite).sum() == 2 and np.isnan(got[~finite]).all()
+    # (each sin/cos within 2 ulp, then a product and a sum: a few ulps of the result)
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(got[finite], want[finite], rtol=8 * eps, atol=8 * eps)
+    assert "check" in f.last_compilation.stage("llvm_ir")      # (the versioned loop)
+
+
+def test_trig_with_costly_arguments_is_not_versioned():
+    """The check recomputes the arguments: a sin of an exp (or of a division) keeps one loop
+    with the full reduction."""
+    from nbxla.codegen.trig_guard import versioned_trig
+    from nbxla.hlo.builder import Builder
+    from nbxla.hlo.shapes import Shape
+    b = Builder("k")
+    x = b.parameter(Shape("f64", (8,)))
+    b.op("multiply", b.op("sine", b.op("add", x, x)), b.op("cosine", x))
+    assert len(versioned_trig(b.build())) == 2
+    b2 = Builder("k2")
+    y = b2.parameter(Shape("f64", (8,)))
+    b2.op("sine", b2.op("exponential", y))
+    comp2 = b2.build()
+    assert versioned_trig(comp2) == []
+
+
 def test_two_over_pi_table():
     """The bits of 2/pi behind the reduction: the well-known leading bits (fdlibm's ipio2
     table, 24 bits a word), and independent of the working precision."""
@@ -493,3 +575,29 @@ def test_sincos_is_sin_and_cos_bit_for_bit(dtype):
         got, want = run(name, x), run(single, x)
         same = (got.view(f"u{x.itemsize}") == want.view(f"u{x.itemsize}")) | (np.isnan(got) & np.isnan(want))
         assert same.all(), (name, x[~same][:4])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_jit_trig_in_row_kernels_on_both_sides_of_the_limit(dtype):
+    """Broadcasts make a row kernel (rows, then the columns inside): each row's columns are
+    versioned the same way; rows with a large or non-finite argument take the full form."""
+    import nbxla
+    rng = np.random.default_rng(12)
+    lat = rng.uniform(-1.5, 1.5, 9).astype(dtype)
+    lon = rng.uniform(-3, 3, 1100).astype(dtype)
+    lat[4] = dtype(T.BOUNDED_TRIG_LIMIT * 2)       # one row above the limit
+    lon[700] = np.inf                               # one column (a block of every row)
+    lon[1099] = dtype(-1e30)
+
+    def program(lat, lon):
+        return np.sin(lat[:, None]) * np.cos(lon[None, :] - lat[:, None])
+    f = nbxla.jit(program)
+    got = f(lat, lon)
+    with np.errstate(invalid="ignore"):
+        want = program(lat, lon)
+    finite = np.isfinite(want)
+    assert np.isnan(got[~finite]).all() and (~finite).sum() == 9
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(got[finite], want[finite], rtol=8 * eps, atol=8 * eps)
+    assert "check" in f.last_compilation.stage("llvm_ir")
+    assert "rows" in f.last_compilation.stage("execution")

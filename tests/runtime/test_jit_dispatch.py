@@ -301,3 +301,32 @@ def test_contents_snapshot_sees_rebinding_and_nested_changes():
     del value["a"]
     value["b"] = 1.5                                       # same values, another key
     assert not same_contents(value, snap)
+
+
+def test_queued_hits_are_counted_per_entry_and_keep_the_lru_order():
+    """Fast-path hits are queued and counted in batches of thousands: every hit counted, the
+    entry hit last stays the most recently used (evicted last)."""
+    cache = CompilationCache(max_entries=3)
+    f, g = nbxla.jit(lambda x: x + 1, cache=cache), nbxla.jit(lambda x: x * 2, cache=cache)
+    x = np.ones(3)
+    f(x), g(x)
+    for _ in range(3000):
+        g(x)
+        f(x)
+    for _ in range(1500):                    # (past the batch size of 4096 queued hits)
+        g(x)
+    entries = cache.entries()                # (oldest use first)
+    assert [e.hits for e in entries] == [3000, 4500] and cache.hits == 7500
+    h = nbxla.jit(lambda x: x - 1, cache=cache)
+    k = nbxla.jit(lambda x: x / 2, cache=cache)
+    h(x), k(x)                               # evicts the least recently used: f's entry
+    assert [e.hits for e in cache.entries()] == [4500, 0, 0]
+
+
+def test_single_kernel_runner_source_checks_every_operand():
+    f = _jit(lambda x, y: x * 2 + y)
+    x, y = np.arange(6.0), np.ones(6)
+    f(x, y), f(x, y)
+    run = f.last_compilation.executable.run_single
+    assert "a1.strides != st1" in run.source and "a0.strides != st0" in run.source
+    np.testing.assert_array_equal(f(x, np.ones(12)[::2]), x * 2 + 1)     # strided: the fallback

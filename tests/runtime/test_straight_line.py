@@ -155,3 +155,32 @@ def test_a_product_of_the_others_result_runs_chained_and_agrees(dtype, rtol, row
         np.testing.assert_allclose(s, (A @ x) @ A, rtol=rtol, atol=rtol)
     source = _native(f).run.source
     assert "chained(" in source and "matmul(" not in source
+
+
+def test_large_result_with_small_temporaries_needs_no_arena():
+    """gemver's shape: a 320 KB result (planned in the arena, but a result gets memory of its
+    own) and two small temporaries: no arena allocated per call, the entry runs written out,
+    and the results equal NumPy's (the result is fresh memory, not shared with an input)."""
+    from nbxla.runtime.cpu_executable import SMALL_ARENA
+    g = _rng()
+    n = 200
+    A = g.uniform(size=(n, n))
+    u, v, y, z = (g.uniform(size=n) for _ in range(4))
+
+    def gemver_like(A, u, v, y, z):
+        B = A + np.outer(u, v)
+        x = y @ B + z
+        return B, x, B @ x
+
+    f = nbxla.jit(gemver_like)
+    f(A, u, v, y, z)
+    cpu = _native(f)
+    assert A.nbytes >= SMALL_ARENA and cpu._arena_bytes == 0 and hasattr(cpu.run, "source")
+    for _ in range(3):
+        got = f(A, u, v, y, z)
+        for a, b in zip(got, gemver_like(A, u, v, y, z)):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert not np.shares_memory(got[0], A)
+    big = nbxla.jit(lambda A, B: (A + B) @ (A - B) + A)          # large temporaries: the arena
+    big(A, A.T.copy())
+    assert _native(big)._arena_bytes > 0

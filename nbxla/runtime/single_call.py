@@ -1,0 +1,54 @@
+"""The runner of an entry that is one kernel on its parameters, written out per executable.
+
+Why: the jit fast path calls it on every call of a small program.  Written as a loop over the
+operands (a list of the arguments, ``zip`` with their expected strides, a list of outputs, a
+call with ``*args``), it took ~0.9 us of Python around a 0.6 us kernel call on a 20-op chain
+over 128 elements; written out for the kernel's arity it takes a third of that (the names
+below are bound once, as ``collections.namedtuple`` does).  Strides, run-time sizes and the
+extent are names, not literals: the instances of a program with unknown dimensions (one per
+size) write the same text, compiled once (``_code``), as straight_line.py does.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import numpy as np
+
+
+def single_kernel_runner(fn: Callable, makers: list, extent: int, order: list[int],
+                         strides: list[tuple], pick: int, scalar: bool,
+                         fallback: Callable, sizes: tuple = ()) -> Callable:
+    """``run_single(inputs)``: checks that ``inputs[order[j]]`` is an exact ndarray with
+    ``strides[j]`` (C-contiguous: the kernel reads it by its data pointer), else returns
+    ``fallback(inputs)``; makes the outputs, calls ``fn(*operands, *outputs, *sizes, 0,
+    extent)`` and returns output ``pick`` (as a NumPy scalar when ``scalar``: 0-d results)."""
+    env = {"ndarray": np.ndarray, "kernel": fn, "fallback": fallback, "extent": extent}
+    lines = ["def run_single(inputs):"]
+    checks = []
+    for j, (number, st) in enumerate(zip(order, strides)):
+        env[f"st{j}"] = tuple(st)
+        lines.append(f"    a{j} = inputs[{int(number)}]")
+        checks.append(f"type(a{j}) is not ndarray or a{j}.strides != st{j}")
+    if checks:
+        lines += ["    if " + " or ".join(checks) + ":", "        return fallback(inputs)"]
+    for k, make in enumerate(makers):
+        env[f"make{k}"] = make
+        lines.append(f"    o{k} = make{k}()")
+    names = [f"a{j}" for j in range(len(order))] + [f"o{k}" for k in range(len(makers))]
+    for k, size in enumerate(sizes):        # (the sizes a kernel reads at run time, last)
+        env[f"size{k}"] = size
+        names.append(f"size{k}")
+    lines.append(f"    kernel({', '.join(names)}, 0, extent)")
+    lines.append(f"    return o{pick}[()]" if scalar else f"    return o{pick}")
+    source = "\n".join(lines)
+    exec(_code(source), env)
+    run = env["run_single"]
+    run.source = source
+    return run
+
+
+@functools.lru_cache(maxsize=256)
+def _code(source: str):
+    return compile(source, "<nbxla single-kernel entry>", "exec")
