@@ -79,9 +79,15 @@ def test_f16_convolution_is_computed_in_f32_and_rounded_once():
     ins = random_inputs(text)
     got = run_natively(text, ins)
     wide = [x.astype(np.float32) for x in ins]
-    exact = flatten(evaluate(parse_hlo(CONVOLUTIONS.format(t="f32", r="f32")), wide))
-    for g, e in zip(got, exact):
-        assert np.array_equal(g, e.astype(np.float16))
+    f32_text = CONVOLUTIONS.format(t="f32", r="f32")
+    # Rounded once from the native f32 convolution (whose summation order the blocked and
+    # per-tap paths choose; the f32 path itself is checked against the evaluator elsewhere),
+    # and within f16 rounding of the evaluator's f32 result.
+    native_f32 = run_natively(f32_text, wide)
+    exact = flatten(evaluate(parse_hlo(f32_text), wide))
+    for g, n, e in zip(got, native_f32, exact):
+        assert np.array_equal(g, n.astype(np.float16))
+        np.testing.assert_allclose(g.astype(np.float32), e, rtol=2e-3, atol=2e-3)
 
 
 # ---- LAPACK custom calls (JAX's CPU lowering of solve, det, inv, lu, solve_triangular) --------
