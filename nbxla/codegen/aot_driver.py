@@ -57,6 +57,28 @@ _INDEX_C_TYPES = {"pred": "unsigned char", "s32": "int32_t", "s64": "int64_t", "
                   "u64": "uint64_t", "s8": "int8_t", "u8": "uint8_t", "s16": "int16_t", "u16": "uint16_t"}
 
 
+def moved_leaves(instr: Instruction, values: dict, constant) -> list | None:
+    """The leaves of an instruction that only moves data: a constant (its one leaf made by
+    ``constant(bytes)``), a tuple, a get-tuple-element or a byte view, from ``values`` (id of
+    an instruction -> its leaves); None for any other instruction.  Both AOT drivers (planned
+    buffers here, size expressions in ``aot_symbolic``) answer these the same way."""
+    op = instr.opcode
+    if op == "constant":
+        if instr.shape.is_tuple:
+            raise AotError(f"{label(instr)}: a tuple constant cannot be compiled ahead of time yet")
+        return [constant(np.ascontiguousarray(np.asarray(instr.literal, dtype=instr.shape.dtype)).tobytes())]
+    if op == "tuple":
+        return [leaf for o in instr.operands for leaf in values[id(o)]]
+    if op == "get-tuple-element":
+        elements = instr.operands[0].shape.elements
+        index = instr.attrs["index"]
+        start = sum(len(leaf_shapes(e)) for e in elements[:index])
+        return values[id(instr.operands[0])][start:start + len(leaf_shapes(elements[index]))]
+    if is_byte_view(instr):
+        return values[id(instr.operands[0])]
+    return None
+
+
 def leaf_shapes(shape) -> list[Shape]:
     return shape.leaves() if shape.is_tuple else [shape]
 
@@ -206,21 +228,8 @@ class _ProgramEmitter(LibrarySteps):
         if op == "parameter":
             base = params_base[instr.parameter_number]
             return [Buffer(s.byte_size, "in", base + k) for k, s in enumerate(leaf_shapes(instr.shape))]
-        if op == "constant":
-            if instr.shape.is_tuple:
-                raise AotError(f"{label(instr)}: a tuple constant cannot be compiled ahead of time yet")
-            data = np.ascontiguousarray(np.asarray(instr.literal, dtype=instr.shape.dtype)).tobytes()
-            return [Buffer(len(data), "const", "", data=data, source=self.driver.kernels)]
-        if op == "tuple":
-            return [b for o in instr.operands for b in self.values[id(o)]]
-        if op == "get-tuple-element":
-            elements = instr.operands[0].shape.elements
-            index = instr.attrs["index"]
-            start = sum(len(leaf_shapes(e)) for e in elements[:index])
-            return self.values[id(instr.operands[0])][start:start + len(leaf_shapes(elements[index]))]
-        if is_byte_view(instr):
-            return self.values[id(instr.operands[0])]
-        return None
+        return moved_leaves(instr, self.values,
+                            lambda data: Buffer(len(data), "const", "", data=data, source=self.driver.kernels))
 
     def _taken_over(self, instr: Instruction) -> list[Buffer] | None:
         """The buffers ``instr`` writes its result into in place, as the buffer plan decided

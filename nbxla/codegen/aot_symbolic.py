@@ -22,14 +22,12 @@ else is refused with an ``AotError`` naming the instruction (compile a fixed siz
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import AotError
 from ..hlo.aliasing import is_byte_view
 from ..hlo.evaluator_common import label
 from ..hlo.ir import Instruction, Module
 from ..hlo.shapes import Shape, SymDim
-from .aot_driver import leaf_shapes
+from .aot_driver import leaf_shapes, moved_leaves
 from .toolkit import KernelSpec
 
 SYMBOL = "b"
@@ -138,20 +136,9 @@ class SymbolicDriver:
             c_type = {"f": {4: "float", 8: "double"}, "i": {4: "int32_t", 8: "int64_t"}}[dtype.kind][dtype.itemsize]
             self.lines.append(f"{c_type} size{number} = ({c_type}){c_size(size)};")
             return [f"&size{number}"]
-        if op == "constant":
-            if instr.shape.is_tuple:
-                raise AotError(f"{label(instr)}: a tuple constant cannot be compiled ahead of time yet")
-            data = np.ascontiguousarray(np.asarray(instr.literal, dtype=instr.shape.dtype)).tobytes()
-            return [f"(void *){self.kernels.constant(data)}"]
-        if op == "tuple":
-            return [leaf for o in instr.operands for leaf in self.values[id(o)]]
-        if op == "get-tuple-element":
-            elements = instr.operands[0].shape.elements
-            index = instr.attrs["index"]
-            start = sum(len(leaf_shapes(e)) for e in elements[:index])
-            return self.values[id(instr.operands[0])][start:start + len(leaf_shapes(elements[index]))]
-        if is_byte_view(instr):
-            return self.values[id(instr.operands[0])]
+        moved = moved_leaves(instr, self.values, lambda data: f"(void *){self.kernels.constant(data)}")
+        if moved is not None:
+            return moved
         if op == "dot":
             return self._dot(instr, place)
         try:
