@@ -67,11 +67,20 @@ def updated_parameter(comp: Computation) -> int | None:
     return root.operands[0].parameter_number
 
 
-def passed_through(body: Computation) -> set[int]:
-    """The state elements a loop body returns as it got them (no step of the body can write
-    them in place either: the root reads them).  Only for a state of arrays (no nested tuples)."""
+def returned_unchanged(body: Computation) -> set[int]:
+    """The state elements (tuple elements, nested tuples included) a loop body returns as it got
+    them: root operand k is element k of the parameter."""
     root, (param,) = body.root, body.parameters
-    if root.opcode != "tuple" or any(e.is_tuple for e in param.shape.elements):
+    if root.opcode != "tuple":
         return set()
     return {k for k, o in enumerate(root.operands)
             if o.opcode == "get-tuple-element" and o.operands[0] is param and o.attrs["index"] == k}
+
+
+def passed_through(body: Computation) -> set[int]:
+    """The state elements a loop body returns as it got them (no step of the body can write
+    them in place either: the root reads them).  Only for a state of arrays (no nested tuples):
+    callers number the state's buffers by element."""
+    if any(e.is_tuple for e in body.parameters[0].shape.elements):
+        return set()
+    return returned_unchanged(body)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..hlo import Module, Shape, TupleShape
 from ..hlo.builder import unique_name
+from ..hlo.aliasing import returned_unchanged
 from ..hlo.evaluator_linalg import MASKED_DOT_TARGET
 from ..hlo.ir import Computation, Instruction
 from .pipeline import Pass, instruction_ids, rename_new_instructions
@@ -85,11 +86,6 @@ def _is_state(x: Instruction, body: Computation, k: int | None = None) -> bool:
         (k is None or x.attrs["index"] == k)
 
 
-def _passed_through(body: Computation) -> set[int]:
-    root = body.root
-    return {k for k, o in enumerate(root.operands) if _is_state(o, body, k)}
-
-
 def _hoist_one(comp: Computation, loop: Instruction) -> bool:
     body = loop.attrs["body"]
     if body.root.opcode != "tuple" or loop.operands[0].opcode != "tuple" or loop is comp.root \
@@ -99,7 +95,7 @@ def _hoist_one(comp: Computation, loop: Instruction) -> bool:
     if found is None:
         return False
     counter, trips = found
-    fixed = _passed_through(body)
+    fixed = returned_unchanged(body)
     for call in body.instructions:
         match = _row_product(call, body, counter, fixed)
         if match is None:
