@@ -42,7 +42,7 @@ from ..hlo.placement import CPU, placement
 from ..hlo.printer import PrintOptions, print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_computations
-from .cpu_kernels import (ARRAY_DATA_OFFSET, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
+from .cpu_kernels import (ARRAY_DATA_OFFSET, c_strides, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
                           worker_count)
 from .conv_epilogue import fold_convolution_epilogues
 from .cpu_library import library_thunk, sort_has_library_call, sort_may_defer
@@ -408,7 +408,7 @@ class CpuExecutable:
         # Arrays with these exact strides are C-contiguous (checking them is cheaper than
         # reading ``flags``); others, or other types, take the general runner.
         shape_of = {p.parameter_number: p.shape for p in self.module.entry.parameters}
-        strides = [_c_strides(shape_of[n].dims, shape_of[n].dtype.itemsize) for n in order]
+        strides = [c_strides(shape_of[n].dims, shape_of[n].dtype.itemsize) for n in order]
 
         def fallback(inputs):
             value = general(inputs)[0]
@@ -532,14 +532,6 @@ def _temporary_bytes(plan) -> int:
     made a 323 KB arena, allocated on every call, for two 1.6 KB temporaries."""
     return sum(v.size for v in plan.values.values()
                if v.kind == "arena" and v.end < plan.length and v.offset is not None)
-
-
-def _c_strides(dims, itemsize: int) -> tuple:
-    strides, step = [], itemsize
-    for n in reversed(dims):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
 
 
 def kernel_computations(module: Module, native=frozenset()):

@@ -17,6 +17,7 @@ import numpy as np
 from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from ..hlo.low_precision import widen_shape, widen_value
+from ..codegen.elemental import row_major_strides
 from ..hlo.opcodes import EXPENSIVE, TRANSCENDENTAL
 from . import host_memory
 from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls, one_thread_enabled
@@ -100,6 +101,11 @@ def _array_data_offset() -> int | None:
 # (Also compiled into the kernels' array-object entry points: codegen/cpu.py.)
 ARRAY_DATA_OFFSET = _array_data_offset()
 _read_pointer = ctypes.c_void_p.from_address
+
+
+def c_strides(dims, itemsize: int) -> tuple:
+    """Byte strides of a C-contiguous array of ``dims``."""
+    return tuple(s * itemsize for s in row_major_strides(dims))
 
 
 def data_pointer(arr: np.ndarray) -> int:

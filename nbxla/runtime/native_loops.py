@@ -35,7 +35,7 @@ from ..passes.buffer_assignment import BufferPlan
 from .cpu_control import flatten_leaves, program_computations_of
 from . import host_memory
 from .blas_threads import gemm_addresses, gesv_addresses
-from .cpu_kernels import PARALLEL_THRESHOLD, data_pointer
+from .cpu_kernels import c_strides, PARALLEL_THRESHOLD, data_pointer
 from .persistent_cache import PersistentCache
 
 # A dot of more multiply-adds than this inside a loop keeps the loop host-driven (NumPy's BLAS).
@@ -100,7 +100,7 @@ class NativeLoopThunk:
         makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.results]
         scalar = not self.results[pick][0]
         keep = [s for s in sources if not isinstance(s, int)]     # (constants' memory)
-        plan = [(s, _c_strides(s_shape, t.itemsize)) if isinstance(s, int) else (None, data_pointer(s))
+        plan = [(s, c_strides(s_shape, t.itemsize)) if isinstance(s, int) else (None, data_pointer(s))
                 for s, s_shape, t in zip(sources, self.arg_shapes, self.arg_types)]
 
         def fallback(inputs):
@@ -154,14 +154,6 @@ def native_entry_runner(entry: Computation, native: dict, general, fill) -> call
         else:
             return None
     return thunk.entry_runner(sources, root.attrs["index"], general)
-
-
-def _c_strides(dims, itemsize: int) -> tuple:
-    strides, step = [], itemsize
-    for n in reversed(dims):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
 
 
 def _rebuild(shape, leaves):
