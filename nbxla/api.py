@@ -117,7 +117,11 @@ def _fast_runner(compiled: CompiledProgram, n_leaves: int, where: list[int] | No
     constants (several static leaves, none of them a parameter) comes whole."""
     program = compiled.program
     if program.writebacks:
-        return None
+        # (the caller checks that the call's arrays are distinct objects, as they were when it
+        # was traced: a program writing into ``A`` and reading ``B`` is wrong for ``f(A, A)``)
+        if where is not None:
+            return lambda args: run_program(compiled, [args[k] for k in where])
+        return lambda args: run_program(compiled, list(args))
     run = compiled.compilation.executable.run
     if program.out_treedef.kind == "leaf" and program.out_slots == [("out", 0)] and not program.checks \
             and not program.python_ints:
@@ -151,6 +155,32 @@ def _fast_runner(compiled: CompiledProgram, n_leaves: int, where: list[int] | No
     if where is not None:
         return lambda args: run_program(compiled, [args[k] for k in where])
     return lambda args: run_program(compiled, list(args))
+
+
+# Python scalars a fast-path key holds by value: they are compile-time constants of the
+# program (a new value is a new compilation, as in the full key's ``StaticValue``).
+_SCALAR_TYPES = (int, float, bool, complex)
+
+
+def fast_argument_key(args) -> tuple:
+    """The fast path's key part for positional arguments that are arrays or Python scalars:
+    arrays by type, shape and dtype; scalars by type and value bits (``0.0`` and ``-0.0`` apart,
+    every NaN one key, as ``StaticValue`` compares them).  TypeError for anything else (lists,
+    NumPy scalars, objects: the full key decides)."""
+    key = []
+    for a in args:
+        kind = type(a)
+        if kind is np.ndarray:
+            key.append((kind, a.shape, a.dtype))
+        elif kind is float:
+            key.append((kind, a.hex()))
+        elif kind is int or kind is bool:
+            key.append((kind, a))
+        elif kind is complex:
+            key.append((kind, a.real.hex(), a.imag.hex()))
+        else:
+            raise TypeError("not an array or a Python scalar")
+    return tuple(key)
 
 
 def _leaf_places(values: tuple) -> list[int]:
@@ -364,7 +394,7 @@ class CompiledFunction:
         fast_key = tree = None
         if not kwargs:
             try:
-                fast_key = (id(flags), tuple([(type(a), a.shape, a.dtype) for a in args]),
+                fast_key = (id(flags), fast_argument_key(args),
                             self._capture_tokens(captured, plan) if captured else ())
             except (AttributeError, TypeError):     # a static argument or a list: the full key
                 # decides, unless every leaf is an array (a training step's parameter list)
@@ -375,13 +405,17 @@ class CompiledFunction:
                 hit = self._fast.get(fast_key)
                 cache = self.cache
                 if hit is not None and hit[1] == cache.generation:
-                    entry, _, runner, self.last_compilation = hit
-                    cache.touch(entry)
-                    try:
-                        return runner(args if not captured else args + tuple([v for _, v in captured]))
-                    except MemoryError:
-                        raise _memory_error(self.__name__, entry.value) from None
-                if hit is not None:             # the cache has evicted since: do not pin it
+                    entry, _, runner, self.last_compilation, distinct = hit
+                    values = args if not captured else args + tuple([v for _, v in captured])
+                    # (a program that writes into its arguments was traced with distinct arrays:
+                    # an aliased call takes the full key, which tells the aliasing apart)
+                    if distinct is None or len({id(values[k]) for k in distinct}) == len(distinct):
+                        cache.touch(entry)
+                        try:
+                            return runner(values)
+                        except MemoryError:
+                            raise _memory_error(self.__name__, entry.value) from None
+                elif hit is not None:           # the cache has evicted since: do not pin it
                     self._fast.clear()
         leaves = tree_flatten((args, kwargs))[0]
         if any(isinstance(leaf, Tracer) or getattr(type(leaf), "nbxla_stand_in", False)
@@ -406,7 +440,8 @@ class CompiledFunction:
             where = _leaf_places(values)
             arrays = [leaf for leaf in leaves if is_array_leaf(leaf)]
             # Every array is an argument or a captured value itself (not inside a container).
-            plain = len(where) == len(leaves) and all(type(a) is np.ndarray for a in args) \
+            plain = len(where) == len(leaves) and \
+                all(type(a) is np.ndarray or type(a) in _SCALAR_TYPES for a in args) \
                 and all(type(a) is np.ndarray for a in arrays) and \
                 all(values[where[i]] is leaf for i, leaf in enumerate(leaves) if is_array_leaf(leaf))
             runner = _fast_runner(compiled, len(values), None if len(where) == len(values) else where) \
@@ -424,7 +459,11 @@ class CompiledFunction:
         # any call with the same types, shapes and dtypes, aliased or not.)
         if fast_key is not None and runner is not None and plain \
                 and len({id(a) for a in arrays}) == len(arrays):
-            self._fast[fast_key] = (entry, self.cache.generation, runner, entry.value.compilation)
+            # (only plain calls reach here with writebacks: ``values`` is theirs)
+            distinct = tuple([k for k, v in enumerate(values) if type(v) is np.ndarray]) \
+                if compiled.program.writebacks else None
+            self._fast[fast_key] = (entry, self.cache.generation, runner, entry.value.compilation,
+                                    distinct)
             if len(self._fast) > FAST_PATH_ENTRIES:
                 self._fast.popitem(last=False)
         if result is not None:              # (checked: it ran)
