@@ -10,6 +10,7 @@ from llvmlite import ir
 from ..hlo.ir import Computation
 from ..hlo.shapes import compute_type
 from .elemental import ElementalEmitter, const_i64, llvm_type
+from .masked_ranges import true_range
 from .reductions import block_type, reduction_interleave
 from .toolkit import (BLOCK, combine_values, counted_loop, entry_alloca, kernel_function, kernel_outputs,
                       KernelBuffers, KernelSpec, LinearEmitter, NanTrackingExtreme, narrow_float,
@@ -34,6 +35,7 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
         b, k, index[0] if index and params[k].shape.rank else const_i64(0)))
     for n, r in enumerate(plan.reduces):
         opcode, t = reducer_opcode(r), compute_type(r.shape.element_type)
+        begin, end = true_range(b, em, r, fn.args[1], fn.args[2])
         pty, ty = partial_type(r), llvm_type(t)
         blocked = pty != ty
         x_type, t = ty, block_type(t, blocked)
@@ -53,13 +55,13 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
         interleave = reduction_interleave(opcode, r.operands[0], None)
         if blocked:
             def block(k, acc=acc, total=total, element=element, interleave=interleave):
-                lo = b.add(fn.args[1], b.mul(k, const_i64(BLOCK)))
+                lo = b.add(begin, b.mul(k, const_i64(BLOCK)))
                 hi = b.add(lo, const_i64(BLOCK))
-                hi = b.select(b.icmp_signed(">", hi, fn.args[2]), fn.args[2], hi)
+                hi = b.select(b.icmp_signed(">", hi, end), end, hi)
                 b.store(ir.Constant(ty, 0.0), acc)
                 counted_loop(b, lo, hi, f"p{n}", element, interleave=interleave)
                 b.store(b.fadd(b.load(total), b.fpext(b.load(acc), pty)), total)
-            nblocks = b.sdiv(b.add(b.sub(fn.args[2], fn.args[1]), const_i64(BLOCK - 1)), const_i64(BLOCK))
+            nblocks = b.sdiv(b.add(b.sub(end, begin), const_i64(BLOCK - 1)), const_i64(BLOCK))
             counted_loop(b, const_i64(0), nblocks, f"blk{n}", block)
             b.store(b.load(total), _slot_pointer(b, scratch, n, pty))
         elif NanTrackingExtreme.applies(opcode, t):
@@ -68,10 +70,10 @@ def emit_full_reduction(module: ir.Module, name: str, comp: Computation, plan) -
             def add(i, r=r, extreme=extreme):
                 em.reset_memo()
                 extreme.add(em.value(r.operands[0], [i]))
-            counted_loop(b, fn.args[1], fn.args[2], f"p{n}", add, interleave=interleave)
+            counted_loop(b, begin, end, f"p{n}", add, interleave=interleave)
             b.store(extreme.result(), _slot_pointer(b, scratch, n, ty))
         else:
-            counted_loop(b, fn.args[1], fn.args[2], f"p{n}", element, interleave=interleave)
+            counted_loop(b, begin, end, f"p{n}", element, interleave=interleave)
             b.store(b.load(acc), _slot_pointer(b, scratch, n, ty))
     b.ret_void()
 

@@ -23,6 +23,7 @@ from ..hlo.opcodes import COSTLY_TO_RECOMPUTE, ELEMENTWISE
 from ..hlo.shapes import compute_type
 from . import arg_reductions
 from .elemental import ElementalEmitter, const_i64, delinearize, linear_index, llvm_type
+from .masked_ranges import true_range
 from .toolkit import (ancestors, BLOCK, combine_values, componentwise, counted_loop, entry_alloca,
                       expand_index, kernel_function, kernel_outputs, KernelBuffers, KernelSpec, load_at,
                       MINMAX_INTERLEAVE, NanTrackingExtreme, narrow_float, nest, product, reducer_opcode,
@@ -142,7 +143,9 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
                 b.store(_wide_add(b, b.load(total_slot), _widen(b, b.load(acc_slot), wide)), total_slot)
             counted_loop(b, const_i64(0), const_i64(-(-inner // BLOCK)), name + "blk", block_body)
         else:
-            run_block(const_i64(0), const_i64(inner))
+            whole = const_i64(0), const_i64(inner)
+            # (a 1-D slice of index-dependent length masked to full length: its true length)
+            run_block(*(true_range(b, em, reduce, *whole) if keep is None and len(red_dims) == 1 else whole))
             if blocked:
                 b.store(_wide_add(b, b.load(total_slot), _widen(b, b.load(acc_slot), wide)), total_slot)
                 b.store(_zero(ty), acc_slot)
