@@ -53,11 +53,11 @@ def masked_range(value: Instruction, identity: float) -> MaskedRange | None:
     if value.shape.is_tuple or value.shape.rank != 1:
         return None
     for predicate in _predicates(value):
-        bounds = _iota_bounds(predicate)
-        if bounds is None or not (bounds.lower or bounds.upper):
+        found = iota_bounds(predicate)
+        if found is None:
             continue
         if _outside(value, id(predicate)) == identity:
-            return bounds
+            return found[1]
     return None
 
 
@@ -104,18 +104,22 @@ def _outside(v: Instruction, mask: int):
     return None
 
 
-def _iota_bounds(predicate: Instruction) -> MaskedRange | None:
-    """``predicate`` as lo <= iota < hi: a compare of the 1-D iota with a broadcast scalar, or
-    an ``and`` of such compares."""
+def iota_bounds(predicate: Instruction) -> tuple[int, MaskedRange] | None:
+    """``predicate`` as lo <= iota < hi along one dimension (returned with the range): a
+    compare of an iota with a broadcast scalar, or an ``and`` of such compares along the same
+    dimension; None otherwise, or when nothing bounds it."""
     terms = predicate.operands if predicate.opcode == "and" else (predicate,)
-    lower, upper = [], []
+    lower, upper, dims = [], [], set()
     for term in terms:
         found = _compare_bound(term)
         if found is None:
             return None
-        side, bound = found
+        dim, side, bound = found
+        dims.add(dim)
         (lower if side == "lower" else upper).append(bound)
-    return MaskedRange(tuple(lower), tuple(upper))
+    if len(dims) != 1 or not (lower or upper):
+        return None
+    return dims.pop(), MaskedRange(tuple(lower), tuple(upper))
 
 
 def _compare_bound(term: Instruction):
@@ -130,15 +134,16 @@ def _compare_bound(term: Instruction):
     scalar = b.operands[0]
     if scalar.shape.element_type[0] not in "su":
         return None
+    dim = a.attrs["iota_dimension"]
     if direction in _LOWER:
-        return "lower", Bound(scalar, _LOWER[direction])
+        return dim, "lower", Bound(scalar, _LOWER[direction])
     if direction in _UPPER:
-        return "upper", Bound(scalar, _UPPER[direction])
+        return dim, "upper", Bound(scalar, _UPPER[direction])
     return None
 
 
 def _is_iota(v: Instruction) -> bool:
-    return v.opcode == "iota" and v.shape.rank == 1 and v.shape.element_type[0] in "su"
+    return v.opcode == "iota" and v.shape.element_type[0] in "su"
 
 
 def true_range(b, em, reduce, begin, end):
@@ -153,7 +158,12 @@ def true_range(b, em, reduce, begin, end):
             found = masked_range(reduce.operands[0], 0.0)
     if found is None:
         return begin, end
+    return clamped_range(b, em, found, begin, end)
 
+
+def clamped_range(b, em, found: MaskedRange, begin, end):
+    """[begin, end) (i64 values) intersected with ``found``'s range, computed at run time from
+    its bound instructions (emitted with ``em``); an empty intersection gives hi = lo."""
     def clamp(bounds, value, pick):
         for bound in bounds:
             v = em.value(bound.value, [])

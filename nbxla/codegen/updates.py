@@ -19,6 +19,7 @@ from llvmlite import ir
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import ELEMENTWISE
 from .elemental import ElementalEmitter, I64, const_i64, linear_index, llvm_type
+from .masked_ranges import clamped_range, iota_bounds
 from .toolkit import KernelBuffers, KernelSpec, counted_loop, kernel_function, load_at, nest, product, single_unit
 
 I8P = ir.IntType(8).as_pointer()
@@ -58,7 +59,14 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
             return KernelSpec(name, "in-place", 1, 1)
         # Element u reads only position u of the target: rows of the window are independent,
         # so [begin, end) is a range of its first dimension and the caller may split it.
-        counted_loop(b, fn.args[1], fn.args[2], "w0", lambda i: nest(b, dims[1:], "w", element, (i,)))
+        ranges = [(fn.args[1], fn.args[2])] + [(const_i64(0), const_i64(n)) for n in dims[1:]]
+        masked = _masked_window(root, update, target)
+        if masked is not None:
+            # (``C[:i, j] += ...``: outside its true range the update stores the window's own
+            # values back; only the range is written)
+            dim, found = masked
+            ranges[dim] = clamped_range(b, em, found, *ranges[dim])
+        _nest_ranges(b, ranges, "w", element)
         b.ret_void()
         return KernelSpec(name, "in-place", dims[0], product(dims[1:]))
     else:
@@ -80,6 +88,32 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
     return KernelSpec(name, "in-place", 1, product(dims))      # (two passes: one call, [0, 1))
 
 
+def _nest_ranges(b, ranges: list, name: str, body, index=()) -> None:
+    """Nested loops over ``[lo, hi)`` per dimension; ``body(index_list)``."""
+    if len(index) == len(ranges):
+        body(list(index))
+        return
+    lo, hi = ranges[len(index)]
+    counted_loop(b, lo, hi, f"{name}{len(index)}", lambda i: _nest_ranges(b, ranges, name, body, index + (i,)))
+
+
+def _masked_window(root: Instruction, update: Instruction, target: Instruction):
+    """(dimension, range) when the update is ``select(lo <= iota < hi, new, window)`` with
+    ``window`` the target's own values at the window (a slice of index-dependent length masked
+    to full length): outside the range, storing it changes nothing.  Else None."""
+    if update.opcode != "select":
+        return None
+    predicate, _, old = update.operands
+    if not old.operands or old.operands[0] is not target or old.shape.dims != update.shape.dims:
+        return None
+    if old.opcode == "dynamic-slice":
+        if not _same_starts(old.operands[1:], root.operands[2:]):
+            return None
+    elif old.opcode != "slice" or not _window_slice(old, root):
+        return None
+    return iota_bounds(predicate)
+
+
 def _one_pass(comp: Computation, root: Instruction, target: Instruction) -> bool:
     """Whether computing and storing element by element is safe: the window is one element, or
     every read of ``target`` is a dynamic slice at the window's own start and size whose value
@@ -93,16 +127,28 @@ def _one_pass(comp: Computation, root: Instruction, target: Instruction) -> bool
                 list(r.attrs.get("dynamic_slice_sizes", ())) == list(update.shape.dims) and
                 _same_starts(r.operands[1:], root.operands[2:])) for r in readers):
         return False
-    # Between those slices and the update: same-shaped elementwise ops only.
+    # Between those slices and the update: elementwise ops of the update's shape, and reshapes
+    # that only add or drop dimensions of size 1 (``C[:i, j]``: a column read as a vector and
+    # written back as [n, 1]), which keep every element at its position.
     tainted = {id(r) for r in readers}
+    window = _squeezed(update.shape.dims)
     for instr in comp.instructions:
         if id(instr) in tainted or instr is root:
             continue
         if any(id(o) in tainted for o in instr.operands):
-            if instr.opcode not in ELEMENTWISE or instr.shape.dims != update.shape.dims:
+            if instr.opcode in ELEMENTWISE:
+                if instr.shape.dims != update.shape.dims and \
+                        not (_squeezed(instr.shape.dims) == window and
+                             all(o.shape.dims == instr.shape.dims for o in instr.operands)):
+                    return False
+            elif instr.opcode not in ("reshape", "bitcast") or _squeezed(instr.shape.dims) != window:
                 return False
             tainted.add(id(instr))
     return True
+
+
+def _squeezed(dims) -> tuple:
+    return tuple(n for n in dims if n != 1)
 
 
 def _window_slice(r: Instruction, root: Instruction) -> bool:

@@ -160,3 +160,96 @@ def test_a_slice_with_inf_outside_its_true_range_gives_numpys_answer():
     got = nbxla.jit(prefix_dots, cache=CompilationCache())(x, y)
     np.testing.assert_allclose(got, prefix_dots(x, y))
     assert np.isfinite(got).all()
+
+
+# An in-place update of a column window whose rows outside [lo, hi) are the window's own values
+# (``C[lo:hi, j] += s * x[lo:hi]`` masked to full length): only the range is written.
+_MASKED_WINDOW = """
+HloModule masked_window
+ENTRY main {
+  c = f64[@R,@C] parameter(0)
+  x = f64[@R] parameter(1)
+  lo = s64[] parameter(2)
+  hi = s64[] parameter(3)
+  j = s64[] parameter(4)
+  zero = s64[] constant(0)
+  old = f64[@R,1] dynamic-slice(c, zero, j), dynamic_slice_sizes={@R,1}
+  oldv = f64[@R] reshape(old)
+  sum = f64[@R] add(oldv, x)
+  new = f64[@R,1] reshape(sum)
+  iota = s64[@R,1] iota(), iota_dimension=0
+  blo = s64[@R,1] broadcast(lo), dimensions={}
+  bhi = s64[@R,1] broadcast(hi), dimensions={}
+  c0 = pred[@R,1] compare(iota, blo), direction=GE
+  c1 = pred[@R,1] compare(iota, bhi), direction=LT
+  mask = pred[@R,1] and(c0, c1)
+  upd = f64[@R,1] select(mask, new, OTHER)
+  ROOT r = f64[@R,@C] dynamic-update-slice(c, upd, zero, j)
+}
+"""
+
+
+def _window_module(rows, cols, other="old"):
+    text = _MASKED_WINDOW.replace("@R", str(rows)).replace("@C", str(cols))
+    if other == "old":
+        return text.replace("OTHER", "old")
+    return text.replace("upd = ", "zeros = f64[%d,1] broadcast(z), dimensions={}\n  upd = " % rows) \
+        .replace("zero = s64[] constant(0)", "zero = s64[] constant(0)\n  z = f64[] constant(0)") \
+        .replace("OTHER", "zeros")
+
+
+@pytest.mark.parametrize("lo, hi", [(0, 0), (0, 9), (2, 7), (6, 6), (8, 3), (-4, 20), (8, 9), (-1, 1)])
+@pytest.mark.parametrize("other", ["old", "zeros"])
+def test_a_masked_window_update_matches_the_evaluator(lo, hi, other):
+    rows, cols = 9, 5
+    text = _window_module(rows, cols, other)
+    rng = np.random.default_rng(abs(lo * 31 + hi))
+    c, x = rng.standard_normal((rows, cols)), rng.standard_normal(rows)
+    for j in (0, 3, 4):
+        args = [c.copy(), x, np.int64(lo), np.int64(hi), np.int64(j)]
+        got, want, _ = _run_both(text, args)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(_in_place(text, args), want)
+
+
+def _in_place(text, args):
+    """The in-place update kernel itself (as a native loop runs it: the output is the updated
+    parameter's buffer), over the whole window."""
+    import ctypes
+    from nbxla.codegen.cpu import compile_helper_kernel
+    from nbxla.codegen.updates import emit_in_place_update
+    comp = parse_hlo(text).entry
+    kernel = compile_helper_kernel("masked_window", lambda m, name: emit_in_place_update(m, name, comp))
+    spec = kernel.specs["masked_window"]
+    arrays = [np.ascontiguousarray(a) for a in args]
+    arrays[0] = arrays[0].copy()
+    pointers = (ctypes.c_void_p * (len(arrays) + 1))(*[a.ctypes.data for a in arrays], arrays[0].ctypes.data)
+    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(kernel.addresses["masked_window"])
+    run(pointers, 0, spec.parallel_extent)
+    return arrays[0]
+
+
+def test_only_a_window_of_its_own_values_is_narrowed():
+    from nbxla.codegen.updates import _masked_window
+    for other, narrowed in (("old", True), ("zeros", False)):
+        root = parse_hlo(_window_module(9, 5, other)).entry.root
+        found = _masked_window(root, root.operands[1], root.operands[0])
+        assert (found is not None) == narrowed
+        if narrowed:
+            assert found[0] == 0
+
+
+@pytest.mark.parametrize("n", [1, 3, 12])
+def test_symm_and_syr2k_match_numpy(n):
+    from nbxla.examples import symm, syr2k
+    rng = np.random.default_rng(n)
+    A, B, C = rng.random((n, n)), rng.random((n, n + 2)), rng.random((n, n + 2))
+    mine, theirs = C.copy(), C.copy()
+    nbxla.jit(symm, cache=CompilationCache())(1.5, 1.2, mine, A, B)
+    symm(1.5, 1.2, theirs, A, B)
+    np.testing.assert_allclose(mine, theirs, rtol=1e-12)
+    A2, B2, C2 = rng.random((n, n + 1)), rng.random((n, n + 1)), rng.random((n, n))
+    mine, theirs = C2.copy(), C2.copy()
+    nbxla.jit(syr2k, cache=CompilationCache())(1.5, 1.2, mine, A2, B2)
+    syr2k(1.5, 1.2, theirs, A2, B2)
+    np.testing.assert_allclose(mine, theirs, rtol=1e-12)
