@@ -173,7 +173,8 @@ def fast_argument_key(args) -> tuple:
         if kind is np.ndarray:
             key.append((kind, a.shape, a.dtype))
         elif kind is float:
-            key.append((kind, a.hex()))
+            # (by value where equal values have equal bits: not for 0.0 / -0.0 nor NaN)
+            key.append((kind, a) if a == a and a != 0.0 else (kind, a.hex()))
         elif kind is int or kind is bool:
             key.append((kind, a))
         elif kind is complex:
