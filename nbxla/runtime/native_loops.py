@@ -73,8 +73,16 @@ class NativeLoopThunk:
         self.arg_shapes = [s.dims for s in instr.operands[0].shape.leaves()]
         self.fn.argtypes = [ctypes.c_void_p] * (len(self.arg_types) + len(self.results))
         self.tuple_shape = instr.shape
+        self.flat = self._flat_runner()
 
     def __call__(self, operands):
+        state = operands[0]
+        if self.flat is not None and type(state) is tuple:
+            for a, t in zip(state, self.arg_types):
+                if type(a) is not np.ndarray or a.dtype != t or not a.flags.c_contiguous:
+                    break
+            else:
+                return self.flat(*state)
         # (reshaped: ascontiguousarray makes 0-d arrays 1-d, and fixed leaves are handed back)
         args = []
         for a, t in zip(flatten_leaves(operands[0]), self.arg_types):
@@ -88,12 +96,12 @@ class NativeLoopThunk:
         leaves = [args[k] if k in self.fixed else next(changed) for k in range(len(args))]
         return _rebuild(self.tuple_shape, iter(leaves))
 
-
-    def flat_runner(self) -> callable | None:
+    def _flat_runner(self) -> callable | None:
         """``run(*leaves) -> tuple`` for a flat state (no nested tuples) whose leaves are exact
         C-contiguous arrays of the loop's types, as every value of a straight-line entry is
-        (``straight_line.py``): no flattening, checks or rebuilding, which cost more than the
-        loop itself in a short scalar loop (CRC-16 of 1000 bytes: ~5 of ~12 us)."""
+        (``straight_line.py``; ``__call__`` checks them): no flattening, conversions or
+        rebuilding, which cost more than the loop itself in a short scalar loop (CRC-16 of 1000
+        bytes: ~5 of ~12 us).  None for a nested state."""
         if any(e.is_tuple for e in self.tuple_shape.elements):
             return None
         fn, makers = self.fn, [host_memory.allocator(dims, dtype) for dims, dtype in self.results]

@@ -86,9 +86,9 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             env[f"extent{n}"] = thunk.extent
             lines += [f"    v{out} = make{n}()",
                       f"    kernel{n}({args}{', ' if args else ''}v{out}{sizes}, 0, extent{n})"]
-        elif instr.opcode == "while" and getattr(thunk, "flat_runner", None) is not None \
-                and thunk.flat_runner() is not None and instr.operands[0].opcode == "tuple":
-            env[f"loop{n}"] = thunk.flat_runner()      # (a native loop on its state's leaves)
+        elif instr.opcode == "while" and getattr(thunk, "flat", None) is not None \
+                and instr.operands[0].opcode == "tuple":
+            env[f"loop{n}"] = thunk.flat            # (a native loop on its state's leaves)
             lines.append(f"    v{out} = loop{n}(*{args})")
         else:
             env[f"thunk{n}"] = thunk
