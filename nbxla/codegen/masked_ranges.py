@@ -132,8 +132,8 @@ def _compare_bound(term: Instruction):
     if not _is_iota(a) or direction is None or b.opcode != "broadcast" or b.operands[0].shape.rank != 0:
         return None
     scalar = b.operands[0]
-    if scalar.shape.element_type[0] not in "su":
-        return None
+    if scalar.shape.element_type[0] not in "su" or scalar.shape.element_type == "u64":
+        return None     # (the bounds are clamped as signed 64-bit values)
     dim = a.attrs["iota_dimension"]
     if direction in _LOWER:
         return dim, "lower", Bound(scalar, _LOWER[direction])

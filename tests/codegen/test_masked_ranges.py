@@ -253,3 +253,24 @@ def test_symm_and_syr2k_match_numpy(n):
     nbxla.jit(syr2k, cache=CompilationCache())(1.5, 1.2, mine, A2, B2)
     syr2k(1.5, 1.2, theirs, A2, B2)
     np.testing.assert_allclose(mine, theirs, rtol=1e-12)
+
+
+def test_unsigned_64_bit_bounds_are_not_narrowed():
+    # (a bound above 2**63 would read as negative in the signed clamp: the whole range runs)
+    text = _module(10, "iota-first").replace("s64", "u64")
+    reduce = parse_hlo(text).entry.root
+    assert masked_range(reduce.operands[0], 0.0) is None
+    x = np.random.default_rng(4).standard_normal((2, 10))
+    got, want, _ = _run_both(text, [x, np.uint64(2**63 + 5), np.uint64(7)])
+    np.testing.assert_allclose(got, want)
+    assert want == 0.0
+
+
+def test_unsigned_32_bit_bounds_are_narrowed_and_agree():
+    text = _module(10, "iota-first").replace("s64", "u32")
+    reduce = parse_hlo(text).entry.root
+    assert masked_range(reduce.operands[0], 0.0) is not None
+    x = np.random.default_rng(5).standard_normal((2, 10))
+    for lo, hi in [(0, 10), (3, 7), (4294967295, 3), (2, 4294967295)]:
+        got, want, _ = _run_both(text, [x, np.uint32(lo), np.uint32(hi)])
+        np.testing.assert_allclose(got, want, rtol=1e-12)
