@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+import math
 
 from ..hlo.ir import Instruction
 from .elemental import const_i64
@@ -152,9 +152,10 @@ def true_range(b, em, reduce, begin, end):
     ``masked_ranges``); the given range where there is none."""
     found = None
     init = reduce.operands[1]
-    if reducer_opcode(reduce) == "add" and init.opcode == "constant" and init.literal.size == 1:
-        zero = init.literal.reshape(-1)[0]
-        if zero == 0 and not np.signbit(zero):     # (+0 start: skipped +-0 terms change nothing)
+    if reducer_opcode(reduce) == "add" and init.opcode == "constant" and init.literal.size == 1 \
+            and init.literal.dtype.kind in "iuf":      # (real sums: not complex, bf16 or f8)
+        zero = float(init.literal.reshape(-1)[0])
+        if zero == 0 and math.copysign(1.0, zero) > 0:  # (+0 start: skipped +-0 terms change nothing)
             found = masked_range(reduce.operands[0], 0.0)
     if found is None:
         return begin, end

@@ -274,3 +274,17 @@ def test_unsigned_32_bit_bounds_are_narrowed_and_agree():
     for lo, hi in [(0, 10), (3, 7), (4294967295, 3), (2, 4294967295)]:
         got, want, _ = _run_both(text, [x, np.uint32(lo), np.uint32(hi)])
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_complex_and_f32_masked_sums_compile_and_agree():
+    # (complex sums are not narrowed -- their init is no real +0 -- and still compile; f32 sums
+    # accumulate in blocks and are narrowed)
+    for dtype, t in ((np.complex128, "c128"), (np.float32, "f32")):
+        text = _module(24, "iota-first").replace("f64", t)
+        if t == "c128":
+            text = text.replace("c128[] constant(0)", "c128[] constant((0, 0))")
+        rng = np.random.default_rng(6)
+        x = (rng.standard_normal((2, 24)) + (1j * rng.standard_normal((2, 24)) if t == "c128" else 0)).astype(dtype)
+        for lo, hi in [(0, 24), (5, 11), (12, 3)]:
+            got, want, _ = _run_both(text, [x, np.int64(lo), np.int64(hi)])
+            np.testing.assert_allclose(got, want, rtol=1e-5)
