@@ -17,7 +17,8 @@ bits).  ``fma`` is used for exact products in double-precision ``pow`` (one inst
 every x86-64-v3 / GPU target).
 
 Coefficients: Taylor coefficients where the reduced range makes them good enough (exp, expm1,
-log/log1p's atanh series, sin, cos); erf uses near-minimax fits (interpolation at Chebyshev
+pow's atanh series, f32 sin/cos/log); f64 sin, cos and log/log1p use near-minimax fits
+(Chebyshev interpolation in 60-digit arithmetic: fewer terms for the same error); erf uses near-minimax fits (interpolation at Chebyshev
 nodes in 90-digit decimal arithmetic) of ``erf(x)/x`` in ``x**2`` on ``|x| < 1`` and of
 ``erfc(x) * exp(x**2)`` on ``[1, 4]`` (f32) or ``[1, 2]``, ``[2, 3.5]``, ``[3.5, 6]`` (f64).
 
