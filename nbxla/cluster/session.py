@@ -42,10 +42,12 @@ from .flush import Flushing
 from .lazy import LazyArray
 from .records import (Break, GETITEM, HARD_MAX_OPS, MAX_CONSTANT_ELEMENTS, MIN_CLUSTER_WORK, Op,
                       OpContext, PRODUCTS, PlainParam, SOFT_MAX_OPS, SessionLog, Slot,
-                      TAPE_VALUES, Unsupported, VIEW_FUNCTIONS, VIEW_METHODS, ValueMeta,
-                      WRITING_FUNCTIONS, flatten, ident, jumps_back, leaf_size, library_caller,
-                      op_label, root_of, same_line, storing_item, tree_map, user_location,
-                      view_recipe)
+                      TAPE_VALUES, Unsupported, VIEW_FUNCTIONS, VIEW_KEY_LATER, VIEW_METHODS,
+                      ValueMeta, WRITING_FUNCTIONS, flatten, ident, jumps_back, keyed_later,
+                      leaf_size, library_caller, op_label, root_of, same_line, storing_item,
+                      tree_map, user_location, view_recipe)
+
+_CONTAINERS = (tuple, list, dict)
 from .replay import Replaying
 from .tape import NoKey, Tape, key_of
 
@@ -210,12 +212,19 @@ class Session(Flushing, Replaying):
 
     def dispatch(self, fn, args, kwargs, kind: str, ufunc_method: str = "__call__",
                  target: LazyArray | None = None):
-        leaves = flatten((args, kwargs), [])
+        # (Every NumPy call on a stand-in comes here: the common case, flat positional
+        # arguments of this session's stand-ins, is checked without building lists twice.)
+        if kwargs or any(isinstance(a, _CONTAINERS) for a in args):
+            leaves = flatten((args, kwargs), [])
+        else:
+            leaves = args
         lazies = [x for x in leaves if isinstance(x, LazyArray)]
+        foreign = None
         for x in lazies:
             if x.state.fill is not None:
                 x.state.session._enter(x)
-        foreign = [x for x in lazies if x.state.session is not self]
+            if x.state.session is not self:
+                foreign = [x for x in lazies if x.state.session is not self]
         if foreign:      # a stand-in of another (enclosing) session: make it concrete here
             args, kwargs = tree_map((args, kwargs),
                                     lambda x: np.asarray(x) if any(x is f for f in foreign) else x)
@@ -234,8 +243,9 @@ class Session(Flushing, Replaying):
                     getattr(fn, "name", None) == "dot" or \
                     self._estimate(leaves, kind, ufunc_method) < self.min_work:
                 return self._eager(fn, args, kwargs, lazies, writes, None)
-        location = self.location()
-        self._size_cap(location)         # (before numbering: a flush starts a new epoch)
+        # (before numbering: a flush starts a new epoch; the line is looked up only when
+        # the cap is near, or when the operation is recorded)
+        self._size_cap()
         key = None
         if self.node is not None:
             try:
@@ -246,11 +256,12 @@ class Session(Flushing, Replaying):
                 taped = self.node.children.get(key) if key is not None else None
                 if taped is not None:
                     return self._replay_op(taped, fn, args, kwargs, lazies, kind, ufunc_method,
-                                           writes, location, target)
+                                           writes, target)
                 refused = self.node.refused.get(key) if key is not None else None
                 if refused is not None:              # a break here before: the same break
                     return self._eager(fn, args, kwargs, lazies, writes, refused)
                 self._materialize()
+        location = self.location()
         try:
             result, outs, _ = self._record(fn, args, kwargs, lazies, writes, ufunc_method,
                                            location, None if target is None else [target])
@@ -262,7 +273,7 @@ class Session(Flushing, Replaying):
             return self._eager(fn, args, kwargs, lazies, writes, str(e))
         if self.node is not None:
             self.node = None if key is None or outs is None else \
-                self.tape.child(self.node, key, *outs)
+                self.tape.child(self.node, key, *outs, location)
         return result
 
     def _estimate(self, leaves, kind, ufunc_method) -> int:
@@ -286,6 +297,10 @@ class Session(Flushing, Replaying):
             raise NoKey                  # (pending, from before this epoch was keyed)
         if x.state.root is not None:
             base = self._number(x.state.root[0])
+            if x.state.view_key is VIEW_KEY_LATER:
+                recipe = x.state.root[1]
+                x.state.view_key = self._view_key(recipe.fn, recipe.args, recipe.kwargs,
+                                                  recipe.base)
             if x.state.view_key is None:
                 raise NoKey
             entry = ("view", base, x.state.view_key)
@@ -314,13 +329,17 @@ class Session(Flushing, Replaying):
         except NoKey:
             return None
 
-    def _size_cap(self, location) -> bool:
-        """Has the pending graph reached its size cap (``SOFT_MAX_OPS``...)?  Then flush."""
-        n = len(self.ops)
-        if n >= SOFT_MAX_OPS and (n >= HARD_MAX_OPS or (
-                same_line(self.ops[0].location, location) and       # (its first operation)
-                not same_line(self.ops[-1].location, location)) or (
-                n >= 2 * SOFT_MAX_OPS and jumps_back(self.ops[-1].location, location))):
+    def _size_cap(self) -> bool:
+        """Has the pending graph reached its size cap (``SOFT_MAX_OPS``...) at the operation
+        coming now?  Then flush."""
+        n = self._op_count()
+        if n < SOFT_MAX_OPS:
+            return False
+        location = self.location()
+        first, last = self._op_location(0), self._op_location(-1)
+        if n >= HARD_MAX_OPS or (
+                same_line(first, location) and not same_line(last, location)) or (
+                n >= 2 * SOFT_MAX_OPS and jumps_back(last, location)):
             self.flush()                     # a size cap, not a graph break
             return True
         return False
@@ -451,7 +470,8 @@ class Session(Flushing, Replaying):
                 base = lazies[0]
                 out.state.root = (base, view_recipe(fn, args, kwargs, base))
                 if self.node is not None:
-                    out.state.view_key = self._view_key(fn, args, kwargs, base)
+                    out.state.view_key = VIEW_KEY_LATER if keyed_later(args, kwargs) else \
+                        self._view_key(fn, args, kwargs, base)
                 return out
             return LazyArray(self, r) if r.size >= self.min_work else r
         return tree_map(result, wrap) if isinstance(result, (tuple, list)) else wrap(result)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import nbxla
-from nbxla.cluster import AutoFunction, LazyArray, MIN_CLUSTER_WORK
+from nbxla.cluster import AutoFunction, LazyArray, MIN_CLUSTER_WORK, MIN_REPLAYED_WORK
 from nbxla.runtime.cache import CompilationCache
 
 REPO = Path(__file__).resolve().parents[2]
@@ -296,17 +296,23 @@ def test_second_call_compiles_nothing_and_a_loop_reuses_its_cluster():
     assert f.last_report.clusters[0].compile_ms == 0.0
 
 
-def test_cost_model_runs_small_clusters_eagerly():
+@pytest.mark.parametrize("replay, threshold", [(True, MIN_REPLAYED_WORK),
+                                               (False, MIN_CLUSTER_WORK)])
+def test_cost_model_runs_small_clusters_eagerly(replay, threshold):
+    """The default threshold: lower where repeated calls replay from the tape (a replayed
+    operation costs a few microseconds, a recorded one tens); both sides of each."""
     def program(x):
         return np.exp(x) * 2.0 + x
 
-    small = rng_arrays(100)[0]
-    f = AutoFunction(program, cache=CompilationCache(), whole=False)      # the default threshold
-    assert_same(f(small), program(small))
-    assert not f.last_report.compiled_clusters
-    assert str(MIN_CLUSTER_WORK) in f.last_report.to_text()
-    big = rng_arrays(MIN_CLUSTER_WORK)[0]
-    assert_same(f(big), program(big))
+    f = AutoFunction(program, cache=CompilationCache(), whole=False, replay=replay)
+    assert f.min_work == threshold
+    for size in (100, threshold - 1):
+        small = rng_arrays(size)[0]
+        assert_same(f.run_auto(small), program(small))
+        assert not f.last_report.compiled_clusters
+        assert str(threshold) in f.last_report.to_text()
+    big = rng_arrays(threshold)[0]
+    assert_same(f.run_auto(big), program(big))
     assert len(f.last_report.compiled_clusters) == 1
     assert f.last_report.compiled_fraction == 1.0
 
