@@ -13,18 +13,17 @@ from .lazy import LazyArray
 from .records import (ClusterRun, Op, Slot, flatten, root_of, tree_map, view_recipe,
                       write_targets)
 
-_CONTAINERS = (tuple, list, dict)
-
 
 class Replaying:
     """The replay half of ``Session``."""
 
     def _replay_op(self, taped, fn, args, kwargs, lazies, kind, ufunc_method, writes,
-                   target=None):
+                   target=None, flat=False):
         """An operation the tape knows: its result stand-ins (``target``, when given, is the
         one to use for its result), with no recording.  Only what a later flush may need is
         logged (``replayed``): the NumPy call with its pending operands as slots; the ``Op``
-        list of an eager run is made from it only when one runs (``_logged_ops``)."""
+        list of an eager run is made from it only when one runs (``_logged_ops``).  ``flat``:
+        the arguments are positional, none a container (nothing to walk into)."""
         results, numbers, slots, refs = [], [], [], []
         epoch = self.epoch
         for out in taped.outs:
@@ -60,10 +59,11 @@ class Replaying:
 
         def keyed(x):                    # (replayed values by slot: the op holds no stand-in)
             return x.state.slot if isinstance(x, LazyArray) and x.state.value is None else x
-        if kwargs or any(isinstance(a, _CONTAINERS) for a in args):
-            logged = tree_map((tuple(args), kwargs), keyed)
+        if flat:
+            logged = (tuple([a.state.slot if type(a) is LazyArray and a.state.value is None
+                             else a for a in args]), kwargs)
         else:
-            logged = (tuple([keyed(a) if type(a) is LazyArray else a for a in args]), kwargs)
+            logged = tree_map((tuple(args), kwargs), keyed)
         self.replayed.append((fn, logged, ufunc_method, writes, taped.location, numbers, slots,
                               refs, taped))
         self.node = taped.node

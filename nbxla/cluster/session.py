@@ -49,7 +49,7 @@ from .records import (Break, GETITEM, HARD_MAX_OPS, MAX_CONSTANT_ELEMENTS, MIN_C
 
 _CONTAINERS = (tuple, list, dict)
 from .replay import Replaying
-from .tape import NoKey, Tape, key_of
+from .tape import NoKey, Tape, float_key, key_of
 
 
 class Session(Flushing, Replaying):
@@ -214,16 +214,21 @@ class Session(Flushing, Replaying):
                  target: LazyArray | None = None):
         # (Every NumPy call on a stand-in comes here: the common case, flat positional
         # arguments of this session's stand-ins, is checked without building lists twice.)
-        if kwargs or any(isinstance(a, _CONTAINERS) for a in args):
+        leaves = args
+        if kwargs:
             leaves = flatten((args, kwargs), [])
         else:
-            leaves = args
+            for a in args:
+                if isinstance(a, _CONTAINERS):
+                    leaves = flatten(args, [])
+                    break
         lazies = [x for x in leaves if isinstance(x, LazyArray)]
         foreign = None
         for x in lazies:
-            if x.state.fill is not None:
-                x.state.session._enter(x)
-            if x.state.session is not self:
+            state = x.state
+            if state.fill is not None:
+                state.session._enter(x)
+            if state.session is not self:
                 foreign = [x for x in lazies if x.state.session is not self]
         if foreign:      # a stand-in of another (enclosing) session: make it concrete here
             args, kwargs = tree_map((args, kwargs),
@@ -237,7 +242,14 @@ class Session(Flushing, Replaying):
             made = create_like(self, fn, args, kwargs)
             if made is not None:
                 return made
-        if kind != "create" and not any(self.pending(x) for x in lazies):
+        pending = False
+        if kind != "create":
+            epoch = self.epoch
+            for x in lazies:
+                if x.state.epoch == epoch and self.pending(x):
+                    pending = True
+                    break
+        if not pending and kind != "create":
             if kind in ("getitem", "setitem") or fn in VIEW_FUNCTIONS or fn in PRODUCTS or \
                     getattr(fn, "name", None) in VIEW_METHODS or \
                     getattr(fn, "name", None) == "dot" or \
@@ -245,7 +257,8 @@ class Session(Flushing, Replaying):
                 return self._eager(fn, args, kwargs, lazies, writes, None)
         # (before numbering: a flush starts a new epoch; the line is looked up only when
         # the cap is near, or when the operation is recorded)
-        self._size_cap()
+        if (len(self.replayed) if self.replaying else len(self.ops)) >= SOFT_MAX_OPS:
+            self._size_cap()
         key = None
         if self.node is not None:
             try:
@@ -256,7 +269,7 @@ class Session(Flushing, Replaying):
                 taped = self.node.children.get(key) if key is not None else None
                 if taped is not None:
                     return self._replay_op(taped, fn, args, kwargs, lazies, kind, ufunc_method,
-                                           writes, target)
+                                           writes, target, leaves is args and not kwargs)
                 refused = self.node.refused.get(key) if key is not None else None
                 if refused is not None:              # a break here before: the same break
                     return self._eager(fn, args, kwargs, lazies, writes, refused)
@@ -313,9 +326,22 @@ class Session(Flushing, Replaying):
         return x.state.num
 
     def _op_key(self, fn, args, kwargs, kind, ufunc_method):
+        """The operation's key in the tape: ``key_of`` its arguments, with the flat ones
+        (stand-ins numbered already, numbers) inline: every operation is keyed."""
         self._entries = []               # (arrays first numbered by this operation)
         plain = self._number_plain if fn is not GETITEM else None     # (as _record does)
-        return (fn, kind, ufunc_method, key_of(args, self._number, plain=plain),
+        epoch, parts = self.epoch, []
+        for a in args:
+            item = type(a)
+            if item is LazyArray and a.state.num_epoch == epoch:
+                parts.append(("a", a.state.num))
+            elif item is float:
+                parts.append(float_key(a))
+            elif item is int or item is bool:
+                parts.append((item, a))
+            else:
+                parts.append(key_of(a, self._number, plain=plain))
+        return (fn, kind, ufunc_method, (type(args), tuple(parts)),
                 key_of(kwargs, self._number, plain=plain) if kwargs else None,
                 tuple(self._entries))
 

@@ -102,6 +102,23 @@ _SCALARS = (bool, int, str, bytes, type(None), type(Ellipsis), type)
 _INDEX = (int, type(None))
 
 
+# float -> its key, for the constants a program uses again and again (not 0.0 and -0.0:
+# equal as floats, different constants; not NaN: never found again).
+_FLOAT_KEYS: dict = {}
+
+
+def float_key(x: float) -> tuple:
+    """A float constant's key: by its bits (-0.0 and 0.0 are different constants)."""
+    key = _FLOAT_KEYS.get(x)
+    if key is None:
+        key = (float, x.hex())
+        if x and x == x:
+            if len(_FLOAT_KEYS) > 4096:
+                _FLOAT_KEYS.clear()
+            _FLOAT_KEYS[x] = key
+    return key
+
+
 def key_of(obj, number, base=None, plain=None):
     """A hashable key of an argument tree; stand-ins become ``number(x)`` (``base``, when
     given, becomes ``("base",)``), NumPy arrays too large to be constants ``plain(array)``
@@ -115,8 +132,8 @@ def key_of(obj, number, base=None, plain=None):
         return ("a", number(obj))
     if kind in _SCALARS:
         return (kind, obj)
-    if kind is float:                   # (by bits: -0.0 and 0.0 are different constants)
-        return (float, obj.hex())
+    if kind is float:
+        return float_key(obj)
     if kind is complex:
         return (complex, obj.real.hex(), obj.imag.hex())
     if kind is tuple or kind is list:
@@ -130,7 +147,7 @@ def key_of(obj, number, base=None, plain=None):
             elif item in _SCALARS:
                 parts.append((item, x))
             elif item is float:
-                parts.append((float, x.hex()))
+                parts.append(float_key(x))
             elif item is slice and type(x.start) in _INDEX and type(x.stop) in _INDEX and \
                     type(x.step) in _INDEX:
                 parts.append((slice, (type(x.start), x.start), (type(x.stop), x.stop),
