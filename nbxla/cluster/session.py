@@ -199,12 +199,16 @@ class Session(Flushing, Replaying):
         x.state.spec, x.state.fill = ValueMeta(shape, value.dtype), (shape, value)
         return x
 
-    def _enter(self, x: LazyArray) -> None:
-        """A created array's first use: record its making (or, the run over, make it)."""
+    def _enter(self, x: LazyArray, operands=()) -> None:
+        """A created array's first use, with ``operands`` (stand-ins): record its making (or,
+        the run over, or small and no operand pending, make it)."""
         shape, value = x.state.fill
         x.state.fill = None
-        if self.closed:
+        if self.closed or (math.prod(shape) < self.min_work and not any(
+                y is not x and y.state.fill is None and y.state.session is self and
+                self.pending(y) for y in operands)):
             x.state.value = filled(shape, value)
+            self._own(x, x.state.value)
             return
         made = self.dispatch(filled, (shape, value), {}, kind="create", target=x)
         if made is not x:                # (recording refused: made eagerly)
@@ -227,7 +231,7 @@ class Session(Flushing, Replaying):
         for x in lazies:
             state = x.state
             if state.fill is not None:
-                state.session._enter(x)
+                state.session._enter(x, lazies)
             if state.session is not self:
                 foreign = [x for x in lazies if x.state.session is not self]
         if foreign:      # a stand-in of another (enclosing) session: make it concrete here

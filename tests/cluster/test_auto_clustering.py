@@ -392,16 +392,40 @@ def test_veros_tke_kernel_matches_numpy():
 
 def test_writing_a_pending_value_into_a_small_numpy_array_is_a_named_break():
     def program(x):
-        out = np.zeros(4)                        # below the threshold: stays a NumPy array
+        out = np.zeros(4)                        # under min_work / 32: a NumPy array
         y = np.sqrt(x) * 2.0
         out[:] = y[:4]
         return out + y[-4:]
 
-    (x,) = rng_arrays(100)
-    f = auto(program, min_work=10)
+    (x,) = rng_arrays(400)
+    f = auto(program, min_work=256)
     assert_same(f(x), program(x))
     (b,) = f.last_report.breaks
     assert "written into a NumPy array" in b.reason and b.line == line_of(program, "out[:] = y[:4]")
+
+
+def test_a_small_created_array_written_with_a_pending_value_stays_in_the_graph():
+    """Created arrays from min_work / 32 up are stand-ins: one below min_work enters the
+    graph when a pending value is written into it (no break), and is made as NumPy's at a
+    first use with nothing pending (the other side)."""
+    seen = {}
+
+    def program(x):
+        out = np.zeros(16)                       # 16 >= 256 // 32, under min_work
+        y = np.sqrt(x) * 2.0
+        out[2:6] = y[:4]                         # a pending value: recorded, no break
+        plain = np.ones(16)
+        plain[0] = 3.0                           # nothing pending: made now, as NumPy's
+        seen["plain"] = isinstance(plain, LazyArray) and plain.state.value is not None
+        return out * 2.0 + y[-16:], plain + 1.0
+
+    (x,) = rng_arrays(400)
+    f = auto(program, min_work=256)
+    got = f(x)
+    assert seen["plain"]
+    assert_same(got, program(x))
+    assert not f.last_report.breaks
+    assert len(f.last_report.compiled_clusters) == 1
 
 
 def test_a_long_loop_is_cut_into_clusters_of_whole_iterations_compiled_once(monkeypatch):
