@@ -334,8 +334,6 @@ class ViewRecipe:
         sub = tree_map((tuple(self.args), self.kwargs), lambda x: value if x is base else x)
         return self.fn(*sub[0], **sub[1])
 
-
-view_recipe = ViewRecipe
 # A view's tape key (LazyState.view_key) not made yet: made from its recipe when a graph
 # first numbers the view (most views made eagerly, ``x[2:-2]`` of a concrete array, are).
 VIEW_KEY_LATER = object()

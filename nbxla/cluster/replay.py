@@ -10,7 +10,7 @@ import weakref
 import numpy as np
 
 from .lazy import LazyArray
-from .records import (ClusterRun, Op, Slot, flatten, root_of, tree_map, view_recipe,
+from .records import (ClusterRun, Op, Slot, ViewRecipe, flatten, root_of, tree_map,
                       write_targets)
 
 
@@ -35,7 +35,7 @@ class Replaying:
                 self.next_number += 1
                 if out[3]:
                     base = lazies[0]
-                    state.root, state.view_key = (base, view_recipe(fn, args, kwargs, base)), out[4]
+                    state.root, state.view_key = (base, ViewRecipe(fn, args, kwargs, base)), out[4]
                 ref = weakref.ref(x)
                 self.members.append(ref)
                 results.append(x)

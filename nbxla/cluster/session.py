@@ -45,11 +45,11 @@ from .records import (Break, GETITEM, HARD_MAX_OPS, MAX_CONSTANT_ELEMENTS, MIN_C
                       TAPE_VALUES, Unsupported, VIEW_FUNCTIONS, VIEW_KEY_LATER, VIEW_METHODS,
                       ValueMeta, WRITING_FUNCTIONS, flatten, ident, jumps_back, keyed_later,
                       leaf_size, library_caller, op_label, root_of, same_line, storing_item,
-                      tree_map, user_location, view_recipe)
-
-_CONTAINERS = (tuple, list, dict)
+                      tree_map, user_location, ViewRecipe)
 from .replay import Replaying
 from .tape import NoKey, Tape, float_key, key_of
+
+_CONTAINERS = (tuple, list, dict)
 
 
 class Session(Flushing, Replaying):
@@ -470,7 +470,7 @@ class Session(Flushing, Replaying):
         if result.view is None or len(lazies) != 1 or result.view.base is not inputs[id(lazies[0])]:
             return None
         base = lazies[0]
-        return base, view_recipe(fn, args, kwargs, base)
+        return base, ViewRecipe(fn, args, kwargs, base)
 
     def _eager(self, fn, args, kwargs, lazies, writes, reason):
         location = self.location() if reason else None
@@ -498,7 +498,7 @@ class Session(Flushing, Replaying):
                     (r.base is lazies[0].state.value or r.base is lazies[0].state.value.base):
                 out = LazyArray(self, r)         # a view: writes through it reach its base
                 base = lazies[0]
-                out.state.root = (base, view_recipe(fn, args, kwargs, base))
+                out.state.root = (base, ViewRecipe(fn, args, kwargs, base))
                 if self.node is not None:
                     out.state.view_key = VIEW_KEY_LATER if keyed_later(args, kwargs) else \
                         self._view_key(fn, args, kwargs, base)
