@@ -13,7 +13,8 @@ come from the benchmark's own generator (seed 17, masks of 0/1, shapes from ``si
 
 NumPy and auto calls alternate after warm-up (the auto function's first calls compile and
 measure); each call gets fresh copies of ``tke`` and ``dtke`` (written in place) and every
-auto call's outputs are checked against NumPy's.  Prints the per-call medians and minimums and their ratios.
+auto call's outputs are checked against NumPy's.  Prints the per-call medians and minimums
+and their ratios.
 """
 
 from __future__ import annotations
