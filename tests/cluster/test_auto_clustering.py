@@ -466,6 +466,52 @@ def test_locals_not_read_again_are_not_computed_at_a_break():
     assert len(first.compilation.hlo.entry.root.operands) == 2     # c and its sum, not a, b
 
 
+def halved_sum(v):
+    """A helper with a graph break (``float``) once its argument is used."""
+    w = v * 0.5                                  # the last use of v: released after it
+    return w, float(w.sum())
+
+
+def test_a_local_read_once_by_its_last_statement_is_released_as_it_is_read():
+    """``w, s = halved_sum(a)`` is a's last statement: the caller's name is released as the
+    argument is read, so the break inside the helper computes w (and its sum), not a; a
+    local read twice there stays (the other side)."""
+    def once(x):
+        a = np.exp(x) + 1.0
+        w, s = halved_sum(a)
+        return w * s
+
+    def twice(x):
+        a = np.exp(x) + 1.0
+        w, s = halved_sum(a + a)
+        return w * s
+
+    (x,) = rng_arrays(1000)
+    for program, outputs in ((once, 2), (twice, 3)):
+        f = auto(program)
+        assert_same(f(x), program(x))
+        first = f.last_report.clusters[0]
+        assert len(first.compilation.hlo.entry.root.operands) == outputs, program.__name__
+
+
+def test_methods_of_stand_ins_leave_nothing_behind_between_calls():
+    """``x.flatten`` on a stand-in is a new closure over x each time: the helper rewrite's
+    cache must not keep it (nor x and its array) alive after the call."""
+    from nbxla.cluster import rewrite
+
+    def program(x):
+        y = np.sin(x) * 2.0
+        return y.flatten().sum() + y.ravel()[0]
+
+    (x,) = rng_arrays((40, 30))
+    f = auto(program)
+    f(x)
+    size = len(rewrite._REWRITTEN)
+    for _ in range(3):
+        assert f(x) == pytest.approx(program(x), rel=1e-12)
+    assert len(rewrite._REWRITTEN) == size
+
+
 def test_an_array_written_in_place_and_then_dropped_still_gets_the_write():
     def program(x):
         buf = np.zeros_like(x)                   # a stand-in (a call's large result)
