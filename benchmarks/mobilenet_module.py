@@ -85,7 +85,8 @@ class _Writer:
 
 
 def mobilenet_text(version: int = 2, size: int = 300, t: str = "bf16", width: float = 1.0,
-                   classes: int = 91, constants: bool = False) -> str:
+                   classes: int = 91, constants: bool = False, blocks: int | None = None) -> str:
+    """The module's text; ``blocks`` keeps only the first blocks of the body (small test modules)."""
     w = _Writer(t, constants)
 
     def ch(c):
@@ -101,12 +102,13 @@ def mobilenet_text(version: int = 2, size: int = 300, t: str = "bf16", width: fl
     c = ch(32)
     x, hw = w.conv(x, size, 3, c, 3, 2, False, True)
     if version == 1:
-        for stride, out in V1:
+        for stride, out in V1[:blocks]:
             x, hw = w.conv(x, hw, c, c, 3, stride, True, True)
             x, hw = w.conv(x, hw, c, ch(out), 1, 1, False, True)
             c = ch(out)
     else:
-        for expansion, out, repeats, first in V2:
+        table = [(e, o, 1, f if r == 0 else 1) for e, o, n, f in V2 for r in range(n)]
+        for expansion, out, repeats, first in table[:blocks]:
             for r in range(repeats):
                 stride, block_in = (first if r == 0 else 1), x
                 e = c * expansion
@@ -144,8 +146,10 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=float, default=1.0)
     ap.add_argument("--classes", type=int, default=91)
     ap.add_argument("--constants", action="store_true", help="weights as elided constants ({...})")
+    ap.add_argument("--blocks", type=int, help="only the first BLOCKS blocks of the body")
     opts = ap.parse_args(argv)
-    sys.stdout.write(mobilenet_text(opts.version, opts.size, opts.type, opts.width, opts.classes, opts.constants))
+    sys.stdout.write(mobilenet_text(opts.version, opts.size, opts.type, opts.width, opts.classes, opts.constants,
+                                    opts.blocks))
     return 0
 
 

@@ -16,6 +16,8 @@ from nbxla.hlo.evaluator import evaluate
 from nbxla.hlo.parser import parse_hlo
 from nbxla.hlo.printer import print_module
 
+from tests.hlo.xla_cpu import run_on_xla_cpu, xla_python
+
 TEXT = """HloModule elided
 ENTRY main {
   x = f32[4,3] parameter(0)
@@ -83,3 +85,15 @@ def test_run_hlo_fills_loudly_or_refuses(tmp_path, capsys):
 def test_an_elided_constant_of_unknown_size_is_a_parse_error():
     with pytest.raises(HloParseError, match="bad.hlo:3:.*%x .*cannot fill"):
         parse_hlo("HloModule m\nENTRY m {\n  ROOT x = f32[b] constant({...})\n}", "bad.hlo")
+
+
+@pytest.mark.skipif(xla_python() is None, reason="JAX (XLA:CPU) is not reachable: no jax here, no "
+                                                  "NBXLA_XLA_PYTHON, no /work/benchvenv")
+def test_filled_module_printed_in_full_gives_xla_cpu_the_same_values():
+    module = parse_hlo(TEXT)
+    accept_filled_constants(module)
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    got = compile_module(module, "cpu").executable.run([x])
+    want = run_on_xla_cpu(print_module(module), [x])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
