@@ -49,6 +49,7 @@ from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
 from ..hlo.shapes import Shape
+from .bf16_arrays import round_to_bf16
 from .conv_blocks import blocked_refusal, BlockedConvolution, prefers_per_tap
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 from .lapack_calls import FftThunk, lapack_thunk
@@ -556,7 +557,7 @@ class _WidenedConvolution:
 
     def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
         result = self.inner([widen_value(o) for o in operands])
-        return result if result.dtype == self.dtype else result.astype(self.dtype)
+        return result if result.dtype == self.dtype else round_to_bf16(result)
 
 
 class _ConvolutionThunk:
