@@ -49,7 +49,7 @@ import numpy as np
 from ..hlo.attributes import PadDim, WindowDim
 from ..hlo.evaluator_data import pad_array
 from ..hlo.ir import Instruction
-from ..codegen.patch_gemm import WIDEST_ROW_BYTES
+from ..codegen.patch_gemm import panel_widths, WIDEST_ROW_BYTES
 from . import small_gemm
 from .conv_gemm import gemm, run_on_one_blas_thread
 
@@ -65,6 +65,16 @@ WIDE_MIN_CHANNELS = 128
 # convolutions 16 -> 32 features 0.17 ms against 0.38 (BLAS blocked), 128 -> 64 on 28x28
 # 1.45 against 2.19 (BLAS blocked and per tap), 64 -> 64 on 2x16x16 0.54 against 0.73.
 NATIVE_GEMM_BYTES = WIDEST_ROW_BYTES
+# Convolutions with more output features than NATIVE_GEMM_BYTES run in nbxla's kernel, in
+# panels (see codegen/patch_gemm.py), rather than as BLAS GEMMs while the products are at
+# most NATIVE_PANEL_DEPTH deep (kernel taps x input channels) and the kernel matrix is below
+# NATIVE_PANEL_KERNEL_BYTES (half the core's L2: each block of positions reads a whole panel
+# of it).  Measured on one core (AVX-512, 2 MiB L2), nbxla / BLAS ms: 1x1 16 -> 96 on 150x150
+# 0.81 / 1.06, 32 -> 192 on 38x38 0.15 / 0.20, 576 -> 160 on 10x10 0.15 / 0.19, 3x3 64 -> 128
+# on 56x56 2.9 / 4.8, 128 -> 128 on 28x28 1.74 / 2.16; past the limits BLAS wins: 3x3
+# 256 -> 256 on 14x14 4.2 / 2.1, 1x1 512 -> 512 on 14x14 0.98 / 0.87.
+NATIVE_PANEL_DEPTH = 1152
+NATIVE_PANEL_KERNEL_BYTES = 1 << 20
 # Fewest output positions per block: BLAS packs the whole kernel matrix on every call, which
 # a block of fewer positions does not repay (a 3x3 256->256 layer on 14x14 in blocks of 56
 # positions ran 1.7x slower than in one block).
@@ -105,11 +115,23 @@ def prefers_per_tap(instr) -> bool:
 
 
 def takes_native(instr) -> bool:
-    """Does the blocked path run ``instr`` with nbxla's own kernel (few output features)?"""
+    """Does the blocked path run ``instr`` with nbxla's own kernel?  Few output features; or
+    more, in panels, when the products are short (at most ``NATIVE_PANEL_DEPTH``), where BLAS
+    runs below its peak."""
     dn = instr.attrs["dim_labels"]
-    o = instr.operands[1].shape.dims[dn.kernel_output_feature]
-    return small_gemm.element_type(instr.shape.dtype) is not None and \
-        (1 << max(0, (o - 1).bit_length())) * instr.shape.dtype.itemsize <= NATIVE_GEMM_BYTES
+    k = instr.operands[1].shape.dims
+    o = k[dn.kernel_output_feature]
+    item = instr.shape.dtype.itemsize
+    if small_gemm.element_type(instr.shape.dtype) is None:
+        return False
+    if (1 << max(0, (o - 1).bit_length())) * item <= NATIVE_GEMM_BYTES:
+        return True
+    depth = k[dn.kernel_input_feature] * int(np.prod([k[d] for d in dn.kernel_spatial]))
+    # (channels-last outputs only: a channels-first one would be transposed block by block,
+    # where BLAS's kernel^T @ patches^T writes it in place: 1x1 128 -> 512 on 28x28, NCHW,
+    # 1.86 ms in panels against 1.16 ms)
+    return dn.output_feature == len(instr.shape.dims) - 1 and depth <= NATIVE_PANEL_DEPTH and depth * o * item < NATIVE_PANEL_KERNEL_BYTES and \
+        panel_widths(o, item) is not None
 
 
 class BlockedConvolution:
@@ -134,6 +156,10 @@ class BlockedConvolution:
         # widths (20, 48 lanes) ran 10-40x slower)
         self.o_wide = 1 << max(0, (o - 1).bit_length())
         self.native = takes_native(instr)
+        # (wider than one panel: panels of the kernel's own columns, nothing rounded up)
+        self.panels = ()
+        if self.native and self.o_wide * self.dtype.itemsize > NATIVE_GEMM_BYTES:
+            self.o_wide, self.panels = o, panel_widths(o, self.dtype.itemsize)
         self.channels_first = not self.native and \
             [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3] and \
             [dn.input_batch, dn.input_feature, *dn.input_spatial] == [0, 1, 2, 3]
@@ -166,7 +192,7 @@ class BlockedConvolution:
             self.gemm = small_gemm.PatchGemmKernel(small_gemm.PatchGemm(
                 small_gemm.element_type(self.dtype), self.n, padded[1], padded[2], self.c, self.kh, self.kw,
                 self.oh, self.ow, self.o_wide, tuple(w.stride for w in self.window),
-                tuple(w.window_dilation for w in self.window)))
+                tuple(w.window_dilation for w in self.window), self.panels))
 
     def blocks(self) -> list[tuple[int, int, int, int]]:
         """The blocks of the output: (first image, images, first row, rows)."""

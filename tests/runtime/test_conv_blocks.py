@@ -191,3 +191,44 @@ def test_unpadded_read_only_operands(labels, x, k):
     (want,) = flatten(evaluate(module, inputs))
     ok, detail = compare_arrays(thunk(inputs), want)
     assert ok, detail and BLOCKED in thunk.how
+
+
+LANES = 16                                          # f32 features in one 64-byte vector
+PANEL = F32_LIMIT                                   # the widest panel (f32)
+
+
+@pytest.mark.parametrize("o,widths", [(PANEL + LANES, (PANEL, LANES)), (3 * PANEL // 2, (PANEL, PANEL // 2)),
+                                      (2 * PANEL + LANES, (PANEL, PANEL, LANES)), (2 * PANEL, (PANEL, PANEL)),
+                                      (PANEL + 1, None), (PANEL + LANES // 2, None)])
+def test_panel_widths(o, widths):
+    from nbxla.codegen.patch_gemm import panel_widths
+    assert panel_widths(o, 4) == widths
+
+
+@pytest.mark.parametrize("t,o", [("f32", PANEL + LANES), ("f32", 2 * PANEL + LANES), ("f64", PANEL // 2 + LANES // 2),
+                                 ("bf16", 3 * PANEL // 2)])
+@pytest.mark.parametrize("labels,x,k,window", [
+    ("b01f_01io->b01f", (2, 7, 13, 5), (3, 3, 5, None), square(3, pad_low=1, pad_high=1)),
+    ("bf01_oi01->bf01", (1, 6, 9, 9), (None, 6, 3, 3), square(3, stride=2, pad_low=0, pad_high=1)),
+    ("b01f_01io->b01f", (1, 5, 27, 16), (1, 1, 16, None), square(1)),                 # pointwise (expansion)
+])
+def test_wide_outputs_in_panels_match_the_evaluator(t, o, labels, x, k, window):
+    # more output features than one panel: nbxla's kernel panel by panel for channels-last
+    # outputs; channels-first ones stay BLAS's (written in place, not transposed per block)
+    k = tuple(o if d is None else d for d in k)
+    check(conv_module(x, k, t, labels, window), BLOCKED + (", by nbxla" if labels.endswith("f") else ", by BLAS"))
+
+
+@pytest.mark.parametrize("limit", ["depth", "kernel bytes"])
+@pytest.mark.parametrize("inside", [True, False])
+def test_panel_rule_both_sides(monkeypatch, limit, inside):
+    # panels while the products are at most NATIVE_PANEL_DEPTH deep and the kernel matrix is
+    # below NATIVE_PANEL_KERNEL_BYTES; BLAS beyond either
+    c, o = 8, PANEL + LANES
+    depth = 9 * c
+    if limit == "depth":
+        monkeypatch.setattr(conv_blocks, "NATIVE_PANEL_DEPTH", depth if inside else depth - 1)
+    else:
+        monkeypatch.setattr(conv_blocks, "NATIVE_PANEL_KERNEL_BYTES", depth * o * 4 + (1 if inside else 0))
+    module = conv_module((1, 6, 7, c), (3, 3, c, o), "f32", "b01f_01io->b01f", square(3, pad_low=1, pad_high=1))
+    check(module, BLOCKED + (", by nbxla" if inside else ", by BLAS"))
