@@ -3,7 +3,8 @@
 element is read from the padded channels-last input in place, never gathered.
 
 Buffers: the padded input ``(N, Hp, Wp, C)``, the kernel ``(KH * KW * C, O)`` (HWIO order),
-and an output block ``(rows, OW, O)``.  The parallel range is the output rows of the whole
+and an output block ``(rows, OW, O)`` -- or, for a channels-first output, the whole output
+``(N, O, OH, OW)``, each sum stored a feature plane apart.  The parallel range is the output rows of the whole
 convolution (``n * OH + oh``); a call on ``[begin, end)`` writes output row ``u`` at row
 ``u - begin`` of the block, so that the runtime computes any run of rows into a block of its
 own.
@@ -58,6 +59,9 @@ class PatchGemm:
     stride: tuple[int, int]
     dilation: tuple[int, int]
     panels: tuple[int, ...] = ()    # widths of the panels of output features (none: one of o)
+    # Channels-first output: the number of real output features, stored lane by lane straight
+    # into the whole (N, features, OH, OW) output (0: the (rows, OW, o) block of the range)
+    channels_first: int = 0
 
     @property
     def itemsize(self) -> int:
@@ -89,7 +93,8 @@ def panel_widths(o: int, itemsize: int) -> tuple[int, ...] | None:
 def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     fn, b = kernel_function(module, name)
     elem = ir.FloatType() if g.t == "f32" else ir.DoubleType()
-    shapes = [Shape(g.t, (g.n, g.hp, g.wp, g.c)), Shape(g.t, (g.kh * g.kw * g.c, g.o)), Shape(g.t, (g.n * g.oh, g.ow, g.o))]
+    out_shape = (g.n, g.channels_first, g.oh, g.ow) if g.channels_first else (g.n * g.oh, g.ow, g.o)
+    shapes = [Shape(g.t, (g.n, g.hp, g.wp, g.c)), Shape(g.t, (g.kh * g.kw * g.c, g.o)), Shape(g.t, out_shape)]
     bufs = KernelBuffers(b, fn.args[0], shapes)
     x, w, out = bufs.ptrs
     row_step, image_step = g.wp * g.c, g.hp * g.wp * g.c
@@ -146,13 +151,25 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
             counted_loop(b, const_i64(0), const_i64(g.kw), "pg.kw", window_column)
         counted_loop(b, const_i64(0), const_i64(g.kh), "pg.kh", window_row)
         for r in range(count):
+            if g.channels_first:
+                # (one scalar store per real feature, a plane apart: cheaper than NumPy's
+                # transposing copy of the block afterwards, LeNet's 5x5 1 -> 32 on 28x28)
+                position = b.add(out_row, b.add(ow0, const_i64(r)))
+                total = b.load(accumulators[r])
+                for j in range(min(vec.count, g.channels_first - first_feature)):
+                    at = b.add(position, const_i64((first_feature + j) * g.oh * g.ow))
+                    b.store(b.extract_element(total, ir.Constant(ir.IntType(32), j)), b.gep(out, [at]))
+                continue
             at = b.add(out_row, b.add(b.mul(b.add(ow0, const_i64(r)), const_i64(g.o)), const_i64(first_feature)))
             b.store(b.load(accumulators[r]), b.bitcast(b.gep(out, [at]), vec.as_pointer()), align=g.itemsize)
 
     def unit(u):
         image, oh = b.udiv(u, const_i64(g.oh)), b.urem(u, const_i64(g.oh))
         x_row = b.add(b.mul(image, const_i64(image_step)), b.mul(oh, const_i64(sh * row_step)))
-        out_row = b.mul(b.sub(u, begin), const_i64(g.ow * g.o))
+        if g.channels_first:        # (image, 0, oh, 0) of the whole output
+            out_row = b.add(b.mul(image, const_i64(g.channels_first * g.oh * g.ow)), b.mul(oh, const_i64(g.ow)))
+        else:
+            out_row = b.mul(b.sub(u, begin), const_i64(g.ow * g.o))
         first = 0
         for width in g.panel_widths():
             use_panel(width, first)

@@ -160,6 +160,10 @@ class BlockedConvolution:
         self.panels = ()
         if self.native and self.o_wide * self.dtype.itemsize > NATIVE_GEMM_BYTES:
             self.o_wide, self.panels = o, panel_widths(o, self.dtype.itemsize)
+        # A channels-first (N, O, OH, OW) output: nbxla's kernel stores into it directly, a
+        # feature plane apart, instead of NumPy transposing each block (see patch_gemm).
+        self.store_channels_first = self.native and not self.panels and \
+            [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3]
         self.channels_first = not self.native and \
             [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3] and \
             [dn.input_batch, dn.input_feature, *dn.input_spatial] == [0, 1, 2, 3]
@@ -192,7 +196,8 @@ class BlockedConvolution:
             self.gemm = small_gemm.PatchGemmKernel(small_gemm.PatchGemm(
                 small_gemm.element_type(self.dtype), self.n, padded[1], padded[2], self.c, self.kh, self.kw,
                 self.oh, self.ow, self.o_wide, tuple(w.stride for w in self.window),
-                tuple(w.window_dilation for w in self.window), self.panels))
+                tuple(w.window_dilation for w in self.window), self.panels,
+                o if self.store_channels_first else 0))
 
     def blocks(self) -> list[tuple[int, int, int, int]]:
         """The blocks of the output: (first image, images, first row, rows)."""
@@ -224,6 +229,7 @@ class BlockedConvolution:
         # into its (contiguous) rows of the output, no block copy (7x7 3 -> 64 on 224x224,
         # stride 2: the copy was ~10% of the convolution).
         direct = native is not None and self.o_wide == o and list(nhwc) == [0, 1, 2, 3]
+        store_cf = self.store_channels_first
 
         def run(_, begin, end):
             patches = np.empty(0 if native is not None else most * depth, self.dtype)
@@ -235,6 +241,9 @@ class BlockedConvolution:
                     first = n * self.oh + h0
                     if direct:
                         native(x, kmat, out[n:n + images, h0:h0 + h], first, first + images * h)
+                        continue
+                    if store_cf:
+                        native(x, kmat, out, first, first + images * h)
                         continue
                     r = result[:rows * self.o_wide]
                     native(x, kmat, r, first, first + images * h)
