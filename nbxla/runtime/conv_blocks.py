@@ -65,6 +65,13 @@ WIDE_MIN_CHANNELS = 128
 # convolutions 16 -> 32 features 0.17 ms against 0.38 (BLAS blocked), 128 -> 64 on 28x28
 # 1.45 against 2.19 (BLAS blocked and per tap), 64 -> 64 on 2x16x16 0.54 against 0.73.
 NATIVE_GEMM_BYTES = WIDEST_ROW_BYTES
+# Output positions per image from which wide unstrided convolutions take the per-tap GEMMs:
+# below, the taps' GEMMs are short (and the wide output's extra edge positions a larger
+# share) and one GEMM over gathered patches (K = taps x channels) wins.  Measured on one core,
+# 3x3 convolutions, ms blocked / per tap: NCHW 256 -> 256 on 14x14 2.2 / 3.7, on 28x28
+# 8.2 / 9.6, 128 -> 128 on 56x56 10.3 / 8.3, 512 -> 512 on 14x14 8.4 / 16.7; NHWC 512 -> 512
+# on 7x7 2.7 / 3.5, 256 -> 256 on 14x14 2.1 / 2.2, on 28x28 8.3 / 7.5.
+PER_TAP_MIN_POSITIONS = {"channels-last": 256, "channels-first": 1024}
 # Convolutions with more output features than NATIVE_GEMM_BYTES run in nbxla's kernel, in
 # panels (see codegen/patch_gemm.py), rather than as BLAS GEMMs while the products are at
 # most NATIVE_PANEL_DEPTH deep (kernel taps x input channels) and the kernel matrix is below
@@ -102,16 +109,19 @@ def blocked_refusal(instr) -> str | None:
 
 def prefers_per_tap(instr) -> bool:
     """The cost rule between the per-tap GEMMs and the blocked im2col, for a convolution both
-    take (unstrided, dense): per tap once the input has ``WIDE_MIN_CHANNELS`` channels, and
-    for unpadded 1x1 windows, unless the outputs are few enough for nbxla's own kernel
-    (``takes_native``)."""
+    take (unstrided, dense): per tap once the input has ``WIDE_MIN_CHANNELS`` channels and
+    each image has ``PER_TAP_MIN_POSITIONS`` output positions, and for unpadded 1x1 windows,
+    unless the outputs are few enough for nbxla's own kernel (``takes_native``)."""
     dn = instr.attrs["dim_labels"]
     window = instr.attrs.get("window")
     # (a 1x1 window without padding is one GEMM on the input itself: nothing to gather)
     pointwise = all(instr.operands[1].shape.dims[d] == 1 for d in dn.kernel_spatial) and \
         (window is None or all(w.pad_low == w.pad_high == 0 for w in window.dims))
     wide = instr.operands[0].shape.dims[dn.input_feature] >= WIDE_MIN_CHANNELS
-    return (wide or pointwise) and not takes_native(instr)
+    channels_first = [dn.output_batch, dn.output_feature, *dn.output_spatial] == list(range(len(instr.shape.dims)))
+    positions = int(np.prod([instr.shape.dims[d] for d in dn.output_spatial]))
+    large = positions >= PER_TAP_MIN_POSITIONS["channels-first" if channels_first else "channels-last"]
+    return ((wide and large) or pointwise) and not takes_native(instr)
 
 
 def takes_native(instr) -> bool:

@@ -105,12 +105,17 @@ def test_gemm_kernel_rule_both_sides(t, features, labels):
 @pytest.mark.parametrize("channels", [conv_blocks.WIDE_MIN_CHANNELS - 1, conv_blocks.WIDE_MIN_CHANNELS])
 @pytest.mark.parametrize("features", [4, WIDE_O])
 @pytest.mark.parametrize("labels", ["b01f_01io->b01f", "bf01_oi01->bf01"])
-def test_cost_rule_both_sides(channels, features, labels):
-    # unstrided dense: blocked im2col below WIDE_MIN_CHANNELS input channels, per-tap GEMMs from
-    # it -- unless the output features are few enough for nbxla's own kernel (blocked)
+@pytest.mark.parametrize("large", [True, False])
+def test_cost_rule_both_sides(monkeypatch, channels, features, labels, large):
+    # unstrided dense: blocked im2col below WIDE_MIN_CHANNELS input channels or below
+    # PER_TAP_MIN_POSITIONS output positions per image, per-tap GEMMs from both -- unless the
+    # output features are few enough for nbxla's own kernel (blocked)
+    positions = 6 * 5
+    monkeypatch.setattr(conv_blocks, "PER_TAP_MIN_POSITIONS", {"channels-last": positions + (0 if large else 1),
+                                                               "channels-first": positions + (0 if large else 1)})
     o = features
     x, k = ((1, 6, 5, channels), (3, 3, channels, o)) if labels[1] == "0" else ((1, channels, 6, 5), (o, channels, 3, 3))
-    per_tap = channels >= conv_blocks.WIDE_MIN_CHANNELS and features == WIDE_O
+    per_tap = channels >= conv_blocks.WIDE_MIN_CHANNELS and features == WIDE_O and large
     check(conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1)), PER_TAP if per_tap else BLOCKED)
 
 
