@@ -554,9 +554,11 @@ class _WidenedConvolution:
                                operands=[SimpleNamespace(shape=widen_shape(o.shape)) for o in instr.operands])
         self.inner = _f32_or_f64_convolution(wide)
         self.how, self.dtype = f"{self.inner.how}, in f32", instr.shape.dtype
+        # Constant operands (a frozen model's weights) widened once, not on every call.
+        self.widened = [widen_value(o.literal) if o.opcode == "constant" else None for o in instr.operands]
 
     def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
-        result = self.inner([widen_value(o) for o in operands])
+        result = self.inner([widen_value(o) if w is None else w for o, w in zip(operands, self.widened)])
         return result if result.dtype == self.dtype else round_to_bf16(result)
 
 

@@ -237,3 +237,33 @@ def test_panel_rule_both_sides(monkeypatch, limit, inside):
         monkeypatch.setattr(conv_blocks, "NATIVE_PANEL_KERNEL_BYTES", depth * o * 4 + (1 if inside else 0))
     module = conv_module((1, 6, 7, c), (3, 3, c, o), "f32", "b01f_01io->b01f", square(3, pad_low=1, pad_high=1))
     check(module, BLOCKED + (", by nbxla" if inside else ", by BLAS"))
+
+
+def test_bf16_constant_kernel_is_widened_once(monkeypatch):
+    # a frozen model's bf16 weights: widened to f32 when the thunk is made, not on every call
+    from nbxla.compiler import compile_module
+    from nbxla.hlo.parser import parse_hlo
+    from nbxla.runtime import cpu_library
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 3, 4, 8)).astype(np.float32)
+    literal = "{" + ", ".join("{" + ", ".join("{" + ", ".join("{" + ", ".join(f"{v:.3f}" for v in c) + "}" for c in b)
+                                              + "}" for b in a) + "}" for a in w) + "}"
+    text = f"""HloModule frozen
+ENTRY main {{
+  x = bf16[1,9,9,4] parameter(0)
+  k = bf16[3,3,4,8] constant({literal})
+  ROOT c = bf16[1,9,9,8] convolution(x, k), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f
+}}"""
+    module = parse_hlo(text)
+    widened = []
+    real = cpu_library.widen_value
+    monkeypatch.setattr(cpu_library, "widen_value", lambda v: (widened.append(np.shape(v)), real(v))[1])
+    executable = compile_module(module, "cpu").executable
+    assert widened == [(3, 3, 4, 8)]
+    x = rng.standard_normal((1, 9, 9, 4)).astype(module.entry.parameters[0].shape.dtype)
+    for _ in range(2):
+        got = executable.run([x])[0]
+    assert widened == [(3, 3, 4, 8), (1, 9, 9, 4), (1, 9, 9, 4)]      # (the input only, per call)
+    (want,) = flatten(evaluate(module, [x]))
+    ok, detail = compare_arrays(np.asarray(got), want)
+    assert ok, detail
