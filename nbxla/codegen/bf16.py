@@ -48,16 +48,3 @@ def to_bits(b: ir.IRBuilder, v):
     bits = b.bitcast(round_to_bf16(b, v), _I32)
     return b.trunc(b.lshr(bits, ir.Constant(_I32, 16)), _I16)
 
-
-def emit_rounding_kernel(module: ir.Module, name: str):
-    """A helper kernel (``runtime/bf16_arrays.py``): elements [begin, end) of a contiguous f32
-    buffer (buffer 0) rounded to bf16 bits into buffer 1 -- a vectorized loop, where NumPy's
-    ``astype(bfloat16)`` (ml_dtypes' scalar loop) took ~0.8 ns an element."""
-    from .toolkit import counted_loop, kernel_function, KernelSpec
-    fn, b = kernel_function(module, name)
-    src = b.bitcast(b.load(b.gep(fn.args[0], [ir.Constant(ir.IntType(64), 0)])), _F32.as_pointer())
-    dst = b.bitcast(b.load(b.gep(fn.args[0], [ir.Constant(ir.IntType(64), 1)])), _I16.as_pointer())
-    counted_loop(b, fn.args[1], fn.args[2], "round.i",
-                 lambda i: b.store(to_bits(b, b.load(b.gep(src, [i]))), b.gep(dst, [i])))
-    b.ret_void()
-    return KernelSpec(name, "linear", 0, 1)

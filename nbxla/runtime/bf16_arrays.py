@@ -1,4 +1,4 @@
-"""f32 arrays rounded to bf16 by a native loop (``codegen/bf16.emit_rounding_kernel``): the
+"""f32 arrays rounded to bf16 by a native loop (``codegen/bf16_rounding.py``): the
 library calls that compute bf16 operations in f32 (convolutions through BLAS or nbxla's GEMM
 kernels, ``cpu_library``) round their results here.  Why: ml_dtypes' ``astype(bfloat16)`` is a
 scalar loop, ~0.8 ns an element on the benchmark machine: 1.7 ms of a 2.4 ms bf16 1x1
@@ -14,7 +14,7 @@ import threading
 import ml_dtypes
 import numpy as np
 
-from ..codegen.bf16 import emit_rounding_kernel
+from ..codegen.bf16_rounding import emit_rounding_kernel
 from ..codegen.cpu import compile_helper_kernel
 
 # Elements from which the native loop is used.

@@ -51,6 +51,7 @@ from ..hlo.evaluator_data import pad_array
 from ..hlo.ir import Instruction
 from ..codegen.patch_gemm import panel_widths, WIDEST_ROW_BYTES
 from . import small_gemm
+from . import conv_gemm
 from .conv_gemm import gemm, run_on_one_blas_thread
 
 # Largest patch block (bytes): about a quarter of a core's L2, so that the patches, the
@@ -200,6 +201,7 @@ class BlockedConvolution:
             image_bytes = max(row_bytes * self.oh, 1)
             self.images = min(self.n, max(1, PATCH_BYTES // image_bytes, -(-MIN_POSITIONS // (self.ow * self.oh))))
         self.gemm = None
+        self.units = self.most = None       # (the blocks, made on the first call)
         self.how = f"{BlockedConvolution.how}, by {'nbxla' if self.native else 'BLAS'}"
         if self.native:
             padded = [x[d] + p.low + p.high for d, p in zip(self.input_order, self.padding)]
@@ -231,9 +233,10 @@ class BlockedConvolution:
             kmat = wide
         out = np.empty(self.dims, self.dtype)
         ow, o, depth = self.ow, self.o, self.depth
-        most = max(i * h for _, i, _, h in self.blocks()) * ow
-        native = self.gemm
-        units = self.blocks()
+        if self.units is None:       # (made once: a small convolution's call is mostly such overhead)
+            self.units = self.blocks()
+            self.most = max(i * h for _, i, _, h in self.units) * ow
+        units, most, native = self.units, self.most, self.gemm
         nhwc, to_logical, cf = self.nhwc_order, self.to_logical, self.channels_first
         # Channels-last output without padded features: the kernel writes each block straight
         # into its (contiguous) rows of the output, no block copy (7x7 3 -> 64 on 224x224,
@@ -276,7 +279,11 @@ class BlockedConvolution:
                 region = [slice(None)] * 4
                 region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)
                 np.copyto(out[tuple(region)], values.transpose(to_logical))
-        run_on_one_blas_thread(run, len(units), self.n * self.oh * ow * depth * o)
+        work = self.n * self.oh * ow * depth * o
+        if native is not None and (work < conv_gemm.SPLIT_WORK or len(units) < 2):
+            run(None, 0, len(units))       # (no BLAS call to keep on one thread: a small one runs here)
+        else:
+            run_on_one_blas_thread(run, len(units), work)
         return out
 
     def _gather(self, x: np.ndarray, n: int, images: int, h0: int, h: int) -> np.ndarray:
