@@ -64,7 +64,8 @@ def _reaching(body: Computation, sources: list[Instruction]) -> set[int]:
 
 
 def carried_moving_reads(body: Computation) -> bool:
-    """Does the body read state it changes at positions other than those it writes?"""
+    """Does the body read more than one element of state it changes at positions other than
+    those it writes?"""
     param, elements = _state_elements(body)
     root = body.root
     if param is None or root.opcode != "tuple":
@@ -73,8 +74,10 @@ def carried_moving_reads(body: Computation) -> bool:
                if k < len(root.operands) and root.operands[k] is not g and not g.shape.is_tuple
                and g.shape.rank > 0]
     reach = _reaching(body, changed)
-    return any(i.opcode in _MOVING_READS and any(id(o) in reach for o in i.operands)
-               for i in body.instructions)
+    # (a read of one element -- ``A[i, j - 1]`` in Seidel's inner loop -- is recomputed, not
+    # a kernel boundary: fusion takes chains of them)
+    return any(i.opcode in _MOVING_READS and not i.shape.is_tuple and i.shape.size > 1
+               and any(id(o) in reach for o in i.operands) for i in body.instructions)
 
 
 def kernels_per_step(body: Computation) -> int:

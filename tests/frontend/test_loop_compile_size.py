@@ -148,3 +148,47 @@ def test_an_empty_array_filled_by_a_loop_is_a_fill_not_a_constant():
     hlo = compilation.hlo
     assert all(i.opcode != "constant" or np.size(i.literal) <= 1 for i in hlo.instructions()), \
         compilation.stage("hlo")
+
+
+# ---- reads of the previous step's values at other positions: both sides -----------------------
+
+def rows_and_columns_of_the_last_step(path, steps):
+    """Floyd-Warshall's step: every element reads row k and column k of the previous step's
+    matrix (no fusion across steps: one kernel per step unrolled)."""
+    for k in range(steps):
+        path[:] = np.minimum(path, np.add.outer(path[:, k], path[k, :]))
+    return path
+
+
+def elementwise_chain(x, steps):
+    """Each step maps elements of the previous one: unrolled steps fuse into one kernel."""
+    for k in range(steps):
+        x = x * 0.5 + np.sin(x) * (k + 1.0)
+    return x
+
+
+def one_element_of_the_last_step(a, steps):
+    """Each step reads one element the previous step wrote (Seidel's inner loop): recomputed,
+    no kernel boundary."""
+    for j in range(1, steps + 1):
+        a[j] += a[j - 1]
+        a[j] /= 3.0
+    return a
+
+
+@pytest.mark.parametrize("steps", [4, 5, 8])
+def test_reads_of_the_last_steps_rows_count_a_kernel_per_step(steps):
+    path = RNG.integers(1, 50, (9, 9)).astype(np.int32)
+    compilation = _run(rows_and_columns_of_the_last_step, path, steps)
+    rolled = steps > loops.UNROLL_KERNEL_BUDGET
+    text = compilation.stage("optimized_hlo")
+    assert (" while(" in text) == rolled, text
+    if rolled:
+        assert f"its {steps} steps x 1 reductions" in compilation.stage("fusion_report")
+
+
+@pytest.mark.parametrize("fn, make", [(elementwise_chain, lambda: RNG.random(16)),
+                                      (one_element_of_the_last_step, lambda: RNG.random(12))])
+def test_element_maps_and_one_element_reads_still_unroll(fn, make):
+    compilation = _run(fn, make(), 8)
+    assert " while(" not in compilation.stage("optimized_hlo")
