@@ -12,7 +12,7 @@ GEMMs, nothing to compile) or ``reduce-window`` (one kernel).
 Recognized: a nest of counted ``while`` loops (counter from a constant by 1 below a constant,
 at least one step each) that pass their state on unchanged except the counter and one array
 ``out``; an outer loop's body only runs the next loop on ``out``; the innermost writes
-``out = dynamic-update-slice(out, reshape(R), starts)`` where, per loop, one dimension starts
+``out = dynamic-update-slice(out, reshape(R), starts)`` (a convert of R allowed) where, per loop, one dimension starts
 at that loop's counter plus a constant and is 1 wide, and every other start is a constant.
 ``R`` reads only loop invariants and the counters, as one of
 
@@ -244,9 +244,13 @@ def _placement(nest: _Nest):
         if first + const < 0 or first + const + trips > out.dims[d]:
             return None
         at_level[d] = level
-    if len(at_level) != len(nest.levels) or update.opcode != "reshape":
+    # (a convert on either side of the reshape: an f64 sum written into an f32 output)
+    shaped = update.operands[0] if update.opcode == "convert" else update
+    if len(at_level) != len(nest.levels) or shaped.opcode != "reshape":
         return None
-    reduced = update.operands[0]
+    reduced = shaped.operands[0]
+    if reduced.opcode == "convert" and shaped is update:
+        reduced = reduced.operands[0]
     kept = [n for d, n in enumerate(update.shape.dims) if d not in at_level]
     if list(reduced.shape.dims) != kept:
         return None
@@ -272,6 +276,8 @@ def _rewrite_nest(comp: Computation, loop: Instruction) -> bool:
     if made is None:
         return False
     value, labels = made
+    if value.shape.element_type != nest.update.shape.element_type:
+        value = b.convert(value, nest.update.shape.element_type)
     # ``value`` has one dimension per label: ("level", l) for the positions of loop l, ("kept", r)
     # for dimension r of R; ``out``'s order puts the levels at their update dimensions.
     out_shape = nest.update.shape

@@ -94,15 +94,15 @@ def conv_interior_of_ones(x, w):
 
 @pytest.mark.parametrize("fn, x_shape, w_shape, dtype", [
     (examples.conv2d, (2, 9, 8, 3), (3, 3, 3, 5), np.float32),
+    (examples.conv2d, (2, 7, 8, 2), (2, 2, 2, 3), np.float64),      # (f64 sums into np.float32 output)
     (conv_stride2_weights_first, (2, 11, 9, 2), (3, 3, 2, 4), np.float64),
     (conv_one_image_no_channels, (9, 7), (4, 3, 3), np.float64),
     (conv_interior_of_ones, (3, 8, 9, 2), (3, 3, 2, 4), np.float32),
 ])
 def test_window_times_weights_loops_are_one_convolution(fn, x_shape, w_shape, dtype):
     x, w = _f(dtype, *x_shape), _f(dtype, *w_shape)
-    if fn is examples.conv2d:
-        x, w = x.astype(np.float32), w.astype(np.float32)
-    compilation = _compiled(fn, x, w, rtol=1e-4 if dtype == np.float32 else 1e-10)
+    rtol = 1e-4 if dtype == np.float32 or fn is examples.conv2d else 1e-10
+    compilation = _compiled(fn, x, w, rtol=rtol)
     text = _ops(compilation)
     assert " while(" not in text and text.count(" convolution(") == 1, text
     assert _pass_agrees_with_evaluator(compilation, (x, w))
