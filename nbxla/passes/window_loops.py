@@ -7,14 +7,16 @@ and LeNet built from it),
 pooling as ``out[:, i, j, :] = np.max(x[:, 2*i:2*i+2, 2*j:2*j+2, :], axis=(1, 2))``.  Rolled,
 every step is a small reduction kernel behind a host round trip; unrolled, hundreds of them
 for LLVM to compile.  The whole nest is exactly XLA's ``convolution`` (a library call: BLAS
-GEMMs, nothing to compile) or ``reduce-window`` (one kernel).
+GEMMs, or one patch-GEMM kernel per geometry) or ``reduce-window`` (one kernel).
 
 Recognized: a nest of counted ``while`` loops (counter from a constant by 1 below a constant,
 at least one step each) that pass their state on unchanged except the counter and one array
 ``out``; an outer loop's body only runs the next loop on ``out``; the innermost writes
-``out = dynamic-update-slice(out, reshape(R), starts)`` (a convert of R allowed) where, per loop, one dimension starts
-at that loop's counter plus a constant and is 1 wide, and every other start is a constant.
-``R`` reads only loop invariants and the counters, as one of
+``out = dynamic-update-slice(out, reshape(E(R)), starts)`` where, per loop, one dimension
+starts at that loop's counter plus a constant and is 1 wide, and every other start is a
+constant; ``E`` is a chain of elementwise ops (none, a convert, a bias added, a mean's divide, a
+relu) whose other operands are constant scalars or broadcasts of invariants, applied to the
+whole result afterwards; and ``R`` reads only loop invariants and the counters, as one of
 
 * ``reduce-add(multiply(broadcast(dynamic-slice(X)), broadcast(W)))`` -> ``convolution``;
 * ``reduce(dynamic-slice(X))`` with a recognized reducer -> ``reduce-window``,
@@ -248,13 +250,34 @@ def _placement(nest: _Nest):
     shaped = update.operands[0] if update.opcode == "convert" else update
     if len(at_level) != len(nest.levels) or shaped.opcode != "reshape":
         return None
-    reduced = shaped.operands[0]
-    if reduced.opcode == "convert" and shaped is update:
-        reduced = reduced.operands[0]
     kept = [n for d, n in enumerate(update.shape.dims) if d not in at_level]
-    if list(reduced.shape.dims) != kept:
+    if list(shaped.operands[0].shape.dims) != kept:
         return None
-    return at_level, offsets, reduced
+    # elementwise ops between the reduction and the update, each with one operand from it
+    # and the others constants or broadcasts of invariants (a bias, a mean's count, a relu)
+    epilogue, reduced = [], shaped.operands[0]
+    while reduced.opcode != "reduce":
+        if not reduced.is_elementwise or reduced.shape.is_tuple:
+            return None
+        main = [k for k, o in enumerate(reduced.operands) if _side(o, nest) is None]
+        if len(main) != 1:
+            return None
+        epilogue.append((reduced, main[0]))
+        reduced = reduced.operands[main[0]]
+    return at_level, offsets, reduced, epilogue[::-1]
+
+
+def _side(x: Instruction, nest: _Nest):
+    """(the invariant, its dimension -> dimension of R) when ``x`` is a constant scalar or a
+    broadcast of an invariant, else None."""
+    param = nest.body.parameters[0]
+    if x.opcode == "constant" and x.shape.rank == 0:
+        return x, ()
+    if x.opcode == "broadcast":
+        source = _invariant(x.operands[0], param, nest.values)
+        if source is not None and not source.shape.is_tuple:
+            return source, tuple(x.attrs.get("dimensions", ()))
+    return None
 
 
 def _rewrite_nest(comp: Computation, loop: Instruction) -> bool:
@@ -267,8 +290,8 @@ def _rewrite_nest(comp: Computation, loop: Instruction) -> bool:
     placed = _placement(nest)
     if placed is None:
         return False
-    at_level, offsets, reduced = placed
-    if reduced.opcode != "reduce" or len(reduced.operands) != 2:
+    at_level, offsets, reduced, epilogue = placed
+    if len(reduced.operands) != 2:
         return False
     b = Builder(f"{comp.name}.window_loops")
     b.location = loop.location
@@ -276,8 +299,6 @@ def _rewrite_nest(comp: Computation, loop: Instruction) -> bool:
     if made is None:
         return False
     value, labels = made
-    if value.shape.element_type != nest.update.shape.element_type:
-        value = b.convert(value, nest.update.shape.element_type)
     # ``value`` has one dimension per label: ("level", l) for the positions of loop l, ("kept", r)
     # for dimension r of R; ``out``'s order puts the levels at their update dimensions.
     out_shape = nest.update.shape
@@ -290,6 +311,21 @@ def _rewrite_nest(comp: Computation, loop: Instruction) -> bool:
             r += 1
     if order != list(range(len(order))):
         value = b.op("transpose", value, dimensions=tuple(order))
+    # R's dimension r is out's r-th dimension that no loop moves along
+    at_kept = [d for d in range(out_shape.rank) if d not in at_level]
+    for op, main in epilogue:
+        operands = []
+        for k, o in enumerate(op.operands):
+            if k == main:
+                operands.append(value)
+                continue
+            source, dims = _side(o, nest)
+            operands.append(b.broadcast(_materialize(b, source, comp), value.shape.dims,
+                                        tuple(at_kept[r] for r in dims)))
+        attrs = {k: v for k, v in op.attrs.items()}
+        value = b.op(op.opcode, *operands, shape=value.shape.with_type(op.shape.element_type), **attrs)
+    if value.shape.element_type != out_shape.element_type:
+        value = b.convert(value, out_shape.element_type)
     initial = _materialize(b, loop.operands[0].operands[nest.out_index], comp)
     if tuple(value.shape.dims) != tuple(out_shape.dims):
         starts = [b.constant(np.int64(o)) for o in offsets]

@@ -141,13 +141,44 @@ def test_integer_max_pool_is_a_reduce_window():
     assert " reduce-window(" in _ops(compilation)
 
 
-# ---- just outside: the loop stays, and agrees with NumPy ---------------------------------------
+# ---- recognized: elementwise ops after the reduction (applied to the whole result) -------------
 
-def conv_plus_bias_in_the_body(x, w, b):
+def conv_bias_relu_in_the_body(x, w, b):
     K = w.shape[0]
     out = np.zeros((x.shape[0], x.shape[1] - K + 1, w.shape[2]))
     for i in range(x.shape[1] - K + 1):
-        out[:, i, :] = np.sum(x[:, i:i + K, :, None] * w[None], axis=(1, 2)) + b
+        out[:, i, :] = np.maximum(np.sum(x[:, i:i + K, :, None] * w[None], axis=(1, 2)) + b, 0.0)
+    return out
+
+
+def mean_pool(x):
+    out = np.zeros((x.shape[0] // 2, x.shape[1] // 2))
+    for i in range(x.shape[0] // 2):
+        for j in range(x.shape[1] // 2):
+            out[i, j] = np.mean(x[2 * i:2 * i + 2, 2 * j:2 * j + 2])
+    return out
+
+
+@pytest.mark.parametrize("fn, args, op", [
+    (conv_bias_relu_in_the_body, lambda: (_f(np.float64, 2, 9, 3) - 0.5, _f(np.float64, 3, 3, 4), _f(np.float64, 4) - 0.5),
+     " convolution("),
+    (mean_pool, lambda: (_f(np.float64, 8, 10),), " reduce-window("),
+])
+def test_elementwise_ops_after_the_reduction_apply_to_the_whole_result(fn, args, op):
+    args = args()
+    compilation = _compiled(fn, *args, rtol=1e-10)
+    text = _ops(compilation)
+    assert " while(" not in text and text.count(op) == 1, text
+    assert _pass_agrees_with_evaluator(compilation, args)
+
+
+# ---- just outside: the loop stays, and agrees with NumPy ---------------------------------------
+
+def window_sum_scaled_by_the_index(x):
+    """The op after the reduction reads the counter: not the same op at every position."""
+    out = np.zeros(x.shape[0] - 2)
+    for i in range(x.shape[0] - 2):
+        out[i] = np.sum(x[i:i + 3]) * i
     return out
 
 
@@ -175,7 +206,7 @@ def integer_conv(x, w):
 
 
 @pytest.mark.parametrize("fn, args", [
-    (conv_plus_bias_in_the_body, lambda: (_f(np.float64, 2, 9, 3), _f(np.float64, 3, 3, 4), _f(np.float64, 4))),
+    (window_sum_scaled_by_the_index, lambda: (_f(np.float64, 13),)),
     (running_window_reads_out, lambda: (_f(np.float64, 14),)),
     (window_stride_not_the_step, lambda: (_f(np.float64, 12),)),
     (integer_conv, lambda: (RNG.integers(-9, 9, (2, 9, 3)), RNG.integers(-9, 9, (3, 3, 4)))),
