@@ -3,9 +3,9 @@ compile time that grows with the trip count: LLVM compiles every kernel at O3).
 
 * ``size``: instructions of the body and of what it calls (the ``--unroll_budget`` count).
 * ``kernels_per_step``: kernels each unrolled step adds that no fusion merges across steps:
-  its reductions and other ops that are a kernel of their own (``KERNEL_OPS``), plus one when
-  the step reads what the previous step wrote at other positions (a slice, a transpose, a dot
-  of loop-carried state): then step ``k + 1`` cannot be fused into step ``k``'s kernel
+  its reductions and other ops that are a kernel of their own (``KERNEL_OPS``), plus one per
+  write that reads what the previous step wrote at other positions (a slice, a transpose, a
+  dot of loop-carried state): then step ``k + 1`` cannot be fused into step ``k``'s kernel
   (Floyd-Warshall's ``min(path, add.outer(path[:, k], path[k]))``: 20 steps, 20 kernels and
   seconds of LLVM unrolled; rolled, one kernel).  A body that only maps elements of the state
   (``x = x * a + b``) costs nothing per step: unrolled steps fuse into one kernel.
@@ -63,25 +63,34 @@ def _reaching(body: Computation, sources: list[Instruction]) -> set[int]:
     return reach
 
 
-def carried_moving_reads(body: Computation) -> bool:
-    """Does the body read more than one element of state it changes at positions other than
-    those it writes?"""
+def carried_moving_reads(body: Computation) -> int:
+    """How many writes of the body read more than one element of state it changes at
+    positions other than those they write (at least 1 when any such read exists; each such
+    write starts a kernel of its own: channel flow's pressure step writes the interior, two
+    boundary columns and two rows from the previous step's values)."""
     param, elements = _state_elements(body)
     root = body.root
     if param is None or root.opcode != "tuple":
-        return False
+        return 0
     changed = [g for k, g in elements.items()
                if k < len(root.operands) and root.operands[k] is not g and not g.shape.is_tuple
                and g.shape.rank > 0]
     reach = _reaching(body, changed)
     # (a read of one element -- ``A[i, j - 1]`` in Seidel's inner loop -- is recomputed, not
     # a kernel boundary: fusion takes chains of them)
-    return any(i.opcode in _MOVING_READS and not i.shape.is_tuple and i.shape.size > 1
-               and any(id(o) in reach for o in i.operands) for i in body.instructions)
+    moving = [i for i in body.instructions
+              if i.opcode in _MOVING_READS and not i.shape.is_tuple and i.shape.size > 1
+              and any(id(o) in reach for o in i.operands)]
+    if not moving:
+        return 0
+    moved = _reaching(body, moving)
+    writes = sum(1 for i in body.instructions
+                 if i.opcode == "dynamic-update-slice" and id(i.operands[1]) in moved)
+    return max(writes, 1)
 
 
 def kernels_per_step(body: Computation) -> int:
-    return _kernel_ops(body) + int(carried_moving_reads(body))
+    return _kernel_ops(body) + carried_moving_reads(body)
 
 
 def moving_windows(body: Computation, counter: int = 0) -> int:

@@ -192,3 +192,21 @@ def test_reads_of_the_last_steps_rows_count_a_kernel_per_step(steps):
 def test_element_maps_and_one_element_reads_still_unroll(fn, make):
     compilation = _run(fn, make(), 8)
     assert " while(" not in compilation.stage("optimized_hlo")
+
+
+def two_writes_from_the_last_step(p, steps):
+    """Two writes per step, each from the previous step's neighbours (a pressure step's
+    interior and its boundary column): two kernels per step unrolled."""
+    for _ in range(steps):
+        q = p.copy()
+        p[1:-1, 1:-1] = 0.25 * (q[1:-1, 2:] + q[1:-1, :-2] + q[2:, 1:-1] + q[:-2, 1:-1])
+        p[1:-1, 0] = 0.5 * (q[2:, 0] + q[:-2, 0])
+    return p
+
+
+@pytest.mark.parametrize("steps", [2, 3])
+def test_each_write_from_the_last_steps_neighbours_counts(steps):
+    """2 steps x 2 writes = 4 kernels: unrolled (short loop); 3 x 2 = 6: rolled."""
+    compilation = _run(two_writes_from_the_last_step, RNG.random((7, 8)), steps, rtol=1e-12)
+    rolled = steps * 2 > loops.UNROLL_KERNEL_BUDGET
+    assert (" while(" in compilation.stage("optimized_hlo")) == rolled
