@@ -160,8 +160,8 @@ def mean_pool(x):
 
 
 @pytest.mark.parametrize("fn, args, op", [
-    (conv_bias_relu_in_the_body, lambda: (_f(np.float64, 2, 9, 3) - 0.5, _f(np.float64, 3, 3, 4), _f(np.float64, 4) - 0.5),
-     " convolution("),
+    (conv_bias_relu_in_the_body,
+     lambda: (_f(np.float64, 2, 9, 3) - 0.5, _f(np.float64, 3, 3, 4), _f(np.float64, 4) - 0.5), " convolution("),
     (mean_pool, lambda: (_f(np.float64, 8, 10),), " reduce-window("),
 ])
 def test_elementwise_ops_after_the_reduction_apply_to_the_whole_result(fn, args, op):
