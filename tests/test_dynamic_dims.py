@@ -64,7 +64,7 @@ def test_forty_sizes_compile_at_most_twice_automatically(name):
     cache = CompilationCache()
     f = nbxla.jit(fn, cache=cache)
     _sweep(f, fn, make, range(1, 41))
-    assert cache.misses == 2                    # size 1 (specialised), then one symbolic program
+    assert cache.misses == 2                    # size 1 (the first size), then one symbolic program
     symbolic = [e for e in cache.entries() if "symbolic" in e.explanation]
     assert len(symbolic) == 1 and "x.shape[0] -> b" in symbolic[0].explanation
     assert "[b,64]" in symbolic[0].summary()
@@ -110,14 +110,43 @@ def test_named_dimensions():
     assert cache.misses == 1 and "x.shape[0] -> b" in cache.entries()[0].explanation
 
 
-def test_size_one_fails_the_guard_and_says_so():
+def test_size_one_is_served_where_the_program_is_the_same_there():
     cache = CompilationCache()
     f = nbxla.jit(softmax, cache=cache, dynamic=True)
-    _sweep(f, softmax, PROGRAMS["softmax"][1], [4, 1])
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [4, 1, 2, 1, 33])
+    assert cache.misses == 1
+    assert "every size >= 1" in cache.entries()[0].explanation
+    assert "1 <= b <= " in f.last_compilation.dimensions
+
+
+def test_size_one_compiled_first_with_dynamic_true_serves_every_size():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache, dynamic=True)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [1, 2, 3, 40])
+    assert cache.misses == 1 and module_is_symbolic(f.last_compilation.hlo)
+
+
+def squeezed(x):
+    return np.squeeze(x) * 2.0          # (at size 1 the result loses a dimension)
+
+
+def test_size_one_fails_the_guard_where_the_program_differs_there_and_says_so():
+    cache = CompilationCache()
+    f = nbxla.jit(squeezed, cache=cache, dynamic=True)
+    _sweep(f, squeezed, ONE, [4, 9, 1])
     assert cache.misses == 2
     static = cache.entries()[-1]
     assert "x.shape[0] == 1, compiled for b >= 2" in static.explanation
     assert "x.shape[0] == 1, compiled for b >= 2" in cache.table()
+    assert "2 <= b <= " in cache.entries()[0].value.compilation.dimensions
+
+
+def test_size_zero_fails_the_guard_and_says_so():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache, dynamic=True)
+    _sweep(f, softmax, ONE, [4, 0])
+    assert cache.misses == 2
+    assert "x.shape[0] == 0, compiled for b >= 1" in cache.entries()[-1].explanation
 
 
 def test_shared_symbol_guard_recompiles_when_sizes_part():
@@ -128,7 +157,7 @@ def test_shared_symbol_guard_recompiles_when_sizes_part():
     x, y = rows(5), RNG.random((1, 64), dtype=np.float32)     # broadcasting a 1: another program
     np.testing.assert_allclose(f(x, y), elementwise(x, y), rtol=1e-6)
     assert cache.misses == 2
-    assert "y.shape[0] == 1, compiled for b >= 2" in cache.entries()[-1].explanation
+    assert "y.shape[0] == 1 but x.shape[0] == 5, compiled for both equal (b)" in cache.entries()[-1].explanation
 
 
 def test_python_decision_on_a_size_specialises_with_the_line():
@@ -261,7 +290,7 @@ def test_fusion_report_says_which_dimensions_are_symbolic_and_why_others_are_not
     f = nbxla.jit(elementwise, cache=CompilationCache(), dynamic=True)
     f(rows(3), rows(3))
     report = f.last_compilation.stage("fusion_report")
-    assert "dimensions: x.shape[0] -> b, y.shape[0] -> b (symbolic); guards: 2 <= b <= 65537, x.shape[0] == y.shape[0]" \
+    assert "dimensions: x.shape[0] -> b, y.shape[0] -> b (symbolic); guards: 1 <= b <= 65537, x.shape[0] == y.shape[0]" \
         in report
     for stage in f.last_compilation.stages:             # every stage shows for a symbolic compile
         assert f.last_compilation.stage(stage)
