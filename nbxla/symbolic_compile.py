@@ -184,8 +184,11 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
         # too large to trace): found before the second probe is traced, which is then not
         # counted as traced yet.)
         extremes = _check_extreme_sizes(trace_at, leaves, marks, first, log1, by_size, lambda h: h)
-    second, probe, reused = _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, earlier)
-    untouched = clone_module(first.module) if second is not None else None
+    found = _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, earlier)
+    untouched = first.module            # (pristine when an earlier compile's sizes are the probe)
+    if found is not None:
+        lifted_first, second, probe, reused, sizes, symbolic_hlo = found
+        first = replace(first, module=lifted_first)
 
     def standard_second_probe():
         log2: list = []
@@ -199,16 +202,18 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
             raise SymbolicDimensionError(why)
         return traced
 
-    if second is None:
-        second, probe = standard_second_probe(), second_probe
-    if len(by_size) == 1:
-        extremes = _check_extreme_sizes(trace_at, leaves, marks, first, log1, by_size, probe)
+    if found is None:
+        second, probe, reused = standard_second_probe(), second_probe, None
+    if len(by_size) == 1:           # (compared with the first probe before its constants are lifted)
+        extremes = _check_extreme_sizes(trace_at, leaves, marks, replace(first, module=untouched), log1,
+                                        by_size, probe)
     lower, bounds = extremes
     if at_one and max(lower.values()) > 1:
         raise SymbolicDimensionError("at size 1 the program is another one (it treats a 1 differently)")
     trace_ms = (time.perf_counter() - start) * 1e3
-    sizes = lift_size_constants(first.module, second.module, by_size, probe)
-    symbolic_hlo = generalize_module(first.module, second.module, by_size, probe)
+    if found is None:
+        sizes = lift_size_constants(first.module, second.module, by_size, probe)
+        symbolic_hlo = generalize_module(first.module, second.module, by_size, probe)
 
     def standard_optimized():
         """The second probe at ``second_probe`` sizes, optimized: when the earlier compile's
@@ -222,7 +227,7 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
 
     compilation, extents = _compile_probes(first.module.name, symbolic_hlo, first.module, second.module,
                                            by_size, device, explanation, trace_ms, list(first.loop_decisions),
-                                           probe, None if sizes else reused,
+                                           probe, None if sizes or reused is None else reused,
                                            standard_optimized if probe is not second_probe else None)
     symbols: dict[str, list] = {}
     for (leaf, dim), name in sorted(marks.items()):
@@ -231,10 +236,10 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
 
 
 def _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, earlier):
-    """(the second probe's trace, the probe's sizes (first-probe size -> size), the earlier
-    compile's optimized module) at the sizes of an earlier static compile, or (None, None, None)
-    when none suits: every symbol's dimensions of one size there, coprime with (and other than)
-    its size in this call (no divisibility shortcut holds at both), the other dimensions equal;
+    """(the first probe's module with its size constants lifted, the second probe's trace, the
+    probe's sizes (first-probe size -> size), the earlier ``Compilation``, the sizes lifted, the
+    symbolic module) at the sizes of an earlier static compile, or None when none suits: every
+    symbol's dimensions of one size there, coprime with (and other than) its size in this call (no divisibility shortcut holds at both), the other dimensions equal;
     and the trace there the same program as the first probe's.  Why: the earlier compile has
     run the passes at those sizes already, which is most of a second probe's cost."""
     for shapes, compilation in earlier:
@@ -265,24 +270,25 @@ def _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, earlier
             continue
         if compare_observations(log1, log2):
             continue
-        reference, other = clone_module(first.module), clone_module(second.module)
-        try:            # (on copies: the size constants are lifted in place, as the compile does)
-            lift_size_constants(reference, other, by_size, at.__getitem__)
-            generalize_module(reference, other, by_size, at.__getitem__)
+        reference = clone_module(first.module)
+        try:            # (on a copy: the size constants are lifted in place)
+            sizes = lift_size_constants(reference, second.module, by_size, at.__getitem__)
+            symbolic_hlo = generalize_module(reference, second.module, by_size, at.__getitem__)
         except SymbolicDimensionError:
             continue
-        return second, at.__getitem__, compilation.optimized
-    return None, None, None
+        return reference, second, at.__getitem__, compilation, sizes, symbolic_hlo
+    return None
 
 
 def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int, str], device: str,
                     explanation: str, trace_ms: float, loop_decisions: list, probe=second_probe,
-                    optimized2=None, fallback=None):
+                    earlier=None, fallback=None):
     """Optimize two probes of one program (``module2`` at ``probe`` of ``module1``'s sizes),
     require the same optimized program and the same kernel code, and compile the first's
-    kernels: the ``Compilation`` record and each kernel's ``KernelSizes``.  ``optimized2``: the
-    passes' result for ``module2``'s sizes made already (an earlier static compile's), used
-    (on a copy) in place of optimizing ``module2`` when it is the same program; ``fallback()``:
+    kernels: the ``Compilation`` record and each kernel's ``KernelSizes``.  ``earlier``: a static
+    ``Compilation`` at ``module2``'s sizes, whose optimized module is used (a copy) in place of
+    optimizing ``module2`` when it is the same program, and whose machine code is used when
+    its kernels are the same code (``_earlier_machine_code``); ``fallback()``:
     (an optimized module, its probe) to compare with when neither gives the same code."""
     start = time.perf_counter()
     pipe1 = optimize(module1)
@@ -294,35 +300,55 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
         raise SymbolicDimensionError("convolutions have no symbolic runtime path yet")
     # The second probe's optimized module, in order of cost: the earlier compile's, this
     # call's second probe's, or (when the first two are at sizes whose code differs) another.
-    seconds = [lambda: (clone_module(optimized2), probe)] if optimized2 is not None else []
-    if fallback is None or optimized2 is None:
-        seconds.append(lambda: (_optimize_probe(module2).module, probe))
+    seconds = [("earlier", lambda: (clone_module(earlier.optimized), probe))] if earlier is not None else []
+    if fallback is None or earlier is None:
+        seconds.append(("fresh", lambda: (_optimize_probe(module2).module, probe)))
     if fallback is not None:
-        seconds.append(fallback)
+        seconds.append(("fallback", fallback))
     optimize_ms = (time.perf_counter() - start) * 1e3
-    codegen_ms, emitted = 0.0, None
-    for k, make_second in enumerate(seconds):
+    codegen_ms, emitted, machine_code = 0.0, None, None
+    for k, (kind, make_second) in enumerate(seconds):
         start = time.perf_counter()
         other, other_probe = make_second()
         middle = time.perf_counter()
         optimize_ms += (middle - start) * 1e3
+        names = _names_of(pipe1.module) if kind == "earlier" else None
         try:
-            symbolic_optimized = generalize_module(pipe1.module, other, by_size, other_probe)
+            if kind == "earlier":
+                # The first probe takes the earlier compile's names: its kernels are then the
+                # same text as the earlier compile's where they are the same code, and its
+                # machine code serves (``_earlier_machine_code``).
+                emitted = None
+                symbolic_optimized = generalize_module(other, pipe1.module, {probe(h): n for h, n in by_size.items()},
+                                                       {probe(h): h for h in by_size}.__getitem__)
+            else:
+                symbolic_optimized = generalize_module(pipe1.module, other, by_size, other_probe)
             # Kernels may read sizes along unknown axes when they run (a column sum's row
             # count): the emitters see which axes those are (``codegen/toolkit.unknown_axes``).
             mark_unknown_axes(symbolic_optimized, pipe1.module, other)
             # (Compared before compiling: a refusal costs no LLVM time.)
             emitted = emitted or kernel_llvm_ir(pipe1.module)
             extents = _same_kernels(emitted, kernel_llvm_ir(other), by_size, other_probe)
+            if kind == "earlier":
+                machine_code = _earlier_machine_code(emitted, earlier)
             break
         except SymbolicDimensionError:
+            if names is not None:
+                _restore_names(names)
+                emitted = None
             if k == len(seconds) - 1:
                 raise
         finally:
             codegen_ms += (time.perf_counter() - middle) * 1e3
     start = time.perf_counter()
-    executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"),
-                                              emitted=emitted))
+    if machine_code is not None:
+        plan = plan_buffers(pipe1.module)           # (made again: the instructions were renamed)
+        pipe1.facts["buffer-assignment"] = plan
+        kernels, symbols = machine_code
+        executable = cpu_executable(CpuExecutable(pipe1.module, plan, kernels=kernels, symbols=symbols))
+    else:
+        executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"),
+                                                  emitted=emitted))
     if executable.native.kernels.unsupported:
         raise SymbolicDimensionError("a fusion runs on the evaluator: " +
                                      next(iter(executable.native.kernels.unsupported.values())))
@@ -331,6 +357,30 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
                               executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
                               pipe1, explanation, loop_decisions)
     return compilation, extents
+
+
+def _names_of(module) -> list:
+    return [(c, c.name, [(i, i.name) for i in c.instructions]) for c in module.computations]
+
+
+def _restore_names(names: list) -> None:
+    for comp, name, instructions in names:
+        comp.name = name
+        for instr, instr_name in instructions:
+            instr.name = instr_name
+
+
+def _earlier_machine_code(emitted, earlier):
+    """(the earlier compile's kernels with ``emitted``'s specs, its kernel symbols) when
+    ``emitted`` (the first probe's kernels, named as the earlier compile's) is the very LLVM IR
+    the earlier compile compiled, else None.  Why: the same text is the same machine code, and
+    LLVM is most of a small program's compile time."""
+    native = getattr(earlier.executable, "native", None)
+    kernels = getattr(native, "kernels", None)
+    if kernels is None or emitted.unsupported or kernels.unsupported or native.loops or \
+            _DATALAYOUT.sub("", emitted.text) != _DATALAYOUT.sub("", kernels.llvm_ir):
+        return None
+    return replace(kernels, specs=dict(emitted.specs)), dict(native.kernel_symbols)
 
 
 def _same_kernels(emitted, emitted2, by_size: dict[int, str], probe) -> dict[str, "KernelSizes"]:
