@@ -11,8 +11,9 @@ when a compiled symbolic program serves a call.
 * ``False``: every size compiles its own program (the behaviour before unknown dimensions).
 * a mapping ``{"x": (0,), "y": (0, 1)}``: those dimensions of those arguments (by name).
 
-Sizes 0 and 1 are always specialised: broadcasting treats a 1 differently, and empty arrays
-take other paths; a symbolic program's guards say ``b >= 2``.  Dimensions of equal size in the
+Size 0 is always specialised (empty arrays take other paths); size 1 is served where the
+program traced at 1 is the symbolic program (guards ``1 <= b``), else specialised (broadcasting
+treats a 1 differently: guards ``2 <= b``).  Dimensions of equal size in the
 call that made a program share one symbol (so ``x @ w`` keeps ``x.shape[1] == w.shape[0]``),
 and the guard checks they are still equal.  Where a symbol cannot go (``symbolic_compile.py``
 says why), the call is compiled for its concrete sizes and the reason is kept: the cache table

@@ -353,3 +353,58 @@ def test_an_exact_size_test_in_python_specialises():
     f = nbxla.jit(special, cache=cache, dynamic={"x": (0,)})
     _sweep(f, special, ONE, [33, 40, 41])
     assert cache.misses == 3 and "compares a size in Python" in cache.entries()[0].explanation
+
+
+def _counting(monkeypatch, module, name):
+    calls = []
+    original = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def wide(x, y):
+    return np.tanh(3 * x ** 2 + y) * 0.5 + np.exp(-x)
+
+
+@pytest.mark.parametrize("first_size", [1, 6])
+def test_automatic_symbolic_compile_reuses_the_static_compile(monkeypatch, first_size):
+    """The first size's static compile is the second probe: the passes run once for the
+    symbolic program and its kernels are the static compile's machine code (no LLVM)."""
+    import nbxla.symbolic_compile as symbolic_compile
+    import nbxla.runtime.cpu_executable as cpu_executable
+    probes = _counting(monkeypatch, symbolic_compile, "_optimize_probe")
+    llvm = _counting(monkeypatch, cpu_executable, "compile_kernels")
+    cache = CompilationCache()
+    f = nbxla.jit(wide, cache=cache)
+    make = PROGRAMS["elementwise"][1]
+    _sweep(f, wide, make, [first_size])
+    assert len(llvm) == 1
+    _sweep(f, wide, make, [first_size + 1, 2, 3, 40, 1, 17])       # (sizes 6 and 7: coprime)
+    assert cache.misses == 2 and module_is_symbolic(f.last_compilation.hlo)
+    assert probes == [] and len(llvm) == 1
+
+
+def test_an_earlier_size_sharing_a_factor_is_no_probe(monkeypatch):
+    """Sizes 4 then 8 (both even): the second probe is 2*8+1, optimized afresh."""
+    import nbxla.symbolic_compile as symbolic_compile
+    probes = _counting(monkeypatch, symbolic_compile, "_optimize_probe")
+    cache = CompilationCache()
+    f = nbxla.jit(wide, cache=cache)
+    _sweep(f, wide, PROGRAMS["elementwise"][1], [4, 8, 3, 1, 33])
+    assert cache.misses == 2 and len(probes) == 1
+
+
+def test_an_earlier_probe_whose_kernels_differ_falls_back_to_another(monkeypatch):
+    """softmax's row reductions at size 1 are other code (the size-1 dimension leaves their
+    index arithmetic): the second probe is 2h+1 after all, still one symbolic compile."""
+    import nbxla.symbolic_compile as symbolic_compile
+    probes = _counting(monkeypatch, symbolic_compile, "_optimize_probe")
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache)
+    _sweep(f, softmax, ONE, [1, 2, 5, 64, 1, 3])
+    assert cache.misses == 2 and len(probes) == 1
+    assert "every size >= 1" in cache.entries()[-1].explanation
