@@ -398,13 +398,35 @@ def test_an_earlier_size_sharing_a_factor_is_no_probe(monkeypatch):
     assert cache.misses == 2 and len(probes) == 1
 
 
-def test_an_earlier_probe_whose_kernels_differ_falls_back_to_another(monkeypatch):
+def test_an_earlier_probe_at_size_one_spares_the_passes_of_row_reductions(monkeypatch):
     """softmax's row reductions at size 1 are other code (the size-1 dimension leaves their
-    index arithmetic): the second probe is 2h+1 after all, still one symbolic compile."""
+    index arithmetic): the passes' result at 1 still serves as the second probe, the kernels
+    are compared at 2h+1 and compiled anew."""
     import nbxla.symbolic_compile as symbolic_compile
+    import nbxla.runtime.cpu_executable as cpu_executable
     probes = _counting(monkeypatch, symbolic_compile, "_optimize_probe")
+    llvm = _counting(monkeypatch, cpu_executable, "compile_kernels")
     cache = CompilationCache()
     f = nbxla.jit(softmax, cache=cache)
     _sweep(f, softmax, ONE, [1, 2, 5, 64, 1, 3])
-    assert cache.misses == 2 and len(probes) == 1
+    assert cache.misses == 2 and probes == [] and len(llvm) == 2
     assert "every size >= 1" in cache.entries()[-1].explanation
+
+
+def test_an_earlier_compile_whose_passes_gave_another_program_is_no_probe(monkeypatch):
+    """Where the earlier static compile's optimized module is not the first probe's program
+    (here: swapped for another function's), the second probe is traced and optimized at 2h+1."""
+    import dataclasses
+    import nbxla.symbolic_compile as symbolic_compile
+    probes = _counting(monkeypatch, symbolic_compile, "_optimize_probe")
+    cache = CompilationCache()
+    f = nbxla.jit(wide, cache=cache)
+    make = PROGRAMS["elementwise"][1]
+    _sweep(f, wide, make, [1])
+    other = nbxla.jit(lambda x, y: x - y, cache=CompilationCache())
+    other(*make(1))
+    (family, remembered), = f._dims.static.items()
+    shapes, compilation = remembered[0]
+    remembered[0] = (shapes, dataclasses.replace(compilation, optimized=other.last_compilation.optimized))
+    _sweep(f, wide, make, [2, 3, 1, 40])
+    assert cache.misses == 2 and len(probes) == 1 and module_is_symbolic(f.last_compilation.hlo)
