@@ -185,6 +185,13 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
         # counted as traced yet.)
         extremes = _check_extreme_sizes(trace_at, leaves, marks, first, log1, by_size, lambda h: h)
     found = _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, earlier)
+    if found is None and len(by_size) == 1:
+        # No earlier compile: the second probe is at size 1, which the smallest-size check
+        # traces anyway (1 is coprime with every size); its kernels are compared at 2h+1.
+        at_size_one = [[tuple(1 if (k, d) in marks else n for d, n in enumerate(np.shape(leaf)))
+                        if is_array_leaf(leaf) and not isinstance(leaf, np.generic) else None
+                        for k, leaf in enumerate(leaves)]]
+        found = _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, [(at_size_one[0], None)])
     untouched = first.module            # (pristine when an earlier compile's sizes are the probe)
     if found is not None:
         lifted_first, second, probe, reused, sizes, symbolic_hlo = found
