@@ -36,7 +36,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
     params = comp.parameters
     shapes = [p.shape for p in params] + [o.shape for o in outputs]
     fn, b = kernel_function(module, name)
-    bufs = KernelBuffers(b, fn.args[0], shapes)
+    bufs = KernelBuffers(b, fn.args[0], shapes, first_output=len(params))
     begin, end = fn.args[1], fn.args[2]
     if is_linear(comp.instructions, dims):
         def load(k, index):
