@@ -3,6 +3,7 @@ jaxlib), and by the reference evaluator (what the fallbacks cost).
 
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/hlo_text_vs_xla.py              # tests/hlo/models + lapack
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/hlo_text_vs_xla.py a.hlo b.hlo --repeats 9
+    PYTHONPATH=. taskset -c 0 /work/benchvenv/bin/python benchmarks/hlo_text_vs_xla.py --cpu-time   # one core's CPU time
 
 Method: one process, the same inputs for every contender (indices in [0, 8), floats standard
 normal scaled by 1/sqrt(fan-in), as tests/hlo/test_model_modules.py makes them).  nbxla: the
@@ -76,12 +77,19 @@ def xla_runner(text: str, inputs):
     return run
 
 
+# The timer: wall time, or with --cpu-time the process's CPU time (all its threads): time spent
+# descheduled (other work on the same cores) is not counted, so ratios measured on a busy
+# machine are steadier.  Use it with one core (``taskset -c 0``): threads spinning for work
+# count as CPU time.
+CLOCK = [time.perf_counter]
+
+
 def sample(fn, target=0.01) -> float:
-    n, start = 0, time.perf_counter()
+    n, start = 0, CLOCK[0]()
     while True:
         fn()
         n += 1
-        elapsed = time.perf_counter() - start
+        elapsed = CLOCK[0]() - start
         if elapsed >= target:
             return elapsed / n
 
@@ -90,7 +98,11 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="*")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time by the process's CPU time (steadier on busy cores; use with taskset -c 0)")
     args = parser.parse_args(argv)
+    if args.cpu_time:
+        CLOCK[0] = time.process_time
     files = [Path(f) for f in args.files] or sorted((ROOT / "tests/hlo/models").glob("*.hlo")) + \
         sorted((ROOT / "tests/hlo/lapack").glob("*.hlo"))
     warnings.simplefilter("ignore")

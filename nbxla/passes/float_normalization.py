@@ -14,6 +14,12 @@ neighbouring kernels):
     r = bf16[..] reduce-window(x, init), to_apply=add.bf16
  -> r = bf16[..] convert(f32[..] reduce-window(convert(x), convert(init)), to_apply=add.f32)
 
+A ``dot`` on bf16 / f8 gets its f32 form too (XLA:CPU's GEMMs take f32): the f32 dot is then an
+ordinary one (BLAS, or the native dot kernel with its epilogue), the converts of its operands
+fuse into their producers' kernels and the convert of its result into its readers', instead
+of a library call that widens both operands and rounds the result with three NumPy passes of
+its own on every call.
+
 The rewrite changes no result: the evaluator computes the narrow op as this very f32 form.
 A sort only moves values (its comparator compares widened keys exactly), so converting its
 operands up and its results back gives the same bits.
@@ -32,11 +38,12 @@ from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 
 def needs_f32_form(instr: Instruction) -> bool:
-    """Does ``instr`` apply a called computation step by step on a bf16 / f8 value?"""
+    """Does ``instr`` apply a called computation step by step on a bf16 / f8 value, or is it
+    a dot on them?"""
     shapes = [instr.shape] + [o.shape for o in instr.operands]
     if not any(involves_low_precision(s) for s in shapes):
         return False
-    if instr.opcode in STEPWISE_OPS:
+    if instr.opcode in STEPWISE_OPS or instr.opcode == "dot":
         return True
     # (a reduce whose reducer is one recognized op accumulates in f32 inside its kernel)
     return instr.opcode == "reduce" and (instr.shape.is_tuple or
