@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import nbxla  # noqa: E402
-from nbxla.examples import (cholesky, contour_integral, correlation, covariance, crc16, durbin,  # noqa: E402
+from nbxla.examples import (channel_flow, cholesky, contour_integral, correlation, covariance, crc16, durbin,  # noqa: E402
                             floyd_warshall, go_fast, gramschmidt, gramschmidt_outer, histogram_fill, iir_filter,
                             jacobi_2d, lu, newton_sqrt, seidel_2d, symm, syr2k, trisolv, trmm)
 from nbxla.runtime.cache import DEFAULT_CACHE  # noqa: E402
@@ -51,6 +51,12 @@ def _contour(rng, NR, NM, points):
     radii = np.r_[np.full(points // 2, 0.8), np.full(points - points // 2, 1.2)]
     pts = np.exp(1j * np.linspace(0, 2 * np.pi, points)) * radii
     return NR, NM, 2, ham, pts, rng.random((NR, NM)) + 1j * rng.random((NR, NM))
+
+
+def _channel(ny, nx, nit):
+    """npbench's start: everything at rest (its "S" size is 61 x 61, nit 5)."""
+    return (nit, np.zeros((ny, nx)), np.zeros((ny, nx)), .01, 2 / (nx - 1), 2 / (ny - 1), np.zeros((ny, nx)),
+            1.0, .1, 1.0)
 
 
 def programs(quick: bool):
@@ -82,6 +88,7 @@ def programs(quick: bool):
         "seidel_2d": (seidel_2d, lambda: (s(8, 3), rng.random((s(60, 12),) * 2))),
         "newton_sqrt": (newton_sqrt, lambda: (rng.random(s(100000, 1000)) + 0.5,)),
         "gramschmidt": (gramschmidt, lambda: (rng.random((s(120, 20), s(100, 16))),)),
+        "channel_flow": (channel_flow, lambda: _channel(*s((61, 61, 5), (21, 21, 3)))),
         "histogram": (histogram_fill, lambda: (rng.integers(0, 64, s(20000, 500)), 64)),
     }
 

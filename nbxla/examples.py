@@ -2,7 +2,8 @@
 cell, Black-Scholes; and loop programs of the polybench/npbench kind: Cholesky, LU, a
 triangular solve, Durbin, an IIR filter, Jacobi and Gauss-Seidel sweeps, Newton's iteration,
 Gram-Schmidt, a histogram fill, a correlation matrix, a convolution and a LeNet-5 forward pass
-written as loops over output positions, an azimuthal integration over radial bins): plain NumPy, the way people write them in notebooks.
+written as loops over output positions, an azimuthal integration over radial bins, a channel
+flow solved until it settles): plain NumPy, the way people write them in notebooks.
 
 Tests and benchmarks import them from here (one copy each), and they are handy in a notebook:
 ``nbxla.jit(nbxla.examples.softmax)``.
@@ -331,3 +332,60 @@ def crc16(data, poly=0x8408):
     crc = (crc << 8) | ((crc >> 8) & 0xFF)
     return crc & 0xFFFF
 
+
+
+# ---- channel flow (a CFD step iterated until the velocity settles: a value-dependent while) --
+
+
+def _channel_rhs(rho, dt, dx, dy, u, v):
+    """The pressure equation's source term; columns 0 and -1 wrap around (periodic in x)."""
+    b = np.zeros_like(u)
+
+    def term(ue, uw, un, us, ve, vw, vn, vs):
+        dudx, dvdy = (ue - uw) / (2 * dx), (vn - vs) / (2 * dy)
+        return rho * (1 / dt * (dudx + dvdy) - dudx ** 2 - 2 * ((un - us) / (2 * dy) * (ve - vw) / (2 * dx))
+                      - dvdy ** 2)
+    b[1:-1, 1:-1] = term(u[1:-1, 2:], u[1:-1, :-2], u[2:, 1:-1], u[:-2, 1:-1],
+                         v[1:-1, 2:], v[1:-1, :-2], v[2:, 1:-1], v[:-2, 1:-1])
+    for c, e, w in ((-1, 0, -2), (0, 1, -1)):
+        b[1:-1, c] = term(u[1:-1, e], u[1:-1, w], u[2:, c], u[:-2, c], v[1:-1, e], v[1:-1, w], v[2:, c], v[:-2, c])
+    return b
+
+
+def _channel_pressure(nit, p, dx, dy, b):
+    scale, den = dx ** 2 * dy ** 2 / (2 * (dx ** 2 + dy ** 2)), 2 * (dx ** 2 + dy ** 2)
+    for _ in range(nit):
+        pn = p.copy()
+        p[1:-1, 1:-1] = ((pn[1:-1, 2:] + pn[1:-1, :-2]) * dy ** 2
+                         + (pn[2:, 1:-1] + pn[:-2, 1:-1]) * dx ** 2) / den - scale * b[1:-1, 1:-1]
+        for c, e, w in ((-1, 0, -2), (0, 1, -1)):
+            p[1:-1, c] = ((pn[1:-1, e] + pn[1:-1, w]) * dy ** 2
+                          + (pn[2:, c] + pn[:-2, c]) * dx ** 2) / den - scale * b[1:-1, c]
+        p[-1, :] = p[-2, :]
+        p[0, :] = p[1, :]
+
+
+def channel_flow(nit, u, v, dt, dx, dy, p, rho, nu, F):
+    """Navier-Stokes in a channel (npbench's channel_flow, after Barba's "12 steps"): steps until
+    the relative change of the total velocity is at most 1e-3; returns the step count."""
+    udiff, steps = 1.0, 0
+    while udiff > .001:
+        un, vn = u.copy(), v.copy()
+        _channel_pressure(nit, p, dx, dy, _channel_rhs(rho, dt, dx, dy, u, v))
+
+        def advance(f, c, e, w, force, dp, h):
+            # f at column(s) c from its east/west neighbours e/w, and its north/south rows
+            return (f[1:-1, c] - un[1:-1, c] * dt / dx * (f[1:-1, c] - f[1:-1, w])
+                    - vn[1:-1, c] * dt / dy * (f[1:-1, c] - f[:-2, c]) - dt / (2 * rho * h) * dp
+                    + nu * (dt / dx ** 2 * (f[1:-1, e] - 2 * f[1:-1, c] + f[1:-1, w])
+                            + dt / dy ** 2 * (f[2:, c] - 2 * f[1:-1, c] + f[:-2, c])) + force)
+        inner, east, west = slice(1, -1), slice(2, None), slice(None, -2)
+        u[1:-1, 1:-1] = advance(un, inner, east, west, F * dt, p[1:-1, 2:] - p[1:-1, :-2], dx)
+        v[1:-1, 1:-1] = advance(vn, inner, east, west, 0.0, p[2:, 1:-1] - p[:-2, 1:-1], dy)
+        for c, e, w in ((-1, 0, -2), (0, 1, -1)):
+            u[1:-1, c] = advance(un, c, e, w, F * dt, p[1:-1, e] - p[1:-1, w], dx)
+            v[1:-1, c] = advance(vn, c, e, w, 0.0, p[2:, c] - p[:-2, c], dy)
+        u[0, :] = u[-1, :] = v[0, :] = v[-1, :] = 0
+        udiff = (np.sum(u) - np.sum(un)) / np.sum(u)
+        steps += 1
+    return steps

@@ -414,6 +414,8 @@ class _ProgramEmitter(LibrarySteps):
                                "    " + self._pointer_list("b", ins + outs + [self.local_place()]),
                                f"    {spec.finish_name}(b, 1, 0);", "}"]
                 self._region(8 * max(1, spec.scratch_slots))
+                self._op("full-reduce", spec.name, spec.finish_name, [b for o in instr.operands for b in self.values[id(o)]],
+                         self.values[id(instr)], extent, self.local_offset())
                 return
             self.lines += ["{", "    " + self._pointer_list("b", ins + outs + ["0"]),
                            f"    nbxla_full_reduce({spec.name}, {spec.finish_name}, b, {len(ins)}, "

@@ -151,6 +151,14 @@ class _Frame:
             kernel = self.owner.module.get_global(symbol)
             array = self.pointer_array([self.pointer(buf) for buf in buffers], "b")
             self.b.call(kernel, [array, _i64(0), _i64(extent)])
+        elif kind == "full-reduce":     # (one chunk, as the C writes it: partial, then finish)
+            _, partial, finish, ins, outs, extent, offset = op
+            local = self.b.gep(self.scratch, [_i64(offset)])
+            ins = [self.pointer(buf) for buf in ins]
+            p = self.pointer_array(ins + [local], "p")
+            self.b.call(self.owner.module.get_global(partial), [p, _i64(0), _i64(extent)])
+            b = self.pointer_array(ins + [self.pointer(buf) for buf in outs] + [local], "b")
+            self.b.call(self.owner.module.get_global(finish), [b, _i64(1), _i64(0)])
         elif kind == "copy":
             _, k, buf, nbytes = op
             self._copy_if_different(self.b.load(self.b.gep(self.outs, [_i64(k)])), self.pointer(buf), nbytes)

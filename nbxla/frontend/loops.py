@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import sys
+import types
 
 import numpy as np
 
@@ -368,8 +369,9 @@ class _Loop:
             elif isinstance(new, Selection):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "
                                  "length depends on the data")
-            elif old is UNDEFINED:
-                # a Python value first bound in the body (an inner loop's variable): the
+            elif old is UNDEFINED or _redefined_function(old, new):
+                # a Python value first bound in the body (an inner loop's variable), or a
+                # helper the body defines afresh each step (``def f(...)`` in the loop): the
                 # same in every iteration, since the body is traced once
                 self.static_after[k] = new
             elif not self.counted and _is_number(old) and _is_number(new) and type(old) is type(new):
@@ -557,6 +559,12 @@ def _is_number(v) -> bool:
 def _weak(ctx, instr) -> Tracer:
     from .index_tracer import IndexTracer
     return IndexTracer(ctx, instr)
+
+
+def _redefined_function(old, new) -> bool:
+    """``def``/``lambda`` run again by the loop body: a new function object of the same code."""
+    return isinstance(old, types.FunctionType) and isinstance(new, types.FunctionType) \
+        and old.__code__ is new.__code__
 
 
 def _same_static(old, new) -> bool:

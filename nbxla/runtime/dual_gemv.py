@@ -14,8 +14,10 @@ import ctypes
 import threading
 from typing import Callable
 
+import numpy as np
+
 from ..codegen.gemv_pairs import LLVM_TYPES, module_ir
-from .cpu_kernels import ARRAY_DATA_OFFSET
+from .cpu_kernels import ARRAY_DATA_OFFSET, run_split, worker_count
 
 _compiled: dict[str, tuple] = {}    # element type -> (engine, dual, chained); the engine keeps the code
 _lock = threading.Lock()
@@ -57,3 +59,28 @@ def _compile(t: str):
     four = ctypes.CFUNCTYPE(None, *[ctypes.py_object] * 4, ctypes.c_int64, ctypes.c_int64)
     return engine, five(engine.get_function_address("nbxla_dual_gemv")), \
         four(engine.get_function_address("nbxla_chained_gemv"))
+
+
+# Row blocks per thread of a split pair: each block writes its own partial ``s``, summed after.
+BLOCKS_PER_THREAD = 4
+
+
+def split_pair(kernel: Callable, chained: bool, A, p, r, s, q, rows: int, cols: int) -> None:
+    """The pair of ``dual_gemv`` (``chained``: of ``chained_gemv``, ``r`` unused) over row blocks
+    on the pool's threads: every block writes its rows of ``q`` and its own partial of ``s``,
+    the partials are summed into ``s`` at the end (one more pass over ``blocks x cols`` values,
+    small against the matrix).  For matrices large enough that one thread is the limit: the
+    two GEMVs of NumPy each run on all cores."""
+    blocks = max(1, min(rows, worker_count() * BLOCKS_PER_THREAD))
+    bounds = [rows * i // blocks for i in range(blocks + 1)]
+    partial = np.empty((blocks, cols), dtype=s.dtype)
+
+    def run(_, first, last):
+        for c in range(first, last):
+            lo, hi = bounds[c], bounds[c + 1]
+            if chained:
+                kernel(A[lo:hi], p, partial[c], q[lo:hi], hi - lo, cols)
+            else:
+                kernel(A[lo:hi], p, r[lo:hi], partial[c], q[lo:hi], hi - lo, cols)
+    run_split(run, None, blocks)
+    np.add.reduce(partial, axis=0, out=s)

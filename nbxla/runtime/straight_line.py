@@ -22,8 +22,8 @@ import numpy as np
 
 from ..hlo.ir import Computation
 from .blas_threads import one_thread_enabled
-from .cpu_kernels import DotThunk, KernelThunk
-from .dual_gemv import available as dual_available, chained_gemv, dual_gemv
+from .cpu_kernels import DotThunk, KernelThunk, worker_count
+from .dual_gemv import available as dual_available, chained_gemv, dual_gemv, split_pair
 
 # Longer entries keep the loop: the gain is per step of dispatch, the source grows with steps.
 MAX_STEPS = 64
@@ -61,12 +61,17 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             rows, cols = f"rows{n}", f"cols{n}"
             env[f"make{vec_mat}"], env[f"make{mat_vec}"] = steps[vec_mat][0].make, steps[mat_vec][0].make
             lines += [f"    v{s_out} = make{vec_mat}()", f"    v{q_out} = make{mat_vec}()"]
+            big = ops[mat_vec].operands[0].shape.byte_size > DUAL_MAX_BYTES and not one_thread_enabled() \
+                and worker_count() > 1
             if kind == "dual":
                 env["dual"] = dual_gemv(ops[n].shape.element_type)
-                lines.append(f"    dual(v{a}, v{p}, v{r}, v{s_out}, v{q_out}, {rows}, {cols})")
+                lines.append(f"    split_pair(dual, False, v{a}, v{p}, v{r}, v{s_out}, v{q_out}, {rows}, {cols})" if big
+                             else f"    dual(v{a}, v{p}, v{r}, v{s_out}, v{q_out}, {rows}, {cols})")
             else:
                 env["chained"] = chained_gemv(ops[n].shape.element_type)
-                lines.append(f"    chained(v{a}, v{p}, v{s_out}, v{q_out}, {rows}, {cols})")
+                lines.append(f"    split_pair(chained, True, v{a}, v{p}, None, v{s_out}, v{q_out}, {rows}, {cols})"
+                             if big else f"    chained(v{a}, v{p}, v{s_out}, v{q_out}, {rows}, {cols})")
+            env["split_pair"] = split_pair
         elif instr.opcode == "tuple":
             lines.append(f"    v{out} = ({args}{',' if len(operands) == 1 else ''})")
         elif instr.opcode == "get-tuple-element" and not isinstance(thunk, KernelThunk):
@@ -103,9 +108,9 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             None)
 
 
-# The one-pass kernels are single-threaded: beyond this matrix size two GEMVs on OpenBLAS's
-# threads (as NumPy runs them) win on idle cores (atax medium: 1.58 ms paired vs NumPy's
-# 1.05 ms), unless BLAS runs on one thread anyway (NBXLA_BLAS_ONE_THREAD=1).
+# Beyond this matrix size the one-pass kernel runs over row blocks on all threads
+# (dual_gemv.split_pair), as NumPy's two GEMVs run on OpenBLAS's threads; below it, thread
+# hand-offs cost more than they save.
 DUAL_MAX_BYTES = 1 << 21
 
 
@@ -124,8 +129,7 @@ def _shared_matrix_pairs(ops: list, steps: list, params: list) -> dict:
     for n, (thunk, operands, out, _) in enumerate(steps):
         if not (isinstance(thunk, DotThunk) and thunk.plain and thunk.split is None
                 and thunk.how.startswith("GEMV") and dual_available(ops[n].shape.element_type)
-                and min(ops[n].operands[0].shape.dims + ops[n].operands[1].shape.dims) > 0
-                and (max(o.shape.byte_size for o in ops[n].operands) <= DUAL_MAX_BYTES or one_thread_enabled())):
+                and min(ops[n].operands[0].shape.dims + ops[n].operands[1].shape.dims) > 0):
             continue
         vector_first = thunk.how.startswith("GEMV (vector")
         matrix = operands[1] if vector_first else operands[0]

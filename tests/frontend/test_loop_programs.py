@@ -308,6 +308,36 @@ def nussinov(N, seq):
 kernel(lambda: (rand(32) + 0.5,), rtol=1e-12)(examples.newton_sqrt)
 
 
+# (zeros, as npbench starts it: about 300 steps at this size until the flow settles)
+kernel(lambda: (3, np.zeros((17, 19)), np.zeros((17, 19)), .01, 2 / 18, 2 / 16, np.zeros((17, 19)), 1.0, .1, 1.0),
+       rtol=1e-9)(examples.channel_flow)
+
+
+@kernel(lambda n=12: (rand(8), n), rtol=1e-12)
+def helper_defined_in_the_loop(x, n):
+    """A ``def`` (and a lambda) run again by every step: the same code, a new function object."""
+    for i in range(n):
+        def relax(y):
+            return 0.5 * y + i * x[:1]
+        scale = lambda y: y * 0.9  # noqa: E731
+        x = scale(relax(x))
+    return x
+
+
+@kernel(lambda: (rand(8),), rtol=1e-12)
+def helper_defined_in_a_while(x):
+    """The first step runs in Python (its condition is a Python float) and binds the helper; the
+    traced steps define it again."""
+    change = 1.0
+    while change > 1e-9:
+        def relax(y):
+            return 0.5 * y + 0.1
+        new = relax(x)
+        change = np.abs(new - x).max()
+        x = new
+    return x
+
+
 @kernel(lambda: (np.array([1.0, 0.0, -2.0]),), rtol=1e-12)
 def bisection(p):
     """Root of x**2 - 2 on [0, 2]: the interval's ends start as Python floats."""

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import nbxla
+from nbxla.runtime.cache import CompilationCache
 
 
 def _native(f):
@@ -155,6 +156,29 @@ def test_a_product_of_the_others_result_runs_chained_and_agrees(dtype, rtol, row
         np.testing.assert_allclose(s, (A @ x) @ A, rtol=rtol, atol=rtol)
     source = _native(f).run.source
     assert "chained(" in source and "matmul(" not in source
+
+
+@pytest.mark.parametrize("kind", ["dual", "chained"])
+@pytest.mark.parametrize("rows, cols", [(37, 29), (3, 40), (300, 1000)])
+def test_large_matrices_split_the_pass_over_row_blocks_and_agree(kind, rows, cols, monkeypatch):
+    """Above DUAL_MAX_BYTES the pair runs over row blocks on the pool's threads (split_pair),
+    every block with its own partial of ``s``; forced low here for the small shapes, the last
+    one is above the real limit.  Below it (the tests above) the single-pass kernel runs whole."""
+    from nbxla.runtime import straight_line
+    if rows * cols * 8 <= straight_line.DUAL_MAX_BYTES:
+        monkeypatch.setattr(straight_line, "DUAL_MAX_BYTES", 64)
+    monkeypatch.setattr(straight_line, "worker_count", lambda: 2)      # (on a 1-core machine too)
+    g = _rng()
+    A, p, r = g.uniform(-1, 1, size=(rows, cols)), g.uniform(-1, 1, size=cols), g.uniform(-1, 1, size=rows)
+    if kind == "dual":
+        fn, want = (lambda A, p, r: (r @ A, A @ p)), (r @ A, A @ p)
+    else:
+        fn, want = (lambda A, p, r: (A @ p, (A @ p) @ A)), (A @ p, (A @ p) @ A)
+    f = nbxla.jit(fn, cache=CompilationCache())
+    for _ in range(2):
+        for got, w in zip(f(A, p, r), want):
+            np.testing.assert_allclose(got, w, rtol=1e-11, atol=1e-11)
+    assert f"split_pair({kind}, " in _native(f).run.source
 
 
 def test_large_result_with_small_temporaries_needs_no_arena():
