@@ -56,9 +56,10 @@ class FloatNormalization(Pass):
     def run(self, module: Module) -> bool:
         before, widener, changed = instruction_ids(module), Widener(), False
         for comp in _programs(module):
+            widened: dict[int, Instruction] = {}      # operand id -> its convert to f32
             for instr in list(comp.instructions):
                 if needs_f32_form(instr):
-                    _rewrite(module, comp, instr, widener)
+                    _rewrite(module, comp, instr, widener, widened)
                     changed = True
         if changed:
             rename_new_instructions(module, before)
@@ -82,8 +83,12 @@ def _programs(module: Module) -> list[Computation]:
     return found
 
 
-def _rewrite(module: Module, comp: Computation, instr: Instruction, widener: Widener) -> None:
-    """Replace ``instr`` in ``comp`` by converts, its f32 form and converts back."""
+def _rewrite(module: Module, comp: Computation, instr: Instruction, widener: Widener,
+             widened: dict[int, Instruction]) -> None:
+    """Replace ``instr`` in ``comp`` by converts, its f32 form and converts back.  An operand
+    already converted for an earlier op of ``comp`` (``widened``) is read from that convert:
+    one f32 copy of a bf16 value however many dots read it (the q, k and v projections of
+    the same tokens)."""
     new: list[Instruction] = []
 
     def add(opcode, shape, operands, **attrs) -> Instruction:
@@ -95,8 +100,11 @@ def _rewrite(module: Module, comp: Computation, instr: Instruction, widener: Wid
     for o in instr.operands:
         if o.shape.is_tuple or not involves_low_precision(o.shape):
             operands.append(o)
+        elif id(o) in widened and widened[id(o)].operands[0] is o:
+            operands.append(widened[id(o)])
         else:
             operands.append(add("convert", widen_shape(o.shape), [o]))
+            widened[id(o)] = operands[-1]
     attrs = dict(widener.instruction(instr).attrs)         # its called computations in f32
     for callee in _called(attrs):
         _adopt(module, callee)

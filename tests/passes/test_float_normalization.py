@@ -261,3 +261,26 @@ def test_f32_and_f16_dots_are_left_alone():
     for t in ("f32", "f16"):
         module = parse_hlo(DOTS["bf16"].replace("bf16", t))
         assert not FloatNormalization().run(module)
+
+
+def test_one_convert_of_an_operand_read_by_several_dots():
+    """q, k and v projections of the same bf16 tokens read one f32 copy of them."""
+    text = """
+HloModule qkv
+ENTRY e {
+  x = bf16[16,32] parameter(0)
+  wq = bf16[32,8] parameter(1)
+  wk = bf16[32,8] parameter(2)
+  q = bf16[16,8] dot(x, wq), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  k = bf16[16,8] dot(x, wk), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = (bf16[16,8], bf16[16,8]) tuple(q, k)
+}
+"""
+    module = parse_hlo(text)
+    assert FloatNormalization().run(module)
+    converts_of_x = [i for i in module.entry.instructions
+                     if i.opcode == "convert" and i.operands[0].name == "x"]
+    assert len(converts_of_x) == 1
+    dots = [i for i in module.entry.instructions if i.opcode == "dot"]
+    assert len(dots) == 2 and all(d.operands[0] is converts_of_x[0] for d in dots)
+    run(text, inputs_for(text), native=True)
