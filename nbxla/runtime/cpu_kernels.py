@@ -351,7 +351,9 @@ class DotThunk:
 class WidenedDotThunk:
     """A bf16 ``dot`` as XLA:CPU computes it: operands widened to f32 (exactly), one f32
     GEMM through ``DotThunk``, the result rounded once to bf16 -- or kept, when the dot asks
-    for an f32 result (``preferred_element_type``)."""
+    for an f32 result (``preferred_element_type``).  The optimizer gives bf16 dots this f32
+    form in the module itself (``passes/float_normalization.py``: the converts fuse with their
+    neighbours); this thunk runs a bf16 dot that reaches the runtime as written."""
 
     def __init__(self, instr: Instruction):
         wide = SimpleNamespace(opcode="dot", name=instr.name, attrs=instr.attrs,
