@@ -3,14 +3,15 @@ jaxlib), and by the reference evaluator (what the fallbacks cost).
 
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/hlo_text_vs_xla.py              # tests/hlo/models + lapack
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/hlo_text_vs_xla.py a.hlo b.hlo --repeats 9
-    PYTHONPATH=. taskset -c 0 /work/benchvenv/bin/python benchmarks/hlo_text_vs_xla.py --cpu-time   # one core's CPU time
 
 Method: one process, the same inputs for every contender (indices in [0, 8), floats standard
 normal scaled by 1/sqrt(fan-in), as tests/hlo/test_model_modules.py makes them).  nbxla: the
 text parsed, optimized and compiled (``compile_module(.., "cpu")``, the ``run-hlo --backend cpu``
 path), called through ``executable.run``; XLA: jaxlib's HLO parser, StableHLO, the CPU client's
 ``compile_and_load`` and ``execute`` on inputs already on the device; evaluator: one call of
-``nbxla.hlo.evaluator.evaluate`` (the cost of running everything on the evaluator).  nbxla and
+``nbxla.hlo.evaluator.evaluate`` (the cost of running everything on the evaluator).  Constants
+elided as ``{...}`` get nbxla's deterministic stand-in values (``nbxla.hlo.elided``), given to
+XLA printed in full.  nbxla and
 XLA are warmed up, then sampled round-robin with the order rotated every repeat; a sample is
 enough back-to-back calls to last ~10 ms; the table shows the best sample (the machine is
 shared: the minimum is the least disturbed).  ``xXLA`` = XLA's time / nbxla's (> 1: nbxla
@@ -30,7 +31,9 @@ import numpy as np
 
 from nbxla.compiler import compile_module
 from nbxla.hlo.evaluator import evaluate
+from nbxla.hlo.elided import accept_filled_constants
 from nbxla.hlo.parser import parse_hlo
+from nbxla.hlo.printer import print_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,10 +80,8 @@ def xla_runner(text: str, inputs):
     return run
 
 
-# The timer: wall time, or with --cpu-time the process's CPU time (all its threads): time spent
-# descheduled (other work on the same cores) is not counted, so ratios measured on a busy
-# machine are steadier.  Use it with one core (``taskset -c 0``): threads spinning for work
-# count as CPU time.
+# The timer: wall time, or with --cpu-time the process's CPU time (all its threads; use with
+# ``taskset -c 0``: steadier on shared cores, see benchmarks/conv.py).
 CLOCK = [time.perf_counter]
 
 
@@ -98,8 +99,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="*")
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--cpu-time", action="store_true",
-                        help="time by the process's CPU time (steadier on busy cores; use with taskset -c 0)")
+    parser.add_argument("--cpu-time", action="store_true", help="time by the process's CPU time (with taskset -c 0)")
     args = parser.parse_args(argv)
     if args.cpu_time:
         CLOCK[0] = time.process_time
@@ -109,6 +109,11 @@ def main(argv=None) -> None:
     print(f"{'module':34} {'nbxla':>10} {'XLA':>10} {'xXLA':>6} {'evaluator':>10} {'xEval':>7}  evaluator steps")
     for path in files:
         text = path.read_text()
+        if "{...}" in text:
+            # (elided constants: both run nbxla's stand-in values, XLA's side printed in full)
+            filled = parse_hlo(text, path.name)
+            accept_filled_constants(filled)
+            text = print_module(filled)
         inputs = inputs_for(text)
         executable = compile_module(parse_hlo(text, path.name), "cpu").executable
         native = executable.native

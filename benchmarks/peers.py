@@ -154,7 +154,7 @@ class _TorchNumPy:
     def __getattr__(self, name):
         t = self.torch
         table = {"sqrt": t.sqrt, "tanh": t.tanh, "abs": t.abs, "exp": t.exp, "zeros_like": t.zeros_like,
-                 "sin": t.sin, "cos": t.cos, "arctan2": t.atan2,
+                 "sin": t.sin, "cos": t.cos, "arctan2": t.atan2, "log": t.log,
                  "einsum": t.einsum, "outer": t.outer}
         if name in table:
             return table[name]

@@ -464,6 +464,14 @@ PROGRAMS: dict[str, Callable[[str], Program]] = {
 SIZES = ("small", "medium")
 
 
+def _formula_builder(build):
+    return lambda size: Program(*build(size))
+
+
+from benchmarks.formula_programs import FORMULAS  # noqa: E402  (plain builders: no import cycle)
+PROGRAMS.update({name: _formula_builder(build) for name, build in FORMULAS.items()})
+
+
 # ---- measuring ------------------------------------------------------------------------------
 
 def _leaves(value):

@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--backend", choices=sorted(BACKENDS), default="evaluator")
     run.add_argument("--rtol", type=float, help="relative tolerance for every float output")
     run.add_argument("--atol", type=float, help="absolute tolerance for every float output")
+    run.add_argument("--no-fill-elided", dest="fill_elided", action="store_false",
+                     help="refuse constants printed without their values ({...}) instead of filling "
+                     "them with deterministic stand-in values (the default, said on stderr)")
     run.set_defaults(func=run_hlo)
 
     demo = sub.add_parser("demo", help="build and run the running example mean(3*x**2 + y)")
@@ -151,6 +154,7 @@ def run_hlo(opts) -> int:
     module = parse_hlo(text, str(path))
     t_parse = time.perf_counter() - t0
     _check_custom_calls(module, text, str(path))
+    _fill_elided(module, opts.fill_elided)
 
     params = module.entry.parameters
     data = _load_npz(opts.inputs) if opts.inputs else {}
@@ -169,6 +173,21 @@ def run_hlo(opts) -> int:
     if not expected:
         return 0
     return _compare(results, expected, opts.rtol, opts.atol)
+
+
+def _fill_elided(module, fill: bool) -> None:
+    """Constants printed as ``{...}``: run on deterministic stand-in values, said on stderr
+    (the results are not the original model's), or refuse (``--no-fill-elided``)."""
+    from .hlo.elided import accept_filled_constants, check_no_elided_constants
+    if not fill:
+        check_no_elided_constants(module, "run")
+        return
+    names = accept_filled_constants(module)
+    if names:
+        shown = ", ".join("%" + n for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        print(f"WARNING: {len(names)} constant(s) of {module.name} were elided ({{...}}) in the file: "
+              f"{shown} run on deterministic stand-in values (see nbxla/hlo/elided.py), so the results "
+              "are not the original program's; --no-fill-elided refuses such files", file=sys.stderr)
 
 
 def _check_custom_calls(module, text: bytes, filename: str) -> None:

@@ -310,6 +310,8 @@ class CompiledFunction:
                 entry.explanation = f"{note} ({entry.explanation})"
                 entry.value.compilation.dimensions = note
             entry.value.compilation.explanation = entry.explanation
+            if self._dims.enabled and device == "cpu":
+                self._dims.remember_static((key[1], key[2], key[4], key[5]), signature, entry.value.compilation)
         self.last_compilation = entry.value.compilation
         return entry.value, leaves, entry, treedef
 
@@ -324,7 +326,8 @@ class CompiledFunction:
             def trace_at(arg_leaves, log):
                 return trace(fn, arg_leaves, treedef, name=_module_name(self.fn), leaf_names=names(),
                              argument_views=True, size_observations=log)
-            return compile_symbolic(trace_at, leaves, marks, device)
+            return compile_symbolic(trace_at, leaves, marks, device,
+                                    earlier=self._dims.earlier((key[1], key[2], key[4], key[5]), signature))
 
         sym, note = find_or_compile(self._dims, self.cache, (key[1], key[2], key[4], key[5]), signature, names,
                                     arguments, lambda pattern: CacheKey(self, *key[1:3], pattern, *key[4:]),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from .errors import NbxlaError
 from .flags import current_flags
 from .hlo import Module
+from .hlo.elided import check_no_elided_constants
 from .hlo.printer import print_module
 from .hlo.symbolic import symbols_of_module
 from .passes import PipelineResult, optimize
@@ -136,6 +137,7 @@ def pass_timing_text(comp: Compilation) -> str:
 def compile_module(module: Module, device: str, trace_ms: float = 0.0, explanation: str = "",
                    dump_to: str | None = None, loop_decisions: list = ()) -> Compilation:
     device = resolve_device(device)
+    check_no_elided_constants(module, "compile")
     start = time.perf_counter()
     pipeline = optimize(module)
     optimized = pipeline.module

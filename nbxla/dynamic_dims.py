@@ -11,8 +11,9 @@ when a compiled symbolic program serves a call.
 * ``False``: every size compiles its own program (the behaviour before unknown dimensions).
 * a mapping ``{"x": (0,), "y": (0, 1)}``: those dimensions of those arguments (by name).
 
-Sizes 0 and 1 are always specialised: broadcasting treats a 1 differently, and empty arrays
-take other paths; a symbolic program's guards say ``b >= 2``.  Dimensions of equal size in the
+Size 0 is always specialised (empty arrays take other paths); size 1 is served where the
+program traced at 1 is the symbolic program (guards ``1 <= b``), else specialised (broadcasting
+treats a 1 differently: guards ``2 <= b``).  Dimensions of equal size in the
 call that made a program share one symbol (so ``x @ w`` keeps ``x.shape[1] == w.shape[0]``),
 and the guard checks they are still equal.  Where a symbol cannot go (``symbolic_compile.py``
 says why), the call is compiled for its concrete sizes and the reason is kept: the cache table
@@ -55,8 +56,9 @@ class SymbolicEntry:
                     continue
                 where = f"{name}.shape[{d}]"
                 upper = self.program.bounds.get(p)
-                if n < 2:
-                    return f"{where} == {n}, compiled for {p} >= 2"
+                lower = self.program.lower.get(p, 2)
+                if n < lower:
+                    return f"{where} == {n}, compiled for {p} >= {lower}"
                 if upper is not None and n > upper:
                     return f"{where} == {n}, compiled for {p} <= {upper}"
                 if p in values and values[p][0] != n:
@@ -83,6 +85,19 @@ class DimensionPolicy:
         self.seen: dict[tuple, list[tuple]] = {}       # family -> signatures seen
         self.entries: list[SymbolicEntry] = []
         self.refused: dict[tuple, str] = {}            # (family, marked dims) -> why not symbolic
+        # family -> (argument shapes, Compilation) of its static compiles, newest last: a
+        # symbolic compile takes one as its second probe (``compile_symbolic``'s ``earlier``)
+        self.static: dict[tuple, list] = {}
+
+    def remember_static(self, extra: tuple, signature: tuple, compilation) -> None:
+        """A static compile of this function (the automatic mode's first size)."""
+        shapes = [s[1] if s[0] == "array" else None for s in signature]
+        found = self.static.setdefault((extra, family_of(signature)), [])
+        found.append((shapes, compilation))
+        del found[:-4]
+
+    def earlier(self, extra: tuple, signature: tuple) -> list:
+        return list(reversed(self.static.get((extra, family_of(signature)), [])))
 
     @property
     def enabled(self) -> bool:
@@ -120,7 +135,7 @@ class DimensionPolicy:
             if sig[0] != "array":
                 continue
             for d, n in enumerate(sig[1]):
-                if n >= 2 and self._wanted(leaf, d, name, seen, leaf < arguments):
+                if n >= 1 and self._wanted(leaf, d, name, seen, leaf < arguments):
                     chosen.append((leaf, d))
         return _named(chosen, signature)
 
@@ -196,7 +211,9 @@ def find_or_compile(policy: DimensionPolicy, cache, extra: tuple, signature: tup
         return sym, ""
     refusals = []
     for marks in policy.candidates(extra, signature, names(), arguments):
-        refusal = (extra, family_of(signature), tuple(sorted(marks.items())))
+        # (A refusal at size 1 may be size 1's own: it does not stand for larger sizes.)
+        refusal = (extra, family_of(signature), tuple(sorted(marks.items())),
+                   min(signature[leaf][1][d] for (leaf, d) in marks) < 2)
         if refusal in policy.refused:
             refusals.append(policy.refused[refusal])
             continue
@@ -213,15 +230,21 @@ def find_or_compile(policy: DimensionPolicy, cache, extra: tuple, signature: tup
             refusals.append(policy.refused[refusal])
             continue
         if not hit:
+            lower = entry.value.lower
+            least = min(lower.values(), default=2)
             entry.explanation = "; ".join(filter(None, [failed, f"{described}: one compilation for "
-                                                        f"every size >= 2 (symbolic; {entry.explanation})"]))
+                                                        f"every size >= {least} (symbolic; {entry.explanation})"]))
             entry.value.compilation.explanation = entry.explanation
             bounds = entry.value.bounds
             entry.value.compilation.dimensions = (
-                f"{described} (symbolic); guards: " + ", ".join(f"2 <= {s} <= {bounds[s]}" if s in bounds else f"{s} >= 2"
-                                                               for s in sorted(set(marks.values())))
+                f"{described} (symbolic); guards: " +
+                ", ".join(f"{lower.get(s, 2)} <= {s} <= {bounds[s]}" if s in bounds else f"{s} >= {lower.get(s, 2)}"
+                          for s in sorted(set(marks.values())))
                 + "".join(f", {a} == {b}" for a, b in _shared(marks, names())))
         sym = SymbolicEntry(entry, entry.value, (extra, family_of(signature)), pattern, names())
+        if sym.guard_failure(signature) is not None:        # (a program that does not serve this call)
+            refusals.append(f"{described} specialised: {sym.guard_failure(signature)}")
+            continue
         policy.entries.append(sym)
         return sym, ""
     return None, "; ".join(filter(None, [failed] + refusals))

@@ -18,6 +18,7 @@ compiled once -- a few milliseconds, memoized per size -- never LLVM again.
 from __future__ import annotations
 
 import re
+from math import gcd
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ class SymbolicProgram:
     # Sizes the program reads as values (a mean's count): extra trailing arguments, (k*b, dtype)
     sizes: list = field(default_factory=list)
     bounds: dict = field(default_factory=dict)     # symbol -> the largest size it serves
+    lower: dict = field(default_factory=dict)      # symbol -> the smallest size it serves (1 or 2)
     instance_ms: float = 0.0            # time spent making instances (sizes), all together
     _instances: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -137,72 +139,269 @@ def mark_unknown_axes(symbolic, *concrete) -> None:
 
 
 def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], leaves: list,
-                     marks: dict[tuple[int, int], str], device: str, explanation: str = "") -> SymbolicProgram:
+                     marks: dict[tuple[int, int], str], device: str, explanation: str = "",
+                     earlier: list = ()) -> SymbolicProgram:
     """Compile with the dimensions ``marks`` ((leaf, dim) -> symbol) unknown.  ``trace_at(leaves,
     log)`` traces the function on argument leaves (logging size comparisons into ``log``).
+    ``earlier``: (argument shapes, ``Compilation``) of static compiles of the same function
+    (the automatic mode's first size): one whose sizes suit a second probe (``_earlier_probe``)
+    is that probe, and its optimized module spares the second run of the passes.
     Raises ``SymbolicDimensionError`` with the reason when something needs a concrete size."""
     if resolve_device(device) != "cpu":
         raise SymbolicDimensionError(f"unknown dimensions are compiled for the CPU only (not {device})")
     hints: dict[str, int] = {}
     for (leaf, dim), name in marks.items():
         size = np.shape(leaves[leaf])[dim]
-        if size < 2:
-            raise SymbolicDimensionError(f"size {size} is specialised (0 and 1 broadcast differently)")
+        if size < 1:
+            raise SymbolicDimensionError(f"size {size} is specialised (an empty array takes other paths)")
         if hints.setdefault(name, size) != size:
             raise SymbolicDimensionError(f"{name} has sizes {hints[name]} and {size} in one call")
     if len(set(hints.values())) != len(hints):
         raise SymbolicDimensionError("two symbols with the same size in one call (they are one symbol)")
+    if len(hints) > 1 and min(hints.values()) < 2:
+        raise SymbolicDimensionError("size 1 is specialised where several sizes are unknown "
+                                     "(broadcasting treats a 1 differently)")
+    at_one = min(hints.values()) < 2
+    if at_one:
+        # A call at size 1 compiles at size 2 (and 5): the code generator drops a dimension of
+        # size 1 from its index arithmetic, which a kernel for every size cannot.  The program
+        # serves the call when the trace at 1 is the same program (``_check_extreme_sizes``).
+        leaves = _probe_leaves(leaves, marks, lambda n: 2)
+        hints = {name: 2 for name in hints}
     by_size = {size: name for name, size in hints.items()}
     start = time.perf_counter()
     log1: list = []
-    first = trace_at(leaves, log1)
-    log2: list = []
-    try:
-        second = trace_at(_probe_leaves(leaves, marks, second_probe), log2)
-    except Exception as e:          # (the sizes moved apart are ones the program needs related)
-        raise SymbolicDimensionError(f"the program does not trace at other sizes ({type(e).__name__}: "
-                                     f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    if at_one:
+        try:
+            first = trace_at(leaves, log1)
+        except Exception as e:          # (at size 2: the call's own trace is at 1)
+            raise SymbolicDimensionError(f"the program does not trace at size 2 ({type(e).__name__})") from None
+    else:
+        first = trace_at(leaves, log1)
     _check_program(first)
-    why = compare_observations(log1, log2)
-    if why:
-        raise SymbolicDimensionError(why)
-    bounds = _check_extreme_sizes(trace_at, leaves, marks, first, log1, by_size)
+    if len(by_size) > 1:
+        # (Several unknown sizes are the likeliest to fail, at the largest probe (their product
+        # too large to trace): found before the second probe is traced, which is then not
+        # counted as traced yet.)
+        extremes = _check_extreme_sizes(trace_at, leaves, marks, first, log1, by_size, lambda h: h)
+    found = _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, earlier)
+    if found is None and len(by_size) == 1:
+        # No earlier compile: the second probe is at size 1, which the smallest-size check
+        # traces anyway (1 is coprime with every size); its kernels are compared at 2h+1.
+        at_size_one = [[tuple(1 if (k, d) in marks else n for d, n in enumerate(np.shape(leaf)))
+                        if is_array_leaf(leaf) and not isinstance(leaf, np.generic) else None
+                        for k, leaf in enumerate(leaves)]]
+        found = _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, [(at_size_one[0], None)])
+    untouched = first.module            # (pristine when an earlier compile's sizes are the probe)
+    if found is not None:
+        lifted_first, second, probe, reused, sizes, symbolic_hlo = found
+        first = replace(first, module=lifted_first)
+
+    def standard_second_probe():
+        log2: list = []
+        try:
+            traced = trace_at(_probe_leaves(leaves, marks, second_probe), log2)
+        except Exception as e:          # (the sizes moved apart are ones the program needs related)
+            raise SymbolicDimensionError(f"the program does not trace at other sizes ({type(e).__name__}: "
+                                         f"{str(e).splitlines()[0] if str(e) else ''})") from None
+        why = compare_observations(log1, log2)
+        if why:
+            raise SymbolicDimensionError(why)
+        return traced
+
+    if found is None:
+        second, probe, reused = standard_second_probe(), second_probe, None
+    if len(by_size) == 1:           # (compared with the first probe before its constants are lifted)
+        extremes = _check_extreme_sizes(trace_at, leaves, marks, replace(first, module=untouched), log1,
+                                        by_size, probe)
+    lower, bounds = extremes
+    if at_one and max(lower.values()) > 1:
+        raise SymbolicDimensionError("at size 1 the program is another one (it treats a 1 differently)")
     trace_ms = (time.perf_counter() - start) * 1e3
-    sizes = lift_size_constants(first.module, second.module, by_size)
-    symbolic_hlo = generalize_module(first.module, second.module, by_size)
+    if found is None:
+        sizes = lift_size_constants(first.module, second.module, by_size, probe)
+        symbolic_hlo = generalize_module(first.module, second.module, by_size, probe)
+
+    def standard_optimized():
+        """The second probe at ``second_probe`` sizes, optimized: when the earlier compile's
+        sizes (often 1, which the code generator treats as special) give other kernel code."""
+        traced = standard_second_probe()
+        lifted = lift_size_constants(untouched, traced.module, by_size, second_probe)
+        if [(str(a), b) for a, b in lifted] != [(str(a), b) for a, b in sizes]:
+            raise SymbolicDimensionError("the sizes the program reads differ between probes")
+        generalize_module(untouched, traced.module, by_size, second_probe)
+        return _optimize_probe(traced.module).module, second_probe
 
     compilation, extents = _compile_probes(first.module.name, symbolic_hlo, first.module, second.module,
-                                           by_size, device, explanation, trace_ms, list(first.loop_decisions))
+                                           by_size, device, explanation, trace_ms, list(first.loop_decisions),
+                                           probe, None if sizes or reused is None else reused,
+                                           standard_optimized if probe is not second_probe else None)
     symbols: dict[str, list] = {}
     for (leaf, dim), name in sorted(marks.items()):
         symbols.setdefault(name, []).append((leaf, dim))
-    return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds)
+    return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds, lower)
+
+
+def _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, earlier):
+    """(the first probe's module with its size constants lifted, the second probe's trace, the
+    probe's sizes (first-probe size -> size), the earlier ``Compilation``, the sizes lifted, the
+    symbolic module) at the sizes of an earlier static compile, or None when none suits: every
+    symbol's dimensions of one size there, coprime with (and other than) its size in this call (no divisibility shortcut holds at both), the other dimensions equal;
+    and the trace there the same program as the first probe's.  Why: the earlier compile has
+    run the passes at those sizes already, which is most of a second probe's cost."""
+    for shapes, compilation in earlier:
+        at: dict[int, int] = {}
+        fits = len(shapes) == len(leaves)
+        for k, leaf in enumerate(leaves):
+            if not fits:
+                break
+            if not is_array_leaf(leaf) or isinstance(leaf, np.generic):
+                continue
+            dims, then = np.shape(leaf), shapes[k]
+            if then is None or len(then) != len(dims):
+                fits = False
+                break
+            for d, (now, was) in enumerate(zip(dims, then)):
+                if (k, d) in marks:
+                    fits = fits and at.setdefault(now, was) == was
+                elif now != was:
+                    fits = False
+        if not fits or len(at) != len(by_size) or len(set(at.values())) != len(at) or \
+                any(was < 1 or was == now or gcd(now, was) != 1 or (len(at) > 1 and was < 2)
+                    for now, was in at.items()):
+            continue
+        log2: list = []
+        try:
+            second = trace_at(_probe_leaves(leaves, marks, at.__getitem__), log2)
+        except Exception:
+            continue
+        if compare_observations(log1, log2):
+            continue
+        reference = clone_module(first.module)
+        try:            # (on a copy: the size constants are lifted in place)
+            sizes = lift_size_constants(reference, second.module, by_size, at.__getitem__)
+            symbolic_hlo = generalize_module(reference, second.module, by_size, at.__getitem__)
+        except SymbolicDimensionError:
+            continue
+        return reference, second, at.__getitem__, compilation, sizes, symbolic_hlo
+    return None
 
 
 def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int, str], device: str,
-                    explanation: str, trace_ms: float, loop_decisions: list):
-    """Optimize two probes of one program (``module2`` at ``second_probe`` of ``module1``'s sizes),
+                    explanation: str, trace_ms: float, loop_decisions: list, probe=second_probe,
+                    earlier=None, fallback=None):
+    """Optimize two probes of one program (``module2`` at ``probe`` of ``module1``'s sizes),
     require the same optimized program and the same kernel code, and compile the first's
-    kernels: the ``Compilation`` record and each kernel's ``KernelSizes``."""
+    kernels: the ``Compilation`` record and each kernel's ``KernelSizes``.  ``earlier``: a static
+    ``Compilation`` at ``module2``'s sizes, whose optimized module is used (a copy) in place of
+    optimizing ``module2`` when it is the same program, and whose machine code is used when
+    its kernels are the same code (``_earlier_machine_code``); ``fallback()``:
+    (an optimized module, its probe) to compare with when neither gives the same code."""
     start = time.perf_counter()
     pipe1 = optimize(module1)
     _check_kernel_ranges(pipe1.module, by_size)
-    pipe2 = _optimize_probe(module2)
-    symbolic_optimized = generalize_module(pipe1.module, pipe2.module, by_size)
-    optimize_ms = (time.perf_counter() - start) * 1e3
-
-    start = time.perf_counter()
     if any(i.opcode in ("while", "conditional", "call") for i in pipe1.module.entry.instructions):
         raise SymbolicDimensionError("control flow (while, conditional) has no symbolic runtime path yet")
     if any(i.opcode == "convolution" for c in pipe1.module.computations for i in c.instructions):
         # (the CPU runtime folds a convolution into its consumer in place, per module)
         raise SymbolicDimensionError("convolutions have no symbolic runtime path yet")
-    # Kernels may read sizes along unknown axes when they run (a column sum's row count):
-    # the emitters see which axes those are (``codegen/toolkit.unknown_axes``).
-    mark_unknown_axes(symbolic_optimized, pipe1.module, pipe2.module)
-    # (Compared before compiling: a refusal costs no LLVM time.)
-    emitted = kernel_llvm_ir(pipe1.module)
-    emitted2 = kernel_llvm_ir(pipe2.module)
+    # The second probe's optimized module, in order of cost: the earlier compile's, this
+    # call's second probe's, or (when the first two are at sizes whose code differs) another.
+    seconds = [("earlier", lambda: (clone_module(earlier.optimized), probe))] if earlier is not None else []
+    if fallback is None or earlier is None:
+        seconds.append(("fresh", lambda: (_optimize_probe(module2).module, probe)))
+    if fallback is not None:
+        seconds.append(("fallback", fallback))
+    optimize_ms = (time.perf_counter() - start) * 1e3
+    codegen_ms, emitted, machine_code = 0.0, None, None
+    for k, (kind, make_second) in enumerate(seconds):
+        start = time.perf_counter()
+        other, other_probe = make_second()
+        middle = time.perf_counter()
+        optimize_ms += (middle - start) * 1e3
+        names = _names_of(pipe1.module) if kind == "earlier" else None
+        try:
+            if kind == "earlier":
+                # The first probe takes the earlier compile's names: its kernels are then the
+                # same text as the earlier compile's where they are the same code, and its
+                # machine code serves (``_earlier_machine_code``).
+                emitted = None
+                symbolic_optimized = generalize_module(other, pipe1.module, {probe(h): n for h, n in by_size.items()},
+                                                       {probe(h): h for h in by_size}.__getitem__)
+            else:
+                symbolic_optimized = generalize_module(pipe1.module, other, by_size, other_probe)
+            # Kernels may read sizes along unknown axes when they run (a column sum's row
+            # count): the emitters see which axes those are (``codegen/toolkit.unknown_axes``).
+            mark_unknown_axes(symbolic_optimized, pipe1.module, other)
+            # (Compared before compiling: a refusal costs no LLVM time.)
+            emitted = emitted or kernel_llvm_ir(pipe1.module)
+            if other_probe is not second_probe:
+                # The kernels' code is compared at 2h+1, from the symbolic program the two
+                # probes agree on (what optimizing a trace at 2h+1 gives, when the passes
+                # agree at h and at s): at s = 1 the code generator drops the size-1
+                # dimension from a row reduction's index arithmetic, which says nothing
+                # about the other sizes.
+                other = bind_module(symbolic_optimized, {n: second_probe(h) for h, n in by_size.items()})
+                mark_unknown_axes(symbolic_optimized, other)
+                other_probe = second_probe
+            extents = _same_kernels(emitted, kernel_llvm_ir(other), by_size, other_probe)
+            if kind == "earlier":
+                machine_code = _earlier_machine_code(emitted, earlier)
+            break
+        except SymbolicDimensionError:
+            if names is not None:
+                _restore_names(names)
+                emitted = None
+            if k == len(seconds) - 1:
+                raise
+        finally:
+            codegen_ms += (time.perf_counter() - middle) * 1e3
+    start = time.perf_counter()
+    if machine_code is not None:
+        plan = plan_buffers(pipe1.module)           # (made again: the instructions were renamed)
+        pipe1.facts["buffer-assignment"] = plan
+        kernels, symbols = machine_code
+        executable = cpu_executable(CpuExecutable(pipe1.module, plan, kernels=kernels, symbols=symbols))
+    else:
+        executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"),
+                                                  emitted=emitted))
+    if executable.native.kernels.unsupported:
+        raise SymbolicDimensionError("a fusion runs on the evaluator: " +
+                                     next(iter(executable.native.kernels.unsupported.values())))
+    codegen_ms += (time.perf_counter() - start) * 1e3
+    compilation = Compilation(name, resolve_device(device), symbolic_hlo, symbolic_optimized,
+                              executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
+                              pipe1, explanation, loop_decisions)
+    return compilation, extents
+
+
+def _names_of(module) -> list:
+    return [(c, c.name, [(i, i.name) for i in c.instructions]) for c in module.computations]
+
+
+def _restore_names(names: list) -> None:
+    for comp, name, instructions in names:
+        comp.name = name
+        for instr, instr_name in instructions:
+            instr.name = instr_name
+
+
+def _earlier_machine_code(emitted, earlier):
+    """(the earlier compile's kernels with ``emitted``'s specs, its kernel symbols) when
+    ``emitted`` (the first probe's kernels, named as the earlier compile's) is the very LLVM IR
+    the earlier compile compiled, else None.  Why: the same text is the same machine code, and
+    LLVM is most of a small program's compile time."""
+    native = getattr(earlier.executable, "native", None)
+    kernels = getattr(native, "kernels", None)
+    if kernels is None or emitted.unsupported or kernels.unsupported or native.loops or \
+            _DATALAYOUT.sub("", emitted.text) != _DATALAYOUT.sub("", kernels.llvm_ir):
+        return None
+    return replace(kernels, specs=dict(emitted.specs)), dict(native.kernel_symbols)
+
+
+def _same_kernels(emitted, emitted2, by_size: dict[int, str], probe) -> dict[str, "KernelSizes"]:
+    """Each kernel's ``KernelSizes``, requiring the two probes' kernels to be the same code
+    planned the same way, with ranges (and sizes read) that scale with one symbol."""
     specs1, specs2 = emitted.specs, emitted2.specs
     _same_code(emitted.text, emitted2.text)
     extents = {}
@@ -216,19 +415,10 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
             raise SymbolicDimensionError(f"kernel {kernel} ({spec.style}) reads its size from its code, "
                                          "not its range")
         extents[kernel] = KernelSizes(
-            _symbolic(spec.parallel_extent, other.parallel_extent, by_size, kernel),
-            _symbolic(spec.work_per_unit, other.work_per_unit, by_size, kernel),
-            tuple(_symbolic(a, b, by_size, kernel) for a, b in zip(spec.sizes, other.sizes)))
-    executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"),
-                                              emitted=emitted))
-    if executable.native.kernels.unsupported:
-        raise SymbolicDimensionError("a fusion runs on the evaluator: " +
-                                     next(iter(executable.native.kernels.unsupported.values())))
-    codegen_ms = (time.perf_counter() - start) * 1e3
-    compilation = Compilation(name, resolve_device(device), symbolic_hlo, symbolic_optimized,
-                              executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
-                              pipe1, explanation, loop_decisions)
-    return compilation, extents
+            _symbolic(spec.parallel_extent, other.parallel_extent, by_size, kernel, probe),
+            _symbolic(spec.work_per_unit, other.work_per_unit, by_size, kernel, probe),
+            tuple(_symbolic(a, b, by_size, kernel, probe) for a, b in zip(spec.sizes, other.sizes)))
+    return extents
 
 
 def compile_symbolic_module(module, at: dict[str, int] | None = None, device: str = "cpu") -> SymbolicProgram:
@@ -262,7 +452,7 @@ def run_symbolic(program: SymbolicProgram, inputs: list) -> list:
     """A module's ``SymbolicProgram`` (``compile_symbolic_module``) on arguments of any size >= 2
     of its symbols (``SymbolicDimensionError`` below: the caller compiles that size itself)."""
     values = bind_symbols(program.compilation.hlo, inputs)
-    if min(values.values()) < 2:
+    if any(n < program.lower.get(name, 2) for name, n in values.items()):
         raise SymbolicDimensionError(f"sizes {values}: 0 and 1 are specialised")
     return program.instance(values).executable.run(inputs)
 
@@ -304,35 +494,57 @@ def _check_program(program: TracedProgram) -> None:
         raise SymbolicDimensionError("a result is a constant, a selection or a view of an argument")
 
 
-def _check_extreme_sizes(trace_at, leaves, marks, first, log1, by_size) -> dict[str, int]:
-    """Trace at the smallest sizes (2, 3, ...: one per symbol) and at the largest (``UPPER_PROBE``
-    or more: ``upper_probes``) too, and require the same program as the first probe's, up to the symbols; returns
-    each symbol's upper bound.  Why: what the two probes agree on may still change between
+def _check_extreme_sizes(trace_at, leaves, marks, first, log1, by_size, probe) -> tuple[dict, dict]:
+    """Trace at the smallest sizes and at the largest (``UPPER_PROBE`` or more: ``upper_probes``)
+    too, and require the same program as the first probe's, up to the symbols; returns each
+    symbol's lower and upper bound.  Why: what the two probes agree on may still change between
     them and the guard's ends -- ``x[:8]`` has 8 rows at 33 and 67 but 3 at 3, ``x[:100]`` has b
     rows at 33 and 67 but 100 at 200.  Such clamps and thresholds are monotone in the size, so
-    agreeing at both ends of the guarded range [2, upper] means agreeing everywhere inside."""
+    agreeing at both ends of the guarded range [lower, upper] means agreeing everywhere inside.
+    The smallest sizes: 1 for a single symbol when the program is the same there (size 1 is
+    special only where the program makes it so: broadcasting, ``squeeze``, a test on the size,
+    each a difference in the trace), else 2; 2, 3, ... for several symbols."""
     order = sorted(by_size)
-    small = {hint: 2 + k for k, hint in enumerate(order)}
+    if len(order) == 1:
+        smallest = [({order[0]: 1}, 1), ({order[0]: 2}, 2)]
+    else:
+        smallest = [({hint: 2 + k for k, hint in enumerate(order)}, 2)]
     large = upper_probes(order)
-    for sizes in (small, large):
-        if all(sizes[h] in (h, second_probe(h)) for h in order):
-            continue                                # (already traced there)
-        log: list = []
+    lower = None
+    for sizes, bound in smallest:
         try:
-            probe = trace_at(_probe_leaves(leaves, marks, sizes.__getitem__), log)
-        except Exception as e:
-            raise SymbolicDimensionError(f"the program does not trace at size {min(sizes.values())} or "
-                                         f"{max(sizes.values())} ({type(e).__name__})") from None
-        why = compare_observations(log1, log)
-        if why:
-            raise SymbolicDimensionError(why)
-        reference = clone_module(first.module)
-        try:
-            lift_size_constants(reference, probe.module, by_size, sizes.__getitem__)
-            generalize_module(reference, probe.module, by_size, sizes.__getitem__)
-        except SymbolicDimensionError as e:
-            raise SymbolicDimensionError(f"at size {', '.join(str(sizes[h]) for h in order)}: {e}") from None
-    return {by_size[h]: large[h] for h in order}
+            _same_program_at(trace_at, leaves, marks, first, log1, by_size, probe, sizes)
+        except SymbolicDimensionError:
+            if sizes is smallest[-1][0]:
+                raise
+            continue
+        lower = bound
+        break
+    _same_program_at(trace_at, leaves, marks, first, log1, by_size, probe, large)
+    return {by_size[h]: lower for h in order}, {by_size[h]: large[h] for h in order}
+
+
+def _same_program_at(trace_at, leaves, marks, first, log1, by_size, probe, sizes: dict[int, int]) -> None:
+    """Raise ``SymbolicDimensionError`` unless the function traced with each symbol at
+    ``sizes[its first-probe size]`` is the first probe's program (up to the symbols)."""
+    order = sorted(by_size)
+    if all(sizes[h] in (h, probe(h)) for h in order):
+        return                                  # (already traced there)
+    log: list = []
+    try:
+        other = trace_at(_probe_leaves(leaves, marks, sizes.__getitem__), log)
+    except Exception as e:
+        raise SymbolicDimensionError(f"the program does not trace at size {min(sizes.values())} or "
+                                     f"{max(sizes.values())} ({type(e).__name__})") from None
+    why = compare_observations(log1, log)
+    if why:
+        raise SymbolicDimensionError(why)
+    reference = clone_module(first.module)
+    try:
+        lift_size_constants(reference, other.module, by_size, sizes.__getitem__)
+        generalize_module(reference, other.module, by_size, sizes.__getitem__)
+    except SymbolicDimensionError as e:
+        raise SymbolicDimensionError(f"at size {', '.join(str(sizes[h]) for h in order)}: {e}") from None
 
 
 def _probe_leaves(leaves: list, marks: dict, size_of) -> list:
@@ -373,13 +585,13 @@ def _same_code(text1: str, text2: str) -> None:
                                  "(a loop bound or stride baked in)")
 
 
-def _symbolic(e1: int, e2: int, by_size: dict[int, str], kernel: str):
-    return e1 if e1 == e2 else _extent_symbol(e1, e2, by_size, kernel)
+def _symbolic(e1: int, e2: int, by_size: dict[int, str], kernel: str, probe=second_probe):
+    return e1 if e1 == e2 else _extent_symbol(e1, e2, by_size, kernel, probe)
 
 
-def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str) -> SymDim:
+def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str, probe=second_probe) -> SymDim:
     for hint, name in by_size.items():
-        if e1 % hint == 0 and e1 // hint * second_probe(hint) == e2:
+        if e1 % hint == 0 and e1 // hint * probe(hint) == e2:
             return SymDim(name, e1 // hint)
     raise SymbolicDimensionError(f"kernel {kernel}'s range ({e1}, then {e2}) is not a multiple of one size")
 

@@ -64,7 +64,7 @@ def test_forty_sizes_compile_at_most_twice_automatically(name):
     cache = CompilationCache()
     f = nbxla.jit(fn, cache=cache)
     _sweep(f, fn, make, range(1, 41))
-    assert cache.misses == 2                    # size 1 (specialised), then one symbolic program
+    assert cache.misses == 2                    # size 1 (the first size), then one symbolic program
     symbolic = [e for e in cache.entries() if "symbolic" in e.explanation]
     assert len(symbolic) == 1 and "x.shape[0] -> b" in symbolic[0].explanation
     assert "[b,64]" in symbolic[0].summary()
@@ -110,14 +110,43 @@ def test_named_dimensions():
     assert cache.misses == 1 and "x.shape[0] -> b" in cache.entries()[0].explanation
 
 
-def test_size_one_fails_the_guard_and_says_so():
+def test_size_one_is_served_where_the_program_is_the_same_there():
     cache = CompilationCache()
     f = nbxla.jit(softmax, cache=cache, dynamic=True)
-    _sweep(f, softmax, PROGRAMS["softmax"][1], [4, 1])
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [4, 1, 2, 1, 33])
+    assert cache.misses == 1
+    assert "every size >= 1" in cache.entries()[0].explanation
+    assert "1 <= b <= " in f.last_compilation.dimensions
+
+
+def test_size_one_compiled_first_with_dynamic_true_serves_every_size():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache, dynamic=True)
+    _sweep(f, softmax, PROGRAMS["softmax"][1], [1, 2, 3, 40])
+    assert cache.misses == 1 and module_is_symbolic(f.last_compilation.hlo)
+
+
+def squeezed(x):
+    return np.squeeze(x) * 2.0          # (at size 1 the result loses a dimension)
+
+
+def test_size_one_fails_the_guard_where_the_program_differs_there_and_says_so():
+    cache = CompilationCache()
+    f = nbxla.jit(squeezed, cache=cache, dynamic=True)
+    _sweep(f, squeezed, ONE, [4, 9, 1])
     assert cache.misses == 2
     static = cache.entries()[-1]
     assert "x.shape[0] == 1, compiled for b >= 2" in static.explanation
     assert "x.shape[0] == 1, compiled for b >= 2" in cache.table()
+    assert "2 <= b <= " in cache.entries()[0].value.compilation.dimensions
+
+
+def test_size_zero_fails_the_guard_and_says_so():
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache, dynamic=True)
+    _sweep(f, softmax, ONE, [4, 0])
+    assert cache.misses == 2
+    assert "x.shape[0] == 0, compiled for b >= 1" in cache.entries()[-1].explanation
 
 
 def test_shared_symbol_guard_recompiles_when_sizes_part():
@@ -128,7 +157,7 @@ def test_shared_symbol_guard_recompiles_when_sizes_part():
     x, y = rows(5), RNG.random((1, 64), dtype=np.float32)     # broadcasting a 1: another program
     np.testing.assert_allclose(f(x, y), elementwise(x, y), rtol=1e-6)
     assert cache.misses == 2
-    assert "y.shape[0] == 1, compiled for b >= 2" in cache.entries()[-1].explanation
+    assert "y.shape[0] == 1 but x.shape[0] == 5, compiled for both equal (b)" in cache.entries()[-1].explanation
 
 
 def test_python_decision_on_a_size_specialises_with_the_line():
@@ -261,7 +290,7 @@ def test_fusion_report_says_which_dimensions_are_symbolic_and_why_others_are_not
     f = nbxla.jit(elementwise, cache=CompilationCache(), dynamic=True)
     f(rows(3), rows(3))
     report = f.last_compilation.stage("fusion_report")
-    assert "dimensions: x.shape[0] -> b, y.shape[0] -> b (symbolic); guards: 2 <= b <= 65537, x.shape[0] == y.shape[0]" \
+    assert "dimensions: x.shape[0] -> b, y.shape[0] -> b (symbolic); guards: 1 <= b <= 65537, x.shape[0] == y.shape[0]" \
         in report
     for stage in f.last_compilation.stages:             # every stage shows for a symbolic compile
         assert f.last_compilation.stage(stage)
@@ -300,7 +329,7 @@ def test_sizes_above_the_largest_probe_fail_the_guard():
     np.testing.assert_array_equal(f(big), big * 2)
     assert cache.misses == 2
     assert f"x.shape[0] == {UPPER_PROBE + 10}, compiled for b <= {UPPER_PROBE}" in cache.entries()[-1].explanation
-    assert "guards: 2 <= b <= 65537" in cache.entries()[0].value.compilation.stage("fusion_report")
+    assert "guards: 1 <= b <= 65537" in cache.entries()[0].value.compilation.stage("fusion_report")
 
 
 def test_benchmark_script_runs_and_prints_both_parts():
@@ -324,3 +353,80 @@ def test_an_exact_size_test_in_python_specialises():
     f = nbxla.jit(special, cache=cache, dynamic={"x": (0,)})
     _sweep(f, special, ONE, [33, 40, 41])
     assert cache.misses == 3 and "compares a size in Python" in cache.entries()[0].explanation
+
+
+def _counting(monkeypatch, module, name):
+    calls = []
+    original = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def wide(x, y):
+    return np.tanh(3 * x ** 2 + y) * 0.5 + np.exp(-x)
+
+
+@pytest.mark.parametrize("first_size", [1, 6])
+def test_automatic_symbolic_compile_reuses_the_static_compile(monkeypatch, first_size):
+    """The first size's static compile is the second probe: the passes run once for the
+    symbolic program and its kernels are the static compile's machine code (no LLVM)."""
+    import nbxla.symbolic_compile as symbolic_compile
+    import nbxla.runtime.cpu_executable as cpu_executable
+    probes = _counting(monkeypatch, symbolic_compile, "_optimize_probe")
+    llvm = _counting(monkeypatch, cpu_executable, "compile_kernels")
+    cache = CompilationCache()
+    f = nbxla.jit(wide, cache=cache)
+    make = PROGRAMS["elementwise"][1]
+    _sweep(f, wide, make, [first_size])
+    assert len(llvm) == 1
+    _sweep(f, wide, make, [first_size + 1, 2, 3, 40, 1, 17])       # (sizes 6 and 7: coprime)
+    assert cache.misses == 2 and module_is_symbolic(f.last_compilation.hlo)
+    assert probes == [] and len(llvm) == 1
+
+
+def test_an_earlier_size_sharing_a_factor_is_no_probe(monkeypatch):
+    """Sizes 4 then 8 (both even): the second probe is 2*8+1, optimized afresh."""
+    import nbxla.symbolic_compile as symbolic_compile
+    probes = _counting(monkeypatch, symbolic_compile, "_optimize_probe")
+    cache = CompilationCache()
+    f = nbxla.jit(wide, cache=cache)
+    _sweep(f, wide, PROGRAMS["elementwise"][1], [4, 8, 3, 1, 33])
+    assert cache.misses == 2 and len(probes) == 1
+
+
+def test_an_earlier_probe_at_size_one_spares_the_passes_of_row_reductions(monkeypatch):
+    """softmax's row reductions at size 1 are other code (the size-1 dimension leaves their
+    index arithmetic): the passes' result at 1 still serves as the second probe, the kernels
+    are compared at 2h+1 and compiled anew."""
+    import nbxla.symbolic_compile as symbolic_compile
+    import nbxla.runtime.cpu_executable as cpu_executable
+    probes = _counting(monkeypatch, symbolic_compile, "_optimize_probe")
+    llvm = _counting(monkeypatch, cpu_executable, "compile_kernels")
+    cache = CompilationCache()
+    f = nbxla.jit(softmax, cache=cache)
+    _sweep(f, softmax, ONE, [1, 2, 5, 64, 1, 3])
+    assert cache.misses == 2 and probes == [] and len(llvm) == 2
+    assert "every size >= 1" in cache.entries()[-1].explanation
+
+
+def test_an_earlier_compile_whose_passes_gave_another_program_is_no_probe(monkeypatch):
+    """Where the earlier static compile's optimized module is not the first probe's program
+    (here: swapped for another function's), the second probe is traced and optimized at 2h+1."""
+    import dataclasses
+    import nbxla.symbolic_compile as symbolic_compile
+    probes = _counting(monkeypatch, symbolic_compile, "_optimize_probe")
+    cache = CompilationCache()
+    f = nbxla.jit(wide, cache=cache)
+    make = PROGRAMS["elementwise"][1]
+    _sweep(f, wide, make, [1])
+    other = nbxla.jit(lambda x, y: x - y, cache=CompilationCache())
+    other(*make(1))
+    (family, remembered), = f._dims.static.items()
+    shapes, compilation = remembered[0]
+    remembered[0] = (shapes, dataclasses.replace(compilation, optimized=other.last_compilation.optimized))
+    _sweep(f, wide, make, [2, 3, 1, 40])
+    assert cache.misses == 2 and len(probes) == 1 and module_is_symbolic(f.last_compilation.hlo)

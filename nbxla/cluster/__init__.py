@@ -12,9 +12,10 @@ See docs/auto_clustering.md.
 from ..api import register_mode
 from .auto import AutoFunction, explain, run_cell
 from .lazy import LazyArray
-from .records import MIN_CLUSTER_WORK
+from .records import MIN_CLUSTER_WORK, MIN_REPLAYED_WORK
 from .report import ClusterReport
 
 register_mode("auto", AutoFunction)     # jit(fn, mode="auto"), NBXLA_FLAGS=--auto_jit
 
-__all__ = ["AutoFunction", "explain", "run_cell", "LazyArray", "ClusterReport", "MIN_CLUSTER_WORK"]
+__all__ = ["AutoFunction", "explain", "run_cell", "LazyArray", "ClusterReport", "MIN_CLUSTER_WORK",
+           "MIN_REPLAYED_WORK"]

@@ -23,7 +23,7 @@ from .lazy import LazyArray
 from .tape import Tape
 from .report import ClusterReport, build_report
 from .rewrite import ACTIVE, HOOK, hook, instrument, rewrite_tree
-from .records import MIN_CLUSTER_WORK, flatten
+from .records import MIN_CLUSTER_WORK, MIN_REPLAYED_WORK, flatten
 from .session import Session
 from .whole import WholeFunction, run_cell_whole
 
@@ -75,12 +75,14 @@ class AutoFunction:
     and eagerly (``choice.ClusterTiming``)."""
 
     def __init__(self, fn: Callable, device: str = "cpu", cache=None,
-                 min_work: int = MIN_CLUSTER_WORK, measure: bool = True, replay: bool = True,
+                 min_work: int | None = None, measure: bool = True, replay: bool = True,
                  whole: bool = True):
         functools.update_wrapper(self, fn)
         if not isinstance(getattr(self, "__name__", None), str):     # functools.partial, objects
             inner = fn.func if isinstance(fn, functools.partial) else fn
             self.__name__ = getattr(inner, "__name__", None) or type(inner).__name__
+        if min_work is None:                # (replayed calls make smaller clusters pay)
+            min_work = MIN_REPLAYED_WORK if replay else MIN_CLUSTER_WORK
         self.fn, self.device, self.cache, self.min_work = fn, device, cache, min_work
         self.measure = measure
         # Compiled whole when it can be (whole.py): a WholeFunction, False once that is

@@ -187,6 +187,11 @@ class ModeChoice:
         if self.pairs < needed:
             return
         ratio = min(auto) / min(eager)
+        if self.auto_first and ratio > 1.0 and self.pairs < MAX_PROBE_PAIRS:
+            # The first call measured its clusters clearly faster compiled, and the probes
+            # say the opposite: one slow probe on a loaded machine is enough for that, and
+            # deciding plain NumPy wrongly costs until the re-probe.  Measure again.
+            return
         if ratio < CLOSE[0]:
             self._decide("auto")
         elif ratio > CLOSE[1]:

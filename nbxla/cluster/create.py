@@ -24,6 +24,14 @@ from ..frontend.rules import full
 from ..hlo import from_numpy_dtype
 
 
+# Created arrays down to this fraction of the session's ``min_work`` are stand-ins too: one
+# below ``min_work`` enters a graph only if its first use has a pending operand (a pending
+# value written into it: pyhpc TKE's ``tke_surf_corr = np.zeros(shape[:2])`` then
+# ``tke_surf_corr[2:-2, 2:-2] = where(...)``, which as a NumPy array was a graph break and
+# a flush of everything alive); otherwise it is made at that first use, as NumPy's.
+SMALL_CREATED = 32
+
+
 def filled(shape: tuple, value: np.generic):
     """An array of ``shape`` filled with ``value`` (of its dtype): a Tracer while an
     operation is being recorded, else NumPy's array (the eager replay of a cluster)."""
@@ -108,7 +116,7 @@ def create(session, name: str, args: tuple, kwargs: dict):
     size = 1
     for s in shape:
         size *= s
-    if size < session.min_work:
+    if size < session.min_work // SMALL_CREATED:
         return None
     if name == "full":
         if not isinstance(fill, (bool, int, float, complex, np.bool_, np.number)):

@@ -34,7 +34,7 @@ class Flushing:
     def flush(self, reason: str | None = None, location=None, eager_op: str | None = None) -> None:
         if reason is not None:
             self.log.breaks.append(Break(reason, location, True, eager_op))
-        if self.replaying and self.ops:
+        if self.replaying and self.replayed:
             return self._flush_replayed()
         if self.ctx is None:
             return
@@ -67,12 +67,14 @@ class Flushing:
         """Run the pending graph's cluster for ``roots`` (compiled, or replayed eagerly);
         with a tape ``entry`` (roots None where no longer alive), its cluster as compiled
         before, with no module built."""
-        ops, work = self.ops, self.work
-        lines = [op.location for op in ops if op.location is not None]
-        if work < self.min_work or len(ops) < 2:
+        n_ops, work = self._op_count(), self.work
+        lines = [r[4] for r in self.replayed] if self.replaying else \
+            [op.location for op in self.ops]
+        lines = [line for line in lines if line is not None]
+        if work < self.min_work or n_ops < 2:
             why = (f"work {work} < {self.min_work} elements" if work < self.min_work else
                    "one operation, nothing to fuse") + " (cost model)"
-            run = ClusterRun(None, len(ops), work, lines, False, why)
+            run = ClusterRun(None, n_ops, work, lines, False, why)
             self._replay(roots, run)
             return run
         if entry is None:
@@ -80,7 +82,7 @@ class Flushing:
             key = CacheKey("nbxla.cluster", fingerprint(module.entry), self.device)
         else:
             key = entry.key
-        run = ClusterRun(key, len(ops), work, lines, True)
+        run = ClusterRun(key, n_ops, work, lines, True)
         refused = _REFUSED.get(key)
         if refused is None and entry is not None and entry.compilation is not None:
             compilation, compile_ms = entry.compilation, 0.0

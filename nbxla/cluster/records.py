@@ -28,6 +28,12 @@ from .lazy import LazyArray, LazyState
 # cluster; at about a nanosecond per element and operation for NumPy, smaller clusters
 # cannot win back what recording them cost.
 MIN_CLUSTER_WORK = 1 << 17
+# The same threshold for a function whose repeated calls replay their clusters from the tape
+# (tape.py): a replayed operation costs a few microseconds, not tens, so operations on
+# arrays four times smaller already win (an operation on 32768 float64 elements costs NumPy
+# 15-30 us).  The first call still records (and compiles); the measured choice (choice.py)
+# keeps calls that do not win at NumPy's speed.
+MIN_REPLAYED_WORK = 1 << 15
 # Cluster size (like TensorFlow's --tf_xla_max_cluster_size): compile time grows with the
 # graph, and a time loop without breaks would otherwise be one graph of every step.  Past
 # SOFT_MAX_OPS a cluster ends where it began, at the same source line (in a loop: the
@@ -314,13 +320,44 @@ class ValueMeta:
         self.shape, self.dtype = shape, dtype
 
 
-def view_recipe(fn, args, kwargs, base):
+class ViewRecipe:
     """How to make the view ``fn(*args, **kwargs)`` of ``base`` from another value of it (a
-    NumPy array or a Tracer)."""
-    def recipe(value):
-        sub = tree_map((tuple(args), kwargs), lambda x: value if x is base else x)
-        return fn(*sub[0], **sub[1])
-    return recipe
+    NumPy array or a Tracer): called with that value.  It keeps the call, so that the tape's
+    key of the view (``Session._view_key``) can be made only when a graph uses the view."""
+    __slots__ = ("fn", "args", "kwargs", "base")
+
+    def __init__(self, fn, args, kwargs, base):
+        self.fn, self.args, self.kwargs, self.base = fn, args, kwargs, base
+
+    def __call__(self, value):
+        base = self.base
+        sub = tree_map((tuple(self.args), self.kwargs), lambda x: value if x is base else x)
+        return self.fn(*sub[0], **sub[1])
+
+# A view's tape key (LazyState.view_key) not made yet: made from its recipe when a graph
+# first numbers the view (most views made eagerly, ``x[2:-2]`` of a concrete array, are).
+VIEW_KEY_LATER = object()
+_PLAIN_INDEX = (int, type(None), type(Ellipsis))
+
+
+def keyed_later(args, kwargs) -> bool:
+    """Can a view's key wait (its call's arguments cannot change meanwhile: stand-ins, ints,
+    None, ..., slices of ints and tuples of these)?"""
+    if kwargs:
+        return False
+    for a in args:
+        kind = type(a)
+        if kind is LazyArray or kind in _PLAIN_INDEX:
+            continue
+        if kind is slice:
+            if type(a.start) in _PLAIN_INDEX and type(a.stop) in _PLAIN_INDEX and \
+                    type(a.step) in _PLAIN_INDEX:
+                continue
+            return False
+        if kind is tuple and keyed_later(a, None):
+            continue
+        return False
+    return True
 
 
 def write_targets(fn, args, kwargs, kind, ufunc_method) -> list:

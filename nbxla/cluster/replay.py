@@ -10,62 +10,91 @@ import weakref
 import numpy as np
 
 from .lazy import LazyArray
-from .records import (ClusterRun, Op, Slot, ValueMeta, flatten, root_of, tree_map, view_recipe,
+from .records import (ClusterRun, Op, Slot, ViewRecipe, flatten, root_of, tree_map,
                       write_targets)
 
 
 class Replaying:
     """The replay half of ``Session``."""
 
-    def _replay_op(self, taped, fn, args, kwargs, lazies, kind, ufunc_method, writes, location,
-                   target=None):
+    def _replay_op(self, taped, fn, args, kwargs, lazies, kind, ufunc_method, writes,
+                   target=None, flat=False):
         """An operation the tape knows: its result stand-ins (``target``, when given, is the
-        one to use for its result), with no recording."""
-        results, new, refs = [], [], []
+        one to use for its result), with no recording.  Only what a later flush may need is
+        logged (``replayed``): the NumPy call with its pending operands as slots; the ``Op``
+        list of an eager run is made from it only when one runs (``_logged_ops``).  ``flat``:
+        the arguments are positional, none a container (nothing to walk into)."""
+        results, numbers, slots, refs = [], [], [], []
+        epoch = self.epoch
         for out in taped.outs:
             if out[0] == "new":
                 x = LazyArray(self) if target is None else target
-                x.state.spec, x.state.slot, x.state.epoch = ValueMeta(out[1], out[2]), Slot(), self.epoch
-                self._new_number(x)
+                state = x.state
+                state.spec, state.slot, state.epoch = out[5], Slot(), epoch
+                state.num, state.num_epoch = self.next_number, epoch
+                self.next_number += 1
                 if out[3]:
                     base = lazies[0]
-                    x.state.root, x.state.view_key = (base, view_recipe(fn, args, kwargs, base)), out[4]
-                self.members.append(weakref.ref(x))
+                    state.root, state.view_key = (base, ViewRecipe(fn, args, kwargs, base)), out[4]
+                ref = weakref.ref(x)
+                self.members.append(ref)
                 results.append(x)
-                new.append(x)
-                refs.append(weakref.ref(x))
+                numbers.append(state.num)
+                slots.append(state.slot)
+                refs.append(ref)
             elif out[0] == "owner":
                 results.append(lazies[out[1]])
             else:
                 results.append(out[1])
         for x in lazies:                 # (they enter the graph, views with their bases)
-            while x is not None and x.state.value is not None and x.state.epoch != self.epoch:
-                x.state.epoch = self.epoch
+            while x is not None and x.state.value is not None and x.state.epoch != epoch:
+                x.state.epoch = epoch
                 self.joined[id(x)] = self.root_writes.get(id(root_of(x)), 0)
                 x = x.state.root[0] if x.state.root is not None else None
         if writes:
             for x in write_targets(fn, args, kwargs, kind, ufunc_method):
                 root = id(root_of(x))
                 self.root_writes[root] = self.root_writes.get(root, 0) + 1
-
-        def template(x):
-            if isinstance(x, LazyArray):
-                return x.state.slot if x.state.value is None else x.state.value
-            if type(x) is np.ndarray and id(x) in self.plain_params:
-                return self.plain_params[id(x)].state.value
-            return x
-        slots = iter([x.state.slot for x in new])
-        outs = [next(slots) if out[0] == "new" else None for out in taped.outs]
-        self.ops.append(Op(fn, tree_map(tuple(args), template), tree_map(kwargs, template), outs,
-                           location, taped.work))
         self.work += taped.work
 
         def keyed(x):                    # (replayed values by slot: the op holds no stand-in)
             return x.state.slot if isinstance(x, LazyArray) and x.state.value is None else x
-        self.replayed.append((fn, tree_map((tuple(args), kwargs), keyed), ufunc_method, writes,
-                              location, [x.state.num for x in new], [x.state.slot for x in new], refs))
+        if flat:
+            logged = (tuple([a.state.slot if type(a) is LazyArray and a.state.value is None
+                             else a for a in args]), kwargs)
+        else:
+            logged = tree_map((tuple(args), kwargs), keyed)
+        self.replayed.append((fn, logged, ufunc_method, writes, taped.location, numbers, slots,
+                              refs, taped))
         self.node = taped.node
         return results[0] if taped.structure is None else taped.structure(results)
+
+    def _op_count(self) -> int:
+        """Operations in the pending graph (replayed or recorded)."""
+        return len(self.replayed) if self.replaying else len(self.ops)
+
+    def _op_location(self, i: int):
+        return self.replayed[i][4] if self.replaying else self.ops[i].location
+
+    def _logged_ops(self) -> list:
+        """The pending graph's NumPy calls (``Op``s, for an eager run): while replaying, made
+        from the replayed operations as recording would have logged them (concrete stand-ins
+        by their arrays, plain arrays by their snapshots, pending values by slot)."""
+        if self.replaying and len(self.ops) != len(self.replayed):
+            def template(x):
+                if isinstance(x, LazyArray):
+                    return x.state.slot if x.state.value is None else x.state.value
+                if type(x) is np.ndarray and id(x) in self.plain_params:
+                    return self.plain_params[id(x)].state.value
+                return x
+            ops = []
+            for fn, (args, kwargs), _, _, location, _, slots, _, taped in self.replayed:
+                it = iter(slots)
+                outs = [next(it) if out[0] == "new" else None for out in taped.outs]
+                ops.append(Op(fn, tree_map(args, template), tree_map(kwargs, template), outs,
+                              location, taped.work))
+            self.ops = ops
+        return self.ops
 
     def _materialize(self) -> None:
         """Stop replaying: record the operations replayed so far for real, in order, with the
@@ -80,7 +109,7 @@ class Replaying:
 
         def real(x):
             return by_slot[id(x)] if type(x) is Slot else x
-        for fn, keyed, ufunc_method, writes, location, numbers, slots, refs in replayed:
+        for fn, keyed, ufunc_method, writes, location, numbers, slots, refs, _ in replayed:
             args, kwargs = tree_map(keyed, real)
             lazies = [x for x in flatten((args, kwargs), []) if isinstance(x, LazyArray)]
             _, _, made = self._record(fn, args, kwargs, lazies, writes, ufunc_method, location,
@@ -128,8 +157,9 @@ class Replaying:
         holding them all would keep the allocator from reusing their memory (fresh pages
         for every temporary cost more than the arithmetic).  With ``copies`` (a
         ``SharedCopies``), the calls see copies of the arrays instead of the arrays."""
+        ops = self._logged_ops()
         last_use = {}
-        for i, op in enumerate(self.ops):
+        for i, op in enumerate(ops):
             for leaf in flatten((op.args, op.kwargs), []):
                 if type(leaf) is Slot:
                     last_use[id(leaf)] = i
@@ -142,7 +172,7 @@ class Replaying:
             if copies is not None and type(x) is np.ndarray:
                 return copies(x)
             return x
-        for i, op in enumerate(self.ops):
+        for i, op in enumerate(ops):
             args, kwargs = tree_map((op.args, op.kwargs), value)
             result = op.fn(*args, **kwargs)
             del args, kwargs

@@ -57,20 +57,28 @@ _NOT_USER = tuple({os.path.abspath(p) + os.sep for p in
                     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))})
 _NOT_REWRITTEN = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _REWRITTEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # function -> what to call
+_AS_IT_IS = object()            # (in _REWRITTEN: the function is called as it is)
 
 
 def callee(fn):
     """What a call of ``fn`` in rewritten code calls (see the module docstring)."""
+    made = _CREATORS.get(id(fn))
+    if made is not None and made[0] is fn:    # (np.ones and np.full are Python functions)
+        return made[1]
     if type(fn) is types.FunctionType:
         session = ACTIVE.get()
         if session is None or session.closed:
             return fn
         new = _REWRITTEN.get(fn)
         if new is None:
-            new = _REWRITTEN[fn] = _rewritten_helper(fn)
-        return new
-    made = _CREATORS.get(id(fn))
-    return made[1] if made is not None and made[0] is fn else fn
+            new = _rewritten_helper(fn)
+            # (a function called as it is is remembered by a marker: the function itself as
+            # the value of its own weak key would keep it, and what its closure holds,
+            # alive for good; a stand-in's method, ``x.flatten``, is a new closure over
+            # ``x`` on every call)
+            _REWRITTEN[fn] = _AS_IT_IS if new is fn else new
+        return fn if new is _AS_IT_IS else new
+    return fn
 
 
 hook.callee = callee
@@ -104,8 +112,46 @@ def rewrite_tree(tree: ast.AST) -> ast.AST:
 _INTROSPECTION = {"locals", "vars", "eval", "exec", "globals", "dir"}
 
 
+# Statements run once, whose only reads of a local can release it as they read it.
+_SIMPLE = (ast.Assign, ast.Expr, ast.Return)
+_SCOPES = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ListComp,
+           ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _read_once(stmt: ast.stmt, names) -> set:
+    """The names among ``names`` that ``stmt`` mentions exactly once, as a read."""
+    found: dict = {}
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.Name) and n.id in names:
+            found.setdefault(n.id, []).append(n)
+    return {name for name, ns in found.items() if len(ns) == 1 and isinstance(ns[0].ctx, ast.Load)}
+
+
+class _ReleaseAtLoad(ast.NodeTransformer):
+    """``name`` read as ``(name, name := None)[0]``: the value goes on, the local is None
+    before the rest of the statement runs (not inside nested scopes)."""
+
+    def __init__(self, names: set):
+        self.names = names
+
+    def visit_Name(self, node: ast.Name):
+        if node.id not in self.names or not isinstance(node.ctx, ast.Load):
+            return node
+        cleared = ast.NamedExpr(ast.Name(node.id, ast.Store()), ast.Constant(None))
+        pair = ast.Tuple([ast.Name(node.id, ast.Load()), cleared], ast.Load())
+        return ast.copy_location(ast.Subscript(pair, ast.Constant(0), ast.Load()), node)
+
+    def generic_visit(self, node):
+        if isinstance(node, _SCOPES):
+            return node
+        return super().generic_visit(node)
+
+
 def release_dead_locals(defn: ast.FunctionDef, cellvars) -> None:
-    """After the last top-level statement that mentions a local, bind it to None.
+    """After the last top-level statement that mentions a local, bind it to None; where that
+    statement is simple (an assignment, an expression, a return) and reads the local once,
+    as it reads it: ``sol = solve(a_tri, ...)`` then hands ``a_tri`` to the callee alone,
+    and a break inside the callee does not compute it once the callee is done with it.
 
     A pending value is computed at a graph break only if something still holds it; a local
     the function never reads again would otherwise make every break write it out (a hand
@@ -129,8 +175,10 @@ def release_dead_locals(defn: ast.FunctionDef, cellvars) -> None:
                 last[n.id] = i
     body = []
     for i, stmt in enumerate(defn.body):
-        body.append(stmt)
         dead = sorted(name for name, k in last.items() if k == i)
+        if dead and isinstance(stmt, _SIMPLE):
+            stmt = _ReleaseAtLoad(_read_once(stmt, dead)).visit(stmt)
+        body.append(stmt)
         if dead and i < len(defn.body) - 1 and not isinstance(stmt, (ast.Return, ast.Raise)):
             release = ast.Assign([ast.Name(name, ast.Store()) for name in dead],
                                  ast.Constant(None))

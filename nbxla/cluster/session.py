@@ -42,12 +42,14 @@ from .flush import Flushing
 from .lazy import LazyArray
 from .records import (Break, GETITEM, HARD_MAX_OPS, MAX_CONSTANT_ELEMENTS, MIN_CLUSTER_WORK, Op,
                       OpContext, PRODUCTS, PlainParam, SOFT_MAX_OPS, SessionLog, Slot,
-                      TAPE_VALUES, Unsupported, VIEW_FUNCTIONS, VIEW_METHODS, ValueMeta,
-                      WRITING_FUNCTIONS, flatten, ident, jumps_back, leaf_size, library_caller,
-                      op_label, root_of, same_line, storing_item, tree_map, user_location,
-                      view_recipe)
+                      TAPE_VALUES, Unsupported, VIEW_FUNCTIONS, VIEW_KEY_LATER, VIEW_METHODS,
+                      ValueMeta, WRITING_FUNCTIONS, flatten, ident, jumps_back, keyed_later,
+                      leaf_size, library_caller, op_label, root_of, same_line, storing_item,
+                      tree_map, user_location, ViewRecipe)
 from .replay import Replaying
-from .tape import NoKey, Tape, key_of
+from .tape import NoKey, Tape, float_key, key_of
+
+_CONTAINERS = (tuple, list, dict)
 
 
 class Session(Flushing, Replaying):
@@ -197,12 +199,16 @@ class Session(Flushing, Replaying):
         x.state.spec, x.state.fill = ValueMeta(shape, value.dtype), (shape, value)
         return x
 
-    def _enter(self, x: LazyArray) -> None:
-        """A created array's first use: record its making (or, the run over, make it)."""
+    def _enter(self, x: LazyArray, operands=()) -> None:
+        """A created array's first use, with ``operands`` (stand-ins): record its making (or,
+        the run over, or small and no operand pending, make it)."""
         shape, value = x.state.fill
         x.state.fill = None
-        if self.closed:
+        if self.closed or (math.prod(shape) < self.min_work and not any(
+                y is not x and y.state.fill is None and y.state.session is self and
+                self.pending(y) for y in operands)):
             x.state.value = filled(shape, value)
+            self._own(x, x.state.value)
             return
         made = self.dispatch(filled, (shape, value), {}, kind="create", target=x)
         if made is not x:                # (recording refused: made eagerly)
@@ -210,12 +216,24 @@ class Session(Flushing, Replaying):
 
     def dispatch(self, fn, args, kwargs, kind: str, ufunc_method: str = "__call__",
                  target: LazyArray | None = None):
-        leaves = flatten((args, kwargs), [])
+        # (Every NumPy call on a stand-in comes here: the common case, flat positional
+        # arguments of this session's stand-ins, is checked without building lists twice.)
+        leaves = args
+        if kwargs:
+            leaves = flatten((args, kwargs), [])
+        else:
+            for a in args:
+                if isinstance(a, _CONTAINERS):
+                    leaves = flatten(args, [])
+                    break
         lazies = [x for x in leaves if isinstance(x, LazyArray)]
+        foreign = None
         for x in lazies:
-            if x.state.fill is not None:
-                x.state.session._enter(x)
-        foreign = [x for x in lazies if x.state.session is not self]
+            state = x.state
+            if state.fill is not None:
+                state.session._enter(x, lazies)
+            if state.session is not self:
+                foreign = [x for x in lazies if x.state.session is not self]
         if foreign:      # a stand-in of another (enclosing) session: make it concrete here
             args, kwargs = tree_map((args, kwargs),
                                     lambda x: np.asarray(x) if any(x is f for f in foreign) else x)
@@ -228,14 +246,23 @@ class Session(Flushing, Replaying):
             made = create_like(self, fn, args, kwargs)
             if made is not None:
                 return made
-        if kind != "create" and not any(self.pending(x) for x in lazies):
+        pending = False
+        if kind != "create":
+            epoch = self.epoch
+            for x in lazies:
+                if x.state.epoch == epoch and self.pending(x):
+                    pending = True
+                    break
+        if not pending and kind != "create":
             if kind in ("getitem", "setitem") or fn in VIEW_FUNCTIONS or fn in PRODUCTS or \
                     getattr(fn, "name", None) in VIEW_METHODS or \
                     getattr(fn, "name", None) == "dot" or \
                     self._estimate(leaves, kind, ufunc_method) < self.min_work:
                 return self._eager(fn, args, kwargs, lazies, writes, None)
-        location = self.location()
-        self._size_cap(location)         # (before numbering: a flush starts a new epoch)
+        # (before numbering: a flush starts a new epoch; the line is looked up only when
+        # the cap is near, or when the operation is recorded)
+        if (len(self.replayed) if self.replaying else len(self.ops)) >= SOFT_MAX_OPS:
+            self._size_cap()
         key = None
         if self.node is not None:
             try:
@@ -246,11 +273,12 @@ class Session(Flushing, Replaying):
                 taped = self.node.children.get(key) if key is not None else None
                 if taped is not None:
                     return self._replay_op(taped, fn, args, kwargs, lazies, kind, ufunc_method,
-                                           writes, location, target)
+                                           writes, target, leaves is args and not kwargs)
                 refused = self.node.refused.get(key) if key is not None else None
                 if refused is not None:              # a break here before: the same break
                     return self._eager(fn, args, kwargs, lazies, writes, refused)
                 self._materialize()
+        location = self.location()
         try:
             result, outs, _ = self._record(fn, args, kwargs, lazies, writes, ufunc_method,
                                            location, None if target is None else [target])
@@ -262,7 +290,7 @@ class Session(Flushing, Replaying):
             return self._eager(fn, args, kwargs, lazies, writes, str(e))
         if self.node is not None:
             self.node = None if key is None or outs is None else \
-                self.tape.child(self.node, key, *outs)
+                self.tape.child(self.node, key, *outs, location)
         return result
 
     def _estimate(self, leaves, kind, ufunc_method) -> int:
@@ -286,6 +314,10 @@ class Session(Flushing, Replaying):
             raise NoKey                  # (pending, from before this epoch was keyed)
         if x.state.root is not None:
             base = self._number(x.state.root[0])
+            if x.state.view_key is VIEW_KEY_LATER:
+                recipe = x.state.root[1]
+                x.state.view_key = self._view_key(recipe.fn, recipe.args, recipe.kwargs,
+                                                  recipe.base)
             if x.state.view_key is None:
                 raise NoKey
             entry = ("view", base, x.state.view_key)
@@ -298,9 +330,22 @@ class Session(Flushing, Replaying):
         return x.state.num
 
     def _op_key(self, fn, args, kwargs, kind, ufunc_method):
+        """The operation's key in the tape: ``key_of`` its arguments, with the flat ones
+        (stand-ins numbered already, numbers) inline: every operation is keyed."""
         self._entries = []               # (arrays first numbered by this operation)
         plain = self._number_plain if fn is not GETITEM else None     # (as _record does)
-        return (fn, kind, ufunc_method, key_of(args, self._number, plain=plain),
+        epoch, parts = self.epoch, []
+        for a in args:
+            item = type(a)
+            if item is LazyArray and a.state.num_epoch == epoch:
+                parts.append(("a", a.state.num))
+            elif item is float:
+                parts.append(float_key(a))
+            elif item is int or item is bool:
+                parts.append((item, a))
+            else:
+                parts.append(key_of(a, self._number, plain=plain))
+        return (fn, kind, ufunc_method, (type(args), tuple(parts)),
                 key_of(kwargs, self._number, plain=plain) if kwargs else None,
                 tuple(self._entries))
 
@@ -314,13 +359,17 @@ class Session(Flushing, Replaying):
         except NoKey:
             return None
 
-    def _size_cap(self, location) -> bool:
-        """Has the pending graph reached its size cap (``SOFT_MAX_OPS``...)?  Then flush."""
-        n = len(self.ops)
-        if n >= SOFT_MAX_OPS and (n >= HARD_MAX_OPS or (
-                same_line(self.ops[0].location, location) and       # (its first operation)
-                not same_line(self.ops[-1].location, location)) or (
-                n >= 2 * SOFT_MAX_OPS and jumps_back(self.ops[-1].location, location))):
+    def _size_cap(self) -> bool:
+        """Has the pending graph reached its size cap (``SOFT_MAX_OPS``...) at the operation
+        coming now?  Then flush."""
+        n = self._op_count()
+        if n < SOFT_MAX_OPS:
+            return False
+        location = self.location()
+        first, last = self._op_location(0), self._op_location(-1)
+        if n >= HARD_MAX_OPS or (
+                same_line(first, location) and not same_line(last, location)) or (
+                n >= 2 * SOFT_MAX_OPS and jumps_back(last, location)):
             self.flush()                     # a size cap, not a graph break
             return True
         return False
@@ -421,7 +470,7 @@ class Session(Flushing, Replaying):
         if result.view is None or len(lazies) != 1 or result.view.base is not inputs[id(lazies[0])]:
             return None
         base = lazies[0]
-        return base, view_recipe(fn, args, kwargs, base)
+        return base, ViewRecipe(fn, args, kwargs, base)
 
     def _eager(self, fn, args, kwargs, lazies, writes, reason):
         location = self.location() if reason else None
@@ -449,9 +498,10 @@ class Session(Flushing, Replaying):
                     (r.base is lazies[0].state.value or r.base is lazies[0].state.value.base):
                 out = LazyArray(self, r)         # a view: writes through it reach its base
                 base = lazies[0]
-                out.state.root = (base, view_recipe(fn, args, kwargs, base))
+                out.state.root = (base, ViewRecipe(fn, args, kwargs, base))
                 if self.node is not None:
-                    out.state.view_key = self._view_key(fn, args, kwargs, base)
+                    out.state.view_key = VIEW_KEY_LATER if keyed_later(args, kwargs) else \
+                        self._view_key(fn, args, kwargs, base)
                 return out
             return LazyArray(self, r) if r.size >= self.min_work else r
         return tree_map(result, wrap) if isinstance(result, (tuple, list)) else wrap(result)

@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .lazy import LazyArray
+from .records import ValueMeta
+
 # A trie that keeps growing (constants that change on every call: a loop counter used as a
 # float, a time step) stops learning past this many nodes; calls then record as before.
 MAX_NODES = 50000
@@ -48,13 +51,18 @@ class TapeNode:
 
 class TapeOp:
     """What one keyed operation gave: ``outs`` per result leaf, ``("new", shape, dtype,
-    is_view, view_key)``, ``("owner", i)`` (the i-th stand-in argument itself: written in
-    place) or ``("value", v)``; ``structure`` is the result's tuple/list type or None."""
-    __slots__ = ("node", "outs", "structure", "work")
+    is_view, view_key, meta)`` (``meta``: the ``ValueMeta`` its replayed stand-ins share),
+    ``("owner", i)`` (the i-th stand-in argument itself: written in place) or ``("value",
+    v)``; ``structure`` is the result's tuple/list type or None; ``location`` the source line
+    it was recorded at (a replayed operation is not looked up again: the same point of the
+    same sequence of operations)."""
+    __slots__ = ("node", "outs", "structure", "work", "location")
 
-    def __init__(self, outs, structure, work):
+    def __init__(self, outs, structure, work, location):
         self.node = TapeNode()
-        self.outs, self.structure, self.work = outs, structure, work
+        self.outs = [out + (ValueMeta(out[1], out[2]),) if out[0] == "new" else out
+                     for out in outs]
+        self.structure, self.work, self.location = structure, work, location
 
 
 class FlushEntry:
@@ -76,14 +84,14 @@ class Tape:
         self.root = TapeNode()
         self.nodes = 1
 
-    def child(self, node: TapeNode, key, outs, structure, work) -> TapeNode | None:
+    def child(self, node: TapeNode, key, outs, structure, work, location=None) -> TapeNode | None:
         """``node``'s child for ``key`` (made if new and the trie is not full), or None."""
         op = node.children.get(key)
         if op is None:
             if self.nodes >= MAX_NODES:
                 return None
             self.nodes += 1
-            op = node.children[key] = TapeOp(outs, structure, work)
+            op = node.children[key] = TapeOp(outs, structure, work, location)
         return op.node
 
     def remember_flush(self, node: TapeNode, entry: FlushEntry) -> None:
@@ -91,6 +99,24 @@ class Tape:
 
 
 _SCALARS = (bool, int, str, bytes, type(None), type(Ellipsis), type)
+_INDEX = (int, type(None))
+
+
+# float -> its key, for the constants a program uses again and again (not 0.0 and -0.0:
+# equal as floats, different constants; not NaN: never found again).
+_FLOAT_KEYS: dict = {}
+
+
+def float_key(x: float) -> tuple:
+    """A float constant's key: by its bits (-0.0 and 0.0 are different constants)."""
+    key = _FLOAT_KEYS.get(x)
+    if key is None:
+        key = (float, x.hex())
+        if x and x == x:
+            if len(_FLOAT_KEYS) > 4096:
+                _FLOAT_KEYS.clear()
+            _FLOAT_KEYS[x] = key
+    return key
 
 
 def key_of(obj, number, base=None, plain=None):
@@ -98,20 +124,37 @@ def key_of(obj, number, base=None, plain=None):
     given, becomes ``("base",)``), NumPy arrays too large to be constants ``plain(array)``
     (when given).  Raises NoKey for what it cannot key."""
     kind = type(obj)
-    if kind in _SCALARS:
-        return (kind, obj)
-    if kind is float:                   # (by bits: -0.0 and 0.0 are different constants)
-        return (float, obj.hex())
-    if kind is complex:
-        return (complex, obj.real.hex(), obj.imag.hex())
-    if getattr(kind, "nbxla_stand_in", False):
+    if kind is LazyArray or (kind not in _SCALARS and getattr(kind, "nbxla_stand_in", False)):
         if obj is base:
             return ("base",)
         if base is not None:
             raise NoKey
         return ("a", number(obj))
+    if kind in _SCALARS:
+        return (kind, obj)
+    if kind is float:
+        return float_key(obj)
+    if kind is complex:
+        return (complex, obj.real.hex(), obj.imag.hex())
     if kind is tuple or kind is list:
-        return (kind, tuple([key_of(x, number, base, plain) for x in obj]))
+        # (every operation is keyed, most with a few stand-ins, numbers and slices of ints:
+        # those inline, the rest through key_of)
+        parts = []
+        for x in obj:
+            item = type(x)
+            if item is LazyArray and base is None:
+                parts.append(("a", number(x)))
+            elif item in _SCALARS:
+                parts.append((item, x))
+            elif item is float:
+                parts.append(float_key(x))
+            elif item is slice and type(x.start) in _INDEX and type(x.stop) in _INDEX and \
+                    type(x.step) in _INDEX:
+                parts.append((slice, (type(x.start), x.start), (type(x.stop), x.stop),
+                              (type(x.step), x.step)))
+            else:
+                parts.append(key_of(x, number, base, plain))
+        return (kind, tuple(parts))
     if kind is slice:
         return (slice, key_of(obj.start, number, base), key_of(obj.stop, number, base),
                 key_of(obj.step, number, base))

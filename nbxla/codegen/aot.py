@@ -127,12 +127,15 @@ class AotKernels(KernelSource):
         # outside a fusion (jit runs small slices as NumPy views): a kernel of that one op.
         if instr.opcode in OWN_KERNEL or instr.opcode in ELEMENTAL_RULES:
             return self._emit(id(instr), instr.name, standalone_computation(instr), label(instr))
-        what = instr.opcode
+        what, jit = instr.opcode, "under jit it runs through the reference evaluator, in Python"
         if what == "custom-call":
-            what = f"the custom-call target {instr.attrs.get('custom_call_target', '')!r}"
+            target = instr.attrs.get("custom_call_target", "")
+            what = f"the custom-call target {target!r}"
+            if "lapack" in target:
+                # (jit calls the LAPACK of NumPy's OpenBLAS; an object links only libc, libm, pthread)
+                jit = "under jit it is a call of NumPy's LAPACK, a library an object file does not link"
         raise AotError(f"{label(instr)} cannot be compiled ahead of time: the object file has no native "
-                       f"implementation of {what} (under jit it runs through the reference evaluator, "
-                       "in Python). Rewrite that part of the function, or use nbxla.jit")
+                       f"implementation of {what} ({jit}). Rewrite that part of the function, or use nbxla.jit")
 
     def in_place(self, instr: Instruction) -> KernelSpec:
         return self._emit(("in-place", id(instr)), instr.name + "_in_place", instr.attrs["calls"], label(instr),

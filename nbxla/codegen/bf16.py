@@ -47,3 +47,4 @@ def to_bits(b: ir.IRBuilder, v):
     """f32 -> bf16 bits (i16), rounded to nearest even."""
     bits = b.bitcast(round_to_bf16(b, v), _I32)
     return b.trunc(b.lshr(bits, ir.Constant(_I32, 16)), _I16)
+

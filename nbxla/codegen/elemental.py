@@ -156,6 +156,9 @@ class ElementalEmitter:
     # ids of sin/cos/tan instructions whose arguments the kernel checked are below
     # transcendentals.BOUNDED_TRIG_LIMIT: emitted with the cheap reduction (trig_guard.py).
     bounded_trig: frozenset = frozenset()
+    # ("contract",) where the kernel lets a multiply and the add or subtract using it become
+    # one fused multiply-add (compute_bound.contracts_arithmetic decides; f32/f64 only).
+    contract: tuple = ()
 
     def __init__(self, builder: ir.IRBuilder, comp: Computation,
                  load: Callable[[int, list], ir.Value], reduced: dict[int, ir.Value] | None = None):
@@ -703,6 +706,10 @@ class ElementalEmitter:
         fn = self.module.declare_intrinsic("llvm.ctlz", [v.type], ir.FunctionType(v.type, [v.type, I1]))
         return self.b.call(fn, [v, ir.Constant(I1, 0)])
 
+    def _contracted(self, instr) -> tuple:
+        # (f16/bf16 compute in f32 and round after every operation: never contracted)
+        return self.contract if instr.shape.element_type in ("f32", "f64") else ()
+
     def _binary(self, instr, index):
         return self._operand(instr, 0, index), self._operand(instr, 1, index)
 
@@ -710,17 +717,17 @@ class ElementalEmitter:
         a, c = self._binary(instr, index)
         if self._t(instr) == "pred":
             return self.b.or_(a, c)        # pred addition is logical or (XLA, the evaluator)
-        return self.b.fadd(a, c) if is_float(self._t(instr)) else self.b.add(a, c)
+        return self.b.fadd(a, c, flags=self._contracted(instr)) if is_float(self._t(instr)) else self.b.add(a, c)
 
     def _subtract(self, instr, index):
         a, c = self._binary(instr, index)
-        return self.b.fsub(a, c) if is_float(self._t(instr)) else self.b.sub(a, c)
+        return self.b.fsub(a, c, flags=self._contracted(instr)) if is_float(self._t(instr)) else self.b.sub(a, c)
 
     def _multiply(self, instr, index):
         a, c = self._binary(instr, index)
         if self._t(instr) == "pred":
             return self.b.and_(a, c)
-        return self.b.fmul(a, c) if is_float(self._t(instr)) else self.b.mul(a, c)
+        return self.b.fmul(a, c, flags=self._contracted(instr)) if is_float(self._t(instr)) else self.b.mul(a, c)
 
     def _divide(self, instr, index):
         a, c = self._binary(instr, index)

@@ -24,6 +24,7 @@ from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from .elemental import I64, ElementalEmitter, const_i64, delinearize, linear_index
 from .trig_guard import emit_versioned_loop, versioned_trig
+from .compute_bound import contraction_flags, prefer_wide_vectors
 from .toolkit import (counted_loop, is_linear, kernel_function, kernel_outputs, KernelBuffers, KernelSpec,
                       LinearEmitter, load_at, nest, product)
 
@@ -36,6 +37,13 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
     params = comp.parameters
     shapes = [p.shape for p in params] + [o.shape for o in outputs]
     fn, b = kernel_function(module, name)
+    prefer_wide_vectors(fn, comp)
+    contract = contraction_flags(comp)
+
+    def emitter(cls, load):
+        em = cls(b, comp, load)
+        em.contract = contract          # (the trig check too: the same argument values)
+        return em
     bufs = KernelBuffers(b, fn.args[0], shapes, first_output=len(params))
     begin, end = fn.args[1], fn.args[2]
     if is_linear(comp.instructions, dims):
@@ -43,7 +51,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
             return bufs.load(b, k, index[0] if index and params[k].shape.rank else const_i64(0))
 
         def make_body(bounded=frozenset()):
-            em = LinearEmitter(b, comp, load)
+            em = emitter(LinearEmitter, load)
             em.bounded_trig = bounded
 
             def body(i):
@@ -53,7 +61,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
             return body
         trig = versioned_trig(comp)         # (sin/cos: the cheap reduction where it may)
         if trig:
-            emit_versioned_loop(b, begin, end, trig, lambda: LinearEmitter(b, comp, load), make_body)
+            emit_versioned_loop(b, begin, end, trig, lambda: emitter(LinearEmitter, load), make_body)
         else:
             counted_loop(b, begin, end, "i", make_body())
         b.ret_void()
@@ -61,7 +69,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
 
     def load_row(k, index):
         return load_at(b, bufs, k, params[k].shape.dims, index)
-    em = ElementalEmitter(b, comp, load_row)
+    em = emitter(ElementalEmitter, load_row)
     rows, last = dims[:-1], dims[-1:]
     trig = versioned_trig(comp) if last else []
 
@@ -76,7 +84,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
 
         def make_inner(bounded=frozenset(), row_em=em):
             if bounded:
-                row_em = ElementalEmitter(b, comp, load_row)
+                row_em = emitter(ElementalEmitter, load_row)
                 row_em.bounded_trig = bounded
 
             def inner(idx):
@@ -87,7 +95,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
             return inner
         if trig:                            # (sin/cos: the cheap reduction where it may)
             emit_versioned_loop(b, const_i64(0), const_i64(last[0]), trig,
-                                lambda: ElementalEmitter(b, comp, load_row),
+                                lambda: emitter(ElementalEmitter, load_row),
                                 lambda bounded: (lambda j, f=make_inner(bounded): f([j])),
                                 index=lambda j: outer + [j])
         else:

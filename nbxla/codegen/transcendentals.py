@@ -17,7 +17,8 @@ bits).  ``fma`` is used for exact products in double-precision ``pow`` (one inst
 every x86-64-v3 / GPU target).
 
 Coefficients: Taylor coefficients where the reduced range makes them good enough (exp, expm1,
-log/log1p's atanh series, sin, cos); erf uses near-minimax fits (interpolation at Chebyshev
+pow's atanh series, f32 sin/cos/log); f64 sin, cos and log/log1p use near-minimax fits
+(Chebyshev interpolation in 60-digit arithmetic: fewer terms for the same error); erf uses near-minimax fits (interpolation at Chebyshev
 nodes in 90-digit decimal arithmetic) of ``erf(x)/x`` in ``x**2`` on ``|x| < 1`` and of
 ``erfc(x) * exp(x**2)`` on ``[1, 4]`` (f32) or ``[1, 2]``, ``[2, 3.5]``, ``[3.5, 6]`` (f64).
 
@@ -112,8 +113,26 @@ def _cos_series(terms: int) -> list[float]:
 
 _EXP_POLY = {32: _taylor_exp(7), 64: _taylor_exp(13)}          # |r| <= ln2/2
 _LOG_POLY = {32: _atanh_series(4), 64: _atanh_series(10)}      # |s| <= 0.1716
-_SIN_POLY = {"f32d": _sin_series(5), 64: _sin_series(8)}      # |r| <= pi/4
-_COS_POLY = {"f32d": _cos_series(5), 64: _cos_series(8)}
+# log / log1p (f64): eight coefficients of a near-minimax fit of R(z) = sum 2/(2k+1) z**(k-1)
+# on z <= 0.1721**2 (Chebyshev nodes, 60 digits, mpmath.chebyfit) where the series needs ten:
+# fit error 2e-18 absolute on R, which enters the result times s*z <= 0.0051.  (pow keeps
+# the series: its double-double log needs the tail to more than double precision.)
+_LOG_FIT_64 = [0.6666666666666666, 0.4000000000000092, 0.2857142857077975, 0.2222222239710733,
+               0.1818179506558485, 0.1538627085753131, 0.1326794134760937, 0.13095298275721326]
+_SIN_POLY = {"f32d": _sin_series(5)}                           # |r| <= pi/4
+_COS_POLY = {"f32d": _cos_series(5)}
+# f64: seven (sin) and six (cos) coefficients where the Taylor series needs eight (fused
+# multiply-adds less; both polynomials run for every sin or cos): near-minimax fits on
+# |r| <= pi/4 + 0.001 of (sin r - r) / r**3 and (cos r - 1 + r*r/2) / r**4 as polynomials in
+# r*r, by interpolation at Chebyshev nodes in 60-digit arithmetic (mpmath.chebyfit).  Fit
+# error 1.2e-20 (sin) and 1.3e-18 (cos) absolute, times r**2 <= 0.62 against a result of
+# relative rounding 1.1e-16 (six sin coefficients, 2.1e-17, raised sin's worst case from
+# 0.77 to 0.82 ulp; seven kept it).
+_SIN_POLY[64] = [-0.16666666666666666, 0.008333333333333331, -0.00019841269841265003,
+                 2.7557319219291695e-06, -2.5052106215978872e-08, 1.6058529011960858e-10,
+                 -7.586543634101903e-13]
+_COS_POLY[64] = [0.041666666666666664, -0.0013888888888887378, 2.4801587298736863e-05,
+                 -2.755731725679604e-07, 2.087614315990944e-09, -1.1382408754153254e-11]
 
 # erf(x)/x - 1 = P(x*x) on |x| < 1 (erf = x + x*P: the final rounding dominates).
 _ERF_SMALL = {
@@ -393,7 +412,7 @@ def _log_from_parts(m: _M, kf, f, c=None):
     hi, lo = _LN2[m.width]
     s = m.div(f, m.add(m.c(2.0), f))
     z = m.mul(s, s)
-    R = m.mul(z, m.poly(z, _LOG_POLY[m.width]))
+    R = m.mul(z, m.poly(z, _LOG_FIT_64 if m.width == 64 else _LOG_POLY[32]))
     hfsq = m.mul(m.c(0.5), m.mul(f, f))
     tail = m.mul(kf, m.c(lo))
     if c is not None:
@@ -837,22 +856,22 @@ def _cw_quadrant(m: _M, x):
 
 
 def _cw_f64(m: _M, x):
-    """(q, r_hi, r_lo) for a double |x| < BOUNDED_TRIG_LIMIT.  x - q*P1 is exact (q*P1 as an
-    exact product ph + pl; x and ph within a factor 2: Sterbenz), q*P2 is an exact product
-    too, and the sums are error-free (TwoSum): r is known to ~2**-130 absolute, far below the
-    closest double to a multiple of pi/2 (~2**-61), so it is accurate to the last bit."""
+    """(q, r_hi, r_lo) for a double |x| < BOUNDED_TRIG_LIMIT.  a = x - q*P1 by one fma is
+    exact: |q| < 2**20 and P1 ~ 1.57, so q*P1 and x are multiples of 2**-53 (x >= 0.5 where
+    q != 0) and |a| < 1 fits in 53 bits.  q*P2 is an exact product (h + hl), a - h a TwoSum
+    (s + e, any magnitudes), and q*P3 with the small terms is rounded once, at ~2**-106
+    relative: r is known far below the closest double to a multiple of pi/2 (~2**-61).
+    17 operations where two exact products and two TwoSums took 27."""
     qf, q = _cw_quadrant(m, x)
     p1, p2, p3 = (m.c(v) for v in _PIO2_PARTS)
-    ph = m.mul(qf, p1)
-    pl = m.fma(qf, p1, m.neg(ph))
-    a = m.sub(x, ph)
-    qh = m.mul(qf, p2)
-    ql = m.fma(qf, p2, m.neg(qh))
-    s1, e1 = _two_sum(m, a, m.neg(qh))
-    s2, e2 = _two_sum(m, s1, m.neg(pl))
-    lo = m.sub(m.sub(m.add(e1, e2), ql), m.mul(qf, p3))
-    r = m.add(s2, lo)
-    return q, r, m.sub(lo, m.sub(r, s2))
+    nq = m.neg(qf)
+    a = m.fma(nq, p1, x)
+    h = m.mul(qf, p2)
+    hl = m.fma(qf, p2, m.neg(h))
+    s, e = _two_sum(m, a, m.neg(h))
+    lo = m.fma(nq, p3, m.sub(e, hl))
+    r = m.add(s, lo)
+    return q, r, m.sub(lo, m.sub(r, s))
 
 
 def _cw_f32(m: _M, xd):

@@ -7,9 +7,11 @@
   changes a value's shape -- it runs the Python loop instead (the trace is unrolled).  Loops
   of at most ``NBXLA_FLAGS=--unroll_max`` steps (4) are unrolled, and so are longer ones whose
   steps times body instructions fit ``--unroll_budget``: a rolled step costs a host round trip,
-  unrolled steps fuse.  Both only while steps times the body's reductions (and other ops that
-  are a kernel of their own in every step) stay within ``UNROLL_KERNEL_BUDGET``: each would be
-  one more kernel to compile, and no fusion merges them across steps.  A name bound to
+  unrolled steps fuse.  Both only while steps times the kernels each step adds (reductions,
+  other ops that are a kernel of their own, a read of the previous step's values at other
+  positions: ``unroll_cost``) stay within ``UNROLL_KERNEL_BUDGET``: each would be one more
+  kernel to compile, and no fusion merges them across steps; and never when the body reduces a
+  window that moves with the index (rolled, the nest becomes one window op).  A name bound to
   ``x[mask]`` in each step does not stop a loop of more than ``--unroll_max`` steps rolling;
   after the loop it refuses use.
 * ``for_items`` does the same for ``for x in traced`` and ``enumerate(traced)`` (over the
@@ -31,6 +33,7 @@ from ..flags import current_flags
 from ..hlo import Builder, Shape, TupleShape
 from ..hlo.builder import unique_name
 from . import loop_checks
+from .unroll_cost import kernels_per_step, moving_windows, size as _size
 from .control import (UNDEFINED, CannotRoll, Snapshot, check_closed, getitem, is_value, location_at,
                       scalar_test, tracers_in, view_root)
 from .promotion import (OneBranch, active_context, drop_promotions, has_tracer, promote_owned, reaches,
@@ -43,36 +46,15 @@ _ATTEMPTS = 4
 # small: longer ones are refused at once, not after minutes of tracing and optimizing.
 UNROLL_LIMIT = 1000
 UNROLL_BUDGET = 2000
-# Ops that are a kernel (or a loop) of their own in every unrolled step: no fusion merges
-# them across steps, and each costs an LLVM compilation when their operands differ per step
-# (a reduction over a window at each output position).  Unrolling is cheap only while steps
-# times these stay within UNROLL_KERNEL_BUDGET: 28 x 28 unrolled window reductions (a
-# convolution written as a loop over output positions) took a minute to compile, rolled one
-# second.  (Dots are library calls, no compilation: not counted.)
-KERNEL_OPS = frozenset({"reduce", "reduce-window", "select-and-scatter", "sort", "scatter",
-                        "convolution", "while", "conditional", "fft", "custom-call"})
+# Unrolled steps times kernels per step (see unroll_cost) stay within this: 28 x 28 unrolled
+# window reductions (a convolution written as a loop over output positions) took a minute to
+# compile, rolled one second; 20 unrolled steps of Floyd-Warshall (each reading the previous
+# step's row and column: no fusion across steps) 1.3-4 s, rolled 0.1 s.
 UNROLL_KERNEL_BUDGET = 4
 
 
 class _Cheap(Exception):
     """The loop is cheaper unrolled (its steps times its body's size are within budget)."""
-
-
-def _size(comp) -> int:
-    """Instructions of a computation and of those it calls."""
-    return sum(1 + sum(_size(c) for c in i.called_computations) for i in comp.instructions)
-
-
-def _kernels(comp) -> int:
-    """KERNEL_OPS in a computation and in the loops and branches it calls (not counting a
-    reduction's own combiner)."""
-    count = 0
-    for i in comp.instructions:
-        if i.opcode in KERNEL_OPS:
-            count += 1
-        if i.opcode in ("while", "conditional", "call"):
-            count += sum(_kernels(c) for c in i.called_computations)
-    return count
 
 
 # ---- loops -----------------------------------------------------------------------------------
@@ -306,12 +288,15 @@ class _Loop:
             new_checks = [(loop_checks.carry(self.ctx, c), c) for c in made_checks[len(self.checks):]]
             if not requests and not new_checks:
                 if self.budget and self.trips * _size(plan[0]) <= self.budget:
-                    size, kernels = _size(plan[0]), _kernels(plan[0])
-                    if self.trips * kernels <= UNROLL_KERNEL_BUDGET:
+                    size, kernels = _size(plan[0]), kernels_per_step(plan[0])
+                    windows = moving_windows(plan[0]) if self.counted else 0
+                    if self.trips * kernels <= UNROLL_KERNEL_BUDGET and not windows:
                         raise _Cheap(f"{self.trips} steps of a {size}-instruction body: within the "
                                      f"unroll budget ({self.budget}), where steps fuse and no step "
                                      "costs a host round trip")
-                    self.why = (f"unrolled, its {self.trips} steps x {kernels} reductions or other "
+                    self.why = (f"{windows} reductions of a window that moves with the loop index: "
+                                "rolled, the loop nest can be one window operation" if windows else
+                                f"unrolled, its {self.trips} steps x {kernels} reductions or other "
                                 f"kernels of their own would be more than {UNROLL_KERNEL_BUDGET} "
                                 "kernels to compile")
                 state = self._emit(*plan)

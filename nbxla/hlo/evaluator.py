@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import EvaluationError, HloShapeError, NbxlaError
+from .elided import check_no_elided_constants
 from .evaluator_common import label
 from .evaluator_data import DATA_RULES
 from .evaluator_elementwise import ELEMENTWISE_RULES
@@ -66,6 +67,7 @@ def evaluate(module_or_computation: Module | Computation, args: Sequence):
     if isinstance(comp, Module):
         if comp.entry is None:
             raise EvaluationError(f"module {comp.name} has no entry computation to evaluate")
+        check_no_elided_constants(comp, "evaluate")
         if symbols_of_module(comp):         # unknown dimensions: sizes read off the arguments
             comp = bind_module(comp, bind_symbols(comp, list(args)))
         comp = comp.entry

@@ -17,6 +17,7 @@ import re
 import numpy as np
 
 from ..errors import HloParseError, HloShapeError, NbxlaError
+from .elided import ELIDED, fill_values
 from .attributes import (ATTRIBUTE_KINDS, REQUIRED_ATTRIBUTES, ConvDimensionNumbers, Metadata, PadDim,
                          RawAttr, SliceDim, Window, WindowDim)
 from .ir import Computation, CycleError, Instruction, Module, SourceLocation
@@ -305,7 +306,9 @@ class _Parser:
             attrs["parameter_number"] = self.integer("a parameter number")
             self.expect(")")
         elif opcode == "constant":
-            attrs["literal"] = self.literal(shape)
+            attrs["literal"] = self.literal(shape, name)
+            if attrs["literal"] is None:         # {...}: stand-in values, marked (see hlo/elided.py)
+                attrs["literal"], attrs[ELIDED] = fill_values(name, shape), True
             self.expect(")")
         else:
             operands = self.operand_list()
@@ -392,14 +395,17 @@ class _Parser:
 
     # ---- literals -----------------------------------------------------------------------------
 
-    def literal(self, shape) -> np.ndarray:
+    def literal(self, shape, name: str = "") -> np.ndarray | None:
+        """The constant's values, or None when they were elided (``{...}``)."""
         start = self.pos
         if shape.is_tuple:
             raise self.error("tuple constants are not supported; use a tuple of constants", start)
         values = self._literal_values()
         if values == ["..."]:
-            raise self.error("the constant's value was elided ({...}) when the module was printed; "
-                             "re-export it with large constants printed", start)
+            if shape.is_tuple or any(not isinstance(d, int) for d in shape.dims):
+                raise self.error(f"the elided constant %{name} ({{...}}) has a shape ({shape}) nbxla "
+                                 "cannot fill; export it with its values", start)
+            return None
         if len(values) != shape.size:
             raise self.error(f"constant has {len(values)} values but its shape {shape} "
                              f"holds {shape.size}", start)

@@ -155,8 +155,8 @@ AOT: dict[str, Placement] = _table({
     "while": Placement("control", "a C loop over the condition's and body's functions", "_while"),
     "conditional": Placement("control", "a C switch over the branches' functions", "_conditional"),
     "call": Placement("control", "a call of the callee's function", "_call_step"),
-    "rng-bit-generator": _aot_refused("random bits are drawn by the jit runtime's generator; an "
-                                      "object file has none"),
+    # (the bits are a pure function of the state operand: the jit's own kernel, in the object)
+    "rng-bit-generator": _AOT_KERNEL,
     "opt-barrier": _aot_refused("no object-file step for an optimization barrier yet"),
 }, fused=Placement("fused", "inside a fused kernel", otherwise=_AOT_KERNEL),
     rest=_aot_refused("no native implementation"))

@@ -25,7 +25,7 @@ if TYPE_CHECKING:                       # (ir prints itself through this module)
     from .ir import Computation, Instruction, Module
 
 # Attributes stored on instructions but printed inside the parentheses, not as name=value.
-INTERNAL_ATTRS = ("parameter_number", "literal")
+INTERNAL_ATTRS = ("parameter_number", "literal", "elided")
 
 # Constants with more elements than this print in full only where the text must read back
 # (``print_module`` by default): printing a 100 000-element constant (an ``np.empty`` output
@@ -102,6 +102,8 @@ def print_instruction(instr: Instruction, options: PrintOptions = PrintOptions()
 
 def _constant_text(instr: Instruction, large: str) -> str:
     literal = instr.literal
+    if instr.attrs.get("elided") and large != "digest":
+        return "{...}"              # (stand-in values nobody accepted: see hlo/elided.py)
     if large == "full" or np.size(literal) <= LARGE_CONSTANT_ELEMENTS:
         return format_literal(literal, instr.shape.element_type)
     if large == "elide":

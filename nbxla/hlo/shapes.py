@@ -104,10 +104,12 @@ class SymDim:
     """An unknown dimension: ``coeff * name`` for a size symbol ``name`` bound when the program
     runs (``b`` in ``f32[b,64]``, ``64*b`` after a reshape that flattens it).
 
-    A symbol stands for sizes >= 2: sizes 0 and 1 are specialised (broadcasting treats 1
-    differently, and an empty array takes other paths), so ``b == 1`` and ``b < 0`` are
-    decided here; any other comparison with a number has no answer at compile time and
-    raises ``SymbolicDimensionError`` (the compile then falls back to the concrete size).
+    Comparisons here take a symbol for sizes >= 2 (broadcasting treats 1 differently, and an
+    empty array takes other paths), so ``b == 1`` and ``b < 0`` are decided here; any other
+    comparison with a number has no answer at compile time and raises
+    ``SymbolicDimensionError`` (the compile then falls back to the concrete size).  (A jit
+    program that also serves size 1 was traced at 1 and found the same program there: its
+    kernels come from concrete probes, never from these comparisons.)
     """
 
     name: str

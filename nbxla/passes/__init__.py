@@ -14,6 +14,7 @@ from .pipeline import Pass, Pipeline, PipelineResult
 from .simplify import AlgebraicSimplifier, ConstantFolding
 from .verifier import verify_module
 from .while_state import WhileStateElimination
+from .window_loops import WindowLoops
 
 
 def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
@@ -21,7 +22,7 @@ def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
     up, so that outputs may be written into them (see ``buffer_assignment``)."""
     return Pipeline([
         LayoutNormalization(), CallInliner(), ImportedFusions(), AlgebraicSimplifier(), ConstantFolding(),
-        CommonSubexpressionElimination(), DotRewrites(), WhileStateElimination(), LoopInvariantDots(),
+        CommonSubexpressionElimination(), DotRewrites(), WhileStateElimination(), LoopInvariantDots(), WindowLoops(),
         DeadCodeElimination(), FloatNormalization(),
         Fusion(), DeadCodeElimination(),
         BufferAssignment(donated_parameters),
@@ -36,4 +37,4 @@ __all__ = ["Pass", "Pipeline", "PipelineResult", "default_pipeline", "optimize",
            "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
            "DeadCodeElimination", "Fusion", "BufferAssignment", "BufferPlan", "CallInliner",
            "LayoutNormalization", "DotRewrites", "WhileStateElimination", "ImportedFusions",
-           "LoopInvariantDots", "FloatNormalization"]
+           "LoopInvariantDots", "FloatNormalization", "WindowLoops"]

@@ -37,11 +37,12 @@ from __future__ import annotations
 from ..hlo import Module
 from ..hlo.builder import unique_name
 from ..hlo.ir import Computation, Instruction
-from ..hlo.opcodes import FUSIBLE, PROGRAM_CALLERS
+from ..hlo.opcodes import FUSIBLE, PROGRAM_CALLERS, TRANSCENDENTAL
 from .fusion_build import Construction
 from .fusion_model import (MAX_MAPS, MAX_MEMBERS, MAX_OPERANDS, MAX_VALUES, NOT_DUPLICATED, SMALL_PICK,
                            SMALL_PICK_RATIO, Boundary, FusionDecisions, Group, Legality, Refusal, cost_reason,
-                           index_maps, is_kernel, read_cost_reason, size_of, small_pick)
+                           index_maps, is_kernel, read_cost_reason, reused_by_broadcast, size_of,
+                           small_pick)
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 __all__ = ["Boundary", "Fusion", "FusionDecisions", "MAX_MEMBERS", "MAX_OPERANDS", "MAX_VALUES",
@@ -302,6 +303,10 @@ class _Fuser(Legality, Construction):
             # An update is best its own kernel's one output: only the window is computed, in
             # place; as one of several outputs every element would choose between both sides.
             return None
+        dims = {m.shape.dims for m in ordered if not m.shape.is_tuple}
+        if not any(m.opcode == "reduce" for m in ordered) and \
+                any(m.opcode in TRANSCENDENTAL and reused_by_broadcast(m, dims) for m in ordered):
+            return None                 # (see fusion_model.TRANSCENDENTAL_REUSE)
         maps, depth, reads = index_maps(ordered, ids, outputs, users)
         if sum(len(v) for v in maps.values()) > MAX_VALUES:
             return None

@@ -48,6 +48,12 @@ SMALL_PICK_RATIO = 64
 # A transcendental of a scalar joins kernels of at most this many elements (each evaluates it
 # per element); in larger ones it is computed once, apart.
 SCALAR_RECOMPUTE_LIMIT = 64
+# Likewise a transcendental whose values a larger kernel reads through a broadcast: it joins
+# while each of its values is evaluated at most this many times (XLA keeps an expensive
+# producer out of a consumer that reuses its elements).  Measured: a pressure-level factor
+# ``(1000 / p) ** 0.2857`` over 30 levels, broadcast over a 64x64x30 grid, made the grid's
+# kernel evaluate 122880 powers instead of 30.
+TRANSCENDENTAL_REUSE = 8
 
 # Never duplicated into a consumer: an update rewrites a whole array (computed once, in place).
 NOT_DUPLICATED = EXPENSIVE | {"dynamic-update-slice"}
@@ -200,6 +206,20 @@ def size_of(dims) -> int:
     for d in dims or ():
         n *= d
     return n
+
+
+def _known(dims) -> bool:
+    return dims is not None and all(isinstance(d, int) for d in dims)
+
+
+def reused_by_broadcast(x: Instruction, dims) -> bool:
+    """Whether a kernel over arrays of ``dims`` (above ``SCALAR_RECOMPUTE_LIMIT`` elements)
+    has more than ``TRANSCENDENTAL_REUSE`` elements per element of ``x`` (known sizes only).
+    (Kernels with a reduction keep a function of the reduced value, evaluated per row.)"""
+    if x.shape.is_tuple or not _known(x.shape.dims):
+        return False
+    limit = max(SCALAR_RECOMPUTE_LIMIT, TRANSCENDENTAL_REUSE * size_of(x.shape.dims))
+    return any(_known(d) and size_of(d) > limit for d in dims)
 
 
 def same_index(user: Instruction, operand: Instruction) -> bool:
@@ -415,6 +435,9 @@ class Legality:
             # scalar, broadcast over a 50x50 matrix, cost 2500 powers per loop step)
             return (f"{x.opcode} of a scalar would be recomputed at every element of the kernel: it is "
                     "computed once, in its own kernel")
+        if x.opcode in TRANSCENDENTAL and not group.has_reduce and reused_by_broadcast(x, group.dims):
+            return (f"each value of {x.opcode} would be recomputed more than {TRANSCENDENTAL_REUSE} times "
+                    "(it is broadcast over a larger kernel): it is computed once, in its own kernel")
         maps = group.maps.get(id(x), frozenset())
         depth = group.depth.get(id(x), 0)
         exported = x is self.comp.root

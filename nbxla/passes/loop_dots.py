@@ -57,8 +57,9 @@ def _new(comp: Computation, opcode: str, shape, operands, location=None, **attrs
     return i
 
 
-def _counter(loop: Instruction) -> tuple[int, int] | None:
-    """(state index of the counter, trip count) for a loop ``i = c0; while i < c1: i += 1``."""
+def counted_loop(loop: Instruction) -> tuple[int, int, int] | None:
+    """(state index of the counter, its start, trip count) for a loop
+    ``i = c0; while i < c1: i += 1`` (None for any other loop)."""
     cond, body, init = loop.attrs["condition"], loop.attrs["body"], loop.operands[0]
     root = cond.root
     if root.opcode != "compare" or root.attrs.get("direction") != "LT" or init.opcode != "tuple":
@@ -74,7 +75,7 @@ def _counter(loop: Instruction) -> tuple[int, int] | None:
     ops = step.operands
     if not any(_is_state(o, body, k) for o in ops) or not any(o.opcode == "constant" and _scalar(o) == 1 for o in ops):
         return None
-    return k, max(0, _scalar(limit) - _scalar(start))
+    return k, _scalar(start), max(0, _scalar(limit) - _scalar(start))
 
 
 def _scalar(c: Instruction):
@@ -91,10 +92,10 @@ def _hoist_one(comp: Computation, loop: Instruction) -> bool:
     if body.root.opcode != "tuple" or loop.operands[0].opcode != "tuple" or loop is comp.root \
             or any(loop in i.operands and i.opcode != "get-tuple-element" for i in comp.instructions):
         return False        # (the state grows by one element: only its readers by index stay valid)
-    found = _counter(loop)
+    found = counted_loop(loop)
     if found is None:
         return False
-    counter, trips = found
+    counter, _, trips = found
     fixed = returned_unchanged(body)
     for call in body.instructions:
         match = _row_product(call, body, counter, fixed)

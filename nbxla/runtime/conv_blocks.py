@@ -49,8 +49,9 @@ import numpy as np
 from ..hlo.attributes import PadDim, WindowDim
 from ..hlo.evaluator_data import pad_array
 from ..hlo.ir import Instruction
-from ..codegen.patch_gemm import WIDEST_ROW_BYTES
+from ..codegen.patch_gemm import panel_widths, WIDEST_ROW_BYTES
 from . import small_gemm
+from . import conv_gemm
 from .conv_gemm import gemm, run_on_one_blas_thread
 
 # Largest patch block (bytes): about a quarter of a core's L2, so that the patches, the
@@ -65,6 +66,23 @@ WIDE_MIN_CHANNELS = 128
 # convolutions 16 -> 32 features 0.17 ms against 0.38 (BLAS blocked), 128 -> 64 on 28x28
 # 1.45 against 2.19 (BLAS blocked and per tap), 64 -> 64 on 2x16x16 0.54 against 0.73.
 NATIVE_GEMM_BYTES = WIDEST_ROW_BYTES
+# Output positions per image from which wide unstrided convolutions take the per-tap GEMMs:
+# below, the taps' GEMMs are short (and the wide output's extra edge positions a larger
+# share) and one GEMM over gathered patches (K = taps x channels) wins.  Measured on one core,
+# 3x3 convolutions, ms blocked / per tap: NCHW 256 -> 256 on 14x14 2.2 / 3.7, on 28x28
+# 8.2 / 9.6, 128 -> 128 on 56x56 10.3 / 8.3, 512 -> 512 on 14x14 8.4 / 16.7; NHWC 512 -> 512
+# on 7x7 2.7 / 3.5, 256 -> 256 on 14x14 2.1 / 2.2, on 28x28 8.3 / 7.5.
+PER_TAP_MIN_POSITIONS = {"channels-last": 256, "channels-first": 1024}
+# Convolutions with more output features than NATIVE_GEMM_BYTES run in nbxla's kernel, in
+# panels (see codegen/patch_gemm.py), rather than as BLAS GEMMs while the products are at
+# most NATIVE_PANEL_DEPTH deep (kernel taps x input channels) and the kernel matrix is below
+# NATIVE_PANEL_KERNEL_BYTES (half the core's L2: each block of positions reads a whole panel
+# of it).  Measured on one core (AVX-512, 2 MiB L2), nbxla / BLAS ms: 1x1 16 -> 96 on 150x150
+# 0.81 / 1.06, 32 -> 192 on 38x38 0.15 / 0.20, 576 -> 160 on 10x10 0.15 / 0.19, 3x3 64 -> 128
+# on 56x56 2.9 / 4.8, 128 -> 128 on 28x28 1.74 / 2.16; past the limits BLAS wins: 3x3
+# 256 -> 256 on 14x14 4.2 / 2.1, 1x1 512 -> 512 on 14x14 0.98 / 0.87.
+NATIVE_PANEL_DEPTH = 1152
+NATIVE_PANEL_KERNEL_BYTES = 1 << 20
 # Fewest output positions per block: BLAS packs the whole kernel matrix on every call, which
 # a block of fewer positions does not repay (a 3x3 256->256 layer on 14x14 in blocks of 56
 # positions ran 1.7x slower than in one block).
@@ -92,24 +110,39 @@ def blocked_refusal(instr) -> str | None:
 
 def prefers_per_tap(instr) -> bool:
     """The cost rule between the per-tap GEMMs and the blocked im2col, for a convolution both
-    take (unstrided, dense): per tap once the input has ``WIDE_MIN_CHANNELS`` channels, and
-    for unpadded 1x1 windows, unless the outputs are few enough for nbxla's own kernel
-    (``takes_native``)."""
+    take (unstrided, dense): per tap once the input has ``WIDE_MIN_CHANNELS`` channels and
+    each image has ``PER_TAP_MIN_POSITIONS`` output positions, and for unpadded 1x1 windows,
+    unless the outputs are few enough for nbxla's own kernel (``takes_native``)."""
     dn = instr.attrs["dim_labels"]
     window = instr.attrs.get("window")
     # (a 1x1 window without padding is one GEMM on the input itself: nothing to gather)
     pointwise = all(instr.operands[1].shape.dims[d] == 1 for d in dn.kernel_spatial) and \
         (window is None or all(w.pad_low == w.pad_high == 0 for w in window.dims))
     wide = instr.operands[0].shape.dims[dn.input_feature] >= WIDE_MIN_CHANNELS
-    return (wide or pointwise) and not takes_native(instr)
+    channels_first = [dn.output_batch, dn.output_feature, *dn.output_spatial] == list(range(len(instr.shape.dims)))
+    positions = int(np.prod([instr.shape.dims[d] for d in dn.output_spatial]))
+    large = positions >= PER_TAP_MIN_POSITIONS["channels-first" if channels_first else "channels-last"]
+    return ((wide and large) or pointwise) and not takes_native(instr)
 
 
 def takes_native(instr) -> bool:
-    """Does the blocked path run ``instr`` with nbxla's own kernel (few output features)?"""
+    """Does the blocked path run ``instr`` with nbxla's own kernel?  Few output features; or
+    more, in panels, when the products are short (at most ``NATIVE_PANEL_DEPTH``), where BLAS
+    runs below its peak."""
     dn = instr.attrs["dim_labels"]
-    o = instr.operands[1].shape.dims[dn.kernel_output_feature]
-    return small_gemm.element_type(instr.shape.dtype) is not None and \
-        (1 << max(0, (o - 1).bit_length())) * instr.shape.dtype.itemsize <= NATIVE_GEMM_BYTES
+    k = instr.operands[1].shape.dims
+    o = k[dn.kernel_output_feature]
+    item = instr.shape.dtype.itemsize
+    if small_gemm.element_type(instr.shape.dtype) is None:
+        return False
+    if (1 << max(0, (o - 1).bit_length())) * item <= NATIVE_GEMM_BYTES:
+        return True
+    depth = k[dn.kernel_input_feature] * int(np.prod([k[d] for d in dn.kernel_spatial]))
+    # (channels-last outputs only: a channels-first one would be transposed block by block,
+    # where BLAS's kernel^T @ patches^T writes it in place: 1x1 128 -> 512 on 28x28, NCHW,
+    # 1.86 ms in panels against 1.16 ms)
+    return dn.output_feature == len(instr.shape.dims) - 1 and depth <= NATIVE_PANEL_DEPTH and depth * o * item < NATIVE_PANEL_KERNEL_BYTES and \
+        panel_widths(o, item) is not None
 
 
 class BlockedConvolution:
@@ -134,6 +167,14 @@ class BlockedConvolution:
         # widths (20, 48 lanes) ran 10-40x slower)
         self.o_wide = 1 << max(0, (o - 1).bit_length())
         self.native = takes_native(instr)
+        # (wider than one panel: panels of the kernel's own columns, nothing rounded up)
+        self.panels = ()
+        if self.native and self.o_wide * self.dtype.itemsize > NATIVE_GEMM_BYTES:
+            self.o_wide, self.panels = o, panel_widths(o, self.dtype.itemsize)
+        # A channels-first (N, O, OH, OW) output: nbxla's kernel stores into it directly, a
+        # feature plane apart, instead of NumPy transposing each block (see patch_gemm).
+        self.store_channels_first = self.native and not self.panels and \
+            [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3]
         self.channels_first = not self.native and \
             [dn.output_batch, dn.output_feature, *dn.output_spatial] == [0, 1, 2, 3] and \
             [dn.input_batch, dn.input_feature, *dn.input_spatial] == [0, 1, 2, 3]
@@ -160,13 +201,15 @@ class BlockedConvolution:
             image_bytes = max(row_bytes * self.oh, 1)
             self.images = min(self.n, max(1, PATCH_BYTES // image_bytes, -(-MIN_POSITIONS // (self.ow * self.oh))))
         self.gemm = None
+        self.units = self.most = None       # (the blocks, made on the first call)
         self.how = f"{BlockedConvolution.how}, by {'nbxla' if self.native else 'BLAS'}"
         if self.native:
             padded = [x[d] + p.low + p.high for d, p in zip(self.input_order, self.padding)]
             self.gemm = small_gemm.PatchGemmKernel(small_gemm.PatchGemm(
                 small_gemm.element_type(self.dtype), self.n, padded[1], padded[2], self.c, self.kh, self.kw,
                 self.oh, self.ow, self.o_wide, tuple(w.stride for w in self.window),
-                tuple(w.window_dilation for w in self.window)))
+                tuple(w.window_dilation for w in self.window), self.panels,
+                o if self.store_channels_first else 0))
 
     def blocks(self) -> list[tuple[int, int, int, int]]:
         """The blocks of the output: (first image, images, first row, rows)."""
@@ -190,19 +233,31 @@ class BlockedConvolution:
             kmat = wide
         out = np.empty(self.dims, self.dtype)
         ow, o, depth = self.ow, self.o, self.depth
-        most = max(i * h for _, i, _, h in self.blocks()) * ow
-        native = self.gemm
-        units = self.blocks()
+        if self.units is None:       # (made once: a small convolution's call is mostly such overhead)
+            self.units = self.blocks()
+            self.most = max(i * h for _, i, _, h in self.units) * ow
+        units, most, native = self.units, self.most, self.gemm
         nhwc, to_logical, cf = self.nhwc_order, self.to_logical, self.channels_first
+        # Channels-last output without padded features: the kernel writes each block straight
+        # into its (contiguous) rows of the output, no block copy (7x7 3 -> 64 on 224x224,
+        # stride 2: the copy was ~10% of the convolution).
+        direct = native is not None and self.o_wide == o and list(nhwc) == [0, 1, 2, 3]
+        store_cf = self.store_channels_first
 
         def run(_, begin, end):
             patches = np.empty(0 if native is not None else most * depth, self.dtype)
-            result = np.empty(most * (self.o_wide if native is not None else o), self.dtype)
+            result = np.empty(0 if direct else most * (self.o_wide if native is not None else o), self.dtype)
             for n, images, h0, h in units[begin:end]:
                 rows = images * h * ow
                 if native is not None:
                     # (patches read in place by nbxla's kernel: output rows n * OH + h0 on)
                     first = n * self.oh + h0
+                    if direct:
+                        native(x, kmat, out[n:n + images, h0:h0 + h], first, first + images * h)
+                        continue
+                    if store_cf:
+                        native(x, kmat, out, first, first + images * h)
+                        continue
                     r = result[:rows * self.o_wide]
                     native(x, kmat, r, first, first + images * h)
                     values = r.reshape(images, h, ow, self.o_wide)[..., :o]
@@ -224,7 +279,11 @@ class BlockedConvolution:
                 region = [slice(None)] * 4
                 region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)
                 np.copyto(out[tuple(region)], values.transpose(to_logical))
-        run_on_one_blas_thread(run, len(units), self.n * self.oh * ow * depth * o)
+        work = self.n * self.oh * ow * depth * o
+        if native is not None and (work < conv_gemm.SPLIT_WORK or len(units) < 2):
+            run(None, 0, len(units))       # (no BLAS call to keep on one thread: a small one runs here)
+        else:
+            run_on_one_blas_thread(run, len(units), work)
         return out
 
     def _gather(self, x: np.ndarray, n: int, images: int, h0: int, h: int) -> np.ndarray:

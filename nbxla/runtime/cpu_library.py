@@ -49,6 +49,7 @@ from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
 from ..hlo.shapes import Shape
+from .bf16_arrays import round_to_bf16
 from .conv_blocks import blocked_refusal, BlockedConvolution, prefers_per_tap
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 from .lapack_calls import FftThunk, lapack_thunk
@@ -553,10 +554,12 @@ class _WidenedConvolution:
                                operands=[SimpleNamespace(shape=widen_shape(o.shape)) for o in instr.operands])
         self.inner = _f32_or_f64_convolution(wide)
         self.how, self.dtype = f"{self.inner.how}, in f32", instr.shape.dtype
+        # Constant operands (a frozen model's weights) widened once, not on every call.
+        self.widened = [widen_value(o.literal) if o.opcode == "constant" else None for o in instr.operands]
 
     def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
-        result = self.inner([widen_value(o) for o in operands])
-        return result if result.dtype == self.dtype else result.astype(self.dtype)
+        result = self.inner([widen_value(o) if w is None else w for o, w in zip(operands, self.widened)])
+        return result if result.dtype == self.dtype else round_to_bf16(result)
 
 
 class _ConvolutionThunk:

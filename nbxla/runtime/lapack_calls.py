@@ -176,8 +176,11 @@ class GetrfThunk:
         ipiv = np.zeros((lu.shape[0], k), np.int64)
         info = np.zeros(lu.shape[0], np.int32)
         if m and n:
+            # (addresses by arithmetic: a view's ``.ctypes.data`` per matrix cost more than the
+            # factorization of a small one)
+            fn, lu_at, lu_step, ipiv_at, ipiv_step = self.fn, lu.ctypes.data, m * n * lu.itemsize, ipiv.ctypes.data, k * 8
             for b in range(lu.shape[0]):
-                result = self.fn(_ROW_MAJOR, m, n, lu[b].ctypes.data, n, ipiv[b].ctypes.data)
+                result = fn(_ROW_MAJOR, m, n, lu_at + b * lu_step, n, ipiv_at + b * ipiv_step)
                 if result < 0:
                     raise RuntimeError(f"{self.how}: argument {-result} was refused")
                 info[b] = result
@@ -200,20 +203,34 @@ class TrsmThunk:
         fn.restype = None
         fn.argtypes = [ctypes.c_int] * 5 + [ctypes.c_int64, ctypes.c_int64, scalar, ctypes.c_void_p,
                                             ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
+        self.one = np.array(1, self.dtype)
+        self.one_arg = self.one.ctypes.data if self.complex else self.one.item()
 
     def __call__(self, operands):
         a, b = operands[:2]
-        alpha = np.array(operands[2] if len(operands) > 2 else 1, self.dtype).reshape(())
         m, n = b.shape[-2:]
         k = a.shape[-1]
-        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        mats = np.ascontiguousarray(np.broadcast_to(a, batch + a.shape[-2:]), self.dtype).reshape(-1, k, k)
-        x = np.array(np.broadcast_to(b, batch + (m, n)), self.dtype, order="C").reshape(-1, m, n)
-        # (complex alpha goes by pointer: ``alpha`` keeps its memory alive through the calls)
-        alpha_arg = alpha.ctypes.data if self.complex else alpha.item()
+        if len(operands) > 2:
+            alpha = np.array(operands[2], self.dtype).reshape(())
+            # (complex alpha goes by pointer: ``alpha`` keeps its memory alive through the calls)
+            alpha_arg = alpha.ctypes.data if self.complex else alpha.item()
+        else:
+            alpha = self.one
+            alpha_arg = self.one_arg
+        if a.shape[:-2] == b.shape[:-2]:
+            batch = a.shape[:-2]
+            mats = np.ascontiguousarray(a, self.dtype)
+            x = np.array(b, self.dtype, order="C")
+        else:
+            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+            mats = np.ascontiguousarray(np.broadcast_to(a, batch + a.shape[-2:]), self.dtype)
+            x = np.array(np.broadcast_to(b, batch + (m, n)), self.dtype, order="C")
         if m and n:
-            for i in range(x.shape[0]):
-                self.fn(_ROW_MAJOR, *self.flags, m, n, alpha_arg, mats[i].ctypes.data, k, x[i].ctypes.data, n)
+            # (addresses by arithmetic: see GetrfThunk)
+            fn, flags, item = self.fn, self.flags, x.itemsize
+            a_at, x_at = mats.ctypes.data, x.ctypes.data
+            for i in range(x.size // (m * n)):
+                fn(_ROW_MAJOR, *flags, m, n, alpha_arg, a_at + i * k * k * item, k, x_at + i * m * n * item, n)
         return x.reshape(batch + (m, n))
 
 

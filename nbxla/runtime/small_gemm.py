@@ -24,6 +24,7 @@ from ..codegen.cpu import compile_helper_kernel
 from ..codegen.patch_gemm import emit_patch_gemm, PatchGemm
 
 _KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+_POINTERS = ctypes.c_void_p * 3
 _TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _kernels: dict = {}
 _lock = threading.Lock()
@@ -49,7 +50,7 @@ class PatchGemmKernel:
         self.fn, self._compiled = found
 
     def __call__(self, x: np.ndarray, kernel: np.ndarray, out: np.ndarray, begin: int, end: int) -> None:
-        self.fn((ctypes.c_void_p * 3)(x.ctypes.data, kernel.ctypes.data, out.ctypes.data), begin, end)
+        self.fn(_POINTERS(x.ctypes.data, kernel.ctypes.data, out.ctypes.data), begin, end)
 
 
 def _flat(geometry: PatchGemm):

@@ -31,8 +31,6 @@ COPIES = Path(__file__).resolve().parent / "corpus_cases"
 # Python), and the pattern the refusal must match; ``.opt`` names the XLA-optimized form.
 REFUSED = {
     "linalg_solve_lapack": r"%lu\.\d+ \(custom-call\).*'lapack_sgetrf_ffi'",
-    # fusions the code generator cannot emit (jit interprets them)
-    "rng_bit_generator_algorithms": r"\(rng-bit-generator\).*no native implementation of rng-bit-generator",
     # (XLA's fusions are put back and fused again by nbxla: the op itself is named)
     "linalg_solve_lapack.opt": r"\(custom-call\).*'lapack_sgetrf_ffi'",
 }

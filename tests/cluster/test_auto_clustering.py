@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import nbxla
-from nbxla.cluster import AutoFunction, LazyArray, MIN_CLUSTER_WORK
+from nbxla.cluster import AutoFunction, LazyArray, MIN_CLUSTER_WORK, MIN_REPLAYED_WORK
 from nbxla.runtime.cache import CompilationCache
 
 REPO = Path(__file__).resolve().parents[2]
@@ -296,17 +296,23 @@ def test_second_call_compiles_nothing_and_a_loop_reuses_its_cluster():
     assert f.last_report.clusters[0].compile_ms == 0.0
 
 
-def test_cost_model_runs_small_clusters_eagerly():
+@pytest.mark.parametrize("replay, threshold", [(True, MIN_REPLAYED_WORK),
+                                               (False, MIN_CLUSTER_WORK)])
+def test_cost_model_runs_small_clusters_eagerly(replay, threshold):
+    """The default threshold: lower where repeated calls replay from the tape (a replayed
+    operation costs a few microseconds, a recorded one tens); both sides of each."""
     def program(x):
         return np.exp(x) * 2.0 + x
 
-    small = rng_arrays(100)[0]
-    f = AutoFunction(program, cache=CompilationCache(), whole=False)      # the default threshold
-    assert_same(f(small), program(small))
-    assert not f.last_report.compiled_clusters
-    assert str(MIN_CLUSTER_WORK) in f.last_report.to_text()
-    big = rng_arrays(MIN_CLUSTER_WORK)[0]
-    assert_same(f(big), program(big))
+    f = AutoFunction(program, cache=CompilationCache(), whole=False, replay=replay)
+    assert f.min_work == threshold
+    for size in (100, threshold - 1):
+        small = rng_arrays(size)[0]
+        assert_same(f.run_auto(small), program(small))
+        assert not f.last_report.compiled_clusters
+        assert str(threshold) in f.last_report.to_text()
+    big = rng_arrays(threshold)[0]
+    assert_same(f.run_auto(big), program(big))
     assert len(f.last_report.compiled_clusters) == 1
     assert f.last_report.compiled_fraction == 1.0
 
@@ -386,16 +392,40 @@ def test_veros_tke_kernel_matches_numpy():
 
 def test_writing_a_pending_value_into_a_small_numpy_array_is_a_named_break():
     def program(x):
-        out = np.zeros(4)                        # below the threshold: stays a NumPy array
+        out = np.zeros(4)                        # under min_work / 32: a NumPy array
         y = np.sqrt(x) * 2.0
         out[:] = y[:4]
         return out + y[-4:]
 
-    (x,) = rng_arrays(100)
-    f = auto(program, min_work=10)
+    (x,) = rng_arrays(400)
+    f = auto(program, min_work=256)
     assert_same(f(x), program(x))
     (b,) = f.last_report.breaks
     assert "written into a NumPy array" in b.reason and b.line == line_of(program, "out[:] = y[:4]")
+
+
+def test_a_small_created_array_written_with_a_pending_value_stays_in_the_graph():
+    """Created arrays from min_work / 32 up are stand-ins: one below min_work enters the
+    graph when a pending value is written into it (no break), and is made as NumPy's at a
+    first use with nothing pending (the other side)."""
+    seen = {}
+
+    def program(x):
+        out = np.zeros(16)                       # 16 >= 256 // 32, under min_work
+        y = np.sqrt(x) * 2.0
+        out[2:6] = y[:4]                         # a pending value: recorded, no break
+        plain = np.ones(16)
+        plain[0] = 3.0                           # nothing pending: made now, as NumPy's
+        seen["plain"] = isinstance(plain, LazyArray) and plain.state.value is not None
+        return out * 2.0 + y[-16:], plain + 1.0
+
+    (x,) = rng_arrays(400)
+    f = auto(program, min_work=256)
+    got = f(x)
+    assert seen["plain"]
+    assert_same(got, program(x))
+    assert not f.last_report.breaks
+    assert len(f.last_report.compiled_clusters) == 1
 
 
 def test_a_long_loop_is_cut_into_clusters_of_whole_iterations_compiled_once(monkeypatch):
@@ -434,6 +464,52 @@ def test_locals_not_read_again_are_not_computed_at_a_break():
     assert_same(f(x), program(x))
     first = f.last_report.clusters[0]
     assert len(first.compilation.hlo.entry.root.operands) == 2     # c and its sum, not a, b
+
+
+def halved_sum(v):
+    """A helper with a graph break (``float``) once its argument is used."""
+    w = v * 0.5                                  # the last use of v: released after it
+    return w, float(w.sum())
+
+
+def test_a_local_read_once_by_its_last_statement_is_released_as_it_is_read():
+    """``w, s = halved_sum(a)`` is a's last statement: the caller's name is released as the
+    argument is read, so the break inside the helper computes w (and its sum), not a; a
+    local read twice there stays (the other side)."""
+    def once(x):
+        a = np.exp(x) + 1.0
+        w, s = halved_sum(a)
+        return w * s
+
+    def twice(x):
+        a = np.exp(x) + 1.0
+        w, s = halved_sum(a + a)
+        return w * s
+
+    (x,) = rng_arrays(1000)
+    for program, outputs in ((once, 2), (twice, 3)):
+        f = auto(program)
+        assert_same(f(x), program(x))
+        first = f.last_report.clusters[0]
+        assert len(first.compilation.hlo.entry.root.operands) == outputs, program.__name__
+
+
+def test_methods_of_stand_ins_leave_nothing_behind_between_calls():
+    """``x.flatten`` on a stand-in is a new closure over x each time: the helper rewrite's
+    cache must not keep it (nor x and its array) alive after the call."""
+    from nbxla.cluster import rewrite
+
+    def program(x):
+        y = np.sin(x) * 2.0
+        return y.flatten().sum() + y.ravel()[0]
+
+    (x,) = rng_arrays((40, 30))
+    f = auto(program)
+    f(x)
+    size = len(rewrite._REWRITTEN)
+    for _ in range(3):
+        assert f(x) == pytest.approx(program(x), rel=1e-12)
+    assert len(rewrite._REWRITTEN) == size
 
 
 def test_an_array_written_in_place_and_then_dropped_still_gets_the_write():

@@ -129,6 +129,42 @@ def test_probes_start_auto_clustered_when_the_first_calls_clusters_won_clearly()
     assert choice.decided == "auto"
 
 
+def drive_samples(choice: ModeChoice, samples: dict, calls: int) -> list:
+    """``drive`` with the time of each call of a mode taken in turn from ``samples[mode]``."""
+    left = {mode: list(times) for mode, times in samples.items()}
+    modes = []
+    while len(modes) < calls:
+        if choice.fast_calls:
+            choice.fast_calls -= 1
+            modes.append(choice.decided)
+            continue
+        mode = choice.next_mode()
+        modes.append(mode)
+        if choice.timed(mode):
+            choice.record(mode, left[mode].pop(0) if len(left[mode]) > 1 else left[mode][0])
+    return modes
+
+
+def test_probes_that_contradict_a_clear_first_call_are_measured_again():
+    """Auto-clustered probes first (the first call's clusters won clearly): when the probes
+    say plain NumPy is faster, a third pair is measured before deciding (one slow probe on
+    a loaded machine decided plain NumPy for 32 calls); without the first call's verdict,
+    two pairs decide as before."""
+    spiked = ModeChoice()
+    spiked.auto_first = True
+    drive_samples(spiked, {"auto": [0.060, 0.050, 0.010], "eager": [0.040]}, 5)
+    assert spiked.decided is None and spiked.pairs == 2
+    drive_samples(spiked, {"auto": [0.010], "eager": [0.040]}, 2)
+    assert spiked.decided == "auto" and spiked.pairs == 3
+    slower = ModeChoice()
+    slower.auto_first = True
+    drive_samples(slower, {"auto": [0.060], "eager": [0.040]}, 7)
+    assert slower.decided == "eager" and slower.pairs == 3      # (confirmed: plain NumPy)
+    plain = ModeChoice()                                       # no verdict from the first call
+    drive_samples(plain, {"auto": [0.060], "eager": [0.040]}, 5)
+    assert plain.decided == "eager" and plain.pairs == 2
+
+
 def test_the_first_calls_measured_gain_sets_the_probes():
     nothing = ModeChoice()
     nothing.next_mode()

@@ -399,7 +399,8 @@ def test_bounded_trig_accuracy_below_the_limit(dtype):
     for name in ("sin", "cos", "tan"):
         got = run(f"{name}_bounded", x)
         err = ulp_error(got, reference(name, x))
-        bound = 1 if dtype == np.float32 else (2 if name != "tan" else 3)
+        # (f64 sin/cos measured 0.75 ulp over these ~950K arguments: within 1 ulp)
+        bound = 1 if dtype == np.float32 else (1 if name != "tan" else 3)
         assert err.max() <= bound, (name, x[err.argmax()], err.max())
         full = run(name, x)
         assert ulp_error(got, full.astype(np.float64 if dtype == np.float32 else np.longdouble)).max() <= 2

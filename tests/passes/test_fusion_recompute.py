@@ -10,7 +10,8 @@ import pytest
 from nbxla.frontend.trace import trace, tree_flatten
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.passes import optimize, verify_module
-from nbxla.passes.fusion_model import EXPENSIVE_FLOPS, FLOPS_PER_BYTE, MAX_MAPS
+from nbxla.passes.fusion_model import (EXPENSIVE_FLOPS, FLOPS_PER_BYTE, MAX_MAPS, SCALAR_RECOMPUTE_LIMIT,
+                                     TRANSCENDENTAL_REUSE)
 from nbxla.testing import compare_arrays
 
 
@@ -105,3 +106,30 @@ def test_horizontal_diffusion_is_one_kernel():
     in_field, coeff = g.uniform(size=(12, 11, 5)), g.uniform(size=(8, 7, 5))
     result = optimized(hdiff, in_field, coeff)
     assert len(fusions(result)) == 1
+
+
+@pytest.mark.parametrize("ratio", [TRANSCENDENTAL_REUSE, TRANSCENDENTAL_REUSE + 1])
+def test_a_transcendental_broadcast_over_a_larger_kernel(ratio):
+    """A power of 1-D levels broadcast over a grid joins the grid's kernel while each of its
+    values is evaluated at most ``TRANSCENDENTAL_REUSE`` times; past that it is computed once,
+    in its own kernel (both sides of the threshold, both against the evaluator)."""
+    levels = SCALAR_RECOMPUTE_LIMIT + 6
+    p = np.linspace(1000.0, 100.0, levels)
+    t = np.random.default_rng(4).uniform(200, 300, (ratio, levels))
+
+    def theta(t, p):
+        return t * (1000.0 / p[None, :]) ** 0.2857
+    result = optimized(theta, t, p)
+    refused = [r for r in result.facts["fusion"].refusals if "broadcast over a larger kernel" in r.reason]
+    if ratio <= TRANSCENDENTAL_REUSE:
+        assert len(fusions(result)) == 1 and not refused
+    else:
+        assert len(fusions(result)) == 2 and refused
+
+
+def test_a_function_of_a_reduced_value_stays_in_its_row_kernel():
+    """(The rule leaves kernels with a reduction alone: log of a row sum, read across the row,
+    is evaluated per row inside the row kernel.)"""
+    x = np.random.default_rng(5).uniform(1, 2, (8, 200))
+    result = optimized(lambda x: x - np.log(np.sum(np.exp(x), axis=1, keepdims=True)), x)
+    assert not [r for r in result.facts["fusion"].refusals if "broadcast over a larger kernel" in r.reason]

@@ -105,12 +105,17 @@ def test_gemm_kernel_rule_both_sides(t, features, labels):
 @pytest.mark.parametrize("channels", [conv_blocks.WIDE_MIN_CHANNELS - 1, conv_blocks.WIDE_MIN_CHANNELS])
 @pytest.mark.parametrize("features", [4, WIDE_O])
 @pytest.mark.parametrize("labels", ["b01f_01io->b01f", "bf01_oi01->bf01"])
-def test_cost_rule_both_sides(channels, features, labels):
-    # unstrided dense: blocked im2col below WIDE_MIN_CHANNELS input channels, per-tap GEMMs from
-    # it -- unless the output features are few enough for nbxla's own kernel (blocked)
+@pytest.mark.parametrize("large", [True, False])
+def test_cost_rule_both_sides(monkeypatch, channels, features, labels, large):
+    # unstrided dense: blocked im2col below WIDE_MIN_CHANNELS input channels or below
+    # PER_TAP_MIN_POSITIONS output positions per image, per-tap GEMMs from both -- unless the
+    # output features are few enough for nbxla's own kernel (blocked)
+    positions = 6 * 5
+    monkeypatch.setattr(conv_blocks, "PER_TAP_MIN_POSITIONS", {"channels-last": positions + (0 if large else 1),
+                                                               "channels-first": positions + (0 if large else 1)})
     o = features
     x, k = ((1, 6, 5, channels), (3, 3, channels, o)) if labels[1] == "0" else ((1, channels, 6, 5), (o, channels, 3, 3))
-    per_tap = channels >= conv_blocks.WIDE_MIN_CHANNELS and features == WIDE_O
+    per_tap = channels >= conv_blocks.WIDE_MIN_CHANNELS and features == WIDE_O and large
     check(conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1)), PER_TAP if per_tap else BLOCKED)
 
 
@@ -191,3 +196,74 @@ def test_unpadded_read_only_operands(labels, x, k):
     (want,) = flatten(evaluate(module, inputs))
     ok, detail = compare_arrays(thunk(inputs), want)
     assert ok, detail and BLOCKED in thunk.how
+
+
+LANES = 16                                          # f32 features in one 64-byte vector
+PANEL = F32_LIMIT                                   # the widest panel (f32)
+
+
+@pytest.mark.parametrize("o,widths", [(PANEL + LANES, (PANEL, LANES)), (3 * PANEL // 2, (PANEL, PANEL // 2)),
+                                      (2 * PANEL + LANES, (PANEL, PANEL, LANES)), (2 * PANEL, (PANEL, PANEL)),
+                                      (PANEL + 1, None), (PANEL + LANES // 2, None)])
+def test_panel_widths(o, widths):
+    from nbxla.codegen.patch_gemm import panel_widths
+    assert panel_widths(o, 4) == widths
+
+
+@pytest.mark.parametrize("t,o", [("f32", PANEL + LANES), ("f32", 2 * PANEL + LANES), ("f64", PANEL // 2 + LANES // 2),
+                                 ("bf16", 3 * PANEL // 2)])
+@pytest.mark.parametrize("labels,x,k,window", [
+    ("b01f_01io->b01f", (2, 7, 13, 5), (3, 3, 5, None), square(3, pad_low=1, pad_high=1)),
+    ("bf01_oi01->bf01", (1, 6, 9, 9), (None, 6, 3, 3), square(3, stride=2, pad_low=0, pad_high=1)),
+    ("b01f_01io->b01f", (1, 5, 27, 16), (1, 1, 16, None), square(1)),                 # pointwise (expansion)
+])
+def test_wide_outputs_in_panels_match_the_evaluator(t, o, labels, x, k, window):
+    # more output features than one panel: nbxla's kernel panel by panel for channels-last
+    # outputs; channels-first ones stay BLAS's (written in place, not transposed per block)
+    k = tuple(o if d is None else d for d in k)
+    check(conv_module(x, k, t, labels, window), BLOCKED + (", by nbxla" if labels.endswith("f") else ", by BLAS"))
+
+
+@pytest.mark.parametrize("limit", ["depth", "kernel bytes"])
+@pytest.mark.parametrize("inside", [True, False])
+def test_panel_rule_both_sides(monkeypatch, limit, inside):
+    # panels while the products are at most NATIVE_PANEL_DEPTH deep and the kernel matrix is
+    # below NATIVE_PANEL_KERNEL_BYTES; BLAS beyond either
+    c, o = 8, PANEL + LANES
+    depth = 9 * c
+    if limit == "depth":
+        monkeypatch.setattr(conv_blocks, "NATIVE_PANEL_DEPTH", depth if inside else depth - 1)
+    else:
+        monkeypatch.setattr(conv_blocks, "NATIVE_PANEL_KERNEL_BYTES", depth * o * 4 + (1 if inside else 0))
+    module = conv_module((1, 6, 7, c), (3, 3, c, o), "f32", "b01f_01io->b01f", square(3, pad_low=1, pad_high=1))
+    check(module, BLOCKED + (", by nbxla" if inside else ", by BLAS"))
+
+
+def test_bf16_constant_kernel_is_widened_once(monkeypatch):
+    # a frozen model's bf16 weights: widened to f32 when the thunk is made, not on every call
+    from nbxla.compiler import compile_module
+    from nbxla.hlo.parser import parse_hlo
+    from nbxla.runtime import cpu_library
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 3, 4, 8)).astype(np.float32)
+    literal = "{" + ", ".join("{" + ", ".join("{" + ", ".join("{" + ", ".join(f"{v:.3f}" for v in c) + "}" for c in b)
+                                              + "}" for b in a) + "}" for a in w) + "}"
+    text = f"""HloModule frozen
+ENTRY main {{
+  x = bf16[1,9,9,4] parameter(0)
+  k = bf16[3,3,4,8] constant({literal})
+  ROOT c = bf16[1,9,9,8] convolution(x, k), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f
+}}"""
+    module = parse_hlo(text)
+    widened = []
+    real = cpu_library.widen_value
+    monkeypatch.setattr(cpu_library, "widen_value", lambda v: (widened.append(np.shape(v)), real(v))[1])
+    executable = compile_module(module, "cpu").executable
+    assert widened == [(3, 3, 4, 8)]
+    x = rng.standard_normal((1, 9, 9, 4)).astype(module.entry.parameters[0].shape.dtype)
+    for _ in range(2):
+        got = executable.run([x])[0]
+    assert widened == [(3, 3, 4, 8), (1, 9, 9, 4), (1, 9, 9, 4)]      # (the input only, per call)
+    (want,) = flatten(evaluate(module, [x]))
+    ok, detail = compare_arrays(np.asarray(got), want)
+    assert ok, detail

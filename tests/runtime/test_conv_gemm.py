@@ -25,6 +25,8 @@ def per_tap_whenever_it_applies(monkeypatch):
     (tests/runtime/test_conv_blocks.py) is off."""
     monkeypatch.setattr(conv_blocks, "WIDE_MIN_CHANNELS", 0)
     monkeypatch.setattr(conv_blocks, "NATIVE_GEMM_BYTES", 0)
+    monkeypatch.setattr(conv_blocks, "NATIVE_PANEL_DEPTH", 0)
+    monkeypatch.setattr(conv_blocks, "PER_TAP_MIN_POSITIONS", {"channels-last": 0, "channels-first": 0})
 
 
 def conv_module(x_shape, k_shape, t, labels, window, groups=1) -> Module:
