@@ -15,12 +15,17 @@ shared: the minimum is the least disturbed).  ``xJAX``/``xNumPy``: their time / 
 (> 1: nbxla faster).  Every contender's result is checked against nbxla's (rtol and atol 1e-3); the
 ``evaluator`` column says whether anything in nbxla's executable ran on the reference
 evaluator.  Nothing is asserted about speed.
+
+The modules of ``tests/hlo/models`` (bf16 transformer blocks, an MLP, attention, model-like
+blocks) run as HLO files: their JAX column is XLA:CPU compiling the same text through jaxlib
+(``hlo_text_vs_xla.xla_runner``), their results compared within bf16's tolerance.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 # The timer: wall time, or with --cpu-time the process's CPU time (all its threads): on cores
 # shared with other work, time spent descheduled is not counted, so ratios measured under load
@@ -279,6 +284,37 @@ def _model_cases():
     return [lambda b=b, o=o: jax_printed_case(*b, optimized=o) for b in model_blocks() for o in (False, True)]
 
 
+# ---- model-shaped modules kept as HLO text in tests/hlo/models (bf16 transformer blocks, MLP,
+# attention, ...): XLA:CPU runs the same text (jaxlib), in the JAX column ------------------------
+
+MODEL_FILES = Path(__file__).resolve().parents[1] / "tests" / "hlo" / "models"
+
+
+class XlaOnText:
+    """XLA:CPU's executable for a module's text, called as it is (no ``jax.jit`` around it)."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def __call__(self, *_):
+        outs = tuple(np.asarray(o) for o in self.run())
+        return outs if len(outs) > 1 else outs[0]
+
+
+def model_file_case(path: Path):
+    """The module in ``path`` run by nbxla and by XLA:CPU compiling the same text (in the JAX
+    column); no NumPy version."""
+    from hlo_text_vs_xla import inputs_for, xla_runner
+    text = path.read_text()
+    args = inputs_for(text)
+    run_xla = xla_runner(text, args) if jax else None
+    return (f"{path.stem} (HLO file)", text, args, None, XlaOnText(run_xla) if run_xla else None)
+
+
+def _model_file_cases():
+    return [lambda p=p: model_file_case(p) for p in sorted(MODEL_FILES.glob("*.hlo"))]
+
+
 CASES = [
     lambda: transpose_case((128, 32, 64), (1, 2, 0)),
     lambda: transpose_case((128, 32, 64), (2, 0, 1)),
@@ -301,7 +337,7 @@ CASES = [
     lambda: dense_relu_case(8, 32, 16),
     lambda: dense_relu_case(256, 256, 256),
     lambda: argmax_scatter_case(1000, 4000),
-] + _model_cases()
+] + _model_cases() + _model_file_cases()
 
 
 def _sample(fn, budget=0.01):
@@ -315,6 +351,24 @@ def _sample(fn, budget=0.01):
     return (CLOCK[0]() - start) / inner
 
 
+def _leaves(value) -> list:
+    if isinstance(value, (tuple, list)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def _close(a, b, low_precision: bool = False) -> bool:
+    """rtol and atol 1e-3; results of a module computing in bf16 1e-2 of the largest magnitude
+    (a bf16 rounding apart)."""
+    if a.dtype.kind not in "fc" and a.dtype.name != "bfloat16":
+        return np.array_equal(a, b)
+    if low_precision or "bfloat16" in (a.dtype.name, b.dtype.name):
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        scale = max(1.0, float(np.max(np.abs(b)))) if b.size else 1.0
+        return np.allclose(a, b, rtol=1e-2, atol=1e-2 * scale)
+    return np.allclose(a, b, rtol=1e-3, atol=1e-3)
+
+
 def run_case(make, repeats: int):
     name, text, args, numpy_fn, jax_fn = make()
     with warnings.catch_warnings(record=True) as caught:
@@ -323,8 +377,11 @@ def run_case(make, repeats: int):
     native = executable.native
     interpreted = {**native.interpreted, **native.interpreted_ops}
     contenders = {"nbxla": lambda: executable.run(args)}
-    contenders["NumPy"] = lambda: numpy_fn(*args)
-    if jax_fn is not None:
+    if numpy_fn is not None:
+        contenders["NumPy"] = lambda: numpy_fn(*args)
+    if isinstance(jax_fn, XlaOnText):
+        contenders["JAX"] = jax_fn
+    elif jax_fn is not None:
         f = jax.jit(jax_fn)
         dev = [jax.device_put(a) for a in args]
         jax.block_until_ready(dev)
@@ -334,8 +391,8 @@ def run_case(make, repeats: int):
     mine = mine if len(mine) > 1 else mine[0]
     bad = []
     for k, r in results.items():
-        pairs = zip(mine, r) if isinstance(r, tuple) else [(mine, r)]
-        if not all(np.allclose(np.asarray(a), np.asarray(b), rtol=1e-3, atol=1e-3) for a, b in pairs):
+        pairs = zip(_leaves(mine), _leaves(r)) if isinstance(r, (tuple, list)) else [(mine, r)]
+        if not all(_close(np.asarray(a), np.asarray(b), "bf16[" in text) for a, b in pairs):
             bad.append(k)
     best = {k: float("inf") for k in contenders}
     names = list(contenders)
@@ -364,7 +421,8 @@ def main():
         us = {k: v * 1e6 for k, v in best.items()}
         jx, mine = us.get("JAX"), us["nbxla"]
         jax_us, x_jax = (f"{jx:.1f}", f"{jx / mine:.2f}") if jx else ("-", "-")
-        print(f"{name:<44}{mine:>10.1f}{jax_us:>10}{us['NumPy']:>10.1f}{x_jax:>7}{us['NumPy'] / mine:>8.2f}  "
+        np_us, x_np = (f"{us['NumPy']:.1f}", f"{us['NumPy'] / mine:.2f}") if "NumPy" in us else ("-", "-")
+        print(f"{name:<44}{mine:>10.1f}{jax_us:>10}{np_us:>10}{x_jax:>7}{x_np:>8}  "
               f"{'ok' if not bad else 'DIFFERS: ' + ','.join(bad)} / {interpreted or 'none'}")
 
 

@@ -44,7 +44,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
         em = cls(b, comp, load)
         em.contract = contract          # (the trig check too: the same argument values)
         return em
-    bufs = KernelBuffers(b, fn.args[0], shapes)
+    bufs = KernelBuffers(b, fn.args[0], shapes, first_output=len(params))
     begin, end = fn.args[1], fn.args[2]
     if is_linear(comp.instructions, dims):
         def load(k, index):

@@ -173,7 +173,8 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
     params = comp.parameters
     shapes = [p.shape for p in params] + out_shapes
     fn, b = kernel_function(module, name)
-    bufs = KernelBuffers(b, fn.args[0], shapes)
+    # (a reduction's outputs never share memory with its operands: see _kept_row_value)
+    bufs = KernelBuffers(b, fn.args[0], shapes, first_output=len(params))
     reduced: dict[int, ir.Value] = {}
     em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, k, params[k].shape.dims, index),
                           reduced)

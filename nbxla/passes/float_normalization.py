@@ -14,6 +14,12 @@ neighbouring kernels):
     r = bf16[..] reduce-window(x, init), to_apply=add.bf16
  -> r = bf16[..] convert(f32[..] reduce-window(convert(x), convert(init)), to_apply=add.f32)
 
+A ``dot`` on bf16 / f8 gets its f32 form too (XLA:CPU's GEMMs take f32): the f32 dot is then an
+ordinary one (BLAS, or the native dot kernel with its epilogue), the converts of its operands
+fuse into their producers' kernels and the convert of its result into its readers', instead
+of a library call that widens both operands and rounds the result with three NumPy passes of
+its own on every call.
+
 The rewrite changes no result: the evaluator computes the narrow op as this very f32 form.
 A sort only moves values (its comparator compares widened keys exactly), so converting its
 operands up and its results back gives the same bits.
@@ -32,11 +38,12 @@ from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 
 def needs_f32_form(instr: Instruction) -> bool:
-    """Does ``instr`` apply a called computation step by step on a bf16 / f8 value?"""
+    """Does ``instr`` apply a called computation step by step on a bf16 / f8 value, or is it
+    a dot on them?"""
     shapes = [instr.shape] + [o.shape for o in instr.operands]
     if not any(involves_low_precision(s) for s in shapes):
         return False
-    if instr.opcode in STEPWISE_OPS:
+    if instr.opcode in STEPWISE_OPS or instr.opcode == "dot":
         return True
     # (a reduce whose reducer is one recognized op accumulates in f32 inside its kernel)
     return instr.opcode == "reduce" and (instr.shape.is_tuple or
@@ -49,9 +56,10 @@ class FloatNormalization(Pass):
     def run(self, module: Module) -> bool:
         before, widener, changed = instruction_ids(module), Widener(), False
         for comp in _programs(module):
+            widened: dict[int, Instruction] = {}      # operand id -> its convert to f32
             for instr in list(comp.instructions):
                 if needs_f32_form(instr):
-                    _rewrite(module, comp, instr, widener)
+                    _rewrite(module, comp, instr, widener, widened)
                     changed = True
         if changed:
             rename_new_instructions(module, before)
@@ -75,8 +83,12 @@ def _programs(module: Module) -> list[Computation]:
     return found
 
 
-def _rewrite(module: Module, comp: Computation, instr: Instruction, widener: Widener) -> None:
-    """Replace ``instr`` in ``comp`` by converts, its f32 form and converts back."""
+def _rewrite(module: Module, comp: Computation, instr: Instruction, widener: Widener,
+             widened: dict[int, Instruction]) -> None:
+    """Replace ``instr`` in ``comp`` by converts, its f32 form and converts back.  An operand
+    already converted for an earlier op of ``comp`` (``widened``) is read from that convert:
+    one f32 copy of a bf16 value however many dots read it (the q, k and v projections of
+    the same tokens)."""
     new: list[Instruction] = []
 
     def add(opcode, shape, operands, **attrs) -> Instruction:
@@ -88,8 +100,11 @@ def _rewrite(module: Module, comp: Computation, instr: Instruction, widener: Wid
     for o in instr.operands:
         if o.shape.is_tuple or not involves_low_precision(o.shape):
             operands.append(o)
+        elif id(o) in widened and widened[id(o)].operands[0] is o:
+            operands.append(widened[id(o)])
         else:
             operands.append(add("convert", widen_shape(o.shape), [o]))
+            widened[id(o)] = operands[-1]
     attrs = dict(widener.instruction(instr).attrs)         # its called computations in f32
     for callee in _called(attrs):
         _adopt(module, callee)

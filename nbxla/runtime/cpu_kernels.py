@@ -26,6 +26,10 @@ from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thr
 # the pool and waiting for it costs 30-50 us here (2-vCPU VM), more than splitting saves
 # below ~1M elements (measured: a 512K-element sum or add ran 2-3x faster inline).
 PARALLEL_THRESHOLD = 1 << 20
+# Batched products of at least this many multiply-adds in all, each product one OpenBLAS would
+# thread, are split over the batch across the pool (see DotThunk): handing work to the pool
+# costs tens of microseconds, a 4M multiply-add batch takes ~70 us on one core.
+BATCH_SPLIT_PRODUCT = 1 << 22
 # A transcendental function's cost in adds (a vectorized exp/tanh/log: tens of instructions).
 TRANSCENDENTAL_COST = 16
 _KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -284,6 +288,14 @@ class DotThunk:
         self.split = None
         if self.one_thread is not None and work >= SPLIT_PRODUCT and worker_count() > 1:
             self.split = ("batch", batch) if batch > 1 else ("rows", m) if m > 1 else ("columns", n)
+        elif batch > 1 and m * k * n > OPENBLAS_THREADED and work >= BATCH_SPLIT_PRODUCT and worker_count() > 1:
+            # A batch of products each large enough for OpenBLAS to thread (attention's
+            # per-head q @ k^T, p @ v): its threads would meet once per product; the batch
+            # split over the pool (one BLAS thread per product) meets once per call, and its
+            # chunks never wait for a thread the scheduler has not run.
+            controls = blas_thread_controls()
+            if controls is not None:
+                self.one_thread, self.split = controls, ("batch", batch)
 
     @classmethod
     def applies(cls, instr: Instruction) -> bool:
@@ -339,7 +351,9 @@ class DotThunk:
 class WidenedDotThunk:
     """A bf16 ``dot`` as XLA:CPU computes it: operands widened to f32 (exactly), one f32
     GEMM through ``DotThunk``, the result rounded once to bf16 -- or kept, when the dot asks
-    for an f32 result (``preferred_element_type``)."""
+    for an f32 result (``preferred_element_type``).  The optimizer gives bf16 dots this f32
+    form in the module itself (``passes/float_normalization.py``: the converts fuse with their
+    neighbours); this thunk runs a bf16 dot that reaches the runtime as written."""
 
     def __init__(self, instr: Instruction):
         wide = SimpleNamespace(opcode="dot", name=instr.name, attrs=instr.attrs,

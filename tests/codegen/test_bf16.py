@@ -27,7 +27,7 @@ RNG = np.random.default_rng(7)
 def run(text: str, inputs: list, native: bool = True):
     """CPU results of the optimized module, checked bit for bit against the evaluator's on
     the module as written (and, if asked, that nothing ran through the evaluator: bf16 dots
-    run as f32 GEMMs, runtime/cpu_kernels.WidenedDotThunk)."""
+    run as f32 GEMMs between converts, passes/float_normalization.py)."""
     executable = compile_module(parse_hlo(text), "cpu").executable
     got = executable.run(inputs)
     with np.errstate(all="ignore"):

@@ -189,3 +189,98 @@ def test_ops_inside_loop_bodies_get_their_f32_form():
     body = next(c for c in module.computations if c.name == "body")
     assert [i.shape.element_type for i in body.instructions if i.opcode == "scatter"] == ["f32"]
     run(LOOP, inputs_for(LOOP), native=True)
+
+
+# ---- dots on bf16 / f8: an f32 dot between converts ------------------------------------------
+
+DOTS = {
+    "bf16": """
+HloModule bf16_dot
+ENTRY e {
+  x = bf16[24,40] parameter(0)
+  w = bf16[40,16] parameter(1)
+  ROOT d = bf16[24,16] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""",
+    "bf16_to_f32": """
+HloModule bf16_dot_f32_result
+ENTRY e {
+  x = bf16[3,24,40] parameter(0)
+  w = bf16[3,16,40] parameter(1)
+  ROOT d = f32[3,24,16] dot(x, w), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}
+}
+""",
+    "f8": """
+HloModule f8_dot
+ENTRY e {
+  x = f8e4m3fn[24,40] parameter(0)
+  w = f8e4m3fn[40,16] parameter(1)
+  ROOT d = f32[24,16] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""",
+    "epilogue": """
+HloModule bf16_dense_gelu
+fused (p0: bf16[24,40], p1: bf16[40,16], p2: bf16[16]) -> bf16[24,16] {
+  p0 = bf16[24,40] parameter(0)
+  p1 = bf16[40,16] parameter(1)
+  dot = bf16[24,16] dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  p2 = bf16[16] parameter(2)
+  bias = bf16[24,16] broadcast(p2), dimensions={1}
+  add = bf16[24,16] add(dot, bias)
+  ROOT t = bf16[24,16] tanh(add)
+}
+ENTRY e {
+  x = bf16[24,40] parameter(0)
+  w = bf16[40,16] parameter(1)
+  b = bf16[16] parameter(2)
+  ROOT f = bf16[24,16] fusion(x, w, b), kind=kOutput, calls=fused
+}
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOTS))
+def test_narrow_dots_compute_as_f32_dots_between_converts(name):
+    """Every dot after the rewrite is on f32 operands with an f32 result, its narrow operands
+    converted up and its narrow result converted down (the evaluator's own form of the
+    narrow dot), and the compiled module gives the evaluator's bits."""
+    text = DOTS[name]
+    module = parse_hlo(text)
+    assert all(needs_f32_form(i) for c in module.computations for i in c.instructions if i.opcode == "dot")
+    assert FloatNormalization().run(module)
+    dots = [i for c in module.computations for i in c.instructions if i.opcode == "dot"]
+    assert dots
+    for dot in dots:
+        assert dot.shape.element_type == "f32"
+        assert [o.shape.element_type for o in dot.operands] == ["f32", "f32"]
+    assert not FloatNormalization().run(module)
+    run(text, inputs_for(text), native=True)
+
+
+def test_f32_and_f16_dots_are_left_alone():
+    for t in ("f32", "f16"):
+        module = parse_hlo(DOTS["bf16"].replace("bf16", t))
+        assert not FloatNormalization().run(module)
+
+
+def test_one_convert_of_an_operand_read_by_several_dots():
+    """q, k and v projections of the same bf16 tokens read one f32 copy of them."""
+    text = """
+HloModule qkv
+ENTRY e {
+  x = bf16[16,32] parameter(0)
+  wq = bf16[32,8] parameter(1)
+  wk = bf16[32,8] parameter(2)
+  q = bf16[16,8] dot(x, wq), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  k = bf16[16,8] dot(x, wk), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = (bf16[16,8], bf16[16,8]) tuple(q, k)
+}
+"""
+    module = parse_hlo(text)
+    assert FloatNormalization().run(module)
+    converts_of_x = [i for i in module.entry.instructions
+                     if i.opcode == "convert" and i.operands[0].name == "x"]
+    assert len(converts_of_x) == 1
+    dots = [i for i in module.entry.instructions if i.opcode == "dot"]
+    assert len(dots) == 2 and all(d.operands[0] is converts_of_x[0] for d in dots)
+    run(text, inputs_for(text), native=True)

@@ -48,3 +48,42 @@ def test_blas_calls_are_limited_or_split_as_their_size_says_and_agree(name, monk
         assert (dots[0].split[0] if dots[0].split else None) == (axis if worker_count() > 1 else None)
     finally:
         set_(before)
+
+
+BATCHED = {                 # name: (shapes, split over the batch by default)
+    # 4 heads of 128x64 @ 64x128: 4M multiply-adds, each product one OpenBLAS would thread
+    "attention_heads": ([(4, 128, 64), (4, 64, 128)], True),
+    # the same products, 2 heads: below BATCH_SPLIT_PRODUCT in all
+    "two_heads": ([(2, 128, 64), (2, 64, 128)], False),
+    # many tiny products: none OpenBLAS would thread, whatever the total
+    "tiny_products": ([(4096, 8, 8), (4096, 8, 16)], False),
+}
+
+
+@needs_openblas
+@pytest.mark.parametrize("name", sorted(BATCHED))
+@pytest.mark.parametrize("workers", [1, 2])
+def test_batched_products_split_over_the_batch_by_default(name, workers, monkeypatch):
+    """Without NBXLA_BLAS_ONE_THREAD, a batch of products that OpenBLAS would each thread runs
+    split over the batch across the pool (one OpenBLAS thread per product, the count restored
+    after the call) when the batch is large enough and there is more than one core; the
+    result is NumPy's either way."""
+    monkeypatch.delenv("NBXLA_BLAS_ONE_THREAD", raising=False)
+    monkeypatch.setattr(cpu_kernels, "worker_count", lambda: workers)
+    shapes, split = BATCHED[name]
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    get, set_ = found
+    before = get()
+    set_(2)
+    try:
+        f = nbxla.jit(lambda a, b: a @ b)
+        for _ in range(2):
+            np.testing.assert_allclose(f(*args), args[0] @ args[1], rtol=1e-5, atol=1e-5)
+            assert get() == 2
+        dots = [s[0] for s in f.last_compilation.executable.native._plan[2] if isinstance(s[0], DotThunk)]
+        assert len(dots) == 1
+        expected = ("batch", shapes[0][0]) if split and workers > 1 else None
+        assert dots[0].split == expected
+    finally:
+        set_(before)
