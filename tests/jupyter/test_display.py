@@ -194,9 +194,10 @@ def test_cache_table_rows_and_explanations():
     bundle = check_bundle(views.CacheTable(cache), views.MIMETYPES["cache"])
     data = bundle[views.MIMETYPES["cache"]]
     assert data["totals"] == {"entries": 2, "hits": 1, "misses": 2, "evictions": 0}
-    # (the second size makes x's dimension symbolic: docs/unknown_dimensions.md)
+    # (the second size makes x's dimension symbolic, size 1 included where its trace is the same
+    # program: docs/unknown_dimensions.md)
     assert [e["explanation"] for e in data["entries"]] == [
-        "first compilation", "x.shape[0] -> b: one compilation for every size >= 2 (symbolic; x: f32[3] -> f32[b])"]
+        "first compilation", "x.shape[0] -> b: one compilation for every size >= 1 (symbolic; x: f32[3] -> f32[b])"]
     assert "x: f32[3] → f32[b]" in bundle["text/html"]
     assert bundle["text/plain"] == cache.table()
     check_bundle(views.CacheTable(CompilationCache()), views.MIMETYPES["cache"])   # empty
