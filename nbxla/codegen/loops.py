@@ -29,6 +29,22 @@ from .toolkit import (counted_loop, is_linear, kernel_function, kernel_outputs, 
                       LinearEmitter, load_at, nest, product)
 
 
+def _reads_at_written_index(comp: Computation, dims) -> bool:
+    """Does every parameter that could share memory with an output (as many elements) feed
+    only elementwise work over the output's shape?  Then an output written in place of it reads
+    each element at the index it writes, and loads and stores may be marked as not aliasing
+    (``KernelBuffers``).  Not so for the in-place updates of a window of a buffer the body
+    also reads at shifted positions (``u[1:-1] += u[2:] - u[:-2]``)."""
+    size = product(dims)
+    watched = {id(p) for p in comp.parameters if p.shape.is_tuple or p.shape.size == size}
+    for instr in comp.instructions:
+        if instr.opcode == "tuple" or not any(id(o) in watched for o in instr.operands):
+            continue
+        if instr.shape.is_tuple or instr.shape.dims != dims or not instr.is_elementwise:
+            return False
+    return True
+
+
 def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     outputs = kernel_outputs(comp)
     dims = outputs[0].shape.dims
@@ -44,7 +60,8 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
         em = cls(b, comp, load)
         em.contract = contract          # (the trig check too: the same argument values)
         return em
-    bufs = KernelBuffers(b, fn.args[0], shapes, first_output=len(params))
+    bufs = KernelBuffers(b, fn.args[0], shapes,
+                         first_output=len(params) if _reads_at_written_index(comp, dims) else None)
     begin, end = fn.args[1], fn.args[2]
     if is_linear(comp.instructions, dims):
         def load(k, index):
