@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
@@ -246,13 +245,8 @@ def run_mobilenet(size, rng, jx, repeats):
         contenders["jax"] = lambda: f(*jargs).block_until_ready()
         if np.abs(got - want).max() > 1e-3 * (np.abs(want).max() or 1):
             bad.append("nbxla vs jax")
-    samples = measure(contenders, repeats)
-    best = {n: min(v) * 1e3 for n, v in samples.items()}
-    xj = best["jax"] / best["nbxla"] if "jax" in best else float("nan")
-    print(f"{name:36s} {best['nbxla']:9.3f} {best.get('jax', float('nan')):9.3f} {'':>9s} {xj:6.2f} {'':>7s}  "
-          f"run-hlo path, {len(ex.native.convolution_epilogues)} epilogues folded"
-          f"{'  MISMATCH: ' + ','.join(bad) if bad else '  ok'}")
-    return name, xj
+    return report(name, contenders, repeats, f"run-hlo path, {len(ex.native.convolution_epilogues)} epilogues folded",
+                  bad)
 
 
 def timed(fn, repeats_inner):
@@ -275,6 +269,25 @@ def measure(contenders: dict, repeats: int) -> dict:
         for name in names[r % len(names):] + names[:r % len(names)]:
             samples[name].append(timed(contenders[name], inner[name]))
     return samples
+
+
+def mismatches(results: list, want: np.ndarray, tol: float = 1e-3) -> list[str]:
+    """Names of the contenders whose result is off ``want`` by more than ``tol`` of its largest value."""
+    scale = float(np.abs(want).max()) or 1.0
+    return [n for n, r in results if r.shape != want.shape or np.abs(r - want).max() > tol * scale]
+
+
+def report(name: str, contenders: dict, repeats: int, how: str, bad: list) -> tuple[str, float]:
+    """Time the contenders side by side and print the row: ms each, xJAX and xNumPy of nbxla."""
+    samples = measure(contenders, repeats)
+    best = {n: min(v) * 1e3 for n, v in samples.items()}
+    xj = best["jax"] / best["nbxla"] if "jax" in best else float("nan")
+    numpy_ms, xn = (f"{best['numpy']:9.3f}", f"{best['numpy'] / best['nbxla']:7.2f}") if "numpy" in best \
+        else (f"{'':>9s}", f"{'':>7s}")
+    print(f"{name:36s} {best['nbxla']:9.3f} {best.get('jax', float('nan')):9.3f} {numpy_ms} {xj:6.2f} {xn}  {how}"
+          f"{'  MISMATCH: ' + ','.join(bad) if bad else '  ok'}")
+    sys.stdout.flush()
+    return name, xj
 
 
 def jax_setup():
@@ -316,7 +329,6 @@ def main() -> int:
         k = rng.standard_normal(c["k"]).astype(dtype)
         compilation = compile_module(module, "cpu")
         ex = compilation.executable
-        conv = module.entry.root
         contenders = {"nbxla": lambda: ex.run([x, k])}
         if c["t"] == "f32":
             contenders["numpy"] = lambda: numpy_conv(x, k, c)
@@ -336,22 +348,12 @@ def main() -> int:
             contenders["jax"] = lambda: f(jxx, jkk).block_until_ready()
             check.append(("jax", jres))
         check.append(("nbxla", got))
-        tol = 3e-2 if c["t"] == "bf16" else 1e-3
-        scale = float(np.abs(want).max()) or 1.0
-        bad = [n for n, r in check if r.shape != want.shape or np.abs(r - want).max() > tol * scale]
-        samples = measure(contenders, opts.repeats)
-        best = {n: min(v) * 1e3 for n, v in samples.items()}
+        bad = mismatches(check, want, 3e-2 if c["t"] == "bf16" else 1e-3)
         how = "native kernel"
         if "conv" in ex.native.library_calls:      # (the library call's own words: BLAS or nbxla's kernel)
             line = next((l for l in ex.native.describe().splitlines() if l.strip().startswith("%conv:")), "")
             how = "by nbxla's GEMM kernel" if "by nbxla" in line else "BLAS"
-        xj = best["jax"] / best["nbxla"] if "jax" in best else float("nan")
-        xn = best["numpy"] / best["nbxla"] if "numpy" in best else float("nan")
-        ratios.append((c["name"], xj))
-        print(f"{c['name']:36s} {best['nbxla']:9.3f} {best.get('jax', float('nan')):9.3f} "
-              f"{best.get('numpy', float('nan')):9.3f} {xj:6.2f} {xn:7.2f}  {how}"
-              f"{'  MISMATCH: ' + ','.join(bad) if bad else '  ok'}")
-        sys.stdout.flush()
+        ratios.append(report(c["name"], contenders, opts.repeats, how, bad))
     if not wanted or any("block" in s for s in wanted):
         for h, cin, cout, s in ([(16, 8, 16, 1)] if opts.quick else
                                 [(112, 32, 64, 1), (56, 128, 128, 2), (14, 512, 512, 1)]):
@@ -408,14 +410,7 @@ def run_dense_block(c, rng, jx, repeats):
         jargs = [jax.device_put(a) for a in (x, k, jb)]
         results.append(("jax", np.asarray(f(*jargs).block_until_ready())))
         contenders["jax"] = lambda: f(*jargs).block_until_ready()
-    bad = [n for n, r in results if np.abs(r - want).max() > 1e-3 * (np.abs(want).max() or 1)]
-    samples = measure(contenders, repeats)
-    best = {n: min(v) * 1e3 for n, v in samples.items()}
-    xj = best["jax"] / best["nbxla"] if "jax" in best else float("nan")
-    print(f"{name:36s} {best['nbxla']:9.3f} {best.get('jax', float('nan')):9.3f} {best['numpy']:9.3f} "
-          f"{xj:6.2f} {best['numpy'] / best['nbxla']:7.2f}  BLAS + loop kernel"
-          f"{'  MISMATCH: ' + ','.join(bad) if bad else '  ok'}")
-    return name, xj
+    return report(name, contenders, repeats, "BLAS + loop kernel", mismatches(results, want))
 
 
 DENSE_BLOCKS = [case("3x3 NHWC 56x56 64->64", 1, 56, 56, 64, 64, 3),
@@ -466,14 +461,7 @@ def run_block(h, cin, cout, stride, rng, jx, repeats):
         jargs = [jax.device_put(a) for a in args]
         results.append(("jax", np.asarray(f(*jargs).block_until_ready())))
         contenders["jax"] = lambda: f(*jargs).block_until_ready()
-    bad = [n for n, r in results if np.abs(r - want).max() > 1e-3 * (np.abs(want).max() or 1)]
-    samples = measure(contenders, repeats)
-    best = {n: min(v) * 1e3 for n, v in samples.items()}
-    xj = best["jax"] / best["nbxla"] if "jax" in best else float("nan")
-    print(f"{name:36s} {best['nbxla']:9.3f} {best.get('jax', float('nan')):9.3f} {best['numpy']:9.3f} "
-          f"{xj:6.2f} {best['numpy'] / best['nbxla']:7.2f}  run-hlo path"
-          f"{'  MISMATCH: ' + ','.join(bad) if bad else '  ok'}")
-    return name, xj
+    return report(name, contenders, repeats, "run-hlo path", mismatches(results, want))
 
 
 if __name__ == "__main__":
