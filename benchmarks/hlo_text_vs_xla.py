@@ -31,7 +31,7 @@ import numpy as np
 
 from nbxla.compiler import compile_module
 from nbxla.hlo.evaluator import evaluate
-from nbxla.hlo.elided import accept_filled_constants
+from nbxla.hlo.elided import accept_filled_constants, model_values
 from nbxla.hlo.parser import parse_hlo
 from nbxla.hlo.printer import print_module
 
@@ -40,18 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def inputs_for(text: str, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    out = []
-    for p in parse_hlo(text).entry.parameters:
-        dims, dtype = p.shape.dims, p.shape.dtype
-        if dtype.kind in "iu":
-            out.append(rng.integers(0, 8, dims).astype(dtype))
-            continue
-        fan_in = int(np.prod(dims[:-1])) if len(dims) > 1 else 1
-        x = rng.standard_normal(dims) / np.sqrt(fan_in)
-        if dtype.kind == "c":
-            x = x + 1j * rng.standard_normal(dims) / np.sqrt(fan_in)
-        out.append(x.astype(dtype) if dtype.kind == "c" else x.astype(np.float32).astype(dtype))
-    return out
+    return [model_values(p.shape, rng) for p in parse_hlo(text).entry.parameters]
 
 
 def xla_runner(text: str, inputs):

@@ -36,7 +36,12 @@ class ElidedConstantError(NbxlaError, ValueError):
 
 def fill_values(name: str, shape: Shape) -> np.ndarray:
     """The deterministic stand-in values of the elided constant ``name``."""
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    return model_values(shape, np.random.default_rng(zlib.crc32(name.encode())))
+
+
+def model_values(shape: Shape, rng: np.random.Generator) -> np.ndarray:
+    """Random values of ``shape`` at a trained model's scale (see "The stand-ins" above): also
+    the inputs with which the model-module tests and benchmarks run HLO modules."""
     dims, t = shape.dims, shape.element_type
     if t == "pred":
         return rng.integers(0, 2, dims).astype(bool)

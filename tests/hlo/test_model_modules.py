@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from nbxla.compiler import compile_module
+from nbxla.hlo.elided import model_values
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.hlo.parser import parse_hlo
 from nbxla.testing import compare_arrays
@@ -37,15 +38,7 @@ def model_inputs(text: str, seed: int) -> list[np.ndarray]:
     """Indices in [0, 8) (in range for every table and segment count of these modules);
     weights scaled by 1/sqrt(fan-in), as trained layers keep activations of order one."""
     rng = np.random.default_rng(seed)
-    out = []
-    for p in parse_hlo(text).entry.parameters:
-        dims, dtype = p.shape.dims, p.shape.dtype
-        if dtype.kind in "iu":
-            out.append(rng.integers(0, 8, dims).astype(dtype))
-            continue
-        fan_in = int(np.prod(dims[:-1])) if len(dims) > 1 else 1
-        out.append((rng.standard_normal(dims) / np.sqrt(fan_in)).astype(np.float32).astype(dtype))
-    return out
+    return [model_values(p.shape, rng) for p in parse_hlo(text).entry.parameters]
 
 
 def evaluator_steps(executable) -> list[str]:
