@@ -185,6 +185,15 @@ def run_tool(cmd: list[str], what: str) -> None:
         raise AotError(f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr.strip()}")
 
 
+def compile_driver(cc: str, source: str, obj: str, cpu: str) -> None:
+    """The driver's C into the object ``obj``, for ``cpu`` (``host``: this machine's)."""
+    march = ["-march=native"] if cpu == "host" else [f"-march={cpu}"]
+    # (-fcx-limited-range: complex products by the plain formula, as BLAS does, with no call
+    # into libgcc's __mulsc3)
+    run_tool([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", *march, "-c", source, "-o", obj],
+             "compiling the driver")
+
+
 def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshold: int,
                    cpu: str = "host", description: str = "", emit_llvm: bool = False,
                    emit_asm: bool = False, emit_c: bool = False, plan: BufferPlan | None = None) -> AotObject:
@@ -222,12 +231,8 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
             f.write(tm.emit_object(mod))
         with open(driver_c, "w") as f:
             f.write(c_source)
-        march = ["-march=native"] if cpu == "host" else [f"-march={cpu}"]
-        # (-fcx-limited-range: complex products by the plain formula, as BLAS does, with no
-        # call into libgcc's __mulsc3)
         try:
-            run_tool([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", *march, "-c", driver_c, "-o", driver_o],
-                 "compiling the driver")
+            compile_driver(cc, driver_c, driver_o, cpu)
         except AotError as e:
             if re.search(rf"previous (declaration|definition) of .{name}(_arena)?\W", str(e)):
                 raise AotError(f"the name {name!r} is taken by the C library (the driver's headers declare "
@@ -482,9 +487,7 @@ def compile_symbolic_object(symbolic: Module, probes: tuple[Module, Module], siz
             f.write(tm.emit_object(mod))
         with open(source, "w") as f:
             f.write(c_source)
-        march = ["-march=native"] if cpu == "host" else [f"-march={cpu}"]
-        run_tool([cc, "-std=gnu11", "-O3", "-fPIC", "-fcx-limited-range", *march, "-c", source, "-o", driver_o],
-                 "compiling the driver")
+        compile_driver(cc, source, driver_o, cpu)
         run_tool([ld, "-r", kernels_o, driver_o, "-o", object_path], "merging the objects (ld -r)")
         if objcopy:
             run_tool([objcopy, f"--keep-global-symbol={name}", object_path], "localizing internal symbols (objcopy)")
