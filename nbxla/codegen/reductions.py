@@ -19,8 +19,8 @@ from llvmlite import ir
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
-from ..hlo.opcodes import COSTLY_TO_RECOMPUTE, ELEMENTWISE
-from ..hlo.shapes import compute_type
+from ..hlo.opcodes import COSTLY_TO_RECOMPUTE, ELEMENTWISE, TYPE_AGNOSTIC
+from ..hlo.shapes import compute_type, is_low_precision
 from . import arg_reductions
 from .elemental import ElementalEmitter, const_i64, delinearize, linear_index, llvm_type
 from .masked_ranges import true_range
@@ -83,10 +83,11 @@ def _accumulate_custom(b, em, plan, reduce, outer_index, name) -> list:
     return [b.load(s) for s in slots]
 
 
-def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
+def _accumulate(b, em, plan, reduce, outer_index, name, keep=None, reuse=None):
     """Emit the reduction of ``reduce`` at ``outer_index``; returns the result value (a list
     of values for a variadic reduction).  ``keep(idx)``, when given, runs at every reduced
-    element after the operand is computed (to store a value of it for a later phase)."""
+    element after the operand is computed (to store a value of it for a later phase);
+    ``reuse(idx)`` before it (to read back a value an earlier phase stored)."""
     opcode = reducer_opcode(reduce)
     if reduce.shape.is_tuple or opcode is None:
         assert keep is None
@@ -123,6 +124,8 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
             def body(j):
                 em.reset_memo()
                 idx = plan.merge(outer_index, prefix + [j])
+                if reuse is not None:
+                    reuse(idx)
                 x = em.value(x_instr, idx)
                 if keep is not None:
                     keep(idx)
@@ -145,7 +148,8 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None):
         else:
             whole = const_i64(0), const_i64(inner)
             # (a 1-D slice of index-dependent length masked to full length: its true length)
-            run_block(*(true_range(b, em, reduce, *whole) if keep is None and len(red_dims) == 1 else whole))
+            run_block(*(true_range(b, em, reduce, *whole) if keep is None and reuse is None and len(red_dims) == 1
+                        else whole))
             if blocked:
                 b.store(_wide_add(b, b.load(total_slot), _widen(b, b.load(acc_slot), wide)), total_slot)
                 b.store(_zero(ty), acc_slot)
@@ -189,13 +193,31 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
         def keep(idx):
             bufs.store(b, kept_buffer, linear_index(b, idx, plan.in_dims), em.value(kept_value, idx))
 
+        first = _first_phase_value(plan, kept_value, kept_phase)
+    else:
+        first = None
+    if first is not None:
+        def keep_first(idx):
+            bufs.store(b, kept_buffer, linear_index(b, idx, plan.in_dims), em.value(first, idx))
+
+        def reuse_first(idx):
+            reduced[id(first)] = bufs.load(b, kept_buffer, linear_index(b, idx, plan.in_dims))
+
+    row_divides = _row_divides(comp, plan)
+
     def outer_body(o):
         reduced.clear()
         tuples = {}
         outer_index = delinearize(b, o, plan.outer_dims)
         for n, r in enumerate(plan.reduces):
+            reuse = None
+            if first is not None and r is kept_phase:
+                reuse = reuse_first
             value = _accumulate(b, em, plan, r, outer_index, f"red{n}",
-                                keep if kept is not None and r is kept_phase else None)
+                                keep if kept is not None and r is kept_phase else
+                                keep_first if first is not None and r is plan.reduces[0] else None, reuse)
+            if reuse is not None:
+                reduced.pop(id(first), None)
             if r.shape.is_tuple:
                 tuples[id(r)] = value
                 for u in users[id(r)]:
@@ -211,16 +233,33 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
         row_outputs = [(k, out) for k, ((out, element), shape) in enumerate(zip(outputs, out_shapes))
                        if shape.dims == plan.in_dims and element is None]
         if row_outputs:
-            def write_row(red_index):
+            def write_row(red_index, reciprocals=()):
                 em.reset_memo()
                 idx = plan.merge(outer_index, red_index)
                 if kept is not None:
                     reduced[id(kept_value)] = bufs.load(b, kept_buffer, linear_index(b, idx, plan.in_dims))
+                for d, recip in reciprocals:
+                    reduced[id(d)] = b.fmul(em.value(d.operands[0], idx), recip)
                 for k, out in row_outputs:
                     bufs.store(b, len(params) + k, linear_index(b, idx, plan.in_dims), em.value(out, idx))
                 if kept is not None:
                     del reduced[id(kept_value)]
-            nest(b, list(plan.red_dims), "w", write_row)
+                for d, _ in reciprocals:
+                    del reduced[id(d)]
+            if row_divides:
+                # Each division by a row's reduced value as a multiplication by its reciprocal
+                # (one division a row), where the reciprocal is a normal number, else divided.
+                sums = [reduced[id(r)] for _, r in row_divides]
+                recips = [b.fdiv(ir.Constant(v.type, 1.0), v) for v in sums]
+                ok = _all(b, [_reciprocal_is_safe(b, v) for v in sums])
+                with b.if_else(ok) as (then, otherwise):
+                    with then:
+                        nest(b, list(plan.red_dims), "wr",
+                             lambda red_index: write_row(red_index, list(zip((d for d, _ in row_divides), recips))))
+                    with otherwise:
+                        nest(b, list(plan.red_dims), "w", write_row)
+            else:
+                nest(b, list(plan.red_dims), "w", write_row)
 
     for (out, element), shape in zip(outputs, out_shapes):
         if squeeze_dims(shape.dims) != squeeze_dims(plan.outer_dims) and (shape.dims != plan.in_dims or element is not None):
@@ -268,6 +307,73 @@ def _kept_row_value(comp: Computation, plan, outputs):
                 and _reads_only_through(out, value, reduce_ids):
             return last, value, k
     return None
+
+
+def _row_divides(comp: Computation, plan) -> list:
+    """The divisions of a row's elements by the row's reduced value (softmax's ``e / sum``) on
+    f32 or f64: (divide, reduce) pairs.  XLA's algebraic simplifier turns ``A / broadcast(B)``
+    into ``A * broadcast(1 / B)`` (XLA:CPU's optimized HLO of a softmax shows it); the output
+    pass does the same, a multiplication instead of a division per element (a vector division
+    takes several times a multiplication's issue slots).  ``x * (1/s)`` is within about one
+    ulp of ``x / s`` where ``1/s`` is a normal number, which the kernel checks per row
+    (``_reciprocal_is_safe``); the division stays for rows where it is not."""
+    reduce_ids = {id(r) for r in plan.reduces if not r.shape.is_tuple}
+    found = []
+    for i in comp.instructions:
+        if i.opcode != "divide" or i.shape.element_type not in ("f32", "f64") or i.shape.dims != plan.in_dims:
+            continue
+        d = i.operands[1]
+        while d.opcode in ("broadcast", "reshape", "bitcast") and id(d) not in reduce_ids:
+            d = d.operands[0]
+        if id(d) in reduce_ids and d.shape.element_type == i.shape.element_type:
+            found.append((i, d))
+    return found
+
+
+def _reciprocal_is_safe(b: ir.IRBuilder, v):
+    """Whether ``x * (1/v)`` stays within an ulp or so of ``x / v``: ``|v|`` in
+    [2**-126, 2**126] for f32 (2**-1022, 2**1022 for f64: ``1/v`` is then a normal number), or
+    ``v`` zero, infinite or NaN (both forms give the same inf, zero or NaN)."""
+    f64 = isinstance(v.type, ir.DoubleType)
+    lo, hi = (2.0 ** -1022, 2.0 ** 1022) if f64 else (2.0 ** -126, 2.0 ** 126)
+    mag = b.call(b.module.declare_intrinsic("llvm.fabs", [v.type]), [v])
+    normal = b.and_(b.fcmp_ordered(">=", mag, ir.Constant(v.type, lo)), b.fcmp_ordered("<=", mag, ir.Constant(v.type, hi)))
+    special = b.or_(b.fcmp_ordered("==", mag, ir.Constant(v.type, 0.0)),
+                    b.or_(b.fcmp_ordered("==", mag, ir.Constant(v.type, float("inf"))), b.fcmp_unordered("uno", v, v)))
+    return b.or_(normal, special)
+
+
+def _all(b: ir.IRBuilder, flags: list):
+    result = flags[0]
+    for f in flags[1:]:
+        result = b.and_(result, f)
+    return result
+
+
+def _first_phase_value(plan, kept_value: Instruction, kept_phase: Instruction):
+    """Softmax on bf16 scores: the first phase's operand (``f32(round(round(dot) * scale))``,
+    two roundings and a multiply) is computed again by the second phase under its ``exp``.
+    When that operand rounds to a narrow float on the way (several instructions an element)
+    or is costly, the first phase stores it into the output buffer and the second reads it
+    back; the second then overwrites the same element with its kept value (``exp``), which
+    the output pass reads, as without this.
+
+    Returns the value or None.  Only for two phases whose second keeps a value, where the
+    second phase's operand uses the first's operand only at the element it reduces
+    (elementwise, as the output pass uses the kept value) and reaches array parameters
+    only through it, and where the value has the output buffer's element type (stored
+    exactly)."""
+    if len(plan.reduces) != 2 or kept_phase is not plan.reduces[1]:
+        return None
+    value = plan.reduces[0].operands[0]
+    if value.shape.dims != plan.in_dims or value.shape.element_type != kept_value.shape.element_type:
+        return None
+    if not _reads_only_through(kept_phase.operands[0], value, {id(r) for r in plan.reduces}):
+        return None
+    worth = any(i.opcode in COSTLY_TO_RECOMPUTE or
+                (is_low_precision(i.shape.element_type) and i.opcode not in TYPE_AGNOSTIC)
+                for i in ancestors([value]))
+    return value if worth else None
 
 
 def _reads_only_through(out: Instruction, value: Instruction, reduce_ids: set) -> bool:

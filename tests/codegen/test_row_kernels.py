@@ -147,3 +147,115 @@ def test_concatenation_rows_operand_by_operand(shapes, axis, threads, monkeypatc
     np.testing.assert_array_equal(fused(*arrays), np.concatenate([x * (k + 2) for k, x in enumerate(arrays)],
                                                                  axis=axis))
     assert '"cat0.head"' in fused.last_compilation.executable.native.kernels.llvm_ir
+
+
+# --- the first phase's value kept for the second (bf16 scores), and reciprocals ------------
+
+_BF16_SOFTMAX = """
+HloModule bf16_softmax
+%max_f32 (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+%add_f32 (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+ENTRY %main (s: f32[ROWS,COLS]) -> f32[ROWS,COLS] {
+  %s = f32[ROWS,COLS]{1,0} parameter(0)
+  %s_bf16 = bf16[ROWS,COLS]{1,0} convert(%s)
+  %scale = bf16[] constant(0.125)
+  %scales = bf16[ROWS,COLS]{1,0} broadcast(%scale), dimensions={}
+  %scaled = bf16[ROWS,COLS]{1,0} multiply(%s_bf16, %scales)
+  %x = f32[ROWS,COLS]{1,0} convert(%scaled)
+  %lowest = f32[] constant(-inf)
+  %m = f32[ROWS]{0} reduce(%x, %lowest), dimensions={1}, to_apply=%max_f32
+  %mb = f32[ROWS,COLS]{1,0} broadcast(%m), dimensions={0}
+  %d = f32[ROWS,COLS]{1,0} subtract(%x, %mb)
+  %e = f32[ROWS,COLS]{1,0} exponential(%d)
+  %zero = f32[] constant(0)
+  %sum = f32[ROWS]{0} reduce(%e, %zero), dimensions={1}, to_apply=%add_f32
+  %sb = f32[ROWS,COLS]{1,0} broadcast(%sum), dimensions={0}
+  %p = f32[ROWS,COLS]{1,0} divide(%e, %sb)
+  %out = bf16[ROWS,COLS]{1,0} convert(%p)
+  ROOT %widened = f32[ROWS,COLS]{1,0} convert(%out)
+}
+"""
+
+
+def _reduction_fusions(compiled):
+    return [i.attrs["calls"] for i in compiled.optimized.entry.instructions
+            if i.opcode == "fusion" and any(j.opcode == "reduce" for j in i.attrs["calls"].instructions)]
+
+
+def _first_phase_values(compiled):
+    found = []
+    for comp in _reduction_fusions(compiled):
+        plan = toolkit.ReductionPlan(comp)
+        kept = reductions._kept_row_value(comp, plan, [(o, None) for o in toolkit.kernel_outputs(comp)])
+        found.append(kept and reductions._first_phase_value(plan, kept[1], kept[0]))
+    return found
+
+
+@pytest.mark.parametrize("rows,cols", [(3, 5), (64, 128), (7, 1000)])
+def test_bf16_scores_are_kept_from_the_first_phase_and_match_the_evaluator(rows, cols):
+    """Softmax over bf16-rounded scaled scores (attention's form): the first phase stores the
+    rounded scores, the second reads them back under its exp (the output pass reads the exp);
+    the probabilities rounded to bf16 and widened again, as a bf16 dot's operand is; rows
+    with NaN, +-inf and huge values included: the evaluator's results."""
+    from nbxla.compiler import compile_module
+    from nbxla.hlo.evaluator import evaluate, flatten
+    from nbxla.hlo.parser import parse_hlo
+    from nbxla.testing import compare_arrays
+    text = _BF16_SOFTMAX.replace("ROWS", str(rows)).replace("COLS", str(cols))
+    s = (np.random.default_rng(rows).standard_normal((rows, cols)) * 8).astype(np.float32)
+    s[0, 1] = np.nan
+    s[1 % rows, 0] = np.inf
+    s[2 % rows, :2] = -np.inf
+    s[-1, -1] = 3e38
+    compiled = compile_module(parse_hlo(text), "cpu")
+    values = _first_phase_values(compiled)
+    assert len(values) == 1 and values[0] is not None and values[0].opcode == "convert"
+    got = compiled.executable.run([s])[0]
+    want = flatten(evaluate(parse_hlo(text), [s]))[0]
+    ok, detail = compare_arrays(got, want)
+    assert ok, detail
+    assert compiled.executable.native.interpreted == {}
+
+
+def test_first_phase_value_not_kept_where_it_is_cheap():
+    """f32 softmax: the first phase's operand is one multiply of a load, cheaper to compute
+    again than to store and reload: nothing kept from the first phase."""
+    x = np.random.default_rng(0).standard_normal((8, 33)).astype(np.float32)
+    f = nbxla.jit(lambda a: _softmax(a * np.float32(0.125)), cache=CompilationCache())
+    f(x)
+    assert _first_phase_values(f.last_compilation) == [None]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_division_by_row_sums_by_reciprocal_only_where_it_is_normal(dtype):
+    """x / sum(x) per row is computed as x * (1/sum) where 1/sum is a normal number; rows
+    whose sum is below 2**-128 (1/sum overflows), huge (1/sum subnormal), zero, infinite or NaN
+    keep the division or give the division's inf/NaN: every row is the evaluator's."""
+    tiny = np.finfo(dtype).tiny
+    big = np.finfo(dtype).max
+    rows = np.array([
+        [1.0, 2.0, 3.0, 4.0],                       # normal: the reciprocal
+        [tiny / 64, tiny / 32, tiny / 128, tiny / 16],  # sum below 2**-128: 1/sum overflows
+        [big / 2, big / 4, big / 8, big / 16],     # huge sum: 1/sum subnormal, imprecise
+        [0.0, 0.0, 0.0, 0.0],                       # 0/0: NaN either way
+        [0.0, 1.0, np.inf, 2.0],                    # inf sum: 0 and NaN
+        [1.0, np.nan, 2.0, 3.0],                    # NaN sum
+        [-1.0, 3.0, -5.0, 2.5],                     # negative sum
+    ], dtype=dtype)
+    fn = lambda a: a / np.sum(a, axis=-1, keepdims=True)  # noqa: E731
+    cpu = nbxla.jit(fn, cache=CompilationCache())
+    ref = nbxla.jit(fn, device="evaluator", cache=CompilationCache())
+    with np.errstate(all="ignore"):
+        got, want = cpu(rows), ref(rows)
+    np.testing.assert_allclose(got, want, rtol=2e-7 if dtype == np.float32 else 1e-15, atol=0, equal_nan=True)
+    assert np.isfinite(got[1]).all() and np.isfinite(got[2]).all() and np.any(got[2] > 0)
+    comps = _reduction_fusions(cpu.last_compilation)
+    assert [len(reductions._row_divides(c, toolkit.ReductionPlan(c))) for c in comps] == [1]
