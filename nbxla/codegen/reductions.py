@@ -26,8 +26,8 @@ from .elemental import ElementalEmitter, const_i64, delinearize, linear_index, l
 from .masked_ranges import true_range
 from .toolkit import (ancestors, BLOCK, combine_values, componentwise, counted_loop, entry_alloca,
                       expand_index, kernel_function, kernel_outputs, KernelBuffers, KernelSpec, load_at,
-                      MINMAX_INTERLEAVE, NanTrackingExtreme, narrow_float, nest, product, reducer_opcode,
-                      ReductionPlan, squeeze_dims)
+                      MINMAX_INTERLEAVE, NanTrackingExtreme, narrow_float, nest, prefer_wide_vectors, product,
+                      reducer_opcode, ReductionPlan, squeeze_dims, WIDE_VECTOR_MIN_TRIP)
 
 
 def _wide_type(ty):
@@ -177,6 +177,8 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
     params = comp.parameters
     shapes = [p.shape for p in params] + out_shapes
     fn, b = kernel_function(module, name)
+    if plan.red_dims and plan.red_dims[-1] >= WIDE_VECTOR_MIN_TRIP:
+        prefer_wide_vectors(fn)          # long rows: the row loops are compute-bound
     # (a reduction's outputs never share memory with its operands: see _kept_row_value)
     bufs = KernelBuffers(b, fn.args[0], shapes, first_output=len(params))
     reduced: dict[int, ir.Value] = {}

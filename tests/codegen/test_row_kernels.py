@@ -259,3 +259,16 @@ def test_division_by_row_sums_by_reciprocal_only_where_it_is_normal(dtype):
     assert np.isfinite(got[1]).all() and np.isfinite(got[2]).all() and np.any(got[2] > 0)
     comps = _reduction_fusions(cpu.last_compilation)
     assert [len(reductions._row_divides(c, toolkit.ReductionPlan(c))) for c in comps] == [1]
+
+
+@pytest.mark.parametrize("cols,wide", [(toolkit.WIDE_VECTOR_MIN_TRIP - 1, False), (toolkit.WIDE_VECTOR_MIN_TRIP, True)])
+def test_long_rows_ask_for_wide_vectors_on_avx512_hosts(cols, wide):
+    """Row kernels over rows of at least WIDE_VECTOR_MIN_TRIP elements ask LLVM for 512-bit
+    vectors (where the host has AVX-512); shorter rows keep LLVM's default; both give the
+    evaluator's results."""
+    x = np.random.default_rng(3).standard_normal((16, cols)).astype(np.float32)
+    f = nbxla.jit(_softmax, cache=CompilationCache())
+    ref = nbxla.jit(_softmax, device="evaluator", cache=CompilationCache())
+    np.testing.assert_allclose(f(x), ref(x), rtol=2e-5, atol=1e-30)
+    asked = '"prefer-vector-width"="512"' in f.last_compilation.executable.native.kernels.llvm_ir
+    assert asked == (wide and toolkit.WIDE_VECTORS)
