@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 import weakref
 
-import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..errors import UnsupportedError
@@ -66,30 +65,6 @@ class RunSizes:
         is: call it in the entry block)."""
         self.values.append(value)
         return self.b.load(self.b.gep(self.array, [const_i64(len(self.values) - 1)]), name="size")
-
-
-# AVX-512 hosts: LLVM's tuning for them prefers 256-bit vectors (wide vectors lower the clock
-# of older Xeons and waste lanes on short loops).  A kernel whose loops are long and
-# compute-bound asks for 512-bit ones (``prefer_wide_vectors``): half the instructions.
-# Measured on a Sapphire Rapids core: bf16 attention's softmax rows (8x128 rows of 128)
-# 136 -> 119 us, the f32 attention module 203 -> 190 us.
-WIDE_VECTORS = bool(llvm.get_host_cpu_features().get("avx512f", False))
-# The shortest loop (elements) worth 512-bit vectors: four vector iterations of f32.
-WIDE_VECTOR_MIN_TRIP = 64
-
-
-class _WideVectorAttributes(ir.values.FunctionAttributes):
-    """A function's attributes plus LLVM's ``"prefer-vector-width"="512"`` (a string
-    attribute, which llvmlite's attribute set does not list)."""
-
-    def _to_list(self, ret_type):
-        return super()._to_list(ret_type) + ['"prefer-vector-width"="512"']
-
-
-def prefer_wide_vectors(fn: ir.Function) -> None:
-    """Let LLVM vectorize ``fn``'s loops with 512-bit vectors where the host has them."""
-    if WIDE_VECTORS and not isinstance(fn.attributes, _WideVectorAttributes):
-        fn.attributes = _WideVectorAttributes(fn.attributes)
 
 
 def kernel_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
