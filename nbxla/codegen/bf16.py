@@ -17,14 +17,23 @@ The f8 types have no native path yet.
 
 from __future__ import annotations
 
+import weakref
+
 from llvmlite import ir
 
 _I16, _I32, _F32 = ir.IntType(16), ir.IntType(32), ir.FloatType()
+# The f32 values (LLVM values of the kernel being emitted) known to hold a bf16 exactly: what
+# ``round_to_bf16`` and ``from_bits`` return.  Storing one needs no second rounding: LLVM
+# folds the rounding's integer part away but not its NaN test (3 of the 17 instructions a
+# vector of a f32 -> bf16 convert kernel's loop took).
+_EXACT: "weakref.WeakSet[ir.Value]" = weakref.WeakSet()
 
 
 def from_bits(b: ir.IRBuilder, bits):
     """bf16 bits (i16) -> the f32 of the same value."""
-    return b.bitcast(b.shl(b.zext(bits, _I32), ir.Constant(_I32, 16)), _F32)
+    value = b.bitcast(b.shl(b.zext(bits, _I32), ir.Constant(_I32, 16)), _F32)
+    _EXACT.add(value)
+    return value
 
 
 def round_to_bf16(b: ir.IRBuilder, v):
@@ -40,11 +49,13 @@ def round_to_bf16(b: ir.IRBuilder, v):
     rounded = b.and_(b.add(b.add(bits, ir.Constant(_I32, 0x7FFF)), odd), high)
     quiet_nan = b.or_(b.and_(bits, ir.Constant(_I32, 0x80000000)), ir.Constant(_I32, 0x7FC00000))
     is_nan = b.fcmp_unordered("uno", v, v)
-    return b.bitcast(b.select(is_nan, quiet_nan, rounded), _F32)
+    value = b.bitcast(b.select(is_nan, quiet_nan, rounded), _F32)
+    _EXACT.add(value)
+    return value
 
 
 def to_bits(b: ir.IRBuilder, v):
-    """f32 -> bf16 bits (i16), rounded to nearest even."""
-    bits = b.bitcast(round_to_bf16(b, v), _I32)
+    """f32 -> bf16 bits (i16), rounded to nearest even (unless it is a bf16 already)."""
+    bits = b.bitcast(v if v in _EXACT else round_to_bf16(b, v), _I32)
     return b.trunc(b.lshr(bits, ir.Constant(_I32, 16)), _I16)
 

@@ -204,6 +204,25 @@ ENTRY %main (x: f32[60]) -> bf16[60] {
     assert list(got.view(np.uint16)[6:9]) == [0x7FC0, 0xFFC0, 0x7FC0]
 
 
+def test_a_rounded_value_is_stored_without_a_second_rounding():
+    """A bf16 result is rounded once, by its op: storing it takes its high half (no second
+    NaN test: one ``fcmp uno`` per element in the kernel's IR), and the bits are ml_dtypes'
+    (the same inputs as above, ties, overflow, NaNs and subnormals included)."""
+    bits = np.array([0x3F808000, 0x3F818000, 0x7F7FFFFF, 0x7FC00000, 0xFFC00001, 0x7F800001,
+                     0x80000000, 0x00018000, 0x80408000, 0xFF800000], np.uint32)
+    x = np.tile(bits.view(F32), 3)
+    text = """
+HloModule round_once
+ENTRY %main (x: f32[30]) -> bf16[30] {
+  %x = f32[30]{0} parameter(0)
+  ROOT %r = bf16[30]{0} convert(%x)
+}"""
+    executable = compile_module(parse_hlo(text), "cpu").executable
+    (got,) = executable.run([x])
+    assert_bitwise(got, x.astype(BF16))
+    assert executable.native.kernels.llvm_ir.count("fcmp uno") == 1
+
+
 @pytest.mark.parametrize("op,fn", [("add", np.add), ("subtract", np.subtract), ("multiply", np.multiply),
                                    ("divide", np.divide), ("maximum", np.maximum), ("power", np.power)])
 def test_binary_ops_round_like_ml_dtypes(op, fn):
