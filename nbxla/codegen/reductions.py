@@ -376,6 +376,8 @@ def _first_phase_value(plan, kept_value: Instruction, kept_phase: Instruction):
     exactly)."""
     if len(plan.reduces) != 2 or kept_phase is not plan.reduces[1]:
         return None
+    if plan.reduces[0].shape.is_tuple or reducer_opcode(plan.reduces[0]) is None:
+        return None                     # (a variadic or custom first phase keeps nothing)
     value = plan.reduces[0].operands[0]
     if value.shape.dims != plan.in_dims or value.shape.element_type != kept_value.shape.element_type:
         return None
