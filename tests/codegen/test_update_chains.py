@@ -112,3 +112,52 @@ def test_a_chain_longer_than_the_limit_is_cut_there():
     roots = [i.attrs["calls"].root for c in fb_root.last_compilation.optimized.computations
              for i in c.instructions if i.opcode == "fusion"]
     assert max(len(loops._window_chain(r)) for r in roots) == loops.MAX_CHAIN
+
+
+# ---- in-place updates that read the array they write (``codegen/updates.py``) ----------------
+
+def copy_boundary_rows(p):
+    p[-1, :] = p[-2, :]                                 # reads a row the window does not hold
+    p[0, :] = p[1, :]
+
+
+def shift_down(p):
+    p[1:, :] = p[:-1, :]                                # reads rows the window overwrites
+
+
+def shift_within_a_column(p):
+    p[2:6, 3] = p[3:7, 3] * 2.0                         # overlapping, along the first axis only
+
+
+def beside_the_window(p):
+    p[1:4, 2:5] = p[1:4, 5:8] + p[4:7, 2:5]             # apart along one axis each
+
+
+@pytest.mark.parametrize("fn", [copy_boundary_rows, shift_down, shift_within_a_column, beside_the_window],
+                         ids=lambda f: f.__name__)
+def test_in_place_updates_reading_their_array_match_numpy(fn):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((9, 10))
+    want, got = x.copy(), x.copy()
+    fn(want)
+    nbxla.jit(fn, device="cpu")(got)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_one_pass_where_the_slices_read_lie_outside_the_window():
+    from nbxla.codegen.updates import _one_pass
+    from nbxla.hlo.parser import parse_hlo
+
+    def one_pass(read: str) -> bool:           # rows [7, 9) written from the rows ``read``
+        comp = parse_hlo(f"""
+        HloModule m
+        ENTRY e {{
+          p = f64[9,10] parameter(0)
+          r = f64[2,10] slice(p), slice={{{read}, [0:10]}}
+          i = s64[] constant(7)
+          z = s64[] constant(0)
+          ROOT u = f64[9,10] dynamic-update-slice(p, r, i, z)
+        }}""").entry
+        return _one_pass(comp, comp.root, comp.parameters[0])
+    assert one_pass("[3:5]") and one_pass("[5:7]")          # apart from the window
+    assert not one_pass("[6:8]")                            # shifted into it: two passes
