@@ -19,6 +19,13 @@ the panel's kernel columns are a strided part of each kernel row, its sums a par
 output row.  The input elements of a window row are contiguous (``KW * C`` of them
 without window dilation), so the loop over them is one counted loop; with window dilation,
 a loop over the window's columns and one over the channels.
+
+**Epilogue.**  A bias per output feature and a clamp (relu: ``[0, inf)``, relu6: ``[0, 6]``)
+can be applied to each block's sums in registers before they are stored (``PatchGemm.bias``,
+``lower``, ``upper``; the runtime recognizes them in the fusion consuming the convolution,
+``runtime/conv_bias_act.py``): without them a separate kernel reads and writes the whole
+output again (7x7 3 -> 64 on 224x224, stride 2: 0.39 of 2.26 ms).  The bias is a fourth
+buffer of ``o`` features.  The clamp propagates NaN as HLO's maximum and minimum do.
 """
 
 from __future__ import annotations
@@ -62,6 +69,9 @@ class PatchGemm:
     # Channels-first output: the number of real output features, stored lane by lane straight
     # into the whole (N, features, OH, OW) output (0: the (rows, OW, o) block of the range)
     channels_first: int = 0
+    bias: bool = False              # add the 4th buffer (o features) to every position's sums
+    lower: float | None = None      # then clamp them to [lower, upper] (None: unbounded)
+    upper: float | None = None
 
     @property
     def itemsize(self) -> int:
@@ -95,8 +105,10 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     elem = ir.FloatType() if g.t == "f32" else ir.DoubleType()
     out_shape = (g.n, g.channels_first, g.oh, g.ow) if g.channels_first else (g.n * g.oh, g.ow, g.o)
     shapes = [Shape(g.t, (g.n, g.hp, g.wp, g.c)), Shape(g.t, (g.kh * g.kw * g.c, g.o)), Shape(g.t, out_shape)]
+    if g.bias:
+        shapes.append(Shape(g.t, (g.o,)))
     bufs = KernelBuffers(b, fn.args[0], shapes)
-    x, w, out = bufs.ptrs
+    x, w, out = bufs.ptrs[:3]
     row_step, image_step = g.wp * g.c, g.hp * g.wp * g.c
     (sh, sw), (dh, dw) = g.stride, g.dilation
     begin = fn.args[1]
@@ -122,6 +134,19 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     def kernel_row(k):
         at = b.add(b.mul(k, const_i64(g.o)), const_i64(first_feature))
         return b.load(b.bitcast(b.gep(w, [at]), vec.as_pointer()), align=g.itemsize)
+
+    def finished(total):
+        """A position's sums with the epilogue applied (see the module's docstring)."""
+        if g.bias:
+            at = b.bitcast(b.gep(bufs.ptrs[3], [const_i64(first_feature)]), vec.as_pointer())
+            total = b.fadd(total, b.load(at, align=g.itemsize))
+        for bound, keeps in ((g.lower, ">"), (g.upper, "<")):
+            if bound is not None:
+                limit = ir.Constant(vec, [ir.Constant(elem, bound)] * vec.count)
+                # (unordered-or-greater: a NaN sum stays NaN, as HLO's maximum gives)
+                b_keep = b.fcmp_unordered(keeps, total, limit)
+                total = b.select(b_keep, total, limit)
+        return total
 
     def positions(x_row, out_row, ow0, count: int):
         """Output positions [ow0, ow0 + count) of the row whose window starts at ``x_row``."""
@@ -155,13 +180,14 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
                 # (one scalar store per real feature, a plane apart: cheaper than NumPy's
                 # transposing copy of the block afterwards, LeNet's 5x5 1 -> 32 on 28x28)
                 position = b.add(out_row, b.add(ow0, const_i64(r)))
-                total = b.load(accumulators[r])
+                total = finished(b.load(accumulators[r]))
                 for j in range(min(vec.count, g.channels_first - first_feature)):
                     at = b.add(position, const_i64((first_feature + j) * g.oh * g.ow))
                     b.store(b.extract_element(total, ir.Constant(ir.IntType(32), j)), b.gep(out, [at]))
                 continue
             at = b.add(out_row, b.add(b.mul(b.add(ow0, const_i64(r)), const_i64(g.o)), const_i64(first_feature)))
-            b.store(b.load(accumulators[r]), b.bitcast(b.gep(out, [at]), vec.as_pointer()), align=g.itemsize)
+            b.store(finished(b.load(accumulators[r])), b.bitcast(b.gep(out, [at]), vec.as_pointer()),
+                    align=g.itemsize)
 
     def unit(u):
         image, oh = b.udiv(u, const_i64(g.oh)), b.urem(u, const_i64(g.oh))

@@ -25,7 +25,8 @@ transpose.
 its region of the output.  (A consuming fusion of bias adds and activations applied here
 block by block through NumPy's in-place ufuncs measured slower than the fusion's own native
 loop kernel over the whole output -- 3x3 64 -> 64 on 56x56 with bias and relu 2.29 against
-1.87 ms, MobileNet blocks 10-30% slower -- so the epilogue stays the fusion's kernel.)
+1.87 ms, MobileNet blocks 10-30% slower -- so with BLAS the epilogue stays the fusion's
+kernel; nbxla's own kernel applies a bias and relu / relu6 in registers: ``conv_bias_act``.)
 
 **Few output features** (at most ``NATIVE_GEMM_BYTES`` per position: 32 f32 features): no
 patches are gathered; nbxla's own kernel (``small_gemm``, ``codegen/patch_gemm.py``) reads
@@ -148,7 +149,9 @@ def takes_native(instr) -> bool:
 class BlockedConvolution:
     how = "im2col by blocks of output rows + one GEMM per block"
 
-    def __init__(self, instr: Instruction):
+    def __init__(self, instr: Instruction, epilogue=None):
+        """``epilogue``: a ``conv_bias_act.BiasActivation`` the native kernel applies to the
+        sums (only with it: ``takes_native``)."""
         dn = instr.attrs["dim_labels"]
         x, k = (o.shape.dims for o in instr.operands)
         window = instr.attrs.get("window")
@@ -203,13 +206,17 @@ class BlockedConvolution:
         self.gemm = None
         self.units = self.most = None       # (the blocks, made on the first call)
         self.how = f"{BlockedConvolution.how}, by {'nbxla' if self.native else 'BLAS'}"
+        if epilogue is not None and not self.native:
+            raise ValueError(f"an epilogue needs nbxla's kernel, which does not take %{instr.name}")
+        self.has_bias = epilogue is not None and epilogue.has_bias
         if self.native:
             padded = [x[d] + p.low + p.high for d, p in zip(self.input_order, self.padding)]
             self.gemm = small_gemm.PatchGemmKernel(small_gemm.PatchGemm(
                 small_gemm.element_type(self.dtype), self.n, padded[1], padded[2], self.c, self.kh, self.kw,
                 self.oh, self.ow, self.o_wide, tuple(w.stride for w in self.window),
                 tuple(w.window_dilation for w in self.window), self.panels,
-                o if self.store_channels_first else 0))
+                o if self.store_channels_first else 0, self.has_bias,
+                None if epilogue is None else epilogue.lower, None if epilogue is None else epilogue.upper))
 
     def blocks(self) -> list[tuple[int, int, int, int]]:
         """The blocks of the output: (first image, images, first row, rows)."""
@@ -217,8 +224,9 @@ class BlockedConvolution:
             return [(n, min(self.images, self.n - n), 0, self.oh) for n in range(0, self.n, self.images)]
         return [(n, 1, h, min(self.rows, self.oh - h)) for n in range(self.n) for h in range(0, self.oh, self.rows)]
 
-    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
-        """The convolution of ``operands`` (input, kernel)."""
+    def __call__(self, operands: list[np.ndarray], bias: np.ndarray | None = None) -> np.ndarray:
+        """The convolution of ``operands`` (input, kernel); ``bias``: the epilogue's, when it
+        has one (O features)."""
         x = np.transpose(operands[0], self.input_order)
         x = pad_array(x, self.dtype.type(0), self.padding) if self.pads else np.ascontiguousarray(x)
         k = np.transpose(operands[1], self.kernel_order)
@@ -231,6 +239,11 @@ class BlockedConvolution:
             wide = np.zeros((self.depth, self.o_wide), self.dtype)
             wide[:, :self.o] = kmat
             kmat = wide
+        if self.has_bias:
+            # (the kernel reads o_wide features: the padded ones' bias is 0, and they are dropped)
+            bias = np.ascontiguousarray(bias, self.dtype)
+            if self.o_wide != self.o:
+                bias = np.concatenate([bias, np.zeros(self.o_wide - self.o, self.dtype)])
         out = np.empty(self.dims, self.dtype)
         ow, o, depth = self.ow, self.o, self.depth
         if self.units is None:       # (made once: a small convolution's call is mostly such overhead)
@@ -253,13 +266,13 @@ class BlockedConvolution:
                     # (patches read in place by nbxla's kernel: output rows n * OH + h0 on)
                     first = n * self.oh + h0
                     if direct:
-                        native(x, kmat, out[n:n + images, h0:h0 + h], first, first + images * h)
+                        native(x, kmat, out[n:n + images, h0:h0 + h], first, first + images * h, bias)
                         continue
                     if store_cf:
-                        native(x, kmat, out, first, first + images * h)
+                        native(x, kmat, out, first, first + images * h, bias)
                         continue
                     r = result[:rows * self.o_wide]
-                    native(x, kmat, r, first, first + images * h)
+                    native(x, kmat, r, first, first + images * h, bias)
                     values = r.reshape(images, h, ow, self.o_wide)[..., :o]
                     region = [slice(None)] * 4
                     region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)

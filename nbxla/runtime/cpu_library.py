@@ -50,7 +50,9 @@ from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
 from ..hlo.shapes import Shape
 from .bf16_arrays import round_to_bf16
+from .conv_bias_act import ConvolutionWithEpilogue
 from .conv_blocks import blocked_refusal, BlockedConvolution, prefers_per_tap
+from .conv_epilogue import runs_as_library
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 from .lapack_calls import FftThunk, lapack_thunk
 
@@ -67,6 +69,8 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
         return _sort_thunk(instr, fallback)
     if instr.opcode == "convolution":
         return _convolution_thunk(instr)
+    if instr.opcode == "fusion" and runs_as_library(instr):
+        return ConvolutionWithEpilogue(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == SOLVE_TARGET:
         return _SolveThunk(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") in POTRF_TARGETS:
