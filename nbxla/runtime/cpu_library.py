@@ -560,9 +560,15 @@ class _WidenedConvolution:
         self.how, self.dtype = f"{self.inner.how}, in f32", instr.shape.dtype
         # Constant operands (a frozen model's weights) widened once, not on every call.
         self.widened = [widen_value(o.literal) if o.opcode == "constant" else None for o in instr.operands]
+        # (the blocked path copies both operands into its own f32 buffers anyway: widened there)
+        self.widens_itself = isinstance(self.inner, BlockedConvolution)
 
     def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
-        result = self.inner([widen_value(o) if w is None else w for o, w in zip(operands, self.widened)])
+        if self.widens_itself:
+            operands = [o if w is None else w for o, w in zip(operands, self.widened)]
+        else:
+            operands = [widen_value(o) if w is None else w for o, w in zip(operands, self.widened)]
+        result = self.inner(operands)
         return result if result.dtype == self.dtype else round_to_bf16(result)
 
 
