@@ -219,6 +219,10 @@ class BlockedConvolution:
             self.images = min(self.n, max(1, PATCH_BYTES // image_bytes, -(-MIN_POSITIONS // (self.ow * self.oh))))
         self.gemm = None
         self.units = self.most = None       # (the blocks, made on the first call)
+        # Channels-last output without padded features: the kernel writes each block straight
+        # into its (contiguous) rows of the output, no block copy (7x7 3 -> 64 on 224x224,
+        # stride 2: the copy was ~10% of the convolution).
+        self.direct = self.native and self.o_wide == o and list(self.nhwc_order) == [0, 1, 2, 3]
         self.how = f"{BlockedConvolution.how}, by {'nbxla' if self.native else 'BLAS'}"
         if epilogue is not None and not self.native:
             raise ValueError(f"an epilogue needs nbxla's kernel, which does not take %{instr.name}")
@@ -279,15 +283,12 @@ class BlockedConvolution:
             self.most = max(i * h for _, i, _, h in self.units) * ow
         units, most, native = self.units, self.most, self.gemm
         nhwc, to_logical, cf = self.nhwc_order, self.to_logical, self.channels_first
-        # Channels-last output without padded features: the kernel writes each block straight
-        # into its (contiguous) rows of the output, no block copy (7x7 3 -> 64 on 224x224,
-        # stride 2: the copy was ~10% of the convolution).
-        direct = native is not None and self.o_wide == o and list(nhwc) == [0, 1, 2, 3]
-        store_cf = self.store_channels_first
+        direct, store_cf = self.direct, self.store_channels_first
 
         def run(_, begin, end):
-            patches = np.empty(0 if native is not None else most * depth, self.dtype)
-            result = np.empty(0 if direct else most * (self.o_wide if native is not None else o), self.dtype)
+            patches = None if native is not None else np.empty(most * depth, self.dtype)
+            result = None if direct or store_cf else \
+                np.empty(most * (self.o_wide if native is not None else o), self.dtype)
             for n, images, h0, h in units[begin:end]:
                 rows = images * h * ow
                 if native is not None:

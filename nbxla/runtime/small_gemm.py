@@ -23,6 +23,7 @@ import numpy as np
 
 from ..codegen.cpu import compile_helper_kernel
 from ..codegen.patch_gemm import emit_patch_gemm, PatchGemm
+from .cpu_kernels import data_pointer
 
 _KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 _POINTERS = ctypes.c_void_p * 3
@@ -55,8 +56,10 @@ class PatchGemmKernel:
     def __call__(self, x: np.ndarray, kernel: np.ndarray, out: np.ndarray, begin: int, end: int,
                  bias: np.ndarray | None = None) -> None:
         """(``bias``: the geometry's bias buffer, when it has one)"""
-        pointers = _POINTERS(x.ctypes.data, kernel.ctypes.data, out.ctypes.data) if bias is None else \
-            _POINTERS_AND_BIAS(x.ctypes.data, kernel.ctypes.data, out.ctypes.data, bias.ctypes.data)
+        # (data_pointer: ~0.1 us a buffer, where ``.ctypes.data`` took ~0.9: a small
+        # convolution's call is mostly such overhead)
+        pointers = _POINTERS(data_pointer(x), data_pointer(kernel), data_pointer(out)) if bias is None else \
+            _POINTERS_AND_BIAS(data_pointer(x), data_pointer(kernel), data_pointer(out), data_pointer(bias))
         self.fn(pointers, begin, end)
 
 
