@@ -72,6 +72,9 @@ class PatchGemm:
     bias: bool = False              # add the 4th buffer (o features) to every position's sums
     lower: float | None = None      # then clamp them to [lower, upper] (None: unbounded)
     upper: float | None = None
+    # bf16 convolutions' epilogue: the sum rounded to bf16 (the convolution's own result), then
+    # the bias sum rounded again (a bf16 add), as the evaluator and XLA:CPU compute them
+    bf16_steps: bool = False
 
     @property
     def itemsize(self) -> int:
@@ -137,9 +140,13 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
 
     def finished(total):
         """A position's sums with the epilogue applied (see the module's docstring)."""
+        if g.bf16_steps:
+            total = _round_to_bf16(b, total)
         if g.bias:
             at = b.bitcast(b.gep(bufs.ptrs[3], [const_i64(first_feature)]), vec.as_pointer())
             total = b.fadd(total, b.load(at, align=g.itemsize))
+            if g.bf16_steps:
+                total = _round_to_bf16(b, total)
         for bound, keeps in ((g.lower, ">"), (g.upper, "<")):
             if bound is not None:
                 limit = ir.Constant(vec, [ir.Constant(elem, bound)] * vec.count)
@@ -212,3 +219,18 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     counted_loop(b, fn.args[1], fn.args[2], "pg.row", unit)
     b.ret_void()
     return KernelSpec(name, "patch-gemm", g.n * g.oh, g.ow * g.kh * g.kw * g.c * g.o)
+
+
+def _round_to_bf16(b: ir.IRBuilder, v):
+    """A vector of f32 rounded to the nearest bf16 values (ties to even), still f32; NaN the
+    quiet NaN of its sign (codegen/bf16.round_to_bf16, lane by lane)."""
+    lanes = v.type.count
+    i32 = ir.VectorType(ir.IntType(32), lanes)
+
+    def splat(value):
+        return ir.Constant(i32, [ir.Constant(ir.IntType(32), value)] * lanes)
+    bits = b.bitcast(v, i32)
+    odd = b.and_(b.lshr(bits, splat(16)), splat(1))
+    rounded = b.and_(b.add(b.add(bits, splat(0x7FFF)), odd), splat(0xFFFF0000))
+    quiet_nan = b.or_(b.and_(bits, splat(0x80000000)), splat(0x7FC00000))
+    return b.bitcast(b.select(b.fcmp_unordered("uno", v, v), quiet_nan, rounded), v.type)

@@ -11,13 +11,17 @@ epilogue costs 0.09 ms.
 The fold itself is ``conv_epilogue``'s (the fusion takes the convolution's operands and the
 convolution leaves the program); this module says which dense convolutions and which fusions
 it takes, and runs the folded fusion as a library call.  Recognized epilogues, all in the
-convolution's element type (f32 or f64), ``x`` the convolution or ``x + bias``:
+convolution's element type (f32, f64 or bf16), ``x`` the convolution or ``x + bias``:
 
 * ``x + broadcast(bias)``, the bias a rank-1 parameter of the fusion or a constant, broadcast
   along the output feature dimension (either operand order);
 * ``maximum(x, c)`` (relu), ``minimum(x, c)``, ``minimum(maximum(x, lo), hi)`` and the other
   nesting, ``clamp(lo, x, hi)`` (relu6) with scalar constants ``c``, ``lo <= hi`` (either
   operand order of maximum / minimum).
+
+bf16 (TensorFlow's mixed precision, XLA's benchmark models): the kernel computes in f32 and
+rounds as the evaluator and XLA:CPU do -- the convolution's sum to bf16, the bias sum to bf16
+again -- and the clamp of bf16 values by bf16 constants is exact; the result is stored once.
 
 Only convolutions that the blocked path runs in nbxla's kernel are taken (``conv_blocks.
 takes_native``): the BLAS paths would need a separate pass for the epilogue anyway.
@@ -26,12 +30,15 @@ takes_native``): the BLAS paths would need a separate pass for the epilogue anyw
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 import numpy as np
 
 from ..hlo.ir import Computation, Instruction
+from ..hlo.low_precision import widen_shape
+from .bf16_arrays import round_to_bf16
 from .conv_blocks import blocked_refusal, BlockedConvolution, takes_native
 
-_TYPES = {"f32", "f64"}
+_TYPES = {"f32", "f64", "bf16"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class BiasActivation:
     bias_constant: np.ndarray | None
     lower: float | None             # clamp bounds (None: unbounded)
     upper: float | None
+    bf16: bool = False              # the convolution and its epilogue on bf16 (see the docstring)
 
     @property
     def has_bias(self) -> bool:
@@ -50,8 +58,17 @@ class BiasActivation:
 def takes_dense(conv: Instruction) -> bool:
     """Does the native kernel with an epilogue take the dense convolution ``conv``?"""
     types = {conv.shape.element_type} | {o.shape.element_type for o in conv.operands}
+    wide = widened(conv)
     return len(types) == 1 and types <= _TYPES and conv.attrs.get("feature_group_count", 1) == 1 and \
-        conv.attrs.get("batch_group_count", 1) == 1 and blocked_refusal(conv) is None and takes_native(conv)
+        conv.attrs.get("batch_group_count", 1) == 1 and blocked_refusal(wide) is None and takes_native(wide)
+
+
+def widened(conv: Instruction):
+    """``conv`` as the f32 convolution the kernel computes (a bf16 one's operands widened)."""
+    if conv.shape.element_type != "bf16":
+        return conv
+    return SimpleNamespace(opcode="convolution", name=conv.name, attrs=conv.attrs, shape=widen_shape(conv.shape),
+                           operands=[SimpleNamespace(shape=widen_shape(o.shape)) for o in conv.operands])
 
 
 def dense_convolution(comp: Computation) -> Instruction | None:
@@ -89,8 +106,9 @@ def bias_activation(comp: Computation, conv: Instruction) -> BiasActivation | No
         return None
     if v.shape.dims != dims or v.shape.element_type != t:
         return None
+    bf16 = t == "bf16"
     if v is conv:
-        return BiasActivation(None, None, lower, upper)
+        return BiasActivation(None, None, lower, upper, bf16)
     if v.opcode != "add" or not any(o is conv for o in v.operands) or v.operands[0] is v.operands[1]:
         return None
     b = v.operands[1] if v.operands[0] is conv else v.operands[0]
@@ -100,9 +118,10 @@ def bias_activation(comp: Computation, conv: Instruction) -> BiasActivation | No
         return None
     source = b.operands[0]
     if source.opcode == "parameter":
-        return BiasActivation(source.parameter_number, None, lower, upper)
+        return BiasActivation(source.parameter_number, None, lower, upper, bf16)
     if source.opcode == "constant":
-        return BiasActivation(None, np.ascontiguousarray(source.literal, dtype=source.shape.dtype), lower, upper)
+        return BiasActivation(None, np.ascontiguousarray(source.literal, dtype=source.shape.dtype), lower, upper,
+                              bf16)
     return None
 
 
@@ -138,7 +157,8 @@ class ConvolutionWithEpilogue:
             raise ValueError(f"fusion %{fusion.name} is no dense convolution with a bias / activation "
                              "epilogue (conv_epilogue folds only those)")
         self.operand_at = [o.parameter_number for o in conv.operands]
-        self.inner = BlockedConvolution(conv, self.epilogue)
+        self.inner = BlockedConvolution(widened(conv), self.epilogue)
+        self.bf16 = self.epilogue.bf16
         e = self.epilogue
         parts = (["bias"] if e.has_bias else []) + ([f"max {e.lower:g}"] if e.lower is not None else []) + \
             ([f"min {e.upper:g}"] if e.upper is not None else [])
@@ -147,4 +167,7 @@ class ConvolutionWithEpilogue:
     def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
         e = self.epilogue
         bias = operands[e.bias_parameter] if e.bias_parameter is not None else e.bias_constant
-        return self.inner([operands[k] for k in self.operand_at], bias)
+        # (bf16 operands are widened by the blocked path's own copies; its f32 result holds
+        # bf16 values already, rounded in the kernel: the conversion is exact)
+        result = self.inner([operands[k] for k in self.operand_at], bias)
+        return round_to_bf16(result) if self.bf16 else result

@@ -234,7 +234,8 @@ class BlockedConvolution:
                 self.oh, self.ow, self.o_wide, tuple(w.stride for w in self.window),
                 tuple(w.window_dilation for w in self.window), self.panels,
                 o if self.store_channels_first else 0, self.has_bias,
-                None if epilogue is None else epilogue.lower, None if epilogue is None else epilogue.upper))
+                None if epilogue is None else epilogue.lower, None if epilogue is None else epilogue.upper,
+                epilogue is not None and epilogue.bf16))
 
     def blocks(self) -> list[tuple[int, int, int, int]]:
         """The blocks of the output: (first image, images, first row, rows)."""

@@ -109,6 +109,16 @@ def test_a_constant_bias_and_f64():
     run(dense_module("NCHW", t="f64", epilogue="relu"), folded=True)
 
 
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("epilogue", ["bias", "relu6", "relu-only"])
+def test_bf16_rounds_the_sum_and_the_bias_sum(layout, epilogue):
+    """(SSD-MobileNet's bf16 layers: the convolution rounded to bf16, the bias add rounded
+    again, as the evaluator computes them)"""
+    run(dense_module(layout, t="bf16", epilogue=epilogue, c=8, o=24, h=9, stride=2, pad=(0, 1)), folded=True)
+    run(dense_module(layout, t="bf16", epilogue=epilogue, bias="constant", k=1, pad=(0, 0), c=16, o=32),
+        folded=True)
+
+
 def test_nan_stays_nan_through_the_clamp():
     run(dense_module("NHWC", epilogue="relu6"), folded=True, nan=True)
     run(dense_module("NHWC", epilogue="relu-only"), folded=True, nan=True)
