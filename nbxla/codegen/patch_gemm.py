@@ -75,6 +75,14 @@ class PatchGemm:
     # bf16 convolutions' epilogue: the sum rounded to bf16 (the convolution's own result), then
     # the bias sum rounded again (a bf16 add), as the evaluator and XLA:CPU compute them
     bf16_steps: bool = False
+    # Channels-last output of fewer features than ``o`` (the kernel's columns rounded up to a
+    # power of two): each position's first ``stored`` sums stored lane by lane, the output
+    # (rows, OW, stored) written in place (0: all ``o``)
+    stored: int = 0
+
+    @property
+    def out_row(self) -> int:
+        return self.stored or self.o
 
     @property
     def itemsize(self) -> int:
@@ -106,7 +114,7 @@ def panel_widths(o: int, itemsize: int) -> tuple[int, ...] | None:
 def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     fn, b = kernel_function(module, name)
     elem = ir.FloatType() if g.t == "f32" else ir.DoubleType()
-    out_shape = (g.n, g.channels_first, g.oh, g.ow) if g.channels_first else (g.n * g.oh, g.ow, g.o)
+    out_shape = (g.n, g.channels_first, g.oh, g.ow) if g.channels_first else (g.n * g.oh, g.ow, g.out_row)
     shapes = [Shape(g.t, (g.n, g.hp, g.wp, g.c)), Shape(g.t, (g.kh * g.kw * g.c, g.o)), Shape(g.t, out_shape)]
     if g.bias:
         shapes.append(Shape(g.t, (g.o,)))
@@ -192,7 +200,16 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
                     at = b.add(position, const_i64((first_feature + j) * g.oh * g.ow))
                     b.store(b.extract_element(total, ir.Constant(ir.IntType(32), j)), b.gep(out, [at]))
                 continue
-            at = b.add(out_row, b.add(b.mul(b.add(ow0, const_i64(r)), const_i64(g.o)), const_i64(first_feature)))
+            at = b.add(out_row, b.add(b.mul(b.add(ow0, const_i64(r)), const_i64(g.out_row)),
+                                      const_i64(first_feature)))
+            if g.out_row < first_feature + vec.count:
+                # (the real features only: a few scalar stores beat NumPy's copy of a padded
+                # block afterwards, SSD's 1x1 box head of 12 features)
+                total = finished(b.load(accumulators[r]))
+                for j in range(g.out_row - first_feature):
+                    b.store(b.extract_element(total, ir.Constant(ir.IntType(32), j)),
+                            b.gep(out, [b.add(at, const_i64(j))]))
+                continue
             b.store(finished(b.load(accumulators[r])), b.bitcast(b.gep(out, [at]), vec.as_pointer()),
                     align=g.itemsize)
 
@@ -202,7 +219,7 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
         if g.channels_first:        # (image, 0, oh, 0) of the whole output
             out_row = b.add(b.mul(image, const_i64(g.channels_first * g.oh * g.ow)), b.mul(oh, const_i64(g.ow)))
         else:
-            out_row = b.mul(b.sub(u, begin), const_i64(g.ow * g.o))
+            out_row = b.mul(b.sub(u, begin), const_i64(g.ow * g.out_row))
         first = 0
         for width in g.panel_widths():
             use_panel(width, first)
