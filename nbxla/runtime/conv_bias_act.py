@@ -159,6 +159,9 @@ class ConvolutionWithEpilogue:
         self.operand_at = [o.parameter_number for o in conv.operands]
         self.inner = BlockedConvolution(widened(conv), self.epilogue)
         self.bf16 = self.epilogue.bf16
+        weights = fusion.operands[self.operand_at[1]]
+        if weights.opcode == "constant":
+            self.inner.fix_kernel(weights.literal)
         e = self.epilogue
         parts = (["bias"] if e.has_bias else []) + ([f"max {e.lower:g}"] if e.lower is not None else []) + \
             ([f"min {e.upper:g}"] if e.upper is not None else [])

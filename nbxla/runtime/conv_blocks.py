@@ -221,6 +221,7 @@ class BlockedConvolution:
             image_bytes = max(row_bytes * self.oh, 1)
             self.images = min(self.n, max(1, PATCH_BYTES // image_bytes, -(-MIN_POSITIONS // (self.ow * self.oh))))
         self.gemm = None
+        self.fixed_kernel = None            # (see fix_kernel)
         self.units = self.most = None       # (the blocks, made on the first call)
         # Channels-last output: the kernel writes each block straight into its (contiguous)
         # rows of the output, no block copy (7x7 3 -> 64 on 224x224, stride 2: the copy was
@@ -247,6 +248,26 @@ class BlockedConvolution:
             return [(n, min(self.images, self.n - n), 0, self.oh) for n in range(0, self.n, self.images)]
         return [(n, 1, h, min(self.rows, self.oh - h)) for n in range(self.n) for h in range(0, self.oh, self.rows)]
 
+    def kernel_matrix(self, kernel: np.ndarray) -> np.ndarray:
+        """The kernel operand as the GEMM's matrix: channels-first (O, C * KH * KW),
+        channels-last (KH * KW * C, O) -- for nbxla's kernel with O rounded up (zero columns)."""
+        k = kernel if self.kernel_in_order else np.transpose(kernel, self.kernel_order)
+        if self.reversed:
+            k = np.flip(k, self.reversed)
+        if self.native and self.o_wide != self.o:
+            # (zero columns; the kernel copied (and widened) into the rest in one step)
+            wide = np.zeros(k.shape[:-1] + (self.o_wide,), self.dtype)
+            wide[..., :self.o] = k
+            return wide.reshape(self.depth, self.o_wide)
+        k = np.ascontiguousarray(k, self.dtype)
+        return k.reshape(self.o, self.depth) if self.channels_first else k.reshape(self.depth, self.o)
+
+    def fix_kernel(self, kernel: np.ndarray) -> None:
+        """Make the kernel matrix once from a constant kernel operand (a frozen model's
+        weights), which every call then uses instead of its own operand: bf16 weights were
+        widened, rounded-up ones copied, on every call."""
+        self.fixed_kernel = self.kernel_matrix(kernel)
+
     def __call__(self, operands: list[np.ndarray], bias: np.ndarray | None = None) -> np.ndarray:
         """The convolution of ``operands`` (input, kernel); ``bias``: the epilogue's, when it
         has one (O features)."""
@@ -266,18 +287,7 @@ class BlockedConvolution:
             x = padded
         else:
             x = np.ascontiguousarray(x, self.dtype)
-        k = operands[1] if self.kernel_in_order else np.transpose(operands[1], self.kernel_order)
-        if self.reversed:
-            k = np.flip(k, self.reversed)
-        if self.native and self.o_wide != self.o:
-            # (the features rounded up: zero columns, the kernel copied (and widened) into the rest)
-            wide = np.zeros(k.shape[:-1] + (self.o_wide,), self.dtype)
-            wide[..., :self.o] = k
-            kmat = wide.reshape(self.depth, self.o_wide)
-        else:
-            k = np.ascontiguousarray(k, self.dtype)
-            # channels-first: (O, C * KH * KW); channels-last: (KH * KW * C, O)
-            kmat = k.reshape(self.o, self.depth) if self.channels_first else k.reshape(self.depth, self.o)
+        kmat = self.fixed_kernel if self.fixed_kernel is not None else self.kernel_matrix(operands[1])
         if self.has_bias:
             # (the kernel reads o_wide features: the padded ones' bias is 0, and they are dropped)
             bias = np.ascontiguousarray(bias, self.dtype)

@@ -544,7 +544,11 @@ def _f32_or_f64_convolution(instr):
     if per_tap and not (blocked and not prefers_per_tap(instr)):
         return WideGemmConvolution(instr)
     if blocked:
-        return BlockedConvolution(instr)
+        thunk = BlockedConvolution(instr)
+        weights = instr.operands[1]
+        if getattr(weights, "opcode", None) == "constant":      # (a frozen model's weights)
+            thunk.fix_kernel(weights.literal)
+        return thunk
     return _ConvolutionThunk(instr)
 
 
@@ -557,6 +561,8 @@ class _WidenedConvolution:
                                shape=widen_shape(instr.shape),
                                operands=[SimpleNamespace(shape=widen_shape(o.shape)) for o in instr.operands])
         self.inner = _f32_or_f64_convolution(wide)
+        if isinstance(self.inner, BlockedConvolution) and instr.operands[1].opcode == "constant":
+            self.inner.fix_kernel(instr.operands[1].literal)      # (widened there, once)
         self.how, self.dtype = f"{self.inner.how}, in f32", instr.shape.dtype
         # Constant operands (a frozen model's weights) widened once, not on every call.
         self.widened = [widen_value(o.literal) if o.opcode == "constant" else None for o in instr.operands]

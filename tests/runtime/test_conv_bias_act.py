@@ -21,8 +21,14 @@ def _dims(d) -> str:
     return ",".join(str(v) for v in d)
 
 
+def _literal(values: np.ndarray) -> str:
+    if values.ndim == 0:
+        return f"{float(values):.4g}"
+    return "{" + ", ".join(_literal(v) for v in values) + "}"
+
+
 def dense_module(layout="NHWC", n=1, h=9, c=3, o=16, k=3, stride=1, pad=(1, 1), dilation=1,
-                 epilogue="relu", t="f32", bias="parameter") -> str:
+                 epilogue="relu", t="f32", bias="parameter", weights="parameter") -> str:
     span = (k - 1) * dilation + 1
     oh = (h + pad[0] + pad[1] - span) // stride + 1
     if layout == "NHWC":
@@ -32,7 +38,9 @@ def dense_module(layout="NHWC", n=1, h=9, c=3, o=16, k=3, stride=1, pad=(1, 1), 
     s = f"{t}[{_dims(out)}]"
     window = f"size={k}x{k} stride={stride}x{stride} pad={pad[0]}_{pad[1]}x{pad[0]}_{pad[1]}" + \
         (f" rhs_dilate={dilation}x{dilation}" if dilation > 1 else "")
-    bias_line = f"  b = {t}[{o}] parameter(2)" if bias == "parameter" else \
+    weights_line = f"  w = {t}[{_dims(w)}] parameter(1)" if weights == "parameter" else \
+        f"  w = {t}[{_dims(w)}] constant({_literal(np.random.default_rng(1).standard_normal(w) * 0.3)})"
+    bias_line = f"  b = {t}[{o}] parameter({2 if weights == 'parameter' else 1})" if bias == "parameter" else \
         f"  b = {t}[{o}] constant({{{', '.join(str(0.25 * (i % 7) - 0.5) for i in range(o))}}})"
     body = {
         "bias": "  ROOT r = {s} add(d, bb)",
@@ -49,7 +57,7 @@ def dense_module(layout="NHWC", n=1, h=9, c=3, o=16, k=3, stride=1, pad=(1, 1), 
     return f"""HloModule dense_epilogue
 ENTRY main {{
   x = {t}[{_dims(x)}] parameter(0)
-  w = {t}[{_dims(w)}] parameter(1)
+{weights_line}
 {bias_line}
   zero = {t}[] constant(0)
   six = {t}[] constant(6)
@@ -107,6 +115,20 @@ def test_panels_of_output_features_add_their_own_bias():
 def test_a_constant_bias_and_f64():
     run(dense_module("NHWC", bias="constant", epilogue="relu6"), folded=True)
     run(dense_module("NCHW", t="f64", epilogue="relu"), folded=True)
+
+
+@pytest.mark.parametrize("t", ["f32", "bf16"])
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("epilogue", ["relu", "exp"])
+def test_constant_weights_are_prepared_once(t, layout, epilogue):
+    """A frozen model's weights (a constant kernel): the kernel matrix is made when the thunk
+    is (bf16 widened, rounded-up features padded), folded with the epilogue or not."""
+    for o in (16, 12):
+        text = dense_module(layout, t=t, epilogue=epilogue, weights="constant", o=o, c=4, h=7)
+        nat = run(text, folded=epilogue == "relu")
+        thunks = [step[0] for step in nat._plan[2]]
+        inner = [getattr(getattr(th, "inner", th), "fixed_kernel", None) for th in thunks]
+        assert any(k is not None for k in inner), nat.describe()
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
