@@ -69,7 +69,8 @@ def test_module_runs_natively_and_matches_the_evaluator(name):
 # (the pointwise 1x1 of mobilenet_block_nhwc and of two_blocks' second block likewise; a bf16 one
 # is not taken).  Name -> (folded, of which dense).
 EPILOGUES = {"mobilenet_block_nhwc.hlo": (2, 1), "mobilenet_block_stride2_bf16.hlo": (1, 0),
-             "mobilenet_two_blocks.hlo": (3, 1), "dense_layouts.hlo": (1, 1)}
+             "mobilenet_two_blocks.hlo": (3, 1), "dense_layouts.hlo": (1, 1), "first_layer_7x7_s2.hlo": (2, 2),
+             "ssd_head_bf16.hlo": (2, 2)}
 
 
 def test_folds_inside_the_arena_plan():
