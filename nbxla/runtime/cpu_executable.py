@@ -245,6 +245,7 @@ class CpuExecutable:
             # (a dense convolution folded with its bias / relu: nbxla's patch-GEMM kernel as a
             # library call, conv_bias_act.py; the fusion's kernel was refused)
             self.interpreted.pop(instr.name, None)
+            self.kernel_symbols.pop(instr.name, None)       # (it has no kernel: the profile says so)
             return self._library_thunk(instr, nested, literals)
         how = placement(CPU, instr)
         if how.handler is None or how.kind == "kernel":
