@@ -146,13 +146,25 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
         at = b.add(b.mul(k, const_i64(g.o)), const_i64(first_feature))
         return b.load(b.bitcast(b.gep(w, [at]), vec.as_pointer()), align=g.itemsize)
 
+    bias_vectors = {}
+
+    def bias_vector():
+        """The current panel's bias, loaded once in the entry block.  (Loaded where it is added,
+        after the previous position's scalar stores to a channels-first output, it cost ~80 ns
+        a position: 7x7 3 -> 64 on 224x224, NCHW, 2.6 ms against 1.7 without the bias.)"""
+        key = (vec.count, first_feature)
+        if key not in bias_vectors:
+            with b.goto_block(bufs.entry):
+                at = b.bitcast(b.gep(bufs.ptrs[3], [const_i64(first_feature)]), vec.as_pointer())
+                bias_vectors[key] = b.load(at, align=g.itemsize)
+        return bias_vectors[key]
+
     def finished(total):
         """A position's sums with the epilogue applied (see the module's docstring)."""
         if g.bf16_steps:
             total = _round_to_bf16(b, total)
         if g.bias:
-            at = b.bitcast(b.gep(bufs.ptrs[3], [const_i64(first_feature)]), vec.as_pointer())
-            total = b.fadd(total, b.load(at, align=g.itemsize))
+            total = b.fadd(total, bias_vector())
             if g.bf16_steps:
                 total = _round_to_bf16(b, total)
         for bound, keeps in ((g.lower, ">"), (g.upper, "<")):
