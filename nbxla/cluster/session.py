@@ -50,6 +50,8 @@ from .replay import Replaying
 from .tape import NoKey, Tape, float_key, key_of
 
 _CONTAINERS = (tuple, list, dict)
+# ``Session.owners`` is swept of dead entries when it reaches this size (then twice its live size).
+_MIN_OWNERS_CAP = 4096
 
 
 class Session(Flushing, Replaying):
@@ -70,6 +72,7 @@ class Session(Flushing, Replaying):
         # attribute) then compute eagerly, so nothing stays pending with no flush to come.
         self.closed = False
         self.owners = None               # id(array) -> the stand-in holding it (weak), once needed
+        self._owners_cap = _MIN_OWNERS_CAP
         self._reset()
 
     def _reset(self):
@@ -107,14 +110,24 @@ class Session(Flushing, Replaying):
         return x
 
     def _own(self, x: LazyArray, array: np.ndarray) -> None:
-        if self.owners is None:
-            self.owners = weakref.WeakValueDictionary()
-        self.owners[id(array)] = x
+        # (A plain dict of weak references without callbacks: a WeakValueDictionary ran a
+        # Python callback for every stand-in that died, a tenth of a replayed TKE call.  A
+        # dead or stale entry is harmless, ``adopt`` checks that the stand-in still holds
+        # the array; dead ones are dropped as the dict grows.)
+        owners = self.owners
+        if owners is None:
+            owners = self.owners = {}
+        elif len(owners) >= self._owners_cap:
+            for key in [k for k, ref in owners.items() if ref() is None]:
+                del owners[key]
+            self._owners_cap = max(_MIN_OWNERS_CAP, 2 * len(owners))
+        owners[id(array)] = weakref.ref(x)
 
     def adopt(self, array: np.ndarray):
         """A NumPy array that came back from a call: the stand-in already holding it, a new
         stand-in when it is large, else the array itself."""
-        owner = self.owners.get(id(array)) if self.owners is not None else None
+        ref = self.owners.get(id(array)) if self.owners is not None else None
+        owner = ref() if ref is not None else None
         if owner is not None and owner.state.value is array:
             return owner
         return self.wrap(array) if array.size >= self.min_work else array
@@ -247,11 +260,18 @@ class Session(Flushing, Replaying):
             if made is not None:
                 return made
         pending = False
-        if kind != "create":
+        if kind != "create":             # (``pending`` inlined: every operation asks)
             epoch = self.epoch
             for x in lazies:
-                if x.state.epoch == epoch and self.pending(x):
-                    pending = True
+                state = x.state
+                if state.epoch != epoch:
+                    continue
+                if state.tracer is not None:
+                    pending = state.value is None or state.entry[0].version != state.entry[1]
+                else:
+                    pending = self.replaying and (state.value is None or self.joined.get(id(x))
+                                                  != self.root_writes.get(id(root_of(x)), 0))
+                if pending:
                     break
         if not pending and kind != "create":
             if kind in ("getitem", "setitem") or fn in VIEW_FUNCTIONS or fn in PRODUCTS or \
