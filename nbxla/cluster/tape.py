@@ -150,12 +150,15 @@ def key_of(obj, number, base=None, plain=None):
                 parts.append(float_key(x))
             elif item is slice and type(x.start) in _INDEX and type(x.stop) in _INDEX and \
                     type(x.step) in _INDEX:
-                parts.append((slice, (type(x.start), x.start), (type(x.stop), x.stop),
-                              (type(x.step), x.step)))
+                # (ints and None only: one flat tuple, no per-bound types to tell apart; a
+                # bool bound takes key_of's typed form below, another shape of key)
+                parts.append((slice, x.start, x.stop, x.step))
             else:
                 parts.append(key_of(x, number, base, plain))
         return (kind, tuple(parts))
     if kind is slice:
+        if type(obj.start) in _INDEX and type(obj.stop) in _INDEX and type(obj.step) in _INDEX:
+            return (slice, obj.start, obj.stop, obj.step)
         return (slice, key_of(obj.start, number, base), key_of(obj.stop, number, base),
                 key_of(obj.step, number, base))
     if kind is dict:

@@ -264,3 +264,25 @@ def test_a_chain_past_the_size_cap_replays_the_same_clusters(recorded):
     close(f(x), program(x))
     assert recorded["ops"] == 0
     assert [(c.ops, c.lines) for c in f.last_report.clusters] == first
+
+
+def test_changed_slice_bounds_record_again_and_equal_ones_replay(recorded):
+    """Slices of ints are keyed flat (start, stop, step): bounds that change between calls --
+    of a pending array (recorded) or of a view that a graph numbers -- record anew; the same
+    bounds, as new slice objects, replay; a bool bound is keyed by its type."""
+    def program(x, lo, hi, step):
+        y = x * 2.0
+        window = y[lo:hi:step, 1:]                  # a view of a pending value
+        edge = x[lo:hi:step, :-1]                   # a view of the argument
+        return np.cos(window) + edge
+
+    f = auto(program)
+    (x,) = arrays((16, 7))
+    close(f(x, 2, -2, 1), program(x, 2, -2, 1))
+    recorded["ops"] = 0
+    close(f(x, 2, -2, 1), program(x, 2, -2, 1))
+    assert recorded["ops"] == 0                     # the same bounds: replayed
+    for lo, hi, step in [(1, -2, 1), (2, -3, 1), (2, -2, 2), (True, -2, 1), (None, 14, 1)]:
+        recorded["ops"] = 0
+        close(f(x, lo, hi, step), program(x, lo, hi, step))
+        assert recorded["ops"] > 0, (lo, hi, step)  # another slice: recorded, not replayed
