@@ -350,24 +350,28 @@ class Session(Flushing, Replaying):
         return x.state.num
 
     def _op_key(self, fn, args, kwargs, kind, ufunc_method):
-        """The operation's key in the tape: ``key_of`` its arguments, with the flat ones
-        (stand-ins numbered already, numbers) inline: every operation is keyed."""
-        self._entries = []               # (arrays first numbered by this operation)
+        """The operation's key in the tape: one flat tuple -- the function, its kind, the
+        ufunc method, the arguments' container type, one part per argument, the keyword
+        arguments' key and the arrays first numbered by it.  A stand-in's part is its number
+        (a bare int: every other part is a tuple, ``key_of``'s); a float's is cached; the
+        rest is ``key_of``'s.  Every operation is keyed, and the tape's dict hashes and
+        compares the key once per operation: flat, that is one pass over a few items."""
+        entries = self._entries = []     # (arrays first numbered by this operation)
         plain = self._number_plain if fn is not GETITEM else None     # (as _record does)
-        epoch, parts = self.epoch, []
+        epoch, parts = self.epoch, [fn, kind, ufunc_method, type(args)]
         for a in args:
             item = type(a)
-            if item is LazyArray and a.state.num_epoch == epoch:
-                parts.append(("a", a.state.num))
+            if item is LazyArray:
+                parts.append(a.state.num if a.state.num_epoch == epoch else self._number(a))
             elif item is float:
                 parts.append(float_key(a))
             elif item is int or item is bool:
                 parts.append((item, a))
             else:
                 parts.append(key_of(a, self._number, plain=plain))
-        return (fn, kind, ufunc_method, (type(args), tuple(parts)),
-                key_of(kwargs, self._number, plain=plain) if kwargs else None,
-                tuple(self._entries))
+        parts.append(key_of(kwargs, self._number, plain=plain) if kwargs else None)
+        parts.append(tuple(entries) if entries else ())
+        return tuple(parts)
 
     def _new_number(self, x: LazyArray) -> None:
         x.state.num, x.state.num_epoch = self.next_number, self.epoch
