@@ -503,13 +503,22 @@ class Session(Flushing, Replaying):
                        location or self.location(), eager_op=op_label(fn))
         elif reason:
             self.log.breaks.append(Break(reason, location, False, op_label(fn)))
-        concrete = {id(x): x.state.value for x in lazies}
-        cargs, ckwargs = tree_map((tuple(args), kwargs),
-                              lambda x: concrete[id(x)] if isinstance(x, LazyArray) else x)
-        result = fn(*cargs, **ckwargs)
-        arrays = [r for r in flatten(result, []) if isinstance(r, np.ndarray)]
-        if not arrays or any(r.base is None for r in arrays):     # (views cost no work)
-            self.log.eager_work += max([leaf_size(x) for x in lazies], default=0)
+        if len(lazies) == 1 and args and args[0] is lazies[0]:
+            # (the common eager call, x[...] of a concrete stand-in: no other argument holds
+            # a stand-in, nothing to walk)
+            result = fn(lazies[0].state.value, *args[1:], **kwargs)
+        else:
+            concrete = {id(x): x.state.value for x in lazies}
+            cargs, ckwargs = tree_map((tuple(args), kwargs),
+                                      lambda x: concrete[id(x)] if isinstance(x, LazyArray) else x)
+            result = fn(*cargs, **ckwargs)
+        if type(result) is np.ndarray:
+            if result.base is None:                                # (views cost no work)
+                self.log.eager_work += max([leaf_size(x) for x in lazies], default=0)
+        else:
+            arrays = [r for r in flatten(result, []) if isinstance(r, np.ndarray)]
+            if not arrays or any(r.base is None for r in arrays):
+                self.log.eager_work += max([leaf_size(x) for x in lazies], default=0)
         owners = {id(x.state.value): x for x in lazies}
 
         def wrap(r):
