@@ -367,6 +367,8 @@ class Session(Flushing, Replaying):
                 parts.append(float_key(a))
             elif item is int or item is bool:
                 parts.append((item, a))
+            elif item is np.float64:     # (a scalar read from an array: key_of's key of it)
+                parts.append((item, a.tobytes()))
             else:
                 parts.append(key_of(a, self._number, plain=plain))
         parts.append(key_of(kwargs, self._number, plain=plain) if kwargs else None)
