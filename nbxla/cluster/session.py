@@ -50,6 +50,18 @@ from .replay import Replaying
 from .tape import NoKey, Tape, float_key, key_of
 
 _CONTAINERS = (tuple, list, dict)
+_PLAIN_INDEX = (slice, int, type(None), type(Ellipsis))
+
+
+def _plain_index(index: tuple) -> bool:
+    """An index tuple of slices, ints, None and ``...`` (``x[2:-2, :, 0]``): no stand-in in
+    it, nothing mutable; a leaf as it is for the operation's bookkeeping (no walk)."""
+    for item in index:
+        if type(item) not in _PLAIN_INDEX:
+            return False
+    return True
+
+
 # ``Session.owners`` is swept of dead entries when it reaches this size (then twice its live size).
 _MIN_OWNERS_CAP = 4096
 
@@ -236,7 +248,7 @@ class Session(Flushing, Replaying):
             leaves = flatten((args, kwargs), [])
         else:
             for a in args:
-                if isinstance(a, _CONTAINERS):
+                if isinstance(a, _CONTAINERS) and not (type(a) is tuple and _plain_index(a)):
                     leaves = flatten(args, [])
                     break
         lazies = [x for x in leaves if isinstance(x, LazyArray)]
