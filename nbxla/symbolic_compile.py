@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import re
+import subprocess
 from math import gcd
 import threading
 import time
@@ -33,10 +34,14 @@ from .frontend.trace import TracedProgram, is_array_leaf
 from .hlo.shapes import SymDim, SymbolicDimensionError
 from .hlo.ir import clone_module
 from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, bind_symbols, generalize_module,
-                           lift_size_constants, second_probe, size_from_probes, symbols_of_module, upper_probes)
+                           lift_size_constants, mark_unknown_axes, second_probe, size_from_probes,
+                           symbols_of_module, upper_probes)
 from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
+from .errors import NbxlaError, UnsupportedError
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
+from .runtime.native_loops import native_loops_enabled
+from .runtime.symbolic_loops import SymbolicLoops, build as build_symbolic_loops
 from .runtime.executable import cpu_executable, resolve_device
 
 # Kernel styles whose machine code takes its whole size from the [begin, end) range.
@@ -63,6 +68,9 @@ class SymbolicProgram:
     bounds: dict = field(default_factory=dict)     # symbol -> the largest size it serves
     lower: dict = field(default_factory=dict)      # symbol -> the smallest size it serves (1 or 2)
     instance_ms: float = 0.0            # time spent making instances (sizes), all together
+    # The entry's loops compiled for every size (``runtime/symbolic_loops``), or why they run
+    # from the host ("" when the program has none)
+    loops: object = ""
     _instances: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -87,8 +95,15 @@ class SymbolicProgram:
         module = (bind_module if self.has_control_flow else bind_entry)(base.optimized, values)
         kernels = base.executable.native.kernels
         specs = {name: self.extents[name].bind(spec, values) for name, spec in kernels.specs.items()}
+        loop_thunks = None
+        if isinstance(self.loops, SymbolicLoops):
+            loop_thunks, why = self.loops.thunks(module.entry, values)
+            loop_thunks.update(why)
+        elif self.loops:
+            loop_thunks = {i.name: self.loops for i in module.entry.instructions if i.opcode == "while"}
         executable = cpu_executable(CpuExecutable(module, plan_buffers(module), kernels=replace(kernels, specs=specs),
-                                                  symbols=base.executable.native.kernel_symbols))
+                                                  symbols=base.executable.native.kernel_symbols,
+                                                  loop_thunks=loop_thunks))
         if self.sizes:
             _give_sizes(executable, [np.asarray(size.bind(values), dtype) for size, dtype in self.sizes])
         found = replace(base, executable=executable, _stage_text={})
@@ -132,23 +147,6 @@ class KernelSizes:
         return replace(spec, parallel_extent=_bind(self.extent, values),
                        work_per_unit=_bind(self.work_per_unit, values),
                        sizes=tuple(_bind(s, values) for s in self.sizes))
-
-
-def mark_unknown_axes(symbolic, *concrete) -> None:
-    """Give every fused computation of the ``concrete`` probes (instances of ``symbolic``,
-    computation by computation, instruction names equal: ``generalize_module``) the axes of
-    each instruction whose size is unknown, for the kernel emitters (``comp.unknown_axes``)."""
-    for sym, *probes in zip(symbolic.computations, *(m.computations for m in concrete)):
-        if sym is symbolic.entry:
-            continue
-        axes = {}
-        for instr in sym.instructions:
-            if not instr.shape.is_tuple:
-                found = tuple(d for d, n in enumerate(instr.shape.dims) if isinstance(n, SymDim))
-                if found:
-                    axes[instr.name] = found
-        for comp in probes:
-            comp.unknown_axes = axes
 
 
 def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], leaves: list,
@@ -264,7 +262,25 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
     symbols: dict[str, list] = {}
     for (leaf, dim), name in sorted(marks.items()):
         symbols.setdefault(name, []).append((leaf, dim))
-    return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds, lower)
+    program = SymbolicProgram(first, compilation, symbols, extents, sizes, bounds, lower)
+    program.loops = _native_loops(compilation)
+    return program
+
+
+def _native_loops(compilation):
+    """The entry's loops compiled for every size, or why they run from the host ("": none)."""
+    module = compilation.optimized
+    if not any(i.opcode == "while" for i in module.entry.instructions):
+        return ""
+    if not native_loops_enabled():
+        return "host-driven: NBXLA_NATIVE_LOOPS=0"
+    start = time.perf_counter()
+    try:
+        return build_symbolic_loops(module)
+    except (NbxlaError, UnsupportedError, OSError, subprocess.SubprocessError, AttributeError) as e:
+        return f"host-driven: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    finally:
+        compilation.timings_ms["codegen"] = compilation.timings_ms.get("codegen", 0.0) + (time.perf_counter() - start) * 1e3
 
 
 def _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, earlier):

@@ -35,11 +35,12 @@ from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo.shapes import Shape
+from ..hlo.symbolic import bind_module, mark_unknown_axes
 from ..passes.buffer_assignment import BufferPlan, plan_buffers
 from .aot_driver import Driver, KernelSource, leaf_shapes
 from .aot_library import ALIGN
 from .aot_loops import LoopFunctions, llvm_loops_enabled
-from .aot_symbolic import SymbolicDriver, entry_points, header, symbols_in
+from .aot_symbolic import SymbolicDriver, entry_points, header, symbols_in, vector_entry_point
 from .cpu import object_engine, optimize_module
 from .elemental import ELEMENTAL_RULES
 from .kernels import emit_kernel, standalone_computation, structure_key
@@ -507,3 +508,39 @@ def symbolic_driver_source(symbolic: Module, probes, sizes, lifted, user_params:
     c_source = "\n".join([runtime_c, "/* ---- generated ---- */", declarations, driver.source(),
                           entry_points(name, program, symbols, arg_types, result_types, lower, upper)])
     return c_source, kernels
+
+
+def compile_symbolic_loops(loops: dict[str, Computation], module: Module, sizes: tuple[dict, dict], path: str, *,
+                           parallel_threshold: int, runtime_object=None) -> list[str]:
+    """The shared library ``path`` exporting ``int NAME(const int64_t *sz, void *const *in,
+    void *const *out)`` for each computation of ``loops`` (a jit's loops over unknown sizes:
+    each a ``while`` of the symbolic ``module``'s entry, on a parameter of its state), ``sz``
+    the sizes of the symbols in sorted order (returned), run in a per-thread arena.  Kernels
+    are emitted at the two probe ``sizes`` (symbol -> size) and must be the same code."""
+    wrapper = Module(module.name)
+    wrapper.computations = list(loops.values()) + [c for c in module.computations if c is not module.entry]
+    wrapper.entry = next(iter(loops.values()))
+    probes = tuple(bind_module(wrapper, at) for at in sizes)
+    mark_unknown_axes(wrapper, *probes)
+    tm = target_machine("host")
+    kernels, kernels2 = AotKernels("nbxla", llvm.get_process_triple()), AotKernels("nbxla", llvm.get_process_triple())
+    driver = SymbolicDriver(wrapper, probes, sizes, kernels, kernels2, parallel_threshold, 0, [], "nbxla")
+    programs = {name: driver.program(comp) for name, comp in loops.items()}
+    if str(kernels.module) != str(kernels2.module):
+        raise AotError("a kernel's code depends on the unknown size")
+    functions = kernels.names + [s.finish_name for s in kernels.specs.values() if s.finish_name]
+    declarations = "".join(f"extern void {s}(void **, int64_t, int64_t);\n" for s in functions) + \
+        "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values())
+    kernels.module.data_layout = str(tm.target_data)
+    mod = llvm.parse_assembly(str(kernels.module))
+    mod.verify()
+    optimize_module(mod, tm)
+    with open(RUNTIME_C) as f:
+        runtime_c = f.read()
+    if runtime_object is not None:
+        end = "/* ---- end of interface ---- */"
+        runtime_c = runtime_c[:runtime_c.index(end) + len(end)] + "\n"
+    points = [vector_entry_point(name, program) for name, program in programs.items()]
+    _link(tm, mod, "\n".join([runtime_c, "/* ---- generated ---- */", declarations, driver.source(), *points]),
+          path, runtime_object)
+    return driver.symbols

@@ -62,7 +62,9 @@ def c_size(value, prefix: str = PREFIX) -> str:
     if not p.names or not p.coeff:
         return str(p.coeff)
     factors = " * ".join(prefix + n for n in p.names)
-    return factors if p.coeff == 1 and len(p.names) == 1 else f"((int64_t){p.coeff} * {factors})"
+    if p.coeff == 1:
+        return factors if len(p.names) == 1 else f"({factors})"
+    return f"((int64_t){p.coeff} * {factors})"
 
 
 def shape_size(shape: Shape, itemsize: int = 1) -> SizeProduct:
@@ -480,28 +482,32 @@ def entry_points(name: str, program: SymbolicProgram, symbols: list[str], arg_ty
              f"    void *in[{max(1, len(arg_types))}] = {{{ins}}};\n"
              f"    void *out[{max(1, len(result_types))}] = {{{outs}}};\n")
     return (f"static _Thread_local char *{name}_tls_arena;\nstatic _Thread_local int64_t {name}_tls_bytes;\n\n"
+            + vector_entry_point(f"{name}_vector", program, f"{name}_tls") + "\n"
             f"int64_t {name}_scratch_bytes({', '.join(sizes) or 'void'}) {{\n    {vector}\n"
             f"    return NBXLA_A({program.bytes_fn}(sz));\n}}\n\n"
             f"int {name}_arena({', '.join(sizes + data + ['void *arena'])}) {{\n{setup}"
             f"    return {program.symbol}(sz, in, out, (char *)arena);\n}}\n\n"
             f"int {name}({', '.join(sizes + data)}) {{\n{setup}"
-            f"    int64_t need = NBXLA_A({program.bytes_fn}(sz));\n"
-            f"    if (need > {name}_tls_bytes) {{\n"
-            f"        free({name}_tls_arena);\n"
-            f"        {name}_tls_arena = aligned_alloc(64, need);\n"
-            f"        {name}_tls_bytes = {name}_tls_arena ? need : 0;\n"
-            f"        if (!{name}_tls_arena) return 1;\n    }}\n"
-            f"    return {program.symbol}(sz, in, out, {name}_tls_arena);\n}}\n\n"
+            f"    return {name}_vector(sz, in, out);\n}}\n\n"
             f"void {name}_release(void) {{\n    free({name}_tls_arena);\n    {name}_tls_arena = 0;\n"
-            f"    {name}_tls_bytes = 0;\n}}\n\n"
-            f"int {name}_vector(const int64_t *sz, void *const *in, void *const *out) {{\n"
+            f"    {name}_tls_bytes = 0;\n}}\n")
+
+
+def vector_entry_point(name: str, program: SymbolicProgram, arena: str | None = None) -> str:
+    """``int NAME(const int64_t *sz, void *const *in, void *const *out)``: ``program`` at the
+    sizes ``sz`` in a per-thread arena (``arena``: the prefix of its variables; declared here
+    when None), grown when a call needs more."""
+    declare = "" if arena else (f"static _Thread_local char *{name}_tls_arena;\n"
+                                f"static _Thread_local int64_t {name}_tls_bytes;\n")
+    arena = arena or f"{name}_tls"
+    return (f"{declare}int {name}(const int64_t *sz, void *const *in, void *const *out) {{\n"
             f"    int64_t need = NBXLA_A({program.bytes_fn}(sz));\n"
-            f"    if (need > {name}_tls_bytes) {{\n"
-            f"        free({name}_tls_arena);\n"
-            f"        {name}_tls_arena = aligned_alloc(64, need);\n"
-            f"        {name}_tls_bytes = {name}_tls_arena ? need : 0;\n"
-            f"        if (!{name}_tls_arena) return 1;\n    }}\n"
-            f"    return {program.symbol}(sz, in, out, {name}_tls_arena);\n}}\n")
+            f"    if (need > {arena}_bytes) {{\n"
+            f"        free({arena}_arena);\n"
+            f"        {arena}_arena = aligned_alloc(64, need);\n"
+            f"        {arena}_bytes = {arena}_arena ? need : 0;\n"
+            f"        if (!{arena}_arena) return 1;\n    }}\n"
+            f"    return {program.symbol}(sz, in, out, {arena}_arena);\n}}\n")
 
 
 def header(name: str, symbols: list[str], arg_shapes, result_shapes, c_types: dict, lower: dict, upper: dict,

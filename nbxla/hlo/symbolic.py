@@ -313,3 +313,20 @@ def size_from_probes(v1: int, v2: int, probes: tuple[dict[str, int], dict[str, i
         if v1 % p1 == 0 and v1 // p1 * p2 == v2 and v1:
             return SymDim(combo[0], v1 // p1) if len(combo) == 1 else SizeProduct(v1 // p1, combo)
     return None
+
+
+def mark_unknown_axes(symbolic, *concrete) -> None:
+    """Give every fused computation of the ``concrete`` probes (instances of ``symbolic``,
+    computation by computation, instruction names equal: ``generalize_module``) the axes of
+    each instruction whose size is unknown, for the kernel emitters (``comp.unknown_axes``)."""
+    for sym, *probes in zip(symbolic.computations, *(m.computations for m in concrete)):
+        if sym is symbolic.entry:
+            continue
+        axes = {}
+        for instr in sym.instructions:
+            if not instr.shape.is_tuple:
+                found = tuple(d for d, n in enumerate(instr.shape.dims) if isinstance(n, SymDim))
+                if found:
+                    axes[instr.name] = found
+        for comp in probes:
+            comp.unknown_axes = axes
