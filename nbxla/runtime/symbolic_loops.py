@@ -28,7 +28,7 @@ from ..hlo.symbolic import second_probe, symbols_of_module
 from . import host_memory
 from .cpu_control import flatten_leaves
 from .cpu_kernels import PARALLEL_THRESHOLD, data_pointer
-from .native_loops import _check, _load, _rebuild, _runtime_object, _unsuitable
+from .native_loops import check_loop_code, host_loop_reason, load_library, rebuild_state, support_object
 from .persistent_cache import default_cache
 
 
@@ -53,7 +53,7 @@ class SymbolicLoops:
             fn = self.functions.get(instr.name)
             if instr.opcode != "while" or fn is None:
                 continue
-            reason = _unsuitable(instr)
+            reason = host_loop_reason(instr)
             if reason:
                 why[instr.name] = reason
             else:
@@ -87,8 +87,8 @@ class SymbolicLoopThunk:
         results = [host_memory.empty(dims, dtype) for dims, dtype in self.results]
         ins = self.in_array(*[data_pointer(a) for a in args])
         outs = self.in_array(*[data_pointer(r) for r in results])
-        _check(self.fn(self.sizes.ctypes.data, ins, outs))
-        return _rebuild(self.tuple_shape, iter(results))
+        check_loop_code(self.fn(self.sizes.ctypes.data, ins, outs))
+        return rebuild_state(self.tuple_shape, iter(results))
 
 
 # The sizes the library's kernels are emitted at, one per symbol (the program serves every size)
@@ -114,7 +114,7 @@ def build(module: Module) -> SymbolicLoops:
     with tempfile.TemporaryDirectory(prefix="nbxla-symloop-") as tmp:
         path = os.path.join(tmp, "loops.so")
         symbols = compile_symbolic_loops(loops, module, sizes, path, parallel_threshold=PARALLEL_THRESHOLD,
-                                         runtime_object=lambda wanted: _runtime_object(store, wanted))
+                                         runtime_object=lambda wanted: support_object(store, wanted))
         with open(path, "rb") as f:
-            library = _load("library", f.read())
+            library = load_library("library", f.read())
     return SymbolicLoops(library, symbols, names)
