@@ -274,10 +274,13 @@ class _Emitter:
         (c,) = self._leaves(instr)
         return c
 
-    def _outputs(self, instr: Instruction, place) -> list:
+    def _outputs(self, instr: Instruction, place, skip=()) -> list:
+        """The buffers of the instruction's result leaves (None for those in ``skip``)."""
         out = []
         for k, shape in enumerate(leaf_shapes(instr.shape)):
-            if place is not None and place[k] is not None:
+            if k in skip:
+                out.append(None)
+            elif place is not None and place[k] is not None:
                 out.append(place[k])
             else:
                 temp = _Temp(byte_size(shape), self.step)
@@ -414,7 +417,11 @@ class _Emitter:
         and writes the other, the two swapped after each iteration."""
         cond = self.driver.program(instr.attrs["condition"])
         body = self.driver.program(instr.attrs["body"])
-        state_leaves = self._outputs(instr, place)
+        # (a leaf the body passes on unchanged is only read: the loop reads it where it is)
+        init_leaves = self.values[id(instr.operands[0])]
+        fixed = {k for k, same in enumerate(body.identity) if same}
+        state_leaves = [src if leaf is None else leaf
+                        for src, leaf in zip(init_leaves, self._outputs(instr, place, fixed))]
         state = [self._c(x) for x in state_leaves]
         init = self._leaves(instr.operands[0])
         sizes = [c_size(byte_size(s)) for s in leaf_shapes(instr.shape)]

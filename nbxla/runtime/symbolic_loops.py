@@ -22,6 +22,8 @@ import tempfile
 import numpy as np
 
 from ..codegen.aot import compile_symbolic_loops
+from ..hlo import TupleShape
+from ..hlo.aliasing import passed_through
 from ..hlo.ir import Computation, Instruction, Module
 from ..errors import NbxlaError
 from ..hlo.symbolic import second_probe, symbols_of_module
@@ -64,21 +66,66 @@ class SymbolicLoops:
 class SymbolicLoopThunk:
     """Runs one ``while`` through the symbolic library at one size: fresh results per call.
     (``fixed``, ``arg_types`` and ``entry_runner``: as ``NativeLoopThunk``, for the runtime's
-    single-call path, which this thunk does not take.)"""
+    single-call path.)"""
 
     def __init__(self, owner: SymbolicLoops, fn, instr: Instruction, sizes: np.ndarray):
         self.owner, self.fn, self.sizes = owner, fn, sizes          # (the library kept alive)
-        self.fixed = frozenset()
         leaves = instr.shape.leaves() if instr.shape.is_tuple else [instr.shape]
-        self.results = [(s.dims, s.dtype) for s in leaves]
+        flat = instr.shape.is_tuple and not any(e.is_tuple for e in instr.shape.elements)
+        self.fixed = passed_through(instr.attrs["body"]) if flat else frozenset()
+        self.results = [(s.dims, s.dtype) for k, s in enumerate(leaves) if k not in self.fixed]
         self.arg_types = [s.dtype for s in leaves]
         self.tuple_shape = instr.shape
         self.in_array = ctypes.c_void_p * max(1, len(leaves))
+        self.sizes_pointer = sizes.ctypes.data
+        self.flat = flat
+        self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.results]
+        changed = iter(range(len(self.results)))
+        self.picks = [(True, k) if k in self.fixed else (False, next(changed)) for k in range(len(leaves))]
 
-    def entry_runner(self, sources, index, general):
-        return None
+    def entry_runner(self, sources: list, index: int, general) -> callable:
+        """``run_single(inputs)`` for an entry that is only this loop (as
+        ``NativeLoopThunk.entry_runner``): ``sources`` per state leaf (a parameter number, or a
+        constant array), ``index`` the leaf returned.  Why: the general run (a tuple, the
+        leaves flattened and rebuilt) was twice a small loop's own time."""
+        fn, sizes, pointers = self.fn, self.sizes.ctypes.data, self.in_array
+        makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.results]
+        index = [k for k in range(len(self.arg_types)) if k not in self.fixed].index(index)
+        scalar = not self.results[index][0]
+        keep = [s for s in sources if not isinstance(s, int)]     # (constants' memory)
+        plan = [(s, t) if isinstance(s, int) else (None, data_pointer(s)) for s, t in zip(sources, self.arg_types)]
+
+        def run_single(inputs):
+            ptrs = []
+            for number, fixed in plan:
+                if number is None:
+                    ptrs.append(fixed)
+                    continue
+                a = inputs[number]
+                if type(a) is not np.ndarray or a.dtype != fixed or not a.flags.c_contiguous:
+                    value = general(inputs)[0]
+                    return value[()] if scalar else value
+                ptrs.append(data_pointer(a))
+            outs = [make() for make in makers]
+            check_loop_code(fn(sizes, pointers(*ptrs), pointers(*[data_pointer(o) for o in outs])))
+            out = outs[index]
+            return out[()] if scalar else out
+        run_single.constants = keep
+        return run_single
 
     def __call__(self, operands):
+        state = operands[0]
+        if self.flat and type(state) is tuple:
+            # (the common case, a flat state of exact C-contiguous arrays, as a straight-line
+            # entry's values are: no flattening, conversions or rebuilding)
+            for a, t in zip(state, self.arg_types):
+                if type(a) is not np.ndarray or a.dtype != t or not a.flags.c_contiguous:
+                    break
+            else:
+                outs = [make() for make in self.makers]
+                check_loop_code(self.fn(self.sizes_pointer, self.in_array(*[data_pointer(a) for a in state]),
+                                        self.in_array(*[data_pointer(o) for o in outs])))
+                return tuple([state[k] if fixed else outs[k] for fixed, k in self.picks])
         args = []
         for a, t in zip(flatten_leaves(operands[0]), self.arg_types):
             if type(a) is not np.ndarray or a.dtype != t or not a.flags.c_contiguous:
@@ -88,7 +135,9 @@ class SymbolicLoopThunk:
         ins = self.in_array(*[data_pointer(a) for a in args])
         outs = self.in_array(*[data_pointer(r) for r in results])
         check_loop_code(self.fn(self.sizes.ctypes.data, ins, outs))
-        return rebuild_state(self.tuple_shape, iter(results))
+        changed = iter(results)
+        leaves = [args[k] if k in self.fixed else next(changed) for k in range(len(args))]
+        return rebuild_state(self.tuple_shape, iter(leaves))
 
 
 # The sizes the library's kernels are emitted at, one per symbol (the program serves every size)
@@ -103,7 +152,17 @@ def build(module: Module) -> SymbolicLoops:
     for k, instr in enumerate(i for i in module.entry.instructions if i.opcode == "while"):
         param = Instruction("parameter", instr.operands[0].shape, attrs={"parameter_number": 0}, name="state")
         loop = Instruction("while", instr.shape, [param], dict(instr.attrs), name=instr.name)
-        loops[f"symloop{k}"] = Computation(f"{instr.name}.native", [param, loop], loop)
+        fixed = passed_through(instr.attrs["body"])
+        if fixed and not any(e.is_tuple for e in instr.shape.elements):
+            # (results: only what the loop changes; the thunk hands back the rest, as
+            # ``native_loops`` does: the loop reads those leaves where they are, no copy)
+            changed = [Instruction("get-tuple-element", e, [loop], {"index": j}, name=f"{instr.name}.{j}")
+                       for j, e in enumerate(instr.shape.elements) if j not in fixed]
+            root = Instruction("tuple", TupleShape(tuple(c.shape for c in changed)), changed,
+                               name=f"{instr.name}.out")
+            loops[f"symloop{k}"] = Computation(f"{instr.name}.native", [param, loop, *changed, root], root)
+        else:
+            loops[f"symloop{k}"] = Computation(f"{instr.name}.native", [param, loop], loop)
         names[instr.name] = f"symloop{k}"
     symbols = symbols_of_module(module)
     if len(symbols) > len(PROBE_SIZES):
