@@ -16,18 +16,22 @@ size (NumPy's BLAS), with the reason recorded, as for static programs.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import tempfile
 
 import numpy as np
 
 from ..codegen.aot import compile_symbolic_loops
+from ..codegen.cpu import target_fingerprint
+from ..hlo.printer import PrintOptions, print_module
 from ..hlo import TupleShape
 from ..hlo.aliasing import passed_through
 from ..hlo.ir import Computation, Instruction, Module
 from ..errors import NbxlaError
 from ..hlo.symbolic import second_probe, symbols_of_module
 from . import host_memory
+from .blas_threads import gesv_addresses
 from .cpu_control import flatten_leaves
 from .cpu_kernels import PARALLEL_THRESHOLD, data_pointer
 from .native_loops import check_loop_code, host_loop_reason, load_library, rebuild_state, support_object
@@ -170,10 +174,19 @@ def build(module: Module) -> SymbolicLoops:
     first = dict(zip(symbols, PROBE_SIZES))
     sizes = (first, {n: second_probe(h) for n, h in first.items()})
     store = default_cache()
+    # (kept in the persistent cache, as static native loops are: the C compiler's run is most
+    # of such a program's compile time)
+    key = hashlib.sha256(f"symbolic-loops,{target_fingerprint()},{gesv_addresses() is not None},{symbols},"
+                         f"{print_module(module, PrintOptions(large_constants='digest'))}".encode()).hexdigest()
+    cached = store.load(key) if store is not None else None
+    if cached is not None:
+        return SymbolicLoops(load_library("library", cached[1]), sorted(symbols), names)
     with tempfile.TemporaryDirectory(prefix="nbxla-symloop-") as tmp:
         path = os.path.join(tmp, "loops.so")
-        symbols = compile_symbolic_loops(loops, module, sizes, path, parallel_threshold=PARALLEL_THRESHOLD,
-                                         runtime_object=lambda wanted: support_object(store, wanted))
+        order = compile_symbolic_loops(loops, module, sizes, path, parallel_threshold=PARALLEL_THRESHOLD,
+                                       runtime_object=lambda wanted: support_object(store, wanted))
         with open(path, "rb") as f:
-            library = load_library("library", f.read())
-    return SymbolicLoops(library, symbols, names)
+            data = f.read()
+    if store is not None:
+        store.save(key, {"what": "symbolic loops", "loops": len(loops)}, data)
+    return SymbolicLoops(load_library("library", data), order, names)
