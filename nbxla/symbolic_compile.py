@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextvars
 import re
-import subprocess
 from math import gcd
 import threading
 import time
@@ -38,10 +37,8 @@ from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, bind_symbols, g
                            symbols_of_module, upper_probes)
 from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
-from .errors import NbxlaError, UnsupportedError
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
-from .runtime.native_loops import native_loops_enabled
-from .runtime.symbolic_loops import SymbolicLoops, build as build_symbolic_loops
+from .runtime.symbolic_loops import SymbolicLoops, loops_for
 from .runtime.executable import cpu_executable, resolve_device
 
 # Kernel styles whose machine code takes its whole size from the [begin, end) range.
@@ -269,18 +266,12 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
 
 def _native_loops(compilation):
     """The entry's loops compiled for every size, or why they run from the host ("": none)."""
-    module = compilation.optimized
-    if not any(i.opcode == "while" for i in module.entry.instructions):
-        return ""
-    if not native_loops_enabled():
-        return "host-driven: NBXLA_NATIVE_LOOPS=0"
     start = time.perf_counter()
     try:
-        return build_symbolic_loops(module)
-    except (NbxlaError, UnsupportedError, OSError, subprocess.SubprocessError, AttributeError) as e:
-        return f"host-driven: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        return loops_for(compilation.optimized)
     finally:
-        compilation.timings_ms["codegen"] = compilation.timings_ms.get("codegen", 0.0) + (time.perf_counter() - start) * 1e3
+        compilation.timings_ms["codegen"] = compilation.timings_ms.get("codegen", 0.0) + \
+            (time.perf_counter() - start) * 1e3
 
 
 def _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, earlier):

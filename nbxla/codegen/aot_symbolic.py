@@ -488,31 +488,34 @@ def entry_points(name: str, program: SymbolicProgram, symbols: list[str], arg_ty
     setup = (f"    if ({check}) return 2;\n    {vector}\n"
              f"    void *in[{max(1, len(arg_types))}] = {{{ins}}};\n"
              f"    void *out[{max(1, len(result_types))}] = {{{outs}}};\n")
-    return (f"static _Thread_local char *{name}_tls_arena;\nstatic _Thread_local int64_t {name}_tls_bytes;\n\n"
-            + vector_entry_point(f"{name}_vector", program, f"{name}_tls") + "\n"
+    return (vector_entry_point(f"{name}_vector", program, f"{name}_tls") + "\n"
             f"int64_t {name}_scratch_bytes({', '.join(sizes) or 'void'}) {{\n    {vector}\n"
             f"    return NBXLA_A({program.bytes_fn}(sz));\n}}\n\n"
             f"int {name}_arena({', '.join(sizes + data + ['void *arena'])}) {{\n{setup}"
             f"    return {program.symbol}(sz, in, out, (char *)arena);\n}}\n\n"
             f"int {name}({', '.join(sizes + data)}) {{\n{setup}"
             f"    return {name}_vector(sz, in, out);\n}}\n\n"
-            f"void {name}_release(void) {{\n    free({name}_tls_arena);\n    {name}_tls_arena = 0;\n"
-            f"    {name}_tls_bytes = 0;\n}}\n")
+            f"void {name}_release(void) {{\n    if ({name}_tls_arena) pthread_setspecific({name}_tls_key, 0);\n"
+            f"    free({name}_tls_arena);\n    {name}_tls_arena = 0;\n    {name}_tls_bytes = 0;\n}}\n")
 
 
 def vector_entry_point(name: str, program: SymbolicProgram, arena: str | None = None) -> str:
     """``int NAME(const int64_t *sz, void *const *in, void *const *out)``: ``program`` at the
     sizes ``sz`` in a per-thread arena (``arena``: the prefix of its variables; declared here
-    when None), grown when a call needs more."""
-    declare = "" if arena else (f"static _Thread_local char *{name}_tls_arena;\n"
-                                f"static _Thread_local int64_t {name}_tls_bytes;\n")
+    when None), grown when a call needs more and freed when its thread exits (a pthread key's
+    destructor: threads of a pool come and go)."""
     arena = arena or f"{name}_tls"
-    return (f"{declare}int {name}(const int64_t *sz, void *const *in, void *const *out) {{\n"
+    return (f"static _Thread_local char *{arena}_arena;\nstatic _Thread_local int64_t {arena}_bytes;\n"
+            f"static pthread_key_t {arena}_key;\nstatic pthread_once_t {arena}_once = PTHREAD_ONCE_INIT;\n"
+            f"static void {arena}_make_key(void) {{ pthread_key_create(&{arena}_key, free); }}\n"
+            f"int {name}(const int64_t *sz, void *const *in, void *const *out) {{\n"
             f"    int64_t need = NBXLA_A({program.bytes_fn}(sz));\n"
             f"    if (need > {arena}_bytes) {{\n"
+            f"        pthread_once(&{arena}_once, {arena}_make_key);\n"
             f"        free({arena}_arena);\n"
             f"        {arena}_arena = aligned_alloc(64, need);\n"
             f"        {arena}_bytes = {arena}_arena ? need : 0;\n"
+            f"        pthread_setspecific({arena}_key, {arena}_arena);\n"
             f"        if (!{arena}_arena) return 1;\n    }}\n"
             f"    return {program.symbol}(sz, in, out, {arena}_arena);\n}}\n")
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import subprocess
 import tempfile
 
 import numpy as np
@@ -28,13 +29,14 @@ from ..hlo.printer import PrintOptions, print_module
 from ..hlo import TupleShape
 from ..hlo.aliasing import passed_through
 from ..hlo.ir import Computation, Instruction, Module
-from ..errors import NbxlaError
+from ..errors import NbxlaError, UnsupportedError
 from ..hlo.symbolic import second_probe, symbols_of_module
 from . import host_memory
 from .blas_threads import gesv_addresses
 from .cpu_control import flatten_leaves
 from .cpu_kernels import PARALLEL_THRESHOLD, data_pointer
-from .native_loops import check_loop_code, host_loop_reason, load_library, rebuild_state, support_object
+from .native_loops import (check_loop_code, host_loop_reason, load_library, native_loops_enabled, rebuild_state,
+                           support_object)
 from .persistent_cache import default_cache
 
 
@@ -190,3 +192,15 @@ def build(module: Module) -> SymbolicLoops:
     if store is not None:
         store.save(key, {"what": "symbolic loops", "loops": len(loops)}, data)
     return SymbolicLoops(load_library("library", data), order, names)
+
+
+def loops_for(module: Module):
+    """``build(module)``, or why its loops run from the host ("" when its entry has none)."""
+    if not any(i.opcode == "while" for i in module.entry.instructions):
+        return ""
+    if not native_loops_enabled():
+        return "host-driven: NBXLA_NATIVE_LOOPS=0"
+    try:
+        return build(module)
+    except (NbxlaError, UnsupportedError, OSError, subprocess.SubprocessError, AttributeError) as e:
+        return f"host-driven: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
