@@ -109,6 +109,17 @@ def test_the_cli_takes_question_marks(tmp_path):
     assert "int scale(int64_t b, const float *arg0, float *result0);" in (tmp_path / "build" / "scale.h").read_text()
 
 
+@needs_cc
+def test_the_cli_takes_named_unknown_sizes(tmp_path):
+    source = tmp_path / "model.py"
+    source.write_text("import numpy as np\n\ndef add(x, y):\n    return np.exp(x) + y\n")
+    done = subprocess.run([sys.executable, "-m", "nbxla", "aot", f"{source}:add", "--arg", "f32[?m,?n]",
+                           "--arg", "f32[?m,?n]", "-o", str(tmp_path / "build")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "int add(int64_t m, int64_t n, const float *arg0, const float *arg1, float *result0);" in \
+        (tmp_path / "build" / "add.h").read_text()
+
+
 def test_a_function_whose_size_cannot_stay_unknown_is_refused_with_the_reason(tmp_path):
     def branchy(x):
         if x.shape[0] > 10:
