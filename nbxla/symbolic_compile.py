@@ -261,6 +261,11 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
         symbols.setdefault(name, []).append((leaf, dim))
     program = SymbolicProgram(first, compilation, symbols, extents, sizes, bounds, lower)
     program.loops = _native_loops(compilation)
+    if isinstance(program.loops, str) and program.loops and "NBXLA_NATIVE_LOOPS=0" not in program.loops:
+        # (a static compile runs its loops natively, where host-driven ones pay a Python
+        # dispatch per kernel per iteration: 10x a small loop's time -- specialising is faster)
+        raise SymbolicDimensionError(f"its loops cannot run natively at every size "
+                                     f"({program.loops.removeprefix('host-driven: ')})")
     return program
 
 

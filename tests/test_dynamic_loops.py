@@ -108,6 +108,22 @@ def test_loops_run_from_the_host_when_native_loops_are_off(monkeypatch):
     assert loops and all(how.startswith("host-driven") for how in loops.values()), loops
 
 
+def test_loops_that_cannot_run_natively_for_every_size_specialise_with_the_reason(monkeypatch):
+    import nbxla.runtime.symbolic_loops as symbolic_loops
+    from nbxla.errors import AotError
+
+    def refuse(module):
+        raise AotError("no C compiler (cc) found")
+    monkeypatch.setattr(symbolic_loops, "build", refuse)
+    cache = CompilationCache()
+    f = nbxla.jit(damped, cache=cache, dynamic=True)
+    for n in (1, 7, 33):
+        x = RNG.random((n, 16), np.float32)
+        _close(f(x), damped(x), n)
+    assert cache.misses == 3
+    assert "loops cannot run natively at every size (no C compiler (cc) found)" in cache.entries()[0].explanation
+
+
 @needs_cc
 def test_threads_calling_at_different_sizes_get_their_own_results():
     from concurrent.futures import ThreadPoolExecutor
