@@ -1071,8 +1071,8 @@ def emit_pow(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 # [0, 1] with one division: t = n/d below tan(pi/8), else atan(n/d) = pi/4 + atan(t) with
 # t = (n - d) / (n + d) (chosen before dividing), so |t| <= tan(pi/8) and atan(t) = t + t s P(s),
 # s = t*t, P a near-minimax fit on [0, tan(pi/8)**2] (Chebyshev nodes, 60 digits,
-# mpmath.chebyfit; error below 0.03 ulp with 12 coefficients for f64, 2**-33 with 6 for f32
-# computed in double).  A division costs 16 cycles of the one divider per 8 doubles; the k/4
+# mpmath.chebyfit; error below 0.03 ulp with 12 coefficients for f64, 2**-43 with 8 for f32
+# computed in double: 2**-33 with 6 moved float results rounded once across midpoints).  A division costs 16 cycles of the one divider per 8 doubles; the k/4
 # centres this replaces needed a second one for t (and an arc distance spent half of its
 # divider time in atan2).  n + d is formed as (n/2 + d/2) * 2 where d > 1 (no overflow).
 # f32 and f16 compute in double and round once.  Special cases come out of the same formula
@@ -1083,8 +1083,8 @@ _ATAN_FIT = {
     64: [-0.3333333333333333, 0.199999999999998, -0.14285714285659326, 0.11111111105106705,
          -0.09090908751076636, 0.0769229630497447, -0.06666423628069258, 0.058789145444006215,
          -0.052303478730160745, 0.04551108126325172, -0.034558092551413795, 0.01627194475162406],
-    "f32d": [-0.33333333278951577, 0.19999977153974205, -0.14284145548273774, 0.11071260444313767,
-             -0.08623896669600505, 0.05046128167603517],
+    "f32d": [-0.33333333333265697, 0.1999999994953061, -0.14285708076608974, 0.11110818413358031,
+             -0.09084078141663537, 0.07604579486852303, -0.06026298394701879, 0.03293875797470985],
 }
 _TAN_PI_8 = 0.41421356237309503
 _PI = (math.pi, 1.2246467991473532e-16)             # pi as a double-double
