@@ -19,6 +19,13 @@ the panel's kernel columns are a strided part of each kernel row, its sums a par
 output row.  The input elements of a window row are contiguous (``KW * C`` of them
 without window dilation), so the loop over them is one counted loop; with window dilation,
 a loop over the window's columns and one over the channels.
+
+**Epilogue.**  A bias per output feature and a clamp (relu: ``[0, inf)``, relu6: ``[0, 6]``)
+can be applied to each block's sums in registers before they are stored (``PatchGemm.bias``,
+``lower``, ``upper``; the runtime recognizes them in the fusion consuming the convolution,
+``runtime/conv_bias_act.py``): without them a separate kernel reads and writes the whole
+output again (7x7 3 -> 64 on 224x224, stride 2: 0.39 of 2.26 ms).  The bias is a fourth
+buffer of ``o`` features.  The clamp propagates NaN as HLO's maximum and minimum do.
 """
 
 from __future__ import annotations
@@ -62,6 +69,20 @@ class PatchGemm:
     # Channels-first output: the number of real output features, stored lane by lane straight
     # into the whole (N, features, OH, OW) output (0: the (rows, OW, o) block of the range)
     channels_first: int = 0
+    bias: bool = False              # add the 4th buffer (o features) to every position's sums
+    lower: float | None = None      # then clamp them to [lower, upper] (None: unbounded)
+    upper: float | None = None
+    # bf16 convolutions' epilogue: the sum rounded to bf16 (the convolution's own result), then
+    # the bias sum rounded again (a bf16 add), as the evaluator and XLA:CPU compute them
+    bf16_steps: bool = False
+    # Channels-last output of fewer features than ``o`` (the kernel's columns rounded up to a
+    # power of two): each position's first ``stored`` sums stored lane by lane, the output
+    # (rows, OW, stored) written in place (0: all ``o``)
+    stored: int = 0
+
+    @property
+    def out_row(self) -> int:
+        return self.stored or self.o
 
     @property
     def itemsize(self) -> int:
@@ -93,10 +114,12 @@ def panel_widths(o: int, itemsize: int) -> tuple[int, ...] | None:
 def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     fn, b = kernel_function(module, name)
     elem = ir.FloatType() if g.t == "f32" else ir.DoubleType()
-    out_shape = (g.n, g.channels_first, g.oh, g.ow) if g.channels_first else (g.n * g.oh, g.ow, g.o)
+    out_shape = (g.n, g.channels_first, g.oh, g.ow) if g.channels_first else (g.n * g.oh, g.ow, g.out_row)
     shapes = [Shape(g.t, (g.n, g.hp, g.wp, g.c)), Shape(g.t, (g.kh * g.kw * g.c, g.o)), Shape(g.t, out_shape)]
+    if g.bias:
+        shapes.append(Shape(g.t, (g.o,)))
     bufs = KernelBuffers(b, fn.args[0], shapes)
-    x, w, out = bufs.ptrs
+    x, w, out = bufs.ptrs[:3]
     row_step, image_step = g.wp * g.c, g.hp * g.wp * g.c
     (sh, sw), (dh, dw) = g.stride, g.dilation
     begin = fn.args[1]
@@ -122,6 +145,35 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     def kernel_row(k):
         at = b.add(b.mul(k, const_i64(g.o)), const_i64(first_feature))
         return b.load(b.bitcast(b.gep(w, [at]), vec.as_pointer()), align=g.itemsize)
+
+    bias_vectors = {}
+
+    def bias_vector():
+        """The current panel's bias, loaded once in the entry block.  (Loaded where it is added,
+        after the previous position's scalar stores to a channels-first output, it cost ~80 ns
+        a position: 7x7 3 -> 64 on 224x224, NCHW, 2.6 ms against 1.7 without the bias.)"""
+        key = (vec.count, first_feature)
+        if key not in bias_vectors:
+            with b.goto_block(bufs.entry):
+                at = b.bitcast(b.gep(bufs.ptrs[3], [const_i64(first_feature)]), vec.as_pointer())
+                bias_vectors[key] = b.load(at, align=g.itemsize)
+        return bias_vectors[key]
+
+    def finished(total):
+        """A position's sums with the epilogue applied (see the module's docstring)."""
+        if g.bf16_steps:
+            total = _round_to_bf16(b, total)
+        if g.bias:
+            total = b.fadd(total, bias_vector())
+            if g.bf16_steps:
+                total = _round_to_bf16(b, total)
+        for bound, keeps in ((g.lower, ">"), (g.upper, "<")):
+            if bound is not None:
+                limit = ir.Constant(vec, [ir.Constant(elem, bound)] * vec.count)
+                # (unordered-or-greater: a NaN sum stays NaN, as HLO's maximum gives)
+                b_keep = b.fcmp_unordered(keeps, total, limit)
+                total = b.select(b_keep, total, limit)
+        return total
 
     def positions(x_row, out_row, ow0, count: int):
         """Output positions [ow0, ow0 + count) of the row whose window starts at ``x_row``."""
@@ -155,13 +207,23 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
                 # (one scalar store per real feature, a plane apart: cheaper than NumPy's
                 # transposing copy of the block afterwards, LeNet's 5x5 1 -> 32 on 28x28)
                 position = b.add(out_row, b.add(ow0, const_i64(r)))
-                total = b.load(accumulators[r])
+                total = finished(b.load(accumulators[r]))
                 for j in range(min(vec.count, g.channels_first - first_feature)):
                     at = b.add(position, const_i64((first_feature + j) * g.oh * g.ow))
                     b.store(b.extract_element(total, ir.Constant(ir.IntType(32), j)), b.gep(out, [at]))
                 continue
-            at = b.add(out_row, b.add(b.mul(b.add(ow0, const_i64(r)), const_i64(g.o)), const_i64(first_feature)))
-            b.store(b.load(accumulators[r]), b.bitcast(b.gep(out, [at]), vec.as_pointer()), align=g.itemsize)
+            at = b.add(out_row, b.add(b.mul(b.add(ow0, const_i64(r)), const_i64(g.out_row)),
+                                      const_i64(first_feature)))
+            if g.out_row < first_feature + vec.count:
+                # (the real features only: a few scalar stores beat NumPy's copy of a padded
+                # block afterwards, SSD's 1x1 box head of 12 features)
+                total = finished(b.load(accumulators[r]))
+                for j in range(g.out_row - first_feature):
+                    b.store(b.extract_element(total, ir.Constant(ir.IntType(32), j)),
+                            b.gep(out, [b.add(at, const_i64(j))]))
+                continue
+            b.store(finished(b.load(accumulators[r])), b.bitcast(b.gep(out, [at]), vec.as_pointer()),
+                    align=g.itemsize)
 
     def unit(u):
         image, oh = b.udiv(u, const_i64(g.oh)), b.urem(u, const_i64(g.oh))
@@ -169,7 +231,7 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
         if g.channels_first:        # (image, 0, oh, 0) of the whole output
             out_row = b.add(b.mul(image, const_i64(g.channels_first * g.oh * g.ow)), b.mul(oh, const_i64(g.ow)))
         else:
-            out_row = b.mul(b.sub(u, begin), const_i64(g.ow * g.o))
+            out_row = b.mul(b.sub(u, begin), const_i64(g.ow * g.out_row))
         first = 0
         for width in g.panel_widths():
             use_panel(width, first)
@@ -186,3 +248,18 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     counted_loop(b, fn.args[1], fn.args[2], "pg.row", unit)
     b.ret_void()
     return KernelSpec(name, "patch-gemm", g.n * g.oh, g.ow * g.kh * g.kw * g.c * g.o)
+
+
+def _round_to_bf16(b: ir.IRBuilder, v):
+    """A vector of f32 rounded to the nearest bf16 values (ties to even), still f32; NaN the
+    quiet NaN of its sign (codegen/bf16.round_to_bf16, lane by lane)."""
+    lanes = v.type.count
+    i32 = ir.VectorType(ir.IntType(32), lanes)
+
+    def splat(value):
+        return ir.Constant(i32, [ir.Constant(ir.IntType(32), value)] * lanes)
+    bits = b.bitcast(v, i32)
+    odd = b.and_(b.lshr(bits, splat(16)), splat(1))
+    rounded = b.and_(b.add(b.add(bits, splat(0x7FFF)), odd), splat(0xFFFF0000))
+    quiet_nan = b.or_(b.and_(bits, splat(0x80000000)), splat(0x7FC00000))
+    return b.bitcast(b.select(b.fcmp_unordered("uno", v, v), quiet_nan, rounded), v.type)

@@ -25,7 +25,8 @@ transpose.
 its region of the output.  (A consuming fusion of bias adds and activations applied here
 block by block through NumPy's in-place ufuncs measured slower than the fusion's own native
 loop kernel over the whole output -- 3x3 64 -> 64 on 56x56 with bias and relu 2.29 against
-1.87 ms, MobileNet blocks 10-30% slower -- so the epilogue stays the fusion's kernel.)
+1.87 ms, MobileNet blocks 10-30% slower -- so with BLAS the epilogue stays the fusion's
+kernel; nbxla's own kernel applies a bias and relu / relu6 in registers: ``conv_bias_act``.)
 
 **Few output features** (at most ``NATIVE_GEMM_BYTES`` per position: 32 f32 features): no
 patches are gathered; nbxla's own kernel (``small_gemm``, ``codegen/patch_gemm.py``) reads
@@ -47,7 +48,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..hlo.attributes import PadDim, WindowDim
-from ..hlo.evaluator_data import pad_array
 from ..hlo.ir import Instruction
 from ..codegen.patch_gemm import panel_widths, WIDEST_ROW_BYTES
 from . import small_gemm
@@ -87,6 +87,9 @@ NATIVE_PANEL_KERNEL_BYTES = 1 << 20
 # a block of fewer positions does not repay (a 3x3 256->256 layer on 14x14 in blocks of 56
 # positions ran 1.7x slower than in one block).
 MIN_POSITIONS = 256
+# Padded inputs from this size (bytes) get only their borders zeroed, not the whole buffer
+# (below, one np.zeros is cheaper than several small slice assignments).
+ZEROS_BYTES = 1 << 16
 
 
 def blocked_refusal(instr) -> str | None:
@@ -148,7 +151,9 @@ def takes_native(instr) -> bool:
 class BlockedConvolution:
     how = "im2col by blocks of output rows + one GEMM per block"
 
-    def __init__(self, instr: Instruction):
+    def __init__(self, instr: Instruction, epilogue=None):
+        """``epilogue``: a ``conv_bias_act.BiasActivation`` the native kernel applies to the
+        sums (only with it: ``takes_native``)."""
         dn = instr.attrs["dim_labels"]
         x, k = (o.shape.dims for o in instr.operands)
         window = instr.attrs.get("window")
@@ -184,10 +189,25 @@ class BlockedConvolution:
         else:
             self.input_order = [dn.input_batch, *dn.input_spatial, dn.input_feature]
             self.kernel_order = [*dn.kernel_spatial, dn.kernel_input_feature, dn.kernel_output_feature]
+        # (no transposing view to make per call where the operand is in order already)
+        self.input_in_order = self.input_order == list(range(4))
+        self.kernel_in_order = self.kernel_order == list(range(4))
         spatial_pads = [PadDim(w.pad_low, w.pad_high) for w in self.window]
         self.padding = [PadDim(0, 0), PadDim(0, 0), *spatial_pads] if self.channels_first else \
             [PadDim(0, 0), *spatial_pads, PadDim(0, 0)]
         self.pads = any(p != PadDim(0, 0) for p in self.padding)
+        # (padding is never negative here: blocked_refusal)
+        self.padded_shape = tuple(x[d] + p.low + p.high for d, p in zip(self.input_order, self.padding))
+        self.interior = tuple(slice(p.low, p.low + x[d]) for d, p in zip(self.input_order, self.padding))
+        self.border = None          # (small inputs: zeros for the whole buffer)
+        if int(np.prod(self.padded_shape)) * self.dtype.itemsize >= ZEROS_BYTES:
+            self.border = []
+            for d, p in enumerate(self.padding):
+                head = (slice(None),) * d
+                if p.low:
+                    self.border.append(head + (slice(0, p.low),))
+                if p.high:
+                    self.border.append(head + (slice(self.padded_shape[d] - p.high, None),))
         self.reversed = tuple((2 if self.channels_first else 0) + i for i, w in enumerate(self.window) if w.reversal)
         self.n, self.oh, self.ow, self.o = (self.dims[d] for d in self.nhwc_order)
         self.kh, self.kw = (k[d] for d in dn.kernel_spatial)
@@ -201,15 +221,26 @@ class BlockedConvolution:
             image_bytes = max(row_bytes * self.oh, 1)
             self.images = min(self.n, max(1, PATCH_BYTES // image_bytes, -(-MIN_POSITIONS // (self.ow * self.oh))))
         self.gemm = None
+        self.fixed_kernel = None            # (see fix_kernel)
         self.units = self.most = None       # (the blocks, made on the first call)
+        # Channels-last output: the kernel writes each block straight into its (contiguous)
+        # rows of the output, no block copy (7x7 3 -> 64 on 224x224, stride 2: the copy was
+        # ~10% of the convolution); with the features rounded up, only the real ones
+        # (``PatchGemm.stored``: SSD's 1x1 heads of 12 and 15 features, 9.9 -> 7.5 us a call).
+        self.direct = self.native and list(self.nhwc_order) == [0, 1, 2, 3]
         self.how = f"{BlockedConvolution.how}, by {'nbxla' if self.native else 'BLAS'}"
+        if epilogue is not None and not self.native:
+            raise ValueError(f"an epilogue needs nbxla's kernel, which does not take %{instr.name}")
+        self.has_bias = epilogue is not None and epilogue.has_bias
         if self.native:
             padded = [x[d] + p.low + p.high for d, p in zip(self.input_order, self.padding)]
             self.gemm = small_gemm.PatchGemmKernel(small_gemm.PatchGemm(
                 small_gemm.element_type(self.dtype), self.n, padded[1], padded[2], self.c, self.kh, self.kw,
                 self.oh, self.ow, self.o_wide, tuple(w.stride for w in self.window),
                 tuple(w.window_dilation for w in self.window), self.panels,
-                o if self.store_channels_first else 0))
+                o if self.store_channels_first else 0, self.has_bias,
+                None if epilogue is None else epilogue.lower, None if epilogue is None else epilogue.upper,
+                epilogue is not None and epilogue.bf16, o if self.direct and self.o_wide != o else 0))
 
     def blocks(self) -> list[tuple[int, int, int, int]]:
         """The blocks of the output: (first image, images, first row, rows)."""
@@ -217,20 +248,51 @@ class BlockedConvolution:
             return [(n, min(self.images, self.n - n), 0, self.oh) for n in range(0, self.n, self.images)]
         return [(n, 1, h, min(self.rows, self.oh - h)) for n in range(self.n) for h in range(0, self.oh, self.rows)]
 
-    def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
-        """The convolution of ``operands`` (input, kernel)."""
-        x = np.transpose(operands[0], self.input_order)
-        x = pad_array(x, self.dtype.type(0), self.padding) if self.pads else np.ascontiguousarray(x)
-        k = np.transpose(operands[1], self.kernel_order)
+    def kernel_matrix(self, kernel: np.ndarray) -> np.ndarray:
+        """The kernel operand as the GEMM's matrix: channels-first (O, C * KH * KW),
+        channels-last (KH * KW * C, O) -- for nbxla's kernel with O rounded up (zero columns)."""
+        k = kernel if self.kernel_in_order else np.transpose(kernel, self.kernel_order)
         if self.reversed:
             k = np.flip(k, self.reversed)
-        k = np.ascontiguousarray(k)
-        # channels-first: (O, C * KH * KW); channels-last: (KH * KW * C, O)
-        kmat = k.reshape(self.o, self.depth) if self.channels_first else k.reshape(self.depth, self.o)
         if self.native and self.o_wide != self.o:
-            wide = np.zeros((self.depth, self.o_wide), self.dtype)
-            wide[:, :self.o] = kmat
-            kmat = wide
+            # (zero columns; the kernel copied (and widened) into the rest in one step)
+            wide = np.zeros(k.shape[:-1] + (self.o_wide,), self.dtype)
+            wide[..., :self.o] = k
+            return wide.reshape(self.depth, self.o_wide)
+        k = np.ascontiguousarray(k, self.dtype)
+        return k.reshape(self.o, self.depth) if self.channels_first else k.reshape(self.depth, self.o)
+
+    def fix_kernel(self, kernel: np.ndarray) -> None:
+        """Make the kernel matrix once from a constant kernel operand (a frozen model's
+        weights), which every call then uses instead of its own operand: bf16 weights were
+        widened, rounded-up ones copied, on every call."""
+        self.fixed_kernel = self.kernel_matrix(kernel)
+
+    def __call__(self, operands: list[np.ndarray], bias: np.ndarray | None = None) -> np.ndarray:
+        """The convolution of ``operands`` (input, kernel); ``bias``: the epilogue's, when it
+        has one (O features)."""
+        # (operands of a narrower type, bf16, are widened by the same copies)
+        x = operands[0] if self.input_in_order else np.transpose(operands[0], self.input_order)
+        if self.pads:
+            # (one copy into the interior of fresh memory, only the borders zeroed -- the whole
+            # buffer zeroed while small: measured 0.7 us on 8x8x32 and 24 us on 56x56x64
+            # against pad_array's 7 and 49 us)
+            if self.border is None:
+                padded = np.zeros(self.padded_shape, self.dtype)
+            else:
+                padded = np.empty(self.padded_shape, self.dtype)
+                for region in self.border:
+                    padded[region] = 0
+            padded[self.interior] = x
+            x = padded
+        else:
+            x = np.ascontiguousarray(x, self.dtype)
+        kmat = self.fixed_kernel if self.fixed_kernel is not None else self.kernel_matrix(operands[1])
+        if self.has_bias:
+            # (the kernel reads o_wide features: the padded ones' bias is 0, and they are dropped)
+            bias = np.ascontiguousarray(bias, self.dtype)
+            if self.o_wide != self.o:
+                bias = np.concatenate([bias, np.zeros(self.o_wide - self.o, self.dtype)])
         out = np.empty(self.dims, self.dtype)
         ow, o, depth = self.ow, self.o, self.depth
         if self.units is None:       # (made once: a small convolution's call is mostly such overhead)
@@ -238,28 +300,25 @@ class BlockedConvolution:
             self.most = max(i * h for _, i, _, h in self.units) * ow
         units, most, native = self.units, self.most, self.gemm
         nhwc, to_logical, cf = self.nhwc_order, self.to_logical, self.channels_first
-        # Channels-last output without padded features: the kernel writes each block straight
-        # into its (contiguous) rows of the output, no block copy (7x7 3 -> 64 on 224x224,
-        # stride 2: the copy was ~10% of the convolution).
-        direct = native is not None and self.o_wide == o and list(nhwc) == [0, 1, 2, 3]
-        store_cf = self.store_channels_first
+        direct, store_cf = self.direct, self.store_channels_first
 
         def run(_, begin, end):
-            patches = np.empty(0 if native is not None else most * depth, self.dtype)
-            result = np.empty(0 if direct else most * (self.o_wide if native is not None else o), self.dtype)
+            patches = None if native is not None else np.empty(most * depth, self.dtype)
+            result = None if direct or store_cf else \
+                np.empty(most * (self.o_wide if native is not None else o), self.dtype)
             for n, images, h0, h in units[begin:end]:
                 rows = images * h * ow
                 if native is not None:
                     # (patches read in place by nbxla's kernel: output rows n * OH + h0 on)
                     first = n * self.oh + h0
                     if direct:
-                        native(x, kmat, out[n:n + images, h0:h0 + h], first, first + images * h)
+                        native(x, kmat, out[n:n + images, h0:h0 + h], first, first + images * h, bias)
                         continue
                     if store_cf:
-                        native(x, kmat, out, first, first + images * h)
+                        native(x, kmat, out, first, first + images * h, bias)
                         continue
                     r = result[:rows * self.o_wide]
-                    native(x, kmat, r, first, first + images * h)
+                    native(x, kmat, r, first, first + images * h, bias)
                     values = r.reshape(images, h, ow, self.o_wide)[..., :o]
                     region = [slice(None)] * 4
                     region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)

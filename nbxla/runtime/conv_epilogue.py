@@ -3,6 +3,10 @@ whose only user is a loop fusion consuming it elementwise (MobileNet's bias add 
 clamp) is moved into that fusion, so that one kernel computes the sum of each point, applies
 the fusion to it in registers and stores the fusion's result (``codegen/convolution.py``).
 
+A dense convolution that nbxla's patch-GEMM kernel runs is folded the same way when the
+fusion is a bias add and relu / relu6 (``conv_bias_act``): the fusion then runs as a library
+call, that kernel with the epilogue in its store.
+
 This is the runtime's own placement, not an optimizer pass: the passes do not know which
 backend runs the module, and only this backend has a kernel that can take the convolution
 (other backends keep the separate fusion).  The rewrite is done on the optimized module the
@@ -18,6 +22,7 @@ from __future__ import annotations
 from ..codegen.convolution import epilogue_refusal, native_convolution_refusal
 from ..hlo import Module
 from ..hlo.ir import Computation, Instruction
+from .conv_bias_act import bias_activation, dense_convolution, takes_dense
 
 
 def fold_convolution_epilogues(module: Module, plan=None) -> dict[str, bool]:
@@ -75,7 +80,8 @@ def _operands_survive(plan, conv: Instruction, fusion: Instruction) -> str | Non
 def _consumer(comp: Computation, conv: Instruction, users) -> Instruction | None:
     """The loop fusion that is the convolution's only user and reads it once, or None."""
     found = users.get(id(conv), [])
-    if len(found) != 1 or conv is comp.root or native_convolution_refusal(conv) is not None:
+    if len(found) != 1 or conv is comp.root or (native_convolution_refusal(conv) is not None and
+                                                  not takes_dense(conv)):
         return None
     fusion = found[0]
     if fusion.opcode != "fusion" or fusion.attrs.get("kind", "kLoop") != "kLoop" or \
@@ -112,7 +118,10 @@ def _fold(comp: Computation, conv: Instruction, fusion: Instruction) -> bool:
         clone[id(instr)] = copy
         body.append(copy)
     new_inner = Computation(inner.name, new_params + conv_params + [inner_conv] + body, clone[id(inner.root)])
-    if epilogue_refusal(new_inner, inner_conv) is not None:
+    if native_convolution_refusal(inner_conv) is None:
+        if epilogue_refusal(new_inner, inner_conv) is not None:
+            return False
+    elif bias_activation(new_inner, inner_conv) is None:
         return False
     module = inner.parent
     if module is not None:
@@ -131,3 +140,14 @@ def _fold(comp: Computation, conv: Instruction, fusion: Instruction) -> bool:
     fusion.operands = [o for o in fusion.operands if o is not conv] + list(conv.operands)
     comp.instructions.remove(conv)
     return True
+
+
+def runs_as_library(fusion: Instruction) -> bool:
+    """Is ``fusion`` a dense convolution folded with its bias / activation (run by the
+    library call ``conv_bias_act.ConvolutionWithEpilogue``, not a compiled fusion kernel)?"""
+    comp = fusion.attrs.get("calls")
+    if fusion.opcode != "fusion" or comp is None:
+        return False
+    conv = dense_convolution(comp)
+    return conv is not None and native_convolution_refusal(conv) is not None and takes_dense(conv) and \
+        bias_activation(comp, conv) is not None

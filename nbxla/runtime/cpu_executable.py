@@ -44,7 +44,7 @@ from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leav
     program_computations
 from .cpu_kernels import (ARRAY_DATA_OFFSET, c_strides, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
                           worker_count)
-from .conv_epilogue import fold_convolution_epilogues
+from .conv_epilogue import fold_convolution_epilogues, runs_as_library
 from .cpu_library import library_thunk, sort_has_library_call, sort_may_defer
 from . import host_memory
 from .host_memory import memory_owner
@@ -250,6 +250,12 @@ class CpuExecutable:
                 # NumPy's sort, the kernel for the calls it cannot answer (NaN keys)
                 return self._library_thunk(instr, nested, literals, self._kernel_thunk(instr, kernel))
             return self._kernel_thunk(instr, kernel)
+        if instr.opcode == "fusion" and runs_as_library(instr):
+            # (a dense convolution folded with its bias / relu: nbxla's patch-GEMM kernel as a
+            # library call, conv_bias_act.py; the fusion's kernel was refused)
+            self.interpreted.pop(instr.name, None)
+            self.kernel_symbols.pop(instr.name, None)       # (it has no kernel: the profile says so)
+            return self._library_thunk(instr, nested, literals)
         how = placement(CPU, instr)
         if how.handler is None or how.kind == "kernel":
             return self._host_thunk(instr, nested, literals)

@@ -50,7 +50,9 @@ from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
 from ..hlo.shape_inference import window_output_size
 from ..hlo.shapes import Shape
 from .bf16_arrays import round_to_bf16
+from .conv_bias_act import ConvolutionWithEpilogue
 from .conv_blocks import blocked_refusal, BlockedConvolution, prefers_per_tap
+from .conv_epilogue import runs_as_library
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
 from .lapack_calls import FftThunk, lapack_thunk
 
@@ -67,6 +69,8 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
         return _sort_thunk(instr, fallback)
     if instr.opcode == "convolution":
         return _convolution_thunk(instr)
+    if instr.opcode == "fusion" and runs_as_library(instr):
+        return ConvolutionWithEpilogue(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == SOLVE_TARGET:
         return _SolveThunk(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") in POTRF_TARGETS:
@@ -540,7 +544,11 @@ def _f32_or_f64_convolution(instr):
     if per_tap and not (blocked and not prefers_per_tap(instr)):
         return WideGemmConvolution(instr)
     if blocked:
-        return BlockedConvolution(instr)
+        thunk = BlockedConvolution(instr)
+        weights = instr.operands[1]
+        if getattr(weights, "opcode", None) == "constant":      # (a frozen model's weights)
+            thunk.fix_kernel(weights.literal)
+        return thunk
     return _ConvolutionThunk(instr)
 
 
@@ -553,12 +561,20 @@ class _WidenedConvolution:
                                shape=widen_shape(instr.shape),
                                operands=[SimpleNamespace(shape=widen_shape(o.shape)) for o in instr.operands])
         self.inner = _f32_or_f64_convolution(wide)
+        if isinstance(self.inner, BlockedConvolution) and instr.operands[1].opcode == "constant":
+            self.inner.fix_kernel(instr.operands[1].literal)      # (widened there, once)
         self.how, self.dtype = f"{self.inner.how}, in f32", instr.shape.dtype
         # Constant operands (a frozen model's weights) widened once, not on every call.
         self.widened = [widen_value(o.literal) if o.opcode == "constant" else None for o in instr.operands]
+        # (the blocked path copies both operands into its own f32 buffers anyway: widened there)
+        self.widens_itself = isinstance(self.inner, BlockedConvolution)
 
     def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
-        result = self.inner([widen_value(o) if w is None else w for o, w in zip(operands, self.widened)])
+        if self.widens_itself:
+            operands = [o if w is None else w for o, w in zip(operands, self.widened)]
+        else:
+            operands = [widen_value(o) if w is None else w for o, w in zip(operands, self.widened)]
+        result = self.inner(operands)
         return result if result.dtype == self.dtype else round_to_bf16(result)
 
 
