@@ -24,7 +24,7 @@ from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from .elemental import I64, ElementalEmitter, const_i64, delinearize, linear_index
 from .trig_guard import emit_versioned_loop, versioned_trig
-from .compute_bound import contraction_flags, prefer_wide_vectors
+from .compute_bound import contraction_flags, interleave_count, prefer_wide_vectors
 from .toolkit import (counted_loop, is_linear, kernel_function, kernel_outputs, KernelBuffers, KernelSpec,
                       LinearEmitter, load_at, nest, product)
 
@@ -78,9 +78,10 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
             return body
         trig = versioned_trig(comp)         # (sin/cos: the cheap reduction where it may)
         if trig:
-            emit_versioned_loop(b, begin, end, trig, lambda: emitter(LinearEmitter, load), make_body)
+            emit_versioned_loop(b, begin, end, trig, lambda: emitter(LinearEmitter, load), make_body,
+                                interleave=interleave_count(comp))
         else:
-            counted_loop(b, begin, end, "i", make_body())
+            counted_loop(b, begin, end, "i", make_body(), interleave=interleave_count(comp))
         b.ret_void()
         return KernelSpec(name, "linear", product(dims), 1)
 
@@ -114,7 +115,10 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
             emit_versioned_loop(b, const_i64(0), const_i64(last[0]), trig,
                                 lambda: emitter(ElementalEmitter, load_row),
                                 lambda bounded: (lambda j, f=make_inner(bounded): f([j])),
-                                index=lambda j: outer + [j])
+                                index=lambda j: outer + [j], interleave=interleave_count(comp, last[0]))
+        elif last:
+            counted_loop(b, const_i64(0), const_i64(last[0]), "j0", lambda j: make_inner()([j]),
+                         interleave=interleave_count(comp, last[0]))
         else:
             nest(b, last, "j", make_inner())
     counted_loop(b, begin, end, "row", row_body)

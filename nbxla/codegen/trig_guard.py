@@ -52,12 +52,14 @@ def versioned_trig(comp: Computation) -> list[Instruction]:
 def emit_versioned_loop(b: ir.IRBuilder, begin, end, trig: list[Instruction],
                         make_emitter: Callable[[], ElementalEmitter],
                         make_body: Callable[[frozenset], Callable],
-                        index: Callable[[ir.Value], list] = lambda i: [i]) -> None:
+                        index: Callable[[ir.Value], list] = lambda i: [i], interleave: int = 1) -> None:
     """``for i in [begin, end)`` by blocks of ``BLOCK``: the check over the block (arguments
     of ``trig`` from a fresh ``make_emitter()`` at element ``index(i)``: the flat index, or a
     row's index and the column), then the block's elements by ``make_body(bounded)(i)``,
     ``bounded`` the ids of ``trig`` when every argument in the block is below the limit,
-    else empty."""
+    else empty.  ``interleave``: vector iterations in flight in the bounded loop (the full one,
+    with Payne-Hanek's reductions, keeps one: it runs only for huge arguments, and interleaving
+    it would double the kernel's compile time)."""
     flag = entry_alloca(b, _I8)
     bounded = frozenset(id(t) for t in trig)
 
@@ -82,6 +84,6 @@ def emit_versioned_loop(b: ir.IRBuilder, begin, end, trig: list[Instruction],
             with full:
                 counted_loop(b, start, stop, "full", make_body(frozenset()))
             with cheap:
-                counted_loop(b, start, stop, "bounded", make_body(bounded))
+                counted_loop(b, start, stop, "bounded", make_body(bounded), interleave=interleave)
     counted_loop(b, begin, end, "block", block, step=const_i64(BLOCK))
 

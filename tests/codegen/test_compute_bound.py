@@ -106,3 +106,52 @@ def test_wide_vector_kernels_give_numpy_values():
         x = np.linspace(-3, 3, n)
         f = nbxla.jit(lambda x: np.exp(x) * np.cos(x))
         np.testing.assert_allclose(f(x), np.exp(x) * np.cos(x), rtol=8 * np.finfo(np.float64).eps, atol=1e-300)
+
+
+def _interleave_metadata(ir_text: str) -> list[int]:
+    import re
+    return [int(c) for c in re.findall(r'"llvm\.loop\.interleave\.count", i32 (\d+)', ir_text)]
+
+
+def test_interleave_count_by_transcendental_and_extent():
+    """Kernels with an approximated transcendental keep INTERLEAVE vector iterations in flight
+    where the loop is long enough; others, and short rows, keep one."""
+    b = Builder("exp")
+    x = b.parameter(Shape("f64", (8,)), "x")
+    with_exp = b.build(b.op("exponential", x))
+    b = Builder("sqrt")
+    x = b.parameter(Shape("f64", (8,)), "x")
+    with_sqrt = b.build(b.op("sqrt", x))
+    limit = compute_bound.INTERLEAVE_MIN_EXTENT
+    assert compute_bound.interleave_count(with_exp) == compute_bound.INTERLEAVE > 1
+    assert compute_bound.interleave_count(with_exp, limit) == compute_bound.INTERLEAVE
+    assert compute_bound.interleave_count(with_exp, limit - 1) == 1
+    assert compute_bound.interleave_count(with_sqrt) == 1
+    assert compute_bound.interleave_count(_computation(40)) == 1
+
+
+@pytest.mark.parametrize("n", [1, 7, 31, 32, 33, 63, 255, 256, 257, 1000, 4099])
+def test_interleaved_flat_kernels_give_numpy_values(n):
+    """The interleaved vector loop, its vector epilogue and the scalar remainder all compute
+    NumPy's values (lengths around multiples of 4 vectors of 8 and 16)."""
+    rng = np.random.default_rng(n)
+    s, k, t = rng.uniform(5, 30, n), rng.uniform(1, 100, n), rng.uniform(0.25, 10, n)
+    f = nbxla.jit(lambda s, k, t: np.log(s / k) * np.exp(-0.02 * t) / np.sqrt(t))
+    want = np.log(s / k) * np.exp(-0.02 * t) / np.sqrt(t)
+    np.testing.assert_allclose(f(s, k, t), want, rtol=8 * np.finfo(np.float64).eps, atol=1e-300)
+    assert compute_bound.INTERLEAVE in _interleave_metadata(f.last_compilation.stage("llvm_ir"))
+    f32 = nbxla.jit(lambda x: np.exp(x) * np.cos(x))
+    x = np.linspace(-3, 3, n).astype(np.float32)
+    np.testing.assert_allclose(f32(x), np.exp(x) * np.cos(x), rtol=8 * np.finfo(np.float32).eps, atol=1e-30)
+
+
+@pytest.mark.parametrize("cols", [compute_bound.INTERLEAVE_MIN_EXTENT - 1, compute_bound.INTERLEAVE_MIN_EXTENT])
+def test_row_kernels_interleave_only_long_rows(cols):
+    """A row kernel (a row vector broadcast down the rows) interleaves its loop over columns
+    from INTERLEAVE_MIN_EXTENT columns on, and is right on both sides."""
+    rng = np.random.default_rng(cols)
+    a, row = rng.uniform(0.5, 2, (5, cols)), rng.uniform(0.5, 2, cols)
+    f = nbxla.jit(lambda a, row: np.log(a * row[None, :] + 1.0))
+    np.testing.assert_allclose(f(a, row), np.log(a * row[None, :] + 1.0), rtol=8 * np.finfo(np.float64).eps)
+    counts = _interleave_metadata(f.last_compilation.stage("llvm_ir"))
+    assert (compute_bound.INTERLEAVE in counts) == (cols >= compute_bound.INTERLEAVE_MIN_EXTENT)

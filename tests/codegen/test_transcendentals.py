@@ -467,6 +467,36 @@ def test_two_over_pi_table():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_atan2_special_values_and_extremes(dtype):
+    """Every pair of special and extreme values (signed zeros, denormals, the largest finite
+    values, infinities, NaN): NumPy's result with its sign, or within 2.5 ulps; and ratios on
+    both sides of tan(pi/8), where the reduction switches to pi/4 + atan((n - d) / (n + d)),
+    at magnitudes from denormal to the overflow of n + d."""
+    info = np.finfo(dtype)
+    wide = np.longdouble if dtype == np.float64 else np.float64
+    v = np.array([0.0, -0.0, info.smallest_subnormal, -3 * info.smallest_subnormal, info.tiny, 1.0, -0.5,
+                  info.max, -info.max, info.max / 2, _INF, -_INF, _NAN, 1e-30], dtype=dtype)
+    y, x = (a.ravel() for a in np.meshgrid(v, v))
+    got, want = run("atan2", y, x), np.arctan2(y.astype(wide), x.astype(wide))
+    rounded = want.astype(dtype)
+    exact = ((got == rounded) & (np.signbit(got) == np.signbit(rounded))) | (np.isnan(got) & np.isnan(want))
+    close = (ulp_error(got, want) <= 2.5) & (np.signbit(got) == np.signbit(rounded))
+    assert (exact | close).all(), (y[~(exact | close)], x[~(exact | close)], got[~(exact | close)])
+    rng = np.random.default_rng(7)
+    t8 = np.tan(np.pi / 8)
+    ratio = np.concatenate([t8 * (1 + rng.uniform(-1e-6, 1e-6, 20_000)), rng.uniform(0, 1, 20_000)])
+    top = 1000 if dtype == np.float64 else 120
+    scale = np.exp2(rng.integers(-top - 40, top + 28, ratio.size).astype(np.float64))
+    d = (scale * rng.uniform(1, 2, ratio.size)).astype(dtype)
+    n = (d.astype(np.float64) * ratio).astype(dtype)
+    ok = np.isfinite(d) & (d > 0)
+    n, d = n[ok], d[ok]
+    for a, b in ((n, d), (d, n), (-n, -d), (d, -n)):
+        err = ulp_error(run("atan2", a, b), np.arctan2(a.astype(wide), b.astype(wide)))
+        assert err.max() <= (2.5 if dtype == np.float64 else 0.51), err.max()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_pow_special_cases(dtype):
     vals = [_NAN, _INF, -_INF, 0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 2.5, 1e-30,
             -7.0, 1e30, 1e-45 if dtype == np.float32 else 5e-324]
