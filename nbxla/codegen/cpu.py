@@ -16,6 +16,7 @@ from typing import Protocol
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ..compile_clock import stage
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
 from .kernels import emit_kernel
@@ -176,18 +177,21 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     if emitted is not None:
         text, specs, unsupported = emitted.text, dict(emitted.specs), dict(emitted.unsupported)
     else:
-        ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset)
+        with stage("llvm-ir"):
+            ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset)
     with _lock:
         tm = host_target_machine()
-        if emitted is None:
-            ir_module.data_layout = str(tm.target_data)
-            text = str(ir_module)
-        else:
-            text = _with_data_layout(text, str(tm.target_data))
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-        optimize_module(mod, tm)
-        optimized = str(mod)
+        with stage("llvm-ir"):
+            if emitted is None:
+                ir_module.data_layout = str(tm.target_data)
+                text = str(ir_module)
+            else:
+                text = _with_data_layout(text, str(tm.target_data))
+        with stage("llvm-optimize"):
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+            optimize_module(mod, tm)
+            optimized = str(mod)
     kernels = _load(specs, unsupported, text, optimized, None, mod)
     if store is not None and key and kernels.object_code is not None:
         store.save(key, {"specs": {n: asdict(s) for n, s in specs.items()}, "unsupported": unsupported,
@@ -195,28 +199,40 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     return kernels
 
 
-def compile_helper_kernel(name: str, emit) -> CompiledKernels:
+def compile_helper_kernel(name: str, emit, hand_vectorized: bool = False) -> CompiledKernels:
     """Machine code for one kernel emitted outside the dispatcher (the runtime's helper kernels:
-    ``runtime/conv_blocks.py``'s patch GEMM): ``emit(ir_module, name)`` returns its spec."""
-    ir_module = ir.Module(name=name)
-    ir_module.triple = llvm.get_process_triple()
-    spec = emit(ir_module, name)
+    ``runtime/conv_blocks.py``'s patch GEMM): ``emit(ir_module, name)`` returns its spec.
+    ``hand_vectorized``: the kernel is written in vector operations and register-blocked
+    already (see ``optimize_module``)."""
+    with stage("llvm-ir"):
+        ir_module = ir.Module(name=name)
+        ir_module.triple = llvm.get_process_triple()
+        spec = emit(ir_module, name)
     with _lock:
         tm = host_target_machine()
-        ir_module.data_layout = str(tm.target_data)
-        text = str(ir_module)
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-        optimize_module(mod, tm)
-        optimized = str(mod)
+        with stage("llvm-ir"):
+            ir_module.data_layout = str(tm.target_data)
+            text = str(ir_module)
+        with stage("llvm-optimize"):
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+            optimize_module(mod, tm, hand_vectorized)
+            optimized = str(mod)
     return _load({name: spec}, {}, text, optimized, None, mod)
 
 
-def optimize_module(mod, tm) -> None:
-    """LLVM's O3 pipeline with the loop and SLP vectorizers, in place (also used by AOT)."""
+def optimize_module(mod, tm, hand_vectorized: bool = False) -> None:
+    """LLVM's O3 pipeline with the loop and SLP vectorizers, in place (also used by AOT).
+
+    ``hand_vectorized``: without the vectorizers and the loop unroller, for kernels emitted as
+    vector operations, register-blocked, with their short loops unrolled (the patch GEMM):
+    there they rebuilt the code at 2-4x the compile time and made it no faster (measured side
+    by side on nine convolution geometries: 29-59 ms instead of 48-173 ms of LLVM per kernel,
+    run times within 2%)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
+    pto.loop_vectorization = not hand_vectorized
+    pto.slp_vectorization = not hand_vectorized
+    pto.loop_unrolling = not hand_vectorized
     # No interleaving (unrolling vector loops 4x): measured side by side, it made no kernel
     # faster (memory-bound loops gain nothing; layernorm's row loops got 20-50% slower)
     # and doubled the compile time of transcendental-heavy kernels (softmax 62 -> 40 ms).
@@ -288,7 +304,7 @@ def _with_data_layout(text: str, layout: str) -> str:
 def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None) -> CompiledKernels:
     """JIT-load the optimized module; with ``obj``, its machine code is taken as given."""
     captured: list[bytes] = []
-    with _lock:
+    with _lock, stage("machine-code"):
         if mod is None:
             mod = llvm.parse_assembly(optimized)
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
