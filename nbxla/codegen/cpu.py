@@ -20,7 +20,7 @@ from ..compile_clock import stage
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
 from .kernels import emit_kernel
-from .toolkit import KernelSpec
+from .toolkit import KernelSpec, no_unrolling
 
 
 _lock = threading.RLock()
@@ -131,13 +131,14 @@ class ObjectStore(Protocol):
 
 def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                     store: ObjectStore | None = None, key: str | None = None,
-                    object_data_offset: int | None = None, emitted: "EmittedKernels | None" = None
-                    ) -> CompiledKernels:
+                    object_data_offset: int | None = None, emitted: "EmittedKernels | None" = None,
+                    light: frozenset = frozenset()) -> CompiledKernels:
     """Machine code for one kernel per fusion.  With ``object_data_offset``, kernels also get an
     entry point taking array objects (see ``_emit_object_entry``).  ``emitted``: these fusions'
-    IR as ``emit_llvm_ir`` gave it (emitted already to compare it: not emitted again)."""
+    IR as ``emit_llvm_ir`` gave it (emitted already to compare it: not emitted again).
+    ``light``: the names of the fusions whose loops are not unrolled (LIGHT_KERNEL_ELEMENTS)."""
     try:
-        return _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted)
+        return _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted, light)
     except RuntimeError:
         pass
     # LLVM rejected the module (a code generator bug): compile the kernels one by one, so
@@ -146,7 +147,7 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     for name, comp in fusions:
         try:
             parts.append(_compile_kernels(f"{module_name}_{name}", [(name, comp)], None, None,
-                                          object_data_offset))
+                                          object_data_offset, light=light))
         except RuntimeError as e:
             parts.append(CompiledKernels({}, {}, "", "", {name: f"internal code generation error: {e}"}))
     merged = CompiledKernels({}, {}, "", "", {})
@@ -162,7 +163,8 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
 
 def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                      store: ObjectStore | None, key: str | None,
-                     object_data_offset: int | None = None, emitted=None) -> CompiledKernels:
+                     object_data_offset: int | None = None, emitted=None,
+                     light: frozenset = frozenset()) -> CompiledKernels:
     """Emit, optimize and load one kernel per fusion; fusions that cannot be emitted natively
     are listed in ``unsupported`` with the reason (the runtime interprets those).
 
@@ -178,7 +180,7 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
         text, specs, unsupported = emitted.text, dict(emitted.specs), dict(emitted.unsupported)
     else:
         with stage("llvm-ir"):
-            ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset)
+            ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light)
     with _lock:
         tm = host_target_machine()
         with stage("llvm-ir"):
@@ -199,11 +201,10 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     return kernels
 
 
-def compile_helper_kernel(name: str, emit, hand_vectorized: bool = False) -> CompiledKernels:
+def compile_helper_kernel(name: str, emit, pipeline: str = "full") -> CompiledKernels:
     """Machine code for one kernel emitted outside the dispatcher (the runtime's helper kernels:
     ``runtime/conv_blocks.py``'s patch GEMM): ``emit(ir_module, name)`` returns its spec.
-    ``hand_vectorized``: the kernel is written in vector operations and register-blocked
-    already (see ``optimize_module``)."""
+    ``pipeline``: which of the LLVM ``PIPELINES`` optimizes it."""
     with stage("llvm-ir"):
         ir_module = ir.Module(name=name)
         ir_module.triple = llvm.get_process_triple()
@@ -216,23 +217,37 @@ def compile_helper_kernel(name: str, emit, hand_vectorized: bool = False) -> Com
         with stage("llvm-optimize"):
             mod = llvm.parse_assembly(text)
             mod.verify()
-            optimize_module(mod, tm, hand_vectorized)
+            optimize_module(mod, tm, pipeline)
             optimized = str(mod)
     return _load({name: spec}, {}, text, optimized, None, mod)
 
 
-def optimize_module(mod, tm, hand_vectorized: bool = False) -> None:
-    """LLVM's O3 pipeline with the loop and SLP vectorizers, in place (also used by AOT).
+# LLVM pipelines (``optimize_module``): "full", O3 with the loop and SLP vectorizers and the
+# unroller (loops of "light" kernels opt out of the unroller: see ``light_kernel``);
+# "hand-vectorized", without the unroller and the vectorizers, for kernels emitted as vector
+# operations, register-blocked, their short loops unrolled (the patch GEMM).
+PIPELINES = ("full", "hand-vectorized")
 
-    ``hand_vectorized``: without the vectorizers and the loop unroller, for kernels emitted as
-    vector operations, register-blocked, with their short loops unrolled (the patch GEMM):
-    there they rebuilt the code at 2-4x the compile time and made it no faster (measured side
-    by side on nine convolution geometries: 29-59 ms instead of 48-173 ms of LLVM per kernel,
-    run times within 2%)."""
+# Elements (of any one operand, result or instruction of a kernel) up to which a kernel of the
+# entry computation is "light": its loops are not unrolled (toolkit.no_unrolling).  Why: the
+# unroller doubled the code LLVM then optimizes and emits (LeNet-5's seven small kernels:
+# 140 -> 69 ms of LLVM) and made no kernel of this size measurably faster: side by side,
+# conv2d, LeNet-5, eos, arc-distance, isoneutral, hdiff, jacobi-2d, heat-3d, gemver and
+# fdtd-2d at their small sizes (kernels of up to 64K elements) ran within 3% without it.
+# Kernels of loop bodies, which run once per iteration, are never light.
+LIGHT_KERNEL_ELEMENTS = 1 << 16
+
+
+def optimize_module(mod, tm, pipeline: str = "full") -> None:
+    """One of the ``PIPELINES`` on the parsed module ``mod``, in place (also used by AOT).
+    "hand-vectorized" kernels lose nothing to the missing passes: measured side by side on nine
+    convolution geometries, the patch GEMM took 29-59 ms of LLVM instead of 48-173 ms, its run
+    times within 2%."""
+    if pipeline not in PIPELINES:
+        raise ValueError(f"unknown LLVM pipeline {pipeline!r}; one of {', '.join(PIPELINES)}")
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = not hand_vectorized
-    pto.slp_vectorization = not hand_vectorized
-    pto.loop_unrolling = not hand_vectorized
+    pto.loop_vectorization = pto.slp_vectorization = pipeline != "hand-vectorized"
+    pto.loop_unrolling = pipeline == "full"
     # No interleaving (unrolling vector loops 4x): measured side by side, it made no kernel
     # faster (memory-bound loops gain nothing; layernorm's row loops got 20-50% slower)
     # and doubled the compile time of transcendental-heavy kernels (softmax 62 -> 40 ms).
@@ -241,8 +256,37 @@ def optimize_module(mod, tm, hand_vectorized: bool = False) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
+def light_kernel(comp: Computation) -> bool:
+    """Is the kernel of ``comp`` (a fusion's computation, or a standalone op's) light (its
+    loops not unrolled, see LIGHT_KERNEL_ELEMENTS): no instruction, operand or result of more than LIGHT_KERNEL_ELEMENTS
+    elements (a reduce-window's counted with its window), and no dot, convolution or sort (their
+    work is not bounded by their sizes)?  The caller decides for kernels of the entry only."""
+    def elements(shape) -> int | None:
+        total = 0
+        for leaf in (shape.leaves() if shape.is_tuple else [shape]):
+            size = leaf.size
+            if not isinstance(size, int):       # (an unknown dimension: no bound)
+                return None
+            total += size
+        return total
+    for instr in comp.instructions:
+        if instr.opcode in ("dot", "convolution", "sort", "custom-call", "while", "call", "conditional"):
+            return False
+        touched = [elements(instr.shape)] + [elements(o.shape) for o in instr.operands]
+        if any(n is None for n in touched):
+            return False
+        if instr.opcode == "reduce-window":         # (each result reads a window)
+            window = 1
+            for w in instr.attrs["window"].dims:
+                window *= w.size
+            touched.append(touched[0] * window)
+        if max(touched) > LIGHT_KERNEL_ELEMENTS:
+            return False
+    return True
+
+
 def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
-                 object_data_offset: int | None):
+                 object_data_offset: int | None, light: frozenset = frozenset()):
     """The LLVM module of every fusion that can be emitted natively, their specs, and the
     reason for each one that cannot.  A kernel that fails half-way leaves a broken function
     behind, so the module is emitted again without it (failures are rare: emitting each
@@ -257,7 +301,8 @@ def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
                 if name in unsupported:
                     continue
                 current = name
-                spec = specs[name] = emit_kernel(ir_module, name, comp)
+                with no_unrolling(name in light):
+                    spec = specs[name] = emit_kernel(ir_module, name, comp)
                 if object_data_offset is None:
                     continue
                 if spec.style == "full-reduce":
@@ -282,10 +327,10 @@ class EmittedKernels:
 
 
 def emit_llvm_ir(module_name: str, fusions: list[tuple[str, Computation]],
-                 object_data_offset: int | None = None) -> EmittedKernels:
+                 object_data_offset: int | None = None, light: frozenset = frozenset()) -> EmittedKernels:
     """The LLVM IR text (unoptimized) and the specs of the kernels, as ``compile_kernels``
     would compile them, without compiling."""
-    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset)
+    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light)
     return EmittedKernels(str(ir_module), specs, unsupported)
 
 

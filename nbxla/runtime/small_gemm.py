@@ -46,7 +46,7 @@ class PatchGemmKernel:
             if found is None:
                 name = "nbxla_patch_gemm_" + "_".join(str(v) for v in _flat(geometry))
                 compiled = compile_helper_kernel(name, lambda m, n: emit_patch_gemm(m, n, geometry),
-                                                 hand_vectorized=True)
+                                                 pipeline="hand-vectorized")
                 found = _kernels[geometry] = (_KERNEL(compiled.addresses[name]), compiled)
         self.fn, self._compiled = found
 
