@@ -7,6 +7,7 @@ optimization and the assembly are kept for ``%xla_ir stage=llvm_ir|llvm_ir_opt|a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -108,8 +109,10 @@ class CompiledKernels:
         return self._asm
 
 
+@functools.lru_cache(maxsize=1)
 def target_fingerprint() -> str:
-    """What compiled code depends on besides the module: code generator source, LLVM, the CPU."""
+    """What compiled code depends on besides the module: code generator source, LLVM, the CPU.
+    (Computed once per process, from the sources as loaded: 1.5 ms a call, once per compile.)"""
     here = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha256()
     for name in sorted(os.listdir(here)):
@@ -201,10 +204,25 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     return kernels
 
 
-def compile_helper_kernel(name: str, emit, pipeline: str = "full") -> CompiledKernels:
+def compile_helper_kernel(name: str, emit, pipeline: str = "full", store: ObjectStore | None = None,
+                          key: str | None = None) -> CompiledKernels:
     """Machine code for one kernel emitted outside the dispatcher (the runtime's helper kernels:
     ``runtime/conv_blocks.py``'s patch GEMM): ``emit(ir_module, name)`` returns its spec.
-    ``pipeline``: which of the LLVM ``PIPELINES`` optimizes it."""
+    ``pipeline``: which of the LLVM ``PIPELINES`` optimizes it.  With a ``store`` and ``key``
+    (which must name everything the kernel's code depends on besides ``target_fingerprint``),
+    object code compiled earlier is loaded instead, and new code is kept there."""
+    cached = store.load(key) if store is not None and key else None
+    if cached is not None:
+        meta, obj = cached
+        return _load({name: KernelSpec(**meta["spec"])}, {}, meta["llvm_ir"], meta["llvm_ir_optimized"], obj)
+    kernels = _compile_helper_kernel(name, emit, pipeline)
+    if store is not None and key and kernels.object_code is not None:
+        store.save(key, {"spec": asdict(kernels.specs[name]), "llvm_ir": kernels.llvm_ir,
+                         "llvm_ir_optimized": kernels.llvm_ir_optimized}, kernels.object_code)
+    return kernels
+
+
+def _compile_helper_kernel(name: str, emit, pipeline: str) -> CompiledKernels:
     with stage("llvm-ir"):
         ir_module = ir.Module(name=name)
         ir_module.triple = llvm.get_process_triple()
@@ -257,10 +275,11 @@ def optimize_module(mod, tm, pipeline: str = "full") -> None:
 
 
 def light_kernel(comp: Computation) -> bool:
-    """Is the kernel of ``comp`` (a fusion's computation, or a standalone op's) light (its
-    loops not unrolled, see LIGHT_KERNEL_ELEMENTS): no instruction, operand or result of more than LIGHT_KERNEL_ELEMENTS
-    elements (a reduce-window's counted with its window), and no dot, convolution or sort (their
-    work is not bounded by their sizes)?  The caller decides for kernels of the entry only."""
+    """Is the kernel of ``comp`` (a fusion's computation, or a standalone op's) light, its
+    loops not unrolled: no instruction, operand or result of more than LIGHT_KERNEL_ELEMENTS
+    elements (a reduce-window's results counted with their window), and no dot, convolution
+    or sort (their work is not bounded by their sizes)?  The caller asks for the kernels of
+    the entry only."""
     def elements(shape) -> int | None:
         total = 0
         for leaf in (shape.leaves() if shape.is_tuple else [shape]):
@@ -277,7 +296,7 @@ def light_kernel(comp: Computation) -> bool:
             return False
         if instr.opcode == "reduce-window":         # (each result reads a window)
             window = 1
-            for w in instr.attrs["window"].dims:
+            for w in getattr(instr.attrs.get("window"), "dims", ()):
                 window *= w.size
             touched.append(touched[0] * window)
         if max(touched) > LIGHT_KERNEL_ELEMENTS:
