@@ -97,6 +97,8 @@ class CompiledKernels:
     object_code: bytes | None = None
     from_cache: bool = False
     engines: list = field(default_factory=list)
+    # The kernels compiled light (their loops not unrolled: ``light_kernel``), by name
+    light: frozenset = frozenset()
     _asm: str | None = None
 
     @property
@@ -140,8 +142,11 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     entry point taking array objects (see ``_emit_object_entry``).  ``emitted``: these fusions'
     IR as ``emit_llvm_ir`` gave it (emitted already to compare it: not emitted again).
     ``light``: the names of the fusions whose loops are not unrolled (LIGHT_KERNEL_ELEMENTS)."""
+    light = frozenset() if emitted is not None else frozenset(light)   # (emitted: as it was emitted)
     try:
-        return _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted, light)
+        kernels = _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted, light)
+        kernels.light = light
+        return kernels
     except RuntimeError:
         pass
     # LLVM rejected the module (a code generator bug): compile the kernels one by one, so
@@ -161,6 +166,7 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
         merged.llvm_ir += p.llvm_ir
         merged.llvm_ir_optimized += p.llvm_ir_optimized
     merged.engines = [p.engine for p in parts]          # keep every engine's code alive
+    merged.light = light
     return merged
 
 

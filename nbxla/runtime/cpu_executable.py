@@ -541,12 +541,13 @@ def kernel_computations(module: Module, native=frozenset()):
     return _share_identical_kernels(_kernel_symbols(program_computations(module, native)))
 
 
-def kernel_llvm_ir(module: Module):
+def kernel_llvm_ir(module: Module, light: frozenset = frozenset()):
     """The LLVM IR (before optimization), specs and refusals of the module's kernels
     (``EmittedKernels``), without compiling them: what a second probe of a program with
-    unknown dimensions is compared by."""
-    distinct, compiled = kernel_computations(module)
-    return emit_llvm_ir(module.name, distinct, ARRAY_DATA_OFFSET, light_kernel_symbols(module, distinct, compiled))
+    unknown dimensions is compared by.  No kernel is light unless named in ``light``: whether
+    one is depends on its size, which a program with unknown dimensions does not fix."""
+    distinct, _ = kernel_computations(module)
+    return emit_llvm_ir(module.name, distinct, ARRAY_DATA_OFFSET, light)
 
 
 def light_kernel_symbols(module: Module, distinct, compiled) -> frozenset:
