@@ -25,6 +25,7 @@ from typing import Callable
 import numpy as np
 
 from .call_check import checked_call
+from .compile_clock import stage
 from .compiler import Compilation, compile_module
 from .errors import ResourceError, TraceError, UnsupportedInputError
 from .frontend.captures import CapturePlan, bake, has_arrays, rebuild, unbake
@@ -86,7 +87,8 @@ def run_program(compiled: CompiledProgram, leaves: list):
     """Run on the argument leaves; write back mutated arguments; rebuild the result."""
     program = compiled.program
     inputs = [leaves[i] for i in program.param_leaves]
-    outputs = compiled.compilation.executable.run(inputs)
+    with stage("run"):
+        outputs = compiled.compilation.executable.run(inputs)
     if program.checks:
         program.run_checks(outputs)         # NumPy's IndexError/ValueError, before any write
     for leaf_index, k in program.writebacks:
@@ -324,11 +326,14 @@ class CompiledFunction:
                 return found
 
         def compile_now():
-            check_function_no_random(self.fn)
+            with stage("source-checks"):
+                check_function_no_random(self.fn)
             start = time.perf_counter()
-            fn = convert_function(self.fn) if not captured else self._traceable()
-            program = trace(fn, leaves, treedef, name=_module_name(self.fn), leaf_names=names(),
-                            argument_views=True)
+            with stage("autograph"):
+                fn = convert_function(self.fn) if not captured else self._traceable()
+            with stage("trace"):
+                program = trace(fn, leaves, treedef, name=_module_name(self.fn), leaf_names=names(),
+                                argument_views=True)
             trace_ms = (time.perf_counter() - start) * 1e3
             return CompiledProgram(program, compile_module(program.module, device, trace_ms,
                                                            dump_to=flags.dump_to,

@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from .compile_clock import stage
 from .errors import NbxlaError
 from .flags import current_flags
 from .hlo import Module
@@ -139,11 +140,13 @@ def compile_module(module: Module, device: str, trace_ms: float = 0.0, explanati
     device = resolve_device(device)
     check_no_elided_constants(module, "compile")
     start = time.perf_counter()
-    pipeline = optimize(module)
+    with stage("passes"):
+        pipeline = optimize(module)
     optimized = pipeline.module
     optimize_ms = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
-    executable = build_executable(optimized, device, pipeline.facts.get("buffer-assignment"))
+    with stage("runtime-setup"):
+        executable = build_executable(optimized, device, pipeline.facts.get("buffer-assignment"))
     codegen_ms = (time.perf_counter() - start) * 1e3
     comp = Compilation(module.name, device, module, optimized, executable,
                        {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},

@@ -381,7 +381,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
                 other_probe = second_probe
             extents = _same_kernels(emitted, kernel_llvm_ir(other), by_size, other_probe)
             if kind == "earlier":
-                machine_code = _earlier_machine_code(emitted, earlier)
+                machine_code = _earlier_machine_code(emitted, earlier, pipe1.module)
             break
         except SymbolicDimensionError:
             if names is not None:
@@ -423,15 +423,19 @@ def _restore_names(names: list) -> None:
             instr.name = instr_name
 
 
-def _earlier_machine_code(emitted, earlier):
+def _earlier_machine_code(emitted, earlier, probe_module):
     """(the earlier compile's kernels with ``emitted``'s specs, its kernel symbols) when
     ``emitted`` (the first probe's kernels, named as the earlier compile's) is the very LLVM IR
     the earlier compile compiled, else None.  Why: the same text is the same machine code, and
-    LLVM is most of a small program's compile time."""
+    LLVM is most of a small program's compile time.  (Kernels the earlier compile made light
+    are compared as light: the probe ``probe_module``'s emitted so.)"""
     native = getattr(earlier.executable, "native", None)
     kernels = getattr(native, "kernels", None)
-    if kernels is None or emitted.unsupported or kernels.unsupported or native.loops or \
-            _DATALAYOUT.sub("", emitted.text) != _DATALAYOUT.sub("", kernels.llvm_ir):
+    if kernels is None or emitted.unsupported or kernels.unsupported or native.loops:
+        return None
+    if kernels.light:
+        emitted = kernel_llvm_ir(probe_module, kernels.light)
+    if _DATALAYOUT.sub("", emitted.text) != _DATALAYOUT.sub("", kernels.llvm_ir):
         return None
     return replace(kernels, specs=dict(emitted.specs)), dict(native.kernel_symbols)
 

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nbxla"
 # covers its submodules, a top-level module is named on its own.  ``nbxla`` itself (the package
 # ``__init__``, which gathers the public names) and ``python -m nbxla`` sit on top.
 LAYERS = [
-    {"nbxla.errors", "nbxla.flags", "nbxla.examples"},
+    {"nbxla.errors", "nbxla.flags", "nbxla.examples", "nbxla.compile_clock"},
     {"nbxla.hlo", "nbxla.testing"},
     {"nbxla.frontend", "nbxla.passes"},
     {"nbxla.codegen"},

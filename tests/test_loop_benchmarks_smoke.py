@@ -17,10 +17,12 @@ def _run(script: str, *args: str) -> str:
 
 
 def test_compile_time_table_agrees_with_numpy():
-    out = _run("compile_time.py", "--sizes", "small", "--only", "conv2d,azimint,correlation", "--repeats", "1")
+    out = _run("compile_time.py", "--sizes", "small", "--only", "conv2d,azimint,correlation", "--repeats", "1",
+               "--first-repeats", "1", "--breakdown")
     rows = [line for line in out.splitlines() if line.split() and line.split()[0] in ("conv2d", "azimint", "correlation")]
     assert len(rows) == 3, out
     assert all(row.endswith("ok") for row in rows), out
+    assert "llvm-optimize" in out and "trace" in out, out       # (the --breakdown rows)
 
 
 def test_small_calls_prints_the_chains_and_the_loop_driver():

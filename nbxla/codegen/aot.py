@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ..compile_clock import stage
 from ..errors import AotError, UnsupportedError
 from ..hlo import Module
 from ..hlo.evaluator_common import label
@@ -181,7 +182,8 @@ def target_machine(cpu: str):
 
 
 def run_tool(cmd: list[str], what: str) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    with stage("c-compiler"):
+        done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise AotError(f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr.strip()}")
 
@@ -311,7 +313,8 @@ def compile_native_loops(entries: dict[str, Computation], path: str, *, parallel
     tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack, plan,
                                      runtime="interface", native_entries=True)
     if c_source is None:
-        return object_engine(mod)[1]
+        with stage("machine-code"):
+            return object_engine(mod)[1]
     _link(tm, mod, c_source, path, runtime_object)
     return None
 
@@ -364,9 +367,12 @@ def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_thre
     for name in set(kernels.names) - called:
         kernels.module.get_global(name).linkage = "internal"
     kernels.module.data_layout = str(tm.target_data)
-    mod = llvm.parse_assembly(str(kernels.module))
-    mod.verify()
-    optimize_module(mod, tm)
+    with stage("llvm-ir"):
+        text = str(kernels.module)
+    with stage("llvm-optimize"):
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        optimize_module(mod, tm)
     declarations = "".join(f"extern void {s}(void **, int64_t, int64_t);\n" for s in functions) + \
         "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values()) + \
         "".join(f"extern void {s}(void *const *, void *const *, char *);\n" for s in kernels.loops.names)

@@ -7,6 +7,7 @@ optimization and the assembly are kept for ``%xla_ir stage=llvm_ir|llvm_ir_opt|a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -16,10 +17,11 @@ from typing import Protocol
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ..compile_clock import stage
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
 from .kernels import emit_kernel
-from .toolkit import KernelSpec
+from .toolkit import KernelSpec, no_unrolling
 
 
 _lock = threading.RLock()
@@ -95,6 +97,8 @@ class CompiledKernels:
     object_code: bytes | None = None
     from_cache: bool = False
     engines: list = field(default_factory=list)
+    # The kernels compiled light (their loops not unrolled: ``light_kernel``), by name
+    light: frozenset = frozenset()
     _asm: str | None = None
 
     @property
@@ -107,8 +111,10 @@ class CompiledKernels:
         return self._asm
 
 
+@functools.lru_cache(maxsize=1)
 def target_fingerprint() -> str:
-    """What compiled code depends on besides the module: code generator source, LLVM, the CPU."""
+    """What compiled code depends on besides the module: code generator source, LLVM, the CPU.
+    (Computed once per process, from the sources as loaded: 1.5 ms a call, once per compile.)"""
     here = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha256()
     for name in sorted(os.listdir(here)):
@@ -130,13 +136,17 @@ class ObjectStore(Protocol):
 
 def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                     store: ObjectStore | None = None, key: str | None = None,
-                    object_data_offset: int | None = None, emitted: "EmittedKernels | None" = None
-                    ) -> CompiledKernels:
+                    object_data_offset: int | None = None, emitted: "EmittedKernels | None" = None,
+                    light: frozenset = frozenset()) -> CompiledKernels:
     """Machine code for one kernel per fusion.  With ``object_data_offset``, kernels also get an
     entry point taking array objects (see ``_emit_object_entry``).  ``emitted``: these fusions'
-    IR as ``emit_llvm_ir`` gave it (emitted already to compare it: not emitted again)."""
+    IR as ``emit_llvm_ir`` gave it (emitted already to compare it: not emitted again).
+    ``light``: the names of the fusions whose loops are not unrolled (LIGHT_KERNEL_ELEMENTS)."""
+    light = frozenset() if emitted is not None else frozenset(light)   # (emitted: as it was emitted)
     try:
-        return _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted)
+        kernels = _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted, light)
+        kernels.light = light
+        return kernels
     except RuntimeError:
         pass
     # LLVM rejected the module (a code generator bug): compile the kernels one by one, so
@@ -145,7 +155,7 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     for name, comp in fusions:
         try:
             parts.append(_compile_kernels(f"{module_name}_{name}", [(name, comp)], None, None,
-                                          object_data_offset))
+                                          object_data_offset, light=light))
         except RuntimeError as e:
             parts.append(CompiledKernels({}, {}, "", "", {name: f"internal code generation error: {e}"}))
     merged = CompiledKernels({}, {}, "", "", {})
@@ -156,12 +166,14 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
         merged.llvm_ir += p.llvm_ir
         merged.llvm_ir_optimized += p.llvm_ir_optimized
     merged.engines = [p.engine for p in parts]          # keep every engine's code alive
+    merged.light = light
     return merged
 
 
 def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                      store: ObjectStore | None, key: str | None,
-                     object_data_offset: int | None = None, emitted=None) -> CompiledKernels:
+                     object_data_offset: int | None = None, emitted=None,
+                     light: frozenset = frozenset()) -> CompiledKernels:
     """Emit, optimize and load one kernel per fusion; fusions that cannot be emitted natively
     are listed in ``unsupported`` with the reason (the runtime interprets those).
 
@@ -176,18 +188,21 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     if emitted is not None:
         text, specs, unsupported = emitted.text, dict(emitted.specs), dict(emitted.unsupported)
     else:
-        ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset)
+        with stage("llvm-ir"):
+            ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light)
     with _lock:
         tm = host_target_machine()
-        if emitted is None:
-            ir_module.data_layout = str(tm.target_data)
-            text = str(ir_module)
-        else:
-            text = _with_data_layout(text, str(tm.target_data))
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-        optimize_module(mod, tm)
-        optimized = str(mod)
+        with stage("llvm-ir"):
+            if emitted is None:
+                ir_module.data_layout = str(tm.target_data)
+                text = str(ir_module)
+            else:
+                text = _with_data_layout(text, str(tm.target_data))
+        with stage("llvm-optimize"):
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+            optimize_module(mod, tm)
+            optimized = str(mod)
     kernels = _load(specs, unsupported, text, optimized, None, mod)
     if store is not None and key and kernels.object_code is not None:
         store.save(key, {"specs": {n: asdict(s) for n, s in specs.items()}, "unsupported": unsupported,
@@ -195,28 +210,68 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     return kernels
 
 
-def compile_helper_kernel(name: str, emit) -> CompiledKernels:
+def compile_helper_kernel(name: str, emit, pipeline: str = "full", store: ObjectStore | None = None,
+                          key: str | None = None) -> CompiledKernels:
     """Machine code for one kernel emitted outside the dispatcher (the runtime's helper kernels:
-    ``runtime/conv_blocks.py``'s patch GEMM): ``emit(ir_module, name)`` returns its spec."""
-    ir_module = ir.Module(name=name)
-    ir_module.triple = llvm.get_process_triple()
-    spec = emit(ir_module, name)
+    ``runtime/conv_blocks.py``'s patch GEMM): ``emit(ir_module, name)`` returns its spec.
+    ``pipeline``: which of the LLVM ``PIPELINES`` optimizes it.  With a ``store`` and ``key``
+    (which must name everything the kernel's code depends on besides ``target_fingerprint``),
+    object code compiled earlier is loaded instead, and new code is kept there."""
+    cached = store.load(key) if store is not None and key else None
+    if cached is not None:
+        meta, obj = cached
+        return _load({name: KernelSpec(**meta["spec"])}, {}, meta["llvm_ir"], meta["llvm_ir_optimized"], obj)
+    kernels = _compile_helper_kernel(name, emit, pipeline)
+    if store is not None and key and kernels.object_code is not None:
+        store.save(key, {"spec": asdict(kernels.specs[name]), "llvm_ir": kernels.llvm_ir,
+                         "llvm_ir_optimized": kernels.llvm_ir_optimized}, kernels.object_code)
+    return kernels
+
+
+def _compile_helper_kernel(name: str, emit, pipeline: str) -> CompiledKernels:
+    with stage("llvm-ir"):
+        ir_module = ir.Module(name=name)
+        ir_module.triple = llvm.get_process_triple()
+        spec = emit(ir_module, name)
     with _lock:
         tm = host_target_machine()
-        ir_module.data_layout = str(tm.target_data)
-        text = str(ir_module)
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-        optimize_module(mod, tm)
-        optimized = str(mod)
+        with stage("llvm-ir"):
+            ir_module.data_layout = str(tm.target_data)
+            text = str(ir_module)
+        with stage("llvm-optimize"):
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+            optimize_module(mod, tm, pipeline)
+            optimized = str(mod)
     return _load({name: spec}, {}, text, optimized, None, mod)
 
 
-def optimize_module(mod, tm) -> None:
-    """LLVM's O3 pipeline with the loop and SLP vectorizers, in place (also used by AOT)."""
+# LLVM pipelines (``optimize_module``): "full", O3 with the loop and SLP vectorizers and the
+# unroller (loops of "light" kernels opt out of the unroller: see ``light_kernel``);
+# "hand-vectorized", without the unroller and the vectorizers, for kernels emitted as vector
+# operations, register-blocked, their short loops unrolled (the patch GEMM).
+PIPELINES = ("full", "hand-vectorized")
+
+# Elements (of any one operand, result or instruction of a kernel) up to which a kernel of the
+# entry computation is "light": its loops are not unrolled (toolkit.no_unrolling).  Why: the
+# unroller doubled the code LLVM then optimizes and emits (LeNet-5's seven small kernels:
+# 140 -> 69 ms of LLVM) and made no kernel of this size measurably faster: side by side,
+# conv2d, LeNet-5, eos, arc-distance, isoneutral, hdiff, jacobi-2d, heat-3d, gemver and
+# fdtd-2d at their small sizes (kernels of up to 64K elements) ran within 3% without it.
+# Kernels of loop bodies, which run once per iteration, are never light.
+LIGHT_KERNEL_ELEMENTS = 1 << 16
+
+
+def optimize_module(mod, tm, pipeline: str = "full") -> None:
+    """One of the ``PIPELINES`` on the parsed module ``mod``, in place (also used by AOT).
+    "hand-vectorized" kernels lose nothing to the missing passes: measured side by side on nine
+    convolution geometries, the patch GEMM took 29-59 ms of LLVM instead of 48-173 ms, its run
+    times within 2%."""
+    if pipeline not in PIPELINES:
+        raise ValueError(f"unknown LLVM pipeline {pipeline!r}; one of {', '.join(PIPELINES)}")
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
+    pto.loop_vectorization = pto.slp_vectorization = pipeline != "hand-vectorized"
+    pto.loop_unrolling = pipeline == "full"
     # No interleaving (unrolling vector loops 4x): measured side by side, it made no kernel
     # faster (memory-bound loops gain nothing; layernorm's row loops got 20-50% slower)
     # and doubled the compile time of transcendental-heavy kernels (softmax 62 -> 40 ms).
@@ -227,8 +282,38 @@ def optimize_module(mod, tm) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
+def light_kernel(comp: Computation) -> bool:
+    """Is the kernel of ``comp`` (a fusion's computation, or a standalone op's) light, its
+    loops not unrolled: no instruction, operand or result of more than LIGHT_KERNEL_ELEMENTS
+    elements (a reduce-window's results counted with their window), and no dot, convolution
+    or sort (their work is not bounded by their sizes)?  The caller asks for the kernels of
+    the entry only."""
+    def elements(shape) -> int | None:
+        total = 0
+        for leaf in (shape.leaves() if shape.is_tuple else [shape]):
+            size = leaf.size
+            if not isinstance(size, int):       # (an unknown dimension: no bound)
+                return None
+            total += size
+        return total
+    for instr in comp.instructions:
+        if instr.opcode in ("dot", "convolution", "sort", "custom-call", "while", "call", "conditional"):
+            return False
+        touched = [elements(instr.shape)] + [elements(o.shape) for o in instr.operands]
+        if any(n is None for n in touched):
+            return False
+        if instr.opcode == "reduce-window":         # (each result reads a window)
+            window = 1
+            for w in getattr(instr.attrs.get("window"), "dims", ()):
+                window *= w.size
+            touched.append(touched[0] * window)
+        if max(touched) > LIGHT_KERNEL_ELEMENTS:
+            return False
+    return True
+
+
 def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
-                 object_data_offset: int | None):
+                 object_data_offset: int | None, light: frozenset = frozenset()):
     """The LLVM module of every fusion that can be emitted natively, their specs, and the
     reason for each one that cannot.  A kernel that fails half-way leaves a broken function
     behind, so the module is emitted again without it (failures are rare: emitting each
@@ -243,7 +328,8 @@ def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
                 if name in unsupported:
                     continue
                 current = name
-                spec = specs[name] = emit_kernel(ir_module, name, comp)
+                with no_unrolling(name in light):
+                    spec = specs[name] = emit_kernel(ir_module, name, comp)
                 if object_data_offset is None:
                     continue
                 if spec.style == "full-reduce":
@@ -268,10 +354,10 @@ class EmittedKernels:
 
 
 def emit_llvm_ir(module_name: str, fusions: list[tuple[str, Computation]],
-                 object_data_offset: int | None = None) -> EmittedKernels:
+                 object_data_offset: int | None = None, light: frozenset = frozenset()) -> EmittedKernels:
     """The LLVM IR text (unoptimized) and the specs of the kernels, as ``compile_kernels``
     would compile them, without compiling."""
-    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset)
+    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light)
     return EmittedKernels(str(ir_module), specs, unsupported)
 
 
@@ -290,7 +376,7 @@ def _with_data_layout(text: str, layout: str) -> str:
 def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None) -> CompiledKernels:
     """JIT-load the optimized module; with ``obj``, its machine code is taken as given."""
     captured: list[bytes] = []
-    with _lock:
+    with _lock, stage("machine-code"):
         if mod is None:
             mod = llvm.parse_assembly(optimized)
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine())

@@ -282,7 +282,7 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
 
 def reduction_interleave(opcode: str, operand: Instruction, keep) -> int:
     """How many vector iterations a row reduction's loop keeps in flight (see
-    ``toolkit._interleave_metadata``).  Measured side by side on 1024-wide rows: 4 for max/min (row
+    ``toolkit._loop_metadata``).  Measured side by side on 1024-wide rows: 4 for max/min (row
     max 51 -> 30 us per 256 rows) and for sums of transcendental work that store nothing
     (log1p(exp(-|x|)).mean(-1): 1.64 -> 1.04 ms per 4096 rows); a loop that also stores
     (softmax's exp, kept for the next phase) got slower out of cache, and cheap sums gained

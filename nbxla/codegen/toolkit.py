@@ -8,6 +8,8 @@ arg_reductions, windows, gpu) import from here; this module imports none of them
 
 from __future__ import annotations
 
+import contextvars
+from contextlib import contextmanager
 from dataclasses import dataclass
 import weakref
 
@@ -185,7 +187,7 @@ def _alias_scope_list(module: ir.Module, name: str):
 def counted_loop(b: ir.IRBuilder, begin, end, name: str, body, step=None, interleave: int = 1) -> None:
     """``for (i = begin; i < end; i += step) body(i)`` (step 1 by default); leaves the
     builder after the loop.  ``interleave`` > 1 asks LLVM's vectorizer for that many vector
-    iterations in flight (see ``_interleave_metadata``)."""
+    iterations in flight (see ``_loop_metadata``)."""
     pre = b.block
     head = b.append_basic_block(f"{name}.head")
     loop = b.append_basic_block(f"{name}.body")
@@ -200,20 +202,41 @@ def counted_loop(b: ir.IRBuilder, begin, end, name: str, body, step=None, interl
     nxt = b.add(i, const_i64(1) if step is None else step, name=f"{name}.next")
     i.add_incoming(nxt, b.block)
     latch = b.branch(head)
+    hints = []
     if interleave > 1:
-        latch.set_metadata("llvm.loop", _interleave_metadata(b.module, interleave))
+        hints.append([ir.MetaDataString(b.module, "llvm.loop.interleave.count"), ir.Constant(I32, interleave)])
+    if _no_unrolling.get():
+        hints.append([ir.MetaDataString(b.module, "llvm.loop.unroll.disable")])
+    if hints:
+        latch.set_metadata("llvm.loop", _loop_metadata(b.module, hints))
     b.position_at_end(after)
 
 
-def _interleave_metadata(module: ir.Module, count: int):
-    """Loop metadata forcing an interleave count.  Why: interleaving is off for the module
-    (it slowed memory-bound loops and doubled compile times), but a reduction whose
-    combiner is a long dependency chain (NaN-propagating max: six instructions per vector)
-    runs at the chain's latency with one accumulator; several accumulators hide it."""
-    inner = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
-                                 ir.Constant(I32, count)])
-    loop_id = module.add_metadata([inner])
-    loop_id.operands = (loop_id, inner)      # loop IDs refer to themselves (LLVM LangRef)
+# Set while a light kernel is emitted (see ``no_unrolling``).
+_no_unrolling = contextvars.ContextVar("no_unrolling", default=False)
+
+
+@contextmanager
+def no_unrolling(on: bool = True):
+    """Inside: every ``counted_loop`` asks LLVM not to unroll it (``llvm.loop.unroll.disable``,
+    which the vectorized loop and its remainder inherit).  For the kernels where unrolling
+    costs compile time and buys nothing (codegen/cpu.py's LIGHT_KERNEL_ELEMENTS)."""
+    token = _no_unrolling.set(on)
+    try:
+        yield
+    finally:
+        _no_unrolling.reset(token)
+
+
+def _loop_metadata(module: ir.Module, hints: list[list]):
+    """A loop ID carrying ``hints`` (lists of metadata operands).  Interleave counts: the
+    module's vectorizer does not interleave (it slowed memory-bound loops and doubled compile
+    times), but a reduction whose combiner is a long dependency chain (NaN-propagating max: six
+    instructions per vector) runs at the chain's latency with one accumulator; several
+    accumulators hide it."""
+    inner = [module.add_metadata(h) for h in hints]
+    loop_id = module.add_metadata(inner)
+    loop_id.operands = (loop_id, *inner)      # loop IDs refer to themselves (LLVM LangRef)
     return loop_id
 
 

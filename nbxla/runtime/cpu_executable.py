@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..codegen.cpu import CompiledKernels, compile_kernels, emit_llvm_ir, target_fingerprint
+from ..codegen.cpu import CompiledKernels, compile_kernels, emit_llvm_ir, light_kernel, target_fingerprint
 from ..codegen.kernels import standalone_computation, structure_key
 from ..errors import InterpretedWarning
 from ..hlo.opcodes import OWN_KERNEL
@@ -165,7 +165,8 @@ class CpuExecutable:
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
                                   print_module(module, KEY_TEXT)).encode()).hexdigest()
         self.kernels: CompiledKernels = kernels if kernels is not None else \
-            compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET, emitted)
+            compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET, emitted,
+                            light_kernel_symbols(module, distinct, compiled))
         # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name
         # (identical kernels, the steps of a time loop, share one symbol).
         self.kernel_symbols = {i.name: symbol for symbol, i in compiled}
@@ -555,12 +556,21 @@ def kernel_computations(module: Module, native=frozenset()):
     return _share_identical_kernels(_kernel_symbols(program_computations(module, native)))
 
 
-def kernel_llvm_ir(module: Module):
+def kernel_llvm_ir(module: Module, light: frozenset = frozenset()):
     """The LLVM IR (before optimization), specs and refusals of the module's kernels
     (``EmittedKernels``), without compiling them: what a second probe of a program with
-    unknown dimensions is compared by."""
+    unknown dimensions is compared by.  No kernel is light unless named in ``light``: whether
+    one is depends on its size, which a program with unknown dimensions does not fix."""
     distinct, _ = kernel_computations(module)
-    return emit_llvm_ir(module.name, distinct, ARRAY_DATA_OFFSET)
+    return emit_llvm_ir(module.name, distinct, ARRAY_DATA_OFFSET, light)
+
+
+def light_kernel_symbols(module: Module, distinct, compiled) -> frozenset:
+    """The kernels whose loops LLVM does not unroll (``codegen.cpu.light_kernel``): small ones
+    that only the entry runs, once per call (a loop body's run once per iteration)."""
+    entry = {id(i) for i in module.entry.instructions}
+    elsewhere = {symbol for symbol, instr in compiled if id(instr) not in entry}
+    return frozenset(symbol for symbol, comp in distinct if symbol not in elsewhere and light_kernel(comp))
 
 
 def _kernel_symbols(computations: list[Computation]) -> list[tuple[str, Instruction]]:

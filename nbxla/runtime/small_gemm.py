@@ -9,21 +9,23 @@ gather of the patches itself cost about as much as the product (4x28x28, 32 -> 3
 input in place, keeps a block of output positions as vector sums and multiplies with
 broadcast fused multiply-adds.
 
-A kernel is compiled once per convolution geometry and per process (tens of milliseconds,
-when the convolution's thunk is made).
+A kernel is compiled once per convolution geometry (20-60 ms of LLVM, when the convolution's
+thunk is made), kept for the process and in the persistent cache.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import re
 import threading
 
 import numpy as np
 
-from ..codegen.cpu import compile_helper_kernel
+from ..codegen.cpu import compile_helper_kernel, target_fingerprint
 from ..codegen.patch_gemm import emit_patch_gemm, PatchGemm
 from .cpu_kernels import data_pointer
+from .persistent_cache import default_cache
 
 _KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 _POINTERS = ctypes.c_void_p * 3
@@ -47,9 +49,13 @@ class PatchGemmKernel:
         with _lock:
             found = _kernels.get(geometry)
             if found is None:
-                # (one kernel per helper module: the name need only be a valid symbol)
+                # (one kernel per helper module: the name need only be a valid symbol, and it is
+                # the whole geometry: the key in the persistent cache too)
                 name = "nbxla_patch_gemm_" + re.sub(r"\W", "_", "_".join(str(v) for v in _flat(geometry)))
-                compiled = compile_helper_kernel(name, lambda m, n: emit_patch_gemm(m, n, geometry))
+                store = default_cache()
+                key = hashlib.sha256(f"{target_fingerprint()},{name}".encode()).hexdigest() if store else None
+                compiled = compile_helper_kernel(name, lambda m, n: emit_patch_gemm(m, n, geometry),
+                                                 "hand-vectorized", store, key)
                 found = _kernels[geometry] = (_KERNEL(compiled.addresses[name]), compiled)
         self.fn, self._compiled = found
 

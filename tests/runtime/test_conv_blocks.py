@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbxla.hlo.attributes import ConvDimensionNumbers, Window, WindowDim
+from nbxla.codegen.patch_gemm import SHORT_LOOP
 from nbxla.hlo.evaluator import evaluate, flatten
-from nbxla.runtime import conv_blocks, conv_gemm
+from nbxla.runtime import conv_blocks, conv_gemm, small_gemm
 from nbxla.runtime.cpu_library import library_thunk
 from nbxla.testing import compare_arrays
 
@@ -55,6 +56,32 @@ CASES = [
 def test_blocked_im2col_matches_the_evaluator(case, t):
     labels, x, k, window = case
     check(conv_module(x, k, t, labels, window), BLOCKED)
+
+
+@pytest.mark.parametrize("dilated", [False, True])
+@pytest.mark.parametrize("products", [SHORT_LOOP, SHORT_LOOP + 1])
+def test_short_window_rows_unrolled_or_looped(products, dilated):
+    """nbxla's patch-GEMM kernel writes a window row's products out unrolled up to SHORT_LOOP
+    of them (KW * C; C with window dilation), else loops: both sides against the evaluator."""
+    if dilated:         # (the loop over one window column's channels)
+        x, k, window = (1, 11, 12, products), (3, 3, products, 5), square(3, window_dilation=2)
+    else:               # (a 1-channel, `products`-wide window: KW * C products per row)
+        x, k, window = (2, 9, 14, 1), (3, products, 1, 5), Window((WindowDim(3), WindowDim(products)))
+    got = check(conv_module(x, k, "f32", "b01f_01io->b01f", window), BLOCKED + ", by nbxla")
+    assert got.shape[-1] == 5
+
+
+def test_patch_gemm_kernels_are_kept_in_the_persistent_cache(monkeypatch, tmp_path):
+    """A geometry compiled in one process is loaded from the persistent cache in the next (the
+    process's own table emptied here), and computes the same."""
+    monkeypatch.setenv("NBXLA_CACHE_DIR", str(tmp_path))
+    module = conv_module((2, 10, 9, 3), (3, 3, 3, 7), "f32", "b01f_01io->b01f", square(3))
+    for loaded in (False, True):
+        monkeypatch.setattr(small_gemm, "_kernels", {})
+        check(module, BLOCKED + ", by nbxla")
+        (found,) = small_gemm._kernels.values()
+        assert found[1].from_cache == loaded
+        assert any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("patch_bytes", [1, 4400, 1 << 20])

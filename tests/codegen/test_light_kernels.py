@@ -1,0 +1,89 @@
+"""Light kernels (codegen/cpu.py's LIGHT_KERNEL_ELEMENTS): small kernels of the entry computation
+are emitted with their loops marked ``llvm.loop.unroll.disable`` (LLVM's unroller doubled their
+code and compile time for no speed); larger ones, and every kernel of a loop body, are not.
+Both sides of the threshold, against NumPy; the rule's parts on HLO directly."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.codegen import cpu
+from nbxla.codegen.cpu import LIGHT_KERNEL_ELEMENTS, light_kernel
+from nbxla.hlo.parser import parse_hlo
+from nbxla.runtime.cpu_executable import kernel_computations, light_kernel_symbols
+
+DISABLE = "llvm.loop.unroll.disable"
+
+
+def bias_relu(x, b):
+    return np.maximum(x + b, 0)
+
+
+@pytest.mark.parametrize("rows,light", [(LIGHT_KERNEL_ELEMENTS // 16, True), (LIGHT_KERNEL_ELEMENTS // 16 + 1, False)])
+def test_threshold_both_sides_against_numpy(rows, light):
+    rng = np.random.default_rng(0)
+    x, b = rng.standard_normal((rows, 16)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    f = nbxla.jit(bias_relu)
+    np.testing.assert_array_equal(f(x, b), bias_relu(x, b))
+    assert (DISABLE in f.last_compilation.stage("llvm_ir")) == light
+
+
+WINDOW = """HloModule pool
+%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(f32[] %a, f32[] %b)
+}
+ENTRY %pool (x: f32[64,64]) -> f32[32,32] {
+  %x = f32[64,64]{1,0} parameter(0)
+  %init = f32[] constant(-inf)
+  ROOT %rw = f32[32,32]{1,0} reduce-window(f32[64,64]{1,0} %x, f32[] %init), window={size=2x2 stride=2x2}, to_apply=%max
+}
+"""
+
+
+def test_the_largest_operand_result_or_window_counts(monkeypatch):
+    rw = parse_hlo(WINDOW).entry
+    # (input 4096 elements, output 1024, output x window 4096)
+    monkeypatch.setattr(cpu, "LIGHT_KERNEL_ELEMENTS", 4096)
+    assert light_kernel(rw)
+    monkeypatch.setattr(cpu, "LIGHT_KERNEL_ELEMENTS", 4095)
+    assert not light_kernel(rw)
+
+
+def test_dots_are_never_light():
+    dot = parse_hlo("""HloModule d
+ENTRY %d (a: s32[4,4], b: s32[4,4]) -> s32[4,4] {
+  %a = s32[4,4]{1,0} parameter(0)
+  %b = s32[4,4]{1,0} parameter(1)
+  ROOT %dot = s32[4,4]{1,0} dot(s32[4,4]{1,0} %a, s32[4,4]{1,0} %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""").entry
+    assert not light_kernel(dot)
+
+
+def steps(x, b):
+    y = np.sin(x) * 2.0
+    for _ in range(40):                   # (rolled: a while whose body has its own kernels)
+        y = np.maximum(y * 0.5 + b, 0.0)
+    return y + 1.0
+
+
+def test_loop_body_kernels_are_never_light(monkeypatch):
+    monkeypatch.setenv("NBXLA_NATIVE_LOOPS", "0")       # (the body's kernels compiled with the entry's)
+    rng = np.random.default_rng(1)
+    x, b = rng.standard_normal(256), rng.standard_normal(256)
+    f = nbxla.jit(steps)
+    np.testing.assert_allclose(f(x, b), steps(x, b), rtol=1e-12)
+    module = f.last_compilation.optimized
+    assert any(i.opcode == "while" for i in module.entry.instructions)
+    distinct, compiled = kernel_computations(module)
+    light = light_kernel_symbols(module, distinct, compiled)
+    entry = {id(i) for i in module.entry.instructions}
+    in_body = {symbol for symbol, instr in compiled if id(instr) not in entry}
+    assert in_body and not light & in_body
+    assert light, "the entry's small kernels are light"
