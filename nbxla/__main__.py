@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     aot.add_argument("target", metavar="FILE.py:FUNC|FILE.hlo")
     aot.add_argument("--arg", action="append", default=[], metavar="SPEC",
                      help="an argument's type in HLO's spelling, in order: f32[16,784], s64[], pred[3]; "
-                          "? for the unknown size b the C function takes first: f32[?,784]")
+                          "? for the unknown size b the C function takes first: f32[?,784]; ?NAME for "
+                          "another unknown size: f32[?m,?n]")
     aot.add_argument("-o", "--out-dir", default=".", metavar="DIR", help="where to write NAME.o and NAME.h")
     aot.add_argument("--name", help="the C function's name (default: FUNC, or the HLO module's name)")
     aot.add_argument("--cpu", default="host",

@@ -28,7 +28,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .codegen.aot import AotObject, compile_object, compile_symbolic_object
+from .codegen.aot import C_KEYWORDS, AotObject, compile_object, compile_symbolic_object
+from .codegen.aot_symbolic import symbols_in
 from .errors import AotError
 from .frontend.autograph import convert_function
 from .frontend.cell_ast import check_function_no_random
@@ -44,7 +45,9 @@ from .runtime.cpu_kernels import PARALLEL_THRESHOLD
 
 __all__ = ["compile", "parse_spec", "AotObject", "AotError"]
 
-_SPEC = re.compile(r"\s*([a-z0-9]+)\[([0-9,?\s]*)\]\s*")
+_SPEC = re.compile(r"\s*([a-z0-9]+)\[([0-9a-zA-Z_,?\s]*)\]\s*")
+# ``?`` is the unknown size ``b``; ``?name`` another one (``f32[?m,?n]``): the same name, the same size
+_UNKNOWN = re.compile(r"\?([a-z][a-z0-9_]*)?")
 
 
 def parse_spec(spec) -> Shape:
@@ -55,8 +58,19 @@ def parse_spec(spec) -> Shape:
     if not m or m.group(1) not in ELEMENT_TYPES:
         raise AotError(f"argument spec {spec!r} is not an array type in HLO's spelling: write an element "
                        f"type ({', '.join(ELEMENT_TYPES)}) and dimensions, e.g. f32[16,784] or s64[]")
-    # (``?``: the unknown size ``b``, given when the function is called: ``f32[?,784]``)
-    dims = tuple(SymDim("b") if d == "?" else int(d) for d in m.group(2).replace(" ", "").split(",") if d)
+    # (``?``: the unknown size ``b``, given when the function is called: ``f32[?,784]``;
+    # ``?n``: the unknown size ``n``, ``f32[?m,?n]``)
+    dims = []
+    for d in (d for d in m.group(2).replace(" ", "").split(",") if d):
+        unknown = _UNKNOWN.fullmatch(d)
+        if unknown:
+            dims.append(SymDim(unknown.group(1) or "b"))
+        elif d.isdigit():
+            dims.append(int(d))
+        else:
+            raise AotError(f"argument spec {spec!r}: the dimension {d!r} is neither a size nor an unknown "
+                           "size (? for b, or ?name with a lower-case name, e.g. f32[?m,?n])")
+    dims = tuple(dims)
     if to_numpy_dtype(m.group(1)) is None:
         raise AotError(f"argument spec {spec!r}: NumPy has no {m.group(1)} arrays to trace with")
     return Shape(m.group(1), dims)
@@ -144,19 +158,31 @@ def compile(fn, specs: Sequence | None = None, out_dir: str = ".", name: str | N
                           plan=result.facts["buffer-assignment"])
 
 
-# The size the unknown dimension is traced and compiled at (the program serves every size).
-PROBE_SIZE = 17
+# The sizes the unknown dimensions are traced and compiled at, one per symbol (the program
+# serves every size): distinct, so that dimensions of different symbols stay apart.
+PROBE_SIZES = (17, 19, 23, 29, 31, 37, 41, 43)
+# Size names that would clash with the C the object is made of.
+_TAKEN_NAMES = {"in", "out", "sz", "rc", "arena", "need", "t", "k", "p", "q", "pd", "pi", "po", "pred",
+                "cur", "nxt", "region", "scratch", "sizes", "slots"}
 
 
 def _compile_unknown_size(fn, shapes: list[Shape], out_dir: str, name: str | None, cpu: str,
                           emit_c: bool) -> AotObject:
-    """``fn`` with ``?`` dimensions (all one unknown size ``b``): compiled as ``jit`` compiles
-    unknown dimensions (``symbolic_compile``: probes, guards, kernels that serve every size),
-    then written as one object whose function takes ``b`` first (``codegen/aot_symbolic.py``)."""
+    """``fn`` with ``?`` dimensions (``?`` the unknown size ``b``, ``?n`` the size ``n``):
+    compiled as ``jit`` compiles unknown dimensions (``symbolic_compile``: probes, guards,
+    kernels that serve every size), then written as one object whose function takes the sizes
+    first (``codegen/aot_symbolic.py``)."""
     check_function_no_random(fn)
-    args = [np.zeros(tuple(PROBE_SIZE if isinstance(d, SymDim) else d for d in s.dims), s.dtype) for s in shapes]
+    symbols = symbols_in(shapes)
+    for n in symbols:
+        if n in C_KEYWORDS or n in _TAKEN_NAMES or re.fullmatch(r"(arg|result|s|size)\d+", n):
+            raise AotError(f"the unknown size ?{n} has a name the object's C uses itself; choose another")
+    if len(symbols) > len(PROBE_SIZES):
+        raise AotError(f"{len(symbols)} unknown sizes: at most {len(PROBE_SIZES)} are supported")
+    probe = dict(zip(symbols, PROBE_SIZES))
+    args = [np.zeros(tuple(probe[d.name] if isinstance(d, SymDim) else d for d in s.dims), s.dtype) for s in shapes]
     leaves, treedef = tree_flatten((tuple(args), {}))
-    marks = {(k, d): "b" for k, s in enumerate(shapes) for d, n in enumerate(s.dims) if isinstance(n, SymDim)}
+    marks = {(k, d): n.name for k, s in enumerate(shapes) for d, n in enumerate(s.dims) if isinstance(n, SymDim)}
     try:
         names = list(inspect.signature(fn).parameters)[:len(args)]
     except (TypeError, ValueError):
@@ -169,16 +195,20 @@ def _compile_unknown_size(fn, shapes: list[Shape], out_dir: str, name: str | Non
     def trace_at(arg_leaves, log):
         return trace(converted, arg_leaves, treedef, name=fn_name, leaf_names=names, size_observations=log)
     try:
-        program = compile_symbolic(trace_at, leaves, marks, "cpu")
+        program = compile_symbolic(trace_at, leaves, marks, "cpu", products=True)
     except SymbolicDimensionError as e:
-        raise AotError(f"{fn_name}: its ? dimensions cannot stay unknown ({e}); give them a size") from None
+        unknown = ", ".join(f"{names[k]}.shape[{d}] (?{n})" for (k, d), n in sorted(marks.items()))
+        raise AotError(f"{fn_name}: its unknown dimensions {unknown} cannot stay unknown ({e}); "
+                       "give them a size") from None
     symbolic = program.compilation.optimized
-    sizes = (PROBE_SIZE, second_probe(PROBE_SIZE))
-    probes = tuple(bind_module(symbolic, {"b": h}) for h in sizes)
+    sizes = (probe, {n: second_probe(h) for n, h in probe.items()})
+    probes = tuple(bind_module(symbolic, at) for at in sizes)
     mark_unknown_axes(symbolic, *probes)
     description = _describe(fn, shapes, names, "results: " + ", ".join(
         s.to_text(False) for s in (symbolic.entry.root.shape.leaves() if symbolic.entry.root.shape.is_tuple
                                    else [symbolic.entry.root.shape])))
-    return compile_symbolic_object(symbolic, probes, sizes, program.sizes, len(shapes), program.bounds.get("b", 2),
+    lower = {n: program.lower.get(n, 2) for n in symbols}
+    upper = {n: program.bounds.get(n, 2) for n in symbols}
+    return compile_symbolic_object(symbolic, probes, sizes, program.sizes, len(shapes), lower, upper,
                                    name or fn_name, out_dir, parallel_threshold=PARALLEL_THRESHOLD, cpu=cpu,
                                    description=description, emit_c=emit_c)

@@ -17,6 +17,7 @@ compiled once -- a few milliseconds, memoized per size -- never LLVM again.
 
 from __future__ import annotations
 
+import contextvars
 import re
 from math import gcd
 import threading
@@ -31,15 +32,23 @@ from .frontend.observed_sizes import compare_observations
 from .frontend.trace import TracedProgram, is_array_leaf
 from .hlo.shapes import SymDim, SymbolicDimensionError
 from .hlo.ir import clone_module
-from .hlo.symbolic import (bind_entry, bind_module, bind_symbols, generalize_module, lift_size_constants,
-                           second_probe, symbols_of_module, upper_probes)
+from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, bind_symbols, generalize_module,
+                           lift_size_constants, mark_unknown_axes, second_probe, size_from_probes,
+                           symbols_of_module, upper_probes)
 from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
+from .runtime.symbolic_loops import SymbolicLoops, loops_for
 from .runtime.executable import cpu_executable, resolve_device
 
 # Kernel styles whose machine code takes its whole size from the [begin, end) range.
 _RANGED_STYLES = ("linear", "rows", "reduce", "full-reduce")
+_CONTROL = ("while", "conditional", "call")
+# Whether a kernel's range may be a product of unknown sizes (``f32[m,n]`` elementwise): for
+# ahead-of-time objects, whose driver computes ranges in C.  The jit's instances bind them
+# too, but there a product means every dimension symbolic (``dynamic=True``), whose kernels
+# are most often planned differently at other sizes: refused early instead (``_check_kernel_ranges``).
+_PRODUCTS = contextvars.ContextVar("nbxla_symbolic_products", default=False)
 # Instances (sizes) kept per symbolic program; each holds only thunks over shared machine code.
 MAX_INSTANCES = 64
 
@@ -56,6 +65,9 @@ class SymbolicProgram:
     bounds: dict = field(default_factory=dict)     # symbol -> the largest size it serves
     lower: dict = field(default_factory=dict)      # symbol -> the smallest size it serves (1 or 2)
     instance_ms: float = 0.0            # time spent making instances (sizes), all together
+    # The entry's loops compiled for every size (``runtime/symbolic_loops``), or why they run
+    # from the host ("" when the program has none)
+    loops: object = ""
     _instances: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -75,11 +87,20 @@ class SymbolicProgram:
     def _new_instance(self, key: tuple, values: dict[str, int]) -> Compilation:
         start = time.perf_counter()
         base = self.compilation
-        module = bind_entry(base.optimized, values)
+        # (control flow runs computations of its own, whose shapes the host's loop reads:
+        # those are bound too, not only the entry)
+        module = (bind_module if self.has_control_flow else bind_entry)(base.optimized, values)
         kernels = base.executable.native.kernels
         specs = {name: self.extents[name].bind(spec, values) for name, spec in kernels.specs.items()}
+        loop_thunks = None
+        if isinstance(self.loops, SymbolicLoops):
+            loop_thunks, why = self.loops.thunks(module.entry, values)
+            loop_thunks.update(why)
+        elif self.loops:
+            loop_thunks = {i.name: self.loops for i in module.entry.instructions if i.opcode == "while"}
         executable = cpu_executable(CpuExecutable(module, plan_buffers(module), kernels=replace(kernels, specs=specs),
-                                                  symbols=base.executable.native.kernel_symbols))
+                                                  symbols=base.executable.native.kernel_symbols,
+                                                  loop_thunks=loop_thunks))
         if self.sizes:
             _give_sizes(executable, [np.asarray(size.bind(values), dtype) for size, dtype in self.sizes])
         found = replace(base, executable=executable, _stage_text={})
@@ -88,6 +109,10 @@ class SymbolicProgram:
             self._instances.pop(next(iter(self._instances)))
         self._instances[key] = found
         return found
+
+    @property
+    def has_control_flow(self) -> bool:
+        return any(i.opcode in _CONTROL for i in self.compilation.optimized.entry.instructions)
 
     @property
     def instances(self) -> int:
@@ -104,7 +129,7 @@ def _give_sizes(executable, sizes: list) -> None:
 
 
 def _bind(extent, values):
-    return extent.bind(values) if isinstance(extent, SymDim) else extent
+    return extent.bind(values) if isinstance(extent, (SymDim, SizeProduct)) else extent
 
 
 @dataclass(frozen=True)
@@ -121,26 +146,21 @@ class KernelSizes:
                        sizes=tuple(_bind(s, values) for s in self.sizes))
 
 
-def mark_unknown_axes(symbolic, *concrete) -> None:
-    """Give every fused computation of the ``concrete`` probes (instances of ``symbolic``,
-    computation by computation, instruction names equal: ``generalize_module``) the axes of
-    each instruction whose size is unknown, for the kernel emitters (``comp.unknown_axes``)."""
-    for sym, *probes in zip(symbolic.computations, *(m.computations for m in concrete)):
-        if sym is symbolic.entry:
-            continue
-        axes = {}
-        for instr in sym.instructions:
-            if not instr.shape.is_tuple:
-                found = tuple(d for d, n in enumerate(instr.shape.dims) if isinstance(n, SymDim))
-                if found:
-                    axes[instr.name] = found
-        for comp in probes:
-            comp.unknown_axes = axes
-
-
 def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], leaves: list,
                      marks: dict[tuple[int, int], str], device: str, explanation: str = "",
-                     earlier: list = ()) -> SymbolicProgram:
+                     earlier: list = (), products: bool = False) -> SymbolicProgram:
+    """As ``_compile_symbolic``; ``products``: kernels may range over products of unknown
+    sizes (for ahead-of-time objects)."""
+    token = _PRODUCTS.set(products)
+    try:
+        return _compile_symbolic(trace_at, leaves, marks, device, explanation, earlier)
+    finally:
+        _PRODUCTS.reset(token)
+
+
+def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], leaves: list,
+                      marks: dict[tuple[int, int], str], device: str, explanation: str = "",
+                      earlier: list = ()) -> SymbolicProgram:
     """Compile with the dimensions ``marks`` ((leaf, dim) -> symbol) unknown.  ``trace_at(leaves,
     log)`` traces the function on argument leaves (logging size comparisons into ``log``).
     ``earlier``: (argument shapes, ``Compilation``) of static compiles of the same function
@@ -239,7 +259,24 @@ def compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], lea
     symbols: dict[str, list] = {}
     for (leaf, dim), name in sorted(marks.items()):
         symbols.setdefault(name, []).append((leaf, dim))
-    return SymbolicProgram(first, compilation, symbols, extents, sizes, bounds, lower)
+    program = SymbolicProgram(first, compilation, symbols, extents, sizes, bounds, lower)
+    program.loops = _native_loops(compilation)
+    if isinstance(program.loops, str) and program.loops and "NBXLA_NATIVE_LOOPS=0" not in program.loops:
+        # (a static compile runs its loops natively, where host-driven ones pay a Python
+        # dispatch per kernel per iteration: 10x a small loop's time -- specialising is faster)
+        raise SymbolicDimensionError(f"its loops cannot run natively at every size "
+                                     f"({program.loops.removeprefix('host-driven: ')})")
+    return program
+
+
+def _native_loops(compilation):
+    """The entry's loops compiled for every size, or why they run from the host ("": none)."""
+    start = time.perf_counter()
+    try:
+        return loops_for(compilation.optimized)
+    finally:
+        compilation.timings_ms["codegen"] = compilation.timings_ms.get("codegen", 0.0) + \
+            (time.perf_counter() - start) * 1e3
 
 
 def _earlier_second_probe(trace_at, leaves, marks, first, log1, by_size, earlier):
@@ -300,8 +337,6 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     start = time.perf_counter()
     pipe1 = optimize(module1)
     _check_kernel_ranges(pipe1.module, by_size)
-    if any(i.opcode in ("while", "conditional", "call") for i in pipe1.module.entry.instructions):
-        raise SymbolicDimensionError("control flow (while, conditional) has no symbolic runtime path yet")
     if any(i.opcode == "convolution" for c in pipe1.module.computations for i in c.instructions):
         # (the CPU runtime folds a convolution into its consumer in place, per module)
         raise SymbolicDimensionError("convolutions have no symbolic runtime path yet")
@@ -363,8 +398,10 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
         kernels, symbols = machine_code
         executable = cpu_executable(CpuExecutable(pipe1.module, plan, kernels=kernels, symbols=symbols))
     else:
+        # (loops run from the host: a native loop's C is compiled for one size; the host's
+        # loop runs the kernels compiled here, whose sizes come from each instance's specs)
         executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"),
-                                                  emitted=emitted))
+                                                  compile_loops=False, emitted=emitted))
     if executable.native.kernels.unsupported:
         raise SymbolicDimensionError("a fusion runs on the evaluator: " +
                                      next(iter(executable.native.kernels.unsupported.values())))
@@ -464,7 +501,7 @@ def _check_kernel_ranges(module, by_size: dict[int, str]) -> None:
     ``dynamic=True``: the compile then tries the leading dimensions alone).  A static dimension
     that happens to equal a symbol's size can refuse a program that would compile: it then
     compiles with fewer unknown dimensions, never wrongly."""
-    if len(by_size) < 2:
+    if len(by_size) < 2 or _PRODUCTS.get():
         return
     for instr in module.entry.instructions:
         if instr.opcode != "fusion":
@@ -593,6 +630,11 @@ def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str, probe
     for hint, name in by_size.items():
         if e1 % hint == 0 and e1 // hint * probe(hint) == e2:
             return SymDim(name, e1 // hint)
+    if _PRODUCTS.get():
+        found = size_from_probes(e1, e2, ({n: h for h, n in by_size.items()},
+                                          {n: probe(h) for h, n in by_size.items()}))
+        if found is not None:
+            return found
     raise SymbolicDimensionError(f"kernel {kernel}'s range ({e1}, then {e2}) is not a multiple of one size")
 
 

@@ -192,10 +192,30 @@ class LazyArray:
         return (np.asarray, (np.asarray(self),))
 
 
+# Operands with which ``ufunc(x, other)`` can only end in ``x.__array_ufunc__`` (no other
+# override to consult): operators go to the session directly, without NumPy's search for
+# overrides (a microsecond of the few a replayed operation costs).
+_PLAIN_OPERANDS = frozenset({LazyArray, np.ndarray, float, int, bool, complex, np.float64,
+                             np.float32, np.int64, np.int32, np.bool_, np.complex128})
+
+
 def _binary(ufunc):
-    return (lambda self, other: ufunc(self, other),
-            lambda self, other: ufunc(other, self),
-            lambda self, other: ufunc(self, other, out=(self,)))
+    def forward(self, other):
+        if type(other) in _PLAIN_OPERANDS:
+            return self.state.session.dispatch(ufunc, (self, other), {}, kind="ufunc")
+        return ufunc(self, other)
+
+    def reflected(self, other):
+        if type(other) in _PLAIN_OPERANDS:
+            return self.state.session.dispatch(ufunc, (other, self), {}, kind="ufunc")
+        return ufunc(other, self)
+
+    def in_place(self, other):
+        if type(other) in _PLAIN_OPERANDS:
+            return self.state.session.dispatch(ufunc, (self, other), {"out": (self,)},
+                                               kind="ufunc")
+        return ufunc(self, other, out=(self,))
+    return forward, reflected, in_place
 
 
 install_operators(LazyArray, _binary)

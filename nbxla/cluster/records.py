@@ -205,11 +205,17 @@ def jumps_back(previous: SourceLocation | None, current: SourceLocation | None) 
 def flatten(tree, leaves):
     """Leaves of nested tuples/lists/dicts (the shapes NumPy arguments come in)."""
     if isinstance(tree, (tuple, list)):
-        for item in tree:
-            flatten(item, leaves)
+        for item in tree:            # (leaves appended here: one call per container, not per leaf)
+            if isinstance(item, (tuple, list, dict)):
+                flatten(item, leaves)
+            else:
+                leaves.append(item)
     elif isinstance(tree, dict):
         for item in tree.values():
-            flatten(item, leaves)
+            if isinstance(item, (tuple, list, dict)):
+                flatten(item, leaves)
+            else:
+                leaves.append(item)
     else:
         leaves.append(tree)
     return leaves

@@ -14,6 +14,29 @@ from .records import (ClusterRun, Op, Slot, ViewRecipe, flatten, root_of, tree_m
                       write_targets)
 
 
+def _keyed(x):
+    """A replayed operation's argument as its log keeps it: a pending stand-in by its slot
+    (the log holds no pending stand-in: it would keep it alive, an output of its cluster)."""
+    return x.state.slot if isinstance(x, LazyArray) and x.state.value is None else x
+
+
+_PLAIN_INDEX = (slice, int, type(None), type(Ellipsis))
+
+
+def _logged(a):
+    """``tree_map(a, _keyed)``, without the walk for an index tuple of slices, ints, None
+    and ``...`` (immutable, no stand-in in it: the same tuple does)."""
+    kind = type(a)
+    if kind is LazyArray:
+        return a.state.slot if a.state.value is None else a
+    if kind is tuple:
+        for item in a:
+            if type(item) not in _PLAIN_INDEX:
+                return tree_map(a, _keyed)
+        return a
+    return tree_map(a, _keyed) if kind is list or kind is dict else _keyed(a)
+
+
 class Replaying:
     """The replay half of ``Session``."""
 
@@ -57,13 +80,12 @@ class Replaying:
                 self.root_writes[root] = self.root_writes.get(root, 0) + 1
         self.work += taped.work
 
-        def keyed(x):                    # (replayed values by slot: the op holds no stand-in)
-            return x.state.slot if isinstance(x, LazyArray) and x.state.value is None else x
         if flat:
             logged = (tuple([a.state.slot if type(a) is LazyArray and a.state.value is None
                              else a for a in args]), kwargs)
-        else:
-            logged = tree_map((tuple(args), kwargs), keyed)
+        else:                            # (an index tuple of slices, ints, None: kept as it is)
+            logged = (tuple([_logged(a) for a in args]),
+                      tree_map(kwargs, _keyed) if kwargs else kwargs)
         self.replayed.append((fn, logged, ufunc_method, writes, taped.location, numbers, slots,
                               refs, taped))
         self.node = taped.node

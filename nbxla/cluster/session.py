@@ -50,6 +50,20 @@ from .replay import Replaying
 from .tape import NoKey, Tape, float_key, key_of
 
 _CONTAINERS = (tuple, list, dict)
+_PLAIN_INDEX = (slice, int, type(None), type(Ellipsis))
+
+
+def _plain_index(index: tuple) -> bool:
+    """An index tuple of slices, ints, None and ``...`` (``x[2:-2, :, 0]``): no stand-in in
+    it, nothing mutable; a leaf as it is for the operation's bookkeeping (no walk)."""
+    for item in index:
+        if type(item) not in _PLAIN_INDEX:
+            return False
+    return True
+
+
+# ``Session.owners`` is swept of dead entries when it reaches this size (then twice its live size).
+_MIN_OWNERS_CAP = 4096
 
 
 class Session(Flushing, Replaying):
@@ -70,6 +84,7 @@ class Session(Flushing, Replaying):
         # attribute) then compute eagerly, so nothing stays pending with no flush to come.
         self.closed = False
         self.owners = None               # id(array) -> the stand-in holding it (weak), once needed
+        self._owners_cap = _MIN_OWNERS_CAP
         self._reset()
 
     def _reset(self):
@@ -107,14 +122,24 @@ class Session(Flushing, Replaying):
         return x
 
     def _own(self, x: LazyArray, array: np.ndarray) -> None:
-        if self.owners is None:
-            self.owners = weakref.WeakValueDictionary()
-        self.owners[id(array)] = x
+        # (A plain dict of weak references without callbacks: a WeakValueDictionary ran a
+        # Python callback for every stand-in that died, a tenth of a replayed TKE call.  A
+        # dead or stale entry is harmless, ``adopt`` checks that the stand-in still holds
+        # the array; dead ones are dropped as the dict grows.)
+        owners = self.owners
+        if owners is None:
+            owners = self.owners = {}
+        elif len(owners) >= self._owners_cap:
+            for key in [k for k, ref in owners.items() if ref() is None]:
+                del owners[key]
+            self._owners_cap = max(_MIN_OWNERS_CAP, 2 * len(owners))
+        owners[id(array)] = weakref.ref(x)
 
     def adopt(self, array: np.ndarray):
         """A NumPy array that came back from a call: the stand-in already holding it, a new
         stand-in when it is large, else the array itself."""
-        owner = self.owners.get(id(array)) if self.owners is not None else None
+        ref = self.owners.get(id(array)) if self.owners is not None else None
+        owner = ref() if ref is not None else None
         if owner is not None and owner.state.value is array:
             return owner
         return self.wrap(array) if array.size >= self.min_work else array
@@ -223,7 +248,7 @@ class Session(Flushing, Replaying):
             leaves = flatten((args, kwargs), [])
         else:
             for a in args:
-                if isinstance(a, _CONTAINERS):
+                if isinstance(a, _CONTAINERS) and not (type(a) is tuple and _plain_index(a)):
                     leaves = flatten(args, [])
                     break
         lazies = [x for x in leaves if isinstance(x, LazyArray)]
@@ -247,11 +272,18 @@ class Session(Flushing, Replaying):
             if made is not None:
                 return made
         pending = False
-        if kind != "create":
+        if kind != "create":             # (``pending`` inlined: every operation asks)
             epoch = self.epoch
             for x in lazies:
-                if x.state.epoch == epoch and self.pending(x):
-                    pending = True
+                state = x.state
+                if state.epoch != epoch:
+                    continue
+                if state.tracer is not None:
+                    pending = state.value is None or state.entry[0].version != state.entry[1]
+                else:
+                    pending = self.replaying and (state.value is None or self.joined.get(id(x))
+                                                  != self.root_writes.get(id(root_of(x)), 0))
+                if pending:
                     break
         if not pending and kind != "create":
             if kind in ("getitem", "setitem") or fn in VIEW_FUNCTIONS or fn in PRODUCTS or \
@@ -330,24 +362,30 @@ class Session(Flushing, Replaying):
         return x.state.num
 
     def _op_key(self, fn, args, kwargs, kind, ufunc_method):
-        """The operation's key in the tape: ``key_of`` its arguments, with the flat ones
-        (stand-ins numbered already, numbers) inline: every operation is keyed."""
-        self._entries = []               # (arrays first numbered by this operation)
+        """The operation's key in the tape: one flat tuple -- the function, its kind, the
+        ufunc method, the arguments' container type, one part per argument, the keyword
+        arguments' key and the arrays first numbered by it.  A stand-in's part is its number
+        (a bare int: every other part is a tuple, ``key_of``'s); a float's is cached; the
+        rest is ``key_of``'s.  Every operation is keyed, and the tape's dict hashes and
+        compares the key once per operation: flat, that is one pass over a few items."""
+        entries = self._entries = []     # (arrays first numbered by this operation)
         plain = self._number_plain if fn is not GETITEM else None     # (as _record does)
-        epoch, parts = self.epoch, []
+        epoch, parts = self.epoch, [fn, kind, ufunc_method, type(args)]
         for a in args:
             item = type(a)
-            if item is LazyArray and a.state.num_epoch == epoch:
-                parts.append(("a", a.state.num))
+            if item is LazyArray:
+                parts.append(a.state.num if a.state.num_epoch == epoch else self._number(a))
             elif item is float:
                 parts.append(float_key(a))
             elif item is int or item is bool:
                 parts.append((item, a))
+            elif item is np.float64:     # (a scalar read from an array: key_of's key of it)
+                parts.append((item, a.tobytes()))
             else:
                 parts.append(key_of(a, self._number, plain=plain))
-        return (fn, kind, ufunc_method, (type(args), tuple(parts)),
-                key_of(kwargs, self._number, plain=plain) if kwargs else None,
-                tuple(self._entries))
+        parts.append(key_of(kwargs, self._number, plain=plain) if kwargs else None)
+        parts.append(tuple(entries) if entries else ())
+        return tuple(parts)
 
     def _new_number(self, x: LazyArray) -> None:
         x.state.num, x.state.num_epoch = self.next_number, self.epoch
@@ -479,13 +517,22 @@ class Session(Flushing, Replaying):
                        location or self.location(), eager_op=op_label(fn))
         elif reason:
             self.log.breaks.append(Break(reason, location, False, op_label(fn)))
-        concrete = {id(x): x.state.value for x in lazies}
-        cargs, ckwargs = tree_map((tuple(args), kwargs),
-                              lambda x: concrete[id(x)] if isinstance(x, LazyArray) else x)
-        result = fn(*cargs, **ckwargs)
-        arrays = [r for r in flatten(result, []) if isinstance(r, np.ndarray)]
-        if not arrays or any(r.base is None for r in arrays):     # (views cost no work)
-            self.log.eager_work += max([leaf_size(x) for x in lazies], default=0)
+        if len(lazies) == 1 and args and args[0] is lazies[0]:
+            # (the common eager call, x[...] of a concrete stand-in: no other argument holds
+            # a stand-in, nothing to walk)
+            result = fn(lazies[0].state.value, *args[1:], **kwargs)
+        else:
+            concrete = {id(x): x.state.value for x in lazies}
+            cargs, ckwargs = tree_map((tuple(args), kwargs),
+                                      lambda x: concrete[id(x)] if isinstance(x, LazyArray) else x)
+            result = fn(*cargs, **ckwargs)
+        if type(result) is np.ndarray:
+            if result.base is None:                                # (views cost no work)
+                self.log.eager_work += max([leaf_size(x) for x in lazies], default=0)
+        else:
+            arrays = [r for r in flatten(result, []) if isinstance(r, np.ndarray)]
+            if not arrays or any(r.base is None for r in arrays):
+                self.log.eager_work += max([leaf_size(x) for x in lazies], default=0)
         owners = {id(x.state.value): x for x in lazies}
 
         def wrap(r):

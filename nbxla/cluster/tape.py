@@ -124,18 +124,12 @@ def key_of(obj, number, base=None, plain=None):
     given, becomes ``("base",)``), NumPy arrays too large to be constants ``plain(array)``
     (when given).  Raises NoKey for what it cannot key."""
     kind = type(obj)
-    if kind is LazyArray or (kind not in _SCALARS and getattr(kind, "nbxla_stand_in", False)):
+    if kind is LazyArray:
         if obj is base:
             return ("base",)
         if base is not None:
             raise NoKey
         return ("a", number(obj))
-    if kind in _SCALARS:
-        return (kind, obj)
-    if kind is float:
-        return float_key(obj)
-    if kind is complex:
-        return (complex, obj.real.hex(), obj.imag.hex())
     if kind is tuple or kind is list:
         # (every operation is keyed, most with a few stand-ins, numbers and slices of ints:
         # those inline, the rest through key_of)
@@ -150,16 +144,21 @@ def key_of(obj, number, base=None, plain=None):
                 parts.append(float_key(x))
             elif item is slice and type(x.start) in _INDEX and type(x.stop) in _INDEX and \
                     type(x.step) in _INDEX:
-                parts.append((slice, (type(x.start), x.start), (type(x.stop), x.stop),
-                              (type(x.step), x.step)))
+                # (ints and None only: one flat tuple, no per-bound types to tell apart; a
+                # bool bound takes key_of's typed form below, another shape of key)
+                parts.append((slice, x.start, x.stop, x.step))
             else:
                 parts.append(key_of(x, number, base, plain))
         return (kind, tuple(parts))
+    if kind in _SCALARS:
+        return (kind, obj)
+    if kind is float:
+        return float_key(obj)
     if kind is slice:
+        if type(obj.start) in _INDEX and type(obj.stop) in _INDEX and type(obj.step) in _INDEX:
+            return (slice, obj.start, obj.stop, obj.step)
         return (slice, key_of(obj.start, number, base), key_of(obj.stop, number, base),
                 key_of(obj.step, number, base))
-    if kind is dict:
-        return (dict, tuple((k, key_of(v, number, base, plain)) for k, v in sorted(obj.items())))
     if kind is np.ndarray:
         if obj.dtype == object:
             raise NoKey
@@ -168,8 +167,19 @@ def key_of(obj, number, base=None, plain=None):
                 raise NoKey
             return ("plain", plain(obj))
         return (np.ndarray, obj.dtype.str, obj.shape, obj.tobytes())
+    if kind is dict:
+        return (dict, tuple((k, key_of(v, number, base, plain)) for k, v in sorted(obj.items())))
     if isinstance(obj, np.generic):
         return (kind, obj.tobytes())
+    # (the types above are never stand-ins: only what is left is asked, an attribute lookup)
+    if getattr(kind, "nbxla_stand_in", False):
+        if obj is base:
+            return ("base",)
+        if base is not None:
+            raise NoKey
+        return ("a", number(obj))
+    if kind is complex:
+        return (complex, obj.real.hex(), obj.imag.hex())
     if isinstance(obj, np.dtype):
         return (np.dtype, obj.str)
     raise NoKey

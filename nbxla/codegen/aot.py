@@ -35,11 +35,12 @@ from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo.shapes import Shape
+from ..hlo.symbolic import bind_module, mark_unknown_axes
 from ..passes.buffer_assignment import BufferPlan, plan_buffers
 from .aot_driver import Driver, KernelSource, leaf_shapes
 from .aot_library import ALIGN
 from .aot_loops import LoopFunctions, llvm_loops_enabled
-from .aot_symbolic import SymbolicDriver, entry_point, header
+from .aot_symbolic import SymbolicDriver, entry_points, header, symbols_in, vector_entry_point
 from .cpu import object_engine, optimize_module
 from .elemental import ELEMENTAL_RULES
 from .kernels import emit_kernel, standalone_computation, structure_key
@@ -438,42 +439,32 @@ def _header(name: str, arg_shapes, result_shapes, arena_bytes: int, description:
 
 
 
-def compile_symbolic_object(symbolic: Module, probes: tuple[Module, Module], sizes: tuple[int, int],
-                            lifted: list, user_params: int, upper: int, name: str, out_dir: str, *,
+def compile_symbolic_object(symbolic: Module, probes: tuple[Module, Module], sizes: tuple[dict, dict],
+                            lifted: list, user_params: int, lower: dict, upper: dict, name: str, out_dir: str, *,
                             parallel_threshold: int, cpu: str = "host", description: str = "",
                             emit_c: bool = False) -> AotObject:
-    """``out_dir/NAME.o`` and ``NAME.h`` for an optimized module with the unknown size ``b``
-    (``aot_symbolic``): ``probes`` are it bound to ``sizes`` (their fused computations marked
-    with their unknown axes), ``lifted`` the sizes it reads as trailing parameters (after
-    ``user_params``), ``upper`` the largest ``b`` it serves."""
+    """``out_dir/NAME.o`` and ``NAME.h`` for an optimized module with unknown sizes
+    (``aot_symbolic``): ``probes`` are it bound to ``sizes`` (symbol -> size; their fused
+    computations marked with their unknown axes), ``lifted`` the sizes it reads as trailing
+    parameters (after ``user_params``), ``lower``/``upper`` each symbol's range."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in C_KEYWORDS:
         raise AotError(f"the name {name!r} is not a C identifier (or is a C keyword); choose one such as "
                        "predict_digits")
     cc, ld = find_tool("cc"), find_tool("ld")
     objcopy = shutil.which("objcopy")
     tm = target_machine(cpu)
-    kernels, kernels2 = AotKernels(name, llvm.get_process_triple()), AotKernels(name, llvm.get_process_triple())
-    driver = SymbolicDriver(symbolic, probes, sizes, kernels, kernels2, parallel_threshold, user_params, lifted)
-    run_symbol = f"{name}_run"
-    driver_c = driver.emit(run_symbol)
-    if str(kernels.module) != str(kernels2.module):
-        raise AotError(f"{name}: a kernel's code depends on the unknown size (a loop bound or stride compiled "
-                       "in); compile a fixed size instead")
+    entry = symbolic.entry
+    arg_shapes = [p.shape for p in entry.parameters[:user_params]]
+    result_shapes = leaf_shapes(entry.root.shape)
+    symbols = symbols_in(arg_shapes)
+    c_source, kernels = symbolic_driver_source(symbolic, probes, sizes, lifted, user_params, name,
+                                               parallel_threshold, symbols, lower, upper,
+                                               [C_TYPES[s.element_type] for s in arg_shapes],
+                                               [C_TYPES[s.element_type] for s in result_shapes])
     kernels.module.data_layout = str(tm.target_data)
     mod = llvm.parse_assembly(str(kernels.module))
     mod.verify()
     optimize_module(mod, tm)
-    functions = kernels.names + [s.finish_name for s in kernels.specs.values() if s.finish_name]
-    declarations = "".join(f"extern void {s}(void **, int64_t, int64_t);\n" for s in functions) + \
-        "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values())
-    entry = symbolic.entry
-    arg_shapes = [p.shape for p in entry.parameters[:user_params]]
-    result_shapes = leaf_shapes(entry.root.shape)
-    with open(RUNTIME_C) as f:
-        runtime_c = f.read()
-    c_source = "\n".join([runtime_c, "/* ---- generated ---- */", declarations, driver_c,
-                          entry_point(name, run_symbol, [C_TYPES[s.element_type] for s in arg_shapes],
-                                      [C_TYPES[s.element_type] for s in result_shapes], upper)])
     os.makedirs(out_dir, exist_ok=True)
     files = {}
     if emit_c:
@@ -490,8 +481,66 @@ def compile_symbolic_object(symbolic: Module, probes: tuple[Module, Module], siz
         compile_driver(cc, source, driver_o, cpu)
         run_tool([ld, "-r", kernels_o, driver_o, "-o", object_path], "merging the objects (ld -r)")
         if objcopy:
-            run_tool([objcopy, f"--keep-global-symbol={name}", object_path], "localizing internal symbols (objcopy)")
+            keep = [f"--keep-global-symbol={name}{suffix}" for suffix in ("", "_arena", "_scratch_bytes", "_release")]
+            run_tool([objcopy, *keep, object_path], "localizing internal symbols (objcopy)")
     header_path = os.path.join(out_dir, f"{name}.h")
     with open(header_path, "w") as f:
-        f.write(header(name, arg_shapes, result_shapes, C_TYPES, upper, description))
+        f.write(header(name, symbols, arg_shapes, result_shapes, C_TYPES, lower, upper, description))
     return AotObject(name, object_path, header_path, arg_shapes, result_shapes, 0, list(kernels.names), files)
+
+
+def symbolic_driver_source(symbolic: Module, probes, sizes, lifted, user_params: int, name: str,
+                           parallel_threshold: int, symbols: list[str], lower: dict, upper: dict,
+                           arg_types: list[str], result_types: list[str]) -> tuple[str, AotKernels]:
+    """The C of a symbolic module's driver with its entry points (``aot_symbolic``), and the
+    kernels it calls (emitted at the first probe; refused unless the second's are the same)."""
+    kernels, kernels2 = AotKernels(name, llvm.get_process_triple()), AotKernels(name, llvm.get_process_triple())
+    driver = SymbolicDriver(symbolic, probes, sizes, kernels, kernels2, parallel_threshold, user_params, lifted, name)
+    program = driver.program(symbolic.entry, entry=True)
+    if str(kernels.module) != str(kernels2.module):
+        raise AotError(f"{name}: a kernel's code depends on the unknown size (a loop bound or stride compiled "
+                       "in); compile a fixed size instead")
+    functions = kernels.names + [s.finish_name for s in kernels.specs.values() if s.finish_name]
+    declarations = "".join(f"extern void {s}(void **, int64_t, int64_t);\n" for s in functions) + \
+        "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values())
+    with open(RUNTIME_C) as f:
+        runtime_c = f.read()
+    c_source = "\n".join([runtime_c, "/* ---- generated ---- */", declarations, driver.source(),
+                          entry_points(name, program, symbols, arg_types, result_types, lower, upper)])
+    return c_source, kernels
+
+
+def compile_symbolic_loops(loops: dict[str, Computation], module: Module, sizes: tuple[dict, dict], path: str, *,
+                           parallel_threshold: int, runtime_object=None) -> list[str]:
+    """The shared library ``path`` exporting ``int NAME(const int64_t *sz, void *const *in,
+    void *const *out)`` for each computation of ``loops`` (a jit's loops over unknown sizes:
+    each a ``while`` of the symbolic ``module``'s entry, on a parameter of its state), ``sz``
+    the sizes of the symbols in sorted order (returned), run in a per-thread arena.  Kernels
+    are emitted at the two probe ``sizes`` (symbol -> size) and must be the same code."""
+    wrapper = Module(module.name)
+    wrapper.computations = list(loops.values()) + [c for c in module.computations if c is not module.entry]
+    wrapper.entry = next(iter(loops.values()))
+    probes = tuple(bind_module(wrapper, at) for at in sizes)
+    mark_unknown_axes(wrapper, *probes)
+    tm = target_machine("host")
+    kernels, kernels2 = AotKernels("nbxla", llvm.get_process_triple()), AotKernels("nbxla", llvm.get_process_triple())
+    driver = SymbolicDriver(wrapper, probes, sizes, kernels, kernels2, parallel_threshold, 0, [], "nbxla")
+    programs = {name: driver.program(comp) for name, comp in loops.items()}
+    if str(kernels.module) != str(kernels2.module):
+        raise AotError("a kernel's code depends on the unknown size")
+    functions = kernels.names + [s.finish_name for s in kernels.specs.values() if s.finish_name]
+    declarations = "".join(f"extern void {s}(void **, int64_t, int64_t);\n" for s in functions) + \
+        "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values())
+    kernels.module.data_layout = str(tm.target_data)
+    mod = llvm.parse_assembly(str(kernels.module))
+    mod.verify()
+    optimize_module(mod, tm)
+    with open(RUNTIME_C) as f:
+        runtime_c = f.read()
+    if runtime_object is not None:
+        end = "/* ---- end of interface ---- */"
+        runtime_c = runtime_c[:runtime_c.index(end) + len(end)] + "\n"
+    points = [vector_entry_point(name, program) for name, program in programs.items()]
+    _link(tm, mod, "\n".join([runtime_c, "/* ---- generated ---- */", declarations, driver.source(), *points]),
+          path, runtime_object)
+    return driver.symbols

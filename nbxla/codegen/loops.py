@@ -95,8 +95,8 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
         if len(outputs) == 1 and outputs[0].opcode == "concatenate" and dims:
             _concatenated_row(b, em, bufs, len(params), outputs[0], outer)
             return
-        if len(outputs) == 1 and dims and _window(outputs[0]) is not None:
-            _updated_row(b, em, bufs, len(params), outputs[0], outer, _window(outputs[0]))
+        if len(outputs) == 1 and dims and _window_chain(outputs[0]):
+            _updated_row(b, em, bufs, len(params), outputs[0], outer, _window_chain(outputs[0]))
             return
 
         def make_inner(bounded=frozenset(), row_em=em):
@@ -173,16 +173,35 @@ def _window(dus: Instruction) -> list[int] | None:
     return starts
 
 
-def _updated_row(b, em, bufs, k_out: int, dus: Instruction, outer: list, starts: list[int]) -> None:
-    """One output row of an update (a time step's ``B[1:-1, 1:-1] = ...``): the columns left
-    and right of the window copied from the updated array, the window's columns computed
-    from the update, each a branch-free loop; rows outside the window only copied.  Why: the
-    elemental way selects per element between both sides, computing the update's stencil on
-    every element of the array, and the branchy loop does not vectorize.  When the updated
-    array is a parameter sharing the output's buffer (an in-place update), the copies are
-    skipped."""
-    dims, x, update = dus.shape.dims, dus.operands[0], dus.operands[1]
-    n, s, u = dims[-1], starts[-1], update.shape.dims[-1]
+# The most nested constant-window updates one row is written through: each level may triple
+# the loops emitted (a branch on whether the row lies in that window, columns left and right
+# of it); deeper chains read the rest elementwise.
+MAX_CHAIN = 4
+
+
+def _window_chain(dus: Instruction) -> list[tuple[Instruction, list[int]]]:
+    """The constant-window updates ``dus`` is made of, outermost first, each with its (clamped)
+    start: ``B[1:-1, 1:-1] = ...; B[1:-1, 0] = ...; B[1:-1, -1] = ...`` traces to an update of
+    an update of an update of ``B``.  Empty when ``dus`` is not such an update."""
+    chain = []
+    while len(chain) < MAX_CHAIN and (starts := _window(dus)) is not None:
+        chain.append((dus, starts))
+        dus = dus.operands[0]
+    return chain
+
+
+def _updated_row(b, em, bufs, k_out: int, root: Instruction, outer: list, chain: list) -> None:
+    """One output row of an update or a chain of updates (a time step's ``B[1:-1, 1:-1] = ...``
+    and its boundary columns): each run of columns computed from the one update whose window
+    holds it last (the outermost), the rest copied from the updated array, each run a
+    branch-free loop; rows outside every window only copied.  Why: the elemental way selects
+    per element between all sides, computing every update's stencil on every element of the
+    array (at clamped positions: gathers), and the branchy loop does not vectorize.  Every
+    element is written once.  When the updated array is a parameter sharing the output's
+    buffer (an in-place update), the copies are skipped."""
+    dims = root.shape.dims
+    n = dims[-1]
+    x = chain[-1][0].operands[0]
     in_place = None
     if x.opcode == "parameter":
         in_place = b.icmp_unsigned("==", b.ptrtoint(bufs.ptrs[x.parameter_number], I64),
@@ -198,21 +217,45 @@ def _updated_row(b, em, bufs, k_out: int, dus: Instruction, outer: list, starts:
         counted_loop(b, const_i64(lo), const_i64(hi), "upd", column)
 
     def copy(lo, hi):
+        if hi <= lo:
+            return
         if in_place is None:
             columns(lo, hi, lambda j: em.value(x, outer + [j]))
             return
         with b.if_then(b.not_(in_place)):
             columns(lo, hi, lambda j: em.value(x, outer + [j]))
 
-    inside = ir.Constant(ir.IntType(1), 1)
-    for i, start, size in zip(outer, starts[:-1], update.shape.dims[:-1]):
-        inside = b.and_(inside, b.and_(b.icmp_signed(">=", i, const_i64(start)),
-                                       b.icmp_signed("<", i, const_i64(start + size))))
-    with b.if_else(inside) as (window_row, other_row):
-        with window_row:
-            copy(0, s)
+    def run(level, lo, hi):
+        """Columns [lo, hi) of this row, as the updates ``chain[level:]`` leave them."""
+        if hi <= lo:
+            return
+        if level == len(chain):
+            copy(lo, hi)
+            return
+        dus, starts = chain[level]
+        update = dus.operands[1]
+        s = starts[-1]
+        w_lo, w_hi = max(lo, s), min(hi, s + update.shape.dims[-1])
+        if w_hi <= w_lo:
+            run(level + 1, lo, hi)
+            return
+
+        def window_row():
+            run(level + 1, lo, w_lo)
             sub = [b.sub(i, const_i64(start)) for i, start in zip(outer, starts[:-1])]
-            columns(s, s + u, lambda j: em.value(update, sub + [b.sub(j, const_i64(s))]))
-            copy(s + u, n)
-        with other_row:
-            copy(0, n)
+            columns(w_lo, w_hi, lambda j: em.value(update, sub + [b.sub(j, const_i64(s))]))
+            run(level + 1, w_hi, hi)
+        inside = None
+        for i, start, size, full in zip(outer, starts[:-1], update.shape.dims[:-1], dims[:-1]):
+            if size < full:
+                test = b.and_(b.icmp_signed(">=", i, const_i64(start)), b.icmp_signed("<", i, const_i64(start + size)))
+                inside = test if inside is None else b.and_(inside, test)
+        if inside is None:              # (the window spans every row)
+            window_row()
+            return
+        with b.if_else(inside) as (in_window, other_row):
+            with in_window:
+                window_row()
+            with other_row:
+                run(level + 1, lo, hi)
+    run(0, 0, n)

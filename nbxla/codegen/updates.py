@@ -121,7 +121,10 @@ def _one_pass(comp: Computation, root: Instruction, target: Instruction) -> bool
     update = root.operands[1]
     if product(update.shape.dims) == 1:
         return True
-    readers = [i for i in comp.instructions if i is not root and any(o is target for o in i.operands)]
+    # (a slice that lies wholly outside the window reads values this kernel never writes:
+    # ``p[-1, :] = p[-2, :]``)
+    readers = [i for i in comp.instructions if i is not root and any(o is target for o in i.operands)
+               and not _outside_window(i, root)]
     if not all(r.operands[0] is target and r.operands.count(target) == 1 and
                (_window_slice(r, root) if r.opcode == "slice" else r.opcode == "dynamic-slice" and
                 list(r.attrs.get("dynamic_slice_sizes", ())) == list(update.shape.dims) and
@@ -145,6 +148,20 @@ def _one_pass(comp: Computation, root: Instruction, target: Instruction) -> bool
                 return False
             tainted.add(id(instr))
     return True
+
+
+def _outside_window(r: Instruction, root: Instruction) -> bool:
+    """Whether ``r`` is a ``slice`` of the target whose elements all lie outside the window
+    ``root`` writes (constant starts): apart along at least one dimension."""
+    if r.opcode != "slice" or r.operands.count(root.operands[0]) != 1:
+        return False
+    starts = []
+    for s, n, u in zip(root.operands[2:], root.shape.dims, root.operands[1].shape.dims):
+        if s.opcode != "constant" or s.shape.rank != 0:
+            return False
+        starts.append(min(max(int(s.literal), 0), n - u))
+    return any(sl.limit <= start or sl.start >= start + u
+               for sl, start, u in zip(r.attrs["slice"], starts, root.operands[1].shape.dims))
 
 
 def _squeezed(dims) -> tuple:

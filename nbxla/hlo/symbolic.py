@@ -17,6 +17,8 @@ showing as a difference.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .ir import Computation, Instruction, Module
@@ -249,3 +251,82 @@ def bind_entry(module: Module, values: dict[str, int]) -> Module:
 
 def module_is_symbolic(module: Module) -> bool:
     return any(is_symbolic(i.shape) for c in module.computations for i in c.instructions)
+
+
+@dataclass(frozen=True)
+class SizeProduct:
+    """``coeff * s1 * s2 * ...``: a size that is a product of unknown sizes (``names`` sorted,
+    a name repeated for a power), such as the range of an elementwise kernel over ``f32[m,n]``
+    (``m*n``) or the bytes of a buffer.  A ``SymDim`` is the one-symbol case, an int none."""
+    coeff: int
+    names: tuple = ()
+
+    @staticmethod
+    def of(value) -> "SizeProduct":
+        if isinstance(value, SizeProduct):
+            return value
+        if isinstance(value, SymDim):
+            return SizeProduct(value.coeff, (value.name,))
+        return SizeProduct(int(value))
+
+    def __mul__(self, other) -> "SizeProduct":
+        other = SizeProduct.of(other)
+        if not self.coeff or not other.coeff:
+            return SizeProduct(0)
+        return SizeProduct(self.coeff * other.coeff, tuple(sorted(self.names + other.names)))
+
+    __rmul__ = __mul__
+
+    def bind(self, values: dict) -> int:
+        n = self.coeff
+        for name in self.names:
+            n *= values[name]
+        return n
+
+    def fits_in(self, other: "SizeProduct") -> bool:
+        """Whether this size is at most ``other`` at every size (symbols >= 1): its symbols
+        are among the other's (as many times or fewer) and its factor no larger."""
+        rest = list(other.names)
+        for name in self.names:
+            if name not in rest:
+                return False
+            rest.remove(name)
+        return self.coeff <= other.coeff
+
+    def __str__(self) -> str:
+        return "*".join(([str(self.coeff)] if self.coeff != 1 or not self.names else []) + list(self.names))
+
+
+def size_from_probes(v1: int, v2: int, probes: tuple[dict[str, int], dict[str, int]], max_degree: int = 2):
+    """``v`` (an int at the first probe, at the second ``v2``) as an int, or a ``SizeProduct``
+    of at most ``max_degree`` symbols whose value it is at both probes (``probes``: each
+    symbol's size at each); None when it is neither."""
+    if v1 == v2:
+        return v1
+    names = sorted(probes[0])
+    candidates = [(n,) for n in names]
+    if max_degree >= 2:
+        candidates += [(a, b) for i, a in enumerate(names) for b in names[i:]]
+    for combo in candidates:
+        p1 = SizeProduct(1, combo).bind(probes[0])
+        p2 = SizeProduct(1, combo).bind(probes[1])
+        if v1 % p1 == 0 and v1 // p1 * p2 == v2 and v1:
+            return SymDim(combo[0], v1 // p1) if len(combo) == 1 else SizeProduct(v1 // p1, combo)
+    return None
+
+
+def mark_unknown_axes(symbolic, *concrete) -> None:
+    """Give every fused computation of the ``concrete`` probes (instances of ``symbolic``,
+    computation by computation, instruction names equal: ``generalize_module``) the axes of
+    each instruction whose size is unknown, for the kernel emitters (``comp.unknown_axes``)."""
+    for sym, *probes in zip(symbolic.computations, *(m.computations for m in concrete)):
+        if sym is symbolic.entry:
+            continue
+        axes = {}
+        for instr in sym.instructions:
+            if not instr.shape.is_tuple:
+                found = tuple(d for d, n in enumerate(instr.shape.dims) if isinstance(n, SymDim))
+                if found:
+                    axes[instr.name] = found
+        for comp in probes:
+            comp.unknown_axes = axes

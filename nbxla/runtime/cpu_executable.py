@@ -115,7 +115,7 @@ class CpuExecutable:
 
     def __init__(self, module: Module, plan=None, compile_loops: bool | None = None,
                  kernels: CompiledKernels | None = None, symbols: dict[str, str] | None = None,
-                 emitted=None):
+                 emitted=None, loop_thunks: dict | None = None):
         """``compile_loops=False`` keeps every loop host-driven (the profiler's twin, which
         times a native loop's kernels one by one); None follows ``NBXLA_NATIVE_LOOPS``.
 
@@ -123,7 +123,9 @@ class CpuExecutable:
         a program with unknown dimensions at one size: see ``nbxla/symbolic_compile.py``);
         its specs give this module's extents, ``symbols`` the kernel symbol of each fusion and
         kernel op by instruction name.  Native loops are not made then.  ``emitted``: the
-        kernels' IR as ``kernel_llvm_ir`` gave it for this module (not emitted again)."""
+        kernels' IR as ``kernel_llvm_ir`` gave it for this module (not emitted again).
+        ``loop_thunks``: thunks of the entry's loops by instruction name, compiled elsewhere
+        (an instance's loops over unknown sizes: ``symbolic_loops``), else a reason string."""
         self.module = module
         # Fusions that took the convolution they consume (computed in one kernel with it),
         # and whether each needs an output of its own (not its place in the arena).
@@ -142,6 +144,13 @@ class CpuExecutable:
                     self.loops[instr.name] = "native: one compiled C function runs the whole loop"
                 else:
                     self.loops[instr.name] = found[id(instr)]
+        for instr in whiles if loop_thunks else ():
+            given = loop_thunks.get(instr.name)
+            if isinstance(given, str):
+                self.loops[instr.name] = given
+            elif given is not None:
+                self._native[id(instr)] = given
+                self.loops[instr.name] = "native: one compiled C function runs the whole loop, for every size"
         if kernels is not None and symbols is not None:
             # (an instance: its kernels are the compiled module's, by instruction name; finding
             # identical kernels again would print every kernel's instructions)

@@ -47,7 +47,7 @@ def native_loops_enabled() -> bool:
     return os.environ.get("NBXLA_NATIVE_LOOPS", "1") != "0"
 
 
-def _check(rc: int) -> None:
+def check_loop_code(rc: int) -> None:
     """Raise what a native loop's return code says went wrong (0: nothing)."""
     if rc == 2:     # (nbxla_solve: LAPACK's info > 0, as NumPy reports it)
         raise np.linalg.LinAlgError("Singular matrix")
@@ -91,10 +91,10 @@ class NativeLoopThunk:
             args.append(a)
         results = [host_memory.empty(dims, dtype) for dims, dtype in self.results]
         # (data_pointer reads the address from the array object: ``ctypes.data`` cost ~1 us each)
-        _check(self.fn(*[data_pointer(a) for a in args], *[data_pointer(r) for r in results]))
+        check_loop_code(self.fn(*[data_pointer(a) for a in args], *[data_pointer(r) for r in results]))
         changed = iter(results)
         leaves = [args[k] if k in self.fixed else next(changed) for k in range(len(args))]
-        return _rebuild(self.tuple_shape, iter(leaves))
+        return rebuild_state(self.tuple_shape, iter(leaves))
 
     def _flat_runner(self) -> callable | None:
         """``run(*leaves) -> tuple`` for a flat state (no nested tuples) whose leaves are exact
@@ -110,7 +110,7 @@ class NativeLoopThunk:
 
         def run(*leaves):
             outs = [make() for make in makers]
-            _check(fn(*[data_pointer(a) for a in leaves], *[data_pointer(o) for o in outs]))
+            check_loop_code(fn(*[data_pointer(a) for a in leaves], *[data_pointer(o) for o in outs]))
             return tuple([leaves[k] if fixed else outs[k] for fixed, k in picks])
         return run
 
@@ -143,7 +143,7 @@ class NativeLoopThunk:
                     return fallback(inputs)
                 ptrs.append(data_pointer(a))
             outs = [make() for make in makers]
-            _check(fn(*ptrs, *[data_pointer(o) for o in outs]))
+            check_loop_code(fn(*ptrs, *[data_pointer(o) for o in outs]))
             out = outs[pick]
             return out[()] if scalar else out
         run_single.constants = keep
@@ -181,9 +181,9 @@ def native_entry_runner(entry: Computation, native: dict, general, fill) -> call
     return thunk.entry_runner(sources, root.attrs["index"], general)
 
 
-def _rebuild(shape, leaves):
+def rebuild_state(shape, leaves):
     if shape.is_tuple:
-        return tuple(_rebuild(e, leaves) for e in shape.elements)
+        return tuple(rebuild_state(e, leaves) for e in shape.elements)
     return next(leaves)
 
 
@@ -192,7 +192,7 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
     """For each ``while`` of the entry (``loops``): a NativeLoopThunk, or the reason it stays
     host-driven.  The loops that fit are compiled into one shared library (one C compiler run),
     their programs following ``plan``'s nested plans (the module's buffer plan) where given."""
-    found = {id(i): _unsuitable(i) for i in loops}
+    found = {id(i): host_loop_reason(i) for i in loops}
     chosen = [i for i in loops if not found[id(i)]]
     if not chosen:
         return found
@@ -205,7 +205,7 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
                                  f"{module_text}".encode()).hexdigest()
             cached = store.load(key)
             if cached is not None:
-                library = _load(cached[0].get("kind", "library"), cached[1])
+                library = load_library(cached[0].get("kind", "library"), cached[1])
                 return {**found, **{id(i): NativeLoopThunk(library, f"loop{k}", i) for k, i in enumerate(chosen)}}
         kind, data = _build(chosen, store, plan)
     except (NbxlaError, UnsupportedError, OSError, subprocess.SubprocessError) as e:
@@ -216,11 +216,11 @@ def native_loops(loops: list[Instruction], module_text: str, store: PersistentCa
         return {**found, id(chosen[0]): f"host-driven: {str(e).splitlines()[0] if str(e) else type(e).__name__}"}
     if store is not None:
         store.save(key, {"loops": len(chosen), "kind": kind}, data)
-    library = _load(kind, data)
+    library = load_library(kind, data)
     return {**found, **{id(i): NativeLoopThunk(library, f"loop{k}", i) for k, i in enumerate(chosen)}}
 
 
-def _unsuitable(instr: Instruction) -> str:
+def host_loop_reason(instr: Instruction) -> str:
     for comp in program_computations_of(instr):
         for i in comp.instructions:
             if i.opcode == "custom-call" and i.attrs.get("custom_call_target") == MASKED_DOT_TARGET \
@@ -242,7 +242,7 @@ def _unsuitable(instr: Instruction) -> str:
 _RUNTIME_OBJECTS: list[tuple[frozenset, bytes]] = []
 
 
-def _runtime_object(store: PersistentCache | None, names) -> bytes:
+def support_object(store: PersistentCache | None, names) -> bytes:
     """The driver's support code with (at least) the routines ``names``, compiled once: kept
     per process and in the persistent cache (compiled with each driver, it was half of a native
     loop's compile time).  A new one has every routine this process needed so far, so that the
@@ -291,7 +291,7 @@ def _build(loops: list[Instruction], store: PersistentCache | None = None,
         path = os.path.join(tmp, "loops.so")
         obj = compile_native_loops(entries, path, parallel_threshold=PARALLEL_THRESHOLD,
                                    host_lapack=gesv_addresses() is not None,
-                                   runtime_object=lambda names: _runtime_object(store, names), plan=plan)
+                                   runtime_object=lambda names: support_object(store, names), plan=plan)
         if obj is not None:
             return "object", obj
         with open(path, "rb") as f:
@@ -337,7 +337,7 @@ class _ObjectLibrary:
         return ctypes.CFUNCTYPE(ctypes.c_int)(address)
 
 
-def _load(kind: str, library: bytes):
+def load_library(kind: str, library: bytes):
     if kind == "object":
         return _ObjectLibrary(library)
     # (dlopen needs a file; it stays mapped after the file is removed)

@@ -264,3 +264,46 @@ def test_a_chain_past_the_size_cap_replays_the_same_clusters(recorded):
     close(f(x), program(x))
     assert recorded["ops"] == 0
     assert [(c.ops, c.lines) for c in f.last_report.clusters] == first
+
+
+def test_changed_slice_bounds_record_again_and_equal_ones_replay(recorded):
+    """Slices of ints are keyed flat (start, stop, step): bounds that change between calls --
+    of a pending array (recorded) or of a view that a graph numbers -- record anew; the same
+    bounds, as new slice objects, replay; a bool bound is keyed by its type."""
+    def program(x, lo, hi, step):
+        y = x * 2.0
+        window = y[lo:hi:step, 1:]                  # a view of a pending value
+        edge = x[lo:hi:step, :-1]                   # a view of the argument
+        return np.cos(window) + edge
+
+    f = auto(program)
+    (x,) = arrays((16, 7))
+    close(f(x, 2, -2, 1), program(x, 2, -2, 1))
+    recorded["ops"] = 0
+    close(f(x, 2, -2, 1), program(x, 2, -2, 1))
+    assert recorded["ops"] == 0                     # the same bounds: replayed
+    for lo, hi, step in [(1, -2, 1), (2, -3, 1), (2, -2, 2), (True, -2, 1), (None, 14, 1)]:
+        recorded["ops"] = 0
+        close(f(x, lo, hi, step), program(x, lo, hi, step))
+        assert recorded["ops"] > 0, (lo, hi, step)  # another slice: recorded, not replayed
+
+
+def test_index_tuples_in_the_replayed_log_of_an_eager_run(monkeypatch):
+    """A replayed cluster run eagerly runs its logged calls: an index tuple of slices and
+    ints is logged as it is, one holding a list is copied (the program may change the list
+    after the call), and writes through index tuples land."""
+    def program(x, y, rows):
+        z = x * 2.0 + y
+        picked = z[rows, 1:]                        # a list inside the index tuple
+        rows.append(0)                              # changed after the call
+        z[1:-1, 0] = np.sin(z[2:, 0])               # plain index tuples, a write
+        return picked.sum(axis=0) * 2.0, z[:, ::2] + 1.0
+
+    f = AutoFunction(program, cache=CompilationCache(), min_work=1, whole=False)
+    x, y = arrays((12, 9), (12, 9))
+    close(f.run_auto(x, y, [0, 3]), program(x, y, [0, 3]))
+    for key in list(flush_module._TIMINGS):          # (every cluster: eager is faster)
+        flush_module._TIMINGS[key] = ClusterTiming([10.0], [0.001])
+    for _ in range(2):
+        close(f.run_auto(x, y, [0, 3]), program(x, y, [0, 3]))
+    assert any(not run.compiled for run in f.last_report.clusters)

@@ -1,5 +1,5 @@
 """The native loops' support code (aot_runtime.c) compiled once and linked into each loop
-library (codegen/aot.py: compile_runtime_object; runtime/native_loops.py: _runtime_object):
+library (codegen/aot.py: compile_runtime_object; runtime/native_loops.py: support_object):
 kept per process and in the persistent cache; a library built with it computes what one with
 the support code compiled in does."""
 
@@ -87,14 +87,14 @@ def test_the_support_code_is_compiled_once_and_kept_in_the_persistent_cache(tmp_
         compiled.append(set(names))
         return aot.compile_runtime_object(names)
     monkeypatch.setattr(native_loops, "compile_runtime_object", compile_once)
-    first = native_loops._runtime_object(store, {"nbxla_gemm_f64", "nbxla_parallel"})
+    first = native_loops.support_object(store, {"nbxla_gemm_f64", "nbxla_parallel"})
     assert first and any(name.startswith("aot-runtime-") for name in os.listdir(tmp_path / "cache"))
-    assert native_loops._runtime_object(store, {"nbxla_gemm_f64"}) == first      # (a subset: this one)
+    assert native_loops.support_object(store, {"nbxla_gemm_f64"}) == first      # (a subset: this one)
     monkeypatch.setattr(native_loops, "_RUNTIME_OBJECTS", [])
-    assert native_loops._runtime_object(store, {"nbxla_gemm_f64", "nbxla_parallel"}) == first  # (from disk)
+    assert native_loops.support_object(store, {"nbxla_gemm_f64", "nbxla_parallel"}) == first  # (from disk)
     assert len(compiled) == 1
     # A routine not compiled yet: a new object with it and every routine needed before.
-    native_loops._runtime_object(store, {"nbxla_sort"})
+    native_loops.support_object(store, {"nbxla_sort"})
     assert compiled[-1] == {"nbxla_gemm_f64", "nbxla_parallel", "nbxla_sort"}
 
 
