@@ -19,16 +19,10 @@ import numpy as np
 import pytest
 
 from nbxla.hlo import Computation, Instruction, Module
-from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.hlo.ir import clone_module
-from nbxla.hlo.shapes import SymDim, SymbolicDimensionError, TupleShape
-from nbxla.hlo.symbolic import bind_module
-from nbxla.passes.verifier import verify_module
-from nbxla.symbolic_compile import compile_symbolic_module, run_symbolic
 import tests.codegen.test_cpu as test_cpu
-from tests.codegen.test_cpu import assert_bitwise, assert_close
+from tests.symbolic_rerun import check_symbolic as check_module
 
-GROWN_BY = 3
 REFUSED: dict[str, str] = {}
 
 
@@ -57,65 +51,13 @@ def _each_fusion(module: Module) -> dict[str, tuple[Module, list[int]]]:
     return out
 
 
-def _with_symbol(shape, n: int):
-    if shape.is_tuple:
-        return TupleShape(tuple(_with_symbol(s, n) for s in shape.elements))
-    return type(shape)(shape.element_type, tuple(SymDim("b") if d == n else d for d in shape.dims), shape.layout)
-
-
-def symbolic_in_leading_size(module: Module) -> tuple[Module, int] | None:
-    """The module with every dimension of its first array parameter's leading size (>= 2)
-    unknown, and that size; None when there is none."""
-    leading = next((p.shape.dims[0] for p in module.entry.parameters if not p.shape.is_tuple and p.shape.rank), None)
-    if leading is None or leading < 2:
-        return None
-    out = clone_module(module)
-    for comp in out.computations:
-        for instr in comp.instructions:
-            instr.shape = _with_symbol(instr.shape, leading)
-    return out, leading
-
-
-def _grown(arg: np.ndarray, shape, extra: int) -> np.ndarray:
-    for d, dim in enumerate(shape.dims):
-        if isinstance(dim, SymDim):
-            arg = np.concatenate([arg, np.take(arg, np.arange(extra) % max(1, arg.shape[d]), axis=d)], axis=d)
-    return arg
-
-
 def check_symbolic(name: str, module: Module, inputs: list, exact: bool) -> bool:
-    """Compile ``module`` symbolic in its leading size and compare it with the evaluator at the
-    inputs' size and a larger one; False (the reason in REFUSED) when it stays specialised."""
-    made = symbolic_in_leading_size(module)
-    if made is None:
-        REFUSED[name] = "no leading size of 2 or more"
-        return False
-    symbolic, n = made
-    sizes = [n, n + GROWN_BY]
-    try:
-        for size in sizes:
-            verify_module(bind_module(symbolic, {"b": size}))
-    except Exception as e:          # (an attribute holds the size: a full slice, an iota's bound)
-        REFUSED[name] = f"not a valid module at other sizes: {type(e).__name__}"
-        return False
-    try:
-        program = compile_symbolic_module(symbolic, {"b": n})
-    except SymbolicDimensionError as e:
-        REFUSED[name] = str(e)
-        return False
-    params = symbolic.entry.parameters
-    for size in sizes:
-        args = [_grown(a, p.shape, size - n) for a, p in zip(inputs, params)]
-        got = run_symbolic(program, args)
-        with np.errstate(all="ignore"):
-            want = flatten(evaluate(bind_module(symbolic, {"b": size}), args))
-        for g, w in zip(got, want):
-            if exact:
-                assert_bitwise(np.asarray(g), np.asarray(w), f"{name} at b={size}")
-            else:
-                assert_close(np.asarray(g), np.asarray(w), f"{name} at b={size}")
-    assert program.instances == len(sizes)      # one compilation, an instance per size
-    return True
+    """``tests.symbolic_rerun.check_symbolic`` on the test's inputs: False (the reason in
+    REFUSED) when the module stays specialised."""
+    why = check_module(module, inputs, exact)
+    if why is not None:
+        REFUSED[name] = why
+    return why is None
 
 
 # ---- the cases: test_cpu's modules, one fusion at a time -----------------------------------------

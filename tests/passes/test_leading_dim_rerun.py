@@ -1,0 +1,38 @@
+"""The pass tests rerun with the leading dimension unknown (``tests/symbolic_rerun.py``): every
+HLO module a test optimizes or compiles is also compiled once with its leading size unknown (the
+pipeline run at two sizes must give one program) and run at its size and a larger one against
+the evaluator; ``nbxla.jit`` functions compile with ``dynamic=True``.
+
+(test_fusion_scaling's graphs of thousands of instructions are left out: compiled symbolic they
+take minutes; the random-module property test has its own rerun, test_symbolic_rerun.py.)"""
+
+from __future__ import annotations
+
+from tests.passes import (test_buffer_assignment, test_dot_rewrites, test_float_normalization, test_fusion,
+                          test_fusion_leading_axis_outputs, test_fusion_recompute, test_layouts, test_simplify,
+                          test_while_state)
+from tests.symbolic_rerun import rerun
+
+rerun(globals(), test_buffer_assignment, test_dot_rewrites, test_float_normalization, test_fusion,
+      test_fusion_leading_axis_outputs, test_fusion_recompute, test_layouts, test_simplify, test_while_state,
+      skip={"test_random_plans_are_safe": "a hypothesis search over plans: half a minute compiled symbolic",
+            "test_fusion_report_lists_kernels_kinds_ops_lines_flops_and_bytes":
+                "counts the bytes a kernel reads: a symbolic mean also reads its row count"})
+
+# Tests whose every compilation stays specialised for the compiler's reasons (a kernel whose code
+# reads its size, a runtime path without unknown sizes: issue 31's gaps), with the first reason.
+# (Reasons of the program itself need no entry: symbolic_rerun.PROGRAM_REASONS.)
+SPECIALISED: dict[str, str] = {
+    "test_cheap_producer_is_duplicated_into_its_consumers__test_fusion":
+        "kernel nbxla_multiply_fusion's range is not a multiple of one size; leading dime",
+    "test_expensive_producer_is_not_duplicated_and_the_refusal_says_why__test_fusion":
+        "kernel nbxla_exponential_fusion's range is not a multiple of one size; leading d",
+    "test_expensive_producer_with_two_unfusible_users_is_computed_once__test_fusion":
+        "kernel nbxla_exponential_fusion's range is not a multiple of one size; leading d",
+    "test_narrow_dots_compute_as_f32_dots_between_converts__test_float_normalization":
+        'kernel nbxla_f (dot) reads its size from its code, not its range; leading dimens',
+    "test_no_in_place_when_the_kernel_reads_other_elements__test_buffer_assignment":
+        'the generated code of kernel @"nbxla_add_fusion" depends on the size; leading di',
+    "test_the_f32_form_replaces_the_bf16_op__test_float_normalization":
+        'the generated code of kernel @"nbxla_reduce_window" depends on the size; leading',
+}

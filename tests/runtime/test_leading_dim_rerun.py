@@ -1,0 +1,42 @@
+"""The runtime tests that build modules or jit programs and check values, rerun with the leading
+dimension unknown (``tests/symbolic_rerun.py``): the same oracles, at the test's size and a larger
+one.
+
+(Left out: test_native_loops, test_masked_dot, test_conv_blocks and test_straight_line assert how
+the static program runs -- native loops, the convolution algorithm, the arena -- which a program
+with unknown dimensions rightly changes: control flow has no symbolic runtime path yet.)"""
+
+from __future__ import annotations
+
+from tests.runtime import (test_bf16_arrays, test_conv_gemm, test_cpu_control_flow, test_cpu_library_calls,
+                           test_flat_tuple_results, test_library_fallbacks, test_matmul_transposed)
+from tests.symbolic_rerun import rerun
+
+rerun(globals(), test_bf16_arrays, test_conv_gemm, test_cpu_control_flow, test_cpu_library_calls,
+      test_flat_tuple_results, test_library_fallbacks, test_matmul_transposed, cases_per_list=2,
+      skip={"test_getrf_runs_as_a_lapack_call": "grown by repeating rows and columns, the matrices are "
+                                                "singular: LU's pivots are not unique there",
+            "test_eigh_runs_as_a_lapack_call": "grown by repeating rows and columns, eigenvalues repeat: "
+                                               "the eigenvectors are not unique there",
+            "test_jit_sort_and_argsort_match_numpy_stable": "the function's np.argsort is not stable: NumPy at "
+                                                            "another size is no oracle for ties"})
+
+# Tests whose every compilation stays specialised for the compiler's reasons (a kernel whose code
+# reads its size, a runtime path without unknown sizes: issue 31's gaps), with the first reason.
+# (Reasons of the program itself need no entry: symbolic_rerun.PROGRAM_REASONS.)
+SPECIALISED: dict[str, str] = {
+    "test_convolution_grid__test_cpu_library_calls":
+        'convolutions have no symbolic runtime path yet; leading dimensions alone: convol',
+    "test_convolution_property_against_the_evaluator__test_cpu_library_calls":
+        'convolutions have no symbolic runtime path yet; leading dimensions alone: convol',
+    "test_library_results_do_not_alias_inputs__test_cpu_library_calls":
+        'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
+    "test_one_operand_sort_without_ties_to_tell_apart__test_cpu_library_calls":
+        'kernel nbxla_s (sort) reads its size from its code, not its range; leading dimen',
+    "test_plain_float_compare_with_nans_defers_to_the_sort_kernel_per_call__test_cpu_library_calls":
+        'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
+    "test_typed_keys_ascending_and_descending__test_cpu_library_calls":
+        'kernel nbxla_s (sort) reads its size from its code, not its range; leading dimen',
+    "test_unrecognized_comparator_runs_in_the_native_sort_kernel__test_cpu_library_calls":
+        'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
+}
