@@ -57,6 +57,25 @@ _INDEX_C_TYPES = {"pred": "unsigned char", "s32": "int32_t", "s64": "int64_t", "
                   "u64": "uint64_t", "s8": "int8_t", "u8": "uint8_t", "s16": "int16_t", "u16": "uint16_t"}
 
 
+def branch_computations(conditional: Instruction) -> list:
+    a = conditional.attrs
+    return list(a["branch_computations"]) if "branch_computations" in a else \
+        [a["true_computation"], a["false_computation"]]
+
+
+def branch_pick(conditional: Instruction, selector: str) -> str:
+    """C setting ``int64_t k`` to the branch ``conditional`` runs; ``selector``: the C pointer
+    expression of its branch index (or predicate)."""
+    t = conditional.operands[0].shape.element_type
+    if t not in _INDEX_C_TYPES:
+        raise AotError(f"{label(conditional)}: a branch index of type {t} cannot be compiled ahead of time")
+    value = f"*(const {_INDEX_C_TYPES[t]} *){selector}"
+    if "branch_computations" in conditional.attrs:    # an out-of-range index runs the last branch (XLA)
+        n = len(conditional.attrs["branch_computations"])
+        return f"int64_t k = (int64_t)({value}); if (k < 0 || k >= {n}) k = {n - 1};"
+    return f"int64_t k = ({value}) ? 0 : 1;"
+
+
 def moved_leaves(instr: Instruction, values: dict, constant) -> list | None:
     """The leaves of an instruction that only moves data: a constant (its one leaf made by
     ``constant(bytes)``), a tuple, a get-tuple-element or a byte view, from ``values`` (id of
@@ -480,20 +499,8 @@ class _ProgramEmitter(LibrarySteps):
                        for k, b in enumerate(state)] + ["}"]
 
     def _conditional(self, instr: Instruction) -> None:
-        a = instr.attrs
-        comps = list(a["branch_computations"]) if "branch_computations" in a else \
-            [a["true_computation"], a["false_computation"]]
-        branches = [self.driver.program(c) for c in comps]
-        selector = instr.operands[0]
-        t = selector.shape.element_type
-        if t not in _INDEX_C_TYPES:
-            raise AotError(f"{label(instr)}: a branch index of type {t} cannot be compiled ahead of time")
-        value = f"*(const {_INDEX_C_TYPES[t]} *){self._array(selector)}"
-        if "branch_computations" in a:    # an out-of-range index runs the last branch (XLA)
-            pick = f"int64_t k = (int64_t)({value}); if (k < 0 || k >= {len(branches)}) k = {len(branches) - 1};"
-        else:
-            pick = f"int64_t k = ({value}) ? 0 : 1;"
-        self.lines += ["{", "    " + pick, "    switch (k) {"]
+        branches = [self.driver.program(c) for c in branch_computations(instr)]
+        self.lines += ["{", "    " + branch_pick(instr, self._array(instr.operands[0])), "    switch (k) {"]
         for k, branch in enumerate(branches):
             self.lines.append(f"    case {k}:")
             self.lines += ["    " + line for line in self._call_lines(

@@ -44,13 +44,11 @@ from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction, Module
 from ..hlo.shapes import Shape, SymDim
 from ..hlo.symbolic import SizeProduct, size_from_probes
-from .aot_driver import leaf_shapes, moved_leaves
+from .aot_driver import branch_computations, branch_pick, leaf_shapes, moved_leaves
 from .toolkit import KernelSpec
 
 GEMM_TYPES = ("f32", "f64")
 PREFIX = "S_"           # C variables of the sizes inside the driver (``S_b``): no clash with its names
-_INDEX_C_TYPES = {"pred": "unsigned char", "s32": "int32_t", "s64": "int64_t", "u32": "uint32_t",
-                  "u64": "uint64_t", "s8": "int8_t", "u8": "uint8_t", "s16": "int16_t", "u16": "uint16_t"}
 # (C helpers of the generated code: a slot's bytes, 64-aligned and never 0, and a maximum)
 MACROS = ("#define NBXLA_A(n) (((((int64_t)(n)) > 0 ? ((int64_t)(n)) : 1) + 63) / 64 * 64)\n"
           "#define NBXLA_SMAX(a, b) ((a) > (b) ? (a) : (b))\n")
@@ -447,21 +445,9 @@ class _Emitter:
         return state_leaves
 
     def _conditional(self, instr: Instruction, place) -> list:
-        a = instr.attrs
-        comps = list(a["branch_computations"]) if "branch_computations" in a else \
-            [a["true_computation"], a["false_computation"]]
-        branches = [self.driver.program(c) for c in comps]
+        branches = [self.driver.program(c) for c in branch_computations(instr)]
         outs = self._outputs(instr, place)
-        selector = instr.operands[0]
-        t = selector.shape.element_type
-        if t not in _INDEX_C_TYPES:
-            raise AotError(f"{label(instr)}: a branch index of type {t} cannot be compiled ahead of time")
-        value = f"*(const {_INDEX_C_TYPES[t]} *){self._array(selector)}"
-        if "branch_computations" in a:    # an out-of-range index runs the last branch (XLA)
-            pick = f"int64_t k = (int64_t)({value}); if (k < 0 || k >= {len(branches)}) k = {len(branches) - 1};"
-        else:
-            pick = f"int64_t k = ({value}) ? 0 : 1;"
-        self.lines += ["{", "    " + pick, "    switch (k) {"]
+        self.lines += ["{", "    " + branch_pick(instr, self._array(instr.operands[0])), "    switch (k) {"]
         for k, branch in enumerate(branches):
             self.lines.append(f"    case {k}:")
             self._call(branch, self._leaves(instr.operands[1 + k]), [self._c(x) for x in outs], "        ")
