@@ -350,13 +350,12 @@ def _copy(test, marks: list):
 
 
 def rerun(namespace: dict, *modules, only: dict | None = None, skip: dict | None = None,
-          known_bugs: dict | None = None, cases_per_list: int = 4) -> None:
+          cases_per_list: int = 4) -> None:
     """Collect the tests of ``modules`` again in the module whose ``namespace`` this is, under the
     leading-dimension fixture: all of them, or those ``only[module]`` names; never those ``skip``
     names (test name -> why: a test of structure, not of values, that a symbolic program
     rightly changes; or one too slow to compile twice); each ``parametrize`` list cut to
-    ``cases_per_list`` cases (``_thinned``); ``known_bugs`` (test name -> the bug) expected to
-    fail until nbxla is fixed."""
+    ``cases_per_list`` cases (``_thinned``)."""
     for module in modules:
         short = module.__name__.rsplit(".", 1)[-1]
         wanted = (only or {}).get(module)
@@ -366,8 +365,5 @@ def rerun(namespace: dict, *modules, only: dict | None = None, skip: dict | None
             elif name.startswith("test_") and callable(value) and (wanted is None or name in wanted) \
                     and name not in (skip or {}):
                 test = _thinned(value, cases_per_list) if cases_per_list else value
-                if name in (known_bugs or {}):
-                    test = _copy(test, list(getattr(test, "pytestmark", [])) +
-                                 [pytest.mark.xfail(reason=known_bugs[name], strict=False).mark])
                 namespace[f"{name}__{short}"] = test
     namespace["leading_dimension_unknown"] = pytest.fixture(autouse=True)(_leading_dimension_unknown)

@@ -20,10 +20,7 @@ rerun(globals(), test_bf16, test_bitcast_widths, test_complex_scatter, test_comp
       test_convolution, test_cpu, test_custom_reducers, test_elemental_gaps, test_f16_reductions, test_f8,
       test_fused_dots, test_in_place_vectorized, test_masked_ranges, test_middle_axes, test_random_bits,
       test_reduce_window, test_row_kernels, test_select_and_scatter, test_single_unit, test_sort_kernel,
-      test_transcendentals, test_transposes, test_variadic_scatter, cases_per_list=2,
-      known_bugs={"test_unary_ops_against_ml_dtypes": (
-          "after other bf16 modules compiled symbolic in this process, the static bf16 exp kernel's "
-          "result differs from the evaluator by one ulp (940 vs 936): order-dependent, not yet found")})
+      test_transcendentals, test_transposes, test_variadic_scatter, cases_per_list=2)
 
 # Tests whose every compilation stays specialised for the compiler's reasons (a kernel whose code
 # reads its size, a runtime path without unknown sizes: issue 31's gaps), with the first reason.
