@@ -20,14 +20,8 @@ from nbxla.codegen.aot import C_TYPES
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("ld") is None,
                               reason="AOT needs a C compiler (cc) and ld")
 
-_MAIN = r"""
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include "@NAME@.h"
-
-static void *load(const char *path, size_t n) {
+# The test drivers' file reads and writes (a case's inputs in, its results out).
+C_FILE_HELPERS = r"""static void *load(const char *path, size_t n) {
     void *p = malloc(n ? n : 1);
     FILE *f = fopen(path, "rb");
     if (!f || fread(p, 1, n, f) != n) { fprintf(stderr, "cannot read %s\n", path); exit(2); }
@@ -40,6 +34,16 @@ static void save(const char *path, const void *p, size_t n) {
     if (!f || fwrite(p, 1, n, f) != n) { fprintf(stderr, "cannot write %s\n", path); exit(2); }
     fclose(f);
 }
+"""
+
+_MAIN = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "@NAME@.h"
+
+@FILE_HELPERS@
 
 @DECLS@
 
@@ -78,7 +82,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < @NR@; k++) save(argv[1 + @NA@ + k], r[k], rbytes[k]);
     return 0;
 }
-"""
+""".replace("@FILE_HELPERS@", C_FILE_HELPERS)
 
 
 def write_main(obj, path: str) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 import nbxla.aot
 from nbxla.codegen.aot import C_TYPES
+from tests.aot.aot_util import C_FILE_HELPERS
 
 _MAIN = r"""
 #include <stdio.h>
@@ -17,19 +18,7 @@ _MAIN = r"""
 #include <string.h>
 #include "@NAME@.h"
 
-static void *load(const char *path, size_t n) {
-    void *p = malloc(n ? n : 1);
-    FILE *f = fopen(path, "rb");
-    if (!f || fread(p, 1, n, f) != n) { fprintf(stderr, "cannot read %s\n", path); exit(2); }
-    fclose(f);
-    return p;
-}
-
-static void save(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(p, 1, n, f) != n) { fprintf(stderr, "cannot write %s\n", path); exit(2); }
-    fclose(f);
-}
+@FILE_HELPERS@
 
 /* usage: main DIR CASES; case i: DIR/i.sizes (int64 each), DIR/i.argK in, DIR/i.resK out, DIR/i.rc */
 int main(int argc, char **argv) {
@@ -57,7 +46,7 @@ int main(int argc, char **argv) {
     @NAME@_release();
     return 0;
 }
-"""
+""".replace("@FILE_HELPERS@", C_FILE_HELPERS)
 
 
 class UnknownSizeProgram:
