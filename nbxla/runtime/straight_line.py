@@ -47,10 +47,11 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
     lines = ["def run(inputs):"]
     if in_arena:
         # (as CpuExecutable.run: one block per run, its start aligned to 64 bytes)
-        env["new_arena"], env["address"] = arena[0], data_pointer
+        # (sizes and offsets are names, not literals, as the extents below: ``_code``)
+        env["new_arena"], env["address"], env["arena_bytes"] = arena[0], data_pointer, arena[1]
         lines += ["    raw = new_arena()",
                   "    start = -address(raw) % 64",
-                  f"    arena = raw[start:start + {arena[1]}]"]
+                  "    arena = raw[start:start + arena_bytes]"]
     used = {k for _, operands, _, _ in steps for k in operands} | {root}
     for k, number in params:
         if k in used:
@@ -129,8 +130,8 @@ def _arena_step(n: int, thunk, args: str, out: int, places: list, env: dict) -> 
     the kernel's array entry point, ``np.matmul`` or the thunk, writing into them."""
     views = []
     for j, (offset, dims, dtype) in enumerate(places):
-        env[f"dims{n}_{j}"], env[f"dtype{n}_{j}"] = dims, dtype
-        views.append(f"ndarray(dims{n}_{j}, dtype{n}_{j}, buffer=arena, offset={offset})")
+        env[f"dims{n}_{j}"], env[f"dtype{n}_{j}"], env[f"offset{n}_{j}"] = dims, dtype, offset
+        views.append(f"ndarray(dims{n}_{j}, dtype{n}_{j}, buffer=arena, offset=offset{n}_{j})")
     if isinstance(thunk, KernelThunk) and thunk.object_fn is not None and not thunk.tuple_result:
         env[f"kernel{n}"], env[f"extent{n}"] = thunk.object_fn, thunk.extent
         sizes = ""
