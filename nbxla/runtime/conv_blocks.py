@@ -380,9 +380,40 @@ class BlockedConvolution:
         work = self.n * self.oh * ow * depth * o
         if native is not None and (work < conv_gemm.SPLIT_WORK or len(units) < 2):
             run(None, 0, len(units))       # (no BLAS call to keep on one thread: a small one runs here)
+        elif native is None and len(units) < worker_count() and work >= conv_gemm.SPLIT_WORK:
+            self._split_by_features(x, kmat, out, work)
         else:
             run_on_one_blas_thread(run, len(units), work)
         return out
+
+    def _split_by_features(self, x: np.ndarray, kmat: np.ndarray, out: np.ndarray, work: int) -> None:
+        """BLAS with fewer blocks than threads (one small image: 3x3 256 -> 256 on 14x14 is one
+        block): each block's patches gathered here, its GEMM split by output features over the
+        pool, so that every thread has a share (the block whole ran on one thread, 0.73x JAX's
+        time with two)."""
+        o, depth, ow, cf = self.o, self.depth, self.ow, self.channels_first
+        lanes = max(1, 64 // self.dtype.itemsize)       # (pieces of whole vectors of features)
+        width = -(-(-(-o // worker_count())) // lanes) * lanes
+        blocks = []
+        for n, images, h0, h in self.units:
+            rows = images * h * ow
+            p = np.ascontiguousarray(self._gather(x, n, images, h0, h))
+            blocks.append((p.reshape(depth, rows) if cf else p.reshape(rows, depth),
+                           np.empty((o, rows) if cf else (rows, o), self.dtype)))
+        pieces = [(p, r, lo, min(o, lo + width)) for p, r in blocks for lo in range(0, o, width)]
+
+        def run(_, begin, end):
+            for p, r, lo, hi in pieces[begin:end]:
+                if cf:
+                    gemm(kmat[lo:hi], p, r[lo:hi], False)
+                else:
+                    gemm(p, kmat[:, lo:hi], r[:, lo:hi], False)
+        run_on_one_blas_thread(run, len(pieces), work)
+        for (n, images, h0, h), (_, r) in zip(self.units, blocks):
+            values = r.reshape(o, images, h, ow).transpose(1, 2, 3, 0) if cf else r.reshape(images, h, ow, o)
+            region = [slice(None)] * 4
+            region[self.nhwc_order[0]], region[self.nhwc_order[1]] = slice(n, n + images), slice(h0, h0 + h)
+            np.copyto(out[tuple(region)], values.transpose(self.to_logical))
 
     def _gather(self, x: np.ndarray, n: int, images: int, h0: int, h: int) -> np.ndarray:
         """The patches of output rows [h0, h0 + h) of images [n, n + images), as a strided view
