@@ -209,8 +209,11 @@ class WideGemmConvolution:
         work = m * c * o // g * len(offsets)
         if g == 1 and m < o:
             # Few rows, many features (a 1x1 convolution on 14x14x512): blocks of output
-            # features, so that each block packs its own part of the kernel once.
-            block = block_size(o, o)
+            # features, so that each block packs its own part of the kernel once -- one block
+            # per thread (whole vectors of features): each block packs all the rows again (1x1
+            # 512 -> 512 on 14x14, one core: 0.72 ms as one GEMM, 0.80 in 2 blocks, 0.89 in 4).
+            lanes = max(1, 64 // self.dtype.itemsize)
+            block = -(-(-(-o // worker_count())) // lanes) * lanes
 
             def run(_, begin, end):
                 cols = slice(begin * block, min(o, end * block))
