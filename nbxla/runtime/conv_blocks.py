@@ -249,11 +249,6 @@ class BlockedConvolution:
         self.depth = self.kh * self.kw * self.c // self.groups
         row_bytes = self.ow * self.depth * self.dtype.itemsize
         self.rows = min(self.oh, max(PATCH_BYTES // max(row_bytes, 1), -(-MIN_POSITIONS // self.ow), 1))
-        work = self.n * self.oh * self.ow * self.depth * o
-        if self.native and self.n < 2 * worker_count() and work >= conv_gemm.SPLIT_WORK:
-            # (nbxla's kernel gathers no patches: its blocks need not be large, and a few
-            # images of few rows (28x28) made as few blocks as threads, unevenly)
-            self.rows = min(self.rows, max(1, -(-self.oh * self.n // (2 * worker_count()))))
         # Small images: several whole images per block (fewer, larger GEMMs; fewer calls).
         self.images = 1
         if self.rows == self.oh:

@@ -1,8 +1,7 @@
 """Grouped convolutions in nbxla's patch-GEMM kernel (``conv_blocks.takes_grouped``,
 ``codegen/patch_gemm.py``'s group loop): layouts, strides, padding, dilation, reversal,
 batches, f32 / f64 / bf16 against the reference evaluator; both sides of each limit of the
-rule (the narrowest group, powers of two or panels, the depth); the finer row blocks of the
-kernel on both sides of the split; and the whole compile path."""
+rule (the narrowest group, powers of two or panels, the depth); and the whole compile path."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from nbxla.codegen.patch_gemm import PatchGemm
 from nbxla.compiler import compile_module
 from nbxla.hlo.attributes import Window, WindowDim
 from nbxla.hlo.evaluator import evaluate, flatten
-from nbxla.runtime import conv_blocks, conv_gemm
+from nbxla.runtime import conv_blocks
 from nbxla.runtime.small_gemm import PatchGemmKernel
 from nbxla.testing import compare_arrays
 
@@ -68,18 +67,6 @@ def test_group_depth_rule_both_sides(monkeypatch, inside):
                          square(3, pad_low=1, pad_high=1), 2)
     assert conv_blocks.takes_grouped(module.entry.root) == inside
     check(module, NATIVE if inside else "")
-
-
-@pytest.mark.parametrize("split_work", [1, 1 << 40])
-def test_native_row_blocks_either_side_of_the_split(monkeypatch, split_work):
-    # with enough work for the pool, nbxla's kernel takes blocks of a few rows (no patch
-    # matrix to bound), else the patch-size blocks: the same result either way
-    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", split_work)
-    module = conv_module((1, 12, 10, 32), (3, 3, 16, 2 * GROUP_MIN), "f32", "b01f_01io->b01f",
-                         square(3, pad_low=1, pad_high=1), 2)
-    thunk = conv_blocks.BlockedConvolution(module.entry.root)
-    assert (thunk.rows < thunk.oh) == (split_work == 1)
-    check(module, NATIVE)
 
 
 def test_grouped_geometry_refuses_an_epilogue():
