@@ -152,8 +152,9 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
         raise ValueError("the patch-GEMM kernel stores grouped convolutions channels-last, "
                          "all features, without an epilogue")
     first_feature = 0           # the current panel's first output feature (within its group)
-    # the current group's first input channel and output feature (values of the group loop)
-    first_channel = group_feature = const_i64(0)
+    # the current group's first input channel and output feature (values of the group loop;
+    # None without groups, so that a dense kernel's code is what it was before groups)
+    first_channel = group_feature = None
     by_width = {}               # panel width -> (vector type, accumulators, zero, undef, lanes0, fmuladd)
 
     def use_panel(width: int, first: int):
@@ -182,8 +183,12 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     def splat(v):
         return b.shuffle_vector(b.insert_element(undef, v, ir.Constant(ir.IntType(32), 0)), undef, lanes0)
 
+    def in_group(feature):
+        """A feature of the current group (``feature`` within it)."""
+        return feature if group_feature is None else b.add(group_feature, feature)
+
     def kernel_row(k):
-        at = b.add(b.mul(k, const_i64(g.o)), b.add(group_feature, const_i64(first_feature)))
+        at = b.add(b.mul(k, const_i64(g.o)), in_group(const_i64(first_feature)))
         return b.load(b.bitcast(b.gep(w, [at]), vec.as_pointer()), align=g.itemsize)
 
     bias_vectors = {}
@@ -228,7 +233,8 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
                 b.store(b.call(fmuladd, [splat(xv), y, b.load(accumulators[r])]), accumulators[r])
 
         def window_row(i):
-            x_i = b.add(b.mul(i, const_i64(dh * row_step)), first_channel)
+            x_i = b.mul(i, const_i64(dh * row_step))
+            x_i = x_i if first_channel is None else b.add(x_i, first_channel)
             k_i = b.mul(i, const_i64(g.kw * ci))
             if dw == 1 and g.groups == 1:
                 short_loop(g.kw * g.c, "pg.j", lambda j: multiply_add(b.add(x_i, j), b.add(k_i, j)))
@@ -252,7 +258,7 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
                     b.store(b.extract_element(total, ir.Constant(ir.IntType(32), j)), b.gep(out, [at]))
                 continue
             at = b.add(out_row, b.add(b.mul(b.add(ow0, const_i64(r)), const_i64(g.out_row)),
-                                      b.add(group_feature, const_i64(first_feature))))
+                                      in_group(const_i64(first_feature))))
             if g.out_row < first_feature + vec.count:
                 # (the real features only: a few scalar stores beat NumPy's copy of a padded
                 # block afterwards, SSD's 1x1 box head of 12 features)

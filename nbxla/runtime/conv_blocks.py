@@ -1,4 +1,4 @@
-"""Dense 2-D convolutions (``feature_group_count`` 1) as im2col GEMMs over blocks of output
+"""Dense 2-D convolutions (and grouped ones nbxla's kernel takes) as im2col GEMMs over blocks of output
 rows, each block's result written into the output (in the output's own layout) while it is
 in cache.
 
@@ -33,6 +33,15 @@ patches are gathered; nbxla's own kernel (``small_gemm``, ``codegen/patch_gemm.p
 them from the padded input in place, register-blocked, faster than OpenBLAS on these narrow
 products; channels-first outputs are then computed channels-last and transposed as each
 block is stored.
+
+**Feature groups** with whole vectors of output features per group (``takes_grouped``:
+ResNeXt-like 3x3 convolutions of 32 features per group) run in the same kernel, a loop over
+the groups inside it (grouped3x3 28x28x256 in 8 groups, one core: 0.99 ms, against 2.35 ms as
+the per-tap path's 72 GEMMs of 32 x 32 features a block, and XLA's 2.32 ms).
+
+**Fewer blocks than threads** (one small image, 3x3 256 -> 256 on 14x14, is one block): with
+BLAS, each block's GEMM is split by output features over the pool (``_split_by_features``),
+where the one block ran on one thread.
 
 **The cost rule** (``prefers_per_tap``): the per-tap GEMMs of ``conv_gemm`` need no gather,
 but each tap's GEMM has only ``C`` for its inner dimension, which BLAS runs well below its
