@@ -11,6 +11,7 @@ import functools
 import hashlib
 import os
 import threading
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
@@ -243,13 +244,19 @@ def _compile_helper_kernel(name: str, emit, pipeline: str) -> CompiledKernels:
             mod.verify()
             optimize_module(mod, tm, pipeline)
             optimized = str(mod)
-    return _load({name: spec}, {}, text, optimized, None, mod)
+    return _load({name: spec}, {}, text, optimized, None, mod, strength_reduction=pipeline != "hand-vectorized")
 
 
 # LLVM pipelines (``optimize_module``): "full", O3 with the loop and SLP vectorizers and the
 # unroller (loops of "light" kernels opt out of the unroller: see ``light_kernel``);
 # "hand-vectorized", without the unroller and the vectorizers, for kernels emitted as vector
-# operations, register-blocked, their short loops unrolled (the patch GEMM).
+# operations, register-blocked, their short loops unrolled (the patch GEMM), and their machine
+# code generated without loop strength reduction: such kernels step their own pointers (the
+# patch GEMM's ``stepping_loop``), and LSR took 12 of the 35 ms LLVM spent on conv2d's kernel
+# (a 5x5 3 -> 16 convolution) to find nothing better.  Measured side by side on twelve
+# geometries (LeNet-5's, conv2d's, benchmarks/conv.py's native ones, f64 with dilation): LLVM's
+# time 25-40% less, run times within 0.92-1.02x of the kernel emitted before with LSR, results
+# bit for bit the same.
 PIPELINES = ("full", "hand-vectorized")
 
 # Elements (of any one operand, result or instruction of a kernel) up to which a kernel of the
@@ -373,8 +380,23 @@ def _with_data_layout(text: str, layout: str) -> str:
     return "\n".join(lines)
 
 
-def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None) -> CompiledKernels:
-    """JIT-load the optimized module; with ``obj``, its machine code is taken as given."""
+@contextmanager
+def _without_strength_reduction():
+    """LLVM's code generator without loop strength reduction, for the code generated inside
+    the block (``_lock`` held: the switch is LLVM's global ``-disable-lsr`` option; code that
+    another thread generates meanwhile outside ``_lock`` -- AOT's object files -- would lose
+    only LSR's speed, not correctness)."""
+    llvm.set_option("nbxla", "-disable-lsr=true")
+    try:
+        yield
+    finally:
+        llvm.set_option("nbxla", "-disable-lsr=false")
+
+
+def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None,
+          strength_reduction: bool = True) -> CompiledKernels:
+    """JIT-load the optimized module; with ``obj``, its machine code is taken as given.
+    ``strength_reduction``: False for hand-vectorized kernels (see ``PIPELINES``)."""
     captured: list[bytes] = []
     with _lock, stage("machine-code"):
         if mod is None:
@@ -382,7 +404,8 @@ def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None) -> C
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
         engine.set_object_cache(notify_func=lambda m, buf: captured.append(bytes(buf)),
                                 getbuffer_func=lambda m: obj)
-        engine.finalize_object()
+        with (nullcontext() if strength_reduction or obj is not None else _without_strength_reduction()):
+            engine.finalize_object()
         addresses = {name: engine.get_function_address(name) for name in specs}
         for spec in specs.values():
             for extra in (spec.finish_name, spec.object_entry):
