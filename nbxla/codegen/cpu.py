@@ -144,6 +144,10 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     IR as ``emit_llvm_ir`` gave it (emitted already to compare it: not emitted again).
     ``light``: the names of the fusions whose loops are not unrolled (LIGHT_KERNEL_ELEMENTS)."""
     light = frozenset() if emitted is not None else frozenset(light)   # (emitted: as it was emitted)
+    if not fusions and (emitted is None or not emitted.specs):
+        # (nothing to compile -- a program of library calls, conv2d's: an MCJIT engine and a
+        # target machine for an empty module took 3-4 ms of its first call)
+        return CompiledKernels({}, {}, _empty_module_text(module_name), _empty_module_text(module_name), {})
     try:
         kernels = _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted, light)
         kernels.light = light
@@ -169,6 +173,13 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     merged.engines = [p.engine for p in parts]          # keep every engine's code alive
     merged.light = light
     return merged
+
+
+def _empty_module_text(name: str) -> str:
+    ir_module = ir.Module(name=name)
+    ir_module.triple = llvm.get_process_triple()
+    ir_module.data_layout = str(host_target_machine().target_data)
+    return str(ir_module)
 
 
 def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
@@ -249,14 +260,16 @@ def _compile_helper_kernel(name: str, emit, pipeline: str) -> CompiledKernels:
 
 # LLVM pipelines (``optimize_module``): "full", O3 with the loop and SLP vectorizers and the
 # unroller (loops of "light" kernels opt out of the unroller: see ``light_kernel``);
-# "hand-vectorized", without the unroller and the vectorizers, for kernels emitted as vector
-# operations, register-blocked, their short loops unrolled (the patch GEMM), and their machine
-# code generated without loop strength reduction: such kernels step their own pointers (the
-# patch GEMM's ``stepping_loop``), and LSR took 12 of the 35 ms LLVM spent on conv2d's kernel
-# (a 5x5 3 -> 16 convolution) to find nothing better.  Measured side by side on twelve
-# geometries (LeNet-5's, conv2d's, benchmarks/conv.py's native ones, f64 with dilation): LLVM's
-# time 25-40% less, run times within 0.92-1.02x of the kernel emitted before with LSR, results
-# bit for bit the same.
+# "hand-vectorized", for kernels emitted as vector operations, register-blocked, their short
+# loops unrolled and their pointers stepped as emitted (the patch GEMM's ``stepping_loop``):
+# only SROA (their accumulators are allocas), instcombine and simplifycfg, and machine code
+# generated without loop strength reduction.  What they lose to the missing passes, measured
+# side by side on twelve patch-GEMM geometries (LeNet-5's, conv2d's, benchmarks/conv.py's
+# native ones, f64 with window dilation) against O3 less the unroller and vectorizers and with
+# LSR: nothing beyond the noise (run times 0.96-1.05x; the inner loop's code is the same: one
+# kernel-row load and a broadcast FMA per position, two pointer steps, a counter); LLVM's time
+# per kernel fell by about half (conv2d's 5x5 3 -> 16: 57 -> 19 ms; LSR alone took 12 ms of it
+# to find nothing better, O3's function passes another 10).  Results bit for bit the same.
 PIPELINES = ("full", "hand-vectorized")
 
 # Elements (of any one operand, result or instruction of a kernel) up to which a kernel of the
@@ -270,13 +283,17 @@ LIGHT_KERNEL_ELEMENTS = 1 << 16
 
 
 def optimize_module(mod, tm, pipeline: str = "full") -> None:
-    """One of the ``PIPELINES`` on the parsed module ``mod``, in place (also used by AOT).
-    "hand-vectorized" kernels lose nothing to the missing passes: measured side by side on nine
-    convolution geometries, the patch GEMM took 29-59 ms of LLVM instead of 48-173 ms, its run
-    times within 2%."""
+    """One of the ``PIPELINES`` on the parsed module ``mod``, in place (also used by AOT)."""
     if pipeline not in PIPELINES:
         raise ValueError(f"unknown LLVM pipeline {pipeline!r}; one of {', '.join(PIPELINES)}")
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    if pipeline == "hand-vectorized":
+        passes = llvm.create_new_module_pass_manager()
+        passes.add_sroa_pass()
+        passes.add_instruction_combine_pass()
+        passes.add_simplify_cfg_pass()
+        passes.run(mod, llvm.create_pass_builder(tm, pto))
+        return
     pto.loop_vectorization = pto.slp_vectorization = pipeline != "hand-vectorized"
     pto.loop_unrolling = pipeline == "full"
     # No interleaving (unrolling vector loops 4x): measured side by side, it made no kernel
