@@ -192,6 +192,11 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
             xv = b.load(b.gep(xp, [const_i64(offset)]) if offset else xp)
             b.store(b.call(fmuladd, [splat(xv), y, b.load(accumulators[r])]), accumulators[r])
 
+    def masked_store():
+        name = f"llvm.masked.store.v{vec.count}{g.t}.p0"
+        return module.globals.get(name) or ir.Function(module, ir.FunctionType(
+            ir.VoidType(), [vec, vec.as_pointer(), ir.IntType(32), ir.VectorType(ir.IntType(1), vec.count)]), name)
+
     bias_vectors = {}
 
     def bias_vector():
@@ -250,12 +255,14 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
             at = b.add(out_row, b.add(b.mul(b.add(ow0, const_i64(r)), const_i64(g.out_row)),
                                       const_i64(first_feature)))
             if g.out_row < first_feature + vec.count:
-                # (the real features only: a few scalar stores beat NumPy's copy of a padded
-                # block afterwards, SSD's 1x1 box head of 12 features)
-                total = finished(b.load(accumulators[r]))
-                for j in range(g.out_row - first_feature):
-                    b.store(b.extract_element(total, ir.Constant(ir.IntType(32), j)),
-                            b.gep(out, [b.add(at, const_i64(j))]))
+                # (the real features only, one masked store: beats NumPy's copy of a padded block
+                # afterwards, SSD's 1x1 box head of 12 features; and a store per feature made
+                # LeNet-5's first kernel's IR 40% larger, its compile time with it)
+                real = g.out_row - first_feature
+                mask = ir.Constant(ir.VectorType(ir.IntType(1), vec.count), [int(j < real) for j in range(vec.count)])
+                b.call(masked_store(), [finished(b.load(accumulators[r])),
+                                        b.bitcast(b.gep(out, [at]), vec.as_pointer()),
+                                        ir.Constant(ir.IntType(32), g.itemsize), mask])
                 continue
             b.store(finished(b.load(accumulators[r])), b.bitcast(b.gep(out, [at]), vec.as_pointer()),
                     align=g.itemsize)
