@@ -512,7 +512,7 @@ class CpuExecutable:
             split = f"split over {worker_count()} threads" if thunk.parallel else "on the calling thread"
             return f"native kernel {symbol} ({spec.style} over {spec.parallel_extent}, {split})"
         if isinstance(thunk, WindowUpdateThunk):
-            return f"native kernel {symbol} (writes only the window, {thunk.how} its operand)"
+            return f"native kernel {symbol} (writes only the window, {thunk.how})"
         if isinstance(thunk, FullReductionThunk):
             return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
         if isinstance(thunk, DotThunk) and instr.name in getattr(self.run, "paired", ()):

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..hlo.aliasing import updated_parameter
 from ..hlo.ir import Instruction, Module
-from .cpu_kernels import _KERNEL_TYPE, data_pointer, run_split, PARALLEL_THRESHOLD, element_cost
+from .cpu_kernels import KERNEL_TYPE, data_pointer, run_split, PARALLEL_THRESHOLD, element_cost
 from . import host_memory
 
 
@@ -65,7 +65,7 @@ class WindowUpdateThunk:
     a copy of it (the output's place in the arena when given, else fresh memory)."""
 
     def __init__(self, instr: Instruction, address: int, extent: int, work_per_unit: int, reuse: bool):
-        self.fn = _KERNEL_TYPE(address)
+        self.fn = KERNEL_TYPE(address)
         self.target = updated_parameter(instr.attrs["calls"])
         self.reuse = reuse
         self.make = host_memory.allocator(instr.shape.dims, instr.shape.dtype)
@@ -73,7 +73,7 @@ class WindowUpdateThunk:
         self.extent = extent
         self.parallel = extent >= 2 and extent * work_per_unit * element_cost(instr) >= PARALLEL_THRESHOLD
         self.tuple_result = False
-        self.how = "in place" if reuse else "into a copy of"
+        self.how = "in its operand's buffer" if reuse else "into a copy of its operand"
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
         target = operands[self.target]
