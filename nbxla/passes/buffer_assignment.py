@@ -329,7 +329,7 @@ def plan_computation(comp: Computation, donated_parameters=frozenset(), loop_bod
     n = len(instrs)
     plan = BufferPlan(length=n, schedule=tuple(i.name for i in instrs),
                       donated_parameters=frozenset(donated_parameters), loop_body=loop_body)
-    plan.operand_buffers = _operand_buffers(comp, loop_body)
+    plan.operand_buffers = operand_buffers(comp, loop_body)
     # buffer[(id(instr), index)] -> the name of the value that owns the memory.
     buffer: dict[tuple[int, tuple], str] = {}
     values: dict[str, ValueAssignment] = {}
@@ -477,7 +477,7 @@ def _in_place_victim(instr, index, values, allocations, buffer, i) -> str | None
     return None
 
 
-def _operand_buffers(comp: Computation, loop_body: bool) -> dict[str, tuple[int, ...]]:
+def operand_buffers(comp: Computation, loop_body: bool = False) -> dict[str, tuple[int, ...]]:
     """``BufferPlan.operand_buffers`` of ``comp``.  A walk in schedule order over *buffers*:
     each parameter leaf, constant and new output leaf is one; views name their operand's, and
     an output written into an operand's buffer names that one, so that what lives in a buffer

@@ -52,7 +52,7 @@ from .native_loops import NativeLoopThunk, native_entry_runner, native_loops, na
 from .persistent_cache import default_cache
 from .single_call import single_kernel_runner
 from .straight_line import straight_line_runner
-from .window_updates import WindowUpdateThunk, live_out_update_places, window_update_fusions
+from .window_updates import WindowUpdateThunk, in_place_symbols, live_out_update_places, window_update_fusions
 from .thunks import structural_thunk
 
 # Below this, temporaries are plain small allocations, not arena places: creating the arena
@@ -581,12 +581,6 @@ def kernel_computations(module: Module, native=frozenset()):
     return _share_identical_kernels(_kernel_symbols(program_computations(module, native)),
                                     window_update_fusions(module))
 
-
-def in_place_symbols(module: Module, compiled) -> frozenset:
-    """The kernels of ``kernel_computations`` emitted as window updates (``compile_kernels``'
-    ``in_place``)."""
-    updates = window_update_fusions(module)
-    return frozenset(symbol for symbol, instr in compiled if id(instr) in updates)
 
 
 def kernel_llvm_ir(module: Module, light: frozenset = frozenset()):

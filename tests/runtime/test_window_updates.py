@@ -31,13 +31,13 @@ HloModule t
 ENTRY main {{
   a = f64[{n},{n}] parameter(0)
   b = f64[{n},{n}] parameter(1)
-  u = f64[3,{n}] parameter(2)
+  u = f64[{k},{n}] parameter(2)
   t = f64[{n},{n}] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
   two = f64[] constant(2)
-  twos = f64[3,{n}] broadcast(two), dimensions={{}}
-  s = f64[3,{n}] slice({source}), slice={{[{src}:{src3}], [0:{n}]}}
-  v = f64[3,{n}] multiply(s, twos)
-  w = f64[3,{n}] add(v, u)
+  twos = f64[{k},{n}] broadcast(two), dimensions={{}}
+  s = f64[{k},{n}] slice({source}), slice={{[{src}:{srck}], [0:{n}]}}
+  v = f64[{k},{n}] multiply(s, twos)
+  w = f64[{k},{n}] add(v, u)
   i = s64[] constant({row})
   z = s64[] constant(0)
   r = f64[{n},{n}] dynamic-update-slice({target}, w, i, z)
@@ -45,13 +45,17 @@ ENTRY main {{
 }}"""
 
 
-def program(n: int, tail: str, target: str = "t", source: str | None = None, src: int = 0, row: int = 4) -> str:
-    return PROGRAM.format(n=n, tail=tail, target=target, source=source or target, src=src, src3=src + 3, row=row)
+def program(n: int, tail: str, target: str = "t", source: str | None = None, src: int = 0, row: int = 4,
+            k: int = 3) -> str:
+    return PROGRAM.format(n=n, tail=tail, target=target, source=source or target, src=src, srck=src + k, row=row, k=k)
 
 
-def inputs(n: int) -> list[np.ndarray]:
+def inputs(n: int, k: int = 3) -> list[np.ndarray]:
     rng = np.random.default_rng(n)
-    return [rng.random((n, n)) - 0.5, rng.random((n, n)) - 0.5, rng.random((3, n))]
+    return [rng.random((n, n)) - 0.5, rng.random((n, n)) - 0.5, rng.random((k, n))]
+
+
+PRODUCT = "  ROOT e = f64[{n},{n}] dot(r, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}"
 
 
 def compiled(text: str):
@@ -184,6 +188,26 @@ def test_numpy_updates_match_numpy():
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
         assert "writes only the window" in jf.last_compilation.stage("execution")
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_a_window_over_half_the_array_is_copied_only_by_the_elemental_kernel(n):
+    """COPY_WINDOW_FRACTION, both sides, for an operand that cannot be reused (a parameter): a
+    window of half the rows runs as copy + window; one more row, as the elemental kernel
+    (copying first would make a second pass over nearly everything).  A dead temporary's
+    update runs in place whatever its window."""
+    half = n // 2
+    for k, target, want in ((half, "a", COPIED), (half + 1, "a", None), (n - 4, "t", IN_PLACE)):
+        module, c, how = compiled(program(n, PRODUCT.format(n=n), target=target, row=1, k=k))
+        if want is None:
+            assert "writes only the window" not in how and "native kernel" in how
+        else:
+            assert want in how
+        args = inputs(n, k)
+        before = [x.copy() for x in args]
+        check(c.executable, module, args)
+        for x, y in zip(args, before):
+            np.testing.assert_array_equal(x, y)
 
 
 def test_no_plan_copies():
