@@ -52,7 +52,8 @@ from .native_loops import NativeLoopThunk, native_entry_runner, native_loops, na
 from .persistent_cache import default_cache
 from .single_call import single_kernel_runner
 from .straight_line import straight_line_runner
-from .window_updates import WindowUpdateThunk, in_place_symbols, live_out_update_places, window_update_fusions
+from .window_updates import WindowUpdateThunk, in_place_symbols, live_out_update_places, made_by_run, \
+    window_update_fusions
 from .thunks import structural_thunk
 
 # Below this, temporaries are plain small allocations, not arena places: creating the arena
@@ -241,8 +242,7 @@ class CpuExecutable:
                 if is_entry:
                     thunk = OwnedResult(thunk, nested)
             places = self._arena_outputs(instr, thunk) if is_entry else None
-            if is_entry and (isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk, WindowUpdateThunk))
-                             or is_view(instr) and id(instr.operands[0]) in self._made):
+            if is_entry and made_by_run(instr, thunk, self._made):
                 self._made.add(id(instr))
             steps.append((thunk, [slot[id(o)] for o in instr.operands], slot[id(instr)], places))
         program = _Program(comp, len(slot), params, steps, slot[id(comp.root)], literals, callees)
@@ -580,7 +580,6 @@ def kernel_computations(module: Module, native=frozenset()):
     The entry's window updates (``window_updates.py``) get kernels of their own."""
     return _share_identical_kernels(_kernel_symbols(program_computations(module, native)),
                                     window_update_fusions(module))
-
 
 
 def kernel_llvm_ir(module: Module, light: frozenset = frozenset()):

@@ -28,10 +28,11 @@ import math
 
 import numpy as np
 
-from ..hlo.aliasing import updated_parameter
+from ..hlo.aliasing import is_byte_view, updated_parameter
 from ..hlo.ir import Instruction, Module
 from ..passes.buffer_assignment import operand_buffers
-from .cpu_kernels import KERNEL_TYPE, data_pointer, run_split, PARALLEL_THRESHOLD, element_cost
+from .cpu_kernels import (KERNEL_TYPE, PARALLEL_THRESHOLD, DotThunk, FullReductionThunk, KernelThunk, data_pointer,
+                          element_cost, run_split)
 from . import host_memory
 
 
@@ -72,6 +73,19 @@ def in_place_symbols(module: Module, compiled) -> frozenset:
     (``compile_kernels``' ``in_place``)."""
     updates = window_update_fusions(module)
     return frozenset(symbol for symbol, instr in compiled if id(instr) in updates)
+
+
+def made_by_run(instr: Instruction, thunk, made: set[int]) -> bool:
+    """Is the entry value of ``instr`` (run by ``thunk``) memory the run made itself: a kernel's
+    or BLAS's output, or a view of one (``made``: the ids of the earlier such values)?"""
+    if isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk, WindowUpdateThunk)):
+        return True
+    if instr.opcode == "get-tuple-element":
+        source = instr.operands[0]
+        if source.opcode == "tuple":
+            source = source.operands[instr.attrs["index"]]
+        return id(source) in made
+    return is_byte_view(instr) and id(instr.operands[0]) in made
 
 
 def live_out_update_places(plan) -> frozenset:
