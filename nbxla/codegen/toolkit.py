@@ -50,6 +50,11 @@ def unknown_axes(comp: Computation, instr: Instruction) -> tuple[int, ...]:
     return getattr(comp, "unknown_axes", {}).get(instr.name, ())
 
 
+def unknown_leaf_axes(comp: Computation, instr: Instruction, leaf: int) -> tuple[int, ...]:
+    """As ``unknown_axes``, of leaf ``leaf`` of a tuple-shaped ``instr``."""
+    return getattr(comp, "unknown_axes", {}).get((instr.name, leaf), ())
+
+
 class RunSizes:
     """Sizes a kernel reads at run time instead of compiling them in: an i64 array whose
     pointer follows the kernel's buffers.  Why: a loop bound over an unknown dimension (a

@@ -1,0 +1,154 @@
+"""Kernels over a batch of unknown size (issue 31): native dots (their epilogues, a contraction
+or a row over the batch), convolutions (the library call and the native depthwise kernel, each
+with its bias / relu folded in), scans and row sorts.  One compilation serves sizes 1, 2, 7, 33
+and 1031, each checked against NumPy (jit) or the evaluator (HLO modules); the static
+compilation of the same program is the other side of each check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.hlo.evaluator import evaluate, flatten
+from nbxla.hlo.parser import parse_hlo
+from nbxla.hlo.symbolic import bind_module, module_is_symbolic
+from nbxla.runtime.cache import CompilationCache
+from nbxla.symbolic_compile import compile_symbolic_module, run_symbolic
+from nbxla.testing import compare_arrays
+
+SIZES = (1, 2, 7, 33, 1031)
+RNG = np.random.default_rng(31)
+
+
+def _ints(*shape):
+    return RNG.integers(-4, 5, shape).astype(np.int32)
+
+
+def _floats(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+W_INT, V_INT = _ints(12, 5), _ints(12)
+W, BIAS = _floats(12, 6), _floats(6)
+
+# (function, arguments at batch size n, the kernel that must serve every size)
+PROGRAMS = {
+    # no BLAS call takes s32: the native dot kernel, rows over the batch
+    "int_matmul": (lambda x, w: x @ w, lambda n: (_ints(n, 12), W_INT)),
+    # the row is the batch: its length read when the kernel runs
+    "int_matvec": (lambda x, v: x @ v, lambda n: (_ints(n, 12), V_INT)),
+    # a weight gradient: the contraction runs over the batch, its length read when it runs
+    "int_weight_gradient": (lambda x, g: x.T @ g, lambda n: (_ints(n, 12), _ints(n, 5))),
+    # a small dense layer: the dot kept in one native kernel with its bias and relu
+    "small_layer": (lambda x, w, b: np.maximum(x @ w + b, 0), lambda n: (_floats(n, 12), W, BIAS)),
+    # scans along each row (the scan kernel: blocks of rows)
+    "cumsum_rows": (lambda x: np.cumsum(x, axis=1), lambda n: (_floats(n, 40),)),
+}
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_one_compilation_serves_every_batch_size(name):
+    fn, make = PROGRAMS[name]
+    cache = CompilationCache()
+    f = nbxla.jit(fn, cache=cache, dynamic=True)
+    for n in SIZES:
+        args = make(n)
+        got, want = f(*args), fn(*args)
+        ok, detail = compare_arrays(np.asarray(got), np.asarray(want))
+        assert ok, f"{name} at batch size {n}: {detail}"
+    assert cache.misses == 1, cache.entries()[0].explanation
+    assert module_is_symbolic(f.last_compilation.hlo)
+
+
+def test_the_static_compilations_agree():
+    """(the other side: each program compiled for its size, dynamic=False)"""
+    for name, (fn, make) in PROGRAMS.items():
+        f = nbxla.jit(fn, cache=CompilationCache(), dynamic=False)
+        for n in (2, 33):
+            args = make(n)
+            ok, detail = compare_arrays(np.asarray(f(*args)), np.asarray(fn(*args)))
+            assert ok, f"{name} at {n}: {detail}"
+
+
+def test_dot_kernels_read_the_sizes_they_do_not_know():
+    f = nbxla.jit(PROGRAMS["int_weight_gradient"][0], cache=CompilationCache(), dynamic=True)
+    f(*PROGRAMS["int_weight_gradient"][1](9))
+    ir_text = f.last_compilation.stage("llvm_ir")
+    assert '%"size' in ir_text                                   # (the RunSizes load)
+    static = nbxla.jit(PROGRAMS["int_weight_gradient"][0], cache=CompilationCache(), dynamic=False)
+    static(*PROGRAMS["int_weight_gradient"][1](9))
+    assert '%"size' not in static.last_compilation.stage("llvm_ir")  # static kernels bake it in
+
+
+def test_sorting_rows_serves_every_batch_size():
+    fn = lambda x: np.sort(x, axis=1)           # noqa: E731
+    cache = CompilationCache()
+    f = nbxla.jit(fn, cache=cache, dynamic=True)
+    for n in SIZES:
+        x = _floats(n, 37)
+        x[0, :3] = np.nan                       # (NaN keys: the sort kernel's calls)
+        np.testing.assert_array_equal(f(x), fn(x))
+    assert cache.misses == 1
+
+
+# ---- convolutions over an unknown batch (HLO modules, as the rerun builds them) -----------------
+
+def conv_bias_relu(layout: str, groups: int, features: int, out_features: int, batch="b") -> str:
+    """A 3x3 valid convolution, then a bias along the features and a relu (one loop fusion)."""
+    c, o = features, out_features
+    if layout == "nhwc":
+        x, k, y, labels, fdim = f"f32[{batch},12,12,{c}]", f"f32[3,3,{c // groups},{o}]", \
+            f"f32[{batch},10,10,{o}]", "b01f_01io->b01f", 3
+    else:
+        x, k, y, labels, fdim = f"f32[{batch},{c},12,12]", f"f32[{o},{c // groups},3,3]", \
+            f"f32[{batch},{o},10,10]", "bf01_oi01->bf01", 1
+    return f"""HloModule conv_bias_relu
+%epilogue (p0: {y}, p1: f32[{o}]) -> {y} {{
+  %p0 = {y} parameter(0)
+  %p1 = f32[{o}] parameter(1)
+  %bias = {y} broadcast(%p1), dimensions={{{fdim}}}
+  %add = {y} add(%p0, %bias)
+  %zero = f32[] constant(0)
+  %zeros = {y} broadcast(%zero), dimensions={{}}
+  ROOT %relu = {y} maximum(%add, %zeros)
+}}
+ENTRY %main (x: {x}, k: {k}, bias: f32[{o}]) -> {y} {{
+  %x = {x} parameter(0)
+  %k = {k} parameter(1)
+  %bias = f32[{o}] parameter(2)
+  %conv = {y} convolution(%x, %k), window={{size=3x3}}, dim_labels={labels}, feature_group_count={groups}
+  ROOT %f = {y} fusion(%conv, %bias), kind=kLoop, calls=%epilogue
+}}
+"""
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("groups, features, out_features, runs_as", [
+    (1, 8, 16, "library"),          # dense: the patch-GEMM library call with the epilogue in its store
+    (8, 8, 8, "kernel"),            # depthwise: the native kernel with the epilogue folded in
+])
+def test_convolution_over_an_unknown_batch(layout, groups, features, out_features, runs_as):
+    module = parse_hlo(conv_bias_relu(layout, groups, features, out_features))
+    program = compile_symbolic_module(module, {"b": 3})
+    for n in SIZES[1:]:             # (a module's programs serve 2 and up: run_symbolic)
+        concrete = bind_module(module, {"b": n})
+        args = [_floats(*p.shape.dims) for p in concrete.entry.parameters]
+        got = run_symbolic(program, args)[0]
+        want = flatten(evaluate(concrete, args))[0]
+        ok, detail = compare_arrays(np.asarray(got), np.asarray(want))
+        assert ok, f"batch {n}: {detail}"
+    assert program.instances == len(SIZES) - 1
+    native = program.instance({"b": 7}).executable.native
+    assert "convolution" not in [i.opcode for i in native.module.entry.instructions]     # (folded)
+    if runs_as == "library":
+        assert list(native.library_calls.values()) == ["fusion"] and not native.kernel_symbols
+    else:
+        assert not native.library_calls and len(native.kernel_symbols) == 1     # (the fusion)
+    # the static compile at one size folds the same way and agrees
+    from nbxla.compiler import compile_module
+    concrete = bind_module(module, {"b": 7})
+    args = [_floats(*p.shape.dims) for p in concrete.entry.parameters]
+    static = compile_module(concrete, "cpu").executable.run(args)[0]
+    ok, detail = compare_arrays(np.asarray(static), np.asarray(run_symbolic(program, args)[0]))
+    assert ok, detail
