@@ -408,10 +408,11 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
         # loop runs the kernels compiled here, whose sizes come from each instance's specs)
         executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"),
                                                   compile_loops=False, emitted=emitted))
-    # (a kernel refused where a library call runs the fusion -- a folded convolution -- is not
-    # one of the executable's kernels: no refusal)
-    used = set(executable.native.kernel_symbols.values())
-    refused = [why for symbol, why in executable.native.kernels.unsupported.items() if symbol in used]
+    # (a kernel refused where a library call runs the op -- a convolution, folded with its
+    # epilogue or not -- is no refusal)
+    native = executable.native
+    refused = [native.kernels.unsupported[symbol] for name, symbol in native.kernel_symbols.items()
+               if symbol in native.kernels.unsupported and name not in native.library_calls]
     if refused:
         raise SymbolicDimensionError("a fusion runs on the evaluator: " + refused[0])
     codegen_ms += (time.perf_counter() - start) * 1e3
