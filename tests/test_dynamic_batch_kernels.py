@@ -30,6 +30,7 @@ def _floats(*shape):
 
 
 W_INT, V_INT = _ints(12, 5), _ints(12)
+
 W, BIAS = _floats(12, 6), _floats(6)
 
 # (function, arguments at batch size n, the kernel that must serve every size)
@@ -152,3 +153,53 @@ def test_convolution_over_an_unknown_batch(layout, groups, features, out_feature
     static = compile_module(concrete, "cpu").executable.run(args)[0]
     ok, detail = compare_arrays(np.asarray(static), np.asarray(run_symbolic(program, args)[0]))
     assert ok, detail
+
+
+# ---- scatters over an unknown batch (np.add.at checks its indices when it runs: HLO modules) ----
+
+HISTOGRAM = """HloModule histogram
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+ENTRY %main (bins: f32[20], idx: s32[b,1], v: f32[b]) -> f32[20] {
+  %bins = f32[20] parameter(0)
+  %idx = s32[b,1] parameter(1)
+  %v = f32[b] parameter(2)
+  ROOT %h = f32[20] scatter(%bins, %idx, %v), update_window_dims={}, inserted_window_dims={0},
+    scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+}
+"""
+
+ROWS_INTO_A_TABLE = """HloModule rows_into_a_table
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+ENTRY %main (table: f32[b,4], idx: s32[5,1], v: f32[5,4]) -> f32[b,4] {
+  %table = f32[b,4] parameter(0)
+  %idx = s32[5,1] parameter(1)
+  %v = f32[5,4] parameter(2)
+  ROOT %t = f32[b,4] scatter(%table, %idx, %v), update_window_dims={1}, inserted_window_dims={0},
+    scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+}
+"""
+
+
+@pytest.mark.parametrize("text", [HISTOGRAM, ROWS_INTO_A_TABLE], ids=["updates", "operand"])
+def test_scatter_over_an_unknown_batch(text):
+    """The updates' count (a histogram of a batch) or the operand's rows (the bound indices are
+    checked against: out-of-range ones, here some, are dropped) read when the kernel runs."""
+    module = parse_hlo(text.replace(",\n    ", ", "))
+    program = compile_symbolic_module(module, {"b": 3})
+    for n in SIZES[1:]:
+        concrete = bind_module(module, {"b": n})
+        args = [RNG.integers(-2, 22, p.shape.dims).astype(np.int32) if p.shape.element_type == "s32"
+                else _floats(*p.shape.dims) for p in concrete.entry.parameters]
+        got = run_symbolic(program, args)[0]
+        want = flatten(evaluate(concrete, args))[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"batch {n}")
+    assert program.instances == len(SIZES) - 1
+    assert '%"size' in program.compilation.stage("llvm_ir")

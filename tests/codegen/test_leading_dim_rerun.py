@@ -26,19 +26,12 @@ rerun(globals(), test_bf16, test_bitcast_widths, test_complex_scatter, test_comp
 # reads its size, a runtime path without unknown sizes: issue 31's gaps), with the first reason.
 # (Reasons of the program itself need no entry: symbolic_rerun.PROGRAM_REASONS.)
 SPECIALISED: dict[str, str] = {
-    # (this one reads the HLO corpus: it runs only where ../shared/corpus is present)
-    "test_corpus_scatter_add_is_native__test_complex_scatter":
-        'the generated code of kernel @"nbxla_scatter_add" depends on the size; leading dim',
     "test_a_kernel_that_cannot_be_emitted_is_interpreted_and_the_others_stay_native__test_cpu":
         "kernel nbxla_reduce_fusion's range is not a multiple of one size",
     "test_argmax_argmin_match_numpy__test_custom_reducers":
         'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
     "test_argmax_down_columns_runs_in_the_column_kernel__test_custom_reducers":
         'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
-    "test_argmax_scatter_with_duplicates_and_out_of_bounds_indices__test_variadic_scatter":
-        'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
-    "test_argmax_scatter_with_nan_updates__test_variadic_scatter":
-        'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
     "test_bits_match_the_evaluator__test_random_bits":
         'the generated code of kernel @"nbxla_r" depends on the size; leading dimensions ',
     "test_complex64_sum_at_least_as_accurate_as_numpy__test_complex_scatter":
@@ -79,6 +72,4 @@ SPECIALISED: dict[str, str] = {
         'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
     "test_transposes_keeping_the_minor_dim_copy_runs__test_transposes":
         'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
-    "test_variadic_replace_with_windows__test_variadic_scatter":
-        'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
 }
