@@ -88,9 +88,39 @@ def test_sorting_rows_serves_every_batch_size():
     f = nbxla.jit(fn, cache=cache, dynamic=True)
     for n in SIZES:
         x = _floats(n, 37)
-        x[0, :3] = np.nan                       # (NaN keys: the sort kernel's calls)
+        x[0, :3] = np.nan
         np.testing.assert_array_equal(f(x), fn(x))
     assert cache.misses == 1
+
+
+SORT_BY_A_COMPARATOR = """HloModule sort_values
+%less (l0: f32[], r0: f32[]) -> pred[] {
+  %l0 = f32[] parameter(0)
+  %r0 = f32[] parameter(1)
+  ROOT %c = pred[] compare(%l0, %r0), direction=LE
+}
+ENTRY %main (x: f32[b]) -> f32[b] {
+  %x = f32[b] parameter(0)
+  ROOT %s = f32[b] sort(%x), dimensions={0}, to_apply=%less
+}
+"""
+
+
+def test_the_sort_kernel_sorts_a_batch_of_unknown_length():
+    """A comparator NumPy's sort cannot follow (LE: the merge sort's order of ties): the
+    native sort kernel over the whole batch, its length read when it runs and its merge passes
+    looping until a run covers it; the evaluator's answer, bit for bit, NaNs and ties too."""
+    module = parse_hlo(SORT_BY_A_COMPARATOR)
+    program = compile_symbolic_module(module, {"b": 3})
+    for n in SIZES[1:]:
+        x = np.round(_floats(n), 1)                 # (ties)
+        x[::5] = np.nan
+        got = run_symbolic(program, [x])[0]
+        want = flatten(evaluate(bind_module(module, {"b": n}), [x]))[0]
+        assert np.array_equal(got, want, equal_nan=True), f"length {n}"
+    native = program.instance({"b": 7}).executable.native
+    assert "s" in native.kernel_symbols and not native.library_calls
+    assert '%"size' in program.compilation.stage("llvm_ir")
 
 
 # ---- convolutions over an unknown batch (HLO modules, as the rerun builds them) -----------------

@@ -62,10 +62,6 @@ SPECIALISED: dict[str, str] = {
         'the generated code of kernel @"nbxla_f" depends on the size; leading dimensions ',
     "test_non_contiguous_inputs__test_cpu":
         "kernel nbxla_subtract_fusion's range is not a multiple of one size",
-    "test_sort_kernel_is_the_evaluators_merge_sort__test_sort_kernel":
-        'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
-    "test_sorted_order_of_a_consistent_comparator__test_sort_kernel":
-        'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
     "test_stride1_pooling_and_column_scans_are_vectorized__test_reduce_window":
         'the generated code of kernel @"nbxla_vec_pool_maximum" depends on the size; lead',
     "test_tile_edges__test_transposes":
