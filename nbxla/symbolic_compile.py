@@ -37,12 +37,11 @@ from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, bind_symbols, g
                            symbols_of_module, upper_probes)
 from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
+from .runtime.conv_epilogue import fold_convolution_epilogues
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
 from .runtime.symbolic_loops import SymbolicLoops, loops_for
 from .runtime.executable import cpu_executable, resolve_device
 
-# Kernel styles whose machine code takes its whole size from the [begin, end) range.
-_RANGED_STYLES = ("linear", "rows", "reduce", "full-reduce")
 _CONTROL = ("while", "conditional", "call")
 # Whether a kernel's range may be a product of unknown sizes (``f32[m,n]`` elementwise): for
 # ahead-of-time objects, whose driver computes ranges in C.  The jit's instances bind them
@@ -87,9 +86,11 @@ class SymbolicProgram:
     def _new_instance(self, key: tuple, values: dict[str, int]) -> Compilation:
         start = time.perf_counter()
         base = self.compilation
-        # (control flow runs computations of its own, whose shapes the host's loop reads:
-        # those are bound too, not only the entry)
-        module = (bind_module if self.has_control_flow else bind_entry)(base.optimized, values)
+        # (control flow runs computations of its own, whose shapes the host's loop reads, and
+        # a convolution folded into a fusion runs as a library call that reads the fusion's
+        # shapes: those are bound too, not only the entry)
+        module = (bind_module if self.has_control_flow or self.has_convolutions else bind_entry)(
+            base.optimized, values)
         kernels = base.executable.native.kernels
         specs = {name: self.extents[name].bind(spec, values) for name, spec in kernels.specs.items()}
         loop_thunks = None
@@ -113,6 +114,11 @@ class SymbolicProgram:
     @property
     def has_control_flow(self) -> bool:
         return any(i.opcode in _CONTROL for i in self.compilation.optimized.entry.instructions)
+
+    @property
+    def has_convolutions(self) -> bool:
+        return any(i.opcode == "convolution" for c in self.compilation.optimized.computations
+                   for i in c.instructions)
 
     @property
     def instances(self) -> int:
@@ -337,9 +343,8 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     start = time.perf_counter()
     pipe1 = optimize(module1)
     _check_kernel_ranges(pipe1.module, by_size)
-    if any(i.opcode == "convolution" for c in pipe1.module.computations for i in c.instructions):
-        # (the CPU runtime folds a convolution into its consumer in place, per module)
-        raise SymbolicDimensionError("convolutions have no symbolic runtime path yet")
+    if _fold_convolutions(pipe1.module):
+        pipe1.facts["buffer-assignment"] = plan_buffers(pipe1.module)
     # The second probe's optimized module, in order of cost: the earlier compile's, this
     # call's second probe's, or (when the first two are at sizes whose code differs) another.
     seconds = [("earlier", lambda: (clone_module(earlier.optimized), probe))] if earlier is not None else []
@@ -352,6 +357,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     for k, (kind, make_second) in enumerate(seconds):
         start = time.perf_counter()
         other, other_probe = make_second()
+        _fold_convolutions(other)
         middle = time.perf_counter()
         optimize_ms += (middle - start) * 1e3
         names = _names_of(pipe1.module) if kind == "earlier" else None
@@ -402,14 +408,28 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
         # loop runs the kernels compiled here, whose sizes come from each instance's specs)
         executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"),
                                                   compile_loops=False, emitted=emitted))
-    if executable.native.kernels.unsupported:
-        raise SymbolicDimensionError("a fusion runs on the evaluator: " +
-                                     next(iter(executable.native.kernels.unsupported.values())))
+    # (a kernel refused where a library call runs the op -- a convolution, folded with its
+    # epilogue or not -- is no refusal)
+    native = executable.native
+    refused = [native.kernels.unsupported[symbol] for name, symbol in native.kernel_symbols.items()
+               if symbol in native.kernels.unsupported and name not in native.library_calls]
+    if refused:
+        raise SymbolicDimensionError("a fusion runs on the evaluator: " + refused[0])
     codegen_ms += (time.perf_counter() - start) * 1e3
     compilation = Compilation(name, resolve_device(device), symbolic_hlo, symbolic_optimized,
                               executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
                               pipe1, explanation, loop_decisions)
     return compilation, extents
+
+
+def _fold_convolutions(module) -> bool:
+    """Fold each convolution into the fusion that consumes it (the CPU runtime's epilogues,
+    ``runtime/conv_epilogue``) before the buffers are planned, whether or not a plan made
+    for the two steps apart would allow it: the same folds at every size, so the probes'
+    programs and kernels compare, and the plan (made after, per size) is the folded
+    program's own.  (A static executable folds where its plan allows, after planning.)
+    True when something was folded."""
+    return bool(fold_convolution_epilogues(module))
 
 
 def _names_of(module) -> list:
@@ -452,9 +472,9 @@ def _same_kernels(emitted, emitted2, by_size: dict[int, str], probe) -> dict[str
         if other is None or replace(other, **sized) != replace(spec, **sized) or \
                 len(other.sizes) != len(spec.sizes):
             raise SymbolicDimensionError(f"kernel {kernel} is planned differently at different sizes")
-        if spec.style not in _RANGED_STYLES and spec.parallel_extent != other.parallel_extent:
-            raise SymbolicDimensionError(f"kernel {kernel} ({spec.style}) reads its size from its code, "
-                                         "not its range")
+        # (Any style: the two probes' code is the same text, so the kernel learns its size
+        # only from its [begin, end) range and its run-time sizes, whatever a unit of the
+        # range is -- a row, a dot's batch element, a scan's block, a sort's row.)
         extents[kernel] = KernelSizes(
             _symbolic(spec.parallel_extent, other.parallel_extent, by_size, kernel, probe),
             _symbolic(spec.work_per_unit, other.work_per_unit, by_size, kernel, probe),

@@ -30,7 +30,7 @@ from ..passes.fused_dots import dot_epilogue_refusal, fused_dot
 from . import bf16
 from .elemental import ElementalEmitter, const_i64, delinearize, linear_index, llvm_type
 from .toolkit import (counted_loop, entry_alloca, kernel_function, kernel_outputs, KernelBuffers,
-                      KernelSpec, load_at, product)
+                      KernelSpec, load_at, product, RunSizes, unknown_axes)
 
 # Columns of one output row accumulated at a time (a stack array of this many accumulators).
 CHUNK = 256
@@ -83,8 +83,24 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
         raise UnsupportedError(f"a {out_t} dot has no native code path")
     acc_ty = llvm_type(acc_t)
     zero = ir.Constant(acc_ty, 0.0 if is_float(acc_t) else 0)
-    width = min(n, CHUNK)
+    # Sizes read when the kernel runs, where they are a batch of unknown size: the
+    # contraction's length (``x.T @ g``, a weight gradient) and the row's length (a matrix
+    # times a vector, ``x @ w`` -> [b]); else constants.  One kernel for every batch size.
+    run_sizes = None
+    contraction_count = row_count = None
+    if any(d in lc for d in unknown_axes(comp, lhs)) or any(d in rc for d in unknown_axes(comp, rhs)):
+        run_sizes = RunSizes(b, fn.args[0], len(params) + len(outputs))
+        contraction_count = run_sizes.size(product(contracted))
+    if dims and len(dims) - 1 in unknown_axes(comp, dot):
+        run_sizes = run_sizes or RunSizes(b, fn.args[0], len(params) + len(outputs))
+        row_count = run_sizes.size(n)
+    width = CHUNK if row_count is not None else min(n, CHUNK)
     acc = entry_alloca(b, ir.ArrayType(acc_ty, max(width, 1)))
+    n_value = row_count if row_count is not None else const_i64(n)
+
+    def contraction_loop(body):
+        count = contraction_count if contraction_count is not None else const_i64(product(contracted))
+        counted_loop(b, const_i64(0), count, "c", body)
 
     # The loop order.  "columns": acc[j] += x(c) * y(c, j), vector code along the row, when
     # the operands that vary along the row are contiguous along it.  "packed" (q @ k^T: the
@@ -100,7 +116,8 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
     lf_dims = [dims[len(lb) + k] for k in range(len(lf))]
     if all(along_row):
         form = "columns"
-    elif len(rf) == 1 and varies[1] and along_row[0] and n <= CHUNK and n * product(contracted) <= PACK_LIMIT:
+    elif len(rf) == 1 and varies[1] and along_row[0] and n <= CHUNK and n * product(contracted) <= PACK_LIMIT \
+            and run_sizes is None:
         form = "packed"
     elif minor_contracted:
         form = "inner"
@@ -147,13 +164,13 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
                 else:
                     step = b.add(b.load(total), b.mul(x, y))
                 b.store(step, total)
-            counted_loop(b, const_i64(0), const_i64(product(contracted)), "c", contraction)
+            contraction_loop(contraction)
             em.reset_memo()
             em.reduced[id(dot)] = em.convert_value(b.load(total), acc_t, ct)
             for k, out in enumerate(outputs):
                 bufs.store(b, len(params) + k, linear_index(b, full, dims), em.value(out, full))
             del em.reduced[id(dot)]
-        counted_loop(b, const_i64(0), const_i64(n), "col", column)
+        counted_loop(b, const_i64(0), n_value, "col", column)
 
     def chunk(outer, j0, count, packed_rhs=None):
         """Columns [j0, j0 + count) of the output row at ``outer``: accumulate, then the
@@ -178,7 +195,7 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
                     packed_rhs(c, jj) if packed_rhs is not None else operand(1, out_index(jj), cidx)
                 b.store(multiply_add(b.load(slot(jj)), x, y), slot(jj))
             counted_loop(b, const_i64(0), count, "col", column)
-        counted_loop(b, const_i64(0), const_i64(product(contracted)), "c", contraction)
+        contraction_loop(contraction)
 
         epilogue_row(outer, j0, count)
 
@@ -202,12 +219,15 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
     m_rows = product(lf_dims)
     vector_bytes = n * _itemsize(acc_t)
     rhs_param = dot.operands[1] if dot.operands[1].opcode == "parameter" else None
-    blocked = (is_float(acc_t) and acc_t == out_t and {lhs.shape.element_type, rhs.shape.element_type} == {out_t}
+    blocked = (row_count is None and is_float(acc_t) and acc_t == out_t and {lhs.shape.element_type, rhs.shape.element_type} == {out_t}
                and varies == (False, True) and len(rf) == 1 and dims and 0 < vector_bytes <= BLOCKED_ROW_BYTES
                and (form == "packed" or (form == "columns" and along_row[1] and rhs_param is not None)))
     direct_store = outputs == [dot]
     registers = max(1, -(-vector_bytes // 64))
-    block_rows = max(1, min(8, BLOCKED_REGISTERS // registers, m_rows))
+    # (rows known only when the kernel runs -- a batch of unknown size as the lhs's free
+    # dim -- are not a cap: a block that does not fit the range runs row by row)
+    rows_unknown = any(len(lb) <= d < len(lb) + len(lf) for d in unknown_axes(comp, dot))
+    block_rows = max(1, min(8, BLOCKED_REGISTERS // registers, *(() if rows_unknown else (m_rows,))))
     if block_rows < 2:
         blocked = False
     if blocked:
@@ -247,7 +267,7 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
                 x = operand(0, outer + [None], cidx)
                 total = b.call(fmuladd, [splat(x), y, b.load(accumulators[q])])
                 b.store(total, accumulators[q])
-        counted_loop(b, const_i64(0), const_i64(product(contracted)), "c", contraction)
+        contraction_loop(contraction)
         for q, outer in enumerate(outers):
             if direct_store:
                 # (the dot is the output: the row stored as one vector)
@@ -268,9 +288,13 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
         r = b.load(at)
         b.cbranch(b.icmp_signed("<", r, end), body, after)
         b.position_at_end(body)
-        within = b.urem(r, const_i64(m_rows)) if base is None else b.sub(r, base)
-        fits = b.and_(b.icmp_signed("<=", b.add(r, const_i64(block_rows)), end),
-                      b.icmp_signed("<=", b.add(within, const_i64(block_rows)), const_i64(m_rows)))
+        fits = b.icmp_signed("<=", b.add(r, const_i64(block_rows)), end)
+        if base is not None or batch_dims:
+            # (a block stays in one batch element; without batch dims the range is one
+            # element's rows, so fitting the range is enough -- and the row count, unknown
+            # in a program for every batch size, is not read)
+            within = b.urem(r, const_i64(m_rows)) if base is None else b.sub(r, base)
+            fits = b.and_(fits, b.icmp_signed("<=", b.add(within, const_i64(block_rows)), const_i64(m_rows)))
         with b.if_else(fits) as (whole, rest):
             with whole:
                 row_block(r, packed)
@@ -285,13 +309,13 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
         outer = delinearize(b, r, row_dims) if row_dims else []
         if form == "inner":
             inner_products(outer)
-        elif n <= CHUNK:
+        elif n <= CHUNK and row_count is None:
             chunk(outer, None, const_i64(n))
         else:
             def wide_chunk(j0):
-                left = b.sub(const_i64(n), j0)
+                left = b.sub(n_value, j0)
                 chunk(outer, j0, b.select(b.icmp_signed("<", left, const_i64(CHUNK)), left, const_i64(CHUNK)))
-            counted_loop(b, const_i64(0), const_i64(n), "chunk", wide_chunk, step=const_i64(CHUNK))
+            counted_loop(b, const_i64(0), n_value, "chunk", wide_chunk, step=const_i64(CHUNK))
 
     def batch_element(u):
         """All rows of one batch element, the rhs packed first (contraction-major, the row
@@ -324,13 +348,15 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
         else:
             counted_loop(b, const_i64(0), const_i64(product(lf_dims)), "lrow", lhs_row)
 
+    run_sizes = tuple(run_sizes.values) if run_sizes is not None else ()
     if form == "packed":
         counted_loop(b, fn.args[1], fn.args[2], "batch", batch_element)
         b.ret_void()
-        return KernelSpec(name, "dot", product(batch_dims), max(1, product(lf_dims) * n * product(contracted)))
+        return KernelSpec(name, "dot", product(batch_dims), max(1, product(lf_dims) * n * product(contracted)),
+                          sizes=run_sizes)
     if blocked and form == "columns":
         rows_of(fn.args[1], fn.args[2], row)
     else:
         counted_loop(b, fn.args[1], fn.args[2], "row", row)
     b.ret_void()
-    return KernelSpec(name, "dot", product(row_dims), max(1, n * product(contracted)))
+    return KernelSpec(name, "dot", product(row_dims), max(1, n * product(contracted)), sizes=run_sizes)

@@ -97,7 +97,16 @@ def standalone_computation(instr: Instruction) -> Computation:
     params = [Instruction("parameter", o.shape, attrs={"parameter_number": k}, name=f"{instr.name}.p{k}")
               for k, o in enumerate(instr.operands)]
     root = Instruction(instr.opcode, instr.shape, params, dict(instr.attrs), name=instr.name)
-    return Computation(f"{instr.name}.computation", params + [root], root)
+    comp = Computation(f"{instr.name}.computation", params + [root], root)
+    # (the axes of unknown size, where the op runs in a program for every size: its
+    # computation's marks -- ``hlo/symbolic.mark_unknown_axes`` -- under the new names)
+    marks = getattr(instr.parent, "unknown_axes", {})
+    axes = {p.name: marks[o.name] for p, o in zip(params, instr.operands) if o.name in marks}
+    axes.update((key, found) for key, found in marks.items()
+                if key == instr.name or (isinstance(key, tuple) and key[0] == instr.name))
+    if axes:
+        comp.unknown_axes = axes
+    return comp
 
 
 _NAME = re.compile(r"%([\w.\-]+)")

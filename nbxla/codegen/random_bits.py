@@ -26,7 +26,7 @@ from llvmlite import ir
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
 from .elemental import const_i64
-from .toolkit import counted_loop, kernel_function, KernelBuffers, KernelSpec, product
+from .toolkit import counted_loop, kernel_function, KernelBuffers, KernelSpec, product, RunSizes, unknown_leaf_axes
 
 _I32, _I64 = ir.IntType(32), ir.IntType(64)
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -107,6 +107,17 @@ def emit_rng_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
         blocks, element = _threefry_layout(b, dims, wide, state, key)
     else:
         blocks, element = _philox_layout(b, size, wide, state, key, words)
+    run_sizes = ()
+    if unknown_leaf_axes(comp, rng, 1) and (algorithm != "rng_three_fry" or wide):
+        # (bits of a batch of unknown size: element e's block depends on e alone, so only the
+        # counter's advance needs the size, read when the kernel runs.  ThreeFry's narrow
+        # layout pairs elements along an axis chosen by the sizes' parity: no such kernel.)
+        per_block = 1 if algorithm == "rng_three_fry" else 2 if wide else 4
+        size_v = RunSizes(b, fn.args[0], out_bits + 1).size(size)
+        blocks = b.udiv(b.add(size_v, const_i64(per_block - 1)), const_i64(per_block))
+        run_sizes = (size,)
+    else:
+        blocks = const_i64(blocks)
 
     def body(e):
         value = element(e)
@@ -120,10 +131,10 @@ def emit_rng_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
     first = b.icmp_unsigned("==", fn.args[1], const_i64(0))
     with b.if_then(first):
         for k in range(words):
-            value = b.add(state[1], const_i64(blocks)) if k == 1 else state[k]
+            value = b.add(state[1], blocks) if k == 1 else state[k]
             bufs.store(b, out_state, const_i64(k), value)
     b.ret_void()
-    return KernelSpec(name, "random", max(size, 1), 64)
+    return KernelSpec(name, "random", max(size, 1), 64, sizes=run_sizes)
 
 
 def _threefry_layout(b, dims: list, wide: bool, state, key):

@@ -24,7 +24,7 @@ from ..hlo.shapes import is_complex
 from .elemental import I1, ElementalEmitter, const_i64, linear_index
 from .reductions import apply_scalar_computation
 from .toolkit import combine_values, counted_loop, kernel_function, KernelBuffers, KernelSpec, load_at, nest, \
-    product
+    product, RunSizes, unknown_axes
 
 
 def scatter_combiner(scatter: Instruction) -> str | None:
@@ -88,6 +88,21 @@ def emit_scatter_kernel(module: ir.Module, name: str, comp: Computation) -> Kern
     index_axes = [d for d in range(len(idims)) if d != ivd]     # indices dims, in scatter-dim order
     itype = indices.shape.element_type
 
+    # The updates' count along their first scatter dim, read when the kernel runs where it is
+    # a batch of unknown size (a histogram of a batch: ``np.add.at(out, idx, values)``).
+    # And the operand's leading size where it is unknown (rows of a table scattered into):
+    # the bound the starts are checked against, and the elements copied.
+    scatter_counts: list = [udims[d] for d in scatter_dims]
+    sizes = RunSizes(b, fn.args[0], len(params) + len(out_shapes))
+    if scatter_dims and scatter_dims[0] in unknown_axes(comp, updates[0]):
+        scatter_counts[0] = sizes.size(udims[scatter_dims[0]])
+    leading: list = list(odims)
+    copied = const_i64(product(odims))
+    if odims and 0 in unknown_axes(comp, operands[0]):
+        leading[0] = sizes.size(odims[0])
+        copied = sizes.size(product(odims))
+    run_sizes = tuple(sizes.values)
+
     # 1. out = operand (skipped when they are the same buffer: an in-place update)
     for k_in, k_out in zip(k_operands, k_outs):
         src = b.ptrtoint(bufs.ptrs[k_in], ir.IntType(64))
@@ -96,7 +111,7 @@ def emit_scatter_kernel(module: ir.Module, name: str, comp: Computation) -> Kern
         after_copy = b.append_basic_block("copied")
         b.cbranch(b.icmp_unsigned("!=", src, dst), copy_block, after_copy)
         b.position_at_end(copy_block)
-        counted_loop(b, const_i64(0), const_i64(product(odims)), "cp",
+        counted_loop(b, const_i64(0), copied, "cp",
                      lambda i, k_in=k_in, k_out=k_out: bufs.store(b, k_out, i, bufs.load(b, k_in, i)))
         b.branch(after_copy)
         b.position_at_end(after_copy)
@@ -116,7 +131,9 @@ def emit_scatter_kernel(module: ir.Module, name: str, comp: Computation) -> Kern
         for d in range(rank):
             s = starts.get(d, const_i64(0))
             fits = b.and_(fits, b.icmp_signed(">=", s, const_i64(0)))
-            fits = b.and_(fits, b.icmp_signed("<=", s, const_i64(odims[d] - extent[d])))
+            top = const_i64(odims[d] - extent[d]) if isinstance(leading[d], int) else \
+                b.sub(leading[d], const_i64(extent[d]))
+            fits = b.and_(fits, b.icmp_signed("<=", s, top))
         apply_block = b.append_basic_block("apply")
         skip_block = b.append_basic_block("skip")
         b.cbranch(fits, apply_block, skip_block)
@@ -149,6 +166,6 @@ def emit_scatter_kernel(module: ir.Module, name: str, comp: Computation) -> Kern
         b.branch(skip_block)
         b.position_at_end(skip_block)
 
-    nest(b, [udims[d] for d in scatter_dims], "s", per_scatter_index)
+    nest(b, scatter_counts, "s", per_scatter_index)
     b.ret_void()
-    return KernelSpec(name, "scatter", 1, max(1, product(udims)))
+    return KernelSpec(name, "scatter", 1, max(1, product(udims)), sizes=run_sizes)

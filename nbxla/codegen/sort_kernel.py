@@ -25,7 +25,8 @@ from ..errors import UnsupportedError
 from ..hlo.ir import Computation
 from .elemental import const_i64
 from .reductions import apply_scalar_computation
-from .toolkit import counted_loop, entry_alloca, kernel_function, KernelBuffers, KernelSpec, product
+from .toolkit import counted_loop, entry_alloca, kernel_function, KernelBuffers, KernelSpec, product, RunSizes, \
+    unknown_axes
 
 _I8P, _I64 = ir.IntType(8).as_pointer(), ir.IntType(64)
 
@@ -60,11 +61,17 @@ def emit_sort_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
     malloc = _libc(module, "malloc", _I8P, [_I64])
     free = _libc(module, "free", ir.VoidType(), [_I8P])
     lo_slot, hi_slot = entry_alloca(b, _I64), entry_alloca(b, _I64)
+    # The row's length, read when the kernel runs where the sorted axis is a batch of unknown
+    # size (one kernel for every length: the merge passes then loop until a run covers it).
+    length_unknown = axis in unknown_axes(comp, operands[0])
+    run_sizes = RunSizes(b, fn.args[0], len(params) + len(out_shapes)) if length_unknown else None
+    n_v = run_sizes.size(n) if length_unknown else const_i64(n)
     cur_slot, nxt_slot = entry_alloca(b, _I64.as_pointer()), entry_alloca(b, _I64.as_pointer())
+    width_slot = entry_alloca(b, _I64)
 
     def row_unit(r):
         o, i = b.udiv(r, const_i64(inner)), b.urem(r, const_i64(inner))
-        start = b.add(b.mul(o, const_i64(n * inner)), i)        # element j at start + j * inner
+        start = b.add(b.mul(o, b.mul(n_v, const_i64(inner))), i)        # element j at start + j * inner
 
         def offset(j):
             return b.add(start, b.mul(j, const_i64(inner)))
@@ -76,26 +83,26 @@ def emit_sort_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
             (result,) = apply_scalar_computation(b, comparator, args)
             return result
 
-        raw = b.call(malloc, [const_i64(2 * n * 8)])
+        raw = b.call(malloc, [b.mul(n_v, const_i64(2 * 8))])
         first = b.bitcast(raw, _I64.as_pointer())
         b.store(first, cur_slot)
-        b.store(b.gep(first, [const_i64(n)]), nxt_slot)
-        counted_loop(b, const_i64(0), const_i64(n), "init", lambda j: b.store(j, b.gep(first, [j])))
+        b.store(b.gep(first, [n_v]), nxt_slot)
+        counted_loop(b, const_i64(0), n_v, "init", lambda j: b.store(j, b.gep(first, [j])))
 
         def merge_pass(width):
             cur, nxt = b.load(cur_slot), b.load(nxt_slot)
             pair = b.shl(width, const_i64(1))
             # (a comparator that is no strict weak order can send two elements to one place
             # and none to another: the place keeps a valid position, never garbage)
-            counted_loop(b, const_i64(0), const_i64(n), "keep",
+            counted_loop(b, const_i64(0), n_v, "keep",
                          lambda j: b.store(b.load(b.gep(cur, [j])), b.gep(nxt, [j])))
 
             def element(j):
                 base = b.mul(b.udiv(j, pair), pair)
                 in_left = b.icmp_unsigned("<", b.sub(j, base), width)
                 right_start = b.add(base, width)
-                right_len = b.select(b.icmp_signed("<", const_i64(n), right_start), const_i64(0),
-                                     b.sub(const_i64(n), right_start))
+                right_len = b.select(b.icmp_signed("<", n_v, right_start), const_i64(0),
+                                     b.sub(n_v, right_start))
                 right_len = b.select(b.icmp_signed("<", width, right_len), width, right_len)
                 other_start = b.select(in_left, right_start, base)
                 other_len = b.select(in_left, right_len, width)
@@ -122,12 +129,24 @@ def emit_sort_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
                 b.position_at_end(done)
                 new_pos = b.select(in_left, b.add(j, lo), b.add(b.sub(j, width), lo))
                 b.store(me, b.gep(nxt, [new_pos]))
-            counted_loop(b, const_i64(0), const_i64(n), "elem", element)
+            counted_loop(b, const_i64(0), n_v, "elem", element)
             b.store(nxt, cur_slot)
             b.store(cur, nxt_slot)
 
+        if length_unknown:                   # (widths 1, 2, 4, ... below the length read)
+            b.store(const_i64(1), width_slot)
+            head, body, done = (b.append_basic_block(f"passes.{k}") for k in ("head", "body", "done"))
+            b.branch(head)
+            b.position_at_end(head)
+            b.cbranch(b.icmp_signed("<", b.load(width_slot), n_v), body, done)
+            b.position_at_end(body)
+            width = b.load(width_slot)
+            merge_pass(width)
+            b.store(b.shl(width, const_i64(1)), width_slot)
+            b.branch(head)
+            b.position_at_end(done)
         width = 1
-        while width < n:                     # (n is known: the passes are unrolled)
+        while width < n and not length_unknown:     # (n is known: the passes are unrolled)
             merge_pass(const_i64(width))
             width *= 2
         perm = b.load(cur_slot)
@@ -136,10 +155,12 @@ def emit_sort_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
             source = offset(b.load(b.gep(perm, [j])))
             for s, out in zip(slots, outs):
                 bufs.store(b, out, offset(j), bufs.load(b, s, source))
-        counted_loop(b, const_i64(0), const_i64(n), "out", gather)
+        counted_loop(b, const_i64(0), n_v, "out", gather)
         b.call(free, [raw])
 
     counted_loop(b, fn.args[1], fn.args[2], "row", row_unit)
     b.ret_void()
     passes = max(1, (n - 1).bit_length())
+    if length_unknown:              # (work in proportion to the length: the threading guess)
+        return KernelSpec(name, "sort", rows, n * 64, sizes=tuple(run_sizes.values))
     return KernelSpec(name, "sort", rows, n * passes * passes)

@@ -50,6 +50,11 @@ def unknown_axes(comp: Computation, instr: Instruction) -> tuple[int, ...]:
     return getattr(comp, "unknown_axes", {}).get(instr.name, ())
 
 
+def unknown_leaf_axes(comp: Computation, instr: Instruction, leaf: int) -> tuple[int, ...]:
+    """As ``unknown_axes``, of leaf ``leaf`` of a tuple-shaped ``instr``."""
+    return getattr(comp, "unknown_axes", {}).get((instr.name, leaf), ())
+
+
 class RunSizes:
     """Sizes a kernel reads at run time instead of compiling them in: an i64 array whose
     pointer follows the kernel's buffers.  Why: a loop bound over an unknown dimension (a
@@ -58,13 +63,16 @@ class RunSizes:
     handle any count."""
 
     def __init__(self, b: ir.IRBuilder, buffers_arg, slot: int):
-        self.b, self.slot = b, slot
-        self.array = b.bitcast(b.load(b.gep(buffers_arg, [const_i64(slot)])), I64.as_pointer())
+        self.b, self.slot, self.buffers = b, slot, buffers_arg
+        self.array = None               # (loaded with the first size: a kernel may read none)
         self.values: list[int] = []
 
     def size(self, value: int) -> ir.Value:
         """The run-time size whose value is ``value`` at compile time (loaded where the builder
         is: call it in the entry block)."""
+        if self.array is None:
+            self.array = self.b.bitcast(self.b.load(self.b.gep(self.buffers, [const_i64(self.slot)])),
+                                        I64.as_pointer())
         self.values.append(value)
         return self.b.load(self.b.gep(self.array, [const_i64(len(self.values) - 1)]), name="size")
 
@@ -241,11 +249,13 @@ def _loop_metadata(module: ir.Module, hints: list[list]):
 
 
 def nest(b, dims, name, body, index=()):
-    """Nested loops over ``dims``; ``body(index_list)``."""
+    """Nested loops over ``dims`` (ints, or i64 values read when the kernel runs);
+    ``body(index_list)``."""
     if not dims:
         body(list(index))
         return
-    counted_loop(b, const_i64(0), const_i64(dims[0]), f"{name}{len(index)}",
+    bound = const_i64(dims[0]) if isinstance(dims[0], int) else dims[0]
+    counted_loop(b, const_i64(0), bound, f"{name}{len(index)}",
           lambda i: nest(b, dims[1:], name, body, index + (i,)))
 
 

@@ -416,14 +416,14 @@ def _convolution(opcode, operands, attrs):
     if cin % fgc or k.dims[dn.kernel_input_feature] * fgc != cin:
         raise _err(opcode, operands, f"input features ({cin}) must equal kernel input features "
                    f"({k.dims[dn.kernel_input_feature]}) x feature_group_count ({fgc})")
-    if x.dims[dn.input_batch] % bgc:
+    if bgc != 1 and x.dims[dn.input_batch] % bgc:      # (bgc 1: any batch, an unknown one too)
         raise _err(opcode, operands, "batch must be divisible by batch_group_count")
     _check_window(opcode, operands, window)
     for w, kd in zip(window.dims, dn.kernel_spatial):
         if w.size != k.dims[kd]:
             raise _err(opcode, operands, f"window size {w.size} differs from kernel spatial size {k.dims[kd]}")
     out = [0] * x.rank
-    out[dn.output_batch] = x.dims[dn.input_batch] // bgc
+    out[dn.output_batch] = x.dims[dn.input_batch] if bgc == 1 else x.dims[dn.input_batch] // bgc
     out[dn.output_feature] = k.dims[dn.kernel_output_feature]
     for i, w in enumerate(window.dims):
         out[dn.output_spatial[i]] = window_output_size(x.dims[dn.input_spatial[i]], w)

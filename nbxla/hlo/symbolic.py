@@ -318,15 +318,17 @@ def size_from_probes(v1: int, v2: int, probes: tuple[dict[str, int], dict[str, i
 def mark_unknown_axes(symbolic, *concrete) -> None:
     """Give every fused computation of the ``concrete`` probes (instances of ``symbolic``,
     computation by computation, instruction names equal: ``generalize_module``) the axes of
-    each instruction whose size is unknown, for the kernel emitters (``comp.unknown_axes``)."""
+    each instruction whose size is unknown, for the kernel emitters (``comp.unknown_axes``);
+    the entry's too, for the standalone kernel ops it runs (``codegen/kernels.standalone_computation``).
+    A tuple-shaped instruction's leaves are marked under (name, leaf number)."""
     for sym, *probes in zip(symbolic.computations, *(m.computations for m in concrete)):
-        if sym is symbolic.entry:
-            continue
         axes = {}
         for instr in sym.instructions:
-            if not instr.shape.is_tuple:
-                found = tuple(d for d, n in enumerate(instr.shape.dims) if isinstance(n, SymDim))
+            leaves = [(instr.name, instr.shape)] if not instr.shape.is_tuple else \
+                [((instr.name, k), leaf) for k, leaf in enumerate(instr.shape.elements) if not leaf.is_tuple]
+            for key, shape in leaves:
+                found = tuple(d for d, n in enumerate(shape.dims) if isinstance(n, SymDim))
                 if found:
-                    axes[instr.name] = found
+                    axes[key] = found
         for comp in probes:
             comp.unknown_axes = axes

@@ -33,14 +33,14 @@ SPECIALISED: dict[str, str] = {
         'the generated code of kernel @"nbxla_dynamic_update_slice_fusion" depends on the',
     "test_dropout_inside_a_compiled_step_changes_with_the_key__test_random":
         'the generated code of kernel @"nbxla_rng_bit_generator" depends on the size',
-    "test_einsum__test_functions":
-        'the generated code of kernel @"nbxla_dot" depends on the size',
     "test_empty_reductions__test_reductions":
         'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
     "test_flip__test_functions":
         'the generated code of kernel @"nbxla_reverse_fusion" depends on the size',
     "test_in_a_loop_the_solve_runs_in_the_native_loop__test_linalg_solve":
-        'control flow (while, conditional) has no symbolic runtime path yet',
+        # (a kernel over the square matrix's unknown side refuses first; the loops, which
+        # runtime/symbolic_loops.py compiles for every size, are checked after the kernels)
+        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
     "test_integer_floor_divide_and_mod__test_ufuncs":
         "kernel nbxla_select_fusion's range is not a multiple of one size",
     "test_meshgrid__test_functions":
@@ -50,7 +50,8 @@ SPECIALISED: dict[str, str] = {
     "test_polynomial_and_rounding_kernel__test_programs":
         'the generated code of kernel @"nbxla_reverse_fusion" depends on the size',
     "test_selections_agree_with_numpy__test_selection":
-        'control flow (while, conditional) has no symbolic runtime path yet',
+        # (as above: a kernel refuses before the loops are looked at)
+        'the generated code of kernel @"nbxla_reduce_fusion__one" depends on the size',
     "test_small_and_unsigned_integer_dtypes__test_ufuncs":
         "kernel nbxla_compare_fusion's range is not a multiple of one size",
     "test_swapaxes_moveaxis_expand_squeeze__test_functions":

@@ -25,18 +25,4 @@ rerun(globals(), test_bf16_arrays, test_conv_gemm, test_cpu_control_flow, test_c
 # reads its size, a runtime path without unknown sizes: issue 31's gaps), with the first reason.
 # (Reasons of the program itself need no entry: symbolic_rerun.PROGRAM_REASONS.)
 SPECIALISED: dict[str, str] = {
-    "test_convolution_grid__test_cpu_library_calls":
-        'convolutions have no symbolic runtime path yet; leading dimensions alone: convol',
-    "test_convolution_property_against_the_evaluator__test_cpu_library_calls":
-        'convolutions have no symbolic runtime path yet; leading dimensions alone: convol',
-    "test_library_results_do_not_alias_inputs__test_cpu_library_calls":
-        'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
-    "test_one_operand_sort_without_ties_to_tell_apart__test_cpu_library_calls":
-        'kernel nbxla_s (sort) reads its size from its code, not its range; leading dimen',
-    "test_plain_float_compare_with_nans_defers_to_the_sort_kernel_per_call__test_cpu_library_calls":
-        'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
-    "test_typed_keys_ascending_and_descending__test_cpu_library_calls":
-        'kernel nbxla_s (sort) reads its size from its code, not its range; leading dimen',
-    "test_unrecognized_comparator_runs_in_the_native_sort_kernel__test_cpu_library_calls":
-        'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
 }

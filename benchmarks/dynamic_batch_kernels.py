@@ -1,0 +1,118 @@
+"""Kernels over a batch of unknown size (issue 31): the symbolic program against a static
+compilation of the exact shape, steady state.
+
+    PYTHONPATH=. python benchmarks/dynamic_batch_kernels.py                 # batch 4096
+    PYTHONPATH=. python benchmarks/dynamic_batch_kernels.py --batch 1024 --repeats 15
+
+Programs: dense layers (``relu(x @ w + b)``: a narrow one whose dot stays in one native kernel
+with its epilogue, a 256-wide one split into a BLAS call and the epilogue), an s32 matmul and an
+s32 weight gradient ``x.T @ g`` (native dot kernels; the gradient's contraction runs over the
+batch, its length read when the kernel runs), a row-wise ``cumsum`` (the scan kernel), and 3x3
+convolutions with bias and relu over an NHWC batch (HLO modules: a dense one -- the patch-GEMM
+library call with the epilogue folded in -- and a depthwise one -- the native kernel).
+
+Method: one process; the symbolic program is compiled at another batch size (3) first, then
+called at ``--batch``; the static one is compiled for ``--batch``.  Per round each contender
+makes ``--calls`` calls, the two interleaved and their order swapped every round; the minimum
+over ``--repeats`` rounds per contender.  ``static/symbolic`` >= 0.95 is the goal (1.0: as
+fast).  Timings are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("NBXLA_CACHE_DIR", "off")
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+import nbxla  # noqa: E402
+from nbxla.compiler import compile_module  # noqa: E402
+from nbxla.hlo.parser import parse_hlo  # noqa: E402
+from nbxla.hlo.symbolic import bind_module  # noqa: E402
+from nbxla.runtime.cache import CompilationCache  # noqa: E402
+from nbxla.symbolic_compile import compile_symbolic_module, run_symbolic  # noqa: E402
+from tests.test_dynamic_batch_kernels import conv_bias_relu  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def _f(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _i(*shape):
+    return RNG.integers(-4, 5, shape).astype(np.int32)
+
+
+W12, B6, W256, B256, WI, = _f(12, 6), _f(6), _f(256, 256) / 16, _f(256), _i(64, 32)
+
+# name -> (function, arguments at batch n)
+JITTED = {
+    "relu(x@w+b) 12->6 (native)": (lambda x, w, b: np.maximum(x @ w + b, 0), lambda n: (_f(n, 12), W12, B6)),
+    "relu(x@w+b) 256->256 (BLAS)": (lambda x, w, b: np.maximum(x @ w + b, 0), lambda n: (_f(n, 256), W256, B256)),
+    "s32 x @ w": (lambda x, w: x @ w, lambda n: (_i(n, 64), WI)),
+    "s32 x.T @ g": (lambda x, g: x.T @ g, lambda n: (_i(n, 64), _i(n, 32))),
+    "cumsum(x, axis=1)": (lambda x: np.cumsum(x, axis=1), lambda n: (_f(n, 128),)),
+}
+MODULES = {
+    "conv3x3+bias+relu dense 16->32": ("nhwc", 1, 16, 32),
+    "conv3x3+bias+relu depthwise 32": ("nhwc", 32, 32, 32),
+}
+
+
+def best_of(contenders: dict, repeats: int, calls: int) -> dict:
+    best = {k: float("inf") for k in contenders}
+    order = list(contenders.items())
+    for r in range(repeats):
+        for label, fn in (order if r % 2 == 0 else order[::-1]):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best[label] = min(best[label], (time.perf_counter() - start) / calls)
+    return best
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--calls", type=int, default=10)
+    args = parser.parse_args(argv)
+    n = args.batch
+    print(f"batch {n}; minimum of {args.repeats} interleaved rounds of {args.calls} calls")
+    print(f"{'program':34} {'symbolic':>10} {'static':>10} {'static/symbolic':>16}  served")
+    for name, (fn, make) in JITTED.items():
+        symbolic = nbxla.jit(fn, cache=CompilationCache(), dynamic=True)
+        symbolic(*make(3))
+        values = make(n)
+        symbolic(*values)
+        served = "symbolic" in symbolic.last_compilation.explanation
+        static = nbxla.jit(fn, cache=CompilationCache(), dynamic=False)
+        np.testing.assert_allclose(symbolic(*values), static(*values), rtol=1e-4, atol=1e-4)
+        best = best_of({"symbolic": lambda: symbolic(*values), "static": lambda: static(*values)},
+                       args.repeats, args.calls)
+        print(f"{name:34} {best['symbolic'] * 1e6:8.1f}us {best['static'] * 1e6:8.1f}us "
+              f"{best['static'] / best['symbolic']:16.3f}  {served}")
+    for name, spec in MODULES.items():
+        module = parse_hlo(conv_bias_relu(*spec))
+        program = compile_symbolic_module(module, {"b": 3})
+        concrete = bind_module(module, {"b": n})
+        values = [_f(*p.shape.dims) for p in concrete.entry.parameters]
+        static = compile_module(concrete, "cpu").executable
+        np.testing.assert_allclose(run_symbolic(program, values)[0], static.run(values)[0], rtol=1e-4, atol=1e-4)
+        best = best_of({"symbolic": lambda: run_symbolic(program, values), "static": lambda: static.run(values)},
+                       args.repeats, max(1, args.calls // 5))
+        print(f"{name:34} {best['symbolic'] * 1e6:8.1f}us {best['static'] * 1e6:8.1f}us "
+              f"{best['static'] / best['symbolic']:16.3f}  True")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Kernels over a batch of unknown size (issue 31): native dots (their epilogues, a contraction
+or a row over the batch), convolutions (the library call and the native depthwise kernel, each
+with its bias / relu folded in), scans and row sorts.  One compilation serves sizes 1, 2, 7, 33
+and 1031, each checked against NumPy (jit) or the evaluator (HLO modules); the static
+compilation of the same program is the other side of each check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.hlo.evaluator import evaluate, flatten
+from nbxla.hlo.parser import parse_hlo
+from nbxla.hlo.symbolic import bind_module, module_is_symbolic
+from nbxla.runtime.cache import CompilationCache
+from nbxla.symbolic_compile import compile_symbolic_module, run_symbolic
+from nbxla.testing import compare_arrays
+
+SIZES = (1, 2, 7, 33, 1031)
+RNG = np.random.default_rng(31)
+
+
+def _ints(*shape):
+    return RNG.integers(-4, 5, shape).astype(np.int32)
+
+
+def _floats(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+W_INT, V_INT = _ints(12, 5), _ints(12)
+
+W, BIAS = _floats(12, 6), _floats(6)
+
+# (function, arguments at batch size n, the kernel that must serve every size)
+PROGRAMS = {
+    # no BLAS call takes s32: the native dot kernel, rows over the batch
+    "int_matmul": (lambda x, w: x @ w, lambda n: (_ints(n, 12), W_INT)),
+    # the row is the batch: its length read when the kernel runs
+    "int_matvec": (lambda x, v: x @ v, lambda n: (_ints(n, 12), V_INT)),
+    # a weight gradient: the contraction runs over the batch, its length read when it runs
+    "int_weight_gradient": (lambda x, g: x.T @ g, lambda n: (_ints(n, 12), _ints(n, 5))),
+    # a small dense layer: the dot kept in one native kernel with its bias and relu
+    "small_layer": (lambda x, w, b: np.maximum(x @ w + b, 0), lambda n: (_floats(n, 12), W, BIAS)),
+    # scans along each row (the scan kernel: blocks of rows)
+    "cumsum_rows": (lambda x: np.cumsum(x, axis=1), lambda n: (_floats(n, 40),)),
+}
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_one_compilation_serves_every_batch_size(name):
+    fn, make = PROGRAMS[name]
+    cache = CompilationCache()
+    f = nbxla.jit(fn, cache=cache, dynamic=True)
+    for n in SIZES:
+        args = make(n)
+        got, want = f(*args), fn(*args)
+        ok, detail = compare_arrays(np.asarray(got), np.asarray(want))
+        assert ok, f"{name} at batch size {n}: {detail}"
+    assert cache.misses == 1, cache.entries()[0].explanation
+    assert module_is_symbolic(f.last_compilation.hlo)
+
+
+def test_the_static_compilations_agree():
+    """(the other side: each program compiled for its size, dynamic=False)"""
+    for name, (fn, make) in PROGRAMS.items():
+        f = nbxla.jit(fn, cache=CompilationCache(), dynamic=False)
+        for n in (2, 33):
+            args = make(n)
+            ok, detail = compare_arrays(np.asarray(f(*args)), np.asarray(fn(*args)))
+            assert ok, f"{name} at {n}: {detail}"
+
+
+def test_dot_kernels_read_the_sizes_they_do_not_know():
+    f = nbxla.jit(PROGRAMS["int_weight_gradient"][0], cache=CompilationCache(), dynamic=True)
+    f(*PROGRAMS["int_weight_gradient"][1](9))
+    ir_text = f.last_compilation.stage("llvm_ir")
+    assert '%"size' in ir_text                                   # (the RunSizes load)
+    static = nbxla.jit(PROGRAMS["int_weight_gradient"][0], cache=CompilationCache(), dynamic=False)
+    static(*PROGRAMS["int_weight_gradient"][1](9))
+    assert '%"size' not in static.last_compilation.stage("llvm_ir")  # static kernels bake it in
+
+
+def test_sorting_rows_serves_every_batch_size():
+    fn = lambda x: np.sort(x, axis=1)           # noqa: E731
+    cache = CompilationCache()
+    f = nbxla.jit(fn, cache=cache, dynamic=True)
+    for n in SIZES:
+        x = _floats(n, 37)
+        x[0, :3] = np.nan
+        np.testing.assert_array_equal(f(x), fn(x))
+    assert cache.misses == 1
+
+
+SORT_BY_A_COMPARATOR = """HloModule sort_values
+%less (l0: f32[], r0: f32[]) -> pred[] {
+  %l0 = f32[] parameter(0)
+  %r0 = f32[] parameter(1)
+  ROOT %c = pred[] compare(%l0, %r0), direction=LE
+}
+ENTRY %main (x: f32[b]) -> f32[b] {
+  %x = f32[b] parameter(0)
+  ROOT %s = f32[b] sort(%x), dimensions={0}, to_apply=%less
+}
+"""
+
+
+def test_the_sort_kernel_sorts_a_batch_of_unknown_length():
+    """A comparator NumPy's sort cannot follow (LE: the merge sort's order of ties): the
+    native sort kernel over the whole batch, its length read when it runs and its merge passes
+    looping until a run covers it; the evaluator's answer, bit for bit, NaNs and ties too."""
+    module = parse_hlo(SORT_BY_A_COMPARATOR)
+    program = compile_symbolic_module(module, {"b": 3})
+    for n in SIZES[1:]:
+        x = np.round(_floats(n), 1)                 # (ties)
+        x[::5] = np.nan
+        got = run_symbolic(program, [x])[0]
+        want = flatten(evaluate(bind_module(module, {"b": n}), [x]))[0]
+        assert np.array_equal(got, want, equal_nan=True), f"length {n}"
+    native = program.instance({"b": 7}).executable.native
+    assert "s" in native.kernel_symbols and not native.library_calls
+    assert '%"size' in program.compilation.stage("llvm_ir")
+
+
+# ---- convolutions over an unknown batch (HLO modules, as the rerun builds them) -----------------
+
+def conv_bias_relu(layout: str, groups: int, features: int, out_features: int, batch="b") -> str:
+    """A 3x3 valid convolution, then a bias along the features and a relu (one loop fusion)."""
+    c, o = features, out_features
+    if layout == "nhwc":
+        x, k, y, labels, fdim = f"f32[{batch},12,12,{c}]", f"f32[3,3,{c // groups},{o}]", \
+            f"f32[{batch},10,10,{o}]", "b01f_01io->b01f", 3
+    else:
+        x, k, y, labels, fdim = f"f32[{batch},{c},12,12]", f"f32[{o},{c // groups},3,3]", \
+            f"f32[{batch},{o},10,10]", "bf01_oi01->bf01", 1
+    return f"""HloModule conv_bias_relu
+%epilogue (p0: {y}, p1: f32[{o}]) -> {y} {{
+  %p0 = {y} parameter(0)
+  %p1 = f32[{o}] parameter(1)
+  %bias = {y} broadcast(%p1), dimensions={{{fdim}}}
+  %add = {y} add(%p0, %bias)
+  %zero = f32[] constant(0)
+  %zeros = {y} broadcast(%zero), dimensions={{}}
+  ROOT %relu = {y} maximum(%add, %zeros)
+}}
+ENTRY %main (x: {x}, k: {k}, bias: f32[{o}]) -> {y} {{
+  %x = {x} parameter(0)
+  %k = {k} parameter(1)
+  %bias = f32[{o}] parameter(2)
+  %conv = {y} convolution(%x, %k), window={{size=3x3}}, dim_labels={labels}, feature_group_count={groups}
+  ROOT %f = {y} fusion(%conv, %bias), kind=kLoop, calls=%epilogue
+}}
+"""
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("groups, features, out_features, runs_as", [
+    (1, 8, 16, "library"),          # dense: the patch-GEMM library call with the epilogue in its store
+    (8, 8, 8, "kernel"),            # depthwise: the native kernel with the epilogue folded in
+])
+def test_convolution_over_an_unknown_batch(layout, groups, features, out_features, runs_as):
+    module = parse_hlo(conv_bias_relu(layout, groups, features, out_features))
+    program = compile_symbolic_module(module, {"b": 3})
+    for n in SIZES[1:]:             # (a module's programs serve 2 and up: run_symbolic)
+        concrete = bind_module(module, {"b": n})
+        args = [_floats(*p.shape.dims) for p in concrete.entry.parameters]
+        got = run_symbolic(program, args)[0]
+        want = flatten(evaluate(concrete, args))[0]
+        ok, detail = compare_arrays(np.asarray(got), np.asarray(want))
+        assert ok, f"batch {n}: {detail}"
+    assert program.instances == len(SIZES) - 1
+    native = program.instance({"b": 7}).executable.native
+    assert "convolution" not in [i.opcode for i in native.module.entry.instructions]     # (folded)
+    if runs_as == "library":
+        assert list(native.library_calls.values()) == ["fusion"] and not native.kernel_symbols
+    else:
+        assert not native.library_calls and len(native.kernel_symbols) == 1     # (the fusion)
+    # the static compile at one size folds the same way and agrees
+    from nbxla.compiler import compile_module
+    concrete = bind_module(module, {"b": 7})
+    args = [_floats(*p.shape.dims) for p in concrete.entry.parameters]
+    static = compile_module(concrete, "cpu").executable.run(args)[0]
+    ok, detail = compare_arrays(np.asarray(static), np.asarray(run_symbolic(program, args)[0]))
+    assert ok, detail
+
+
+# ---- scatters over an unknown batch (np.add.at checks its indices when it runs: HLO modules) ----
+
+HISTOGRAM = """HloModule histogram
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+ENTRY %main (bins: f32[20], idx: s32[b,1], v: f32[b]) -> f32[20] {
+  %bins = f32[20] parameter(0)
+  %idx = s32[b,1] parameter(1)
+  %v = f32[b] parameter(2)
+  ROOT %h = f32[20] scatter(%bins, %idx, %v), update_window_dims={}, inserted_window_dims={0},
+    scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+}
+"""
+
+ROWS_INTO_A_TABLE = """HloModule rows_into_a_table
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+ENTRY %main (table: f32[b,4], idx: s32[5,1], v: f32[5,4]) -> f32[b,4] {
+  %table = f32[b,4] parameter(0)
+  %idx = s32[5,1] parameter(1)
+  %v = f32[5,4] parameter(2)
+  ROOT %t = f32[b,4] scatter(%table, %idx, %v), update_window_dims={1}, inserted_window_dims={0},
+    scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+}
+"""
+
+
+@pytest.mark.parametrize("text", [HISTOGRAM, ROWS_INTO_A_TABLE], ids=["updates", "operand"])
+def test_scatter_over_an_unknown_batch(text):
+    """The updates' count (a histogram of a batch) or the operand's rows (the bound indices are
+    checked against: out-of-range ones, here some, are dropped) read when the kernel runs."""
+    module = parse_hlo(text.replace(",\n    ", ", "))
+    program = compile_symbolic_module(module, {"b": 3})
+    for n in SIZES[1:]:
+        concrete = bind_module(module, {"b": n})
+        args = [RNG.integers(-2, 22, p.shape.dims).astype(np.int32) if p.shape.element_type == "s32"
+                else _floats(*p.shape.dims) for p in concrete.entry.parameters]
+        got = run_symbolic(program, args)[0]
+        want = flatten(evaluate(concrete, args))[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"batch {n}")
+    assert program.instances == len(SIZES) - 1
+    assert '%"size' in program.compilation.stage("llvm_ir")
