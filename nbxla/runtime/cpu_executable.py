@@ -211,9 +211,9 @@ class CpuExecutable:
             self.run_single = native_entry_runner(module.entry, self._native, self.run,
                                                   lambda instr: _fill_value(fills[id(instr)]))
         self.run_tuple = None       # (a flat tuple root's arrays as a tuple: straight_line.py)
-        if direct is None and self._fresh_results and not self._arena_bytes:
+        if direct is None and self._fresh_results:
             written = straight_line_runner(entry.computation, entry.params, entry.steps, entry.root,
-                                           _contiguous)
+                                           _contiguous, (self._new_arena, self._arena_bytes))
             if written is not None:
                 self.run, self.run_single, self.run_tuple = written
                 for fn in written:

@@ -18,20 +18,28 @@ from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from ..hlo.low_precision import widen_shape, widen_value
 from ..codegen.elemental import row_major_strides
-from ..hlo.opcodes import EXPENSIVE, TRANSCENDENTAL
+from ..hlo.opcodes import TRANSCENDENTAL
+from ..hlo.shapes import bit_width
 from . import host_memory
 from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls, one_thread_enabled
 
-# Kernels doing less work (elements) than this run on the calling thread: handing work to
-# the pool and waiting for it costs 30-50 us here (2-vCPU VM), more than splitting saves
-# below ~1M elements (measured: a 512K-element sum or add ran 2-3x faster inline).
+# Kernels doing less work than this (units of one add streamed from memory, ~0.3-0.45 ns per
+# element here; see ``element_cost``) run on the calling thread: handing work to the pool and
+# waiting for it costs 30-50 us here (2-vCPU VM), more than splitting saves below ~1M of them
+# (measured: a 512K-element sum or add ran 2-3x faster inline).
 PARALLEL_THRESHOLD = 1 << 20
-# Batched products of at least this many multiply-adds in all, each product one OpenBLAS would
-# thread, are split over the batch across the pool (see DotThunk): handing work to the pool
-# costs tens of microseconds, a 4M multiply-add batch takes ~70 us on one core.
-BATCH_SPLIT_PRODUCT = 1 << 22
-# A transcendental function's cost in adds (a vectorized exp/tanh/log: tens of instructions).
-TRANSCENDENTAL_COST = 16
+# What one more operation per element adds to a kernel's work, in those units (measured here,
+# one core, inline: f32 add 0.15 ns/element in cache, 0.44 out of it; exp 0.29 / 0.33; tanh 0.40 /
+# 0.41; 8 cheap ops 0.20 / 0.44; f64 tanh ~1.2 ns).  A vectorized cheap op (add, multiply,
+# compare, convert, one step of a row reduction) is nearly free beside the memory pass; a
+# transcendental costs about one pass in f32, four in f64 (half the lanes, longer polynomials).
+# The costs were 1 per op and 16 per transcendental: a 65K-element softmax (~40 us inline)
+# counted 2M and was split, and ran 0.57-0.64x as fast split (the attention modules' softmax
+# kernel, 4 and 8 heads of 128x128: the pool's thread starts ~20 us after it is asked).
+CHEAP_OP_COST = 1 / 16
+DIVIDE_COST = 1 / 4
+TRANSCENDENTAL_COST = 1
+WIDE_TRANSCENDENTAL_COST = 4
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
@@ -134,10 +142,11 @@ def object_entry_type(buffers: int):
     return ctypes.CFUNCTYPE(None, *[ctypes.py_object] * buffers, ctypes.c_int64, ctypes.c_int64)
 
 
-def element_cost(instr: Instruction) -> int:
-    """Work per element of a kernel, in units of one add (what ``PARALLEL_THRESHOLD`` was
-    measured with): a wide formula's 500 ops per element, or a few ``tanh``, make a kernel
-    of 40K elements worth splitting (an equation of state ran on one of two idle cores)."""
+def element_cost(instr: Instruction) -> float:
+    """Work per element of a kernel, in units of one add streamed from memory (what
+    ``PARALLEL_THRESHOLD`` was measured with): one unit for the pass itself, plus what its
+    operations add (see ``CHEAP_OP_COST``).  A 500-op formula, or ten f64 tanh, make a kernel
+    of 40K elements worth splitting (~0.5 ms on one core); a softmax over 128K does not (~60 us)."""
     if instr.opcode != "fusion":
         return 1
     comp = instr.attrs["calls"]
@@ -152,16 +161,17 @@ def element_cost(instr: Instruction) -> int:
 _element_costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _fusion_cost(comp) -> int:
-    cost = 0
+def _fusion_cost(comp) -> float:
+    cost = 1.0
     for i in comp.instructions:
+        wide = not i.shape.is_tuple and bit_width(i.shape.element_type) >= 64
         if i.opcode in TRANSCENDENTAL:
-            cost += TRANSCENDENTAL_COST
-        elif i.opcode in EXPENSIVE:
-            cost += 4
-        elif i.is_elementwise:
-            cost += 1
-    return max(1, cost)
+            cost += WIDE_TRANSCENDENTAL_COST if wide else TRANSCENDENTAL_COST
+        elif i.opcode in ("divide", "remainder"):
+            cost += DIVIDE_COST
+        elif i.is_elementwise or i.opcode == "reduce":
+            cost += 2 * CHEAP_OP_COST if wide else CHEAP_OP_COST
+    return cost
 
 
 def _output_shapes(instr: Instruction) -> list[tuple]:
@@ -279,23 +289,27 @@ class DotThunk:
         # small products the Python around the BLAS call is most of the time.
         plain = self.lhs_perm is None and self.rhs_perm is None and (a.dims, b.dims, instr.shape.dims) == self.shapes
         self.plain = plain
-        # Products OpenBLAS would thread run on one BLAS thread, and large ones are split
-        # across nbxla's pool instead (see blas_threads: OpenBLAS's threads stall for whole
-        # scheduler ticks when the cores are busy; the pool's chunks do not wait for a thread
-        # that has not started).
+        # Products OpenBLAS would thread run on one BLAS thread with NBXLA_BLAS_ONE_THREAD, and
+        # large ones are split across nbxla's pool instead (see blas_threads: OpenBLAS's
+        # threads stall for whole scheduler ticks when the cores are busy; the pool's chunks do
+        # not wait for a thread that has not started).
         work = batch * m * k * n
         self.one_thread = blas_thread_controls() if work > OPENBLAS_THREADED and one_thread_enabled() else None
+        if batch > 1 and m * k * n > OPENBLAS_THREADED:
+            # A batch of products each large enough for OpenBLAS to thread (attention's
+            # per-head q @ k^T, p @ v) runs on one BLAS thread whatever the flag: OpenBLAS's
+            # threads would meet once per product, and each meeting waits for a thread the
+            # scheduler may not run (4 heads of 128x128x64: 0.27 ms a call on one BLAS thread,
+            # 11 ms threaded with XLA's threads in the process).
+            self.one_thread = blas_thread_controls()
         self.split = None
         if self.one_thread is not None and work >= SPLIT_PRODUCT and worker_count() > 1:
+            # Split over the pool only where one core takes several scheduler ticks: batches
+            # split from 4M multiply-adds ran 0.63-0.8x as fast as on one thread up to 64M
+            # (1.2 ms), 1.7x at 128M (2.5 ms), on the shared 2-core VM; at 8M, calls in which
+            # the pool's thread took chunks were the slower ones (median 202 us against 165 us
+            # where it started too late to take any, 146 us unsplit).
             self.split = ("batch", batch) if batch > 1 else ("rows", m) if m > 1 else ("columns", n)
-        elif batch > 1 and m * k * n > OPENBLAS_THREADED and work >= BATCH_SPLIT_PRODUCT and worker_count() > 1:
-            # A batch of products each large enough for OpenBLAS to thread (attention's
-            # per-head q @ k^T, p @ v): its threads would meet once per product; the batch
-            # split over the pool (one BLAS thread per product) meets once per call, and its
-            # chunks never wait for a thread the scheduler has not run.
-            controls = blas_thread_controls()
-            if controls is not None:
-                self.one_thread, self.split = controls, ("batch", batch)
 
     @classmethod
     def applies(cls, instr: Instruction) -> bool:

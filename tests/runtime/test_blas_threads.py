@@ -51,25 +51,28 @@ def test_blas_calls_are_limited_or_split_as_their_size_says_and_agree(name, monk
 
 
 BATCHED = {                 # name: (shapes, split over the batch by default)
-    # 4 heads of 128x64 @ 64x128: 4M multiply-adds, each product one OpenBLAS would thread
-    "attention_heads": ([(4, 128, 64), (4, 64, 128)], True),
-    # the same products, 2 heads: below BATCH_SPLIT_PRODUCT in all
-    "two_heads": ([(2, 128, 64), (2, 64, 128)], False),
+    # 4 heads of 128x64 @ 64x128: 4M multiply-adds (~70 us), each product one OpenBLAS would
+    # thread: one BLAS thread, not split
+    "attention_heads": ([(4, 128, 64), (4, 64, 128)], False),
+    # 16 of them: 16M multiply-adds, at SPLIT_PRODUCT (lowered by the test): split over the batch
+    "many_heads": ([(16, 128, 64), (16, 64, 128)], True),
     # many tiny products: none OpenBLAS would thread, whatever the total
     "tiny_products": ([(4096, 8, 8), (4096, 8, 16)], False),
 }
+TEST_SPLIT_PRODUCT = 16 * 128 * 64 * 128
 
 
 @needs_openblas
 @pytest.mark.parametrize("name", sorted(BATCHED))
 @pytest.mark.parametrize("workers", [1, 2])
-def test_batched_products_split_over_the_batch_by_default(name, workers, monkeypatch):
+def test_batched_products_run_on_one_blas_thread_and_large_batches_split(name, workers, monkeypatch):
     """Without NBXLA_BLAS_ONE_THREAD, a batch of products that OpenBLAS would each thread runs
-    split over the batch across the pool (one OpenBLAS thread per product, the count restored
-    after the call) when the batch is large enough and there is more than one core; the
-    result is NumPy's either way."""
+    on one OpenBLAS thread (the count restored after the call), split over the batch across
+    the pool only when it reaches SPLIT_PRODUCT multiply-adds and there is more than one core
+    (both sides of that threshold here); the result is NumPy's either way."""
     monkeypatch.delenv("NBXLA_BLAS_ONE_THREAD", raising=False)
     monkeypatch.setattr(cpu_kernels, "worker_count", lambda: workers)
+    monkeypatch.setattr(cpu_kernels, "SPLIT_PRODUCT", TEST_SPLIT_PRODUCT)
     shapes, split = BATCHED[name]
     rng = np.random.default_rng(1)
     args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
@@ -83,6 +86,7 @@ def test_batched_products_split_over_the_batch_by_default(name, workers, monkeyp
             assert get() == 2
         dots = [s[0] for s in f.last_compilation.executable.native._plan[2] if isinstance(s[0], DotThunk)]
         assert len(dots) == 1
+        assert (dots[0].one_thread is not None) == (name != "tiny_products")
         expected = ("batch", shapes[0][0]) if split and workers > 1 else None
         assert dots[0].split == expected
     finally:
