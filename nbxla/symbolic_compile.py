@@ -42,7 +42,7 @@ from .runtime.symbolic_loops import SymbolicLoops, loops_for
 from .runtime.executable import cpu_executable, resolve_device
 
 # Kernel styles whose machine code takes its whole size from the [begin, end) range.
-_RANGED_STYLES = ("linear", "rows", "reduce", "full-reduce")
+_RANGED_STYLES = ("linear", "rows", "reduce", "full-reduce", "transpose", "transpose-runs")
 _CONTROL = ("while", "conditional", "call")
 # Whether a kernel's range may be a product of unknown sizes (``f32[m,n]`` elementwise): for
 # ahead-of-time objects, whose driver computes ranges in C.  The jit's instances bind them

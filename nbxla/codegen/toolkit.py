@@ -20,6 +20,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import LINEAR_INDEXABLE, NATIVE_COMBINERS
 from ..hlo.reducers import reducer_op
 from ..hlo.shapes import compute_type, is_complex, is_float
+from .run_sizes import current_scope
 from .elemental import (I1, I8, I32, I64, ElementalEmitter, const_i64, from_storage, linear_index, llvm_type,
                         storage_type, to_storage)
 
@@ -59,12 +60,18 @@ class RunSizes:
 
     def __init__(self, b: ir.IRBuilder, buffers_arg, slot: int):
         self.b, self.slot = b, slot
+        self.scope = current_scope()
+        if self.scope is not None:      # (the kernel's unknown dims share one array: run_sizes)
+            self.values = self.scope.values
+            return
         self.array = b.bitcast(b.load(b.gep(buffers_arg, [const_i64(slot)])), I64.as_pointer())
         self.values: list[int] = []
 
     def size(self, value: int) -> ir.Value:
         """The run-time size whose value is ``value`` at compile time (loaded where the builder
         is: call it in the entry block)."""
+        if self.scope is not None:
+            return const_i64(self.scope.leaf(int.__index__(value), 1))
         self.values.append(value)
         return self.b.load(self.b.gep(self.array, [const_i64(len(self.values) - 1)]), name="size")
 
@@ -75,7 +82,8 @@ def kernel_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBui
     fn.args[0].name, fn.args[1].name, fn.args[2].name = "buffers", "begin", "end"
     for arg in (fn.args[0],):
         arg.add_attribute("noalias")
-    block = fn.append_basic_block("entry")
+    scope = current_scope()        # (unknown dims: a prologue block computes them first)
+    block = scope.begin_function(fn) if scope is not None else fn.append_basic_block("entry")
     return fn, ir.IRBuilder(block)
 
 
@@ -262,7 +270,7 @@ def is_linear(instructions: list[Instruction], dims) -> bool:
         if instr.shape.is_tuple:
             return False
         n = instr.shape.size
-        same = instr.shape.dims == dims or (n == int(product(dims)) and instr.opcode in ("reshape", "bitcast"))
+        same = instr.shape.dims == dims or (n == product(dims) and instr.opcode in ("reshape", "bitcast"))
         if instr.opcode == "broadcast" and instr.operands[0].shape.rank == 0:
             continue
         if instr.shape.rank == 0 and instr.opcode in ("constant", "parameter"):

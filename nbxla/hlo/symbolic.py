@@ -322,11 +322,14 @@ def mark_unknown_axes(symbolic, *concrete) -> None:
     for sym, *probes in zip(symbolic.computations, *(m.computations for m in concrete)):
         if sym is symbolic.entry:
             continue
-        axes = {}
+        axes, shapes = {}, {}
         for instr in sym.instructions:
+            if is_symbolic(instr.shape):
+                shapes[instr.name] = instr.shape
             if not instr.shape.is_tuple:
                 found = tuple(d for d, n in enumerate(instr.shape.dims) if isinstance(n, SymDim))
                 if found:
                     axes[instr.name] = found
         for comp in probes:
-            comp.unknown_axes = axes
+            # (``unknown_shapes``: the symbolic shapes themselves, for ``codegen/run_sizes``)
+            comp.unknown_axes, comp.unknown_shapes = axes, shapes
