@@ -39,6 +39,19 @@ from ..hlo.shapes import Shape, SymDim, SymbolicDimensionError, TupleShape
 I64 = ir.IntType(64)
 
 _SCOPE: contextvars.ContextVar = contextvars.ContextVar("nbxla_run_sizes", default=None)
+# Each symbol's smallest size the program serves (its guard): 1 unless the compile says more.
+_SMALLEST: contextvars.ContextVar = contextvars.ContextVar("nbxla_smallest_sizes", default={})
+
+
+@contextmanager
+def smallest_sizes(lower: dict):
+    """Kernels emitted inside serve symbol ``name`` at sizes >= ``lower[name]`` only (the
+    program's guard): comparisons of a size with a number are decided for those sizes."""
+    token = _SMALLEST.set(dict(lower))
+    try:
+        yield
+    finally:
+        _SMALLEST.reset(token)
 
 
 import os, traceback
@@ -295,7 +308,9 @@ def _run_shape(shape, sym, scope: _Scope):
         return TupleShape(tuple(_run_shape(s, t, scope) for s, t in zip(shape.elements, sym.elements)))
     if not any(isinstance(d, SymDim) for d in sym.dims):
         return shape
-    dims = tuple(scope.leaf(d, t.coeff) if isinstance(t, SymDim) else d for d, t in zip(shape.dims, sym.dims))
+    smallest = _SMALLEST.get()
+    dims = tuple(scope.leaf(d, t.coeff * smallest.get(t.name, 1)) if isinstance(t, SymDim) else d
+                 for d, t in zip(shape.dims, sym.dims))
     out = Shape(shape.element_type, shape.dims, shape.layout)
     object.__setattr__(out, "dims", dims)
     return out
