@@ -268,7 +268,20 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
         # dispatch per kernel per iteration: 10x a small loop's time -- specialising is faster)
         raise SymbolicDimensionError(f"its loops cannot run natively at every size "
                                      f"({program.loops.removeprefix('host-driven: ')})")
+    _make_instance_now(program, hints)
     return program
+
+
+def _make_instance_now(program: SymbolicProgram, values: dict[str, int]) -> None:
+    """Make the program's instance at ``values`` (the call's sizes: memoized, the call uses it)
+    while compiling.  Why: an instance is made from the entry bound to the sizes over the
+    symbolic fused computations; a runtime path that needs one of their sizes as a number
+    (``the unknown size 800*b used as a number``) then refuses the compile -- the program is
+    compiled for its concrete sizes -- instead of failing the call that runs it."""
+    try:
+        program.instance(values)
+    except SymbolicDimensionError as e:
+        raise SymbolicDimensionError(f"the runtime needs a size as a number ({e})") from None
 
 
 def _native_loops(compilation):
@@ -489,7 +502,9 @@ def compile_symbolic_module(module, at: dict[str, int] | None = None, device: st
     bind_ms = (time.perf_counter() - start) * 1e3
     with smallest_sizes({name: 2 for name in names}):      # (run_symbolic's sizes: >= 2)
         compilation, extents = _compile_probes(module.name, module, module1, module2, by_size, device, "", bind_ms, [])
-    return SymbolicProgram(None, compilation, {}, extents)
+    program = SymbolicProgram(None, compilation, {}, extents)
+    _make_instance_now(program, hints)
+    return program
 
 
 def run_symbolic(program: SymbolicProgram, inputs: list) -> list:

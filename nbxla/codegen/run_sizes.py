@@ -238,10 +238,11 @@ class _Scope:
         self.function = None
 
     def leaf(self, value: int, low: int) -> RunSize:
+        """The run-time size whose value is ``value`` at the probe (an entry of the sizes array
+        only once the kernel reads it: ``value``)."""
         found = self.leaves.get(value)
         if found is None:
-            found = self.leaves[value] = RunSize(value, ("size", len(self.values)), low)
-            self.values.append(value)
+            found = self.leaves[value] = RunSize(value, ("size", value), low)
         return found
 
     def begin_function(self, fn: ir.Function) -> ir.Block:
@@ -265,7 +266,9 @@ class _Scope:
             if "array" not in cache:
                 cache["array"] = pb.bitcast(pb.load(pb.gep(fn.args[0], [ir.Constant(I64, self.slot)])),
                                             I64.as_pointer(), name="sizes")
-            found = pb.load(pb.gep(cache["array"], [ir.Constant(I64, key[1])]), name="size")
+            if key[1] not in self.values:
+                self.values.append(key[1])
+            found = pb.load(pb.gep(cache["array"], [ir.Constant(I64, self.values.index(key[1]))]), name="size")
         else:
             op, a, b = key
             x, y = self.value(a), self.value(b)

@@ -71,7 +71,7 @@ class RunSizes:
         """The run-time size whose value is ``value`` at compile time (loaded where the builder
         is: call it in the entry block)."""
         if self.scope is not None:
-            return const_i64(self.scope.leaf(int.__index__(value), 1))
+            return const_i64(self.scope.leaf(int.__index__(value), 1))     # (read: an entry)
         self.values.append(value)
         return self.b.load(self.b.gep(self.array, [const_i64(len(self.values) - 1)]), name="size")
 

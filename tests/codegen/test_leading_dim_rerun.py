@@ -33,10 +33,6 @@ SPECIALISED: dict[str, str] = {
         'kernel nbxla_reduce_window_sum (scan) reads its size from its code, not its range',
     "test_a_kernel_that_cannot_be_emitted_is_interpreted_and_the_others_stay_native__test_cpu":
         "kernel nbxla_reduce_fusion's range is not a multiple of one size",
-    "test_argmax_argmin_match_numpy__test_custom_reducers":
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
-    "test_argmax_down_columns_runs_in_the_column_kernel__test_custom_reducers":
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
     "test_argmax_scatter_with_duplicates_and_out_of_bounds_indices__test_variadic_scatter":
         'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
     "test_argmax_scatter_with_nan_updates__test_variadic_scatter":
@@ -45,22 +41,12 @@ SPECIALISED: dict[str, str] = {
         'kernel nbxla_fusion (dot) reads its size from its code, not its range; leading d',
     "test_bits_match_the_evaluator__test_random_bits":
         'the generated code of kernel @"nbxla_r" depends on the size; leading dimensions ',
-    "test_complex64_sum_at_least_as_accurate_as_numpy__test_complex_scatter":
-        'the generated code of kernel @"nbxla_reduce_fusion__one" depends on the size; le',
-    "test_concatenate_branches_reading_the_same_element__test_cpu":
-        'the generated code of kernel @"nbxla_concatenate_fusion" depends on the size; le',
     "test_depthwise_windows_in_both_layouts__test_convolution":
         'convolutions have no symbolic runtime path yet; leading dimensions alone: convol',
     "test_dimension_numbers__test_fused_dots":
         'the generated code of kernel @"nbxla_fusion" depends on the size; leading dimens',
     "test_element_types__test_fused_dots":
         'kernel nbxla_fusion (dot) reads its size from its code, not its range; leading d',
-    "test_element_widths__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
-    "test_every_3d_permutation__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
-    "test_every_4d_permutation__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
     "test_fusion_in_another_form_is_split__test_fused_dots":
         'the generated code of kernel @"nbxla_exponential_fusion" depends on the size; le',
     "test_header_less_module_with_a_fused_dot_parses_and_runs__test_fused_dots":
@@ -73,18 +59,10 @@ SPECIALISED: dict[str, str] = {
         'the generated code of kernel @"nbxla_fusion" depends on the size; leading dimens',
     "test_large_results_split_across_threads__test_random_bits":
         'the generated code of kernel @"nbxla_r" depends on the size; leading dimensions ',
-    "test_large_transpose_is_split_across_threads__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
     "test_long_rows_across_threads__test_sort_kernel":
         'kernel nbxla_s (sort) reads its size from its code, not its range; leading dimen',
-    "test_long_rows_are_searched_chunk_by_chunk__test_custom_reducers":
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
-    "test_max_and_argmax_together__test_custom_reducers":
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
     "test_multi_output_fusion_with_computed_operands__test_fused_dots":
         'the generated code of kernel @"nbxla_f" depends on the size; leading dimensions ',
-    "test_non_contiguous_inputs__test_cpu":
-        "kernel nbxla_subtract_fusion's range is not a multiple of one size",
     "test_numpy_scans_through_jit_are_native_and_match_numpy__test_reduce_window":
         'kernel nbxla_reduce_window (scan) reads its size from its code, not its range',
     "test_q_at_k_transposed_is_register_blocked_on_the_packed_copy__test_fused_dots":
@@ -103,10 +81,6 @@ SPECIALISED: dict[str, str] = {
         'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
     "test_stride1_pooling_and_column_scans_are_vectorized__test_reduce_window":
         'the generated code of kernel @"nbxla_vec_pool_maximum" depends on the size; lead',
-    "test_tile_edges__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
-    "test_transposes_keeping_the_minor_dim_copy_runs__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
     "test_variadic_replace_with_windows__test_variadic_scatter":
         'the generated code of kernel @"nbxla_s" depends on the size; leading dimensions ',
     "test_xla_cpu_output_with_metadata_and_backend_config__test_fused_dots":
