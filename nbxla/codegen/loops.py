@@ -25,6 +25,7 @@ from ..hlo.ir import Computation, Instruction
 from .elemental import I64, ElementalEmitter, const_i64, delinearize, linear_index
 from .trig_guard import emit_versioned_loop, versioned_trig
 from .compute_bound import contraction_flags, interleave_count, prefer_wide_vectors
+from .run_sizes import may_equal
 from .toolkit import (counted_loop, is_linear, kernel_function, kernel_outputs, KernelBuffers, KernelSpec,
                       LinearEmitter, load_at, nest, product)
 
@@ -36,7 +37,9 @@ def _reads_at_written_index(comp: Computation, dims) -> bool:
     (``KernelBuffers``).  Not so for the in-place updates of a window of a buffer the body
     also reads at shifted positions (``u[1:-1] += u[2:] - u[:-2]``)."""
     size = product(dims)
-    watched = {id(p) for p in comp.parameters if p.shape.is_tuple or p.shape.size == size}
+    # (a run-time size: watched where it may equal the output's at some size -- the buffer
+    # plan of that size decides, made for every size apart)
+    watched = {id(p) for p in comp.parameters if p.shape.is_tuple or may_equal(p.shape.size, size)}
     for instr in comp.instructions:
         if instr.opcode == "tuple" or not any(id(o) in watched for o in instr.operands):
             continue

@@ -302,6 +302,25 @@ def at_least(n, threshold: int, unknown: bool = True) -> bool:
         return unknown
 
 
+def may_equal(a, b) -> bool:
+    """Can sizes ``a`` and ``b`` be equal at some size the kernel serves?  (Where a run-time
+    size is involved and the answer is not decided: yes, the cautious answer.)"""
+    if not isinstance(a, RunSize) and not isinstance(b, RunSize):
+        return a == b
+    try:
+        return a == b if (isinstance(a, RunSize) and isinstance(b, RunSize) and a.key == b.key) else \
+            (a == b or not _decided_unequal(a, b))
+    except SymbolicDimensionError:
+        return True
+
+
+def _decided_unequal(a, b) -> bool:
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, RunSize) and not isinstance(y, RunSize) and x.low is not None and _plain(y) < x.low:
+            return True
+    return False
+
+
 def current_scope():
     return _SCOPE.get()
 
