@@ -173,3 +173,22 @@ def test_a_size_the_runtime_reads_as_a_number_refuses_the_compile(monkeypatch):
     program = compile_symbolic_module(parse_hlo(text))
     x = np.ones((3, 20, 40), np.float32)
     assert np.array_equal(np.asarray(run_symbolic(program, [x])[0]), np.full(2400, 2, np.float32))
+
+
+# ---- dynamic slices and updates along an unknown dim ---------------------------------------------
+
+@pytest.mark.parametrize("start", [0, 3, 10_000, -4])
+def test_dynamic_slice_and_update_clamped_to_an_unknown_size(start):
+    """Starts are clamped to [0, b - size]: at every size, with the start in and out of range."""
+    text = ("HloModule t\nENTRY e { p = f32[b,5]{1,0} parameter(0)\n i = s32[] parameter(1)\n z = s32[] constant(0)\n"
+            " s = f32[2,5]{1,0} dynamic-slice(p, i, z), dynamic_slice_sizes={2,5}\n"
+            " n = f32[2,5]{1,0} negate(s)\n"
+            " ROOT u = f32[b,5]{1,0} dynamic-update-slice(p, n, i, z) }")
+    module = parse_hlo(text)
+    program = compile_symbolic_module(module)
+    for n in (2, 3, 7, 33, 1031):
+        x = np.arange(n * 5, dtype=np.float32).reshape(n, 5)
+        args = [x, np.int32(start)]
+        got = run_symbolic(program, args)
+        want = flatten(evaluate(bind_module(module, {"b": n}), args))
+        assert np.array_equal(np.asarray(got[0]), np.asarray(want[0])), f"size {n}"
