@@ -28,7 +28,6 @@ holds at some sizes only, whatever the probes say): those raise.
 from __future__ import annotations
 
 import contextvars
-import operator
 from contextlib import contextmanager
 
 from llvmlite import ir
@@ -52,12 +51,6 @@ def smallest_sizes(lower: dict):
         yield
     finally:
         _SMALLEST.reset(token)
-
-
-import os, traceback
-def _dbg():
-    if os.environ.get("SYMA_DEBUG"):
-        traceback.print_stack(limit=6)
 
 
 def _plain(x) -> int:
@@ -156,7 +149,6 @@ class RunSize(int):
 
     # ---- comparisons: decided for every size, or refused -----------------------------------
     def _undecided(self, op, other):
-        _dbg()
         raise SymbolicDimensionError(f"the kernel compares a size known only when it runs ({op} {_plain(other)})")
 
     def __eq__(self, other):
@@ -207,7 +199,6 @@ class RunSize(int):
         raise SymbolicDimensionError("the kernel tests whether a run-time size is zero")
 
     def __index__(self):
-        _dbg()
         raise SymbolicDimensionError("the kernel uses a size known only when it runs as a count")
 
     __int__ = __index__
