@@ -273,8 +273,7 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
 
 
 def _make_instance_now(program: SymbolicProgram, values: dict[str, int]) -> None:
-    """Make the program's instance at ``values`` (the call's sizes: memoized, the call uses it)
-    while compiling.  Why: an instance is made from the entry bound to the sizes over the
+    """Make the program's instance at ``values`` (the call's sizes) while compiling.  Why: an instance is made from the entry bound to the sizes over the
     symbolic fused computations; a runtime path that needs one of their sizes as a number
     (``the unknown size 800*b used as a number``) then refuses the compile -- the program is
     compiled for its concrete sizes -- instead of failing the call that runs it."""
@@ -282,6 +281,9 @@ def _make_instance_now(program: SymbolicProgram, values: dict[str, int]) -> None
         program.instance(values)
     except SymbolicDimensionError as e:
         raise SymbolicDimensionError(f"the runtime needs a size as a number ({e})") from None
+    # (not kept: the caller completes the compilation's record -- its dimensions, guards --
+    # which instances copy when made)
+    program._instances.clear()
 
 
 def _native_loops(compilation):

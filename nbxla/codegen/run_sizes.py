@@ -225,7 +225,7 @@ class _Scope:
         self.slot = slot
         self.values: list[int] = []
         self.leaves: dict[int, RunSize] = {}
-        self.functions: list = []           # (function, prologue builder, entry block, cache)
+        self.functions: list = []           # [function, prologue builder or None, values cache]
         self.function = None
 
     def leaf(self, value: int, low: int) -> RunSize:
@@ -236,24 +236,41 @@ class _Scope:
             found = self.leaves[value] = RunSize(value, ("size", value), low)
         return found
 
-    def begin_function(self, fn: ir.Function) -> ir.Block:
-        """A kernel function is made: its prologue block comes first; returns the entry block
-        the emitter starts in."""
-        prologue = fn.append_basic_block("sizes")
-        entry = fn.append_basic_block("entry")
-        self.function = (fn, ir.IRBuilder(prologue), entry, {})
+    def begin_function(self, fn: ir.Function) -> None:
+        """A kernel function is made (its entry block too): sizes emitted from now on are
+        computed in its prologue."""
+        self.function = [fn, None, {}]
         self.functions.append(self.function)
-        return entry
+
+    def _prologue(self) -> ir.IRBuilder:
+        """The function's prologue, made at its first size: a block before the entry block,
+        holding the entry's stack slots (allocas belong in the function's first block) and
+        the sizes.  (A kernel that reads no size keeps the code it has without unknown dims:
+        the same text as a static compile's, whose machine code then serves.)"""
+        fn, pb, cache = self.function
+        if pb is None:
+            entry = fn.blocks[0]
+            prologue = fn.append_basic_block("sizes")
+            fn.blocks.remove(prologue)
+            fn.blocks.insert(0, prologue)
+            for instr in [i for i in entry.instructions if isinstance(i, ir.AllocaInstr)]:
+                entry.instructions.remove(instr)
+                prologue.instructions.append(instr)
+                instr.parent = prologue
+            pb = self.function[1] = ir.IRBuilder(prologue)
+            pb.branch(entry)
+        pb.position_before(pb.block.terminator)
+        return pb
 
     def value(self, key) -> ir.Value:
-        fn, pb, entry, cache = self.function
+        fn, _, cache = self.function
         found = cache.get(key)
         if found is not None:
             return found
-        pb.position_at_end(pb.block)
         if not isinstance(key, tuple):
             return ir.Constant(I64, key)
         if key[0] == "size":
+            pb = self._prologue()
             if "array" not in cache:
                 cache["array"] = pb.bitcast(pb.load(pb.gep(fn.args[0], [ir.Constant(I64, self.slot)])),
                                             I64.as_pointer(), name="sizes")
@@ -263,7 +280,7 @@ class _Scope:
         else:
             op, a, b = key
             x, y = self.value(a), self.value(b)
-            pb.position_at_end(pb.block)
+            pb = self._prologue()
             if op in _OPS:
                 found = getattr(pb, _OPS[op])(x, y)
             elif op == "floordiv":      # (floor, as Python's //: the divisor is positive)
@@ -276,11 +293,6 @@ class _Scope:
                 found = pb.select(neg, pb.add(r, y), r)
         cache[key] = found
         return found
-
-    def finish(self) -> None:
-        for fn, pb, entry, cache in self.functions:
-            pb.position_at_end(pb.block)
-            pb.branch(entry)
 
 
 def at_least(n, threshold: int, unknown: bool = True) -> bool:
@@ -348,7 +360,6 @@ def run_sizes(comp, slot: int):
     token = _SCOPE.set(scope)
     try:
         yield scope
-        scope.finish()
     finally:
         _SCOPE.reset(token)
         for instr, shape in saved:

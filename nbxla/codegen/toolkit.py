@@ -82,8 +82,10 @@ def kernel_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBui
     fn.args[0].name, fn.args[1].name, fn.args[2].name = "buffers", "begin", "end"
     for arg in (fn.args[0],):
         arg.add_attribute("noalias")
-    scope = current_scope()        # (unknown dims: a prologue block computes them first)
-    block = scope.begin_function(fn) if scope is not None else fn.append_basic_block("entry")
+    block = fn.append_basic_block("entry")
+    scope = current_scope()        # (unknown dims: computed in a prologue: run_sizes)
+    if scope is not None:
+        scope.begin_function(fn)
     return fn, ir.IRBuilder(block)
 
 
