@@ -5,8 +5,9 @@ reductions, each as ``nbxla.jit(dynamic=False)`` and with the named dimension un
     PYTHONPATH=. python benchmarks/run_size_kernels.py [--repeats 7] [--calls 20]
 
 Contenders interleaved (the order alternated per round), the minimum per contender over
-``--repeats`` rounds of ``--calls`` calls; printed: both times and static/symbolic (1.0: as
-fast; the goal is >= 0.95).  The symbolic program is compiled at another size first, so that
+``--repeats`` rounds of ``--calls`` calls; printed: both times, static/symbolic of the minima
+(1.0: as fast; the goal is >= 0.95) and the median of the per-round ratios (a round's two
+contenders see the same load: on a busy machine the steadier of the two).  The symbolic program is compiled at another size first, so that
 the timed call runs an instance of the one compilation.
 """
 
@@ -55,7 +56,7 @@ def main() -> None:
     parser.add_argument("--only", default="")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"{'kernel':32s} {'static us':>10s} {'symbolic us':>12s} {'static/symbolic':>16s}")
+    print(f"{'kernel':32s} {'static us':>10s} {'symbolic us':>12s} {'static/symbolic':>16s} {'median ratio':>13s}")
     for name, (fn, shape, unknown) in CASES.items():
         if args.only and args.only not in name:
             continue
@@ -69,12 +70,16 @@ def main() -> None:
             print(f"{name:32s} specialised: {symbolic.last_compilation.dimensions}")
             continue
         best = {"static": float("inf"), "symbolic": float("inf")}
+        ratios = []
         for r in range(args.repeats):
             order = [("static", static), ("symbolic", symbolic)]
+            this = {}
             for label, f in (order if r % 2 == 0 else order[::-1]):
-                best[label] = min(best[label], _time(f, x, args.calls))
+                this[label] = _time(f, x, args.calls)
+                best[label] = min(best[label], this[label])
+            ratios.append(this["static"] / this["symbolic"])
         print(f"{name:32s} {best['static'] * 1e6:10.1f} {best['symbolic'] * 1e6:12.1f} "
-              f"{best['static'] / best['symbolic']:16.2f}")
+              f"{best['static'] / best['symbolic']:16.2f} {float(np.median(ratios)):13.2f}")
 
 
 if __name__ == "__main__":
