@@ -45,6 +45,9 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     buffers = len(comp.parameters) + (len(root.shape.elements) if root.shape.is_tuple else 1)
     with run_sizes(comp, buffers) as scope:
         spec = _emit_one_style(module, name, comp)
+    if scope is not None and scope.values and spec.style == "full-reduce":
+        # (its partial and finish calls take the scratch slots after the inputs: no sizes)
+        raise UnsupportedError(f"a whole-array reduction reading a size when it runs (%{comp.root.name})")
     plain_spec_sizes(spec, scope)
     return spec
 
