@@ -26,6 +26,13 @@ can be applied to each block's sums in registers before they are stored (``Patch
 ``runtime/conv_bias_act.py``): without them a separate kernel reads and writes the whole
 output again (7x7 3 -> 64 on 224x224, stride 2: 0.39 of 2.26 ms).  The bias is a fourth
 buffer of ``o`` features.  The clamp propagates NaN as HLO's maximum and minimum do.
+
+**Feature groups** (``PatchGemm.groups``, a grouped convolution with too many input features
+per group for ``convolution.py``'s kernel: ResNeXt's 32 per group): a loop over the groups
+around the panels, each group reading its own run of input channels in every window column
+and its own columns of the HWIO kernel, storing its own features of each output row.  One
+call computes all groups of a range of rows, where the BLAS path made ``groups x taps`` tiny
+GEMM calls (K = N = 32 features) per block.
 """
 
 from __future__ import annotations
@@ -82,6 +89,19 @@ class PatchGemm:
     # power of two): each position's first ``stored`` sums stored lane by lane, the output
     # (rows, OW, stored) written in place (0: all ``o``)
     stored: int = 0
+    # Feature groups: group ``k`` reads input channels [k * c / groups, (k + 1) * c / groups)
+    # and computes output features [k * o / groups, ...) with the kernel's columns of the same
+    # range (the kernel is HWIO's (KH * KW * c / groups, o)); ``panels`` then split one group's
+    # features.  (Only channels-last block outputs of all features, without an epilogue.)
+    groups: int = 1
+
+    @property
+    def group_inputs(self) -> int:
+        return self.c // self.groups
+
+    @property
+    def group_outputs(self) -> int:
+        return self.o // self.groups
 
     @property
     def out_row(self) -> int:
@@ -92,7 +112,7 @@ class PatchGemm:
         return 4 if self.t == "f32" else 8
 
     def panel_widths(self) -> tuple[int, ...]:
-        return self.panels or (self.o,)
+        return self.panels or (self.group_outputs,)
 
     def block_positions(self, width: int | None = None) -> int:
         registers = max(1, -(-(width or self.o) * self.itemsize // 64))
@@ -118,7 +138,8 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     fn, b = kernel_function(module, name)
     elem = ir.FloatType() if g.t == "f32" else ir.DoubleType()
     out_shape = (g.n, g.channels_first, g.oh, g.ow) if g.channels_first else (g.n * g.oh, g.ow, g.out_row)
-    shapes = [Shape(g.t, (g.n, g.hp, g.wp, g.c)), Shape(g.t, (g.kh * g.kw * g.c, g.o)), Shape(g.t, out_shape)]
+    ci = g.group_inputs
+    shapes = [Shape(g.t, (g.n, g.hp, g.wp, g.c)), Shape(g.t, (g.kh * g.kw * ci, g.o)), Shape(g.t, out_shape)]
     if g.bias:
         shapes.append(Shape(g.t, (g.o,)))
     bufs = KernelBuffers(b, fn.args[0], shapes)
@@ -127,7 +148,13 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     (sh, sw), (dh, dw) = g.stride, g.dilation
     begin = fn.args[1]
     vec = accumulators = zero = undef = lanes0 = fmuladd = None
-    first_feature = 0           # the current panel's first output feature
+    if g.groups > 1 and (g.bias or g.channels_first or g.stored or g.bf16_steps):
+        raise ValueError("the patch-GEMM kernel stores grouped convolutions channels-last, "
+                         "all features, without an epilogue")
+    first_feature = 0           # the current panel's first output feature (within its group)
+    # the current group's first input channel and output feature (values of the group loop;
+    # None without groups, so that a dense kernel's code is what it was before groups)
+    first_channel = group_feature = None
     by_width = {}               # panel width -> (vector type, accumulators, zero, undef, lanes0, fmuladd)
 
     def use_panel(width: int, first: int):
@@ -156,8 +183,12 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     def splat(v):
         return b.shuffle_vector(b.insert_element(undef, v, ir.Constant(ir.IntType(32), 0)), undef, lanes0)
 
+    def in_group(feature):
+        """A feature of the current group (``feature`` within it)."""
+        return feature if group_feature is None else b.add(group_feature, feature)
+
     def kernel_row(k):
-        at = b.add(b.mul(k, const_i64(g.o)), const_i64(first_feature))
+        at = b.add(b.mul(k, const_i64(g.o)), in_group(const_i64(first_feature)))
         return b.load(b.bitcast(b.gep(w, [at]), vec.as_pointer()), align=g.itemsize)
 
     bias_vectors = {}
@@ -203,15 +234,17 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
 
         def window_row(i):
             x_i = b.mul(i, const_i64(dh * row_step))
-            k_i = b.mul(i, const_i64(g.kw * g.c))
-            if dw == 1:
+            x_i = x_i if first_channel is None else b.add(x_i, first_channel)
+            k_i = b.mul(i, const_i64(g.kw * ci))
+            if dw == 1 and g.groups == 1:
                 short_loop(g.kw * g.c, "pg.j", lambda j: multiply_add(b.add(x_i, j), b.add(k_i, j)))
                 return
 
+            # (a group's channels of a window column are contiguous, the columns C apart)
             def window_column(jw):
                 x_j = b.add(x_i, b.mul(jw, const_i64(dw * g.c)))
-                k_j = b.add(k_i, b.mul(jw, const_i64(g.c)))
-                short_loop(g.c, "pg.c", lambda c: multiply_add(b.add(x_j, c), b.add(k_j, c)))
+                k_j = b.add(k_i, b.mul(jw, const_i64(ci)))
+                short_loop(ci, "pg.c", lambda c: multiply_add(b.add(x_j, c), b.add(k_j, c)))
             counted_loop(b, const_i64(0), const_i64(g.kw), "pg.kw", window_column)
         counted_loop(b, const_i64(0), const_i64(g.kh), "pg.kh", window_row)
         for r in range(count):
@@ -225,7 +258,7 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
                     b.store(b.extract_element(total, ir.Constant(ir.IntType(32), j)), b.gep(out, [at]))
                 continue
             at = b.add(out_row, b.add(b.mul(b.add(ow0, const_i64(r)), const_i64(g.out_row)),
-                                      const_i64(first_feature)))
+                                      in_group(const_i64(first_feature))))
             if g.out_row < first_feature + vec.count:
                 # (the real features only: a few scalar stores beat NumPy's copy of a padded
                 # block afterwards, SSD's 1x1 box head of 12 features)
@@ -244,22 +277,33 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
             out_row = b.add(b.mul(image, const_i64(g.channels_first * g.oh * g.ow)), b.mul(oh, const_i64(g.ow)))
         else:
             out_row = b.mul(b.sub(u, begin), const_i64(g.ow * g.out_row))
-        first = 0
-        for width in g.panel_widths():
-            use_panel(width, first)
-            first += width
-            r_max = g.block_positions(width)
-            full = g.ow // r_max
-            counted_loop(b, const_i64(0), const_i64(full * r_max), "pg.ow",
-                         lambda ow0: positions(x_row, out_row, ow0, r_max), step=const_i64(r_max))
-            if g.ow % r_max:
-                # (the rest of the row as one narrower block: one position at a time would wait
-                # on each sum's previous multiply-add)
-                positions(x_row, out_row, const_i64(full * r_max), g.ow % r_max)
+
+        def panels():
+            first = 0
+            for width in g.panel_widths():
+                use_panel(width, first)
+                first += width
+                r_max = g.block_positions(width)
+                full = g.ow // r_max
+                counted_loop(b, const_i64(0), const_i64(full * r_max), "pg.ow",
+                             lambda ow0: positions(x_row, out_row, ow0, r_max), step=const_i64(r_max))
+                if g.ow % r_max:
+                    # (the rest of the row as one narrower block: one position at a time would
+                    # wait on each sum's previous multiply-add)
+                    positions(x_row, out_row, const_i64(full * r_max), g.ow % r_max)
+        if g.groups == 1:
+            panels()
+            return
+
+        def group(k):
+            nonlocal first_channel, group_feature
+            first_channel, group_feature = b.mul(k, const_i64(ci)), b.mul(k, const_i64(g.group_outputs))
+            panels()
+        counted_loop(b, const_i64(0), const_i64(g.groups), "pg.group", group)
 
     counted_loop(b, fn.args[1], fn.args[2], "pg.row", unit)
     b.ret_void()
-    return KernelSpec(name, "patch-gemm", g.n * g.oh, g.ow * g.kh * g.kw * g.c * g.o)
+    return KernelSpec(name, "patch-gemm", g.n * g.oh, g.ow * g.kh * g.kw * ci * g.o)
 
 
 def _round_to_bf16(b: ir.IRBuilder, v):
