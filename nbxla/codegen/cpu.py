@@ -21,6 +21,7 @@ from ..compile_clock import stage
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
 from .kernels import emit_kernel
+from .updates import emit_in_place_update
 from .toolkit import KernelSpec, no_unrolling
 
 
@@ -137,14 +138,17 @@ class ObjectStore(Protocol):
 def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                     store: ObjectStore | None = None, key: str | None = None,
                     object_data_offset: int | None = None, emitted: "EmittedKernels | None" = None,
-                    light: frozenset = frozenset()) -> CompiledKernels:
+                    light: frozenset = frozenset(), in_place: frozenset = frozenset()) -> CompiledKernels:
     """Machine code for one kernel per fusion.  With ``object_data_offset``, kernels also get an
     entry point taking array objects (see ``_emit_object_entry``).  ``emitted``: these fusions'
     IR as ``emit_llvm_ir`` gave it (emitted already to compare it: not emitted again).
-    ``light``: the names of the fusions whose loops are not unrolled (LIGHT_KERNEL_ELEMENTS)."""
+    ``light``: the names of the fusions whose loops are not unrolled (LIGHT_KERNEL_ELEMENTS).
+    ``in_place``: the names of update fusions whose kernel writes only the window into the
+    updated operand's buffer (``updates.emit_in_place_update``: the caller passes that buffer
+    as the output)."""
     light = frozenset() if emitted is not None else frozenset(light)   # (emitted: as it was emitted)
     try:
-        kernels = _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted, light)
+        kernels = _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted, light, in_place)
         kernels.light = light
         return kernels
     except RuntimeError:
@@ -155,7 +159,7 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     for name, comp in fusions:
         try:
             parts.append(_compile_kernels(f"{module_name}_{name}", [(name, comp)], None, None,
-                                          object_data_offset, light=light))
+                                          object_data_offset, light=light, in_place=in_place))
         except RuntimeError as e:
             parts.append(CompiledKernels({}, {}, "", "", {name: f"internal code generation error: {e}"}))
     merged = CompiledKernels({}, {}, "", "", {})
@@ -173,7 +177,7 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
 def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                      store: ObjectStore | None, key: str | None,
                      object_data_offset: int | None = None, emitted=None,
-                     light: frozenset = frozenset()) -> CompiledKernels:
+                     light: frozenset = frozenset(), in_place: frozenset = frozenset()) -> CompiledKernels:
     """Emit, optimize and load one kernel per fusion; fusions that cannot be emitted natively
     are listed in ``unsupported`` with the reason (the runtime interprets those).
 
@@ -189,7 +193,7 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
         text, specs, unsupported = emitted.text, dict(emitted.specs), dict(emitted.unsupported)
     else:
         with stage("llvm-ir"):
-            ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light)
+            ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light, in_place)
     with _lock:
         tm = host_target_machine()
         with stage("llvm-ir"):
@@ -313,7 +317,8 @@ def light_kernel(comp: Computation) -> bool:
 
 
 def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
-                 object_data_offset: int | None, light: frozenset = frozenset()):
+                 object_data_offset: int | None, light: frozenset = frozenset(),
+                 in_place: frozenset = frozenset()):
     """The LLVM module of every fusion that can be emitted natively, their specs, and the
     reason for each one that cannot.  A kernel that fails half-way leaves a broken function
     behind, so the module is emitted again without it (failures are rare: emitting each
@@ -329,7 +334,8 @@ def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
                     continue
                 current = name
                 with no_unrolling(name in light):
-                    spec = specs[name] = emit_kernel(ir_module, name, comp)
+                    emit = emit_in_place_update if name in in_place else emit_kernel
+                    spec = specs[name] = emit(ir_module, name, comp)
                 if object_data_offset is None:
                     continue
                 if spec.style == "full-reduce":
@@ -354,10 +360,11 @@ class EmittedKernels:
 
 
 def emit_llvm_ir(module_name: str, fusions: list[tuple[str, Computation]],
-                 object_data_offset: int | None = None, light: frozenset = frozenset()) -> EmittedKernels:
+                 object_data_offset: int | None = None, light: frozenset = frozenset(),
+                 in_place: frozenset = frozenset()) -> EmittedKernels:
     """The LLVM IR text (unoptimized) and the specs of the kernels, as ``compile_kernels``
     would compile them, without compiling."""
-    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light)
+    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light, in_place)
     return EmittedKernels(str(ir_module), specs, unsupported)
 
 
