@@ -37,6 +37,7 @@ from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, bind_symbols, g
                            symbols_of_module, upper_probes)
 from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
+from .codegen.run_sizes import smallest_sizes
 from .runtime.conv_epilogue import fold_convolution_epilogues
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
 from .runtime.symbolic_loops import SymbolicLoops, loops_for
@@ -258,10 +259,11 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
         generalize_module(untouched, traced.module, by_size, second_probe)
         return _optimize_probe(traced.module).module, second_probe
 
-    compilation, extents = _compile_probes(first.module.name, symbolic_hlo, first.module, second.module,
-                                           by_size, device, explanation, trace_ms, list(first.loop_decisions),
-                                           probe, None if sizes or reused is None else reused,
-                                           standard_optimized if probe is not second_probe else None)
+    with smallest_sizes(lower):     # (the kernels serve these sizes and more: the guard)
+        compilation, extents = _compile_probes(first.module.name, symbolic_hlo, first.module, second.module,
+                                               by_size, device, explanation, trace_ms, list(first.loop_decisions),
+                                               probe, None if sizes or reused is None else reused,
+                                               standard_optimized if probe is not second_probe else None)
     symbols: dict[str, list] = {}
     for (leaf, dim), name in sorted(marks.items()):
         symbols.setdefault(name, []).append((leaf, dim))
@@ -272,7 +274,22 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
         # dispatch per kernel per iteration: 10x a small loop's time -- specialising is faster)
         raise SymbolicDimensionError(f"its loops cannot run natively at every size "
                                      f"({program.loops.removeprefix('host-driven: ')})")
+    _make_instance_now(program, hints)
     return program
+
+
+def _make_instance_now(program: SymbolicProgram, values: dict[str, int]) -> None:
+    """Make the program's instance at ``values`` (the call's sizes) while compiling.  Why: an instance is made from the entry bound to the sizes over the
+    symbolic fused computations; a runtime path that needs one of their sizes as a number
+    (``the unknown size 800*b used as a number``) then refuses the compile -- the program is
+    compiled for its concrete sizes -- instead of failing the call that runs it."""
+    try:
+        program.instance(values)
+    except SymbolicDimensionError as e:
+        raise SymbolicDimensionError(f"the runtime needs a size as a number ({e})") from None
+    # (not kept: the caller completes the compilation's record -- its dimensions, guards --
+    # which instances copy when made)
+    program._instances.clear()
 
 
 def _native_loops(compilation):
@@ -505,8 +522,11 @@ def compile_symbolic_module(module, at: dict[str, int] | None = None, device: st
     module1 = bind_module(module, hints)
     module2 = bind_module(module, {name: second_probe(size) for name, size in hints.items()})
     bind_ms = (time.perf_counter() - start) * 1e3
-    compilation, extents = _compile_probes(module.name, module, module1, module2, by_size, device, "", bind_ms, [])
-    return SymbolicProgram(None, compilation, {}, extents)
+    with smallest_sizes({name: 2 for name in names}):      # (run_symbolic's sizes: >= 2)
+        compilation, extents = _compile_probes(module.name, module, module1, module2, by_size, device, "", bind_ms, [])
+    program = SymbolicProgram(None, compilation, {}, extents)
+    _make_instance_now(program, hints)
+    return program
 
 
 def run_symbolic(program: SymbolicProgram, inputs: list) -> list:
@@ -654,11 +674,12 @@ def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str, probe
     for hint, name in by_size.items():
         if e1 % hint == 0 and e1 // hint * probe(hint) == e2:
             return SymDim(name, e1 // hint)
-    if _PRODUCTS.get():
-        found = size_from_probes(e1, e2, ({n: h for h, n in by_size.items()},
-                                          {n: probe(h) for h, n in by_size.items()}))
-        if found is not None:
-            return found
+    found = size_from_probes(e1, e2, ({n: h for h, n in by_size.items()},
+                                      {n: probe(h) for h, n in by_size.items()}))
+    # (a power of one size -- an elementwise kernel over f32[b,b] -- serves the jit's instances
+    # too: products of two sizes are refused before, ``_check_kernel_ranges``)
+    if found is not None and (_PRODUCTS.get() or len(set(getattr(found, "names", ()))) == 1):
+        return found
     raise SymbolicDimensionError(f"kernel {kernel}'s range ({e1}, then {e2}) is not a multiple of one size")
 
 

@@ -33,6 +33,7 @@ from ..hlo.evaluator import Interpreter
 from ..hlo.ir import Instruction
 from ..hlo.shapes import is_float, is_integral, to_numpy_dtype
 from .elemental import I1, I64, const_i64, llvm_type
+from .run_sizes import at_least, RunSize
 from .toolkit import counted_loop, entry_alloca, NanTrackingExtreme
 
 
@@ -173,12 +174,14 @@ def emit_arg_reduction(b: ir.IRBuilder, em, plan, reduce: Instruction, outer_ind
         counted_loop(b, const_i64(0), blocks, name + tag + "b", block)
         return b.load(slot)
 
-    if n <= CHUNK:                        # two passes over a row that stays in the cache
+    if at_least(CHUNK, n, unknown=False):   # two passes over a row that stays in the cache
         m = extreme(const_i64(0), const_i64(n), "m")
         i = first_match(const_i64(0), const_i64(n), m, "i")
     else:
         best_value, best_index = entry_alloca(b, llvm_type(vt)), entry_alloca(b, I64)
         first_end = const_i64(CHUNK)
+        if isinstance(n, RunSize):        # (a run-time length may be shorter than a chunk)
+            first_end = b.select(b.icmp_signed("<", const_i64(n), first_end), const_i64(n), first_end)
         m0 = extreme(const_i64(0), first_end, "m")
         b.store(m0, best_value)
         b.store(first_match(const_i64(0), first_end, m0, "i"), best_index)

@@ -28,6 +28,7 @@ from ..hlo.ir import Computation
 from ..hlo.opcodes import LINEAR_INDEXABLE
 from ..hlo.shapes import compute_type, is_complex
 from .elemental import const_i64, delinearize, ElementalEmitter, linear_index, llvm_type
+from .run_sizes import RunSize
 from .toolkit import (BLOCK, ancestors, combine_values, counted_loop, entry_alloca, expand_index,
                       is_linear, kernel_function, kernel_outputs, KernelBuffers, KernelSpec, LinearEmitter,
                       load_at, narrow_float, partial_type, product, reducer_opcode, squeeze_dims)
@@ -47,6 +48,8 @@ def applies(comp: Computation, plan) -> bool:
     linear-indexable but for row-vector broadcasts."""
     (r,) = plan.reduces
     columns, rows = product(plan.outer_dims), product(plan.red_dims)
+    if isinstance(columns, RunSize):      # (groups are sized by the column count: when compiled)
+        return False
     if not 1 <= columns <= MAX_COLUMNS or columns * rows < MIN_ELEMENTS:
         return False
     if rows < 2 * group_width(columns) // columns or is_complex(r.shape.element_type):

@@ -37,6 +37,7 @@ from llvmlite import ir
 
 from ..hlo.ir import Computation
 from ..hlo.opcodes import COSTLY_TO_RECOMPUTE, EXPENSIVE, TRANSCENDENTAL
+from .run_sizes import at_least
 
 # Work per element (an add = 1, a divide 4, a transcendental 16: the runtime's measure of when
 # a kernel is worth splitting across threads) from which a kernel asks for 512-bit vectors:
@@ -92,7 +93,7 @@ def interleave_count(comp: Computation, extent: int | None = None) -> int:
     """Vector iterations of ``comp``'s element loop to keep in flight: ``INTERLEAVE`` for a
     kernel with an approximated transcendental (a long dependency chain per element) whose
     loop is ``extent`` (None: long, a flat loop split into chunks) elements long, else 1."""
-    if extent is not None and extent < INTERLEAVE_MIN_EXTENT:
+    if extent is not None and not at_least(extent, INTERLEAVE_MIN_EXTENT):    # (a run-time extent: long)
         return 1
     if any(i.opcode in COSTLY_TO_RECOMPUTE for i in comp.instructions):
         return INTERLEAVE

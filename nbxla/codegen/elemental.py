@@ -27,6 +27,7 @@ from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from ..hlo.low_precision import KEEPS_NARROW_TYPES
 from ..hlo.opcodes import TYPE_AGNOSTIC
+from .run_sizes import RunSize
 from ..hlo.shapes import complex_component, compute_type, is_complex, is_float, is_integral, is_low_precision
 from . import bf16, f8, transcendentals
 from .complex_math import ComplexMath
@@ -102,7 +103,9 @@ def round_to_narrow(b: ir.IRBuilder, element_type: str, v):
     return f8.round_to_f8(b, element_type, v)
 
 
-def const_i64(v: int) -> ir.Constant:
+def const_i64(v: int) -> ir.Value:
+    if isinstance(v, RunSize):      # (an unknown dim: computed in the kernel's prologue)
+        return v.emit()
     return ir.Constant(I64, int(v))
 
 

@@ -30,13 +30,38 @@ from .reductions import emit_reduction_kernel
 from .scatter import emit_scatter_kernel
 from .select_scatter import emit_select_and_scatter_kernel
 from .sort_kernel import emit_sort_kernel
+from .run_sizes import plain_spec_sizes, run_sizes
 from .toolkit import full_reduction_plan, KernelSpec, reducer_opcode, single_unit
 from .transposes import emit_run_copy_kernel, emit_transpose_kernel, minor_transpose, run_copy_transpose
 from .windows import emit_reduce_window_kernel
 
 
 def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
-    return _emit_one_style(module, name, comp)
+    if not _reads_run_sizes(comp):
+        return _emit_one_style(module, name, comp)
+    # A kernel of a program with unknown dimensions: those dims are numbers the kernel reads
+    # from its sizes array when it runs (``run_sizes``), after its buffers.
+    root = comp.root
+    buffers = len(comp.parameters) + (len(root.shape.elements) if root.shape.is_tuple else 1)
+    with run_sizes(comp, buffers) as scope:
+        spec = _emit_one_style(module, name, comp)
+    if scope is not None and scope.values and spec.style == "full-reduce":
+        # (its partial and finish calls take the scratch slots after the inputs: no sizes)
+        raise UnsupportedError(f"a whole-array reduction reading a size when it runs (%{comp.root.name})")
+    plain_spec_sizes(spec, scope)
+    return spec
+
+
+def _reads_run_sizes(comp: Computation) -> bool:
+    """Styles whose emitters compute their sizes as run-time numbers (``run_sizes``) when the
+    computation has unknown dimensions: reductions, transposes and loop kernels.  (The dot,
+    scatter, sort, window, random-bits and convolution kernels keep their sizes as compiled:
+    two probes of them differ, and the program compiles for its concrete sizes.)"""
+    if not getattr(comp, "unknown_shapes", None) or fused_dot(comp) is not None:
+        return False
+    if comp.root.opcode in ("scatter", "select-and-scatter", "reduce-window", "rng-bit-generator", "sort"):
+        return False
+    return not any(i.opcode == "convolution" for i in comp.instructions)
 
 
 @single_unit

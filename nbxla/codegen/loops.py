@@ -25,6 +25,7 @@ from ..hlo.ir import Computation, Instruction
 from .elemental import I64, ElementalEmitter, const_i64, delinearize, linear_index
 from .trig_guard import emit_versioned_loop, versioned_trig
 from .compute_bound import contraction_flags, interleave_count, prefer_wide_vectors
+from .run_sizes import may_equal, RunSize
 from .toolkit import (counted_loop, is_linear, kernel_function, kernel_outputs, KernelBuffers, KernelSpec,
                       LinearEmitter, load_at, nest, product)
 
@@ -36,13 +37,23 @@ def _reads_at_written_index(comp: Computation, dims) -> bool:
     (``KernelBuffers``).  Not so for the in-place updates of a window of a buffer the body
     also reads at shifted positions (``u[1:-1] += u[2:] - u[:-2]``)."""
     size = product(dims)
-    watched = {id(p) for p in comp.parameters if p.shape.is_tuple or p.shape.size == size}
+    watched = {id(p) for p in comp.parameters if p.shape.is_tuple or _may_share(p.shape, dims, size)}
     for instr in comp.instructions:
         if instr.opcode == "tuple" or not any(id(o) in watched for o in instr.operands):
             continue
         if instr.shape.is_tuple or instr.shape.dims != dims or not instr.is_elementwise:
             return False
     return True
+
+
+def _may_share(shape, dims, size) -> bool:
+    """May a parameter of ``shape`` share the memory of an output of ``dims`` (``size``
+    elements)?  With run-time sizes, wherever the dims may be equal at some size (the buffer
+    plan of each size decides, and writes in place only over equal dims: buffer_assignment's
+    ``_reads_elementwise``): the same answer at every probe."""
+    if not any(isinstance(n, RunSize) for n in tuple(shape.dims) + tuple(dims)):
+        return shape.size == size
+    return len(shape.dims) == len(dims) and all(may_equal(a, b) for a, b in zip(shape.dims, dims))
 
 
 def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:

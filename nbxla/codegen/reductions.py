@@ -25,6 +25,7 @@ from . import arg_reductions
 from .compute_bound import prefer_wide_vectors
 from .elemental import ElementalEmitter, const_i64, delinearize, linear_index, llvm_type
 from .masked_ranges import true_range
+from .run_sizes import at_least
 from .toolkit import (ancestors, BLOCK, combine_values, componentwise, counted_loop, entry_alloca,
                       expand_index, kernel_function, kernel_outputs, KernelBuffers, KernelSpec, load_at,
                       MINMAX_INTERLEAVE, NanTrackingExtreme, narrow_float, nest, product, reducer_opcode,
@@ -145,7 +146,8 @@ def _accumulate(b, em, plan, reduce, outer_index, name, keep=None, reuse=None):
                 else:
                     b.store(combine_values(b, em, opcode, t, b.load(acc_slot), x), acc_slot)
             counted_loop(b, lo, hi, name + "r", body, interleave=reduction_interleave(opcode, x_instr, keep))
-        if blocked and inner > BLOCK:
+        # (a run-time length takes the blocked loop: one block when short, the same sum)
+        if blocked and not at_least(BLOCK, inner, unknown=False):
             def block_body(k):
                 lo = b.mul(k, const_i64(BLOCK))
                 hi = b.add(lo, const_i64(BLOCK))
@@ -186,7 +188,7 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
     params = comp.parameters
     shapes = [p.shape for p in params] + out_shapes
     fn, b = kernel_function(module, name)
-    if plan.red_dims and plan.red_dims[-1] >= WIDE_VECTOR_MIN_TRIP:
+    if plan.red_dims and at_least(plan.red_dims[-1], WIDE_VECTOR_MIN_TRIP):
         prefer_wide_vectors(fn, comp)    # long rows of costly elements: see WIDE_VECTOR_MIN_TRIP
     # (a reduction's outputs never share memory with its operands: see _kept_row_value)
     bufs = KernelBuffers(b, fn.args[0], shapes, first_output=len(params))

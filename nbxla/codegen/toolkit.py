@@ -20,6 +20,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import LINEAR_INDEXABLE, NATIVE_COMBINERS
 from ..hlo.reducers import reducer_op
 from ..hlo.shapes import compute_type, is_complex, is_float
+from .run_sizes import current_scope
 from .elemental import (I1, I8, I32, I64, ElementalEmitter, const_i64, from_storage, linear_index, llvm_type,
                         storage_type, to_storage)
 
@@ -65,11 +66,17 @@ class RunSizes:
     def __init__(self, b: ir.IRBuilder, buffers_arg, slot: int):
         self.b, self.slot, self.buffers = b, slot, buffers_arg
         self.array = None               # (loaded with the first size: a kernel may read none)
+        self.scope = current_scope()
+        if self.scope is not None:      # (the kernel's unknown dims share one array: run_sizes)
+            self.values = self.scope.values
+            return
         self.values: list[int] = []
 
     def size(self, value: int) -> ir.Value:
         """The run-time size whose value is ``value`` at compile time (loaded where the builder
         is: call it in the entry block)."""
+        if self.scope is not None:
+            return const_i64(self.scope.leaf(int.__index__(value), 1))     # (read: an entry)
         if self.array is None:
             self.array = self.b.bitcast(self.b.load(self.b.gep(self.buffers, [const_i64(self.slot)])),
                                         I64.as_pointer())
@@ -84,6 +91,9 @@ def kernel_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBui
     for arg in (fn.args[0],):
         arg.add_attribute("noalias")
     block = fn.append_basic_block("entry")
+    scope = current_scope()        # (unknown dims: computed in a prologue: run_sizes)
+    if scope is not None:
+        scope.begin_function(fn)
     return fn, ir.IRBuilder(block)
 
 
@@ -272,7 +282,7 @@ def is_linear(instructions: list[Instruction], dims) -> bool:
         if instr.shape.is_tuple:
             return False
         n = instr.shape.size
-        same = instr.shape.dims == dims or (n == int(product(dims)) and instr.opcode in ("reshape", "bitcast"))
+        same = instr.shape.dims == dims or (n == product(dims) and instr.opcode in ("reshape", "bitcast"))
         if instr.opcode == "broadcast" and instr.operands[0].shape.rank == 0:
             continue
         if instr.shape.rank == 0 and instr.opcode in ("constant", "parameter"):

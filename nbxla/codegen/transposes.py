@@ -27,6 +27,7 @@ from llvmlite import ir
 
 from ..hlo.ir import Computation, Instruction
 from .elemental import const_i64, delinearize, row_major_strides
+from .run_sizes import RunSize
 from .toolkit import counted_loop, kernel_function, KernelBuffers, KernelSpec, product
 
 TILE = 16
@@ -152,8 +153,10 @@ def emit_transpose_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
         b.store(v, b.gep(dst, [b.add(offset(out_base, a, row_out), col)]), align=align)
 
     def unit(u):
-        tile_a = b.urem(u, const_i64(a_tiles))
-        rest = delinearize(b, b.udiv(u, const_i64(a_tiles)), [odims[k] for k in other]) if other else []
+        tile(b.urem(u, const_i64(a_tiles)), b.udiv(u, const_i64(a_tiles)))
+
+    def tile(tile_a, outer):
+        rest = delinearize(b, outer, [odims[k] for k in other]) if other else []
         in_base, out_base = const_i64(0), const_i64(0)
         for k, i in zip(other, rest):
             in_base, out_base = offset(in_base, i, stride_in[k]), offset(out_base, i, out_strides[k])
@@ -178,7 +181,7 @@ def emit_transpose_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
             counted_loop(b, const_i64(0), rows_left, "edge", lambda a: counted_loop(
                 b, const_i64(0), const_i64(n_b), "col", lambda col: element(in_base, out_base, a, col)))
 
-        if n_a % TILE == 0:
+        if not isinstance(n_a, RunSize) and n_a % TILE == 0:
             tiles()
             return
         with b.if_else(b.icmp_signed("<", tile_a, const_i64(a_tiles - 1))) as (full, partial):
@@ -187,7 +190,33 @@ def emit_transpose_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
             with partial:
                 edge()
 
+    outer_count = product(odims[k] for k in other)
+    if isinstance(n_a, RunSize):
+        # A tile count ceil(n_a / TILE) known only when the kernel runs is no multiple of the
+        # size: the range counts rows of a (other dims x n_a) instead, and a part of it runs
+        # the tiles that start in it (each tile in exactly one part of a split range).
+        _tiles_starting_in(b, fn.args[1], fn.args[2], const_i64(n_a), tile)
+        b.ret_void()
+        return KernelSpec(name, "transpose", outer_count * n_a, n_b * TILE_ELEMENT_COST)
     counted_loop(b, fn.args[1], fn.args[2], "unit", unit)
     b.ret_void()
-    return KernelSpec(name, "transpose", product(odims[k] for k in other) * a_tiles,
-                      TILE * n_b * TILE_ELEMENT_COST)
+    return KernelSpec(name, "transpose", outer_count * a_tiles, TILE * n_b * TILE_ELEMENT_COST)
+
+
+def _tiles_starting_in(b: ir.IRBuilder, begin, end, n_a, tile) -> None:
+    """``tile(t, o)`` for every tile t (rows t*TILE.. of a) of every outer index o whose first
+    row ``o * n_a + t * TILE`` lies in [begin, end)."""
+    zero, step = const_i64(0), const_i64(TILE)
+    with b.if_then(b.icmp_signed("<", begin, end)):
+        first, last = b.udiv(begin, n_a), b.udiv(b.sub(end, const_i64(1)), n_a)
+
+        def outer(o):
+            base = b.mul(o, n_a)
+            lo = b.sub(begin, base)
+            lo = b.select(b.icmp_signed("<", lo, zero), zero, lo)
+            hi = b.sub(end, base)
+            hi = b.select(b.icmp_signed(">", hi, n_a), n_a, hi)
+            up = const_i64(TILE - 1)
+            counted_loop(b, b.udiv(b.add(lo, up), step), b.udiv(b.add(hi, up), step), "tile_a",
+                         lambda t: tile(t, o))
+        counted_loop(b, first, b.add(last, const_i64(1)), "outer", outer)

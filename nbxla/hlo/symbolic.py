@@ -322,8 +322,10 @@ def mark_unknown_axes(symbolic, *concrete) -> None:
     the entry's too, for the standalone kernel ops it runs (``codegen/kernels.standalone_computation``).
     A tuple-shaped instruction's leaves are marked under (name, leaf number)."""
     for sym, *probes in zip(symbolic.computations, *(m.computations for m in concrete)):
-        axes = {}
+        axes, shapes = {}, {}
         for instr in sym.instructions:
+            if sym is not symbolic.entry and is_symbolic(instr.shape):
+                shapes[instr.name] = instr.shape     # (fused computations only: run_sizes)
             leaves = [(instr.name, instr.shape)] if not instr.shape.is_tuple else \
                 [((instr.name, k), leaf) for k, leaf in enumerate(instr.shape.elements) if not leaf.is_tuple]
             for key, shape in leaves:
@@ -331,4 +333,5 @@ def mark_unknown_axes(symbolic, *concrete) -> None:
                 if found:
                     axes[key] = found
         for comp in probes:
-            comp.unknown_axes = axes
+            # (``unknown_shapes``: the symbolic shapes themselves, for ``codegen/run_sizes``)
+            comp.unknown_axes, comp.unknown_shapes = axes, shapes

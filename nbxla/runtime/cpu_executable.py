@@ -164,7 +164,7 @@ class CpuExecutable:
         key = None
         if store is not None:
             names = ",".join(symbol for symbol, _ in compiled) + repr(sorted(in_place)) + \
-                repr([getattr(comp, "unknown_axes", None) for _, comp in distinct])
+                repr([(getattr(comp, "unknown_axes", None), getattr(comp, "unknown_shapes", None)) for _, comp in distinct])
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
                                   print_module(module, KEY_TEXT)).encode()).hexdigest()
         self.kernels: CompiledKernels = kernels if kernels is not None else \
@@ -647,7 +647,7 @@ def _share_identical_kernels(compiled: list[tuple[str, Instruction]], updates=fr
         comp = _kernel_computation(instr)
         # (with the axes known only at run time, which change the code: symbolic_compile.py)
         key = instr.opcode + ("-in-place" if id(instr) in updates else "") + "\n" + structure_key(comp) + \
-            repr(getattr(comp, "unknown_axes", ""))
+            repr(getattr(comp, "unknown_axes", "")) + repr(getattr(comp, "unknown_shapes", ""))
         if key not in first:
             first[key] = symbol
             distinct.append((symbol, comp))

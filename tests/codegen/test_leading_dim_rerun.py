@@ -28,22 +28,8 @@ rerun(globals(), test_bf16, test_bitcast_widths, test_complex_scatter, test_comp
 SPECIALISED: dict[str, str] = {
     "test_a_kernel_that_cannot_be_emitted_is_interpreted_and_the_others_stay_native__test_cpu":
         "kernel nbxla_reduce_fusion's range is not a multiple of one size",
-    "test_argmax_argmin_match_numpy__test_custom_reducers":
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
-    "test_argmax_down_columns_runs_in_the_column_kernel__test_custom_reducers":
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
     "test_bits_match_the_evaluator__test_random_bits":
         'the generated code of kernel @"nbxla_r" depends on the size; leading dimensions ',
-    "test_complex64_sum_at_least_as_accurate_as_numpy__test_complex_scatter":
-        'the generated code of kernel @"nbxla_reduce_fusion__one" depends on the size; le',
-    "test_concatenate_branches_reading_the_same_element__test_cpu":
-        'the generated code of kernel @"nbxla_concatenate_fusion" depends on the size; le',
-    "test_element_widths__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
-    "test_every_3d_permutation__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
-    "test_every_4d_permutation__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
     "test_fusion_in_another_form_is_split__test_fused_dots":
         'the generated code of kernel @"nbxla_exponential_fusion" depends on the size; le',
     "test_kOutput_dot_bias_relu_large_is_split_into_blas_and_epilogue__test_fused_dots":
@@ -52,20 +38,8 @@ SPECIALISED: dict[str, str] = {
         'the generated code of kernel @"nbxla_fusion" depends on the size; leading dimens',
     "test_large_results_split_across_threads__test_random_bits":
         'the generated code of kernel @"nbxla_r" depends on the size; leading dimensions ',
-    "test_large_transpose_is_split_across_threads__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
-    "test_long_rows_are_searched_chunk_by_chunk__test_custom_reducers":
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
-    "test_max_and_argmax_together__test_custom_reducers":
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
     "test_multi_output_fusion_with_computed_operands__test_fused_dots":
         'the generated code of kernel @"nbxla_f" depends on the size; leading dimensions ',
-    "test_non_contiguous_inputs__test_cpu":
-        "kernel nbxla_subtract_fusion's range is not a multiple of one size",
     "test_stride1_pooling_and_column_scans_are_vectorized__test_reduce_window":
         'the generated code of kernel @"nbxla_vec_pool_maximum" depends on the size; lead',
-    "test_tile_edges__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
-    "test_transposes_keeping_the_minor_dim_copy_runs__test_transposes":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size; lead',
 }

@@ -21,41 +21,13 @@ rerun(globals(), test_programs, test_reductions, test_functions, test_ufuncs, te
 # (Reasons of the program itself -- writes into arguments, a size used as a number -- need no
 # entry: symbolic_rerun.PROGRAM_REASONS.)
 SPECIALISED: dict[str, str] = {
-    "test_argmax_nan_and_ties__test_reductions":
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
-    "test_average__test_functions":
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
-    "test_binary_ufunc__test_ufuncs":
-        'the generated code of kernel @"nbxla_subtract_fusion" depends on the size',
-    "test_binary_ufunc_special_values__test_ufuncs":
-        "kernel nbxla_add_fusion's range is not a multiple of one size",
-    "test_copy_asarray_astype__test_functions":
-        'the generated code of kernel @"nbxla_dynamic_update_slice_fusion" depends on the',
     "test_dropout_inside_a_compiled_step_changes_with_the_key__test_random":
         'the generated code of kernel @"nbxla_rng_bit_generator" depends on the size',
-    "test_empty_reductions__test_reductions":
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
-    "test_flip__test_functions":
-        'the generated code of kernel @"nbxla_reverse_fusion" depends on the size',
     "test_in_a_loop_the_solve_runs_in_the_native_loop__test_linalg_solve":
         # (a kernel over the square matrix's unknown side refuses first; the loops, which
         # runtime/symbolic_loops.py compiles for every size, are checked after the kernels)
         'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
-    "test_integer_floor_divide_and_mod__test_ufuncs":
-        "kernel nbxla_select_fusion's range is not a multiple of one size",
-    "test_meshgrid__test_functions":
-        'the generated code of kernel @"nbxla_broadcast_fusion" depends on the size',
-    "test_pad__test_functions":
-        'the generated code of kernel @"nbxla_pad_fusion" depends on the size',
-    "test_polynomial_and_rounding_kernel__test_programs":
-        'the generated code of kernel @"nbxla_reverse_fusion" depends on the size',
     "test_selections_agree_with_numpy__test_selection":
         # (as above: a kernel refuses before the loops are looked at)
         'the generated code of kernel @"nbxla_reduce_fusion__one" depends on the size',
-    "test_small_and_unsigned_integer_dtypes__test_ufuncs":
-        "kernel nbxla_compare_fusion's range is not a multiple of one size",
-    "test_swapaxes_moveaxis_expand_squeeze__test_functions":
-        'the generated code of kernel @"nbxla_transpose_fusion" depends on the size',
-    "test_tile__test_functions":
-        'the generated code of kernel @"nbxla_reshape_fusion" depends on the size',
 }

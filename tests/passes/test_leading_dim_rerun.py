@@ -23,14 +23,6 @@ rerun(globals(), test_buffer_assignment, test_dot_rewrites, test_float_normaliza
 # reads its size, a runtime path without unknown sizes: issue 31's gaps), with the first reason.
 # (Reasons of the program itself need no entry: symbolic_rerun.PROGRAM_REASONS.)
 SPECIALISED: dict[str, str] = {
-    "test_cheap_producer_is_duplicated_into_its_consumers__test_fusion":
-        "kernel nbxla_multiply_fusion's range is not a multiple of one size; leading dime",
-    "test_expensive_producer_is_not_duplicated_and_the_refusal_says_why__test_fusion":
-        "kernel nbxla_exponential_fusion's range is not a multiple of one size; leading d",
-    "test_expensive_producer_with_two_unfusible_users_is_computed_once__test_fusion":
-        "kernel nbxla_exponential_fusion's range is not a multiple of one size; leading d",
-    "test_no_in_place_when_the_kernel_reads_other_elements__test_buffer_assignment":
-        'the generated code of kernel @"nbxla_add_fusion" depends on the size; leading di',
     "test_the_f32_form_replaces_the_bf16_op__test_float_normalization":
         'the generated code of kernel @"nbxla_reduce_window" depends on the size; leading',
 }
