@@ -72,6 +72,7 @@ PROGRAM_REASONS = {
     "the attribute": "an attribute (slice limits, a window) holds the size",
     "at size 1 the program is another one": "size 1 broadcasts",
     "compares a size in Python": "a Python branch on a size",
+    "compares sizes a different number of times": "a Python loop over a size",
 }
 
 

@@ -172,6 +172,33 @@ def test_python_decision_on_a_size_specialises_with_the_line():
     assert "compares a size in Python" in cache.entries()[0].explanation
 
 
+@pytest.mark.parametrize("dynamic", [True, None])
+@pytest.mark.parametrize("decide", [
+    lambda n: n % 2,                    # parity: every probe (3, 7, 1, 65537) is odd
+    lambda n: (n + 1) % 2 == 0,         # on a size derived from it
+    lambda n: n // 4 * 4 != n,          # a multiple of 4, by division
+    lambda n: n & 1,
+], ids=["mod", "derived_mod", "floordiv", "bit_and"])
+def test_a_divisibility_decision_on_a_size_is_never_a_wrong_answer(dynamic, decide):
+    def parity(x):
+        return x * 2 if decide(x.shape[0]) else x + 1
+    cache = CompilationCache()
+    f = nbxla.jit(parity, cache=cache, dynamic=dynamic)
+    _sweep(f, parity, ONE, [3, 5, 7, 2, 4, 8, 33, 34])      # (automatic: odd sizes first)
+    symbolic = [e for e in cache.entries() if "symbolic" in e.explanation and "specialised" not in e.explanation]
+    assert not symbolic, [e.explanation for e in cache.entries()]
+
+
+def test_scaling_arithmetic_on_a_size_stays_symbolic():
+    def scaled(x):
+        n = x.shape[0]
+        return x.reshape(n * 2, -1) * (n - n + 2)
+    cache = CompilationCache()
+    f = nbxla.jit(scaled, cache=cache, dynamic=True)
+    _sweep(f, scaled, ONE, [4, 9, 30])
+    assert cache.misses == 1
+
+
 def test_python_loop_over_a_size_specialises():
     def looped(x):
         total = x[0]

@@ -7,6 +7,9 @@ and 65 and another one at 5.  So ``x.shape`` read by the user's code (not by nbx
 hands out ``ObservedSize`` ints that log every comparison made on them; the compile compares
 the two logs, and a comparison whose operands differ between the traces makes the dimension
 specialised (its reason names the line).  Outside such a trace, ``shape`` is plain ints.
+Divisions and remainders are logged too: ``x.shape[0] % 2`` is a decision no probe pair of the
+same parity tells apart (3 and 7; 65537).  Sums, differences and products of an observed size
+stay observed, so ``(n + 1) % 2`` and ``n * 2 > 10`` are seen as well.
 """
 
 from __future__ import annotations
@@ -59,6 +62,55 @@ class ObservedSize(int):
 
     def __bool__(self):
         return self._compare("bool", None, int(self) != 0)
+
+    # (Arithmetic whose result no probe pair need tell apart: logged like a comparison.)
+    def __mod__(self, other):
+        return self._compare("%", other, int.__mod__(self, other))
+
+    def __rmod__(self, other):
+        return self._compare("% of", other, int.__rmod__(self, other))
+
+    def __floordiv__(self, other):
+        return self._compare("//", other, int.__floordiv__(self, other))
+
+    def __rfloordiv__(self, other):
+        return self._compare("// of", other, int.__rfloordiv__(self, other))
+
+    def __divmod__(self, other):
+        return self._compare("divmod", other, int.__divmod__(self, other))
+
+    def __and__(self, other):
+        return self._compare("&", other, int.__and__(self, other))
+
+    __rand__ = __and__
+
+    def __rshift__(self, other):
+        return self._compare(">>", other, int.__rshift__(self, other))
+
+    # (Arithmetic that scales with the size: the result stays observed.)
+    def _derived(self, value):
+        return ObservedSize(value, self._log) if type(value) is int else value
+
+    def __add__(self, other):
+        return self._derived(int.__add__(self, other))
+
+    def __radd__(self, other):
+        return self._derived(int.__radd__(self, other))
+
+    def __sub__(self, other):
+        return self._derived(int.__sub__(self, other))
+
+    def __rsub__(self, other):
+        return self._derived(int.__rsub__(self, other))
+
+    def __mul__(self, other):
+        return self._derived(int.__mul__(self, other))
+
+    def __rmul__(self, other):
+        return self._derived(int.__rmul__(self, other))
+
+    def __neg__(self):
+        return self._derived(-int(self))
 
     __hash__ = int.__hash__
 
