@@ -18,7 +18,8 @@ from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from ..hlo.low_precision import widen_shape, widen_value
 from ..codegen.elemental import row_major_strides
-from ..hlo.opcodes import EXPENSIVE, TRANSCENDENTAL
+from ..hlo.division import is_expensive
+from ..hlo.opcodes import TRANSCENDENTAL
 from . import host_memory
 from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls, one_thread_enabled
 
@@ -157,7 +158,7 @@ def _fusion_cost(comp) -> int:
     for i in comp.instructions:
         if i.opcode in TRANSCENDENTAL:
             cost += TRANSCENDENTAL_COST
-        elif i.opcode in EXPENSIVE:
+        elif is_expensive(i):
             cost += 4
         elif i.is_elementwise:
             cost += 1
