@@ -32,9 +32,11 @@ SMALL_STATE = 64        # bytes: a loop's state leaves up to this size live in r
 # Kernels computing at least this many elements are called, not inlined into the loop: inlined,
 # a kernel's loop lost the vectorization it gets alone (its buffers then come from the loop's
 # swapped state pointers), and a complex Mandelbrot update ran scalar, 12.5 ns per element
-# instead of 1.8; a call costs a few ns, nothing beside such a kernel.  Scalar loops (an IIR
-# filter, CRC-16) and small kernels still inline, where the call was the cost.
-CALLED_KERNEL_ELEMENTS = 1024
+# instead of 1.8 (0.2x NumPy at 12000 points, 0.9x at 480); a call costs a few ns.  Scalar
+# loops (an IIR filter, CRC-16) and small kernels still inline, where the call was the cost.
+# Measured: 64 made LU's and Cholesky's row updates (~100 elements) 10-20% slower; 256 and
+# 1024 left them as they were.
+CALLED_KERNEL_ELEMENTS = 256
 
 
 def llvm_loops_enabled() -> bool:
