@@ -72,8 +72,8 @@ def native_convolution_refusal(instr: Instruction) -> str | None:
     if groups == 1:
         return "a dense convolution (feature_group_count 1) runs as BLAS GEMMs"
     if group_inputs > MAX_GROUP_INPUTS:
-        return (f"{group_inputs} input features per group (> {MAX_GROUP_INPUTS}): the grouped GEMMs "
-                "of the BLAS path do this better")
+        return (f"{group_inputs} input features per group (> {MAX_GROUP_INPUTS}): the library path "
+                "(nbxla's patch-GEMM kernel or BLAS GEMMs) does this better")
     taps = product([w.shape.dims[d] for d in dn.kernel_spatial]) * group_inputs
     if taps > MAX_TAPS:
         return f"{taps} taps per output (> {MAX_TAPS}) do not unroll: runs as BLAS GEMMs"

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import os
 import threading
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
@@ -21,6 +22,7 @@ from ..compile_clock import stage
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
 from .kernels import emit_kernel
+from .updates import emit_in_place_update
 from .toolkit import KernelSpec, no_unrolling
 
 
@@ -137,14 +139,21 @@ class ObjectStore(Protocol):
 def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                     store: ObjectStore | None = None, key: str | None = None,
                     object_data_offset: int | None = None, emitted: "EmittedKernels | None" = None,
-                    light: frozenset = frozenset()) -> CompiledKernels:
+                    light: frozenset = frozenset(), in_place: frozenset = frozenset()) -> CompiledKernels:
     """Machine code for one kernel per fusion.  With ``object_data_offset``, kernels also get an
     entry point taking array objects (see ``_emit_object_entry``).  ``emitted``: these fusions'
     IR as ``emit_llvm_ir`` gave it (emitted already to compare it: not emitted again).
-    ``light``: the names of the fusions whose loops are not unrolled (LIGHT_KERNEL_ELEMENTS)."""
+    ``light``: the names of the fusions whose loops are not unrolled (LIGHT_KERNEL_ELEMENTS).
+    ``in_place``: the names of update fusions whose kernel writes only the window into the
+    updated operand's buffer (``updates.emit_in_place_update``: the caller passes that buffer
+    as the output)."""
     light = frozenset() if emitted is not None else frozenset(light)   # (emitted: as it was emitted)
+    if not fusions and (emitted is None or not emitted.specs):
+        # (nothing to compile -- a program of library calls, conv2d's: an MCJIT engine and a
+        # target machine for an empty module took 3-4 ms of its first call)
+        return CompiledKernels({}, {}, _empty_module_text(module_name), _empty_module_text(module_name), {})
     try:
-        kernels = _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted, light)
+        kernels = _compile_kernels(module_name, fusions, store, key, object_data_offset, emitted, light, in_place)
         kernels.light = light
         return kernels
     except RuntimeError:
@@ -155,7 +164,7 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     for name, comp in fusions:
         try:
             parts.append(_compile_kernels(f"{module_name}_{name}", [(name, comp)], None, None,
-                                          object_data_offset, light=light))
+                                          object_data_offset, light=light, in_place=in_place))
         except RuntimeError as e:
             parts.append(CompiledKernels({}, {}, "", "", {name: f"internal code generation error: {e}"}))
     merged = CompiledKernels({}, {}, "", "", {})
@@ -170,10 +179,17 @@ def compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     return merged
 
 
+def _empty_module_text(name: str) -> str:
+    ir_module = ir.Module(name=name)
+    ir_module.triple = llvm.get_process_triple()
+    ir_module.data_layout = str(host_target_machine().target_data)
+    return str(ir_module)
+
+
 def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                      store: ObjectStore | None, key: str | None,
                      object_data_offset: int | None = None, emitted=None,
-                     light: frozenset = frozenset()) -> CompiledKernels:
+                     light: frozenset = frozenset(), in_place: frozenset = frozenset()) -> CompiledKernels:
     """Emit, optimize and load one kernel per fusion; fusions that cannot be emitted natively
     are listed in ``unsupported`` with the reason (the runtime interprets those).
 
@@ -189,7 +205,7 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
         text, specs, unsupported = emitted.text, dict(emitted.specs), dict(emitted.unsupported)
     else:
         with stage("llvm-ir"):
-            ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light)
+            ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light, in_place)
     with _lock:
         tm = host_target_machine()
         with stage("llvm-ir"):
@@ -243,13 +259,21 @@ def _compile_helper_kernel(name: str, emit, pipeline: str) -> CompiledKernels:
             mod.verify()
             optimize_module(mod, tm, pipeline)
             optimized = str(mod)
-    return _load({name: spec}, {}, text, optimized, None, mod)
+    return _load({name: spec}, {}, text, optimized, None, mod, strength_reduction=pipeline != "hand-vectorized")
 
 
 # LLVM pipelines (``optimize_module``): "full", O3 with the loop and SLP vectorizers and the
 # unroller (loops of "light" kernels opt out of the unroller: see ``light_kernel``);
-# "hand-vectorized", without the unroller and the vectorizers, for kernels emitted as vector
-# operations, register-blocked, their short loops unrolled (the patch GEMM).
+# "hand-vectorized", for kernels emitted as vector operations, register-blocked, their short
+# loops unrolled and their pointers stepped as emitted (the patch GEMM's ``stepping_loop``):
+# only SROA (their accumulators are allocas), instcombine and simplifycfg, and machine code
+# generated without loop strength reduction.  What they lose to the missing passes, measured
+# side by side on twelve patch-GEMM geometries (LeNet-5's, conv2d's, benchmarks/conv.py's
+# native ones, f64 with window dilation) against O3 less the unroller and vectorizers and with
+# LSR: nothing beyond the noise (run times 0.96-1.05x; the inner loop's code is the same: one
+# kernel-row load and a broadcast FMA per position, two pointer steps, a counter); LLVM's time
+# per kernel fell by about half (conv2d's 5x5 3 -> 16: 57 -> 19 ms; LSR alone took 12 ms of it
+# to find nothing better, O3's function passes another 10).  Results bit for bit the same.
 PIPELINES = ("full", "hand-vectorized")
 
 # Elements (of any one operand, result or instruction of a kernel) up to which a kernel of the
@@ -263,13 +287,17 @@ LIGHT_KERNEL_ELEMENTS = 1 << 16
 
 
 def optimize_module(mod, tm, pipeline: str = "full") -> None:
-    """One of the ``PIPELINES`` on the parsed module ``mod``, in place (also used by AOT).
-    "hand-vectorized" kernels lose nothing to the missing passes: measured side by side on nine
-    convolution geometries, the patch GEMM took 29-59 ms of LLVM instead of 48-173 ms, its run
-    times within 2%."""
+    """One of the ``PIPELINES`` on the parsed module ``mod``, in place (also used by AOT)."""
     if pipeline not in PIPELINES:
         raise ValueError(f"unknown LLVM pipeline {pipeline!r}; one of {', '.join(PIPELINES)}")
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    if pipeline == "hand-vectorized":
+        passes = llvm.create_new_module_pass_manager()
+        passes.add_sroa_pass()
+        passes.add_instruction_combine_pass()
+        passes.add_simplify_cfg_pass()
+        passes.run(mod, llvm.create_pass_builder(tm, pto))
+        return
     pto.loop_vectorization = pto.slp_vectorization = pipeline != "hand-vectorized"
     pto.loop_unrolling = pipeline == "full"
     # No interleaving (unrolling vector loops 4x): measured side by side, it made no kernel
@@ -313,7 +341,8 @@ def light_kernel(comp: Computation) -> bool:
 
 
 def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
-                 object_data_offset: int | None, light: frozenset = frozenset()):
+                 object_data_offset: int | None, light: frozenset = frozenset(),
+                 in_place: frozenset = frozenset()):
     """The LLVM module of every fusion that can be emitted natively, their specs, and the
     reason for each one that cannot.  A kernel that fails half-way leaves a broken function
     behind, so the module is emitted again without it (failures are rare: emitting each
@@ -329,7 +358,8 @@ def _emit_module(module_name: str, fusions: list[tuple[str, Computation]],
                     continue
                 current = name
                 with no_unrolling(name in light):
-                    spec = specs[name] = emit_kernel(ir_module, name, comp)
+                    emit = emit_in_place_update if name in in_place else emit_kernel
+                    spec = specs[name] = emit(ir_module, name, comp)
                 if object_data_offset is None:
                     continue
                 if spec.style == "full-reduce":
@@ -354,10 +384,11 @@ class EmittedKernels:
 
 
 def emit_llvm_ir(module_name: str, fusions: list[tuple[str, Computation]],
-                 object_data_offset: int | None = None, light: frozenset = frozenset()) -> EmittedKernels:
+                 object_data_offset: int | None = None, light: frozenset = frozenset(),
+                 in_place: frozenset = frozenset()) -> EmittedKernels:
     """The LLVM IR text (unoptimized) and the specs of the kernels, as ``compile_kernels``
     would compile them, without compiling."""
-    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light)
+    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light, in_place)
     return EmittedKernels(str(ir_module), specs, unsupported)
 
 
@@ -373,8 +404,23 @@ def _with_data_layout(text: str, layout: str) -> str:
     return "\n".join(lines)
 
 
-def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None) -> CompiledKernels:
-    """JIT-load the optimized module; with ``obj``, its machine code is taken as given."""
+@contextmanager
+def _without_strength_reduction():
+    """LLVM's code generator without loop strength reduction, for the code generated inside
+    the block (``_lock`` held: the switch is LLVM's global ``-disable-lsr`` option; code that
+    another thread generates meanwhile outside ``_lock`` -- AOT's object files -- would lose
+    only LSR's speed, not correctness)."""
+    llvm.set_option("nbxla", "-disable-lsr=true")
+    try:
+        yield
+    finally:
+        llvm.set_option("nbxla", "-disable-lsr=false")
+
+
+def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None,
+          strength_reduction: bool = True) -> CompiledKernels:
+    """JIT-load the optimized module; with ``obj``, its machine code is taken as given.
+    ``strength_reduction``: False for hand-vectorized kernels (see ``PIPELINES``)."""
     captured: list[bytes] = []
     with _lock, stage("machine-code"):
         if mod is None:
@@ -382,7 +428,8 @@ def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None) -> C
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
         engine.set_object_cache(notify_func=lambda m, buf: captured.append(bytes(buf)),
                                 getbuffer_func=lambda m: obj)
-        engine.finalize_object()
+        with (nullcontext() if strength_reduction or obj is not None else _without_strength_reduction()):
+            engine.finalize_object()
         addresses = {name: engine.get_function_address(name) for name in specs}
         for spec in specs.values():
             for extra in (spec.finish_name, spec.object_entry):

@@ -26,6 +26,13 @@ can be applied to each block's sums in registers before they are stored (``Patch
 ``runtime/conv_bias_act.py``): without them a separate kernel reads and writes the whole
 output again (7x7 3 -> 64 on 224x224, stride 2: 0.39 of 2.26 ms).  The bias is a fourth
 buffer of ``o`` features.  The clamp propagates NaN as HLO's maximum and minimum do.
+
+**Feature groups** (``PatchGemm.groups``, a grouped convolution with too many input features
+per group for ``convolution.py``'s kernel: ResNeXt's 32 per group): a loop over the groups
+around the panels, each group reading its own run of input channels in every window column
+and its own columns of the HWIO kernel, storing its own features of each output row.  One
+call computes all groups of a range of rows, where the BLAS path made ``groups x taps`` tiny
+GEMM calls (K = N = 32 features) per block.
 """
 
 from __future__ import annotations
@@ -82,6 +89,19 @@ class PatchGemm:
     # power of two): each position's first ``stored`` sums stored lane by lane, the output
     # (rows, OW, stored) written in place (0: all ``o``)
     stored: int = 0
+    # Feature groups: group ``k`` reads input channels [k * c / groups, (k + 1) * c / groups)
+    # and computes output features [k * o / groups, ...) with the kernel's columns of the same
+    # range (the kernel is HWIO's (KH * KW * c / groups, o)); ``panels`` then split one group's
+    # features.  (Only channels-last block outputs of all features, without an epilogue.)
+    groups: int = 1
+
+    @property
+    def group_inputs(self) -> int:
+        return self.c // self.groups
+
+    @property
+    def group_outputs(self) -> int:
+        return self.o // self.groups
 
     @property
     def out_row(self) -> int:
@@ -92,7 +112,7 @@ class PatchGemm:
         return 4 if self.t == "f32" else 8
 
     def panel_widths(self) -> tuple[int, ...]:
-        return self.panels or (self.o,)
+        return self.panels or (self.group_outputs,)
 
     def block_positions(self, width: int | None = None) -> int:
         registers = max(1, -(-(width or self.o) * self.itemsize // 64))
@@ -118,7 +138,8 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     fn, b = kernel_function(module, name)
     elem = ir.FloatType() if g.t == "f32" else ir.DoubleType()
     out_shape = (g.n, g.channels_first, g.oh, g.ow) if g.channels_first else (g.n * g.oh, g.ow, g.out_row)
-    shapes = [Shape(g.t, (g.n, g.hp, g.wp, g.c)), Shape(g.t, (g.kh * g.kw * g.c, g.o)), Shape(g.t, out_shape)]
+    ci = g.group_inputs
+    shapes = [Shape(g.t, (g.n, g.hp, g.wp, g.c)), Shape(g.t, (g.kh * g.kw * ci, g.o)), Shape(g.t, out_shape)]
     if g.bias:
         shapes.append(Shape(g.t, (g.o,)))
     bufs = KernelBuffers(b, fn.args[0], shapes)
@@ -127,7 +148,13 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     (sh, sw), (dh, dw) = g.stride, g.dilation
     begin = fn.args[1]
     vec = accumulators = zero = undef = lanes0 = fmuladd = None
-    first_feature = 0           # the current panel's first output feature
+    if g.groups > 1 and (g.bias or g.channels_first or g.stored or g.bf16_steps):
+        raise ValueError("the patch-GEMM kernel stores grouped convolutions channels-last, "
+                         "all features, without an epilogue")
+    first_feature = 0           # the current panel's first output feature (within its group)
+    # the current group's first input channel and output feature (values of the group loop;
+    # None without groups, so that a dense kernel's code is what it was before groups)
+    first_channel = group_feature = None
     by_width = {}               # panel width -> (vector type, accumulators, zero, undef, lanes0, fmuladd)
 
     def use_panel(width: int, first: int):
@@ -142,23 +169,64 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
         vec, accumulators, zero, undef, lanes0, fmuladd = by_width[width]
         first_feature = first
 
-    def short_loop(count: int, name: str, body):
-        """The innermost loop over a window row's products: unrolled here when it is short.
+    def stepping_loop(count: int, name: str, pointers: list, steps: list[int], body):
+        """``body(p)`` ``count`` (>= 1) times, each pointer of ``p`` advanced by its step (in
+        elements) after every iteration: the loop's address arithmetic strength-reduced as
+        emitted, so that LLVM's code generator runs without loop strength reduction (the
+        "hand-vectorized" pipeline of codegen/cpu.py)."""
+        pre = b.block
+        loop = b.append_basic_block(f"{name}.body")
+        after = b.append_basic_block(f"{name}.end")
+        b.branch(loop)
+        b.position_at_end(loop)
+        left = b.phi(ir.IntType(64), name)
+        left.add_incoming(const_i64(count), pre)
+        phis = []
+        for p in pointers:
+            phi = b.phi(p.type)
+            phi.add_incoming(p, pre)
+            phis.append(phi)
+        body(phis)
+        latch = b.block
+        left_next = b.sub(left, const_i64(1))
+        left.add_incoming(left_next, latch)
+        for phi, step in zip(phis, steps):
+            phi.add_incoming(b.gep(phi, [const_i64(step)]), latch)
+        b.cbranch(b.icmp_unsigned("!=", left_next, const_i64(0)), loop, after)
+        b.position_at_end(after)
+
+    def short_loop(count: int, name: str, xp, wp):
+        """The innermost loop over a window row's products (from input element ``xp`` and kernel
+        row ``wp`` on, one element and one kernel row a step): unrolled here when it is short.
         (The kernel is compiled without LLVM's unroller and vectorizers, which only rebuilt
         this hand-vectorized code at 2-4x its compile time; the one thing the unroller won was a
         short loop's overhead: LeNet's 5x5 window of 1 channel ran 14% slower as a loop.)"""
         if count <= SHORT_LOOP:
             for k in range(count):
-                body(const_i64(k))
+                multiply_add(b.gep(xp, [const_i64(k)]) if k else xp, b.gep(wp, [const_i64(k * g.o)]) if k else wp)
         else:
-            counted_loop(b, const_i64(0), const_i64(count), name, body)
+            stepping_loop(count, name, [xp, wp], [1, g.o], lambda p: multiply_add(*p))
 
     def splat(v):
         return b.shuffle_vector(b.insert_element(undef, v, ir.Constant(ir.IntType(32), 0)), undef, lanes0)
 
-    def kernel_row(k):
-        at = b.add(b.mul(k, const_i64(g.o)), const_i64(first_feature))
-        return b.load(b.bitcast(b.gep(w, [at]), vec.as_pointer()), align=g.itemsize)
+    def in_group(feature):
+        """A feature of the current group (``feature`` within it)."""
+        return feature if group_feature is None else b.add(group_feature, feature)
+
+    firsts: list[int] = []          # the current block's positions' input offsets (elements)
+
+    def multiply_add(xp, wp):
+        """Every position's sums += its input element (``xp`` + its offset) * kernel row ``wp``."""
+        y = b.load(b.bitcast(wp, vec.as_pointer()), align=g.itemsize)
+        for r, offset in enumerate(firsts):
+            xv = b.load(b.gep(xp, [const_i64(offset)]) if offset else xp)
+            b.store(b.call(fmuladd, [splat(xv), y, b.load(accumulators[r])]), accumulators[r])
+
+    def masked_store():
+        name = f"llvm.masked.store.v{vec.count}{g.t}.p0"
+        return module.globals.get(name) or ir.Function(module, ir.FunctionType(
+            ir.VoidType(), [vec, vec.as_pointer(), ir.IntType(32), ir.VectorType(ir.IntType(1), vec.count)]), name)
 
     bias_vectors = {}
 
@@ -193,27 +261,20 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
         """Output positions [ow0, ow0 + count) of the row whose window starts at ``x_row``."""
         for a in accumulators[:count]:
             b.store(zero, a)
-        firsts = [b.add(x_row, b.mul(b.add(ow0, const_i64(r)), const_i64(sw * g.c))) for r in range(count)]
+        # (each position's input element a constant offset from the first one's)
+        firsts[:] = [r * sw * g.c for r in range(count)]
+        x_first = b.add(x_row, b.mul(ow0, const_i64(sw * g.c)))
+        x0 = b.gep(x, [x_first if first_channel is None else b.add(x_first, first_channel)])
+        w0 = b.gep(w, [in_group(const_i64(first_feature))])
 
-        def multiply_add(x_offset, k):
-            y = kernel_row(k)
-            for r in range(count):
-                xv = b.load(b.gep(x, [b.add(firsts[r], x_offset)]))
-                b.store(b.call(fmuladd, [splat(xv), y, b.load(accumulators[r])]), accumulators[r])
-
-        def window_row(i):
-            x_i = b.mul(i, const_i64(dh * row_step))
-            k_i = b.mul(i, const_i64(g.kw * g.c))
-            if dw == 1:
-                short_loop(g.kw * g.c, "pg.j", lambda j: multiply_add(b.add(x_i, j), b.add(k_i, j)))
+        def window_row(p):
+            xp, wp = p
+            if dw == 1 and g.groups == 1:
+                short_loop(g.kw * g.c, "pg.j", xp, wp)
                 return
-
-            def window_column(jw):
-                x_j = b.add(x_i, b.mul(jw, const_i64(dw * g.c)))
-                k_j = b.add(k_i, b.mul(jw, const_i64(g.c)))
-                short_loop(g.c, "pg.c", lambda c: multiply_add(b.add(x_j, c), b.add(k_j, c)))
-            counted_loop(b, const_i64(0), const_i64(g.kw), "pg.kw", window_column)
-        counted_loop(b, const_i64(0), const_i64(g.kh), "pg.kh", window_row)
+            # (a group's channels of a window column are contiguous, the columns C apart)
+            stepping_loop(g.kw, "pg.kw", [xp, wp], [dw * g.c, ci * g.o], lambda q: short_loop(ci, "pg.c", *q))
+        stepping_loop(g.kh, "pg.kh", [x0, w0], [dh * row_step, g.kw * ci * g.o], window_row)
         for r in range(count):
             if g.channels_first:
                 # (one scalar store per real feature, a plane apart: cheaper than NumPy's
@@ -225,14 +286,16 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
                     b.store(b.extract_element(total, ir.Constant(ir.IntType(32), j)), b.gep(out, [at]))
                 continue
             at = b.add(out_row, b.add(b.mul(b.add(ow0, const_i64(r)), const_i64(g.out_row)),
-                                      const_i64(first_feature)))
+                                      in_group(const_i64(first_feature))))
             if g.out_row < first_feature + vec.count:
-                # (the real features only: a few scalar stores beat NumPy's copy of a padded
-                # block afterwards, SSD's 1x1 box head of 12 features)
-                total = finished(b.load(accumulators[r]))
-                for j in range(g.out_row - first_feature):
-                    b.store(b.extract_element(total, ir.Constant(ir.IntType(32), j)),
-                            b.gep(out, [b.add(at, const_i64(j))]))
+                # (the real features only, one masked store: beats NumPy's copy of a padded block
+                # afterwards, SSD's 1x1 box head of 12 features; and a store per feature made
+                # LeNet-5's first kernel's IR 40% larger, its compile time with it)
+                real = g.out_row - first_feature
+                mask = ir.Constant(ir.VectorType(ir.IntType(1), vec.count), [int(j < real) for j in range(vec.count)])
+                b.call(masked_store(), [finished(b.load(accumulators[r])),
+                                        b.bitcast(b.gep(out, [at]), vec.as_pointer()),
+                                        ir.Constant(ir.IntType(32), g.itemsize), mask])
                 continue
             b.store(finished(b.load(accumulators[r])), b.bitcast(b.gep(out, [at]), vec.as_pointer()),
                     align=g.itemsize)
@@ -244,22 +307,33 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
             out_row = b.add(b.mul(image, const_i64(g.channels_first * g.oh * g.ow)), b.mul(oh, const_i64(g.ow)))
         else:
             out_row = b.mul(b.sub(u, begin), const_i64(g.ow * g.out_row))
-        first = 0
-        for width in g.panel_widths():
-            use_panel(width, first)
-            first += width
-            r_max = g.block_positions(width)
-            full = g.ow // r_max
-            counted_loop(b, const_i64(0), const_i64(full * r_max), "pg.ow",
-                         lambda ow0: positions(x_row, out_row, ow0, r_max), step=const_i64(r_max))
-            if g.ow % r_max:
-                # (the rest of the row as one narrower block: one position at a time would wait
-                # on each sum's previous multiply-add)
-                positions(x_row, out_row, const_i64(full * r_max), g.ow % r_max)
+
+        def panels():
+            first = 0
+            for width in g.panel_widths():
+                use_panel(width, first)
+                first += width
+                r_max = g.block_positions(width)
+                full = g.ow // r_max
+                counted_loop(b, const_i64(0), const_i64(full * r_max), "pg.ow",
+                             lambda ow0: positions(x_row, out_row, ow0, r_max), step=const_i64(r_max))
+                if g.ow % r_max:
+                    # (the rest of the row as one narrower block: one position at a time would
+                    # wait on each sum's previous multiply-add)
+                    positions(x_row, out_row, const_i64(full * r_max), g.ow % r_max)
+        if g.groups == 1:
+            panels()
+            return
+
+        def group(k):
+            nonlocal first_channel, group_feature
+            first_channel, group_feature = b.mul(k, const_i64(ci)), b.mul(k, const_i64(g.group_outputs))
+            panels()
+        counted_loop(b, const_i64(0), const_i64(g.groups), "pg.group", group)
 
     counted_loop(b, fn.args[1], fn.args[2], "pg.row", unit)
     b.ret_void()
-    return KernelSpec(name, "patch-gemm", g.n * g.oh, g.ow * g.kh * g.kw * g.c * g.o)
+    return KernelSpec(name, "patch-gemm", g.n * g.oh, g.ow * g.kh * g.kw * ci * g.o)
 
 
 def _round_to_bf16(b: ir.IRBuilder, v):

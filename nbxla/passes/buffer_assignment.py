@@ -16,6 +16,9 @@ the arena is usually much smaller than the sum of all values.
   output's byte size and dimensions, is not a parameter, and is read only elementwise (output
   element *j* depends on operand element *j* only), so no element is overwritten before it is
   read.
+  An update fusion written into its operand's buffer (``operand_buffers`` below) takes over
+  that operand's place in the arena the same way, whatever it reads: its kernel writes only
+  the window and takes care of reads of the window itself (``codegen/updates.py``).
 * **Donation** (input/output aliasing): when the caller donates parameter *k*
   (``donated_parameters``), an output of the same shape may be written into that parameter's
   buffer, as long as nothing reads the parameter afterwards -- the notebook pattern
@@ -29,7 +32,9 @@ the arena is usually much smaller than the sum of all values.
   and a ``while`` keeps each state leaf in its initial leaf's buffer -- always for a leaf the
   body passes through, else when that buffer is free after the step: nothing living in it is
   read later or is a result, and it is a temporary (or, in a loop body, the loop's state).
-  The structural facts are ``hlo/aliasing.py``'s; the arena above does not use this answer.
+  The structural facts are ``hlo/aliasing.py``'s.  The arena above follows this answer for the
+  update fusions (the JIT's entry runs them in place too: ``runtime/window_updates.py``), not
+  for the loops.
 
 The entry computation is planned with the caller's donations; every computation its control flow
 runs (a ``while``'s condition and body, a ``conditional``'s branches, a ``call``'s callee, and
@@ -324,7 +329,7 @@ def plan_computation(comp: Computation, donated_parameters=frozenset(), loop_bod
     n = len(instrs)
     plan = BufferPlan(length=n, schedule=tuple(i.name for i in instrs),
                       donated_parameters=frozenset(donated_parameters), loop_body=loop_body)
-    plan.operand_buffers = _operand_buffers(comp, loop_body)
+    plan.operand_buffers = operand_buffers(comp, loop_body)
     # buffer[(id(instr), index)] -> the name of the value that owns the memory.
     buffer: dict[tuple[int, tuple], str] = {}
     values: dict[str, ValueAssignment] = {}
@@ -408,7 +413,8 @@ def plan_computation(comp: Computation, donated_parameters=frozenset(), loop_bod
             v = values.get(name)
             if v is None or v.kind != "arena" or buffer[(id(instr), index)] != name:
                 continue
-            victim = _in_place_victim(instr, index, values, allocations, buffer, i)
+            victim = _updated_operand(instr, plan.operand_buffers, values, allocations, buffer, i) \
+                or _in_place_victim(instr, index, values, allocations, buffer, i)
             if victim is not None:
                 a = allocations[victim]
                 ending[a.end].remove(a)
@@ -436,6 +442,20 @@ def plan_computation(comp: Computation, donated_parameters=frozenset(), loop_bod
     return plan
 
 
+def _updated_operand(instr, operand_buffers, values, allocations, buffer, i) -> str | None:
+    """For a window-update fusion that ``operand_buffers`` writes into its operand's buffer: the
+    value owning that buffer, whose arena place the output then takes over (so that nothing
+    else is placed there while the updated array lives), or None."""
+    if instr.opcode != "fusion" or instr.name not in operand_buffers:
+        return None
+    target = instr.operands[updated_parameter(instr.attrs["calls"])]
+    name = buffer[(id(target), ())]
+    a = allocations.get(name)
+    if a is None or a.end != i or a.size != values[value_name(instr, ())].size:
+        return None
+    return name
+
+
 def _in_place_victim(instr, index, values, allocations, buffer, i) -> str | None:
     """A dying operand buffer that ``instr`` may overwrite with its output, or None."""
     if index or instr.shape.is_tuple or instr.shape.byte_size == 0:
@@ -457,7 +477,7 @@ def _in_place_victim(instr, index, values, allocations, buffer, i) -> str | None
     return None
 
 
-def _operand_buffers(comp: Computation, loop_body: bool) -> dict[str, tuple[int, ...]]:
+def operand_buffers(comp: Computation, loop_body: bool = False) -> dict[str, tuple[int, ...]]:
     """``BufferPlan.operand_buffers`` of ``comp``.  A walk in schedule order over *buffers*:
     each parameter leaf, constant and new output leaf is one; views name their operand's, and
     an output written into an operand's buffer names that one, so that what lives in a buffer

@@ -1,8 +1,9 @@
 """Passes as small objects in a pipeline, with a verifier between them and a history.
 
 A pass has a ``name`` and ``run(module) -> changed``.  The pipeline runs them in order on its
-own copy of the module, verifies the module after each one, and records the module text after
-every pass that changed something (modules up to ``RECORD_TEXT_LIMIT`` instructions):
+own copy of the module, verifies the module after each one, and records the module (a copy,
+printed on request) after every pass that changed something (modules up to
+``RECORD_TEXT_LIMIT`` instructions):
 ``%xla_ir stage=passes`` and ``--dump_to`` show the module's history step by step.
 """
 
@@ -63,7 +64,18 @@ class PassRecord:
     name: str
     changed: bool
     milliseconds: float
-    text: str | None = None            # module text after the pass, when it changed something
+    # The module after the pass, when it changed something: a copy, printed when its ``text``
+    # is first asked for.  (Printing it after every pass took 7 of the 19 ms LeNet-5's
+    # pipeline ran, on every compile; a copy costs a fifth of a print.)  Or, instead, a
+    # note of why no copy was kept.
+    snapshot: Module | str | None = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str | None:
+        """The module text after the pass, when it changed something."""
+        if isinstance(self.snapshot, Module):
+            self.snapshot = print_module(self.snapshot, _HISTORY_TEXT)
+        return self.snapshot
 
 
 @dataclass
@@ -98,14 +110,14 @@ class Pipeline:
             ms = (time.perf_counter() - start) * 1e3
             if self.verify and changed:         # (an unchanged module was verified before)
                 verify_module(module, after=p.name)
-            text = None
+            snapshot = None
             if changed and self.record_text:
                 size = sum(len(c.instructions) for c in module.computations)
                 # (Printing a module of an unrolled loop after every pass took longer than the
                 # passes: 145K instructions, 10 MB of text each time.)
-                text = print_module(module, _HISTORY_TEXT) if size <= RECORD_TEXT_LIMIT else \
+                snapshot = clone_module(module) if size <= RECORD_TEXT_LIMIT else \
                     f"// (module of {size} instructions: its text after this pass is not kept)"
-            result.history.append(PassRecord(p.name, changed, ms, text))
+            result.history.append(PassRecord(p.name, changed, ms, snapshot))
             report = getattr(p, "report", None)
             if report is not None:
                 result.facts[p.name] = report

@@ -148,6 +148,10 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         # the whole array: its starts are clamped to 0 whatever they are (a masked slice's read
         # of a whole axis, which a masked dot passes on to read in place)
         return ops[0]
+    if op == "dynamic-update-slice" and ops[0].opcode == op and _same_values(ops[0].operands[1:], ops[1:]):
+        # The same update at the same place twice (``a[..., 0] += v`` traces to a write of the
+        # sum, then a write of the sum reshaped again): the second changes nothing.
+        return ops[0]
     if op == "copy" and ops[0].opcode != "parameter":
         return ops[0]
     if op == "opt-barrier":
@@ -162,6 +166,20 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         if v is not None:
             return a if v else b
     return None
+
+
+def _same_values(a: list[Instruction], b: list[Instruction]) -> bool:
+    """Are ``a`` and ``b`` the same values one by one (before CSE has merged them): the same
+    instructions, equal scalar constants, or reshapes of the same value to the same shape?"""
+    def same(x, y):
+        if x is y:
+            return True
+        if x.opcode != y.opcode or x.shape != y.shape:
+            return False
+        if x.opcode == "constant":
+            return x.shape.rank == 0 and x.literal.tolist() == y.literal.tolist()
+        return x.opcode == "reshape" and same(x.operands[0], y.operands[0])
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
 def _widens(src: Shape, mid: Shape) -> bool:

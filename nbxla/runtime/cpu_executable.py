@@ -36,7 +36,7 @@ from ..errors import InterpretedWarning
 from ..hlo.opcodes import OWN_KERNEL
 from ..hlo import Module
 from ..hlo.evaluator import Interpreter
-from ..hlo.aliasing import is_view
+from ..hlo.aliasing import is_view, updated_parameter
 from ..hlo.ir import Computation, Instruction, program_callees
 from ..hlo.placement import CPU, placement
 from ..hlo.printer import PrintOptions, print_module
@@ -52,6 +52,8 @@ from .native_loops import NativeLoopThunk, native_entry_runner, native_loops, na
 from .persistent_cache import default_cache
 from .single_call import single_kernel_runner
 from .straight_line import straight_line_runner
+from .window_updates import WindowUpdateThunk, in_place_symbols, live_out_update_places, made_by_run, \
+    window_update_fusions
 from .thunks import structural_thunk
 
 # Below this, temporaries are plain small allocations, not arena places: creating the arena
@@ -158,15 +160,16 @@ class CpuExecutable:
                                       for i in c.instructions if i.name in symbols]
         else:
             distinct, compiled = kernel_computations(module, frozenset(self._native))
+        in_place = in_place_symbols(module, compiled)
         key = None
         if store is not None:
-            names = ",".join(symbol for symbol, _ in compiled) + \
+            names = ",".join(symbol for symbol, _ in compiled) + repr(sorted(in_place)) + \
                 repr([getattr(comp, "unknown_axes", None) for _, comp in distinct])
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
                                   print_module(module, KEY_TEXT)).encode()).hexdigest()
         self.kernels: CompiledKernels = kernels if kernels is not None else \
             compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET, emitted,
-                            light_kernel_symbols(module, distinct, compiled))
+                            light_kernel_symbols(module, distinct, compiled), in_place)
         # Kernel symbol of every fusion and standalone kernel op, by HLO instruction name
         # (identical kernels, the steps of a time loop, share one symbol).
         self.kernel_symbols = {i.name: symbol for symbol, i in compiled}
@@ -182,6 +185,10 @@ class CpuExecutable:
         # sort / convolution instructions run as library calls, by name.
         self.library_calls: dict[str, str] = {}
         self._interpreter = Interpreter()
+        # Entry values whose memory the run makes itself (kernel and BLAS outputs, views of
+        # them): the only ones a window update may write into (window_updates.py).
+        self._made: set[int] = set()
+        self._live_out_updates = live_out_update_places(plan)
         self._programs: dict[int, _Program] = {}
         entry = self._program(module.entry)
         self._literal_owners = {id(memory_owner(lit)) for lit in entry.literals}
@@ -235,6 +242,8 @@ class CpuExecutable:
                 if is_entry:
                     thunk = OwnedResult(thunk, nested)
             places = self._arena_outputs(instr, thunk) if is_entry else None
+            if is_entry and made_by_run(instr, thunk, self._made):
+                self._made.add(id(instr))
             steps.append((thunk, [slot[id(o)] for o in instr.operands], slot[id(instr)], places))
         program = _Program(comp, len(slot), params, steps, slot[id(comp.root)], literals, callees)
         self._programs[id(comp)] = program
@@ -264,6 +273,13 @@ class CpuExecutable:
 
     def _kernel_thunk(self, instr: Instruction, kernel: str) -> Callable:
         spec = self.kernels.specs[kernel]
+        if spec.style == "in-place":
+            # (in place where the plan put the output into the operand's buffer and the run
+            # made that memory itself; else into a copy of the operand)
+            target = instr.operands[updated_parameter(instr.attrs["calls"])]
+            reuse = self.plan is not None and instr.name in self.plan.operand_buffers and id(target) in self._made
+            return WindowUpdateThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
+                                     spec.work_per_unit, reuse)
         if spec.style == "full-reduce":
             return FullReductionThunk(instr, self.kernels.addresses[kernel],
                                       self.kernels.addresses[spec.finish_name],
@@ -338,12 +354,14 @@ class CpuExecutable:
             if step is None:
                 return False
             thunk, places = step[0], step[3]
+            if isinstance(thunk, WindowUpdateThunk) and thunk.reuse:       # (in its operand's memory)
+                return fresh(instr.operands[thunk.target])
             if is_view(instr) and not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)):
                 # a view or a name of its operand
                 return fresh(instr.operands[0], (instr.attrs["index"],) + index
                              if instr.opcode == "get-tuple-element" else index)
             made.append((id(instr), index))
-            return isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)) and places is None
+            return isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk, WindowUpdateThunk)) and places is None
         # (CSE merges equal values: ``return np.zeros(n), np.zeros(n)`` is one kernel's output
         # twice in the root tuple, where NumPy gives two arrays.)
         return fresh(entry.computation.root) and len(set(made)) == len(made)
@@ -352,7 +370,8 @@ class CpuExecutable:
         """(offset, dims, dtype) per output of a kernel whose outputs the buffer plan places
         in the arena; None when it has none (or is live-out: results get their own memory,
         so that what a caller keeps does not pin the whole arena)."""
-        if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)) or \
+        if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk, WindowUpdateThunk)) or \
+                getattr(thunk, "reuse", False) or \
                 _temporary_bytes(self.plan) < SMALL_ARENA or self.convolution_epilogues.get(instr.name):
             return None
         shapes = instr.shape.elements if instr.shape.is_tuple else [instr.shape]
@@ -360,7 +379,10 @@ class CpuExecutable:
         places = []
         for name, shape in zip(names, shapes):
             v = self.plan.values.get(name)
-            if v is None or v.kind != "arena" or v.end >= self.plan.length or v.offset is None:
+            if v is None or v.kind != "arena" or v.end >= self.plan.length or v.offset is None \
+                    or v.allocation in self._live_out_updates:
+                # (live-out: results get memory of their own; so does an array that window
+                # updates later write into in place, when a result is their last one)
                 return None
             places.append((v.offset, shape.dims, shape.dtype))
         return places
@@ -489,6 +511,8 @@ class CpuExecutable:
             spec = self.kernels.specs[symbol]
             split = f"split over {worker_count()} threads" if thunk.parallel else "on the calling thread"
             return f"native kernel {symbol} ({spec.style} over {spec.parallel_extent}, {split})"
+        if isinstance(thunk, WindowUpdateThunk):
+            return f"native kernel {symbol} (writes only the window, {thunk.how})"
         if isinstance(thunk, FullReductionThunk):
             return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
         if isinstance(thunk, DotThunk) and instr.name in getattr(self.run, "paired", ()):
@@ -552,8 +576,10 @@ def _temporary_bytes(plan) -> int:
 
 def kernel_computations(module: Module, native=frozenset()):
     """(symbol, computation) of each distinct kernel of the module's programs, and (symbol,
-    instruction) for every fusion and standalone kernel op: what ``compile_kernels`` is given."""
-    return _share_identical_kernels(_kernel_symbols(program_computations(module, native)))
+    instruction) for every fusion and standalone kernel op: what ``compile_kernels`` is given.
+    The entry's window updates (``window_updates.py``) get kernels of their own."""
+    return _share_identical_kernels(_kernel_symbols(program_computations(module, native)),
+                                    window_update_fusions(module))
 
 
 def kernel_llvm_ir(module: Module, light: frozenset = frozenset()):
@@ -561,8 +587,8 @@ def kernel_llvm_ir(module: Module, light: frozenset = frozenset()):
     (``EmittedKernels``), without compiling them: what a second probe of a program with
     unknown dimensions is compared by.  No kernel is light unless named in ``light``: whether
     one is depends on its size, which a program with unknown dimensions does not fix."""
-    distinct, _ = kernel_computations(module)
-    return emit_llvm_ir(module.name, distinct, ARRAY_DATA_OFFSET, light)
+    distinct, compiled = kernel_computations(module)
+    return emit_llvm_ir(module.name, distinct, ARRAY_DATA_OFFSET, light, in_place_symbols(module, compiled))
 
 
 def light_kernel_symbols(module: Module, distinct, compiled) -> frozenset:
@@ -611,7 +637,7 @@ def _kernel_computation(instr: Instruction) -> Computation:
     return instr.attrs["calls"] if instr.opcode == "fusion" else standalone_computation(instr)
 
 
-def _share_identical_kernels(compiled: list[tuple[str, Instruction]]):
+def _share_identical_kernels(compiled: list[tuple[str, Instruction]], updates=frozenset()):
     """(symbol, computation) of each distinct kernel, and every (symbol, instruction) with the
     symbol of the first identical kernel.  Why: a time loop unrolled by tracing gives the same
     few kernels once per step, and LLVM's optimizer costs tens of ms per kernel."""
@@ -620,7 +646,8 @@ def _share_identical_kernels(compiled: list[tuple[str, Instruction]]):
     for symbol, instr in compiled:
         comp = _kernel_computation(instr)
         # (with the axes known only at run time, which change the code: symbolic_compile.py)
-        key = instr.opcode + "\n" + structure_key(comp) + repr(getattr(comp, "unknown_axes", ""))
+        key = instr.opcode + ("-in-place" if id(instr) in updates else "") + "\n" + structure_key(comp) + \
+            repr(getattr(comp, "unknown_axes", ""))
         if key not in first:
             first[key] = symbol
             distinct.append((symbol, comp))

@@ -33,7 +33,7 @@ PARALLEL_THRESHOLD = 1 << 20
 BATCH_SPLIT_PRODUCT = 1 << 22
 # A transcendental function's cost in adds (a vectorized exp/tanh/log: tens of instructions).
 TRANSCENDENTAL_COST = 16
-_KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
 def worker_count() -> int:
@@ -177,7 +177,7 @@ class KernelThunk:
                  object_entry: int | None = None, sizes: tuple = ()):
         """``sizes``: the values of the sizes the kernel reads when it runs (``RunSizes`` in
         codegen/toolkit.py), passed as an i64 array after the output buffers."""
-        self.fn = _KERNEL_TYPE(address)
+        self.fn = KERNEL_TYPE(address)
         self.outputs = _output_shapes(instr)
         self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.outputs]
         self.sizes = (np.array(sizes, np.int64),) if sizes else ()
@@ -216,7 +216,7 @@ class FullReductionThunk:
 
     def __init__(self, instr: Instruction, address: int, finish: int, extent: int, slots: int,
                  work_per_unit: int = 1, object_entry: int | None = None):
-        self.partial, self.finish = _KERNEL_TYPE(address), _KERNEL_TYPE(finish)
+        self.partial, self.finish = KERNEL_TYPE(address), KERNEL_TYPE(finish)
         self.outputs = _output_shapes(instr)
         self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.outputs]
         self.n_in = len(instr.operands)

@@ -21,7 +21,8 @@ evaluator's answer then depends on its algorithm: such a sort checks its keys fo
 each call and hands calls with NaNs to the evaluator's rule.
 
 **convolution.**  (Depthwise and narrowly grouped ones run in their own native kernel,
-``codegen/convolution.py``; these are the rest.)  Unstrided f32/f64 convolutions with enough
+``codegen/convolution.py``; these are the rest.)  Dense and grouped 2-D f32/f64 ones that
+nbxla's patch-GEMM kernel takes run in it (``conv_blocks``).  Unstrided f32/f64 convolutions with enough
 input features per group are a GEMM per kernel tap on the padded input (``conv_gemm.py``).
 The others (any dim_labels, strides, padding including negative, lhs and rhs dilation,
 reversal, feature or batch groups) gather patches of the padded, dilated input with

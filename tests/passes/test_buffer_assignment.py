@@ -454,3 +454,28 @@ def test_the_aot_driver_writes_in_place_exactly_where_the_plan_says():
     plan.nested["body"].operand_buffers.clear()
     found, _ = in_place_steps(plan)
     assert found["main"] == set() and found["body"] == set()
+
+
+def test_an_update_in_its_operands_buffer_keeps_that_place_in_the_arena():
+    """A window update written into its operand's buffer (``operand_buffers``) takes over the
+    operand's arena place: same offset and allocation, and nothing computed while the update
+    lives is placed over it (the operand dies at the update, but its bytes live on in it).
+    Without the takeover, ``z`` below reused t's place and overwrote the updated array."""
+    vec, one = Shape("f32", (64,)), Shape("f32", (1,))
+    fb = Builder("fused_update")
+    q0, q1, q2 = fb.parameter(vec, "q0"), fb.parameter(one, "q1"), fb.parameter(Shape("s32"), "q2")
+    fused = fb.build(fb.op("dynamic-update-slice", q0, q1, q2))
+    b = Builder("main")
+    p = b.parameter(vec, "p")
+    v = b.parameter(one, "v")
+    t = b.op("exponential", p)
+    u = b.op("fusion", t, v, b.constant(2, "s32"), kind="kLoop", calls=fused)
+    z = b.op("negate", p)
+    module = Module("update_then_more", b.build(b.op("multiply", u, b.op("sine", z))))
+    plan = plan_buffers(module)
+    assert plan.operand_buffers == {u.name: (0,)}
+    assert (u.name, t.name) in plan.in_place
+    assert (plan[u.name].offset, plan[u.name].allocation) == (plan[t.name].offset, plan[t.name].allocation)
+    for name in (z.name,):
+        zv, uv = plan[name], plan[u.name]
+        assert zv.offset + zv.size <= uv.offset or uv.offset + uv.size <= zv.offset, plan.to_text()

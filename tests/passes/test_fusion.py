@@ -359,3 +359,31 @@ def test_a_loop_of_stencil_updates_does_not_copy_values_into_a_kernel_again_and_
         interpreted = f.last_compilation.executable.native.interpreted
         assert all(f"more than {elemental.MAX_EMITTED_VALUES} values" in why for why in interpreted.values())
     assert counts[1] < 2.5 * counts[0], counts        # linear in the steps
+
+
+def test_history_text_is_the_module_as_it_was_after_the_pass():
+    """The history keeps a copy of the module after each changing pass and prints it only when
+    asked: a later pass that rewrites the module in place must not show in an earlier pass's
+    text, and each text is what printing the module right after its pass gave."""
+    from nbxla.hlo.printer import print_module
+    from nbxla.passes.pipeline import _HISTORY_TEXT, Pipeline
+
+    printed = []
+
+    class Rename:
+        """Renames every instruction in place (and records the module's text right after)."""
+        def __init__(self, suffix):
+            self.name, self.suffix = f"rename{suffix}", suffix
+
+        def run(self, module):
+            for comp in module.computations:
+                for instr in comp.instructions:
+                    instr.name += self.suffix
+            printed.append(print_module(module, _HISTORY_TEXT))
+            return True
+
+    module = traced(seed, np.ones((4, 4), f32), np.ones((4, 4), f32))
+    result = Pipeline([Rename("_a"), Rename("_b")]).run(module)
+    first, second = (r.text for r in result.history)
+    assert first == printed[0] and second == printed[1]
+    assert "_a_b" not in first and "_a_b" in second

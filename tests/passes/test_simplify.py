@@ -207,3 +207,25 @@ def test_dce_removes_dead_code_and_unused_computations():
     result = Pipeline([DeadCodeElimination()]).run(module)
     assert entry_ops(result.module) == ["exponential"]
     assert [c.name for c in result.module.computations] == [result.module.entry.name]
+
+
+def test_the_same_update_written_twice_is_written_once():
+    """``a[..., 0] += v`` traces to an update of an update with the sum reshaped twice (CSE has
+    not merged the reshapes yet): the outer update changes nothing and goes; an outer update
+    with other values or at another place stays."""
+    from nbxla.hlo import Module
+    for same_place, same_value, kept in ((True, True, 1), (False, True, 2), (True, False, 2)):
+        b = Builder("main")
+        x = b.parameter(Shape("f32", (4, 3)), "x")
+        v = b.parameter(Shape("f32", (4,)), "v")
+        w = b.op("add", v, v) if not same_value else v
+        first = b.op("dynamic-update-slice", x, b.op("reshape", v, shape=Shape("f32", (4, 1))),
+                     b.constant(0, "s64"), b.constant(1, "s64"))
+        second = b.op("dynamic-update-slice", first, b.op("reshape", w, shape=Shape("f32", (4, 1))),
+                      b.constant(0, "s64"), b.constant(1 if same_place else 2, "s64"))
+        module = Module("m", b.build(second))
+        args = [np.arange(12, dtype=f32).reshape(4, 3), np.array([-1, -2, -3, -4], f32)]
+        want = evaluate(module, args)
+        module = Pipeline([AlgebraicSimplifier(), DeadCodeElimination()]).run(module).module
+        assert entry_ops(module).count("dynamic-update-slice") == kept
+        np.testing.assert_array_equal(evaluate(module, args), want)

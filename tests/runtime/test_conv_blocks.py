@@ -114,6 +114,23 @@ def test_split_over_the_pool_or_not(monkeypatch, split):
     assert bool(calls) == (split and conv_gemm.blas_thread_controls() is not None)
 
 
+@pytest.mark.parametrize("labels,x,k", [("b01f_01io->b01f", (1, 6, 7, 5), (3, 3, 5, 70)),
+                                         ("bf01_oi01->bf01", (1, 5, 6, 7), (70, 5, 3, 3))])
+@pytest.mark.parametrize("few_blocks", [True, False])
+def test_fewer_blocks_than_threads_split_by_features(monkeypatch, labels, x, k, few_blocks):
+    # BLAS with fewer blocks than threads: each block's GEMM split by output features (pieces
+    # of whole vectors, the last one narrower), else the blocks over the pool as they are
+    monkeypatch.setattr(conv_blocks, "worker_count", lambda: 4 if few_blocks else 1)
+    monkeypatch.setattr(conv_gemm, "worker_count", lambda: 4)
+    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1)
+    calls = []
+    real = conv_blocks.BlockedConvolution._split_by_features
+    monkeypatch.setattr(conv_blocks.BlockedConvolution, "_split_by_features",
+                        lambda self, *a: (calls.append(1), real(self, *a)))
+    check(conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1)), BLOCKED + ", by BLAS")
+    assert bool(calls) == few_blocks
+
+
 F32_LIMIT = conv_blocks.NATIVE_GEMM_BYTES // 4      # output features nbxla's kernel takes (f32)
 WIDE_O = F32_LIMIT + 1                              # the fewest it does not
 
