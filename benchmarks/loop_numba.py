@@ -244,7 +244,120 @@ def ports() -> dict:
             counts[values[i]] += 1
         return counts
 
-    return {"correlation": correlation, "covariance": covariance, "floyd_warshall": floyd_warshall,
+    @njit(cache=False)
+    def pairwise_dist(X):
+        n, d = X.shape
+        D = np.zeros((n, n))
+        for i in range(n - 1):
+            for j in range(i + 1, n):
+                s = 0.0
+                for k in range(d):
+                    t = X[i, k] - X[j, k]
+                    s += t * t
+                D[i, j] = D[j, i] = np.sqrt(s)
+        return D
+
+    @njit(cache=False)
+    def widest_path(cap):
+        n = cap.shape[0]
+        for k in range(n):
+            for i in range(n):
+                cik = cap[i, k]
+                for j in range(n):
+                    v = min(cik, cap[k, j])
+                    if v > cap[i, j]:
+                        cap[i, j] = v
+
+    @njit(cache=False)
+    def gramschmidt_left(A):
+        m, n = A.shape
+        Q = np.zeros_like(A)
+        R = np.zeros((n, n))
+        v = np.empty(m)
+        for j in range(n):
+            for r in range(m):
+                v[r] = A[r, j]
+            for i in range(j):
+                s = 0.0
+                for r in range(m):
+                    s += Q[r, i] * v[r]
+                R[i, j] = s
+                for r in range(m):
+                    v[r] -= s * Q[r, i]
+            s = 0.0
+            for r in range(m):
+                s += v[r] * v[r]
+            R[j, j] = np.sqrt(s)
+            for r in range(m):
+                Q[r, j] = v[r] / R[j, j]
+        return Q, R
+
+    @njit(cache=False)
+    def lu_pivot(A):
+        n = A.shape[0]
+        perm = np.arange(n)
+        for i in range(n):
+            p = i
+            for r in range(i + 1, n):
+                if abs(A[r, i]) > abs(A[p, i]):
+                    p = r
+            if p != i:
+                for c in range(n):
+                    A[i, c], A[p, c] = A[p, c], A[i, c]
+                perm[i], perm[p] = perm[p], perm[i]
+            for r in range(i + 1, n):
+                A[r, i] /= A[i, i]
+                for c in range(i + 1, n):
+                    A[r, c] -= A[r, i] * A[i, c]
+        return perm
+
+    @njit(cache=False)
+    def mandelbrot(c, maxiter):
+        counts = np.zeros(c.shape, dtype=np.int64)
+        for r in range(c.shape[0]):
+            for q in range(c.shape[1]):
+                z = 0j
+                for _ in range(maxiter):
+                    if abs(z) > 2.0:
+                        break
+                    z = z * z + c[r, q]
+                    counts[r, q] += 1
+        return counts
+
+    @njit(cache=False)
+    def wave_2d(steps, u, c2):
+        n, m = u.shape
+        prev = u.copy()
+        u = u.copy()
+        for _ in range(steps):
+            nxt = np.empty_like(u)
+            for i in range(1, n - 1):
+                for j in range(1, m - 1):
+                    nxt[i, j] = (2 * u[i, j] - prev[i, j]
+                                 + c2 * (u[i + 1, j] + u[i - 1, j] + u[i, j + 1] + u[i, j - 1] - 4 * u[i, j]))
+            for j in range(m):
+                nxt[0, j] = nxt[1, j]
+                nxt[n - 1, j] = nxt[n - 2, j]
+            for i in range(n):
+                nxt[i, 0] = nxt[i, 1]
+                nxt[i, m - 1] = nxt[i, m - 2]
+            prev, u = u, nxt
+        return u
+
+    @njit(cache=False)
+    def kahan_sum(x):
+        s = 0.0
+        c = 0.0
+        for i in range(x.shape[0]):
+            y = x[i] - c
+            t = s + y
+            c = (t - s) - y
+            s = t
+        return s
+
+    return {"pairwise_dist": pairwise_dist, "widest_path": widest_path, "gramschmidt_left": gramschmidt_left,
+            "lu_pivot": lu_pivot, "mandelbrot": mandelbrot, "wave_2d": wave_2d, "kahan_sum": kahan_sum,
+            "correlation": correlation, "covariance": covariance, "floyd_warshall": floyd_warshall,
             "gramschmidt_outer": gramschmidt_outer, "contour_integral": contour_integral, "symm": symm,
             "syr2k": syr2k, "trmm": trmm, "go_fast": go_fast, "crc16": crc16, "cholesky": cholesky, "lu": lu,
             "trisolv": trisolv, "iir": iir, "jacobi_2d": jacobi_2d, "histogram": histogram}

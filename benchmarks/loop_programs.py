@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import nbxla  # noqa: E402
 from nbxla.examples import (channel_flow, cholesky, contour_integral, correlation, covariance, crc16, durbin,  # noqa: E402
-                            floyd_warshall, go_fast, gramschmidt, gramschmidt_outer, histogram_fill, iir_filter,
-                            jacobi_2d, lu, newton_sqrt, seidel_2d, symm, syr2k, trisolv, trmm)
+                            floyd_warshall, go_fast, gramschmidt, gramschmidt_left, gramschmidt_outer, histogram_fill,
+                            iir_filter, jacobi_2d, kahan_sum, lu, lu_pivot, mandelbrot, newton_sqrt,
+                            pairwise_distances, seidel_2d, symm, syr2k, trisolv, trmm, wave_2d, widest_path)
 from nbxla.runtime.cache import DEFAULT_CACHE  # noqa: E402
 
 
@@ -57,6 +58,18 @@ def _channel(ny, nx, nit):
     """npbench's start: everything at rest (its "S" size is 61 x 61, nit 5)."""
     return (nit, np.zeros((ny, nx)), np.zeros((ny, nx)), .01, 2 / (nx - 1), 2 / (ny - 1), np.zeros((ny, nx)),
             1.0, .1, 1.0)
+
+
+def _grid(rows, cols):
+    """The complex plane around the Mandelbrot set."""
+    return np.linspace(-2, 1, cols)[None, :] + 1j * np.linspace(-1.2, 1.2, rows)[:, None]
+
+
+def _pulse(n):
+    """A square of ones in the middle of an n x n field at rest."""
+    u = np.zeros((n, n))
+    u[n // 3:2 * n // 3, n // 3:2 * n // 3] = 1.0
+    return u
 
 
 def programs(quick: bool):
@@ -90,6 +103,16 @@ def programs(quick: bool):
         "gramschmidt": (gramschmidt, lambda: (rng.random((s(120, 20), s(100, 16))),)),
         "channel_flow": (channel_flow, lambda: _channel(*s((61, 61, 5), (21, 21, 3)))),
         "histogram": (histogram_fill, lambda: (rng.integers(0, 64, s(20000, 500)), 64)),
+        # (more shapes in the same styles: a shrinking row slice with a reduction, a (max, min)
+        # Floyd-Warshall, left-looking Gram-Schmidt, pivoting, a complex grid, a leapfrog
+        # stencil with four boundary updates, a scalar recurrence)
+        "pairwise_dist": (pairwise_distances, lambda: (rng.random((s(300, 30), 8)),)),
+        "widest_path": (widest_path, lambda: (rng.random((s(200, 20),) * 2),)),
+        "gramschmidt_left": (gramschmidt_left, lambda: (rng.random((s(120, 20), s(60, 12))),)),
+        "lu_pivot": (lu_pivot, lambda: (rng.random((s(100, 16),) * 2),)),
+        "mandelbrot": (mandelbrot, lambda: (_grid(s(100, 20), s(120, 24)), s(50, 30))),
+        "wave_2d": (wave_2d, lambda: (s(100, 10), _pulse(s(100, 20)), 0.2)),
+        "kahan_sum": (kahan_sum, lambda: (rng.random(s(20000, 500)),)),
     }
 
 

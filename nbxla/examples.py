@@ -389,3 +389,94 @@ def channel_flow(nit, u, v, dt, dx, dy, p, rho, nu, F):
         udiff = (np.sum(u) - np.sum(un)) / np.sum(u)
         steps += 1
     return steps
+
+
+# ---- more loop shapes (issue 30's styles, written anew: each found or guards a fix) -----------
+
+
+def pairwise_distances(X):
+    """Distances between the rows of X: the upper triangle filled row by row (a slice whose
+    length shrinks with the row), mirrored into the lower one."""
+    n = X.shape[0]
+    D = np.zeros((n, n), dtype=X.dtype)
+    for i in range(n - 1):
+        d = np.sqrt(np.sum((X[i] - X[i + 1:]) ** 2, axis=1))
+        D[i, i + 1:] = d
+        D[i + 1:, i] = d
+    return D
+
+
+def widest_path(cap):
+    """Maximum-bottleneck paths: Floyd-Warshall over the (max, min) semiring."""
+    for k in range(cap.shape[0]):
+        cap[:] = np.maximum(cap, np.minimum.outer(cap[:, k], cap[k, :]))
+
+
+def gramschmidt_left(A):
+    """Left-looking modified Gram-Schmidt: column j against the columns before it, one at a
+    time (a vector carried through the inner loop), then normalized."""
+    m, n = A.shape
+    Q = np.zeros_like(A)
+    R = np.zeros((n, n), dtype=A.dtype)
+    for j in range(n):
+        v = A[:, j].copy()
+        for i in range(j):
+            R[i, j] = Q[:, i] @ v
+            v -= R[i, j] * Q[:, i]
+        R[j, j] = np.sqrt(v @ v)
+        Q[:, j] = v / R[j, j]
+    return Q, R
+
+
+def lu_pivot(A):
+    """LU with partial pivoting in place; returns the row permutation.  The pivot row is found
+    by argmax over a column's tail and swapped in with a list index."""
+    n = A.shape[0]
+    perm = np.arange(n)
+    for i in range(n):
+        p = i + np.argmax(np.abs(A[i:, i]))
+        A[[i, p]] = A[[p, i]]
+        perm[[i, p]] = perm[[p, i]]
+        A[i + 1:, i] /= A[i, i]
+        A[i + 1:, i + 1:] -= np.outer(A[i + 1:, i], A[i, i + 1:])
+    return perm
+
+
+def mandelbrot(c, maxiter):
+    """Escape counts on a complex grid: one complex update of the whole grid per iteration."""
+    z = np.zeros_like(c)
+    counts = np.zeros(c.shape, dtype=np.int64)
+    for _ in range(maxiter):
+        live = np.abs(z) <= 2.0
+        z = np.where(live, z * z + c, z)
+        counts += live
+    return counts
+
+
+def wave_2d(steps, u, c2):
+    """The wave equation by leapfrog: three time levels rotated each step, zero-gradient
+    boundaries on all four sides (row and column updates after the interior)."""
+    prev = u.copy()
+    for _ in range(steps):
+        nxt = np.empty_like(u)
+        nxt[1:-1, 1:-1] = (2 * u[1:-1, 1:-1] - prev[1:-1, 1:-1]
+                           + c2 * (u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2] - 4 * u[1:-1, 1:-1]))
+        nxt[0, :] = nxt[1, :]
+        nxt[-1, :] = nxt[-2, :]
+        nxt[:, 0] = nxt[:, 1]
+        nxt[:, -1] = nxt[:, -2]
+        prev, u = u, nxt
+    return u
+
+
+def kahan_sum(x):
+    """Compensated summation: a scalar recurrence of two running values (the compensation
+    must survive compilation: no reassociation)."""
+    s = 0.0
+    c = 0.0
+    for i in range(x.shape[0]):
+        y = x[i] - c
+        t = s + y
+        c = (t - s) - y
+        s = t
+    return s

@@ -159,7 +159,7 @@ class Program:
     donation_kept: bool = True     # every parameter leaf written in place is returned in place
     # The same steps as data, for programs of kernels, copies and loops only (else None): what
     # ``aot_loops`` compiles into LLVM, so that a loop of small kernels runs as one function
-    # (see ``KernelSource.loop``).  Items: ("kernel", symbol, [Buffer], extent),
+    # (see ``KernelSource.loop``).  Items: ("kernel", symbol, [Buffer], extent, elements),
     # ("copy", out leaf, Buffer, nbytes), ("while", WhileStep).
     ops: list | None = None
 
@@ -448,7 +448,7 @@ class _ProgramEmitter(LibrarySteps):
         """The kernel call as an op, where it runs on this thread (no thread split: that is C)."""
         extent, work = spec.parallel_extent, spec.work_per_unit
         if not (extent >= 2 and extent * work >= self.driver.threshold):
-            self._op("kernel", spec.name, list(buffers), extent)
+            self._op("kernel", spec.name, list(buffers), extent, extent * work)
 
     def _range_call(self, spec) -> str:
         """The call of a kernel over its whole range, split over threads where that pays."""

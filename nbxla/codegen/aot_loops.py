@@ -29,6 +29,14 @@ _PTR = _I8.as_pointer()
 _PTRS = _PTR.as_pointer()
 _PROGRAM = ir.FunctionType(ir.VoidType(), [_PTRS, _PTRS, _PTR])
 SMALL_STATE = 64        # bytes: a loop's state leaves up to this size live in registers
+# Kernels computing at least this many elements are called, not inlined into the loop: inlined,
+# a kernel's loop lost the vectorization it gets alone (its buffers then come from the loop's
+# swapped state pointers), and a complex Mandelbrot update ran scalar, 12.5 ns per element
+# instead of 1.8 (0.2x NumPy at 12000 points, 0.9x at 480); a call costs a few ns.  Scalar
+# loops (an IIR filter, CRC-16) and small kernels still inline, where the call was the cost.
+# Measured: 64 made LU's and Cholesky's row updates (~100 elements) 10-20% slower; 256 and
+# 1024 left them as they were.
+CALLED_KERNEL_ELEMENTS = 256
 
 
 def llvm_loops_enabled() -> bool:
@@ -147,8 +155,10 @@ class _Frame:
     def run(self, op) -> None:
         kind = op[0]
         if kind == "kernel":
-            _, symbol, buffers, extent = op
+            _, symbol, buffers, extent, elements = op
             kernel = self.owner.module.get_global(symbol)
+            if elements >= CALLED_KERNEL_ELEMENTS:
+                kernel.attributes.add("noinline")
             array = self.pointer_array([self.pointer(buf) for buf in buffers], "b")
             self.b.call(kernel, [array, _i64(0), _i64(extent)])
         elif kind == "full-reduce":     # (one chunk, as the C writes it: partial, then finish)

@@ -36,7 +36,8 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..hlo.ir import Computation
-from ..hlo.opcodes import COSTLY_TO_RECOMPUTE, EXPENSIVE, TRANSCENDENTAL
+from ..hlo.division import is_expensive
+from ..hlo.opcodes import COSTLY_TO_RECOMPUTE, TRANSCENDENTAL
 from .run_sizes import at_least
 
 # Work per element (an add = 1, a divide 4, a transcendental 16: the runtime's measure of when
@@ -62,7 +63,7 @@ def element_work(comp: Computation) -> int:
     for i in comp.instructions:
         if i.opcode in TRANSCENDENTAL:
             work += _TRANSCENDENTAL_WORK
-        elif i.opcode in EXPENSIVE:
+        elif is_expensive(i):
             work += _EXPENSIVE_WORK
         elif i.is_elementwise:
             work += 1

@@ -24,6 +24,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import UnsupportedError
+from ..hlo.division import constant_reciprocal
 from ..hlo.ir import Computation, Instruction
 from ..hlo.low_precision import KEEPS_NARROW_TYPES
 from ..hlo.opcodes import TYPE_AGNOSTIC
@@ -733,8 +734,12 @@ class ElementalEmitter:
         return self.b.fmul(a, c, flags=self._contracted(instr)) if is_float(self._t(instr)) else self.b.mul(a, c)
 
     def _divide(self, instr, index):
-        a, c = self._binary(instr, index)
         t = self._t(instr)
+        inverse = constant_reciprocal(instr)
+        if inverse is not None:         # (x / c as x * (1/c): hlo/division.py)
+            a = self._operand(instr, 0, index)
+            return self.b.fmul(a, ir.Constant(a.type, inverse), flags=self._contracted(instr))
+        a, c = self._binary(instr, index)
         if is_float(t):
             return self.b.fdiv(a, c)
         return self._int_divide(a, c, t, remainder=False)

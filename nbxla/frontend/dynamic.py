@@ -461,6 +461,23 @@ def _masked_outer(a, b, out=None):
     return owner._masked_like(result, masks)
 
 
+def _masked_arg(func, fill: _Fill):
+    """``np.argmax`` / ``np.argmin`` of a 1-d slice of dynamic length (LU's pivot search
+    ``i + np.argmax(np.abs(A[i:, i]))``): over the full length with the masked-out elements set
+    to the identity (-inf for argmax), the position made relative to the slice's start.  Where
+    every live element equals that identity, the first masked-out one may win: the position is
+    clamped up to the start, which then is NumPy's answer (the first of equal maxima)."""
+    def arg(a, axis=None, out=None, **kw):
+        if out is not None or kw or a.ndim != 1 or a.masks[0] is None or axis not in (None, 0, -1):
+            raise a._refuse(f"np.{func.__name__} with these arguments")
+        mask = _mask(a.ctx, a.shape, list(a.masks))
+        data = plain(a)
+        found = convert(func(select(mask, data, like(data, fill(a.dtype)))), np.int64)
+        lo = convert(asarray(a.ctx, _plain_int(a.masks[0][1])), np.int64)
+        return np.maximum(found, lo) - lo
+    return arg
+
+
 def _masked_copy(a, *args, **kwargs):
     return MaskedTracer(a.ctx, a.instr, a.masks, raw=a.raw)
 
@@ -474,4 +491,6 @@ _MASKED_FUNCTIONS = {
     np.dot: _masked_dot, np.matmul: lambda a, b, **k: _masked_matmul(a, b),
     np.vdot: lambda a, b: _masked_matmul(a, b), np.inner: lambda a, b: _masked_matmul(a, b),
     np.flip: _masked_flip,
+    np.argmax: _masked_arg(np.argmax, _Fill(np.max, -np.inf)),
+    np.argmin: _masked_arg(np.argmin, _Fill(np.min, np.inf)),
 }

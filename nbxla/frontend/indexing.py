@@ -25,8 +25,8 @@ from ..errors import IndexCheckError
 from ..flags import current_flags
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
-from .control import CannotRoll
 from .dynamic import dynamic_getitem, dynamic_setitem, is_dynamic_key
+from .functions import stack
 from .registry import entry_point, ufunc_method
 from .selection import Selection, select_from, write_selection
 from .rules import (asarray, broadcast_to, compare, convert, emit, like, make_view, reducer, reshape,
@@ -35,7 +35,24 @@ from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, ScalarTracer, Trace
 
 
 def _normalize_key(key) -> tuple:
-    return key if isinstance(key, tuple) else (key,)
+    key = key if isinstance(key, tuple) else (key,)
+    return tuple(_stacked(k) if isinstance(k, list) and _holds_tracer(k) else k for k in key)
+
+
+def _holds_tracer(items: list) -> bool:
+    return any(isinstance(k, Tracer) or isinstance(k, list) and _holds_tracer(k) for k in items)
+
+
+def _stacked(items: list) -> Tracer:
+    """A list index holding traced values (``A[[i, p]] = A[[p, i]]``, a row swap at a pivot found
+    by ``argmax``) as the traced integer array NumPy would make of it."""
+    ctx = next(k for k in _leaves(items) if isinstance(k, Tracer)).ctx
+    return stack([_stacked(k) if isinstance(k, list) else asarray(ctx, k) for k in items])
+
+
+def _leaves(items: list):
+    for k in items:
+        yield from _leaves(k) if isinstance(k, list) else (k,)
 
 
 def _is_advanced(k) -> bool:
@@ -357,11 +374,7 @@ def check_bounds(idx: Tracer, n: int, axis: int) -> None:
     if current_flags().clamp_indices or idx.size == 0:
         return
     ctx = idx.ctx
-    if ctx.rolling:
-        # The check is an output of the entry computation; a loop body traced once cannot
-        # hand it out, so the loop runs unrolled (each step checked).
-        raise CannotRoll(f"an index read from the data is checked against axis {axis}'s bounds "
-                         f"(size {n}) after the run, as NumPy raises IndexError")
+    # (in a rolled loop's body the loop carries the extremes over its iterations: loop_checks)
     flat = reshape(convert(idx, np.int64), (idx.size,))
     extremes = emit(ctx, "concatenate", reshape(np.min(flat), (1,)), reshape(np.max(flat), (1,)),
                     dimensions=(0,))

@@ -39,7 +39,7 @@ from ..hlo.builder import unique_name
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import FUSIBLE, PROGRAM_CALLERS, TRANSCENDENTAL
 from .fusion_build import Construction
-from .fusion_model import (MAX_MAPS, MAX_MEMBERS, MAX_OPERANDS, MAX_VALUES, NOT_DUPLICATED, SMALL_PICK,
+from .fusion_model import (MAX_MAPS, MAX_MEMBERS, MAX_OPERANDS, MAX_VALUES, not_duplicated, SMALL_PICK,
                            SMALL_PICK_RATIO, Boundary, FusionDecisions, Group, Legality, Refusal, cost_reason,
                            index_maps, is_kernel, read_cost_reason, reused_by_broadcast, size_of,
                            small_pick)
@@ -129,11 +129,11 @@ class _Fuser(Legality, Construction):
             # that writes it, and read from memory by the others (tried again once they join).
             return self._refuse(p, consumer, "the updated array has readers in other kernels: it is "
                                              "written once, by its own kernel")
-        if outside and must_write and p.opcode not in NOT_DUPLICATED and \
+        if outside and must_write and not not_duplicated(p) and \
                 self.check_add(group, p, users) is None:
             self._join(group, p, users)
             return True
-        if outside and p.opcode not in NOT_DUPLICATED and p.opcode != "constant" and not group.has_reduce and \
+        if outside and not not_duplicated(p) and p.opcode != "constant" and not group.has_reduce and \
                 all(u.opcode in FUSIBLE and u.opcode != "reduce" and id(u) not in self.group_of for u in outside) \
                 and self.check_add(group, p, users) is None:
             # Elementwise work whose other readers are in no kernel yet, and most likely join
@@ -142,7 +142,7 @@ class _Fuser(Legality, Construction):
             # (Next to reductions, copies are kept: each reduction recomputes its input.)
             self._join(group, p, users)
             return True
-        if outside and p.opcode not in NOT_DUPLICATED:
+        if outside and not not_duplicated(p):
             # Cheap: recompute it inside this kernel; the original stays for its other users.
             if id(p) in group.clones:
                 # Copied in already: new readers share that copy.  (A copy per request made

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo.ir import Instruction
+from ..hlo.division import is_expensive
 from ..hlo.opcodes import ELEMENTWISE, EXPENSIVE, NOT_KERNELS, TRANSCENDENTAL
 
 # Arrays one kernel may read (XLA's GPU limit, operands and outputs: 96).  The count is of the
@@ -57,6 +58,12 @@ TRANSCENDENTAL_REUSE = 8
 
 # Never duplicated into a consumer: an update rewrites a whole array (computed once, in place).
 NOT_DUPLICATED = EXPENSIVE | {"dynamic-update-slice"}
+
+
+def not_duplicated(instr: Instruction) -> bool:
+    """``instr`` is computed once, never copied into several kernels: an opcode in
+    ``NOT_DUPLICATED``, except a division that runs as a multiplication (``hlo.division``)."""
+    return instr.opcode in NOT_DUPLICATED and (instr.opcode != "divide" or is_expensive(instr))
 
 
 @dataclass
@@ -291,7 +298,7 @@ def recompute_flops(instr: Instruction) -> int:
     kernel holds a reduction's result per outer index: more maps of it are more reads of the
     held value and of its neighbours' rows, not its whole extent again)."""
     op = instr.opcode
-    if op in EXPENSIVE:
+    if is_expensive(instr):
         return EXPENSIVE_FLOPS
     if op in ELEMENTWISE and op not in ("convert", "copy", "bitcast-convert"):
         return 1

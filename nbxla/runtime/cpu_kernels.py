@@ -18,6 +18,7 @@ from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Instruction
 from ..hlo.low_precision import widen_shape, widen_value
 from ..codegen.elemental import row_major_strides
+from ..hlo.division import is_expensive
 from ..hlo.opcodes import TRANSCENDENTAL
 from ..hlo.shapes import bit_width
 from . import host_memory
@@ -167,8 +168,8 @@ def _fusion_cost(comp) -> float:
         wide = not i.shape.is_tuple and bit_width(i.shape.element_type) >= 64
         if i.opcode in TRANSCENDENTAL:
             cost += WIDE_TRANSCENDENTAL_COST if wide else TRANSCENDENTAL_COST
-        elif i.opcode in ("divide", "remainder"):
-            cost += DIVIDE_COST
+        elif i.opcode in ("divide", "remainder") and is_expensive(i):
+            cost += DIVIDE_COST         # (not a division by a constant: a multiplication, below)
         elif i.is_elementwise or i.opcode == "reduce":
             cost += 2 * CHEAP_OP_COST if wide else CHEAP_OP_COST
     return cost

@@ -15,7 +15,7 @@ import pytest
 
 import nbxla
 from nbxla.codegen import aot
-from nbxla.codegen.aot_loops import SMALL_STATE
+from nbxla.codegen.aot_loops import CALLED_KERNEL_ELEMENTS, SMALL_STATE
 from nbxla.compiler import compile_module
 from nbxla.hlo.parser import parse_hlo
 from nbxla.runtime.cache import CompilationCache
@@ -154,3 +154,30 @@ def test_loops_agree_with_numpy_either_way(fn, make, llvm_loops, monkeypatch):
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         ok, detail = compare_arrays(np.asarray(g), np.asarray(w), rtol=1e-12)
         assert ok, detail
+
+
+def escape_counts(c, steps):
+    """Mandelbrot escape counts: one complex kernel per iteration over the whole grid."""
+    z = np.zeros_like(c)
+    out = np.zeros(c.shape, dtype=np.int64)
+    for _ in range(steps):
+        live = np.abs(z) <= 2.0
+        z = np.where(live, z * z + c, z)
+        out += live
+    return out
+
+
+@pytest.mark.parametrize("elements,called", [(CALLED_KERNEL_ELEMENTS - 1, False), (CALLED_KERNEL_ELEMENTS, True)])
+def test_large_kernels_are_called_from_the_loop_small_ones_inlined(elements, called):
+    """At CALLED_KERNEL_ELEMENTS elements a body kernel stays a function the loop calls (inlined,
+    its loop lost vectorization: 8x slower); below, it is inlined (and, being internal, gone)."""
+    c = np.linspace(-2, 1, elements) + 0.3j
+    jitted = nbxla.jit(escape_counts, cache=CompilationCache())
+    np.testing.assert_array_equal(jitted(c, 40), escape_counts(c, 40))
+    text = jitted.last_compilation.stage("optimized_hlo")
+    module = compile_module(parse_hlo(text), "cpu").optimized
+    _, mod, kernels, c_source, _ = aot._build({"f": module.entry}, "t", "host", PARALLEL_THRESHOLD)
+    assert "t_loop1(in, out, scratch);" in c_source
+    (body_kernel,) = [n for n in kernels.names if "select" in n]
+    defined = [f.name for f in mod.functions if not f.is_declaration]
+    assert (body_kernel in defined) == called, (body_kernel, defined)
