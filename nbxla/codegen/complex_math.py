@@ -224,7 +224,7 @@ class ComplexMath:
         """(a + ib)(c + id) as NumPy's multiply loop: on a host with FMA its SIMD code
         computes ``fma(a, c, -(b*d))`` and ``fma(a, d, b*c)``."""
         B = self.b
-        if not _host_has_fma():
+        if not host_has_fma():
             return self.plain_multiply(a, b, c, d)
         return (self.call("llvm.fma", a, c, B.fneg(B.fmul(b, d))),
                 self.call("llvm.fma", a, d, B.fmul(b, c)))
@@ -704,7 +704,7 @@ class ComplexMath:
 _HAS_FMA: list[bool] = []
 
 
-def _host_has_fma() -> bool:
+def host_has_fma() -> bool:
     if not _HAS_FMA:
         try:
             import llvmlite.binding as llvm

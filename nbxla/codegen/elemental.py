@@ -31,7 +31,7 @@ from ..hlo.opcodes import TYPE_AGNOSTIC
 from .run_sizes import RunSize
 from ..hlo.shapes import complex_component, compute_type, is_complex, is_float, is_integral, is_low_precision
 from . import bf16, f8, transcendentals
-from .complex_math import ComplexMath
+from .complex_math import ComplexMath, host_has_fma
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 
@@ -735,14 +735,32 @@ class ElementalEmitter:
 
     def _divide(self, instr, index):
         t = self._t(instr)
-        inverse = constant_reciprocal(instr)
-        if inverse is not None:         # (x / c as x * (1/c): hlo/division.py)
-            a = self._operand(instr, 0, index)
-            return self.b.fmul(a, ir.Constant(a.type, inverse), flags=self._contracted(instr))
+        divisor = constant_reciprocal(instr)
+        if divisor is not None:         # (x / c as x * (1/c), corrected: hlo/division.py)
+            return self._divide_by_constant(self._operand(instr, 0, index), *divisor)
         a, c = self._binary(instr, index)
         if is_float(t):
             return self.b.fdiv(a, c)
         return self._int_divide(a, c, t, remainder=False)
+
+    def _divide_by_constant(self, a, c: float, inverse: float):
+        """``a / c`` from ``q = a * (1/c)`` and one correction, ``q + (a - q*c) * (1/c)`` with the
+        residual exact (an FMA): Markstein's step, which rounds as the division does (exactly
+        where the quotient is a float: ``rmax * 40 / 40`` is ``rmax``, as a bin edge must be).
+        An infinite or NaN ``q`` (``a`` infinite or NaN, or the quotient overflowing) is kept:
+        the correction would make it NaN; so is an exact one (its sign: ``-0.0 / c``).  Where
+        ``a`` is within a few ulps of the smallest normal the residual itself may round: an ulp
+        off, as the product alone is everywhere without FMA."""
+        b = self.b
+        y, cc = ir.Constant(a.type, inverse), ir.Constant(a.type, c)
+        q = b.fmul(a, y)
+        if not host_has_fma():
+            return q
+        residual = self.intrinsic("llvm.fma", a.type, [b.fneg(q), cc, a])
+        corrected = self.intrinsic("llvm.fma", a.type, [residual, y, q])
+        finite = b.fcmp_ordered("<", self.intrinsic("llvm.fabs", a.type, [q]), ir.Constant(a.type, float("inf")))
+        inexact = b.fcmp_unordered("!=", residual, ir.Constant(a.type, 0.0))    # (-0.0 / c stays -0.0)
+        return b.select(b.and_(finite, inexact), corrected, q)
 
     def _remainder(self, instr, index):
         a, c = self._binary(instr, index)

@@ -17,8 +17,8 @@ from .ir import Instruction
 from .opcodes import EXPENSIVE
 
 
-def constant_reciprocal(divide: Instruction) -> float | None:
-    """``1 / c`` when ``divide`` (f64) divides by a constant ``c`` (a scalar, or a broadcast of
+def constant_reciprocal(divide: Instruction) -> tuple[float, float] | None:
+    """``(c, 1 / c)`` when ``divide`` (f64) divides by a constant ``c`` (a scalar, or a broadcast of
     one) whose reciprocal is a normal number, else None.  Then ``x * (1 / c)`` is within about
     an ulp of ``x / c`` for every finite ``x`` whose quotient is a normal number, and equal for
     infinities, NaNs and signed zeros (a ``c`` of zero, an infinity, a NaN or one too large for
@@ -37,7 +37,7 @@ def constant_reciprocal(divide: Instruction) -> float | None:
         inverse = dtype.type(1) / c.literal.reshape(-1)[0].astype(dtype)
     if not np.isfinite(inverse) or abs(inverse) < np.finfo(dtype).tiny:
         return None
-    return float(inverse)
+    return float(c.literal.reshape(-1)[0]), float(inverse)
 
 
 def is_expensive(instr: Instruction) -> bool:

@@ -592,6 +592,24 @@ def iterate_rows_while_writing(A):
     return A
 
 
+# ---- loop programs of the loop benchmark's last additions (benchmarks/loop_programs.py) ----------
+
+def _square_pulse(n):
+    u = np.zeros((n, n))
+    u[n // 3:2 * n // 3, n // 3:2 * n // 3] = 1.0
+    return u
+
+
+kernel(lambda n=12: (rand(n, 4),), rtol=1e-10)(examples.pairwise_distances)
+kernel(lambda n=10: (rand(n, n),))(examples.widest_path)
+kernel(lambda n=10: (rand(n + 6, n),), rtol=1e-9)(examples.gramschmidt_left)    # (more rows: full rank)
+kernel(lambda n=10: (rand(n, n),), rtol=1e-9)(examples.lu_pivot)
+kernel(lambda n=12: (np.linspace(-2, 1, 9)[None, :] + 1j * np.linspace(-1.2, 1.2, 7)[:, None], n),
+       rtol=1e-12)(examples.mandelbrot)
+kernel(lambda n=6: (n, _square_pulse(12), 0.2), rtol=1e-12)(examples.wave_2d)
+kernel(lambda: (rand(300),), rolled=True, rtol=0)(examples.kahan_sum)
+
+
 # ---- the runs --------------------------------------------------------------------------------
 
 def _same(label, want, got, rtol):
