@@ -9,19 +9,8 @@ import numpy as np
 import pytest
 
 import nbxla
+from nbxla.examples import lu_pivot
 from nbxla.runtime.cache import CompilationCache
-
-
-def lu_pivot(A):
-    n = A.shape[0]
-    perm = np.arange(n)
-    for i in range(n):
-        p = i + np.argmax(np.abs(A[i:, i]))
-        A[[i, p]] = A[[p, i]]
-        perm[[i, p]] = perm[[p, i]]
-        A[i + 1:, i] /= A[i, i]
-        A[i + 1:, i + 1:] -= np.outer(A[i + 1:, i], A[i, i + 1:])
-    return perm
 
 
 @pytest.mark.parametrize("n", [5, 40])        # (unrolled, rolled)
