@@ -99,9 +99,7 @@ def test_update_chains_match_numpy(fn, limit, monkeypatch):
     if want is None:                                    # (written into its argument)
         np.testing.assert_array_equal(got_args[0], want_args[0])
     else:
-        # (within an ulp or two: rhs_like divides by 3.0, a multiplication by 1/3 here
-        # (hlo/division.py), and multiplies the quotient on)
-        np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
+        np.testing.assert_array_equal(got, want)
     chains = [len(loops._window_chain(i.attrs["calls"].root))
               for c in compiled.last_compilation.optimized.computations for i in c.instructions
               if i.opcode == "fusion" and i.attrs.get("kind") == "kLoop"]

@@ -67,12 +67,7 @@ def test_equal_to_numpy_bit_for_bit(fn, args):
     got = got if isinstance(got, tuple) else (got,)
     for w, g in zip(want, got):
         assert np.asarray(g).dtype == w.dtype
-        if fn is grad_axes:
-            # (spacings 0.1 and 0.2: a division by a constant that is not a power of two runs
-            # as a multiplication by its reciprocal, within an ulp or two: hlo/division.py)
-            np.testing.assert_allclose(g, w, rtol=1e-15, atol=0)
-        else:
-            np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(g, w)
 
 
 def test_histogram_of_data_with_nan_raises_numpys_error_after_the_run():
