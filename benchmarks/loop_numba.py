@@ -31,6 +31,7 @@ except ImportError:                              # (an optional contender)
     numba = None
 
 import nbxla  # noqa: E402
+from nbxla import examples  # noqa: E402
 from loop_programs import programs  # noqa: E402
 
 
@@ -344,16 +345,7 @@ def ports() -> dict:
             prev, u = u, nxt
         return u
 
-    @njit(cache=False)
-    def kahan_sum(x):
-        s = 0.0
-        c = 0.0
-        for i in range(x.shape[0]):
-            y = x[i] - c
-            t = s + y
-            c = (t - s) - y
-            s = t
-        return s
+    kahan_sum = njit(cache=False)(examples.kahan_sum)     # (a scalar loop: the NumPy source is numba's)
 
     return {"pairwise_dist": pairwise_dist, "widest_path": widest_path, "gramschmidt_left": gramschmidt_left,
             "lu_pivot": lu_pivot, "mandelbrot": mandelbrot, "wave_2d": wave_2d, "kahan_sum": kahan_sum,
