@@ -29,7 +29,6 @@ def _user_frame(depth: int):
 class ObservedSize(int):
     """An int that logs comparisons made on it by user code: (file, line, op, self, other)."""
 
-
     def __new__(cls, value: int, log: list):
         self = super().__new__(cls, value)
         self._log = log
@@ -42,77 +41,36 @@ class ObservedSize(int):
                               other if isinstance(other, (int, float)) else repr(other), result))
         return result
 
-    def __eq__(self, other):
-        return self._compare("==", other, int.__eq__(self, other))
-
-    def __ne__(self, other):
-        return self._compare("!=", other, int.__ne__(self, other))
-
-    def __lt__(self, other):
-        return self._compare("<", other, int.__lt__(self, other))
-
-    def __le__(self, other):
-        return self._compare("<=", other, int.__le__(self, other))
-
-    def __gt__(self, other):
-        return self._compare(">", other, int.__gt__(self, other))
-
-    def __ge__(self, other):
-        return self._compare(">=", other, int.__ge__(self, other))
-
     def __bool__(self):
         return self._compare("bool", None, int(self) != 0)
 
-    # (Arithmetic whose result no probe pair need tell apart: logged like a comparison.)
-    def __mod__(self, other):
-        return self._compare("%", other, int.__mod__(self, other))
-
-    def __rmod__(self, other):
-        return self._compare("% of", other, int.__rmod__(self, other))
-
-    def __floordiv__(self, other):
-        return self._compare("//", other, int.__floordiv__(self, other))
-
-    def __rfloordiv__(self, other):
-        return self._compare("// of", other, int.__rfloordiv__(self, other))
-
-    def __divmod__(self, other):
-        return self._compare("divmod", other, int.__divmod__(self, other))
-
-    def __and__(self, other):
-        return self._compare("&", other, int.__and__(self, other))
-
-    __rand__ = __and__
-
-    def __rshift__(self, other):
-        return self._compare(">>", other, int.__rshift__(self, other))
-
-    # (Arithmetic that scales with the size: the result stays observed.)
-    def _derived(self, value):
-        return ObservedSize(value, self._log) if type(value) is int else value
-
-    def __add__(self, other):
-        return self._derived(int.__add__(self, other))
-
-    def __radd__(self, other):
-        return self._derived(int.__radd__(self, other))
-
-    def __sub__(self, other):
-        return self._derived(int.__sub__(self, other))
-
-    def __rsub__(self, other):
-        return self._derived(int.__rsub__(self, other))
-
-    def __mul__(self, other):
-        return self._derived(int.__mul__(self, other))
-
-    def __rmul__(self, other):
-        return self._derived(int.__rmul__(self, other))
-
-    def __neg__(self):
-        return self._derived(-int(self))
-
     __hash__ = int.__hash__
+
+
+def _logged(method: str, op: str):
+    """``int.method``, its result logged like a comparison (a decision no probe pair need
+    tell apart)."""
+    plain = getattr(int, method)
+    return lambda self, other: self._compare(op, other, plain(self, other))
+
+
+def _scaling(method: str):
+    """``int.method`` whose result scales with the size: it stays observed."""
+    plain = getattr(int, method)
+
+    def derived(self, *other):
+        value = plain(self, *other)
+        return ObservedSize(value, self._log) if type(value) is int else value
+    return derived
+
+
+for _method, _op in {"__eq__": "==", "__ne__": "!=", "__lt__": "<", "__le__": "<=", "__gt__": ">",
+                     "__ge__": ">=", "__mod__": "%", "__rmod__": "% of", "__floordiv__": "//",
+                     "__rfloordiv__": "// of", "__divmod__": "divmod", "__and__": "&", "__rand__": "&",
+                     "__rshift__": ">>"}.items():
+    setattr(ObservedSize, _method, _logged(_method, _op))
+for _method in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__neg__"):
+    setattr(ObservedSize, _method, _scaling(_method))
 
 
 def observed_shape(dims: tuple, log: list | None) -> tuple:
