@@ -34,3 +34,37 @@ def corpus_files(pattern: str) -> list:
 # ---- CUDA backend: tests that need a real GPU (skipped with a reason when CuPy sees none) ----
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: runs on a real NVIDIA GPU through CuPy (skipped without one)")
+
+
+# ---- the slowest files first ----------------------------------------------------------------------
+# pytest-xdist (``-n 2``) hands tests out in collection order and the run ends when its last
+# worker does: a test of tens of seconds near the end (the browser test, a demo notebook, a
+# benchmark script in a subprocess, a property test) ran there alone while the other worker
+# idled.  These files start the run instead; the others follow in pytest's order, and each file's
+# tests stay together and in order (module-scoped fixtures are made once).  Order only: every
+# test runs, as before.  (Measured under ``--durations``: each has a test of 10 s or more.)
+SLOW_FIRST = (
+    "jupyter/test_browser.py",
+    "test_benchmarks_smoke.py",
+    "jupyter/test_notebooks.py",
+    "codegen/test_property.py",
+    "passes/test_fusion_scaling.py",
+    "passes/test_property.py",
+    "test_loop_benchmarks_smoke.py",
+    "test_conv_benchmark_smoke.py",
+    "aot/test_aot_benchmark_smoke.py",
+    "autodiff/test_benchmark_smoke.py",
+    "frontend/test_loop_programs_benchmark.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = Path(__file__).resolve().parent
+    rank = {name: k for k, name in enumerate(SLOW_FIRST)}
+
+    def place(item) -> int:
+        try:
+            return rank.get(Path(str(item.path)).resolve().relative_to(tests).as_posix(), len(rank))
+        except ValueError:                  # (a test outside tests/)
+            return len(rank)
+    items.sort(key=place)                   # (stable: the rest keep their order)

@@ -6,6 +6,7 @@ import that breaks a cycle at run time still ties the modules together."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nbxla"
@@ -35,6 +36,13 @@ PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str, str], str] = {}
 CYCLES_ALLOWED: dict[frozenset, str] = {}
 
 
+@functools.lru_cache(maxsize=None)
+def _tree(source: str) -> ast.AST:
+    """The parsed module (read only here): each test walks the whole package, and parsing it
+    again for each took most of their time (about 2 s a test)."""
+    return ast.parse(source)
+
+
 def _modules() -> dict[str, Path]:
     mods = {}
     for path in PACKAGE.rglob("*.py"):
@@ -60,7 +68,7 @@ def _imports(mods: dict[str, Path]):
     """(importer, imported module, imported name or None) for every nbxla import."""
     for name, path in mods.items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-        for node in _runtime_nodes(ast.parse(path.read_text())):
+        for node in _runtime_nodes(_tree(path.read_text())):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.split(".")[0] == "nbxla":
@@ -198,7 +206,7 @@ def _private_attributes(mods: dict[str, Path]):
     accessed: dict[str, list[tuple[str, int]]] = {}
     for name, path in mods.items():
         own, used = set(), []
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 if _private(node.name):
                     own.add(node.name)
