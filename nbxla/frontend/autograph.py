@@ -128,6 +128,16 @@ def _subscript_root(target) -> ast.Name | None:
     return node if isinstance(node, ast.Name) and node is not target else None
 
 
+def _stores_into_subscript(target) -> bool:
+    """Whether an assignment target writes into an array element: ``x[i]``, or one inside a
+    tuple/list target (``a[i], b[i] = ...``)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return any(_stores_into_subscript(e) for e in target.elts)
+    if isinstance(target, ast.Starred):
+        return _stores_into_subscript(target.value)
+    return _subscript_root(target) is not None
+
+
 def _key_expr(sl: ast.expr) -> ast.expr:
     """A subscript's key as an ordinary expression (slices become slice(...) calls)."""
     if isinstance(sl, ast.Slice):
@@ -379,7 +389,7 @@ class _Converter(ast.NodeTransformer):
 
     def visit_Assign(self, node):
         self.generic_visit(node)
-        if not any(_subscript_root(t) is not None for t in node.targets):
+        if not any(_stores_into_subscript(t) for t in node.targets):
             return node
         if len(node.targets) == 1:
             return self._store(node.targets[0], node.value, node)
@@ -390,6 +400,17 @@ class _Converter(ast.NodeTransformer):
         return out
 
     def _store(self, target, value, node):
+        if isinstance(target, (ast.Tuple, ast.List)) and _stores_into_subscript(target):
+            # ``KE[0], PE[0] = energies(...)``: unpacked into fresh names first, as Python
+            # unpacks the whole value before it assigns, then each element stored in order.
+            parts = [f"{_PREFIX}part_{next(_counter)}" for _ in target.elts]
+            names = [ast.Starred(ast.Name(n, ast.Store()), ast.Store()) if isinstance(e, ast.Starred)
+                     else ast.Name(n, ast.Store()) for n, e in zip(parts, target.elts)]
+            out = [ast.copy_location(ast.Assign([ast.Tuple(names, ast.Store())], value), node)]
+            for n, e in zip(parts, target.elts):
+                out += _as_list(self._store(e.value if isinstance(e, ast.Starred) else e,
+                                            ast.Name(n, ast.Load()), node))
+            return out
         root = _subscript_root(target)
         if root is None:
             return ast.copy_location(ast.Assign([target], value), node)
