@@ -49,6 +49,10 @@ SLOW_FIRST = (
     "jupyter/test_notebooks.py",
     "dask/test_dask_chunkings.py",
     "dask/test_dask_cluster.py",
+    "dask/test_dask_cells.py",          # (the dask files together: one worker, one local cluster
+    "dask/test_dask_last_chunk.py",     # -- a session fixture -- where a second worker started
+    "dask/test_dask_split.py",          # its own two processes)
+    "test_dynamic_dims.py",
     "aot/test_aot_property.py",
     "codegen/test_property.py",
     "passes/test_fusion_scaling.py",
