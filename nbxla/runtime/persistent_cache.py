@@ -1,9 +1,7 @@
 """The on-disk cache of compiled object code, so a restarted kernel does not recompile.
 
 Entries are keyed by a fingerprint of the optimized module and of everything the machine
-code depends on (code generator source, LLVM version, CPU name and features).  The module counts
-by what it computes: its instructions' names are renumbered by first appearance
-(``hlo.printer.renamed_by_appearance``), so the same program built again loads its code.  The directory
+code depends on (code generator source, LLVM version, CPU name and features).  The directory
 is private to the user (0700, files 0600); an entry whose key, format or checksum does not
 match is ignored and rebuilt, never loaded.  ``NBXLA_CACHE_DIR`` moves it; ``NBXLA_CACHE_DIR=off``
 turns it off.
