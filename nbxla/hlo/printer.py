@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -66,29 +65,6 @@ def print_module(module: Module, options: PrintOptions = PrintOptions()) -> str:
 def _entry_layout(entry: Computation) -> str:
     params = ", ".join(str(s) for s in entry.parameter_shapes)
     return "{(" + params + ")->" + str(entry.result_shape) + "}"
-
-
-_NAME = re.compile(r"%([\w.\-]+)")
-_SIGNATURE = re.compile(r"(ENTRY )?%")
-_SIGNATURE_PARAMETER = re.compile(r"(?:(?<=\()|(?<=, ))([\w.\-]+)(?=: )")
-
-
-def renamed_by_appearance(text: str) -> str:
-    """A printed module's ``text`` with each instruction and computation name replaced by the
-    order of its first appearance (``%n0``, ``%n1``, ...): equal for modules that differ only in
-    their names.  For keys of what a module computes: the builder numbers names per process
-    (``exponential.675``), so the same program built twice printed differently and missed
-    the compiled-code cache.  (The module's own name is kept.)"""
-    order: dict[str, str] = {}
-    for name in _NAME.findall(text):
-        order.setdefault(name, f"n{len(order)}")
-    lines = []
-    for line in text.split("\n"):
-        if line.endswith("{") and " -> " in line and _SIGNATURE.match(line):
-            # (a signature: its parameters are named without the %)
-            line = _SIGNATURE_PARAMETER.sub(lambda m: order.get(m.group(1), m.group(1)), line)
-        lines.append(line)
-    return _NAME.sub(lambda m: "%" + order[m.group(1)], "\n".join(lines))
 
 
 def print_computation(comp: Computation, is_entry: bool = False,

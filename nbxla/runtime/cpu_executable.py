@@ -39,7 +39,7 @@ from ..hlo.evaluator import Interpreter
 from ..hlo.aliasing import is_view, updated_parameter
 from ..hlo.ir import Computation, Instruction, program_callees
 from ..hlo.placement import CPU, placement
-from ..hlo.printer import PrintOptions, print_module, renamed_by_appearance
+from ..hlo.printer import PrintOptions, print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_computations
 from .cpu_kernels import (ARRAY_DATA_OFFSET, c_strides, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
@@ -166,7 +166,7 @@ class CpuExecutable:
             names = ",".join(symbol for symbol, _ in compiled) + repr(sorted(in_place)) + \
                 repr([(getattr(comp, "unknown_axes", None), getattr(comp, "unknown_shapes", None)) for _, comp in distinct])
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
-                                  renamed_by_appearance(print_module(module, KEY_TEXT))).encode()).hexdigest()
+                                  print_module(module, KEY_TEXT)).encode()).hexdigest()
         self.kernels: CompiledKernels = kernels if kernels is not None else \
             compile_kernels(module.name, distinct, store, key, ARRAY_DATA_OFFSET, emitted,
                             light_kernel_symbols(module, distinct, compiled), in_place)
