@@ -44,10 +44,14 @@ from .conv_blocks import NATIVE_PANEL_DEPTH, NATIVE_PANEL_KERNEL_BYTES
 from .conv_gemm import SPLIT_WORK
 from .cpu_kernels import data_pointer, DotThunk, run_split, worker_count
 
-# Smallest product (m * k * n multiply-adds of one batch element) taken: below, a BLAS call's
-# overhead is no larger than the kernel's, and each geometry costs an LLVM compile (the same
-# bound as passes/fused_dots.SMALL_DOT_WORK, below which fused dots are native anyway).
+# Smallest product (m * k * n multiply-adds of one batch element) taken (the bound of
+# passes/fused_dots.SMALL_DOT_WORK, below which fused dots are native anyway) ...
 MIN_PRODUCT = 32 ** 3
+# ... and fewest multiply-adds of the whole dot: below, the kernel gains less than its call
+# costs, and each geometry costs an LLVM compile.  Measured on one core, BLAS / kernel us:
+# 64x32 @ 32x32 2.7 / 5.1, 128x64 @ 64x64 10.0 / 12.9, 8 x 64x64 @ 64x64 39 / 39,
+# 128x256 @ 256x128 73 / 73, 256x64 @ 64x64 21 / 17, 4 x 128x128 @ 128x64 88 / 64.
+MIN_WORK = 1 << 20
 # Fewest rows (m): a block of rows holds up to 12 positions' sums (see patch_gemm).
 MIN_ROWS = 16
 # Rows of one "image row" of the kernel: larger m is cut into rows of a divisor of m in
@@ -63,7 +67,7 @@ def native_dot_refusal(instr: Instruction) -> str | None:
         return "not an f32 or f64 dot"
     _, _, (batch, m, k, n) = matmul_layout(instr, a.dims, b.dims)
     item = instr.shape.dtype.itemsize
-    if m * k * n < MIN_PRODUCT or m < MIN_ROWS:
+    if m * k * n < MIN_PRODUCT or batch * m * k * n < MIN_WORK or m < MIN_ROWS:
         return "a small product (a BLAS call costs no more)"
     if n % (64 // item):
         return "columns not a whole number of 64-byte vectors"
@@ -98,7 +102,7 @@ class _Transposer:
                 found = _transposers[key] = (_KERNEL(compiled.addresses[name]), compiled.specs[name].parallel_extent,
                                              compiled)
         self.fn, self.extent, self._compiled = found
-        self.perm = perm
+        self.out_dims = tuple(dims[p] for p in perm)
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
         self.fn((ctypes.c_void_p * 2)(data_pointer(x), data_pointer(out)), 0, self.extent)
@@ -154,7 +158,10 @@ class NativeGemmDot(DotThunk):
 
     def __call__(self, operands, outs=None):
         # (contiguous operands in the GEMM form's order: the kernel reads them by pointer)
-        lhs, rhs = (self._arranged(x, how) for x, how in zip(operands, self.arranged))
+        lhs, rhs = operands
+        how_lhs, how_rhs = self.arranged
+        lhs = np.ascontiguousarray(lhs) if how_lhs is None else self._arranged(lhs, how_lhs)
+        rhs = np.ascontiguousarray(rhs) if how_rhs is None else self._arranged(rhs, how_rhs)
         out = outs[0] if outs else self.make()
         flat = out.reshape(-1)
         kernel, block = self.kernel, self.width * self.n
@@ -169,12 +176,10 @@ class NativeGemmDot(DotThunk):
         return out
 
     def _arranged(self, x: np.ndarray, how) -> np.ndarray:
-        """``x`` contiguous in the dims order of the GEMM form (see ``arranged``)."""
-        if how is None:
-            return np.ascontiguousarray(x, self.dtype)
+        """``x`` contiguous in the dims order of the GEMM form, by ``how`` (a permutation or a
+        ``_Transposer``; see ``arranged``)."""
         if isinstance(how, _Transposer):
-            x = np.ascontiguousarray(x, self.dtype)
-            out = np.empty(tuple(x.shape[p] for p in how.perm), self.dtype)
-            how(x, out)
+            out = np.empty(how.out_dims, self.dtype)
+            how(np.ascontiguousarray(x), out)
             return out
-        return np.ascontiguousarray(np.transpose(x, how), self.dtype)
+        return np.ascontiguousarray(np.transpose(x, how))

@@ -13,7 +13,7 @@ from nbxla.hlo.evaluator import evaluate
 from nbxla.runtime import native_dots
 from nbxla.runtime.cpu_kernels import DotThunk
 from nbxla.runtime.executable import build_executable
-from nbxla.runtime.native_dots import MIN_PRODUCT, NativeGemmDot
+from nbxla.runtime.native_dots import MIN_PRODUCT, MIN_WORK, NativeGemmDot
 
 
 def dot_module(t: str, a_dims, b_dims, lhs_batch=(), rhs_batch=(), lhs_c=(1,), rhs_c=(0,)) -> Module:
@@ -40,14 +40,14 @@ def run_and_check(module: Module, native: bool, seed: int = 0):
 
 CASES = {
     # name: (type, lhs dims, rhs dims, lhs batch, rhs batch, lhs contracting, rhs contracting)
-    "plain": ("f32", (96, 64), (64, 128), (), (), (1,), (0,)),
+    "plain": ("f32", (128, 64), (64, 128), (), (), (1,), (0,)),
     "attention_scores": ("f32", (4, 128, 64), (4, 128, 64), (0,), (0,), (2,), (2,)),   # q @ k^T
     "attention_values": ("f32", (4, 128, 128), (4, 128, 64), (0,), (0,), (2,), (1,)),  # p @ v
-    "lhs_transposed": ("f32", (64, 96), (64, 32), (), (), (0,), (0,)),                 # a.T @ b
-    "batch_not_leading": ("f32", (40, 3, 32), (3, 32, 48), (1,), (0,), (2,), (1,)),   # copies rows
-    "panels_of_48": ("f32", (50, 40), (40, 48), (), (), (1,), (0,)),
-    "panels_wide": ("f32", (33, 100), (100, 208), (), (), (1,), (0,)),
-    "f64": ("f64", (64, 48), (48, 40), (), (), (1,), (0,)),
+    "lhs_transposed": ("f32", (128, 256), (128, 64), (), (), (0,), (0,)),              # a.T @ b
+    "batch_not_leading": ("f32", (128, 4, 64), (4, 64, 48), (1,), (0,), (2,), (1,)),  # copies rows
+    "panels_of_48": ("f32", (512, 48), (48, 48), (), (), (1,), (0,)),
+    "panels_wide": ("f32", (65, 100), (100, 208), (), (), (1,), (0,)),
+    "f64": ("f64", (256, 96), (96, 48), (), (), (1,), (0,)),
     "long_divisible": ("f32", (1024, 32), (32, 32), (), (), (1,), (0,)),    # rows of 512
     "long_prime": ("f32", (1031, 32), (32, 32), (), (), (1,), (0,)),        # one row of 1031
 }
@@ -77,16 +77,21 @@ def test_split_over_the_pool_or_not_gives_the_same_result(pooled, monkeypatch):
     assert thunk.pooled == pooled and thunk.units == 2 * 2
 
 
-def test_the_smallest_product_taken_and_the_one_below():
-    # m * k * n == MIN_PRODUCT (32 x 32 x 32) is taken; a row fewer is not
-    run_and_check(dot_module("f32", (32, 32), (32, 32)), native=True)
-    assert 31 * 32 * 32 < MIN_PRODUCT
-    run_and_check(dot_module("f32", (31, 32), (32, 32)), native=False)
+def test_the_smallest_dots_taken_and_the_ones_below():
+    # the whole dot: MIN_WORK multiply-adds (1024 x 32 x 32) taken, a row fewer not
+    assert 1024 * 32 * 32 == MIN_WORK
+    run_and_check(dot_module("f32", (1024, 32), (32, 32)), native=True)
+    run_and_check(dot_module("f32", (1023, 32), (32, 32)), native=False)
+    # one product of a batch: MIN_PRODUCT (32 x 32 x 32) taken, a row fewer not
+    assert 32 * 32 * 32 == MIN_PRODUCT
+    batched = {"lhs_batch": (0,), "rhs_batch": (0,), "lhs_c": (2,), "rhs_c": (1,)}
+    run_and_check(dot_module("f32", (1100, 32, 32), (1100, 32, 32), **batched), native=True)
+    run_and_check(dot_module("f32", (1100, 31, 32), (1100, 32, 32), **batched), native=False)
 
 
 @pytest.mark.parametrize("dims, native", [
-    (((64, 64), (64, 40)), False),           # 40 columns: no whole 64-byte vectors
-    (((64, 64), (64, 48)), True),            # 48: three of them
+    (((512, 64), (64, 40)), False),          # 40 columns: no whole 64-byte vectors
+    (((512, 64), (64, 48)), True),           # 48: three of them
     (((64, 1153), (1153, 16)), False),       # deeper than NATIVE_PANEL_DEPTH
     (((64, 1152), (1152, 16)), True),        # at it
     (((16, 1024), (1024, 256)), False),      # a 1 MiB kernel matrix
@@ -97,6 +102,6 @@ def test_limits_of_the_native_path(dims, native):
 
 
 def test_other_element_types_stay_with_their_paths():
-    assert native_dots.native_dot_refusal(dot_module("bf16", (64, 64), (64, 64)).entry.root) is not None
-    assert native_dots.native_dot_refusal(dot_module("s32", (64, 64), (64, 64)).entry.root) is not None
-    assert native_dots.native_dot_refusal(dot_module("f32", (64, 64), (64, 64)).entry.root) is None
+    for t, refused in (("bf16", True), ("s32", True), ("f32", False)):
+        instr = dot_module(t, (128, 64), (64, 128)).entry.root
+        assert (native_dots.native_dot_refusal(instr) is not None) == refused
