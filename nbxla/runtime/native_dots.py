@@ -8,17 +8,20 @@ whole rows of ``n`` features (in panels of up to 64 f32 features with AVX-512) a
 lhs element, broadcast, times a kernel row with one fused multiply-add.
 
 Why: OpenBLAS runs products of this size well below its peak (its packing and micro-kernel
-are sized for large matrices).  Measured on one core of the benchmark machine (AVX-512),
-BLAS / this kernel, us: attention's 4 heads of 128x64 @ 64x128 81 / 73, 4 x 128x128 @ 128x64
-79 / 70, 512x64 @ 64x128 74 / 64, 1024x256 @ 256x256 1000 / 890.  Past the kernel's limits
+are sized for large matrices), and NumPy calls it once per product of a batch, where the
+kernel takes the whole batch in one call (``PatchGemm.kernel_step``: each image its own
+kernel matrix).  Measured on one core of the benchmark machine (AVX-512, CPU time, the
+least of repeats, the machine shared), BLAS / this kernel, us: attention's 4 heads of
+128x128 @ 128x64 88-92 / 64, 512x64 @ 64x128 74 / 64, 1024x256 @ 256x256 1000 / 890; the
+attention module (tests/hlo/models, f32) 0.81x -> 1.18x XLA:CPU's speed.  Past the kernel's limits
 (products deeper than ``NATIVE_PANEL_DEPTH``, a kernel matrix of ``NATIVE_PANEL_KERNEL_BYTES``
 or more: its panels no longer stay in L2 while a block of rows reads them) BLAS stays.
 
 Operands not already in the ``(batch, m, k)`` / ``(batch, k, n)`` row-major form are copied
 into it first.  An operand whose minor dim moves (q @ k^T reads k transposed) is copied by
 nbxla's tiled transpose kernel (``codegen/transposes.py``, compiled here for the operand's
-dims): NumPy's transposing copy took 11 us of the 14 the kernel gains on attention's 4 x
-128x64 @ 64x128 (the tiled kernel ~3 us); BLAS reads such a transpose in place.
+dims): 8 us for attention's 4 x 128x64 keys, where NumPy's transposing copy took 11 (BLAS
+reads such a transpose in place: q @ k^T gains less, 97-101 -> 89 us, than p @ v).
 
 Sums run in order over the contraction with fused multiply-adds: results agree with BLAS's
 to rounding, not bit for bit (as BLAS's own blockings differ from one another).
@@ -26,11 +29,11 @@ to rounding, not bit for bit (as BLAS's own blockings differ from one another).
 
 from __future__ import annotations
 
-import numpy as np
-
 import ctypes
 import hashlib
 import threading
+
+import numpy as np
 
 from ..codegen.cpu import compile_helper_kernel, target_fingerprint
 from ..codegen.transposes import emit_transpose_kernel
