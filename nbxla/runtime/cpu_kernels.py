@@ -22,6 +22,7 @@ from ..hlo.division import is_expensive
 from ..hlo.opcodes import TRANSCENDENTAL
 from ..hlo.shapes import bit_width
 from . import host_memory
+from .fastcall import kernel_caller
 from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls, one_thread_enabled
 
 # Kernels doing less work than this (units of one add streamed from memory, ~0.3-0.45 ns per
@@ -197,9 +198,14 @@ class KernelThunk:
         self.tuple_result = instr.shape.is_tuple
         # Small kernels are called with the arrays themselves (the cheapest dispatch).
         self.object_fn = None
+        # The cheapest of all: a built-in function on the arrays, ``call(*operands, *outs)``
+        # (fastcall.py: no ctypes conversions); None where CPython's C API is not at hand.
+        self.call = None
         if object_entry is not None and not self.parallel and ARRAY_DATA_OFFSET is not None:
             prototype = object_entry_type(len(instr.operands) + len(self.outputs) + len(self.sizes))
             self.object_fn = prototype(object_entry) if prototype is not None else None
+            if self.object_fn is not None:
+                self.call = kernel_caller(address, extent, len(instr.operands) + len(self.outputs), self.sizes)
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
         if outs is None:
@@ -209,7 +215,10 @@ class KernelThunk:
                 if type(a) is not np.ndarray:    # only exact ndarrays have the known layout
                     break
             else:
-                self.object_fn(*operands, *outs, *self.sizes, 0, self.extent)
+                if self.call is not None:
+                    self.call(*operands, *outs)
+                else:
+                    self.object_fn(*operands, *outs, *self.sizes, 0, self.extent)
                 return tuple(outs) if self.tuple_result else outs[0]
         # A pointer array per call: executables may run on several threads at once.
         ptrs = self.pointer_array(*[data_pointer(a) for a in operands], *[data_pointer(a) for a in outs],

@@ -19,11 +19,13 @@ import numpy as np
 
 def single_kernel_runner(fn: Callable, makers: list, extent: int, order: list[int],
                          strides: list[tuple], pick: int, scalar: bool,
-                         fallback: Callable, sizes: tuple = ()) -> Callable:
+                         fallback: Callable, sizes: tuple = (), call: Callable | None = None) -> Callable:
     """``run_single(inputs)``: checks that ``inputs[order[j]]`` is an exact ndarray with
     ``strides[j]`` (C-contiguous: the kernel reads it by its data pointer), else returns
     ``fallback(inputs)``; makes the outputs, calls ``fn(*operands, *outputs, *sizes, 0,
-    extent)`` and returns output ``pick`` (as a NumPy scalar when ``scalar``: 0-d results)."""
+    extent)`` -- or ``call(*operands, *outputs)``, the kernel's built-in caller (fastcall.py),
+    when there is one -- and returns output ``pick`` (as a NumPy scalar when ``scalar``: 0-d
+    results)."""
     env = {"ndarray": np.ndarray, "kernel": fn, "fallback": fallback, "extent": extent}
     lines = ["def run_single(inputs):"]
     checks = []
@@ -37,10 +39,14 @@ def single_kernel_runner(fn: Callable, makers: list, extent: int, order: list[in
         env[f"make{k}"] = make
         lines.append(f"    o{k} = make{k}()")
     names = [f"a{j}" for j in range(len(order))] + [f"o{k}" for k in range(len(makers))]
-    for k, size in enumerate(sizes):        # (the sizes a kernel reads at run time, last)
-        env[f"size{k}"] = size
-        names.append(f"size{k}")
-    lines.append(f"    kernel({', '.join(names)}, 0, extent)")
+    if call is not None:                    # (it passes the sizes and the extent itself)
+        env["kernel"] = call
+        lines.append(f"    kernel({', '.join(names)})")
+    else:
+        for k, size in enumerate(sizes):    # (the sizes a kernel reads at run time, last)
+            env[f"size{k}"] = size
+            names.append(f"size{k}")
+        lines.append(f"    kernel({', '.join(names)}, 0, extent)")
     lines.append(f"    return o{pick}[()]" if scalar else f"    return o{pick}")
     source = "\n".join(lines)
     exec(_code(source), env)
