@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 from llvmlite import ir
@@ -36,6 +37,8 @@ from llvmlite import ir
 # The most buffers one call may pass (the kernel's pointer array lives on the trampoline's
 # stack); kernels with more keep ctypes.
 MAX_BUFFERS = 256
+# The most buffers a native loop's fast call passes (one call instruction per count).
+MAX_LOOP_ARGS = 64
 METH_FASTCALL = 0x0080
 
 _I8 = ir.IntType(8)
@@ -53,78 +56,121 @@ _lock = threading.Lock()
 _state: dict = {}       # "engine", "method", "new" once compiled; "failed" when not available
 
 
-def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, type_error: int) -> str:
-    """The LLVM IR of ``nbxla_kernel_call(self, args, nargs)`` (see the module docstring) for
-    this process's addresses."""
+def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, type_error: int,
+                  long_from: int) -> str:
+    """The LLVM IR of ``nbxla_kernel_call`` and ``nbxla_loop_call`` (see the module docstring)
+    for this process's addresses."""
     module = ir.Module(name="nbxla_fastcall")
-    fn = ir.Function(module, ir.FunctionType(_I8P, [_I8P, _I8P.as_pointer(), _I64]), "nbxla_kernel_call")
-    self_obj, args, nargs = fn.args
-    entry, check, gather, fail, call = (fn.append_basic_block(n) for n in
-                                        ("entry", "check", "gather", "fail", "call"))
-    b = ir.IRBuilder(entry)
-
-    def field(obj, offset, kind):
-        return b.load(b.bitcast(b.gep(obj, [ir.Constant(_I64, offset)]), kind.as_pointer()))
-
-    def const_ptr(address):
-        return ir.Constant(_I64, address).inttoptr(_I8P)
-
-    words = b.bitcast(field(self_obj, data_offset, _I8P), _I64.as_pointer())
-    word = lambda k: b.load(b.gep(words, [ir.Constant(_I64, k)]))   # noqa: E731
-    address, extent, n_arrays, n_extra = word(0), word(1), word(2), word(3)
-    # (1 <= n_arrays and n_arrays + n_extra <= MAX_BUFFERS: kernel_caller made sure)
-    ok = b.icmp_unsigned("==", nargs, n_arrays)
-    pointers = b.alloca(_I8P, ir.Constant(_I64, MAX_BUFFERS))
-    b.cbranch(ok, check, fail)
-
-    # check / gather: every argument an exact ndarray; its data pointer into the array
-    b = ir.IRBuilder(check)
-    k = b.phi(_I64)
-    k.add_incoming(ir.Constant(_I64, 0), entry)
-    obj = b.load(b.gep(args, [k]))
-    exact = b.icmp_unsigned("==", b.ptrtoint(field(obj, 8, _I8P), _I64), ir.Constant(_I64, array_type))
-    b.cbranch(exact, gather, fail)
-    b = ir.IRBuilder(gather)
-    b.store(field(obj, data_offset, _I8P), b.gep(pointers, [k]))
-    nxt = b.add(k, ir.Constant(_I64, 1))
-    k.add_incoming(nxt, gather)
-    b.cbranch(b.icmp_signed("<", nxt, nargs), check, call)
-
-    b = ir.IRBuilder(call)
-    # the extras' pointers after the arrays (a short loop: usually none or one)
-    extra_head = fn.append_basic_block("extras")
-    extra_body = fn.append_basic_block("extra")
-    run = fn.append_basic_block("run")
-    b.branch(extra_head)
-    b = ir.IRBuilder(extra_head)
-    e = b.phi(_I64)
-    e.add_incoming(ir.Constant(_I64, 0), call)
-    b.cbranch(b.icmp_signed("<", e, n_extra), extra_body, run)
-    b = ir.IRBuilder(extra_body)
-    extra = b.inttoptr(b.load(b.gep(words, [b.add(e, ir.Constant(_I64, 4))])), _I8P)
-    b.store(extra, b.gep(pointers, [b.add(nargs, e)]))
-    e.add_incoming(b.add(e, ir.Constant(_I64, 1)), extra_body)
-    b.branch(extra_head)
-
-    b = ir.IRBuilder(run)
-    kernel_type = ir.FunctionType(ir.VoidType(), [_I8P.as_pointer(), _I64, _I64])
-    b.call(b.inttoptr(address, kernel_type.as_pointer()), [pointers, ir.Constant(_I64, 0), extent])
-    none_refs = b.inttoptr(ir.Constant(_I64, none), _I64.as_pointer())
-    b.store(b.add(b.load(none_refs), ir.Constant(_I64, 1)), none_refs)     # Py_INCREF(None)
-    b.ret(const_ptr(none))
-
-    b = ir.IRBuilder(fail)
-    message = "nbxla kernel call: wrong number of arguments or an argument that is not a numpy.ndarray"
+    message = "nbxla fast call: wrong number of arguments or an argument that is not a numpy.ndarray"
     text = bytearray(message.encode() + b"\0")
     glob = ir.GlobalVariable(module, ir.ArrayType(_I8, len(text)), "nbxla_fastcall_message")
     glob.global_constant, glob.linkage = True, "private"
     glob.initializer = ir.Constant(ir.ArrayType(_I8, len(text)), text)
-    set_type = ir.FunctionType(ir.VoidType(), [_I8P, _I8P])
-    exc = b.load(b.inttoptr(ir.Constant(_I64, type_error), _I8P.as_pointer()))
-    b.call(b.inttoptr(ir.Constant(_I64, set_error), set_type.as_pointer()),
-           [exc, b.bitcast(glob, _I8P)])
-    b.ret(ir.Constant(_I8P, None))
+    addresses = dict(data_offset=data_offset, array_type=array_type, none=none, set_error=set_error,
+                     type_error=type_error, message=glob)
+
+    # nbxla_kernel_call: self = [kernel, arrays, extent, extras, extras' data pointers...]
+    b, words, pointers, nargs, _ = _gathering_function(module, "nbxla_kernel_call", MAX_BUFFERS, addresses)
+    fn = b.function
+    extent, n_extra = _word(b, words, 2), _word(b, words, 3)
+    head, body, run = (fn.append_basic_block(n) for n in ("extras", "extra", "run"))
+    came_from = b.block
+    b.branch(head)
+    b.position_at_end(head)         # (the extras' pointers after the arrays: none or one)
+    e = b.phi(_I64)
+    e.add_incoming(ir.Constant(_I64, 0), came_from)
+    b.cbranch(b.icmp_signed("<", e, n_extra), body, run)
+    b.position_at_end(body)
+    extra = b.inttoptr(b.load(b.gep(words, [b.add(e, ir.Constant(_I64, 4))])), _I8P)
+    b.store(extra, b.gep(pointers, [b.add(nargs, e)]))
+    e.add_incoming(b.add(e, ir.Constant(_I64, 1)), body)
+    b.branch(head)
+    b.position_at_end(run)
+    kernel_type = ir.FunctionType(ir.VoidType(), [_I8P.as_pointer(), _I64, _I64])
+    b.call(b.inttoptr(_word(b, words, 0), kernel_type.as_pointer()), [pointers, ir.Constant(_I64, 0), extent])
+    _return_none(b, none)
+
+    # nbxla_loop_call: self = [loop function, arrays]; int loop(void *buffer_0, ...)
+    b, words, pointers, nargs, fail = _gathering_function(module, "nbxla_loop_call", MAX_LOOP_ARGS, addresses)
+    fn = b.function
+    address = _word(b, words, 0)
+    done = fn.append_basic_block("done")
+    switch = b.switch(nargs, fail)
+    rcs = []
+    for count in range(1, MAX_LOOP_ARGS + 1):
+        case = fn.append_basic_block(f"args{count}")
+        switch.add_case(ir.Constant(_I64, count), case)
+        b.position_at_end(case)
+        loop_type = ir.FunctionType(_I32, [_I8P] * count)
+        buffers = [b.load(b.gep(pointers, [ir.Constant(_I64, k)])) for k in range(count)]
+        rcs.append((b.call(b.inttoptr(address, loop_type.as_pointer()), buffers), case))
+        b.branch(done)
+    b.position_at_end(done)
+    rc = b.phi(_I32)
+    for value, case in rcs:
+        rc.add_incoming(value, case)
+    failed, fine = fn.append_basic_block("failed"), fn.append_basic_block("fine")
+    b.cbranch(b.icmp_signed("==", rc, ir.Constant(_I32, 0)), fine, failed)
+    b.position_at_end(fine)
+    _return_none(b, none)
+    b.position_at_end(failed)       # (the code as a Python int: check_loop_code says what it means)
+    long_type = ir.FunctionType(_I8P, [ir.IntType(64)])
+    b.ret(b.call(b.inttoptr(ir.Constant(_I64, long_from), long_type.as_pointer()), [b.sext(rc, _I64)]))
     return str(module)
+
+
+def _word(b: ir.IRBuilder, words, k: int):
+    return b.load(b.gep(words, [ir.Constant(_I64, k)]))
+
+
+def _return_none(b: ir.IRBuilder, none: int) -> None:
+    refs = b.inttoptr(ir.Constant(_I64, none), _I64.as_pointer())
+    b.store(b.add(b.load(refs), ir.Constant(_I64, 1)), refs)     # Py_INCREF(None)
+    b.ret(ir.Constant(_I64, none).inttoptr(_I8P))
+
+
+def _gathering_function(module: ir.Module, name: str, capacity: int, addresses: dict) -> tuple:
+    """A fastcall function ``name(self, args, nargs)`` up to the point where every argument
+    was checked to be an exact ndarray, ``nargs`` equal to the count in ``self``'s words (word
+    1), and the arrays' data pointers gathered: (its builder there, the ``self`` array's int64
+    words, the pointer array of ``capacity`` slots, nargs, the block raising TypeError)."""
+    fn = ir.Function(module, ir.FunctionType(_I8P, [_I8P, _I8P.as_pointer(), _I64]), name)
+    self_obj, args, nargs = fn.args
+    entry, check, gather, fail, gathered = (fn.append_basic_block(n) for n in
+                                            ("entry", "check", "gather", "fail", "gathered"))
+    b = ir.IRBuilder(entry)
+    offset = addresses["data_offset"]
+
+    def field(obj, at, kind):
+        return b.load(b.bitcast(b.gep(obj, [ir.Constant(_I64, at)]), kind.as_pointer()))
+
+    words = b.bitcast(field(self_obj, offset, _I8P), _I64.as_pointer())
+    # (1 <= arrays <= capacity, less the extras: the makers of ``self`` made sure)
+    ok = b.icmp_unsigned("==", nargs, _word(b, words, 1))
+    pointers = b.alloca(_I8P, ir.Constant(_I64, capacity))
+    b.cbranch(ok, check, fail)
+
+    b.position_at_end(check)
+    k = b.phi(_I64)
+    k.add_incoming(ir.Constant(_I64, 0), entry)
+    obj = b.load(b.gep(args, [k]))
+    exact = b.icmp_unsigned("==", b.ptrtoint(field(obj, 8, _I8P), _I64),
+                            ir.Constant(_I64, addresses["array_type"]))
+    b.cbranch(exact, gather, fail)
+    b.position_at_end(gather)
+    b.store(field(obj, offset, _I8P), b.gep(pointers, [k]))
+    nxt = b.add(k, ir.Constant(_I64, 1))
+    k.add_incoming(nxt, gather)
+    b.cbranch(b.icmp_signed("<", nxt, nargs), check, gathered)
+
+    b.position_at_end(fail)
+    set_type = ir.FunctionType(ir.VoidType(), [_I8P, _I8P])
+    exc = b.load(b.inttoptr(ir.Constant(_I64, addresses["type_error"]), _I8P.as_pointer()))
+    b.call(b.inttoptr(ir.Constant(_I64, addresses["set_error"]), set_type.as_pointer()),
+           [exc, b.bitcast(addresses["message"], _I8P)])
+    b.ret(ir.Constant(_I8P, None))
+    b.position_at_end(gathered)
+    return b, words, pointers, nargs, fail
 
 
 def _compile() -> dict | None:
@@ -137,15 +183,15 @@ def _compile() -> dict | None:
     type_error = ctypes.c_void_p.in_dll(api, "PyExc_TypeError")
     text = trampoline_ir(ARRAY_DATA_OFFSET, id(np.ndarray), id(None),
                          ctypes.cast(api.PyErr_SetString, ctypes.c_void_p).value,
-                         ctypes.addressof(type_error))
+                         ctypes.addressof(type_error), ctypes.cast(api.PyLong_FromLong, ctypes.c_void_p).value)
     mod = llvm.parse_assembly(text)
     mod.triple = llvm.get_process_triple()
-    engine, _ = object_engine(mod)      # (unoptimized IR: a dozen instructions, no loops worth it)
-    method = _MethodDef(b"nbxla_kernel_call", engine.get_function_address("nbxla_kernel_call"),
-                        METH_FASTCALL, None)
+    engine, _ = object_engine(mod)      # (unoptimized IR: straight calls, no loops worth it)
+    methods = {name: _MethodDef(name.encode(), engine.get_function_address(name), METH_FASTCALL, None)
+               for name in ("nbxla_kernel_call", "nbxla_loop_call")}
     new = api.PyCFunction_NewEx
     new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
-    return {"engine": engine, "method": method, "new": new}
+    return {"engine": engine, "methods": methods, "new": new}
 
 
 def _compiled() -> dict | None:
@@ -166,10 +212,35 @@ def kernel_caller(address: int, extent: int, arrays: int, extras: tuple = ()):
     at ``address`` (its pointer-array entry point) over ``[0, extent)`` on their buffers then the
     ``extras`` arrays' buffers; None where fast calls are not available.  The caller keeps
     ``extras`` alive as long as the function (a thunk holds both)."""
+    if not 1 <= arrays or arrays + len(extras) > MAX_BUFFERS:
+        return None
+    return _made("nbxla_kernel_call", [address, arrays, extent, len(extras)] + [e.ctypes.data for e in extras])
+
+
+def loop_caller(address: int, arrays: int):
+    """A built-in function ``call(*arrays)`` of exactly ``arrays`` arrays, calling the native
+    loop ``int loop(void *buffer_0, ...)`` at ``address`` on their buffers: None when it
+    returns 0, else the code as an int (``native_loops.check_loop_code``).  None where fast
+    calls are not available or the loop takes more than ``MAX_LOOP_ARGS`` buffers."""
+    if not 1 <= arrays <= MAX_LOOP_ARGS:
+        return None
+    return _made("nbxla_loop_call", [address, arrays])
+
+
+def _made(name: str, words: list):
     state = _compiled()
     if state is None:
         return None
-    if not 1 <= arrays or arrays + len(extras) > MAX_BUFFERS:
-        return None
-    words = np.array([address, extent, arrays, len(extras)] + [e.ctypes.data for e in extras], np.int64)
-    return state["new"](ctypes.addressof(state["method"]), words, None)
+    return state["new"](ctypes.addressof(state["methods"][name]), np.array(words, np.int64), None)
+
+
+@contextmanager
+def ctypes_only():
+    """Within it, new thunks get no built-in callers (they keep ctypes): to compare the two
+    side by side in one process (benchmarks/small_calls.py) and to test the fallback."""
+    state = _compiled()
+    _state["compiled"] = None
+    try:
+        yield
+    finally:
+        _state["compiled"] = state

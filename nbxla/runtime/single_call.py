@@ -58,3 +58,35 @@ def single_kernel_runner(fn: Callable, makers: list, extent: int, order: list[in
 @functools.lru_cache(maxsize=256)
 def _code(source: str):
     return compile(source, "<nbxla single-kernel entry>", "exec")
+
+
+def loop_entry_runner(call: Callable, sources: list, strides: list, makers: list, pick: int,
+                      scalar: bool, fallback: Callable, check: Callable) -> Callable:
+    """``run_single(inputs)`` of an entry that is one native loop called through its built-in
+    caller (fastcall.py): state leaf ``j`` is ``inputs[sources[j]]`` (checked to be an exact
+    ndarray with ``strides[j]``, else ``fallback(inputs)``) or, where ``sources[j]`` is not an
+    int, that constant array; the loop's results are made by ``makers``; a non-None return
+    code goes to ``check``; returns result ``pick`` (a NumPy scalar when ``scalar``)."""
+    env = {"ndarray": np.ndarray, "loop": call, "fallback": fallback, "check": check}
+    lines, checks, names = ["def run_single(inputs):"], [], []
+    for j, (source, st) in enumerate(zip(sources, strides)):
+        if isinstance(source, int):
+            env[f"st{j}"] = tuple(st)
+            lines.append(f"    a{j} = inputs[{int(source)}]")
+            checks.append(f"type(a{j}) is not ndarray or a{j}.strides != st{j}")
+        else:
+            env[f"a{j}"] = source           # (a constant: the same array every call)
+        names.append(f"a{j}")
+    if checks:
+        lines += ["    if " + " or ".join(checks) + ":", "        return fallback(inputs)"]
+    for k, make in enumerate(makers):
+        env[f"make{k}"] = make
+        lines.append(f"    o{k} = make{k}()")
+        names.append(f"o{k}")
+    lines += [f"    rc = loop({', '.join(names)})", "    if rc is not None:", "        check(rc)",
+              f"    return o{pick}[()]" if scalar else f"    return o{pick}"]
+    source = "\n".join(lines)
+    exec(_code(source), env)
+    run = env["run_single"]
+    run.source = source
+    return run

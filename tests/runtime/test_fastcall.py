@@ -7,6 +7,7 @@ import pytest
 
 import nbxla
 from nbxla.runtime import fastcall
+from nbxla.runtime.cache import CompilationCache
 from nbxla.runtime.cpu_kernels import KernelThunk
 
 pytestmark = pytest.mark.skipif(fastcall._compiled() is None,
@@ -82,9 +83,7 @@ def test_without_the_builtin_ctypes_gives_the_same_results(monkeypatch):
     monkeypatch.setitem(fastcall._state, "compiled", None)
     assert fastcall.kernel_caller(0, 1, 1) is None
 
-    def chain_again(x):                     # (its own compilation, made without the builtin)
-        return chain(x)
-    f = nbxla.jit(chain_again)
+    f = nbxla.jit(chain, cache=CompilationCache())     # (its own compilation, made without the builtin)
     x = np.random.default_rng(2).random(128).astype(np.float32)
     for _ in range(3):
         np.testing.assert_allclose(f(x), chain(x), rtol=1e-6)
@@ -96,3 +95,65 @@ def test_without_the_builtin_ctypes_gives_the_same_results(monkeypatch):
 def test_too_many_buffers_keep_ctypes():
     assert fastcall.kernel_caller(1, 1, fastcall.MAX_BUFFERS + 1) is None
     assert fastcall.kernel_caller(1, 1, 0) is None
+
+
+def rolled(x, n):
+    s = x
+    for _ in range(n):
+        s = s * 0.5 + x
+    return s
+
+
+def two_results(x, n):
+    a, b = x, x[::-1].copy()
+    for k in range(n):
+        a, b = a + b * 0.25, b - a * 0.125
+    return a - b
+
+
+@pytest.mark.parametrize("ctypes", [False, True])
+@pytest.mark.parametrize("fn", [rolled, two_results])
+def test_native_loops_match_numpy_through_either_call(fn, ctypes):
+    # (trip counts traced: the loop stays a while, run by the native driver)
+    jitted = nbxla.jit(fn, cache=CompilationCache())       # (its own compilation)
+    x = np.random.default_rng(3).random(50)
+    with fastcall.ctypes_only() if ctypes else _nothing():
+        first = jitted(x, np.array(7))
+    np.testing.assert_allclose(first, fn(x, 7), rtol=1e-12)
+    for n in (0, 1, 9, 200):
+        np.testing.assert_allclose(jitted(x, np.array(n)), fn(x, n), rtol=1e-12)
+    loops = jitted.last_compilation.executable.native.loops
+    assert loops and all(how.startswith("native") for how in loops.values()), loops
+    thunks = [t for t in jitted.last_compilation.executable.native._native.values()]
+    assert thunks and all((t.call is None) == ctypes for t in thunks)
+
+
+def test_a_loops_error_code_comes_back_through_the_builtin(monkeypatch):
+    from tests.frontend_util import use_flags
+    from tests.runtime.test_native_loops import batched_solves
+    use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
+    jitted = nbxla.jit(batched_solves)
+    A = np.eye(4) + 0.1
+    np.testing.assert_allclose(jitted(A, np.ones(4), 3), batched_solves(A, np.ones(4), 3), rtol=1e-12)
+    if not any(t.call is not None for t in jitted.last_compilation.executable.native._native.values()):
+        pytest.skip("the solve loop is host-driven here (no LAPACK for native loops)")
+    with pytest.raises(np.linalg.LinAlgError):
+        jitted(np.ones((4, 4)), np.ones(4), 3)      # singular: code 2
+
+
+def test_loop_caller_checks_its_arguments():
+    assert fastcall.loop_caller(1, 0) is None
+    assert fastcall.loop_caller(1, fastcall.MAX_LOOP_ARGS + 1) is None
+    call = fastcall.loop_caller(1, 2)               # (never reaches the address: refused first)
+    with pytest.raises(TypeError, match="wrong number"):
+        call(np.ones(1))
+    with pytest.raises(TypeError, match="not a numpy.ndarray"):
+        call(np.ones(1), 3.0)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
