@@ -30,6 +30,10 @@ from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thr
 # waiting for it costs 30-50 us here (2-vCPU VM), more than splitting saves below ~1M of them
 # (measured: a 512K-element sum or add ran 2-3x faster inline).
 PARALLEL_THRESHOLD = 1 << 20
+# Unsplit kernels of at least this much work release the GIL while they run (as ctypes calls
+# did), so that other Python threads calling compiled code run meanwhile: from about 10 us of
+# work, where taking the GIL back (~0.1-0.2 us) is noise; below it the GIL stays held.
+RELEASE_GIL_WORK = 1 << 15
 # What one more operation per element adds to a kernel's work, in those units (measured here,
 # one core, inline: f32 add 0.15 ns/element in cache, 0.44 out of it; exp 0.29 / 0.33; tanh 0.40 /
 # 0.41; 8 cheap ops 0.20 / 0.44; f64 tanh ~1.2 ns).  A vectorized cheap op (add, multiply,
@@ -205,7 +209,9 @@ class KernelThunk:
             prototype = object_entry_type(len(instr.operands) + len(self.outputs) + len(self.sizes))
             self.object_fn = prototype(object_entry) if prototype is not None else None
             if self.object_fn is not None:
-                self.call = kernel_caller(address, extent, len(instr.operands) + len(self.outputs), self.sizes)
+                work = extent * work_per_unit * element_cost(instr)
+                self.call = kernel_caller(address, extent, len(instr.operands) + len(self.outputs), self.sizes,
+                                          release=work >= RELEASE_GIL_WORK)
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
         if outs is None:

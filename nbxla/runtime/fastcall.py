@@ -14,9 +14,9 @@ pointers (the run-time sizes array), and calls the kernel's pointer-array entry 
 ``kernel(void **buffers, i64 begin=0, i64 end=extent)``; it returns None.  The caller
 guarantees shapes, dtypes and contiguity as it did for ctypes (the kernel reads raw memory).
 
-The GIL stays held during the kernel (ctypes released it): only kernels too small to be
-split over threads (``KernelThunk.object_fn``'s condition) are called this way, where
-releasing and taking the GIL back costs more than the kernel.
+The GIL (which ctypes released around every call) is released around native loops and around
+kernels a thunk marks as long enough (``release``): for a small kernel, releasing and taking
+it back costs more than the kernel, and nothing else can run in that time anyway.
 
 The trampoline embeds this process's addresses (``numpy.ndarray``'s type object, ``None``,
 ``PyErr_SetString``): it is compiled in each process (~30 ms, once, on first use) and never
@@ -57,7 +57,7 @@ _state: dict = {}       # "engine", "method", "new" once compiled; "failed" when
 
 
 def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, type_error: int,
-                  long_from: int) -> str:
+                  long_from: int, save_thread: int, restore_thread: int) -> str:
     """The LLVM IR of ``nbxla_kernel_call`` and ``nbxla_loop_call`` (see the module docstring)
     for this process's addresses."""
     module = ir.Module(name="nbxla_fastcall")
@@ -68,11 +68,12 @@ def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, 
     glob.initializer = ir.Constant(ir.ArrayType(_I8, len(text)), text)
     addresses = dict(data_offset=data_offset, array_type=array_type, none=none, set_error=set_error,
                      type_error=type_error, message=glob)
+    gil = (save_thread, restore_thread)
 
-    # nbxla_kernel_call: self = [kernel, arrays, extent, extras, extras' data pointers...]
+    # nbxla_kernel_call: self = [kernel, arrays, release, extent, extras, extras' data pointers...]
     b, words, pointers, nargs, _ = _gathering_function(module, "nbxla_kernel_call", MAX_BUFFERS, addresses)
     fn = b.function
-    extent, n_extra = _word(b, words, 2), _word(b, words, 3)
+    extent, n_extra = _word(b, words, 3), _word(b, words, 4)
     head, body, run = (fn.append_basic_block(n) for n in ("extras", "extra", "run"))
     came_from = b.block
     b.branch(head)
@@ -81,21 +82,26 @@ def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, 
     e.add_incoming(ir.Constant(_I64, 0), came_from)
     b.cbranch(b.icmp_signed("<", e, n_extra), body, run)
     b.position_at_end(body)
-    extra = b.inttoptr(b.load(b.gep(words, [b.add(e, ir.Constant(_I64, 4))])), _I8P)
+    extra = b.inttoptr(b.load(b.gep(words, [b.add(e, ir.Constant(_I64, 5))])), _I8P)
     b.store(extra, b.gep(pointers, [b.add(nargs, e)]))
     e.add_incoming(b.add(e, ir.Constant(_I64, 1)), body)
     b.branch(head)
     b.position_at_end(run)
     kernel_type = ir.FunctionType(ir.VoidType(), [_I8P.as_pointer(), _I64, _I64])
-    b.call(b.inttoptr(_word(b, words, 0), kernel_type.as_pointer()), [pointers, ir.Constant(_I64, 0), extent])
+    _without_gil(b, _word(b, words, 2), gil, lambda: b.call(
+        b.inttoptr(_word(b, words, 0), kernel_type.as_pointer()), [pointers, ir.Constant(_I64, 0), extent]))
     _return_none(b, none)
 
-    # nbxla_loop_call: self = [loop function, arrays]; int loop(void *buffer_0, ...)
+    # nbxla_loop_call: self = [loop function, arrays, release]; int loop(void *buffer_0, ...)
     b, words, pointers, nargs, fail = _gathering_function(module, "nbxla_loop_call", MAX_LOOP_ARGS, addresses)
     fn = b.function
     address = _word(b, words, 0)
-    done = fn.append_basic_block("done")
-    switch = b.switch(nargs, fail)
+    release = b.icmp_unsigned("!=", _word(b, words, 2), ir.Constant(_I64, 0))
+    state = b.alloca(_I8P)
+    with b.if_then(release):
+        b.store(b.call(b.inttoptr(ir.Constant(_I64, gil[0]), _SAVE.as_pointer()), []), state)
+    done, unknown = fn.append_basic_block("done"), fn.append_basic_block("unknown_count")
+    switch = b.switch(nargs, unknown)
     rcs = []
     for count in range(1, MAX_LOOP_ARGS + 1):
         case = fn.append_basic_block(f"args{count}")
@@ -109,6 +115,14 @@ def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, 
     rc = b.phi(_I32)
     for value, case in rcs:
         rc.add_incoming(value, case)
+    with b.if_then(release):
+        b.call(b.inttoptr(ir.Constant(_I64, gil[1]), _RESTORE.as_pointer()), [b.load(state)])
+    after = b.block
+    b.position_at_end(unknown)      # (loop_caller allows no other count: the GIL back, TypeError)
+    with b.if_then(release):
+        b.call(b.inttoptr(ir.Constant(_I64, gil[1]), _RESTORE.as_pointer()), [b.load(state)])
+    b.branch(fail)
+    b.position_at_end(after)
     failed, fine = fn.append_basic_block("failed"), fn.append_basic_block("fine")
     b.cbranch(b.icmp_signed("==", rc, ir.Constant(_I32, 0)), fine, failed)
     b.position_at_end(fine)
@@ -117,6 +131,22 @@ def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, 
     long_type = ir.FunctionType(_I8P, [ir.IntType(64)])
     b.ret(b.call(b.inttoptr(ir.Constant(_I64, long_from), long_type.as_pointer()), [b.sext(rc, _I64)]))
     return str(module)
+
+
+_SAVE = ir.FunctionType(_I8P, [])                   # PyThreadState *PyEval_SaveThread(void)
+_RESTORE = ir.FunctionType(ir.VoidType(), [_I8P])   # void PyEval_RestoreThread(PyThreadState *)
+
+
+def _without_gil(b: ir.IRBuilder, release, gil: tuple, emit) -> None:
+    """``emit()`` the call, between releasing and taking back the GIL when ``release`` (an i64
+    word) is not 0, else with the GIL held."""
+    with b.if_else(b.icmp_unsigned("!=", release, ir.Constant(_I64, 0))) as (then, otherwise):
+        with then:
+            state = b.call(b.inttoptr(ir.Constant(_I64, gil[0]), _SAVE.as_pointer()), [])
+            emit()
+            b.call(b.inttoptr(ir.Constant(_I64, gil[1]), _RESTORE.as_pointer()), [state])
+        with otherwise:
+            emit()
 
 
 def _word(b: ir.IRBuilder, words, k: int):
@@ -183,7 +213,9 @@ def _compile() -> dict | None:
     type_error = ctypes.c_void_p.in_dll(api, "PyExc_TypeError")
     text = trampoline_ir(ARRAY_DATA_OFFSET, id(np.ndarray), id(None),
                          ctypes.cast(api.PyErr_SetString, ctypes.c_void_p).value,
-                         ctypes.addressof(type_error), ctypes.cast(api.PyLong_FromLong, ctypes.c_void_p).value)
+                         ctypes.addressof(type_error), *[ctypes.cast(getattr(api, name), ctypes.c_void_p).value
+                                                         for name in ("PyLong_FromLong", "PyEval_SaveThread",
+                                                                      "PyEval_RestoreThread")])
     mod = llvm.parse_assembly(text)
     mod.triple = llvm.get_process_triple()
     engine, _ = object_engine(mod)      # (unoptimized IR: straight calls, no loops worth it)
@@ -207,24 +239,29 @@ def _compiled() -> dict | None:
     return state
 
 
-def kernel_caller(address: int, extent: int, arrays: int, extras: tuple = ()):
+def kernel_caller(address: int, extent: int, arrays: int, extras: tuple = (), release: bool = False):
     """A built-in function ``call(*arrays)`` of exactly ``arrays`` arrays, running the kernel
     at ``address`` (its pointer-array entry point) over ``[0, extent)`` on their buffers then the
-    ``extras`` arrays' buffers; None where fast calls are not available.  The caller keeps
-    ``extras`` alive as long as the function (a thunk holds both)."""
+    ``extras`` arrays' buffers; None where fast calls are not available.  ``release``: the GIL
+    is released around the kernel (for kernels long enough that other Python threads should
+    run meanwhile).  The caller keeps ``extras`` alive as long as the function (a thunk holds
+    both)."""
     if not 1 <= arrays or arrays + len(extras) > MAX_BUFFERS:
         return None
-    return _made("nbxla_kernel_call", [address, arrays, extent, len(extras)] + [e.ctypes.data for e in extras])
+    return _made("nbxla_kernel_call",
+                 [address, arrays, int(release), extent, len(extras)] + [e.ctypes.data for e in extras])
 
 
 def loop_caller(address: int, arrays: int):
     """A built-in function ``call(*arrays)`` of exactly ``arrays`` arrays, calling the native
     loop ``int loop(void *buffer_0, ...)`` at ``address`` on their buffers: None when it
-    returns 0, else the code as an int (``native_loops.check_loop_code``).  None where fast
-    calls are not available or the loop takes more than ``MAX_LOOP_ARGS`` buffers."""
+    returns 0, else the code as an int (``native_loops.check_loop_code``); the GIL is released
+    while it runs (a loop may run for seconds: other Python threads run meanwhile, as they did
+    under ctypes).  None where fast calls are not available or the loop takes more than
+    ``MAX_LOOP_ARGS`` buffers."""
     if not 1 <= arrays <= MAX_LOOP_ARGS:
         return None
-    return _made("nbxla_loop_call", [address, arrays])
+    return _made("nbxla_loop_call", [address, arrays, 1])
 
 
 def _made(name: str, words: list):

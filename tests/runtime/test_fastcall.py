@@ -8,7 +8,7 @@ import pytest
 import nbxla
 from nbxla.runtime import fastcall
 from nbxla.runtime.cache import CompilationCache
-from nbxla.runtime.cpu_kernels import KernelThunk
+from nbxla.runtime.cpu_kernels import RELEASE_GIL_WORK, KernelThunk
 
 pytestmark = pytest.mark.skipif(fastcall._compiled() is None,
                                 reason="CPython's C API is not reachable: kernels keep ctypes")
@@ -157,3 +157,36 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_loops_and_long_kernels_release_the_gil_short_kernels_keep_it():
+    # (the built-in's ``self`` is its words: [address, arrays, release, ...])
+    looped = nbxla.jit(rolled, cache=CompilationCache())
+    x = np.ones(10)
+    looped(x, np.array(3))
+    loops = list(looped.last_compilation.executable.native._native.values())
+    assert loops and all(t.call.__self__[2] == 1 for t in loops)
+    small, large = nbxla.jit(lambda v: v * 2.0 + 1.0), nbxla.jit(lambda v: np.tanh(v) * 2.0 + 1.0)
+    small(np.ones(64))
+    large(np.ones(RELEASE_GIL_WORK * 2 // 8))    # (below the split threshold, above the release one)
+    assert all(t.call.__self__[2] == 0 for t in _kernel_thunks(small))
+    assert any(t.call is not None and t.call.__self__[2] == 1 for t in _kernel_thunks(large))
+
+
+def test_threads_running_native_loops_at_once_get_their_own_results():
+    import threading
+    looped = nbxla.jit(rolled, cache=CompilationCache())
+    xs = [np.random.default_rng(k).random(300) for k in range(4)]
+    looped(xs[0], np.array(5))
+    results = {}
+
+    def work(k):
+        for _ in range(20):
+            results[k] = looped(xs[k], np.array(400 + k))
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(4):
+        np.testing.assert_allclose(results[k], rolled(xs[k], 400 + k), rtol=1e-12)
