@@ -22,7 +22,7 @@ from ..hlo.division import is_expensive
 from ..hlo.opcodes import TRANSCENDENTAL
 from ..hlo.shapes import bit_width
 from . import host_memory
-from .fastcall import kernel_caller
+from .fastcall import kernel_caller, object_caller
 from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls, one_thread_enabled
 
 # Kernels doing less work than this (units of one add streamed from memory, ~0.3-0.45 ns per
@@ -249,16 +249,22 @@ class FullReductionThunk:
         self.parts = max(1, min(worker_count(), extent, extent * work_per_unit // (PARALLEL_THRESHOLD // 2)))
         self.tuple_result = instr.shape.is_tuple
         # Unsplit, both phases run in one call taking the arrays themselves (codegen/cpu.py).
-        self.object_fn = None
+        self.object_fn = self.call = None      # (call: the built-in one, as KernelThunk's)
         if object_entry is not None and self.parts == 1 and ARRAY_DATA_OFFSET is not None:
             prototype = object_entry_type(self.n_in + len(self.outputs))
             self.object_fn = prototype(object_entry) if prototype is not None else None
+            if self.object_fn is not None:
+                self.call = object_caller(object_entry, extent, self.n_in + len(self.outputs),
+                                          release=extent * work_per_unit >= RELEASE_GIL_WORK)
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
         if self.object_fn is not None and all(type(a) is np.ndarray for a in operands):
             if outs is None:
                 outs = [make() for make in self.makers]
-            self.object_fn(*operands, *outs, 0, self.extent)
+            if self.call is not None:
+                self.call(*operands, *outs)
+            else:
+                self.object_fn(*operands, *outs, 0, self.extent)
             return tuple(outs) if self.tuple_result else outs[0]
         scratch = np.empty(self.parts * self.slots, np.float64)      # 8-byte slots
         base = [data_pointer(a) for a in operands]

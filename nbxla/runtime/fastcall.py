@@ -39,6 +39,8 @@ from llvmlite import ir
 MAX_BUFFERS = 256
 # The most buffers a native loop's fast call passes (one call instruction per count).
 MAX_LOOP_ARGS = 64
+# The most arrays an object entry point's fast call passes (full reductions: a few).
+MAX_OBJECT_ARGS = 16
 METH_FASTCALL = 0x0080
 
 _I8 = ir.IntType(8)
@@ -130,6 +132,25 @@ def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, 
     b.position_at_end(failed)       # (the code as a Python int: check_loop_code says what it means)
     long_type = ir.FunctionType(_I8P, [ir.IntType(64)])
     b.ret(b.call(b.inttoptr(ir.Constant(_I64, long_from), long_type.as_pointer()), [b.sext(rc, _I64)]))
+
+    # nbxla_object_call: self = [entry, arrays, release, extent];
+    # void entry(PyObject *array_0, ..., i64 begin = 0, i64 end = extent)
+    b, words, _, nargs, fail = _gathering_function(module, "nbxla_object_call", MAX_OBJECT_ARGS, addresses)
+    fn = b.function
+    address, extent, release = _word(b, words, 0), _word(b, words, 3), _word(b, words, 2)
+    done = fn.append_basic_block("done")
+    switch = b.switch(nargs, fail)      # (before the GIL is released: fail needs it)
+    for count in range(1, MAX_OBJECT_ARGS + 1):
+        case = fn.append_basic_block(f"args{count}")
+        switch.add_case(ir.Constant(_I64, count), case)
+        b.position_at_end(case)
+        entry_type = ir.FunctionType(ir.VoidType(), [_I8P] * count + [_I64, _I64])
+        objects = [b.load(b.gep(fn.args[1], [ir.Constant(_I64, k)])) for k in range(count)]
+        _without_gil(b, release, gil, lambda: b.call(b.inttoptr(address, entry_type.as_pointer()),
+                                                     objects + [ir.Constant(_I64, 0), extent]))
+        b.branch(done)
+    b.position_at_end(done)
+    _return_none(b, none)
     return str(module)
 
 
@@ -220,7 +241,7 @@ def _compile() -> dict | None:
     mod.triple = llvm.get_process_triple()
     engine, _ = object_engine(mod)      # (unoptimized IR: straight calls, no loops worth it)
     methods = {name: _MethodDef(name.encode(), engine.get_function_address(name), METH_FASTCALL, None)
-               for name in ("nbxla_kernel_call", "nbxla_loop_call")}
+               for name in ("nbxla_kernel_call", "nbxla_loop_call", "nbxla_object_call")}
     new = api.PyCFunction_NewEx
     new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
     return {"engine": engine, "methods": methods, "new": new}
@@ -262,6 +283,16 @@ def loop_caller(address: int, arrays: int):
     if not 1 <= arrays <= MAX_LOOP_ARGS:
         return None
     return _made("nbxla_loop_call", [address, arrays, 1])
+
+
+def object_caller(address: int, extent: int, arrays: int, release: bool = False):
+    """A built-in function ``call(*arrays)`` of exactly ``arrays`` arrays, calling a kernel's
+    array-object entry point ``entry(array_0, ..., begin=0, end=extent)`` (codegen/cpu.py:
+    a full reduction's both phases in one call); ``release`` as for ``kernel_caller``.  None
+    where fast calls are not available or for more than ``MAX_OBJECT_ARGS`` arrays."""
+    if not 1 <= arrays <= MAX_OBJECT_ARGS:
+        return None
+    return _made("nbxla_object_call", [address, arrays, int(release), extent])
 
 
 def _made(name: str, words: list):

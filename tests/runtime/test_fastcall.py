@@ -190,3 +190,32 @@ def test_threads_running_native_loops_at_once_get_their_own_results():
         t.join()
     for k in range(4):
         np.testing.assert_allclose(results[k], rolled(xs[k], 400 + k), rtol=1e-12)
+
+
+def running(x, y):
+    return np.mean(3 * x**2 + y)
+
+
+@pytest.mark.parametrize("ctypes", [False, True])
+def test_full_reductions_through_either_call_match_numpy(ctypes):
+    from nbxla.runtime.cpu_kernels import FullReductionThunk
+    f = nbxla.jit(running, cache=CompilationCache())
+    x, y = np.random.default_rng(4).random((2, 1000))
+    with fastcall.ctypes_only() if ctypes else _nothing():
+        first = f(x, y)
+    assert np.isclose(first, running(x, y), rtol=1e-12)
+    for _ in range(2):
+        assert np.isclose(f(x, y), running(x, y), rtol=1e-12)
+    cpu = f.last_compilation.executable.native
+    reductions = [s[0] for s in cpu._plan[2] if isinstance(s[0], FullReductionThunk)]
+    assert reductions and all((t.call is None) == ctypes for t in reductions)
+
+
+def test_object_caller_checks_its_arguments():
+    assert fastcall.object_caller(1, 1, 0) is None
+    assert fastcall.object_caller(1, 1, fastcall.MAX_OBJECT_ARGS + 1) is None
+    call = fastcall.object_caller(1, 1, 2)          # (never reaches the address: refused first)
+    with pytest.raises(TypeError, match="wrong number"):
+        call(np.ones(1))
+    with pytest.raises(TypeError, match="not a numpy.ndarray"):
+        call(np.ones(1), (1,))
