@@ -103,7 +103,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="cpu: the process's CPU time (time.process_time), steadier than wall "
-                             "time on a loaded machine (time spent waiting for a core is left out)")
+                             "time on a loaded machine (time spent waiting for a core is left out); "
+                             "it counts every thread's time, so JAX's runtime threads inflate its column")
     opts = parser.parse_args()
     global _clock
     _clock = CLOCKS[opts.clock]
