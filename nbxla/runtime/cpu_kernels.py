@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
-import sys
 import weakref
 from types import SimpleNamespace
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +21,8 @@ from ..hlo.division import is_expensive
 from ..hlo.opcodes import TRANSCENDENTAL
 from ..hlo.shapes import bit_width
 from . import host_memory
-from .fastcall import kernel_caller, object_caller
+# (ARRAY_DATA_OFFSET also compiled into the kernels' array-object entry points: codegen/cpu.py)
+from .fastcall import ARRAY_DATA_OFFSET, kernel_caller, object_caller
 from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls, one_thread_enabled
 
 # Kernels doing less work than this (units of one add streamed from memory, ~0.3-0.45 ns per
@@ -103,21 +103,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def _array_data_offset() -> int | None:
-    """Where an ndarray object keeps its data pointer, relative to the object's address: right
-    after the object header (NumPy's PyArrayObject starts ``PyObject_HEAD; char *data``).
-    Checked on a probe array; None where that does not hold (or ids are not addresses)."""
-    if sys.implementation.name != "cpython":
-        return None
-    offset = object.__basicsize__                 # the header's size, whatever the build
-    probe = np.empty(3)
-    if ctypes.c_void_p.from_address(id(probe) + offset).value != probe.__array_interface__["data"][0]:
-        return None
-    return offset
-
-
-# (Also compiled into the kernels' array-object entry points: codegen/cpu.py.)
-ARRAY_DATA_OFFSET = _array_data_offset()
 _read_pointer = ctypes.c_void_p.from_address
 
 

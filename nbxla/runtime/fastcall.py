@@ -43,6 +43,23 @@ MAX_LOOP_ARGS = 64
 MAX_OBJECT_ARGS = 16
 METH_FASTCALL = 0x0080
 
+
+def _array_data_offset() -> int | None:
+    """Where an ndarray object keeps its data pointer, relative to the object's address: right
+    after the object header (NumPy's PyArrayObject starts ``PyObject_HEAD; char *data``).
+    Checked on a probe array; None where that does not hold (or ids are not addresses)."""
+    if sys.implementation.name != "cpython":
+        return None
+    offset = object.__basicsize__                 # the header's size, whatever the build
+    probe = np.empty(3)
+    if ctypes.c_void_p.from_address(id(probe) + offset).value != probe.__array_interface__["data"][0]:
+        return None
+    return offset
+
+
+# (Also compiled into the kernels' array-object entry points: codegen/cpu.py.)
+ARRAY_DATA_OFFSET = _array_data_offset()
+
 _I8 = ir.IntType(8)
 _I8P = _I8.as_pointer()
 _I32 = ir.IntType(32)
@@ -225,7 +242,6 @@ def _gathering_function(module: ir.Module, name: str, capacity: int, addresses: 
 
 
 def _compile() -> dict | None:
-    from .cpu_kernels import ARRAY_DATA_OFFSET     # (cpu_kernels makes its thunks' callers here)
     if sys.implementation.name != "cpython" or ARRAY_DATA_OFFSET is None:
         return None
     import llvmlite.binding as llvm
