@@ -455,7 +455,8 @@ class CpuExecutable:
             value = general(inputs)[0]
             return value[()] if scalar else value
 
-        run_single = single_kernel_runner(fn, makers, extent, order, strides, pick or 0, scalar, fallback, sizes)
+        run_single = single_kernel_runner(fn, makers, extent, order, strides, pick or 0, scalar, fallback, sizes,
+                                          getattr(thunk, "call", None))
         run_single.executable = self
         return run_single
 
