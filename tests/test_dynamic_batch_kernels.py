@@ -233,3 +233,41 @@ def test_scatter_over_an_unknown_batch(text):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"batch {n}")
     assert program.instances == len(SIZES) - 1
     assert '%"size' in program.compilation.stage("llvm_ir")
+
+
+def _random_bits_module(algorithm: str, t: str, dims: str) -> str:
+    """Bits of the shape ``dims`` (``b`` where unknown) xor-ed into a parameter of that shape:
+    the bits' batch is the parameter's."""
+    shape = f"{t}[{dims}]"
+    return f"""HloModule bits_over_a_batch
+ENTRY %main (s: u64[2], x: {shape}) -> {shape} {{
+  %s = u64[2] parameter(0)
+  %x = {shape} parameter(1)
+  %r = (u64[2], {shape}) rng-bit-generator(%s), algorithm={algorithm}
+  %bits = {shape} get-tuple-element(%r), index=1
+  ROOT %y = {shape} xor(%x, %bits)
+}}"""
+
+
+@pytest.mark.parametrize("algorithm, t, dims", [
+    ("rng_three_fry", "u32", "b,4"),        # narrow ThreeFry: pairs along b when even, else the 4
+    ("rng_three_fry", "u32", "b,5"),        # ... along b when even, else the longest
+    ("rng_three_fry", "u16", "3,b"),        # ... along b when even, else the 3 (or b, the longest)
+    ("rng_three_fry", "u32", "b"),
+    ("rng_three_fry", "u64", "b,3"),        # one block per element
+    ("rng_philox", "u32", "b,3"),
+])
+def test_random_bits_over_an_unknown_batch(algorithm, t, dims):
+    """The bits, bit for bit the evaluator's, at even and odd batch sizes from one compilation
+    (narrow ThreeFry chooses the axis it pairs along by the sizes' parity: when it runs)."""
+    module = parse_hlo(_random_bits_module(algorithm, t, dims))
+    program = compile_symbolic_module(module, {"b": 3})
+    state = np.array([42, 7], np.uint64)
+    sizes = (2, 3, 4, 7, 8, 33)
+    for n in sizes:
+        concrete = bind_module(module, {"b": n})
+        x = RNG.integers(0, 2 ** 16, concrete.entry.parameters[1].shape.dims).astype(np.dtype(t.replace("u", "uint")))
+        got = run_symbolic(program, [state, x])[0]
+        want = flatten(evaluate(concrete, [state, x]))[0]
+        assert got.dtype == want.dtype and np.array_equal(got, want), f"{algorithm} {t}[{dims}] at b={n}"
+    assert program.instances == len(sizes)

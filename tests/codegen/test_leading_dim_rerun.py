@@ -28,16 +28,8 @@ rerun(globals(), test_bf16, test_bitcast_widths, test_complex_scatter, test_comp
 SPECIALISED: dict[str, str] = {
     "test_a_kernel_that_cannot_be_emitted_is_interpreted_and_the_others_stay_native__test_cpu":
         "kernel nbxla_reduce_fusion's range is not a multiple of one size",
-    "test_bits_match_the_evaluator__test_random_bits":
-        'the generated code of kernel @"nbxla_r" depends on the size; leading dimensions ',
-    "test_fusion_in_another_form_is_split__test_fused_dots":
-        'the generated code of kernel @"nbxla_exponential_fusion" depends on the size; le',
-    "test_kOutput_dot_bias_relu_large_is_split_into_blas_and_epilogue__test_fused_dots":
-        'the generated code of kernel @"nbxla_maximum_fusion" depends on the size; leadin',
     "test_large_integer_dot_stays_native__test_fused_dots":
         'the generated code of kernel @"nbxla_fusion" depends on the size; leading dimens',
-    "test_large_results_split_across_threads__test_random_bits":
-        'the generated code of kernel @"nbxla_r" depends on the size; leading dimensions ',
     "test_multi_output_fusion_with_computed_operands__test_fused_dots":
         'the generated code of kernel @"nbxla_f" depends on the size; leading dimensions ',
     "test_stride1_pooling_and_column_scans_are_vectorized__test_reduce_window":

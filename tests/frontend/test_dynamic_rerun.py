@@ -21,13 +21,8 @@ rerun(globals(), test_programs, test_reductions, test_functions, test_ufuncs, te
 # (Reasons of the program itself -- writes into arguments, a size used as a number -- need no
 # entry: symbolic_rerun.PROGRAM_REASONS.)
 SPECIALISED: dict[str, str] = {
-    "test_dropout_inside_a_compiled_step_changes_with_the_key__test_random":
-        'the generated code of kernel @"nbxla_rng_bit_generator" depends on the size',
     "test_in_a_loop_the_solve_runs_in_the_native_loop__test_linalg_solve":
-        # (a kernel over the square matrix's unknown side refuses first; the loops, which
-        # runtime/symbolic_loops.py compiles for every size, are checked after the kernels)
-        'the generated code of kernel @"nbxla_reduce_fusion" depends on the size',
-    "test_selections_agree_with_numpy__test_selection":
-        # (as above: a kernel refuses before the loops are looked at)
-        'the generated code of kernel @"nbxla_reduce_fusion__one" depends on the size',
+        # (the loop's body calls LAPACK's solve: runtime/symbolic_loops.py compiles loops of
+        # kernels for every size, not loops holding a library call)
+        'its loops cannot run natively at every size (a custom-call: the LAPACK solve)',
 }
