@@ -271,3 +271,44 @@ def test_random_bits_over_an_unknown_batch(algorithm, t, dims):
         want = flatten(evaluate(concrete, [state, x]))[0]
         assert got.dtype == want.dtype and np.array_equal(got, want), f"{algorithm} {t}[{dims}] at b={n}"
     assert program.instances == len(sizes)
+
+
+POOLS = {
+    # along the batch itself: the window's bounds test reads the batch's length when it runs
+    "max 3x1 along the batch": ("f32[6,80]", "f32[6,80]", "size=3x1 pad=1_1x0_0", "maximum"),
+    # NHWC pooling, stride 2, padded: the batch is the rows' outer index
+    "max 3x3 stride 2 NHWC": ("f32[6,9,9,4]", "f32[6,5,5,4]", "size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0",
+                              "maximum"),
+    "sum 2x2 along the batch, padded after": ("f32[6,7]", "f32[6,7]", "size=2x2 pad=0_1x0_1", "add"),
+}
+
+
+@pytest.mark.parametrize("name", POOLS)
+def test_pooling_windows_over_an_unknown_batch(name):
+    """Pooling windows whose rows (or whose window's own axis) run over the batch: the window
+    kernel's row count and bounds read when it runs; sizes odd and even against the evaluator."""
+    from tests.symbolic_rerun import symbolic_in_leading_size
+    operand, result, window, op = POOLS[name]
+    text = f"""HloModule pool
+%r (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %c = f32[] {op}(%a, %b)
+}}
+ENTRY %main (x: {operand}, i: f32[]) -> {result} {{
+  %x = {operand} parameter(0)
+  %i = f32[] parameter(1)
+  ROOT %w = {result} reduce-window(%x, %i), window={{{window}}}, to_apply=%r
+}}"""
+    static = parse_hlo(text)
+    module, six = symbolic_in_leading_size(static, every=False)
+    program = compile_symbolic_module(module, {"b": six})
+    sizes = (2, 3, 6, 7, 33)
+    for n in sizes:
+        concrete = bind_module(module, {"b": n})
+        args = [_floats(*concrete.entry.parameters[0].shape.dims), np.float32(0 if op == "add" else -np.inf)]
+        got = run_symbolic(program, args)[0]
+        want = flatten(evaluate(concrete, args))[0]
+        assert got.shape == want.shape and np.array_equal(got, want), f"{name} at b={n}"
+    assert program.instances == len(sizes)
+    assert '%"size' in program.compilation.stage("llvm_ir")

@@ -32,6 +32,4 @@ SPECIALISED: dict[str, str] = {
         'the generated code of kernel @"nbxla_fusion" depends on the size; leading dimens',
     "test_multi_output_fusion_with_computed_operands__test_fused_dots":
         'the generated code of kernel @"nbxla_f" depends on the size; leading dimensions ',
-    "test_stride1_pooling_and_column_scans_are_vectorized__test_reduce_window":
-        'the generated code of kernel @"nbxla_vec_pool_maximum" depends on the size; lead',
 }

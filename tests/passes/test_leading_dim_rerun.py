@@ -23,6 +23,4 @@ rerun(globals(), test_buffer_assignment, test_dot_rewrites, test_float_normaliza
 # reads its size, a runtime path without unknown sizes: issue 31's gaps), with the first reason.
 # (Reasons of the program itself need no entry: symbolic_rerun.PROGRAM_REASONS.)
 SPECIALISED: dict[str, str] = {
-    "test_the_f32_form_replaces_the_bf16_op__test_float_normalization":
-        'the generated code of kernel @"nbxla_reduce_window" depends on the size; leading',
 }
