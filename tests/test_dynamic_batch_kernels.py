@@ -312,3 +312,45 @@ ENTRY %main (x: {operand}, i: f32[]) -> {result} {{
         assert got.shape == want.shape and np.array_equal(got, want), f"{name} at b={n}"
     assert program.instances == len(sizes)
     assert '%"size' in program.compilation.stage("llvm_ir")
+
+
+
+EVALUATOR_FUSION = """HloModule one_kernel_refused
+ENTRY %main (x: f32[6,8], y: f32[6,8]) -> (f32[6,8], f32[6,8]) {
+  %x = f32[6,8] parameter(0)
+  %y = f32[6,8] parameter(1)
+  %e = f32[6,8] exponential(%x)
+  %two = f32[] constant(2)
+  %t = f32[6,8] broadcast(%two), dimensions={}
+  %m = f32[6,8] multiply(%y, %t)
+  ROOT %r = (f32[6,8], f32[6,8]) tuple(%e, %m)
+}"""
+
+
+def test_a_fusion_the_evaluator_runs_serves_every_batch_size(monkeypatch):
+    """A kernel the code generator refuses (here: made to, as test_cpu's fallback test does)
+    runs the evaluator's rule on its fusion bound to each size; the other kernel stays native
+    and symbolic."""
+    from nbxla.codegen import cpu
+    from nbxla.errors import UnsupportedError
+    from tests.symbolic_rerun import symbolic_in_leading_size
+    real = cpu.emit_kernel
+
+    def emit(module, name, comp):
+        spec = real(module, name, comp)
+        if any(i.opcode == "exponential" for i in comp.instructions):
+            raise UnsupportedError("refused by the test")
+        return spec
+    monkeypatch.setattr(cpu, "emit_kernel", emit)
+    module, six = symbolic_in_leading_size(parse_hlo(EVALUATOR_FUSION), every=False)
+    program = compile_symbolic_module(module, {"b": six})
+    native = program.compilation.executable.native
+    assert list(native.interpreted.values()) == ["refused by the test"] and len(native.kernels.specs) == 1
+    sizes = (2, 5, 6, 33)
+    for n in sizes:
+        x, y = _floats(n, 8), _floats(n, 8)
+        got = run_symbolic(program, [x, y])
+        want = flatten(evaluate(bind_module(module, {"b": n}), [x, y]))
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and np.array_equal(g, w), f"b={n}"
+    assert program.instances == len(sizes)

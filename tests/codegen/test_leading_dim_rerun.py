@@ -26,8 +26,6 @@ rerun(globals(), test_bf16, test_bitcast_widths, test_complex_scatter, test_comp
 # reads its size, a runtime path without unknown sizes: issue 31's gaps), with the first reason.
 # (Reasons of the program itself need no entry: symbolic_rerun.PROGRAM_REASONS.)
 SPECIALISED: dict[str, str] = {
-    "test_a_kernel_that_cannot_be_emitted_is_interpreted_and_the_others_stay_native__test_cpu":
-        "kernel nbxla_reduce_fusion's range is not a multiple of one size",
     "test_large_integer_dot_stays_native__test_fused_dots":
         'the generated code of kernel @"nbxla_fusion" depends on the size; leading dimens',
     "test_multi_output_fusion_with_computed_operands__test_fused_dots":
