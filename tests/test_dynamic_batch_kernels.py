@@ -82,6 +82,20 @@ def test_dot_kernels_read_the_sizes_they_do_not_know():
     assert '%"size' not in static.last_compilation.stage("llvm_ir")  # static kernels bake it in
 
 
+def test_a_square_dot_with_every_side_unknown():
+    """``x @ y + x`` over n x n integer matrices, every side one unknown size (dynamic=True):
+    the native dot kernel's rows, row length and contraction, and its operands' strides,
+    read when it runs."""
+    fn = lambda x, y: x @ y + x                                  # noqa: E731
+    cache = CompilationCache()
+    f = nbxla.jit(fn, cache=cache, dynamic=True)
+    for n in (8, 2, 3, 33, 1):
+        x, y = _ints(n, n), _ints(n, n)
+        np.testing.assert_array_equal(f(x, y), fn(x, y), err_msg=f"n={n}")
+    assert cache.misses == 1, cache.entries()[0].explanation
+    assert "x.shape[1] -> b" in f.last_compilation.dimensions, f.last_compilation.dimensions
+
+
 def test_sorting_rows_serves_every_batch_size():
     fn = lambda x: np.sort(x, axis=1)           # noqa: E731
     cache = CompilationCache()

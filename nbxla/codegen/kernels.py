@@ -54,10 +54,12 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
 
 def _reads_run_sizes(comp: Computation) -> bool:
     """Styles whose emitters compute their sizes as run-time numbers (``run_sizes``) when the
-    computation has unknown dimensions: reductions, transposes and loop kernels.  (The dot,
-    scatter, sort, window, random-bits and convolution kernels keep their sizes as compiled:
-    two probes of them differ, and the program compiles for its concrete sizes.)"""
-    if not getattr(comp, "unknown_shapes", None) or fused_dot(comp) is not None:
+    computation has unknown dimensions: reductions, transposes, loop, dot and reduce-window
+    kernels (an operand's stride over an unknown side, a window's bounds test).  (The scatter,
+    sort, random-bits and convolution kernels keep their sizes as compiled, reading only the
+    sizes they name from ``RunSizes``: where two probes of them differ, the program compiles
+    for its concrete sizes.)"""
+    if not getattr(comp, "unknown_shapes", None):
         return False
     if comp.root.opcode in ("scatter", "select-and-scatter", "rng-bit-generator", "sort"):
         return False
