@@ -258,7 +258,8 @@ class _Loop:
         self._find_objects()
         # name k -> initial value (a Tracer) when it gets its own slot (it is rebound)
         self.rebound: dict[int, Tracer] = {}
-        self.weak: set[int] = set()      # rebound names that were Python ints
+        self.weak: set[int] = set()      # rebound names that were Python numbers
+        self.numbers: set[int] = set()   # ...that were not traced before the loop
         self.static_after: dict[int, object] = {}
         attempts = 0
         while attempts < _ATTEMPTS:
@@ -266,6 +267,13 @@ class _Loop:
             promoted = dict(self.ctx.promoted)
             try:
                 plan = self._trace()
+            except CannotRoll as e:
+                if not self.numbers:
+                    raise
+                # (a Python number made traced may be needed as one: a slice bound, a shape)
+                names = ", ".join(f"`{self.names[k]}`" for k in sorted(self.numbers))
+                raise CannotRoll(f"{e} (with the Python number {names} that the body changes "
+                                 "traced)") from None
             finally:
                 changed = snap.changed_containers()
                 snap.restore()
@@ -359,10 +367,13 @@ class _Loop:
                 # helper the body defines afresh each step (``def f(...)`` in the loop): the
                 # same in every iteration, since the body is traced once
                 self.static_after[k] = new
-            elif not self.counted and _is_number(old) and _is_number(new) and type(old) is type(new):
-                # a Python counter in a while loop on array values: it becomes traced
-                if isinstance(old, int):
-                    self.weak.add(k)
+            elif _is_number(old) and _is_number(new) and type(old) is type(new) \
+                    and (not self.counted or not isinstance(old, int)):
+                # a Python counter in a while loop on array values, or a Python float the body
+                # changes (``t += dt``): it becomes traced, a Python number in promotion.  (A
+                # for loop's Python int is left to unrolling: it may be a shape or an index.)
+                self.weak.add(k)
+                self.numbers.add(k)
                 requests.append((k, old, (), np.asarray(new).dtype))
             elif not _same_static(old, new):
                 raise CannotRoll(f"the body changes `{self.names[k]}`, a Python value "
@@ -538,12 +549,12 @@ def _stored_type(t: Tracer) -> tuple:
 
 
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, (int, float, complex)) and not isinstance(v, bool)
 
 
 def _weak(ctx, instr) -> Tracer:
-    from .index_tracer import IndexTracer
-    return IndexTracer(ctx, instr)
+    from .index_tracer import weak_scalar
+    return weak_scalar(ctx, instr)
 
 
 def _redefined_function(old, new) -> bool:
