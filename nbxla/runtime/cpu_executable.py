@@ -44,6 +44,7 @@ from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leav
     program_computations
 from .cpu_kernels import (ARRAY_DATA_OFFSET, c_strides, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
                           worker_count)
+from .native_dots import native_dot_refusal, NativeGemmDot
 from .conv_epilogue import fold_convolution_epilogues, runs_as_library
 from .cpu_library import library_thunk, sort_has_library_call, sort_may_defer
 from . import host_memory
@@ -200,7 +201,8 @@ class CpuExecutable:
         self._fresh_results = self._results_are_fresh(entry)
         # (The entry's fields unpacked once: ``run`` reads them on every call.)
         self._plan = entry.size, entry.params, entry.steps, entry.root
-        _warn_interpreted(module.name, {**self.interpreted, **self.interpreted_ops})
+        if kernels is None:     # (an instance over machine code compiled earlier: warned then)
+            _warn_interpreted(module.name, {**self.interpreted, **self.interpreted_ops})
         direct = self._direct_runner(entry)
         if direct is not None:
             self.run = direct
@@ -308,6 +310,8 @@ class CpuExecutable:
         (``cpu_library``); the evaluator, with the reason, for the rest.  ``fallback``: what a
         sort runs for the calls NumPy's sort cannot answer (else the evaluator's rule)."""
         if instr.opcode == "dot":
+            if native_dot_refusal(instr) is None:
+                return NativeGemmDot(instr)
             for thunk in (DotThunk, WidenedDotThunk):
                 if thunk.applies(instr):
                     return thunk(instr)
@@ -452,7 +456,8 @@ class CpuExecutable:
             value = general(inputs)[0]
             return value[()] if scalar else value
 
-        run_single = single_kernel_runner(fn, makers, extent, order, strides, pick or 0, scalar, fallback, sizes)
+        run_single = single_kernel_runner(fn, makers, extent, order, strides, pick or 0, scalar, fallback, sizes,
+                                          getattr(thunk, "call", None))
         run_single.executable = self
         return run_single
 
@@ -517,6 +522,8 @@ class CpuExecutable:
             return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
         if isinstance(thunk, DotThunk) and instr.name in getattr(self.run, "paired", ()):
             return "native kernel: with the other GEMV of the same matrix, one pass over it (dual_gemv)"
+        if isinstance(thunk, NativeGemmDot):
+            return f"native kernel: {thunk.how}"
         if isinstance(thunk, DotThunk):
             threads = "" if thunk.one_thread is None else \
                 f", one BLAS thread, {thunk.split[0]} split over the pool" if thunk.split else ", one BLAS thread"
