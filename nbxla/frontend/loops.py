@@ -17,7 +17,7 @@
 * ``for_items`` does the same for ``for x in traced`` and ``enumerate(traced)`` (over the
   first axis, the item ``traced[i]``).
 * ``while_loop`` runs in Python while its condition is a Python value, then as an HLO
-  ``while`` once the condition is traced.
+  ``while`` once the condition is traced (from before the step that made it traced).
 """
 
 from __future__ import annotations
@@ -209,16 +209,37 @@ def _dynamic_bounds(start, stop, step):
 def while_loop(cond, body, state: tuple, names: tuple, lineno: int):
     ctx = active_context()
     budget = _Budget(ctx, lineno, "its condition is a Python value") if ctx is not None else None
+    last = None         # (the state before the last step run in Python, how to undo that step)
     while True:
         test = scalar_test(cond(state))
         if isinstance(test, Tracer):
             break
         if not test:
             return state
+        last = (state, _StepUndo(ctx, state)) if ctx is not None else None
         state = body(state)
         if budget is not None:
             budget.spend()
     ctx = test.ctx
+    if last is not None:
+        # The step that made the condition traced (``err = 1.0; while err > tol: ...; err =
+        # traced``) is undone and the loop rolled from before it, its Python numbers made
+        # traced: the same loop, whose body is then traced, optimized and compiled once
+        # instead of twice (once peeled, once rolled; channel flow's first call: 1.14 -> 0.74 s
+        # of CPU).  Where the body cannot be rolled from there (it needs a Python value the
+        # step made traced), the step is run again in Python and the loop rolled after it.
+        before, undo = last
+        undo.restore()
+        try:
+            rolled = _Loop(ctx, body, before, names, lineno, cond=cond).run()
+            undo.drop_instructions()
+            return rolled
+        except CannotRoll:
+            undo.restore()
+            state = body(before)
+            if not isinstance(scalar_test(cond(state)), Tracer):
+                raise NbxlaError("internal error: a while loop's step, run again, gave a "
+                                 "condition of another kind") from None
     try:
         return _Loop(ctx, body, state, names, lineno, cond=cond).run()
     except CannotRoll as e:
@@ -227,6 +248,51 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int):
             location_at(ctx, lineno),
             "keep the shapes and dtypes of the loop's values fixed and do not change Python "
             "lists or counters in it; or run it eagerly (mode=\"auto\")") from None
+
+
+class _StepUndo:
+    """What one step of a loop run in Python may change in the trace, saved to be undone: the
+    Tracers the state reaches and its lists, dicts and NumPy arrays (``Snapshot``), and the
+    context's run-time checks, promoted arrays, views and logs (a discarded step's values
+    must not become outputs or be read in its place).  Its instructions stay, dead."""
+
+    def __init__(self, ctx, state: tuple):
+        found: dict = {}
+        tracers_in(state, found)
+        self.ctx, self.snapshot = ctx, Snapshot(state, list(found.values()))
+        self.builder, self.start, self.end = ctx.builder, len(ctx.builder.instructions), None
+        self.saved = (len(ctx.checks), len(ctx.loop_decisions), dict(ctx.promoted), dict(ctx.views),
+                      dict(ctx.ambiguous), None if ctx.size_observations is None else len(ctx.size_observations))
+
+    def restore(self) -> None:
+        if self.end is None:
+            self.end = len(self.builder.instructions)
+        self.snapshot.restore()
+        ctx, (checks, decisions, promoted, views, ambiguous, observed) = self.ctx, self.saved
+        del ctx.checks[checks:]
+        del ctx.loop_decisions[decisions:]
+        ctx.promoted, ctx.views, ctx.ambiguous = dict(promoted), dict(views), dict(ambiguous)
+        if observed is not None:
+            del ctx.size_observations[observed:]
+
+    def drop_instructions(self) -> None:
+        """Remove the undone step's instructions from the computation, but for those that
+        later instructions or the context's constant cache use: dead, they would still be
+        copied, verified and simplified before dead code elimination drops them."""
+        b, start, end = self.builder, self.start, self.end
+        if self.ctx.builder is not b or end is None or end > len(b.instructions):
+            return
+        step = {id(i): i for i in b.instructions[start:end]}
+        used = [o for i in b.instructions[end:] for o in i.operands if id(o) in step]
+        used += [c for c in self.ctx._constants.values() if id(c) in step]
+        kept: set[int] = set()
+        while used:
+            instr = used.pop()
+            if id(instr) not in kept:
+                kept.add(id(instr))
+                used += [o for o in instr.operands if id(o) in step]
+        b.instructions[start:end] = [i for i in b.instructions[start:end]
+                                     if id(i) in kept or i.opcode == "parameter"]
 
 
 class _Loop:
@@ -318,6 +384,9 @@ class _Loop:
         return inits
 
     def _trace(self):
+        # (what the names first bound in the body hold after the loop: this trace's, not an
+        # earlier attempt's, where a name bound from a Python counter was still a Python int)
+        self.static_after = {}
         inits = self._slots()
         index_shape = [Shape("s64")] if self.counted else []
         shapes = index_shape + [i.shape for i in inits]
