@@ -206,6 +206,8 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
     else:
         with stage("llvm-ir"):
             ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light, in_place)
+    if not specs:           # (every kernel refused: no LLVM module and engine of nothing)
+        return CompiledKernels({}, {}, _empty_module_text(module_name), _empty_module_text(module_name), unsupported)
     with _lock:
         tm = host_target_machine()
         with stage("llvm-ir"):
