@@ -59,8 +59,10 @@ class _Cheap(Exception):
 
 # ---- loops -----------------------------------------------------------------------------------
 
-def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: int, target=(UNDEFINED,)):
-    """The loop; returns the state after it and the loop variable's last value."""
+def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: int, target=(UNDEFINED,),
+              written: tuple = ()):
+    """The loop; returns the state after it and the loop variable's last value.  ``written``:
+    the names whose items the body writes (see ``_Loop.run``)."""
     (last,) = target
     if range_fn is not builtins.range or not any(isinstance(a, Tracer) for a in args):
         r = range_fn(*args)
@@ -83,7 +85,7 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
                           (min(r[0], r[-1]), max(r[0], r[-1])),
-                          unroll_budget=(len(r), budget)).run()
+                          unroll_budget=(len(r), budget), written=written).run()
             return tuple(state) + (r[-1],)
         except _Cheap as e:
             ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops (at most "
@@ -104,7 +106,7 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
                                  "use a Python int step")
     lo_hi = _dynamic_bounds(start, stop, step)
     try:
-        state = _Loop(ctx, body, state, names, lineno, start, stop, step, lo_hi).run()
+        state = _Loop(ctx, body, state, names, lineno, start, stop, step, lo_hi, written=written).run()
     except CannotRoll as e:
         raise NotCompilableError(
             f"a loop over range() with traced bounds could not be traced once: {e}",
@@ -206,7 +208,7 @@ def _dynamic_bounds(start, stop, step):
 
 
 
-def while_loop(cond, body, state: tuple, names: tuple, lineno: int):
+def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tuple = ()):
     ctx = active_context()
     budget = _Budget(ctx, lineno, "its condition is a Python value") if ctx is not None else None
     last = None         # (the state before the last step run in Python, how to undo that step)
@@ -231,7 +233,7 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int):
         before, undo = last
         undo.restore()
         try:
-            rolled = _Loop(ctx, body, before, names, lineno, cond=cond).run()
+            rolled = _Loop(ctx, body, before, names, lineno, cond=cond, written=written).run()
             undo.drop_instructions()
             return rolled
         except CannotRoll:
@@ -241,7 +243,7 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int):
                 raise NbxlaError("internal error: a while loop's step, run again, gave a "
                                  "condition of another kind") from None
     try:
-        return _Loop(ctx, body, state, names, lineno, cond=cond).run()
+        return _Loop(ctx, body, state, names, lineno, cond=cond, written=written).run()
     except CannotRoll as e:
         raise NotCompilableError(
             f"a `while` loop on a traced condition could not be traced once: {e}",
@@ -299,8 +301,9 @@ class _Loop:
     """One rolled loop: traces the body (and condition) into computations, emits the while."""
 
     def __init__(self, ctx, body, state, names, lineno, start=None, stop=None, step=None,
-                 index_range=None, cond=None, unroll_budget=(0, 0)):
+                 index_range=None, cond=None, unroll_budget=(0, 0), written=()):
         self.ctx, self.body, self.state, self.names, self.lineno = ctx, body, resolved_state(state), names, lineno
+        self.written_names = written
         self.start, self.stop, self.step, self.index_range, self.cond = start, stop, step, index_range, cond
         self.counted = cond is None
         self.trips, self.budget = unroll_budget     # (Python bounds: unrolled when cheap)
@@ -321,6 +324,7 @@ class _Loop:
         # (state slot, check) per run-time check the body makes (see loop_checks)
         self.checks: list = []
         self.checks_from = len(self.ctx.checks)
+        self._promote_written()
         self._find_objects()
         # name k -> initial value (a Tracer) when it gets its own slot (it is rebound)
         self.rebound: dict[int, Tracer] = {}
@@ -375,6 +379,21 @@ class _Loop:
             for k, old, shape, dtype in requests:
                 self.rebound[k] = self._initial_for(old, shape, dtype)
         raise CannotRoll("the types of the loop's values do not settle")
+
+    def _promote_written(self) -> None:
+        """NumPy arrays made before the loop whose items the body writes by name (``out =
+        np.empty(...)`` filled in the loop) become traced now, as a trace that finds the
+        write would make them (and then trace the body again: a convolution's double loop
+        was traced three times).  Only arrays of their own (a view's base would not see it)."""
+        if not self.written_names:
+            return
+        promoted = False
+        for name, value in zip(self.names, self.state):
+            if name in self.written_names and type(value) is np.ndarray and value.base is None:
+                promote_owned(value)
+                promoted = True
+        if promoted:
+            self.state = resolved_state(self.state)
 
     # -- one trace of the body (and the condition) with the current slot layout --
 

@@ -3,7 +3,9 @@
 Python is undone and the loop rolled from before it, so its body is traced, optimized and
 compiled once, not twice (once peeled into the entry, once as the loop body).  Where the body
 cannot roll from there, the step runs again in Python and the loop rolls after it (as
-before).  Every case against eager NumPy: results and the arguments written in place.
+before).  And arrays made before a loop whose items the body writes by name become traced
+before the loop's first trace (a trace that found the write traced the body again).  Every
+case against eager NumPy: results and the arguments written in place.
 """
 
 from __future__ import annotations
@@ -103,3 +105,65 @@ def test_step_that_promotes_an_array():
 
 def test_python_condition_throughout():
     check(python_all_along, RNG.random(4))
+
+
+# ---- arrays made before a loop and filled in it: traced before the first trace -------------
+
+def fill_rows(x):
+    out = np.empty((x.shape[0], 3))
+    for i in range(x.shape[0]):
+        out[i, :] = x[i] * np.arange(3.0)
+    return out
+
+
+def fill_with_aug_and_tuple(x):
+    acc, hits = np.zeros(4), np.zeros(4)
+    for i in range(x.shape[0]):
+        acc[i % 4] += x[i]
+        hits[i % 4], acc[0] = hits[i % 4] + 1.0, acc[0] * 0.5
+    return acc, hits
+
+
+def fill_until(x):
+    out = np.zeros(x.shape[0])
+    k, err = 0, 1.0
+    while err > 1e-3:
+        out[k % x.shape[0]] = err
+        err = err * x.min()
+        k += 1
+    return out, k
+
+
+def view_filled(x):
+    buf = np.zeros((2, x.shape[0]))
+    row = buf[1]                 # (a view: its base, not it, would be traced)
+    for i in range(x.shape[0]):
+        row[i] = x[i] * 2.0
+    return buf
+
+
+def _loop_traces(monkeypatch, fn, *args):
+    from nbxla.frontend import loops
+    traces = []
+    original = loops._Loop._trace
+    monkeypatch.setattr(loops._Loop, "_trace", lambda self: traces.append(self.lineno) or original(self))
+    check(fn, *args)
+    return traces
+
+
+@pytest.mark.parametrize("n", [6, 40])
+def test_filled_array_traced_once(monkeypatch, n):
+    # (one trace of the body: the write into `out` no longer costs a second one)
+    assert len(_loop_traces(monkeypatch, fill_rows, RNG.random(n))) == 1
+
+
+def test_augmented_and_tuple_item_writes():
+    check(fill_with_aug_and_tuple, RNG.random(11))
+
+
+def test_filled_in_a_while_from_a_python_start():
+    check(fill_until, RNG.random(5) * 0.5 + 0.2)
+
+
+def test_a_view_written_by_name_stays_as_before():
+    check(view_filled, RNG.random(7))
