@@ -231,9 +231,10 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tup
         # of CPU).  Where the body cannot be rolled from there (it needs a Python value the
         # step made traced), the step is run again in Python and the loop rolled after it.
         before, undo = last
+        seeds = _seeds(before, state)
         undo.restore()
         try:
-            rolled = _Loop(ctx, body, before, names, lineno, cond=cond, written=written).run()
+            rolled = _Loop(ctx, body, before, names, lineno, cond=cond, written=written, seeds=seeds).run()
             undo.drop_instructions()
             return rolled
         except CannotRoll:
@@ -250,6 +251,23 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tup
             location_at(ctx, lineno),
             "keep the shapes and dtypes of the loop's values fixed and do not change Python "
             "lists or counters in it; or run it eagerly (mode=\"auto\")") from None
+
+
+def _seeds(before: tuple, after: tuple) -> list[tuple]:
+    """(slot, value before, shape, dtype, weak) of each name a loop step changed from a
+    Python number, or first bound, to a traced value, or to another number of its type: the
+    types the loop's first trace would find and ask for (``_Loop._trace``'s requests), known
+    from the step run in Python, so that the body is not traced once more only to learn them.
+    (Names that held traced values are left to the trace: it checks how they were written.)"""
+    seeds = []
+    for k, (old, new) in enumerate(zip(before, after)):
+        if not (_is_number(old) or old is UNDEFINED and isinstance(new, Tracer)):
+            continue
+        if isinstance(new, Tracer):
+            seeds.append((k, old, *_stored_type(new), bool(getattr(new, "weak", False))))
+        elif _is_number(new) and type(new) is type(old) and new != old:
+            seeds.append((k, old, (), np.asarray(new).dtype, isinstance(old, int)))
+    return seeds
 
 
 class _StepUndo:
@@ -301,9 +319,9 @@ class _Loop:
     """One rolled loop: traces the body (and condition) into computations, emits the while."""
 
     def __init__(self, ctx, body, state, names, lineno, start=None, stop=None, step=None,
-                 index_range=None, cond=None, unroll_budget=(0, 0), written=()):
+                 index_range=None, cond=None, unroll_budget=(0, 0), written=(), seeds=()):
         self.ctx, self.body, self.state, self.names, self.lineno = ctx, body, resolved_state(state), names, lineno
-        self.written_names = written
+        self.written_names, self.seeds = written, seeds
         self.start, self.stop, self.step, self.index_range, self.cond = start, stop, step, index_range, cond
         self.counted = cond is None
         self.trips, self.budget = unroll_budget     # (Python bounds: unrolled when cheap)
@@ -329,6 +347,10 @@ class _Loop:
         # name k -> initial value (a Tracer) when it gets its own slot (it is rebound)
         self.rebound: dict[int, Tracer] = {}
         self.weak: set[int] = set()      # rebound names that were Python ints
+        for k, old, shape, dtype, weak in self.seeds:      # (see _seeds)
+            self.rebound[k] = self._initial_for(old, shape, dtype)
+            if weak:
+                self.weak.add(k)
         self.static_after: dict[int, object] = {}
         attempts = 0
         while attempts < _ATTEMPTS:

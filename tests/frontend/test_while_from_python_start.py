@@ -167,3 +167,15 @@ def test_filled_in_a_while_from_a_python_start():
 
 def test_a_view_written_by_name_stays_as_before():
     check(view_filled, RNG.random(7))
+
+
+def test_rolled_from_the_start_with_the_steps_types(monkeypatch):
+    # the names the undone step made traced (diff, steps, old: first bound in the body) give
+    # the rolled loop its slot types up front: its body is traced once, not once per finding
+    from nbxla.frontend import loops
+    traces = []
+    original = loops._Loop._trace
+    monkeypatch.setattr(loops._Loop, "_trace",
+                        lambda self: traces.append(self.counted) or original(self))
+    check(relax_until_still, RNG.random(9), 1e-4)
+    assert traces.count(False) == 1
