@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nbxla  # noqa: E402
 from nbxla.examples import (channel_flow, cholesky, contour_integral, correlation, covariance, crc16, durbin,  # noqa: E402
                             floyd_warshall, go_fast, gramschmidt, gramschmidt_left, gramschmidt_outer, histogram_fill,
-                            iir_filter, jacobi_2d, kahan_sum, lu, lu_pivot, mandelbrot, newton_sqrt,
+                            iir_filter, jacobi_2d, kahan_sum, lu, lu_pivot, mandelbrot, nbody, newton_sqrt, nussinov,
                             pairwise_distances, seidel_2d, symm, syr2k, trisolv, trmm, wave_2d, widest_path)
 from nbxla.runtime.cache import DEFAULT_CACHE  # noqa: E402
 
@@ -70,6 +70,11 @@ def _pulse(n):
     u = np.zeros((n, n))
     u[n // 3:2 * n // 3, n // 3:2 * n // 3] = 1.0
     return u
+
+
+def _bodies(rng, n, steps):
+    """npbench's start: equal masses, random positions and velocities."""
+    return (20.0 * np.ones((n, 1)) / n, rng.random((n, 3)), rng.random((n, 3)), n, steps, 0.01, 1.0, 0.1)
 
 
 def programs(quick: bool):
@@ -113,6 +118,9 @@ def programs(quick: bool):
         "mandelbrot": (mandelbrot, lambda: (_grid(s(100, 20), s(120, 24)), s(50, 30))),
         "wave_2d": (wave_2d, lambda: (s(100, 10), _pulse(s(100, 20)), 0.2)),
         "kahan_sum": (kahan_sum, lambda: (rng.random(s(20000, 500)),)),
+        # (npbench's own forms: helpers that return from ifs, np.ndarray buffers, a float clock)
+        "nussinov": (nussinov, lambda: (s(60, 12), rng.integers(0, 4, s(60, 12), dtype=np.int32))),
+        "nbody": (nbody, lambda: _bodies(rng, s(100, 12), s(50, 6))),
     }
 
 

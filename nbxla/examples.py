@@ -480,3 +480,71 @@ def kahan_sum(x):
         c = (t - s) - y
         s = t
     return s
+
+
+# ---- npbench programs as npbench writes them (helpers with returns, np.ndarray buffers,
+# Python float counters, tuple targets) ------------------------------------------------------
+
+def _pair_match(b1, b2):
+    if b1 + b2 == 3:
+        return 1
+    else:
+        return 0
+
+
+def nussinov(N, seq):
+    """RNA folding: a table filled by a triangular loop nest, max() of traced scalars, a helper
+    that returns from both branches of an ``if`` on array values, indices that only the
+    ``if``s around them keep in bounds."""
+    table = np.zeros((N, N), np.int32)
+    for i in range(N - 1, -1, -1):
+        for j in range(i + 1, N):
+            if j - 1 >= 0:
+                table[i, j] = max(table[i, j], table[i, j - 1])
+            if i + 1 < N:
+                table[i, j] = max(table[i, j], table[i + 1, j])
+            if j - 1 >= 0 and i + 1 < N:
+                if i < j - 1:
+                    table[i, j] = max(table[i, j], table[i + 1, j - 1] + _pair_match(seq[i], seq[j]))
+                else:
+                    table[i, j] = max(table[i, j], table[i + 1, j - 1])
+            for k in range(i + 1, j):
+                table[i, j] = max(table[i, j], table[i, k] + table[k + 1, j])
+    return table
+
+
+def _acceleration(pos, mass, G, softening):
+    x, y, z = pos[:, 0:1], pos[:, 1:2], pos[:, 2:3]
+    dx, dy, dz = x.T - x, y.T - y, z.T - z
+    inv_r3 = dx**2 + dy**2 + dz**2 + softening**2
+    inv_r3[inv_r3 > 0] = inv_r3[inv_r3 > 0]**(-1.5)
+    return np.hstack((G * (dx * inv_r3) @ mass, G * (dy * inv_r3) @ mass, G * (dz * inv_r3) @ mass))
+
+
+def _energy(pos, vel, mass, G):
+    kinetic = 0.5 * np.sum(np.sum(mass * vel**2))
+    x, y, z = pos[:, 0:1], pos[:, 1:2], pos[:, 2:3]
+    dx, dy, dz = x.T - x, y.T - y, z.T - z
+    inv_r = np.sqrt(dx**2 + dy**2 + dz**2)
+    inv_r[inv_r > 0] = 1.0 / inv_r[inv_r > 0]
+    potential = G * np.sum(np.sum(np.triu(-(mass * mass.T) * inv_r, 1)))
+    return kinetic, potential
+
+
+def nbody(mass, pos, vel, N, Nt, dt, G, softening):
+    """Leapfrog N-body steps recording the energies: ``np.ndarray`` buffers filled by tuple
+    targets (``KE[i + 1], PE[i + 1] = ...``), masked updates, a Python float clock."""
+    vel -= np.mean(mass * vel, axis=0) / np.mean(mass)
+    acc = _acceleration(pos, mass, G, softening)
+    KE = np.ndarray(Nt + 1, dtype=np.float64)
+    PE = np.ndarray(Nt + 1, dtype=np.float64)
+    KE[0], PE[0] = _energy(pos, vel, mass, G)
+    t = 0.0
+    for i in range(Nt):
+        vel += acc * dt / 2.0
+        pos += vel * dt
+        acc = _acceleration(pos, mass, G, softening)
+        vel += acc * dt / 2.0
+        t += dt
+        KE[i + 1], PE[i + 1] = _energy(pos, vel, mass, G)
+    return KE, PE

@@ -744,23 +744,29 @@ class ElementalEmitter:
         return self._int_divide(a, c, t, remainder=False)
 
     def _divide_by_constant(self, a, c: float, inverse: float):
-        """``a / c`` from ``q = a * (1/c)`` and one correction, ``q + (a - q*c) * (1/c)`` with the
-        residual exact (an FMA): Markstein's step, which rounds as the division does (exactly
-        where the quotient is a float: ``rmax * 40 / 40`` is ``rmax``, as a bin edge must be).
-        An infinite or NaN ``q`` (``a`` infinite or NaN, or the quotient overflowing) is kept:
-        the correction would make it NaN; so is an exact one (its sign: ``-0.0 / c``).  Where
-        ``a`` is within a few ulps of the smallest normal the residual itself may round: an ulp
-        off, as the product alone is everywhere without FMA."""
-        b = self.b
-        y, cc = ir.Constant(a.type, inverse), ir.Constant(a.type, c)
-        q = b.fmul(a, y)
+        """``a / c`` as ``a * (1/c)``, corrected (``corrected_quotient``): exactly where the
+        quotient is a float, ``rmax * 40 / 40`` is ``rmax``, as a bin edge must be."""
+        y = ir.Constant(a.type, inverse)
+        return self.corrected_quotient(a, self.b.fmul(a, y), ir.Constant(a.type, c), y)
+
+    def corrected_quotient(self, a, q, divisor, reciprocal):
+        """The division ``a / divisor`` from the product ``q = a * reciprocal`` and one
+        correction, ``q + (a - q*divisor) * reciprocal`` with the residual exact (an FMA):
+        Markstein's step, which rounds as the division does where ``reciprocal`` is a normal
+        number.  Where the residual is not finite and nonzero, ``q`` is kept: infinite or NaN
+        operands and overflowing quotients (the residual is then inf or NaN, and so would the
+        correction be, where the division gives inf or 0), and exact quotients (``-0.0 / c``
+        keeps its sign).  Where ``a`` is within a few ulps of the smallest normal the residual
+        itself may round: an ulp off, as the product alone is everywhere without FMA."""
         if not host_has_fma():
             return q
-        residual = self.intrinsic("llvm.fma", a.type, [b.fneg(q), cc, a])
-        corrected = self.intrinsic("llvm.fma", a.type, [residual, y, q])
-        finite = b.fcmp_ordered("<", self.intrinsic("llvm.fabs", a.type, [q]), ir.Constant(a.type, float("inf")))
-        inexact = b.fcmp_unordered("!=", residual, ir.Constant(a.type, 0.0))    # (-0.0 / c stays -0.0)
-        return b.select(b.and_(finite, inexact), corrected, q)
+        b = self.b
+        residual = self.intrinsic("llvm.fma", a.type, [b.fneg(q), divisor, a])
+        corrected = self.intrinsic("llvm.fma", a.type, [residual, reciprocal, q])
+        size = self.intrinsic("llvm.fabs", a.type, [residual])
+        worth = b.and_(b.fcmp_ordered(">", size, ir.Constant(a.type, 0.0)),
+                       b.fcmp_ordered("<", size, ir.Constant(a.type, float("inf"))))
+        return b.select(worth, corrected, q)
 
     def _remainder(self, instr, index):
         a, c = self._binary(instr, index)

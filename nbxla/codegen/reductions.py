@@ -251,24 +251,26 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
                 idx = plan.merge(outer_index, red_index)
                 if kept is not None:
                     reduced[id(kept_value)] = bufs.load(b, kept_buffer, linear_index(b, idx, plan.in_dims))
-                for d, recip in reciprocals:
-                    reduced[id(d)] = b.fmul(em.value(d.operands[0], idx), recip)
+                for d, total, recip in reciprocals:
+                    x = em.value(d.operands[0], idx)
+                    reduced[id(d)] = em.corrected_quotient(x, b.fmul(x, recip), total, recip)
                 for k, out in row_outputs:
                     bufs.store(b, len(params) + k, linear_index(b, idx, plan.in_dims), em.value(out, idx))
                 if kept is not None:
                     del reduced[id(kept_value)]
-                for d, _ in reciprocals:
+                for d, _, _ in reciprocals:
                     del reduced[id(d)]
             if row_divides:
                 # Each division by a row's reduced value as a multiplication by its reciprocal
-                # (one division a row), where the reciprocal is a normal number, else divided.
+                # (one division a row) and a correction to the division's rounding, where the
+                # reciprocal is a normal number, else divided.
                 sums = [reduced[id(r)] for _, r in row_divides]
                 recips = [b.fdiv(ir.Constant(v.type, 1.0), v) for v in sums]
                 ok = _all(b, [_reciprocal_is_safe(b, v) for v in sums])
                 with b.if_else(ok) as (then, otherwise):
                     with then:
                         nest(b, list(plan.red_dims), "wr",
-                             lambda red_index: write_row(red_index, list(zip((d for d, _ in row_divides), recips))))
+                             lambda red_index: write_row(red_index, list(zip((d for d, _ in row_divides), sums, recips))))
                     with otherwise:
                         nest(b, list(plan.red_dims), "w", write_row)
             else:
@@ -327,8 +329,9 @@ def _row_divides(comp: Computation, plan) -> list:
     f32 or f64: (divide, reduce) pairs.  XLA's algebraic simplifier turns ``A / broadcast(B)``
     into ``A * broadcast(1 / B)`` (XLA:CPU's optimized HLO of a softmax shows it); the output
     pass does the same, a multiplication instead of a division per element (a vector division
-    takes several times a multiplication's issue slots).  ``x * (1/s)`` is within about one
-    ulp of ``x / s`` where ``1/s`` is a normal number, which the kernel checks per row
+    takes several times a multiplication's issue slots).  One FMA correction a element
+    (``ElementalEmitter.corrected_quotient``) then rounds ``x * (1/s)`` as ``x / s`` rounds,
+    where ``1/s`` is a normal number, which the kernel checks per row
     (``_reciprocal_is_safe``); the division stays for rows where it is not."""
     reduce_ids = {id(r) for r in plan.reduces if not r.shape.is_tuple}
     found = []

@@ -150,6 +150,16 @@ def _subscript_root(target) -> ast.Name | None:
     return node if isinstance(node, ast.Name) and node is not target else None
 
 
+def _stores_into_subscript(target) -> bool:
+    """Whether an assignment target writes into an array element: ``x[i]``, or one inside a
+    tuple/list target (``a[i], b[i] = ...``)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return any(_stores_into_subscript(e) for e in target.elts)
+    if isinstance(target, ast.Starred):
+        return _stores_into_subscript(target.value)
+    return _subscript_root(target) is not None
+
+
 def _key_expr(sl: ast.expr) -> ast.expr:
     """A subscript's key as an ordinary expression (slices become slice(...) calls)."""
     if isinstance(sl, ast.Slice):
@@ -221,6 +231,9 @@ class _Converter(ast.NodeTransformer):
 
     def visit_FunctionDef(self, node):
         outer = self.local_names
+        lowered = _lower_returns(node)
+        if lowered is not None:
+            node.body = lowered
         self.local_names = _local_names(node)
         self.plain_loads += self.cell
         self.generic_visit(node)
@@ -403,7 +416,7 @@ class _Converter(ast.NodeTransformer):
 
     def visit_Assign(self, node):
         self.generic_visit(node)
-        if not any(_subscript_root(t) is not None for t in node.targets):
+        if not any(_stores_into_subscript(t) for t in node.targets):
             return node
         if len(node.targets) == 1:
             return self._store(node.targets[0], node.value, node)
@@ -414,6 +427,17 @@ class _Converter(ast.NodeTransformer):
         return out
 
     def _store(self, target, value, node):
+        if isinstance(target, (ast.Tuple, ast.List)) and _stores_into_subscript(target):
+            # ``KE[0], PE[0] = energies(...)``: unpacked into fresh names first, as Python
+            # unpacks the whole value before it assigns, then each element stored in order.
+            parts = [f"{_PREFIX}part_{next(_counter)}" for _ in target.elts]
+            names = [ast.Starred(ast.Name(n, ast.Store()), ast.Store()) if isinstance(e, ast.Starred)
+                     else ast.Name(n, ast.Store()) for n, e in zip(parts, target.elts)]
+            out = [ast.copy_location(ast.Assign([ast.Tuple(names, ast.Store())], value), node)]
+            for n, e in zip(parts, target.elts):
+                out += _as_list(self._store(e.value if isinstance(e, ast.Starred) else e,
+                                            ast.Name(n, ast.Load()), node))
+            return out
         root = _subscript_root(target)
         if root is None:
             return ast.copy_location(ast.Assign([target], value), node)
@@ -506,6 +530,65 @@ def _own_exits(body) -> list[ast.stmt]:
         elif not isinstance(node, _SCOPES + (ast.For, ast.While, ast.AsyncFor)):
             stack.extend(ast.iter_child_nodes(node))
     return found
+
+
+def _lower_returns(node) -> list[ast.stmt] | None:
+    """A function whose ``return``s sit in ``if``s (``if b1 + b2 == 3: return 1 else: return
+    0``, npbench's nussinov), rewritten with one ``return`` at the end, so that an ``if`` on a
+    traced value chooses the value returned: each ``return v`` becomes ``result = v``, and the
+    statements after an ``if`` that may return move into its branches that do not always
+    return.  None when there is nothing to rewrite, or a return sits elsewhere (a loop, a
+    ``with`` or ``try``), or the function is a generator."""
+    body = node.body
+    inner = list(_walk_scope(body))
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in inner) or \
+            not any(isinstance(s, ast.If) and _returns(s) for n in inner for s in [n]):
+        return None
+    result = f"{_EXIT}return_{next(_counter)}"
+    lowered = _without_returns(body, result)
+    if lowered is None:
+        return None
+    out = [_assign(result, _const(None))] + lowered + [ast.Return(ast.Name(result, ast.Load()))]
+    return [ast.fix_missing_locations(ast.copy_location(s, body[0])) if not hasattr(s, "lineno") else s
+            for s in out]
+
+
+def _without_returns(stmts, result: str) -> list[ast.stmt] | None:
+    out = []
+    for k, stmt in enumerate(stmts):
+        if isinstance(stmt, ast.Return):
+            value = stmt.value if stmt.value is not None else _const(None)
+            out.append(ast.copy_location(_assign(result, value), stmt))
+            return out                          # (what follows never runs)
+        if isinstance(stmt, ast.If) and _returns(stmt):
+            rest = stmts[k + 1:]
+            branches = []
+            for branch in (stmt.body, stmt.orelse):
+                lowered = _without_returns(branch + ([] if _always_exits(branch) else rest), result)
+                if lowered is None:
+                    return None
+                branches.append(lowered or [ast.Pass()])
+            out.append(ast.copy_location(ast.If(stmt.test, *branches), stmt))
+            return out
+        if _returns(stmt):                      # a return in a loop, with or try: left as it is
+            return None
+        out.append(stmt)
+    return out
+
+
+def _returns(stmt) -> bool:
+    return any(isinstance(n, ast.Return) for n in _walk_scope([stmt]))
+
+
+def _always_exits(stmts) -> bool:
+    """Does this block end in a return or raise on every path (an ``if`` both of whose
+    branches do)?"""
+    if not stmts:
+        return False
+    last = stmts[-1]
+    if isinstance(last, (ast.Return, ast.Raise)):
+        return True
+    return isinstance(last, ast.If) and _always_exits(last.body) and _always_exits(last.orelse)
 
 
 def _assign(name: str, value: ast.expr) -> ast.Assign:

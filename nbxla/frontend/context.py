@@ -60,6 +60,10 @@ class TraceContext:
         # (line, "rolled" | "unrolled", why) per Python loop over traced values (loops.py).
         self.loop_decisions: list[tuple[int, str, str]] = []
         self.rolling = 0         # loop bodies being traced once, one inside the other
+        # (builder, condition) per branch of an ``if`` on a traced value being traced, outermost
+        # first: the condition under which NumPy would run that branch (None: not at hand, in
+        # an HLO conditional's branch).  See ``dynamic._Plan._int``.
+        self.branch_path: list[tuple] = []
         # Names bound in loops are outputs (a cell's): see trace(names_outlive=...)
         self.names_outlive = False
         # NumPy arrays made inside the compiled code that became traced on a traced write:
@@ -76,6 +80,18 @@ class TraceContext:
         # Arrays larger than memory are refused (NumPy's MemoryError), except where the
         # program runs in pieces (nbxla.dask traces whole arrays, each task gets a chunk).
         self.memory_checked = True
+
+    def branch_condition(self):
+        """The condition under which NumPy would run the code being traced, when that is inside
+        ``if``s on traced values of this computation only (a traced bool scalar); None outside
+        any such branch, or where a condition is not at hand here (an outer computation's)."""
+        if not self.branch_path or any(builder is not self.builder or cond is None
+                                       for builder, cond in self.branch_path):
+            return None
+        result = self.branch_path[0][1]
+        for _, cond in self.branch_path[1:]:
+            result = np.logical_and(result, cond)
+        return result
 
     # ---- source locations -------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ On Python values every helper does exactly what the Python statement would.  On 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import operator
 import os
 import sys
@@ -445,7 +446,8 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
                 for k, t in enumerate(tracers):
                     t.rebind(builder.op("get-tuple-element", param, index=k))
                 params = [t.instr for t in tracers]
-                out = resolved_state(fn(state))
+                with _branch(ctx, None):
+                    out = resolved_state(fn(state))
                 drop_promotions(ctx, promoted)      # (arrays made in the branch)
                 # a tracer the branch left alone is its parameter: mark it unchanged
                 branches.append((builder, [t.instr if t.instr is not p else None
@@ -489,6 +491,16 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
     return tuple(state_out)
 
 
+@contextlib.contextmanager
+def _branch(ctx, condition):
+    """While a branch of an ``if`` on a traced value is traced: the condition it runs under."""
+    ctx.branch_path.append((ctx.builder, condition))
+    try:
+        yield
+    finally:
+        ctx.branch_path.pop()
+
+
 class _WritesIntoNumpy(Exception):
     def __init__(self, arrays):
         self.arrays = arrays
@@ -500,12 +512,14 @@ def _traced_if(ctx, test, then, orelse, state: tuple, names: tuple, lineno: int,
     tracers = list(found.values())
     snap = Snapshot(state, tracers)
     promoted = dict(ctx.promoted)
-    out_then = resolved_state(then(state))
+    with _branch(ctx, test):
+        out_then = resolved_state(then(state))
     made = drop_promotions(ctx, promoted)
     then_instrs = [t.instr for t in tracers]
     then_changed = snap.changed_containers()
     snap.restore()
-    out_else = resolved_state(orelse(state))
+    with _branch(ctx, np.logical_not(test)):
+        out_else = resolved_state(orelse(state))
     made += drop_promotions(ctx, promoted)
     else_instrs = [t.instr for t in tracers]
     # Arrays from before the ``if`` that a branch promoted (a helper wrote into one): promoted

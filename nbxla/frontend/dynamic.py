@@ -78,8 +78,16 @@ class _Plan:
         if rng is not None:
             lo, hi = rng
             if lo < -n or hi >= n:
-                raise IndexError(f"index (from {lo} to {hi}) can be out of bounds for axis {axis} "
-                                 f"with size {n}")
+                guard = k.ctx.branch_condition()
+                if guard is None:
+                    raise IndexError(f"index (from {lo} to {hi}) can be out of bounds for axis "
+                                     f"{axis} with size {n}")
+                # ``if i + 1 < N: t[i + 1]``: both branches are traced, NumPy runs one.  The
+                # index is checked where the branch runs (0 stands in elsewhere) and clamped.
+                kk = plain(k)
+                ENTRY_POINTS["check_bounds"](select(guard, kk, like(kk, 0)), n, axis)
+                kk = select(compare(kk, like(kk, 0), "LT"), emit(k.ctx, "add", kk, like(kk, n)), kk)
+                return np.clip(kk, 0, n - 1)
             if lo >= 0:
                 return k
             if hi < 0:

@@ -93,3 +93,49 @@ def weak_result(values) -> bool:
     """Do NumPy's rules see only Python ints here (so the result is a Python int too)?"""
     return any(isinstance(v, IndexTracer) for v in values) and \
         all(isinstance(v, IndexTracer) or is_int(v) and not isinstance(v, np.generic) for v in values)
+
+
+class WeakScalar(ScalarTracer):
+    """A Python float (or complex) that a rolled loop carries and changes (``t += dt``): traced
+    as a float64 (complex128) scalar, which computes as the Python number does, and weak in
+    promotion as the Python number is (``x32 * t`` stays float32, NEP 50)."""
+    __slots__ = ()
+    weak = True
+
+
+def python_numbers_only(values) -> bool:
+    """Do NumPy's rules see only Python numbers here, one of them traced (a loop index or a
+    ``WeakScalar``)?  The result is then a Python number too: weak."""
+    return any(isinstance(v, Tracer) and v.weak for v in values) and \
+        all(isinstance(v, Tracer) and v.weak or isinstance(v, (int, float, complex))
+            and not isinstance(v, (bool, np.generic)) for v in values)
+
+
+def _python_result(result, operands):
+    """Python's operators on Python numbers give Python numbers (``t + dt``, ``i / 2``), where
+    ``np.add`` gives a NumPy scalar: a float or complex result of an operator on traced Python
+    numbers stays weak."""
+    if isinstance(result, Tracer) and not result.weak and result.dtype.kind in "fc" \
+            and python_numbers_only(operands):
+        return WeakScalar(result.ctx, result.instr)
+    return result
+
+
+def _keep_python_numbers(cls) -> None:
+    for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow"):
+        for method in (f"__{name}__", f"__r{name}__"):
+            op = getattr(cls, method)
+            setattr(cls, method, (lambda op: lambda self, other: _python_result(op(self, other), (self, other)))(op))
+        setattr(cls, f"__i{name}__", getattr(cls, f"__{name}__"))    # (immutable, as a Python number)
+    for method in ("__neg__", "__pos__", "__abs__"):
+        op = getattr(cls, method)
+        setattr(cls, method, (lambda op: lambda self: _python_result(op(self), (self,)))(op))
+
+
+_keep_python_numbers(IndexTracer)
+_keep_python_numbers(WeakScalar)
+
+
+def weak_scalar(ctx, instr) -> Tracer:
+    """A traced Python number: an ``IndexTracer`` for an int, a ``WeakScalar`` otherwise."""
+    return IndexTracer(ctx, instr) if instr.shape.element_type.startswith(("s", "u")) else WeakScalar(ctx, instr)

@@ -363,8 +363,7 @@ def cholesky(a, /, *, upper=False):
                 custom_call_target=target)
     factor = Tracer(ctx, ctx.emit("get-tuple-element", call, index=0))
     info = Tracer(ctx, ctx.emit("get-tuple-element", call, index=1))
-    lower = np.tri(a.shape[-1], dtype=bool)
-    factor = np.where(lower, factor, np.zeros((), dtype))          # potrf leaves the input there
+    factor = np.tril(factor)            # potrf leaves the input there (an iota mask, not a constant)
     location = ctx.user_location()
 
     def fail(value):

@@ -254,7 +254,7 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tup
 
 
 def _seeds(before: tuple, after: tuple) -> list[tuple]:
-    """(slot, value before, shape, dtype, weak) of each name a loop step changed from a
+    """(slot, value before, shape, dtype, weak, a Python number) of each name a loop step changed from a
     Python number, or first bound, to a traced value, or to another number of its type: the
     types the loop's first trace would find and ask for (``_Loop._trace``'s requests), known
     from the step run in Python, so that the body is not traced once more only to learn them.
@@ -264,9 +264,9 @@ def _seeds(before: tuple, after: tuple) -> list[tuple]:
         if not (_is_number(old) or old is UNDEFINED and isinstance(new, Tracer)):
             continue
         if isinstance(new, Tracer):
-            seeds.append((k, old, *_stored_type(new), bool(getattr(new, "weak", False))))
+            seeds.append((k, old, *_stored_type(new), bool(getattr(new, "weak", False)), False))
         elif _is_number(new) and type(new) is type(old) and new != old:
-            seeds.append((k, old, (), np.asarray(new).dtype, isinstance(old, int)))
+            seeds.append((k, old, (), np.asarray(new).dtype, True, True))     # (weak, a number)
     return seeds
 
 
@@ -346,11 +346,14 @@ class _Loop:
         self._find_objects()
         # name k -> initial value (a Tracer) when it gets its own slot (it is rebound)
         self.rebound: dict[int, Tracer] = {}
-        self.weak: set[int] = set()      # rebound names that were Python ints
-        for k, old, shape, dtype, weak in self.seeds:      # (see _seeds)
+        self.weak: set[int] = set()      # rebound names that were Python numbers
+        self.numbers: set[int] = set()   # ...that were not traced before the loop
+        for k, old, shape, dtype, weak, number in self.seeds:      # (see _seeds)
             self.rebound[k] = self._initial_for(old, shape, dtype)
             if weak:
                 self.weak.add(k)
+            if number:
+                self.numbers.add(k)
         self.static_after: dict[int, object] = {}
         attempts = 0
         while attempts < _ATTEMPTS:
@@ -358,6 +361,13 @@ class _Loop:
             promoted = dict(self.ctx.promoted)
             try:
                 plan = self._trace()
+            except CannotRoll as e:
+                if not self.numbers:
+                    raise
+                # (a Python number made traced may be needed as one: a slice bound, a shape)
+                names = ", ".join(f"`{self.names[k]}`" for k in sorted(self.numbers))
+                raise CannotRoll(f"{e} (with the Python number {names} that the body changes "
+                                 "traced)") from None
             finally:
                 changed = snap.changed_containers()
                 snap.restore()
@@ -469,10 +479,13 @@ class _Loop:
                 # helper the body defines afresh each step (``def f(...)`` in the loop): the
                 # same in every iteration, since the body is traced once
                 self.static_after[k] = new
-            elif not self.counted and _is_number(old) and _is_number(new) and type(old) is type(new):
-                # a Python counter in a while loop on array values: it becomes traced
-                if isinstance(old, int):
-                    self.weak.add(k)
+            elif _is_number(old) and _is_number(new) and type(old) is type(new) \
+                    and (not self.counted or not isinstance(old, int)):
+                # a Python counter in a while loop on array values, or a Python float the body
+                # changes (``t += dt``): it becomes traced, a Python number in promotion.  (A
+                # for loop's Python int is left to unrolling: it may be a shape or an index.)
+                self.weak.add(k)
+                self.numbers.add(k)
                 requests.append((k, old, (), np.asarray(new).dtype))
             elif not _same_static(old, new):
                 raise CannotRoll(f"the body changes `{self.names[k]}`, a Python value "
@@ -648,12 +661,12 @@ def _stored_type(t: Tracer) -> tuple:
 
 
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, (int, float, complex)) and not isinstance(v, bool)
 
 
 def _weak(ctx, instr) -> Tracer:
-    from .index_tracer import IndexTracer
-    return IndexTracer(ctx, instr)
+    from .index_tracer import weak_scalar
+    return weak_scalar(ctx, instr)
 
 
 def _redefined_function(old, new) -> bool:

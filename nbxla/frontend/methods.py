@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import functions as F
+from .index_tracer import weak_scalar
 from .registry import METHODS
 from .rules import emit
 from .tracer import Tracer
@@ -35,13 +36,18 @@ def _flatten(self, order="C"):
 
 
 def _real(self):
-    return emit(self.ctx, "real", self) if self.dtype.kind == "c" else self
+    return _same_weakness(self, emit(self.ctx, "real", self)) if self.dtype.kind == "c" else self
 
 
 def _imag(self):
     if self.dtype.kind == "c":
-        return emit(self.ctx, "imag", self)
-    return np.zeros_like(self)
+        return _same_weakness(self, emit(self.ctx, "imag", self))
+    return _same_weakness(self, np.zeros_like(self))
+
+
+def _same_weakness(source, part):
+    """A traced Python number's parts are Python numbers too (``z.real`` of a complex)."""
+    return weak_scalar(part.ctx, part.instr) if source.weak else part
 
 
 # Methods that forward to a ufunc or to a function that refuses with its own clear error (the

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..hlo import Shape, from_numpy_dtype, scalar_computation
 from .context import TraceContext
-from .index_tracer import IndexTracer, weak_result
+from .index_tracer import IndexTracer, python_numbers_only, weak_result
 from .registry import (ENTRY_POINTS, FUNCTIONS, NOT_COMPILABLE, UFUNC_METHODS, UFUNCS, entry_point,
                        ufunc_method)
 from .tracer import WRITE_INTO_NUMPY, WRITE_INTO_NUMPY_HINT, Tracer, View
@@ -155,7 +155,9 @@ def make_view(base: Tracer, forward: Callable, backward: Callable | None, stride
 def resolve_input(value):
     """The dtype NumPy's type resolution sees: Python scalars stay weak (NEP 50)."""
     if isinstance(value, Tracer):
-        return int if value.weak else value.dtype      # a rolled loop's index is a Python int
+        if value.weak:          # a rolled loop's index or carried Python float: Python's type
+            return {"f": float, "c": complex}.get(value.dtype.kind, int)
+        return value.dtype
     if isinstance(value, bool):
         return np.dtype(bool)
     if isinstance(value, numbers.Integral) and not isinstance(value, np.generic):
@@ -165,6 +167,9 @@ def resolve_input(value):
     if isinstance(value, numbers.Complex) and not isinstance(value, np.generic):
         return complex
     return np.asarray(value).dtype
+
+
+_PYTHON_SCALAR_DTYPES = {int: np.dtype(np.int64), float: np.dtype(np.float64), complex: np.dtype(np.complex128)}
 
 
 @entry_point("apply_ufunc")
@@ -194,8 +199,9 @@ def _call_ufunc(ctx, ufunc, inputs, kwargs):
                                  "see the supported-API table in docs/supported_numpy.md")
     # Raises NumPy's own TypeError where NumPy has no loop (e.g. bool subtraction).
     in_dtypes = tuple(resolve_input(v) for v in inputs) + (None,) * ufunc.nout
-    if weak_result(inputs):        # only Python ints: NumPy's answer for int64 scalars
-        in_dtypes = tuple(np.dtype(np.int64) if d is int else d for d in in_dtypes)
+    python_only = python_numbers_only(inputs)
+    if python_only:                # only Python numbers: NumPy's answer for 64-bit scalars
+        in_dtypes = tuple(_PYTHON_SCALAR_DTYPES.get(d, d) for d in in_dtypes)
     if dtype is None:
         dtypes = ufunc.resolve_dtypes(in_dtypes)
     else:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import re
+
 
 import numpy as np
 
@@ -176,21 +178,33 @@ def lapack_potrf(instr, args, interp):
     lower = lapack_uplo(instr) == "L"
     size = a.shape[-1]
     mats = a.reshape(-1, size, size)
-    factor = mats.copy()
     info = np.zeros(len(mats), np.int32)
-    triangle = np.tril(np.ones((size, size), bool)) if lower else np.triu(np.ones((size, size), bool))
+    other = _triangle(size, not lower, diagonal=False)
+    factors = []
     for b, m in enumerate(mats):
-        # Only the uplo triangle is read: build the symmetric matrix it describes.
-        t = np.where(triangle, m, 0)
-        sym = t + t.T - np.diag(np.diag(m))
+        # NumPy's cholesky reads one triangle only (LAPACK's potrf with uplo L, or U for
+        # upper=True), as the custom call does: the other may hold anything, and is kept.
         try:
-            chol = np.linalg.cholesky(sym)
+            chol = np.linalg.cholesky(m, upper=not lower)
         except np.linalg.LinAlgError:
-            info[b] = _first_failing_minor(sym)
-            factor[b] = np.nan
-            continue
-        factor[b][triangle] = (chol if lower else chol.T)[triangle]
+            t = np.where(_triangle(size, lower), m, 0)
+            info[b] = _first_failing_minor(t + t.T - np.diag(np.diag(m)))
+            chol = np.full_like(m, np.nan)
+        else:
+            np.copyto(chol, m, where=other)
+        factors.append(chol)
+    factor = factors[0] if len(factors) == 1 else np.stack(factors)
     return factor.reshape(a.shape), info.reshape(a.shape[:-2])
+
+
+@functools.lru_cache(maxsize=32)
+def _triangle(size: int, lower: bool, diagonal: bool = True) -> np.ndarray:
+    """The mask of a square matrix's lower (or upper) triangle, with or without the diagonal:
+    made once per size (making it took longer than factorising a 200 x 200 matrix)."""
+    mask = np.tri(size, k=0 if diagonal else -1, dtype=bool)
+    mask = mask if lower else mask.T.copy()
+    mask.flags.writeable = False
+    return mask
 
 
 def _first_failing_minor(sym: np.ndarray) -> int:

@@ -285,3 +285,18 @@ def test_long_rows_ask_for_wide_vectors_on_avx512_hosts(cols, wide):
     asked = '"prefer-vector-width"="512"' in f.last_compilation.executable.native.kernels.llvm_ir
     avx512 = bool(llvm.get_host_cpu_features().get("avx512f", False))
     assert asked == (wide and avx512)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_division_by_row_sums_rounds_as_numpy_divides(dtype):
+    """The reciprocal is corrected to the division's rounding: with sums that are exact in any
+    order (small integers), every quotient is NumPy's bit for bit, and a row with one nonzero
+    element gives exactly 1 (x * (1/x) alone is 0.9999999999999999 for a third of them)."""
+    rng = np.random.default_rng(5)
+    ints = rng.integers(1, 1000, (500, 64)).astype(dtype)
+    single = np.zeros((500, 64), dtype)
+    single[:, 0] = rng.random(500).astype(dtype) + dtype(0.5)
+    f = nbxla.jit(lambda a: a / np.sum(a, axis=-1, keepdims=True), cache=CompilationCache())
+    for x in (ints, single):
+        np.testing.assert_array_equal(f(x), x / x.sum(axis=-1, keepdims=True))
+    assert [len(reductions._row_divides(c, toolkit.ReductionPlan(c))) for c in _reduction_fusions(f.last_compilation)] == [1]

@@ -608,6 +608,9 @@ kernel(lambda n=12: (np.linspace(-2, 1, 9)[None, :] + 1j * np.linspace(-1.2, 1.2
        rtol=1e-12)(examples.mandelbrot)
 kernel(lambda n=6: (n, _square_pulse(12), 0.2), rtol=1e-12)(examples.wave_2d)
 kernel(lambda: (rand(300),), rolled=True, rtol=0)(examples.kahan_sum)
+kernel(lambda n=10: (n, RNG.integers(0, 4, n).astype(np.int32)), name="nussinov_npbench")(examples.nussinov)
+kernel(lambda n=8: (np.full((6, 1), 20.0 / 6), rand(6, 3), rand(6, 3), 6, n, 0.01, 1.0, 0.1),
+       rtol=1e-10)(examples.nbody)
 
 
 # ---- the runs --------------------------------------------------------------------------------

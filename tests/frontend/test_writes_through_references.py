@@ -134,8 +134,33 @@ def argument_or_new_array(x, u):
     return x
 
 
+def energies(u):
+    return u.sum() * 0.5, u.max()
+
+
+def tuple_targets_in_a_loop(n, u):
+    # (npbench's nbody: ``KE[i + 1], PE[i + 1] = getEnergy(...)`` into np.ndarray buffers)
+    ke = np.ndarray(n + 1, dtype=np.float64)
+    pe = np.ndarray(n + 1, dtype=np.float64)
+    ke[0], pe[0] = energies(u)
+    for i in range(n):
+        u = np.tanh(u + i)
+        ke[i + 1], pe[i + 1] = energies(u)
+    return ke, pe
+
+
+def nested_and_starred_targets(n, u):
+    a, b = np.zeros(u.shape), np.zeros(3)
+    for i in range(n):
+        (a[i % len(u)], b[0]), *rest = (u[1] * i, u[2]), u[3], u[4]
+        b[1:] = rest
+    a[0], last = u[0], u[-1]
+    return a, b, last
+
+
 PROGRAMS = [helper_fills_local, helper_in_traced_if, list_items_written, fresh_each_step,
-            numpy_update_then_helper, rebinding_helper, view_then_base_updated]
+            numpy_update_then_helper, rebinding_helper, view_then_base_updated,
+            tuple_targets_in_a_loop, nested_and_starred_targets]
 
 
 def _same(label, want, got):

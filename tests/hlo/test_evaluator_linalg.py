@@ -214,10 +214,12 @@ def test_cholesky_lower_keeps_upper_triangle_of_input():
 
 def test_cholesky_upper_and_batched_f32():
     a = spd(4, batch=(2, 3), dtype=F32)
-    factor, info = potrf(a, uplo=85)
+    a_marked = a + np.tril(np.full((4, 4), 100.0, F32), -1)  # the lower triangle is not read
+    factor, info = potrf(a_marked, uplo=85)
     assert factor.dtype == F32 and info.shape == (2, 3) and not info.any()
     up = np.triu(factor)
     np.testing.assert_allclose(np.swapaxes(up, -1, -2) @ up, a, rtol=1e-4)
+    assert np.array_equal(np.tril(factor, -1), np.tril(a_marked, -1))
 
 
 def test_cholesky_failure_reports_info_and_nan():

@@ -1,0 +1,136 @@
+"""Returns inside ``if``s on traced values, and indices that only a branch's condition keeps
+in bounds (npbench's nussinov: ``match`` returns 1 or 0 on array values; ``table[i + 1, j]``
+under ``if i + 1 < N`` in loops that are traced once).
+
+A function whose returns sit in ``if``s is rewritten with one return at the end, so that a
+traced condition chooses the value.  An index that can be out of bounds inside a branch of an
+``if`` on a traced value is checked where the branch would run (NumPy's IndexError when it
+does) and clamped where it would not.  Each program runs on both sides of the unroll threshold
+and with every loop rolled (``--unroll_max=0``), against eager NumPy.
+"""
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.errors import IndexCheckError
+
+from ..frontend_util import quiet
+
+
+def match(b1, b2):
+    if b1 + b2 == 3:
+        return 1
+    else:
+        return 0
+
+
+def nussinov(N, seq):
+    table = np.zeros((N, N), np.int32)
+    for i in range(N - 1, -1, -1):
+        for j in range(i + 1, N):
+            if j - 1 >= 0:
+                table[i, j] = max(table[i, j], table[i, j - 1])
+            if i + 1 < N:
+                table[i, j] = max(table[i, j], table[i + 1, j])
+            if j - 1 >= 0 and i + 1 < N:
+                if i < j - 1:
+                    table[i, j] = max(table[i, j], table[i + 1, j - 1] + match(seq[i], seq[j]))
+                else:
+                    table[i, j] = max(table[i, j], table[i + 1, j - 1])
+            for k in range(i + 1, j):
+                table[i, j] = max(table[i, j], table[i, k] + table[k + 1, j])
+    return table
+
+
+def early_return(x):
+    if x.sum() > 2.0:
+        return x * 2
+    y = x + 1
+    if x[0] > 0.5:
+        return y * 3
+    return y
+
+
+def nested_returns(x):
+    if x[0] > 0.3:
+        if x[1] > 0.5:
+            return x - 1
+        z = x * 4
+    else:
+        z = x * 5
+    return z + x[2]
+
+
+def returns_none_on_one_path(x, out):
+    if x[0] > 0.5:
+        out[0] = 1.0
+        return
+    out[1] = 2.0
+
+
+def uses_returns(x):
+    out = np.zeros_like(x)
+    returns_none_on_one_path(x, out)
+    return early_return(x) + nested_returns(x) + out
+
+
+def shift_left(n, x):
+    y = np.zeros_like(x)
+    for i in range(n):
+        if i + 1 < n:
+            y[i] = x[i + 1] - x[i]
+    return y
+
+
+def guarded_by_data(n, x, v):
+    s = 0.0
+    for i in range(n):
+        if v[i] > 0.5:
+            s = s + x[i + 1]           # in bounds only while v[n - 1] <= 0.5
+    return s
+
+
+@pytest.fixture(params=[None, "0"], ids=["default-unroll", "all-rolled"])
+def unroll(request, monkeypatch):
+    if request.param is not None:
+        monkeypatch.setenv("NBXLA_FLAGS", f"--unroll_max={request.param}")
+
+
+@pytest.mark.parametrize("n", [1, 4, 9])
+def test_nussinov_matches_numpy(n, unroll):
+    seq = np.random.default_rng(n).integers(0, 4, n, dtype=np.int32)
+    with quiet():
+        got = nbxla.jit(nussinov)(n, seq)
+    np.testing.assert_array_equal(got, nussinov(n, seq))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_returns_in_branches_on_traced_values(seed):
+    x = np.random.default_rng(seed).random(3)
+    with quiet():
+        got = nbxla.jit(uses_returns)(x)
+    np.testing.assert_allclose(got, uses_returns(x), rtol=1e-15)
+
+
+@pytest.mark.parametrize("n", [1, 4, 9])
+def test_an_index_kept_in_bounds_by_its_branch(n, unroll):
+    x = np.random.default_rng(n).random(n)
+    with quiet():
+        got = nbxla.jit(shift_left)(n, x)
+    np.testing.assert_array_equal(got, shift_left(n, x))
+
+
+@pytest.mark.parametrize("n", [3, 9])
+def test_a_branch_that_runs_with_an_index_out_of_bounds_raises_numpys_error(n, unroll):
+    rng = np.random.default_rng(n)
+    x, v = rng.random(n), rng.random(n)
+    v[-1] = 0.1
+    f = nbxla.jit(guarded_by_data)
+    with quiet():
+        assert f(n, x, v) == pytest.approx(guarded_by_data(n, x, v), rel=1e-15)
+    v[-1] = 0.9
+    with pytest.raises(IndexError):
+        guarded_by_data(n, x, v)
+    with quiet(), pytest.raises(IndexCheckError, match=f"index {n} is out of bounds for axis 0"):
+        f(n, x, v)
