@@ -322,9 +322,10 @@ def optimize_module(mod, tm, pipeline: str = "full") -> None:
 def _all_light(fusions: list[tuple[str, Computation]], light: frozenset) -> bool:
     """Are all the kernels of a module light?  Then its machine code is generated without loop
     strength reduction (LSR): on light kernels it took 35-50% of the code generator's time
-    (correlation's four column reductions: 76 -> 44 ms; LeNet-5's seven small kernels:
-    43 -> 25 ms) and made none of them measurably faster (x86 addressing takes base + index *
-    scale as it is; see ``benchmarks/compile_time.py``).  LSR is a switch for a whole module's
+    (measured kernel by kernel, side by side: correlation's four column reductions 77 -> 40 ms
+    of CPU on a loaded machine, LeNet-5's five small kernels 43 -> 25 ms) and made none of the
+    programs of ``benchmarks/programs.py`` and ``compile_time.py`` at their small sizes
+    measurably slower (x86 addressing takes base + index * scale as it is).  LSR is a switch for a whole module's
     code generation (``_without_strength_reduction``), so one heavy kernel keeps it for all."""
     return bool(fusions) and all(name in light for name, _ in fusions)
 

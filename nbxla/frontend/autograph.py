@@ -36,6 +36,7 @@ import types
 from typing import Callable
 
 from . import runtime
+from .loop_writes import with_written
 from .registry import entry_point
 
 AG = "__nbxla_ag__"
@@ -56,12 +57,6 @@ def _ag(attr: str) -> ast.expr:
 
 def _call(attr: str, *args: ast.expr) -> ast.Call:
     return ast.Call(_ag(attr), list(args), [])
-
-
-def _with_written(call: ast.Call, written: list[str]) -> None:
-    """A loop call told the names whose items its body writes (``written=(...)``), if any."""
-    if written:
-        call.keywords.append(ast.keyword("written", ast.Tuple([_const(n) for n in written], ast.Load())))
 
 
 def _const(value) -> ast.Constant:
@@ -125,22 +120,6 @@ def _state_names(nodes) -> list[str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 seen.setdefault(node.name, None)
     return list(seen)
-
-
-def _written_names(body, names) -> list[str]:
-    """Names of ``names`` the statements write items of (``x[key] = v``, ``x[key] += v``): a
-    loop makes those arrays traced before its first trace, not after a trace that found the
-    write (``loops._Loop``: each such finding traced the body again)."""
-    found: dict[str, None] = {}
-    for node in _walk_scope(body):
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, ast.AugAssign) else []
-        for t in targets:
-            for leaf in (t.elts if isinstance(t, ast.Tuple) else [t]):
-                root = _subscript_root(leaf)
-                if root is not None and root.id in names:
-                    found.setdefault(root.id, None)
-    return list(found)
 
 
 def _subscript_root(target) -> ast.Name | None:
@@ -275,7 +254,7 @@ class _Converter(ast.NodeTransformer):
                      ast.Tuple(range_args, ast.Load()), ast.Name(fname, ast.Load()),
                      self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
                      _const(node.lineno), self._state_call([target]))
-        _with_written(call, _written_names(node.body, names))
+        with_written(call, node.body, names)
         # the loop variable keeps its last value after the loop, as in Python
         outputs = names + [target] if self._rebindable(target) else names
         if outputs is names:
@@ -392,7 +371,7 @@ class _Converter(ast.NodeTransformer):
         call = _call("while_loop", ast.Name(cname, ast.Load()), ast.Name(bname, ast.Load()),
                      self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
                      _const(node.lineno))
-        _with_written(call, _written_names(node.body, names))
+        with_written(call, node.body, names)
         return _located([cond, fn, *self._rebind(names, call)], node)
 
     def visit_If(self, node):

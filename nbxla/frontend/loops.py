@@ -297,14 +297,15 @@ class _StepUndo:
 
     def drop_instructions(self) -> None:
         """Remove the undone step's instructions from the computation, but for those that
-        later instructions or the context's constant cache use: dead, they would still be
-        copied, verified and simplified before dead code elimination drops them."""
+        later instructions use and its constants (the context hands out cached ones again):
+        dead, they would still be copied, verified and simplified before dead code
+        elimination drops them."""
         b, start, end = self.builder, self.start, self.end
         if self.ctx.builder is not b or end is None or end > len(b.instructions):
             return
         step = {id(i): i for i in b.instructions[start:end]}
         used = [o for i in b.instructions[end:] for o in i.operands if id(o) in step]
-        used += [c for c in self.ctx._constants.values() if id(c) in step]
+        used += [i for i in step.values() if i.opcode == "constant"]
         kept: set[int] = set()
         while used:
             instr = used.pop()
