@@ -31,8 +31,8 @@ from __future__ import annotations
 import os
 
 os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-    os.environ.pop(_var, None)
+for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):      # (as benchmarks/blas_info.py's
+    os.environ.pop(_var, None)                              # unpin_openblas, before any import)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["NBXLA_CACHE_DIR"] = "off"
 
@@ -50,38 +50,9 @@ if str(REPO) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from benchmarks.blas_info import openblas_kernel  # noqa: E402
+
 CONTENDERS = ("nbxla", "jax", "numba", "torch")
-
-
-def openblas_kernel() -> str:
-    """Which OpenBLAS (and core type) NumPy runs: threadpoolctl, else the core name NumPy's
-    bundled OpenBLAS reports, else NumPy's build config."""
-    try:
-        from threadpoolctl import threadpool_info
-        infos = [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
-        if infos:
-            i = infos[0]
-            return f"OpenBLAS {i.get('version')} core {i.get('architecture')} threads {i.get('num_threads')}"
-    except ImportError:
-        pass
-    try:
-        import ctypes
-        import glob
-        for path in glob.glob(np.__path__[0] + ".libs/*openblas*"):
-            lib = ctypes.CDLL(path)
-            for symbol in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename"):
-                if hasattr(lib, symbol):
-                    f = getattr(lib, symbol)
-                    f.restype = ctypes.c_char_p
-                    return f"{Path(path).name}: core {f().decode()}"
-    except OSError:
-        pass
-    try:
-        config = np.show_config(mode="dicts")
-        blas = config.get("Build Dependencies", {}).get("blas", {})
-        return f"{blas.get('name')} {blas.get('version')} (core type unknown: no threadpoolctl)"
-    except Exception:       # (older NumPy: no dict mode)
-        return "unknown"
 
 
 # ---- programs ---------------------------------------------------------------------------------

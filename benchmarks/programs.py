@@ -48,6 +48,12 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from benchmarks.blas_info import describe as describe_blas, unpin_openblas  # noqa: E402
+
+# Run as a script: OpenBLAS picks its kernel for this CPU (the environment may pin an older
+# one; see blas_info), as benchmarks/peers.py does.  Imported, the importer's NumPy decides.
+_UNPINNED = unpin_openblas() if __name__ == "__main__" else {}
+
 import numpy as np  # noqa: E402
 
 
@@ -608,6 +614,7 @@ def main(argv=None) -> int:
     names = [n for n in args.only.split(",") if n] or list(PROGRAMS)
     sizes = SIZES if args.size == "all" else (args.size,)
     bw = copy_bandwidth()
+    print(f"NumPy {np.__version__}; {describe_blas(_UNPINNED)}")
     print(f"copy bandwidth {bw / 1e9:.1f} GB/s; times per call; first = first call of a fresh jit")
     head = (f"{'program':<16}{'size':<7}{'xNumPy':>7}{'xJAX':>6}{'med ms':>9}{'p90 ms':>9}"
             f"{'numpy ms':>9}{'np p90':>8}{'jax ms':>8}{'first s':>8}{'jax 1st':>8}{'kern':>5}{'interp':>7}{'GB/s':>6}{'%BW':>5}  ok")

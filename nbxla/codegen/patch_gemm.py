@@ -94,6 +94,9 @@ class PatchGemm:
     # range (the kernel is HWIO's (KH * KW * c / groups, o)); ``panels`` then split one group's
     # features.  (Only channels-last block outputs of all features, without an epilogue.)
     groups: int = 1
+    # Elements from one image's kernel matrix to the next (batched dots, runtime/native_dots.py:
+    # image ``i`` multiplies by the kernel at ``i * kernel_step``); 0: one kernel for all images
+    kernel_step: int = 0
 
     @property
     def group_inputs(self) -> int:
@@ -139,7 +142,8 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     elem = ir.FloatType() if g.t == "f32" else ir.DoubleType()
     out_shape = (g.n, g.channels_first, g.oh, g.ow) if g.channels_first else (g.n * g.oh, g.ow, g.out_row)
     ci = g.group_inputs
-    shapes = [Shape(g.t, (g.n, g.hp, g.wp, g.c)), Shape(g.t, (g.kh * g.kw * ci, g.o)), Shape(g.t, out_shape)]
+    kernels = g.n if g.kernel_step else 1
+    shapes = [Shape(g.t, (g.n, g.hp, g.wp, g.c)), Shape(g.t, (kernels * g.kh * g.kw * ci, g.o)), Shape(g.t, out_shape)]
     if g.bias:
         shapes.append(Shape(g.t, (g.o,)))
     bufs = KernelBuffers(b, fn.args[0], shapes)
@@ -155,6 +159,7 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     # the current group's first input channel and output feature (values of the group loop;
     # None without groups, so that a dense kernel's code is what it was before groups)
     first_channel = group_feature = None
+    kernel_first = None         # the current image's kernel matrix (elements; with kernel_step)
     by_width = {}               # panel width -> (vector type, accumulators, zero, undef, lanes0, fmuladd)
 
     def use_panel(width: int, first: int):
@@ -266,6 +271,8 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
         x_first = b.add(x_row, b.mul(ow0, const_i64(sw * g.c)))
         x0 = b.gep(x, [x_first if first_channel is None else b.add(x_first, first_channel)])
         w0 = b.gep(w, [in_group(const_i64(first_feature))])
+        if kernel_first is not None:
+            w0 = b.gep(w0, [kernel_first])
 
         def window_row(p):
             xp, wp = p
@@ -301,7 +308,10 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
                     align=g.itemsize)
 
     def unit(u):
+        nonlocal kernel_first
         image, oh = b.udiv(u, const_i64(g.oh)), b.urem(u, const_i64(g.oh))
+        if g.kernel_step:
+            kernel_first = b.mul(image, const_i64(g.kernel_step))
         x_row = b.add(b.mul(image, const_i64(image_step)), b.mul(oh, const_i64(sh * row_step)))
         if g.channels_first:        # (image, 0, oh, 0) of the whole output
             out_row = b.add(b.mul(image, const_i64(g.channels_first * g.oh * g.ow)), b.mul(oh, const_i64(g.ow)))

@@ -512,43 +512,34 @@ def _own_exits(body) -> list[ast.stmt]:
 
 
 def _lower_returns(node) -> list[ast.stmt] | None:
-    """A function whose ``return``s sit in ``if``s (``if b1 + b2 == 3: return 1 else: return
-    0``, npbench's nussinov), rewritten with one ``return`` at the end, so that an ``if`` on a
-    traced value chooses the value returned: each ``return v`` becomes ``result = v``, and the
-    statements after an ``if`` that may return move into its branches that do not always
-    return.  None when there is nothing to rewrite, or a return sits elsewhere (a loop, a
-    ``with`` or ``try``), or the function is a generator."""
-    body = node.body
-    inner = list(_walk_scope(body))
+    """A function whose ``return``s sit in ``if``s (npbench nussinov's ``if b1 + b2 == 3:
+    return 1 else: return 0``) with one return at the end, so that an ``if`` on a traced value
+    chooses the value: ``return v`` becomes ``result = v``, and what follows an ``if`` that
+    may return moves into its branches that do not always exit.  None when there is nothing
+    to do, a return sits elsewhere (a loop, ``with``, ``try``), or it is a generator."""
+    body, inner = node.body, list(_walk_scope(node.body))
     if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in inner) or \
-            not any(isinstance(s, ast.If) and _returns(s) for n in inner for s in [n]):
+            not any(isinstance(n, ast.If) and _returns(n) for n in inner):
         return None
     result = f"{_EXIT}return_{next(_counter)}"
     lowered = _without_returns(body, result)
     if lowered is None:
         return None
     out = [_assign(result, _const(None))] + lowered + [ast.Return(ast.Name(result, ast.Load()))]
-    return [ast.fix_missing_locations(ast.copy_location(s, body[0])) if not hasattr(s, "lineno") else s
-            for s in out]
+    return [s if hasattr(s, "lineno") else ast.fix_missing_locations(ast.copy_location(s, body[0])) for s in out]
 
 
 def _without_returns(stmts, result: str) -> list[ast.stmt] | None:
     out = []
     for k, stmt in enumerate(stmts):
-        if isinstance(stmt, ast.Return):
-            value = stmt.value if stmt.value is not None else _const(None)
-            out.append(ast.copy_location(_assign(result, value), stmt))
-            return out                          # (what follows never runs)
+        if isinstance(stmt, ast.Return):                # (what follows never runs)
+            return out + [ast.copy_location(_assign(result, stmt.value or _const(None)), stmt)]
         if isinstance(stmt, ast.If) and _returns(stmt):
-            rest = stmts[k + 1:]
-            branches = []
-            for branch in (stmt.body, stmt.orelse):
-                lowered = _without_returns(branch + ([] if _always_exits(branch) else rest), result)
-                if lowered is None:
-                    return None
-                branches.append(lowered or [ast.Pass()])
-            out.append(ast.copy_location(ast.If(stmt.test, *branches), stmt))
-            return out
+            branches = [_without_returns(b + ([] if _always_exits(b) else stmts[k + 1:]), result)
+                        for b in (stmt.body, stmt.orelse)]
+            if None in branches:
+                return None
+            return out + [ast.copy_location(ast.If(stmt.test, *[b or [ast.Pass()] for b in branches]), stmt)]
         if _returns(stmt):                      # a return in a loop, with or try: left as it is
             return None
         out.append(stmt)
@@ -560,14 +551,10 @@ def _returns(stmt) -> bool:
 
 
 def _always_exits(stmts) -> bool:
-    """Does this block end in a return or raise on every path (an ``if`` both of whose
-    branches do)?"""
-    if not stmts:
-        return False
-    last = stmts[-1]
-    if isinstance(last, (ast.Return, ast.Raise)):
-        return True
-    return isinstance(last, ast.If) and _always_exits(last.body) and _always_exits(last.orelse)
+    """Does this block end in a return or raise on every path?"""
+    last = stmts[-1] if stmts else None
+    return isinstance(last, (ast.Return, ast.Raise)) or \
+        isinstance(last, ast.If) and _always_exits(last.body) and _always_exits(last.orelse)
 
 
 def _assign(name: str, value: ast.expr) -> ast.Assign:

@@ -45,6 +45,7 @@ from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leav
     program_computations
 from .cpu_kernels import (ARRAY_DATA_OFFSET, c_strides, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
                           worker_count)
+from .native_dots import native_dot_refusal, NativeGemmDot
 from .conv_epilogue import fold_convolution_epilogues, runs_as_library
 from .cpu_library import library_thunk, sort_has_library_call, sort_may_defer
 from . import host_memory
@@ -319,6 +320,8 @@ class CpuExecutable:
         (``cpu_library``); the evaluator, with the reason, for the rest.  ``fallback``: what a
         sort runs for the calls NumPy's sort cannot answer (else the evaluator's rule)."""
         if instr.opcode == "dot":
+            if native_dot_refusal(instr) is None:
+                return NativeGemmDot(instr)
             for thunk in (DotThunk, WidenedDotThunk):
                 if thunk.applies(instr):
                     return thunk(instr)
@@ -528,6 +531,8 @@ class CpuExecutable:
             return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
         if isinstance(thunk, DotThunk) and instr.name in getattr(self.run, "paired", ()):
             return "native kernel: with the other GEMV of the same matrix, one pass over it (dual_gemv)"
+        if isinstance(thunk, NativeGemmDot):
+            return f"native kernel: {thunk.how}"
         if isinstance(thunk, DotThunk):
             threads = "" if thunk.one_thread is None else \
                 f", one BLAS thread, {thunk.split[0]} split over the pool" if thunk.split else ", one BLAS thread"

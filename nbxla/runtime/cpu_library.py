@@ -44,7 +44,7 @@ from ..hlo.evaluator import RULES, Interpreter
 from ..hlo.evaluator_common import signed_of, unsigned_of
 from ..hlo.evaluator_data import pad_array
 from ..hlo.evaluator_elementwise import total_order_key
-from ..hlo.evaluator_linalg import (MASKED_DOT_TARGET, POTRF_TARGETS, SOLVE_TARGET, lapack_potrf, masked_dot_axes,
+from ..hlo.evaluator_linalg import (MASKED_DOT_TARGET, SOLVE_TARGET, masked_dot_axes,
                                     masked_dot_bounds)
 from ..hlo.ir import Instruction, post_order
 from ..hlo.low_precision import involves_low_precision, widen_shape, widen_value
@@ -74,8 +74,6 @@ def library_thunk(instr: Instruction, fallback: Callable) -> tuple[Callable | No
         return ConvolutionWithEpilogue(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == SOLVE_TARGET:
         return _SolveThunk(instr), None
-    if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") in POTRF_TARGETS:
-        return _CholeskyThunk(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == MASKED_DOT_TARGET:
         return MaskedDotThunk(instr), None
     if instr.opcode == "custom-call" and instr.attrs.get("custom_call_target") == "TopK":
@@ -130,18 +128,6 @@ class _SolveThunk:
     def __call__(self, operands):
         a, b = operands
         return np.ascontiguousarray(np.linalg.solve(a, b), dtype=self.dtype)
-
-
-class _CholeskyThunk:
-    """LAPACK's potrf custom call (``np.linalg.cholesky``, JAX's ``jnp.linalg.cholesky``): the
-    evaluator's rule, which calls NumPy's LAPACK (nothing to gain from a second copy)."""
-    how = "LAPACK potrf through np.linalg.cholesky"
-
-    def __init__(self, instr: Instruction):
-        self.instr = instr
-
-    def __call__(self, operands):
-        return lapack_potrf(self.instr, operands, None)
 
 
 # ---- sort ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """LAPACK custom calls of JAX's CPU lowering as library calls: LU factorization
-(``lapack_?getrf_ffi``) through LAPACKE's ``?getrf``, triangular solves (``lapack_?trsm_ffi``)
+(``lapack_?getrf_ffi``) through LAPACKE's ``?getrf``, Cholesky (``lapack_?potrf_ffi``) through
+``?potrf``, triangular solves (``lapack_?trsm_ffi``)
 through CBLAS's ``?trsm``, QR (``?geqrf`` and ``?orgqr`` / ``?ungqr``) and symmetric /
 Hermitian eigenproblems (``?syevd`` / ``?heevd``) through LAPACKE, all from the OpenBLAS that NumPy loaded (its 64-bit-integer
 ``64_`` symbols, found as ``blas_threads`` finds the GEMMs).  Row-major calls on the logical
@@ -21,10 +22,12 @@ import numpy as np
 
 from ..hlo.evaluator_lapack import (GEQRF_TARGETS, GETRF_TARGETS, ORGQR_TARGETS, SYEVD_TARGETS, TRSM_TARGETS,
                                     trsm_options)
+from ..hlo.evaluator_linalg import POTRF_TARGETS, lapack_potrf, lapack_uplo
 from ..hlo.ir import Instruction
 from .blas_threads import openblas_libraries
 
 _ROW_MAJOR = 101
+_COLUMN_MAJOR = 102
 _CBLAS = {"side": {"L": 141, "R": 142}, "uplo": {"U": 121, "L": 122},
           "trans_x": {"N": 111, "T": 112, "C": 113}, "diag": {"N": 131, "U": 132}}
 _LETTER = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
@@ -57,6 +60,8 @@ def lapack_thunk(instr: Instruction):
         if fn is None:
             return None, f"{target}: LAPACKE_{letter}getrf (64-bit ints) is not in NumPy's BLAS library"
         return GetrfThunk(instr, fn), None
+    if target in POTRF_TARGETS:
+        return PotrfThunk(instr, _routine(f"LAPACKE_{target[7]}potrf")), None
     if target in TRSM_TARGETS:
         letter = _LETTER[np.dtype(TRSM_TARGETS[target])]
         fn = _routine(f"cblas_{letter}trsm")
@@ -155,6 +160,37 @@ class SyevdThunk:
         vectors = work if self.vectors else np.array(a, self.dtype)
         batch = a.shape[:-2]
         return vectors.reshape(a.shape), values.reshape(batch + (n,)), info.reshape(batch)
+
+
+class PotrfThunk:
+    """Cholesky (``lapack_?potrf_ffi``: ``np.linalg.cholesky``, JAX's ``jnp.linalg.cholesky``)
+    by LAPACKE's potrf on a copy of the input, in place.  A row-major matrix read as
+    column-major is its transpose, so the lower factor of the one is the upper factor of the
+    other: no transposing copies (``np.linalg.cholesky`` makes them, and took 1.4-2x as long at
+    200 x 200).  Where a matrix is not positive definite, or the routine is missing: the
+    evaluator's rule (NumPy's cholesky), which gives the NaN factor and the failing minor."""
+
+    def __init__(self, instr: Instruction, fn):
+        self.instr, self.fn = instr, fn
+        self.how = f"LAPACK {fn.__name__}" if fn is not None else "LAPACK potrf through np.linalg.cholesky"
+        if fn is not None:
+            fn.restype = ctypes.c_int64
+            fn.argtypes = [ctypes.c_int, ctypes.c_char, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
+        self.uplo = b"U" if lapack_uplo(instr) == "L" else b"L"        # (the transposed view's)
+
+    def __call__(self, operands):
+        (a,) = operands
+        if self.fn is None or a.dtype != self.instr.shape.elements[0].dtype or a.ndim < 2 \
+                or a.shape[-1] != a.shape[-2]:
+            return lapack_potrf(self.instr, operands, None)
+        n = a.shape[-1]
+        factor = np.array(a, order="C")
+        info = np.zeros(factor.shape[:-2], np.int32)
+        for b, m in zip(np.ndindex(info.shape), factor.reshape(-1, n, n)):
+            info[b] = self.fn(_COLUMN_MAJOR, self.uplo, n, m.ctypes.data, max(n, 1))
+        if info.any():
+            return lapack_potrf(self.instr, operands, None)
+        return factor, info
 
 
 class GetrfThunk:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nbxla
-from nbxla.runtime import blas_threads, cpu_kernels
+from nbxla.runtime import blas_threads, cpu_kernels, native_dots
 from nbxla.runtime.cpu_kernels import DotThunk, worker_count
 
 found = blas_threads.controls()
@@ -31,6 +31,7 @@ CASES = {                                   # name: (function, shapes, limited, 
 def test_blas_calls_are_limited_or_split_as_their_size_says_and_agree(name, monkeypatch):
     monkeypatch.setattr(cpu_kernels, "SPLIT_PRODUCT", 1_000_000)     # (test-sized arrays)
     monkeypatch.setenv("NBXLA_BLAS_ONE_THREAD", "1")                  # (off by default)
+    monkeypatch.setattr(native_dots, "MIN_PRODUCT", 1 << 62)          # (BLAS's calls, not nbxla's kernel)
     fn, shapes, limited, axis = CASES[name]
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(s) for s in shapes]
@@ -73,6 +74,8 @@ def test_batched_products_run_on_one_blas_thread_and_large_batches_split(name, w
     monkeypatch.delenv("NBXLA_BLAS_ONE_THREAD", raising=False)
     monkeypatch.setattr(cpu_kernels, "worker_count", lambda: workers)
     monkeypatch.setattr(cpu_kernels, "SPLIT_PRODUCT", TEST_SPLIT_PRODUCT)
+    # (products nbxla's own GEMM kernel would take stay with BLAS here: the test is of BLAS's threads)
+    monkeypatch.setattr(native_dots, "MIN_PRODUCT", 1 << 62)
     shapes, split = BATCHED[name]
     rng = np.random.default_rng(1)
     args = [rng.standard_normal(s).astype(np.float32) for s in shapes]

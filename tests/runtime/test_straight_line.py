@@ -92,7 +92,8 @@ def test_one_element_tuple_roots_and_int_dots(n):
 # ---- two GEMVs of one matrix in one pass (runtime/dual_gemv.py) ----------------------------
 
 @pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
-@pytest.mark.parametrize("rows, cols", [(21, 19), (8, 3), (5, 1), (1, 7), (3, 3)])
+# (rows: blocks of gemv_pairs.ROWS and rows left over, blocks only, rows left over only)
+@pytest.mark.parametrize("rows, cols", [(21, 19), (8, 3), (16, 9), (17, 6), (5, 1), (1, 7), (3, 3), (7, 4)])
 def test_both_sides_of_one_matrix_run_as_one_pass_and_agree(dtype, rtol, rows, cols):
     g = _rng()
     A = g.uniform(-1, 1, size=(rows, cols)).astype(dtype)
@@ -145,7 +146,7 @@ def test_the_execution_stage_names_the_paired_products():
 
 
 @pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-11), (np.float32, 1e-4)])
-@pytest.mark.parametrize("rows, cols", [(19, 21), (8, 3), (5, 2), (3, 3)])
+@pytest.mark.parametrize("rows, cols", [(19, 21), (8, 3), (16, 9), (17, 6), (5, 2), (3, 3), (7, 4)])
 def test_a_product_of_the_others_result_runs_chained_and_agrees(dtype, rtol, rows, cols):
     g = _rng()
     A, x = g.uniform(-1, 1, size=(rows, cols)).astype(dtype), g.uniform(-1, 1, size=cols).astype(dtype)
@@ -156,6 +157,26 @@ def test_a_product_of_the_others_result_runs_chained_and_agrees(dtype, rtol, row
         np.testing.assert_allclose(s, (A @ x) @ A, rtol=rtol, atol=rtol)
     source = _native(f).run.source
     assert "chained(" in source and "matmul(" not in source
+
+
+@pytest.mark.parametrize("kind", ["dual", "chained"])
+@pytest.mark.parametrize("extra", [-1, 0, 1])
+def test_pair_kernels_agree_on_both_sides_of_the_row_block(kind, extra):
+    """The kernels take gemv_pairs.ROWS rows a block, the rest one at a time: one row short of
+    a block (no block at all), whole blocks, and blocks with one row left over."""
+    from nbxla.codegen.gemv_pairs import ROWS
+    rows = ROWS - 1 if extra < 0 else 3 * ROWS + extra
+    g = _rng()
+    A, p, r = g.uniform(-1, 1, size=(rows, 11)), g.uniform(-1, 1, size=11), g.uniform(-1, 1, size=rows)
+    if kind == "dual":
+        fn, want = (lambda A, p, r: (r @ A, A @ p)), (r @ A, A @ p)
+    else:
+        fn, want = (lambda A, p, r: ((A @ p) @ A, A @ p)), ((A @ p) @ A, A @ p)
+    f = nbxla.jit(fn)
+    for _ in range(2):
+        for got, expected in zip(f(A, p, r), want):
+            np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    assert f"{kind}(" in _native(f).run.source
 
 
 @pytest.mark.parametrize("kind", ["dual", "chained"])
