@@ -5,7 +5,10 @@ rolled loop with a trivial body.
 
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/small_calls.py
     PYTHONPATH=. /work/benchvenv/bin/python benchmarks/small_calls.py --rounds 9 --calls 20000
+    PYTHONPATH=. /work/benchvenv/bin/python benchmarks/small_calls.py --clock cpu   # (a busy machine)
 
+``ctypes``: the same programs compiled with kernels and native loops called through ctypes
+instead of as built-in functions (runtime/fastcall.py), the before of that change.
 Contenders run interleaved, round by round; each figure is the minimum over rounds of the
 mean over ``--calls`` calls (the least disturbed estimate on a shared machine).
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -22,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 import nbxla  # noqa: E402
+from nbxla.runtime.fastcall import ctypes_only  # noqa: E402
 
 try:
     import jax
@@ -55,11 +60,32 @@ def one_add(x):
     return x + 1.0
 
 
+def _twin(fn):
+    """The same function as a distinct object: a compilation of its own."""
+    return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_ctypes", fn.__defaults__)
+
+
+def _ctypes_jit(fn):
+    """``nbxla.jit`` of ``fn``'s twin, compiled (on ``args``) with kernels and loops called
+    through ctypes rather than as built-in functions (runtime/fastcall.py): the before of
+    that change, in the same process."""
+    jitted = nbxla.jit(_twin(fn))
+
+    def first(*args):
+        with ctypes_only():
+            return jitted(*args)
+    return jitted, first
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+_clock = time.perf_counter
+
+
 def _per_call_us(fn, args, calls: int) -> float:
-    start = time.perf_counter()
+    start = _clock()
     for _ in range(calls):
         fn(*args)
-    return (time.perf_counter() - start) / calls * 1e6
+    return (_clock() - start) / calls * 1e6
 
 
 def _measure(contenders: dict, calls: int, rounds: int) -> dict:
@@ -75,14 +101,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="cpu: the process's CPU time (time.process_time), steadier than wall "
+                             "time on a loaded machine (time spent waiting for a core is left out); "
+                             "it counts every thread's time, so JAX's runtime threads inflate its column")
     opts = parser.parse_args()
+    global _clock
+    _clock = CLOCKS[opts.clock]
     x = np.random.default_rng(0).random(128).astype(np.float32)
 
     print("20-op chains on f32[128] (us per call)")
     for fn in (chain20, chain10x2):
         jitted = nbxla.jit(fn)
-        contenders = {"numpy": (fn, (x,)), "nbxla": (jitted, (x,))}
+        old, compile_old = _ctypes_jit(fn)
+        contenders = {"numpy": (fn, (x,)), "nbxla": (jitted, (x,)), "ctypes": (old, (x,))}
         np.testing.assert_allclose(jitted(x), fn(x), rtol=1e-5)
+        np.testing.assert_allclose(compile_old(x), fn(x), rtol=1e-5)
         if jax is not None:
             jax_fn = jax.jit(lambda v, f=fn: f(v, jnp))
             xj = jnp.asarray(x)
@@ -97,17 +131,26 @@ def main():
     print("\nnative loop driver (f32[1], body x + 1; us per call)")
     one = np.ones(1, np.float32)
     looped, straight = nbxla.jit(rolled_loop), nbxla.jit(one_add)
+    (old_looped, compile_looped), (old_straight, compile_straight) = _ctypes_jit(rolled_loop), _ctypes_jit(one_add)
     steps = {n: np.array(n) for n in (1, 1001)}
     for n, trips in steps.items():
         np.testing.assert_allclose(looped(one, trips), one + n)
+        np.testing.assert_allclose(compile_looped(one, trips), one + n)
+    compile_straight(one)
     assert " while(" in looped.last_compilation.stage("optimized_hlo")
-    best = _measure({"straight": (straight, (one,)), "loop1": (looped, (one, steps[1])),
-                     "loop1001": (looped, (one, steps[1001]))}, opts.calls // 4, opts.rounds)
-    print(f"  one add, no loop        {best['straight']:6.2f}")
-    print(f"  rolled loop, 1 step     {best['loop1']:6.2f}   driver overhead per call "
-          f"{best['loop1'] - best['straight']:5.2f}")
-    print(f"  rolled loop, 1001 steps {best['loop1001']:6.2f}   per step "
-          f"{(best['loop1001'] - best['loop1']) / 1000 * 1e3:5.1f} ns (body kernel included)")
+    contenders = {}
+    for tag, (s_fn, l_fn) in (("", (straight, looped)), ("ctypes ", (old_straight, old_looped))):
+        contenders.update({tag + "straight": (s_fn, (one,)), tag + "loop1": (l_fn, (one, steps[1])),
+                           tag + "loop1001": (l_fn, (one, steps[1001]))})
+    best = _measure(contenders, opts.calls // 4, opts.rounds)
+    for tag in ("", "ctypes "):
+        label = "built-in calls" if not tag else "ctypes calls (before)"
+        print(f"  {label}")
+        print(f"    one add, no loop        {best[tag + 'straight']:6.2f}")
+        print(f"    rolled loop, 1 step     {best[tag + 'loop1']:6.2f}   driver overhead per call "
+              f"{best[tag + 'loop1'] - best[tag + 'straight']:5.2f}")
+        print(f"    rolled loop, 1001 steps {best[tag + 'loop1001']:6.2f}   per step "
+              f"{(best[tag + 'loop1001'] - best[tag + 'loop1']) / 1000 * 1e3:5.1f} ns (body kernel included)")
 
 
 if __name__ == "__main__":

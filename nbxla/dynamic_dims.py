@@ -147,11 +147,15 @@ class DimensionPolicy:
             return [marks] if marks else []
         # The first array argument's leading dimension, and every other leading dimension of
         # its size (a batch shared by several arguments); not a leading dimension that is a
-        # matrix's (``w`` in ``x @ w`` must keep the size ``x.shape[1]`` has).
+        # matrix's (``w`` in ``x @ w`` must keep the size ``x.shape[1]`` has).  The first
+        # argument's own leading dimension is the batch even where its other sides have its
+        # size (a square batch of images, ``x`` of 64 x 64 rows and columns): if the program
+        # needs it square, its trace at other sizes says so and the compile refuses.
         batch = [(leaf, d) for (leaf, d) in marks if d == 0]
         size = signature[batch[0][0]][1][0] if batch else None
         leading = _named([(leaf, d) for (leaf, d) in batch if signature[leaf][1][0] == size and
-                          size not in signature[leaf][1][1:]], signature) if batch else {}
+                          (leaf == batch[0][0] or size not in signature[leaf][1][1:])],
+                         signature) if batch else {}
         return [m for m in (marks, leading) if m][:1 if leading == marks else 2]
 
     def _wanted(self, leaf: int, d: int, name: str, seen: list[tuple], argument: bool) -> bool:

@@ -95,16 +95,11 @@ _parsed: dict = {}
 # os.environ (%env, os.environ[...] = ...).  Any other Python falls back to the public API.
 _ENVIRON_DATA = getattr(os.environ, "_data", None)
 _ENCODED_NAME = os.environ.encodekey("NBXLA_FLAGS") if hasattr(os.environ, "encodekey") else None
-
-
-def _raw_flags():
-    if _ENVIRON_DATA is not None and _ENCODED_NAME is not None:
-        return _ENVIRON_DATA.get(_ENCODED_NAME)
-    return os.environ.get("NBXLA_FLAGS")
+_ENVIRON_FAST = _ENVIRON_DATA is not None and _ENCODED_NAME is not None
 
 
 def current_flags() -> Flags:
-    text = _raw_flags()
+    text = _ENVIRON_DATA.get(_ENCODED_NAME) if _ENVIRON_FAST else os.environ.get("NBXLA_FLAGS")
     flags = _parsed.get(text)
     if flags is None:
         decoded = os.environ.get("NBXLA_FLAGS")       # text, whatever form ``text`` had

@@ -90,8 +90,9 @@ class SymbolicProgram:
         # (control flow runs computations of its own, whose shapes the host's loop reads, and
         # a convolution folded into a fusion runs as a library call that reads the fusion's
         # shapes: those are bound too, not only the entry)
-        module = (bind_module if self.has_control_flow or self.has_convolutions else bind_entry)(
-            base.optimized, values)
+        # (and a fusion the evaluator runs reads its fused computation's shapes)
+        module = (bind_module if self.has_control_flow or self.has_convolutions or self.has_interpreted
+                  else bind_entry)(base.optimized, values)
         kernels = base.executable.native.kernels
         specs = {name: self.extents[name].bind(spec, values) for name, spec in kernels.specs.items()}
         loop_thunks = None
@@ -120,6 +121,11 @@ class SymbolicProgram:
     def has_convolutions(self) -> bool:
         return any(i.opcode == "convolution" for c in self.compilation.optimized.computations
                    for i in c.instructions)
+
+    @property
+    def has_interpreted(self) -> bool:
+        native = getattr(self.compilation.executable, "native", None)
+        return bool(native is not None and (native.interpreted or native.interpreted_ops))
 
     @property
     def instances(self) -> int:
@@ -425,13 +431,8 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
         # loop runs the kernels compiled here, whose sizes come from each instance's specs)
         executable = cpu_executable(CpuExecutable(pipe1.module, pipe1.facts.get("buffer-assignment"),
                                                   compile_loops=False, emitted=emitted))
-    # (a kernel refused where a library call runs the op -- a convolution, folded with its
-    # epilogue or not -- is no refusal)
-    native = executable.native
-    refused = [native.kernels.unsupported[symbol] for name, symbol in native.kernel_symbols.items()
-               if symbol in native.kernels.unsupported and name not in native.library_calls]
-    if refused:
-        raise SymbolicDimensionError("a fusion runs on the evaluator: " + refused[0])
+    # (a kernel the code generator refused at both probes runs the evaluator's rule, on the
+    # fusion bound to each instance's sizes: ``SymbolicProgram.has_interpreted``)
     codegen_ms += (time.perf_counter() - start) * 1e3
     compilation = Compilation(name, resolve_device(device), symbolic_hlo, symbolic_optimized,
                               executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},

@@ -350,6 +350,32 @@ def _copy(test, marks: list):
     return copy
 
 
+def rerun_directory(namespace: dict, left_out: dict[str, str], **kwargs) -> list[str]:
+    """``rerun`` of every test module beside the rerun module (``test_*.py`` of its directory),
+    but the reruns themselves (``*_rerun``) and those ``left_out`` names (module name -> why:
+    a test of structure or timing that a program for every size rightly changes, one of
+    another device, one too slow to compile twice).  A test module added to the directory is
+    rerun without anyone listing it; a ``left_out`` name that is no module of the directory
+    is an error (a stale entry).  Returns the module names rerun."""
+    import importlib
+    from pathlib import Path
+    here = Path(namespace["__file__"]).parent
+    names = sorted(p.stem for p in here.glob("test_*.py") if not p.stem.endswith("_rerun"))
+    stale = sorted(set(left_out) - set(names))
+    if stale:
+        raise ValueError(f"{namespace['__name__']}: left_out names no test module of {here}: {stale}")
+    modules = []
+    for name in names:
+        if name in left_out:
+            continue
+        try:
+            modules.append(importlib.import_module(f"{namespace['__package__']}.{name}"))
+        except pytest.skip.Exception:
+            continue                # (a module that skips itself -- an optional part absent -- skips here too)
+    rerun(namespace, *modules, **kwargs)
+    return [m.__name__.rsplit(".", 1)[-1] for m in modules]
+
+
 def rerun(namespace: dict, *modules, only: dict | None = None, skip: dict | None = None,
           cases_per_list: int = 4) -> None:
     """Collect the tests of ``modules`` again in the module whose ``namespace`` this is, under the

@@ -82,6 +82,20 @@ def test_dot_kernels_read_the_sizes_they_do_not_know():
     assert '%"size' not in static.last_compilation.stage("llvm_ir")  # static kernels bake it in
 
 
+def test_a_square_dot_with_every_side_unknown():
+    """``x @ y + x`` over n x n integer matrices, every side one unknown size (dynamic=True):
+    the native dot kernel's rows, row length and contraction, and its operands' strides,
+    read when it runs."""
+    fn = lambda x, y: x @ y + x                                  # noqa: E731
+    cache = CompilationCache()
+    f = nbxla.jit(fn, cache=cache, dynamic=True)
+    for n in (8, 2, 3, 33, 1):
+        x, y = _ints(n, n), _ints(n, n)
+        np.testing.assert_array_equal(f(x, y), fn(x, y), err_msg=f"n={n}")
+    assert cache.misses == 1, cache.entries()[0].explanation
+    assert "x.shape[1] -> b" in f.last_compilation.dimensions, f.last_compilation.dimensions
+
+
 def test_sorting_rows_serves_every_batch_size():
     fn = lambda x: np.sort(x, axis=1)           # noqa: E731
     cache = CompilationCache()
@@ -233,3 +247,124 @@ def test_scatter_over_an_unknown_batch(text):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"batch {n}")
     assert program.instances == len(SIZES) - 1
     assert '%"size' in program.compilation.stage("llvm_ir")
+
+
+def _random_bits_module(algorithm: str, t: str, dims: str) -> str:
+    """Bits of the shape ``dims`` (``b`` where unknown) xor-ed into a parameter of that shape:
+    the bits' batch is the parameter's."""
+    shape = f"{t}[{dims}]"
+    return f"""HloModule bits_over_a_batch
+ENTRY %main (s: u64[2], x: {shape}) -> {shape} {{
+  %s = u64[2] parameter(0)
+  %x = {shape} parameter(1)
+  %r = (u64[2], {shape}) rng-bit-generator(%s), algorithm={algorithm}
+  %bits = {shape} get-tuple-element(%r), index=1
+  ROOT %y = {shape} xor(%x, %bits)
+}}"""
+
+
+@pytest.mark.parametrize("algorithm, t, dims", [
+    ("rng_three_fry", "u32", "b,4"),        # narrow ThreeFry: pairs along b when even, else the 4
+    ("rng_three_fry", "u32", "b,5"),        # ... along b when even, else the longest
+    ("rng_three_fry", "u16", "3,b"),        # ... along b when even, else the 3 (or b, the longest)
+    ("rng_three_fry", "u32", "b"),
+    ("rng_three_fry", "u64", "b,3"),        # one block per element
+    ("rng_philox", "u32", "b,3"),
+])
+def test_random_bits_over_an_unknown_batch(algorithm, t, dims):
+    """The bits, bit for bit the evaluator's, at even and odd batch sizes from one compilation
+    (narrow ThreeFry chooses the axis it pairs along by the sizes' parity: when it runs)."""
+    module = parse_hlo(_random_bits_module(algorithm, t, dims))
+    program = compile_symbolic_module(module, {"b": 3})
+    state = np.array([42, 7], np.uint64)
+    sizes = (2, 3, 4, 7, 8, 33)
+    for n in sizes:
+        concrete = bind_module(module, {"b": n})
+        x = RNG.integers(0, 2 ** 16, concrete.entry.parameters[1].shape.dims).astype(np.dtype(t.replace("u", "uint")))
+        got = run_symbolic(program, [state, x])[0]
+        want = flatten(evaluate(concrete, [state, x]))[0]
+        assert got.dtype == want.dtype and np.array_equal(got, want), f"{algorithm} {t}[{dims}] at b={n}"
+    assert program.instances == len(sizes)
+
+
+POOLS = {
+    # along the batch itself: the window's bounds test reads the batch's length when it runs
+    "max 3x1 along the batch": ("f32[6,80]", "f32[6,80]", "size=3x1 pad=1_1x0_0", "maximum"),
+    # NHWC pooling, stride 2, padded: the batch is the rows' outer index
+    "max 3x3 stride 2 NHWC": ("f32[6,9,9,4]", "f32[6,5,5,4]", "size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0",
+                              "maximum"),
+    "sum 2x2 along the batch, padded after": ("f32[6,7]", "f32[6,7]", "size=2x2 pad=0_1x0_1", "add"),
+}
+
+
+@pytest.mark.parametrize("name", POOLS)
+def test_pooling_windows_over_an_unknown_batch(name):
+    """Pooling windows whose rows (or whose window's own axis) run over the batch: the window
+    kernel's row count and bounds read when it runs; sizes odd and even against the evaluator."""
+    from tests.symbolic_rerun import symbolic_in_leading_size
+    operand, result, window, op = POOLS[name]
+    text = f"""HloModule pool
+%r (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %c = f32[] {op}(%a, %b)
+}}
+ENTRY %main (x: {operand}, i: f32[]) -> {result} {{
+  %x = {operand} parameter(0)
+  %i = f32[] parameter(1)
+  ROOT %w = {result} reduce-window(%x, %i), window={{{window}}}, to_apply=%r
+}}"""
+    static = parse_hlo(text)
+    module, six = symbolic_in_leading_size(static, every=False)
+    program = compile_symbolic_module(module, {"b": six})
+    sizes = (2, 3, 6, 7, 33)
+    for n in sizes:
+        concrete = bind_module(module, {"b": n})
+        args = [_floats(*concrete.entry.parameters[0].shape.dims), np.float32(0 if op == "add" else -np.inf)]
+        got = run_symbolic(program, args)[0]
+        want = flatten(evaluate(concrete, args))[0]
+        assert got.shape == want.shape and np.array_equal(got, want), f"{name} at b={n}"
+    assert program.instances == len(sizes)
+    assert '%"size' in program.compilation.stage("llvm_ir")
+
+
+
+EVALUATOR_FUSION = """HloModule one_kernel_refused
+ENTRY %main (x: f32[6,8], y: f32[6,8]) -> (f32[6,8], f32[6,8]) {
+  %x = f32[6,8] parameter(0)
+  %y = f32[6,8] parameter(1)
+  %e = f32[6,8] exponential(%x)
+  %two = f32[] constant(2)
+  %t = f32[6,8] broadcast(%two), dimensions={}
+  %m = f32[6,8] multiply(%y, %t)
+  ROOT %r = (f32[6,8], f32[6,8]) tuple(%e, %m)
+}"""
+
+
+def test_a_fusion_the_evaluator_runs_serves_every_batch_size(monkeypatch):
+    """A kernel the code generator refuses (here: made to, as test_cpu's fallback test does)
+    runs the evaluator's rule on its fusion bound to each size; the other kernel stays native
+    and symbolic."""
+    from nbxla.codegen import cpu
+    from nbxla.errors import UnsupportedError
+    from tests.symbolic_rerun import symbolic_in_leading_size
+    real = cpu.emit_kernel
+
+    def emit(module, name, comp):
+        spec = real(module, name, comp)
+        if any(i.opcode == "exponential" for i in comp.instructions):
+            raise UnsupportedError("refused by the test")
+        return spec
+    monkeypatch.setattr(cpu, "emit_kernel", emit)
+    module, six = symbolic_in_leading_size(parse_hlo(EVALUATOR_FUSION), every=False)
+    program = compile_symbolic_module(module, {"b": six})
+    native = program.compilation.executable.native
+    assert list(native.interpreted.values()) == ["refused by the test"] and len(native.kernels.specs) == 1
+    sizes = (2, 5, 6, 33)
+    for n in sizes:
+        x, y = _floats(n, 8), _floats(n, 8)
+        got = run_symbolic(program, [x, y])
+        want = flatten(evaluate(bind_module(module, {"b": n}), [x, y]))
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and np.array_equal(g, w), f"b={n}"
+    assert program.instances == len(sizes)

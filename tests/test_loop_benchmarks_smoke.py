@@ -30,3 +30,9 @@ def test_small_calls_prints_the_chains_and_the_loop_driver():
     for name in ("chain20", "chain10x2", "driver overhead per call", "per step"):
         assert name in out, out
     assert "(1 fused kernel)" in out, out          # the unrolled chain is one kernel
+    assert "ctypes calls (before)" in out, out     # (the fastcall comparison, same process)
+
+
+def test_small_calls_cpu_clock():
+    out = _run("small_calls.py", "--calls", "20", "--rounds", "1", "--clock", "cpu")
+    assert "driver overhead per call" in out, out

@@ -29,6 +29,7 @@ from ..hlo.shapes import compute_type, is_float
 from ..passes.fused_dots import dot_epilogue_refusal, fused_dot
 from . import bf16
 from .elemental import ElementalEmitter, const_i64, delinearize, linear_index, llvm_type
+from .run_sizes import at_least
 from .toolkit import (counted_loop, entry_alloca, kernel_function, kernel_outputs, KernelBuffers,
                       KernelSpec, load_at, product, RunSizes, unknown_axes)
 
@@ -116,8 +117,8 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
     lf_dims = [dims[len(lb) + k] for k in range(len(lf))]
     if all(along_row):
         form = "columns"
-    elif len(rf) == 1 and varies[1] and along_row[0] and n <= CHUNK and n * product(contracted) <= PACK_LIMIT \
-            and run_sizes is None:
+    elif run_sizes is None and len(rf) == 1 and varies[1] and along_row[0] and n <= CHUNK \
+            and n * product(contracted) <= PACK_LIMIT:
         form = "packed"
     elif minor_contracted:
         form = "inner"
@@ -223,7 +224,8 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
                and varies == (False, True) and len(rf) == 1 and dims and 0 < vector_bytes <= BLOCKED_ROW_BYTES
                and (form == "packed" or (form == "columns" and along_row[1] and rhs_param is not None)))
     direct_store = outputs == [dot]
-    registers = max(1, -(-vector_bytes // 64))
+    # (a row of unknown length is never blocked: its register count is no number)
+    registers = max(1, -(-vector_bytes // 64)) if row_count is None else 1
     # (rows known only when the kernel runs -- a batch of unknown size as the lhs's free
     # dim -- are not a cap: a block that does not fit the range runs row by row)
     rows_unknown = any(len(lb) <= d < len(lb) + len(lf) for d in unknown_axes(comp, dot))
@@ -309,7 +311,7 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
         outer = delinearize(b, r, row_dims) if row_dims else []
         if form == "inner":
             inner_products(outer)
-        elif n <= CHUNK and row_count is None:
+        elif row_count is None and n <= CHUNK:
             chunk(outer, None, const_i64(n))
         else:
             def wide_chunk(j0):
@@ -352,11 +354,17 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
     if form == "packed":
         counted_loop(b, fn.args[1], fn.args[2], "batch", batch_element)
         b.ret_void()
-        return KernelSpec(name, "dot", product(batch_dims), max(1, product(lf_dims) * n * product(contracted)),
+        return KernelSpec(name, "dot", product(batch_dims), _at_least_one(product(lf_dims) * n * product(contracted)),
                           sizes=run_sizes)
     if blocked and form == "columns":
         rows_of(fn.args[1], fn.args[2], row)
     else:
         counted_loop(b, fn.args[1], fn.args[2], "row", row)
     b.ret_void()
-    return KernelSpec(name, "dot", product(row_dims), max(1, n * product(contracted)), sizes=run_sizes)
+    return KernelSpec(name, "dot", product(row_dims), _at_least_one(n * product(contracted)), sizes=run_sizes)
+
+
+def _at_least_one(work):
+    """``max(1, work)`` for the threading decision's work per unit, where ``work`` may be a
+    run-time size (a product of sizes >= 1: itself)."""
+    return work if at_least(work, 1, unknown=False) else 1

@@ -54,12 +54,14 @@ def emit_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
 
 def _reads_run_sizes(comp: Computation) -> bool:
     """Styles whose emitters compute their sizes as run-time numbers (``run_sizes``) when the
-    computation has unknown dimensions: reductions, transposes and loop kernels.  (The dot,
-    scatter, sort, window, random-bits and convolution kernels keep their sizes as compiled:
-    two probes of them differ, and the program compiles for its concrete sizes.)"""
-    if not getattr(comp, "unknown_shapes", None) or fused_dot(comp) is not None:
+    computation has unknown dimensions: reductions, transposes, loop, dot and reduce-window
+    kernels (an operand's stride over an unknown side, a window's bounds test).  (The scatter,
+    sort, random-bits and convolution kernels keep their sizes as compiled, reading only the
+    sizes they name from ``RunSizes``: where two probes of them differ, the program compiles
+    for its concrete sizes.)"""
+    if not getattr(comp, "unknown_shapes", None):
         return False
-    if comp.root.opcode in ("scatter", "select-and-scatter", "reduce-window", "rng-bit-generator", "sort"):
+    if comp.root.opcode in ("scatter", "select-and-scatter", "rng-bit-generator", "sort"):
         return False
     return not any(i.opcode == "convolution" for i in comp.instructions)
 
@@ -131,6 +133,13 @@ def standalone_computation(instr: Instruction) -> Computation:
                 if key == instr.name or (isinstance(key, tuple) and key[0] == instr.name))
     if axes:
         comp.unknown_axes = axes
+    # (and their symbolic shapes, for the emitters that compute with run-time sizes: run_sizes)
+    entry_shapes = getattr(instr.parent, "entry_unknown_shapes", {})
+    shapes = {p.name: entry_shapes[o.name] for p, o in zip(params, instr.operands) if o.name in entry_shapes}
+    if instr.name in entry_shapes:
+        shapes[root.name] = entry_shapes[instr.name]
+    if shapes:
+        comp.unknown_shapes = shapes
     return comp
 
 

@@ -9,7 +9,8 @@ for another, so the range splits across threads freely).
 * ThreeFry (``rng_three_fry``): key = the two halves of state[0], counter = state[1] + block.
   A 64-bit result takes one block per element (low word first).  A 32-bit result splits one
   axis -- the first of even length, else the longest -- into pairs of entries: entries 2m and
-  2m+1 along it are the two words of the block at position m of the half-length shape.
+  2m+1 along it are the two words of the block at position m of the half-length shape.  (With
+  sizes known only when the kernel runs, that axis is chosen when it runs.)
 * Philox (``rng_philox``, ``rng_default``): key = the halves of state[0], a 128-bit counter with
   low half state[1] + block and high half state[0] (or state[2] for a longer state) plus the
   carry; each block gives 4 words (2 64-bit ones) to the flattened result in order.
@@ -103,21 +104,28 @@ def emit_rng_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
     state = [bufs.load(b, param, const_i64(k)) for k in range(words)]
     key = _halves(b, state[0])
 
-    if algorithm == "rng_three_fry":
+    unknown = unknown_leaf_axes(comp, rng, 1)
+    run_sizes = ()
+    if unknown and algorithm == "rng_three_fry" and not wide:
+        # (ThreeFry's narrow layout pairs elements along an axis chosen by the sizes' parity:
+        # the axis, and the shape around it, chosen when the kernel runs from the sizes read)
+        sizes = RunSizes(b, fn.args[0], out_bits + 1)
+        run_dims = [sizes.size(n) if d in unknown else const_i64(n) for d, n in enumerate(dims)]
+        run_sizes = tuple(sizes.values)
+        blocks, element = _threefry_run_layout(b, run_dims, state, key)
+    elif algorithm == "rng_three_fry":
         blocks, element = _threefry_layout(b, dims, wide, state, key)
     else:
         blocks, element = _philox_layout(b, size, wide, state, key, words)
-    run_sizes = ()
-    if unknown_leaf_axes(comp, rng, 1) and (algorithm != "rng_three_fry" or wide):
+    if not unknown:
+        blocks = const_i64(blocks)
+    elif not run_sizes:
         # (bits of a batch of unknown size: element e's block depends on e alone, so only the
-        # counter's advance needs the size, read when the kernel runs.  ThreeFry's narrow
-        # layout pairs elements along an axis chosen by the sizes' parity: no such kernel.)
+        # counter's advance needs the size, read when the kernel runs)
         per_block = 1 if algorithm == "rng_three_fry" else 2 if wide else 4
         size_v = RunSizes(b, fn.args[0], out_bits + 1).size(size)
         blocks = b.udiv(b.add(size_v, const_i64(per_block - 1)), const_i64(per_block))
         run_sizes = (size,)
-    else:
-        blocks = const_i64(blocks)
 
     def body(e):
         value = element(e)
@@ -162,6 +170,44 @@ def _threefry_layout(b, dims: list, wide: bool, state, key):
         y0, y1 = threefry2x32(b, key, x0, x1)
         return b.select(b.icmp_unsigned("==", b.and_(j, const_i64(1)), const_i64(0)), y0, y1)
     return outer * half * inner, element
+
+
+def _threefry_run_layout(b, dims: list, state, key):
+    """``_threefry_layout``'s narrow case over sizes known when the kernel runs (``dims``: i64
+    values, some read from the sizes array): the paired axis is the first of even length,
+    else the first longest, chosen by selects in the entry block (once per call); the element's
+    block is then computed with the chosen axis's outer, length and inner sizes.  The code is
+    the same for every size: nothing of the probe's sizes is compiled in."""
+    dims = dims or [const_i64(1)]
+    rank = len(dims)
+    zero, one = const_i64(0), const_i64(1)
+    even_axis = const_i64(rank)                 # (rank: no axis of even length)
+    for d in reversed(range(rank)):
+        is_even = b.icmp_unsigned("==", b.and_(dims[d], one), zero)
+        even_axis = b.select(is_even, const_i64(d), even_axis)
+    longest, longest_axis = dims[0], zero
+    for d in range(1, rank):
+        longer = b.icmp_unsigned(">", dims[d], longest)
+        longest_axis = b.select(longer, const_i64(d), longest_axis)
+        longest = b.select(longer, dims[d], longest)
+    axis = b.select(b.icmp_unsigned("==", even_axis, const_i64(rank)), longest_axis, even_axis)
+    outer, n, inner = one, zero, one
+    for d in range(rank):
+        outer = b.mul(outer, b.select(b.icmp_unsigned("<", const_i64(d), axis), dims[d], one))
+        n = b.select(b.icmp_unsigned("==", const_i64(d), axis), dims[d], n)
+        inner = b.mul(inner, b.select(b.icmp_unsigned(">", const_i64(d), axis), dims[d], one))
+    half = b.lshr(b.add(n, one), one)
+
+    def element(e):
+        i = b.urem(e, inner)
+        rest = b.udiv(e, inner)
+        j = b.urem(rest, n)
+        o = b.udiv(rest, n)
+        block = b.add(b.mul(b.add(b.mul(o, half), b.lshr(j, one)), inner), i)
+        x0, x1 = _halves(b, b.add(state[1], block))
+        y0, y1 = threefry2x32(b, key, x0, x1)
+        return b.select(b.icmp_unsigned("==", b.and_(j, one), zero), y0, y1)
+    return b.mul(b.mul(outer, half), inner), element
 
 
 def _philox_layout(b, size: int, wide: bool, state, key, words: int):

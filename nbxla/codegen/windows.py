@@ -36,11 +36,11 @@ from ..hlo.attributes import WindowDim
 # evaluator uses ``ufunc.accumulate``, so both combine the init value the same way.
 from ..hlo.evaluator_reduce import prefix_axis
 from ..hlo.ir import Computation, Instruction
-from ..hlo.shapes import is_complex, is_float
+from ..hlo.shapes import is_complex, is_float, SymbolicDimensionError
 from .elemental import const_i64, delinearize, ElementalEmitter, llvm_type, row_major_strides
 from .reductions import apply_scalar_computation
 from .toolkit import (combine_values, counted_loop, entry_alloca, kernel_function, KernelBuffers,
-                      KernelSpec, product, reducer_opcode)
+                      KernelSpec, product, reducer_opcode, unknown_axes)
 
 
 # Output columns per unit of a window kernel: 512 accumulators (2-8 KiB) stay in L1 while the
@@ -62,6 +62,11 @@ def emit_reduce_window_kernel(module: ir.Module, name: str, comp: Computation) -
         # order); the evaluator uses ``accumulate`` only for single recognized ops.
         return _emit_windows(module, name, comp, rw, None)
     axis = prefix_axis(rw.attrs["window"].dims, rw.operands[0].shape.dims)
+    if axis is not None and axis in unknown_axes(comp, rw.operands[0]):
+        # (a window as long as an axis of unknown size: a prefix at this size only, a sliding
+        # window at every other -- its attribute holds this size)
+        raise SymbolicDimensionError(f"the window of %{rw.name} spans axis {axis} at this size only: it "
+                                     f"depends on the size (%{rw.name}'s window attribute)")
     if axis is not None:
         return _emit_scan(module, name, comp, rw, opcode, axis)
     return _emit_windows(module, name, comp, rw, opcode)

@@ -147,28 +147,26 @@ class CapturePlan:
             if value is not _MISSING and name not in free:
                 yield name, value
 
-    def _unchanged(self) -> bool:
+    def still_current(self) -> list | None:
+        """The last ``read()``'s result while nothing it looked at changed, else None (the
+        per-call fast path: no new read; one frame, it runs on every jit call)."""
+        last = self._last
+        if last is None:
+            return None
         for g, name, value in self._seen_globals:
             if g.get(name, _MISSING) is not value:
-                return False
+                return None
         for cell, value in self._seen_cells:
             try:
                 if cell.cell_contents is not value:
-                    return False
+                    return None
             except ValueError:
                 if value is not _MISSING:
-                    return False
+                    return None
         for value, snapshot in self._containers:
             if not same_contents(value, snapshot):
-                return False
-        return True
-
-    def still_current(self) -> list | None:
-        """The last ``read()``'s result while nothing it looked at changed, else None (the
-        per-call fast path: no new read)."""
-        if self._last is not None and self._unchanged():
-            return self._last
-        return None
+                return None
+        return last
 
     @property
     def last(self) -> list | None:
@@ -178,8 +176,9 @@ class CapturePlan:
     def read(self) -> list[tuple[str, object]]:
         """The current captured values, as (label, value): arrays, constants, trees of them,
         and helper functions (their identity) with what they capture in turn."""
-        if self._last is not None and self._unchanged():
-            return self._last
+        last = self.still_current()
+        if last is not None:
+            return last
         self._seen_globals, self._seen_cells = [], []
         out: list[tuple[str, object]] = []
         self._read(self.fn, "", 0, {id(self.fn)}, out)

@@ -178,6 +178,30 @@ def _check_declared(opcode, operands, attrs, declared):
             fail("bitcast-convert between widths adds or drops a minor dimension of the width ratio")
     elif opcode == "parameter" and "parameter_number" not in attrs:
         fail("parameter needs its number")
+    elif opcode == "rng-bit-generator":
+        _check_rng_state(_array(opcode, operands, 0), attrs, declared, fail)
+
+
+# The state's length each algorithm takes (StableHLO's rng_bit_generator, C2: ThreeFry two
+# words, Philox two or three; the default is ours to define: Philox, as the evaluator runs it).
+_RNG_STATE_WORDS = {"rng_three_fry": (2,), "rng_philox": (2, 3), "rng_default": (2, 3)}
+
+
+def _check_rng_state(state: Shape, attrs, declared, fail) -> None:
+    """A state of the algorithm's length, the result ``(state, bits)`` keeping its shape.  (Why:
+    a state of another length has no meaning -- a wrongly sized key -- and a program whose
+    key length varies is another program, not one with a batch of unknown size.)"""
+    if not declared.is_tuple or len(declared.elements) != 2 or declared.elements[0].is_tuple or \
+            (declared.elements[0].element_type, declared.elements[0].dims) != (state.element_type, state.dims):
+        fail(f"the result is (the state's shape {state}, the bits' shape)")
+    algorithm = str(attrs.get("algorithm", "rng_default")).lower()
+    words = _RNG_STATE_WORDS.get(algorithm)
+    if state.rank != 1 or not isinstance(state.dims[0], int):
+        if state.rank != 1:
+            fail("the state is a vector of u64 words")
+        return                  # (a symbolic length: checked where it is bound)
+    if words is not None and state.dims[0] not in words:
+        fail(f"{algorithm} takes a state of {' or '.join(map(str, words))} u64 words, not {state.dims[0]}")
 
 
 # --- data movement -------------------------------------------------------------------------

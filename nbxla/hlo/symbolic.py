@@ -322,10 +322,12 @@ def mark_unknown_axes(symbolic, *concrete) -> None:
     the entry's too, for the standalone kernel ops it runs (``codegen/kernels.standalone_computation``).
     A tuple-shaped instruction's leaves are marked under (name, leaf number)."""
     for sym, *probes in zip(symbolic.computations, *(m.computations for m in concrete)):
-        axes, shapes = {}, {}
+        axes, shapes, entry_shapes = {}, {}, {}
         for instr in sym.instructions:
-            if sym is not symbolic.entry and is_symbolic(instr.shape):
-                shapes[instr.name] = instr.shape     # (fused computations only: run_sizes)
+            if is_symbolic(instr.shape):
+                # (fused computations' for run_sizes; the entry's apart, for the standalone
+                # kernel ops it runs: the entry itself is no kernel)
+                (entry_shapes if sym is symbolic.entry else shapes)[instr.name] = instr.shape
             leaves = [(instr.name, instr.shape)] if not instr.shape.is_tuple else \
                 [((instr.name, k), leaf) for k, leaf in enumerate(instr.shape.elements) if not leaf.is_tuple]
             for key, shape in leaves:
@@ -335,3 +337,5 @@ def mark_unknown_axes(symbolic, *concrete) -> None:
         for comp in probes:
             # (``unknown_shapes``: the symbolic shapes themselves, for ``codegen/run_sizes``)
             comp.unknown_axes, comp.unknown_shapes = axes, shapes
+            if sym is symbolic.entry:
+                comp.entry_unknown_shapes = entry_shapes

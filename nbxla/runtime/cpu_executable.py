@@ -212,7 +212,8 @@ class CpuExecutable:
         self._fresh_results = self._results_are_fresh(entry)
         # (The entry's fields unpacked once: ``run`` reads them on every call.)
         self._plan = entry.size, entry.params, entry.steps, entry.root
-        _warn_interpreted(module.name, {**self.interpreted, **self.interpreted_ops})
+        if kernels is None:     # (an instance over machine code compiled earlier: warned then)
+            _warn_interpreted(module.name, {**self.interpreted, **self.interpreted_ops})
         direct = self._direct_runner(entry)
         if direct is not None:
             self.run = direct
@@ -466,7 +467,8 @@ class CpuExecutable:
             value = general(inputs)[0]
             return value[()] if scalar else value
 
-        run_single = single_kernel_runner(fn, makers, extent, order, strides, pick or 0, scalar, fallback, sizes)
+        run_single = single_kernel_runner(fn, makers, extent, order, strides, pick or 0, scalar, fallback, sizes,
+                                          getattr(thunk, "call", None))
         run_single.executable = self
         return run_single
 

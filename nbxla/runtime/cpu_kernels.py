@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
-import sys
 import weakref
 from types import SimpleNamespace
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,8 @@ from ..hlo.division import is_expensive
 from ..hlo.opcodes import TRANSCENDENTAL
 from ..hlo.shapes import bit_width
 from . import host_memory
+# (ARRAY_DATA_OFFSET also compiled into the kernels' array-object entry points: codegen/cpu.py)
+from .fastcall import ARRAY_DATA_OFFSET, kernel_caller, object_caller
 from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls, one_thread_enabled
 
 # Kernels doing less work than this (units of one add streamed from memory, ~0.3-0.45 ns per
@@ -29,6 +30,10 @@ from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thr
 # waiting for it costs 30-50 us here (2-vCPU VM), more than splitting saves below ~1M of them
 # (measured: a 512K-element sum or add ran 2-3x faster inline).
 PARALLEL_THRESHOLD = 1 << 20
+# Unsplit kernels of at least this much work release the GIL while they run (as ctypes calls
+# did), so that other Python threads calling compiled code run meanwhile: from about 10 us of
+# work, where taking the GIL back (~0.1-0.2 us) is noise; below it the GIL stays held.
+RELEASE_GIL_WORK = 1 << 15
 # What one more operation per element adds to a kernel's work, in those units (measured here,
 # one core, inline: f32 add 0.15 ns/element in cache, 0.44 out of it; exp 0.29 / 0.33; tanh 0.40 /
 # 0.41; 8 cheap ops 0.20 / 0.44; f64 tanh ~1.2 ns).  A vectorized cheap op (add, multiply,
@@ -98,21 +103,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def _array_data_offset() -> int | None:
-    """Where an ndarray object keeps its data pointer, relative to the object's address: right
-    after the object header (NumPy's PyArrayObject starts ``PyObject_HEAD; char *data``).
-    Checked on a probe array; None where that does not hold (or ids are not addresses)."""
-    if sys.implementation.name != "cpython":
-        return None
-    offset = object.__basicsize__                 # the header's size, whatever the build
-    probe = np.empty(3)
-    if ctypes.c_void_p.from_address(id(probe) + offset).value != probe.__array_interface__["data"][0]:
-        return None
-    return offset
-
-
-# (Also compiled into the kernels' array-object entry points: codegen/cpu.py.)
-ARRAY_DATA_OFFSET = _array_data_offset()
 _read_pointer = ctypes.c_void_p.from_address
 
 
@@ -197,9 +187,16 @@ class KernelThunk:
         self.tuple_result = instr.shape.is_tuple
         # Small kernels are called with the arrays themselves (the cheapest dispatch).
         self.object_fn = None
+        # The cheapest of all: a built-in function on the arrays, ``call(*operands, *outs)``
+        # (fastcall.py: no ctypes conversions); None where CPython's C API is not at hand.
+        self.call = None
         if object_entry is not None and not self.parallel and ARRAY_DATA_OFFSET is not None:
             prototype = object_entry_type(len(instr.operands) + len(self.outputs) + len(self.sizes))
             self.object_fn = prototype(object_entry) if prototype is not None else None
+            if self.object_fn is not None:
+                work = extent * work_per_unit * element_cost(instr)
+                self.call = kernel_caller(address, extent, len(instr.operands) + len(self.outputs), self.sizes,
+                                          release=work >= RELEASE_GIL_WORK)
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
         if outs is None:
@@ -209,7 +206,10 @@ class KernelThunk:
                 if type(a) is not np.ndarray:    # only exact ndarrays have the known layout
                     break
             else:
-                self.object_fn(*operands, *outs, *self.sizes, 0, self.extent)
+                if self.call is not None:
+                    self.call(*operands, *outs)
+                else:
+                    self.object_fn(*operands, *outs, *self.sizes, 0, self.extent)
                 return tuple(outs) if self.tuple_result else outs[0]
         # A pointer array per call: executables may run on several threads at once.
         ptrs = self.pointer_array(*[data_pointer(a) for a in operands], *[data_pointer(a) for a in outs],
@@ -234,16 +234,22 @@ class FullReductionThunk:
         self.parts = max(1, min(worker_count(), extent, extent * work_per_unit // (PARALLEL_THRESHOLD // 2)))
         self.tuple_result = instr.shape.is_tuple
         # Unsplit, both phases run in one call taking the arrays themselves (codegen/cpu.py).
-        self.object_fn = None
+        self.object_fn = self.call = None      # (call: the built-in one, as KernelThunk's)
         if object_entry is not None and self.parts == 1 and ARRAY_DATA_OFFSET is not None:
             prototype = object_entry_type(self.n_in + len(self.outputs))
             self.object_fn = prototype(object_entry) if prototype is not None else None
+            if self.object_fn is not None:
+                self.call = object_caller(object_entry, extent, self.n_in + len(self.outputs),
+                                          release=extent * work_per_unit >= RELEASE_GIL_WORK)
 
     def __call__(self, operands: list[np.ndarray], outs: list | None = None):
         if self.object_fn is not None and all(type(a) is np.ndarray for a in operands):
             if outs is None:
                 outs = [make() for make in self.makers]
-            self.object_fn(*operands, *outs, 0, self.extent)
+            if self.call is not None:
+                self.call(*operands, *outs)
+            else:
+                self.object_fn(*operands, *outs, 0, self.extent)
             return tuple(outs) if self.tuple_result else outs[0]
         scratch = np.empty(self.parts * self.slots, np.float64)      # 8-byte slots
         base = [data_pointer(a) for a in operands]

@@ -36,6 +36,8 @@ from .cpu_control import flatten_leaves, program_computations_of
 from . import host_memory
 from .blas_threads import gemm_addresses, gesv_addresses
 from .cpu_kernels import c_strides, PARALLEL_THRESHOLD, data_pointer
+from .fastcall import loop_caller
+from .single_call import loop_entry_runner
 from .persistent_cache import PersistentCache
 
 # A dot of more multiply-adds than this inside a loop keeps the loop host-driven (NumPy's BLAS).
@@ -73,6 +75,11 @@ class NativeLoopThunk:
         self.arg_shapes = [s.dims for s in instr.operands[0].shape.leaves()]
         self.fn.argtypes = [ctypes.c_void_p] * (len(self.arg_types) + len(self.results))
         self.tuple_shape = instr.shape
+        # The loop called as a built-in function on the arrays themselves (fastcall.py): the
+        # ctypes call and a data pointer read per buffer in Python were the driver's ~2 us
+        # per call; None where fast calls are not available (ctypes, as below).
+        self.call = loop_caller(ctypes.cast(self.fn, ctypes.c_void_p).value,
+                                len(self.arg_types) + len(self.results))
         self.flat = self._flat_runner()
 
     def __call__(self, operands):
@@ -90,8 +97,12 @@ class NativeLoopThunk:
                 a = np.ascontiguousarray(a, dtype=t).reshape(a.shape)
             args.append(a)
         results = [host_memory.empty(dims, dtype) for dims, dtype in self.results]
-        # (data_pointer reads the address from the array object: ``ctypes.data`` cost ~1 us each)
-        check_loop_code(self.fn(*[data_pointer(a) for a in args], *[data_pointer(r) for r in results]))
+        if self.call is not None:
+            rc = self.call(*args, *results)
+            if rc is not None:
+                check_loop_code(rc)
+        else:   # (data_pointer reads the address from the array object: ``ctypes.data`` ~1 us each)
+            check_loop_code(self.fn(*[data_pointer(a) for a in args], *[data_pointer(r) for r in results]))
         changed = iter(results)
         leaves = [args[k] if k in self.fixed else next(changed) for k in range(len(args))]
         return rebuild_state(self.tuple_shape, iter(leaves))
@@ -107,6 +118,15 @@ class NativeLoopThunk:
         fn, makers = self.fn, [host_memory.allocator(dims, dtype) for dims, dtype in self.results]
         changed = iter(range(len(self.results)))
         picks = [(True, k) if k in self.fixed else (False, next(changed)) for k in range(len(self.arg_types))]
+        call = self.call
+        if call is not None:
+            def run(*leaves):
+                outs = [make() for make in makers]
+                rc = call(*leaves, *outs)
+                if rc is not None:
+                    check_loop_code(rc)
+                return tuple([leaves[k] if fixed else outs[k] for fixed, k in picks])
+            return run
 
         def run(*leaves):
             outs = [make() for make in makers]
@@ -131,6 +151,13 @@ class NativeLoopThunk:
         def fallback(inputs):
             value = general(inputs)[0]
             return value[()] if scalar else value
+
+        if self.call is not None:
+            strides = [fixed if number is not None else None for number, fixed in plan]
+            run_single = loop_entry_runner(self.call, sources, strides, makers, pick, scalar,
+                                           fallback, check_loop_code)
+            run_single.constants = keep
+            return run_single
 
         def run_single(inputs):
             ptrs = []

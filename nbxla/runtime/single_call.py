@@ -19,11 +19,13 @@ import numpy as np
 
 def single_kernel_runner(fn: Callable, makers: list, extent: int, order: list[int],
                          strides: list[tuple], pick: int, scalar: bool,
-                         fallback: Callable, sizes: tuple = ()) -> Callable:
+                         fallback: Callable, sizes: tuple = (), call: Callable | None = None) -> Callable:
     """``run_single(inputs)``: checks that ``inputs[order[j]]`` is an exact ndarray with
     ``strides[j]`` (C-contiguous: the kernel reads it by its data pointer), else returns
     ``fallback(inputs)``; makes the outputs, calls ``fn(*operands, *outputs, *sizes, 0,
-    extent)`` and returns output ``pick`` (as a NumPy scalar when ``scalar``: 0-d results)."""
+    extent)`` -- or ``call(*operands, *outputs)``, the kernel's built-in caller (fastcall.py),
+    when there is one -- and returns output ``pick`` (as a NumPy scalar when ``scalar``: 0-d
+    results)."""
     env = {"ndarray": np.ndarray, "kernel": fn, "fallback": fallback, "extent": extent}
     lines = ["def run_single(inputs):"]
     checks = []
@@ -37,10 +39,14 @@ def single_kernel_runner(fn: Callable, makers: list, extent: int, order: list[in
         env[f"make{k}"] = make
         lines.append(f"    o{k} = make{k}()")
     names = [f"a{j}" for j in range(len(order))] + [f"o{k}" for k in range(len(makers))]
-    for k, size in enumerate(sizes):        # (the sizes a kernel reads at run time, last)
-        env[f"size{k}"] = size
-        names.append(f"size{k}")
-    lines.append(f"    kernel({', '.join(names)}, 0, extent)")
+    if call is not None:                    # (it passes the sizes and the extent itself)
+        env["kernel"] = call
+        lines.append(f"    kernel({', '.join(names)})")
+    else:
+        for k, size in enumerate(sizes):    # (the sizes a kernel reads at run time, last)
+            env[f"size{k}"] = size
+            names.append(f"size{k}")
+        lines.append(f"    kernel({', '.join(names)}, 0, extent)")
     lines.append(f"    return o{pick}[()]" if scalar else f"    return o{pick}")
     source = "\n".join(lines)
     exec(_code(source), env)
@@ -52,3 +58,35 @@ def single_kernel_runner(fn: Callable, makers: list, extent: int, order: list[in
 @functools.lru_cache(maxsize=256)
 def _code(source: str):
     return compile(source, "<nbxla single-kernel entry>", "exec")
+
+
+def loop_entry_runner(call: Callable, sources: list, strides: list, makers: list, pick: int,
+                      scalar: bool, fallback: Callable, check: Callable) -> Callable:
+    """``run_single(inputs)`` of an entry that is one native loop called through its built-in
+    caller (fastcall.py): state leaf ``j`` is ``inputs[sources[j]]`` (checked to be an exact
+    ndarray with ``strides[j]``, else ``fallback(inputs)``) or, where ``sources[j]`` is not an
+    int, that constant array; the loop's results are made by ``makers``; a non-None return
+    code goes to ``check``; returns result ``pick`` (a NumPy scalar when ``scalar``)."""
+    env = {"ndarray": np.ndarray, "loop": call, "fallback": fallback, "check": check}
+    lines, checks, names = ["def run_single(inputs):"], [], []
+    for j, (source, st) in enumerate(zip(sources, strides)):
+        if isinstance(source, int):
+            env[f"st{j}"] = tuple(st)
+            lines.append(f"    a{j} = inputs[{int(source)}]")
+            checks.append(f"type(a{j}) is not ndarray or a{j}.strides != st{j}")
+        else:
+            env[f"a{j}"] = source           # (a constant: the same array every call)
+        names.append(f"a{j}")
+    if checks:
+        lines += ["    if " + " or ".join(checks) + ":", "        return fallback(inputs)"]
+    for k, make in enumerate(makers):
+        env[f"make{k}"] = make
+        lines.append(f"    o{k} = make{k}()")
+        names.append(f"o{k}")
+    lines += [f"    rc = loop({', '.join(names)})", "    if rc is not None:", "        check(rc)",
+              f"    return o{pick}[()]" if scalar else f"    return o{pick}"]
+    source = "\n".join(lines)
+    exec(_code(source), env)
+    run = env["run_single"]
+    run.source = source
+    return run

@@ -95,15 +95,8 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
         elif isinstance(thunk, KernelThunk) and thunk.object_fn is not None and not thunk.tuple_result:
             # (Every value here is an exact C-contiguous ndarray: parameters were made so
             # above, kernels, BLAS calls, constants and views give such arrays.)
-            env[f"kernel{n}"], env[f"make{n}"] = thunk.object_fn, thunk.makers[0]
-            sizes = ""
-            if thunk.sizes:                 # (the sizes a kernel reads at run time, last)
-                env[f"sizes{n}"], sizes = thunk.sizes[0], f", sizes{n}"
-            # (the extent a name, not a literal: the instances of a program with unknown
-            # dimensions then write the same text, compiled once: ``_code``)
-            env[f"extent{n}"] = thunk.extent
-            lines += [f"    v{out} = make{n}()",
-                      f"    kernel{n}({args}{', ' if args else ''}v{out}{sizes}, 0, extent{n})"]
+            env[f"make{n}"] = thunk.makers[0]
+            lines += [f"    v{out} = make{n}()", _kernel_call(n, thunk, args, out, env)]
         elif instr.opcode == "while" and getattr(thunk, "flat", None) is not None \
                 and instr.operands[0].opcode == "tuple":
             env[f"loop{n}"] = thunk.flat            # (a native loop on its state's leaves)
@@ -133,16 +126,28 @@ def _arena_step(n: int, thunk, args: str, out: int, places: list, env: dict) -> 
         env[f"dims{n}_{j}"], env[f"dtype{n}_{j}"], env[f"offset{n}_{j}"] = dims, dtype, offset
         views.append(f"ndarray(dims{n}_{j}, dtype{n}_{j}, buffer=arena, offset=offset{n}_{j})")
     if isinstance(thunk, KernelThunk) and thunk.object_fn is not None and not thunk.tuple_result:
-        env[f"kernel{n}"], env[f"extent{n}"] = thunk.object_fn, thunk.extent
-        sizes = ""
-        if thunk.sizes:
-            env[f"sizes{n}"], sizes = thunk.sizes[0], f", sizes{n}"
-        return [f"    v{out} = {views[0]}",
-                f"    kernel{n}({args}{', ' if args else ''}v{out}{sizes}, 0, extent{n})"]
+        return [f"    v{out} = {views[0]}", _kernel_call(n, thunk, args, out, env)]
     if isinstance(thunk, DotThunk) and thunk.plain and thunk.split is None and thunk.one_thread is None:
         return [f"    v{out} = matmul({args}, out={views[0]})"]
     env[f"thunk{n}"] = thunk
     return [f"    v{out} = thunk{n}([{args}], [{', '.join(views)}])"]
+
+
+def _kernel_call(n: int, thunk: KernelThunk, args: str, out: int, env: dict) -> str:
+    """The line calling step ``n``'s unsplit kernel on its operands ``args`` and its output:
+    through its built-in caller (fastcall.py: it adds the sizes and the extent itself) when
+    it has one, else through ctypes on the arrays."""
+    if thunk.call is not None:
+        env[f"kernel{n}"] = thunk.call
+        return f"    kernel{n}({args}{', ' if args else ''}v{out})"
+    env[f"kernel{n}"] = thunk.object_fn
+    sizes = ""
+    if thunk.sizes:                         # (the sizes a kernel reads at run time, last)
+        env[f"sizes{n}"], sizes = thunk.sizes[0], f", sizes{n}"
+    # (the extent a name, not a literal: the instances of a program with unknown dimensions
+    # then write the same text, compiled once: ``_code``)
+    env[f"extent{n}"] = thunk.extent
+    return f"    kernel{n}({args}{', ' if args else ''}v{out}{sizes}, 0, extent{n})"
 
 
 # Beyond this matrix size the one-pass kernel runs over row blocks on all threads

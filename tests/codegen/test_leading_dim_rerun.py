@@ -1,45 +1,32 @@
 """The backend tests rerun with the leading dimension unknown (``tests/symbolic_rerun.py``): every
 HLO module a test compiles is also compiled once with its leading size unknown and run at its
 size and a larger one against the evaluator; every ``nbxla.jit`` function compiles with
-``dynamic=True`` and, where symbolic, runs at a larger leading size against NumPy too.
-
-(test_column_groups is left out: it asserts which kernel style the static compile picks, which
-a program for every size rightly changes.)"""
+``dynamic=True`` and, where symbolic, runs at a larger leading size against NumPy too.  Every
+test module of this directory is rerun (a new one too, without being listed), but those
+``LEFT_OUT`` names, each with its reason."""
 
 from __future__ import annotations
 
-from tests.codegen import (test_bf16, test_bitcast_widths, test_complex_scatter,
-                           test_compute_bound, test_convolution, test_cpu, test_custom_reducers,
-                           test_elemental_gaps, test_f16_reductions, test_f8, test_fused_dots,
-                           test_in_place_vectorized, test_masked_ranges, test_middle_axes, test_random_bits,
-                           test_reduce_window, test_row_kernels, test_select_and_scatter, test_single_unit,
-                           test_sort_kernel, test_transcendentals, test_transposes, test_variadic_scatter)
-from tests.symbolic_rerun import rerun
+from tests.symbolic_rerun import rerun_directory
 
-rerun(globals(), test_bf16, test_bitcast_widths, test_complex_scatter, test_compute_bound,
-      test_convolution, test_cpu, test_custom_reducers, test_elemental_gaps, test_f16_reductions, test_f8,
-      test_fused_dots, test_in_place_vectorized, test_masked_ranges, test_middle_axes, test_random_bits,
-      test_reduce_window, test_row_kernels, test_select_and_scatter, test_single_unit, test_sort_kernel,
-      test_transcendentals, test_transposes, test_variadic_scatter, cases_per_list=2)
+LEFT_OUT = {
+    "test_column_groups": "asserts which kernel style the static compile picks, which a program for "
+                          "every size rightly changes",
+    "test_cuda": "the CUDA backend: unknown dimensions are compiled for the CPU only",
+    "test_cuda_corpus": "the CUDA backend: unknown dimensions are compiled for the CPU only",
+    "test_property": "a hypothesis search over random modules: their rerun is passes/test_symbolic_rerun.py",
+    "test_aot_loops": "asserts the C and LLVM functions of ahead-of-time loops (AOT with unknown sizes has "
+                      "its own tests: tests/aot/test_aot_unknown_sizes.py)",
+    "test_light_kernels": "asserts which kernels are made light at their sizes",
+}
+
+RERUN = rerun_directory(globals(), LEFT_OUT, cases_per_list=2, skip={
+    "test_a_chain_longer_than_the_limit_is_cut_there": "asserts where a chain of updates is cut in the static "
+                                                        "program",
+})
 
 # Tests whose every compilation stays specialised for the compiler's reasons (a kernel whose code
 # reads its size, a runtime path without unknown sizes: issue 31's gaps), with the first reason.
 # (Reasons of the program itself need no entry: symbolic_rerun.PROGRAM_REASONS.)
 SPECIALISED: dict[str, str] = {
-    "test_a_kernel_that_cannot_be_emitted_is_interpreted_and_the_others_stay_native__test_cpu":
-        "kernel nbxla_reduce_fusion's range is not a multiple of one size",
-    "test_bits_match_the_evaluator__test_random_bits":
-        'the generated code of kernel @"nbxla_r" depends on the size; leading dimensions ',
-    "test_fusion_in_another_form_is_split__test_fused_dots":
-        'the generated code of kernel @"nbxla_exponential_fusion" depends on the size; le',
-    "test_kOutput_dot_bias_relu_large_is_split_into_blas_and_epilogue__test_fused_dots":
-        'the generated code of kernel @"nbxla_maximum_fusion" depends on the size; leadin',
-    "test_large_integer_dot_stays_native__test_fused_dots":
-        'the generated code of kernel @"nbxla_fusion" depends on the size; leading dimens',
-    "test_large_results_split_across_threads__test_random_bits":
-        'the generated code of kernel @"nbxla_r" depends on the size; leading dimensions ',
-    "test_multi_output_fusion_with_computed_operands__test_fused_dots":
-        'the generated code of kernel @"nbxla_f" depends on the size; leading dimensions ',
-    "test_stride1_pooling_and_column_scans_are_vectorized__test_reduce_window":
-        'the generated code of kernel @"nbxla_vec_pool_maximum" depends on the size; lead',
 }

@@ -839,14 +839,23 @@ def test_break_in_a_loop_over_a_python_list_names_the_line():
     assert info.value.hint
 
 
-def test_return_inside_traced_if_names_the_line():
+def test_return_inside_traced_if_compiles_and_one_inside_a_loop_names_the_line():
     def sign_of_sum(x):
         if x.sum() > 0:
             return 1.0
         return -1.0
+
+    def first_positive(x):
+        for i in range(x.shape[0]):
+            if x[i] > 0:
+                return i
+        return -1
+    for x in (rand(4), -rand(4)):
+        with quiet():
+            assert nbxla.jit(sign_of_sum)(x) == sign_of_sum(x)
     with quiet(), pytest.raises(nbxla.NotCompilableError) as info:
-        nbxla.jit(sign_of_sum)(rand(4))
-    assert "if x.sum() > 0:" in str(info.value)
+        nbxla.jit(first_positive)(rand(4))
+    assert "if x[i] > 0:" in str(info.value)
 
 
 def test_branches_with_different_dtypes_are_refused():

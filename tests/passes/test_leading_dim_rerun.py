@@ -1,28 +1,28 @@
 """The pass tests rerun with the leading dimension unknown (``tests/symbolic_rerun.py``): every
 HLO module a test optimizes or compiles is also compiled once with its leading size unknown (the
 pipeline run at two sizes must give one program) and run at its size and a larger one against
-the evaluator; ``nbxla.jit`` functions compile with ``dynamic=True``.
-
-(test_fusion_scaling's graphs of thousands of instructions are left out: compiled symbolic they
-take minutes; the random-module property test has its own rerun, test_symbolic_rerun.py.)"""
+the evaluator; ``nbxla.jit`` functions compile with ``dynamic=True``.  Every test module of this
+directory is rerun (a new one too, without being listed), but those ``LEFT_OUT`` names."""
 
 from __future__ import annotations
 
-from tests.passes import (test_buffer_assignment, test_dot_rewrites, test_float_normalization, test_fusion,
-                          test_fusion_leading_axis_outputs, test_fusion_recompute, test_layouts, test_simplify,
-                          test_while_state)
-from tests.symbolic_rerun import rerun
+from tests.symbolic_rerun import rerun_directory
 
-rerun(globals(), test_buffer_assignment, test_dot_rewrites, test_float_normalization, test_fusion,
-      test_fusion_leading_axis_outputs, test_fusion_recompute, test_layouts, test_simplify, test_while_state,
-      skip={"test_random_plans_are_safe": "a hypothesis search over plans: half a minute compiled symbolic",
-            "test_fusion_report_lists_kernels_kinds_ops_lines_flops_and_bytes":
-                "counts the bytes a kernel reads: a symbolic mean also reads its row count"})
+LEFT_OUT = {
+    "test_fusion_scaling": "graphs of thousands of instructions: compiled symbolic they take minutes",
+    "test_property": "its random modules have their own rerun, test_symbolic_rerun.py",
+}
+
+RERUN = rerun_directory(globals(), LEFT_OUT, skip={
+    "test_random_plans_are_safe": "a hypothesis search over plans: half a minute compiled symbolic",
+    "test_fusion_report_lists_kernels_kinds_ops_lines_flops_and_bytes":
+        "counts the bytes a kernel reads: a symbolic mean also reads its row count",
+    "test_interpreted_kernels_are_warned_about_once_and_marked":
+        "counts the warnings of its one compilation: the rerun compiles a second, symbolic one",
+})
 
 # Tests whose every compilation stays specialised for the compiler's reasons (a kernel whose code
 # reads its size, a runtime path without unknown sizes: issue 31's gaps), with the first reason.
 # (Reasons of the program itself need no entry: symbolic_rerun.PROGRAM_REASONS.)
 SPECIALISED: dict[str, str] = {
-    "test_the_f32_form_replaces_the_bf16_op__test_float_normalization":
-        'the generated code of kernel @"nbxla_reduce_window" depends on the size; leading',
 }
