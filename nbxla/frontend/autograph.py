@@ -36,6 +36,7 @@ import types
 from typing import Callable
 
 from . import runtime
+from .loop_writes import with_written
 from .registry import entry_point
 
 AG = "__nbxla_ag__"
@@ -253,6 +254,7 @@ class _Converter(ast.NodeTransformer):
                      ast.Tuple(range_args, ast.Load()), ast.Name(fname, ast.Load()),
                      self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
                      _const(node.lineno), self._state_call([target]))
+        with_written(call, node.body, names)
         # the loop variable keeps its last value after the loop, as in Python
         outputs = names + [target] if self._rebindable(target) else names
         if outputs is names:
@@ -369,6 +371,7 @@ class _Converter(ast.NodeTransformer):
         call = _call("while_loop", ast.Name(cname, ast.Load()), ast.Name(bname, ast.Load()),
                      self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
                      _const(node.lineno))
+        with_written(call, node.body, names)
         return _located([cond, fn, *self._rebind(names, call)], node)
 
     def visit_If(self, node):

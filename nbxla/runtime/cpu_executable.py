@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..codegen.convolution import native_convolution_refusal
 from ..codegen.cpu import CompiledKernels, compile_kernels, emit_llvm_ir, light_kernel, target_fingerprint
 from ..codegen.kernels import standalone_computation, structure_key
 from ..errors import InterpretedWarning
@@ -161,6 +162,16 @@ class CpuExecutable:
                                       for i in c.instructions if i.name in symbols]
         else:
             distinct, compiled = kernel_computations(module, frozenset(self._native))
+        # Kernels the code generator would refuse are not offered to it (each refusal cost an
+        # emission of the module's other kernels again; a module of refusals alone, conv2d's,
+        # an LLVM module and engine of nothing): fusions that run as the patch-GEMM library
+        # call with their convolution, and convolutions the native kernel does not take (the
+        # reason kept, as the refusal would have given it).
+        refused = {symbol: native_convolution_refusal(instr) for symbol, instr in compiled
+                   if instr.opcode == "convolution"}
+        refused = {symbol: why for symbol, why in refused.items() if why is not None}
+        library = {symbol for symbol, instr in compiled if instr.opcode == "fusion" and runs_as_library(instr)}
+        distinct = [(symbol, comp) for symbol, comp in distinct if symbol not in library and symbol not in refused]
         in_place = in_place_symbols(module, compiled)
         key = None
         if store is not None:
@@ -175,7 +186,7 @@ class CpuExecutable:
         # (identical kernels, the steps of a time loop, share one symbol).
         self.kernel_symbols = {i.name: symbol for symbol, i in compiled}
         self._kernel_of = {id(i): symbol for symbol, i in compiled}
-        unsupported = self.kernels.unsupported
+        unsupported = {**refused, **self.kernels.unsupported}
         # Fusions the code generator could not emit, by HLO instruction name, with the reason.
         self.interpreted = {i.name: unsupported[s] for s, i in compiled
                             if s in unsupported and i.opcode == "fusion"}

@@ -87,3 +87,31 @@ def test_loop_body_kernels_are_never_light(monkeypatch):
     in_body = {symbol for symbol, instr in compiled if id(instr) not in entry}
     assert in_body and not light & in_body
     assert light, "the entry's small kernels are light"
+
+
+def two_sizes(x, b, big):
+    return np.maximum(x + b, 0), big * 2.0 + 1.0
+
+
+@pytest.mark.parametrize("big_rows,without_lsr", [(LIGHT_KERNEL_ELEMENTS // 16, True),
+                                                  (LIGHT_KERNEL_ELEMENTS // 16 + 1, False)])
+def test_strength_reduction_off_only_when_every_kernel_is_light(monkeypatch, big_rows, without_lsr):
+    """A module of light kernels only gets machine code without loop strength reduction (it
+    took a third or more of their code generation for no speed); one heavy kernel keeps it."""
+    monkeypatch.setenv("NBXLA_CACHE_DIR", "off")
+    seen = []
+    original = cpu._load
+
+    def load(*args, **kwargs):
+        seen.append(kwargs.get("strength_reduction", True))
+        return original(*args, **kwargs)
+    monkeypatch.setattr(cpu, "_load", load)
+    rng = np.random.default_rng(2)
+    x, b = rng.standard_normal((64, 16)), rng.standard_normal(16)
+    big = rng.standard_normal((big_rows, 16))
+    f = nbxla.jit(two_sizes)
+    got = f(x, b, big)
+    want = two_sizes(x, b, big)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert seen == [not without_lsr]

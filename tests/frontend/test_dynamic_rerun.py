@@ -25,6 +25,9 @@ RERUN = rerun_directory(globals(), LEFT_OUT, skip={
     "test_nan_static_argument_finds_its_entry_again": "counts the cache entries of static compiles",
     "test_concatenating_a_thousand_computed_pieces": "a thousand pieces: compiled symbolic (traced at four "
                                                      "sizes) it takes minutes",
+    "test_filled_array_traced_once": "counts the loop body's traces of a static compile (a symbolic one "
+                                     "traces at several sizes)",
+    "test_rolled_from_the_start_with_the_steps_types": "counts the loop body's traces of a static compile",
     "test_float_to_int_casts_out_of_range": "NumPy's vectorized cast of NaN and out-of-range floats depends on "
                                             "the position: NumPy at another size is no oracle (the test's own "
                                             "is element by element)",

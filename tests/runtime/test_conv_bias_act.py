@@ -162,3 +162,16 @@ def test_convolutions_blas_runs_keep_the_separate_kernel():
     on BLAS, the epilogue a kernel of its own."""
     run(dense_module("NHWC", h=6, c=128, o=64, epilogue="relu"), folded=True)
     run(dense_module("NHWC", h=6, c=256, o=128, epilogue="relu"), folded=False)
+
+
+@pytest.mark.parametrize("epilogue,folded", [("relu", True), ("exp", False)])
+def test_a_folded_fusion_is_not_offered_to_the_code_generator(epilogue, folded):
+    """Neither the fusion that runs as the patch-GEMM call nor a convolution the native kernel
+    refuses is offered to the code generator (each refusal made it emit the module's other
+    kernels again); a fusion that stays a separate kernel is compiled.  The convolution's
+    reason is kept where it runs."""
+    nat = run(dense_module("NHWC", epilogue=epilogue), folded=folded)
+    fusions = [i.name for i in nat.module.entry.instructions if i.opcode == "fusion"]
+    assert nat.kernels.unsupported == {}
+    assert bool(nat.kernels.specs) != folded, (fusions, list(nat.kernels.specs))
+    assert nat.interpreted_ops == {}
