@@ -19,6 +19,10 @@ RERUN = rerun_directory(globals(), LEFT_OUT, skip={
         "counts the bytes a kernel reads: a symbolic mean also reads its row count",
     "test_interpreted_kernels_are_warned_about_once_and_marked":
         "counts the warnings of its one compilation: the rerun compiles a second, symbolic one",
+    "test_new_names_never_collide_with_parsed_ones":
+        "the corpus's fori_loop_while (x = 0.9 x + i sin x, 10 steps) amplifies one-ulp differences of "
+        "sin ~10^4-fold: its float32 results are 1% from float64's, and the static compile is 4e-4 from "
+        "the evaluator, so no oracle holds at the rerun's 1e-5 (with JAX's recorded input: equal)",
 })
 
 # Tests whose every compilation stays specialised for the compiler's reasons (a kernel whose code
