@@ -67,11 +67,26 @@ def test_a_transposed_rhs_goes_through_the_tiled_transpose_and_a_row_copy_throug
     assert list(thunk.arranged[0]) == [1, 0, 2] and thunk.arranged[1] is None
 
 
+@pytest.fixture(autouse=True)
+def one_core(monkeypatch):
+    """The kernel's one-thread path is taken on one core (on more, small dots stay with
+    OpenBLAS's threads: test_small_dots_stay_with_openblas_on_more_than_one_core)."""
+    monkeypatch.setattr(native_dots, "worker_count", lambda: 1)
+
+
+@pytest.mark.parametrize("workers, work, native", [(1, "small", True), (2, "small", False), (2, "split", True)])
+def test_small_dots_stay_with_openblas_on_more_than_one_core(workers, work, native, monkeypatch):
+    monkeypatch.setattr(native_dots, "worker_count", lambda: workers)
+    if work == "split":
+        monkeypatch.setattr(native_dots, "SPLIT_WORK", 1)
+    run_and_check(dot_module("f32", (1024, 32), (32, 32)), native=native)
+
+
 @pytest.mark.parametrize("pooled", [False, True])
 def test_split_over_the_pool_or_not_gives_the_same_result(pooled, monkeypatch):
     """Both sides of SPLIT_WORK (the split's units: batch x kernel rows, here 2 x 4)."""
     monkeypatch.setattr(native_dots, "SPLIT_WORK", 1 if pooled else 1 << 62)
-    monkeypatch.setattr(native_dots, "worker_count", lambda: 2)
+    monkeypatch.setattr(native_dots, "worker_count", lambda: 2 if pooled else 1)
     module = dot_module("f32", (2, 1024, 64), (2, 64, 64), (0,), (0,), (2,), (1,))
     thunk, _ = run_and_check(module, native=True)
     assert thunk.pooled == pooled and thunk.units == 2 * 2
