@@ -76,11 +76,11 @@ def native_dot_refusal(instr: Instruction) -> str | None:
         return "columns not a whole number of 64-byte vectors"
     if k > NATIVE_PANEL_DEPTH or k * n * item >= NATIVE_PANEL_KERNEL_BYTES:
         return "a deep or wide product (BLAS runs near its peak)"
-    if worker_count() > 1 and batch * m * k * n < SPLIT_WORK:
-        # (one thread of the kernel against OpenBLAS's threads: attention's dots on 2 cores
-        # took the modules from 1.04-1.39x XLA's wall time to 0.71-0.79x; on one core the
+    if worker_count() > 1:
+        # (attention's dots, 4-8M multiply-adds, split over the pool on 2 cores: the modules
+        # went from 1.04-1.39x XLA's wall time on OpenBLAS to 0.68-0.79x; on one core the
         # kernel is the faster, 1.10-1.22x against 0.91-0.94x)
-        return "below the pool's split size on more than one core (OpenBLAS's threads finish first)"
+        return "more than one core: OpenBLAS's threads finish first"
     return None
 
 
