@@ -28,17 +28,7 @@ def single_kernel_runner(fn: Callable, makers: list, extent: int, order: list[in
     results)."""
     env = {"ndarray": np.ndarray, "kernel": fn, "fallback": fallback, "extent": extent}
     lines = ["def run_single(inputs):"]
-    checks = []
-    for j, (number, st) in enumerate(zip(order, strides)):
-        env[f"st{j}"] = tuple(st)
-        lines.append(f"    a{j} = inputs[{int(number)}]")
-        checks.append(f"type(a{j}) is not ndarray or a{j}.strides != st{j}")
-    if checks:
-        lines += ["    if " + " or ".join(checks) + ":", "        return fallback(inputs)"]
-    for k, make in enumerate(makers):
-        env[f"make{k}"] = make
-        lines.append(f"    o{k} = make{k}()")
-    names = [f"a{j}" for j in range(len(order))] + [f"o{k}" for k in range(len(makers))]
+    names = _checked_inputs_and_outputs(env, lines, list(order), strides, makers)
     if call is not None:                    # (it passes the sizes and the extent itself)
         env["kernel"] = call
         lines.append(f"    kernel({', '.join(names)})")
@@ -55,6 +45,28 @@ def single_kernel_runner(fn: Callable, makers: list, extent: int, order: list[in
     return run
 
 
+def _checked_inputs_and_outputs(env: dict, lines: list, sources: list, strides: list, makers: list) -> list:
+    """Lines that bind ``a{j}`` to ``inputs[sources[j]]`` (or, where ``sources[j]`` is not an
+    int, to that constant array), return ``fallback(inputs)`` unless each bound input is an
+    exact ndarray with ``strides[j]``, and make the outputs ``o{k}``; returns their names."""
+    checks, names = [], []
+    for j, (source, st) in enumerate(zip(sources, strides)):
+        if isinstance(source, (int, np.integer)):
+            env[f"st{j}"] = tuple(st)
+            lines.append(f"    a{j} = inputs[{int(source)}]")
+            checks.append(f"type(a{j}) is not ndarray or a{j}.strides != st{j}")
+        else:
+            env[f"a{j}"] = source           # (a constant: the same array every call)
+        names.append(f"a{j}")
+    if checks:
+        lines += ["    if " + " or ".join(checks) + ":", "        return fallback(inputs)"]
+    for k, make in enumerate(makers):
+        env[f"make{k}"] = make
+        lines.append(f"    o{k} = make{k}()")
+        names.append(f"o{k}")
+    return names
+
+
 @functools.lru_cache(maxsize=256)
 def _code(source: str):
     return compile(source, "<nbxla single-kernel entry>", "exec")
@@ -68,21 +80,8 @@ def loop_entry_runner(call: Callable, sources: list, strides: list, makers: list
     int, that constant array; the loop's results are made by ``makers``; a non-None return
     code goes to ``check``; returns result ``pick`` (a NumPy scalar when ``scalar``)."""
     env = {"ndarray": np.ndarray, "loop": call, "fallback": fallback, "check": check}
-    lines, checks, names = ["def run_single(inputs):"], [], []
-    for j, (source, st) in enumerate(zip(sources, strides)):
-        if isinstance(source, int):
-            env[f"st{j}"] = tuple(st)
-            lines.append(f"    a{j} = inputs[{int(source)}]")
-            checks.append(f"type(a{j}) is not ndarray or a{j}.strides != st{j}")
-        else:
-            env[f"a{j}"] = source           # (a constant: the same array every call)
-        names.append(f"a{j}")
-    if checks:
-        lines += ["    if " + " or ".join(checks) + ":", "        return fallback(inputs)"]
-    for k, make in enumerate(makers):
-        env[f"make{k}"] = make
-        lines.append(f"    o{k} = make{k}()")
-        names.append(f"o{k}")
+    lines = ["def run_single(inputs):"]
+    names = _checked_inputs_and_outputs(env, lines, sources, strides, makers)
     lines += [f"    rc = loop({', '.join(names)})", "    if rc is not None:", "        check(rc)",
               f"    return o{pick}[()]" if scalar else f"    return o{pick}"]
     source = "\n".join(lines)
