@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import AotError
-from ..hlo.aliasing import is_byte_view, passed_through, updated_parameter
+from ..hlo.aliasing import is_byte_view, passed_through, scatters_in_place, updated_parameter
 from ..hlo.evaluator_common import label
 from ..hlo.ir import Computation, Instruction
 from ..hlo.placement import AOT, placement
@@ -257,8 +257,9 @@ class _ProgramEmitter(LibrarySteps):
         kept = self.plan.operand_buffers.get(instr.name)
         if kept is None:
             return None
-        if instr.opcode == "fusion":
-            (buf,) = self.values[id(instr.operands[updated_parameter(instr.attrs["calls"])])]
+        if instr.opcode == "fusion" or scatters_in_place(instr):
+            k = updated_parameter(instr.attrs["calls"]) if instr.opcode == "fusion" else 0
+            (buf,) = self.values[id(instr.operands[k])]
             self.written.append(buf)
             return [buf]
         leaves = self.values[id(instr.operands[0])]
@@ -413,7 +414,8 @@ class _ProgramEmitter(LibrarySteps):
                        f"    if ((rc = {callee.symbol}(pi, po, {scratch}))) return rc;", "}"]
 
     def _kernel(self, instr: Instruction) -> None:
-        if id(instr) in self.in_place:
+        # (a scatter in its operand's buffer is its own kernel: it copies only where they differ)
+        if id(instr) in self.in_place and instr.opcode == "fusion":
             spec = self.driver.kernels.in_place(instr)
             ins = [self._array(o) for o in instr.operands]
             self.lines += ["{", "    " + self._pointer_list("b", ins + self._leaves(instr)),

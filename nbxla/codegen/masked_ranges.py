@@ -15,35 +15,14 @@ the scalar instructions bounding the range outside which ``value`` is ``identity
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
 
+from ..hlo.iota_masks import MaskedRange, iota_bounds
 from ..hlo.ir import Instruction
 from .elemental import const_i64
 from .toolkit import reducer_opcode
 
-# compare directions of ``iota OP bound``: which end of the range the bound gives, and the
-# offset that turns it into a half-open [lo, hi) (``iota > b`` is ``iota >= b + 1``).
-_LOWER = {"GE": 0, "GT": 1}
-_UPPER = {"LT": 0, "LE": 1}
-_FLIPPED = {"GE": "LE", "GT": "LT", "LE": "GE", "LT": "GT"}
 _PASS_THROUGH = ("reshape", "bitcast", "copy", "broadcast", "convert")
-
-
-@dataclass(frozen=True)
-class Bound:
-    """``value + offset`` (``value``: a scalar integer instruction of the computation)."""
-    value: Instruction
-    offset: int
-
-
-@dataclass(frozen=True)
-class MaskedRange:
-    """Elements outside ``[max(lower), min(upper))`` equal the identity; an empty list of
-    lower (upper) bounds means 0 (the length)."""
-    lower: tuple[Bound, ...]
-    upper: tuple[Bound, ...]
 
 
 def masked_range(value: Instruction, identity: float) -> MaskedRange | None:
@@ -102,48 +81,6 @@ def _outside(v: Instruction, mask: int):
         x = _outside(v.operands[0], mask)
         return None if x is None else -x
     return None
-
-
-def iota_bounds(predicate: Instruction) -> tuple[int, MaskedRange] | None:
-    """``predicate`` as lo <= iota < hi along one dimension (returned with the range): a
-    compare of an iota with a broadcast scalar, or an ``and`` of such compares along the same
-    dimension; None otherwise, or when nothing bounds it."""
-    terms = predicate.operands if predicate.opcode == "and" else (predicate,)
-    lower, upper, dims = [], [], set()
-    for term in terms:
-        found = _compare_bound(term)
-        if found is None:
-            return None
-        dim, side, bound = found
-        dims.add(dim)
-        (lower if side == "lower" else upper).append(bound)
-    if len(dims) != 1 or not (lower or upper):
-        return None
-    return dims.pop(), MaskedRange(tuple(lower), tuple(upper))
-
-
-def _compare_bound(term: Instruction):
-    if term.opcode != "compare":
-        return None
-    direction = term.attrs.get("direction")
-    a, b = term.operands
-    if _is_iota(b):
-        a, b, direction = b, a, _FLIPPED.get(direction)
-    if not _is_iota(a) or direction is None or b.opcode != "broadcast" or b.operands[0].shape.rank != 0:
-        return None
-    scalar = b.operands[0]
-    if scalar.shape.element_type[0] not in "su" or scalar.shape.element_type == "u64":
-        return None     # (the bounds are clamped as signed 64-bit values)
-    dim = a.attrs["iota_dimension"]
-    if direction in _LOWER:
-        return dim, "lower", Bound(scalar, _LOWER[direction])
-    if direction in _UPPER:
-        return dim, "upper", Bound(scalar, _UPPER[direction])
-    return None
-
-
-def _is_iota(v: Instruction) -> bool:
-    return v.opcode == "iota" and v.shape.element_type[0] in "su"
 
 
 def true_range(b, em, reduce, begin, end):

@@ -19,6 +19,7 @@ from llvmlite import ir
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import ELEMENTWISE
 from .elemental import ElementalEmitter, I64, const_i64, linear_index, llvm_type
+from .box_updates import emit_box_update
 from .masked_ranges import clamped_range, iota_bounds
 from .toolkit import KernelBuffers, KernelSpec, counted_loop, kernel_function, load_at, nest, product, single_unit
 
@@ -28,8 +29,11 @@ I8P = ir.IntType(8).as_pointer()
 @single_unit
 def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
     """The kernel of ``comp`` (``hlo.aliasing.updated_parameter(comp)`` is not None) writing only the window;
-    its output buffer must be the updated parameter's buffer."""
+    its output buffer must be the updated parameter's buffer.  A box update (root ``select(box,
+    new, parameter)``) is ``box_updates``'."""
     root = comp.root
+    if root.opcode == "select":
+        return emit_box_update(module, name, comp, _libc)
     target, update = root.operands[0], root.operands[1]
     params = comp.parameters
     shapes = [p.shape for p in params] + [root.shape]

@@ -11,7 +11,7 @@ is a kernel that converts bits (the elemental emitter's rule), since a NumPy ``r
 change a dtype and a runtime that shared the bytes would hand out an array of the wrong type.
 
 Beyond views, an output may be *written into* an operand's buffer: a fusion updating a window
-of one operand (``updated_parameter``) and a ``while`` keeping its state in its initial state's
+of one operand (``updated_parameter``), a one-operand scatter (``scatters_in_place``) and a ``while`` keeping its state in its initial state's
 buffers (every leaf the body passes through, ``passed_through``, and the others where the
 initial leaf dies at the loop).  Which of those may happen is the buffer plan's decision
 (``BufferPlan.operand_buffers``); the facts it decides from are here.
@@ -19,6 +19,7 @@ initial leaf dies at the loop).  Which of those may happen is the buffer plan's 
 
 from __future__ import annotations
 
+from .iota_masks import box_bounds
 from .ir import Computation, Instruction
 
 # Opcodes that never write new memory, whatever their shapes.
@@ -57,14 +58,39 @@ def view_source(instr: Instruction, index: tuple[int, ...] = ()) -> tuple[Instru
 # (``passes/buffer_assignment``: ``BufferPlan.operand_buffers``).
 
 def updated_parameter(comp: Computation) -> int | None:
-    """The number of the parameter ``comp`` updates in place (its root is a non-empty
-    ``dynamic-update-slice`` of that parameter), or None: a fusion of it can write only the
-    update's window into that operand's buffer (``codegen/updates.py``)."""
+    """The number of the parameter ``comp`` updates in place, or None: a fusion of it can write
+    only the update's window into that operand's buffer (``codegen/updates.py``).  Its root is
+    a non-empty ``dynamic-update-slice`` of that parameter, or a box update: ``select(box,
+    new, parameter)`` with ``box`` true exactly on a box of indices (``hlo/iota_masks``: a
+    slice of index-dependent length written, ``A[i + 1:, i + 1:] -= ...``), outside which the
+    output is the parameter unchanged."""
     root = comp.root
+    if root.opcode == "select":
+        return box_updated_parameter(root)
     if root.opcode != "dynamic-update-slice" or root.operands[0].opcode != "parameter" \
             or 0 in root.operands[1].shape.dims or len(root.operands) != 2 + root.shape.rank:
         return None
     return root.operands[0].parameter_number
+
+
+def scatters_in_place(instr: Instruction) -> bool:
+    """Is ``instr`` a one-operand ``scatter`` (not fused), which may write into its operand's
+    buffer: its kernel copies the operand into the output only where they differ
+    (``codegen/scatter.py``), and reads the indices and updates from buffers of their own."""
+    return instr.opcode == "scatter" and len(instr.operands) == 3 and not instr.shape.is_tuple \
+        and instr.operands.count(instr.operands[0]) == 1
+
+
+def box_updated_parameter(root: Instruction) -> int | None:
+    """For ``select(box, new, parameter)`` of an array (see ``updated_parameter``): the
+    parameter's number; else None."""
+    if root.opcode != "select" or root.shape.is_tuple or not root.shape.rank or 0 in root.shape.dims:
+        return None
+    predicate, _, old = root.operands
+    if old.opcode != "parameter" or old.shape != root.shape or predicate.shape.dims != root.shape.dims \
+            or box_bounds(predicate) is None:
+        return None
+    return old.parameter_number
 
 
 def returned_unchanged(body: Computation) -> set[int]:

@@ -50,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hlo import Module, Shape
-from ..hlo.aliasing import is_byte_view, is_view, passed_through, updated_parameter, view_source
+from ..hlo.aliasing import is_byte_view, is_view, passed_through, scatters_in_place, updated_parameter, view_source
 from ..hlo.ir import Computation, Instruction, program_callees
 from .pipeline import Pass
 
@@ -524,7 +524,7 @@ def operand_buffers(comp: Computation, loop_body: bool = False) -> dict[str, tup
             leaves = home[id(instr.operands[0])]
         else:
             leaves = [new("temporary") for _ in range(count)]
-            k = updated_parameter(instr.attrs["calls"]) if op == "fusion" else None
+            k = updated_parameter(instr.attrs["calls"]) if op == "fusion" else 0 if scatters_in_place(instr) else None
             if k is not None:
                 target = instr.operands[k]
                 (buf,) = home[id(target)]
