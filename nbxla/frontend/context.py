@@ -60,6 +60,9 @@ class TraceContext:
         # (line, "rolled" | "unrolled", why) per Python loop over traced values (loops.py).
         self.loop_decisions: list[tuple[int, str, str]] = []
         self.rolling = 0         # loop bodies being traced once, one inside the other
+        self.loop_condition = False      # a rolled loop's condition is being traced
+        # (builder, index, size, axis) ids -> (builder, index instruction) checked already
+        self.bounds_checked: dict[tuple, tuple] = {}
         # (builder, condition) per branch of an ``if`` on a traced value being traced, outermost
         # first: the condition under which NumPy would run that branch (None: not at hand, in
         # an HLO conditional's branch).  See ``dynamic._Plan._int``.

@@ -95,9 +95,9 @@ class _Plan:
         kk = plain(k)
         # A scalar read from the data (a NumPy-scalar argument, idx[j]): dynamic-slice would
         # clamp it, NumPy raises IndexError (checked after the run, as for index arrays).
-        # In a loop body traced once (a rolled loop, a while loop's counter) the check cannot
-        # leave the body yet: there the index is clamped, as XLA does.
-        if not k.ctx.rolling:
+        # In a rolled loop's body the loop carries the check's extremes (loop_checks.py); a
+        # loop's condition cannot carry a check (its index is clamped there, as XLA does).
+        if not k.ctx.loop_condition:
             ENTRY_POINTS["check_bounds"](kk, n, axis)      # (indexing.py, above this module)
         return select(compare(kk, like(kk, 0), "LT"), emit(k.ctx, "add", kk, like(kk, n)), kk)
 

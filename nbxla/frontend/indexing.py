@@ -374,10 +374,21 @@ def check_bounds(idx: Tracer, n: int, axis: int) -> None:
     if current_flags().clamp_indices or idx.size == 0:
         return
     ctx = idx.ctx
+    # (``a[idx[i]] += 1`` reads and writes at one index: one check)
+    # (per computation being built: a check made in a loop body that is then unrolled instead
+    # leaves with that body)
+    key = (id(ctx.builder), id(idx.instr), n, axis)
+    seen = ctx.bounds_checked.get(key)
+    if seen is not None and seen[0] is ctx.builder and seen[1] is idx.instr:
+        return
+    ctx.bounds_checked[key] = (ctx.builder, idx.instr)
     # (in a rolled loop's body the loop carries the extremes over its iterations: loop_checks)
     flat = reshape(convert(idx, np.int64), (idx.size,))
-    extremes = emit(ctx, "concatenate", reshape(np.min(flat), (1,)), reshape(np.max(flat), (1,)),
-                    dimensions=(0,))
+    if idx.size == 1:       # (a scalar index: its own extremes, no reductions in a loop's body)
+        extremes = emit(ctx, "concatenate", flat, flat, dimensions=(0,))
+    else:
+        extremes = emit(ctx, "concatenate", reshape(np.min(flat), (1,)), reshape(np.max(flat), (1,)),
+                        dimensions=(0,))
     location = ctx.user_location()
 
     def fail(value: np.ndarray):

@@ -589,10 +589,13 @@ class _Loop:
             param, gtes, _, state = self._bind_params(builder, shapes, inits)
             versions = [t.version for t in self.objects]
             checks = len(ctx.checks)
+            ctx.loop_condition = True       # (its data-read indices stay clamped: dynamic.py)
             try:
                 test = scalar_test(self.cond(state))
             except (NbxlaError, IndexError, TypeError, ValueError) as e:
                 raise CannotRoll(_reason(e)) from None
+            finally:
+                ctx.loop_condition = False
             if len(ctx.checks) != checks:
                 raise CannotRoll("the condition needs a check of its values after the run (an index "
                                  "that may be out of bounds, a negative integer power)")

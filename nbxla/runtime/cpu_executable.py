@@ -50,7 +50,8 @@ from .conv_epilogue import fold_convolution_epilogues, runs_as_library
 from .cpu_library import library_thunk, sort_has_library_call, sort_may_defer
 from . import host_memory
 from .host_memory import memory_owner
-from .native_loops import NativeLoopThunk, native_entry_runner, native_loops, native_loops_enabled
+from .native_loops import (NativeLoopThunk, native_entry_outputs_runner, native_entry_runner, native_loops,
+                           native_loops_enabled)
 from .persistent_cache import default_cache
 from .single_call import single_kernel_runner
 from .straight_line import straight_line_runner
@@ -218,11 +219,15 @@ class CpuExecutable:
         if direct is not None:
             self.run = direct
         self.run_single = self._single_kernel_runner(entry, direct)
+        loop_outputs = None
         if self.run_single is None and self._native:
             ops = [i for i in module.entry.instructions if i.opcode != "parameter"]
             fills = {id(i): step for i, step in zip(ops, entry.steps) if not i.operands}
             self.run_single = native_entry_runner(module.entry, self._native, self.run,
                                                   lambda instr: _fill_value(fills[id(instr)]))
+            # (a tuple of the loop's results: its checks' extremes ride along)
+            loop_outputs = native_entry_outputs_runner(module.entry, self._native, self.run,
+                                                       lambda instr: _fill_value(fills[id(instr)]))
         self.run_tuple = None       # (a flat tuple root's arrays as a tuple: straight_line.py)
         if direct is None and self._fresh_results:
             written = straight_line_runner(entry.computation, entry.params, entry.steps, entry.root,
@@ -232,6 +237,8 @@ class CpuExecutable:
                 for fn in written:
                     if fn is not None:
                         fn.executable = self    # the machine code lives as long as the executable
+        if loop_outputs is not None:
+            self.run = loop_outputs
 
     def _program(self, comp: Computation) -> _Program:
         """``comp`` as a program (built once; the entry's kernels write into the arena)."""

@@ -141,14 +141,17 @@ class NativeLoopThunk:
         and rebuilt, ``ctypes.data`` per buffer) was 3x the cost of a kernel call."""
         fn = self.fn
         changed = [k for k in range(len(self.arg_types)) if k not in self.fixed]
-        pick = changed.index(index)
+        several = isinstance(index, tuple)          # (then run(inputs) -> [those results])
+        pick = tuple(changed.index(k) for k in index) if several else changed.index(index)
         makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.results]
-        scalar = not self.results[pick][0]
+        scalar = not several and not self.results[pick][0]
         keep = [s for s in sources if not isinstance(s, int)]     # (constants' memory)
         plan = [(s, c_strides(s_shape, t.itemsize)) if isinstance(s, int) else (None, data_pointer(s))
                 for s, s_shape, t in zip(sources, self.arg_shapes, self.arg_types)]
 
         def fallback(inputs):
+            if several:
+                return general(inputs)
             value = general(inputs)[0]
             return value[()] if scalar else value
 
@@ -171,6 +174,8 @@ class NativeLoopThunk:
                 ptrs.append(data_pointer(a))
             outs = [make() for make in makers]
             check_loop_code(fn(*ptrs, *[data_pointer(o) for o in outs]))
+            if several:
+                return [outs[k] for k in pick]
             out = outs[pick]
             return out[()] if scalar else out
         run_single.constants = keep
@@ -182,14 +187,40 @@ def native_entry_runner(entry: Computation, native: dict, general, fill) -> call
     and returns one array it computes (see ``NativeLoopThunk.entry_runner``); else None.
     Kernels without operands (``np.zeros_like(x)``: a fill) count as constants: ``fill(instr)``
     computes one once (the loop reads its initial state, never writes it)."""
-    root = entry.root
-    if root.opcode != "get-tuple-element" or id(root.operands[0]) not in native:
+    found = _loop_entry(entry, native, fill)
+    if found is None or entry.root.opcode != "get-tuple-element":
         return None
-    loop = root.operands[0]
+    thunk, sources, (index,) = found
+    return thunk.entry_runner(sources, index, general)
+
+
+def native_entry_outputs_runner(entry: Computation, native: dict, general, fill) -> callable | None:
+    """As ``native_entry_runner``, for an entry returning a tuple of arrays the loop computes
+    (a program whose checks ride along, ``counts[values[i]] += 1``: the result and the carried
+    index extremes): ``run(inputs) -> [outputs]``, the executable's ``run``; else None."""
+    found = _loop_entry(entry, native, fill)
+    if found is None or entry.root.opcode != "tuple":
+        return None
+    thunk, sources, indices = found
+    return thunk.entry_runner(sources, tuple(indices), general)
+
+
+def _loop_entry(entry: Computation, native: dict, fill):
+    """(the loop's thunk, the sources of its state leaves, the state indices the root returns)
+    for an entry whose root is one native loop's changed leaves (a get-tuple-element of it, or
+    a tuple of those) and whose other instructions are parameters and constants; else None."""
+    root = entry.root
+    picks = root.operands if root.opcode == "tuple" else [root]
+    if not picks or any(p.opcode != "get-tuple-element" for p in picks):
+        return None
+    loop = picks[0].operands[0]
+    if id(loop) not in native or any(p.operands[0] is not loop for p in picks):
+        return None
     state = loop.operands[0]
     thunk = native[id(loop)]
-    if state.opcode != "tuple" or root.attrs["index"] in thunk.fixed or \
-            any(i not in (root, loop, state) and i.opcode != "parameter" and i.operands
+    indices = [p.attrs["index"] for p in picks]
+    if state.opcode != "tuple" or any(k in thunk.fixed for k in indices) or \
+            any(i not in (root, loop, state, *picks) and i.opcode != "parameter" and i.operands
                 for i in entry.instructions):
         return None
     sources = []
@@ -205,7 +236,7 @@ def native_entry_runner(entry: Computation, native: dict, general, fill) -> call
             sources.append(np.ascontiguousarray(np.asarray(value), dtype).reshape(op.shape.dims))
         else:
             return None
-    return thunk.entry_runner(sources, root.attrs["index"], general)
+    return thunk, sources, indices
 
 
 def rebuild_state(shape, leaves):

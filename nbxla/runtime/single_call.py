@@ -72,18 +72,22 @@ def _code(source: str):
     return compile(source, "<nbxla single-kernel entry>", "exec")
 
 
-def loop_entry_runner(call: Callable, sources: list, strides: list, makers: list, pick: int,
+def loop_entry_runner(call: Callable, sources: list, strides: list, makers: list, pick: int | tuple,
                       scalar: bool, fallback: Callable, check: Callable) -> Callable:
     """``run_single(inputs)`` of an entry that is one native loop called through its built-in
     caller (fastcall.py): state leaf ``j`` is ``inputs[sources[j]]`` (checked to be an exact
     ndarray with ``strides[j]``, else ``fallback(inputs)``) or, where ``sources[j]`` is not an
     int, that constant array; the loop's results are made by ``makers``; a non-None return
-    code goes to ``check``; returns result ``pick`` (a NumPy scalar when ``scalar``)."""
+    code goes to ``check``; returns result ``pick`` (a NumPy scalar when ``scalar``), or the
+    list of results ``pick`` names when it is a tuple."""
     env = {"ndarray": np.ndarray, "loop": call, "fallback": fallback, "check": check}
     lines = ["def run_single(inputs):"]
     names = _checked_inputs_and_outputs(env, lines, sources, strides, makers)
-    lines += [f"    rc = loop({', '.join(names)})", "    if rc is not None:", "        check(rc)",
-              f"    return o{pick}[()]" if scalar else f"    return o{pick}"]
+    lines += [f"    rc = loop({', '.join(names)})", "    if rc is not None:", "        check(rc)"]
+    if isinstance(pick, tuple):
+        lines.append(f"    return [{', '.join(f'o{k}' for k in pick)}]")
+    else:
+        lines.append(f"    return o{pick}[()]" if scalar else f"    return o{pick}")
     source = "\n".join(lines)
     exec(_code(source), env)
     run = env["run_single"]
