@@ -378,6 +378,16 @@ class CpuExecutable:
             thunk, places = step[0], step[3]
             if isinstance(thunk, WindowUpdateThunk) and thunk.reuse:       # (in its operand's memory)
                 return fresh(instr.operands[thunk.target])
+            if isinstance(thunk, NativeLoopThunk):
+                # (a leaf the loop changes is a result it made for this call; one it passes
+                # through is its operand's)
+                if len(index) != 1 or any(e.is_tuple for e in instr.shape.elements):
+                    return False
+                if index[0] in thunk.fixed:
+                    return fresh(instr.operands[0].operands[index[0]]) if instr.operands[0].opcode == "tuple" \
+                        else False
+                made.append((id(instr), index))
+                return True
             if is_view(instr) and not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk)):
                 # a view or a name of its operand
                 return fresh(instr.operands[0], (instr.attrs["index"],) + index
