@@ -233,10 +233,15 @@ class CpuExecutable:
             written = straight_line_runner(entry.computation, entry.params, entry.steps, entry.root,
                                            _contiguous, (self._new_arena, self._arena_bytes))
             if written is not None:
+                loop_single = self.run_single
                 self.run, self.run_single, self.run_tuple = written
                 for fn in written:
                     if fn is not None:
                         fn.executable = self    # the machine code lives as long as the executable
+                if loop_single is not None:
+                    # (the loop's own caller, its fills made once: trisolv's np.zeros_like
+                    # filled on every call took a third of its time)
+                    self.run_single = loop_single
         if loop_outputs is not None:
             self.run = loop_outputs
 

@@ -63,3 +63,15 @@ def test_a_passed_through_input_is_returned_as_numpy_would(monkeypatch):
     np.testing.assert_array_equal(got_x, want_x)
     assert not np.shares_memory(got_s, x)
     assert not _executable(jitted)._fresh_results
+
+
+def test_an_entry_of_fills_and_a_loop_keeps_the_loops_own_caller(monkeypatch):
+    """(trisolv: np.zeros_like filled once, not on every call by the straight-line runner)"""
+    use_flags(monkeypatch, "--unroll_max=0")
+    from nbxla.examples import trisolv
+    rng = np.random.default_rng(3)
+    L, b = np.tril(rng.random((30, 30))) + 30 * np.eye(30), rng.random(30)
+    jitted = nbxla.jit(trisolv)
+    np.testing.assert_allclose(jitted(L, b), trisolv(L, b), rtol=1e-12)
+    np.testing.assert_allclose(jitted(L, b), trisolv(L, b), rtol=1e-12)
+    assert hasattr(_executable(jitted).run_single, "constants")     # (NativeLoopThunk.entry_runner's)
