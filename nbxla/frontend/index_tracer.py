@@ -76,6 +76,15 @@ class IndexTracer(ScalarTracer):
     def __neg__(self):
         return self.__rsub__(0)
 
+    def __mod__(self, other):
+        # (Python's ``i % m`` lies in [0, m) for a positive int m, whatever i is: ``x[i % 4]``
+        # then needs no bounds check)
+        if is_int(other) and int(other) > 0:
+            m = int(other)
+            rng = self.range if self.range is not None and 0 <= self.range[0] and self.range[1] < m else (0, m - 1)
+            return IndexTracer(self.ctx, np.remainder(plain(self), m).instr, rng)
+        return np.remainder(self, other)
+
     def __index__(self):
         raise self._concrete("the loop index was used as a Python int (range(i), a list index, "
                              "a shape)")

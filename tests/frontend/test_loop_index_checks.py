@@ -84,3 +84,21 @@ def test_a_loop_condition_keeps_its_clamped_index(monkeypatch):
     a = np.array([3.0, 2.0, 0.0, 5.0, 1.0])
     starts = np.array([3])
     assert nbxla.jit(first_zero)(a, starts) == first_zero(a, starts)
+
+
+def cyclic(x, n):
+    s = np.zeros(4)
+    for i in range(-3, n):
+        s[i % 4] += x[(i + 3) % x.shape[0]]
+    return s
+
+
+@pytest.mark.parametrize("n", [2, 30])
+def test_an_index_modulo_a_positive_int_needs_no_check(n, monkeypatch):
+    """(``i % m`` lies in [0, m) for any i: no check, so no state slot; negative i included)"""
+    use_flags(monkeypatch, "--unroll_max=0")
+    x = np.arange(7.0)
+    jitted = nbxla.jit(cyclic)
+    np.testing.assert_array_equal(jitted(x, n), cyclic(x, n))
+    (loop,) = [i for i in jitted.last_compilation.optimized.entry.instructions if i.opcode == "while"]
+    assert not any(e.dims == (2,) for e in loop.shape.elements)     # (no carried [min, max])
