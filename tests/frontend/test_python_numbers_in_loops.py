@@ -53,7 +53,7 @@ def needs_a_python_int(x, n):
     t = 1.0
     for i in range(n):
         t *= 1.05
-        x = x + x[:int(t) % 3 + 1].sum()        # (a slice bound: a Python int)
+        x = x + x[:int(t) // 2 + 1].sum()       # (a slice bound of unknown range: a Python int)
     return x
 
 
