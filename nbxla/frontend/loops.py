@@ -212,14 +212,16 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tup
     ctx = active_context()
     budget = _Budget(ctx, lineno, "its condition is a Python value") if ctx is not None else None
     last = None         # (the state before the last step run in Python, how to undo that step)
+    steps = 0
     while True:
         test = scalar_test(cond(state))
         if isinstance(test, Tracer):
             break
         if not test:
             return state
-        last = (state, _StepUndo(ctx, state)) if ctx is not None else None
+        last = (state, _StepUndo(ctx, state)) if ctx is not None and _undo_affordable(steps, state) else None
         state = body(state)
+        steps += 1
         if budget is not None:
             budget.spend()
     ctx = test.ctx
@@ -251,6 +253,30 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tup
             location_at(ctx, lineno),
             "keep the shapes and dtypes of the loop's values fixed and do not change Python "
             "lists or counters in it; or run it eagerly (mode=\"auto\")") from None
+
+
+# NumPy array bytes in a loop's state up to which every step run in Python keeps a copy to be
+# undone (``_StepUndo``).  Why a bound: the copies cost as much as the step's own work or more
+# (npbench's mandelbrot2, 80 steps over seven 250 000-element arrays made in the function:
+# 1.5 s of its 3.4 s first call went to copies no step needed), and only the step that makes
+# the condition traced is ever undone -- almost always the first (``err = 1.0; while err >
+# tol: ... err = traced``).  Without the copy that step stays and the loop is rolled after it:
+# the same result, traced from one step later.
+UNDO_COPY_BYTES = 1 << 20
+
+
+def _undo_affordable(steps: int, state: tuple) -> bool:
+    """Keep a copy of this Python step's state to undo it?  Always for the first step; later
+    steps only while the state's NumPy arrays are small (``UNDO_COPY_BYTES``)."""
+    if steps == 0:
+        return True
+    held = 0
+    for v in state:
+        if isinstance(v, np.ndarray):
+            held += v.nbytes
+            if held > UNDO_COPY_BYTES:
+                return False
+    return True
 
 
 def _seeds(before: tuple, after: tuple) -> list[tuple]:
