@@ -501,10 +501,14 @@ class _Loop:
             elif isinstance(new, Selection):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "
                                  "length depends on the data")
-            elif old is UNDEFINED or _redefined_function(old, new):
+            elif old is UNDEFINED or type(old) is OneBranch and type(new) is OneBranch \
+                    or _redefined_function(old, new):
                 # a Python value first bound in the body (an inner loop's variable), or a
                 # helper the body defines afresh each step (``def f(...)`` in the loop): the
-                # same in every iteration, since the body is traced once
+                # same in every iteration, since the body is traced once.  A name only a
+                # traced branch binds (``if E - w >= 0: dHG = ...``) stays unreadable after
+                # the loop as before it (the step of an outer loop before this one bound it
+                # so: npbench's scattering self-energies unrolled five loops over that)
                 self.static_after[k] = new
             elif _is_number(old) and _is_number(new) and type(old) is type(new) \
                     and (not self.counted or not isinstance(old, int)):
