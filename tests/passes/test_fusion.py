@@ -410,7 +410,7 @@ def _kernel_reads_constant(module):
 def test_small_constant_array_is_copied_into_the_kernel():
     from nbxla.passes.fusion_model import INLINE_CONSTANT_ELEMENTS
     n = INLINE_CONSTANT_ELEMENTS
-    x = np.linspace(0, 1, n)
+    x = np.linspace(0, 1, 2 * n).reshape(2, n)       # (rows: the rerun's unknown leading size)
     _, result = optimized(_scaled_by_table(n), x)
     inside, operands = _kernel_reads_constant(result.module)
     assert len(inside) == 1 and not operands
@@ -422,7 +422,7 @@ def test_large_constant_array_is_a_kernel_operand():
     # program NumPy's)
     from nbxla.passes.fusion_model import INLINE_CONSTANT_ELEMENTS
     n = INLINE_CONSTANT_ELEMENTS + 1
-    x = np.linspace(0, 1, n)
+    x = np.linspace(0, 1, 2 * n).reshape(2, n)
     fn = _scaled_by_table(n)
     _, result = optimized(fn, x)
     inside, operands = _kernel_reads_constant(result.module)
