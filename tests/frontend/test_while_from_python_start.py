@@ -223,18 +223,18 @@ def test_escape_loop_over_numpy_arrays(n, steps):
 @pytest.mark.parametrize("bound", [0, 1 << 20])     # (both sides of UNDO_COPY_BYTES)
 @pytest.mark.parametrize("low", [0.2, 0.7])
 def test_undo_copy_bound_both_sides(monkeypatch, bound, low):
-    from nbxla.frontend import loops
-    monkeypatch.setattr(loops, "UNDO_COPY_BYTES", bound)
+    from nbxla.frontend import step_undo
+    monkeypatch.setattr(step_undo, "UNDO_COPY_BYTES", bound)
     check(traced_after_two_steps, RNG.random(4) * 0.2 + low, 64)
 
 
 def test_python_steps_copy_only_small_states(monkeypatch):
     # later steps over a state whose arrays exceed the bound keep no copy (they were copied
     # at every step: mandelbrot2's first call spent most of its time there)
-    from nbxla.frontend import loops
+    from nbxla.frontend import step_undo
     made = []
-    original = loops._StepUndo.__init__
-    monkeypatch.setattr(loops._StepUndo, "__init__", lambda self, *a: made.append(1) or original(self, *a))
-    monkeypatch.setattr(loops, "UNDO_COPY_BYTES", 256)
+    original = step_undo.StepUndo.__init__
+    monkeypatch.setattr(step_undo.StepUndo, "__init__", lambda self, *a: made.append(1) or original(self, *a))
+    monkeypatch.setattr(step_undo, "UNDO_COPY_BYTES", 256)
     check(escape_counts, RNG.random(64), 8)
     assert len(made) == 1            # (the first step only: 64 complex numbers exceed 256 bytes)
