@@ -64,7 +64,7 @@ from ..codegen.patch_gemm import panel_widths, WIDEST_ROW_BYTES
 from . import small_gemm
 from . import conv_gemm
 from .conv_gemm import gemm, run_on_one_blas_thread
-from .cpu_kernels import worker_count
+from .cpu_kernels import run_split, worker_count
 
 # Largest patch block (bytes): about a quarter of a core's L2, so that the patches, the
 # kernel panel BLAS packs and the result block stay in it together.
@@ -102,6 +102,11 @@ GROUP_MIN_BYTES = 32
 # a block of fewer positions does not repay (a 3x3 256->256 layer on 14x14 in blocks of 56
 # positions ran 1.7x slower than in one block).
 MIN_POSITIONS = 256
+# nbxla's kernel split over the pool by runs of output rows (``_split_rows``): at most this
+# many runs per thread (the pool hands them out one by one: a thread the OS has descheduled
+# delays the call by at most its run), each of at least this many output positions.
+SPLIT_RUNS_PER_THREAD = 4
+SPLIT_MIN_POSITIONS = 32
 # Padded inputs from this size (bytes) get only their borders zeroed, not the whole buffer
 # (below, one np.zeros is cheaper than several small slice assignments).
 ZEROS_BYTES = 1 << 16
@@ -384,13 +389,38 @@ class BlockedConvolution:
                 region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)
                 np.copyto(out[tuple(region)], values.transpose(to_logical))
         work = self.n * self.oh * ow * depth * o
-        if native is not None and (work < conv_gemm.SPLIT_WORK or len(units) < 2):
+        if native is not None and (direct or store_cf) and work >= conv_gemm.SPLIT_WORK and \
+                worker_count() > 1:
+            self._split_rows(x, kmat, out, bias)
+        elif native is not None and (work < conv_gemm.SPLIT_WORK or len(units) < 2):
             run(None, 0, len(units))       # (no BLAS call to keep on one thread: a small one runs here)
         elif native is None and len(units) < worker_count() and work >= conv_gemm.SPLIT_WORK:
             self._split_by_features(x, kmat, out, work)
         else:
             run_on_one_blas_thread(run, len(units), work)
         return out
+
+    def _split_rows(self, x: np.ndarray, kmat: np.ndarray, out: np.ndarray, bias) -> None:
+        """nbxla's kernel over runs of output rows (of all images, ``n * OH`` in all), shared by
+        the pool: the kernel reads the input in place and writes each run straight into the
+        output, so a run may be any length -- unlike the patch blocks of ``blocks``, sized for
+        BLAS, of which one small image makes one (3x3 128 -> 128 on 28x28, stride 2: its 14
+        output rows ran on one thread, 0.86x JAX's time with two)."""
+        rows_total = self.n * self.oh
+        # (runs of at least SPLIT_MIN_POSITIONS positions: each call re-reads its kernel panel)
+        per = max(1, -(-SPLIT_MIN_POSITIONS // self.ow), -(-rows_total // (SPLIT_RUNS_PER_THREAD * worker_count())))
+        runs = -(-rows_total // per)
+        native = self.gemm
+        if self.direct:
+            flat = out.reshape(rows_total, self.ow, self.o)
+
+            def run(_, begin, end):
+                lo, hi = begin * per, min(rows_total, end * per)
+                native(x, kmat, flat[lo:hi], lo, hi, bias)
+        else:
+            def run(_, begin, end):
+                native(x, kmat, out, begin * per, min(rows_total, end * per), bias)
+        run_split(run, None, runs)
 
     def _split_by_features(self, x: np.ndarray, kmat: np.ndarray, out: np.ndarray, work: int) -> None:
         """BLAS with fewer blocks than threads (one small image: 3x3 256 -> 256 on 14x14 is one

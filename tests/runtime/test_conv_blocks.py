@@ -102,6 +102,7 @@ def test_one_block_or_many(monkeypatch, patch_bytes, labels, x, k):
 
 @pytest.mark.parametrize("split", [False, True])
 def test_split_over_the_pool_or_not(monkeypatch, split):
+    # BLAS blocks (12 output features with AVX-512 would be nbxla's kernel: 96 here is BLAS)
     monkeypatch.setattr(conv_blocks, "PATCH_BYTES", 2000)
     monkeypatch.setattr(conv_blocks, "MIN_POSITIONS", 1)
     monkeypatch.setattr(conv_gemm, "worker_count", lambda: 4)
@@ -109,9 +110,53 @@ def test_split_over_the_pool_or_not(monkeypatch, split):
     calls = []
     real = conv_gemm.run_split
     monkeypatch.setattr(conv_gemm, "run_split", lambda *a: (calls.append(a[2]), real(*a)))
-    check(conv_module((2, 12, 12, 8), (3, 3, 8, 8), "f32", "b01f_01io->b01f", square(3, pad_low=1, pad_high=1)),
-          BLOCKED)
+    check(conv_module((2, 12, 12, 8), (3, 3, 8, 2 * conv_blocks.NATIVE_GEMM_BYTES // 4 + 8), "f32",
+                      "b01f_01io->b01f", square(3, pad_low=1, pad_high=1)), BLOCKED + ", by BLAS")
     assert bool(calls) == (split and conv_gemm.blas_thread_controls() is not None)
+
+
+NATIVE_SPLIT_CASES = [
+    # channels-last output written in place; few features rounded up; channels-first stored
+    # a plane apart; stride 2 (the benchmark's 3x3 28x28 s2 layer, small); several images
+    ("b01f_01io->b01f", (1, 12, 12, 8), (3, 3, 8, 8), square(3, pad_low=1, pad_high=1)),
+    ("b01f_01io->b01f", (2, 9, 7, 5), (3, 3, 5, 6), square(3, pad_low=1, pad_high=1)),
+    ("bf01_oi01->bf01", (2, 5, 9, 7), (6, 5, 3, 3), square(3, pad_low=1, pad_high=1)),
+    ("b01f_01io->b01f", (1, 14, 14, 16), (3, 3, 16, 16), square(3, stride=2, pad_low=1, pad_high=1)),
+    ("b01f_01io->b01f", (3, 5, 6, 4), (3, 3, 4, 8), square(3, pad_low=1, pad_high=1)),
+]
+
+
+@pytest.mark.parametrize("case", NATIVE_SPLIT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("min_positions", [1, 7, 1000])
+def test_native_kernel_split_by_runs_of_rows(monkeypatch, case, split, min_positions):
+    # nbxla's kernel from SPLIT_WORK multiply-adds on: runs of output rows over the pool (one
+    # row per run, several, or all in one run), each written straight into the output; below
+    # the threshold, the blocks on the calling thread
+    labels, x, k, window = case
+    monkeypatch.setattr(conv_blocks, "worker_count", lambda: 2)
+    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1 if split else 1 << 40)
+    monkeypatch.setattr(conv_blocks, "SPLIT_MIN_POSITIONS", min_positions)
+    extents = []
+    real = conv_blocks.run_split
+    monkeypatch.setattr(conv_blocks, "run_split", lambda *a: (extents.append(a[2]), real(*a)))
+    check(conv_module(x, k, "f32", labels, window), BLOCKED + ", by nbxla")
+    assert bool(extents) == split
+    if split:
+        h, w = (x[1], x[2]) if labels[1] == "0" else (x[2], x[3])
+        rows = x[0] * ((h + 2 - 3) // window.dims[0].stride + 1)
+        ow = (w + 2 - 3) // window.dims[1].stride + 1
+        per = max(1, -(-min_positions // ow), -(-rows // (conv_blocks.SPLIT_RUNS_PER_THREAD * 2)))
+        assert extents == [-(-rows // per)]
+
+
+def test_native_split_rows_one_thread_stays_here(monkeypatch):
+    # one worker: no pool, the blocks on the calling thread whatever the work
+    monkeypatch.setattr(conv_blocks, "worker_count", lambda: 1)
+    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1)
+    monkeypatch.setattr(conv_blocks, "run_split", lambda *a: pytest.fail("split on one worker"))
+    labels, x, k, window = NATIVE_SPLIT_CASES[0]
+    check(conv_module(x, k, "f32", labels, window), BLOCKED + ", by nbxla")
 
 
 @pytest.mark.parametrize("labels,x,k", [("b01f_01io->b01f", (1, 6, 7, 5), (3, 3, 5, 70)),
