@@ -159,8 +159,8 @@ def test_native_split_rows_one_thread_stays_here(monkeypatch):
     check(conv_module(x, k, "f32", labels, window), BLOCKED + ", by nbxla")
 
 
-@pytest.mark.parametrize("labels,x,k", [("b01f_01io->b01f", (1, 6, 7, 5), (3, 3, 5, 70)),
-                                         ("bf01_oi01->bf01", (1, 5, 6, 7), (70, 5, 3, 3))])
+@pytest.mark.parametrize("labels,x,k", [("bf01_oi01->bf01", (1, 5, 6, 7), (70, 5, 3, 3)),
+                                         ("bf01_oi01->bf01", (2, 5, 6, 7), (70, 5, 3, 3))])
 @pytest.mark.parametrize("few_blocks", [True, False])
 def test_fewer_blocks_than_threads_split_by_features(monkeypatch, labels, x, k, few_blocks):
     # BLAS with fewer blocks than threads: each block's GEMM split by output features (pieces
@@ -174,6 +174,44 @@ def test_fewer_blocks_than_threads_split_by_features(monkeypatch, labels, x, k, 
                         lambda self, *a: (calls.append(1), real(self, *a)))
     check(conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1)), BLOCKED + ", by BLAS")
     assert bool(calls) == few_blocks
+
+
+@pytest.mark.parametrize("x,threads,want", [
+    ((1, 8, 7, 5), 2, [(0, 1, 0, 4), (0, 1, 4, 4)]),        # one image: runs of output rows
+    ((1, 9, 7, 5), 4, [(0, 1, 0, 2), (0, 1, 2, 2), (0, 1, 4, 2), (0, 1, 6, 3)]),
+    ((3, 4, 4, 5), 2, [(0, 1, 0, 4), (1, 2, 0, 4)]),        # several small images: whole ones
+    ((2, 5, 4, 5), 4, [(0, 1, 0, 2), (0, 1, 2, 3), (1, 1, 0, 2), (1, 1, 2, 3)]),
+])
+@pytest.mark.parametrize("split", [True, False])
+def test_blas_channels_last_one_block_cut_by_rows(monkeypatch, x, threads, want, split):
+    # BLAS, a channels-last output in place, fewer blocks than threads: from SPLIT_WORK on,
+    # the blocks are cut by images / output rows (each thread gathers its own patches and
+    # writes its rows of the output); below it, one block on the calling thread
+    monkeypatch.setattr(conv_blocks, "worker_count", lambda: threads)
+    monkeypatch.setattr(conv_gemm, "worker_count", lambda: threads)
+    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1 if split else 1 << 40)
+    monkeypatch.setattr(conv_blocks.BlockedConvolution, "_split_by_features",
+                        lambda *a: pytest.fail("split by features"))
+    module = conv_module(x, (3, 3, 5, 70), "f32", "b01f_01io->b01f", square(3, pad_low=1, pad_high=1))
+    thunk, _ = library_thunk(module.entry.root, None)
+    check(module, BLOCKED + ", by BLAS")
+    thunk([np.ones(x, np.float32), np.ones((3, 3, 5, 70), np.float32)])
+    assert thunk.blas_direct
+    assert thunk.units == (want if split else thunk.blocks())
+
+
+def test_blas_channels_last_one_output_row_split_by_features(monkeypatch):
+    # fewer output rows than threads: nothing to cut by rows, the GEMM split by features
+    monkeypatch.setattr(conv_blocks, "worker_count", lambda: 4)
+    monkeypatch.setattr(conv_gemm, "worker_count", lambda: 4)
+    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1)
+    calls = []
+    real = conv_blocks.BlockedConvolution._split_by_features
+    monkeypatch.setattr(conv_blocks.BlockedConvolution, "_split_by_features",
+                        lambda self, *a: (calls.append(1), real(self, *a)))
+    check(conv_module((1, 3, 9, 5), (1, 3, 5, 70), "f32", "b01f_01io->b01f",
+                      Window((WindowDim(1, stride=2), WindowDim(3, pad_low=1, pad_high=1)))), BLOCKED + ", by BLAS")
+    assert calls
 
 
 F32_LIMIT = conv_blocks.NATIVE_GEMM_BYTES // 4      # output features nbxla's kernel takes (f32)
