@@ -436,19 +436,21 @@ class BlockedConvolution:
         BLAS, of which one small image makes one (3x3 128 -> 128 on 28x28, stride 2: its 14
         output rows ran on one thread, 0.86x JAX's time with two)."""
         rows_total = self.n * self.oh
-        # (runs of at least SPLIT_MIN_POSITIONS positions: each call re-reads its kernel panel)
-        per = max(1, -(-SPLIT_MIN_POSITIONS // self.ow), -(-rows_total // (SPLIT_RUNS_PER_THREAD * worker_count())))
-        runs = -(-rows_total // per)
+        # (runs of at least SPLIT_MIN_POSITIONS positions -- each call re-reads its kernel
+        # panel -- as even as whole rows make them: 14 rows in runs of 5 left one thread 10)
+        runs = max(1, min(SPLIT_RUNS_PER_THREAD * worker_count(), rows_total,
+                          rows_total * self.ow // SPLIT_MIN_POSITIONS))
+        bounds = [rows_total * i // runs for i in range(runs + 1)]
         native = self.gemm
         if self.direct:
             flat = out.reshape(rows_total, self.ow, self.o)
 
             def run(_, begin, end):
-                lo, hi = begin * per, min(rows_total, end * per)
+                lo, hi = bounds[begin], bounds[end]
                 native(x, kmat, flat[lo:hi], lo, hi, bias)
         else:
             def run(_, begin, end):
-                native(x, kmat, out, begin * per, min(rows_total, end * per), bias)
+                native(x, kmat, out, bounds[begin], bounds[end], bias)
         run_split(run, None, runs)
 
     def _split_by_features(self, x: np.ndarray, kmat: np.ndarray, out: np.ndarray, work: int) -> None:

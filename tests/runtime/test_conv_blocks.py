@@ -146,8 +146,7 @@ def test_native_kernel_split_by_runs_of_rows(monkeypatch, case, split, min_posit
         h, w = (x[1], x[2]) if labels[1] == "0" else (x[2], x[3])
         rows = x[0] * ((h + 2 - 3) // window.dims[0].stride + 1)
         ow = (w + 2 - 3) // window.dims[1].stride + 1
-        per = max(1, -(-min_positions // ow), -(-rows // (conv_blocks.SPLIT_RUNS_PER_THREAD * 2)))
-        assert extents == [-(-rows // per)]
+        assert extents == [max(1, min(conv_blocks.SPLIT_RUNS_PER_THREAD * 2, rows, rows * ow // min_positions))]
 
 
 def test_native_split_rows_one_thread_stays_here(monkeypatch):
