@@ -282,9 +282,13 @@ class BlockedConvolution:
         # of the output (contiguous: whole output rows) itself, no result block and copy.
         self.blas_direct = not self.native and not self.channels_first and list(self.nhwc_order) == [0, 1, 2, 3]
         self.how = f"{BlockedConvolution.how}, by {'nbxla' if self.native else 'BLAS'}"
-        if epilogue is not None and not self.native:
-            raise ValueError(f"an epilogue needs nbxla's kernel, which does not take %{instr.name}")
+        if epilogue is not None and not self.native and not (self.blas_direct and not epilogue.bf16):
+            raise ValueError(f"an epilogue needs nbxla's kernel or BLAS writing a channels-last output "
+                             f"in place (f32 / f64), and neither takes %{instr.name}")
         self.has_bias = epilogue is not None and epilogue.has_bias
+        # BLAS: the bias and clamp applied by NumPy to each block's rows of the output right
+        # after its GEMM wrote them, on the same thread (``_finish``)
+        self.blas_epilogue = epilogue if epilogue is not None and not self.native else None
         if self.native:
             padded = [x[d] + p.low + p.high for d, p in zip(self.input_order, self.padding)]
             self.gemm = small_gemm.PatchGemmKernel(small_gemm.PatchGemm(
@@ -364,7 +368,7 @@ class BlockedConvolution:
         if self.has_bias:
             # (the kernel reads o_wide features: the padded ones' bias is 0, and they are dropped)
             bias = np.ascontiguousarray(bias, self.dtype)
-            if self.o_wide != self.o:
+            if self.native and self.o_wide != self.o:
                 bias = np.concatenate([bias, np.zeros(self.o_wide - self.o, self.dtype)])
         out = np.empty(self.dims, self.dtype)
         ow, o, depth = self.ow, self.o, self.depth
@@ -410,6 +414,8 @@ class BlockedConvolution:
                 elif blas_direct:
                     first = (n * self.oh + h0) * ow
                     np.matmul(p.reshape(rows, depth), kmat, out=out_rows[first:first + rows])
+                    if self.blas_epilogue is not None:
+                        self._finish(out_rows[first:first + rows], bias)
                     continue
                 else:
                     r = result[:rows * o].reshape(rows, o)
@@ -425,9 +431,23 @@ class BlockedConvolution:
             run(None, 0, len(units))       # (no BLAS call to keep on one thread: a small one runs here)
         elif native is None and len(units) < worker_count() and work >= conv_gemm.SPLIT_WORK:
             self._split_by_features(x, kmat, out, work)
+            if self.blas_epilogue is not None:
+                self._finish(out, bias)
         else:
             run_on_one_blas_thread(run, len(units), work)
         return out
+
+    def _finish(self, values: np.ndarray, bias: np.ndarray | None) -> None:
+        """The BLAS path's epilogue on ``values`` (rows of the channels-last output, in
+        place): the bias added, then the clamp (NumPy's maximum / minimum propagate NaN, as
+        HLO's do)."""
+        e = self.blas_epilogue
+        if bias is not None:
+            np.add(values, bias, out=values)
+        if e.lower is not None:
+            np.maximum(values, e.lower, out=values)
+        if e.upper is not None:
+            np.minimum(values, e.upper, out=values)
 
     def _split_rows(self, x: np.ndarray, kmat: np.ndarray, out: np.ndarray, bias) -> None:
         """nbxla's kernel over runs of output rows (of all images, ``n * OH`` in all), shared by
