@@ -22,11 +22,14 @@ channel's block is a run of whole output rows: writing it out is a plain copy, n
 transpose.
 
 **The store.**  Each block's values (a view with the output's logical dims) are copied into
-its region of the output.  (A consuming fusion of bias adds and activations applied here
-block by block through NumPy's in-place ufuncs measured slower than the fusion's own native
-loop kernel over the whole output -- 3x3 64 -> 64 on 56x56 with bias and relu 2.29 against
-1.87 ms, MobileNet blocks 10-30% slower -- so with BLAS the epilogue stays the fusion's
-kernel; nbxla's own kernel applies a bias and relu / relu6 in registers: ``conv_bias_act``.)
+its region of the output; a channels-last (N, H, W, O) output is written by the block's GEMM
+itself (``blas_direct``: a block is whole output rows, contiguous there).  (A consuming
+fusion of bias adds and activations applied here block by block through NumPy's in-place
+ufuncs measured slower than the fusion's own native loop kernel over the whole output --
+3x3 64 -> 64 on 56x56 with bias and relu 2.29 against 1.87 ms, MobileNet blocks 10-30%
+slower -- at the time in nbxla's kernel's place; nbxla's own kernel applies a bias and
+relu / relu6 in registers: ``conv_bias_act``.  The BLAS blocks of a channels-last output,
+which that kernel does not take, get theirs from NumPy on the block's thread, ``_finish``.)
 
 **Few output features** (at most ``NATIVE_GEMM_BYTES`` per position: 32 f32 features): no
 patches are gathered; nbxla's own kernel (``small_gemm``, ``codegen/patch_gemm.py``) reads
@@ -40,8 +43,10 @@ the groups inside it (grouped3x3 28x28x256 in 8 groups, one core: 0.99 ms, again
 the per-tap path's 72 GEMMs of 32 x 32 features a block, and XLA's 2.32 ms).
 
 **Fewer blocks than threads** (one small image, 3x3 256 -> 256 on 14x14, is one block): with
-BLAS, each block's GEMM is split by output features over the pool (``_split_by_features``),
-where the one block ran on one thread.
+BLAS into a channels-last output, the image is cut into runs of output rows, one a thread
+(``thread_blocks``); otherwise each block's GEMM is split by output features over the pool
+(``_split_by_features``), where the one block ran on one thread.  nbxla's kernel is split
+by runs of output rows of any length (``_split_rows``): it gathers nothing.
 
 **The cost rule** (``prefers_per_tap``): the per-tap GEMMs of ``conv_gemm`` need no gather,
 but each tap's GEMM has only ``C`` for its inner dimension, which BLAS runs well below its
