@@ -85,7 +85,7 @@ class _Plan:
                 # ``if i + 1 < N: t[i + 1]``: both branches are traced, NumPy runs one.  The
                 # index is checked where the branch runs (0 stands in elsewhere) and clamped.
                 kk = plain(k)
-                ENTRY_POINTS["check_bounds"](select(guard, kk, like(kk, 0)), n, axis)
+                ENTRY_POINTS["check_bounds"](select(guard, kk, like(kk, 0)), n, axis, scalar_shortcut=False)
                 kk = select(compare(kk, like(kk, 0), "LT"), emit(k.ctx, "add", kk, like(kk, n)), kk)
                 return np.clip(kk, 0, n - 1)
             if lo >= 0:

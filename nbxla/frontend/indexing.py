@@ -382,7 +382,7 @@ CLAMP_HINT = ("NumPy raises IndexError for this index. To clamp out-of-range ind
 
 
 @entry_point("check_bounds")
-def check_bounds(idx: Tracer, n: int, axis: int) -> None:
+def check_bounds(idx: Tracer, n: int, axis: int, scalar_shortcut: bool = True) -> None:
     """Raise NumPy's IndexError when the program runs, if a traced index is outside [-n, n):
     the program computes the indices' minimum and maximum (fused reductions over the index
     array, far smaller than the data it gathers), checked on the host after the run."""
@@ -399,7 +399,10 @@ def check_bounds(idx: Tracer, n: int, axis: int) -> None:
     ctx.bounds_checked[key] = (ctx.builder, idx.instr)
     # (in a rolled loop's body the loop carries the extremes over its iterations: loop_checks)
     flat = reshape(convert(idx, np.int64), (idx.size,))
-    if idx.size == 1:       # (a scalar index: its own extremes, no reductions in a loop's body)
+    # (a scalar index: its own extremes, no reductions in a loop's body.  A branch's guarded
+    # index keeps the reductions: counted as kernels, they keep such a loop rolled, where
+    # unrolled, a step's constant index out of bounds would fail the trace itself)
+    if idx.size == 1 and scalar_shortcut:
         extremes = emit(ctx, "concatenate", flat, flat, dimensions=(0,))
     else:
         extremes = emit(ctx, "concatenate", reshape(np.min(flat), (1,)), reshape(np.max(flat), (1,)),

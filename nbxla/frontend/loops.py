@@ -347,10 +347,7 @@ class _Loop:
             *plan, requests = plan
             new_checks = [(loop_checks.carry(self.ctx, c), c) for c in made_checks[len(self.checks):]]
             if not requests and not new_checks:
-                # (a body with run-time checks stays rolled: unrolled, each step would check on
-                # its own, and a branch's guarded index can be out of bounds at a step's
-                # constant index, where the trace itself raises)
-                if self.budget and not self.checks and self.trips * _size(plan[0]) <= self.budget:
+                if self.budget and self.trips * _size(plan[0]) <= self.budget:
                     size, kernels = _size(plan[0]), kernels_per_step(plan[0])
                     windows = moving_windows(plan[0]) if self.counted else 0
                     if self.trips * kernels <= UNROLL_KERNEL_BUDGET and not windows:
