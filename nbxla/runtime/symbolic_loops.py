@@ -186,7 +186,8 @@ def build(module: Module) -> SymbolicLoops:
     with tempfile.TemporaryDirectory(prefix="nbxla-symloop-") as tmp:
         path = os.path.join(tmp, "loops.so")
         order = compile_symbolic_loops(loops, module, sizes, path, parallel_threshold=PARALLEL_THRESHOLD,
-                                       runtime_object=lambda wanted: support_object(store, wanted))
+                                       runtime_object=lambda wanted: support_object(store, wanted),
+                                       host_lapack=gesv_addresses() is not None)
         with open(path, "rb") as f:
             data = f.read()
     if store is not None:
