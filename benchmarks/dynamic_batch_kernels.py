@@ -23,8 +23,10 @@ mostly the wait for a core.  Measured with the load average at 15 on 2 cores (ba
 depthwise convolution): 12 ms of CPU in 40-55 ms of wall time, and the wall ratio of minima
 of two *static* compilations of the same module (``A/A`` below) spread over 0.998-1.171 in
 four runs -- the 0.863 and 1.026 once reported for the depthwise row were that noise (its two
-kernels are the same LLVM IR, with the same range and thread split).  The CPU-time ratio of the
-same runs stayed within 0.98-1.03.  The ``A/A`` row gives the noise of the run it is printed in.
+kernels are the same LLVM IR, with the same range and thread split; the symbolic call's own
+overhead is 6 us more, of 10 ms).  In CPU time, two symbolic and two static compilations were
+within 0.978-1.027 of each other in one run; CPU time is noisy too (cache contention), less so.
+The ``A/A`` row gives the noise of the run it is printed in.
 """
 
 from __future__ import annotations
