@@ -50,7 +50,7 @@ from nbxla.hlo.parser import parse_hlo  # noqa: E402
 from nbxla.hlo.symbolic import bind_module  # noqa: E402
 from nbxla.runtime.cache import CompilationCache  # noqa: E402
 from nbxla.symbolic_compile import compile_symbolic_module, run_symbolic  # noqa: E402
-from tests.test_dynamic_batch_kernels import conv_bias_relu  # noqa: E402
+from benchmarks.conv_hlo import conv_bias_relu  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
