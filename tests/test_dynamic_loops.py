@@ -207,3 +207,26 @@ def test_without_lapack_the_solve_loop_specialises_with_the_reason(monkeypatch):
         np.testing.assert_allclose(f(a, x), power_solves(a, x), rtol=1e-10)
     assert cache.misses == 2
     assert "needs LAPACK" in cache.entries()[0].explanation
+
+
+def halve_until_small(x, n):
+    t = 0.0
+    while (x > 0.1 / (n + 1)).any():
+        x = x * 0.5
+        t += 0.1
+    return x * t
+
+
+@needs_cc
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_a_straight_line_entry_runs_the_symbolic_loop_on_its_leaves(n):
+    """An entry of a few steps runs as generated Python (``straight_line``), which calls a
+    native loop's ``flat`` runner on the state's leaves: the symbolic loop's must be one too
+    (it was a bool there: 'bool' object is not callable)."""
+    cache = CompilationCache()
+    f = nbxla.jit(halve_until_small, cache=cache, dynamic=True)
+    for size in (4, 6, 33):
+        x = np.random.default_rng(size + n).random(size).astype(np.float32)
+        np.testing.assert_allclose(f(x, n), halve_until_small(x, n), rtol=1e-6, err_msg=f"size {size}")
+    assert cache.misses == 1
+    _loop_ways(cache, {"b": 6})
