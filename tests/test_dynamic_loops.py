@@ -136,3 +136,97 @@ def test_threads_calling_at_different_sizes_get_their_own_results():
     for x, got in zip(xs, results):
         _close(got, damped(x), x.shape[0])
     assert cache.misses == 1
+
+
+# ---- a loop whose body calls LAPACK's solve (np.linalg.solve): the sizes read when it runs -------
+
+def power_solves(a, x):
+    for _ in range(20):
+        x = np.linalg.solve(a, x)
+        x = x / np.abs(x).max()
+    return x
+
+
+def batched_solves(a, b):
+    for _ in range(5):
+        b = np.linalg.solve(a, b) + b
+    return b
+
+
+def _loop_ways(cache, values):
+    loops = _symbolic(cache).instance(values).executable.native.loops
+    assert loops and all("for every size" in how for how in loops.values()), loops
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-10), (np.float32, 1e-4)])
+def test_a_loop_calling_lapacks_solve_compiles_once_for_every_size(dtype, tol):
+    cache = CompilationCache()
+    f = nbxla.jit(power_solves, cache=cache, dynamic=True)
+    for n in (1, 2, 5, 33, 100):
+        a = (RNG.random((n, n)) + n * np.eye(n)).astype(dtype)
+        x = RNG.random(n).astype(dtype)
+        got = f(a, x)
+        assert got.dtype == dtype
+        # (x is scaled to a largest element of 1 each step: float32's rounding is absolute there)
+        np.testing.assert_allclose(got, power_solves(a, x), rtol=tol, atol=tol / 10, err_msg=f"size {n}")
+    assert cache.misses == 1, cache.entries()[0].explanation
+    _loop_ways(cache, {"b": 33})
+
+
+@needs_cc
+def test_a_batched_solve_in_a_loop_with_the_batch_unknown():
+    cache = CompilationCache()
+    f = nbxla.jit(batched_solves, cache=cache, dynamic={"a": (0,), "b": (0,)})
+    for batch in (1, 3, 17):
+        a = RNG.random((batch, 4, 4)) + 4 * np.eye(4)
+        b = RNG.random((batch, 4, 3))
+        np.testing.assert_allclose(f(a, b), batched_solves(a, b), rtol=1e-10, err_msg=f"batch {batch}")
+    assert cache.misses == 1, cache.entries()[0].explanation
+
+
+@needs_cc
+def test_a_singular_matrix_in_the_symbolic_loop_raises_numpys_error():
+    cache = CompilationCache()
+    f = nbxla.jit(power_solves, cache=cache, dynamic=True)
+    a = RNG.random((6, 6)) + 6 * np.eye(6)
+    f(a, RNG.random(6))
+    singular = np.ones((9, 9))
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        f(singular, np.ones(9))
+    assert isinstance(_symbolic(cache).loops, SymbolicLoops)
+
+
+def test_without_lapack_the_solve_loop_specialises_with_the_reason(monkeypatch):
+    import nbxla.runtime.symbolic_loops as symbolic_loops
+    monkeypatch.setattr(symbolic_loops, "gesv_addresses", lambda: None)
+    cache = CompilationCache()
+    f = nbxla.jit(power_solves, cache=cache, dynamic=True)
+    for n in (3, 5):
+        a, x = RNG.random((n, n)) + n * np.eye(n), RNG.random(n)
+        np.testing.assert_allclose(f(a, x), power_solves(a, x), rtol=1e-10)
+    assert cache.misses == 2
+    assert "needs LAPACK" in cache.entries()[0].explanation
+
+
+def halve_until_small(x, n):
+    t = 0.0
+    while (x > 0.1 / (n + 1)).any():
+        x = x * 0.5
+        t += 0.1
+    return x * t
+
+
+@needs_cc
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_a_straight_line_entry_runs_the_symbolic_loop_on_its_leaves(n):
+    """An entry of a few steps runs as generated Python (``straight_line``), which calls a
+    native loop's ``flat`` runner on the state's leaves: the symbolic loop's must be one too
+    (it was a bool there: 'bool' object is not callable)."""
+    cache = CompilationCache()
+    f = nbxla.jit(halve_until_small, cache=cache, dynamic=True)
+    for size in (4, 6, 33):
+        x = np.random.default_rng(size + n).random(size).astype(np.float32)
+        np.testing.assert_allclose(f(x, n), halve_until_small(x, n), rtol=1e-6, err_msg=f"size {size}")
+    assert cache.misses == 1
+    _loop_ways(cache, {"b": 6})

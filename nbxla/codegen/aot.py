@@ -517,7 +517,7 @@ def symbolic_driver_source(symbolic: Module, probes, sizes, lifted, user_params:
 
 
 def compile_symbolic_loops(loops: dict[str, Computation], module: Module, sizes: tuple[dict, dict], path: str, *,
-                           parallel_threshold: int, runtime_object=None) -> list[str]:
+                           parallel_threshold: int, runtime_object=None, host_lapack: bool = False) -> list[str]:
     """The shared library ``path`` exporting ``int NAME(const int64_t *sz, void *const *in,
     void *const *out)`` for each computation of ``loops`` (a jit's loops over unknown sizes:
     each a ``while`` of the symbolic ``module``'s entry, on a parameter of its state), ``sz``
@@ -530,7 +530,8 @@ def compile_symbolic_loops(loops: dict[str, Computation], module: Module, sizes:
     mark_unknown_axes(wrapper, *probes)
     tm = target_machine("host")
     kernels, kernels2 = AotKernels("nbxla", llvm.get_process_triple()), AotKernels("nbxla", llvm.get_process_triple())
-    driver = SymbolicDriver(wrapper, probes, sizes, kernels, kernels2, parallel_threshold, 0, [], "nbxla")
+    driver = SymbolicDriver(wrapper, probes, sizes, kernels, kernels2, parallel_threshold, 0, [], "nbxla",
+                            host_lapack=host_lapack)
     programs = {name: driver.program(comp) for name, comp in loops.items()}
     if str(kernels.module) != str(kernels2.module):
         raise AotError("a kernel's code depends on the unknown size")

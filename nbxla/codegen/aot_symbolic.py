@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from ..errors import AotError
 from ..hlo.aliasing import is_byte_view
 from ..hlo.evaluator_common import label
+from ..hlo.evaluator_linalg import SOLVE_TARGET
 from ..hlo.ir import Computation, Instruction, Module
 from ..hlo.shapes import Shape, SymDim
 from ..hlo.symbolic import SizeProduct, size_from_probes
@@ -118,10 +119,13 @@ class SymbolicDriver:
     """The C functions running a symbolic module, over kernels emitted at two probes."""
 
     def __init__(self, symbolic: Module, probes: tuple[Module, Module], sizes: tuple[dict, dict],
-                 kernels, kernels2, parallel_threshold: int, user_params: int, lifted: list, prefix: str):
+                 kernels, kernels2, parallel_threshold: int, user_params: int, lifted: list, prefix: str,
+                 host_lapack: bool = False):
         """``probes``: ``symbolic`` bound to each of ``sizes`` (symbol -> size); ``lifted``: the
-        sizes the entry reads as its trailing parameters (after ``user_params``)."""
+        sizes the entry reads as its trailing parameters (after ``user_params``); ``host_lapack``:
+        the library gets NumPy's LAPACK when loaded (a jit's native loops, never an AOT object)."""
         self.symbolic, self.sizes = symbolic, sizes
+        self.host_lapack = host_lapack
         self.kernels, self.kernels2 = kernels, kernels2
         self.threshold, self.user_params, self.lifted = parallel_threshold, user_params, lifted
         self.prefix = prefix
@@ -313,6 +317,8 @@ class _Emitter:
             return outs
         if op == "conditional":
             return self._conditional(instr, place)
+        if op == "custom-call" and instr.attrs.get("custom_call_target") == SOLVE_TARGET:
+            return self._solve(instr, place)
         try:
             spec = self.driver.kernels.kernel(self.by_name[0][instr.name])
             spec2 = self.driver.kernels2.kernel(self.by_name[1][instr.name])
@@ -400,6 +406,29 @@ class _Emitter:
         self.lines += [f"    nbxla_gemm_{t}({batch}, {m}, {n}, {k}, {pointers[0]}, {pointers[1]}, "
                        f"{self._c(out_leaf)}, {packed});", "}"]
         self.needs.append(room.offset)
+        return [out_leaf]
+
+    def _solve(self, instr: Instruction, place) -> list:
+        """``nbxla_linalg_solve`` (a[..., n, n], b[..., n, k]) through the runtime's
+        ``nbxla_solve`` (LAPACK's ?gesv), its batch, n and k read from the size vector when it
+        runs; its work (a's copy, the pivots) in the region."""
+        if not self.driver.host_lapack:
+            raise AotError(f"{label(instr)}: {SOLVE_TARGET} needs LAPACK, which only the jit's native "
+                           "loops have (NumPy's); an ahead-of-time object has none")
+        a, b = instr.operands
+        t = instr.shape.element_type
+        kinds = {"f32": 0, "f64": 1, "c64": 2, "c128": 3}
+        if t not in kinds or a.shape.element_type != t or b.shape.element_type != t:
+            raise AotError(f"{label(instr)}: {SOLVE_TARGET} of {t} has no native implementation")
+        esize = instr.shape.dtype.itemsize
+        batch = SizeProduct(1)
+        for d in a.shape.dims[:-2]:
+            batch = batch * d
+        n, nrhs = c_size(a.shape.dims[-1]), c_size(b.shape.dims[-1])
+        (out_leaf,) = self._outputs(instr, place)
+        self.lines.append(f"if ((rc = nbxla_solve({kinds[t]}, {self._array(a)}, {self._array(b)}, "
+                          f"{self._c(out_leaf)}, {c_size(batch)}, {n}, {nrhs}, {esize}, region))) return rc;")
+        self.needs.append(f"({n}) * ({n}) * {esize} + 8 * ({n})")
         return [out_leaf]
 
     def _pointer_list(self, name: str, items: list[str]) -> str:

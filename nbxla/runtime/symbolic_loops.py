@@ -84,7 +84,10 @@ class SymbolicLoopThunk:
         self.tuple_shape = instr.shape
         self.in_array = ctypes.c_void_p * max(1, len(leaves))
         self.sizes_pointer = sizes.ctypes.data
-        self.flat = flat
+        self.flat_state = flat
+        # (as ``NativeLoopThunk.flat``: a runner on the state's leaves, which a straight-line
+        # entry calls -- None where the state nests tuples)
+        self.flat = (lambda *leaves: self((leaves,))) if flat else None
         self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.results]
         changed = iter(range(len(self.results)))
         self.picks = [(True, k) if k in self.fixed else (False, next(changed)) for k in range(len(leaves))]
@@ -121,7 +124,7 @@ class SymbolicLoopThunk:
 
     def __call__(self, operands):
         state = operands[0]
-        if self.flat and type(state) is tuple:
+        if self.flat_state and type(state) is tuple:
             # (the common case, a flat state of exact C-contiguous arrays, as a straight-line
             # entry's values are: no flattening, conversions or rebuilding)
             for a, t in zip(state, self.arg_types):
@@ -186,7 +189,8 @@ def build(module: Module) -> SymbolicLoops:
     with tempfile.TemporaryDirectory(prefix="nbxla-symloop-") as tmp:
         path = os.path.join(tmp, "loops.so")
         order = compile_symbolic_loops(loops, module, sizes, path, parallel_threshold=PARALLEL_THRESHOLD,
-                                       runtime_object=lambda wanted: support_object(store, wanted))
+                                       runtime_object=lambda wanted: support_object(store, wanted),
+                                       host_lapack=gesv_addresses() is not None)
         with open(path, "rb") as f:
             data = f.read()
     if store is not None:

@@ -38,8 +38,4 @@ RERUN = rerun_directory(globals(), LEFT_OUT, skip={
 # (Reasons of the program itself -- writes into arguments, a size used as a number -- need no
 # entry: symbolic_rerun.PROGRAM_REASONS.)
 SPECIALISED: dict[str, str] = {
-    "test_in_a_loop_the_solve_runs_in_the_native_loop__test_linalg_solve":
-        # (the loop's body calls LAPACK's solve: runtime/symbolic_loops.py compiles loops of
-        # kernels for every size, not loops holding a library call)
-        'its loops cannot run natively at every size (a custom-call: the LAPACK solve)',
 }

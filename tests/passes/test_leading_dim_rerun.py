@@ -13,7 +13,7 @@ LEFT_OUT = {
     "test_property": "its random modules have their own rerun, test_symbolic_rerun.py",
 }
 
-RERUN = rerun_directory(globals(), LEFT_OUT, skip={
+RERUN = rerun_directory(globals(), LEFT_OUT, cases_per_list=0, skip={
     "test_random_plans_are_safe": "a hypothesis search over plans: half a minute compiled symbolic",
     "test_fusion_report_lists_kernels_kinds_ops_lines_flops_and_bytes":
         "counts the bytes a kernel reads: a symbolic mean also reads its row count",
