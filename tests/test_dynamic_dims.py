@@ -103,6 +103,17 @@ def test_automatic_threshold_first_size_static_second_symbolic():
     assert not module_is_symbolic(f.last_compilation.hlo)
 
 
+def test_an_argument_returned_as_it_is_stays_symbolic_and_is_the_callers_array():
+    cache = CompilationCache()
+    f = nbxla.jit(lambda x, y: (x, x * 2 + y), cache=cache)
+    for n in (5, 6, 7, 300):
+        x, y = np.arange(float(n)), np.ones(n)
+        same, got = f(x, y)
+        assert same is x
+        np.testing.assert_array_equal(got, x * 2 + y)
+    assert cache.misses == 2 and module_is_symbolic(f.last_compilation.hlo)
+
+
 def test_named_dimensions():
     cache = CompilationCache()
     f = nbxla.jit(layer, cache=cache, dynamic={"x": (0,)})

@@ -439,6 +439,7 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
     checks = len(ctx.checks)
     branches = []
     promoted = dict(ctx.promoted)
+    decisions = len(ctx.loop_decisions)
     try:
         for fn, what in ((then, "then"), (orelse, "else")):
             with ctx.subcomputation(Builder(unique_name(f"{what}_line{lineno}"))) as builder:
@@ -453,6 +454,15 @@ def _conditional(ctx, test, then, orelse, state: tuple, lineno: int, merged: tup
                 branches.append((builder, [t.instr if t.instr is not p else None
                                            for t, p in zip(tracers, params)], out, params))
                 _restore(saved)
+    except (IndexError, NotCompilableError, CannotRoll):
+        # The select form traced both branches already; a branch traced on its own can fail
+        # where that one did not: ``if i + 1 < N: t[i + 1]`` has no condition at hand in a
+        # conditional's branch to guard the index with (nussinov's table past 73 x 73, where
+        # the branches first cost a conditional, raised here and unrolled the whole loop nest).
+        drop_promotions(ctx, promoted)
+        del ctx.checks[checks:]
+        del ctx.loop_decisions[decisions:]
+        return None
     finally:
         _restore(saved)
     if len(ctx.checks) != checks:

@@ -244,9 +244,10 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
           size_observations: list | None = None) -> TracedProgram:
     """Trace ``fn(*args, **kwargs)``; ``arg_leaves``/``arg_treedef`` flatten ``(args, kwargs)``.
     ``memory_checked=False`` allows arrays larger than memory (for programs run in chunks).
-    ``argument_views``: a result that is a basic-indexing view of an argument array
-    (``return x[1:]``) becomes a ("view", (leaf, keys)) slot: the caller gets that view of
-    its own array (after write-back), as NumPy returns a view sharing the argument's memory.
+    ``argument_views``: a result that is an argument array or a basic-indexing view of one
+    (``return x``, ``return x[1:]``) becomes a ("view", (leaf, keys)) slot: the caller gets its
+    own array or that view of it (after write-back), as NumPy returns the argument itself or a
+    view sharing its memory.
     ``names_outlive``: every name a loop binds is an output (a cell's namespace), so a loop
     that binds one to ``x[mask]`` is unrolled (see loops.py)."""
     ctx = TraceContext(name, filename_display)
@@ -324,16 +325,19 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
 
 
 def _argument_view(t, params: dict) -> tuple[int, tuple] | None:
-    """(argument leaf, NumPy keys) when ``t`` is ``arg[k1][k2]...`` by basic indexing of an
-    argument array itself (not of a value computed from it), else None."""
+    """(argument leaf, NumPy keys) when ``t`` is an argument array (no keys) or ``arg[k1][k2]...``
+    by basic indexing of one (not of a value computed from it), else None."""
     if not isinstance(t, Tracer):
         return None
     keys = []
     while t.view is not None and t.view.key is not None:
         keys.append(t.view.key)
         t = t.view.base
-    if not keys or t.view is not None or id(t) not in params:
+    if t.view is not None or id(t) not in params:
         return None
+    # (no keys: the argument array itself, after the write-back when the program wrote into it;
+    # NumPy returns the caller's own object, and a copy of a large written argument cost as
+    # much as the program: npbench's kernels return their in-place outputs, gemver 32 -> 3 ms)
     return params[id(t)], tuple(reversed(keys))
 
 

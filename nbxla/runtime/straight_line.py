@@ -61,9 +61,7 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
     pairs = _shared_matrix_pairs(ops, steps, params)
     for n, (instr, (thunk, operands, out, places)) in enumerate(zip(ops, steps)):
         args = ", ".join(f"v{k}" for k in operands)
-        if places is not None:
-            lines += _arena_step(n, thunk, args, out, places, env)
-        elif n in pairs:
+        if n in pairs:
             if pairs[n] is None:
                 continue                    # (computed with its partner)
             later, kind = pairs[n]
@@ -72,8 +70,8 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             (_, p), q_out = steps[mat_vec][1], steps[mat_vec][2]
             env[f"rows{n}"], env[f"cols{n}"] = ops[mat_vec].operands[0].shape.dims
             rows, cols = f"rows{n}", f"cols{n}"
-            env[f"make{vec_mat}"], env[f"make{mat_vec}"] = steps[vec_mat][0].make, steps[mat_vec][0].make
-            lines += [f"    v{s_out} = make{vec_mat}()", f"    v{q_out} = make{mat_vec}()"]
+            lines += [f"    v{s_out} = {_pair_output(vec_mat, steps[vec_mat], env)}",
+                      f"    v{q_out} = {_pair_output(mat_vec, steps[mat_vec], env)}"]
             big = ops[mat_vec].operands[0].shape.byte_size > DUAL_MAX_BYTES and not one_thread_enabled() \
                 and worker_count() > 1
             if kind == "dual":
@@ -85,6 +83,8 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
                 lines.append(f"    split_pair(chained, True, v{a}, v{p}, None, v{s_out}, v{q_out}, {rows}, {cols})"
                              if big else f"    chained(v{a}, v{p}, v{s_out}, v{q_out}, {rows}, {cols})")
             env["split_pair"] = split_pair
+        elif places is not None:
+            lines += _arena_step(n, thunk, args, out, places, env)
         elif instr.opcode == "tuple":
             lines.append(f"    v{out} = ({args}{',' if len(operands) == 1 else ''})")
         elif instr.opcode == "get-tuple-element" and not isinstance(thunk, KernelThunk):
@@ -133,6 +133,19 @@ def _arena_step(n: int, thunk, args: str, out: int, places: list, env: dict) -> 
     return [f"    v{out} = thunk{n}([{args}], [{', '.join(views)}])"]
 
 
+def _pair_output(n: int, step: tuple, env: dict) -> str:
+    """The expression making the result array of GEMV step ``n`` of a pair: its view of the
+    arena where the buffer plan put it there (products of a few thousand elements), else a
+    fresh array."""
+    thunk, _, _, places = step
+    if places is None:
+        env[f"make{n}"] = thunk.make
+        return f"make{n}()"
+    (offset, dims, dtype), = places
+    env[f"dims{n}_0"], env[f"dtype{n}_0"], env[f"offset{n}_0"] = dims, dtype, offset
+    return f"ndarray(dims{n}_0, dtype{n}_0, buffer=arena, offset=offset{n}_0)"
+
+
 def _kernel_call(n: int, thunk: KernelThunk, args: str, out: int, env: dict) -> str:
     """The line calling step ``n``'s unsplit kernel on its operands ``args`` and its output:
     through its built-in caller (fastcall.py: it adds the sizes and the extent itself) when
@@ -169,7 +182,8 @@ def _shared_matrix_pairs(ops: list, steps: list, params: list) -> dict:
     products: dict = {}                 # result slot of an unpaired ``A @ vector`` -> (step, A)
     pairs: dict = {}
     for n, (thunk, operands, out, places) in enumerate(steps):
-        if not (places is None and isinstance(thunk, DotThunk) and thunk.plain and thunk.split is None
+        if not ((places is None or len(places) == 1) and isinstance(thunk, DotThunk) and thunk.plain
+                and thunk.split is None
                 and thunk.how.startswith("GEMV") and dual_available(ops[n].shape.element_type)
                 and min(ops[n].operands[0].shape.dims + ops[n].operands[1].shape.dims) > 0):
             continue

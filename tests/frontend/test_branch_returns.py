@@ -14,6 +14,7 @@ import pytest
 
 import nbxla
 from nbxla.errors import IndexCheckError
+from nbxla.frontend.control import CONDITIONAL_MIN_WORK
 from nbxla.examples import nussinov
 
 from ..frontend_util import quiet
@@ -57,6 +58,16 @@ def shift_left(n, x):
         if i + 1 < n:
             y[i] = x[i + 1] - x[i]
     return y
+
+
+def relax_rows(t, w):
+    """Each row the best of itself and the row below plus ``w``, bottom to top: the row
+    below exists only under ``if i + 1 < n``."""
+    n = t.shape[0]
+    for i in range(n - 1, -1, -1):
+        if i + 1 < n:
+            t[i] = np.maximum(t[i], t[i + 1] + w)
+    return t
 
 
 def guarded_by_data(n, x, v):
@@ -110,3 +121,18 @@ def test_a_branch_that_runs_with_an_index_out_of_bounds_raises_numpys_error(n, u
         guarded_by_data(n, x, v)
     with quiet(), pytest.raises(IndexCheckError, match=f"index {n} is out of bounds for axis 0"):
         f(n, x, v)
+
+
+@pytest.mark.parametrize("rows, cols", [(6, 5), (40, 1024)])
+def test_an_index_kept_in_bounds_by_a_branch_large_enough_for_a_conditional(rows, cols):
+    # (40 x 1024: the branch writes more than CONDITIONAL_MIN_WORK elements, so it is traced
+    # again as an HLO conditional, where no condition guards ``t[i + 1]``: that trace fails and
+    # the select form stays; the loop must stay rolled either way, as below the threshold)
+    assert (rows * cols >= CONDITIONAL_MIN_WORK) == (rows == 40)     # (both sides of it)
+    rng = np.random.default_rng(rows)
+    t, w = rng.random((rows, cols)), rng.random(cols)
+    f = nbxla.jit(relax_rows)
+    with quiet():
+        got = f(t.copy(), w)
+    np.testing.assert_array_equal(got, relax_rows(t.copy(), w))
+    assert [how for _, how, _ in f.last_compilation.loop_decisions] == ["rolled"]

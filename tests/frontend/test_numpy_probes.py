@@ -186,6 +186,30 @@ def test_returned_view_of_an_argument_shares_its_memory(fn):
     _same(b, a)
 
 
+def _relax_and_return(steps, a, b, c):
+    """npbench's style: update the arguments in place, return them (and the step count)."""
+    for _ in range(steps):
+        a[1:] += 0.5 * b[:-1]
+        b[:-1] -= 0.25 * a[1:]
+    return steps, a, b, c
+
+
+def test_returned_arguments_are_the_callers_arrays_after_the_writes():
+    """An argument returned as it is comes back as the caller's own object (NumPy returns it),
+    written or not: no copy of it is made."""
+    rng = np.random.default_rng(3)
+    args = (4, rng.random(50), rng.random(50), rng.random(7))
+    want_args, got_args = [a.copy() if isinstance(a, np.ndarray) else a for a in args], \
+        [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    f = nbxla.jit(_relax_and_return)
+    for _ in range(2):                          # (the first call compiles, the second hits)
+        want, got = _relax_and_return(*want_args), f(*got_args)
+        assert got[0] == want[0] and type(got[0]) is int
+        for k in (1, 2, 3):
+            assert got[k] is got_args[k] and want[k] is want_args[k]
+            _same(got[k], want[k])
+
+
 def test_dataclass_of_arrays_as_an_argument():
     @dataclasses.dataclass
     class Params:
