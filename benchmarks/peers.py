@@ -12,11 +12,13 @@ The programs are those of ``benchmarks/programs.py`` (straight-line array progra
   none (their in-place loops do not trace), shown as ``-``.
 * ``numba``: ``numba.njit`` of the unchanged NumPy function, where numba compiles it (``-``
   otherwise: numba supports a subset of NumPy).
-* ``torch``: ``torch.compile`` of the JAX-style version over a small ``torch`` adapter, when
-  torch is installed (``-`` otherwise; the run says so).
+* ``torch``: ``torch.compile`` of the unchanged NumPy function (TorchDynamo traces NumPy calls
+  itself), loop programs included, when torch is installed (``-`` otherwise; the run says so).
 
 Columns: speedup over NumPy (NumPy's time / the contender's; > 1 is faster) and the first call
-in seconds (trace + compile + one run, fresh caches).  Contenders run interleaved in each
+in seconds (trace + compile + one run, fresh caches).  A first call longer than
+``--first-call-limit`` (default 120 s) is interrupted and that contender left out of the program,
+as a user would give up (torch.compile unrolls some Python loops for minutes).  Contenders run interleaved in each
 repeat, in an order that rotates, and the best repeat is kept (the minimum is what this noisy
 shared machine lets through).  Geometric means over the programs each contender ran, and over
 the programs that every contender ran.
@@ -37,8 +39,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["NBXLA_CACHE_DIR"] = "off"
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import copy  # noqa: E402
 import math  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -116,48 +120,12 @@ def _make_numba(case):
     return numba.njit(case.fn), (lambda args: args)
 
 
-class _TorchNumPy:
-    """Just enough of ``jax.numpy``'s surface, over torch, for the JAX versions to run."""
-
-    def __init__(self, torch):
-        self.torch = torch
-
-    def __getattr__(self, name):
-        t = self.torch
-        table = {"sqrt": t.sqrt, "tanh": t.tanh, "abs": t.abs, "exp": t.exp, "zeros_like": t.zeros_like,
-                 "sin": t.sin, "cos": t.cos, "arctan2": t.atan2, "log": t.log,
-                 "einsum": t.einsum, "outer": t.outer}
-        if name in table:
-            return table[name]
-        if name == "where":
-            return lambda c, a, b: t.where(c, t.as_tensor(a, dtype=t.float64), t.as_tensor(b, dtype=t.float64))
-        if name == "maximum":
-            return lambda a, b: t.clamp(a, min=b) if not isinstance(b, t.Tensor) else t.maximum(a, b)
-        if name == "minimum":
-            return lambda a, b: (t.clamp(b, max=a) if not isinstance(a, t.Tensor) else
-                                 t.clamp(a, max=b) if not isinstance(b, t.Tensor) else t.minimum(a, b))
-        if name == "copy":
-            return lambda a: a.clone()
-        if name == "functional_set":
-            def functional_set(A, idx, value):
-                A = A.clone()
-                A[idx] = value
-                return A
-            return functional_set
-        if name == "concatenate":
-            return lambda xs, axis=0: t.cat(list(xs), dim=axis)
-        if name == "reshape":
-            return lambda a, s: t.reshape(a, s)
-        raise AttributeError(name)
-
-
 def _make_torch(case):
-    if case.jax_fn is None:
-        return None
+    """``torch.compile`` of the unchanged NumPy function: TorchDynamo traces NumPy calls itself
+    (``torch._numpy``), takes NumPy arrays in and gives NumPy arrays back; where it cannot trace
+    a part it runs that part eagerly (a graph break), as a user of torch.compile would see."""
     import torch
-    f = torch.compile(case.jax_fn(_TorchNumPy(torch)))
-    return f, (lambda args: [torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a
-                             for a in args])
+    return torch.compile(case.fn), (lambda args: args)
 
 
 MAKERS = {"nbxla": _make_nbxla, "jax": _make_jax, "numba": _make_numba, "torch": _make_torch}
@@ -202,7 +170,26 @@ def _timed(fn, args, mutates, budget: float) -> float:
     return best
 
 
-def measure(case, available, repeats: int, budget: float) -> dict:
+class FirstCallTooLong(BaseException):
+    """(not an Exception: a compiler's own ``except Exception`` must not swallow it)"""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Interrupt a first call (tracing and compiling are Python) after ``seconds``: a contender
+    that compiles one program for minutes is left out of it, as a user would give up."""
+    def stop(signum, frame):
+        raise FirstCallTooLong(f"first call over {seconds:.0f} s")
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def measure(case, available, repeats: int, budget: float, first_call_limit: float = 120.0) -> dict:
     args = case.make_args()
     row = {"name": case.name, "first": {}, "best": {}, "note": {}}
     _, want = _call(case.fn, args, case.mutates)
@@ -216,7 +203,7 @@ def measure(case, available, repeats: int, budget: float) -> dict:
                 continue
             fn, convert = made
             cargs = convert(args)
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _time_limit(first_call_limit):
                 warnings.simplefilter("ignore")
                 first, got = _call(fn, cargs, case.mutates)
             if not _agree(want, _numpy(got)):
@@ -224,7 +211,7 @@ def measure(case, available, repeats: int, budget: float) -> dict:
                 continue
             row["first"][name] = first
             runners[name] = (fn, cargs)
-        except Exception as e:      # a contender that cannot compile a program is left out of it
+        except (Exception, FirstCallTooLong) as e:   # a contender that cannot compile it is left out
             row["note"][name] = f"{type(e).__name__}: {str(e).splitlines()[0][:60] if str(e) else ''}"
     samples = {k: [] for k in runners}
     order = list(runners)
@@ -247,13 +234,16 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--budget", type=float, default=0.05, help="seconds per contender per repeat")
     ap.add_argument("--no-loops", action="store_true", help="leave out loop_programs.py")
+    ap.add_argument("--first-call-limit", type=float, default=120.0,
+                    help="seconds a contender's first call may take before it is left out of that program")
+    ap.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated subset")
     args = ap.parse_args(argv)
-    available = _available()
+    available = {k: v and k in args.contenders.split(",") + ["nbxla"] for k, v in _available().items()}
     if available["jax"]:
         import jax
         jax.config.update("jax_enable_x64", True)
     print(f"NumPy {np.__version__}; {openblas_kernel()}")
-    print("contenders: " + ", ".join(f"{k} {'yes' if v else 'not installed'}" for k, v in available.items()))
+    print("contenders: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in available.items()))
     cases = _straight_cases(args.size) + ([] if args.no_loops else _loop_cases(args.size))
     chosen = [n for n in args.only.split(",") if n]
     cases = [c for c in cases if not chosen or c.name in chosen]
@@ -262,7 +252,7 @@ def main(argv=None) -> int:
           + "".join(f"{k[:5] + ' 1st':>11}" for k in shown))
     rows = []
     for case in cases:
-        row = measure(case, available, args.repeats, args.budget)
+        row = measure(case, available, args.repeats, args.budget, args.first_call_limit)
         rows.append(row)
         t_np = row["best"]["numpy"]
         speed = "".join(f"{t_np / row['best'][k]:9.2f}" if k in row["best"] else f"{'-':>9}" for k in shown)

@@ -83,3 +83,24 @@ def test_hlo_modules_quick_run_agrees_and_runs_nothing_on_the_evaluator():
     assert len(rows) >= 10, proc.stdout
     for row in rows:
         assert row.endswith("ok / none"), row
+
+
+def test_peers_runs_nbxla_and_interrupts_a_first_call_over_the_limit():
+    """peers.py's own run (contenders the machine lacks are shown as not run), and its limit on a
+    first call: a contender whose first call runs past it is left out of that program, by name."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "peers.py"), "--only", "eos,crc16",
+                           "--repeats", "1", "--budget", "0.001", "--contenders", "nbxla"],
+                          capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line.split()}
+    assert "eos" in rows and "crc16" in rows and "nbxla" in proc.stdout.split("geometric-mean")[1]
+    sys.path.insert(0, str(REPO))
+    import time
+    from benchmarks import peers
+    try:
+        with peers._time_limit(0.2):
+            time.sleep(5)
+    except peers.FirstCallTooLong as e:
+        assert str(e) == "first call over 0 s"
+    else:
+        raise AssertionError("the first-call limit did not interrupt")

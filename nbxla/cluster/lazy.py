@@ -95,7 +95,14 @@ class LazyArray:
             return self.state.value
         return self.state.tracer if self.state.tracer is not None else self.state.spec
 
-    shape = property(lambda self: tuple(self._meta().shape))
+    def _reshape_in_place(self, shape):
+        # ``a.shape = ...`` changes this array object itself (NumPy refuses where that would need
+        # a copy): done on the value, so the graph before it is computed first.
+        value = self.state.session.concrete(self, "ndarray.shape was assigned (an in-place reshape)",
+                                            writes=True)
+        value.shape = shape
+
+    shape = property(lambda self: tuple(self._meta().shape), _reshape_in_place)
     dtype = property(lambda self: self._meta().dtype)
     ndim = property(lambda self: len(self._meta().shape))
     size = property(lambda self: math.prod(self._meta().shape))

@@ -318,11 +318,26 @@ def ufunc_at(ctx, ufunc, a, indices, b=None):
     shape = np.broadcast_shapes(*(k.shape for k in arrays))
     columns = [reshape(broadcast_to(_wrap_negative(convert(k, np.int64), a.shape[d], d), shape),
                        shape + (1,)) for d, k in enumerate(arrays)]
+    _scatter_at(ctx, a, columns, shape, b, _AT_COMBINERS[ufunc])
+
+
+def scatter_add_in_range(a: Tracer, index: Tracer, b) -> None:
+    """``np.add.at(a, index, b)`` for a 1-D int64 ``index`` its maker knows to lie in
+    ``[0, len(a))`` (``np.histogram``'s bins, clipped by construction): without the bounds
+    check's reductions, which computed every index a second time (half the time of a
+    histogram over 400 000 values)."""
+    ctx = a.ctx
+    _scatter_at(ctx, a, [reshape(index, index.shape + (1,))], index.shape, b, "add")
+
+
+def _scatter_at(ctx, a: Tracer, columns: list, shape: tuple, b, combiner: str) -> None:
+    """``a`` updated in place by one ``scatter`` of ``b`` at the index ``columns`` (each
+    ``shape + (1,)``, non-negative and in bounds), combining with ``combiner``."""
+    arrays = columns
     index = columns[0] if len(columns) == 1 else emit(ctx, "concatenate", *columns,
                                                       dimensions=(len(shape),))
     updates_shape = shape + a.shape[len(arrays):]
     values = convert(broadcast_to(asarray(ctx, b), updates_shape), a.dtype)
-    combiner = _AT_COMBINERS[ufunc]
     if a.dtype == np.bool_:
         combiner = "or"
     axes = tuple(range(len(arrays)))

@@ -32,7 +32,7 @@ from ..errors import NbxlaError, NotCompilableError
 from ..flags import current_flags
 from ..hlo import Builder, Shape, TupleShape
 from ..hlo.builder import unique_name
-from . import loop_checks
+from . import loop_checks, step_undo
 from .unroll_cost import kernels_per_step, moving_windows, size as _size
 from .control import (UNDEFINED, CannotRoll, Snapshot, check_closed, getitem, is_value, location_at,
                       scalar_test, tracers_in, view_root)
@@ -212,14 +212,17 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tup
     ctx = active_context()
     budget = _Budget(ctx, lineno, "its condition is a Python value") if ctx is not None else None
     last = None         # (the state before the last step run in Python, how to undo that step)
+    steps = 0
     while True:
         test = scalar_test(cond(state))
         if isinstance(test, Tracer):
             break
         if not test:
             return state
-        last = (state, _StepUndo(ctx, state)) if ctx is not None else None
+        last = (state, step_undo.StepUndo(ctx, state)) \
+            if ctx is not None and step_undo.undo_affordable(steps, state) else None
         state = body(state)
+        steps += 1
         if budget is not None:
             budget.spend()
     ctx = test.ctx
@@ -268,52 +271,6 @@ def _seeds(before: tuple, after: tuple) -> list[tuple]:
         elif _is_number(new) and type(new) is type(old) and new != old:
             seeds.append((k, old, (), np.asarray(new).dtype, True, True))     # (weak, a number)
     return seeds
-
-
-class _StepUndo:
-    """What one step of a loop run in Python may change in the trace, saved to be undone: the
-    Tracers the state reaches and its lists, dicts and NumPy arrays (``Snapshot``), and the
-    context's run-time checks, promoted arrays, views and logs (a discarded step's values
-    must not become outputs or be read in its place).  Its instructions stay, dead."""
-
-    def __init__(self, ctx, state: tuple):
-        found: dict = {}
-        tracers_in(state, found)
-        self.ctx, self.snapshot = ctx, Snapshot(state, list(found.values()))
-        self.builder, self.start, self.end = ctx.builder, len(ctx.builder.instructions), None
-        self.saved = (len(ctx.checks), len(ctx.loop_decisions), dict(ctx.promoted), dict(ctx.views),
-                      dict(ctx.ambiguous), None if ctx.size_observations is None else len(ctx.size_observations))
-
-    def restore(self) -> None:
-        if self.end is None:
-            self.end = len(self.builder.instructions)
-        self.snapshot.restore()
-        ctx, (checks, decisions, promoted, views, ambiguous, observed) = self.ctx, self.saved
-        del ctx.checks[checks:]
-        del ctx.loop_decisions[decisions:]
-        ctx.promoted, ctx.views, ctx.ambiguous = dict(promoted), dict(views), dict(ambiguous)
-        if observed is not None:
-            del ctx.size_observations[observed:]
-
-    def drop_instructions(self) -> None:
-        """Remove the undone step's instructions from the computation, but for those that
-        later instructions use and its constants (the context hands out cached ones again):
-        dead, they would still be copied, verified and simplified before dead code
-        elimination drops them."""
-        b, start, end = self.builder, self.start, self.end
-        if self.ctx.builder is not b or end is None or end > len(b.instructions):
-            return
-        step = {id(i): i for i in b.instructions[start:end]}
-        used = [o for i in b.instructions[end:] for o in i.operands if id(o) in step]
-        used += [i for i in step.values() if i.opcode == "constant"]
-        kept: set[int] = set()
-        while used:
-            instr = used.pop()
-            if id(instr) not in kept:
-                kept.add(id(instr))
-                used += [o for o in instr.operands if id(o) in step]
-        b.instructions[start:end] = [i for i in b.instructions[start:end]
-                                     if id(i) in kept or i.opcode == "parameter"]
 
 
 class _Loop:
@@ -475,10 +432,14 @@ class _Loop:
             elif isinstance(new, Selection):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "
                                  "length depends on the data")
-            elif old is UNDEFINED or _redefined_function(old, new):
+            elif old is UNDEFINED or type(old) is OneBranch and type(new) is OneBranch \
+                    or _redefined_function(old, new):
                 # a Python value first bound in the body (an inner loop's variable), or a
                 # helper the body defines afresh each step (``def f(...)`` in the loop): the
-                # same in every iteration, since the body is traced once
+                # same in every iteration, since the body is traced once.  A name only a
+                # traced branch binds (``if E - w >= 0: dHG = ...``) stays unreadable after
+                # the loop as before it (the step of an outer loop before this one bound it
+                # so: npbench's scattering self-energies unrolled five loops over that)
                 self.static_after[k] = new
             elif _is_number(old) and _is_number(new) and type(old) is type(new) \
                     and (not self.counted or not isinstance(old, int)):

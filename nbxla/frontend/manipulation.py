@@ -14,7 +14,7 @@ import numpy as np
 from ..hlo import Shape
 from ..hlo.attributes import PadDim
 from .functions import concatenate, np_reshape, ravel, transpose_value
-from .indexing import check_bounds, take_along
+from .indexing import check_bounds, scatter_add_in_range, take_along
 from .reductions import normalize_axes
 from .registry import implements
 from .rules import (asarray, broadcast_to, compare, convert, emit, find_context, make_view, reshape,
@@ -577,7 +577,7 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
             raise ValueError("weights should have the same shape as a.")
         counts, amounts = np.zeros(bins, dtype=w.dtype), np.where(keep, w, np.zeros((), w.dtype))
     counts = asarray(ctx, counts)
-    np.add.at(counts, index, amounts)
+    scatter_add_in_range(counts, index, amounts)     # (index: in [0, bins) by the clips above)
     if density:
         widths = _slice_along(edges, 0, 1, bins + 1) - _slice_along(edges, 0, 0, bins)
         return counts / widths / np.sum(counts), edges

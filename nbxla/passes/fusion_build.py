@@ -9,7 +9,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import FUSIBLE, NOT_KERNELS
 from ..hlo.shapes import TupleShape
 from .cse import eliminate_common_subexpressions
-from .fusion_model import MAX_VALUES, Boundary, Group, is_kernel
+from .fusion_model import INLINE_CONSTANT_ELEMENTS, MAX_VALUES, Boundary, Group, is_kernel
 
 
 class Construction:
@@ -97,7 +97,7 @@ class Construction:
             for o in m.operands:
                 if id(o) in ids:
                     continue
-                if o.opcode == "constant":
+                if o.opcode == "constant" and o.shape.size <= INLINE_CONSTANT_ELEMENTS:
                     constants[id(o)] = o
                 elif o not in params:
                     params.append(o)

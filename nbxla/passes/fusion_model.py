@@ -56,6 +56,13 @@ SCALAR_RECOMPUTE_LIMIT = 64
 # kernel evaluate 122880 powers instead of 30.
 TRANSCENDENTAL_REUSE = 8
 
+# Constant arrays up to this many elements are copied into each kernel that reads them (a
+# table in the kernel's code); larger ones are read from memory, an operand like any array, as
+# XLA keeps large constants out of its fusions.  Why: each element becomes an LLVM constant
+# in the kernel's IR (npbench's Stockham FFT: fifteen 32768-element complex twiddle tables,
+# 9.6 s of CPU in code generation for 123 instructions; as operands, a fraction of that).
+INLINE_CONSTANT_ELEMENTS = 4096
+
 # Never duplicated into a consumer: an update rewrites a whole array (computed once, in place).
 NOT_DUPLICATED = EXPENSIVE | {"dynamic-update-slice"}
 

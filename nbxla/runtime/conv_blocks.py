@@ -22,11 +22,14 @@ channel's block is a run of whole output rows: writing it out is a plain copy, n
 transpose.
 
 **The store.**  Each block's values (a view with the output's logical dims) are copied into
-its region of the output.  (A consuming fusion of bias adds and activations applied here
-block by block through NumPy's in-place ufuncs measured slower than the fusion's own native
-loop kernel over the whole output -- 3x3 64 -> 64 on 56x56 with bias and relu 2.29 against
-1.87 ms, MobileNet blocks 10-30% slower -- so with BLAS the epilogue stays the fusion's
-kernel; nbxla's own kernel applies a bias and relu / relu6 in registers: ``conv_bias_act``.)
+its region of the output; a channels-last (N, H, W, O) output is written by the block's GEMM
+itself (``blas_direct``: a block is whole output rows, contiguous there).  (A consuming
+fusion of bias adds and activations applied here block by block through NumPy's in-place
+ufuncs measured slower than the fusion's own native loop kernel over the whole output --
+3x3 64 -> 64 on 56x56 with bias and relu 2.29 against 1.87 ms, MobileNet blocks 10-30%
+slower -- at the time in nbxla's kernel's place; nbxla's own kernel applies a bias and
+relu / relu6 in registers: ``conv_bias_act``.  The BLAS blocks of a channels-last output,
+which that kernel does not take, get theirs from NumPy on the block's thread, ``_finish``.)
 
 **Few output features** (at most ``NATIVE_GEMM_BYTES`` per position: 32 f32 features): no
 patches are gathered; nbxla's own kernel (``small_gemm``, ``codegen/patch_gemm.py``) reads
@@ -40,8 +43,10 @@ the groups inside it (grouped3x3 28x28x256 in 8 groups, one core: 0.99 ms, again
 the per-tap path's 72 GEMMs of 32 x 32 features a block, and XLA's 2.32 ms).
 
 **Fewer blocks than threads** (one small image, 3x3 256 -> 256 on 14x14, is one block): with
-BLAS, each block's GEMM is split by output features over the pool (``_split_by_features``),
-where the one block ran on one thread.
+BLAS into a channels-last output, the image is cut into runs of output rows, one a thread
+(``thread_blocks``); otherwise each block's GEMM is split by output features over the pool
+(``_split_by_features``), where the one block ran on one thread.  nbxla's kernel is split
+by runs of output rows of any length (``_split_rows``): it gathers nothing.
 
 **The cost rule** (``prefers_per_tap``): the per-tap GEMMs of ``conv_gemm`` need no gather,
 but each tap's GEMM has only ``C`` for its inner dimension, which BLAS runs well below its
@@ -64,7 +69,7 @@ from ..codegen.patch_gemm import panel_widths, WIDEST_ROW_BYTES
 from . import small_gemm
 from . import conv_gemm
 from .conv_gemm import gemm, run_on_one_blas_thread
-from .cpu_kernels import worker_count
+from .cpu_kernels import run_split, worker_count
 
 # Largest patch block (bytes): about a quarter of a core's L2, so that the patches, the
 # kernel panel BLAS packs and the result block stay in it together.
@@ -102,6 +107,11 @@ GROUP_MIN_BYTES = 32
 # a block of fewer positions does not repay (a 3x3 256->256 layer on 14x14 in blocks of 56
 # positions ran 1.7x slower than in one block).
 MIN_POSITIONS = 256
+# nbxla's kernel split over the pool by runs of output rows (``_split_rows``): at most this
+# many runs per thread (the pool hands them out one by one: a thread the OS has descheduled
+# delays the call by at most its run), each of at least this many output positions.
+SPLIT_RUNS_PER_THREAD = 8
+SPLIT_MIN_POSITIONS = 32
 # Padded inputs from this size (bytes) get only their borders zeroed, not the whole buffer
 # (below, one np.zeros is cheaper than several small slice assignments).
 ZEROS_BYTES = 1 << 16
@@ -273,10 +283,17 @@ class BlockedConvolution:
         # ~10% of the convolution); with the features rounded up, only the real ones
         # (``PatchGemm.stored``: SSD's 1x1 heads of 12 and 15 features, 9.9 -> 7.5 us a call).
         self.direct = self.native and list(self.nhwc_order) == [0, 1, 2, 3]
+        # BLAS, channels-last output in (N, H, W, O) order: each block's GEMM writes its rows
+        # of the output (contiguous: whole output rows) itself, no result block and copy.
+        self.blas_direct = not self.native and not self.channels_first and list(self.nhwc_order) == [0, 1, 2, 3]
         self.how = f"{BlockedConvolution.how}, by {'nbxla' if self.native else 'BLAS'}"
-        if epilogue is not None and not self.native:
-            raise ValueError(f"an epilogue needs nbxla's kernel, which does not take %{instr.name}")
+        if epilogue is not None and not self.native and not (self.blas_direct and not epilogue.bf16):
+            raise ValueError(f"an epilogue needs nbxla's kernel or BLAS writing a channels-last output "
+                             f"in place (f32 / f64), and neither takes %{instr.name}")
         self.has_bias = epilogue is not None and epilogue.has_bias
+        # BLAS: the bias and clamp applied by NumPy to each block's rows of the output right
+        # after its GEMM wrote them, on the same thread (``_finish``)
+        self.blas_epilogue = epilogue if epilogue is not None and not self.native else None
         if self.native:
             padded = [x[d] + p.low + p.high for d, p in zip(self.input_order, self.padding)]
             self.gemm = small_gemm.PatchGemmKernel(small_gemm.PatchGemm(
@@ -292,6 +309,26 @@ class BlockedConvolution:
         if self.images > 1 or self.rows == self.oh:
             return [(n, min(self.images, self.n - n), 0, self.oh) for n in range(0, self.n, self.images)]
         return [(n, 1, h, min(self.rows, self.oh - h)) for n in range(self.n) for h in range(0, self.oh, self.rows)]
+
+    def thread_blocks(self) -> list[tuple[int, int, int, int]] | None:
+        """BLAS, channels-last output in place, fewer blocks than threads (one small image):
+        the blocks cut by images, then by output rows, into one per thread (None: not so
+        cut).  Each thread then gathers its own patches and writes its rows of the output
+        itself; cut by output features instead (``_split_by_features``), the gather and the
+        copy into the output ran on the calling thread alone (3x3 256 -> 256 on 14x14: 0.07
+        and 0.005 of the ~1.1 ms each thread took)."""
+        threads = worker_count()
+        blocks = self.blocks()
+        if self.native or not self.blas_direct or len(blocks) >= threads:
+            return None
+        if self.n >= threads:                          # whole images, as evenly as they go
+            bounds = [self.n * i // threads for i in range(threads + 1)]
+            return [(a, b - a, 0, self.oh) for a, b in zip(bounds, bounds[1:])]
+        runs = -(-threads // self.n)                   # runs of rows, within one image each
+        if runs > self.oh:
+            return None
+        bounds = [self.oh * i // runs for i in range(runs + 1)]
+        return [(n, 1, a, b - a) for n in range(self.n) for a, b in zip(bounds, bounds[1:])]
 
     def kernel_matrix(self, kernel: np.ndarray) -> np.ndarray:
         """The kernel operand as the GEMM's matrix: channels-first (O, C * KH * KW),
@@ -336,20 +373,23 @@ class BlockedConvolution:
         if self.has_bias:
             # (the kernel reads o_wide features: the padded ones' bias is 0, and they are dropped)
             bias = np.ascontiguousarray(bias, self.dtype)
-            if self.o_wide != self.o:
+            if self.native and self.o_wide != self.o:
                 bias = np.concatenate([bias, np.zeros(self.o_wide - self.o, self.dtype)])
         out = np.empty(self.dims, self.dtype)
         ow, o, depth = self.ow, self.o, self.depth
+        work = self.n * self.oh * ow * depth * o
         if self.units is None:       # (made once: a small convolution's call is mostly such overhead)
-            self.units = self.blocks()
+            cut = self.thread_blocks()
+            self.units = cut if cut is not None and work >= conv_gemm.SPLIT_WORK else self.blocks()
             self.most = max(i * h for _, i, _, h in self.units) * ow
         units, most, native = self.units, self.most, self.gemm
         nhwc, to_logical, cf = self.nhwc_order, self.to_logical, self.channels_first
-        direct, store_cf = self.direct, self.store_channels_first
+        direct, store_cf, blas_direct = self.direct, self.store_channels_first, self.blas_direct
+        out_rows = out.reshape(-1, o) if blas_direct else None
 
         def run(_, begin, end):
             patches = None if native is not None else np.empty(most * depth, self.dtype)
-            result = None if direct or store_cf else \
+            result = None if direct or store_cf or blas_direct else \
                 np.empty(most * (self.o_wide if native is not None else o), self.dtype)
             for n, images, h0, h in units[begin:end]:
                 rows = images * h * ow
@@ -376,6 +416,12 @@ class BlockedConvolution:
                     r = result[:rows * o].reshape(o, rows)
                     gemm(kmat, p.reshape(depth, rows), r, False)
                     values = r.reshape(o, images, h, ow).transpose(1, 2, 3, 0)
+                elif blas_direct:
+                    first = (n * self.oh + h0) * ow
+                    np.matmul(p.reshape(rows, depth), kmat, out=out_rows[first:first + rows])
+                    if self.blas_epilogue is not None:
+                        self._finish(out_rows[first:first + rows], bias)
+                    continue
                 else:
                     r = result[:rows * o].reshape(rows, o)
                     np.matmul(p.reshape(rows, depth), kmat, out=r)
@@ -383,14 +429,54 @@ class BlockedConvolution:
                 region = [slice(None)] * 4
                 region[nhwc[0]], region[nhwc[1]] = slice(n, n + images), slice(h0, h0 + h)
                 np.copyto(out[tuple(region)], values.transpose(to_logical))
-        work = self.n * self.oh * ow * depth * o
-        if native is not None and (work < conv_gemm.SPLIT_WORK or len(units) < 2):
+        if native is not None and (direct or store_cf) and work >= conv_gemm.SPLIT_WORK and \
+                worker_count() > 1:
+            self._split_rows(x, kmat, out, bias)
+        elif native is not None and (work < conv_gemm.SPLIT_WORK or len(units) < 2):
             run(None, 0, len(units))       # (no BLAS call to keep on one thread: a small one runs here)
         elif native is None and len(units) < worker_count() and work >= conv_gemm.SPLIT_WORK:
             self._split_by_features(x, kmat, out, work)
+            if self.blas_epilogue is not None:
+                self._finish(out, bias)
         else:
             run_on_one_blas_thread(run, len(units), work)
         return out
+
+    def _finish(self, values: np.ndarray, bias: np.ndarray | None) -> None:
+        """The BLAS path's epilogue on ``values`` (rows of the channels-last output, in
+        place): the bias added, then the clamp (NumPy's maximum / minimum propagate NaN, as
+        HLO's do)."""
+        e = self.blas_epilogue
+        if bias is not None:
+            np.add(values, bias, out=values)
+        if e.lower is not None:
+            np.maximum(values, e.lower, out=values)
+        if e.upper is not None:
+            np.minimum(values, e.upper, out=values)
+
+    def _split_rows(self, x: np.ndarray, kmat: np.ndarray, out: np.ndarray, bias) -> None:
+        """nbxla's kernel over runs of output rows (of all images, ``n * OH`` in all), shared by
+        the pool: the kernel reads the input in place and writes each run straight into the
+        output, so a run may be any length -- unlike the patch blocks of ``blocks``, sized for
+        BLAS, of which one small image makes one (3x3 128 -> 128 on 28x28, stride 2: its 14
+        output rows ran on one thread, 0.86x JAX's time with two)."""
+        rows_total = self.n * self.oh
+        # (runs of at least SPLIT_MIN_POSITIONS positions -- each call re-reads its kernel
+        # panel -- as even as whole rows make them: 14 rows in runs of 5 left one thread 10)
+        runs = max(1, min(SPLIT_RUNS_PER_THREAD * worker_count(), rows_total,
+                          rows_total * self.ow // SPLIT_MIN_POSITIONS))
+        bounds = [rows_total * i // runs for i in range(runs + 1)]
+        native = self.gemm
+        if self.direct:
+            flat = out.reshape(rows_total, self.ow, self.o)
+
+            def run(_, begin, end):
+                lo, hi = bounds[begin], bounds[end]
+                native(x, kmat, flat[lo:hi], lo, hi, bias)
+        else:
+            def run(_, begin, end):
+                native(x, kmat, out, bounds[begin], bounds[end], bias)
+        run_split(run, None, runs)
 
     def _split_by_features(self, x: np.ndarray, kmat: np.ndarray, out: np.ndarray, work: int) -> None:
         """BLAS with fewer blocks than threads (one small image: 3x3 256 -> 256 on 14x14 is one

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.frontend_util import check, jit, quiet
+from tests.frontend_util import check, check_or_same_error, jit, quiet
 
 RNG = np.random.default_rng(28)
 
@@ -83,3 +83,53 @@ def test_arrays_only_read_in_nested_loops_are_not_written_back():
     with quiet():
         jit(syrk)(np.float64(1.5), np.float64(1.2), C, A)
     np.testing.assert_allclose(C, want, rtol=1e-12)
+
+
+# ---- a name only a traced branch binds, inside loops run more than once -----------------------
+
+def gated_products(G, idx, S):
+    """``if k - w >= 0: prod = ...`` on a rolled loop's index: ``prod`` is bound in one branch
+    only.  The inner rolled loop runs once per step of the unrolled ``w`` loop; on the second
+    run ``prod`` already holds the first run's one-branch value (npbench's scattering
+    self-energies: the loops around it were unrolled for that, a 9 s first call)."""
+    for k in range(G.shape[0]):
+        for w in range(2):
+            for a in range(idx.shape[0]):
+                if k - w >= 0:
+                    prod = G[k - w, idx[a]] @ G[k, a]
+                    S[k, a] += prod
+    return S
+
+
+def reads_branch_name_after(G, idx, S):
+    for k in range(G.shape[0]):
+        for w in range(2):
+            for a in range(idx.shape[0]):
+                if k - w >= 0:
+                    prod = G[k - w, idx[a]] @ G[k, a]
+                    S[k, a] += prod
+    return S + prod
+
+
+@pytest.mark.parametrize("n_k,n_a", [(3, 5), (2, 6)])
+def test_name_bound_in_one_branch_inside_repeated_loops(n_k, n_a):
+    G = RNG.random((n_k, n_a, 3, 3))
+    idx = RNG.integers(0, n_a, n_a).astype(np.int32)
+    S = np.zeros((n_k, n_a, 3, 3))
+    check(gated_products, G, idx, S)
+    f = jit(gated_products)
+    with quiet():
+        f(G, idx, S.copy())
+    decisions = f.last_compilation.loop_decisions
+    lines = {line: how for line, how, _ in decisions}
+    import inspect
+    source, first = inspect.getsourcelines(gated_products)
+    inner = first + next(k for k, line in enumerate(source) if "for a in" in line)
+    assert lines[inner] == "rolled", decisions
+
+
+def test_name_bound_in_one_branch_read_after_the_loops():
+    # (the last value the branch bound, as in NumPy, or a clear refusal: never a wrong value)
+    G = RNG.random((2, 4, 3, 3))
+    idx = np.arange(4, dtype=np.int32)
+    check_or_same_error(reads_branch_name_after, G, idx, np.zeros((2, 4, 3, 3)))

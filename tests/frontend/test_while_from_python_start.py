@@ -179,3 +179,62 @@ def test_rolled_from_the_start_with_the_steps_types(monkeypatch):
                         lambda self: traces.append(self.counted) or original(self))
     check(relax_until_still, RNG.random(9), 1e-4)
     assert traces.count(False) == 1
+
+
+# ---- steps run in Python over NumPy arrays: copies to undo a step only while they are small --
+
+def escape_counts(c0, steps):
+    """A masked escape-time loop over NumPy arrays made in the function (mandelbrot's shape):
+    the condition is a Python value throughout, the arrays shrink as points escape."""
+    c = np.linspace(-2.0, 0.5, c0.shape[0]) + 0.3j
+    z = np.zeros(c.shape, np.complex128)
+    idx = np.arange(c.shape[0])
+    count = np.zeros(c.shape, np.int64)
+    for i in range(steps):
+        if not len(z):
+            break
+        z = z * z + c
+        out = abs(z) > 2.0
+        count[idx[out]] = i + 1
+        keep = np.logical_not(out)
+        z, c, idx = z[keep], c[keep], idx[keep]
+    return count + c0
+
+
+def traced_after_two_steps(x, n):
+    """The condition turns traced after the second Python step, with a NumPy array of ``n``
+    elements in the state: below the copy bound the step is undone and the loop rolled from
+    before it; above, the loop is rolled after it.  Both give NumPy's answer."""
+    out = np.zeros(n)
+    err, k = 1.0, 0
+    while err > 1e-3:
+        out[k % n] = err
+        k += 1
+        if k >= 2:
+            err = err * x.min()
+    return out, k
+
+
+@pytest.mark.parametrize("n,steps", [(50, 30), (400, 12)])
+def test_escape_loop_over_numpy_arrays(n, steps):
+    check(escape_counts, RNG.random(n), steps)
+
+
+@pytest.mark.parametrize("bound", [0, 1 << 20])     # (both sides of UNDO_COPY_BYTES)
+@pytest.mark.parametrize("low", [0.2, 0.7])
+def test_undo_copy_bound_both_sides(monkeypatch, bound, low):
+    from nbxla.frontend import step_undo
+    monkeypatch.setattr(step_undo, "UNDO_COPY_BYTES", bound)
+    check(traced_after_two_steps, RNG.random(4) * 0.2 + low, 64)
+
+
+def test_python_steps_copy_only_small_states(monkeypatch):
+    # later steps over a state whose arrays exceed the bound keep no copy (they were copied
+    # at every step: mandelbrot2's first call spent most of its time there)
+    from nbxla.frontend import step_undo
+    made = []
+    original = step_undo.StepUndo.__init__
+    monkeypatch.setattr(step_undo.StepUndo, "__init__", lambda self, *a: made.append(1) or original(self, *a))
+    monkeypatch.setattr(step_undo, "UNDO_COPY_BYTES", 256)
+    check(escape_counts, RNG.random(64), 8)
+    assert len(made) == 1            # (the first step only: 64 complex numbers exceed 256 bytes)

@@ -387,3 +387,44 @@ def test_history_text_is_the_module_as_it_was_after_the_pass():
     first, second = (r.text for r in result.history)
     assert first == printed[0] and second == printed[1]
     assert "_a_b" not in first and "_a_b" in second
+
+
+# ---- constant arrays: copied into kernels while small, operands when large -------------------
+
+def _scaled_by_table(n):
+    table = (np.arange(n) % 7 + 1.0).astype(np.float64)      # (a NumPy array: a constant)
+
+    def fn(x):
+        return np.sin(x) * table + 1.0
+    return fn
+
+
+def _kernel_reads_constant(module):
+    """(constants fused inside the kernel, constant operands of the kernel)."""
+    (fusion,) = [i for i in module.entry.instructions if i.opcode == "fusion"]
+    inside = [i for i in fusion.attrs["calls"].instructions if i.opcode == "constant" and i.shape.rank > 0]
+    operands = [o for o in fusion.operands if o.opcode == "constant"]
+    return inside, operands
+
+
+def test_small_constant_array_is_copied_into_the_kernel():
+    from nbxla.passes.fusion_model import INLINE_CONSTANT_ELEMENTS
+    n = INLINE_CONSTANT_ELEMENTS
+    x = np.linspace(0, 1, 2 * n).reshape(2, n)       # (rows: the rerun's unknown leading size)
+    _, result = optimized(_scaled_by_table(n), x)
+    inside, operands = _kernel_reads_constant(result.module)
+    assert len(inside) == 1 and not operands
+
+
+def test_large_constant_array_is_a_kernel_operand():
+    # (a table of more elements than INLINE_CONSTANT_ELEMENTS is read from memory, not compiled
+    # into the kernel's code; the results match the evaluator's either way, and the compiled
+    # program NumPy's)
+    from nbxla.passes.fusion_model import INLINE_CONSTANT_ELEMENTS
+    n = INLINE_CONSTANT_ELEMENTS + 1
+    x = np.linspace(0, 1, 2 * n).reshape(2, n)
+    fn = _scaled_by_table(n)
+    _, result = optimized(fn, x)
+    inside, operands = _kernel_reads_constant(result.module)
+    assert not inside and len(operands) == 1
+    np.testing.assert_allclose(nbxla.jit(fn)(x), fn(x), rtol=1e-12)

@@ -102,6 +102,7 @@ def test_one_block_or_many(monkeypatch, patch_bytes, labels, x, k):
 
 @pytest.mark.parametrize("split", [False, True])
 def test_split_over_the_pool_or_not(monkeypatch, split):
+    # BLAS blocks (12 output features with AVX-512 would be nbxla's kernel: 96 here is BLAS)
     monkeypatch.setattr(conv_blocks, "PATCH_BYTES", 2000)
     monkeypatch.setattr(conv_blocks, "MIN_POSITIONS", 1)
     monkeypatch.setattr(conv_gemm, "worker_count", lambda: 4)
@@ -109,13 +110,56 @@ def test_split_over_the_pool_or_not(monkeypatch, split):
     calls = []
     real = conv_gemm.run_split
     monkeypatch.setattr(conv_gemm, "run_split", lambda *a: (calls.append(a[2]), real(*a)))
-    check(conv_module((2, 12, 12, 8), (3, 3, 8, 8), "f32", "b01f_01io->b01f", square(3, pad_low=1, pad_high=1)),
-          BLOCKED)
+    check(conv_module((2, 12, 12, 8), (3, 3, 8, 2 * conv_blocks.NATIVE_GEMM_BYTES // 4 + 8), "f32",
+                      "b01f_01io->b01f", square(3, pad_low=1, pad_high=1)), BLOCKED + ", by BLAS")
     assert bool(calls) == (split and conv_gemm.blas_thread_controls() is not None)
 
 
-@pytest.mark.parametrize("labels,x,k", [("b01f_01io->b01f", (1, 6, 7, 5), (3, 3, 5, 70)),
-                                         ("bf01_oi01->bf01", (1, 5, 6, 7), (70, 5, 3, 3))])
+NATIVE_SPLIT_CASES = [
+    # channels-last output written in place; few features rounded up; channels-first stored
+    # a plane apart; stride 2 (the benchmark's 3x3 28x28 s2 layer, small); several images
+    ("b01f_01io->b01f", (1, 12, 12, 8), (3, 3, 8, 8), square(3, pad_low=1, pad_high=1)),
+    ("b01f_01io->b01f", (2, 9, 7, 5), (3, 3, 5, 6), square(3, pad_low=1, pad_high=1)),
+    ("bf01_oi01->bf01", (2, 5, 9, 7), (6, 5, 3, 3), square(3, pad_low=1, pad_high=1)),
+    ("b01f_01io->b01f", (1, 14, 14, 16), (3, 3, 16, 16), square(3, stride=2, pad_low=1, pad_high=1)),
+    ("b01f_01io->b01f", (3, 5, 6, 4), (3, 3, 4, 8), square(3, pad_low=1, pad_high=1)),
+]
+
+
+@pytest.mark.parametrize("case", NATIVE_SPLIT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("min_positions", [1, 7, 1000])
+def test_native_kernel_split_by_runs_of_rows(monkeypatch, case, split, min_positions):
+    # nbxla's kernel from SPLIT_WORK multiply-adds on: runs of output rows over the pool (one
+    # row per run, several, or all in one run), each written straight into the output; below
+    # the threshold, the blocks on the calling thread
+    labels, x, k, window = case
+    monkeypatch.setattr(conv_blocks, "worker_count", lambda: 2)
+    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1 if split else 1 << 40)
+    monkeypatch.setattr(conv_blocks, "SPLIT_MIN_POSITIONS", min_positions)
+    extents = []
+    real = conv_blocks.run_split
+    monkeypatch.setattr(conv_blocks, "run_split", lambda *a: (extents.append(a[2]), real(*a)))
+    check(conv_module(x, k, "f32", labels, window), BLOCKED + ", by nbxla")
+    assert bool(extents) == split
+    if split:
+        h, w = (x[1], x[2]) if labels[1] == "0" else (x[2], x[3])
+        rows = x[0] * ((h + 2 - 3) // window.dims[0].stride + 1)
+        ow = (w + 2 - 3) // window.dims[1].stride + 1
+        assert extents == [max(1, min(conv_blocks.SPLIT_RUNS_PER_THREAD * 2, rows, rows * ow // min_positions))]
+
+
+def test_native_split_rows_one_thread_stays_here(monkeypatch):
+    # one worker: no pool, the blocks on the calling thread whatever the work
+    monkeypatch.setattr(conv_blocks, "worker_count", lambda: 1)
+    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1)
+    monkeypatch.setattr(conv_blocks, "run_split", lambda *a: pytest.fail("split on one worker"))
+    labels, x, k, window = NATIVE_SPLIT_CASES[0]
+    check(conv_module(x, k, "f32", labels, window), BLOCKED + ", by nbxla")
+
+
+@pytest.mark.parametrize("labels,x,k", [("bf01_oi01->bf01", (1, 5, 6, 7), (70, 5, 3, 3)),
+                                         ("bf01_oi01->bf01", (2, 5, 6, 7), (70, 5, 3, 3))])
 @pytest.mark.parametrize("few_blocks", [True, False])
 def test_fewer_blocks_than_threads_split_by_features(monkeypatch, labels, x, k, few_blocks):
     # BLAS with fewer blocks than threads: each block's GEMM split by output features (pieces
@@ -129,6 +173,44 @@ def test_fewer_blocks_than_threads_split_by_features(monkeypatch, labels, x, k, 
                         lambda self, *a: (calls.append(1), real(self, *a)))
     check(conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1)), BLOCKED + ", by BLAS")
     assert bool(calls) == few_blocks
+
+
+@pytest.mark.parametrize("x,threads,want", [
+    ((1, 8, 7, 5), 2, [(0, 1, 0, 4), (0, 1, 4, 4)]),        # one image: runs of output rows
+    ((1, 9, 7, 5), 4, [(0, 1, 0, 2), (0, 1, 2, 2), (0, 1, 4, 2), (0, 1, 6, 3)]),
+    ((3, 4, 4, 5), 2, [(0, 1, 0, 4), (1, 2, 0, 4)]),        # several small images: whole ones
+    ((2, 5, 4, 5), 4, [(0, 1, 0, 2), (0, 1, 2, 3), (1, 1, 0, 2), (1, 1, 2, 3)]),
+])
+@pytest.mark.parametrize("split", [True, False])
+def test_blas_channels_last_one_block_cut_by_rows(monkeypatch, x, threads, want, split):
+    # BLAS, a channels-last output in place, fewer blocks than threads: from SPLIT_WORK on,
+    # the blocks are cut by images / output rows (each thread gathers its own patches and
+    # writes its rows of the output); below it, one block on the calling thread
+    monkeypatch.setattr(conv_blocks, "worker_count", lambda: threads)
+    monkeypatch.setattr(conv_gemm, "worker_count", lambda: threads)
+    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1 if split else 1 << 40)
+    monkeypatch.setattr(conv_blocks.BlockedConvolution, "_split_by_features",
+                        lambda *a: pytest.fail("split by features"))
+    module = conv_module(x, (3, 3, 5, 70), "f32", "b01f_01io->b01f", square(3, pad_low=1, pad_high=1))
+    thunk, _ = library_thunk(module.entry.root, None)
+    check(module, BLOCKED + ", by BLAS")
+    thunk([np.ones(x, np.float32), np.ones((3, 3, 5, 70), np.float32)])
+    assert thunk.blas_direct
+    assert thunk.units == (want if split else thunk.blocks())
+
+
+def test_blas_channels_last_one_output_row_split_by_features(monkeypatch):
+    # fewer output rows than threads: nothing to cut by rows, the GEMM split by features
+    monkeypatch.setattr(conv_blocks, "worker_count", lambda: 4)
+    monkeypatch.setattr(conv_gemm, "worker_count", lambda: 4)
+    monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1)
+    calls = []
+    real = conv_blocks.BlockedConvolution._split_by_features
+    monkeypatch.setattr(conv_blocks.BlockedConvolution, "_split_by_features",
+                        lambda self, *a: (calls.append(1), real(self, *a)))
+    check(conv_module((1, 3, 9, 5), (1, 3, 5, 70), "f32", "b01f_01io->b01f",
+                      Window((WindowDim(1, stride=2), WindowDim(3, pad_low=1, pad_high=1)))), BLOCKED + ", by BLAS")
+    assert calls
 
 
 F32_LIMIT = conv_blocks.NATIVE_GEMM_BYTES // 4      # output features nbxla's kernel takes (f32)
