@@ -79,19 +79,21 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             element_type = ops[n].shape.element_type
             # (unsplit: the built-in caller where there is one, its sizes in an array; the
             # GIL released for matrices that take long enough for other threads to matter)
-            fast = None if big else pair_caller(element_type, kind == "chained",
-                                                release=ops[mat_vec].operands[0].shape.byte_size >= RELEASE_PAIR_BYTES)
+            release = ops[mat_vec].operands[0].shape.byte_size >= RELEASE_PAIR_BYTES
+            fast = None if big else pair_caller(element_type, kind == "chained", release=release)
+            # (named by what it is: the same text wherever the same caller runs, see ``_code``)
+            caller = f"pair_{element_type}_{int(release)}_{kind}"
             if fast is not None:
-                env[f"pair{n}"], env[f"dims{n}"] = fast, np.array([env[rows], env[cols]], np.int64)
+                env[caller], env[f"dims{n}"] = fast, np.array([env[rows], env[cols]], np.int64)
             if kind == "dual":
                 env["dual"] = dual_gemv(element_type)
                 lines.append(f"    split_pair(dual, False, v{a}, v{p}, v{r}, v{s_out}, v{q_out}, {rows}, {cols})" if big
-                             else f"    pair{n}(v{a}, v{p}, v{r}, v{s_out}, v{q_out}, dims{n})" if fast is not None
+                             else f"    {caller}(v{a}, v{p}, v{r}, v{s_out}, v{q_out}, dims{n})" if fast is not None
                              else f"    dual(v{a}, v{p}, v{r}, v{s_out}, v{q_out}, {rows}, {cols})")
             else:
                 env["chained"] = chained_gemv(element_type)
                 lines.append(f"    split_pair(chained, True, v{a}, v{p}, None, v{s_out}, v{q_out}, {rows}, {cols})"
-                             if big else f"    pair{n}(v{a}, v{p}, v{s_out}, v{q_out}, dims{n})" if fast is not None
+                             if big else f"    {caller}(v{a}, v{p}, v{s_out}, v{q_out}, dims{n})" if fast is not None
                              else f"    chained(v{a}, v{p}, v{s_out}, v{q_out}, {rows}, {cols})")
             env["split_pair"] = split_pair
         elif instr.opcode == "tuple":

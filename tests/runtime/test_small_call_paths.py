@@ -32,7 +32,7 @@ def test_gemv_pairs_through_the_built_in_caller_match_numpy(rows, cols):
     for got, want in zip(g(A, x, r), bicg(A, x, r)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
     source = f.compiled_inputs(A, x)[0].executable.run.source
-    assert "pair" in source and "chained(" not in source
+    assert f"pair_f64_{int(not small)}_chained(" in source and "    chained(" not in source
 
 
 def test_the_built_in_pair_caller_refuses_what_is_not_an_array():
