@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from .call_check import checked_call
-from .compile_clock import stage
+from .compile_clock import recording_stages, stage
 from .compiler import Compilation, compile_module
 from .errors import ResourceError, TraceError, UnsupportedInputError
 from .frontend.captures import CapturePlan, bake, has_arrays, rebuild, unbake
@@ -87,7 +87,10 @@ def run_program(compiled: CompiledProgram, leaves: list):
     """Run on the argument leaves; write back mutated arguments; rebuild the result."""
     program = compiled.program
     inputs = [leaves[i] for i in program.param_leaves]
-    with stage("run"):
+    if recording_stages():
+        with stage("run"):
+            outputs = compiled.compilation.executable.run(inputs)
+    else:           # (entering the context manager cost ~1 us of a small program's call)
         outputs = compiled.compilation.executable.run(inputs)
     if program.checks:
         program.run_checks(outputs)         # NumPy's IndexError/ValueError, before any write
@@ -125,6 +128,19 @@ def _fast_runner(compiled: CompiledProgram, n_leaves: int, where: list[int] | No
             return lambda args: run_program(compiled, [args[k] for k in where])
         return lambda args: run_program(compiled, list(args))
     run = compiled.compilation.executable.run
+    if program.out_treedef.kind == "leaf" and len(program.out_slots) == 1 and program.out_slots[0][0] == "out" \
+            and program.checks and not program.python_ints:
+        # One result and run-time checks (``np.linalg.cholesky``'s info): the outputs, the
+        # checks (NumPy's error), the result -- without ``run_program``'s general steps.
+        pick, run_checks = program.out_slots[0][1], program.run_checks
+        params = _places(program.param_leaves, where)
+
+        def checked(leaves):
+            outputs = run([leaves[i] for i in params])
+            run_checks(outputs)
+            value = outputs[pick]
+            return value[()] if value.ndim == 0 else value      # NumPy gives scalars for 0-d results
+        return checked
     if program.out_treedef.kind == "leaf" and program.out_slots == [("out", 0)] and not program.checks \
             and not program.python_ints:
         single = compiled.compilation.executable.run_single    # (0-d: a NumPy scalar)

@@ -105,7 +105,22 @@ def module_ir(t: str, data_offset: int) -> str:
     objects = ", ".join(f"i8* %{name}.obj" for name in ("A", "p", "r", "s", "q"))
     chained_objects = ", ".join(f"i8* %{name}.obj" for name in ("A", "p", "s", "q"))
     chained_loads = "".join(load for name, load in zip(("A", "p", "r", "s", "q"), loads) if name != "r")
-    return (_kernel_ir(t) + _chained_ir(t) +
+    # The same two entries for CPython's fastcall trampoline (runtime/fastcall.py's
+    # ``object_caller``: array objects, then ``begin, end``): the sizes come in an int64
+    # array ``[m, n]`` after the arrays, the range is not used.
+    dims = (f"  %dims.at = getelementptr i8, i8* %dims.obj, i64 {data_offset}\n"
+            f"  %dims.pp = bitcast i8* %dims.at to i64**\n  %dims = load i64*, i64** %dims.pp\n"
+            f"  %m = load i64, i64* %dims\n  %n.p = getelementptr i64, i64* %dims, i64 1\n"
+            f"  %n = load i64, i64* %n.p\n")
+    fast = (f"define void @nbxla_dual_gemv_objects({objects}, i8* %dims.obj, i64 %begin, i64 %end) {{\n"
+            f"entry:\n" + "".join(loads) + dims +
+            f"  call void @dual_gemv_kernel({t}* %A, {t}* %p, {t}* %r, {t}* %s, {t}* %q, i64 %m, i64 %n)\n"
+            f"  ret void\n}}\n"
+            f"define void @nbxla_chained_gemv_objects({chained_objects}, i8* %dims.obj, i64 %begin, i64 %end) {{\n"
+            f"entry:\n" + chained_loads + dims +
+            f"  call void @chained_gemv_kernel({t}* %A, {t}* %p, {t}* %s, {t}* %q, i64 %m, i64 %n)\n"
+            f"  ret void\n}}\n")
+    return (fast + _kernel_ir(t) + _chained_ir(t) +
             f"define void @nbxla_dual_gemv({objects}, i64 %m, i64 %n) {{\nentry:\n" + "".join(loads) +
             f"  call void @dual_gemv_kernel({t}* %A, {t}* %p, {t}* %r, {t}* %s, {t}* %q, i64 %m, i64 %n)\n"
             f"  ret void\n}}\n"

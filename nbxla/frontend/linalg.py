@@ -367,9 +367,11 @@ def cholesky(a, /, *, upper=False):
     location = ctx.user_location()
 
     def fail(value):
-        if value.max() <= 0:
+        # (one value, read as is: ``max()`` of it cost a tenth of a small matrix's factorization)
+        if (value.item() if value.size == 1 else value.max()) <= 0:
             return None
         return LinAlgCheckError("Matrix is not positive definite", location,
                                 "np.linalg.cholesky needs a symmetric positive definite matrix")
-    ctx.add_check(reshape(np.max(info), (1,)).instr, fail, ("max",))
+    # (one matrix: its info is the value checked, no reduction over a batch to run)
+    ctx.add_check(reshape(np.max(info) if batch else info, (1,)).instr, fail, ("max",))
     return np.swapaxes(factor, -1, -2) if upper else factor

@@ -398,7 +398,9 @@ class CpuExecutable:
                 return fresh(instr.operands[0], (instr.attrs["index"],) + index
                              if instr.opcode == "get-tuple-element" else index)
             made.append((id(instr), index))
-            return isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk, WindowUpdateThunk)) and places is None
+            # (library thunks that always return arrays of their own say so: ``fresh_results``)
+            return (isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk, WindowUpdateThunk))
+                    or getattr(thunk, "fresh_results", False)) and places is None
         # (CSE merges equal values: ``return np.zeros(n), np.zeros(n)`` is one kernel's output
         # twice in the root tuple, where NumPy gives two arrays.)
         return fresh(entry.computation.root) and len(set(made)) == len(made)

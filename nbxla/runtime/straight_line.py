@@ -25,7 +25,7 @@ import numpy as np
 from ..hlo.ir import Computation
 from .blas_threads import one_thread_enabled
 from .cpu_kernels import DotThunk, KernelThunk, data_pointer, worker_count
-from .dual_gemv import available as dual_available, chained_gemv, dual_gemv, split_pair
+from .dual_gemv import available as dual_available, chained_gemv, dual_gemv, pair_caller, split_pair
 
 # Longer entries keep the loop: the gain is per step of dispatch, the source grows with steps.
 MAX_STEPS = 64
@@ -74,14 +74,25 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
                       f"    v{q_out} = {_pair_output(mat_vec, steps[mat_vec], env)}"]
             big = ops[mat_vec].operands[0].shape.byte_size > DUAL_MAX_BYTES and not one_thread_enabled() \
                 and worker_count() > 1
+            element_type = ops[n].shape.element_type
+            # (unsplit: the built-in caller where there is one, its sizes in an array; the
+            # GIL released for matrices that take long enough for other threads to matter)
+            release = ops[mat_vec].operands[0].shape.byte_size >= RELEASE_PAIR_BYTES
+            fast = None if big else pair_caller(element_type, kind == "chained", release=release)
+            # (named by what it is: the same text wherever the same caller runs, see ``_code``)
+            caller = f"pair_{element_type}_{int(release)}_{kind}"
+            if fast is not None:
+                env[caller], env[f"dims{n}"] = fast, np.array([env[rows], env[cols]], np.int64)
             if kind == "dual":
-                env["dual"] = dual_gemv(ops[n].shape.element_type)
+                env["dual"] = dual_gemv(element_type)
                 lines.append(f"    split_pair(dual, False, v{a}, v{p}, v{r}, v{s_out}, v{q_out}, {rows}, {cols})" if big
+                             else f"    {caller}(v{a}, v{p}, v{r}, v{s_out}, v{q_out}, dims{n})" if fast is not None
                              else f"    dual(v{a}, v{p}, v{r}, v{s_out}, v{q_out}, {rows}, {cols})")
             else:
-                env["chained"] = chained_gemv(ops[n].shape.element_type)
+                env["chained"] = chained_gemv(element_type)
                 lines.append(f"    split_pair(chained, True, v{a}, v{p}, None, v{s_out}, v{q_out}, {rows}, {cols})"
-                             if big else f"    chained(v{a}, v{p}, v{s_out}, v{q_out}, {rows}, {cols})")
+                             if big else f"    {caller}(v{a}, v{p}, v{s_out}, v{q_out}, dims{n})" if fast is not None
+                             else f"    chained(v{a}, v{p}, v{s_out}, v{q_out}, {rows}, {cols})")
             env["split_pair"] = split_pair
         elif places is not None:
             lines += _arena_step(n, thunk, args, out, places, env)
@@ -167,6 +178,10 @@ def _kernel_call(n: int, thunk: KernelThunk, args: str, out: int, env: dict) -> 
 # (dual_gemv.split_pair), as NumPy's two GEMVs run on OpenBLAS's threads; below it, thread
 # hand-offs cost more than they save.
 DUAL_MAX_BYTES = 1 << 21
+# From this matrix size an unsplit pair releases the GIL while it runs (tens of us and more:
+# other Python threads may run meanwhile, as they did when ctypes called it); smaller ones keep
+# it (releasing and taking it back costs more than they take).
+RELEASE_PAIR_BYTES = 1 << 18
 
 
 def _shared_matrix_pairs(ops: list, steps: list, params: list) -> dict:
