@@ -40,6 +40,19 @@ def _packed_panels(b: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(wide.reshape(batch, k, -1, 16).transpose(0, 2, 1, 3))
 
 
+
+def solve_kind(driver, instr: Instruction) -> int:
+    """The runtime's ``nbxla_solve`` code of ``instr``'s element type (0 f32, 1 f64, 2 c64,
+    3 c128); refused where the driver has no LAPACK (ahead-of-time objects) or the type none."""
+    if not driver.host_lapack:
+        raise AotError(f"{label(instr)}: {SOLVE_TARGET} needs LAPACK, which only the jit's native "
+                       "loops have (NumPy's); an ahead-of-time object has none")
+    t = instr.shape.element_type
+    kinds = {"f32": 0, "f64": 1, "c64": 2, "c128": 3}
+    if t not in kinds or any(x.shape.element_type != t for x in instr.operands):
+        raise AotError(f"{label(instr)}: {SOLVE_TARGET} of {t} has no native implementation")
+    return kinds[t]
+
 class _Room:
     """Places in the per-step region for one step's temporaries."""
 
@@ -305,18 +318,12 @@ class LibrarySteps:
     def _solve(self, instr: Instruction) -> None:
         """``nbxla_linalg_solve`` through the LAPACKE ``?gesv`` the jit runtime hands a native
         loop library (an AOT object has none: refused here, at build time)."""
-        if not self.driver.host_lapack:
-            raise AotError(f"{label(instr)}: {SOLVE_TARGET} needs LAPACK, which only the jit's native "
-                           "loops have (NumPy's); an ahead-of-time object has none")
+        kind = solve_kind(self.driver, instr)
         a, b = instr.operands
-        t = instr.shape.element_type
-        kinds = {"f32": 0, "f64": 1, "c64": 2, "c128": 3}
-        if t not in kinds or a.shape.element_type != t or b.shape.element_type != t:
-            raise AotError(f"{label(instr)}: {SOLVE_TARGET} of {t} has no native implementation")
         n, nrhs = a.shape.dims[-1], b.shape.dims[-1]
         batch = product(a.shape.dims[:-2])
         esize = instr.shape.dtype.itemsize
-        self.lines.append(f"if ((rc = nbxla_solve({kinds[t]}, {self._array(a)}, {self._array(b)}, {self._array(instr)}, "
+        self.lines.append(f"if ((rc = nbxla_solve({kind}, {self._array(a)}, {self._array(b)}, {self._array(instr)}, "
                           f"{batch}, {n}, {nrhs}, {esize}, (char *){self.local_place()}))) return rc;")
         self._region(n * n * esize + 8 * n)
 

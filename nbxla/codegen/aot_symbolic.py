@@ -46,6 +46,7 @@ from ..hlo.ir import Computation, Instruction, Module
 from ..hlo.shapes import Shape, SymDim
 from ..hlo.symbolic import SizeProduct, size_from_probes
 from .aot_driver import branch_computations, branch_pick, leaf_shapes, moved_leaves
+from .aot_library import solve_kind
 from .toolkit import KernelSpec
 
 GEMM_TYPES = ("f32", "f64")
@@ -412,21 +413,15 @@ class _Emitter:
         """``nbxla_linalg_solve`` (a[..., n, n], b[..., n, k]) through the runtime's
         ``nbxla_solve`` (LAPACK's ?gesv), its batch, n and k read from the size vector when it
         runs; its work (a's copy, the pivots) in the region."""
-        if not self.driver.host_lapack:
-            raise AotError(f"{label(instr)}: {SOLVE_TARGET} needs LAPACK, which only the jit's native "
-                           "loops have (NumPy's); an ahead-of-time object has none")
+        kind = solve_kind(self.driver, instr)
         a, b = instr.operands
-        t = instr.shape.element_type
-        kinds = {"f32": 0, "f64": 1, "c64": 2, "c128": 3}
-        if t not in kinds or a.shape.element_type != t or b.shape.element_type != t:
-            raise AotError(f"{label(instr)}: {SOLVE_TARGET} of {t} has no native implementation")
         esize = instr.shape.dtype.itemsize
         batch = SizeProduct(1)
         for d in a.shape.dims[:-2]:
             batch = batch * d
         n, nrhs = c_size(a.shape.dims[-1]), c_size(b.shape.dims[-1])
         (out_leaf,) = self._outputs(instr, place)
-        self.lines.append(f"if ((rc = nbxla_solve({kinds[t]}, {self._array(a)}, {self._array(b)}, "
+        self.lines.append(f"if ((rc = nbxla_solve({kind}, {self._array(a)}, {self._array(b)}, "
                           f"{self._c(out_leaf)}, {c_size(batch)}, {n}, {nrhs}, {esize}, region))) return rc;")
         self.needs.append(f"({n}) * ({n}) * {esize} + 8 * ({n})")
         return [out_leaf]
