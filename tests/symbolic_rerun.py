@@ -361,6 +361,17 @@ def _thinned(test, most: int):
     return _copy(test, new_marks)
 
 
+def drop_cases(namespace: dict, names: list[str], drop, why: str) -> None:
+    """The rerun tests ``names`` (as rerun in ``namespace``) without the ``parametrize`` values
+    ``drop(value)`` is true of; ``why``: the reason, kept beside them for the reader."""
+    for name in names:
+        test = namespace[name]
+        marks = [pytest.mark.parametrize(m.args[0], [v for v in m.args[1] if not drop(v)], **m.kwargs).mark
+                 if m.name == "parametrize" else m for m in getattr(test, "pytestmark", [])]
+        namespace[name] = _copy(test, marks)
+        namespace[name].dropped_cases_because = why
+
+
 def _copy(test, marks: list):
     """A copy of the function ``test`` with these pytest marks (the original keeps its own)."""
     copy = types.FunctionType(test.__code__, test.__globals__, test.__name__, test.__defaults__, test.__closure__)

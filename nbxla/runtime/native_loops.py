@@ -202,6 +202,8 @@ def native_entry_outputs_runner(entry: Computation, native: dict, general, fill)
     if found is None or entry.root.opcode != "tuple":
         return None
     thunk, sources, indices = found
+    if not isinstance(thunk, NativeLoopThunk):      # (a symbolic loop's runner returns one leaf)
+        return None
     return thunk.entry_runner(sources, tuple(indices), general)
 
 

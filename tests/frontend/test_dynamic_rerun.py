@@ -28,6 +28,8 @@ RERUN = rerun_directory(globals(), LEFT_OUT, skip={
     "test_filled_array_traced_once": "counts the loop body's traces of a static compile (a symbolic one "
                                      "traces at several sizes)",
     "test_rolled_from_the_start_with_the_steps_types": "counts the loop body's traces of a static compile",
+    "test_python_steps_copy_only_small_states": "counts the step copies of one trace (a symbolic compile "
+                                                "traces at several sizes)",
     "test_float_to_int_casts_out_of_range": "NumPy's vectorized cast of NaN and out-of-range floats depends on "
                                             "the position: NumPy at another size is no oracle (the test's own "
                                             "is element by element)",
