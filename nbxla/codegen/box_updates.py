@@ -23,12 +23,10 @@ from llvmlite import ir
 from ..hlo.iota_masks import box_bounds
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import ELEMENTWISE
-from .elemental import ElementalEmitter, I64, const_i64, linear_index, llvm_type
+from .elemental import ElementalEmitter, const_i64, linear_index
 from .masked_ranges import clamped_range
-from .toolkit import KernelBuffers, KernelSpec, counted_loop, kernel_function, load_at, product
-
-I8P = ir.IntType(8).as_pointer()
-
+from .toolkit import (KernelBuffers, KernelSpec, compute_then_store, kernel_function, load_at,
+                      nest_ranges, product)
 
 def emit_box_update(module: ir.Module, name: str, comp: Computation, libc) -> KernelSpec:
     """The kernel of ``comp`` (root ``select(box, new, parameter)``: ``aliasing.updated_parameter``)
@@ -73,19 +71,11 @@ def emit_box_update(module: ir.Module, name: str, comp: Computation, libc) -> Ke
             value = em.value(new, index)
             written.clear()
             store(index, value)
-        _nest(b, ranges, "w", element)
+        nest_ranges(b, ranges, "w", element)
 
     def through_temporary():
-        ty = llvm_type(new.shape.element_type)
-        raw = b.call(libc(module, "malloc", I8P, [I64]), [const_i64(16 * product(dims))])
-        temp = b.bitcast(raw, ty.as_pointer())
-
-        def compute(index):
-            em.reset_memo()
-            b.store(em.value(new, index), b.gep(temp, [linear_index(b, index, dims)]))
-        _nest(b, ranges, "w", compute)
-        _nest(b, ranges, "c", lambda index: store(index, b.load(b.gep(temp, [linear_index(b, index, dims)]))))
-        b.call(libc(module, "free", ir.VoidType(), [I8P]), [raw])
+        compute_then_store(b, module, libc, em, new, dims, lambda name, body: nest_ranges(b, ranges, name, body),
+                           store)
 
     if not one_pass:
         through_temporary()
@@ -153,12 +143,3 @@ def _slices_apart(b, em: ElementalEmitter, slices: list[Instruction], ranges: li
     for lo, hi in ranges:
         empty = b.or_(empty, b.icmp_signed(">=", lo, hi))
     return b.or_(apart, empty)
-
-
-def _nest(b, ranges: list, name: str, body, index=()) -> None:
-    """Nested loops over ``[lo, hi)`` per dimension; ``body(index_list)``."""
-    if len(index) == len(ranges):
-        body(list(index))
-        return
-    lo, hi = ranges[len(index)]
-    counted_loop(b, lo, hi, f"{name}{len(index)}", lambda i: _nest(b, ranges, name, body, index + (i,)))

@@ -258,6 +258,32 @@ def _loop_metadata(module: ir.Module, hints: list[list]):
     return loop_id
 
 
+def nest_ranges(b, ranges: list, name: str, body, index=()) -> None:
+    """Nested loops over ``[lo, hi)`` per dimension (i64 values); ``body(index_list)``."""
+    if len(index) == len(ranges):
+        body(list(index))
+        return
+    lo, hi = ranges[len(index)]
+    counted_loop(b, lo, hi, f"{name}{len(index)}", lambda i: nest_ranges(b, ranges, name, body, index + (i,)))
+
+
+def compute_then_store(b, module: ir.Module, libc, em, value: Instruction, dims, loop, store) -> None:
+    """``value`` at every index ``loop(name, body)`` visits, computed into a temporary first and
+    then handed to ``store(index, element)``: for an update whose new value reads positions the
+    store overwrites.  ``libc(module, name, result, args)`` declares malloc and free."""
+    i8p = ir.IntType(8).as_pointer()
+    # (16 bytes an element: room for any element type, complex128 included)
+    raw = b.call(libc(module, "malloc", i8p, [I64]), [const_i64(16 * product(dims))])
+    temp = b.bitcast(raw, llvm_type(value.shape.element_type).as_pointer())
+
+    def compute(index):
+        em.reset_memo()
+        b.store(em.value(value, index), b.gep(temp, [linear_index(b, index, dims)]))
+    loop("w", compute)
+    loop("c", lambda index: store(index, b.load(b.gep(temp, [linear_index(b, index, dims)]))))
+    b.call(libc(module, "free", ir.VoidType(), [i8p]), [raw])
+
+
 def nest(b, dims, name, body, index=()):
     """Nested loops over ``dims`` (ints, or i64 values read when the kernel runs);
     ``body(index_list)``."""

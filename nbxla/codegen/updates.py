@@ -18,13 +18,11 @@ from llvmlite import ir
 
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import ELEMENTWISE
-from .elemental import ElementalEmitter, I64, const_i64, linear_index, llvm_type
+from .elemental import ElementalEmitter, const_i64, linear_index
 from .box_updates import emit_box_update
 from .masked_ranges import clamped_range, iota_bounds
-from .toolkit import KernelBuffers, KernelSpec, counted_loop, kernel_function, load_at, nest, product, single_unit
-
-I8P = ir.IntType(8).as_pointer()
-
+from .toolkit import (KernelBuffers, KernelSpec, compute_then_store, kernel_function, load_at, nest,
+                      nest_ranges, product, single_unit)
 
 @single_unit
 def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
@@ -70,35 +68,14 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
             # values back; only the range is written)
             dim, found = masked
             ranges[dim] = clamped_range(b, em, found, *ranges[dim])
-        _nest_ranges(b, ranges, "w", element)
+        nest_ranges(b, ranges, "w", element)
         b.ret_void()
         return KernelSpec(name, "in-place", dims[0], product(dims[1:]))
     else:
-        ty = llvm_type(update.shape.element_type)
-        # (16 bytes an element: room for any element type, complex128 included)
-        raw = b.call(_libc(module, "malloc", I8P, [I64]), [const_i64(16 * product(dims))])
-        temp = b.bitcast(raw, ty.as_pointer())
-
-        def compute(index):
-            em.reset_memo()
-            b.store(em.value(update, index), b.gep(temp, [linear_index(b, index, dims)]))
-        nest(b, dims, "w", compute)
-
-        def copy(index):
-            store_window(index, b.load(b.gep(temp, [linear_index(b, index, dims)])))
-        nest(b, dims, "c", copy)
-        b.call(_libc(module, "free", ir.VoidType(), [I8P]), [raw])
+        compute_then_store(b, module, _libc, em, update, dims, lambda name, body: nest(b, dims, name, body),
+                           store_window)
     b.ret_void()
     return KernelSpec(name, "in-place", 1, product(dims))      # (two passes: one call, [0, 1))
-
-
-def _nest_ranges(b, ranges: list, name: str, body, index=()) -> None:
-    """Nested loops over ``[lo, hi)`` per dimension; ``body(index_list)``."""
-    if len(index) == len(ranges):
-        body(list(index))
-        return
-    lo, hi = ranges[len(index)]
-    counted_loop(b, lo, hi, f"{name}{len(index)}", lambda i: _nest_ranges(b, ranges, name, body, index + (i,)))
 
 
 def _masked_window(root: Instruction, update: Instruction, target: Instruction):
