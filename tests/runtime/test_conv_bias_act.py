@@ -195,13 +195,11 @@ def test_blas_epilogue_on_every_split(monkeypatch, rows):
     """Split over threads by runs of output rows (each block's epilogue on its own thread), or
     -- one output row, fewer than the threads -- by output features, the epilogue after."""
     from nbxla.runtime import conv_blocks, conv_gemm
+    from tests.runtime.test_conv_blocks import _count_feature_splits
     monkeypatch.setattr(conv_blocks, "worker_count", lambda: 4)
     monkeypatch.setattr(conv_gemm, "worker_count", lambda: 4)
     monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1)
-    calls = []
-    real = conv_blocks.BlockedConvolution._split_by_features
-    monkeypatch.setattr(conv_blocks.BlockedConvolution, "_split_by_features",
-                        lambda self, *a: (calls.append(1), real(self, *a)))
+    calls = _count_feature_splits(monkeypatch)
     geometry = dict(BLAS_DENSE, h=9) if rows else dict(BLAS_DENSE, h=3, pad=(0, 0))
     run(dense_module("NHWC", epilogue="relu6", **geometry), folded="blas", atol=DEEP_ATOL)
     assert bool(calls) != rows

@@ -158,6 +158,15 @@ def test_native_split_rows_one_thread_stays_here(monkeypatch):
     check(conv_module(x, k, "f32", labels, window), BLOCKED + ", by nbxla")
 
 
+def _count_feature_splits(monkeypatch) -> list:
+    """A list that gains an item each time a block's GEMM is split by output features."""
+    calls = []
+    real = conv_blocks.BlockedConvolution._split_by_features
+    monkeypatch.setattr(conv_blocks.BlockedConvolution, "_split_by_features",
+                        lambda self, *a: (calls.append(1), real(self, *a)))
+    return calls
+
+
 @pytest.mark.parametrize("labels,x,k", [("bf01_oi01->bf01", (1, 5, 6, 7), (70, 5, 3, 3)),
                                          ("bf01_oi01->bf01", (2, 5, 6, 7), (70, 5, 3, 3))])
 @pytest.mark.parametrize("few_blocks", [True, False])
@@ -167,10 +176,7 @@ def test_fewer_blocks_than_threads_split_by_features(monkeypatch, labels, x, k, 
     monkeypatch.setattr(conv_blocks, "worker_count", lambda: 4 if few_blocks else 1)
     monkeypatch.setattr(conv_gemm, "worker_count", lambda: 4)
     monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1)
-    calls = []
-    real = conv_blocks.BlockedConvolution._split_by_features
-    monkeypatch.setattr(conv_blocks.BlockedConvolution, "_split_by_features",
-                        lambda self, *a: (calls.append(1), real(self, *a)))
+    calls = _count_feature_splits(monkeypatch)
     check(conv_module(x, k, "f32", labels, square(3, pad_low=1, pad_high=1)), BLOCKED + ", by BLAS")
     assert bool(calls) == few_blocks
 
@@ -204,10 +210,7 @@ def test_blas_channels_last_one_output_row_split_by_features(monkeypatch):
     monkeypatch.setattr(conv_blocks, "worker_count", lambda: 4)
     monkeypatch.setattr(conv_gemm, "worker_count", lambda: 4)
     monkeypatch.setattr(conv_gemm, "SPLIT_WORK", 1)
-    calls = []
-    real = conv_blocks.BlockedConvolution._split_by_features
-    monkeypatch.setattr(conv_blocks.BlockedConvolution, "_split_by_features",
-                        lambda self, *a: (calls.append(1), real(self, *a)))
+    calls = _count_feature_splits(monkeypatch)
     check(conv_module((1, 3, 9, 5), (1, 3, 5, 70), "f32", "b01f_01io->b01f",
                       Window((WindowDim(1, stride=2), WindowDim(3, pad_low=1, pad_high=1)))), BLOCKED + ", by BLAS")
     assert calls
