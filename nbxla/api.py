@@ -27,6 +27,7 @@ import numpy as np
 from .call_check import checked_call
 from .compile_clock import recording_stages, stage
 from .compiler import Compilation, compile_module
+from .runtime.donation import protect_aliases
 from .errors import ResourceError, TraceError, UnsupportedInputError
 from .frontend.captures import CapturePlan, bake, has_arrays, rebuild, unbake
 from .frontend.arguments import as_positional, positional_parameters
@@ -76,6 +77,37 @@ class CompiledProgram:
     compilation: Compilation
     verified: bool = False          # its first call was checked against the plain function
 
+    @property
+    def donated(self) -> tuple[int, ...]:
+        """Entry parameters whose arrays a run overwrites (``runtime/donation.py``)."""
+        return getattr(self.compilation.executable.native, "donated", ())
+
+
+# Arguments the program updates in place get the new value written straight into their
+# memory (no copy back) from this size up; smaller ones keep the write-back copy, which costs
+# less than leaving the single-kernel runners (they take no outputs in argument memory).
+DONATE_MIN_BYTES = 256 << 10
+
+
+def donations(program: TracedProgram) -> dict[int, int]:
+    """{entry parameter: output leaf} for the arguments ``program`` writes back that may be
+    written in place: none when it has run-time checks (NumPy raises before it writes) or
+    control flow (its native loops plan their own buffers), and only from
+    ``DONATE_MIN_BYTES``."""
+    entry = program.module.entry
+    if program.checks or any(i.opcode in ("while", "conditional", "call") for c in program.module.computations
+                             for i in c.instructions):
+        return {}
+    outputs = entry.root.operands if entry.root.opcode == "tuple" else [entry.root]
+    if any(o.shape.is_tuple for o in outputs):
+        return {}                           # (output k is a flat leaf number: flat roots only)
+    number = {leaf: k for k, leaf in enumerate(program.param_leaves)}
+    found = {}
+    for leaf, k in program.writebacks:
+        if leaf in number and k < len(outputs) and outputs[k].shape.byte_size >= DONATE_MIN_BYTES and number[leaf] not in found:
+            found[number[leaf]] = k
+    return found
+
 
 def to_host(value):
     """A NumPy array for a backend's output (CUDA outputs are CuPy arrays on the device)."""
@@ -87,6 +119,8 @@ def run_program(compiled: CompiledProgram, leaves: list):
     """Run on the argument leaves; write back mutated arguments; rebuild the result."""
     program = compiled.program
     inputs = [leaves[i] for i in program.param_leaves]
+    if compiled.donated:
+        inputs = protect_aliases(inputs, compiled.donated)
     if recording_stages():
         with stage("run"):
             outputs = compiled.compilation.executable.run(inputs)
@@ -95,7 +129,8 @@ def run_program(compiled: CompiledProgram, leaves: list):
     if program.checks:
         program.run_checks(outputs)         # NumPy's IndexError/ValueError, before any write
     for leaf_index, k in program.writebacks:
-        np.copyto(leaves[leaf_index], to_host(outputs[k]))
+        if outputs[k] is not leaves[leaf_index]:        # (else written in place: donation)
+            np.copyto(leaves[leaf_index], to_host(outputs[k]))
     result = []
     for kind, value in program.out_slots:
         if kind == "out":
@@ -353,7 +388,8 @@ class CompiledFunction:
             trace_ms = (time.perf_counter() - start) * 1e3
             return CompiledProgram(program, compile_module(program.module, device, trace_ms,
                                                            dump_to=flags.dump_to,
-                                                           loop_decisions=program.loop_decisions))
+                                                           loop_decisions=program.loop_decisions,
+                                                           donated=donations(program)))
 
         entry, hit = self.cache.get_or_compile(key, self, self.__name__, signature, names, device,
                                                compile_now)

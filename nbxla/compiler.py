@@ -136,12 +136,15 @@ def pass_timing_text(comp: Compilation) -> str:
 
 
 def compile_module(module: Module, device: str, trace_ms: float = 0.0, explanation: str = "",
-                   dump_to: str | None = None, loop_decisions: list = ()) -> Compilation:
+                   dump_to: str | None = None, loop_decisions: list = (),
+                   donated: dict[int, int] | None = None) -> Compilation:
+    """``donated``: {entry parameter: output leaf} -- the caller's arrays the executable may
+    write that output into (CPU only: ``runtime/donation.py``); their old values are lost."""
     device = resolve_device(device)
     check_no_elided_constants(module, "compile")
     start = time.perf_counter()
     with stage("passes"):
-        pipeline = optimize(module)
+        pipeline = optimize(module, donated if donated and device == "cpu" else frozenset())
     optimized = pipeline.module
     optimize_ms = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()

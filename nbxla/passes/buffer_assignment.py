@@ -299,7 +299,9 @@ class BufferAssignment(Pass):
     name = "buffer-assignment"
 
     def __init__(self, donated_parameters=frozenset()):
-        self.donated_parameters = set(donated_parameters)
+        # (a set of parameter numbers, or {parameter: output leaf} for outputs named per parameter)
+        self.donated_parameters = dict(donated_parameters) if isinstance(donated_parameters, dict) \
+            else set(donated_parameters)
         self.report: BufferPlan | None = None
 
     def run(self, module: Module) -> bool:
@@ -377,8 +379,10 @@ def plan_computation(comp: Computation, donated_parameters=frozenset(), loop_bod
     plan.bytes_without_reuse = sum(v.size for v in values.values()
                                    if v.kind == "arena" and v.alias_of is None)
 
-    # 2. donation: an output written into a donated parameter's buffer
-    outputs = list(dict.fromkeys(buffer[(id(comp.root), index)] for index, _ in leaf_paths(comp.root.shape)))
+    # 2. donation: an output written into a donated parameter's buffer (a mapping names the
+    # output leaf each parameter is for: jit's write-back of an argument the program updates)
+    leaves = [buffer[(id(comp.root), index)] for index, _ in leaf_paths(comp.root.shape)]
+    outputs = list(dict.fromkeys(leaves))
     params = {p.parameter_number: p for p in comp.parameters}
     for k in sorted(donated_parameters):
         p = params.get(k)
@@ -387,7 +391,13 @@ def plan_computation(comp: Computation, donated_parameters=frozenset(), loop_bod
         pv = values[p.name]
         if pv.end >= n:                 # the parameter itself is an output
             continue
-        for out in outputs:
+        wanted = donated_parameters.get(k) if isinstance(donated_parameters, dict) else None
+        if wanted is not None and not 0 <= wanted < len(leaves):
+            raise ValueError(f"buffer assignment: parameter {k} is donated to output leaf {wanted}, "
+                             f"but the entry has {len(leaves)} output leaves")
+        for out in outputs if wanted is None else [leaves[wanted]]:
+            if out in plan.donated.values():
+                continue
             v = values[out]
             if v.kind != "arena" or v.note or not v.shape.compatible(p.shape):
                 continue

@@ -47,6 +47,7 @@ from .cpu_kernels import (ARRAY_DATA_OFFSET, c_strides, DotThunk, FullReductionT
                           worker_count)
 from .native_dots import native_dot_refusal, NativeGemmDot
 from .conv_epilogue import fold_convolution_epilogues, runs_as_library
+from .donation import DonatedParameter, uses_arena
 from .cpu_library import library_thunk, sort_has_library_call, sort_may_defer
 from . import host_memory
 from .host_memory import memory_owner
@@ -203,12 +204,13 @@ class CpuExecutable:
         self._made: set[int] = set()
         self._live_out_updates = live_out_update_places(plan)
         self._programs: dict[int, _Program] = {}
+        self._donating: set[int] = set()    # parameters whose arrays an output is written into
         entry = self._program(module.entry)
         self._literal_owners = {id(memory_owner(lit)) for lit in entry.literals}
         # Every program by computation name: the entry's and those its control flow runs.
         self.programs = {p.computation.name: p for p in self._programs.values()}
         self._arena_bytes = self.plan.arena_bytes if self.plan is not None and \
-            any(st[3] is not None for st in entry.steps) else 0
+            any(uses_arena(st[3]) for st in entry.steps) else 0
         self._new_arena = host_memory.allocator(self._arena_bytes + 64, np.uint8)
         self._fresh_results = self._results_are_fresh(entry)
         # (The entry's fields unpacked once: ``run`` reads them on every call.)
@@ -266,7 +268,7 @@ class CpuExecutable:
                 callees += nested
                 if is_entry:
                     thunk = OwnedResult(thunk, nested)
-            places = self._arena_outputs(instr, thunk) if is_entry else None
+            places = self._arena_outputs(instr, thunk, slot) if is_entry else None
             if is_entry and made_by_run(instr, thunk, self._made):
                 self._made.add(id(instr))
             steps.append((thunk, [slot[id(o)] for o in instr.operands], slot[id(instr)], places))
@@ -398,17 +400,22 @@ class CpuExecutable:
                 return fresh(instr.operands[0], (instr.attrs["index"],) + index
                              if instr.opcode == "get-tuple-element" else index)
             made.append((id(instr), index))
-            # (library thunks that always return arrays of their own say so: ``fresh_results``)
+            # (library thunks that always return arrays of their own say so: ``fresh_results``;
+            # an output written into a donated parameter's array is the caller's to take)
             return (isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk, WindowUpdateThunk))
-                    or getattr(thunk, "fresh_results", False)) and places is None
+                    or getattr(thunk, "fresh_results", False)) and not uses_arena(places)
         # (CSE merges equal values: ``return np.zeros(n), np.zeros(n)`` is one kernel's output
         # twice in the root tuple, where NumPy gives two arrays.)
         return fresh(entry.computation.root) and len(set(made)) == len(made)
 
-    def _arena_outputs(self, instr: Instruction, thunk) -> list | None:
+    def _arena_outputs(self, instr: Instruction, thunk, slot: dict) -> list | None:
         """(offset, dims, dtype) per output of a kernel whose outputs the buffer plan places
         in the arena; None when it has none (or is live-out: results get their own memory,
-        so that what a caller keeps does not pin the whole arena)."""
+        so that what a caller keeps does not pin the whole arena).  A live-out output the plan
+        writes into a donated parameter has that parameter (``DonatedParameter``) as its offset."""
+        donated = self._donated_output(instr, thunk, slot)
+        if donated is not None:
+            return donated
         if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk, WindowUpdateThunk)) or \
                 getattr(thunk, "reuse", False) or \
                 _temporary_bytes(self.plan) < SMALL_ARENA or self.convolution_epilogues.get(instr.name):
@@ -425,6 +432,24 @@ class CpuExecutable:
                 return None
             places.append((v.offset, shape.dims, shape.dtype))
         return places
+
+    def _donated_output(self, instr: Instruction, thunk, slot: dict) -> list | None:
+        """[(DonatedParameter, dims, dtype)] for a one-output kernel or BLAS call whose output
+        the plan writes into a donated parameter's buffer (``runtime/donation.py``)."""
+        if self.plan is None or not self.plan.donated or instr.shape.is_tuple or \
+                not isinstance(thunk, (KernelThunk, DotThunk)) or getattr(thunk, "tuple_result", False):
+            return None
+        v = self.plan.values.get(instr.name)
+        if v is None or v.kind != "parameter" or self.plan.donated.get(v.parameter) != instr.name:
+            return None
+        param = next(p for p in self.module.entry.parameters if p.parameter_number == v.parameter)
+        self._donating.add(v.parameter)
+        return [(DonatedParameter(v.parameter, slot[id(param)]), instr.shape.dims, instr.shape.dtype)]
+
+    @property
+    def donated(self) -> tuple[int, ...]:
+        """The entry parameters whose arrays a run overwrites with an output."""
+        return tuple(sorted(self._donating))
 
     @staticmethod
     def _one_kernel(entry: _Program):
@@ -511,7 +536,8 @@ class CpuExecutable:
             if places is None:
                 values[out] = thunk([values[k] for k in operands])
             else:
-                outs = [np.ndarray(dims, dtype, buffer=arena, offset=offset) for offset, dims, dtype in places]
+                outs = [np.ndarray(dims, dtype, buffer=arena, offset=offset) if type(offset) is int
+                        else values[offset.slot] for offset, dims, dtype in places]
                 result = thunk([values[k] for k in operands], outs)
                 values[out] = result
         if self._fresh_results:
@@ -540,7 +566,8 @@ class CpuExecutable:
             lines.append(f"{'entry' if comp is self.module.entry else 'program'} %{comp.name}")
             ops = [i for i in comp.instructions if i.opcode != "parameter"]
             for instr, (thunk, _, _, places) in zip(ops, program.steps):
-                where = " -> arena" if places else ""
+                where = " -> arena" if uses_arena(places) else \
+                    f" -> into parameter {places[0][0].number}'s array (donated)" if places else ""
                 lines.append(f"  %{instr.name}: {self._how(instr, thunk)}{where}")
         return "\n".join(lines)
 

@@ -25,6 +25,7 @@ import numpy as np
 from ..hlo.ir import Computation
 from .blas_threads import one_thread_enabled
 from .cpu_kernels import DotThunk, KernelThunk, data_pointer, worker_count
+from .donation import uses_arena
 from .dual_gemv import available as dual_available, chained_gemv, dual_gemv, pair_caller, split_pair
 
 # Longer entries keep the loop: the gain is per step of dispatch, the source grows with steps.
@@ -39,7 +40,7 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
     tuple of arrays (the other one is None).  None when the entry does not qualify (see the
     module docstring) -- the caller checked that its results are fresh.  ``arena``: (a maker
     of the raw arena block, the arena's bytes) when steps write into the arena (``places``)."""
-    in_arena = any(places is not None for *_, places in steps)
+    in_arena = any(uses_arena(places) for *_, places in steps)
     if not steps or len(steps) > MAX_STEPS or (in_arena and arena is None):
         return None
     ops = [i for i in comp.instructions if i.opcode != "parameter"]
@@ -52,7 +53,8 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
         lines += ["    raw = new_arena()",
                   "    start = -address(raw) % 64",
                   "    arena = raw[start:start + arena_bytes]"]
-    used = {k for _, operands, _, _ in steps for k in operands} | {root}
+    used = {k for _, operands, _, _ in steps for k in operands} | {root} | \
+        {offset.slot for *_, places in steps for offset, _, _ in places or () if not type(offset) is int}
     for k, number in params:
         if k in used:
             lines += [f"    v{k} = inputs[{number}]",
@@ -134,6 +136,9 @@ def _arena_step(n: int, thunk, args: str, out: int, places: list, env: dict) -> 
     the kernel's array entry point, ``np.matmul`` or the thunk, writing into them."""
     views = []
     for j, (offset, dims, dtype) in enumerate(places):
+        if type(offset) is not int:             # (a donated parameter's array: donation.py)
+            views.append(f"v{offset.slot}")
+            continue
         env[f"dims{n}_{j}"], env[f"dtype{n}_{j}"], env[f"offset{n}_{j}"] = dims, dtype, offset
         views.append(f"ndarray(dims{n}_{j}, dtype{n}_{j}, buffer=arena, offset=offset{n}_{j})")
     if isinstance(thunk, KernelThunk) and thunk.object_fn is not None and not thunk.tuple_result:
@@ -153,6 +158,8 @@ def _pair_output(n: int, step: tuple, env: dict) -> str:
         env[f"make{n}"] = thunk.make
         return f"make{n}()"
     (offset, dims, dtype), = places
+    if type(offset) is not int:                 # (a donated parameter's array: donation.py)
+        return f"v{offset.slot}"
     env[f"dims{n}_0"], env[f"dtype{n}_0"], env[f"offset{n}_0"] = dims, dtype, offset
     return f"ndarray(dims{n}_0, dtype{n}_0, buffer=arena, offset=offset{n}_0)"
 

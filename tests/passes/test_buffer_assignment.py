@@ -479,3 +479,20 @@ def test_an_update_in_its_operands_buffer_keeps_that_place_in_the_arena():
     for name in (z.name,):
         zv, uv = plan[name], plan[u.name]
         assert zv.offset + zv.size <= uv.offset or uv.offset + uv.size <= zv.offset, plan.to_text()
+
+
+def two_updates(w, g):
+    a = w * 2 + g
+    return a @ g, a
+
+
+def test_donation_to_a_named_output_leaf():
+    # jit's write-back names the output each argument receives ({parameter: output leaf}):
+    # of two outputs of w's shape, the second one goes into w's buffer, not the first.
+    w, g = np.ones((8, 8), np.float32), np.full((8, 8), 3, np.float32)
+    for leaf in (0, 1):
+        result = optimize(traced(two_updates, w, g), donated_parameters={0: leaf})
+        module, plan = result.module, result.facts["buffer-assignment"]
+        outputs = [plan[o.name].location for o in module.entry.root.operands]
+        assert outputs[leaf] == ("parameter", 0) and outputs[1 - leaf][0] != "parameter"
+        check_plan(module, plan, [w, g])

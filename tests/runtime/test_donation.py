@@ -1,0 +1,88 @@
+"""jit's in-place argument updates written straight into the caller's array (donation,
+``runtime/donation.py``): gemver-shaped programs -- a rank-k update of an argument, then
+products with the updated matrix -- against eager NumPy, on both sides of the size threshold,
+with the caller's arrays overlapping, and under the profiler (which must not touch them)."""
+
+import numpy as np
+import pytest
+
+import nbxla
+from nbxla.api import DONATE_MIN_BYTES
+
+
+def rank_k_then_products(A, U, V, y, x, w):
+    A += U @ V                      # a rank-k update, in place
+    x += 1.2 * y @ A                # a vector-matrix product of the updated matrix
+    w += 1.5 * A @ x
+
+
+def outer_pair_update(A, u1, v1, u2, v2, y):
+    A += np.outer(u1, v1) + np.outer(u2, v2)
+    return y @ A.T                  # a transposed use of the updated matrix
+
+
+def _inputs(m, n, k, dtype, seed=0):
+    g = np.random.default_rng(seed)
+    return [g.uniform(-1, 1, size=s).astype(dtype) for s in ((m, n), (m, k), (k, n), (m,), (n,), (m,))]
+
+
+def _donated(f, args):
+    return f._lookup(tuple(args), {})[0].donated
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("m,n,k", [(300, 257, 1), (257, 300, 3), (190, 211, 2), (16, 24, 2)])
+def test_rank_k_update_in_place_matches_numpy(dtype, m, n, k):
+    big = m * n * np.dtype(dtype).itemsize >= DONATE_MIN_BYTES
+    f = nbxla.jit(rank_k_then_products)
+    want = _inputs(m, n, k, dtype)
+    got = [a.copy() for a in want]
+    A_before = got[0]
+    rank_k_then_products(*want)
+    assert f(*got) is None
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * 100)
+    assert got[0] is A_before
+    # (both sides of the threshold: large updates are written into A itself)
+    assert _donated(f, [a.copy() for a in want]) == ((0,) if big else ())
+
+
+def test_overlapping_arguments_get_the_eager_result():
+    # u1 is a row of A: the update must read all of u1 before any of A is overwritten.
+    g = np.random.default_rng(1)
+    n = 256
+    A = g.uniform(size=(n, n))
+    v1, u2, v2, y = (g.uniform(size=n) for _ in range(4))
+    f = nbxla.jit(outer_pair_update)
+    assert _donated(f, [A.copy(), A[1].copy(), v1, u2, v2, y]) == (0,)
+    want_A = A.copy()
+    want = outer_pair_update(want_A, want_A[1], v1, u2, v2, y)
+    got = f(A, A[1], v1, u2, v2, y)
+    np.testing.assert_allclose(A, want_A, rtol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def test_update_not_in_place_is_unchanged():
+    def gemver(A, u1, v1, u2, v2, y):
+        B = A + np.outer(u1, v1) + np.outer(u2, v2)
+        return B, y @ B
+    g = np.random.default_rng(2)
+    A = g.uniform(size=(300, 280))
+    vecs = [g.uniform(size=s) for s in (300, 280, 300, 280, 300)]
+    A0 = A.copy()
+    got = nbxla.jit(gemver)(A, *vecs)
+    want = gemver(A0, *vecs)
+    np.testing.assert_array_equal(A, A0)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+
+
+def test_profile_leaves_the_callers_arrays_alone():
+    f = nbxla.jit(rank_k_then_products)
+    args = _inputs(300, 256, 2, np.float64)
+    f(*[a.copy() for a in args])
+    before = [a.copy() for a in args]
+    nbxla.profile(f)(*args)
+    for a, b in zip(args, before):
+        np.testing.assert_array_equal(a, b)
