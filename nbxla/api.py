@@ -80,7 +80,7 @@ class CompiledProgram:
     @property
     def donated(self) -> tuple[int, ...]:
         """Entry parameters whose arrays a run overwrites (``runtime/donation.py``)."""
-        return getattr(self.compilation.executable.native, "donated", ())
+        return tuple(sorted(getattr(self.compilation.executable.native, "donated", ())))
 
 
 # Arguments the program updates in place get the new value written straight into their

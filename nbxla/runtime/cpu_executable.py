@@ -43,11 +43,11 @@ from ..hlo.placement import CPU, placement
 from ..hlo.printer import PrintOptions, print_module
 from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leaves, kernel_condition, \
     program_computations
-from .cpu_kernels import (ARRAY_DATA_OFFSET, c_strides, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk,
-                          worker_count)
+from .cpu_kernels import ARRAY_DATA_OFFSET, c_strides, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk
 from .native_dots import native_dot_refusal, NativeGemmDot
 from .conv_epilogue import fold_convolution_epilogues, runs_as_library
-from .donation import DonatedParameter, uses_arena
+from .donation import donated_output, uses_arena
+from .execution_stage import describe_execution
 from .cpu_library import library_thunk, sort_has_library_call, sort_may_defer
 from . import host_memory
 from .host_memory import memory_owner
@@ -204,7 +204,7 @@ class CpuExecutable:
         self._made: set[int] = set()
         self._live_out_updates = live_out_update_places(plan)
         self._programs: dict[int, _Program] = {}
-        self._donating: set[int] = set()    # parameters whose arrays an output is written into
+        self.donated: set[int] = set()      # parameters whose arrays a run writes an output into
         entry = self._program(module.entry)
         self._literal_owners = {id(memory_owner(lit)) for lit in entry.literals}
         # Every program by computation name: the entry's and those its control flow runs.
@@ -400,8 +400,7 @@ class CpuExecutable:
                 return fresh(instr.operands[0], (instr.attrs["index"],) + index
                              if instr.opcode == "get-tuple-element" else index)
             made.append((id(instr), index))
-            # (library thunks that always return arrays of their own say so: ``fresh_results``;
-            # an output written into a donated parameter's array is the caller's to take)
+            # (library thunks that always return arrays of their own say so: ``fresh_results``)
             return (isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk, WindowUpdateThunk))
                     or getattr(thunk, "fresh_results", False)) and not uses_arena(places)
         # (CSE merges equal values: ``return np.zeros(n), np.zeros(n)`` is one kernel's output
@@ -411,9 +410,8 @@ class CpuExecutable:
     def _arena_outputs(self, instr: Instruction, thunk, slot: dict) -> list | None:
         """(offset, dims, dtype) per output of a kernel whose outputs the buffer plan places
         in the arena; None when it has none (or is live-out: results get their own memory,
-        so that what a caller keeps does not pin the whole arena).  A live-out output the plan
-        writes into a donated parameter has that parameter (``DonatedParameter``) as its offset."""
-        donated = self._donated_output(instr, thunk, slot)
+        so that what a caller keeps does not pin the whole arena); or a donated parameter's."""
+        donated = donated_output(self.plan, self.module.entry, instr, thunk, slot, self.donated)
         if donated is not None:
             return donated
         if self.plan is None or not isinstance(thunk, (KernelThunk, FullReductionThunk, DotThunk, WindowUpdateThunk)) or \
@@ -432,24 +430,6 @@ class CpuExecutable:
                 return None
             places.append((v.offset, shape.dims, shape.dtype))
         return places
-
-    def _donated_output(self, instr: Instruction, thunk, slot: dict) -> list | None:
-        """[(DonatedParameter, dims, dtype)] for a one-output kernel or BLAS call whose output
-        the plan writes into a donated parameter's buffer (``runtime/donation.py``)."""
-        if self.plan is None or not self.plan.donated or instr.shape.is_tuple or \
-                not isinstance(thunk, (KernelThunk, DotThunk)) or getattr(thunk, "tuple_result", False):
-            return None
-        v = self.plan.values.get(instr.name)
-        if v is None or v.kind != "parameter" or self.plan.donated.get(v.parameter) != instr.name:
-            return None
-        param = next(p for p in self.module.entry.parameters if p.parameter_number == v.parameter)
-        self._donating.add(v.parameter)
-        return [(DonatedParameter(v.parameter, slot[id(param)]), instr.shape.dims, instr.shape.dtype)]
-
-    @property
-    def donated(self) -> tuple[int, ...]:
-        """The entry parameters whose arrays a run overwrites with an output."""
-        return tuple(sorted(self._donating))
 
     @staticmethod
     def _one_kernel(entry: _Program):
@@ -560,53 +540,7 @@ class CpuExecutable:
 
     def describe(self) -> str:
         """The ``execution`` stage: how every instruction of every program runs."""
-        lines = []
-        for program in self.programs.values():
-            comp = program.computation
-            lines.append(f"{'entry' if comp is self.module.entry else 'program'} %{comp.name}")
-            ops = [i for i in comp.instructions if i.opcode != "parameter"]
-            for instr, (thunk, _, _, places) in zip(ops, program.steps):
-                where = " -> arena" if uses_arena(places) else \
-                    f" -> into parameter {places[0][0].number}'s array (donated)" if places else ""
-                lines.append(f"  %{instr.name}: {self._how(instr, thunk)}{where}")
-        return "\n".join(lines)
-
-    def _how(self, instr: Instruction, thunk) -> str:
-        thunk = getattr(thunk, "thunk", thunk)               # (OwnedResult wraps control flow)
-        symbol = self.kernel_symbols.get(instr.name)
-        if isinstance(thunk, KernelThunk):
-            spec = self.kernels.specs[symbol]
-            split = f"split over {worker_count()} threads" if thunk.parallel else "on the calling thread"
-            return f"native kernel {symbol} ({spec.style} over {spec.parallel_extent}, {split})"
-        if isinstance(thunk, WindowUpdateThunk):
-            return f"native kernel {symbol} (writes only the window, {thunk.how})"
-        if isinstance(thunk, FullReductionThunk):
-            return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
-        if isinstance(thunk, DotThunk) and instr.name in getattr(self.run, "paired", ()):
-            return "native kernel: with the other GEMV of the same matrix, one pass over it (dual_gemv)"
-        if isinstance(thunk, NativeGemmDot):
-            return f"native kernel: {thunk.how}"
-        if isinstance(thunk, DotThunk):
-            threads = "" if thunk.one_thread is None else \
-                f", one BLAS thread, {thunk.split[0]} split over the pool" if thunk.split else ", one BLAS thread"
-            return f"library call: {thunk.how} (NumPy's BLAS{threads})"
-        if instr.name in self.library_calls:
-            return {"sort": "library call: NumPy's stable argsort/lexsort",
-                    "convolution": f"library call: {getattr(thunk, 'how', 'BLAS GEMM')}"}.get(
-                instr.opcode, f"library call: {getattr(thunk, 'how', 'LAPACK')}")
-        if instr.opcode in ("while", "conditional", "call"):
-            names = ", ".join(f"%{c.name}" for c in program_callees(instr))
-            if isinstance(thunk, NativeLoopThunk):
-                return f"native loop: one C function runs {names} (kernels called directly, state updated in place)"
-            why = f" ({self.loops[instr.name]})" if instr.name in self.loops else ""
-            return {"while": "host loop", "conditional": "host branch", "call": "runs"}[instr.opcode] + \
-                f" over compiled program(s) {names}{why}"
-        why = self.interpreted.get(instr.name) or self.interpreted_ops.get(instr.name)
-        if why:
-            return f"evaluator rule (interpreted: {why})"
-        if instr.opcode == "constant":
-            return "constant"
-        return placement(CPU, instr).how          # a view, a name, a slice's copy, an evaluator rule
+        return describe_execution(self)
 
 
 def _describe_op(instr: Instruction) -> str:

@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .cpu_kernels import DotThunk, KernelThunk
+
 
 class DonatedParameter(NamedTuple):
     number: int         # the entry parameter whose array the output is written into
@@ -33,6 +35,28 @@ def is_arena_place(place: tuple) -> bool:
 
 def uses_arena(places: list | None) -> bool:
     return places is not None and any(is_arena_place(p) for p in places)
+
+
+def donated_output(plan, entry, instr, thunk, slot: dict, donating: set) -> list | None:
+    """[(DonatedParameter, dims, dtype)] for a one-output kernel or BLAS call of ``entry`` whose
+    output the buffer ``plan`` writes into a donated parameter's buffer (added to
+    ``donating``), else None; ``slot`` maps the entry's instructions (by id) to value slots."""
+    if plan is None or not plan.donated or instr.shape.is_tuple or \
+            not isinstance(thunk, (KernelThunk, DotThunk)) or getattr(thunk, "tuple_result", False):
+        return None
+    v = plan.values.get(instr.name)
+    if v is None or v.kind != "parameter" or plan.donated.get(v.parameter) != instr.name:
+        return None
+    param = next(p for p in entry.parameters if p.parameter_number == v.parameter)
+    donating.add(v.parameter)
+    return [(DonatedParameter(v.parameter, slot[id(param)]), instr.shape.dims, instr.shape.dtype)]
+
+
+def describe_places(places: list | None) -> str:
+    """Where a step's outputs go, for the ``execution`` stage."""
+    if not places:
+        return ""
+    return " -> arena" if uses_arena(places) else f" -> into parameter {places[0][0].number}'s array (donated)"
 
 
 def protect_aliases(inputs: list, donated) -> list:
