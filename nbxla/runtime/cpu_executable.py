@@ -313,7 +313,7 @@ class CpuExecutable:
                                       spec.parallel_extent, spec.scratch_slots, spec.work_per_unit,
                                       self.kernels.addresses.get(spec.object_entry))
         return KernelThunk(instr, self.kernels.addresses[kernel], spec.parallel_extent,
-                           spec.work_per_unit, self.kernels.addresses.get(spec.object_entry), spec.sizes)
+                           spec.work_per_unit, self.kernels.addresses.get(spec.object_entry), spec.sizes, spec.style)
 
     def _constant_thunk(self, instr: Instruction, nested, literals: list) -> Callable:
         lit = _contiguous(instr.literal)

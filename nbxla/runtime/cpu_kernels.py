@@ -174,10 +174,12 @@ class KernelThunk:
     """Calls one compiled kernel on its operand arrays, writing fresh output arrays."""
 
     def __init__(self, instr: Instruction, address: int, extent: int, work_per_unit: int,
-                 object_entry: int | None = None, sizes: tuple = ()):
+                 object_entry: int | None = None, sizes: tuple = (), style: str = ""):
         """``sizes``: the values of the sizes the kernel reads when it runs (``RunSizes`` in
-        codegen/toolkit.py), passed as an i64 array after the output buffers."""
+        codegen/toolkit.py), passed as an i64 array after the output buffers; ``style``: the
+        kernel's (``KernelSpec.style``: "rows" kernels run over ranges of rows)."""
         self.fn = KERNEL_TYPE(address)
+        self.style = style
         self.outputs = _output_shapes(instr)
         self.makers = [host_memory.allocator(dims, dtype) for dims, dtype in self.outputs]
         self.sizes = (np.array(sizes, np.int64),) if sizes else ()

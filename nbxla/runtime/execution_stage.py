@@ -37,6 +37,9 @@ def how_it_runs(executable, instr: Instruction, thunk) -> str:
         return f"native kernel {symbol} (writes only the window, {thunk.how})"
     if isinstance(thunk, FullReductionThunk):
         return f"native kernels {symbol} + _finish ({thunk.parts} partial chunk(s) in parallel)"
+    if isinstance(thunk, DotThunk) and instr.name in getattr(executable.run, "with_kernel", ()):
+        return (f"native: block by block with %{instr.operands[1].name}'s kernel, each block's rows "
+                f"still in cache (update_gemv; NumPy's BLAS per block)")
     if isinstance(thunk, DotThunk) and instr.name in getattr(executable.run, "paired", ()):
         return "native kernel: with the other GEMV of the same matrix, one pass over it (dual_gemv)"
     if isinstance(thunk, NativeGemmDot):

@@ -26,6 +26,7 @@ from ..hlo.ir import Computation
 from .blas_threads import one_thread_enabled
 from .cpu_kernels import DotThunk, KernelThunk, data_pointer, worker_count
 from .donation import uses_arena
+from .update_gemv import blocked_update_product, update_product_steps
 from .dual_gemv import available as dual_available, chained_gemv, dual_gemv, pair_caller, split_pair
 
 # Longer entries keep the loop: the gain is per step of dispatch, the source grows with steps.
@@ -61,9 +62,21 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
                       f"    if type(v{k}) is not ndarray or not v{k}.flags.c_contiguous:",
                       f"        v{k} = contiguous(v{k})"]
     pairs = _shared_matrix_pairs(ops, steps, params)
+    updates = update_product_steps(ops, steps, params, set(pairs))
+    moved = {d for d, _ in updates.values()}
     for n, (instr, (thunk, operands, out, places)) in enumerate(zip(ops, steps)):
         args = ", ".join(f"v{k}" for k in operands)
-        if n in pairs:
+        if n in moved:
+            continue                        # (computed with the kernel making its matrix)
+        if n in updates:
+            d, vector = updates[n]
+            product = steps[d][2]
+            env[f"update{n}"], env[f"make{d}"] = blocked_update_product(thunk), steps[d][0].make
+            lines += [f"    v{out} = {_kernel_output(n, thunk, places, env)}",
+                      # (an array of its own: its arena place may be in use until the GEMV's turn)
+                      f"    v{product} = make{d}()",
+                      f"    update{n}([{args}], v{out}, v{vector}, v{product})"]
+        elif n in pairs:
             if pairs[n] is None:
                 continue                    # (computed with its partner)
             later, kind = pairs[n]
@@ -119,6 +132,7 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             lines.append(f"    v{out} = thunk{n}([{args}])")
     body = "\n".join(lines)
     paired = {ops[n].name for n in pairs}
+    env["blocked names"] = {ops[d].name for d in moved}
     root_instr = comp.root
     if root_instr.shape.is_tuple:
         if root_instr.opcode != "tuple" or any(o.shape.is_tuple for o in root_instr.operands):
@@ -147,6 +161,19 @@ def _arena_step(n: int, thunk, args: str, out: int, places: list, env: dict) -> 
         return [f"    v{out} = matmul({args}, out={views[0]})"]
     env[f"thunk{n}"] = thunk
     return [f"    v{out} = thunk{n}([{args}], [{', '.join(views)}])"]
+
+
+def _kernel_output(n: int, thunk, places: list | None, env: dict) -> str:
+    """The expression making kernel step ``n``'s one output array: its place (the arena, a
+    donated parameter's array) or a fresh array."""
+    if places is None:
+        env[f"make{n}"] = thunk.makers[0]
+        return f"make{n}()"
+    (offset, dims, dtype), = places
+    if type(offset) is not int:
+        return f"v{offset.slot}"
+    env[f"dims{n}_0"], env[f"dtype{n}_0"], env[f"offset{n}_0"] = dims, dtype, offset
+    return f"ndarray(dims{n}_0, dtype{n}_0, buffer=arena, offset=offset{n}_0)"
 
 
 def _pair_output(n: int, step: tuple, env: dict) -> str:
@@ -238,4 +265,5 @@ def _define(source: str, env: dict, paired: set) -> Callable:
     run = namespace["run"]
     run.source = source                     # (for reading what runs; tests look at it too)
     run.paired = paired                     # dots run as one pass with a partner, by name
+    run.with_kernel = env.get("blocked names", set())   # GEMVs run with their matrix's kernel
     return run
