@@ -27,7 +27,6 @@ import numpy as np
 from .call_check import checked_call
 from .compile_clock import recording_stages, stage
 from .compiler import Compilation, compile_module
-from .runtime.donation import protect_aliases
 from .errors import ResourceError, TraceError, UnsupportedInputError
 from .frontend.captures import CapturePlan, bake, has_arrays, rebuild, unbake
 from .frontend.arguments import as_positional, positional_parameters
@@ -39,6 +38,7 @@ from .frontend.trace import (StaticValue, TracedProgram, alias_pattern, is_array
 from .frontend.tracer import Tracer
 from .dynamic_dims import DimensionPolicy, find_or_compile
 from .runtime.cache import DEFAULT_CACHE, CacheKey, CompilationCache
+from .runtime.donation import protect_aliases
 from .symbolic_compile import compile_symbolic
 from .runtime.executable import resolve_device
 
@@ -77,10 +77,11 @@ class CompiledProgram:
     compilation: Compilation
     verified: bool = False          # its first call was checked against the plain function
 
-    @property
+    @functools.cached_property
     def donated(self) -> tuple[int, ...]:
         """Entry parameters whose arrays a run overwrites (``runtime/donation.py``)."""
-        return tuple(sorted(getattr(self.compilation.executable.native, "donated", ())))
+        native = getattr(self.compilation.executable, "native", None)
+        return tuple(sorted(getattr(native, "donated", ())))
 
 
 # Arguments the program updates in place get the new value written straight into their
