@@ -231,8 +231,10 @@ def _shared_matrix_pairs(ops: list, steps: list, params: list) -> dict:
     products: dict = {}                 # result slot of an unpaired ``A @ vector`` -> (step, A)
     pairs: dict = {}
     for n, (thunk, operands, out, places) in enumerate(steps):
-        if not ((places is None or len(places) == 1) and isinstance(thunk, DotThunk) and thunk.plain
-                and thunk.split is None
+        # (a product written into a donated parameter's array stays at its own step: the pair
+        # runs at the earlier one, where the parameter may still be read)
+        if not ((places is None or len(places) == 1 and uses_arena(places)) and isinstance(thunk, DotThunk)
+                and thunk.plain and thunk.split is None
                 and thunk.how.startswith("GEMV") and dual_available(ops[n].shape.element_type)
                 and min(ops[n].operands[0].shape.dims + ops[n].operands[1].shape.dims) > 0):
             continue

@@ -86,3 +86,26 @@ def test_profile_leaves_the_callers_arrays_alone():
     nbxla.profile(f)(*args)
     for a, b in zip(args, before):
         np.testing.assert_array_equal(a, b)
+
+
+def gemv_into_an_argument_read_before(A, r, v):
+    s = r @ A                   # a GEMV reading A ...
+    t = r.sum() * 2             # ... r read again ...
+    r[:] = A @ v                # ... and the other GEMV of A, written into r (donated)
+    return s, t
+
+
+def test_a_gemv_pair_does_not_write_a_donated_argument_early():
+    # The two GEMVs of A would run as one pass at the first one's step (dual_gemv): writing
+    # r's new value there would change what r.sum() reads.
+    m, n = 40000, 8
+    g = np.random.default_rng(3)
+    A, r, v = g.uniform(size=(m, n)), g.uniform(size=m), g.uniform(size=n)
+    f = nbxla.jit(gemv_into_an_argument_read_before)
+    assert _donated(f, [A, r.copy(), v]) == (1,)
+    want_r = r.copy()
+    want = gemv_into_an_argument_read_before(A, want_r, v)
+    got = f(A, r, v)
+    np.testing.assert_allclose(r, want_r, rtol=1e-12)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
