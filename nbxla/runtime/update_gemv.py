@@ -23,9 +23,11 @@ from .blas_threads import controls as blas_thread_controls
 from .cpu_kernels import DotThunk, KernelThunk, data_pointer, run_split, worker_count
 from .donation import uses_arena
 
-# Matrices from this size on: below it the matrix stays in the caches between the two passes
-# anyway, and the blocks' calls cost more than the pass saves.
-MIN_MATRIX_BYTES = 1 << 21
+# Matrices from this size on (half the L3 of the 2-core VM this was measured on): smaller ones
+# stay in the caches between the two passes anyway, and the blocks' calls cost about what the
+# pass saves (programs.py's gemver at N=1000, 8 MB, one core: 0.54 ms blocked against 0.53 ms
+# in two passes; npbench's gemver at N=3000, 72 MB: 46 against 54 ms).
+MIN_MATRIX_BYTES = 16 << 20
 # Bytes of one block of rows: half of a core's L2 (1 MiB here), so that the GEMV reads the
 # rows the kernel just wrote from L2.
 BLOCK_BYTES = 1 << 19

@@ -77,7 +77,8 @@ def test_update_not_in_place(dtype, program):
 
 def test_a_vector_made_from_the_matrix_keeps_two_passes():
     g = np.random.default_rng(6)
-    A, u, v = g.uniform(size=(640, 600)), g.uniform(size=640), g.uniform(size=600)
+    m = MIN_MATRIX_BYTES * 5 // 4 // (600 * 8)
+    A, u, v = g.uniform(size=(m, 600)), g.uniform(size=m), g.uniform(size=600)
     f = nbxla.jit(vector_needs_the_matrix)
     np.testing.assert_allclose(f(A, u, v), vector_needs_the_matrix(A, u, v), rtol=1e-10)
     assert "block by block" not in _execution(f, A, u, v)
