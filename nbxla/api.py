@@ -105,7 +105,9 @@ def donations(program: TracedProgram) -> dict[int, int]:
     number = {leaf: k for k, leaf in enumerate(program.param_leaves)}
     found = {}
     for leaf, k in program.writebacks:
-        if leaf in number and k < len(outputs) and outputs[k].shape.byte_size >= DONATE_MIN_BYTES and number[leaf] not in found:
+        # (not an output also given back as a result: that must be an array of its own)
+        if leaf in number and k < len(outputs) and sum(o is outputs[k] for o in outputs) == 1 \
+                and outputs[k].shape.byte_size >= DONATE_MIN_BYTES and number[leaf] not in found:
             found[number[leaf]] = k
     return found
 

@@ -123,3 +123,23 @@ def test_a_non_contiguous_argument_still_gets_its_update():
     assert got[0] is A_before and not A_before.flags.c_contiguous
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-9)
+
+
+def update_and_return_it(A, u, v):
+    B = A + np.outer(u, v)
+    A[:] = B
+    return B
+
+
+def test_a_returned_update_is_not_the_argument_itself():
+    # NumPy returns B, an array of its own: writing into it later must not change A.
+    g = np.random.default_rng(4)
+    A, u, v = g.uniform(size=(300, 256)), g.uniform(size=300), g.uniform(size=256)
+    want_A = A.copy()
+    want = update_and_return_it(want_A, u, v)
+    f = nbxla.jit(update_and_return_it)
+    got = f(A, u, v)
+    assert not np.shares_memory(got, A)
+    assert _donated(f, [A.copy(), u, v]) == ()      # (it would only be copied out again)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(A, want_A, rtol=1e-12)
