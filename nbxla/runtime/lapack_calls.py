@@ -163,13 +163,27 @@ class SyevdThunk:
         return vectors.reshape(a.shape), values.reshape(batch + (n,)), info.reshape(batch)
 
 
+# Matrices smaller than this are factored by LAPACKE's row-major potrf with the call's own
+# triangle (LAPACKE copies that triangle into a column-major buffer and back), larger ones in
+# place as the column-major transpose with the other triangle.  OpenBLAS's unblocked
+# factorization, which small matrices get, runs the lower triangle the faster, more than paying
+# for the copies: thread CPU time on one BLAS thread, us, row-major / column-major (NumPy's
+# cholesky): f64 50: 10.5 / 12.2 (12.4), 100: 36.0 / 42.6 (39.2), 127: 56 / 70 (61); f32 50:
+# 9.3 / 9.9 (14.2), 100: 27.0 / 31.8 (39.4).  At 128 and 256 (power-of-two rows, whose copies
+# and column walks collide in the cache) the row-major call is the slower (f64 128: 73 / 67,
+# 256: 421 / 338); from 129 to 200 it wins again, but larger factorizations are blocked and
+# threaded, and there the copies are not measured to pay: they stay column-major.
+ROW_MAJOR_BELOW = 128
+
+
 class PotrfThunk:
     """Cholesky (``lapack_?potrf_ffi``: ``np.linalg.cholesky``, JAX's ``jnp.linalg.cholesky``)
     by LAPACKE's potrf on a copy of the input, in place.  A row-major matrix read as
     column-major is its transpose, so the lower factor of the one is the upper factor of the
     other: no transposing copies (``np.linalg.cholesky`` makes them, and took 1.4-2x as long at
-    200 x 200).  Where a matrix is not positive definite, or the routine is missing: the
-    evaluator's rule (NumPy's cholesky), which gives the NaN factor and the failing minor."""
+    200 x 200).  Small matrices are the exception (``ROW_MAJOR_BELOW``).  Where a matrix is
+    not positive definite, or the routine is missing: the evaluator's rule (NumPy's cholesky),
+    which gives the NaN factor and the failing minor."""
 
     # Its outputs are arrays of its own (a copy, a new info array, or the rule's new arrays):
     # an entry returning them needs no alias check on its results (cpu_executable.py).
@@ -182,7 +196,12 @@ class PotrfThunk:
             fn.restype = ctypes.c_int64
             fn.argtypes = [ctypes.c_int, ctypes.c_char, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
         self.uplo = b"U" if lapack_uplo(instr) == "L" else b"L"        # (the transposed view's)
+        self.row_major_uplo = lapack_uplo(instr).encode()
         self.dtype = instr.shape.elements[0].dtype      # (read once: a property computed per read)
+
+    def _layout(self, n: int) -> tuple[int, bytes]:
+        """(layout, uplo) of the call for an n x n matrix: see ROW_MAJOR_BELOW."""
+        return (_ROW_MAJOR, self.row_major_uplo) if n < ROW_MAJOR_BELOW else (_COLUMN_MAJOR, self.uplo)
 
     def __call__(self, operands):
         (a,) = operands
@@ -191,16 +210,17 @@ class PotrfThunk:
             return lapack_potrf(self.instr, operands, None)
         n = a.shape[-1]
         factor = np.array(a, order="C")
+        layout, uplo = self._layout(n)
         if a.ndim == 2:
             # One matrix (the common case): its info straight from the call.  For a 50 x 50
             # matrix the batch loop's Python (np.ndindex, ``ctypes.data``, ``info.any()``) cost
             # about half as much again as potrf itself.
-            if fn(_COLUMN_MAJOR, self.uplo, n, data_pointer(factor), max(n, 1)):
+            if fn(layout, uplo, n, data_pointer(factor), max(n, 1)):
                 return lapack_potrf(self.instr, operands, None)
             return factor, np.zeros((), np.int32)
         info = np.zeros(factor.shape[:-2], np.int32)
         for b, m in zip(np.ndindex(info.shape), factor.reshape(-1, n, n)):
-            info[b] = fn(_COLUMN_MAJOR, self.uplo, n, data_pointer(m), max(n, 1))
+            info[b] = fn(layout, uplo, n, data_pointer(m), max(n, 1))
         if info.any():
             return lapack_potrf(self.instr, operands, None)
         return factor, info
