@@ -79,6 +79,11 @@ def dot_work(dot: Instruction) -> tuple[int, int]:
     return batch, _product(dot.shape.dims) // max(batch, 1) * contracted
 
 
+def dot_work_per_output(dot: Instruction) -> int:
+    """Multiply-adds per element of ``dot``'s result: the contraction's length."""
+    return _product(dot.operands[0].shape.dims[d] for d in dot.attrs.get("lhs_contracting_dims", ()))
+
+
 def keeps_native(comp: Computation) -> bool:
     """Is the fused computation ``comp`` (which holds a dot) best kept as one native kernel?"""
     dot = fused_dot(comp)

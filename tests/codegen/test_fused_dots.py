@@ -337,3 +337,33 @@ def test_q_at_k_transposed_is_register_blocked_on_the_packed_copy():
     dnums = "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}"
     text, inputs = dot_fusion_module((8, 16, 32), (8, 16, 32), (8, 16, 16), dnums, epilogue="tanh2", kind="kLoop")
     assert _blocked(run_and_check(text, inputs))
+
+
+def _split(comp) -> bool:
+    """Does the fusion's dot kernel run split over the pool (``KernelThunk.parallel``)?"""
+    line = next(l for l in comp.executable.native.describe().splitlines() if l.startswith("  %fusion:"))
+    assert "dot over" in line, line
+    return "split over" in line
+
+
+@pytest.mark.parametrize("batch, epilogue, split", [
+    (128, "none", False),      # 4.2M multiply-adds, ~90 us on one core: the pool's start costs more
+    (192, "none", False),      # 6.3M: just below PARALLEL_THRESHOLD at DOT_MAC_COST a multiply-add
+    (256, "none", True),       # 8.4M: past it
+    (192, "tanh2", True),      # 6.3M and 196K tanh: the epilogue's per-element work counts too
+])
+def test_dot_kernels_split_by_multiply_adds_at_their_cost(batch, epilogue, split):
+    """The threading decision counts a dot kernel's multiply-adds at ``DOT_MAC_COST`` units
+    each (plus its epilogue per output element), not one unit each: a fused dot of a few
+    million multiply-adds, a few tens of microseconds, stays on the calling thread; both
+    sides give the evaluator's answer."""
+    from nbxla.runtime import cpu_kernels
+    m = k = n = 32
+    # (per output element: its store, and tanh2's multiply and tanh)
+    per_output = 1 + (cpu_kernels.CHEAP_OP_COST + cpu_kernels.TRANSCENDENTAL_COST if epilogue == "tanh2" else 0)
+    cost = cpu_kernels.DOT_MAC_COST * batch * m * k * n + batch * m * n * per_output
+    assert (cost >= cpu_kernels.PARALLEL_THRESHOLD) == split
+    text, inputs = dot_fusion_module((batch, m, k), (batch, k, n), (batch, m, n), BATCHED, epilogue=epilogue,
+                                     kind="kLoop")
+    comp = run_and_check(text, inputs)
+    assert _split(comp) == split
