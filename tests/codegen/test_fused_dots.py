@@ -367,3 +367,25 @@ def test_dot_kernels_split_by_multiply_adds_at_their_cost(batch, epilogue, split
                                      kind="kLoop")
     comp = run_and_check(text, inputs)
     assert _split(comp) == split
+
+
+@pytest.mark.parametrize("batch, m, k, n, t, epilogue, packed", [
+    (3, 13, 5, 16, "f32", "relu", False),     # a block of 8 rows, then 5 left over
+    (4, 8, 32, 32, "f32", "relu", False),     # a block of 6 (two vectors a row), then 2
+    (2, 7, 3, 32, "f64", "none", False),      # f64: a block of 3 (four vectors a row), twice, then 1
+    (3, 11, 7, 16, "f32", "none", True),      # q @ k^T on the packed copy: 8, then 3
+])
+def test_rows_left_over_from_the_blocks_are_vector_rows(batch, m, k, n, t, epilogue, packed):
+    """Rows that do not fill a register block are computed as blocks of one row (vector
+    accumulators), not in the scalar-slot loop, which stored every multiply-add: no scalar
+    fused multiply-add is left in the kernel (epilogues without one: tanh's polynomial has
+    its own), and the values are the evaluator's."""
+    dnums = "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}" \
+        if packed else BATCHED
+    rhs = (batch, n, k) if packed else (batch, k, n)
+    text, inputs = dot_fusion_module((batch, m, k), rhs, (batch, m, n), dnums, types=(t, t, t), epilogue=epilogue,
+                                     kind="kLoop")
+    comp = run_and_check(text, inputs)
+    assert _blocked(comp)
+    # (the scalar intrinsic, quoted or not, as llvmlite prints it: "llvm.fmuladd.f32")
+    assert f'llvm.fmuladd.{t}"' not in comp.stage("llvm_ir").replace(f"llvm.fmuladd.{t}(", f'llvm.fmuladd.{t}"(')
