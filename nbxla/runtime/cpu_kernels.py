@@ -52,8 +52,8 @@ WIDE_TRANSCENDENTAL_COST = 4
 # multiply-add (batches of 32x32 @ 32x32, 8x64 @ 64x64), 0.034-0.066 with the rhs read
 # transposed (q @ k^T), 0.038-0.043 in bf16.  Counted as whole units, a pure dot fusion of 1M
 # multiply-adds (~23 us on one core) was split, and ran slower at every size measured on the
-# shared 2-core VM (interleaved in one process, wall min / median / CPU time, split against one
-# thread): 1M 45 / 93 / 57 us against 22 / 23 / 23, 2M 67 / 184 / 91 against 43 / 47 / 46,
+# shared 2-core VM at load ~6.5 (interleaved in one process, wall min / median / CPU time,
+# split against one thread): 1M 45 / 93 / 57 us against 22 / 23 / 23, 2M 67 / 184 / 91 against 43 / 47 / 46,
 # 4M 108 / 145 / 130 against 84 / 87 / 87, 8M (8x64 @ 64x64) 215 / 643 / 270 against
 # 183 / 200 / 200 -- as BLAS dots split over the pool did below ``SPLIT_PRODUCT``.  A
 # multiply-add counts 1/8 unit (between the f32 and the bf16 / transposed rates): f32 dots split
