@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import ELEMENTWISE, FUSIBLE
-from ..hlo.shapes import is_complex
+from ..hlo.shapes import is_complex, SymDim
 
 # Largest single matrix product (m * k * n multiply-adds, per batch element) a fused dot keeps
 # native code for; larger ones are split into a BLAS call and an epilogue kernel.
@@ -79,9 +79,11 @@ def dot_work(dot: Instruction) -> tuple[int, int]:
     return batch, _product(dot.shape.dims) // max(batch, 1) * contracted
 
 
-def dot_work_per_output(dot: Instruction) -> int:
-    """Multiply-adds per element of ``dot``'s result: the contraction's length."""
-    return _product(dot.operands[0].shape.dims[d] for d in dot.attrs.get("lhs_contracting_dims", ()))
+def dot_contraction(dot: Instruction) -> int | None:
+    """Multiply-adds per element of ``dot``'s result, the contraction's length (None: it
+    contracts an unknown size)."""
+    dims = [dot.operands[0].shape.dims[d] for d in dot.attrs.get("lhs_contracting_dims", ())]
+    return None if any(isinstance(d, SymDim) for d in dims) else _product(dims)
 
 
 def keeps_native(comp: Computation) -> bool:

@@ -18,7 +18,7 @@ from ..hlo.ir import Instruction
 from ..hlo.low_precision import widen_shape, widen_value
 from ..codegen.elemental import row_major_strides
 from ..hlo.division import is_expensive
-from ..passes.fused_dots import dot_epilogue_refusal, dot_work_per_output, fused_dot
+from ..passes.fused_dots import dot_contraction, dot_epilogue_refusal, fused_dot
 from ..hlo.opcodes import TRANSCENDENTAL
 from ..hlo.shapes import bit_width
 from . import host_memory
@@ -160,11 +160,14 @@ def element_cost(instr: Instruction) -> float:
         # (kept per computation: every size of a program with unknown dimensions makes its
         # thunks again over the same fused computations -- half a millisecond per size)
         dot = fused_dot(comp) if dot_epilogue_refusal(comp) is None else None
-        if dot is None:
+        contraction = dot_contraction(dot) if dot is not None else None
+        if contraction is None:
+            # (no dot; or a contraction over an unknown size -- a program for every batch
+            # size, ``x.T @ g`` -- counted as before, a unit a multiply-add)
             cost = _fusion_cost(comp)
         else:
             # (the dot kernel's unit of work is a multiply-add: DOT_MAC_COST)
-            cost = DOT_MAC_COST + _fusion_cost(comp) / max(1, dot_work_per_output(dot))
+            cost = DOT_MAC_COST + _fusion_cost(comp) / max(1, contraction)
         _element_costs[comp] = cost
     return cost
 
