@@ -413,8 +413,7 @@ def run_dense_block(c, rng, jx, repeats):
     root = ex.native.module.entry.root.name
     line = next((l.split(":", 1)[1].strip() for l in ex.native.describe().splitlines()
                  if l.strip().startswith(f"%{root}:")), "")
-    how = "conv + bias + relu in nbxla's kernel" if "applied in its kernel" in line else \
-        "BLAS conv, bias + relu per block" if "applied to each block" in line else "conv, then a loop kernel"
+    how = "conv + bias + relu in nbxla's kernel" if "applied in its kernel" in line else "conv, then a loop kernel"
     return report(name, contenders, repeats, how, mismatches(results, want))
 
 

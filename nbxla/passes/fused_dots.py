@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import ELEMENTWISE, FUSIBLE
-from ..hlo.shapes import is_complex
+from ..hlo.shapes import is_complex, SymDim
 
 # Largest single matrix product (m * k * n multiply-adds, per batch element) a fused dot keeps
 # native code for; larger ones are split into a BLAS call and an epilogue kernel.
@@ -77,6 +77,13 @@ def dot_work(dot: Instruction) -> tuple[int, int]:
     batch = _product(lhs[d] for d in a.get("lhs_batch_dims", ()))
     contracted = _product(lhs[d] for d in a.get("lhs_contracting_dims", ()))
     return batch, _product(dot.shape.dims) // max(batch, 1) * contracted
+
+
+def dot_contraction(dot: Instruction) -> int | None:
+    """Multiply-adds per element of ``dot``'s result, the contraction's length (None: it
+    contracts an unknown size)."""
+    dims = [dot.operands[0].shape.dims[d] for d in dot.attrs.get("lhs_contracting_dims", ())]
+    return None if any(isinstance(d, SymDim) for d in dims) else _product(dims)
 
 
 def keeps_native(comp: Computation) -> bool:

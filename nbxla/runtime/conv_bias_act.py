@@ -23,11 +23,10 @@ bf16 (TensorFlow's mixed precision, XLA's benchmark models): the kernel computes
 rounds as the evaluator and XLA:CPU do -- the convolution's sum to bf16, the bias sum to bf16
 again -- and the clamp of bf16 values by bf16 constants is exact; the result is stored once.
 
-Taken: convolutions that the blocked path runs in nbxla's kernel (``conv_blocks.takes_native``),
-and f32 / f64 ones it runs on BLAS into a channels-last output in place
-(``blas_takes_epilogue``): there NumPy adds the bias and clamps each block's rows of the output
-right after the block's GEMM wrote them, on the block's thread.  The per-tap GEMMs
-(``conv_gemm``) and channels-first BLAS outputs keep the separate loop kernel.
+Taken: convolutions that the blocked path runs in nbxla's kernel (``conv_blocks.takes_native``).
+Those it runs on BLAS, and the per-tap GEMMs (``conv_gemm``), keep the separate loop kernel:
+NumPy applying the epilogue to each BLAS block on its thread measured no faster and took
+more CPU time (see ``conv_blocks``, "The store").
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ import numpy as np
 from ..hlo.ir import Computation, Instruction
 from ..hlo.low_precision import widen_shape
 from .bf16_arrays import round_to_bf16
-from .conv_blocks import blocked_refusal, BlockedConvolution, prefers_per_tap, takes_native
-from .conv_gemm import wide_gemm_refusal
+from .conv_blocks import blocked_refusal, BlockedConvolution, takes_native
 
 _TYPES = {"f32", "f64", "bf16"}
 
@@ -60,28 +58,12 @@ class BiasActivation:
 
 
 def takes_dense(conv: Instruction) -> bool:
-    """Does the blocked path take the dense convolution ``conv`` with an epilogue: in the
-    native kernel, or (f32 / f64) on BLAS writing a channels-last output in place
-    (``blas_takes_epilogue``)?"""
+    """Does the blocked path's native kernel take the dense convolution ``conv`` with an
+    epilogue?"""
     types = {conv.shape.element_type} | {o.shape.element_type for o in conv.operands}
     wide = widened(conv)
     return len(types) == 1 and types <= _TYPES and conv.attrs.get("feature_group_count", 1) == 1 and \
-        conv.attrs.get("batch_group_count", 1) == 1 and blocked_refusal(wide) is None and \
-        (takes_native(wide) or blas_takes_epilogue(conv))
-
-
-def blas_takes_epilogue(conv: Instruction) -> bool:
-    """An f32 / f64 dense convolution the library runs as blocked BLAS GEMMs (not the per-tap
-    GEMMs: ``cpu_library._f32_or_f64_convolution``'s rule) into a channels-last (N, H, W, O)
-    output: each block's rows get the bias and clamp from NumPy right after their GEMM, on
-    the block's thread, while in cache (3x3 256 -> 256 on 14x14, TensorFlow's NHWC: the
-    separate loop kernel ran over the whole output on the calling thread afterwards)."""
-    dn = conv.attrs["dim_labels"]
-    if conv.shape.element_type not in ("f32", "f64") or \
-            [dn.output_batch, *dn.output_spatial, dn.output_feature] != list(range(len(conv.shape.dims))):
-        return False
-    per_tap = wide_gemm_refusal(conv) is None
-    return not per_tap or not prefers_per_tap(conv)
+        conv.attrs.get("batch_group_count", 1) == 1 and blocked_refusal(wide) is None and takes_native(wide)
 
 
 def widened(conv: Instruction):
@@ -186,8 +168,7 @@ class ConvolutionWithEpilogue:
         e = self.epilogue
         parts = (["bias"] if e.has_bias else []) + ([f"max {e.lower:g}"] if e.lower is not None else []) + \
             ([f"min {e.upper:g}"] if e.upper is not None else [])
-        where = "in its kernel" if self.inner.native else "to each block after its GEMM"
-        self.how = f"{self.inner.how}, {', '.join(parts) or 'nothing'} applied {where}"
+        self.how = f"{self.inner.how}, {', '.join(parts) or 'nothing'} applied in its kernel"
 
     def __call__(self, operands: list[np.ndarray]) -> np.ndarray:
         e = self.epilogue

@@ -23,13 +23,14 @@ transpose.
 
 **The store.**  Each block's values (a view with the output's logical dims) are copied into
 its region of the output; a channels-last (N, H, W, O) output is written by the block's GEMM
-itself (``blas_direct``: a block is whole output rows, contiguous there).  (A consuming
-fusion of bias adds and activations applied here block by block through NumPy's in-place
-ufuncs measured slower than the fusion's own native loop kernel over the whole output --
-3x3 64 -> 64 on 56x56 with bias and relu 2.29 against 1.87 ms, MobileNet blocks 10-30%
-slower -- at the time in nbxla's kernel's place; nbxla's own kernel applies a bias and
-relu / relu6 in registers: ``conv_bias_act``.  The BLAS blocks of a channels-last output,
-which that kernel does not take, get theirs from NumPy on the block's thread, ``_finish``.)
+itself (``blas_direct``: a block is whole output rows, contiguous there).  A consuming bias
+add and activation stays the fusion's own native loop kernel over the whole output for
+BLAS's blocks: NumPy's in-place ufuncs applied block by block measured slower -- 3x3
+64 -> 64 on 56x56 with bias and relu 2.29 against 1.87 ms, MobileNet blocks 10-30% slower;
+and again, on BLAS's channels-last blocks (3x3 256 -> 256 on 14x14 and 512 -> 512 on 7x7,
+interleaved in one process), 1-2.5% more time on one core and 1-2% more CPU time on two,
+the wall time on two cores within noise.  nbxla's own kernel applies a bias and relu /
+relu6 in registers: ``conv_bias_act``.
 
 **Few output features** (at most ``NATIVE_GEMM_BYTES`` per position: 32 f32 features): no
 patches are gathered; nbxla's own kernel (``small_gemm``, ``codegen/patch_gemm.py``) reads
@@ -287,13 +288,9 @@ class BlockedConvolution:
         # of the output (contiguous: whole output rows) itself, no result block and copy.
         self.blas_direct = not self.native and not self.channels_first and list(self.nhwc_order) == [0, 1, 2, 3]
         self.how = f"{BlockedConvolution.how}, by {'nbxla' if self.native else 'BLAS'}"
-        if epilogue is not None and not self.native and not (self.blas_direct and not epilogue.bf16):
-            raise ValueError(f"an epilogue needs nbxla's kernel or BLAS writing a channels-last output "
-                             f"in place (f32 / f64), and neither takes %{instr.name}")
+        if epilogue is not None and not self.native:
+            raise ValueError(f"an epilogue needs nbxla's kernel, which does not take %{instr.name}")
         self.has_bias = epilogue is not None and epilogue.has_bias
-        # BLAS: the bias and clamp applied by NumPy to each block's rows of the output right
-        # after its GEMM wrote them, on the same thread (``_finish``)
-        self.blas_epilogue = epilogue if epilogue is not None and not self.native else None
         if self.native:
             padded = [x[d] + p.low + p.high for d, p in zip(self.input_order, self.padding)]
             self.gemm = small_gemm.PatchGemmKernel(small_gemm.PatchGemm(
@@ -419,8 +416,6 @@ class BlockedConvolution:
                 elif blas_direct:
                     first = (n * self.oh + h0) * ow
                     np.matmul(p.reshape(rows, depth), kmat, out=out_rows[first:first + rows])
-                    if self.blas_epilogue is not None:
-                        self._finish(out_rows[first:first + rows], bias)
                     continue
                 else:
                     r = result[:rows * o].reshape(rows, o)
@@ -436,23 +431,9 @@ class BlockedConvolution:
             run(None, 0, len(units))       # (no BLAS call to keep on one thread: a small one runs here)
         elif native is None and len(units) < worker_count() and work >= conv_gemm.SPLIT_WORK:
             self._split_by_features(x, kmat, out, work)
-            if self.blas_epilogue is not None:
-                self._finish(out, bias)
         else:
             run_on_one_blas_thread(run, len(units), work)
         return out
-
-    def _finish(self, values: np.ndarray, bias: np.ndarray | None) -> None:
-        """The BLAS path's epilogue on ``values`` (rows of the channels-last output, in
-        place): the bias added, then the clamp (NumPy's maximum / minimum propagate NaN, as
-        HLO's do)."""
-        e = self.blas_epilogue
-        if bias is not None:
-            np.add(values, bias, out=values)
-        if e.lower is not None:
-            np.maximum(values, e.lower, out=values)
-        if e.upper is not None:
-            np.minimum(values, e.upper, out=values)
 
     def _split_rows(self, x: np.ndarray, kmat: np.ndarray, out: np.ndarray, bias) -> None:
         """nbxla's kernel over runs of output rows (of all images, ``n * OH`` in all), shared by

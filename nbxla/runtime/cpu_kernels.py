@@ -18,6 +18,7 @@ from ..hlo.ir import Instruction
 from ..hlo.low_precision import widen_shape, widen_value
 from ..codegen.elemental import row_major_strides
 from ..hlo.division import is_expensive
+from ..passes.fused_dots import dot_contraction, dot_epilogue_refusal, fused_dot
 from ..hlo.opcodes import TRANSCENDENTAL
 from ..hlo.shapes import bit_width
 from . import host_memory
@@ -46,6 +47,19 @@ CHEAP_OP_COST = 1 / 16
 DIVIDE_COST = 1 / 4
 TRANSCENDENTAL_COST = 1
 WIDE_TRANSCENDENTAL_COST = 4
+# A fused dot kernel's work per unit of its range counts multiply-adds (codegen/dot_kernels.py),
+# each far cheaper than a streamed element: measured on one core, 0.020-0.024 ns per f32
+# multiply-add (batches of 32x32 @ 32x32, 8x64 @ 64x64), 0.034-0.066 with the rhs read
+# transposed (q @ k^T), 0.038-0.043 in bf16.  Counted as whole units, a pure dot fusion of 1M
+# multiply-adds (~23 us on one core) was split, and ran slower at every size measured on the
+# shared 2-core VM at load ~6.5 (interleaved in one process, wall min / median / CPU time,
+# split against one thread): 1M 45 / 93 / 57 us against 22 / 23 / 23, 2M 67 / 184 / 91 against 43 / 47 / 46,
+# 4M 108 / 145 / 130 against 84 / 87 / 87, 8M (8x64 @ 64x64) 215 / 643 / 270 against
+# 183 / 200 / 200 -- as BLAS dots split over the pool did below ``SPLIT_PRODUCT``.  A
+# multiply-add counts 1/8 unit (between the f32 and the bf16 / transposed rates): f32 dots split
+# from ~8M of them (~170 us on one core); the epilogue's work per output element is spread
+# over the contraction's multiply-adds.
+DOT_MAC_COST = 1 / 8
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
@@ -145,7 +159,16 @@ def element_cost(instr: Instruction) -> float:
     if cost is None:
         # (kept per computation: every size of a program with unknown dimensions makes its
         # thunks again over the same fused computations -- half a millisecond per size)
-        cost = _element_costs[comp] = _fusion_cost(comp)
+        dot = fused_dot(comp) if dot_epilogue_refusal(comp) is None else None
+        contraction = dot_contraction(dot) if dot is not None else None
+        if contraction is None:
+            # (no dot; or a contraction over an unknown size -- a program for every batch
+            # size, ``x.T @ g`` -- counted as before, a unit a multiply-add)
+            cost = _fusion_cost(comp)
+        else:
+            # (the dot kernel's unit of work is a multiply-add: DOT_MAC_COST)
+            cost = DOT_MAC_COST + _fusion_cost(comp) / max(1, contraction)
+        _element_costs[comp] = cost
     return cost
 
 

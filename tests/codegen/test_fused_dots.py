@@ -337,3 +337,55 @@ def test_q_at_k_transposed_is_register_blocked_on_the_packed_copy():
     dnums = "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}"
     text, inputs = dot_fusion_module((8, 16, 32), (8, 16, 32), (8, 16, 16), dnums, epilogue="tanh2", kind="kLoop")
     assert _blocked(run_and_check(text, inputs))
+
+
+def _split(comp) -> bool:
+    """Does the fusion's dot kernel run split over the pool (``KernelThunk.parallel``)?"""
+    line = next(l for l in comp.executable.native.describe().splitlines() if l.startswith("  %fusion:"))
+    assert "dot over" in line, line
+    return "split over" in line
+
+
+@pytest.mark.parametrize("batch, epilogue, split", [
+    (128, "none", False),      # 4.2M multiply-adds, ~90 us on one core: the pool's start costs more
+    (192, "none", False),      # 6.3M: just below PARALLEL_THRESHOLD at DOT_MAC_COST a multiply-add
+    (256, "none", True),       # 8.4M: past it
+    (192, "tanh2", True),      # 6.3M and 196K tanh: the epilogue's per-element work counts too
+])
+def test_dot_kernels_split_by_multiply_adds_at_their_cost(batch, epilogue, split):
+    """The threading decision counts a dot kernel's multiply-adds at ``DOT_MAC_COST`` units
+    each (plus its epilogue per output element), not one unit each: a fused dot of a few
+    million multiply-adds, a few tens of microseconds, stays on the calling thread; both
+    sides give the evaluator's answer."""
+    from nbxla.runtime import cpu_kernels
+    m = k = n = 32
+    # (per output element: its store, and tanh2's multiply and tanh)
+    per_output = 1 + (cpu_kernels.CHEAP_OP_COST + cpu_kernels.TRANSCENDENTAL_COST if epilogue == "tanh2" else 0)
+    cost = cpu_kernels.DOT_MAC_COST * batch * m * k * n + batch * m * n * per_output
+    assert (cost >= cpu_kernels.PARALLEL_THRESHOLD) == split
+    text, inputs = dot_fusion_module((batch, m, k), (batch, k, n), (batch, m, n), BATCHED, epilogue=epilogue,
+                                     kind="kLoop")
+    comp = run_and_check(text, inputs)
+    assert _split(comp) == split
+
+
+@pytest.mark.parametrize("batch, m, k, n, t, epilogue, packed", [
+    (3, 13, 5, 16, "f32", "relu", False),     # a block of 8 rows, then 5 left over
+    (4, 8, 32, 32, "f32", "relu", False),     # a block of 6 (two vectors a row), then 2
+    (2, 7, 3, 32, "f64", "none", False),      # f64: a block of 3 (four vectors a row), twice, then 1
+    (3, 11, 7, 16, "f32", "none", True),      # q @ k^T on the packed copy: 8, then 3
+])
+def test_rows_left_over_from_the_blocks_are_vector_rows(batch, m, k, n, t, epilogue, packed):
+    """Rows that do not fill a register block are computed as blocks of one row (vector
+    accumulators), not in the scalar-slot loop, which stored every multiply-add: no scalar
+    fused multiply-add is left in the kernel (epilogues without one: tanh's polynomial has
+    its own), and the values are the evaluator's."""
+    dnums = "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}" \
+        if packed else BATCHED
+    rhs = (batch, n, k) if packed else (batch, k, n)
+    text, inputs = dot_fusion_module((batch, m, k), rhs, (batch, m, n), dnums, types=(t, t, t), epilogue=epilogue,
+                                     kind="kLoop")
+    comp = run_and_check(text, inputs)
+    assert _blocked(comp)
+    # (the scalar intrinsic, quoted or not, as llvmlite prints it: "llvm.fmuladd.f32")
+    assert f'llvm.fmuladd.{t}"' not in comp.stage("llvm_ir").replace(f"llvm.fmuladd.{t}(", f'llvm.fmuladd.{t}"(')
