@@ -148,6 +148,9 @@ def run_program(compiled: CompiledProgram, leaves: list):
             value = leaves[leaf_index]
             for key in keys:
                 value = value[key]
+        elif isinstance(value, np.ndarray):  # ("static": made while tracing, from no traced value)
+            value = value.copy()            # a new array per call, as NumPy makes: a caller's
+            #                                 write into one result must not show in the next
         result.append(value)
     return tree_unflatten(program.out_treedef, result)
 

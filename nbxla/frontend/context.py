@@ -60,6 +60,10 @@ class TraceContext:
         # (line, "rolled" | "unrolled", why) per Python loop over traced values (loops.py).
         self.loop_decisions: list[tuple[int, str, str]] = []
         self.rolling = 0         # loop bodies being traced once, one inside the other
+        # (body code, line) -> the run-time checks its last rolled trace made (loops.py): a
+        # loop traced again -- inside another loop's next trace -- starts with their slots
+        # instead of tracing once more to learn them (nested loops traced 2^depth times).
+        self.loop_checks_seen: dict[tuple, list] = {}
         self.loop_condition = False      # a rolled loop's condition is being traced
         # (builder, index, size, axis) ids -> (builder, index instruction) checked already
         self.bounds_checked: dict[tuple, tuple] = {}

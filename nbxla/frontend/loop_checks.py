@@ -41,6 +41,13 @@ def fold(ctx: TraceContext, slots: list[tuple[Tracer, Check]], made: list[Check]
             slot.assign(np.where(is_min, low, high))
 
 
+def same(slots: list[tuple[Tracer, Check]], made: list[Check]) -> bool:
+    """Do the checks a trace made start with checks of the slots' kinds (shape, dtype, fold)?
+    A trace may make fewer (a slot it does not fold keeps its identity: it passes)."""
+    return all(old.value.shape == new.value.shape and tuple(old.fold) == tuple(new.fold)
+               for (_, old), new in zip(slots, made))
+
+
 def _identity(fold: str, dtype: np.dtype):
     """The value that the fold ``fold`` ("min" or "max") never prefers: it passes any check."""
     if dtype.kind == "f":

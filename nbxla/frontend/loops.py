@@ -298,7 +298,10 @@ class _Loop:
 
     def run(self):
         # (state slot, check) per run-time check the body makes (see loop_checks)
-        self.checks: list = []
+        self.checks_key = (getattr(self.body, "__code__", None), self.lineno)
+        seen = self.ctx.loop_checks_seen.get(self.checks_key, ()) if self.checks_key[0] else ()
+        self.checks: list = [(loop_checks.carry(self.ctx, c), c) for c in seen]
+        self.seeded = len(self.checks)
         self.checks_from = len(self.ctx.checks)
         self._promote_written()
         self._find_objects()
@@ -344,9 +347,21 @@ class _Loop:
                 continue
             if changed:
                 raise CannotRoll("the body changes a Python list, dict or NumPy array in place")
+            if self.seeded and not loop_checks.same(self.checks[:self.seeded], made_checks):
+                # (this trace made other checks than the last one at this loop: learn them again)
+                self.checks, self.seeded = [], 0
+                self._find_objects()
+                attempts += 1
+                continue
+            # (each slot reports through the check this trace folded into it: the last trace's
+            # checks of one kind need not come in the earlier trace's order)
+            self.checks = [(slot, new) for (slot, _), new in zip(self.checks, made_checks)] \
+                + self.checks[len(made_checks):]
             *plan, requests = plan
             new_checks = [(loop_checks.carry(self.ctx, c), c) for c in made_checks[len(self.checks):]]
             if not requests and not new_checks:
+                if self.checks_key[0] is not None:
+                    self.ctx.loop_checks_seen[self.checks_key] = [c for _, c in self.checks]
                 if self.budget and self.trips * _size(plan[0]) <= self.budget:
                     size, kernels = _size(plan[0]), kernels_per_step(plan[0])
                     windows = moving_windows(plan[0]) if self.counted else 0
