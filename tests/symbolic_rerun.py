@@ -44,8 +44,10 @@ import nbxla.api as api
 from nbxla.compiler import compile_module
 from nbxla.hlo import Module
 from nbxla.hlo.elided import model_values
+from nbxla.flags import current_flags
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.hlo.ir import clone_module
+from nbxla.hlo.printer import PrintOptions, print_module
 from nbxla.hlo.shapes import SymDim, SymbolicDimensionError, TupleShape
 from nbxla.hlo.symbolic import bind_module, module_is_symbolic
 from nbxla.passes import optimize
@@ -131,7 +133,56 @@ def check_symbolic(module: Module, inputs: list | None = None, exact: bool = Fal
     the inputs' size and a larger one (``inputs``: drawn for the module when None): every
     dimension of that size unknown, else (a square matrix: a range of b*b) only the leading
     ones.  None when it served both sizes, else why it stays specialised (words; any other
-    failure raises)."""
+    failure raises).  With drawn inputs the check is a function of the module and of what the
+    compiler's code reads (``_compiler_state``): a module checked already in this process, under
+    the same state, gives the verdict it gave (``CHECKED``) instead of compiling again."""
+    if inputs is not None:
+        return _check_both_ways(module, inputs, exact)
+    key = (canonical_text(module), exact, _compiler_state())
+    if key not in CHECKED:
+        CHECKED[key] = _check_both_ways(module, None, exact)
+    return CHECKED[key]
+
+
+# ---- the same module checked once -----------------------------------------------------------------
+# Why: a test hands the same module to the CPU and to the evaluator (its oracle), and cases that
+# differ only in their input values (patterns, seeds, states of one size) hand over the same
+# module again; each check is a symbolic compile (LLVM twice over, most of a rerun's time) that
+# gives the same verdict.  The key is the module's text with its instruction names numbered in
+# order (nbxla numbers names from a process-wide counter: the same program compiled twice has
+# other names) and the state its compilation reads besides the module: nbxla's module-level
+# values (a test's monkeypatched COLUMN_BLOCK or worker_count), the NBXLA_* environment and the
+# current flags.  (A failed check raises, and is not kept: its test fails.)
+CHECKED: dict[tuple, str | None] = {}
+_NAME = re.compile(r"(?<![\w.\-])([A-Za-z_][\w\-]*)\.(\d+)(?![\w.])")
+
+
+def canonical_text(module: Module) -> str:
+    """The module's text, its ``name.N`` names renumbered in order of first appearance."""
+    numbers: dict[str, int] = {}
+
+    def renumber(m):
+        return f"{m.group(1)}.#{numbers.setdefault(m.group(0), len(numbers))}"
+    return _NAME.sub(renumber, print_module(module, PrintOptions(large_constants="digest")))
+
+
+def _compiler_state() -> tuple:
+    """What a compile reads besides its module: each nbxla module's plain values (numbers,
+    strings: a monkeypatched block size) and the identity of its other globals (a monkeypatched
+    function, table), the NBXLA_* environment, the flags in force."""
+    state = []
+    for name, mod in sorted(sys.modules.items()):
+        if not (name == "nbxla" or name.startswith("nbxla.")) or not isinstance(mod, types.ModuleType):
+            continue
+        for attr, value in vars(mod).items():
+            if not attr.startswith("__"):
+                state.append((name, attr, value if isinstance(value, (int, float, str, bytes, type(None)))
+                              else id(value)))
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("NBXLA_")))
+    return hash(tuple(state)), env, repr(current_flags())
+
+
+def _check_both_ways(module: Module, inputs: list | None, exact: bool) -> str | None:
     why = _check_symbolic(module, inputs, exact, every=True)
     if why is not None and symbolic_in_leading_size(module) is not None:
         alone = _check_symbolic(module, inputs, exact, every=False)
@@ -299,8 +350,13 @@ def _hooked(original, after):
 def _leading_dimension_unknown(request, monkeypatch):
     """The autouse fixture of a rerun module (see the module's docstring)."""
     record = _Rerun(request.node.name)
+    evaluator_is_the_oracle = getattr(request.module, "EVALUATOR_IS_THE_ORACLE", False)
 
     def init(self, fn, device="cpu", *args, dynamic=None, **kwargs):
+        if device == "evaluator" and evaluator_is_the_oracle:
+            # (a backend test's oracle: it stays the evaluator, at the test's sizes)
+            _ORIGINAL_INIT(self, fn, device, *args, dynamic=dynamic, **kwargs)
+            return
         # (the frontend tests' evaluator device: unknown dimensions compile for the CPU)
         _ORIGINAL_INIT(self, fn, "cpu" if device == "evaluator" else device, *args,
                        dynamic=True if dynamic is None else dynamic, **kwargs)
@@ -409,15 +465,15 @@ def rerun_directory(namespace: dict, left_out: dict[str, str], **kwargs) -> list
 
 def cases_wanted(default: int) -> int:
     """How many cases of each ``parametrize`` list a rerun takes (0: every one): ``default``
-    (the rerun module's), or what the environment's ``NBXLA_RERUN_CASES`` says (a number, or
-    ``all``).  Why the codegen and frontend reruns cut their lists by default: there a
-    symbolic compile costs several static ones, and every case is 3-4x their cases (codegen:
-    2477 tests for 458, 2.6x the time measured with ``--durations``; frontend: 2684 for 748),
-    which the suite's time has no room for.  The passes and runtime reruns take every case
-    (1.5x and 1.4x their time).  Run uncut (``NBXLA_RERUN_CASES=all``), the cases beyond the
-    cut found two faults the cut missed: the second-size check's float64 tolerance on results
-    of float32 arguments (``_inputs_tolerance``), and a symbolic loop's runner in a
-    straight-line entry (``test_python_numbers_in_loops``' while_counter)."""
+    (the rerun module's: every case, unless it says otherwise), or what the environment's
+    ``NBXLA_RERUN_CASES`` says (a number: a quick local run, each list cut to that many cases
+    spread over it; or ``all``).  Every rerun takes every case by default: run uncut, the
+    cases beyond a cut found faults the cut missed (the second-size check's float64 tolerance
+    on results of float32 arguments, ``_inputs_tolerance``; a symbolic loop's runner in a
+    straight-line entry, ``test_python_numbers_in_loops``' while_counter).  What paid for the
+    3-5x more cases of the codegen and frontend reruns: a module checked once per process
+    (``CHECKED``), and the backend tests' evaluator kept as their oracle
+    (``EVALUATOR_IS_THE_ORACLE``) instead of a second symbolic compile."""
     wanted = os.environ.get("NBXLA_RERUN_CASES", "").strip().lower()
     if not wanted:
         return default
@@ -429,13 +485,13 @@ def cases_wanted(default: int) -> int:
 
 
 def rerun(namespace: dict, *modules, only: dict | None = None, skip: dict | None = None,
-          cases_per_list: int = 4) -> None:
+          cases_per_list: int = 0) -> None:
     """Collect the tests of ``modules`` again in the module whose ``namespace`` this is, under the
     leading-dimension fixture: all of them, or those ``only[module]`` names; never those ``skip``
     names (test name -> why: a test of structure, not of values, that a symbolic program
-    rightly changes; or one too slow to compile twice); each ``parametrize`` list cut to
-    ``cases_per_list`` cases (``_thinned``), unless ``NBXLA_RERUN_CASES`` says otherwise
-    (``cases_wanted``)."""
+    rightly changes; or one too slow to compile twice); every case of each ``parametrize``
+    list, or ``cases_per_list`` of them (``_thinned``), unless ``NBXLA_RERUN_CASES`` says
+    otherwise (``cases_wanted``)."""
     cases_per_list = cases_wanted(cases_per_list)
     for module in modules:
         short = module.__name__.rsplit(".", 1)[-1]
