@@ -335,6 +335,65 @@ class _Rerun:
             self.refused.append(why)
 
 
+# ---- one symbolic compile per function and call ---------------------------------------------------
+# Why: cases that differ only in their argument values (data patterns, seeds, special values of one
+# size) jit the same function at the same shapes, a fresh ``nbxla.jit`` each (its own cache): each
+# compiled it again with unknown dimensions -- the same program, the same verdict.  Within a rerun
+# a compile with unknown dimensions is kept per function (its code and what it closes over, by
+# identity), call signature (shapes, dtypes, static values, captured values' signatures), flags,
+# device, dimensions made unknown and compiler state (``_compiler_state``); a refusal is kept too
+# (its reason).  Each case still runs the program at its own arguments against its own oracle.
+COMPILED: dict[tuple, object] = {}
+_KEPT: list = []                # (what the keys' ids stand for, alive while the key is: no id reuse)
+COMPILED_MOST = 4000            # (then forgotten: the arguments the programs hold are freed)
+
+
+def _function_key(compiled) -> tuple:
+    fn, kept = compiled.fn, [compiled.fn, compiled._bound]
+    if isinstance(fn, types.FunctionType):
+        parts = [c.cell_contents for c in fn.__closure__ or () if _cell_full(c)]
+        parts += list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).items()) + [fn.__globals__]
+        kept += parts
+        key = (fn.__code__, tuple(id(v) for v in parts))
+    else:
+        key = (id(fn),)
+    _KEPT.append(kept)
+    return key + (tuple(id(b) for b in compiled._bound),)
+
+
+def _cell_full(cell) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
+
+
+def _sharing_find_or_compile(policy, cache, extra, signature, names, arguments, make_key, code_key,
+                             code_name, device, compile_for):
+    """``dynamic_dims.find_or_compile`` whose compiles with unknown dimensions are kept in
+    ``COMPILED`` (the function's reused by another ``nbxla.jit`` of the same call)."""
+    function = _function_key(code_key)
+
+    def shared(marks):
+        key = (function, extra, signature, tuple(sorted(marks.items())), _compiler_state())
+        if key not in COMPILED:
+            if len(COMPILED) >= COMPILED_MOST:
+                COMPILED.clear()
+                _KEPT.clear()
+            try:
+                COMPILED[key] = compile_for(marks)
+            except SymbolicDimensionError as e:
+                COMPILED[key] = e
+        found = COMPILED[key]
+        if isinstance(found, SymbolicDimensionError):
+            raise SymbolicDimensionError(str(found))
+        return found
+    return _ORIGINAL_FIND(policy, cache, extra, signature, names, arguments, make_key, code_key, code_name,
+                          device, shared)
+
+
+_ORIGINAL_FIND = api.find_or_compile
 _ORIGINAL_INIT = api.CompiledFunction.__init__
 _ORIGINAL_CALL = api.CompiledFunction.__call__
 
@@ -367,6 +426,7 @@ def _leading_dimension_unknown(request, monkeypatch):
         return result
 
     monkeypatch.setattr(api.CompiledFunction, "__init__", init)
+    monkeypatch.setattr(api, "find_or_compile", _sharing_find_or_compile)
     monkeypatch.setattr(api.CompiledFunction, "__call__", call)
     # The module entry points, where the tests' modules imported them (nbxla's own calls inside
     # compile_module and friends are not hooked: one check per module a test hands over).
