@@ -167,19 +167,28 @@ def canonical_text(module: Module) -> str:
 
 
 def _compiler_state() -> tuple:
-    """What a compile reads besides its module: each nbxla module's plain values (numbers,
-    strings: a monkeypatched block size) and the identity of its other globals (a monkeypatched
-    function, table), the NBXLA_* environment, the flags in force."""
-    state = []
-    for name, mod in sorted(sys.modules.items()):
+    """What a compile reads besides its module, where it differs from what was first seen: each
+    nbxla module's plain values (numbers, strings: a monkeypatched block size) and the identity
+    of its other globals (a monkeypatched function or table), as first seen in this process
+    (``_FIRST_SEEN``: a module imported later adds nothing until something in it changes); the
+    entries a test's monkeypatch set in dictionaries (``PATCHED_ITEMS``); the NBXLA_*
+    environment; the flags in force."""
+    changed = []
+    for name, mod in list(sys.modules.items()):
         if not (name == "nbxla" or name.startswith("nbxla.")) or not isinstance(mod, types.ModuleType):
             continue
-        for attr, value in vars(mod).items():
-            if not attr.startswith("__"):
-                state.append((name, attr, value if isinstance(value, (int, float, str, bytes, type(None)))
-                              else id(value)))
+        for attr, value in list(vars(mod).items()):
+            now = value if isinstance(value, (int, float, str, bytes, type(None))) else ("id", id(value))
+            first = _FIRST_SEEN.setdefault((name, attr), now)
+            if first is not now and first != now:
+                changed.append((name, attr, now))
+    items = tuple((id(table), key, id(table.get(key))) for table, key, _ in PATCHED_ITEMS if table is not os.environ)
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("NBXLA_")))
-    return hash(tuple(state)), env, repr(current_flags())
+    return tuple(sorted(changed, key=repr)), items, env, repr(current_flags())
+
+
+_FIRST_SEEN: dict[tuple, object] = {}
+PATCHED_ITEMS: list = []        # (the running rerun test's monkeypatch.setitem records)
 
 
 def _check_both_ways(module: Module, inputs: list | None, exact: bool) -> str | None:
@@ -409,6 +418,8 @@ def _hooked(original, after):
 def _leading_dimension_unknown(request, monkeypatch):
     """The autouse fixture of a rerun module (see the module's docstring)."""
     record = _Rerun(request.node.name)
+    # (the test's monkeypatch is this fixture's: its setitem records, read as they grow)
+    monkeypatch.setattr(sys.modules[__name__], "PATCHED_ITEMS", getattr(monkeypatch, "_setitem", []))
     evaluator_is_the_oracle = getattr(request.module, "EVALUATOR_IS_THE_ORACLE", False)
 
     def init(self, fn, device="cpu", *args, dynamic=None, **kwargs):
