@@ -15,7 +15,8 @@ fixture that makes the leading dimension unknown in whatever the test compiles:
   sizes with the reason kept).  The test's own oracle (NumPy) checks the result at its size;
   where the compilation was symbolic, the function also runs at a larger leading size (the
   arguments' rows repeated) against NumPy there: the program must serve sizes it was not traced
-  at.
+  at.  (A backend test's function jitted for the evaluator is its oracle and stays the
+  evaluator: ``rerun_device``.)
 * **HLO modules** the test hands to ``compile_module``, ``build_executable`` or ``optimize`` (by
   the names the test modules imported) are also made symbolic in their leading size
   (``symbolic_in_leading_size``), compiled once by ``compile_symbolic_module`` and run at their
@@ -28,6 +29,11 @@ the test with the reason: a change that quietly made everything specialise fails
 touched, on whichever worker runs them.  (Modules that cannot be made symbolic at all -- no
 leading size of 2 or more, a size held in an attribute -- are not counted: ``NOT_SYMBOLIC``.)
 ``SERVED`` and ``REFUSED`` keep each test's counts for a look from a debugger or ``-s`` print.
+
+**Once per process.**  A module's check (``CHECKED``) and a function's compile with unknown
+dimensions at one call signature (``COMPILED``) are done once per process and compiler state:
+cases that differ only in their values, and a module handed to the CPU and to the evaluator,
+compiled the same program again for the same verdict.  Each case still runs its own oracle.
 """
 
 from __future__ import annotations
@@ -415,6 +421,17 @@ def _hooked(original, after):
     return hooked
 
 
+def rerun_device(device: str, dynamic, evaluator_is_the_oracle: bool) -> tuple:
+    """(device, dynamic) of a function a rerun test jits: unknown dimensions (``dynamic=True``,
+    unless the test chose), on the CPU for the frontend tests' evaluator device; but a backend
+    test's evaluator (``evaluator_is_the_oracle``: the rerun module's EVALUATOR_IS_THE_ORACLE)
+    is its oracle, and stays the evaluator at the test's sizes (compiled for the CPU too, the
+    test compared the CPU's symbolic program with another compile of itself)."""
+    if device == "evaluator" and evaluator_is_the_oracle:
+        return device, dynamic
+    return ("cpu" if device == "evaluator" else device), (True if dynamic is None else dynamic)
+
+
 def _leading_dimension_unknown(request, monkeypatch):
     """The autouse fixture of a rerun module (see the module's docstring)."""
     record = _Rerun(request.node.name)
@@ -423,13 +440,8 @@ def _leading_dimension_unknown(request, monkeypatch):
     evaluator_is_the_oracle = getattr(request.module, "EVALUATOR_IS_THE_ORACLE", False)
 
     def init(self, fn, device="cpu", *args, dynamic=None, **kwargs):
-        if device == "evaluator" and evaluator_is_the_oracle:
-            # (a backend test's oracle: it stays the evaluator, at the test's sizes)
-            _ORIGINAL_INIT(self, fn, device, *args, dynamic=dynamic, **kwargs)
-            return
-        # (the frontend tests' evaluator device: unknown dimensions compile for the CPU)
-        _ORIGINAL_INIT(self, fn, "cpu" if device == "evaluator" else device, *args,
-                       dynamic=True if dynamic is None else dynamic, **kwargs)
+        device, dynamic = rerun_device(device, dynamic, evaluator_is_the_oracle)
+        _ORIGINAL_INIT(self, fn, device, *args, dynamic=dynamic, **kwargs)
 
     def call(self, *args, **kwargs):
         result = _ORIGINAL_CALL(self, *args, **kwargs)

@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 
-from tests.symbolic_rerun import _thinned, cases_wanted, check_symbolic, rerun
+from tests.symbolic_rerun import _thinned, cases_wanted, check_symbolic, rerun, rerun_device
 
 
 @pytest.mark.parametrize("setting, want", [("", 4), ("all", 0), ("ALL", 0), ("7", 7)])
@@ -102,3 +102,10 @@ def test_a_function_jitted_again_at_the_same_call_compiles_once(monkeypatch):
         counts.append(len(compiles))
     # (a compile for each set of unknown dimensions tried; the third closure holds another value)
     assert counts[0] >= 1 and counts[1] == counts[0] and counts[2] == 2 * counts[0]
+
+
+def test_a_backend_tests_evaluator_stays_its_oracle():
+    assert rerun_device("evaluator", None, evaluator_is_the_oracle=True) == ("evaluator", None)
+    assert rerun_device("cpu", None, evaluator_is_the_oracle=True) == ("cpu", True)
+    assert rerun_device("evaluator", None, evaluator_is_the_oracle=False) == ("cpu", True)
+    assert rerun_device("cpu", False, evaluator_is_the_oracle=False) == ("cpu", False)
