@@ -388,14 +388,14 @@ def _sharing_find_or_compile(policy, cache, extra, signature, names, arguments, 
                              code_name, device, compile_for):
     """``dynamic_dims.find_or_compile`` whose compiles with unknown dimensions are kept in
     ``COMPILED`` (the function's reused by another ``nbxla.jit`` of the same call)."""
+    if len(COMPILED) >= COMPILED_MOST or len(_KEPT) >= 4 * COMPILED_MOST:
+        COMPILED.clear()            # (together: a key's ids stand for what _KEPT holds)
+        _KEPT.clear()
     function = _function_key(code_key)
 
     def shared(marks):
         key = (function, extra, signature, tuple(sorted(marks.items())), _compiler_state())
         if key not in COMPILED:
-            if len(COMPILED) >= COMPILED_MOST:
-                COMPILED.clear()
-                _KEPT.clear()
             try:
                 COMPILED[key] = compile_for(marks)
             except SymbolicDimensionError as e:
