@@ -30,8 +30,9 @@ touched, on whichever worker runs them.  (Modules that cannot be made symbolic a
 leading size of 2 or more, a size held in an attribute -- are not counted: ``NOT_SYMBOLIC``.)
 ``SERVED`` and ``REFUSED`` keep each test's counts for a look from a debugger or ``-s`` print.
 
-**Once per process.**  A module's check (``CHECKED``) and a function's compile with unknown
-dimensions at one call signature (``COMPILED``) are done once per process and compiler state:
+**Once per process** (``tests/rerun_memo.py``).  A module's check (``CHECKED``) and a
+function's compile with unknown dimensions at one call signature (``COMPILED``) are done once
+per process and compiler state:
 cases that differ only in their values, and a module handed to the CPU and to the evaluator,
 compiled the same program again for the same verdict.  Each case still runs its own oracle.
 """
@@ -50,10 +51,8 @@ import nbxla.api as api
 from nbxla.compiler import compile_module
 from nbxla.hlo import Module
 from nbxla.hlo.elided import model_values
-from nbxla.flags import current_flags
 from nbxla.hlo.evaluator import evaluate, flatten
 from nbxla.hlo.ir import clone_module
-from nbxla.hlo.printer import PrintOptions, print_module
 from nbxla.hlo.shapes import SymDim, SymbolicDimensionError, TupleShape
 from nbxla.hlo.symbolic import bind_module, module_is_symbolic
 from nbxla.passes import optimize
@@ -61,6 +60,8 @@ from nbxla.passes.verifier import verify_module
 from nbxla.runtime.executable import build_executable
 from nbxla.symbolic_compile import compile_symbolic_module, run_symbolic
 from nbxla.testing import _TOLERANCES as compare_tolerances, compare_arrays
+from tests import rerun_memo
+from tests.rerun_memo import canonical_text, compiler_state, sharing_find_or_compile
 
 GROWN_BY = 3
 # Why a program itself needs its sizes (NumPy semantics, the program's own choices): a test whose
@@ -140,61 +141,15 @@ def check_symbolic(module: Module, inputs: list | None = None, exact: bool = Fal
     dimension of that size unknown, else (a square matrix: a range of b*b) only the leading
     ones.  None when it served both sizes, else why it stays specialised (words; any other
     failure raises).  With drawn inputs the check is a function of the module and of what the
-    compiler's code reads (``_compiler_state``): a module checked already in this process, under
-    the same state, gives the verdict it gave (``CHECKED``) instead of compiling again."""
+    compiler's code reads (``rerun_memo.compiler_state``): a module checked already in this
+    process, under the same state, gives the verdict it gave (``rerun_memo.CHECKED``) instead
+    of compiling again."""
     if inputs is not None:
         return _check_both_ways(module, inputs, exact)
-    key = (canonical_text(module), exact, _compiler_state())
-    if key not in CHECKED:
-        CHECKED[key] = _check_both_ways(module, None, exact)
-    return CHECKED[key]
-
-
-# ---- the same module checked once -----------------------------------------------------------------
-# Why: a test hands the same module to the CPU and to the evaluator (its oracle), and cases that
-# differ only in their input values (patterns, seeds, states of one size) hand over the same
-# module again; each check is a symbolic compile (LLVM twice over, most of a rerun's time) that
-# gives the same verdict.  The key is the module's text with its instruction names numbered in
-# order (nbxla numbers names from a process-wide counter: the same program compiled twice has
-# other names) and the state its compilation reads besides the module: nbxla's module-level
-# values (a test's monkeypatched COLUMN_BLOCK or worker_count), the NBXLA_* environment and the
-# current flags.  (A failed check raises, and is not kept: its test fails.)
-CHECKED: dict[tuple, str | None] = {}
-_NAME = re.compile(r"(?<![\w.\-])([A-Za-z_][\w\-]*)\.(\d+)(?![\w.])")
-
-
-def canonical_text(module: Module) -> str:
-    """The module's text, its ``name.N`` names renumbered in order of first appearance."""
-    numbers: dict[str, int] = {}
-
-    def renumber(m):
-        return f"{m.group(1)}.#{numbers.setdefault(m.group(0), len(numbers))}"
-    return _NAME.sub(renumber, print_module(module, PrintOptions(large_constants="digest")))
-
-
-def _compiler_state() -> tuple:
-    """What a compile reads besides its module, where it differs from what was first seen: each
-    nbxla module's plain values (numbers, strings: a monkeypatched block size) and the identity
-    of its other globals (a monkeypatched function or table), as first seen in this process
-    (``_FIRST_SEEN``: a module imported later adds nothing until something in it changes); the
-    entries a test's monkeypatch set in dictionaries (``PATCHED_ITEMS``); the NBXLA_*
-    environment; the flags in force."""
-    changed = []
-    for name, mod in list(sys.modules.items()):
-        if not (name == "nbxla" or name.startswith("nbxla.")) or not isinstance(mod, types.ModuleType):
-            continue
-        for attr, value in list(vars(mod).items()):
-            now = value if isinstance(value, (int, float, str, bytes, type(None))) else ("id", id(value))
-            first = _FIRST_SEEN.setdefault((name, attr), now)
-            if first is not now and first != now:
-                changed.append((name, attr, now))
-    items = tuple((id(table), key, id(table.get(key))) for table, key, _ in PATCHED_ITEMS if table is not os.environ)
-    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("NBXLA_")))
-    return tuple(sorted(changed, key=repr)), items, env, repr(current_flags())
-
-
-_FIRST_SEEN: dict[tuple, object] = {}
-PATCHED_ITEMS: list = []        # (the running rerun test's monkeypatch.setitem records)
+    key = (canonical_text(module), exact, compiler_state())
+    if key not in rerun_memo.CHECKED:
+        rerun_memo.CHECKED[key] = _check_both_ways(module, None, exact)
+    return rerun_memo.CHECKED[key]
 
 
 def _check_both_ways(module: Module, inputs: list | None, exact: bool) -> str | None:
@@ -350,65 +305,6 @@ class _Rerun:
             self.refused.append(why)
 
 
-# ---- one symbolic compile per function and call ---------------------------------------------------
-# Why: cases that differ only in their argument values (data patterns, seeds, special values of one
-# size) jit the same function at the same shapes, a fresh ``nbxla.jit`` each (its own cache): each
-# compiled it again with unknown dimensions -- the same program, the same verdict.  Within a rerun
-# a compile with unknown dimensions is kept per function (its code and what it closes over, by
-# identity), call signature (shapes, dtypes, static values, captured values' signatures), flags,
-# device, dimensions made unknown and compiler state (``_compiler_state``); a refusal is kept too
-# (its reason).  Each case still runs the program at its own arguments against its own oracle.
-COMPILED: dict[tuple, object] = {}
-_KEPT: list = []                # (what the keys' ids stand for, alive while the key is: no id reuse)
-COMPILED_MOST = 4000            # (then forgotten: the arguments the programs hold are freed)
-
-
-def _function_key(compiled) -> tuple:
-    fn, kept = compiled.fn, [compiled.fn, compiled._bound]
-    if isinstance(fn, types.FunctionType):
-        parts = [c.cell_contents for c in fn.__closure__ or () if _cell_full(c)]
-        parts += list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).items()) + [fn.__globals__]
-        kept += parts
-        key = (fn.__code__, tuple(id(v) for v in parts))
-    else:
-        key = (id(fn),)
-    _KEPT.append(kept)
-    return key + (tuple(id(b) for b in compiled._bound),)
-
-
-def _cell_full(cell) -> bool:
-    try:
-        cell.cell_contents
-        return True
-    except ValueError:
-        return False
-
-
-def _sharing_find_or_compile(policy, cache, extra, signature, names, arguments, make_key, code_key,
-                             code_name, device, compile_for):
-    """``dynamic_dims.find_or_compile`` whose compiles with unknown dimensions are kept in
-    ``COMPILED`` (the function's reused by another ``nbxla.jit`` of the same call)."""
-    if len(COMPILED) >= COMPILED_MOST or len(_KEPT) >= 4 * COMPILED_MOST:
-        COMPILED.clear()            # (together: a key's ids stand for what _KEPT holds)
-        _KEPT.clear()
-    function = _function_key(code_key)
-
-    def shared(marks):
-        key = (function, extra, signature, tuple(sorted(marks.items())), _compiler_state())
-        if key not in COMPILED:
-            try:
-                COMPILED[key] = compile_for(marks)
-            except SymbolicDimensionError as e:
-                COMPILED[key] = e
-        found = COMPILED[key]
-        if isinstance(found, SymbolicDimensionError):
-            raise SymbolicDimensionError(str(found))
-        return found
-    return _ORIGINAL_FIND(policy, cache, extra, signature, names, arguments, make_key, code_key, code_name,
-                          device, shared)
-
-
-_ORIGINAL_FIND = api.find_or_compile
 _ORIGINAL_INIT = api.CompiledFunction.__init__
 _ORIGINAL_CALL = api.CompiledFunction.__call__
 
@@ -436,7 +332,7 @@ def _leading_dimension_unknown(request, monkeypatch):
     """The autouse fixture of a rerun module (see the module's docstring)."""
     record = _Rerun(request.node.name)
     # (the test's monkeypatch is this fixture's: its setitem records, read as they grow)
-    monkeypatch.setattr(sys.modules[__name__], "PATCHED_ITEMS", getattr(monkeypatch, "_setitem", []))
+    monkeypatch.setattr(rerun_memo, "PATCHED_ITEMS", getattr(monkeypatch, "_setitem", []))
     evaluator_is_the_oracle = getattr(request.module, "EVALUATOR_IS_THE_ORACLE", False)
 
     def init(self, fn, device="cpu", *args, dynamic=None, **kwargs):
@@ -449,7 +345,7 @@ def _leading_dimension_unknown(request, monkeypatch):
         return result
 
     monkeypatch.setattr(api.CompiledFunction, "__init__", init)
-    monkeypatch.setattr(api, "find_or_compile", _sharing_find_or_compile)
+    monkeypatch.setattr(api, "find_or_compile", sharing_find_or_compile)
     monkeypatch.setattr(api.CompiledFunction, "__call__", call)
     # The module entry points, where the tests' modules imported them (nbxla's own calls inside
     # compile_module and friends are not hooked: one check per module a test hands over).
@@ -555,7 +451,7 @@ def cases_wanted(default: int) -> int:
     on results of float32 arguments, ``_inputs_tolerance``; a symbolic loop's runner in a
     straight-line entry, ``test_python_numbers_in_loops``' while_counter).  What paid for the
     3-5x more cases of the codegen and frontend reruns: a module checked once per process
-    (``CHECKED``), and the backend tests' evaluator kept as their oracle
+    (``rerun_memo``), and the backend tests' evaluator kept as their oracle
     (``EVALUATOR_IS_THE_ORACLE``) instead of a second symbolic compile."""
     wanted = os.environ.get("NBXLA_RERUN_CASES", "").strip().lower()
     if not wanted:
