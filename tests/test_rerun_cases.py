@@ -58,7 +58,7 @@ def _row_scale_module(by: int = 2):
 ENTRY main {{
   p = f32[6,3] parameter(0)
   c = f32[] constant({by})
-  b = f32[6,3] broadcast(c), dimensions={}
+  b = f32[6,3] broadcast(c), dimensions={{}}
   ROOT m = f32[6,3] multiply(p, b)
 }}""")
 
