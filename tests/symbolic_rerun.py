@@ -31,7 +31,7 @@ leading size of 2 or more, a size held in an attribute -- are not counted: ``NOT
 ``SERVED`` and ``REFUSED`` keep each test's counts for a look from a debugger or ``-s`` print.
 
 **Once per process** (``tests/rerun_memo.py``).  A module's check (``CHECKED``) and a
-function's compile with unknown dimensions at one call signature (``COMPILED``) are done once
+function's compile with unknown dimensions at one call signature (``COMPILED``: not active yet) are done once
 per process and compiler state:
 cases that differ only in their values, and a module handed to the CPU and to the evaluator,
 compiled the same program again for the same verdict.  Each case still runs its own oracle.
@@ -61,7 +61,7 @@ from nbxla.runtime.executable import build_executable
 from nbxla.symbolic_compile import compile_symbolic_module, run_symbolic
 from nbxla.testing import _TOLERANCES as compare_tolerances, compare_arrays
 from tests import rerun_memo
-from tests.rerun_memo import canonical_text, compiler_state, sharing_find_or_compile
+from tests.rerun_memo import canonical_text, compiler_state
 
 GROWN_BY = 3
 # Why a program itself needs its sizes (NumPy semantics, the program's own choices): a test whose
@@ -345,7 +345,6 @@ def _leading_dimension_unknown(request, monkeypatch):
         return result
 
     monkeypatch.setattr(api.CompiledFunction, "__init__", init)
-    monkeypatch.setattr(api, "find_or_compile", sharing_find_or_compile)
     monkeypatch.setattr(api.CompiledFunction, "__call__", call)
     # The module entry points, where the tests' modules imported them (nbxla's own calls inside
     # compile_module and friends are not hooked: one check per module a test hands over).
@@ -452,7 +451,7 @@ def cases_wanted(default: int) -> int:
     straight-line entry, ``test_python_numbers_in_loops``' while_counter).  Every case is 5x
     the codegen rerun's cases of the old cut (2 a list: 466 -> 2511) and 3.5x the frontend's
     (4 a list: 777 -> 2719); what lowers their cost: a module checked once per process and a
-    function compiled once per call signature (``rerun_memo``), and the backend tests'
+    function compiled once per call signature (``rerun_memo``; the latter not active yet), and the backend tests'
     evaluator kept as their oracle (``EVALUATOR_IS_THE_ORACLE``) instead of a second symbolic
     compile."""
     wanted = os.environ.get("NBXLA_RERUN_CASES", "").strip().lower()
