@@ -15,7 +15,8 @@ fixture that makes the leading dimension unknown in whatever the test compiles:
   sizes with the reason kept).  The test's own oracle (NumPy) checks the result at its size;
   where the compilation was symbolic, the function also runs at a larger leading size (the
   arguments' rows repeated) against NumPy there: the program must serve sizes it was not traced
-  at.
+  at.  (A backend test's function jitted for the evaluator is its oracle and stays the
+  evaluator: ``rerun_device``.)
 * **HLO modules** the test hands to ``compile_module``, ``build_executable`` or ``optimize`` (by
   the names the test modules imported) are also made symbolic in their leading size
   (``symbolic_in_leading_size``), compiled once by ``compile_symbolic_module`` and run at their
@@ -28,6 +29,12 @@ the test with the reason: a change that quietly made everything specialise fails
 touched, on whichever worker runs them.  (Modules that cannot be made symbolic at all -- no
 leading size of 2 or more, a size held in an attribute -- are not counted: ``NOT_SYMBOLIC``.)
 ``SERVED`` and ``REFUSED`` keep each test's counts for a look from a debugger or ``-s`` print.
+
+**Once per process** (``tests/rerun_memo.py``).  A module's check (``CHECKED``) and a
+function's compile with unknown dimensions at one call signature (``COMPILED``: not active yet) are done once
+per process and compiler state:
+cases that differ only in their values, and a module handed to the CPU and to the evaluator,
+compiled the same program again for the same verdict.  Each case still runs its own oracle.
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ from nbxla.passes.verifier import verify_module
 from nbxla.runtime.executable import build_executable
 from nbxla.symbolic_compile import compile_symbolic_module, run_symbolic
 from nbxla.testing import _TOLERANCES as compare_tolerances, compare_arrays
+from tests import rerun_memo
+from tests.rerun_memo import canonical_text, compiler_state
 
 GROWN_BY = 3
 # Why a program itself needs its sizes (NumPy semantics, the program's own choices): a test whose
@@ -131,7 +140,19 @@ def check_symbolic(module: Module, inputs: list | None = None, exact: bool = Fal
     the inputs' size and a larger one (``inputs``: drawn for the module when None): every
     dimension of that size unknown, else (a square matrix: a range of b*b) only the leading
     ones.  None when it served both sizes, else why it stays specialised (words; any other
-    failure raises)."""
+    failure raises).  With drawn inputs the check is a function of the module and of what the
+    compiler's code reads (``rerun_memo.compiler_state``): a module checked already in this
+    process, under the same state, gives the verdict it gave (``rerun_memo.CHECKED``) instead
+    of compiling again."""
+    if inputs is not None:
+        return _check_both_ways(module, inputs, exact)
+    key = (canonical_text(module), exact, compiler_state())
+    if key not in rerun_memo.CHECKED:
+        rerun_memo.CHECKED[key] = _check_both_ways(module, None, exact)
+    return rerun_memo.CHECKED[key]
+
+
+def _check_both_ways(module: Module, inputs: list | None, exact: bool) -> str | None:
     why = _check_symbolic(module, inputs, exact, every=True)
     if why is not None and symbolic_in_leading_size(module) is not None:
         alone = _check_symbolic(module, inputs, exact, every=False)
@@ -296,14 +317,27 @@ def _hooked(original, after):
     return hooked
 
 
+def rerun_device(device: str, dynamic, evaluator_is_the_oracle: bool) -> tuple:
+    """(device, dynamic) of a function a rerun test jits: unknown dimensions (``dynamic=True``,
+    unless the test chose), on the CPU for the frontend tests' evaluator device; but a backend
+    test's evaluator (``evaluator_is_the_oracle``: the rerun module's EVALUATOR_IS_THE_ORACLE)
+    is its oracle, and stays the evaluator at the test's sizes (compiled for the CPU too, the
+    test compared the CPU's symbolic program with another compile of itself)."""
+    if device == "evaluator" and evaluator_is_the_oracle:
+        return device, dynamic
+    return ("cpu" if device == "evaluator" else device), (True if dynamic is None else dynamic)
+
+
 def _leading_dimension_unknown(request, monkeypatch):
     """The autouse fixture of a rerun module (see the module's docstring)."""
     record = _Rerun(request.node.name)
+    # (the test's monkeypatch is this fixture's: its setitem records, read as they grow)
+    monkeypatch.setattr(rerun_memo, "PATCHED_ITEMS", getattr(monkeypatch, "_setitem", []))
+    evaluator_is_the_oracle = getattr(request.module, "EVALUATOR_IS_THE_ORACLE", False)
 
     def init(self, fn, device="cpu", *args, dynamic=None, **kwargs):
-        # (the frontend tests' evaluator device: unknown dimensions compile for the CPU)
-        _ORIGINAL_INIT(self, fn, "cpu" if device == "evaluator" else device, *args,
-                       dynamic=True if dynamic is None else dynamic, **kwargs)
+        device, dynamic = rerun_device(device, dynamic, evaluator_is_the_oracle)
+        _ORIGINAL_INIT(self, fn, device, *args, dynamic=dynamic, **kwargs)
 
     def call(self, *args, **kwargs):
         result = _ORIGINAL_CALL(self, *args, **kwargs)
@@ -409,15 +443,17 @@ def rerun_directory(namespace: dict, left_out: dict[str, str], **kwargs) -> list
 
 def cases_wanted(default: int) -> int:
     """How many cases of each ``parametrize`` list a rerun takes (0: every one): ``default``
-    (the rerun module's), or what the environment's ``NBXLA_RERUN_CASES`` says (a number, or
-    ``all``).  Why the codegen and frontend reruns cut their lists by default: there a
-    symbolic compile costs several static ones, and every case is 3-4x their cases (codegen:
-    2477 tests for 458, 2.6x the time measured with ``--durations``; frontend: 2684 for 748),
-    which the suite's time has no room for.  The passes and runtime reruns take every case
-    (1.5x and 1.4x their time).  Run uncut (``NBXLA_RERUN_CASES=all``), the cases beyond the
-    cut found two faults the cut missed: the second-size check's float64 tolerance on results
-    of float32 arguments (``_inputs_tolerance``), and a symbolic loop's runner in a
-    straight-line entry (``test_python_numbers_in_loops``' while_counter)."""
+    (the rerun module's: every case, unless it says otherwise), or what the environment's
+    ``NBXLA_RERUN_CASES`` says (a number: a quick local run, each list cut to that many cases
+    spread over it; or ``all``).  Every rerun takes every case by default: run uncut, the
+    cases beyond a cut found faults the cut missed (the second-size check's float64 tolerance
+    on results of float32 arguments, ``_inputs_tolerance``; a symbolic loop's runner in a
+    straight-line entry, ``test_python_numbers_in_loops``' while_counter).  Every case is 5x
+    the codegen rerun's cases of the old cut (2 a list: 466 -> 2511) and 3.5x the frontend's
+    (4 a list: 777 -> 2719); what lowers their cost: a module checked once per process and a
+    function compiled once per call signature (``rerun_memo``; the latter not active yet), and the backend tests'
+    evaluator kept as their oracle (``EVALUATOR_IS_THE_ORACLE``) instead of a second symbolic
+    compile."""
     wanted = os.environ.get("NBXLA_RERUN_CASES", "").strip().lower()
     if not wanted:
         return default
@@ -429,13 +465,13 @@ def cases_wanted(default: int) -> int:
 
 
 def rerun(namespace: dict, *modules, only: dict | None = None, skip: dict | None = None,
-          cases_per_list: int = 4) -> None:
+          cases_per_list: int = 0) -> None:
     """Collect the tests of ``modules`` again in the module whose ``namespace`` this is, under the
     leading-dimension fixture: all of them, or those ``only[module]`` names; never those ``skip``
     names (test name -> why: a test of structure, not of values, that a symbolic program
-    rightly changes; or one too slow to compile twice); each ``parametrize`` list cut to
-    ``cases_per_list`` cases (``_thinned``), unless ``NBXLA_RERUN_CASES`` says otherwise
-    (``cases_wanted``)."""
+    rightly changes; or one too slow to compile twice); every case of each ``parametrize``
+    list, or ``cases_per_list`` of them (``_thinned``), unless ``NBXLA_RERUN_CASES`` says
+    otherwise (``cases_wanted``)."""
     cases_per_list = cases_wanted(cases_per_list)
     for module in modules:
         short = module.__name__.rsplit(".", 1)[-1]

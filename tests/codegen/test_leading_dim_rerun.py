@@ -20,7 +20,12 @@ LEFT_OUT = {
     "test_light_kernels": "asserts which kernels are made light at their sizes",
 }
 
-RERUN = rerun_directory(globals(), LEFT_OUT, cases_per_list=2, skip={
+# A function these tests jit for the evaluator is their oracle (the CPU's is the one under test):
+# it stays the evaluator, at the test's sizes (``symbolic_rerun``), and the CPU's compiles with
+# unknown dimensions.
+EVALUATOR_IS_THE_ORACLE = True
+
+RERUN = rerun_directory(globals(), LEFT_OUT, skip={
     "test_a_chain_longer_than_the_limit_is_cut_there": "asserts where a chain of updates is cut in the static "
                                                         "program",
 })

@@ -18,7 +18,7 @@ CHAOTIC = ("the corpus's fori_loop_while (x = 0.9 x + i sin x, 10 steps) amplifi
            "from the evaluator, so no oracle holds at the rerun's 1e-5 at another size (with JAX's "
            "recorded input: equal)")
 
-RERUN = rerun_directory(globals(), LEFT_OUT, cases_per_list=0, skip={
+RERUN = rerun_directory(globals(), LEFT_OUT, skip={
     "test_random_plans_are_safe": "a hypothesis search over plans: half a minute compiled symbolic",
     "test_fusion_report_lists_kernels_kinds_ops_lines_flops_and_bytes":
         "counts the bytes a kernel reads: a symbolic mean also reads its row count",

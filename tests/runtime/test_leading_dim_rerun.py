@@ -29,7 +29,7 @@ LEFT_OUT = {
                                 "has no symbolic runtime path yet)",
 }
 
-RERUN = rerun_directory(globals(), LEFT_OUT, cases_per_list=0, skip={
+RERUN = rerun_directory(globals(), LEFT_OUT, skip={
     "test_getrf_runs_as_a_lapack_call": "grown by repeating rows and columns, the matrices are singular: "
                                         "LU's pivots are not unique there",
     "test_eigh_runs_as_a_lapack_call": "grown by repeating rows and columns, eigenvalues repeat: the "
