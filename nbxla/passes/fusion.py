@@ -129,6 +129,13 @@ class _Fuser(Legality, Construction):
             # that writes it, and read from memory by the others (tried again once they join).
             return self._refuse(p, consumer, "the updated array has readers in other kernels: it is "
                                              "written once, by its own kernel")
+        if p.opcode == "transpose" and consumer.opcode == "dynamic-update-slice" and consumer.operands[0] is p \
+                and _moves_minor_dim(p):
+            # Fused, the update's kernel would write the whole array element by element through
+            # the transpose (strided on one side); alone, the tiled transpose kernel writes it
+            # and the update writes only its window, in place.
+            return self._refuse(p, consumer, "a transpose of the minor dim into an updated array is written by "
+                                             "its own (tiled) kernel; the update then writes only its window")
         if outside and must_write and not not_duplicated(p) and \
                 self.check_add(group, p, users) is None:
             self._join(group, p, users)
@@ -360,3 +367,11 @@ class Fusion(Pass):
         self.report.boundaries = [Boundary(b.producer.name, b.consumer.name, b.value, b.reason)
                                   for b in self.report.boundaries]
         return changed
+
+
+def _moves_minor_dim(transpose: Instruction) -> bool:
+    """Does the transpose change which dim (of more than one element) is minor, so that it is a
+    real reordering of memory, not a reshape?"""
+    perm, dims = transpose.attrs["dimensions"], transpose.operands[0].shape.dims
+    kept = [p for p in perm if dims[p] > 1]
+    return kept != sorted(kept)
