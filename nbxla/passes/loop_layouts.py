@@ -249,9 +249,13 @@ def _moved_for_free(x: Instruction, perm, moved) -> bool:
     transpose made for an earlier loop, or one position updated in such an array?"""
     if x.opcode == "transpose" and tuple(x.attrs["dimensions"]) == _inverse(perm):
         return True
-    if (id(x), perm) in moved:
+    if (id(x), perm) in moved or _scalar_broadcast(x):
         return True
     return _sinks(x, perm) and _moved_for_free(x.operands[0], perm, moved)
+
+
+def _scalar_broadcast(x: Instruction) -> bool:
+    return x.opcode == "broadcast" and x.operands[0].shape.rank == 0
 
 
 def _sinks(x: Instruction, perm) -> bool:
@@ -274,6 +278,10 @@ def _moved_value(comp: Computation, x: Instruction, perm, moved, before: Instruc
         flat = _new(comp, "reshape", _permuted(update.shape, perm), [update], x.location)
         new = _new(comp, "dynamic-update-slice", target.shape, [target, flat] + [indices[p] for p in perm],
                    x.location)
+    elif _scalar_broadcast(x):
+        # (``np.empty``/``np.zeros`` state: the moved array is the same fill, no kernel)
+        new = _new(comp, "broadcast", _permuted(x.shape, perm), [x.operands[0]], x.location, dimensions=())
+        flat = None
     else:
         new = _new(comp, "transpose", _permuted(x.shape, perm), [x], x.location, dimensions=perm)
         flat = None
