@@ -116,3 +116,56 @@ def test_a_transpose_of_the_minor_dim_is_not_fused_into_an_update():
     # moving only a dim of one element is a reshape: it fuses
     fusions = _update_of_transpose((1, 0, 2), (1, 9, 10))
     assert len(fusions) == 1
+
+
+def _dynamic_update(b, x, upd, index):
+    zero = b.constant(0, "s64")
+    return b.op("dynamic-update-slice", x, upd, zero, zero, index)
+
+
+def _window(b, x, index):
+    zero = b.constant(0, "s64")
+    return b.op("dynamic-slice", x, zero, zero, index, dynamic_slice_sizes=(4, 5, 1))
+
+
+def _simplified_at(build, shape=(4, 5, 6)):
+    """As ``_simplified``, with a second parameter: an s64 index (evaluated at 2 and at 9, a
+    start the update clamps)."""
+    b = Builder("s")
+    x = b.parameter(Shape("f64", shape), "x")
+    i = b.parameter(Shape("s64", ()), "i")
+    module = Module("s", b.build(build(b, x, i)))
+    arg = RNG.random(shape)
+    wants = [evaluate(module, [arg, np.int64(k)]) for k in (2, 9)]
+    result = Pipeline([AlgebraicSimplifier(), DeadCodeElimination()]).run(module)
+    for k, want in zip((2, 9), wants):
+        np.testing.assert_array_equal(np.asarray(evaluate(result.module, [arg, np.int64(k)])), np.asarray(want))
+    return result.module.entry
+
+
+def test_a_window_read_back_at_the_same_dynamic_start_is_the_update():
+    def build(b, x, i):
+        upd = b.op("negate", _window(b, x, i))
+        return b.op("multiply", _window(b, _dynamic_update(b, x, upd, i), i), upd)
+    entry = _simplified_at(build)
+    assert all(op.opcode != "dynamic-update-slice" for op in entry.instructions)
+
+
+def test_a_window_written_twice_at_the_same_start_is_written_once():
+    def build(b, x, i):
+        first = b.op("negate", _window(b, x, i))
+        once = _dynamic_update(b, x, first, i)
+        second = b.op("multiply", _window(b, once, i), first)
+        return _dynamic_update(b, once, second, i)
+    entry = _simplified_at(build)
+    assert sum(op.opcode == "dynamic-update-slice" for op in entry.instructions) == 1
+
+
+def test_windows_at_other_starts_keep_both_updates():
+    def build(b, x, i):
+        first = b.op("negate", _window(b, x, i))
+        once = _dynamic_update(b, x, first, i)
+        j = b.op("add", i, b.constant(1, "s64"))
+        return _dynamic_update(b, once, b.op("negate", _window(b, once, j)), j)
+    entry = _simplified_at(build)
+    assert sum(op.opcode == "dynamic-update-slice" for op in entry.instructions) == 2
