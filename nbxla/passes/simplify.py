@@ -96,7 +96,10 @@ def _slice_through(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         if starts is None:
             return None
         sizes = x.operands[1].shape.dims
-        if all((s.start, s.limit) == (c, c + u) for s, c, u in zip(window, starts, sizes)):
+        if 1 in sizes and all((s.start, s.limit) == (c, c + u) for s, c, u in zip(window, starts, sizes)):
+            # (one position of an axis, read back: a loop's edge step.  A wider window read
+            # back (a stencil's ``b[1:-1]`` of an unrolled time loop) keeps reading the array:
+            # its update's formula copied into each reader multiplied the copies per step.)
             return x.operands[1]
         if any(s.limit <= c or s.start >= c + u for s, c, u in zip(window, starts, sizes)):
             return rw.op("slice", x.operands[0], shape=instr.shape, slice=tuple(window))
@@ -211,10 +214,11 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         # covers the first (same size, same starts, clamped alike), which is then read only
         # through its value (the rule below): one update, one kernel.
         return rw.op(op, ops[0].operands[0], ops[1], *ops[2:], shape=instr.shape)
-    if op == "dynamic-slice" and ops[0].opcode == "dynamic-update-slice" \
+    if op == "dynamic-slice" and ops[0].opcode == "dynamic-update-slice" and 1 in ops[0].operands[1].shape.dims \
             and tuple(instr.attrs["dynamic_slice_sizes"]) == ops[0].operands[1].shape.dims \
             and _same_values(ops[0].operands[2:], ops[1:]):
-        # Reading back the window just written, at the same starts: the update's value.
+        # Reading back the position just written, at the same starts: the update's value
+        # (one position of an axis only, as for static slices in ``_slice_through``).
         return ops[0].operands[1]
     if op == "copy" and ops[0].opcode != "parameter":
         return ops[0]
