@@ -10,6 +10,7 @@ from .imported_fusions import ImportedFusions
 from .inline import CallInliner
 from .layouts import LayoutNormalization
 from .loop_dots import LoopInvariantDots
+from .loop_layouts import LoopLayouts
 from .pipeline import Pass, Pipeline, PipelineResult
 from .simplify import AlgebraicSimplifier, ConstantFolding
 from .verifier import verify_module
@@ -23,7 +24,7 @@ def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
     return Pipeline([
         LayoutNormalization(), CallInliner(), ImportedFusions(), AlgebraicSimplifier(), ConstantFolding(),
         CommonSubexpressionElimination(), DotRewrites(), WhileStateElimination(), LoopInvariantDots(), WindowLoops(),
-        DeadCodeElimination(), FloatNormalization(),
+        LoopLayouts(), DeadCodeElimination(), FloatNormalization(),
         Fusion(), DeadCodeElimination(),
         BufferAssignment(donated_parameters),
     ])
@@ -37,4 +38,4 @@ __all__ = ["Pass", "Pipeline", "PipelineResult", "default_pipeline", "optimize",
            "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
            "DeadCodeElimination", "Fusion", "BufferAssignment", "BufferPlan", "CallInliner",
            "LayoutNormalization", "DotRewrites", "WhileStateElimination", "ImportedFusions",
-           "LoopInvariantDots", "FloatNormalization", "WindowLoops"]
+           "LoopInvariantDots", "FloatNormalization", "WindowLoops", "LoopLayouts"]

@@ -129,6 +129,12 @@ class _Fuser(Legality, Construction):
             # that writes it, and read from memory by the others (tried again once they join).
             return self._refuse(p, consumer, "the updated array has readers in other kernels: it is "
                                              "written once, by its own kernel")
+        if any(_updates_a_transpose(u) and u.operands[0] is p and u in group for u in users[id(p)]):
+            # Fused, the update's kernel would write the whole array element by element through
+            # the transpose (strided on one side); alone, the tiled transpose kernel writes it
+            # and the update writes only its window, in place.
+            return self._refuse(p, consumer, "a transpose of the minor dim into an updated array is written by "
+                                             "its own (tiled) kernel; the update then writes only its window")
         if outside and must_write and not not_duplicated(p) and \
                 self.check_add(group, p, users) is None:
             self._join(group, p, users)
@@ -303,6 +309,8 @@ class _Fuser(Legality, Construction):
             # An update is best its own kernel's one output: only the window is computed, in
             # place; as one of several outputs every element would choose between both sides.
             return None
+        if any(_updates_a_transpose(m) and id(m.operands[0]) in ids for m in ordered):
+            return None                 # (see _try_add: the transpose is tiled on its own)
         dims = {m.shape.dims for m in ordered if not m.shape.is_tuple}
         if not any(m.opcode == "reduce" for m in ordered) and \
                 any(m.opcode in TRANSCENDENTAL and reused_by_broadcast(m, dims) for m in ordered):
@@ -360,3 +368,17 @@ class Fusion(Pass):
         self.report.boundaries = [Boundary(b.producer.name, b.consumer.name, b.value, b.reason)
                                   for b in self.report.boundaries]
         return changed
+
+
+def _updates_a_transpose(update: Instruction) -> bool:
+    """Is it an update of an array a transpose of the minor dim computes?"""
+    return update.opcode == "dynamic-update-slice" and update.operands[0].opcode == "transpose" \
+        and _moves_minor_dim(update.operands[0])
+
+
+def _moves_minor_dim(transpose: Instruction) -> bool:
+    """Does the transpose change which dim (of more than one element) is minor, so that it is a
+    real reordering of memory, not a reshape?"""
+    perm, dims = transpose.attrs["dimensions"], transpose.operands[0].shape.dims
+    kept = [p for p in perm if dims[p] > 1]
+    return kept != sorted(kept)

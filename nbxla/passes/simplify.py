@@ -63,6 +63,59 @@ class _Rewriter:
         return instr
 
 
+def _constant_starts(update: Instruction) -> list[int] | None:
+    """The starts of a dynamic-update-slice with constant indices, clamped as it clamps them."""
+    starts = []
+    for index, n, u in zip(update.operands[2:], update.shape.dims, update.operands[1].shape.dims):
+        if index.opcode != "constant" or index.literal.size != 1:
+            return None
+        starts.append(min(max(int(index.literal.reshape(-1)[0]), 0), n - u))
+    return starts
+
+
+def _contiguous_run(sizes, dims) -> int:
+    """Elements of a row-major slice of ``sizes`` from an array of ``dims`` that lie next to each
+    other in memory."""
+    run = 1
+    for size, n in zip(reversed(sizes), reversed(dims)):
+        run *= size
+        if size != n:
+            break
+    return run
+
+
+def _slice_through(instr: Instruction, rw: _Rewriter) -> Instruction | None:
+    """A static slice read from an update or a transpose, without it: the update itself when the
+    slice is exactly the updated window, the array under it when the slice misses the window;
+    a slice of a transpose as the transpose of the operand's slice (it reads only that part,
+    in the operand's order: a loop that carried an array transposed leaves its edge steps
+    slicing the transpose back)."""
+    x, window = instr.operands[0], instr.attrs["slice"]
+    if x.opcode == "dynamic-update-slice" and all(s.stride == 1 for s in window):
+        starts = _constant_starts(x)
+        if starts is None:
+            return None
+        sizes = x.operands[1].shape.dims
+        if 1 in sizes and all((s.start, s.limit) == (c, c + u) for s, c, u in zip(window, starts, sizes)):
+            # (one position of an axis, read back: a loop's edge step.  A wider window read
+            # back (a stencil's ``b[1:-1]`` of an unrolled time loop) keeps reading the array:
+            # its update's formula copied into each reader multiplied the copies per step.)
+            return x.operands[1]
+        if any(s.limit <= c or s.start >= c + u for s, c, u in zip(window, starts, sizes)):
+            return rw.op("slice", x.operands[0], shape=instr.shape, slice=tuple(window))
+    if x.opcode == "transpose":
+        perm = x.attrs["dimensions"]
+        inner = x.operands[0]
+        # output dim i of the transpose is the operand's dim perm[i]
+        inner_window = [window[perm.index(j)] for j in range(len(perm))]
+        inner_dims = [instr.shape.dims[perm.index(j)] for j in range(len(perm))]
+        if _contiguous_run(inner_dims, inner.shape.dims) < _contiguous_run(instr.shape.dims, x.shape.dims):
+            return None     # the slice lies in longer runs in the transpose (a copy made for that)
+        sliced = rw.op("slice", inner, shape=Shape(instr.shape.element_type, inner_dims), slice=tuple(inner_window))
+        return rw.op("transpose", sliced, shape=instr.shape, dimensions=tuple(perm))
+    return None
+
+
 def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
     op, ops, t = instr.opcode, instr.operands, instr.shape.element_type if not instr.shape.is_tuple else None
     floaty = t is not None and t[0] in "fcb"   # f16/f32/f64/bf16, c64/c128
@@ -144,6 +197,9 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         x = ops[0]
         if all((s.start, s.limit, s.stride) == (0, n, 1) for s, n in zip(instr.attrs["slice"], x.shape.dims)):
             return x
+        through = _slice_through(instr, rw)
+        if through is not None:
+            return through
     if op == "dynamic-slice" and tuple(instr.attrs["dynamic_slice_sizes"]) == ops[0].shape.dims:
         # the whole array: its starts are clamped to 0 whatever they are (a masked slice's read
         # of a whole axis, which a masked dot passes on to read in place)
@@ -152,6 +208,18 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         # The same update at the same place twice (``a[..., 0] += v`` traces to a write of the
         # sum, then a write of the sum reshaped again): the second changes nothing.
         return ops[0]
+    if op == "dynamic-update-slice" and ops[0].opcode == op and ops[0].operands[1].shape.dims == ops[1].shape.dims \
+            and _same_values(ops[0].operands[2:], ops[2:]):
+        # A window written twice (``c[:, k] = u; ...; c[:, k] = c[:, k] * v``): the second write
+        # covers the first (same size, same starts, clamped alike), which is then read only
+        # through its value (the rule below): one update, one kernel.
+        return rw.op(op, ops[0].operands[0], ops[1], *ops[2:], shape=instr.shape)
+    if op == "dynamic-slice" and ops[0].opcode == "dynamic-update-slice" and 1 in ops[0].operands[1].shape.dims \
+            and tuple(instr.attrs["dynamic_slice_sizes"]) == ops[0].operands[1].shape.dims \
+            and _same_values(ops[0].operands[2:], ops[1:]):
+        # Reading back the position just written, at the same starts: the update's value
+        # (one position of an axis only, as for static slices in ``_slice_through``).
+        return ops[0].operands[1]
     if op == "copy" and ops[0].opcode != "parameter":
         return ops[0]
     if op == "opt-barrier":

@@ -282,7 +282,7 @@ def test_history_records_text_only_for_passes_that_changed_the_module():
     _, result = optimized(seed, np.ones((4, 4), f32), np.ones((4, 4), f32))
     names = [r.name for r in result.history]
     assert names == ["layouts", "call-inliner", "imported-fusions", "algsimp", "constant-folding", "cse",
-                     "dot-rewrites", "while-state", "loop-invariant-dots", "window-loops", "dce", "float-normalization",
+                     "dot-rewrites", "while-state", "loop-invariant-dots", "window-loops", "loop-layouts", "dce", "float-normalization",
                      "fusion", "dce",
                      "buffer-assignment"]
     for rec in result.history:
