@@ -22,6 +22,7 @@ from ..compile_clock import stage
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
 from .kernels import emit_kernel
+from .libcalls import ensure_registered
 from .updates import emit_in_place_update
 from .toolkit import KernelSpec, no_unrolling
 
@@ -67,6 +68,7 @@ def jit_engine(mod):
     """An MCJIT engine holding the machine code of the parsed LLVM module ``mod``, optimized
     as kernels are; the code lives as long as the engine (runtime/dual_gemv.py's
     hand-written kernel)."""
+    ensure_registered(_new_target_machine)
     with _lock:
         tm = host_target_machine()
         mod.data_layout = str(tm.target_data)
@@ -82,6 +84,7 @@ def object_engine(mod=None, obj: bytes | None = None):
     code ``obj`` compiled earlier that way (loaded as given: no module, no LLVM passes).  The
     code lives as long as the engine (the native loops' libraries made without a C compiler)."""
     captured: list[bytes] = []
+    ensure_registered(_new_target_machine)
     with _lock:
         if obj is None:
             engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
@@ -442,6 +445,7 @@ def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None,
     """JIT-load the optimized module; with ``obj``, its machine code is taken as given.
     ``strength_reduction``: False for hand-vectorized kernels (see ``PIPELINES``)."""
     captured: list[bytes] = []
+    ensure_registered(_new_target_machine)
     with _lock, stage("machine-code"):
         if mod is None:
             mod = llvm.parse_assembly(optimized)
