@@ -211,15 +211,8 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
     if op == "dynamic-update-slice" and ops[0].opcode == op and ops[0].operands[1].shape.dims == ops[1].shape.dims \
             and _same_values(ops[0].operands[2:], ops[2:]):
         # A window written twice (``c[:, k] = u; ...; c[:, k] = c[:, k] * v``): the second write
-        # covers the first (same size, same starts, clamped alike), which is then read only
-        # through its value (the rule below): one update, one kernel.
+        # covers the first (same size, same starts, clamped alike).
         return rw.op(op, ops[0].operands[0], ops[1], *ops[2:], shape=instr.shape)
-    if op == "dynamic-slice" and ops[0].opcode == "dynamic-update-slice" and 1 in ops[0].operands[1].shape.dims \
-            and tuple(instr.attrs["dynamic_slice_sizes"]) == ops[0].operands[1].shape.dims \
-            and _same_values(ops[0].operands[2:], ops[1:]):
-        # Reading back the position just written, at the same starts: the update's value
-        # (one position of an axis only, as for static slices in ``_slice_through``).
-        return ops[0].operands[1]
     if op == "copy" and ops[0].opcode != "parameter":
         return ops[0]
     if op == "opt-barrier":
