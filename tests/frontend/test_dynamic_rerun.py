@@ -25,6 +25,9 @@ RERUN = rerun_directory(globals(), LEFT_OUT, skip={
     "test_nan_static_argument_finds_its_entry_again": "counts the cache entries of static compiles",
     "test_concatenating_a_thousand_computed_pieces": "a thousand pieces: compiled symbolic (traced at four "
                                                      "sizes) it takes minutes",
+    "test_innermost_body_traced_a_few_times_not_two_to_the_depth": "counts the loop body's traces of a "
+                                                                    "static compile (a symbolic one traces at "
+                                                                    "several sizes)",
     "test_filled_array_traced_once": "counts the loop body's traces of a static compile (a symbolic one "
                                      "traces at several sizes)",
     "test_rolled_from_the_start_with_the_steps_types": "counts the loop body's traces of a static compile",
