@@ -208,11 +208,6 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         # The same update at the same place twice (``a[..., 0] += v`` traces to a write of the
         # sum, then a write of the sum reshaped again): the second changes nothing.
         return ops[0]
-    if op == "dynamic-update-slice" and ops[0].opcode == op and ops[0].operands[1].shape.dims == ops[1].shape.dims \
-            and _same_values(ops[0].operands[2:], ops[2:]):
-        # A window written twice (``c[:, k] = u; ...; c[:, k] = c[:, k] * v``): the second write
-        # covers the first (same size, same starts, clamped alike).
-        return rw.op(op, ops[0].operands[0], ops[1], *ops[2:], shape=instr.shape)
     if op == "copy" and ops[0].opcode != "parameter":
         return ops[0]
     if op == "opt-barrier":

@@ -143,16 +143,6 @@ def _simplified_at(build, shape=(4, 5, 6)):
     return result.module.entry
 
 
-def test_a_window_written_twice_at_the_same_start_is_written_once():
-    def build(b, x, i):
-        first = b.op("negate", _window(b, x, i))
-        once = _dynamic_update(b, x, first, i)
-        second = b.op("multiply", first, first)
-        return _dynamic_update(b, once, second, i)
-    entry = _simplified_at(build)
-    assert sum(op.opcode == "dynamic-update-slice" for op in entry.instructions) == 1
-
-
 def test_windows_at_other_starts_keep_both_updates():
     def build(b, x, i):
         first = b.op("negate", _window(b, x, i))
