@@ -27,7 +27,7 @@ from ..hlo.builder import unique_name
 from ..hlo.aliasing import returned_unchanged
 from ..hlo.evaluator_linalg import MASKED_DOT_TARGET
 from ..hlo.ir import Computation, Instruction
-from .pipeline import Pass, instruction_ids, rename_new_instructions
+from .pipeline import Pass, computation_uses, instruction_ids, loop_owns_its_computations, rename_new_instructions
 
 
 class LoopInvariantDots(Pass):
@@ -35,14 +35,10 @@ class LoopInvariantDots(Pass):
 
     def run(self, module: Module) -> bool:
         before, changed = instruction_ids(module), False
-        uses: dict[int, int] = {}
-        for instr in module.instructions():
-            for comp in instr.called_computations:
-                uses[id(comp)] = uses.get(id(comp), 0) + 1
+        uses = computation_uses(module)
         for comp in module.computations_post_order():
             for loop in [i for i in comp.instructions if i.opcode == "while"]:
-                body, cond = loop.attrs["body"], loop.attrs["condition"]
-                if uses.get(id(body)) != 1 or uses.get(id(cond)) != 1 or body is cond:
+                if not loop_owns_its_computations(loop, uses):
                     continue
                 while _hoist_one(comp, loop):
                     changed = True

@@ -38,7 +38,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape, TupleShape, bit_width
 from .cse import CommonSubexpressionElimination
 from .simplify import AlgebraicSimplifier
-from .pipeline import Pass, instruction_ids, rename_new_instructions
+from .pipeline import Pass, computation_uses, instruction_ids, loop_owns_its_computations, rename_new_instructions
 
 CACHE_LINE = 64                 # bytes a strided read fetches per element run
 # A loop whose whole state fits in a core's cache (about 1 MiB of L2) reads its strided slices
@@ -54,15 +54,11 @@ class LoopLayouts(Pass):
 
     def run(self, module: Module) -> bool:
         before, changed = instruction_ids(module), False
-        uses: dict[int, int] = {}
-        for instr in module.instructions():
-            for comp in instr.called_computations:
-                uses[id(comp)] = uses.get(id(comp), 0) + 1
+        uses = computation_uses(module)
         for comp in module.computations_post_order():
             moved: dict[tuple[int, tuple[int, ...]], Instruction] = {}   # (array, perm) -> its transpose
             for loop in [i for i in comp.instructions if i.opcode == "while"]:
-                body, cond = loop.attrs["body"], loop.attrs["condition"]
-                if uses.get(id(body)) != 1 or uses.get(id(cond)) != 1 or body is cond:
+                if not loop_owns_its_computations(loop, uses):
                     continue
                 changed |= _move_loop_state(comp, loop, moved)
         if changed:

@@ -39,6 +39,22 @@ def instruction_ids(module: Module) -> dict[int, object]:
     return {id(i): i for i in module.instructions()}
 
 
+def computation_uses(module: Module) -> dict[int, int]:
+    """How many instructions call each computation, by the computation's id."""
+    uses: dict[int, int] = {}
+    for instr in module.instructions():
+        for comp in instr.called_computations:
+            uses[id(comp)] = uses.get(id(comp), 0) + 1
+    return uses
+
+
+def loop_owns_its_computations(loop, uses: dict[int, int]) -> bool:
+    """Whether ``loop`` is the one caller of its body and condition (``computation_uses``), and
+    they are two computations: only then may a pass rewrite them for this loop alone."""
+    body, cond = loop.attrs["body"], loop.attrs["condition"]
+    return body is not cond and uses.get(id(body)) == 1 and uses.get(id(cond)) == 1
+
+
 def rename_new_instructions(module: Module, before: dict[int, object]) -> None:
     """Give instructions a pass created (not in ``before``) names no other instruction has.
 

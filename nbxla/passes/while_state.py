@@ -19,7 +19,7 @@ from ..hlo import Module, TupleShape
 from ..hlo.builder import unique_name
 from ..hlo.evaluator_linalg import MASKED_DOT_TARGET, POTRF_TARGETS, SOLVE_TARGET
 from ..hlo.ir import Computation, Instruction
-from .pipeline import Pass, instruction_ids, rename_new_instructions
+from .pipeline import Pass, computation_uses, instruction_ids, loop_owns_its_computations, rename_new_instructions
 
 # Ops whose effect is not only their result: a loop running them keeps all of its state.
 _EFFECTS = frozenset({"custom-call", "rng", "infeed", "outfeed", "send", "send-done", "recv", "recv-done"})
@@ -34,10 +34,7 @@ class WhileStateElimination(Pass):
 
     def run(self, module: Module) -> bool:
         before, changed = instruction_ids(module), False
-        uses: dict[int, int] = {}
-        for instr in module.instructions():
-            for comp in instr.called_computations:
-                uses[id(comp)] = uses.get(id(comp), 0) + 1
+        uses = computation_uses(module)
         # Callers first: a loop inside a body may lose its readers when the outer loop shrinks;
         # within a computation, later loops first: a loop started from an earlier one's result
         # may stop reading some of it.  Each computation is walked a fixed number of times, and
@@ -116,9 +113,9 @@ def _shrink(comp: Computation, loop: Instruction, uses: dict[int, int], readers:
     """Drops ``loop``'s dead state elements; returns the instructions to insert before it
     (the new initial tuple), or None when nothing changed.  Readers of the dropped elements
     in ``comp`` are dead and left for the caller to drop."""
-    body, cond = loop.attrs["body"], loop.attrs["condition"]
-    if not loop.shape.is_tuple or body is cond or uses.get(id(body)) != 1 or uses.get(id(cond)) != 1:
+    if not loop.shape.is_tuple or not loop_owns_its_computations(loop, uses):
         return None
+    body, cond = loop.attrs["body"], loop.attrs["condition"]
     outside = _gtes_only(comp, loop, readers)
     (state,), (cstate,) = body.parameters, cond.parameters
     inside, tested = _gtes_only(body, state, _live_readers(body)), _gtes_only(cond, cstate, _live_readers(cond))
