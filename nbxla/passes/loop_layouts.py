@@ -37,7 +37,7 @@ from ..hlo.builder import unique_name
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape, TupleShape, bit_width
 from .cse import CommonSubexpressionElimination
-from .simplify import AlgebraicSimplifier
+from .simplify import AlgebraicSimplifier, contiguous_run
 from .pipeline import Pass, computation_uses, instruction_ids, loop_owns_its_computations, rename_new_instructions
 
 CACHE_LINE = 64                 # bytes a strided read fetches per element run
@@ -133,18 +133,8 @@ def _moved_dim(shape: Shape, uses: list[Instruction]) -> int | None:
     return best
 
 
-def _contiguous_run(sizes, dims) -> int:
-    """Elements of a row-major slice that lie next to each other in memory."""
-    run = 1
-    for s, n in zip(reversed(sizes), reversed(dims)):
-        run *= s
-        if s != n:
-            break
-    return run
-
-
 def _fetched_bytes(sizes, dims, itemsize: int) -> int:
-    run = max(1, _contiguous_run(sizes, dims))
+    run = max(1, contiguous_run(sizes, dims))
     return prod(sizes) // run * CACHE_LINE * ceil(run * itemsize / CACHE_LINE)
 
 

@@ -73,7 +73,7 @@ def _constant_starts(update: Instruction) -> list[int] | None:
     return starts
 
 
-def _contiguous_run(sizes, dims) -> int:
+def contiguous_run(sizes, dims) -> int:
     """Elements of a row-major slice of ``sizes`` from an array of ``dims`` that lie next to each
     other in memory."""
     run = 1
@@ -109,7 +109,7 @@ def _slice_through(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         # output dim i of the transpose is the operand's dim perm[i]
         inner_window = [window[perm.index(j)] for j in range(len(perm))]
         inner_dims = [instr.shape.dims[perm.index(j)] for j in range(len(perm))]
-        if _contiguous_run(inner_dims, inner.shape.dims) < _contiguous_run(instr.shape.dims, x.shape.dims):
+        if contiguous_run(inner_dims, inner.shape.dims) < contiguous_run(instr.shape.dims, x.shape.dims):
             return None     # the slice lies in longer runs in the transpose (a copy made for that)
         sliced = rw.op("slice", inner, shape=Shape(instr.shape.element_type, inner_dims), slice=tuple(inner_window))
         return rw.op("transpose", sliced, shape=instr.shape, dimensions=tuple(perm))
