@@ -22,6 +22,7 @@ from ..hlo import Shape
 from ..hlo.evaluator_linalg import MASKED_DOT_TARGET
 from ..hlo.shapes import from_numpy_dtype
 from .index_tracer import IndexTracer, affine_key, is_int, plain, value_range
+from .ragged import RaggedSlice, ragged_bound_key
 from .registry import ENTRY_POINTS
 from .rules import asarray, broadcast_to, compare, convert, emit, like, make_view, reshape, select
 from .tracer import ScalarTracer, Tracer
@@ -245,6 +246,9 @@ def dynamic_getitem(x: Tracer, key: tuple) -> Tracer:
         for p in new_axes:
             shape.insert(p, 1)
         return reshape(plain(y), tuple(shape))
+    bounds = ragged_bound_key(x, key)
+    if bounds is not None:               # x[A_row[i]:A_row[i + 1]]: see ragged.py
+        return RaggedSlice.of(x, bounds)
     plan = _Plan(x, key)
     masks = plan.masks()
     if any(m is not None for m in masks):

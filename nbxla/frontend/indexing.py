@@ -26,6 +26,7 @@ from ..flags import current_flags
 from ..hlo import Builder, Shape, from_numpy_dtype
 from ..hlo.builder import unique_name
 from .dynamic import dynamic_getitem, dynamic_setitem, is_dynamic_key
+from .ragged import RaggedSlice, ragged_take
 from .functions import stack
 from .registry import entry_point, ufunc_method
 from .selection import Selection, select_from, write_selection
@@ -72,6 +73,8 @@ def _classify(x: Tracer, key: tuple):
 @entry_point("getitem")
 def getitem(x: Tracer, key):
     key = _normalize_key(key)
+    if len(key) == 1 and isinstance(key[0], RaggedSlice):
+        return ragged_take(x, key[0])
     if is_dynamic_key(key):
         return dynamic_getitem(x, key)
     if _is_traced_mask(key) and key[0].shape == x.shape:
