@@ -347,8 +347,19 @@ def ports() -> dict:
 
     kahan_sum = njit(cache=False)(examples.kahan_sum)     # (a scalar loop: the NumPy source is numba's)
 
+    @njit(cache=False)
+    def spmv(A_row, A_col, A_val, x):
+        y = np.zeros(A_row.size - 1, A_val.dtype)
+        for i in range(A_row.size - 1):
+            s = 0.0
+            for k in range(A_row[i], A_row[i + 1]):
+                s += A_val[k] * x[A_col[k]]
+            y[i] = s
+        return y
+
     return {"pairwise_dist": pairwise_dist, "widest_path": widest_path, "gramschmidt_left": gramschmidt_left,
             "lu_pivot": lu_pivot, "mandelbrot": mandelbrot, "wave_2d": wave_2d, "kahan_sum": kahan_sum,
+            "spmv": spmv,
             "correlation": correlation, "covariance": covariance, "floyd_warshall": floyd_warshall,
             "gramschmidt_outer": gramschmidt_outer, "contour_integral": contour_integral, "symm": symm,
             "syr2k": syr2k, "trmm": trmm, "go_fast": go_fast, "crc16": crc16, "cholesky": cholesky, "lu": lu,

@@ -30,7 +30,7 @@ import nbxla  # noqa: E402
 from nbxla.examples import (channel_flow, cholesky, contour_integral, correlation, covariance, crc16, durbin,  # noqa: E402
                             floyd_warshall, go_fast, gramschmidt, gramschmidt_left, gramschmidt_outer, histogram_fill,
                             iir_filter, jacobi_2d, kahan_sum, lu, lu_pivot, mandelbrot, nbody, newton_sqrt, nussinov,
-                            pairwise_distances, seidel_2d, symm, syr2k, trisolv, trmm, wave_2d, widest_path)
+                            pairwise_distances, seidel_2d, spmv, symm, syr2k, trisolv, trmm, wave_2d, widest_path)
 from nbxla.runtime.cache import DEFAULT_CACHE  # noqa: E402
 
 
@@ -77,6 +77,13 @@ def _bodies(rng, n, steps):
     return (20.0 * np.ones((n, 1)) / n, rng.random((n, 3)), rng.random((n, 3)), n, steps, 0.01, 1.0, 0.1)
 
 
+def _csr(rng, rows, cols, nnz):
+    """npbench's spmv input: a random sparse matrix's uint32 row offsets and column indices."""
+    flat = np.sort(rng.choice(rows * cols, nnz, replace=False))
+    indptr = np.searchsorted(flat // cols, np.arange(rows + 1)).astype(np.uint32)
+    return indptr, (flat % cols).astype(np.uint32), rng.random(nnz), rng.random(cols)
+
+
 def programs(quick: bool):
     rng = np.random.default_rng(0)
     s = (lambda big, small: small if quick else big)
@@ -121,6 +128,8 @@ def programs(quick: bool):
         # (npbench's own forms: helpers that return from ifs, np.ndarray buffers, a float clock)
         "nussinov": (nussinov, lambda: (s(60, 12), rng.integers(0, 4, s(60, 12), dtype=np.int32))),
         "nbody": (nbody, lambda: _bodies(rng, s(100, 12), s(50, 6))),
+        # (a slice whose bounds are read from the data: npbench's S size)
+        "spmv": (spmv, lambda: _csr(rng, s(4096, 60), s(4096, 60), s(8192, 120))),
     }
 
 

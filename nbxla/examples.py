@@ -548,3 +548,14 @@ def nbody(mass, pos, vel, N, Nt, dt, G, softening):
         t += dt
         KE[i + 1], PE[i + 1] = _energy(pos, vel, mass, G)
     return KE, PE
+
+
+def spmv(A_row, A_col, A_val, x):
+    """A sparse matrix (compressed rows) times a vector, as npbench writes it: each row's
+    column indices and values are slices whose bounds are read from ``A_row``."""
+    y = np.zeros(A_row.size - 1, A_val.dtype)
+    for i in range(A_row.size - 1):
+        cols = A_col[A_row[i]:A_row[i + 1]]
+        vals = A_val[A_row[i]:A_row[i + 1]]
+        y[i] = vals @ x[cols]
+    return y

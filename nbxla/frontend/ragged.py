@@ -9,11 +9,14 @@ A compressed-sparse-row loop reads each row's entries between two offsets from a
 
 The slices' length depends on the data, so they have no shape to trace.  Masked to the full
 axis (as ``dynamic.py`` does for slices whose length depends on a loop index) every row would
-cost the whole array.  Here such a slice of a 1-D array is a ``RaggedSlice``: a recipe for its
-element at a position ``k`` (a one-element dynamic-slice), which elementwise ufuncs with
-scalars or with slices of the same bounds, and gathers through it (``x[cols]``), extend.
-Nothing is computed until it is reduced -- ``sum``, ``@`` / ``np.dot`` of two of them, ``mean``
--- which emits one ``while`` loop over ``k`` from the start to the stop, accumulating a scalar.
+cost the whole array.  Here such a slice along the first axis is a ``RaggedSlice``: a recipe
+for its item at a position ``k`` (a one-row dynamic-slice: a scalar of a 1-D array, a row of a
+2-D one), which elementwise ufuncs with scalars, with arrays of the item's shape or with slices
+of the same bounds, products with a fixed matrix (``X[cols] @ W``) and gathers through it
+(``x[cols]``, ``X[cols]``) extend.  Nothing is computed until it is reduced -- ``sum`` (over
+everything or over the ragged axis), ``mean``, ``@`` / ``np.dot`` of a 1-D one with another
+(``vals @ X[cols]``: a sparse row times a dense matrix) -- which emits one ``while`` loop over
+``k`` from the start to the stop, accumulating a scalar or a row.
 A gather's indices are checked as NumPy would (``IndexError`` after the run), through their
 minimum and maximum carried by the loop.  Anything else on a ragged slice (its ``len``, storing
 it, other functions) is refused with the line, as before.
@@ -28,15 +31,16 @@ from ..hlo import Builder, Shape, TupleShape
 from ..hlo.builder import unique_name
 from ..hlo.shapes import from_numpy_dtype
 from .registry import ENTRY_POINTS
-from .rules import asarray, compare, convert, emit, reshape, scalar, select
+from .rules import asarray, compare, convert, emit, full, reshape, scalar, select
 from .tracer import ScalarTracer, Tracer
 
 
 def ragged_bound_key(x: Tracer, key: tuple):
-    """``(start, stop)`` when ``x[key]`` is a step-1 slice of a 1-D array with a bound read from
-    the data (no known range), else None."""
+    """``(start, stop)`` when ``x[key]`` is a step-1 slice of the first axis (the others whole)
+    with a bound read from the data (no known range), else None."""
     from .index_tracer import value_range
-    if x.ndim != 1 or len(key) != 1 or not isinstance(key[0], slice) or key[0].step not in (None, 1):
+    if x.ndim < 1 or not key or not isinstance(key[0], slice) or key[0].step not in (None, 1) or \
+            any(not (isinstance(k, slice) and k == slice(None)) and k is not Ellipsis for k in key[1:]):
         return None
     k = key[0]
     bounds = [k.start, k.stop]
@@ -98,28 +102,37 @@ class _Extent:
 
 class RaggedSlice:
     """A value of data-dependent length, held as how to compute its element ``k`` (see the
-    module doc).  ``leaves``: the traced arrays and scalars the element reads; ``element(env,
-    k, checks)``: the element as a scalar Tracer, given ``env`` (leaf id -> its value inside
-    the loop body) and the traced position ``k`` (int64); gathers add their index to
-    ``checks`` (axis length, index)."""
+    module doc).  ``item``: the shape of one item (``()`` for a 1-D slice); ``leaves``: the
+    traced values the item reads; ``element(env, k, checks)``: the item as a Tracer, given
+    ``env`` (leaf id -> its value inside the loop body) and the traced position ``k`` (int64);
+    gathers add their index to ``checks``."""
 
-    ndim = 1
-
-    def __init__(self, extent: _Extent, dtype, leaves: dict, element, checked: tuple = ()):
+    def __init__(self, extent: _Extent, dtype, leaves: dict, element, checked: tuple = (), item: tuple = ()):
         self.extent, self.dtype, self.leaves, self.element = extent, np.dtype(dtype), leaves, element
         self.checked = checked          # (the axis length of each gather's index, in element order)
+        self.item = tuple(item)
+
+    @property
+    def ndim(self):
+        return 1 + len(self.item)
 
     @classmethod
     def of(cls, x: Tracer, bounds) -> "RaggedSlice":
         extent = _Extent(x.ctx, *bounds, x.shape[0])
-        return cls(extent, x.dtype, {id(x): x}, lambda env, k, checks: _element_at(env[id(x)], k))
+        return cls(extent, x.dtype, {id(x): x}, lambda env, k, checks: _element_at(env[id(x)], k),
+                   item=x.shape[1:])
+
+    def _like(self, dtype, leaves, element, checked, item=None) -> "RaggedSlice":
+        return RaggedSlice(self.extent, dtype, leaves, element, checked, self.item if item is None else item)
 
     # -- what is refused --
     def _refuse(self, what: str) -> NotCompilableError:
         return NotCompilableError(
-            f"{what} on a slice whose bounds are read from the data is not supported (it can be "
+            f"{what} on a slice whose bounds are read from the data (its length depends on the "
+            "data) is not supported (it can be "
             "reduced -- sum, mean, @ / np.dot with a slice of the same bounds --, combined "
-            "elementwise, or used to index a 1-D array)", self.extent.ctx.user_location(),
+            "elementwise, multiplied by a matrix, or used to index an array's first axis)",
+            self.extent.ctx.user_location(),
             "run this part eagerly (mode=\"auto\")")
 
     @property
@@ -145,13 +158,15 @@ class RaggedSlice:
     def __bool__(self):
         raise self._refuse("its truth value")
 
+    def __array__(self, *args, **kwargs):
+        raise self._refuse("making it an array (storing it, returning it)")
+
     def astype(self, dtype, copy=True):
         return self._map(lambda v: convert(v, dtype), np.dtype(dtype))
 
     def _map(self, fn, dtype):
         inner = self.element
-        return RaggedSlice(self.extent, dtype, self.leaves, lambda env, k, checks: fn(inner(env, k, checks)),
-                           self.checked)
+        return self._like(dtype, self.leaves, lambda env, k, checks: fn(inner(env, k, checks)), self.checked)
 
     # -- elementwise --
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -161,7 +176,10 @@ class RaggedSlice:
             raise self._refuse(f"np.{ufunc.__name__}.{method}" + (" with keywords" if kwargs else ""))
         if ufunc is np.matmul:
             return _dot(*inputs)
-        leaves, parts, samples, checked = dict(self.leaves), [], [], ()
+        raggeds = [v for v in inputs if isinstance(v, RaggedSlice)]
+        if any(v.ndim != self.ndim for v in raggeds):
+            raise self._refuse("combining slices of different ranks (the ragged axis would meet an item axis)")
+        leaves, parts, samples, checked, shapes = dict(self.leaves), [], [], (), []
         for v in inputs:
             if isinstance(v, RaggedSlice):
                 if not v.extent.same(self.extent):
@@ -170,17 +188,23 @@ class RaggedSlice:
                 checked += v.checked
                 parts.append(("ragged", v.element))
                 samples.append(np.zeros((), v.dtype))
-            elif isinstance(v, Tracer):
-                if v.ndim:
-                    raise self._refuse("combining it with an array")
+                shapes.append(v.item)
+                continue
+            shape = tuple(v.shape) if isinstance(v, Tracer) else np.shape(v)
+            if len(shape) > len(self.item):
+                raise self._refuse(f"combining it with an array of shape {shape} (it would meet the ragged axis)")
+            shapes.append(shape)
+            if isinstance(v, Tracer):
                 leaves[id(v)] = v
                 parts.append(("leaf", id(v)))
-                samples.append(v.dtype.type(0) if not getattr(v, "weak", False) else _python_zero(v.dtype))
-            elif np.ndim(v) == 0:
-                parts.append(("const", v))
-                samples.append(v)
+                samples.append(np.zeros((), v.dtype) if not getattr(v, "weak", False) else _python_zero(v.dtype))
             else:
-                raise self._refuse("combining it with an array")
+                parts.append(("const", v))
+                samples.append(v if np.ndim(v) == 0 else np.zeros((), np.asarray(v).dtype))
+        try:
+            item = np.broadcast_shapes(*shapes)
+        except ValueError:
+            raise self._refuse(f"combining items of shapes {shapes}") from None
         with np.errstate(all="ignore"):
             dtype = np.asarray(ufunc(*samples)).dtype
 
@@ -188,7 +212,7 @@ class RaggedSlice:
             args = [p[1](env, k, checks) if p[0] == "ragged" else env[p[1]] if p[0] == "leaf" else p[1]
                     for p in parts]
             return ufunc(*args)
-        return RaggedSlice(self.extent, dtype, leaves, element, checked)
+        return self._like(dtype, leaves, element, checked, item)
 
     def __array_function__(self, func, types, args, kwargs):
         if func in (np.sum, np.mean, np.dot, np.vdot, np.inner, np.matmul):
@@ -221,10 +245,12 @@ class RaggedSlice:
 
     # -- reductions: one while loop --
     def sum(self, axis=None, dtype=None, keepdims=False, **kw):
-        if kw or keepdims or axis not in (None, 0, -1, (0,)):
+        """Over everything (``axis=None``) or over the ragged axis (``axis=0``: an item)."""
+        axis = axis[0] if isinstance(axis, tuple) and len(axis) == 1 else axis
+        if kw or keepdims or axis not in (None, 0, -self.ndim):
             raise self._refuse("np.sum with these arguments")
         acc = np.dtype(dtype) if dtype is not None else np.sum(np.zeros(1, self.dtype)).dtype
-        return _accumulate(self, acc)
+        return _accumulate(self, acc, whole=axis is None)
 
     def mean(self, axis=None, dtype=None, keepdims=False, **kw):
         # (NumPy: integers averaged in float64, floats in their own type)
@@ -233,7 +259,12 @@ class RaggedSlice:
         total = self.sum(axis=axis, dtype=result, keepdims=keepdims, **kw)
         start, stop = self.extent.positions()
         count = convert(emit(self.extent.ctx, "subtract", stop, start), result)
-        return ScalarTracer(count.ctx, emit(count.ctx, "divide", total, count).instr)   # (empty: 0/0 = nan, as NumPy)
+        if axis is None:
+            count = count * int(np.prod(self.item))
+        else:
+            count = np.broadcast_to(count, total.shape)
+        mean = emit(count.ctx, "divide", total, count)         # (empty: 0/0 = nan, as NumPy)
+        return ScalarTracer(count.ctx, mean.instr) if not mean.ndim else mean
 
 
 def _operator(ufunc, reflected=False):
@@ -253,17 +284,22 @@ def _python_zero(dtype):
 
 
 def _element_at(x: Tracer, k: Tracer) -> Tracer:
+    """``x[k]``: a scalar of a 1-D array, a row (a copy) of a 2-D one."""
+    item = x.shape[1:]
     if x.shape[0] == 0:                 # (never read: every slice of it is empty)
-        return ScalarTracer(x.ctx, scalar(x.ctx, 0, x.dtype).instr)
-    v = emit(x.ctx, "dynamic-slice", x, k, dynamic_slice_sizes=(1,))
-    return ScalarTracer(x.ctx, reshape(v, ()).instr)
+        v = full(x.ctx, item, 0, x.dtype)
+    else:
+        zeros = [scalar(x.ctx, 0, np.int64)] * len(item)
+        v = reshape(emit(x.ctx, "dynamic-slice", x, k, *zeros, dynamic_slice_sizes=(1,) + item), item)
+    return ScalarTracer(x.ctx, v.instr) if not item else v
 
 
 def ragged_take(x: Tracer, index: RaggedSlice) -> RaggedSlice:
-    """``x[index]`` of a 1-D array at a ragged integer slice, as a ragged slice."""
-    if x.ndim != 1 or index.dtype.kind not in "iu":
-        raise index._refuse(f"indexing a {x.ndim}-D array with it" if x.ndim != 1 else
-                            f"indexing with its {index.dtype} values")
+    """``x[index]`` (rows of ``x`` at a 1-D ragged integer slice), as a ragged slice."""
+    if index.item or x.ndim == 0 or index.dtype.kind not in "iu":
+        raise index._refuse(f"indexing with its {index.dtype} values" if index.dtype.kind not in "iu"
+                            else "indexing with it (as an index it must be 1-D)" if index.item
+                            else "indexing a 0-d value")
     n = x.shape[0]
     inner = index.element
     leaves = dict(index.leaves)
@@ -277,24 +313,42 @@ def ragged_take(x: Tracer, index: RaggedSlice) -> RaggedSlice:
                        emit(x.ctx, "add", i, scalar(x.ctx, n, np.int64)), i)
         i = np.clip(i, 0, max(n - 1, 0))    # (out-of-range indices fail the check after the run)
         return _element_at(env[id(x)], i)
-    return RaggedSlice(index.extent, x.dtype, leaves, element, index.checked + (n,))
+    return RaggedSlice(index.extent, x.dtype, leaves, element, index.checked + (n,), x.shape[1:])
 
 
 def _dot(a, b):
-    if not (isinstance(a, RaggedSlice) and isinstance(b, RaggedSlice)):
-        r = a if isinstance(a, RaggedSlice) else b
-        raise r._refuse("a product with an array of fixed length")
-    return np.multiply(a, b).sum()
+    """``a @ b``: two 1-D ragged slices (a scalar), a 1-D one and a 2-D one of the same bounds
+    (``vals @ X[cols]``: a row), or a 2-D one and a fixed matrix (``X[cols] @ W``: ragged)."""
+    r = a if isinstance(a, RaggedSlice) else b
+    if isinstance(a, RaggedSlice) and isinstance(b, RaggedSlice):
+        if a.ndim != 1 or b.ndim not in (1, 2):
+            raise r._refuse("a product of these ranks")
+        if not a.extent.same(b.extent):
+            raise r._refuse("a product of slices of other bounds")
+        ea, eb = a.element, b.element
+        dtype = np.result_type(a.dtype, b.dtype)
+        product = a._like(dtype, {**a.leaves, **b.leaves}, lambda env, k, checks: ea(env, k, checks) * eb(env, k, checks),
+                          a.checked + b.checked, b.item)
+        return product.sum(axis=0)
+    if isinstance(a, RaggedSlice) and isinstance(b, Tracer) and a.ndim == 2 and b.ndim in (1, 2):
+        if b.shape[0] != a.item[0]:
+            raise ValueError(f"matmul: the ragged rows have {a.item[0]} columns, the matrix {b.shape[0]} rows")
+        ea = a.element
+        item = b.shape[1:]
+        dtype = np.result_type(a.dtype, b.dtype)
+        return a._like(dtype, {**a.leaves, id(b): b}, lambda env, k, checks: ea(env, k, checks) @ env[id(b)],
+                       a.checked, item)
+    raise r._refuse("a product with an array of fixed length")
 
 
-def _accumulate(r: RaggedSlice, acc_dtype) -> Tracer:
-    """The sum of ``r``'s elements: ``while k < stop: acc += element(k)``, with each gather's
-    index extremes carried for NumPy's bounds check after the run."""
+def _accumulate(r: RaggedSlice, acc_dtype, whole: bool) -> Tracer:
+    """The sum of ``r``'s items (``whole``: of every element): ``while k < stop: acc +=
+    item(k)``, with each gather's index extremes carried for NumPy's bounds check after the run."""
     ctx = r.extent.ctx
     start, stop = r.extent.positions()
     leaves = list(r.leaves.values())
     ngathers = len(r.checked)
-    zero = scalar(ctx, 0, acc_dtype)
+    zero = full(ctx, () if whole else r.item, 0, acc_dtype)
     # (each gather's running minimum and maximum index start at 0 and -1: valid for any axis
     # length when no index is read, and no bound on what is)
     init = [start, stop, zero] + [scalar(ctx, v, np.int64) for _ in range(ngathers) for v in (0, -1)] + leaves
@@ -314,8 +368,10 @@ def _accumulate(r: RaggedSlice, acc_dtype) -> Tracer:
         extremes = vals[3:3 + 2 * ngathers]
         env = {id(t): v for t, v in zip(leaves, vals[3 + 2 * ngathers:])}
         checks: list = []
-        value = r.element(env, k, checks)
-        acc = emit(ctx, "add", acc, convert(value, acc_dtype))
+        value = convert(r.element(env, k, checks), acc_dtype)
+        if whole and r.item:
+            value = np.sum(value, dtype=acc_dtype)
+        acc = emit(ctx, "add", acc, np.broadcast_to(value, acc.shape) if value.shape != acc.shape else value)
         new_extremes = []
         for j, i in enumerate(checks):
             lo, hi = extremes[2 * j], extremes[2 * j + 1]
@@ -329,4 +385,5 @@ def _accumulate(r: RaggedSlice, acc_dtype) -> Tracer:
     for j, n in enumerate(r.checked):
         ENTRY_POINTS["check_bounds"](emit(ctx, "concatenate", reshape(part(3 + 2 * j), (1,)),
                                           reshape(part(4 + 2 * j), (1,)), dimensions=(0,)), n, 0)
-    return ScalarTracer(ctx, part(2).instr)
+    total = part(2)
+    return ScalarTracer(ctx, total.instr) if not total.ndim else total

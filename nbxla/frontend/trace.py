@@ -20,6 +20,7 @@ from ..errors import NotCompilableError, TraceError, UnsupportedInputError
 from ..hlo import Module, Shape, from_numpy_dtype
 from .context import TraceContext
 from .selection import Selection
+from .ragged import RaggedSlice
 from .index_tracer import IndexTracer
 from .tracer import ScalarTracer, Tracer
 
@@ -292,6 +293,8 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
         elif isinstance(leaf, Selection):          # x[mask]: compacted on the host after the run
             out_slots.append(("selection", len(outputs)))
             outputs += [leaf.values.instr, leaf.mask.instr]
+        elif isinstance(leaf, RaggedSlice):
+            raise leaf._refuse("returning it")
         elif isinstance(leaf, Tracer):
             if isinstance(leaf, IndexTracer):
                 python_ints.add(len(outputs))

@@ -613,6 +613,16 @@ kernel(lambda n=8: (np.full((6, 1), 20.0 / 6), rand(6, 3), rand(6, 3), 6, n, 0.0
        rtol=1e-10)(examples.nbody)
 
 
+def _csr(rows, cols=9):
+    """Row offsets with empty rows, uint32 as npbench makes them."""
+    counts = RNG.integers(0, 4, rows)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.uint32)
+    return indptr, RNG.integers(0, cols, indptr[-1]).astype(np.uint32), rand(int(indptr[-1])), rand(cols)
+
+
+kernel(lambda n=10: _csr(n), rtol=1e-12)(examples.spmv)
+
+
 # ---- the runs --------------------------------------------------------------------------------
 
 def _same(label, want, got, rtol):

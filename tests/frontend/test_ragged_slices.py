@@ -1,6 +1,8 @@
 """Slices whose bounds are read from the data (compressed-sparse-row loops), reduced at their
 true length (frontend/ragged.py); eager NumPy is the oracle."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -118,9 +120,17 @@ def test_what_cannot_be_compiled_is_refused_with_the_line():
             out[i] = v[A_row[i]:A_row[i + 1]] @ v[A_row[i]:A_row[i + 1] + 1]
         return out
 
+    def returned(A_row, v):
+        return v[A_row[1]:A_row[2]]
+
+    def stored(A_row, v):
+        out = np.zeros(3)
+        out[:] = v[A_row[1]:A_row[2]]
+        return out
+
     A_row = np.array([0, 2, 3, 3, 6, 8], np.int64)
     v = np.arange(9.0)
-    for fn in (length, other_bounds):
+    for fn in (length, other_bounds, returned, stored):
         with pytest.raises(NotCompilableError, match="bounds are read from the data|test_ragged_slices"):
             nbxla.jit(fn)(A_row, v)
 
@@ -141,3 +151,42 @@ def test_mean_and_casts():
     got = nbxla.jit(f)(A_row, v)
     assert got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# ---- items that are rows: a sparse matrix times a dense one, sums of row segments ----
+
+def spmm(A_row, A_col, A_val, X):
+    Y = np.zeros((A_row.size - 1, X.shape[1]), X.dtype)
+    for i in range(A_row.size - 1):
+        lo, hi = A_row[i], A_row[i + 1]
+        Y[i] = A_val[lo:hi] @ X[A_col[lo:hi]]
+    return Y
+
+
+def neighbour_means(A_row, A_col, A_val, X):
+    """A graph layer over CSR neighbours: the mean of each node's neighbours' features, their
+    weighted sum through a weight matrix, and a scaled segment sum of X's own rows."""
+    W = X[:3].T                                   # (features, 3)
+    M = np.zeros((A_row.size - 1, X.shape[1]), X.dtype)
+    S = np.zeros((A_row.size - 1, 3), X.dtype)
+    T = np.zeros(A_row.size - 1, X.dtype)
+    for i in range(A_row.size - 1):
+        lo, hi = A_row[i], A_row[i + 1]
+        M[i] = X[A_col[lo:hi]].mean(axis=0)
+        S[i] = np.sum((X[A_col[lo:hi]] * 0.5 + X[0]) @ W, axis=0)
+        T[i] = np.abs(X[lo:hi, :]).sum()
+    return M, S, T
+
+
+@pytest.mark.parametrize("fn", [spmm, neighbour_means], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("rows", [1, 3, 40, 200])
+def test_row_items_equal_numpy(fn, rows):
+    indptr, indices, data, _ = csr(rows, 30, seed=rows, density=0.1)
+    X = np.random.default_rng(rows).standard_normal((30, 5))
+    indptr = np.minimum(indptr, 30).astype(indptr.dtype)    # (neighbour_means slices X's rows too)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")           # (the mean of an empty row: nan, with a warning)
+        want = fn(indptr, indices, data, X)
+    got = nbxla.jit(fn)(indptr, indices, data, X)
+    for w, g in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
