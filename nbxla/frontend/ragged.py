@@ -40,15 +40,29 @@ def ragged_bound_key(x: Tracer, key: tuple):
     with a bound read from the data (no known range), else None."""
     from .index_tracer import value_range
     if x.ndim < 1 or not key or not isinstance(key[0], slice) or key[0].step not in (None, 1) or \
-            any(not (isinstance(k, slice) and k == slice(None)) and k is not Ellipsis for k in key[1:]):
+            any(not _whole(k) for k in key[1:]):
         return None
     k = key[0]
     bounds = [k.start, k.stop]
-    if not any(isinstance(b, Tracer) and value_range(b) is None for b in bounds):
-        return None
+    if not any(isinstance(b, Tracer) and value_range(b) is None and _read_from_an_array(b.instr) for b in bounds):
+        return None     # (a traced Python number or loop bound: the loop machinery decides, dynamic.py)
     if any(isinstance(b, Tracer) and (b.ndim or b.dtype.kind not in "iu") for b in bounds):
         return None
     return tuple(bounds)
+
+
+def _whole(k) -> bool:
+    """``:`` or ``...`` (compared by parts: ``==`` on a slice holding a Tracer would trace a compare)."""
+    return k is Ellipsis or isinstance(k, slice) and k.start is None and k.stop is None and k.step is None
+
+
+def _read_from_an_array(instr, depth: int = 8) -> bool:
+    """Whether a scalar is computed from an array's elements (``A_row[i]``, ``idx.sum()``), not
+    only from scalars (a traced Python number, a loop index)."""
+    if depth == 0:
+        return False
+    return any(not o.shape.is_tuple and o.shape.rank >= 1 or _read_from_an_array(o, depth - 1)
+               for o in instr.operands)
 
 
 def _same_value(a, b, depth: int = 6) -> bool:
