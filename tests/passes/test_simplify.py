@@ -335,3 +335,76 @@ def test_lu_rolled_trailing_update_keeps_its_values_through_the_read_back(monkey
         result = Pipeline([AlgebraicSimplifier(), CommonSubexpressionElimination(), DeadCodeElimination()]).run(module)
         assert read_backs(result.module) < before
         np.testing.assert_array_equal(np.asarray(evaluate(result.module, [A.copy()])), want)
+
+
+def _loop_reading_beside(start: int, limit: int, offset: int, n: int = 6) -> str:
+    """``for k in range(start, limit): c = update(c, column k); u = c[:, k + offset] + 1`` as
+    HLO (dynamic starts clamp, as XLA's do: no NumPy wrap-around)."""
+    step = f"add(k, d)" if offset >= 0 else f"subtract(k, d)"
+    return f"""
+HloModule beside
+
+cond {{
+  s = (s64[], f64[3,{n}], f64[3,1]) parameter(0)
+  k = s64[] get-tuple-element(s), index=0
+  limit = s64[] constant({limit})
+  ROOT more = pred[] compare(k, limit), direction=LT
+}}
+
+body {{
+  s = (s64[], f64[3,{n}], f64[3,1]) parameter(0)
+  k = s64[] get-tuple-element(s), index=0
+  c = f64[3,{n}] get-tuple-element(s), index=1
+  u = f64[3,1] get-tuple-element(s), index=2
+  zero = s64[] constant(0)
+  one = s64[] constant(1)
+  d = s64[] constant({abs(offset)})
+  kf = f64[] convert(k)
+  kb = f64[3,1] broadcast(kf), dimensions={{}}
+  w = f64[3,1] add(u, kb)
+  c1 = f64[3,{n}] dynamic-update-slice(c, w, zero, k)
+  at = s64[] {step}
+  r = f64[3,1] dynamic-slice(c1, zero, at), dynamic_slice_sizes={{3,1}}
+  fone = f64[] constant(1)
+  ones = f64[3,1] broadcast(fone), dimensions={{}}
+  u1 = f64[3,1] add(r, ones)
+  k1 = s64[] add(k, one)
+  ROOT next = (s64[], f64[3,{n}], f64[3,1]) tuple(k1, c1, u1)
+}}
+
+ENTRY main {{
+  c = f64[3,{n}] parameter(0)
+  u = f64[3,1] parameter(1)
+  k0 = s64[] constant({start})
+  init = (s64[], f64[3,{n}], f64[3,1]) tuple(k0, c, u)
+  loop = (s64[], f64[3,{n}], f64[3,1]) while(init), condition=cond, body=body
+  c_out = f64[3,{n}] get-tuple-element(loop), index=1
+  u_out = f64[3,1] get-tuple-element(loop), index=2
+  ROOT out = (f64[3,{n}], f64[3,1]) tuple(c_out, u_out)
+}}
+"""
+
+
+def test_a_window_read_beside_a_counted_loops_update_reads_the_array_under_it():
+    """``c[:, k + offset]`` read after ``c[:, k] = ...`` in ``for k in range(start, limit)``:
+    where k and k + offset stay inside the array at every step, the windows never meet and the
+    read takes the array under the update; where an end clamps both to one window (k - 1 at
+    k = 0, k + 1 at k = n - 1), it keeps reading the update.
+    The evaluator gives the same values either way."""
+    from nbxla.hlo.parser import parse_hlo
+    n = 6
+    cases = [(1, n, -1, True), (0, n - 1, 1, True), (2, 4, 2, True), (2, 4, -2, True),
+             (0, n, -1, False),         # k - 1 = -1 clamps to 0, k's own window at k = 0
+             (0, n, 1, False)]          # k + 1 = n clamps to n - 1 at k = n - 1
+    rng = np.random.default_rng(2)
+    args = [rng.random((3, n)), rng.random((3, 1))]
+    for start, limit, offset, apart in cases:
+        module = parse_hlo(_loop_reading_beside(start, limit, offset, n))
+        want = evaluate(module, args)
+        result = Pipeline([AlgebraicSimplifier(), DeadCodeElimination()]).run(module).module
+        for got, expected in zip(tree_flatten(evaluate(result, args))[0], tree_flatten(want)[0]):
+            np.testing.assert_array_equal(got, expected)
+        (loop,) = [i for i in result.entry.instructions if i.opcode == "while"]
+        reads = [i for i in loop.attrs["body"].instructions if i.opcode == "dynamic-slice"]
+        through = any(r.operands[0].opcode == "dynamic-update-slice" for r in reads)
+        assert through != apart, (start, limit, offset)
