@@ -147,7 +147,15 @@ class KernelBuffers:
         self.shapes = shapes
         self.entry, self.scalars = b.block, {}
         self.first_output = first_output
-        self.input_scope = _alias_scope_list(b.module, "inputs") if first_output is not None else None
+        # One scope per kernel: the claim holds between this kernel's own loads and stores only.
+        # A scope named by a string is not renamed when LLVM inlines the kernel (its copy is the
+        # same uniqued node), so with one module-wide scope two kernels inlined into a native
+        # loop (``aot_loops``) had one kernel's store to a temporary "not aliasing" the next
+        # one's load of it, which LLVM was then free to move above the store: LU's rolled
+        # trailing update read stale scratch (NaN at n=2 once its box update read the divided
+        # column directly; right with the marks off, or with the C driver's uninlined calls).
+        self.input_scope = (_alias_scope_list(b.module, f"inputs.{b.function.name}")
+                            if first_output is not None else None)
 
     def _mark(self, instr, k: int) -> None:
         if self.input_scope is None:
@@ -192,8 +200,9 @@ _alias_scopes: "weakref.WeakKeyDictionary[ir.Module, dict]" = weakref.WeakKeyDic
 
 def _alias_scope_list(module: ir.Module, name: str):
     """``!{scope}``: a list of one alias scope (in its own domain) of ``module``, made once per
-    module and name.  Scope and domain are named by strings (LLVM LangRef allows a string
-    instead of a self-reference; llvmlite cannot print a node that refers to itself)."""
+    module and name (a kernel's: see ``KernelBuffers``).  Scope and domain are named by
+    strings (LLVM LangRef allows a string instead of a self-reference; llvmlite cannot print a
+    node that refers to itself)."""
     cache = _alias_scopes.setdefault(module, {})
     if name not in cache:
         domain = module.add_metadata([ir.MetaDataString(module, f"nbxla.{name}.domain")])

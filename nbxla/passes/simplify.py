@@ -18,6 +18,7 @@ from ..hlo.evaluator import evaluate
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import NEVER_FOLD
 from ..hlo.shapes import LOW_PRECISION_DTYPES
+from .counter_ranges import loop_counters, windows_apart
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 FOLD_LIMIT = 1024          # largest constant (in elements) folding may create
@@ -53,8 +54,9 @@ def _is_negative_zero(instr) -> bool:
 class _Rewriter:
     """Creates replacement instructions placed before the one being rewritten."""
 
-    def __init__(self, at: Instruction):
+    def __init__(self, at: Instruction, comp: Computation | None = None, counters: dict | None = None):
         self.at, self.new = at, []
+        self.comp, self.counters = comp, counters or {}     # (``counter_ranges``' facts)
 
     def op(self, opcode, *operands, shape, **attrs) -> Instruction:
         instr = Instruction(opcode, shape, operands, attrs, unique_name(opcode.replace("-", "_")),
@@ -208,6 +210,28 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         # The same update at the same place twice (``a[..., 0] += v`` traces to a write of the
         # sum, then a write of the sum reshaped again): the second changes nothing.
         return ops[0]
+    if op == "dynamic-slice" and ops[0].opcode == "dynamic-update-slice" and 1 in ops[0].operands[1].shape.dims \
+            and tuple(instr.attrs["dynamic_slice_sizes"]) == ops[0].operands[1].shape.dims \
+            and _same_values(ops[0].operands[2:], ops[1:]):
+        # Reading back the window just written: the update's value.  Exact, clamping included:
+        # the slice reads the update's own result (not an array under it or over it), with the
+        # update's sizes, at the same start values; both clamp each start into [0, n - size] of
+        # the same n, so they place the same window.  (One position of an axis only, as for
+        # static slices in ``_slice_through``.  The NaN of LU's rolled trailing update that first
+        # took this rule out was codegen's: ``toolkit.KernelBuffers``' alias scopes.)
+        return ops[0].operands[1]
+    if op == "dynamic-slice" and ops[0].opcode == "dynamic-update-slice":
+        # A window read beside the one just written (``c[:, :, k - 1]`` after ``c[:, :, k] =
+        # ...`` in a loop's body) reads the array under the update: only where the starts are
+        # known unclamped and apart (``counter_ranges``: near an end, k - 1 and k may clamp to
+        # one window).  Then the update is read only by what reads the window itself.
+        under, sizes = ops[0], instr.attrs["dynamic_slice_sizes"]
+        while under.opcode == "dynamic-update-slice" and rw.comp is not None and windows_apart(
+                ops[1:], sizes, under.operands[2:], under.operands[1].shape.dims, under.shape.dims, rw.comp,
+                rw.counters):
+            under = under.operands[0]
+        if under is not ops[0]:
+            return rw.op(op, under, *ops[1:], shape=instr.shape, dynamic_slice_sizes=tuple(sizes))
     if op == "copy" and ops[0].opcode != "parameter":
         return ops[0]
     if op == "opt-barrier":
@@ -266,25 +290,63 @@ class _RewritePass(Pass):
 
     def run(self, module: Module) -> bool:
         before, changed = instruction_ids(module), False
+        counters = loop_counters(module)
         for comp in module.computations:
-            changed |= _rewrite_computation(comp, type(self).rule)
+            changed |= _rewrite_computation(comp, type(self).rule, counters)
+            changed |= self.after_rules(comp)
         rename_new_instructions(module, before)
         return changed
+
+    def after_rules(self, comp: Computation) -> bool:
+        return False
 
 
 class AlgebraicSimplifier(_RewritePass):
     name = "algsimp"
     rule = staticmethod(_simplify)
 
+    def after_rules(self, comp: Computation) -> bool:
+        return _write_covered_windows_once(comp)
 
-def _rewrite_computation(comp: Computation, rule) -> bool:
+
+def _write_covered_windows_once(comp: Computation) -> bool:
+    """A window written twice (``c[:, k] = u; c[:, k] = c[:, k] * v``): the second update
+    covers the first exactly (same sizes, same start values, the same array shape: clamped
+    alike), so it may write over the array under the first instead -- but only where nothing
+    else reads the first (the read-back rule has usually made the second's value independent
+    of it): then the first dies and one update, one kernel, writes the window.  Were the
+    first still read, both would stay alive, the array would have two writers, and neither
+    could run in place (a stencil's window updates lost their in-place kernels).  After the
+    rules, on the live graph: a read the rules replaced no longer counts."""
+    live = comp.post_order()
+    users: dict[int, list[Instruction]] = {id(i): [] for i in live}
+    for instr in live:
+        for o in dict.fromkeys(instr.operands):
+            users[id(o)].append(instr)
+    changed = False
+    for outer in live:
+        inner = outer.operands[0] if outer.opcode == "dynamic-update-slice" else None
+        if inner is None or inner.opcode != "dynamic-update-slice" or inner is comp.root \
+                or users[id(inner)] != [outer] or outer.operands.count(inner) != 1 \
+                or inner.operands[1].shape.dims != outer.operands[1].shape.dims \
+                or not _same_values(inner.operands[2:], outer.operands[2:]):
+            continue
+        under = inner.operands[0]
+        outer.operands = [under] + list(outer.operands[1:])
+        users[id(inner)] = []
+        users[id(under)] = [u for u in users[id(under)] if u is not inner] + [outer]
+        changed = True
+    return changed
+
+
+def _rewrite_computation(comp: Computation, rule, counters: dict | None = None) -> bool:
     """Apply ``rule`` to each instruction; replacements take over all uses."""
     changed = False
     replace: dict[int, Instruction] = {}
     order: list[Instruction] = []
     for instr in comp.instructions:
         instr.operands = [replace.get(id(o), o) for o in instr.operands]
-        rw = _Rewriter(instr)
+        rw = _Rewriter(instr, comp, counters)
         new = rule(instr, rw)
         for n in rw.new:
             n.parent = comp
