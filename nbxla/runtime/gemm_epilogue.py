@@ -60,7 +60,7 @@ def fold_gemm_epilogues(module: Module, plan=None) -> dict[str, bool]:
         if gemm_refusal(dot) is not None:
             continue
         fusion = sole_loop_fusion_user(comp, dot, users)
-        if fusion is None or fusion.shape.dims != dot.shape.dims or fusion.shape.dtype != dot.shape.dtype:
+        if fusion is None or fusion.shape.is_tuple or fusion.shape.dims != dot.shape.dims or fusion.shape.dtype != dot.shape.dtype:
             continue
         survive = operands_survive(plan, dot, fusion)
         if survive is not None and fold_producer(comp, dot, fusion, lambda c, d: affine_gemm(c) is not None):
@@ -85,7 +85,7 @@ def affine_gemm(comp: Computation) -> AffineGemm | None:
     """``comp`` (a fused computation holding one dot over two parameters) as
     ``alpha * dot + beta * C``, or None when it is not of that form."""
     dots = [i for i in comp.instructions if i.opcode == "dot"]
-    if len(dots) != 1 or gemm_refusal(dots[0]) is not None or \
+    if comp.root.shape.is_tuple or len(dots) != 1 or gemm_refusal(dots[0]) is not None or \
             any(o.opcode != "parameter" for o in dots[0].operands):
         return None
     dot = dots[0]
