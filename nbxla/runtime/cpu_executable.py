@@ -138,9 +138,9 @@ class CpuExecutable:
         # and whether each needs an output of its own (not its place in the arena).
         self.convolution_epilogues = fold_convolution_epilogues(module, plan)
         # (and fusions that took the GEMM they scale and add to: one ?gemm with alpha and beta;
-        # not in an instance of machine code compiled before, whose kernels are the unfolded
-        # program's)
-        if kernels is None:
+        # not where the kernels were compiled or emitted before, for the unfolded program: a
+        # program for unknown dimensions, its probes and instances, keeps the two steps)
+        if kernels is None and emitted is None:
             self.convolution_epilogues.update(fold_gemm_epilogues(module, plan))
         self.plan = plan
         store = default_cache() if kernels is None else None
