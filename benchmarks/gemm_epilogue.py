@@ -1,8 +1,10 @@
 """GEMM-bound programs (npbench's gemm / k2mm / k3mm / mlp forms, float64) under NumPy and
-nbxla.jit, with and without the GEMM epilogue fold (``runtime/gemm_epilogue.py``: a dot scaled
-and added to an array of its shape runs as one ``?gemm`` with alpha and beta, into the caller's
-array when donated).  The variant without the fold is compiled with the fold switched off in
-this process, so the three contenders run interleaved on the same inputs.
+nbxla.jit, with and without (``nbxla before``) the GEMM epilogue fold (``runtime/gemm_epilogue.py``:
+a dot scaled and added to an array of its shape runs as one ``?gemm`` with alpha and beta, into
+the caller's array when donated) and the thin-GEMM rule (``cpu_kernels.THIN_OUTPUT``: a small
+output over a deep contraction on one BLAS thread, split over the pool).  ``nbxla before`` is
+compiled with both switched off in this process, so the contenders run interleaved on the same
+inputs.
 
     python benchmarks/gemm_epilogue.py [--size S|M] [--repeats N] [--only gemm,k2mm]
 
@@ -19,7 +21,7 @@ import time
 import numpy as np
 
 import nbxla
-from nbxla.runtime import cpu_executable
+from nbxla.runtime import cpu_executable, cpu_kernels
 
 
 def gemm(alpha, beta, C, A, B):
@@ -82,15 +84,15 @@ def main() -> None:
         base, written = inputs(name, args.size)
         fresh = lambda: [a.copy() if k in written else a for k, a in enumerate(base)]  # noqa: E731
         contenders = {"numpy": fn, "nbxla": nbxla.jit(fn)}
-        # (compiled first call here, while the fold is off for it alone)
-        saved = cpu_executable.fold_gemm_epilogues
-        cpu_executable.fold_gemm_epilogues = lambda module, plan=None: {}
+        # (compiled by its first call here, while the fold and the thin-GEMM rule are off)
+        saved = cpu_executable.fold_gemm_epilogues, cpu_kernels.THIN_OUTPUT
+        cpu_executable.fold_gemm_epilogues, cpu_kernels.THIN_OUTPUT = (lambda module, plan=None: {}), 0
         try:
-            unfolded = nbxla.jit(fn)
-            unfolded(*fresh())
+            before = nbxla.jit(fn)
+            before(*fresh())
         finally:
-            cpu_executable.fold_gemm_epilogues = saved
-        contenders["nbxla no fold"] = unfolded
+            cpu_executable.fold_gemm_epilogues, cpu_kernels.THIN_OUTPUT = saved
+        contenders["nbxla before"] = before
         contenders["nbxla"](*fresh())
         best = {k: [np.inf, np.inf] for k in contenders}
         order = list(contenders)

@@ -198,8 +198,6 @@ class AccumulatingGemm(DotThunk):
         self.form, self.dtype = form, fusion.shape.dtype
         self.lhs_at, self.rhs_at = (o.parameter_number for o in form.dot.operands)
         self.plain = False              # (never the straight-line runner's bare np.matmul)
-        if self.split is not None and self.split[0] != "rows":
-            self.split = None
         self.how = ("GEMM with alpha and beta: C scaled and the product added by one ?gemm"
                     if form.added is not None else "GEMM with alpha: the product scaled by ?gemm") + \
             " (no product temporary, no fused pass)"
@@ -240,8 +238,12 @@ class AccumulatingGemm(DotThunk):
             self._call(lhs, rhs, out, alpha, beta)
             return
 
-        def block(_, begin, end):
-            self._call(lhs[begin:end], rhs, out[begin:end], alpha, beta)
+        if self.split[0] == "rows":
+            def block(_, begin, end):
+                self._call(lhs[begin:end], rhs, out[begin:end], alpha, beta)
+        else:
+            def block(_, begin, end):
+                self._call(lhs, rhs[:, begin:end], out[:, begin:end], alpha, beta)
         run_split(block, None, self.split[1])
 
     def _call(self, a, b, c, alpha, beta) -> None:
@@ -249,11 +251,12 @@ class AccumulatingGemm(DotThunk):
         n = b.shape[1]
         ta, lda, a = _operand(a)
         tb, ldb, b = _operand(b)
+        ldc = max(c.strides[0] // c.itemsize, n)        # (a block of columns: the full row's)
         if self.real:
             self.fn(_ROW_MAJOR, ta, tb, m, n, k, float(alpha), a.ctypes.data, lda, b.ctypes.data, ldb,
-                    float(beta), c.ctypes.data, n)
+                    float(beta), c.ctypes.data, ldc)
             return
         scalars = np.array([alpha, beta], self.dtype)
         step = self.dtype.itemsize
         self.fn(_ROW_MAJOR, ta, tb, m, n, k, scalars.ctypes.data, a.ctypes.data, lda, b.ctypes.data, ldb,
-                scalars.ctypes.data + step, c.ctypes.data, n)
+                scalars.ctypes.data + step, c.ctypes.data, ldc)
