@@ -9,6 +9,7 @@ import pytest
 
 import nbxla
 from nbxla.runtime import gemm_epilogue
+from nbxla.runtime.cpu_kernels import worker_count
 
 FOLDED = "?gemm"
 
@@ -265,3 +266,26 @@ def test_c_an_intermediate_also_returned():
     f = nbxla.jit(product_added_to_an_intermediate)
     for g, w in zip(f(A, B, C), product_added_to_an_intermediate(A, B, C)):
         _close(g, w, np.float64)
+
+
+# --- thin products (cpu_kernels.THIN_OUTPUT) split the accumulation over the pool ------------
+
+def scaled_and_added(x, w, c):
+    return 1.5 * (x @ w) - 0.5 * c
+
+
+def scaled_and_added_t(x, w, c):
+    return 1.5 * (x @ w.T) - 0.5 * c
+
+
+@pytest.mark.skipif(worker_count() < 2, reason="the split needs two cores")
+@pytest.mark.parametrize("fn", [scaled_and_added, scaled_and_added_t])
+@pytest.mark.parametrize("m,n", [(8, 2000), (2000, 8)])
+def test_folded_gemm_splits_its_accumulation(fn, m, n):
+    k = 3000
+    x, c = _rand((m, k), np.float64, 0), _rand((m, n), np.float64, 2)
+    w = _rand((k, n) if fn is scaled_and_added else (n, k), np.float64, 1)
+    f = nbxla.jit(fn)
+    _close(f(x, w, c), fn(x, w, c), np.float64)
+    text = _execution(f, x, w, c)
+    assert "?gemm" in text and "split over the pool" in text

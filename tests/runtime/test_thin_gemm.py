@@ -1,8 +1,8 @@
 """Thin GEMMs (a small output over a deep contraction: an MLP's few rows against a large
 weight) run on one BLAS thread, split over nbxla's pool along their longer side
 (``cpu_kernels.THIN_OUTPUT``): results against eager NumPy on both sides of the output limit
-and of the split's size, split by rows and by columns, transposed, and with the GEMM epilogue
-fold (``gemm_epilogue``) splitting its accumulation the same way."""
+and of the split's size, split by rows and by columns, transposed.  (The GEMM epilogue fold
+splitting its accumulation the same way: ``test_gemm_epilogue``.)"""
 
 import numpy as np
 import pytest
@@ -62,24 +62,3 @@ def test_split_along_the_longer_side(m, k, n, split, fn, dtype):
     text = _execution(f, x, w)
     assert "one BLAS thread" in text
     assert (f"{split} split over the pool" in text) if split else ("split over the pool" not in text)
-
-
-def scaled_and_added(x, w, c):
-    return 1.5 * (x @ w) - 0.5 * c
-
-
-def scaled_and_added_t(x, w, c):
-    return 1.5 * (x @ w.T) - 0.5 * c
-
-
-@pytest.mark.skipif(worker_count() < 2, reason="the split needs two cores")
-@pytest.mark.parametrize("fn", [scaled_and_added, scaled_and_added_t])
-@pytest.mark.parametrize("m,n", [(8, 2000), (2000, 8)])
-def test_folded_gemm_splits_its_accumulation(fn, m, n):
-    k = 3000
-    x, c = _rand((m, k), 0), _rand((m, n), 2)
-    w = _rand((k, n) if fn is scaled_and_added else (n, k), 1)
-    f = nbxla.jit(fn)
-    _close(f(x, w, c), fn(x, w, c))
-    text = _execution(f, x, w, c)
-    assert "?gemm" in text and "split over the pool" in text
