@@ -13,7 +13,10 @@ place of a ``C`` that dies there, ``C`` is updated in place; otherwise ``C`` is 
 the output first (no worse than before: one pass for the fused one).
 
 Folded where the dot would be a BLAS GEMM (``DotThunk``: real or complex, one product,
-``m > 1`` and ``n > 1``, not the native GEMM kernel's), with the result's own shape for
+``m > 1`` and ``n > 1``, not the native GEMM kernel's; not a large update that a later
+``vector @ matrix`` reads, which ``update_gemv`` blocks with its kernel: measured on the shared
+2-core VM, load 14, 3000x3000 ``A += U @ V`` then ``y @ A``: k=1 27 ms CPU folded against 24
+blocked, k=3 20 against 29, no clear winner), with the result's own shape for
 ``C`` (a broadcast bias row is not folded: the copy-broadcast plus an accumulating GEMM moves
 as much memory as the product's temporary and the fused pass).  The fold itself is
 ``fusion_fold``'s; an output that may overlap the product's operands when the call runs
@@ -37,6 +40,7 @@ from .blas_threads import openblas_libraries
 from .cpu_kernels import DotThunk, run_split
 from .fusion_fold import fold_producer, operands_survive, sole_loop_fusion_user, users_by_operand
 from .native_dots import native_dot_refusal
+from .update_gemv import may_pair
 
 # A coefficient: a sum of terms, each a constant times the 0-d fusion parameters it names.
 Coefficient = list[tuple[complex | float, tuple[int, ...]]]
@@ -62,6 +66,8 @@ def fold_gemm_epilogues(module: Module, plan=None) -> dict[str, bool]:
         fusion = sole_loop_fusion_user(comp, dot, users)
         if fusion is None or fusion.shape.is_tuple or fusion.shape.dims != dot.shape.dims or fusion.shape.dtype != dot.shape.dtype:
             continue
+        if may_pair(fusion, users.get(id(fusion), [])):
+            continue        # (a large update a GEMV then reads: the kernel and GEMV share one pass)
         survive = operands_survive(plan, dot, fusion)
         if survive is not None and fold_producer(comp, dot, fusion, lambda c, d: affine_gemm(c) is not None):
             folded[fusion.name] = survive == "own output"
