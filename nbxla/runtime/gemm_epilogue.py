@@ -64,7 +64,8 @@ def fold_gemm_epilogues(module: Module, plan=None) -> dict[str, bool]:
         if gemm_refusal(dot) is not None:
             continue
         fusion = sole_loop_fusion_user(comp, dot, users)
-        if fusion is None or fusion.shape.is_tuple or fusion.shape.dims != dot.shape.dims or fusion.shape.dtype != dot.shape.dtype:
+        if fusion is None or fusion.shape.is_tuple or fusion.shape.dims != dot.shape.dims \
+                or fusion.shape.dtype != dot.shape.dtype:
             continue
         if may_pair(fusion, users.get(id(fusion), [])):
             continue        # (a large update a GEMV then reads: the kernel and GEMV share one pass)
