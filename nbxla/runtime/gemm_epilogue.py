@@ -35,7 +35,7 @@ import numpy as np
 from ..hlo import Module
 from ..hlo.evaluator_linalg import matmul_layout
 from ..hlo.ir import Computation, Instruction
-from .conv_gemm import cblas_gemms, _operand, _ROW_MAJOR
+from .conv_gemm import cblas_gemms, cblas_operand, ROW_MAJOR
 from .blas_threads import openblas_libraries
 from .cpu_kernels import DotThunk, run_split
 from .fusion_fold import fold_producer, operands_survive, sole_loop_fusion_user, users_by_operand
@@ -256,14 +256,14 @@ class AccumulatingGemm(DotThunk):
     def _call(self, a, b, c, alpha, beta) -> None:
         m, k = a.shape
         n = b.shape[1]
-        ta, lda, a = _operand(a)
-        tb, ldb, b = _operand(b)
+        ta, lda, a = cblas_operand(a)
+        tb, ldb, b = cblas_operand(b)
         ldc = max(c.strides[0] // c.itemsize, n)        # (a block of columns: the full row's)
         if self.real:
-            self.fn(_ROW_MAJOR, ta, tb, m, n, k, float(alpha), a.ctypes.data, lda, b.ctypes.data, ldb,
+            self.fn(ROW_MAJOR, ta, tb, m, n, k, float(alpha), a.ctypes.data, lda, b.ctypes.data, ldb,
                     float(beta), c.ctypes.data, ldc)
             return
         scalars = np.array([alpha, beta], self.dtype)
         step = self.dtype.itemsize
-        self.fn(_ROW_MAJOR, ta, tb, m, n, k, scalars.ctypes.data, a.ctypes.data, lda, b.ctypes.data, ldb,
+        self.fn(ROW_MAJOR, ta, tb, m, n, k, scalars.ctypes.data, a.ctypes.data, lda, b.ctypes.data, ldb,
                 scalars.ctypes.data + step, c.ctypes.data, ldc)
