@@ -20,6 +20,10 @@ column or batch blocks over its own pool (``cpu_kernels.run_split``), whose chun
 for a thread that has not started: on idle cores the blocks run in parallel, on busy ones the
 caller does most of them.
 The thread count found is restored after each call (the user's threadpoolctl settings stay).
+Two kinds of product take this path whatever the flag, because OpenBLAS's threads meet often
+for little work there: batches of threaded-size products, and thin GEMMs, a small output over
+a deep contraction (``cpu_kernels.THIN_OUTPUT``; an MLP's 8 rows against a 30000x2000 weight
+spent 8x the CPU time of one thread, threaded, on the shared cores).
 
 The OpenBLAS that NumPy loaded is found by its exported ``*openblas_set_num_threads*``
 symbol in the libraries mapped into the process (Linux); elsewhere, or with another BLAS,

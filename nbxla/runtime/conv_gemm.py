@@ -52,7 +52,7 @@ MIN_BLOCK, MAX_BLOCK = 64, 1024
 # OpenBLAS's default threading: it threads none of them below ~260K multiply-adds anyway).
 SPLIT_WORK = 4_000_000
 
-_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
 
 def _find_cblas() -> dict:
@@ -83,7 +83,7 @@ def cblas_gemms() -> dict:
     return _cblas[0]
 
 
-def _operand(a: np.ndarray):
+def cblas_operand(a: np.ndarray):
     """(transpose flag, leading dimension, array) for a row-major cblas operand."""
     item = a.itemsize
     rows, cols = a.shape
@@ -108,10 +108,10 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, accumulate: bool) -> None:
         else:
             np.matmul(a, b, out=c)
         return
-    ta, lda, a = _operand(a)
-    tb, ldb, b = _operand(b)
+    ta, lda, a = cblas_operand(a)
+    tb, ldb, b = cblas_operand(b)
     ldc = c.strides[0] // c.itemsize if m > 1 else n
-    fn(_ROW_MAJOR, ta, tb, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb,
+    fn(ROW_MAJOR, ta, tb, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb,
        1.0 if accumulate else 0.0, c.ctypes.data, max(ldc, n))
 
 

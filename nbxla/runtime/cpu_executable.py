@@ -47,6 +47,7 @@ from .cpu_kernels import ARRAY_DATA_OFFSET, c_strides, DotThunk, FullReductionTh
 from .native_dots import native_dot_refusal, NativeGemmDot
 from .conv_epilogue import fold_convolution_epilogues, runs_as_library
 from .donation import donated_output, uses_arena
+from .gemm_epilogue import AccumulatingGemm, fold_gemm_epilogues, runs_as_gemm
 from .execution_stage import describe_execution
 from .cpu_library import library_thunk, sort_has_library_call, sort_may_defer
 from . import host_memory
@@ -136,6 +137,11 @@ class CpuExecutable:
         # Fusions that took the convolution they consume (computed in one kernel with it),
         # and whether each needs an output of its own (not its place in the arena).
         self.convolution_epilogues = fold_convolution_epilogues(module, plan)
+        # (and fusions that took the GEMM they scale and add to: one ?gemm with alpha and beta;
+        # not where the kernels were compiled or emitted before, for the unfolded program: a
+        # program for unknown dimensions, its probes and instances, keeps the two steps)
+        if kernels is None and emitted is None:
+            self.convolution_epilogues.update(fold_gemm_epilogues(module, plan))
         self.plan = plan
         store = default_cache() if kernels is None else None
         # How each while of the entry runs: natively (one C function) or from the host, why.
@@ -172,7 +178,8 @@ class CpuExecutable:
         refused = {symbol: native_convolution_refusal(instr) for symbol, instr in compiled
                    if instr.opcode == "convolution"}
         refused = {symbol: why for symbol, why in refused.items() if why is not None}
-        library = {symbol for symbol, instr in compiled if instr.opcode == "fusion" and runs_as_library(instr)}
+        library = {symbol for symbol, instr in compiled
+                   if instr.opcode == "fusion" and (runs_as_library(instr) or runs_as_gemm(instr))}
         distinct = [(symbol, comp) for symbol, comp in distinct if symbol not in library and symbol not in refused]
         in_place = in_place_symbols(module, compiled)
         key = None
@@ -293,6 +300,11 @@ class CpuExecutable:
             self.interpreted.pop(instr.name, None)
             self.kernel_symbols.pop(instr.name, None)       # (it has no kernel: the profile says so)
             return self._library_thunk(instr, nested, literals)
+        if instr.opcode == "fusion" and runs_as_gemm(instr):
+            # (a GEMM folded with its scale-and-add: one ?gemm with alpha and beta)
+            self.interpreted.pop(instr.name, None)
+            self.kernel_symbols.pop(instr.name, None)
+            return AccumulatingGemm(instr)
         how = placement(CPU, instr)
         if how.handler is None or how.kind == "kernel":
             return self._host_thunk(instr, nested, literals)

@@ -294,6 +294,12 @@ class FullReductionThunk:
         return tuple(outs) if self.tuple_result else outs[0]
 
 
+# Outputs (m * n) up to which a GEMM is thin: its OpenBLAS threads would meet once per block of
+# the contraction with little work between meetings (see ``DotThunk``).  npbench's square GEMMs
+# (gemm, k2mm, k3mm: 0.7-1.1M outputs) keep OpenBLAS's threads.
+THIN_OUTPUT = 1 << 18
+
+
 class DotThunk:
     """Any ``dot`` whose operands and result share a BLAS element type, as NumPy's BLAS calls:
     operands permuted (a copy only when the dims are not already in place) to one
@@ -334,8 +340,20 @@ class DotThunk:
             # scheduler may not run (4 heads of 128x128x64: 0.27 ms a call on one BLAS thread,
             # 11 ms threaded with XLA's threads in the process).
             self.one_thread = blas_thread_controls()
+        thin = batch == 1 and m > 1 and n > 1 and m * n <= THIN_OUTPUT and work > OPENBLAS_THREADED
+        if thin:
+            # A small output over a deep contraction (an MLP's 8-row batch against a 30000x2000
+            # weight) runs on one BLAS thread whatever the flag, split over the pool along its
+            # longer side: OpenBLAS's threads meet once per block of the contraction, and each
+            # meeting waits for a thread the scheduler may not run.  8x30000 @ 30000x1000 on
+            # the shared 2-core VM (load 13): 808 ms threaded (162 ms of CPU), 128 ms on one
+            # thread, 167 ms split by columns; 64 rows: 2460 / 638 / 544 ms.
+            self.one_thread = blas_thread_controls()
         self.split = None
-        if self.one_thread is not None and work >= SPLIT_PRODUCT and worker_count() > 1:
+        if thin and self.one_thread is not None and work >= SPLIT_PRODUCT and worker_count() > 1:
+            # (the longer side: a split of the 8 rows would read the whole weight twice)
+            self.split = ("rows", m) if m >= n else ("columns", n)
+        elif self.one_thread is not None and work >= SPLIT_PRODUCT and worker_count() > 1:
             # Split over the pool only where one core takes several scheduler ticks: batches
             # split from 4M multiply-adds ran 0.63-0.8x as fast as on one thread up to 64M
             # (1.2 ms), 1.7x at 128M (2.5 ms), on the shared 2-core VM; at 8M, calls in which
@@ -382,9 +400,9 @@ class DotThunk:
             np.matmul(lhs, rhs, out=out)
             return
         axis, extent = self.split
-        if axis == "columns":                               # vector @ matrix
+        if axis == "columns":                               # (vector or thin matrix) @ matrix
             def block(_, begin, end):
-                np.matmul(lhs, rhs[:, begin:end], out=out[begin:end])
+                np.matmul(lhs, rhs[:, begin:end], out=out[..., begin:end])
         elif axis == "rows":
             def block(_, begin, end):
                 np.matmul(lhs[begin:end], rhs, out=out[begin:end])

@@ -61,6 +61,21 @@ def update_product_steps(ops: list, steps: list, params: list, taken: set) -> di
     return found
 
 
+def may_pair(matrix, users: list) -> bool:
+    """Might the value ``matrix`` (its users ``users``) be a kernel's output that this blocked pass
+    takes with a later ``vector @ matrix``?  (Asked before the steps exist: by the GEMM
+    epilogue fold, which leaves such an update to the kernel and this pass.)"""
+    shape = matrix.shape
+    if shape.is_tuple or shape.rank != 2 or shape.element_type not in ("f32", "f64") \
+            or shape.byte_size < MIN_MATRIX_BYTES:
+        return False
+    for user in users:
+        sides = _vector_and_matrix(user)
+        if sides is not None and user.operands[sides[1]] is matrix:
+            return True
+    return False
+
+
 def _vector_and_matrix(dot) -> tuple[int, int] | None:
     """(vector operand, matrix operand) of a dot that is ``vector @ matrix`` -- written so, or
     as ``matrix.T @ vector`` --, else None."""
