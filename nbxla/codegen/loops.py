@@ -25,35 +25,20 @@ from ..hlo.ir import Computation, Instruction
 from .elemental import I64, ElementalEmitter, const_i64, delinearize, linear_index
 from .trig_guard import emit_versioned_loop, versioned_trig
 from .compute_bound import contraction_flags, interleave_count, prefer_wide_vectors
-from .run_sizes import may_equal, RunSize
 from .toolkit import (counted_loop, is_linear, kernel_function, kernel_outputs, KernelBuffers, KernelSpec,
                       LinearEmitter, load_at, nest, product)
 
 
-def _reads_at_written_index(comp: Computation, dims) -> bool:
-    """Does every parameter that could share memory with an output (as many elements) feed
-    only elementwise work over the output's shape?  Then an output written in place of it reads
-    each element at the index it writes, and loads and stores may be marked as not aliasing
-    (``KernelBuffers``).  Not so for the in-place updates of a window of a buffer the body
-    also reads at shifted positions (``u[1:-1] += u[2:] - u[:-2]``)."""
-    size = product(dims)
-    watched = {id(p) for p in comp.parameters if p.shape.is_tuple or _may_share(p.shape, dims, size)}
-    for instr in comp.instructions:
-        if instr.opcode == "tuple" or not any(id(o) in watched for o in instr.operands):
-            continue
-        if instr.shape.is_tuple or instr.shape.dims != dims or not instr.is_elementwise:
-            return False
-    return True
-
-
-def _may_share(shape, dims, size) -> bool:
-    """May a parameter of ``shape`` share the memory of an output of ``dims`` (``size``
-    elements)?  With run-time sizes, wherever the dims may be equal at some size (the buffer
-    plan of each size decides, and writes in place only over equal dims: buffer_assignment's
-    ``_reads_elementwise``): the same answer at every probe."""
-    if not any(isinstance(n, RunSize) for n in tuple(shape.dims) + tuple(dims)):
-        return shape.size == size
-    return len(shape.dims) == len(dims) and all(may_equal(a, b) for a, b in zip(shape.dims, dims))
+# A loop kernel's outputs never overlap its inputs except where an output is written in place
+# of an operand that the kernel reads only at the index it writes: the buffer plan overwrites an
+# operand only then (``passes/buffer_assignment._reads_elementwise``: its in-place outputs and
+# donations), and an update fusion written into the array it updates (whatever it reads) runs
+# the in-place kernel of ``updates.py`` instead of this one.  Reading each element before
+# storing it is safe in place, so every load and store of these kernels is marked as not
+# aliasing (``KernelBuffers``' first_output).  Why always: LLVM's vectorizer otherwise guards
+# each loop by a run-time overlap check of the buffers' whole footprints, which a stencil's
+# reads (a row before the array, a row after it) fail for any two buffers placed next to each
+# other in the arena -- channel flow's kernels ran their scalar loops, at a third of the speed.
 
 
 def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSpec:
@@ -71,8 +56,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
         em = cls(b, comp, load)
         em.contract = contract          # (the trig check too: the same argument values)
         return em
-    bufs = KernelBuffers(b, fn.args[0], shapes,
-                         first_output=len(params) if _reads_at_written_index(comp, dims) else None)
+    bufs = KernelBuffers(b, fn.args[0], shapes, first_output=len(params))
     begin, end = fn.args[1], fn.args[2]
     if is_linear(comp.instructions, dims):
         def load(k, index):

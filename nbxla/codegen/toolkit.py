@@ -147,13 +147,13 @@ class KernelBuffers:
         self.shapes = shapes
         self.entry, self.scalars = b.block, {}
         self.first_output = first_output
-        # One scope per kernel: the claim holds between this kernel's own loads and stores only.
-        # A scope named by a string is not renamed when LLVM inlines the kernel (its copy is the
-        # same uniqued node), so with one module-wide scope two kernels inlined into a native
-        # loop (``aot_loops``) had one kernel's store to a temporary "not aliasing" the next
-        # one's load of it, which LLVM was then free to move above the store: LU's rolled
-        # trailing update read stale scratch (NaN at n=2 once its box update read the divided
-        # column directly; right with the marks off, or with the C driver's uninlined calls).
+        # One scope per kernel, and a distinct node LLVM clones per inlined copy (see
+        # _SelfNamedNode): the claim holds between this kernel's own loads and stores only.
+        # With one module-wide scope named by a string, two kernels inlined into a native loop
+        # (``aot_loops``) had one kernel's store to a temporary "not aliasing" the next one's
+        # load of it, which LLVM was then free to move above the store: LU's rolled trailing
+        # update read stale scratch (NaN at n=2 once its box update read the divided column
+        # directly; right with the marks off, or with the C driver's uninlined calls).
         self.input_scope = (_alias_scope_list(b.module, f"inputs.{b.function.name}")
                             if first_output is not None else None)
 
@@ -198,15 +198,43 @@ class KernelBuffers:
 _alias_scopes: "weakref.WeakKeyDictionary[ir.Module, dict]" = weakref.WeakKeyDictionary()
 
 
+class _SelfNamedNode(ir.values.MDValue):
+    """``!N = distinct !{!N, operands...}``: a metadata node whose first operand is itself (an
+    alias scope or its domain).  Why not a node named by a string: such a node is uniqued by
+    its contents, so when LLVM inlines kernels into one function (a native loop's kernels) it
+    cannot give each inlined copy scopes of its own -- it does so by cloning self-referencing
+    nodes -- and every copy shares one scope: the stores of one kernel were then "not aliasing"
+    the loads of the next kernel that reads what they wrote, and LLVM reordered them (a
+    stencil loop's boundary rows read before the stencil had written them).  Compared by
+    identity: two scopes are never the same node."""
+
+    def descr(self, buf):
+        rest = "".join(", " + op.get_reference() for op in self.operands)
+        buf += (f"distinct !{{ {self.get_reference()}{rest} }}", "\n")
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    def __hash__(self):
+        return id(self)
+
+
+def _self_named(module: ir.Module, operands: list) -> _SelfNamedNode:
+    # (named as Module.add_metadata names its nodes: by their count, so names stay unique)
+    return _SelfNamedNode(module, operands, name=str(len(module.metadata)))
+
+
 def _alias_scope_list(module: ir.Module, name: str):
     """``!{scope}``: a list of one alias scope (in its own domain) of ``module``, made once per
-    module and name (a kernel's: see ``KernelBuffers``).  Scope and domain are named by
-    strings (LLVM LangRef allows a string instead of a self-reference; llvmlite cannot print a
-    node that refers to itself)."""
+    module and name (a kernel's: see ``KernelBuffers``); scope and domain are self-referencing
+    distinct nodes (``_SelfNamedNode``), which LLVM clones for each place a kernel is inlined."""
     cache = _alias_scopes.setdefault(module, {})
     if name not in cache:
-        domain = module.add_metadata([ir.MetaDataString(module, f"nbxla.{name}.domain")])
-        scope = module.add_metadata([ir.MetaDataString(module, f"nbxla.{name}"), domain])
+        domain = _self_named(module, [ir.MetaDataString(module, f"nbxla.{name}.domain")])
+        scope = _self_named(module, [domain, ir.MetaDataString(module, f"nbxla.{name}")])
         cache[name] = module.add_metadata([scope])
     return cache[name]
 
