@@ -1,6 +1,8 @@
-"""BLAS calls OpenBLAS would thread run on one OpenBLAS thread (restoring the count after),
-and large ones are split into row, column or batch blocks over nbxla's pool; every form agrees
-with NumPy and with the evaluator's answer."""
+"""How many OpenBLAS threads a BLAS call gets: with NBXLA_BLAS_ONE_THREAD=1 calls OpenBLAS
+would thread run on one OpenBLAS thread (restoring the count after) and large ones are split
+into row, column or batch blocks over nbxla's pool; by default small products and products
+made while other work keeps the cores busy do so, others keep OpenBLAS's threads; with =0
+OpenBLAS's count is never touched.  Every form agrees with NumPy."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ needs_openblas = pytest.mark.skipif(found is None, reason="NumPy's BLAS is not a
 
 CASES = {                                   # name: (function, shapes, limited, split axis)
     "tiny_gemm": (lambda a, b: a @ b, [(4, 5), (5, 6)], False, None),
-    "small_gemv": (lambda a, x: a @ x, [(190, 210), (210,)], False, None),
+    "tiny_gemv": (lambda a, x: a @ x, [(60, 150), (150,)], False, None),       # 9000 < 9216
+    "small_gemv": (lambda a, x: a @ x, [(190, 210), (210,)], True, None),
     "mid_gemm": (lambda a, b: a @ b, [(80, 60), (60, 70)], True, None),
     "large_gemm": (lambda a, b: a @ b, [(300, 200), (200, 100)], True, "rows"),
     "large_matvec": (lambda a, x: a @ x, [(1200, 1000), (1000,)], True, "rows"),
@@ -45,8 +48,10 @@ def test_blas_calls_are_limited_or_split_as_their_size_says_and_agree(name, monk
             assert get() == 2                         # restored after every call
         dots = [s[0] for s in f.last_compilation.executable.native._plan[2] if isinstance(s[0], DotThunk)]
         assert len(dots) == 1
-        assert (dots[0].one_thread is not None) == limited
-        assert (dots[0].split[0] if dots[0].split else None) == (axis if worker_count() > 1 else None)
+        assert (dots[0].controls is not None) == limited
+        threads, split = dots[0].call_plan()
+        assert threads == (1 if limited else 0)
+        assert (split[0] if split else None) == (axis if worker_count() > 1 else None)
     finally:
         set_(before)
 
@@ -89,8 +94,91 @@ def test_batched_products_run_on_one_blas_thread_and_large_batches_split(name, w
             assert get() == 2
         dots = [s[0] for s in f.last_compilation.executable.native._plan[2] if isinstance(s[0], DotThunk)]
         assert len(dots) == 1
-        assert (dots[0].one_thread is not None) == (name != "tiny_products")
+        assert dots[0].call_plan()[0] == (0 if name == "tiny_products" else 1)
         expected = ("batch", shapes[0][0]) if split and workers > 1 else None
-        assert dots[0].split == expected
+        assert dots[0].call_plan()[1] == expected
     finally:
         set_(before)
+
+
+def _threads_seen_by_blas(monkeypatch) -> list:
+    """Records OpenBLAS's thread count and the split at each product DotThunk makes."""
+    seen = []
+    inner = DotThunk._matmul
+
+    def recording(lhs, rhs, out, split):
+        seen.append((found[0](), split[0] if split else None))
+        inner(lhs, rhs, out, split)
+    monkeypatch.setattr(DotThunk, "_matmul", staticmethod(recording))
+    return seen
+
+
+# name: (shapes, multiply-adds), on each side of TWO_THREADS_PAY and of the lowered SPLIT_PRODUCT
+POLICY_CASES = {
+    "gemv_under_pay": ([(300, 400), (400,)], 120_000),            # OpenBLAS threads it (>= 9216)
+    "gemm_under_pay": ([(90, 90), (90, 90)], 729_000),
+    "gemm_over_pay": ([(110, 100), (100, 100)], 1_100_000),
+    "gemm_over_split": ([(300, 200), (200, 100)], 6_000_000),
+}
+POLICY_SPLIT_PRODUCT = 4_000_000
+
+
+@needs_openblas
+@pytest.mark.parametrize("name", sorted(POLICY_CASES))
+@pytest.mark.parametrize("free", [2.0, 0.3])
+@pytest.mark.parametrize("setting", [None, "0", "1"])
+def test_default_policy_threads_by_size_and_by_free_cores_and_the_env_overrides(name, free, setting, monkeypatch):
+    """Default: one OpenBLAS thread under TWO_THREADS_PAY multiply-adds whatever the load;
+    from there OpenBLAS's own count on idle cores (free = 2) and one thread, split over the
+    pool from SPLIT_PRODUCT, when other processes leave less than one and a half cores
+    (free = 0.3).  NBXLA_BLAS_ONE_THREAD=1: one thread (split from SPLIT_PRODUCT) even on
+    idle cores; =0: OpenBLAS's count, unsplit, even on busy ones.  The count inside the call
+    is the planned one, restored after it, and the result NumPy's."""
+    if setting is None:
+        monkeypatch.delenv("NBXLA_BLAS_ONE_THREAD", raising=False)
+    else:
+        monkeypatch.setenv("NBXLA_BLAS_ONE_THREAD", setting)
+    monkeypatch.setattr(cpu_kernels, "SPLIT_PRODUCT", POLICY_SPLIT_PRODUCT)
+    monkeypatch.setattr(native_dots, "MIN_PRODUCT", 1 << 62)
+    monkeypatch.setattr(blas_threads.machine_load, "free_cores", lambda: free)
+    shapes, work = POLICY_CASES[name]
+    assert (work < blas_threads.TWO_THREADS_PAY) == name.endswith("under_pay")
+    seen = _threads_seen_by_blas(monkeypatch)
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal(s) for s in shapes]
+    get, set_ = found
+    before = get()
+    set_(2)
+    try:
+        f = nbxla.jit(lambda a, b: a @ b)
+        np.testing.assert_allclose(f(*args), args[0] @ args[1], rtol=1e-10, atol=1e-10)
+        assert get() == 2
+    finally:
+        set_(before)
+    if setting == "0":                  # (the straight-line program's own np.matmul, untouched)
+        dot, = [s[0] for s in f.last_compilation.executable.native._plan[2] if isinstance(s[0], DotThunk)]
+        assert seen == [] and dot.controls is None and dot.call_plan() == (0, None)
+        return
+    one = setting == "1" or name.endswith("under_pay") or free < 1.5
+    split = "rows" if one and work >= POLICY_SPLIT_PRODUCT and worker_count() > 1 else None
+    assert seen == [(1 if one else 2, split)]
+
+
+def test_threads_for_call_on_each_side_of_its_thresholds(monkeypatch):
+    pay = blas_threads.TWO_THREADS_PAY
+    for free, wanted in ((2.0, 2), (1.6, 2), (1.4, 1), (0.0, 1), (8.0, 8)):
+        monkeypatch.setattr(blas_threads.machine_load, "free_cores", lambda: free)
+        assert blas_threads.threads_for_call(pay - 1, "auto") == 1
+        assert blas_threads.threads_for_call(pay, "auto") == wanted
+        assert blas_threads.threads_for_call(pay, "one") == 1
+        assert blas_threads.threads_for_call(pay - 1, "openblas") == 0
+
+
+@pytest.mark.parametrize("value, mode", [(None, "auto"), ("", "auto"), ("1", "one"), (" 1 ", "one"),
+                                         ("0", "openblas"), ("auto", "auto")])
+def test_env_setting_names_the_policy(value, mode, monkeypatch):
+    if value is None:
+        monkeypatch.delenv("NBXLA_BLAS_ONE_THREAD", raising=False)
+    else:
+        monkeypatch.setenv("NBXLA_BLAS_ONE_THREAD", value)
+    assert blas_threads.policy_mode() == mode
