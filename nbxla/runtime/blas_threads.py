@@ -8,8 +8,7 @@ The thread count of each call (``threads_for_call``; ``NBXLA_BLAS_ONE_THREAD`` o
 * larger ones get as many threads as other processes leave cores free
   (``machine_load.free_cores``, sampled at most every 0.1 s): on idle cores that is
   OpenBLAS's own count, so dots thread exactly as NumPy's do (one thread lost 0.43x on gemm,
-  0.66x on atax, ``benchmarks/programs.py`` medium, quiet); on busy cores one thread, and
-  products from ``SPLIT_PRODUCT`` split over nbxla's pool instead.
+  0.66x on atax, ``benchmarks/programs.py`` medium, quiet); on busy cores one thread.
 ``NBXLA_BLAS_ONE_THREAD=1``: always one OpenBLAS thread (large products split over the pool);
 ``=0``: always OpenBLAS's own count (NumPy's behaviour, whatever the load).
 Why: on cores shared with other work OpenBLAS's threads stall, as follows.
@@ -19,10 +18,12 @@ quarter million multiply-adds; GEMV far sooner), and a call waits for all of the
 cores are busy (other processes, other notebooks) a thread waits for the scheduler: measured
 here with the two cores shared, a 500x600x550 GEMM took 23 ms threaded and 4.7 ms on one
 thread, a 1800x2200 GEMV 7.6 ms against 1.4 ms, and calls came in multiples of the 4 ms
-scheduler tick (JAX, on its own pool: 5.4 and 2.6 ms).  So the runtime runs BLAS calls with
-OpenBLAS on one thread (``controls``), and splits large products (``SPLIT_PRODUCT``) into row,
-column or batch blocks over its own pool (``cpu_kernels.run_split``), whose chunks never wait
-for a thread that has not started: on idle cores the blocks run in parallel, on busy ones the
+scheduler tick (JAX, on its own pool: 5.4 and 2.6 ms); ``transformer_block_f32_s64_d128``
+(``benchmarks/hlo_text_vs_xla.py``) took 240 ms at load 8.6 against XLA's 1.1 ms.  So such
+calls run with OpenBLAS on one thread (``controls``).  With ``NBXLA_BLAS_ONE_THREAD=1``, and
+for batches of products, large products (``SPLIT_PRODUCT``) are split into row, column or
+batch blocks over nbxla's pool (``cpu_kernels.run_split``), whose chunks never wait for a
+thread that has not started: on idle cores the blocks run in parallel, on busy ones the
 caller does most of them.
 The thread count found is restored after each call (the user's threadpoolctl settings stay).
 

@@ -22,6 +22,7 @@ CASES = {                                   # name: (function, shapes, limited, 
     "small_gemv": (lambda a, x: a @ x, [(190, 210), (210,)], True, None),
     "mid_gemm": (lambda a, b: a @ b, [(80, 60), (60, 70)], True, None),
     "large_gemm": (lambda a, b: a @ b, [(300, 200), (200, 100)], True, "rows"),
+    "wide_gemm": (lambda a, b: a @ b, [(100, 200), (200, 300)], True, "columns"),   # (longer side)
     "large_matvec": (lambda a, x: a @ x, [(1200, 1000), (1000,)], True, "rows"),
     "large_vecmat": (lambda y, a: y @ a, [(1200,), (1200, 1000)], True, "columns"),
     "large_batched": (lambda a, b: a @ b, [(12, 100, 100), (12, 100, 90)], True, "batch"),
@@ -95,7 +96,7 @@ def test_batched_products_run_on_one_blas_thread_and_large_batches_split(name, w
         dots = [s[0] for s in f.last_compilation.executable.native._plan[2] if isinstance(s[0], DotThunk)]
         assert len(dots) == 1
         assert dots[0].call_plan()[0] == (0 if name == "tiny_products" else 1)
-        expected = ("batch", shapes[0][0]) if split and workers > 1 else None
+        expected = ("batch", shapes[0][0], shapes[0][0]) if split and workers > 1 else None
         assert dots[0].call_plan()[1] == expected
     finally:
         set_(before)
@@ -129,9 +130,9 @@ POLICY_SPLIT_PRODUCT = 4_000_000
 @pytest.mark.parametrize("setting", [None, "0", "1"])
 def test_default_policy_threads_by_size_and_by_free_cores_and_the_env_overrides(name, free, setting, monkeypatch):
     """Default: one OpenBLAS thread under TWO_THREADS_PAY multiply-adds whatever the load;
-    from there OpenBLAS's own count on idle cores (free = 2) and one thread, split over the
-    pool from SPLIT_PRODUCT, when other processes leave less than one and a half cores
-    (free = 0.3).  NBXLA_BLAS_ONE_THREAD=1: one thread (split from SPLIT_PRODUCT) even on
+    from there OpenBLAS's own count on idle cores (free = 2) and one thread, unsplit, when
+    other processes leave less than one and a half cores (free = 0.3).
+    NBXLA_BLAS_ONE_THREAD=1: one thread (split over the pool from SPLIT_PRODUCT) even on
     idle cores; =0: OpenBLAS's count, unsplit, even on busy ones.  The count inside the call
     is the planned one, restored after it, and the result NumPy's."""
     if setting is None:
@@ -160,7 +161,7 @@ def test_default_policy_threads_by_size_and_by_free_cores_and_the_env_overrides(
         assert seen == [] and dot.controls is None and dot.call_plan() == (0, None)
         return
     one = setting == "1" or name.endswith("under_pay") or free < 1.5
-    split = "rows" if one and work >= POLICY_SPLIT_PRODUCT and worker_count() > 1 else None
+    split = "rows" if setting == "1" and work >= POLICY_SPLIT_PRODUCT and worker_count() > 1 else None
     assert seen == [(1 if one else 2, split)]
 
 
