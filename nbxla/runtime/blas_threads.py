@@ -82,6 +82,36 @@ def threads_for_call(work: int, mode: str) -> int:
         return 1
     return max(1, int(machine_load.free_cores() + 0.5))
 
+# OpenBLAS's LAPACK threads a factorization or solve from this many matrix elements (getrf,
+# getrs: ``m * n < 10000`` runs on one thread in its interface/lapack): smaller calls are left
+# alone, with no thread-count calls around them.
+LAPACK_THREADED_ELEMENTS = 10_000
+
+
+class PolicyCall:
+    """``call(work, fn, *args)``: ``fn(*args)``, a BLAS or LAPACK routine (or NumPy's call of
+    one) doing ``work`` multiply-adds, with OpenBLAS's thread count as ``threads_for_call``
+    says for it, restored after.  The setting is read when the caller is built."""
+
+    def __init__(self):
+        self.mode = policy_mode()
+        self.controls = controls() if self.mode != "openblas" else None
+
+    def __call__(self, work: int, fn, *args):
+        if self.controls is None:
+            return fn(*args)
+        want = threads_for_call(work, self.mode)
+        get, set_ = self.controls
+        threads = get()
+        if want >= threads:
+            return fn(*args)
+        set_(want)
+        try:
+            return fn(*args)
+        finally:
+            set_(threads)
+
+
 _NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
           "openblas_set_num_threads64_", "openblas_set_num_threads")
 _controls: list = []          # [(get, set)] once looked up; [None] when there is none

@@ -55,6 +55,7 @@ from .conv_bias_act import ConvolutionWithEpilogue
 from .conv_blocks import blocked_refusal, BlockedConvolution, prefers_per_tap
 from .conv_epilogue import runs_as_library
 from .conv_gemm import matmul_rows, wide_gemm_refusal, WideGemmConvolution
+from .blas_threads import LAPACK_THREADED_ELEMENTS, PolicyCall
 from .lapack_calls import FftThunk, lapack_thunk
 
 __all__ = ["library_thunk", "sort_has_library_call", "sort_may_defer"]
@@ -124,10 +125,17 @@ class _SolveThunk:
 
     def __init__(self, instr: Instruction):
         self.dtype = instr.shape.dtype
+        self.policy = PolicyCall()          # (OpenBLAS's threads as for a BLAS call: blas_threads)
 
     def __call__(self, operands):
         a, b = operands
-        return np.ascontiguousarray(np.linalg.solve(a, b), dtype=self.dtype)
+        n = a.shape[-1]
+        if n * n < LAPACK_THREADED_ELEMENTS:
+            x = np.linalg.solve(a, b)
+        else:
+            columns = b.shape[-1] if b.ndim == a.ndim else 1        # (per matrix: gesv's own work)
+            x = self.policy(n ** 3 // 3 + n * n * columns, np.linalg.solve, a, b)
+        return np.ascontiguousarray(x, dtype=self.dtype)
 
 
 # ---- sort ---------------------------------------------------------------------------------------

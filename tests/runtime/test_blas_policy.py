@@ -97,3 +97,59 @@ def test_env_setting_names_the_policy(value, mode, monkeypatch):
     else:
         monkeypatch.setenv("NBXLA_BLAS_ONE_THREAD", value)
     assert blas_threads.policy_mode() == mode
+
+
+@needs_openblas
+@pytest.mark.parametrize("n, free, threads", [(99, 0.3, 2),      # 9801 elements: OpenBLAS's one thread, untouched
+                                              (100, 2.0, 1),     # 333K multiply-adds: one thread
+                                              (200, 2.0, 2),     # 2.7M, idle cores: OpenBLAS's count
+                                              (200, 0.3, 1)])    # 2.7M, busy cores: one thread
+def test_jit_solve_runs_lapack_with_the_policys_thread_count(n, free, threads, monkeypatch):
+    monkeypatch.delenv("NBXLA_BLAS_ONE_THREAD", raising=False)
+    monkeypatch.setattr(blas_threads.machine_load, "free_cores", lambda: free)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((n, n)) + n * np.eye(n)
+    b = rng.standard_normal(n)
+    f = nbxla.jit(lambda a, b: np.linalg.solve(a, b))
+    expected = np.linalg.solve(a, b)
+    np.testing.assert_allclose(f(a, b), expected, rtol=1e-9, atol=1e-9)      # (compiled: the trace's own call)
+    seen, solve = [], np.linalg.solve
+
+    def recording(*args):
+        seen.append(found[0]())
+        return solve(*args)
+    get, set_ = found
+    before = get()
+    set_(2)
+    try:
+        monkeypatch.setattr(np.linalg, "solve", recording)
+        np.testing.assert_allclose(f(a, b), expected, rtol=1e-9, atol=1e-9)
+        assert get() == 2
+    finally:
+        set_(before)
+    assert seen == [threads]
+
+
+@needs_openblas
+@pytest.mark.parametrize("elements, work, free, setting, threads", [
+    (9_999, 10**7, 0.3, None, 2),           # a matrix OpenBLAS's LAPACK does not thread: untouched
+    (10_000, 999_999, 2.0, None, 1),        # under TWO_THREADS_PAY
+    (10_000, 10**7, 2.0, None, 2),
+    (10_000, 10**7, 0.3, None, 1),
+    (10_000, 10**7, 2.0, "1", 1),
+    (10_000, 999_999, 0.3, "0", 2)])
+def test_lapack_routines_run_with_the_policys_thread_count(elements, work, free, setting, threads, monkeypatch):
+    from nbxla.runtime.lapack_calls import _call
+    if setting is None:
+        monkeypatch.delenv("NBXLA_BLAS_ONE_THREAD", raising=False)
+    else:
+        monkeypatch.setenv("NBXLA_BLAS_ONE_THREAD", setting)
+    monkeypatch.setattr(blas_threads.machine_load, "free_cores", lambda: free)
+    get, set_ = found
+    before = get()
+    set_(2)
+    try:
+        assert _call(blas_threads.PolicyCall(), elements, work, lambda x: (get(), x), 7) == (threads, 7)
+        assert get() == 2
+    finally:
+        set_(before)
