@@ -120,21 +120,28 @@ class MaskedDotThunk:
 
 
 class _SolveThunk:
-    """``np.linalg.solve`` (LAPACK gesv) for nbxla's solve target."""
-    how = "LAPACK gesv through np.linalg.solve"
+    """``np.linalg.solve`` (LAPACK gesv) for nbxla's solve target; ``np.linalg.inv`` where the
+    right-hand side is the identity constant (the frontend's ``inv``): the same gesv on an
+    identity NumPy makes in C, without copying and transposing the constant (inv 50 x 50:
+    ~52 us against ~60 through solve, thread CPU time)."""
 
     def __init__(self, instr: Instruction):
         self.dtype = instr.shape.dtype
         self.policy = PolicyCall()          # (OpenBLAS's threads as for a BLAS call: blas_threads)
+        rhs = instr.operands[1]
+        self.inverse = rhs.opcode == "constant" and rhs.shape.rank == 2 and \
+            rhs.shape.dims[0] == rhs.shape.dims[1] and np.array_equal(rhs.literal, np.eye(rhs.shape.dims[0]))
+        self.solve = (lambda a, b: np.linalg.inv(a)) if self.inverse else np.linalg.solve
+        self.how = "LAPACK gesv through np.linalg." + ("inv" if self.inverse else "solve")
 
     def __call__(self, operands):
         a, b = operands
         n = a.shape[-1]
         if n * n < LAPACK_THREADED_ELEMENTS:
-            x = np.linalg.solve(a, b)
+            x = self.solve(a, b)
         else:
             columns = b.shape[-1] if b.ndim == a.ndim else 1        # (per matrix: gesv's own work)
-            x = self.policy(n ** 3 // 3 + n * n * columns, np.linalg.solve, a, b)
+            x = self.policy(n ** 3 // 3 + n * n * columns, self.solve, a, b)
         return np.ascontiguousarray(x, dtype=self.dtype)
 
 
