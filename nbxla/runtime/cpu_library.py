@@ -119,6 +119,14 @@ class MaskedDotThunk:
         return out
 
 
+def _solve(a, b):
+    return np.linalg.solve(a, b)
+
+
+def _inverse(a, b):
+    return np.linalg.inv(a)
+
+
 class _SolveThunk:
     """``np.linalg.solve`` (LAPACK gesv) for nbxla's solve target; ``np.linalg.inv`` where the
     right-hand side is the identity constant (the frontend's ``inv``): the same gesv on an
@@ -132,7 +140,7 @@ class _SolveThunk:
         rhs = instr.operands[1]
         self.inverse = rhs.opcode == "constant" and rhs.shape.rank == 2 and \
             rhs.shape.dims[0] == rhs.shape.dims[1] and np.array_equal(rhs.literal, np.eye(rhs.shape.dims[0]))
-        self.solve = (lambda a, b: np.linalg.inv(a)) if self.inverse else np.linalg.solve
+        self.solve = _inverse if self.inverse else _solve
         self.how = "LAPACK gesv through np.linalg." + ("inv" if self.inverse else "solve")
 
     def __call__(self, operands):
