@@ -334,8 +334,9 @@ def inv(a):
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
     n = a.shape[-1]
-    eye = broadcast_to(asarray(ctx, np.eye(n)), a.shape)
-    return solve(a, eye)
+    # (the identity in the solve's own type: an f64 one made f32 and complex64 inverses double)
+    eye = np.eye(n, dtype=a.dtype if a.dtype.kind in "fc" else np.float64)
+    return solve(a, broadcast_to(asarray(ctx, eye), a.shape))
 
 
 @implements(np.linalg.cholesky)

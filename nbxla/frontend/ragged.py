@@ -140,7 +140,7 @@ class RaggedSlice:
         return RaggedSlice(self.extent, dtype, leaves, element, checked, self.item if item is None else item)
 
     # -- what is refused --
-    def _refuse(self, what: str) -> NotCompilableError:
+    def refusal(self, what: str) -> NotCompilableError:
         return NotCompilableError(
             f"{what} on a slice whose bounds are read from the data (its length depends on the "
             "data) is not supported (it can be "
@@ -151,29 +151,29 @@ class RaggedSlice:
 
     @property
     def shape(self):
-        raise self._refuse("its shape")
+        raise self.refusal("its shape")
 
     @property
     def size(self):
-        raise self._refuse("its size")
+        raise self.refusal("its size")
 
     def __len__(self):
-        raise self._refuse("len()")
+        raise self.refusal("len()")
 
     def __iter__(self):
-        raise self._refuse("iteration")
+        raise self.refusal("iteration")
 
     def __getitem__(self, key):
-        raise self._refuse("indexing it")
+        raise self.refusal("indexing it")
 
     def __setitem__(self, key, value):
-        raise self._refuse("writing into it")
+        raise self.refusal("writing into it")
 
     def __bool__(self):
-        raise self._refuse("its truth value")
+        raise self.refusal("its truth value")
 
     def __array__(self, *args, **kwargs):
-        raise self._refuse("making it an array (storing it, returning it)")
+        raise self.refusal("making it an array (storing it, returning it)")
 
     def astype(self, dtype, copy=True):
         return self._map(lambda v: convert(v, dtype), np.dtype(dtype))
@@ -187,17 +187,17 @@ class RaggedSlice:
         if method != "__call__" or kwargs or ufunc.nout != 1:
             if ufunc is np.add and method == "reduce" and not kwargs:
                 return self.sum()
-            raise self._refuse(f"np.{ufunc.__name__}.{method}" + (" with keywords" if kwargs else ""))
+            raise self.refusal(f"np.{ufunc.__name__}.{method}" + (" with keywords" if kwargs else ""))
         if ufunc is np.matmul:
             return _dot(*inputs)
         raggeds = [v for v in inputs if isinstance(v, RaggedSlice)]
         if any(v.ndim != self.ndim for v in raggeds):
-            raise self._refuse("combining slices of different ranks (the ragged axis would meet an item axis)")
+            raise self.refusal("combining slices of different ranks (the ragged axis would meet an item axis)")
         leaves, parts, samples, checked, shapes = dict(self.leaves), [], [], (), []
         for v in inputs:
             if isinstance(v, RaggedSlice):
                 if not v.extent.same(self.extent):
-                    raise self._refuse("combining it with a slice of other bounds")
+                    raise self.refusal("combining it with a slice of other bounds")
                 leaves.update(v.leaves)
                 checked += v.checked
                 parts.append(("ragged", v.element))
@@ -206,7 +206,7 @@ class RaggedSlice:
                 continue
             shape = tuple(v.shape) if isinstance(v, Tracer) else np.shape(v)
             if len(shape) > len(self.item):
-                raise self._refuse(f"combining it with an array of shape {shape} (it would meet the ragged axis)")
+                raise self.refusal(f"combining it with an array of shape {shape} (it would meet the ragged axis)")
             shapes.append(shape)
             if isinstance(v, Tracer):
                 leaves[id(v)] = v
@@ -218,7 +218,7 @@ class RaggedSlice:
         try:
             item = np.broadcast_shapes(*shapes)
         except ValueError:
-            raise self._refuse(f"combining items of shapes {shapes}") from None
+            raise self.refusal(f"combining items of shapes {shapes}") from None
         with np.errstate(all="ignore"):
             dtype = np.asarray(ufunc(*samples)).dtype
 
@@ -235,12 +235,12 @@ class RaggedSlice:
             if func is np.mean:
                 return args[0].mean(*args[1:], **kwargs)
             if kwargs or len(args) != 2:
-                raise self._refuse(f"np.{func.__name__} with these arguments")
+                raise self.refusal(f"np.{func.__name__} with these arguments")
             a, b = args
             if func is np.vdot and isinstance(a, RaggedSlice) and a.dtype.kind == "c":
                 a = np.conjugate(a)
             return _dot(a, b)
-        raise self._refuse(f"np.{getattr(func, '__name__', func)}")
+        raise self.refusal(f"np.{getattr(func, '__name__', func)}")
 
     def __neg__(self):
         return self.__array_ufunc__(np.negative, "__call__", self)
@@ -262,7 +262,7 @@ class RaggedSlice:
         """Over everything (``axis=None``) or over the ragged axis (``axis=0``: an item)."""
         axis = axis[0] if isinstance(axis, tuple) and len(axis) == 1 else axis
         if kw or keepdims or axis not in (None, 0, -self.ndim):
-            raise self._refuse("np.sum with these arguments")
+            raise self.refusal("np.sum with these arguments")
         acc = np.dtype(dtype) if dtype is not None else np.sum(np.zeros(1, self.dtype)).dtype
         return _accumulate(self, acc, whole=axis is None)
 
@@ -311,7 +311,7 @@ def _element_at(x: Tracer, k: Tracer) -> Tracer:
 def ragged_take(x: Tracer, index: RaggedSlice) -> RaggedSlice:
     """``x[index]`` (rows of ``x`` at a 1-D ragged integer slice), as a ragged slice."""
     if index.item or x.ndim == 0 or index.dtype.kind not in "iu":
-        raise index._refuse(f"indexing with its {index.dtype} values" if index.dtype.kind not in "iu"
+        raise index.refusal(f"indexing with its {index.dtype} values" if index.dtype.kind not in "iu"
                             else "indexing with it (as an index it must be 1-D)" if index.item
                             else "indexing a 0-d value")
     n = x.shape[0]
@@ -336,9 +336,9 @@ def _dot(a, b):
     r = a if isinstance(a, RaggedSlice) else b
     if isinstance(a, RaggedSlice) and isinstance(b, RaggedSlice):
         if a.ndim != 1 or b.ndim not in (1, 2):
-            raise r._refuse("a product of these ranks")
+            raise r.refusal("a product of these ranks")
         if not a.extent.same(b.extent):
-            raise r._refuse("a product of slices of other bounds")
+            raise r.refusal("a product of slices of other bounds")
         ea, eb = a.element, b.element
         dtype = np.result_type(a.dtype, b.dtype)
         product = a._like(dtype, {**a.leaves, **b.leaves}, lambda env, k, checks: ea(env, k, checks) * eb(env, k, checks),
@@ -352,7 +352,7 @@ def _dot(a, b):
         dtype = np.result_type(a.dtype, b.dtype)
         return a._like(dtype, {**a.leaves, id(b): b}, lambda env, k, checks: ea(env, k, checks) @ env[id(b)],
                        a.checked, item)
-    raise r._refuse("a product with an array of fixed length")
+    raise r.refusal("a product with an array of fixed length")
 
 
 def _accumulate(r: RaggedSlice, acc_dtype, whole: bool) -> Tracer:

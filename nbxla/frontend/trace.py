@@ -294,7 +294,7 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
             out_slots.append(("selection", len(outputs)))
             outputs += [leaf.values.instr, leaf.mask.instr]
         elif isinstance(leaf, RaggedSlice):
-            raise leaf._refuse("returning it")
+            raise leaf.refusal("returning it")
         elif isinstance(leaf, Tracer):
             if isinstance(leaf, IndexTracer):
                 python_ints.add(len(outputs))

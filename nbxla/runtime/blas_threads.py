@@ -2,22 +2,28 @@
 run-time-sized dots (``gemm_addresses``) and linear solves (``gesv_addresses``), and its
 thread count, as follows.
 
-Optional (``NBXLA_BLAS_ONE_THREAD=1``): BLAS calls on one OpenBLAS thread, large ones split
-across nbxla's own pool.  Off by default: dots then thread exactly as NumPy's do.
-
-Why off: on idle cores OpenBLAS's own threads win (quiet 2-core VM, ``benchmarks/programs.py``
-medium: gemm 0.43x and atax 0.66x NumPy with one thread), and NumPy, the contender, threads
-the same way.  Why available: on cores shared with other work they stall, as follows.
+The thread count of each call (``threads_for_call``; ``NBXLA_BLAS_ONE_THREAD`` overrides):
+* products under ``TWO_THREADS_PAY`` multiply-adds run on one OpenBLAS thread: two threads
+  gain nothing there even on idle cores (measured below), and stall on busy ones;
+* larger ones get as many threads as other processes leave cores free
+  (``machine_load.free_cores``, sampled at most every 0.1 s): on idle cores that is
+  OpenBLAS's own count, so dots thread exactly as NumPy's do (one thread lost 0.43x on gemm,
+  0.66x on atax, ``benchmarks/programs.py`` medium, quiet); on busy cores one thread.
+``NBXLA_BLAS_ONE_THREAD=1``: always one OpenBLAS thread (large products split over the pool);
+``=0``: always OpenBLAS's own count (NumPy's behaviour, whatever the load).
+Why: on cores shared with other work OpenBLAS's threads stall, as follows.
 
 OpenBLAS splits a GEMM across its threads once ``m*n*k`` passes a fixed threshold (about a
 quarter million multiply-adds; GEMV far sooner), and a call waits for all of them.  When the
 cores are busy (other processes, other notebooks) a thread waits for the scheduler: measured
 here with the two cores shared, a 500x600x550 GEMM took 23 ms threaded and 4.7 ms on one
 thread, a 1800x2200 GEMV 7.6 ms against 1.4 ms, and calls came in multiples of the 4 ms
-scheduler tick (JAX, on its own pool: 5.4 and 2.6 ms).  So the runtime runs BLAS calls with
-OpenBLAS on one thread (``controls``), and splits large products (``SPLIT_PRODUCT``) into row,
-column or batch blocks over its own pool (``cpu_kernels.run_split``), whose chunks never wait
-for a thread that has not started: on idle cores the blocks run in parallel, on busy ones the
+scheduler tick (JAX, on its own pool: 5.4 and 2.6 ms); ``transformer_block_f32_s64_d128``
+(``benchmarks/hlo_text_vs_xla.py``) took 240 ms at load 8.6 against XLA's 1.1 ms.  So such
+calls run with OpenBLAS on one thread (``controls``).  With ``NBXLA_BLAS_ONE_THREAD=1``, and
+for batches of products, large products (``SPLIT_PRODUCT``) are split into row, column or
+batch blocks over nbxla's pool (``cpu_kernels.run_split``), whose chunks never wait for a
+thread that has not started: on idle cores the blocks run in parallel, on busy ones the
 caller does most of them.
 The thread count found is restored after each call (the user's threadpoolctl settings stay).
 Two kinds of product take this path whatever the flag, because OpenBLAS's threads meet often
@@ -36,6 +42,8 @@ import ctypes
 import os
 from typing import Callable
 
+from . import machine_load
+
 # Multiply-adds above which OpenBLAS threads a GEMM (65536 * GEMM_MULTITHREAD_THRESHOLD, 4 in
 # its builds): smaller calls are left alone (no thread count to change, no ctypes calls).
 OPENBLAS_THREADED = 65536 * 4
@@ -47,8 +55,66 @@ OPENBLAS_THREADED = 65536 * 4
 SPLIT_PRODUCT = 32_000_000
 
 
+# OpenBLAS threads a GEMV from this many matrix elements (2304 * GEMM_MULTITHREAD_THRESHOLD in
+# its interface/gemv.c), far below its GEMM threshold.
+OPENBLAS_THREADED_GEMV = 2304 * 4
+# Multiply-adds below which two OpenBLAS threads do not pay even on idle cores (quiet 2-core
+# VM, min of 5 samples, one thread / two: f32 GEMM 64x64x64 6.4 / 6.4 us, 96^3 16.4 / 16.3,
+# 128^3 42.8 / 31.7; f64 96^3 32.1 / 31.9, 128^3 88.9 / 56.9; GEMV 512x512 f32 17.2 / 16.4,
+# f64 27.4 / 27.1): those products run on one thread whatever the load, so that a burst of
+# load between two samples of it cannot stall them.
+TWO_THREADS_PAY = 1_000_000
+
+
+def policy_mode() -> str:
+    """``NBXLA_BLAS_ONE_THREAD``: "1" one OpenBLAS thread always ("one"), "0" OpenBLAS's own
+    count always ("openblas"), unset (or anything else) the default policy ("auto")."""
+    value = os.environ.get("NBXLA_BLAS_ONE_THREAD", "").strip()
+    return "one" if value == "1" else "openblas" if value == "0" else "auto"
+
+
 def one_thread_enabled() -> bool:
-    return os.environ.get("NBXLA_BLAS_ONE_THREAD", "0") == "1"
+    return policy_mode() == "one"
+
+
+def threads_for_call(work: int, mode: str) -> int:
+    """The OpenBLAS thread count for a call of ``work`` multiply-adds (one the caller knows
+    OpenBLAS would thread): 0 keeps OpenBLAS's own count, else at most this many."""
+    if mode == "openblas":
+        return 0
+    if mode == "one" or work < TWO_THREADS_PAY:
+        return 1
+    return max(1, int(machine_load.free_cores() + 0.5))
+
+# OpenBLAS's LAPACK threads a factorization or solve from this many matrix elements (getrf,
+# getrs: ``m * n < 10000`` runs on one thread in its interface/lapack): smaller calls are left
+# alone, with no thread-count calls around them.
+LAPACK_THREADED_ELEMENTS = 10_000
+
+
+class PolicyCall:
+    """``call(work, fn, *args)``: ``fn(*args)``, a BLAS or LAPACK routine (or NumPy's call of
+    one) doing ``work`` multiply-adds, with OpenBLAS's thread count as ``threads_for_call``
+    says for it, restored after.  The setting is read when the caller is built."""
+
+    def __init__(self):
+        self.mode = policy_mode()
+        self.controls = controls() if self.mode != "openblas" else None
+
+    def __call__(self, work: int, fn, *args):
+        if self.controls is None:
+            return fn(*args)
+        want = threads_for_call(work, self.mode)
+        get, set_ = self.controls
+        threads = get()
+        if want >= threads:
+            return fn(*args)
+        set_(want)
+        try:
+            return fn(*args)
+        finally:
+            set_(threads)
+
 
 _NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
           "openblas_set_num_threads64_", "openblas_set_num_threads")

@@ -24,7 +24,8 @@ from ..hlo.shapes import bit_width
 from . import host_memory
 # (ARRAY_DATA_OFFSET also compiled into the kernels' array-object entry points: codegen/cpu.py)
 from .fastcall import ARRAY_DATA_OFFSET, kernel_caller, object_caller
-from .blas_threads import OPENBLAS_THREADED, SPLIT_PRODUCT, controls as blas_thread_controls, one_thread_enabled
+from .blas_threads import (OPENBLAS_THREADED, OPENBLAS_THREADED_GEMV, SPLIT_PRODUCT, controls as blas_thread_controls,
+                           policy_mode, threads_for_call)
 
 # Kernels doing less work than this (units of one add streamed from memory, ~0.3-0.45 ns per
 # element here; see ``element_cost``) run on the calling thread: handing work to the pool and
@@ -294,10 +295,14 @@ class FullReductionThunk:
         return tuple(outs) if self.tuple_result else outs[0]
 
 
-# Outputs (m * n) up to which a GEMM is thin: its OpenBLAS threads would meet once per block of
-# the contraction with little work between meetings (see ``DotThunk``).  npbench's square GEMMs
-# (gemm, k2mm, k3mm: 0.7-1.1M outputs) keep OpenBLAS's threads.
+# A GEMM is thin with at most THIN_SIDE rows (or columns) and THIN_OUTPUT outputs (m * n): its
+# OpenBLAS threads would meet once per block of the contraction with little work between
+# meetings (see ``DotThunk``).  Squarer GEMMs (npbench's gemm, k2mm, k3mm, a 128^3 product,
+# where two OpenBLAS threads measured 1.35-1.56x one on idle cores) keep the default policy.
 THIN_OUTPUT = 1 << 18
+THIN_SIDE = 32
+# The least rows (columns) of one block of a GEMM split over the pool.
+GEMM_SPLIT_BLOCK = 128
 
 
 class DotThunk:
@@ -327,39 +332,63 @@ class DotThunk:
         # small products the Python around the BLAS call is most of the time.
         plain = self.lhs_perm is None and self.rhs_perm is None and (a.dims, b.dims, instr.shape.dims) == self.shapes
         self.plain = plain
-        # Products OpenBLAS would thread run on one BLAS thread with NBXLA_BLAS_ONE_THREAD, and
-        # large ones are split across nbxla's pool instead (see blas_threads: OpenBLAS's
-        # threads stall for whole scheduler ticks when the cores are busy; the pool's chunks do
-        # not wait for a thread that has not started).
-        work = batch * m * k * n
-        self.one_thread = blas_thread_controls() if work > OPENBLAS_THREADED and one_thread_enabled() else None
-        if batch > 1 and m * k * n > OPENBLAS_THREADED:
-            # A batch of products each large enough for OpenBLAS to thread (attention's
-            # per-head q @ k^T, p @ v) runs on one BLAS thread whatever the flag: OpenBLAS's
-            # threads would meet once per product, and each meeting waits for a thread the
-            # scheduler may not run (4 heads of 128x128x64: 0.27 ms a call on one BLAS thread,
-            # 11 ms threaded with XLA's threads in the process).
-            self.one_thread = blas_thread_controls()
-        thin = batch == 1 and m > 1 and n > 1 and m * n <= THIN_OUTPUT and work > OPENBLAS_THREADED
-        if thin:
-            # A small output over a deep contraction (an MLP's 8-row batch against a 30000x2000
-            # weight) runs on one BLAS thread whatever the flag, split over the pool along its
-            # longer side: OpenBLAS's threads meet once per block of the contraction, and each
-            # meeting waits for a thread the scheduler may not run.  8x30000 @ 30000x1000 on
-            # the shared 2-core VM (load 13): 808 ms threaded (162 ms of CPU), 128 ms on one
-            # thread, 167 ms split by columns; 64 rows: 2460 / 638 / 544 ms.
-            self.one_thread = blas_thread_controls()
-        self.split = None
-        if thin and self.one_thread is not None and work >= SPLIT_PRODUCT and worker_count() > 1:
-            # (the longer side: a split of the 8 rows would read the whole weight twice)
-            self.split = ("rows", m) if m >= n else ("columns", n)
-        elif self.one_thread is not None and work >= SPLIT_PRODUCT and worker_count() > 1:
+        # How many OpenBLAS threads a call gets (blas_threads.threads_for_call): products
+        # OpenBLAS would thread run on one thread when small or when other work keeps the
+        # cores busy (OpenBLAS's threads stall for whole scheduler ticks when the cores are
+        # busy); with NBXLA_BLAS_ONE_THREAD=1 large ones are split across nbxla's pool
+        # instead (the pool's chunks do not wait for a thread that has not started).
+        self.work, self.mode = batch * m * k * n, policy_mode()
+        vector = m == 1 or n == 1             # (OpenBLAS sends a GEMM with m or n == 1 to GEMV)
+        threaded = m * k * n >= OPENBLAS_THREADED_GEMV if vector else m * k * n > OPENBLAS_THREADED
+        self.controls = blas_thread_controls() if threaded and self.mode != "openblas" else None
+        # A batch of products each large enough for OpenBLAS to thread (attention's per-head
+        # q @ k^T, p @ v) runs on one BLAS thread whatever the load: OpenBLAS's threads would
+        # meet once per product, and each meeting waits for a thread the scheduler may not
+        # run (4 heads of 128x128x64: 0.27 ms a call on one BLAS thread, 11 ms threaded with
+        # XLA's threads in the process).
+        self.batched = batch > 1
+        # So does a thin GEMM -- a small output over a deep contraction (an MLP's 8-row batch
+        # against a 30000x2000 weight) --, split over the pool along its longer side from
+        # SPLIT_PRODUCT on: OpenBLAS's threads meet once per block of the contraction, and each
+        # meeting waits for a thread the scheduler may not run.  8x30000 @ 30000x1000 on the
+        # shared 2-core VM (load 13): 808 ms threaded (162 ms of CPU), 128 ms on one thread,
+        # 167 ms split by columns; 64 rows: 2460 / 638 / 544 ms.
+        self.thin = batch == 1 and not vector and min(m, n) <= THIN_SIDE and m * n <= THIN_OUTPUT and threaded
+        self.split_axis = None
+        if self.work >= SPLIT_PRODUCT and worker_count() > 1:
             # Split over the pool only where one core takes several scheduler ticks: batches
             # split from 4M multiply-adds ran 0.63-0.8x as fast as on one thread up to 64M
             # (1.2 ms), 1.7x at 128M (2.5 ms), on the shared 2-core VM; at 8M, calls in which
             # the pool's thread took chunks were the slower ones (median 202 us against 165 us
             # where it started too late to take any, 146 us unsplit).
-            self.split = ("batch", batch) if batch > 1 else ("rows", m) if m > 1 else ("columns", n)
+            # A GEMM splits along its longer side, in blocks of at least GEMM_SPLIT_BLOCK: each
+            # block packs the whole of the other operand again (128x256 @ 256x1024 split into
+            # 16 blocks of 8 rows took twice the CPU time of one call, 3.3 against 1.7 ms;
+            # in 128-column blocks 1.9 ms, 64-column 1.9-2.0).
+            if batch > 1:
+                self.split_axis = ("batch", batch, batch)
+            elif m == 1 or n == 1:
+                self.split_axis = ("rows", m, m) if m > 1 else ("columns", n, n)
+            elif self.thin:                   # (one block per worker: the small side is packed once each)
+                self.split_axis = ("rows", m, m) if m >= n else ("columns", n, n)
+            else:
+                axis, extent = ("rows", m) if m >= n else ("columns", n)
+                self.split_axis = (axis, extent, max(1, extent // GEMM_SPLIT_BLOCK))
+        # (split on every call: what the GEMV pairs and update_gemv, each splitting its own way, leave alone)
+        self.split = self.split_axis if self.controls is not None and (self.batched or self.thin or self.mode == "one") \
+            else None
+
+    def call_plan(self) -> tuple[int, tuple | None]:
+        """(OpenBLAS threads for the next call, 0 = OpenBLAS's own count; the pool split or
+        None).  Batches and NBXLA_BLAS_ONE_THREAD's calls split large products over the pool
+        (``split``); the default policy's one thread on busy cores does not: there the pool's
+        thread finds no core either, and the blocks only cost (128x256 @ 256x1024 at load 9:
+        1.89 ms CPU split in 128-column blocks, 1.63 ms unsplit)."""
+        if self.controls is None:
+            return 0, None
+        if self.split is not None:
+            return 1, self.split
+        return (1 if self.batched or self.thin else threads_for_call(self.work, self.mode)), None
 
     @classmethod
     def applies(cls, instr: Instruction) -> bool:
@@ -367,21 +396,23 @@ class DotThunk:
         return a.element_type == b.element_type == instr.shape.element_type and a.element_type in cls.TYPES
 
     def __call__(self, operands, outs=None):
-        if self.one_thread is not None:
-            get, set_ = self.one_thread
-            threads = get()
-            if threads > 1:
-                set_(1)
-                try:
-                    return self._product(operands, outs)
-                finally:
-                    set_(threads)
-        return self._product(operands, outs)
+        if self.controls is None:
+            return self._product(operands, outs, None)
+        want, split = self.call_plan()
+        get, set_ = self.controls
+        threads = get()
+        if want >= threads:
+            return self._product(operands, outs, split)
+        set_(want)
+        try:
+            return self._product(operands, outs, split)
+        finally:
+            set_(threads)
 
-    def _product(self, operands, outs):
+    def _product(self, operands, outs, split):
         if self.plain:
             out = outs[0] if outs else self.make()
-            self._matmul(operands[0], operands[1], out)
+            self._matmul(operands[0], operands[1], out, split)
             return out
         out = outs[0] if outs else self.make()
         lhs, rhs = operands
@@ -390,26 +421,33 @@ class DotThunk:
         if self.rhs_perm is not None:
             rhs = np.transpose(rhs, self.rhs_perm)
         ls, rs, os_ = self.shapes
-        self._matmul(lhs.reshape(ls), rhs.reshape(rs), out.reshape(os_))
+        self._matmul(lhs.reshape(ls), rhs.reshape(rs), out.reshape(os_), split)
         return out
 
-    def _matmul(self, lhs, rhs, out) -> None:
+    @staticmethod
+    def _matmul(lhs, rhs, out, split) -> None:
         """``out = lhs @ rhs`` in the GEMM/GEMV form, split into row, column or batch blocks
-        over the pool when it is large (np.matmul releases the GIL)."""
-        if self.split is None:
+        over the pool when ``split`` says so (np.matmul releases the GIL)."""
+        if split is None:
             np.matmul(lhs, rhs, out=out)
             return
-        axis, extent = self.split
-        if axis == "columns":                               # (vector or thin matrix) @ matrix
-            def block(_, begin, end):
-                np.matmul(lhs, rhs[:, begin:end], out=out[..., begin:end])
+        axis, extent, blocks = split
+        if axis == "columns" and lhs.ndim == 1:             # vector @ matrix
+            def part(begin, end):
+                np.matmul(lhs, rhs[:, begin:end], out=out[begin:end])
+        elif axis == "columns":
+            def part(begin, end):
+                np.matmul(lhs, rhs[:, begin:end], out=out[:, begin:end])
         elif axis == "rows":
-            def block(_, begin, end):
+            def part(begin, end):
                 np.matmul(lhs[begin:end], rhs, out=out[begin:end])
         else:
-            def block(_, begin, end):
+            def part(begin, end):
                 np.matmul(lhs[begin:end], rhs[begin:end], out=out[begin:end])
-        run_split(block, None, extent)
+        if blocks == extent:
+            run_split(lambda _, begin, end: part(begin, end), None, extent)
+        else:
+            run_split(lambda _, b, e: part(extent * b // blocks, extent * e // blocks), None, blocks)
 
 
 class WidenedDotThunk:

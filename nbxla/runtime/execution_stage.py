@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..hlo.ir import Instruction, program_callees
 from ..hlo.placement import CPU, placement
+from .blas_threads import TWO_THREADS_PAY
 from .cpu_kernels import DotThunk, FullReductionThunk, KernelThunk, worker_count
 from .donation import describe_places
 from .native_dots import NativeGemmDot
@@ -45,8 +46,9 @@ def how_it_runs(executable, instr: Instruction, thunk) -> str:
     if isinstance(thunk, NativeGemmDot):
         return f"native kernel: {thunk.how}"
     if isinstance(thunk, DotThunk):
-        threads = "" if thunk.one_thread is None else \
-            f", one BLAS thread, {thunk.split[0]} split over the pool" if thunk.split else ", one BLAS thread"
+        split = f", {thunk.split[0]} split over the pool" if thunk.split else ""
+        threads = "" if thunk.controls is None else f", one BLAS thread{split}" if thunk.batched or thunk.thin or \
+            thunk.mode == "one" or thunk.work < TWO_THREADS_PAY else f", one BLAS thread while the cores are busy{split}"
         return f"library call: {thunk.how} (NumPy's BLAS{threads})"
     if instr.name in executable.library_calls:
         return {"sort": "library call: NumPy's stable argsort/lexsort",

@@ -212,7 +212,7 @@ class AccumulatingGemm(DotThunk):
         self.fn = cblas_gemms().get(self.dtype.type) if real else _ComplexGemms.get(self.dtype)
         self.real = real
 
-    def _product(self, operands, outs):
+    def _product(self, operands, outs, split):
         out = outs[0] if outs else self.make()
         form, dtype = self.form, self.dtype
         lhs, rhs = operands[self.lhs_at], operands[self.rhs_at]
@@ -237,21 +237,22 @@ class AccumulatingGemm(DotThunk):
             return out
         if added is not None and added.__array_interface__["data"][0] != out.__array_interface__["data"][0]:
             np.copyto(out, added)
-        self._gemm(lhs, rhs, out.reshape(os_), alpha, beta)
+        self._gemm(lhs, rhs, out.reshape(os_), alpha, beta, split)
         return out
 
-    def _gemm(self, lhs, rhs, out, alpha, beta) -> None:
-        if self.split is None:
+    def _gemm(self, lhs, rhs, out, alpha, beta, split) -> None:
+        """One ``?gemm``, or one per block of rows or columns over the pool (``DotThunk.call_plan``)."""
+        if split is None:
             self._call(lhs, rhs, out, alpha, beta)
             return
-
-        if self.split[0] == "rows":
-            def block(_, begin, end):
+        axis, extent, blocks = split
+        if axis == "rows":
+            def part(begin, end):
                 self._call(lhs[begin:end], rhs, out[begin:end], alpha, beta)
         else:
-            def block(_, begin, end):
+            def part(begin, end):
                 self._call(lhs, rhs[:, begin:end], out[:, begin:end], alpha, beta)
-        run_split(block, None, self.split[1])
+        run_split(lambda _, b, e: part(extent * b // blocks, extent * e // blocks), None, blocks)
 
     def _call(self, a, b, c, alpha, beta) -> None:
         m, k = a.shape

@@ -24,7 +24,7 @@ from ..hlo.evaluator_lapack import (GEQRF_TARGETS, GETRF_TARGETS, ORGQR_TARGETS,
                                     trsm_options)
 from ..hlo.evaluator_linalg import POTRF_TARGETS, lapack_potrf, lapack_uplo
 from ..hlo.ir import Instruction
-from .blas_threads import openblas_libraries
+from .blas_threads import LAPACK_THREADED_ELEMENTS, PolicyCall, openblas_libraries
 from .cpu_kernels import data_pointer
 
 _ROW_MAJOR = 101
@@ -82,6 +82,16 @@ def lapack_thunk(instr: Instruction):
     return None, None
 
 
+def _call(policy: PolicyCall, elements: int, work: int, fn, *args):
+    """``fn(*args)``, a routine on a matrix of ``elements`` doing ``work`` multiply-adds: with
+    OpenBLAS's thread count as ``policy`` (``blas_threads.threads_for_call``) says where
+    OpenBLAS would thread it (its threads stall on busy cores: ``np.linalg.solve`` of 100 x 100
+    took 4 ms, 0.4 ms of CPU, at load 13), else as it is."""
+    if elements < LAPACK_THREADED_ELEMENTS:
+        return fn(*args)
+    return policy(work, fn, *args)
+
+
 def _check(how: str, info: int) -> None:
     if info < 0:
         raise RuntimeError(f"{how}: argument {-info} was refused")
@@ -91,6 +101,7 @@ class GeqrfThunk:
     """(a, tau) per matrix from LAPACKE's geqrf."""
 
     def __init__(self, instr: Instruction, fn):
+        self.policy = PolicyCall()
         self.how, self.fn = f"LAPACK {fn.__name__}", fn
         fn.restype = ctypes.c_int64
         fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
@@ -105,7 +116,8 @@ class GeqrfThunk:
         tau = np.zeros((out.shape[0], k), self.dtype)
         if m and n:
             for b in range(out.shape[0]):
-                _check(self.how, self.fn(_ROW_MAJOR, m, n, out[b].ctypes.data, n, tau[b].ctypes.data))
+                _check(self.how, _call(self.policy, m * n, m * n * k, self.fn, _ROW_MAJOR, m, n,
+                                       out[b].ctypes.data, n, tau[b].ctypes.data))
         return out.reshape(a.shape), tau.reshape(a.shape[:-2] + (k,))
 
 
@@ -113,6 +125,7 @@ class OrgqrThunk:
     """Q's first n columns per matrix from LAPACKE's orgqr / ungqr."""
 
     def __init__(self, instr: Instruction, fn):
+        self.policy = PolicyCall()
         self.how, self.fn = f"LAPACK {fn.__name__}", fn
         fn.restype = ctypes.c_int64
         fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
@@ -127,7 +140,8 @@ class OrgqrThunk:
         taus = np.ascontiguousarray(tau, self.dtype).reshape(-1, k)
         if m and n:
             for b in range(out.shape[0]):
-                _check(self.how, self.fn(_ROW_MAJOR, m, n, k, out[b].ctypes.data, n, taus[b].ctypes.data))
+                _check(self.how, _call(self.policy, m * n, m * n * k, self.fn, _ROW_MAJOR, m, n, k,
+                                       out[b].ctypes.data, n, taus[b].ctypes.data))
         return out.reshape(a.shape)
 
 
@@ -136,6 +150,7 @@ class SyevdThunk:
     returned as the first output, which LAPACK leaves unspecified: as the evaluator's rule)."""
 
     def __init__(self, instr: Instruction, fn):
+        self.policy = PolicyCall()
         self.how, self.fn = f"LAPACK {fn.__name__}", fn
         fn.restype = ctypes.c_int64
         fn.argtypes = [ctypes.c_int, ctypes.c_char, ctypes.c_char, ctypes.c_int64, ctypes.c_void_p,
@@ -156,7 +171,8 @@ class SyevdThunk:
         info = np.zeros(work.shape[0], np.int32)
         jobz = b"V" if self.vectors else b"N"
         for b in range(work.shape[0] if n else 0):
-            info[b] = self.fn(_ROW_MAJOR, jobz, self.uplo, n, work[b].ctypes.data, n, values[b].ctypes.data)
+            info[b] = _call(self.policy, n * n, 4 * n ** 3, self.fn, _ROW_MAJOR, jobz, self.uplo, n,
+                            work[b].ctypes.data, n, values[b].ctypes.data)
             _check(self.how, int(info[b]))
         vectors = work if self.vectors else np.array(a, self.dtype)
         batch = a.shape[:-2]
@@ -190,6 +206,7 @@ class PotrfThunk:
     fresh_results = True
 
     def __init__(self, instr: Instruction, fn):
+        self.policy = PolicyCall()
         self.instr, self.fn = instr, fn
         self.how = f"LAPACK {fn.__name__}" if fn is not None else "LAPACK potrf through np.linalg.cholesky"
         if fn is not None:
@@ -215,12 +232,12 @@ class PotrfThunk:
             # One matrix (the common case): its info straight from the call.  For a 50 x 50
             # matrix the batch loop's Python (np.ndindex, ``ctypes.data``, ``info.any()``) cost
             # about half as much again as potrf itself.
-            if fn(layout, uplo, n, data_pointer(factor), max(n, 1)):
+            if _call(self.policy, n * n, n ** 3 // 3, fn, layout, uplo, n, data_pointer(factor), max(n, 1)):
                 return lapack_potrf(self.instr, operands, None)
             return factor, np.zeros((), np.int32)
         info = np.zeros(factor.shape[:-2], np.int32)
         for b, m in zip(np.ndindex(info.shape), factor.reshape(-1, n, n)):
-            info[b] = fn(layout, uplo, n, data_pointer(m), max(n, 1))
+            info[b] = _call(self.policy, n * n, n ** 3 // 3, fn, layout, uplo, n, data_pointer(m), max(n, 1))
         if info.any():
             return lapack_potrf(self.instr, operands, None)
         return factor, info
@@ -230,6 +247,7 @@ class GetrfThunk:
     """(lu, ipiv, info) per matrix from LAPACKE's getrf (ipiv 1-based, as LAPACK's)."""
 
     def __init__(self, instr: Instruction, fn):
+        self.policy = PolicyCall()
         self.how = f"LAPACK {fn.__name__}"
         self.fn = fn
         fn.restype = ctypes.c_int64
@@ -249,7 +267,8 @@ class GetrfThunk:
             # factorization of a small one)
             fn, lu_at, lu_step, ipiv_at, ipiv_step = self.fn, lu.ctypes.data, m * n * lu.itemsize, ipiv.ctypes.data, k * 8
             for b in range(lu.shape[0]):
-                result = fn(_ROW_MAJOR, m, n, lu_at + b * lu_step, n, ipiv_at + b * ipiv_step)
+                result = _call(self.policy, m * n, m * n * k // 3, fn, _ROW_MAJOR, m, n, lu_at + b * lu_step, n,
+                               ipiv_at + b * ipiv_step)
                 if result < 0:
                     raise RuntimeError(f"{self.how}: argument {-result} was refused")
                 info[b] = result
@@ -261,6 +280,7 @@ class TrsmThunk:
     """X with op(A) X = alpha B (side L) or X op(A) = alpha B (side R), from CBLAS's trsm."""
 
     def __init__(self, instr: Instruction, fn):
+        self.policy = PolicyCall()
         self.how = f"BLAS {fn.__name__}"
         self.fn = fn
         opt = trsm_options(instr)
@@ -299,7 +319,8 @@ class TrsmThunk:
             fn, flags, item = self.fn, self.flags, x.itemsize
             a_at, x_at = mats.ctypes.data, x.ctypes.data
             for i in range(x.size // (m * n)):
-                fn(_ROW_MAJOR, *flags, m, n, alpha_arg, a_at + i * k * k * item, k, x_at + i * m * n * item, n)
+                _call(self.policy, m * n, m * n * k // 2, fn, _ROW_MAJOR, *flags, m, n, alpha_arg,
+                      a_at + i * k * k * item, k, x_at + i * m * n * item, n)
         return x.reshape(batch + (m, n))
 
 

@@ -130,7 +130,7 @@ class NativeGemmDot(DotThunk):
 
     def __init__(self, instr: Instruction):
         super().__init__(instr)
-        self.plain, self.one_thread = False, None
+        self.plain, self.controls = False, None
         a, b = (o.shape for o in instr.operands)
         lhs_perm, rhs_perm, (batch, m, k, n) = matmul_layout(instr, a.dims, b.dims)
         dtype = instr.shape.dtype

@@ -115,7 +115,7 @@ def straight_line_runner(comp: Computation, params: list, steps: list, root: int
             lines.append(f"    v{out} = ({args}{',' if len(operands) == 1 else ''})")
         elif instr.opcode == "get-tuple-element" and not isinstance(thunk, KernelThunk):
             lines.append(f"    v{out} = v{operands[0]}[{instr.attrs['index']}]")
-        elif isinstance(thunk, DotThunk) and thunk.plain and thunk.split is None and thunk.one_thread is None:
+        elif isinstance(thunk, DotThunk) and thunk.plain and thunk.controls is None:
             env[f"make{n}"] = thunk.make
             lines.append(f"    v{out} = matmul({args}, out=make{n}())")
         elif isinstance(thunk, KernelThunk) and thunk.object_fn is not None and not thunk.tuple_result:
@@ -157,7 +157,7 @@ def _arena_step(n: int, thunk, args: str, out: int, places: list, env: dict) -> 
         views.append(f"ndarray(dims{n}_{j}, dtype{n}_{j}, buffer=arena, offset=offset{n}_{j})")
     if isinstance(thunk, KernelThunk) and thunk.object_fn is not None and not thunk.tuple_result:
         return [f"    v{out} = {views[0]}", _kernel_call(n, thunk, args, out, env)]
-    if isinstance(thunk, DotThunk) and thunk.plain and thunk.split is None and thunk.one_thread is None:
+    if isinstance(thunk, DotThunk) and thunk.plain and thunk.controls is None:
         return [f"    v{out} = matmul({args}, out={views[0]})"]
     env[f"thunk{n}"] = thunk
     return [f"    v{out} = thunk{n}([{args}], [{', '.join(views)}])"]

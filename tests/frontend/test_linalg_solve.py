@@ -52,9 +52,39 @@ def test_agrees_with_numpy_as_a_library_call(fn, args):
     assert "library call: LAPACK gesv" in jitted.last_compilation.stage("execution")
 
 
+def inverse(a):
+    return np.linalg.inv(a)
+
+
+def solve_by_identity_argument(a, e):
+    return np.linalg.solve(a, e)
+
+
+@pytest.mark.parametrize("fn, args, how", [
+    (inverse, (RNG.random((6, 6)),), "inv"),
+    (inverse, (RNG.random((5, 5)).astype(np.float32),), "inv"),            # (f32 was made f64)
+    (inverse, (RNG.random((4, 4)).astype(np.complex64),), "inv"),
+    (inverse, (RNG.integers(1, 9, (4, 4)) + 9 * np.eye(4, dtype=np.int64),), "inv"),
+    (inverse, (RNG.random((3, 4, 4)),), "solve"),                       # (a broadcast identity)
+    (solve_by_identity_argument, (RNG.random((6, 6)), np.eye(6)), "solve"),  # (not a constant)
+    (shifted_solve, (RNG.random((6, 6)), RNG.random((6, 6))), "solve")])
+def test_the_inverse_is_numpys_inv_where_the_right_hand_side_is_the_identity_constant(fn, args, how):
+    """``inv`` (a solve with the identity constant) runs as ``np.linalg.inv``: the same LAPACK
+    gesv, NumPy's identity made in C; any other right-hand side as ``np.linalg.solve``."""
+    jitted = nbxla.jit(fn)
+    with quiet():
+        got = jitted(*args)
+    want = fn(*args)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5 if want.dtype == np.float32 else 1e-12)
+    assert f"library call: LAPACK gesv through np.linalg.{how}" in jitted.last_compilation.stage("execution")
+
+
 def test_a_singular_matrix_raises_numpys_error():
     with quiet(), pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
         nbxla.jit(solve)(np.zeros((3, 3)), np.ones(3))
+    with quiet(), pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        nbxla.jit(inverse)(np.zeros((3, 3)))
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: every loop is host-driven")

@@ -1,6 +1,8 @@
-"""BLAS calls OpenBLAS would thread run on one OpenBLAS thread (restoring the count after),
-and large ones are split into row, column or batch blocks over nbxla's pool; every form agrees
-with NumPy and with the evaluator's answer."""
+"""How many OpenBLAS threads a BLAS call gets: with NBXLA_BLAS_ONE_THREAD=1 calls OpenBLAS
+would thread run on one OpenBLAS thread (restoring the count after) and large ones are split
+into row, column or batch blocks over nbxla's pool; by default small products and products
+made while other work keeps the cores busy do so, others keep OpenBLAS's threads; with =0
+OpenBLAS's count is never touched.  Every form agrees with NumPy."""
 
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ needs_openblas = pytest.mark.skipif(found is None, reason="NumPy's BLAS is not a
 
 CASES = {                                   # name: (function, shapes, limited, split axis)
     "tiny_gemm": (lambda a, b: a @ b, [(4, 5), (5, 6)], False, None),
-    "small_gemv": (lambda a, x: a @ x, [(190, 210), (210,)], False, None),
+    "tiny_gemv": (lambda a, x: a @ x, [(60, 150), (150,)], False, None),       # 9000 < 9216
+    "small_gemv": (lambda a, x: a @ x, [(190, 210), (210,)], True, None),
     "mid_gemm": (lambda a, b: a @ b, [(80, 60), (60, 70)], True, None),
     "large_gemm": (lambda a, b: a @ b, [(300, 200), (200, 100)], True, "rows"),
+    "wide_gemm": (lambda a, b: a @ b, [(100, 200), (200, 300)], True, "columns"),   # (longer side)
     "large_matvec": (lambda a, x: a @ x, [(1200, 1000), (1000,)], True, "rows"),
     "large_vecmat": (lambda y, a: y @ a, [(1200,), (1200, 1000)], True, "columns"),
     "large_batched": (lambda a, b: a @ b, [(12, 100, 100), (12, 100, 90)], True, "batch"),
@@ -45,8 +49,10 @@ def test_blas_calls_are_limited_or_split_as_their_size_says_and_agree(name, monk
             assert get() == 2                         # restored after every call
         dots = [s[0] for s in f.last_compilation.executable.native._plan[2] if isinstance(s[0], DotThunk)]
         assert len(dots) == 1
-        assert (dots[0].one_thread is not None) == limited
-        assert (dots[0].split[0] if dots[0].split else None) == (axis if worker_count() > 1 else None)
+        assert (dots[0].controls is not None) == limited
+        threads, split = dots[0].call_plan()
+        assert threads == (1 if limited else 0)
+        assert (split[0] if split else None) == (axis if worker_count() > 1 else None)
     finally:
         set_(before)
 
@@ -89,8 +95,8 @@ def test_batched_products_run_on_one_blas_thread_and_large_batches_split(name, w
             assert get() == 2
         dots = [s[0] for s in f.last_compilation.executable.native._plan[2] if isinstance(s[0], DotThunk)]
         assert len(dots) == 1
-        assert (dots[0].one_thread is not None) == (name != "tiny_products")
-        expected = ("batch", shapes[0][0]) if split and workers > 1 else None
-        assert dots[0].split == expected
+        assert dots[0].call_plan()[0] == (0 if name == "tiny_products" else 1)
+        expected = ("batch", shapes[0][0], shapes[0][0]) if split and workers > 1 else None
+        assert dots[0].call_plan()[1] == expected
     finally:
         set_(before)

@@ -16,6 +16,7 @@ LEFT_OUT = {
     "test_straight_line": "asserts the arena and straight-line runner of the static program",
     "test_jit_dispatch": "counts compilations, cache hits and fast-path entries of static compiles",
     "test_kernel_cost_threading": "asserts which kernels split across threads at their sizes",
+    "test_blas_policy": "asserts the OpenBLAS thread count chosen at its sizes",
     "test_persistent_cache": "runs its programs in fresh processes, which the fixture does not reach",
     "test_trust_runtime": "forks and evicts cache entries: structure, not values",
     "test_conv_bias_act": "asserts that the convolution runs in nbxla's kernel with its epilogue at its sizes",

@@ -1,6 +1,6 @@
 """Thin GEMMs (a small output over a deep contraction: an MLP's few rows against a large
 weight) run on one BLAS thread, split over nbxla's pool along their longer side
-(``cpu_kernels.THIN_OUTPUT``): results against eager NumPy on both sides of the output limit
+(``cpu_kernels.THIN_SIDE``, ``THIN_OUTPUT``): results against eager NumPy on both sides of the output limit
 and of the split's size, split by rows and by columns, transposed.  (The GEMM epilogue fold
 splitting its accumulation the same way: ``test_gemm_epilogue``.)"""
 
@@ -9,7 +9,7 @@ import pytest
 
 import nbxla
 from nbxla.runtime.blas_threads import SPLIT_PRODUCT
-from nbxla.runtime.cpu_kernels import THIN_OUTPUT, worker_count
+from nbxla.runtime.cpu_kernels import THIN_OUTPUT, THIN_SIDE, worker_count
 
 
 def _rand(shape, seed, dtype=np.float64):
@@ -35,15 +35,20 @@ def product_t(x, w):
 
 
 @pytest.mark.parametrize("m,k,n,thin", [
-    (256, 2, THIN_OUTPUT // 256, True),             # (at the output limit)
-    (256, 2, THIN_OUTPUT // 256 + 1, False),        # (just over it: OpenBLAS's own threads)
+    (8, 4, THIN_OUTPUT // 8, True),                 # (at the output limit)
+    (8, 4, THIN_OUTPUT // 8 + 1, False),            # (just over it: the default policy)
+    (THIN_SIDE, 8, 7000, True),                     # (at the side limit)
+    (THIN_SIDE + 1, 8, 7000, False),                # (just over it)
     (8, 20, 1200, False),                           # (too little work for OpenBLAS to thread)
 ])
 def test_output_limit(m, k, n, thin):
+    """Thin products say "one BLAS thread" (whatever the load); the others, over 1M
+    multiply-adds, "one BLAS thread while the cores are busy" or nothing."""
     x, w = _rand((m, k), 0), _rand((k, n), 1)
     f = nbxla.jit(product)
     _close(f(x, w), x @ w)
-    assert ("one BLAS thread" in _execution(f, x, w)) == thin
+    text = _execution(f, x, w)
+    assert ("one BLAS thread" in text and "while the cores are busy" not in text) == thin
 
 
 @pytest.mark.skipif(worker_count() < 2, reason="the split needs two cores")
