@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import bit_width
+from .run_sizes import RunSize
 
 # Rows shorter than this many bytes, or than ROW_MIN_ELEMENTS elements, are vectorized across
 # rows.  Measured side by side in one process (``relu(y + b)`` over 4096 rows, minima of 15
@@ -52,7 +53,9 @@ def vectorize_within_rows(comp: Computation, outputs: list[Instruction], row_len
 
 
 def _long_enough(outputs: list[Instruction], row_length) -> bool:
-    if not isinstance(row_length, int) or row_length < ROW_MIN_ELEMENTS:
+    # (a row whose length is read when the kernel runs, a ``RunSize``, is never unrolled whole
+    # before the vectorizer: LLVM's own choice, and no comparison of a run-time size here)
+    if not isinstance(row_length, int) or isinstance(row_length, RunSize) or row_length < ROW_MIN_ELEMENTS:
         return False
     narrowest = min(bit_width(o.shape.element_type) for o in outputs)
     return row_length * narrowest >= 8 * ROW_MIN_BYTES
