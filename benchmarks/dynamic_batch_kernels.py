@@ -4,8 +4,10 @@ compilation of the exact shape, steady state.
     PYTHONPATH=. python benchmarks/dynamic_batch_kernels.py                 # batch 4096
     PYTHONPATH=. python benchmarks/dynamic_batch_kernels.py --batch 1024 --repeats 15
 
-Programs: dense layers (``relu(x @ w + b)``: a narrow one whose dot stays in one native kernel
-with its epilogue, a 256-wide one split into a BLAS call and the epilogue), an s32 matmul and an
+Programs: dense layers (``relu(x @ w + b)``: a narrow one and a 256-wide one, each a BLAS call
+and an epilogue kernel -- a traced f32 dot is always a library call; the narrow one's epilogue
+is a rows kernel of 6-element rows, which a static compilation of 4096 rows emits "light", not
+unrolled, and the symbolic one not), an s32 matmul and an
 s32 weight gradient ``x.T @ g`` (native dot kernels; the gradient's contraction runs over the
 batch, its length read when the kernel runs), a row-wise ``cumsum`` (the scan kernel), and 3x3
 convolutions with bias and relu over an NHWC batch (HLO modules: a dense one -- the patch-GEMM
@@ -67,7 +69,7 @@ W12, B6, W256, B256, WI, = _f(12, 6), _f(6), _f(256, 256) / 16, _f(256), _i(64, 
 
 # name -> (function, arguments at batch n)
 JITTED = {
-    "relu(x@w+b) 12->6 (native)": (lambda x, w, b: np.maximum(x @ w + b, 0), lambda n: (_f(n, 12), W12, B6)),
+    "relu(x@w+b) 12->6 (BLAS+rows)": (lambda x, w, b: np.maximum(x @ w + b, 0), lambda n: (_f(n, 12), W12, B6)),
     "relu(x@w+b) 256->256 (BLAS)": (lambda x, w, b: np.maximum(x @ w + b, 0), lambda n: (_f(n, 256), W256, B256)),
     "s32 x @ w": (lambda x, w: x @ w, lambda n: (_i(n, 64), WI)),
     "s32 x.T @ g": (lambda x, g: x.T @ g, lambda n: (_i(n, 64), _i(n, 32))),

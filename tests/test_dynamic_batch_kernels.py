@@ -42,7 +42,7 @@ PROGRAMS = {
     "int_matvec": (lambda x, v: x @ v, lambda n: (_ints(n, 12), V_INT)),
     # a weight gradient: the contraction runs over the batch, its length read when it runs
     "int_weight_gradient": (lambda x, g: x.T @ g, lambda n: (_ints(n, 12), _ints(n, 5))),
-    # a small dense layer: the dot kept in one native kernel with its bias and relu
+    # a small dense layer: the dot a BLAS call, its bias and relu a rows kernel of 6-element rows
     "small_layer": (lambda x, w, b: np.maximum(x @ w + b, 0), lambda n: (_floats(n, 12), W, BIAS)),
     # scans along each row (the scan kernel: blocks of rows)
     "cumsum_rows": (lambda x: np.cumsum(x, axis=1), lambda n: (_floats(n, 40),)),

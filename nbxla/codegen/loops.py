@@ -25,6 +25,7 @@ from ..hlo.ir import Computation, Instruction
 from .elemental import I64, ElementalEmitter, const_i64, delinearize, linear_index
 from .trig_guard import emit_versioned_loop, versioned_trig
 from .compute_bound import contraction_flags, interleave_count, prefer_wide_vectors
+from .row_access import vectorize_within_rows
 from .toolkit import (counted_loop, is_linear, kernel_function, kernel_outputs, KernelBuffers, KernelSpec,
                       LinearEmitter, load_at, nest, product)
 
@@ -85,6 +86,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
     em = emitter(ElementalEmitter, load_row)
     rows, last = dims[:-1], dims[-1:]
     trig = versioned_trig(comp) if last else []
+    within_rows = bool(last) and vectorize_within_rows(comp, outputs, last[0])
 
     def row_body(r):
         outer = delinearize(b, r, rows)
@@ -113,7 +115,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
                                 index=lambda j: outer + [j], interleave=interleave_count(comp, last[0]))
         elif last:
             counted_loop(b, const_i64(0), const_i64(last[0]), "j0", lambda j: make_inner()([j]),
-                         interleave=interleave_count(comp, last[0]))
+                         interleave=interleave_count(comp, last[0]), vectorize_first=within_rows)
         else:
             nest(b, last, "j", make_inner())
     counted_loop(b, begin, end, "row", row_body)

@@ -239,10 +239,13 @@ def _alias_scope_list(module: ir.Module, name: str):
     return cache[name]
 
 
-def counted_loop(b: ir.IRBuilder, begin, end, name: str, body, step=None, interleave: int = 1) -> None:
+def counted_loop(b: ir.IRBuilder, begin, end, name: str, body, step=None, interleave: int = 1,
+                 vectorize_first: bool = False) -> None:
     """``for (i = begin; i < end; i += step) body(i)`` (step 1 by default); leaves the
     builder after the loop.  ``interleave`` > 1 asks LLVM's vectorizer for that many vector
-    iterations in flight (see ``_loop_metadata``)."""
+    iterations in flight (see ``_loop_metadata``).  ``vectorize_first``: the loop is not
+    unrolled before LLVM's vectorizer has seen it (the loops it leaves may be): see
+    ``_VECTORIZE_FIRST``."""
     pre = b.block
     head = b.append_basic_block(f"{name}.head")
     loop = b.append_basic_block(f"{name}.body")
@@ -262,9 +265,26 @@ def counted_loop(b: ir.IRBuilder, begin, end, name: str, body, step=None, interl
         hints.append([ir.MetaDataString(b.module, "llvm.loop.interleave.count"), ir.Constant(I32, interleave)])
     if _no_unrolling.get():
         hints.append([ir.MetaDataString(b.module, "llvm.loop.unroll.disable")])
+    elif vectorize_first:
+        hints += _vectorize_first(b.module)
     if hints:
         latch.set_metadata("llvm.loop", _loop_metadata(b.module, hints))
     b.position_at_end(after)
+
+
+def _vectorize_first(module: ir.Module) -> list[list]:
+    """The hints of a ``vectorize_first`` loop.  Why: LLVM fully unrolls a loop of a few
+    iterations (a row of 6 or 16 elements) *before* its loop vectorizer runs; the loop around
+    it is then the innermost one, and the vectorizer vectorizes that one across rows, with
+    gathers or shuffles for the rows' strided elements.  Measured (``relu(y + b)``, 4096
+    rows, f32): 16 columns 57 us that way, 9 us with the row's own loop vectorized; 6
+    columns 6.5 -> 4.6 us.  So: no unrolling of the loop itself, and the loops the vectorizer
+    makes of it (vector body, remainder) carry only ``llvm.loop.isvectorized``, which lets
+    the late unroller unroll them (a row of 100 f32: six 16-wide vectors and a 4-wide one,
+    no loop left)."""
+    followup = module.add_metadata([ir.MetaDataString(module, "llvm.loop.isvectorized"), ir.Constant(I32, 1)])
+    return [[ir.MetaDataString(module, "llvm.loop.unroll.disable")],
+            [ir.MetaDataString(module, "llvm.loop.vectorize.followup_all"), followup]]
 
 
 # Set while a light kernel is emitted (see ``no_unrolling``).

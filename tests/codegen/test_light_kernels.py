@@ -29,7 +29,11 @@ def test_threshold_both_sides_against_numpy(rows, light):
     x, b = rng.standard_normal((rows, 16)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
     f = nbxla.jit(bias_relu)
     np.testing.assert_array_equal(f(x, b), bias_relu(x, b))
-    assert (DISABLE in f.last_compilation.stage("llvm_ir")) == light
+    text = f.last_compilation.stage("llvm_ir")
+    # (a larger kernel's IR may still hold DISABLE, on the loop within a row that is vectorized
+    # first -- codegen/row_access.py -- but its loop over rows carries none)
+    assert any('br label %"row.head", !llvm.loop' in line for line in text.splitlines()) == light
+    assert (DISABLE in text) == (light or "llvm.loop.vectorize.followup_all" in text)
 
 
 WINDOW = """HloModule pool
