@@ -23,6 +23,7 @@ from ..errors import UnsupportedError
 from ..hlo.ir import Computation
 from .kernels import emit_kernel
 from .libcalls import ensure_registered
+from .object_keys import global_name, object_key, renamed, with_module_id
 from .updates import emit_in_place_update
 from .toolkit import KernelSpec, no_unrolling
 
@@ -217,6 +218,7 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
             ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light, in_place)
     if not specs:           # (every kernel refused: no LLVM module and engine of nothing)
         return CompiledKernels({}, {}, _empty_module_text(module_name), _empty_module_text(module_name), unsupported)
+    strength_reduction = not _all_light(fusions, light)
     with _lock:
         tm = host_target_machine()
         with stage("llvm-ir"):
@@ -225,16 +227,29 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                 text = str(ir_module)
             else:
                 text = _with_data_layout(text, str(tm.target_data))
+    # The same kernels compiled before under other names (object_keys.py): their machine code.
+    symbols = list(specs)
+    code_key = object_key(text, symbols, f"{target_fingerprint()},lsr={strength_reduction}") \
+        if store is not None else None
+    found = store.load(code_key) if code_key else None
+    if found is not None and len(found[0].get("symbols", ())) == len(symbols):
+        meta, obj = found
+        optimized = with_module_id(renamed(meta["llvm_ir_optimized"], meta["symbols"], symbols), text)
+        return _load(specs, unsupported, text, optimized, obj,
+                     compiled_name=lambda name: global_name(name, symbols, meta["symbols"]))
+    with _lock:
+        tm = host_target_machine()
         with stage("llvm-optimize"):
             mod = llvm.parse_assembly(text)
             mod.verify()
             optimize_module(mod, tm)
             optimized = str(mod)
-    kernels = _load(specs, unsupported, text, optimized, None, mod,
-                    strength_reduction=not _all_light(fusions, light))
+    kernels = _load(specs, unsupported, text, optimized, None, mod, strength_reduction=strength_reduction)
     if store is not None and key and kernels.object_code is not None:
         store.save(key, {"specs": {n: asdict(s) for n, s in specs.items()}, "unsupported": unsupported,
                          "llvm_ir": text, "llvm_ir_optimized": optimized}, kernels.object_code)
+    if code_key and kernels.object_code is not None:
+        store.save(code_key, {"symbols": symbols, "llvm_ir_optimized": optimized}, kernels.object_code)
     return kernels
 
 
@@ -441,9 +456,10 @@ def _without_strength_reduction():
 
 
 def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None,
-          strength_reduction: bool = True) -> CompiledKernels:
+          strength_reduction: bool = True, compiled_name=lambda name: name) -> CompiledKernels:
     """JIT-load the optimized module; with ``obj``, its machine code is taken as given.
-    ``strength_reduction``: False for hand-vectorized kernels (see ``PIPELINES``)."""
+    ``strength_reduction``: False for hand-vectorized kernels (see ``PIPELINES``).
+    ``compiled_name``: a global's name in ``obj`` (compiled for kernels of other names)."""
     captured: list[bytes] = []
     ensure_registered(_new_target_machine)
     with _lock, stage("machine-code"):
@@ -454,11 +470,11 @@ def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None,
                                 getbuffer_func=lambda m: obj)
         with (nullcontext() if strength_reduction or obj is not None else _without_strength_reduction()):
             engine.finalize_object()
-        addresses = {name: engine.get_function_address(name) for name in specs}
+        addresses = {name: engine.get_function_address(compiled_name(name)) for name in specs}
         for spec in specs.values():
             for extra in (spec.finish_name, spec.object_entry):
                 if extra:
-                    addresses[extra] = engine.get_function_address(extra)
+                    addresses[extra] = engine.get_function_address(compiled_name(extra))
     kernels = CompiledKernels(specs, addresses, text, optimized, unsupported, engine)
     kernels.object_code = obj if obj is not None else (captured[0] if captured else None)
     kernels.from_cache = obj is not None

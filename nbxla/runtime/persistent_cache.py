@@ -1,7 +1,9 @@
 """The on-disk cache of compiled object code, so a restarted kernel does not recompile.
 
 Entries are keyed by a fingerprint of the optimized module and of everything the machine
-code depends on (code generator source, LLVM version, CPU name and features).  The directory
+code depends on (code generator source, LLVM version, CPU name and features), and again by the
+kernels' LLVM IR with their symbols replaced by their places (``codegen/object_keys.py``: the
+same program under other instruction names, which a fresh trace gives, finds the code too).  The directory
 is private to the user (0700, files 0600); an entry whose key, format or checksum does not
 match is ignored and rebuilt, never loaded.  ``NBXLA_CACHE_DIR`` moves it; ``NBXLA_CACHE_DIR=off``
 turns it off.

@@ -19,6 +19,7 @@ LEFT_OUT = {
     "test_aot_loops": "asserts the C and LLVM functions of ahead-of-time loops (AOT with unknown sizes has "
                       "its own tests: tests/aot/test_aot_unknown_sizes.py)",
     "test_light_kernels": "asserts which kernels are made light at their sizes",
+    "test_object_keys": "asserts which compiles find machine code in the on-disk cache (of static compiles)",
 }
 
 # A function these tests jit for the evaluator is their oracle (the CPU's is the one under test):
