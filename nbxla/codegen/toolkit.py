@@ -233,8 +233,11 @@ def _alias_scope_list(module: ir.Module, name: str):
     distinct nodes (``_SelfNamedNode``), which LLVM clones for each place a kernel is inlined."""
     cache = _alias_scopes.setdefault(module, {})
     if name not in cache:
-        domain = _self_named(module, [ir.MetaDataString(module, f"nbxla.{name}.domain")])
-        scope = _self_named(module, [domain, ir.MetaDataString(module, f"nbxla.{name}")])
+        # (labelled by their order, not by ``name``: a kernel's name in the IR's text would make
+        # the object-code key, object_keys.py, differ between two spellings of one program)
+        label = f"nbxla.scope{len(cache)}"
+        domain = _self_named(module, [ir.MetaDataString(module, f"{label}.domain")])
+        scope = _self_named(module, [domain, ir.MetaDataString(module, label)])
         cache[name] = module.add_metadata([scope])
     return cache[name]
 
