@@ -31,6 +31,7 @@ from ..hlo import Builder, Shape, TupleShape
 from ..hlo.builder import unique_name
 from ..hlo.shapes import from_numpy_dtype
 from .registry import ENTRY_POINTS
+from .selection import DataLengthValue
 from .rules import asarray, compare, convert, emit, full, reshape, scalar, select
 from .tracer import ScalarTracer, Tracer
 
@@ -114,7 +115,7 @@ class _Extent:
         return start, np.maximum(start, stop)
 
 
-class RaggedSlice:
+class RaggedSlice(DataLengthValue):
     """A value of data-dependent length, held as how to compute its element ``k`` (see the
     module doc).  ``item``: the shape of one item (``()`` for a 1-D slice); ``leaves``: the
     traced values the item reads; ``element(env, k, checks)``: the item as a Tracer, given
@@ -156,24 +157,6 @@ class RaggedSlice:
     @property
     def size(self):
         raise self.refusal("its size")
-
-    def __len__(self):
-        raise self.refusal("len()")
-
-    def __iter__(self):
-        raise self.refusal("iteration")
-
-    def __getitem__(self, key):
-        raise self.refusal("indexing it")
-
-    def __setitem__(self, key, value):
-        raise self.refusal("writing into it")
-
-    def __bool__(self):
-        raise self.refusal("its truth value")
-
-    def __array__(self, *args, **kwargs):
-        raise self.refusal("making it an array (storing it, returning it)")
 
     def astype(self, dtype, copy=True):
         return self._map(lambda v: convert(v, dtype), np.dtype(dtype))

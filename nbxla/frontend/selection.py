@@ -33,7 +33,30 @@ _HINT = ("use np.where(mask, x, fill) to keep the shape, or index outside the co
 _REDUCTIONS = {"sum", "mean", "max", "min", "amax", "amin", "prod", "any", "all", "count_nonzero"}
 
 
-class Selection:
+class DataLengthValue:
+    """What a value whose length depends on the data refuses, each with its ``refusal(what)``
+    (the subclass's error): a selection here, a ragged slice (ragged.py)."""
+
+    def __len__(self):
+        raise self.refusal("len()")
+
+    def __iter__(self):
+        raise self.refusal("iterating over it")
+
+    def __getitem__(self, key):
+        raise self.refusal("indexing it")
+
+    def __setitem__(self, key, value):
+        raise self.refusal("writing into it")
+
+    def __bool__(self):
+        raise self.refusal("its truth value")
+
+    def __array__(self, *args, **kwargs):
+        raise self.refusal("making a NumPy array of it (storing it, returning it)")
+
+
+class Selection(DataLengthValue):
     """``values[mask]``: ``values`` computed on every element, ``mask`` (same shape) saying
     which ones are selected."""
 
@@ -60,24 +83,6 @@ class Selection:
     @property
     def dtype(self):
         return self.values.dtype
-
-    def __len__(self):
-        raise self.refusal("len()")
-
-    def __iter__(self):
-        raise self.refusal("iterating over it")
-
-    def __getitem__(self, key):
-        raise self.refusal("indexing it")
-
-    def __setitem__(self, key, value):
-        raise self.refusal("writing into it")
-
-    def __bool__(self):
-        raise self.refusal("its truth value")
-
-    def __array__(self, *args, **kwargs):
-        raise self.refusal("making a NumPy array of it")
 
     def reshape(self, *args, **kwargs):
         raise self.refusal("reshape")

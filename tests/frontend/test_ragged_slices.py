@@ -8,6 +8,7 @@ import pytest
 
 import nbxla
 from nbxla.errors import NotCompilableError
+from nbxla.examples import spmv        # (npbench's form)
 
 
 def csr(rows, cols, seed=0, density=0.05, dtype=np.float64, index=np.uint32, empty_rows=True):
@@ -21,15 +22,6 @@ def csr(rows, cols, seed=0, density=0.05, dtype=np.float64, index=np.uint32, emp
     data = dense[dense != 0].astype(dtype)
     x = rng.standard_normal(cols).astype(dtype)
     return indptr, indices, data, x
-
-
-def spmv(A_row, A_col, A_val, x):
-    y = np.zeros(A_row.size - 1, A_val.dtype)
-    for i in range(A_row.size - 1):
-        cols = A_col[A_row[i]:A_row[i + 1]]
-        vals = A_val[A_row[i]:A_row[i + 1]]
-        y[i] = vals @ x[cols]
-    return y
 
 
 def spmv_sum(A_row, A_col, A_val, x):
