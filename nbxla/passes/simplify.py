@@ -18,7 +18,6 @@ from ..hlo.evaluator import evaluate
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import NEVER_FOLD
 from ..hlo.shapes import LOW_PRECISION_DTYPES
-from .counter_ranges import loop_counters, windows_apart
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
 FOLD_LIMIT = 1024          # largest constant (in elements) folding may create
@@ -54,9 +53,8 @@ def _is_negative_zero(instr) -> bool:
 class _Rewriter:
     """Creates replacement instructions placed before the one being rewritten."""
 
-    def __init__(self, at: Instruction, comp: Computation | None = None, counters: dict | None = None):
+    def __init__(self, at: Instruction):
         self.at, self.new = at, []
-        self.comp, self.counters = comp, counters or {}     # (``counter_ranges``' facts)
 
     def op(self, opcode, *operands, shape, **attrs) -> Instruction:
         instr = Instruction(opcode, shape, operands, attrs, unique_name(opcode.replace("-", "_")),
@@ -220,18 +218,6 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         # static slices in ``_slice_through``.  The NaN of LU's rolled trailing update that first
         # took this rule out was codegen's: ``toolkit.KernelBuffers``' alias scopes.)
         return ops[0].operands[1]
-    if op == "dynamic-slice" and ops[0].opcode == "dynamic-update-slice":
-        # A window read beside the one just written (``c[:, :, k - 1]`` after ``c[:, :, k] =
-        # ...`` in a loop's body) reads the array under the update: only where the starts are
-        # known unclamped and apart (``counter_ranges``: near an end, k - 1 and k may clamp to
-        # one window).  Then the update is read only by what reads the window itself.
-        under, sizes = ops[0], instr.attrs["dynamic_slice_sizes"]
-        while under.opcode == "dynamic-update-slice" and rw.comp is not None and windows_apart(
-                ops[1:], sizes, under.operands[2:], under.operands[1].shape.dims, under.shape.dims, rw.comp,
-                rw.counters):
-            under = under.operands[0]
-        if under is not ops[0]:
-            return rw.op(op, under, *ops[1:], shape=instr.shape, dynamic_slice_sizes=tuple(sizes))
     if op == "copy" and ops[0].opcode != "parameter":
         return ops[0]
     if op == "opt-barrier":
@@ -290,9 +276,8 @@ class _RewritePass(Pass):
 
     def run(self, module: Module) -> bool:
         before, changed = instruction_ids(module), False
-        counters = loop_counters(module)
         for comp in module.computations:
-            changed |= _rewrite_computation(comp, type(self).rule, counters)
+            changed |= _rewrite_computation(comp, type(self).rule)
             changed |= self.after_rules(comp)
         rename_new_instructions(module, before)
         return changed
@@ -339,14 +324,14 @@ def _write_covered_windows_once(comp: Computation) -> bool:
     return changed
 
 
-def _rewrite_computation(comp: Computation, rule, counters: dict | None = None) -> bool:
+def _rewrite_computation(comp: Computation, rule) -> bool:
     """Apply ``rule`` to each instruction; replacements take over all uses."""
     changed = False
     replace: dict[int, Instruction] = {}
     order: list[Instruction] = []
     for instr in comp.instructions:
         instr.operands = [replace.get(id(o), o) for o in instr.operands]
-        rw = _Rewriter(instr, comp, counters)
+        rw = _Rewriter(instr)
         new = rule(instr, rw)
         for n in rw.new:
             n.parent = comp
