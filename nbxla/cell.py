@@ -42,6 +42,7 @@ from .frontend.autograph import AG
 from .frontend.cell_ast import DISPLAY, CellAnalysis, analyze, check_no_random
 from .frontend.trace import (StaticValue, TracedProgram, TreeDef, alias_pattern, is_array_leaf,
                              leaf_signature, trace, tree_flatten, tree_unflatten)
+from .frontend.ragged import RaggedSlice
 from .frontend.selection import Selection
 from .frontend.promotion import OneBranch
 from .frontend.index_tracer import IndexTracer
@@ -273,6 +274,11 @@ class _Recipe:
     def slot(self, leaf):
         if isinstance(leaf, OneBranch):     # NumPy would bind it or not, depending on the data
             raise leaf.error
+        if isinstance(leaf, RaggedSlice):   # (its length depends on the data: not kept)
+            raise NotCompilableError("leaving a slice whose bounds are read from the data (its length "
+                                     "depends on the data) bound to a name of the cell is not supported",
+                                     leaf.where, "reduce it inside the loop (y[i] = vals @ x[cols]) and "
+                                     "bind no name to it, or run the cell eagerly (%%xla --auto)")
         if isinstance(leaf, Selection):
             self.outputs += [leaf.values, leaf.mask]
             return ("selection", len(self.outputs) - 2)

@@ -38,6 +38,7 @@ from .control import (UNDEFINED, CannotRoll, Snapshot, check_closed, getitem, is
                       scalar_test, tracers_in, view_root)
 from .promotion import (OneBranch, active_context, drop_promotions, has_tracer, promote_owned, reaches,
                         resolved_state)
+from .ragged import RaggedSlice
 from .selection import Selection, SelectionAfterLoop
 from .tracer import Tracer
 
@@ -447,6 +448,13 @@ class _Loop:
             elif isinstance(new, Selection):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to x[mask] with a traced mask, whose "
                                  "length depends on the data")
+            elif isinstance(new, RaggedSlice) and old is UNDEFINED and not self.ctx.names_outlive:
+                # (``cols = A_col[A_row[i]:A_row[i + 1]]``: a temporary of each step, as above)
+                self.static_after[k] = SelectionAfterLoop(self.names[k], new.where or location_at(self.ctx, self.lineno),
+                                                          "a slice whose bounds are read from the data")
+            elif isinstance(new, RaggedSlice):
+                raise CannotRoll(f"the body binds `{self.names[k]}` to a slice whose bounds are read from "
+                                 "the data, whose length depends on the data")
             elif old is UNDEFINED or type(old) is OneBranch and type(new) is OneBranch \
                     or _redefined_function(old, new):
                 # a Python value first bound in the body (an inner loop's variable), or a

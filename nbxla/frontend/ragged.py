@@ -95,6 +95,7 @@ class _Extent:
 
     def __init__(self, ctx, start, stop, n: int):
         self.ctx, self.raw, self.n = ctx, (start, stop), n
+        self.where = ctx.user_location()      # (the slicing line: what a refusal after it names)
 
     def same(self, other: "_Extent") -> bool:
         return self.n == other.n and all(_same_value(p, q) for p, q in zip(self.raw, other.raw))
@@ -126,6 +127,7 @@ class RaggedSlice(DataLengthValue):
         self.extent, self.dtype, self.leaves, self.element = extent, np.dtype(dtype), leaves, element
         self.checked = checked          # (the axis length of each gather's index, in element order)
         self.item = tuple(item)
+        self.where = extent.where
 
     @property
     def ndim(self):
@@ -147,7 +149,7 @@ class RaggedSlice(DataLengthValue):
             "data) is not supported (it can be "
             "reduced -- sum, mean, @ / np.dot with a slice of the same bounds --, combined "
             "elementwise, multiplied by a matrix, or used to index an array's first axis)",
-            self.extent.ctx.user_location(),
+            self.extent.ctx.user_location() or self.where,
             "run this part eagerly (mode=\"auto\")")
 
     @property

@@ -280,12 +280,12 @@ class SelectionAfterLoop:
     is refused with a clear error (the last step's selection, of data-dependent length, was
     not kept)."""
 
-    def __init__(self, name: str, where):
-        self._name, self._where = name, where
+    def __init__(self, name: str, where, what: str = "x[mask]"):
+        self._name, self._where, self._what = name, where, what
 
-    def _refuse(self, *args, **kwargs):
+    def refuse(self, *args, **kwargs):
         raise NotCompilableError(
-            f"`{self._name}` holds x[mask] from the last step of a loop compiled as one HLO "
+            f"`{self._name}` holds {self._what} from the last step of a loop compiled as one HLO "
             "while, which does not keep it (its length depends on the data)", self._where,
             "use it inside the loop only, or keep what you need of it in an array the loop "
             "writes (res[i] = values.mean())")
@@ -293,8 +293,8 @@ class SelectionAfterLoop:
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        self._refuse()
+        self.refuse()
 
-    __array__ = __array_ufunc__ = __array_function__ = __len__ = __iter__ = __getitem__ = _refuse
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _refuse
-    __rtruediv__ = __pow__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = _refuse
+    __array__ = __array_ufunc__ = __array_function__ = __len__ = __iter__ = __getitem__ = refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = refuse
+    __rtruediv__ = __pow__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = refuse

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import NotCompilableError, TraceError, UnsupportedInputError
 from ..hlo import Module, Shape, from_numpy_dtype
 from .context import TraceContext
-from .selection import Selection
+from .selection import Selection, SelectionAfterLoop
 from .ragged import RaggedSlice
 from .index_tracer import IndexTracer
 from .tracer import ScalarTracer, Tracer
@@ -295,6 +295,8 @@ def trace(fn: Callable, arg_leaves: list, arg_treedef: TreeDef, *, name: str,
             outputs += [leaf.values.instr, leaf.mask.instr]
         elif isinstance(leaf, RaggedSlice):
             raise leaf.refusal("returning it")
+        elif isinstance(leaf, SelectionAfterLoop):
+            leaf.refuse()
         elif isinstance(leaf, Tracer):
             if isinstance(leaf, IndexTracer):
                 python_ints.add(len(outputs))

@@ -813,15 +813,24 @@ def _csr_args():
             "A_val": dense[rows, cols], "x": randn(8)}
 
 
+@kernel(_csr_args, rtol=1e-10)            # (ragged slices, reduced at their true length: ragged.py)
+def spmv(A_row, A_col, A_val, x):
+    y = np.zeros_like(x, shape=(A_row.size - 1,))
+    for i in range(A_row.size - 1):      # (no name left bound to a row: a cell's names are outputs)
+        y[i] = A_val[A_row[i]:A_row[i + 1]] @ x[A_col[A_row[i]:A_row[i + 1]]]
+    return y
+
+
 @kernel(_csr_args, error=(nbxla.NotCompilableError, r"its length depends on the data",
                           "cols = A_col[A_row[i]:A_row[i + 1]]"))
-def spmv(A_row, A_col, A_val, x):
+def spmv_leaving_a_row(A_row, A_col, A_val, x):
+    """In a cell the loop's names are outputs: a row of data-dependent length left bound to
+    ``cols`` is refused with its line (a compiled function keeps it a temporary: ragged.py)."""
     y = np.zeros_like(x, shape=(A_row.size - 1,))
     for i in range(A_row.size - 1):
         cols = A_col[A_row[i]:A_row[i + 1]]
-        vals = A_val[A_row[i]:A_row[i + 1]]
-        y[i] = vals @ x[cols]
-    return y
+        y[i] = A_val[A_row[i]:A_row[i + 1]] @ x[cols]
+    return cols
 
 
 @kernel(_csr_args, rtol=1e-10)
