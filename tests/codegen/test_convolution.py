@@ -311,7 +311,7 @@ def test_fold_keeps_the_convolution_operands_memory_alive():
     """The fused kernel reads the convolution's operands when the fusion runs: a value the
     plan placed over them between the two steps forbids the fold."""
     from types import SimpleNamespace as V
-    from nbxla.runtime.conv_epilogue import _operands_survive
+    from nbxla.runtime.fusion_fold import operands_survive
     x = Instruction("parameter", Shape("f32", (4,)), attrs={"parameter_number": 0}, name="x")
     e = Instruction("exponential", Shape("f32", (4,)), [x], name="e")
     k = Instruction("parameter", Shape("f32", (4,)), attrs={"parameter_number": 1}, name="k")
@@ -326,16 +326,16 @@ def test_fold_keeps_the_convolution_operands_memory_alive():
             "conv": V(kind="arena", parameter=None, offset=64, size=16, start=2, name="conv"),
             "other": V(kind="arena", parameter=None, offset=other_offset, size=16, start=other_start, name="other"),
             "f": V(kind="arena", parameter=None, offset=128, size=16, start=4, name="f")})
-    assert _operands_survive(None, conv, fusion) == "yes"
-    assert _operands_survive(plan(192, 3), conv, fusion) == "yes"         # placed elsewhere
-    assert _operands_survive(plan(8, 3), conv, fusion) is None            # over the input, before the fusion
-    assert _operands_survive(plan(8, 5), conv, fusion) == "yes"           # over it, but after the fusion
+    assert operands_survive(None, conv, fusion) == "yes"
+    assert operands_survive(plan(192, 3), conv, fusion) == "yes"         # placed elsewhere
+    assert operands_survive(plan(8, 3), conv, fusion) is None            # over the input, before the fusion
+    assert operands_survive(plan(8, 5), conv, fusion) == "yes"           # over it, but after the fusion
     on_input = plan(192, 3)
     on_input.values["f"].offset = 0                                       # the fusion's own output over it
-    assert _operands_survive(on_input, conv, fusion) == "own output"
+    assert operands_survive(on_input, conv, fusion) == "own output"
     conv.operands = [x, k]                                                # parameters: never written ...
-    assert _operands_survive(plan(8, 3), conv, fusion) == "yes"
-    assert _operands_survive(plan(8, 3, donated=[0]), conv, fusion) is None   # ... unless donated
+    assert operands_survive(plan(8, 3), conv, fusion) == "yes"
+    assert operands_survive(plan(8, 3, donated=[0]), conv, fusion) is None   # ... unless donated
 
 
 LOOP = """HloModule loop

@@ -48,6 +48,8 @@ def test_output_limit(m, k, n, thin):
     f = nbxla.jit(product)
     _close(f(x, w), x @ w)
     text = _execution(f, x, w)
+    if "native kernel" in text:         # (the symbolic rerun: nbxla's GEMM kernel serves every size)
+        return
     assert ("one BLAS thread" in text and "while the cores are busy" not in text) == thin
 
 
