@@ -278,50 +278,13 @@ class _RewritePass(Pass):
         before, changed = instruction_ids(module), False
         for comp in module.computations:
             changed |= _rewrite_computation(comp, type(self).rule)
-            changed |= self.after_rules(comp)
         rename_new_instructions(module, before)
         return changed
-
-    def after_rules(self, comp: Computation) -> bool:
-        return False
 
 
 class AlgebraicSimplifier(_RewritePass):
     name = "algsimp"
     rule = staticmethod(_simplify)
-
-    def after_rules(self, comp: Computation) -> bool:
-        return _write_covered_windows_once(comp)
-
-
-def _write_covered_windows_once(comp: Computation) -> bool:
-    """A window written twice (``c[:, k] = u; c[:, k] = c[:, k] * v``): the second update
-    covers the first exactly (same sizes, same start values, the same array shape: clamped
-    alike), so it may write over the array under the first instead -- but only where nothing
-    else reads the first (the read-back rule has usually made the second's value independent
-    of it): then the first dies and one update, one kernel, writes the window.  Were the
-    first still read, both would stay alive, the array would have two writers, and neither
-    could run in place (a stencil's window updates lost their in-place kernels).  After the
-    rules, on the live graph: a read the rules replaced no longer counts."""
-    live = comp.post_order()
-    users: dict[int, list[Instruction]] = {id(i): [] for i in live}
-    for instr in live:
-        for o in dict.fromkeys(instr.operands):
-            users[id(o)].append(instr)
-    changed = False
-    for outer in live:
-        inner = outer.operands[0] if outer.opcode == "dynamic-update-slice" else None
-        if inner is None or inner.opcode != "dynamic-update-slice" or inner is comp.root \
-                or users[id(inner)] != [outer] or outer.operands.count(inner) != 1 \
-                or inner.operands[1].shape.dims != outer.operands[1].shape.dims \
-                or not _same_values(inner.operands[2:], outer.operands[2:]):
-            continue
-        under = inner.operands[0]
-        outer.operands = [under] + list(outer.operands[1:])
-        users[id(inner)] = []
-        users[id(under)] = [u for u in users[id(under)] if u is not inner] + [outer]
-        changed = True
-    return changed
 
 
 def _rewrite_computation(comp: Computation, rule) -> bool:

@@ -211,13 +211,10 @@ def test_dce_removes_dead_code_and_unused_computations():
 
 def test_the_same_update_written_twice_is_written_once():
     """``a[..., 0] += v`` traces to an update of an update with the sum reshaped twice (CSE has
-    not merged the reshapes yet): the outer update changes nothing and goes.  An outer update
-    with other values at the same place covers the inner one, which goes where nothing else
-    reads it and stays where something does (one writer of the array either way); at another
-    place both stay."""
+    not merged the reshapes yet): the outer update changes nothing and goes; an outer update
+    with other values or at another place stays."""
     from nbxla.hlo import Module
-    cases = [(True, True, False, 1), (False, True, False, 2), (True, False, False, 1), (True, False, True, 2)]
-    for same_place, same_value, inner_read, kept in cases:
+    for same_place, same_value, kept in ((True, True, 1), (False, True, 2), (True, False, 2)):
         b = Builder("main")
         x = b.parameter(Shape("f32", (4, 3)), "x")
         v = b.parameter(Shape("f32", (4,)), "v")
@@ -226,34 +223,18 @@ def test_the_same_update_written_twice_is_written_once():
                      b.constant(0, "s64"), b.constant(1, "s64"))
         second = b.op("dynamic-update-slice", first, b.op("reshape", w, shape=Shape("f32", (4, 1))),
                       b.constant(0, "s64"), b.constant(1 if same_place else 2, "s64"))
-        root = b.op("tuple", second, b.op("negate", first)) if inner_read else second
-        module = Module("m", b.build(root))
+        module = Module("m", b.build(second))
         args = [np.arange(12, dtype=f32).reshape(4, 3), np.array([-1, -2, -3, -4], f32)]
         want = evaluate(module, args)
         module = Pipeline([AlgebraicSimplifier(), DeadCodeElimination()]).run(module).module
-        assert entry_ops(module).count("dynamic-update-slice") == kept, (same_place, same_value, inner_read)
-        if inner_read:      # (the second still updates the first: not two writers of x)
-            assert module.entry.root.operands[0].operands[0].opcode == "dynamic-update-slice"
-        for got, expected in zip(tree_flatten(evaluate(module, args))[0], tree_flatten(want)[0]):
-            np.testing.assert_array_equal(got, expected)
+        assert entry_ops(module).count("dynamic-update-slice") == kept
+        np.testing.assert_array_equal(evaluate(module, args), want)
 
 
-def test_a_window_written_twice_at_dynamic_starts_is_written_once():
-    """``c[i, j:j+3] = u; c[i, j:j+3] = c[i, j:j+3] ** 2`` at dynamic starts (clamped past both
-    ends): the read-back gives ``u``, the first update is then read by nothing but the second,
-    which writes over the array under it; at other starts or another size both stay."""
-    for starts2, dims2, kept in ((("i", "j"), (1, 3), 1), (("j", "i"), (1, 3), 2), (("i", "j"), (1, 2), 2)):
-        module, runs = _read_back((1, 3), ("i", "j"), (1, 3), ("i", "j"), second=(dims2, starts2))
-        ops = _simplify_and_check(module, runs)
-        assert ops.count("dynamic-update-slice") == kept, (starts2, dims2)
-
-
-def _read_back(update_dims, update_starts, slice_sizes, slice_starts, shape=(4, 5), second=None):
+def _read_back(update_dims, update_starts, slice_sizes, slice_starts, shape=(4, 5)):
     """``dynamic-slice(dynamic-update-slice(x, u, *update_starts), *slice_starts)`` on f64 ``x``
     of ``shape``, ``u`` of ``update_dims``; a start is an int (a constant) or a name (``"i"``,
-    ``"j"``: s64 parameters).  ``second=(dims, starts)``: the root is instead a second update
-    of the first, with the square of the read's leading ``dims`` at ``starts``.  Returns
-    (module, args at starts inside and outside the array)."""
+    ``"j"``: s64 parameters).  Returns (module, args at starts inside and outside the array)."""
     b = Builder("main")
     x = b.parameter(Shape("f64", shape), "x")
     u = b.parameter(Shape("f64", update_dims), "u")
@@ -264,13 +245,7 @@ def _read_back(update_dims, update_starts, slice_sizes, slice_starts, shape=(4, 
     written = b.op("dynamic-update-slice", x, u, *[start(s) for s in update_starts])
     read = b.op("dynamic-slice", written, *[start(s) for s in slice_starts],
                 dynamic_slice_sizes=tuple(slice_sizes))
-    root = b.op("negate", read)
-    if second is not None:
-        dims, starts = second
-        if dims != tuple(slice_sizes):
-            read = b.op("slice", read, slice=tuple(SliceDim(0, n, 1) for n in dims))
-        root = b.op("dynamic-update-slice", written, b.op("multiply", read, read), *[start(s) for s in starts])
-    module = Module("m", b.build(root))
+    module = Module("m", b.build(b.op("negate", read)))
     rng = np.random.default_rng(1)
     xs, us = rng.random(shape), rng.random(update_dims)
     # (starts past either end: each op clamps its own window into the array)
