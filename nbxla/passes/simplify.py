@@ -208,16 +208,6 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         # The same update at the same place twice (``a[..., 0] += v`` traces to a write of the
         # sum, then a write of the sum reshaped again): the second changes nothing.
         return ops[0]
-    if op == "dynamic-slice" and ops[0].opcode == "dynamic-update-slice" and 1 in ops[0].operands[1].shape.dims \
-            and tuple(instr.attrs["dynamic_slice_sizes"]) == ops[0].operands[1].shape.dims \
-            and _same_values(ops[0].operands[2:], ops[1:]):
-        # Reading back the window just written: the update's value.  Exact, clamping included:
-        # the slice reads the update's own result (not an array under it or over it), with the
-        # update's sizes, at the same start values; both clamp each start into [0, n - size] of
-        # the same n, so they place the same window.  (One position of an axis only, as for
-        # static slices in ``_slice_through``.  The NaN of LU's rolled trailing update that first
-        # took this rule out was codegen's: ``toolkit.KernelBuffers``' alias scopes.)
-        return ops[0].operands[1]
     if op == "copy" and ops[0].opcode != "parameter":
         return ops[0]
     if op == "opt-barrier":

@@ -143,14 +143,6 @@ def _simplified_at(build, shape=(4, 5, 6)):
     return result.module.entry
 
 
-def test_a_window_read_back_at_the_same_dynamic_start_is_the_update():
-    def build(b, x, i):
-        upd = b.op("negate", _window(b, x, i))
-        return b.op("multiply", _window(b, _dynamic_update(b, x, upd, i), i), upd)
-    entry = _simplified_at(build)
-    assert all(op.opcode != "dynamic-update-slice" for op in entry.instructions)
-
-
 def test_windows_at_other_starts_keep_both_updates():
     def build(b, x, i):
         first = b.op("negate", _window(b, x, i))
