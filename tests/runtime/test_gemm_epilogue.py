@@ -40,6 +40,28 @@ def mlp(input, w1, b1, w2, b2, w3, b3, output):
     output[:, :] = e / np.sum(e, axis=-1, keepdims=True)
 
 
+@pytest.fixture(autouse=True)
+def fold_small_products(monkeypatch, request):
+    """The fold's shapes here are small (fast tests): its size threshold is lowered to 0,
+    except for the test of the threshold itself."""
+    if request.node.name.startswith("test_small_products_are_not_folded"):
+        return
+    monkeypatch.setattr(gemm_epilogue, "FOLD_MIN_PRODUCT", 0)
+
+
+def test_small_products_are_not_folded():
+    """Below FOLD_MIN_PRODUCT multiply-adds: the GEMM and a fused pass, as without the fold."""
+    args = [1.5, 1.2, _rand((100, 110), np.float64, 0), _rand((100, 120), np.float64, 1),
+            _rand((120, 110), np.float64, 2)]
+    assert 100 * 120 * 110 < gemm_epilogue.FOLD_MIN_PRODUCT
+    f = nbxla.jit(gemm)
+    want, got = args[2].copy(), args[2].copy()
+    gemm(args[0], args[1], want, args[3], args[4])
+    f(args[0], args[1], got, args[3], args[4])
+    _close(got, want, np.float64)
+    assert "?gemm" not in _execution(f, *args)
+
+
 def _rand(shape, dtype, seed):
     g = np.random.default_rng(seed)
     x = g.uniform(-1, 1, size=shape)
