@@ -386,9 +386,14 @@ class DotThunk:
         1.89 ms CPU split in 128-column blocks, 1.63 ms unsplit)."""
         if self.controls is None:
             return 0, None
+        if self.thin and self.mode != "one":
+            # (thin: OpenBLAS's threads on idle cores -- mlp S 0.78x NumPy on one thread split
+            # over the pool, quiet --, one thread split over the pool while the cores are busy)
+            want = threads_for_call(self.work, self.mode)
+            return (1, self.split) if want == 1 else (want, None)
         if self.split is not None:
             return 1, self.split
-        return (1 if self.batched or self.thin else threads_for_call(self.work, self.mode)), None
+        return (1 if self.batched else threads_for_call(self.work, self.mode)), None
 
     @classmethod
     def applies(cls, instr: Instruction) -> bool:

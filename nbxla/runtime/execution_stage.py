@@ -47,7 +47,7 @@ def how_it_runs(executable, instr: Instruction, thunk) -> str:
         return f"native kernel: {thunk.how}"
     if isinstance(thunk, DotThunk):
         split = f", {thunk.split[0]} split over the pool" if thunk.split else ""
-        threads = "" if thunk.controls is None else f", one BLAS thread{split}" if thunk.batched or thunk.thin or \
+        threads = "" if thunk.controls is None else f", one BLAS thread{split}" if thunk.batched or \
             thunk.mode == "one" or thunk.work < TWO_THREADS_PAY else f", one BLAS thread while the cores are busy{split}"
         return f"library call: {thunk.how} (NumPy's BLAS{threads})"
     if instr.name in executable.library_calls:
