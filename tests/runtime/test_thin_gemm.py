@@ -9,7 +9,7 @@ import pytest
 
 import nbxla
 from nbxla.runtime.blas_threads import SPLIT_PRODUCT
-from nbxla.runtime.cpu_kernels import THIN_OUTPUT, THIN_SIDE, worker_count
+from nbxla.runtime.cpu_kernels import THIN_OUTPUT, THIN_SIDE, DotThunk, worker_count
 
 
 @pytest.fixture(autouse=True)
@@ -50,16 +50,15 @@ def product_t(x, w):
     (8, 20, 1200, False),                           # (too little work for OpenBLAS to thread)
 ])
 def test_output_limit(m, k, n, thin):
-    """Thin products say "one BLAS thread" (whatever the load); the others, over 1M
-    multiply-adds, "one BLAS thread while the cores are busy" or nothing."""
+    """Which BLAS products count as thin (``DotThunk.thin``), on both sides of each limit."""
     x, w = _rand((m, k), 0), _rand((k, n), 1)
     f = nbxla.jit(product)
     _close(f(x, w), x @ w)
-    text = _execution(f, x, w)
-    if "native kernel" in text:         # (the symbolic rerun: nbxla's GEMM kernel serves every size)
-        return
-    assert ("one BLAS thread while the cores are busy" in text and
-            ("split over the pool" in text) == (thin and m * k * n >= SPLIT_PRODUCT)) or not thin
+    dots = [i for c in f.last_compilation.optimized.computations for i in c.instructions if i.opcode == "dot"]
+    assert len(dots) == 1
+    if not all(isinstance(d, int) for o in (dots[0], *dots[0].operands) for d in o.shape.dims):
+        return                          # (the symbolic rerun: the plan is made per size, at run time)
+    assert DotThunk(dots[0]).thin == thin
 
 
 @pytest.mark.skipif(worker_count() < 2, reason="the split needs two cores")
