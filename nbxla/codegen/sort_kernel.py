@@ -1,7 +1,7 @@
 """``sort`` with any comparator as a native kernel: the evaluator's merge sort, step for step.
 
 The CPU runtime sorts by NumPy's argsort when it recognizes the comparator as an order of keys
-(runtime/cpu_library.py); this kernel is for the other comparators.  It computes exactly what
+(runtime/sort_library.py); this kernel is for the other comparators.  It computes exactly what
 the evaluator's ``sort_by_comparator`` computes (hlo/evaluator_reduce.py), so that the answer is
 the same even for a comparator that is no strict weak order: a bottom-up merge sort of the
 positions of each row, runs of width 1, 2, 4, ...; in each pass every element finds its new

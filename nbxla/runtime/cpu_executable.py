@@ -49,7 +49,8 @@ from .conv_epilogue import fold_convolution_epilogues, runs_as_library
 from .donation import donated_output, uses_arena
 from .gemm_epilogue import AccumulatingGemm, fold_gemm_epilogues, runs_as_gemm
 from .execution_stage import describe_execution
-from .cpu_library import library_thunk, sort_has_library_call, sort_may_defer
+from .cpu_library import library_thunk
+from .sort_library import sort_has_library_call, sort_may_defer
 from . import host_memory
 from .host_memory import memory_owner
 from .native_loops import (NativeLoopThunk, native_entry_outputs_runner, native_entry_runner, native_loops,

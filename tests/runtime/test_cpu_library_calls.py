@@ -1,4 +1,4 @@
-"""sort and convolution on the CPU backend run as library calls (nbxla/runtime/cpu_library.py).
+"""sort and convolution on the CPU backend run as library calls (nbxla/runtime/sort_library.py, cpu_library.py).
 
 The oracle is the reference evaluator on the same module: sorts must agree bit for bit
 (equal keys keep their order, NaNs and signed zeros land where the comparator says), float
