@@ -89,9 +89,18 @@ FORCED_THRESHOLDS = {   # module -> constant -> (low, high)
     "nbxla.runtime.update_gemv": {"MIN_MATRIX_BYTES": (1, 1 << 62)},      # blocked update + gemv pass
     "nbxla.passes.loop_layouts": {"CACHED_STATE_BYTES": (0, 1 << 62)},    # carry a loop state transposed
     "nbxla.runtime.lapack_calls": {"ROW_MAJOR_BELOW": (1 << 30, 0)},      # row-major potrf
+    "nbxla.runtime.gemm_epilogue": {"FOLD_MIN_PRODUCT": (0, 1 << 62)},    # alpha*(A@B)+beta*C as one ?gemm
+    "nbxla.runtime.cpu_kernels": {"THIN_SIDE": (1 << 30, 0),              # thin GEMMs split over the pool
+                                  "THIN_OUTPUT": (1 << 62, 0)},
+    "nbxla.runtime.host_memory": {"MIN_POOLED_BYTES": (0, 1 << 62)},      # outputs from the recycled pool
+    "nbxla.runtime.bf16_arrays": {"NATIVE_MIN_ELEMENTS": (0, 1 << 62)},   # native f32 -> bf16 rounding
+    "nbxla.codegen.column_groups": {"MIN_ELEMENTS": (0, 1 << 62)},        # column kernels in groups
 }
 THRESHOLD_PINNING_FILES = ("runtime/test_potrf_call.py", "runtime/test_update_gemv.py",
-                           "runtime/test_donation.py", "frontend/test_loop_layouts.py")
+                           "runtime/test_donation.py", "frontend/test_loop_layouts.py",
+                           "runtime/test_gemm_epilogue.py", "runtime/test_thin_gemm.py",
+                           "runtime/test_host_memory.py", "runtime/test_bf16_arrays.py",
+                           "codegen/test_column_groups.py", "runtime/test_blas_policy.py")
 FORCED = os.environ.get("NBXLA_TEST_THRESHOLDS", "")
 if FORCED:
     import importlib

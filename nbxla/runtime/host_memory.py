@@ -82,7 +82,7 @@ def allocator(dims, dtype) -> Callable[[], np.ndarray]:
     nbytes = math.prod(dims) * dtype.itemsize
     if nbytes < MIN_POOLED_BYTES:
         return partial(np.empty, dims, dtype)
-    return partial(_pooled, dims, dtype, dtype.str, -(-nbytes // 4096) * 4096)
+    return partial(_pooled, dims, dtype, _typestr(dtype), -(-nbytes // 4096) * 4096)
 
 
 def _shape(dims) -> tuple:
@@ -95,7 +95,19 @@ def empty(dims, dtype) -> np.ndarray:
     nbytes = math.prod(dims) * dtype.itemsize
     if nbytes < MIN_POOLED_BYTES:
         return np.empty(dims, dtype)
-    return _pooled(dims, dtype, dtype.str, -(-nbytes // 4096) * 4096)   # (pages: near sizes share a list)
+    return _pooled(dims, dtype, _typestr(dtype), -(-nbytes // 4096) * 4096)   # (pages: near sizes share a list)
+
+
+def _typestr(dtype: np.dtype) -> str:
+    """The array interface's name for ``dtype``: its own where NumPy reads it back as the same
+    type, raw bytes of its size otherwise (ml_dtypes' f8 types call themselves '<f1', which
+    NumPy cannot read; bf16 '<V2'), viewed as ``dtype`` once made."""
+    try:
+        if np.dtype(dtype.str) == dtype:
+            return dtype.str
+    except TypeError:
+        pass
+    return f"|V{dtype.itemsize}"
 
 
 def _pooled(dims: tuple, dtype: np.dtype, typestr: str, size: int) -> np.ndarray:
@@ -112,7 +124,6 @@ def _pooled(dims: tuple, dtype: np.dtype, typestr: str, size: int) -> np.ndarray
         address = block.ctypes.data
         raw = (block, address + -address % ALIGNMENT)
     arr = np.asarray(PooledBlock(raw, size, dims, typestr))
-    # (an array interface's typestr cannot name ml_dtypes' bf16 / f8: it comes back as raw |V2)
     return arr if arr.dtype == dtype else arr.view(dtype)
 
 

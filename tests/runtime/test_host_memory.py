@@ -26,12 +26,15 @@ def test_pooled_arrays_are_aligned_writable_contiguous():
 
 
 def test_pooled_arrays_keep_ml_dtypes_types():
-    # (an array interface names bf16 / f8 as raw |V2 / |V1 bytes: the dtype must come back)
+    # (NumPy cannot read ml_dtypes' own typestrs back: f8e5m2 calls itself '<f1'; they are
+    # made as raw bytes of their size, and the dtype must come back)
     import ml_dtypes
-    for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn):
-        a = host_memory.empty(BIG, dtype)
-        assert a.dtype == np.dtype(dtype) and memory_owner(a) is not None
-        assert isinstance(memory_owner(a), host_memory.PooledBlock)
+    for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+        for a in (host_memory.empty(BIG, dtype), host_memory.allocator(BIG, dtype)()):
+            assert a.dtype == np.dtype(dtype) and a.shape == BIG
+            assert isinstance(memory_owner(a), host_memory.PooledBlock)
+            a[...] = 1.5
+            assert float(a.astype(np.float32).sum()) == 1.5 * a.size
 
 
 def test_memory_is_reused_only_after_the_last_view_dies():
@@ -99,3 +102,12 @@ def test_several_mid_sized_outputs_of_one_kernel_are_recycled():
         for g, want in zip(got, (x + y, x - y, x * y, x / y, np.sqrt(x), np.exp(y))):
             np.testing.assert_allclose(g, want, rtol=1e-14)
     host_memory.release()
+
+
+def test_a_pooled_f8e5m2_result_of_a_jit():
+    # (a 256 KiB f8e5m2 output is pooled: it raised "data type '<f1' not understood")
+    import ml_dtypes
+    x = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+    got = nbxla.jit(lambda x: (x * 2).astype(ml_dtypes.float8_e5m2))(x)
+    want = (x * 2).astype(ml_dtypes.float8_e5m2)
+    assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
