@@ -342,11 +342,15 @@ class DotThunk:
         threaded = m * k * n >= OPENBLAS_THREADED_GEMV if vector else m * k * n > OPENBLAS_THREADED
         self.controls = blas_thread_controls() if threaded and self.mode != "openblas" else None
         # A batch of products each large enough for OpenBLAS to thread (attention's per-head
-        # q @ k^T, p @ v) runs on one BLAS thread whatever the load: OpenBLAS's threads would
+        # q @ k^T, p @ v) runs on one BLAS thread while the cores are busy: OpenBLAS's threads
         # meet once per product, and each meeting waits for a thread the scheduler may not
         # run (4 heads of 128x128x64: 0.27 ms a call on one BLAS thread, 11 ms threaded with
-        # XLA's threads in the process).
+        # XLA's threads in the process).  On idle cores each product gets OpenBLAS's threads
+        # as NumPy's do, judged by one product's multiply-adds (``product_work``): 8 heads of
+        # 128x64 @ 64x128 f32 took 133 us threaded, 181 us on one thread, and 185-204 us split
+        # over the pool (its thread wakes too late for a call this short).
         self.batched = batch > 1
+        self.product_work = m * k * n
         # So does a thin GEMM -- a small output over a deep contraction (an MLP's 8-row batch
         # against a 30000x2000 weight) --, split over the pool along its longer side from
         # SPLIT_PRODUCT on: OpenBLAS's threads meet once per block of the contraction, and each
@@ -393,7 +397,9 @@ class DotThunk:
             return (1, self.split) if want == 1 else (want, None)
         if self.split is not None:
             return 1, self.split
-        return (1 if self.batched else threads_for_call(self.work, self.mode)), None
+        if self.batched:        # (one BLAS thread on busy cores; OpenBLAS's on idle ones)
+            return threads_for_call(self.product_work, self.mode), None
+        return threads_for_call(self.work, self.mode), None
 
     @classmethod
     def applies(cls, instr: Instruction) -> bool:

@@ -47,8 +47,10 @@ def how_it_runs(executable, instr: Instruction, thunk) -> str:
         return f"native kernel: {thunk.how}"
     if isinstance(thunk, DotThunk):
         split = f", {thunk.split[0]} split over the pool" if thunk.split else ""
-        threads = "" if thunk.controls is None else f", one BLAS thread{split}" if thunk.batched or \
-            thunk.mode == "one" or thunk.work < TWO_THREADS_PAY else f", one BLAS thread while the cores are busy{split}"
+        # (a batch's products are judged one by one; a split batch runs on one thread always)
+        work = thunk.product_work if thunk.batched else thunk.work
+        threads = "" if thunk.controls is None else f", one BLAS thread{split}" if thunk.batched and thunk.split or \
+            thunk.mode == "one" or work < TWO_THREADS_PAY else f", one BLAS thread while the cores are busy{split}"
         return f"library call: {thunk.how} (NumPy's BLAS{threads})"
     if instr.name in executable.library_calls:
         return {"sort": "library call: NumPy's stable argsort/lexsort",

@@ -59,9 +59,14 @@ def test_blas_calls_are_limited_or_split_as_their_size_says_and_agree(name, monk
 
 BATCHED = {                 # name: (shapes, split over the batch by default)
     # 4 heads of 128x64 @ 64x128: 4M multiply-adds (~70 us), each product one OpenBLAS would
-    # thread: one BLAS thread, not split
+    # thread and two threads pay for (1M >= TWO_THREADS_PAY): not split; one BLAS thread on
+    # busy cores, OpenBLAS's on idle ones
     "attention_heads": ([(4, 128, 64), (4, 64, 128)], False),
-    # 16 of them: 16M multiply-adds, at SPLIT_PRODUCT (lowered by the test): split over the batch
+    # 16 products OpenBLAS would thread (64x80x64 > OPENBLAS_THREADED) but two threads do not
+    # pay for (< TWO_THREADS_PAY), 5M in all: one BLAS thread whatever the load
+    "small_heads": ([(16, 64, 80), (16, 80, 64)], False),
+    # 16 of the attention heads: 16M multiply-adds, at SPLIT_PRODUCT (lowered by the test):
+    # split over the batch on one BLAS thread whatever the load
     "many_heads": ([(16, 128, 64), (16, 64, 128)], True),
     # many tiny products: none OpenBLAS would thread, whatever the total
     "tiny_products": ([(4096, 8, 8), (4096, 8, 16)], False),
@@ -72,17 +77,24 @@ TEST_SPLIT_PRODUCT = 16 * 128 * 64 * 128
 @needs_openblas
 @pytest.mark.parametrize("name", sorted(BATCHED))
 @pytest.mark.parametrize("workers", [1, 2])
-def test_batched_products_run_on_one_blas_thread_and_large_batches_split(name, workers, monkeypatch):
+@pytest.mark.parametrize("free", [2.0, 0.3])
+def test_batched_products_threads_by_load_and_large_batches_split(name, workers, free, monkeypatch):
     """Without NBXLA_BLAS_ONE_THREAD, a batch of products that OpenBLAS would each thread runs
-    on one OpenBLAS thread (the count restored after the call), split over the batch across
-    the pool only when it reaches SPLIT_PRODUCT multiply-adds and there is more than one core
-    (both sides of that threshold here); the result is NumPy's either way."""
+    on one OpenBLAS thread while other work keeps the cores busy (free = 0.3; the count
+    restored after the call) and on OpenBLAS's threads when they are idle (free = 2), where
+    each product is large enough for two threads to pay (judged per product: both sides of
+    TWO_THREADS_PAY here); split over the batch across the pool, on one thread, only when it
+    reaches SPLIT_PRODUCT multiply-adds and there is more than one core (both sides of that
+    threshold here); the result is NumPy's either way."""
     monkeypatch.delenv("NBXLA_BLAS_ONE_THREAD", raising=False)
     monkeypatch.setattr(cpu_kernels, "worker_count", lambda: workers)
     monkeypatch.setattr(cpu_kernels, "SPLIT_PRODUCT", TEST_SPLIT_PRODUCT)
+    monkeypatch.setattr(blas_threads.machine_load, "free_cores", lambda: free)
     # (products nbxla's own GEMM kernel would take stay with BLAS here: the test is of BLAS's threads)
     monkeypatch.setattr(native_dots, "MIN_PRODUCT", 1 << 62)
     shapes, split = BATCHED[name]
+    (batch, m, k), (_, _, n) = shapes
+    assert (m * k * n < blas_threads.TWO_THREADS_PAY) == (name in ("small_heads", "tiny_products"))
     rng = np.random.default_rng(1)
     args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     get, set_ = found
@@ -95,8 +107,15 @@ def test_batched_products_run_on_one_blas_thread_and_large_batches_split(name, w
             assert get() == 2
         dots = [s[0] for s in f.last_compilation.executable.native._plan[2] if isinstance(s[0], DotThunk)]
         assert len(dots) == 1
-        assert dots[0].call_plan()[0] == (0 if name == "tiny_products" else 1)
-        expected = ("batch", shapes[0][0], shapes[0][0]) if split and workers > 1 else None
-        assert dots[0].call_plan()[1] == expected
+        split_here = split and workers > 1
+        idle_threads = free >= 1.5 and name in ("attention_heads", "many_heads")
+        threads = 0 if name == "tiny_products" else 2 if idle_threads and not split_here else 1
+        expected = ("batch", batch, batch) if split_here else None
+        assert dots[0].call_plan() == (threads, expected)
+        # (the execution stage says which: on one thread always, or only while the cores are busy)
+        text = f.compiled_inputs(*args)[0].stage("execution")
+        load_dependent = name in ("attention_heads", "many_heads") and not split_here
+        assert ("one BLAS thread while the cores are busy" in text) == load_dependent
+        assert ("one BLAS thread" in text) == (name != "tiny_products")
     finally:
         set_(before)

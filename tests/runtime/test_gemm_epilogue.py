@@ -319,3 +319,39 @@ def test_folded_gemm_splits_its_accumulation(fn, m, n):
     _close(f(x, w, c), fn(x, w, c), np.float64)
     text = _execution(f, x, w, c)
     assert "?gemm" in text and "split over the pool" in text
+
+
+# --- C copied into a fresh output is scaled as it is copied (BLAS adds with beta = 1) --------
+
+def product_and_new_sum(A, B, C):
+    return 1.5 * (A @ B) + 1.2 * C
+
+
+def _betas_given_to_blas(monkeypatch) -> list:
+    calls = []
+    inner = gemm_epilogue.AccumulatingGemm._call
+
+    def recording(self, a, b, c, alpha, beta):
+        calls.append(float(np.real(beta)))
+        inner(self, a, b, c, alpha, beta)
+    monkeypatch.setattr(gemm_epilogue.AccumulatingGemm, "_call", recording)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+def test_c_copied_into_a_fresh_output_is_scaled_in_that_pass(dtype, monkeypatch):
+    """A new result (C not donated): C is scaled by beta as it is copied into the output and
+    the ?gemm adds with beta = 1 (it makes no pass over C of its own); C updated in place
+    (donated: f64 here) keeps beta in the ?gemm.  Results are NumPy's either way."""
+    betas = _betas_given_to_blas(monkeypatch)
+    A, B, C = _rand((200, 210), dtype, 0), _rand((210, 190), dtype, 1), _rand((200, 190), dtype, 2)
+    f = nbxla.jit(product_and_new_sum)
+    for _ in range(2):
+        _close(f(A, B, C), product_and_new_sum(A, B, C), np.dtype(dtype))
+    assert FOLDED in _execution(f, A, B, C)
+    assert betas and set(betas) == {1.0}
+    del betas[:]
+    A, B, C = (x.astype(np.float64) for x in (A.real, B.real, C.real))
+    got, g = _run_both(gemm, [1.5, 1.2, C, A, B], [2])
+    text = _execution(g, *got)
+    assert FOLDED in text and "donated" in text and betas and set(betas) == {1.2}
