@@ -349,6 +349,6 @@ def _rewrite_element(comp, loop, k, perm, uses, moved, after, outer_users, uncha
 
 def _clean_up(module: Module) -> None:
     """Fold what the moves left behind: a transpose back sliced by an edge step outside the loop
-    (the slice reads the moved array), an update read back at its window, duplicates."""
+    (the slice reads the moved array), duplicates."""
     AlgebraicSimplifier().run(module)
     CommonSubexpressionElimination().run(module)

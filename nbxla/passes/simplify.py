@@ -18,9 +18,7 @@ from ..hlo.evaluator import evaluate
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import NEVER_FOLD
 from ..hlo.shapes import LOW_PRECISION_DTYPES
-from .counter_ranges import loop_counters
 from .pipeline import Pass, instruction_ids, rename_new_instructions
-from .window_writes import is_read_back, reads_overwritten, same_values, write_covered_windows_once
 
 FOLD_LIMIT = 1024          # largest constant (in elements) folding may create
 OPERAND_FOLD_LIMIT = 1 << 16   # largest operand (in elements) folding may evaluate
@@ -55,8 +53,8 @@ def _is_negative_zero(instr) -> bool:
 class _Rewriter:
     """Creates replacement instructions placed before the one being rewritten."""
 
-    def __init__(self, at: Instruction, comp: Computation | None = None):
-        self.at, self.new, self.comp = at, [], comp
+    def __init__(self, at: Instruction):
+        self.at, self.new = at, []
 
     def op(self, opcode, *operands, shape, **attrs) -> Instruction:
         instr = Instruction(opcode, shape, operands, attrs, unique_name(opcode.replace("-", "_")),
@@ -210,14 +208,6 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
         # The same update at the same place twice (``a[..., 0] += v`` traces to a write of the
         # sum, then a write of the sum reshaped again): the second changes nothing.
         return ops[0]
-    if op == "dynamic-slice" and is_read_back(instr, ops[0]) and rw.comp is not None \
-            and not reads_overwritten(ops[0].operands[1], rw.comp):
-        # Reading back the window just written: the update's value.  Exact, clamping included
-        # (``is_read_back``).  Only where the value reads no array an update here overwrites:
-        # fusion may compute it again where the read was, after the update, and the update
-        # would lose its in-place kernel (``window_writes``; a value that reads the array is
-        # taken where the update merges into one covering it, ``write_covered_windows_once``).
-        return ops[0].operands[1]
     if op == "copy" and ops[0].opcode != "parameter":
         return ops[0]
     if op == "opt-barrier":
@@ -234,7 +224,18 @@ def _simplify(instr: Instruction, rw: _Rewriter) -> Instruction | None:
     return None
 
 
-_same_values = same_values
+def _same_values(a: list[Instruction], b: list[Instruction]) -> bool:
+    """Are ``a`` and ``b`` the same values one by one (before CSE has merged them): the same
+    instructions, equal scalar constants, or reshapes of the same value to the same shape?"""
+    def same(x, y):
+        if x is y:
+            return True
+        if x.opcode != y.opcode or x.shape != y.shape:
+            return False
+        if x.opcode == "constant":
+            return x.shape.rank == 0 and x.literal.tolist() == y.literal.tolist()
+        return x.opcode == "reshape" and same(x.operands[0], y.operands[0])
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
 def _widens(src: Shape, mid: Shape) -> bool:
@@ -265,31 +266,15 @@ class _RewritePass(Pass):
 
     def run(self, module: Module) -> bool:
         before, changed = instruction_ids(module), False
-        counters = None
         for comp in module.computations:
             changed |= _rewrite_computation(comp, type(self).rule)
-            if self.has_after_rules:
-                counters = loop_counters(module) if counters is None else counters
-                changed |= self.after_rules(comp, counters)
         rename_new_instructions(module, before)
         return changed
-
-    has_after_rules = False
-
-    def after_rules(self, comp: Computation, counters: dict) -> bool:
-        return False
 
 
 class AlgebraicSimplifier(_RewritePass):
     name = "algsimp"
     rule = staticmethod(_simplify)
-
-    has_after_rules = True
-
-    def after_rules(self, comp: Computation, counters: dict) -> bool:
-        # (``counters``: the counted loops' counter ranges, from the first computation's turn
-        # on: the rules keep a loop's counter, start and trip count as they are)
-        return write_covered_windows_once(comp, counters)
 
 
 def _rewrite_computation(comp: Computation, rule) -> bool:
@@ -299,7 +284,7 @@ def _rewrite_computation(comp: Computation, rule) -> bool:
     order: list[Instruction] = []
     for instr in comp.instructions:
         instr.operands = [replace.get(id(o), o) for o in instr.operands]
-        rw = _Rewriter(instr, comp)
+        rw = _Rewriter(instr)
         new = rule(instr, rw)
         for n in rw.new:
             n.parent = comp

@@ -143,21 +143,6 @@ def _simplified_at(build, shape=(4, 5, 6)):
     return result.module.entry
 
 
-def test_a_window_read_back_at_the_same_dynamic_start_is_the_update():
-    """A value computed from nothing the update overwrites (here from the index alone) is read
-    back as itself and the update dies; a value read from ``x`` itself is not forwarded (fusion
-    could compute it again after the update, which would then copy ``x``: see
-    ``passes/window_writes``), and the update and its read-back stay."""
-    def build(b, x, i, from_x):
-        upd = b.op("negate", _window(b, x, i)) if from_x else \
-            b.op("broadcast", b.op("convert", i, shape=Shape("f64", ())), shape=Shape("f64", (4, 5, 1)), dimensions=())
-        return b.op("multiply", _window(b, _dynamic_update(b, x, upd, i), i), upd)
-    entry = _simplified_at(lambda b, x, i: build(b, x, i, False))
-    assert all(op.opcode != "dynamic-update-slice" for op in entry.instructions)
-    entry = _simplified_at(lambda b, x, i: build(b, x, i, True))
-    assert any(op.opcode == "dynamic-update-slice" for op in entry.instructions)
-
-
 def test_windows_at_other_starts_keep_both_updates():
     def build(b, x, i):
         first = b.op("negate", _window(b, x, i))
