@@ -223,6 +223,9 @@ def emit_reduction_kernel(module: ir.Module, name: str, comp: Computation) -> Ke
         tuples = {}
         outer_index = delinearize(b, o, plan.outer_dims)
         for n, r in enumerate(plan.reduces):
+            # (values emitted in the previous reduction's loop do not dominate what follows it:
+            # a bound two masked reductions share, trmm's ``i + 1``, is emitted again)
+            em.reset_memo()
             reuse = None
             if first is not None and r is kept_phase:
                 reuse = reuse_first

@@ -288,3 +288,58 @@ def test_complex_and_f32_masked_sums_compile_and_agree():
         for lo, hi in [(0, 24), (5, 11), (12, 3)]:
             got, want, _ = _run_both(text, [x, np.int64(lo), np.int64(hi)])
             np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+# Two dots masked by one bound ``lo + 1`` (trmm's ``A[i + 1:, i] @ B[i + 1:, j]`` for two j, as
+# the simplifier leaves its unrolled inner loop): one fusion, the bound emitted for the first
+# reduction's range, again inside its loop, and needed for the second reduction's range.
+_TWO_MASKED_DOTS = """
+HloModule two_masked_dots
+add {
+  a = f64[] parameter(0)
+  b = f64[] parameter(1)
+  ROOT s = f64[] add(a, b)
+}
+ENTRY main {
+  x = f64[3,@N] parameter(0)
+  lo = s64[] parameter(1)
+  one = s64[] constant(1)
+  lo1 = s64[] add(lo, one)
+  r0 = f64[1,@N] slice(x), slice={[0:1], [0:@N]}
+  r1 = f64[1,@N] slice(x), slice={[1:2], [0:@N]}
+  r2 = f64[1,@N] slice(x), slice={[2:3], [0:@N]}
+  u = f64[@N] reshape(r0)
+  v = f64[@N] reshape(r1)
+  w = f64[@N] reshape(r2)
+  iota = s64[@N] iota(), iota_dimension=0
+  blo = s64[@N] broadcast(lo1), dimensions={}
+  mask = pred[@N] compare(iota, blo), direction=GE
+  zero = f64[] constant(0)
+  zeros = f64[@N] broadcast(zero), dimensions={}
+  mu = f64[@N] select(mask, u, zeros)
+  mv = f64[@N] select(mask, v, zeros)
+  mw = f64[@N] select(mask, w, zeros)
+  p = f64[@N] multiply(mu, mv)
+  q = f64[@N] multiply(mu, mw)
+  d0 = f64[] reduce(p, zero), dimensions={0}, to_apply=add
+  d1 = f64[] reduce(q, zero), dimensions={0}, to_apply=add
+  ROOT out = (s64[], f64[], f64[]) tuple(lo1, d0, d1)
+}
+"""
+
+
+@pytest.mark.parametrize("n", [4, 3000])
+def test_two_masked_reductions_sharing_a_bound_compile_and_match_the_evaluator(n):
+    """Each reduction's range is computed after the previous reduction's loop: a bound the
+    emitter had memoized inside that loop does not dominate it (LLVM's verifier refused the
+    module: 'Instruction does not dominate all uses').  A short row and a long one (LLVM
+    vectorizes the loops of the long one)."""
+    text = _TWO_MASKED_DOTS.replace("@N", str(n))
+    x = np.random.default_rng(3).standard_normal((3, n))
+    cpu = compile_module(parse_hlo(text), "cpu")
+    ref = compile_module(parse_hlo(text), "evaluator")
+    assert cpu.executable.native.interpreted == {}
+    for lo in (-2, 0, 1, n // 2, n - 1, n + 3):
+        args = [x, np.int64(lo)]
+        for got, want in zip(cpu.executable.run(args), ref.executable.run(args)):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
