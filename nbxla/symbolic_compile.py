@@ -41,6 +41,7 @@ from .codegen.run_sizes import smallest_sizes
 from .runtime.conv_epilogue import fold_convolution_epilogues
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
 from .runtime.symbolic_loops import SymbolicLoops, loops_for
+from .symbolic_machine_code import earlier_machine_code
 from .runtime.executable import cpu_executable, resolve_device
 
 _CONTROL = ("while", "conditional", "call")
@@ -361,7 +362,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     kernels: the ``Compilation`` record and each kernel's ``KernelSizes``.  ``earlier``: a static
     ``Compilation`` at ``module2``'s sizes, whose optimized module is used (a copy) in place of
     optimizing ``module2`` when it is the same program, and whose machine code is used when
-    its kernels are the same code (``_earlier_machine_code``); ``fallback()``:
+    its kernels are the same code (``symbolic_machine_code``); ``fallback()``:
     (an optimized module, its probe) to compare with when neither gives the same code."""
     start = time.perf_counter()
     pipe1 = optimize(module1)
@@ -388,7 +389,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
             if kind == "earlier":
                 # The first probe takes the earlier compile's names: its kernels are then the
                 # same text as the earlier compile's where they are the same code, and its
-                # machine code serves (``_earlier_machine_code``).
+                # machine code serves (``symbolic_machine_code``).
                 emitted = None
                 symbolic_optimized = generalize_module(other, pipe1.module, {probe(h): n for h, n in by_size.items()},
                                                        {probe(h): h for h in by_size}.__getitem__)
@@ -410,7 +411,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
                 other_probe = second_probe
             extents = _same_kernels(emitted, kernel_llvm_ir(other), by_size, other_probe)
             if kind == "earlier":
-                machine_code = _earlier_machine_code(emitted, earlier, pipe1.module)
+                machine_code = earlier_machine_code(emitted, earlier, pipe1.module)
             break
         except SymbolicDimensionError:
             if names is not None:
@@ -459,23 +460,6 @@ def _restore_names(names: list) -> None:
         comp.name = name
         for instr, instr_name in instructions:
             instr.name = instr_name
-
-
-def _earlier_machine_code(emitted, earlier, probe_module):
-    """(the earlier compile's kernels with ``emitted``'s specs, its kernel symbols) when
-    ``emitted`` (the first probe's kernels, named as the earlier compile's) is the very LLVM IR
-    the earlier compile compiled, else None.  Why: the same text is the same machine code, and
-    LLVM is most of a small program's compile time.  (Kernels the earlier compile made light
-    are compared as light: the probe ``probe_module``'s emitted so.)"""
-    native = getattr(earlier.executable, "native", None)
-    kernels = getattr(native, "kernels", None)
-    if kernels is None or emitted.unsupported or kernels.unsupported or native.loops:
-        return None
-    if kernels.light:
-        emitted = kernel_llvm_ir(probe_module, kernels.light)
-    if _DATALAYOUT.sub("", emitted.text) != _DATALAYOUT.sub("", kernels.llvm_ir):
-        return None
-    return replace(kernels, specs=dict(emitted.specs)), dict(native.kernel_symbols)
 
 
 def _same_kernels(emitted, emitted2, by_size: dict[int, str], probe) -> dict[str, "KernelSizes"]:
