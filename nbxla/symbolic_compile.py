@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from .compile_clock import stage
 from .compiler import Compilation
 from .frontend.observed_sizes import compare_observations
 from .frontend.trace import TracedProgram, is_array_leaf
@@ -365,7 +366,8 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     its kernels are the same code (``symbolic_machine_code``); ``fallback()``:
     (an optimized module, its probe) to compare with when neither gives the same code."""
     start = time.perf_counter()
-    pipe1 = optimize(module1)
+    with stage("passes"):
+        pipe1 = optimize(module1)
     _check_kernel_ranges(pipe1.module, by_size)
     if _fold_convolutions(pipe1.module):
         pipe1.facts["buffer-assignment"] = plan_buffers(pipe1.module)
@@ -548,7 +550,8 @@ def _optimize_probe(module):
     keeps those for the record; this one is never run or shown)."""
     pipeline = default_pipeline()
     passes = [p for p in pipeline.passes if not isinstance(p, BufferAssignment)]
-    return Pipeline(passes, verify=False, record_text=False).run(module)
+    with stage("passes"):
+        return Pipeline(passes, verify=False, record_text=False).run(module)
 
 
 def _check_program(program: TracedProgram) -> None:
