@@ -38,6 +38,7 @@ from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, bind_symbols, g
                            symbols_of_module, upper_probes)
 from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
+from .passes.imported_fusions import split_dots_of_unknown_size
 from .codegen.run_sizes import smallest_sizes
 from .runtime.conv_epilogue import fold_convolution_epilogues
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
@@ -506,6 +507,8 @@ def compile_symbolic_module(module, at: dict[str, int] | None = None, device: st
         hints[name] = size
     by_size = {size: name for name, size in hints.items()}
     start = time.perf_counter()
+    module = clone_module(module)           # (the caller's module stays as it was given)
+    split_dots_of_unknown_size(module)
     module1 = bind_module(module, hints)
     module2 = bind_module(module, {name: second_probe(size) for name, size in hints.items()})
     bind_ms = (time.perf_counter() - start) * 1e3
