@@ -33,8 +33,8 @@ from .frontend.observed_sizes import compare_observations
 from .frontend.trace import TracedProgram, is_array_leaf
 from .hlo.shapes import SymDim, SymbolicDimensionError
 from .hlo.ir import clone_module
-from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, bind_symbols, generalize_module,
-                           lift_size_constants, mark_unknown_axes, second_probe, size_from_probes,
+from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, generalize_module, lift_size_constants,
+                           mark_unknown_axes, second_probe, size_from_probes, symbol_reader,
                            symbols_of_module, upper_probes)
 from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
@@ -71,6 +71,7 @@ class SymbolicProgram:
     # The entry's loops compiled for every size (``runtime/symbolic_loops``), or why they run
     # from the host ("" when the program has none)
     loops: object = ""
+    read_symbols: object = None         # (``run_symbolic``'s reader of the symbols' values)
     _instances: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -522,7 +523,9 @@ def compile_symbolic_module(module, at: dict[str, int] | None = None, device: st
 def run_symbolic(program: SymbolicProgram, inputs: list) -> list:
     """A module's ``SymbolicProgram`` (``compile_symbolic_module``) on arguments of any size >= 2
     of its symbols (``SymbolicDimensionError`` below: the caller compiles that size itself)."""
-    values = bind_symbols(program.compilation.hlo, inputs)
+    if program.read_symbols is None:
+        program.read_symbols = symbol_reader(program.compilation.hlo)
+    values = program.read_symbols(inputs)
     if any(n < program.lower.get(name, 2) for name, n in values.items()):
         raise SymbolicDimensionError(f"sizes {values}: 0 and 1 are specialised")
     return program.instance(values).executable.run(inputs)
