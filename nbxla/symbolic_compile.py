@@ -72,6 +72,9 @@ class SymbolicProgram:
     # from the host ("" when the program has none)
     loops: object = ""
     read_symbols: object = None         # (``run_symbolic``'s reader of the symbols' values)
+    # Executables made while compiling (``_make_instance_now``), by sizes: the first instance at
+    # those sizes takes one instead of planning and building it again
+    _premade: dict = field(default_factory=dict)
     _instances: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -90,6 +93,20 @@ class SymbolicProgram:
 
     def _new_instance(self, key: tuple, values: dict[str, int]) -> Compilation:
         start = time.perf_counter()
+        base = self.compilation
+        executable = self._premade.pop(key, None)
+        if executable is None:
+            executable = self._executable_at(values)
+        found = replace(base, executable=executable, _stage_text={})
+        self.instance_ms += (time.perf_counter() - start) * 1e3
+        if len(self._instances) >= MAX_INSTANCES:
+            self._instances.pop(next(iter(self._instances)))
+        self._instances[key] = found
+        return found
+
+    def _executable_at(self, values: dict[str, int]):
+        """The executable at these sizes: the entry bound to them, its buffers planned, its
+        thunks over the machine code compiled once."""
         base = self.compilation
         # (control flow runs computations of its own, whose shapes the host's loop reads, and
         # a convolution folded into a fusion runs as a library call that reads the fusion's
@@ -110,12 +127,7 @@ class SymbolicProgram:
                                                   loop_thunks=loop_thunks))
         if self.sizes:
             _give_sizes(executable, [np.asarray(size.bind(values), dtype) for size, dtype in self.sizes])
-        found = replace(base, executable=executable, _stage_text={})
-        self.instance_ms += (time.perf_counter() - start) * 1e3
-        if len(self._instances) >= MAX_INSTANCES:
-            self._instances.pop(next(iter(self._instances)))
-        self._instances[key] = found
-        return found
+        return executable
 
     @property
     def has_control_flow(self) -> bool:
@@ -294,12 +306,13 @@ def _make_instance_now(program: SymbolicProgram, values: dict[str, int]) -> None
     (``the unknown size 800*b used as a number``) then refuses the compile -- the program is
     compiled for its concrete sizes -- instead of failing the call that runs it."""
     try:
-        program.instance(values)
+        executable = program._executable_at(values)
     except SymbolicDimensionError as e:
         raise SymbolicDimensionError(f"the runtime needs a size as a number ({e})") from None
-    # (not kept: the caller completes the compilation's record -- its dimensions, guards --
-    # which instances copy when made)
-    program._instances.clear()
+    # (the executable is kept, not the instance: the caller completes the compilation's record
+    # -- its dimensions, guards -- which an instance copies when it is made; its time is the
+    # compile's, not ``instance_ms``)
+    program._premade[tuple(sorted(values.items()))] = executable
 
 
 def _native_loops(compilation):
