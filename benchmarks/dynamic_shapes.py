@@ -12,7 +12,10 @@ installed).  Printed: compilations (cache misses), the sweep's total time (first
 compiling, running) and that time over one static compile of the same program made just before
 it (the median of ``--compile-rounds`` interleaved rounds of (one static compile, the sweeps): a
 pair sees the same load; the minimum over rounds of each would compare a quiet moment of the
-short static compile with a busier one of the longer sweep).  The persistent
+short static compile with a busier one of the longer sweep).  Beside it the same ratio in CPU
+time (``process_time``, all threads): the sweep's calls (compiles, instances, runs) over the
+call that made the static compile -- on a loaded machine the wall clock mostly measures the
+wait for a core.  The persistent
 code cache is off (``NBXLA_CACHE_DIR=off``) so that every compile is a real one.
 
 Part 2, per program and size (64, 512, 4096 rows): steady-state time of the symbolic program
@@ -124,23 +127,24 @@ def sweep(name, contender, sizes):
     build, make = PROGRAMS[name]
     if contender == "jax":
         f = jax.jit(build(jnp))
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for n in sizes:
             jax.block_until_ready(f(*make(n)))
         seconds = time.perf_counter() - start
-        return len(sizes), seconds, None, seconds           # (jax.jit: one compile per shape)
+        return len(sizes), seconds, None, seconds, time.process_time() - start_cpu   # (one compile per shape)
     cache = CompilationCache()
     f = nbxla.jit(build(np), cache=cache, dynamic={"auto": None, "true": True, "false": False}[contender])
-    seconds = 0.0
+    seconds = cpu = 0.0
     for n in sizes:
         args = make(n)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         got = f(*args)
         seconds += time.perf_counter() - start
+        cpu += time.process_time() - start_cpu
         expected = build(np)(*args)             # (results equal NumPy's at every size)
         for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
             np.testing.assert_allclose(g, e, rtol=2e-4, atol=1e-5, err_msg=f"{name} at size {n}")
-    return cache.misses, seconds, cache, compile_seconds(cache)
+    return cache.misses, seconds, cache, compile_seconds(cache), cpu
 
 
 def compile_seconds(cache) -> float:
@@ -153,11 +157,14 @@ def compile_seconds(cache) -> float:
 
 
 def one_compile(name, n=40):
-    """The compile time of a static program at one size (a fresh compile)."""
+    """The compile time of a static program at one size (a fresh compile), and the CPU time of
+    the call that compiled it (all the process's threads)."""
     build, make = PROGRAMS[name]
     cache = CompilationCache()
-    nbxla.jit(build(np), cache=cache, dynamic=False)(*make(n))
-    return cache.entries()[0].compile_seconds
+    args = make(n)
+    start_cpu = time.process_time()
+    nbxla.jit(build(np), cache=cache, dynamic=False)(*args)
+    return cache.entries()[0].compile_seconds, time.process_time() - start_cpu
 
 
 def steady(name, sizes, repeats, calls):
@@ -208,7 +215,10 @@ def main(argv=None):
           "entries' compile times + symbolic instances; jax: the sweep's wall time), that over one static "
           f"compile (median of per-round ratios), and the sweep's wall ms (min over {args.compile_rounds} "
           "interleaved rounds)")
-    print(f"{'program':<16}{'one compile ms':>15}" + "".join(f"{c:>30}" for c in contenders))
+    print("  (each cell: compilations, compile ms, compile time over one static compile's, the same in CPU time "
+          "-- the sweep's calls over the static compile's call, all threads: on a loaded machine the wall clock "
+          "mostly measures the wait for a core --, the sweep's wall ms)")
+    print(f"{'program':<16}{'one compile ms':>15}" + "".join(f"{c:>36}" for c in contenders))
     notes = []
     for name in names:
         # Interleaved rounds (one static compile, then each contender's sweep), the minimum
@@ -217,14 +227,16 @@ def main(argv=None):
         # The ratio is the median over rounds of (the contender's compile time) / (the static
         # compile made just before it): each pair saw the same load.
         one, results, ratios = float("inf"), {}, {c: [] for c in contenders}
+        cpu_ratios = {c: [] for c in contenders}
         for r in range(args.compile_rounds):
-            this_one = one_compile(name)
+            this_one, this_cpu = one_compile(name)
             one = min(one, this_one)
             for c in contenders:
                 if r and c in ("false", "jax"):
                     continue
                 result = sweep(name, c, sizes)
                 ratios[c].append(result[3] / this_one)
+                cpu_ratios[c].append(result[4] / this_cpu)
                 if c not in results or result[3] < results[c][3]:
                     results[c] = result
         cells = []
@@ -232,7 +244,8 @@ def main(argv=None):
             result = results[c]
             count, wall, compiled = result[0], result[1], result[3]
             ratio = sorted(ratios[c])[len(ratios[c]) // 2]
-            cells.append(f"{count:>4} {compiled * 1e3:>8.0f} {ratio:>6.1f}x {wall * 1e3:>7.0f}")
+            cpu_ratio = sorted(cpu_ratios[c])[len(cpu_ratios[c]) // 2]
+            cells.append(f"{count:>4} {compiled * 1e3:>8.0f} {ratio:>5.2f}x {cpu_ratio:>5.2f}x {wall * 1e3:>7.0f}")
             if c == "auto":
                 entries = result[2].entries()
                 sym = [e for e in entries if "symbolic" in e.explanation]
@@ -240,7 +253,7 @@ def main(argv=None):
                                    if sig[0] == "array") if sym else ""
                 notes.append(f"  {name}: " + (f"symbolic entry {arrays} ({sym[0].hits} hits)" if sym else
                                                "no symbolic entry: " + entries[-1].explanation[:160]))
-        print(f"{name:<16}{one * 1e3:>15.0f}" + "".join(f"{c:>30}" for c in cells))
+        print(f"{name:<16}{one * 1e3:>15.0f}" + "".join(f"{c:>36}" for c in cells))
     print("\n".join(notes))
     print(f"\nPart 2: steady state, min over {args.repeats} interleaved rounds of {args.calls} calls (us per call)")
     print(f"{'program':<16}{'rows':>6}{'symbolic':>10}{'static':>10}{'jax':>10}{'static/symbolic':>17}")

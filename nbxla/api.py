@@ -418,8 +418,9 @@ class CompiledFunction:
             fn = convert_function(self.fn) if not captured else self._traceable()
 
             def trace_at(arg_leaves, log):
-                return trace(fn, arg_leaves, treedef, name=_module_name(self.fn), leaf_names=names(),
-                             argument_views=True, size_observations=log)
+                with stage("trace"):
+                    return trace(fn, arg_leaves, treedef, name=_module_name(self.fn), leaf_names=names(),
+                                 argument_views=True, size_observations=log)
             return compile_symbolic(trace_at, leaves, marks, device,
                                     earlier=self._dims.earlier((key[1], key[2], key[4], key[5]), signature))
 
@@ -429,7 +430,8 @@ class CompiledFunction:
         if sym is None:
             return None, note
         program = sym.program
-        compilation = program.instance(program.values_of(leaves))
+        with stage("runtime-setup"):        # (an instance: a new size's plan and thunks)
+            compilation = program.instance(program.values_of(leaves))
         self.last_compilation = compilation
         return (CompiledProgram(program.program, compilation), leaves, sym.entry, treedef), ""
 

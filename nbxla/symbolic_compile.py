@@ -27,20 +27,23 @@ from typing import Callable
 
 import numpy as np
 
+from .compile_clock import stage
 from .compiler import Compilation
 from .frontend.observed_sizes import compare_observations
 from .frontend.trace import TracedProgram, is_array_leaf
 from .hlo.shapes import SymDim, SymbolicDimensionError
 from .hlo.ir import clone_module
-from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, bind_symbols, generalize_module,
-                           lift_size_constants, mark_unknown_axes, second_probe, size_from_probes,
+from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, generalize_module, lift_size_constants,
+                           mark_unknown_axes, second_probe, size_from_probes, symbol_reader,
                            symbols_of_module, upper_probes)
 from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
+from .passes.imported_fusions import split_dots_of_unknown_size
 from .codegen.run_sizes import smallest_sizes
 from .runtime.conv_epilogue import fold_convolution_epilogues
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
 from .runtime.symbolic_loops import SymbolicLoops, loops_for
+from .symbolic_machine_code import earlier_machine_code
 from .runtime.executable import cpu_executable, resolve_device
 
 _CONTROL = ("while", "conditional", "call")
@@ -68,6 +71,10 @@ class SymbolicProgram:
     # The entry's loops compiled for every size (``runtime/symbolic_loops``), or why they run
     # from the host ("" when the program has none)
     loops: object = ""
+    read_symbols: object = None         # (``run_symbolic``'s reader of the symbols' values)
+    # Executables made while compiling (``_make_instance_now``), by sizes: the first instance at
+    # those sizes takes one instead of planning and building it again
+    _premade: dict = field(default_factory=dict)
     _instances: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -86,6 +93,20 @@ class SymbolicProgram:
 
     def _new_instance(self, key: tuple, values: dict[str, int]) -> Compilation:
         start = time.perf_counter()
+        base = self.compilation
+        executable = self._premade.pop(key, None)
+        if executable is None:
+            executable = self._executable_at(values)
+        found = replace(base, executable=executable, _stage_text={})
+        self.instance_ms += (time.perf_counter() - start) * 1e3
+        if len(self._instances) >= MAX_INSTANCES:
+            self._instances.pop(next(iter(self._instances)))
+        self._instances[key] = found
+        return found
+
+    def _executable_at(self, values: dict[str, int]):
+        """The executable at these sizes: the entry bound to them, its buffers planned, its
+        thunks over the machine code compiled once."""
         base = self.compilation
         # (control flow runs computations of its own, whose shapes the host's loop reads, and
         # a convolution folded into a fusion runs as a library call that reads the fusion's
@@ -106,12 +127,7 @@ class SymbolicProgram:
                                                   loop_thunks=loop_thunks))
         if self.sizes:
             _give_sizes(executable, [np.asarray(size.bind(values), dtype) for size, dtype in self.sizes])
-        found = replace(base, executable=executable, _stage_text={})
-        self.instance_ms += (time.perf_counter() - start) * 1e3
-        if len(self._instances) >= MAX_INSTANCES:
-            self._instances.pop(next(iter(self._instances)))
-        self._instances[key] = found
-        return found
+        return executable
 
     @property
     def has_control_flow(self) -> bool:
@@ -290,12 +306,13 @@ def _make_instance_now(program: SymbolicProgram, values: dict[str, int]) -> None
     (``the unknown size 800*b used as a number``) then refuses the compile -- the program is
     compiled for its concrete sizes -- instead of failing the call that runs it."""
     try:
-        program.instance(values)
+        executable = program._executable_at(values)
     except SymbolicDimensionError as e:
         raise SymbolicDimensionError(f"the runtime needs a size as a number ({e})") from None
-    # (not kept: the caller completes the compilation's record -- its dimensions, guards --
-    # which instances copy when made)
-    program._instances.clear()
+    # (the executable is kept, not the instance: the caller completes the compilation's record
+    # -- its dimensions, guards -- which an instance copies when it is made; its time is the
+    # compile's, not ``instance_ms``)
+    program._premade[tuple(sorted(values.items()))] = executable
 
 
 def _native_loops(compilation):
@@ -361,10 +378,11 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     kernels: the ``Compilation`` record and each kernel's ``KernelSizes``.  ``earlier``: a static
     ``Compilation`` at ``module2``'s sizes, whose optimized module is used (a copy) in place of
     optimizing ``module2`` when it is the same program, and whose machine code is used when
-    its kernels are the same code (``_earlier_machine_code``); ``fallback()``:
+    its kernels are the same code (``symbolic_machine_code``); ``fallback()``:
     (an optimized module, its probe) to compare with when neither gives the same code."""
     start = time.perf_counter()
-    pipe1 = optimize(module1)
+    with stage("passes"):
+        pipe1 = optimize(module1)
     _check_kernel_ranges(pipe1.module, by_size)
     if _fold_convolutions(pipe1.module):
         pipe1.facts["buffer-assignment"] = plan_buffers(pipe1.module)
@@ -388,7 +406,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
             if kind == "earlier":
                 # The first probe takes the earlier compile's names: its kernels are then the
                 # same text as the earlier compile's where they are the same code, and its
-                # machine code serves (``_earlier_machine_code``).
+                # machine code serves (``symbolic_machine_code``).
                 emitted = None
                 symbolic_optimized = generalize_module(other, pipe1.module, {probe(h): n for h, n in by_size.items()},
                                                        {probe(h): h for h in by_size}.__getitem__)
@@ -410,7 +428,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
                 other_probe = second_probe
             extents = _same_kernels(emitted, kernel_llvm_ir(other), by_size, other_probe)
             if kind == "earlier":
-                machine_code = _earlier_machine_code(emitted, earlier, pipe1.module)
+                machine_code = earlier_machine_code(emitted, earlier, pipe1.module)
             break
         except SymbolicDimensionError:
             if names is not None:
@@ -461,23 +479,6 @@ def _restore_names(names: list) -> None:
             instr.name = instr_name
 
 
-def _earlier_machine_code(emitted, earlier, probe_module):
-    """(the earlier compile's kernels with ``emitted``'s specs, its kernel symbols) when
-    ``emitted`` (the first probe's kernels, named as the earlier compile's) is the very LLVM IR
-    the earlier compile compiled, else None.  Why: the same text is the same machine code, and
-    LLVM is most of a small program's compile time.  (Kernels the earlier compile made light
-    are compared as light: the probe ``probe_module``'s emitted so.)"""
-    native = getattr(earlier.executable, "native", None)
-    kernels = getattr(native, "kernels", None)
-    if kernels is None or emitted.unsupported or kernels.unsupported or native.loops:
-        return None
-    if kernels.light:
-        emitted = kernel_llvm_ir(probe_module, kernels.light)
-    if _DATALAYOUT.sub("", emitted.text) != _DATALAYOUT.sub("", kernels.llvm_ir):
-        return None
-    return replace(kernels, specs=dict(emitted.specs)), dict(native.kernel_symbols)
-
-
 def _same_kernels(emitted, emitted2, by_size: dict[int, str], probe) -> dict[str, "KernelSizes"]:
     """Each kernel's ``KernelSizes``, requiring the two probes' kernels to be the same code
     planned the same way, with ranges (and sizes read) that scale with one symbol."""
@@ -520,6 +521,8 @@ def compile_symbolic_module(module, at: dict[str, int] | None = None, device: st
         hints[name] = size
     by_size = {size: name for name, size in hints.items()}
     start = time.perf_counter()
+    module = clone_module(module)           # (the caller's module stays as it was given)
+    split_dots_of_unknown_size(module)
     module1 = bind_module(module, hints)
     module2 = bind_module(module, {name: second_probe(size) for name, size in hints.items()})
     bind_ms = (time.perf_counter() - start) * 1e3
@@ -533,7 +536,9 @@ def compile_symbolic_module(module, at: dict[str, int] | None = None, device: st
 def run_symbolic(program: SymbolicProgram, inputs: list) -> list:
     """A module's ``SymbolicProgram`` (``compile_symbolic_module``) on arguments of any size >= 2
     of its symbols (``SymbolicDimensionError`` below: the caller compiles that size itself)."""
-    values = bind_symbols(program.compilation.hlo, inputs)
+    if program.read_symbols is None:
+        program.read_symbols = symbol_reader(program.compilation.hlo)
+    values = program.read_symbols(inputs)
     if any(n < program.lower.get(name, 2) for name, n in values.items()):
         raise SymbolicDimensionError(f"sizes {values}: 0 and 1 are specialised")
     return program.instance(values).executable.run(inputs)
@@ -564,7 +569,8 @@ def _optimize_probe(module):
     keeps those for the record; this one is never run or shown)."""
     pipeline = default_pipeline()
     passes = [p for p in pipeline.passes if not isinstance(p, BufferAssignment)]
-    return Pipeline(passes, verify=False, record_text=False).run(module)
+    with stage("passes"):
+        return Pipeline(passes, verify=False, record_text=False).run(module)
 
 
 def _check_program(program: TracedProgram) -> None:

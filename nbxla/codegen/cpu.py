@@ -426,8 +426,9 @@ def emit_llvm_ir(module_name: str, fusions: list[tuple[str, Computation]],
                  in_place: frozenset = frozenset()) -> EmittedKernels:
     """The LLVM IR text (unoptimized) and the specs of the kernels, as ``compile_kernels``
     would compile them, without compiling."""
-    ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light, in_place)
-    return EmittedKernels(str(ir_module), specs, unsupported)
+    with stage("llvm-ir"):
+        ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light, in_place)
+        return EmittedKernels(str(ir_module), specs, unsupported)
 
 
 def _with_data_layout(text: str, layout: str) -> str:

@@ -203,6 +203,32 @@ def bind_symbols(module: Module, args) -> dict[str, int]:
     return values
 
 
+def symbol_reader(module: Module):
+    """``bind_symbols`` for one module, its parameters examined once: a function of the
+    arguments giving every symbol's value.  Why: ``bind_symbols`` examines each parameter's
+    shape on every call (15 us a call, against 1.6 us for the kernels of a small dense layer
+    at 8 rows).  An argument that does not fit is handed to ``bind_symbols``, whose error names it."""
+    places = []
+    for param in module.entry.parameters:
+        if param.shape.is_tuple or not is_symbolic(param.shape):
+            continue
+        dims = [(d, s.coeff, s.name) for d, s in enumerate(param.shape.dims) if isinstance(s, SymDim)]
+        places.append((param.parameter_number, param.shape.rank, dims))
+
+    def read(args) -> dict[str, int]:
+        values: dict[str, int] = {}
+        for number, rank, dims in places:
+            shape = getattr(args[number], "shape", None)
+            if shape is None or len(shape) != rank:
+                return bind_symbols(module, args)
+            for d, coeff, name in dims:
+                value, rest = divmod(shape[d], coeff)
+                if rest or values.setdefault(name, value) != value:
+                    return bind_symbols(module, args)
+        return values
+    return read
+
+
 def bind_module(module: Module, values: dict[str, int]) -> Module:
     """A concrete copy of a symbolic module: every unknown dimension replaced by its size."""
     comp_map = {id(comp): Computation(comp.name) for comp in module.computations}

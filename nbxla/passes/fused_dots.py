@@ -87,11 +87,31 @@ def dot_contraction(dot: Instruction) -> int | None:
 
 
 def keeps_native(comp: Computation) -> bool:
-    """Is the fused computation ``comp`` (which holds a dot) best kept as one native kernel?"""
+    """Is the fused computation ``comp`` (which holds a dot) best kept as one native kernel?
+    Not where one product's size is unknown (``product_size_unknown``): see there."""
     dot = fused_dot(comp)
     if dot is None or dot_epilogue_refusal(comp) is not None:
         return False
-    return dot.shape.element_type not in _BLAS_RESULT_TYPES or dot_work(dot)[1] <= SMALL_DOT_WORK
+    if dot.shape.element_type not in _BLAS_RESULT_TYPES:
+        return True
+    return not product_size_unknown(dot) and dot_work(dot)[1] <= SMALL_DOT_WORK
+
+
+def product_size_unknown(dot: Instruction) -> bool:
+    """Does one matrix product of ``dot`` have an unknown dimension (``f32[b,64] @ f32[64,32]``:
+    m is the batch ``b``)?  Such a fused dot is split for every size -- a BLAS call and an
+    epilogue kernel, as a static compile splits it from SMALL_DOT_WORK on -- because a program
+    for unknown sizes decided at its probes' small sizes would run the native kernel at every
+    size: at 4096 rows of 64 -> 32 it ran 0.80-0.87x the static compile's BLAS call (the native
+    kernel wins by at most a BLAS call's overhead, about a microsecond, below the threshold).
+    An unknown batch of small products (``dot_work``'s batch) keeps the native kernel."""
+    a = dot.attrs
+    lhs, rhs = (o.shape.dims for o in dot.operands)
+    batch = set(a.get("lhs_batch_dims", ()))
+    rhs_batch = set(a.get("rhs_batch_dims", ()))
+    per_product = [d for k, d in enumerate(lhs) if k not in batch] + \
+        [d for k, d in enumerate(rhs) if k not in rhs_batch and k not in a.get("rhs_contracting_dims", ())]
+    return any(isinstance(d, SymDim) for d in per_product)
 
 
 def _product(values) -> int:

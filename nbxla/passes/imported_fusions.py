@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..hlo import Module
 from ..hlo.ir import Computation, Instruction
-from .fused_dots import fused_dot, keeps_native
+from .fused_dots import fused_dot, keeps_native, product_size_unknown
 from .inline import inline_body
 from .pipeline import Pass, instruction_ids, rename_new_instructions
 
@@ -29,16 +29,19 @@ class ImportedFusions(Pass):
         self.report: dict[str, str] = {}       # fusion name -> "kept native" / "split"
 
     def run(self, module: Module) -> bool:
+        return self._split(module, lambda fused: fused_dot(fused) is not None and keeps_native(fused))
+
+    def _split(self, module: Module, keep) -> bool:
         before, changed = instruction_ids(module), False
         self.report = {}
         for comp in module.computations_post_order():
-            changed |= self._split_in(comp)
+            changed |= self._split_in(comp, keep)
         if changed:
             module.computations = module.computations_post_order()   # drop split fusions' bodies
             rename_new_instructions(module, before)
         return changed
 
-    def _split_in(self, comp: Computation) -> bool:
+    def _split_in(self, comp: Computation, keep) -> bool:
         replace: dict[int, Instruction] = {}
         order: list[Instruction] = []
         changed = False
@@ -48,7 +51,7 @@ class ImportedFusions(Pass):
             if fused is None:
                 order.append(instr)
                 continue
-            if fused_dot(fused) is not None and keeps_native(fused):
+            if keep(fused):
                 self.report[instr.name] = "kept: one native dot kernel with its epilogue"
                 order.append(instr)
                 continue
@@ -59,3 +62,14 @@ class ImportedFusions(Pass):
         comp.instructions = order
         comp.root = replace.get(id(comp.root), comp.root)
         return changed
+
+
+def split_dots_of_unknown_size(module: Module) -> bool:
+    """Split, in a module with unknown dimensions before its probes are bound, every fused dot
+    whose one product has an unknown size (``fused_dots.product_size_unknown``); the rest is
+    left to the optimizer.  Why before: the probes bind the unknown sizes to small numbers, at
+    which the pass would keep the native kernel for every size."""
+    def keep(fused):
+        dot = fused_dot(fused)
+        return dot is None or not product_size_unknown(dot)
+    return ImportedFusions()._split(module, keep)

@@ -1,0 +1,30 @@
+"""A symbolic program's instances (an executable per size over the machine code compiled once):
+the one the compile makes at the call's sizes (to refuse, while compiling, a runtime path that
+needs a size as a number) serves that call, instead of being planned and built again."""
+
+import numpy as np
+
+import nbxla
+import nbxla.symbolic_compile as symbolic_compile
+from nbxla.runtime.cache import CompilationCache
+
+
+def elementwise(x, y):
+    return 3 * x ** 2 + y
+
+
+def test_the_compiles_instance_serves_its_call_and_each_new_size_makes_one(monkeypatch):
+    planned = []
+    original = symbolic_compile.plan_buffers
+    monkeypatch.setattr(symbolic_compile, "plan_buffers", lambda module: planned.append(1) or original(module))
+    cache = CompilationCache()
+    f = nbxla.jit(elementwise, cache=cache, dynamic=True)
+    rng = np.random.default_rng(5)
+    for n, plans in [(5, 1), (5, 1), (6, 2), (9, 3), (6, 3)]:
+        x, y = rng.random((n, 8)), rng.random((n, 8))
+        np.testing.assert_allclose(f(x, y), elementwise(x, y))
+        assert len(planned) == plans, f"size {n}"
+    assert cache.misses == 1
+    program = cache.entries()[0].value
+    assert program.instances == 3 and not program._premade
+    assert "symbolic" in f.last_compilation.explanation         # (the record as the caller completed it)

@@ -1,0 +1,76 @@
+"""The automatic mode's symbolic compile takes, kernel by kernel, the machine code of the static
+compile before it (``nbxla/symbolic_machine_code.py``): kernels whose LLVM IR is the same are
+not compiled again; those whose code differs are compiled alone.  The three sides: every kernel
+the same (``test_dynamic_dims``' ``wide``: no LLVM at all), none the same (softmax's row
+reductions at size 1: the whole module), and some the same (here).  Results against NumPy."""
+
+import numpy as np
+import pytest
+
+import nbxla
+import nbxla.codegen.cpu as cpu
+from nbxla.hlo.symbolic import module_is_symbolic
+from nbxla.runtime.cache import CompilationCache
+from nbxla.symbolic_machine_code import split_functions
+
+RNG = np.random.default_rng(34)
+W1 = RNG.random((32, 16), dtype=np.float32) / 32
+W2 = RNG.random((16, 4), dtype=np.float32) / 16
+
+
+def mlp_step(x, y, w1, w2):
+    """Elementwise kernels, and a column sum (the bias gradient) whose code at size 1 differs."""
+    h = np.tanh(x @ w1)
+    g = h @ w2 - y
+    gh = (g @ w2.T) * (1 - h * h)
+    return w1 - 0.01 * (x.T @ gh), w2 - 0.01 * (h.T @ g), gh.sum(axis=0)
+
+
+def _args(n):
+    return RNG.random((n, 32), dtype=np.float32), RNG.random((n, 4), dtype=np.float32), W1, W2
+
+
+def _compiled_kernels(monkeypatch) -> list[list[str]]:
+    """The kernels LLVM compiles, one list per module."""
+    modules = []
+    original = cpu._compile_kernels
+
+    def counted(name, fusions, store, key, offset=None, emitted=None, *rest, **kw):
+        modules.append(sorted(emitted.specs) if emitted is not None else sorted(s for s, _ in fusions))
+        return original(name, fusions, store, key, offset, emitted, *rest, **kw)
+    monkeypatch.setattr(cpu, "_compile_kernels", counted)
+    return modules
+
+
+def test_only_the_kernels_whose_code_differs_are_compiled_again(monkeypatch):
+    modules = _compiled_kernels(monkeypatch)
+    cache = CompilationCache()
+    f = nbxla.jit(mlp_step, cache=cache)
+    for n in [1, 2, 3, 40, 1, 17, 300]:
+        args = _args(n)
+        for got, expected in zip(f(*args), mlp_step(*args)):
+            np.testing.assert_allclose(got, expected, rtol=2e-5, atol=1e-6, err_msg=f"size {n}")
+    assert cache.misses == 2 and module_is_symbolic(f.last_compilation.hlo)
+    static, symbolic = modules
+    assert len(static) >= 3 and 1 <= len(symbolic) < len(static)
+    assert set(symbolic) <= set(static)
+    assert any("reduce" in name for name in symbolic)           # (the column sum)
+
+
+def test_split_functions_keeps_globals_apart_from_functions():
+    text = ('; ModuleID = "m"\ntarget triple = "x86_64-unknown-linux-gnu"\ntarget datalayout = "e"\n\n'
+            '@"table" = internal constant [2 x i64] [i64 1, i64 2]\n'
+            'define void @"k"(i8** %"buffers", i64 %"begin", i64 %"end")\n{\nentry:\n  ret void\n}\n\n'
+            'define void @"k_objects"(i8* %".1")\n{\nentry:\n  call void @"k"(i8** null, i64 0, i64 0)\n'
+            '  ret void\n}\n\ndeclare double @"exp"(double %".1")\n')
+    outside, functions = split_functions(text)
+    assert sorted(functions) == ["k", "k_objects"]
+    assert functions["k"].startswith('define void @"k"(') and functions["k"].endswith("}")
+    assert '@"table" = internal constant [2 x i64] [i64 1, i64 2]' in outside
+    assert 'declare double @"exp"(double %".1")' in outside
+    assert not any("datalayout" in line for line in outside)    # (the layout is the target's)
+
+
+def test_an_unterminated_function_is_refused():
+    with pytest.raises(ValueError):
+        split_functions('define void @"k"()\n{\nentry:\n')
