@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextvars
 from contextlib import contextmanager
 from dataclasses import dataclass
-import weakref
 
 from llvmlite import ir
 
@@ -195,7 +194,11 @@ class KernelBuffers:
         self._mark(b.store(to_storage(b, self.shapes[k].element_type, value), b.gep(self.ptrs[k], [offset])), k)
 
 
-_alias_scopes: "weakref.WeakKeyDictionary[ir.Module, dict]" = weakref.WeakKeyDictionary()
+# A module's alias scopes (kernel name -> its scope list) live on the module itself, under this
+# attribute: they die with it.  (Kept in a WeakKeyDictionary before, the scopes -- metadata nodes
+# that hold their module -- kept every emitted module alive, with all its instructions: a
+# process's memory and the garbage collector's work grew with every compile.)
+ALIAS_SCOPES_ATTRIBUTE = "nbxla_alias_scopes"
 
 
 class _SelfNamedNode(ir.values.MDValue):
@@ -231,7 +234,10 @@ def _alias_scope_list(module: ir.Module, name: str):
     """``!{scope}``: a list of one alias scope (in its own domain) of ``module``, made once per
     module and name (a kernel's: see ``KernelBuffers``); scope and domain are self-referencing
     distinct nodes (``_SelfNamedNode``), which LLVM clones for each place a kernel is inlined."""
-    cache = _alias_scopes.setdefault(module, {})
+    cache = getattr(module, ALIAS_SCOPES_ATTRIBUTE, None)
+    if cache is None:
+        cache = {}
+        setattr(module, ALIAS_SCOPES_ATTRIBUTE, cache)
     if name not in cache:
         # (labelled by their order, not by ``name``: a kernel's name in the IR's text would make
         # the object-code key, object_keys.py, differ between two spellings of one program)
