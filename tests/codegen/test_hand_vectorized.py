@@ -1,7 +1,7 @@
 """The "hand-vectorized" LLVM pipeline (codegen/cpu.py's PIPELINES) and the kernels without
-LLVM work: the patch GEMM's machine code is generated without loop strength reduction, every
-other kernel's with it (the switch is LLVM's global option, so both sides are checked, in
-both orders); a module of no kernels gets no LLVM engine, and a program of library calls only
+LLVM work: every kernel's machine code, the patch GEMM's and the others', is generated without
+loop strength reduction (the switch is LLVM's global option: it is cleared after each, in
+both orders, and code that is not nbxla's keeps LSR); a module of no kernels gets no LLVM engine, and a program of library calls only
 (conv2d's convolution loop) still computes NumPy's result.  The patch GEMM's own results
 against the evaluator: tests/runtime/test_conv_blocks.py."""
 
@@ -49,9 +49,9 @@ def _full_kernel(name):
 
 
 @pytest.mark.parametrize("hand_first", [True, False])
-def test_strength_reduction_is_off_only_for_hand_vectorized_kernels(monkeypatch, hand_first):
-    """LLVM's -disable-lsr is set around the hand-vectorized kernel's code generation only,
-    and cleared after it."""
+def test_strength_reduction_is_off_around_every_kernels_code_generation(monkeypatch, hand_first):
+    """LLVM's -disable-lsr is set around each kernel's code generation, hand-vectorized or
+    not, and cleared after it."""
     calls = []
     real = llvm.set_option
     monkeypatch.setattr(llvm, "set_option", lambda name, option: (calls.append(option), real(name, option)))
@@ -59,13 +59,34 @@ def test_strength_reduction_is_off_only_for_hand_vectorized_kernels(monkeypatch,
     for kind, compile_it in (order if hand_first else order[::-1]):
         calls.clear()
         compile_it()
-        assert calls == (["-disable-lsr=true", "-disable-lsr=false"] if kind == "hand" else []), kind
+        assert calls == ["-disable-lsr=true", "-disable-lsr=false"], kind
 
 
-def test_kernels_compiled_after_a_hand_vectorized_one_keep_strength_reduction():
-    """(LLVM's own pass timing: the global switch really is back off for the next kernel)"""
-    _patch_gemm("hv_before")()
-    assert _ran_strength_reduction(_full_kernel("full_after"))
+def _loop_module_code():
+    """Machine code LLVM makes for a loop outside nbxla's kernels (another user of LLVM)."""
+    mod = llvm.parse_assembly("""
+define void @f(ptr %p, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
+  %a = getelementptr double, ptr %p, i64 %i
+  store double 1.0, ptr %a
+  %next = add i64 %i, 1
+  %done = icmp eq i64 %next, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret void
+}""")
+    cpu.host_target_machine().emit_object(mod)
+
+
+def test_no_kernel_runs_strength_reduction_and_llvm_keeps_it_for_others():
+    """(LLVM's own pass timing: neither kernel ran LSR, and the global switch is back off
+    after them for code that is not nbxla's)"""
+    assert not _ran_strength_reduction(_patch_gemm("hv_timed"))
+    assert not _ran_strength_reduction(_full_kernel("full_timed"))
+    assert _ran_strength_reduction(_loop_module_code)
 
 
 def test_unknown_pipeline_is_refused_by_name():
