@@ -439,9 +439,10 @@ def machine_code():
     60-85% on kernels of many addresses per iteration (tiled transposes: 238 -> 48 ms each,
     in-place updates in loops: 120 -> 12 ms; vadv's two modules at npbench S 917 -> 306 ms,
     2/3 of its first call's LLVM time), and made nothing measurably faster (x86 addresses
-    take base + index * scale as they are; vadv and scattering_self_energies at S,
-    benchmarks/loop_programs.py and programs.py --size small side by side, in one process,
-    LSR on against off: CPU time ratios 0.97-1.05).  The switch is LLVM's global
+    take base + index * scale as they are): side by side in one process, LSR on against off,
+    vadv and scattering_self_energies at S, benchmarks/loop_programs.py and programs.py
+    --size small ran within the noise of a loaded machine (CPU-time ratios 0.97-1.05 where
+    re-measured; identical code measured 0.9-1.1 there).  The switch is LLVM's global
     ``-disable-lsr`` option: it is set for the block only and cleared after, so that other
     users of LLVM in the process (numba) keep their pipelines."""
     with _lock:
