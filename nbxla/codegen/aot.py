@@ -307,7 +307,7 @@ def compile_shared_library(entries: dict[str, Computation], path: str, *, parall
     in LLVM (``aot_loops``) and the support code is compiled already.  Without, the support code
     is compiled with it, at -O3.  ``plan``: the module's buffer plan, whose nested plans the
     programs of its loops follow."""
-    support = SupportInBackground(runtime_object, driver_object) if runtime_object else None
+    support = SupportInBackground(runtime_object) if runtime_object else None
     tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack, plan,
                                      runtime="interface" if runtime_object else "full",
                                      before_llvm=support.start if support else None)
@@ -321,7 +321,7 @@ def compile_native_loops(entries: dict[str, Computation], path: str, *, parallel
     result is MCJIT object code (returned; ``cpu.object_engine`` loads it), with no C compiler
     or linker run (half of such a loop's compile time); else the library is written to
     ``path`` and None returned."""
-    support = SupportInBackground(runtime_object, driver_object)
+    support = SupportInBackground(runtime_object)
     tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack, plan,
                                      runtime="interface", native_entries=True, before_llvm=support.start)
     if c_source is None:
@@ -346,28 +346,7 @@ def _link(tm, mod, c_source: str, path: str, runtime_object) -> None:
             with open(objects[-1], "wb") as f:
                 f.write(runtime_object(names))
             flags = [*_C_FLAGS, "-O1", *_wanted(names)]
-            compiled = getattr(runtime_object, "driver_object", lambda c_source: None)(c_source)
-            if compiled is not None:        # (compiled meanwhile: SupportInBackground)
-                driver_o = os.path.join(tmp, "driver.o")
-                with open(driver_o, "wb") as f:
-                    f.write(compiled)
-                run_tool([cc, "-shared", driver_o, *objects, "-o", path, "-lm", "-lpthread"], "linking the driver")
-                return
         run_tool([cc, *flags, "-shared", driver_c, *objects, "-o", path, "-lm", "-lpthread"], "compiling the driver")
-
-
-def driver_object(c_source: str) -> bytes:
-    """The driver's C (calling separately compiled support code) as an object, at -O1 as
-    ``_link`` compiles it (``SupportInBackground``: compiled while LLVM works, linked after)."""
-    cc = find_tool("cc")
-    with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
-        source, obj = os.path.join(tmp, "driver.c"), os.path.join(tmp, "driver.o")
-        with open(source, "w") as f:
-            f.write(c_source)
-        run_tool([cc, *_C_FLAGS, "-O1", *_wanted(support_routines(c_source)), "-c", source, "-o", obj],
-                 "compiling the driver")
-        with open(obj, "rb") as f:
-            return f.read()
 
 
 def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_threshold: int,

@@ -1,8 +1,7 @@
-"""The native loops' support code (aot_runtime.c's routines, an object of their own) and driver
-compiled on threads while LLVM optimizes the loops' kernels (aot_support.SupportInBackground):
-started before LLVM's optimizer runs and linked after, the jit's result unchanged; a failure is
-raised where the object is waited for; routines other than those started are compiled when
-asked for, another driver by _link itself."""
+"""The native loops' support code (aot_runtime.c's routines, an object of their own) compiled
+on a thread while LLVM optimizes the loops' kernels (aot_support.SupportInBackground): started
+before LLVM's optimizer runs, the jit's result unchanged; a failure is raised where the object
+is waited for; routines other than those started are compiled when asked for."""
 
 from __future__ import annotations
 
@@ -25,57 +24,46 @@ def complex_products(G, H):
     return acc
 
 
-def test_the_c_compiles_while_llvm_optimizes_the_loop(monkeypatch):
-    """LLVM's optimizer waits (up to 60 s) for both C compiles to have begun: done one after
-    the other, as before, it would wait in vain."""
+def test_the_support_code_compiles_while_llvm_optimizes_the_loop(monkeypatch):
     monkeypatch.setenv("NBXLA_CACHE_DIR", "off")
     monkeypatch.setattr(native_loops, "_RUNTIME_OBJECTS", [])     # (compiled afresh here)
-    begun = {"support": threading.Event(), "driver": threading.Event()}
-    compile_support, compile_driver = aot.compile_runtime_object, aot.driver_object
+    events = []
+    support_done = threading.Event()
+    compile_support = aot.compile_runtime_object
 
     def support(names):
-        begun["support"].set()
-        return compile_support(names)
-
-    def driver(c_source):
-        begun["driver"].set()
-        return compile_driver(c_source)
+        events.append("support started")
+        try:
+            return compile_support(names)
+        finally:
+            support_done.set()
     monkeypatch.setattr(native_loops, "compile_runtime_object", support)
-    monkeypatch.setattr(aot, "driver_object", driver)
-    optimize, waited = aot.optimize_module, []
+    optimize = aot.optimize_module
 
-    def optimize_meanwhile(*args, **kwargs):
-        waited.append({what: event.wait(60) for what, event in begun.items()})
+    def optimize_then_note(*args, **kwargs):
+        events.append("llvm optimizes")
         return optimize(*args, **kwargs)
-    monkeypatch.setattr(aot, "optimize_module", optimize_meanwhile)
-    linked = []
-    run_tool = aot.run_tool
-    monkeypatch.setattr(aot, "run_tool", lambda cmd, what: (linked.append(what), run_tool(cmd, what))[1])
+    monkeypatch.setattr(aot, "optimize_module", optimize_then_note)
     rng = np.random.default_rng(3)
     G = rng.random((400, 3, 3)) + 1j * rng.random((400, 3, 3))
     H = rng.random((400, 3, 3)) + 1j * rng.random((400, 3, 3))
     f = nbxla.jit(complex_products)
     np.testing.assert_allclose(f(G, H), complex_products(G, H), rtol=1e-12)
-    assert waited == [{"support": True, "driver": True}]
-    assert "linking the driver" in linked
+    assert support_done.is_set()
+    assert events[:2] == ["support started", "llvm optimizes"], events
 
 
 def _driver_calling(*routines):
     return "/* interface */\n" + GENERATED + "\n" + "".join(f"  {r}(a, b, c);\n" for r in routines)
 
 
-def test_a_failed_compile_is_raised_where_it_is_waited_for():
-    def fail(what):
-        def compile_it(arg):
-            raise AotError(f"{what} failed (exit 1)")
-        return compile_it
-    support = SupportInBackground(fail("compiling the support code"), fail("compiling the driver"))
-    c_source = _driver_calling("nbxla_gemm_c128")
-    support.start(c_source)
+def test_a_failed_support_compile_is_raised_where_it_is_waited_for():
+    def fail(names):
+        raise AotError("compiling the support code failed (exit 1)")
+    support = SupportInBackground(fail)
+    support.start(_driver_calling("nbxla_gemm_c128"))
     with pytest.raises(AotError, match="compiling the support code failed"):
         support({"nbxla_gemm_c128"})
-    with pytest.raises(AotError, match="compiling the driver failed"):
-        support.driver_object(c_source)
 
 
 def test_other_routines_than_those_started_are_compiled_when_asked_for():
@@ -86,10 +74,5 @@ def test_other_routines_than_those_started_are_compiled_when_asked_for():
     assert support({"nbxla_sort"}) == b"obj 2"
     assert asked == [{"nbxla_gemm_c128"}, {"nbxla_sort"}]
     assert support_routines(_driver_calling("nbxla_gemm_f64")) == {"nbxla_gemm_f64"}
-    never_started = SupportInBackground(lambda names: b"now", lambda c_source: b"driver")
+    never_started = SupportInBackground(lambda names: b"now")
     assert never_started({"nbxla_gemm_f64"}) == b"now"
-    assert never_started.driver_object(_driver_calling("nbxla_gemm_f64")) is None   # (_link compiles it)
-    driver = SupportInBackground(lambda names: b"obj", lambda c_source: b"driver " + c_source[-12:].encode())
-    driver.start(_driver_calling("nbxla_sort"))
-    assert driver.driver_object(_driver_calling("nbxla_sort")) == b"driver " + _driver_calling("nbxla_sort")[-12:].encode()
-    assert driver.driver_object(_driver_calling("nbxla_gemm_f64")) is None    # (another driver)
