@@ -41,7 +41,6 @@ from ..passes.buffer_assignment import BufferPlan, plan_buffers
 from .aot_driver import Driver, KernelSource, leaf_shapes
 from .aot_library import ALIGN
 from .aot_loops import LoopFunctions, llvm_loops_enabled
-from .aot_support import GENERATED, SupportInBackground, support_routines
 from .aot_symbolic import SymbolicDriver, entry_points, header, symbols_in, vector_entry_point
 from .cpu import machine_code, object_engine, optimize_module
 from .elemental import ELEMENTAL_RULES
@@ -266,6 +265,8 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
 
 # The support code compiled on its own (see "the interface" in aot_runtime.c): the routines a
 # driver calls, by the names the interface declares.
+_RUNTIME_API = re.compile(r"\bnbxla_(?:parallel|full_reduce|transpose|solve|sort|topk|select_and_scatter|fft|"
+                          r"(?:gemm|conv|masked_dot|potrf)_[a-z0-9]+(?:_prepacked)?)\b")
 _C_FLAGS = ["-std=gnu11", "-fPIC", "-fcx-limited-range", "-march=native"]
 
 
@@ -307,11 +308,9 @@ def compile_shared_library(entries: dict[str, Computation], path: str, *, parall
     in LLVM (``aot_loops``) and the support code is compiled already.  Without, the support code
     is compiled with it, at -O3.  ``plan``: the module's buffer plan, whose nested plans the
     programs of its loops follow."""
-    support = SupportInBackground(runtime_object) if runtime_object else None
     tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack, plan,
-                                     runtime="interface" if runtime_object else "full",
-                                     before_llvm=support.start if support else None)
-    _link(tm, mod, c_source, path, support)
+                                     runtime="interface" if runtime_object else "full")
+    _link(tm, mod, c_source, path, runtime_object)
 
 
 def compile_native_loops(entries: dict[str, Computation], path: str, *, parallel_threshold: int,
@@ -321,13 +320,12 @@ def compile_native_loops(entries: dict[str, Computation], path: str, *, parallel
     result is MCJIT object code (returned; ``cpu.object_engine`` loads it), with no C compiler
     or linker run (half of such a loop's compile time); else the library is written to
     ``path`` and None returned."""
-    support = SupportInBackground(runtime_object)
     tm, mod, _, c_source, _ = _build(entries, "nbxla", "host", parallel_threshold, host_lapack, plan,
-                                     runtime="interface", native_entries=True, before_llvm=support.start)
+                                     runtime="interface", native_entries=True)
     if c_source is None:
         with stage("machine-code"):
             return object_engine(mod)[1]
-    _link(tm, mod, c_source, path, support)
+    _link(tm, mod, c_source, path, runtime_object)
     return None
 
 
@@ -341,7 +339,8 @@ def _link(tm, mod, c_source: str, path: str, runtime_object) -> None:
             f.write(c_source)
         objects, flags = [kernels_o], [*_C_FLAGS, "-O3"]
         if runtime_object:
-            names = support_routines(c_source)
+            generated = c_source[c_source.index("/* ---- generated ---- */"):]
+            names = set(_RUNTIME_API.findall(generated))
             objects.append(os.path.join(tmp, "runtime.o"))
             with open(objects[-1], "wb") as f:
                 f.write(runtime_object(names))
@@ -351,13 +350,12 @@ def _link(tm, mod, c_source: str, path: str, runtime_object) -> None:
 
 def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_threshold: int,
            host_lapack: bool = False, plan: BufferPlan | None = None, runtime: str = "full",
-           native_entries: bool = False, before_llvm=None):
+           native_entries: bool = False):
     """(target machine, optimized LLVM module of the kernels, the kernel source, the driver's C
     with an entry point per computation, their programs).  ``runtime``: the support code in
     front of the driver, "full" or only its "interface" (compiled separately).  With
     ``native_entries``, the entry points are made in LLVM where every program runs there: then
-    there is no C (None).  ``before_llvm(c_source)``: called with the driver's C (when there is
-    C) before LLVM optimizes the kernels (``SupportInBackground.start``)."""
+    there is no C (None)."""
     tm = target_machine(cpu)
     kernels = AotKernels(prefix, llvm.get_process_triple())
     driver = Driver(prefix, kernels, parallel_threshold, host_lapack, plan)
@@ -378,6 +376,13 @@ def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_thre
                  if name in called]
     for name in set(kernels.names) - called:
         kernels.module.get_global(name).linkage = "internal"
+    kernels.module.data_layout = str(tm.target_data)
+    with stage("llvm-ir"):
+        text = str(kernels.module)
+    with stage("llvm-optimize"):
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        optimize_module(mod, tm)
     declarations = "".join(f"extern void {s}(void **, int64_t, int64_t);\n" for s in functions) + \
         "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values()) + \
         "".join(f"extern void {s}(void *const *, void *const *, char *);\n" for s in kernels.loops.names)
@@ -389,17 +394,9 @@ def _build(entries: dict[str, Computation], prefix: str, cpu: str, parallel_thre
     if runtime == "interface":
         end = "/* ---- end of interface ---- */"
         runtime_c = runtime_c[:runtime_c.index(end) + len(end)] + "\n"
-    c_source = None if native_entries else "\n".join([runtime_c, GENERATED, declarations, programs_c, *points])
-    if c_source is not None and before_llvm is not None:
-        before_llvm(c_source)
-    kernels.module.data_layout = str(tm.target_data)
-    with stage("llvm-ir"):
-        text = str(kernels.module)
-    with stage("llvm-optimize"):
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-        optimize_module(mod, tm)
-    return tm, mod, kernels, c_source, programs
+    c_source = "\n".join([runtime_c, "/* ---- generated ---- */", declarations,
+                          programs_c, *points])
+    return tm, mod, kernels, None if native_entries else c_source, programs
 
 
 def _params(arg_shapes, result_shapes) -> list[str]:
@@ -524,7 +521,7 @@ def symbolic_driver_source(symbolic: Module, probes, sizes, lifted, user_params:
         "".join(f"extern const unsigned char {s}[];\n" for s in kernels.constants.values())
     with open(RUNTIME_C) as f:
         runtime_c = f.read()
-    c_source = "\n".join([runtime_c, GENERATED, declarations, driver.source(),
+    c_source = "\n".join([runtime_c, "/* ---- generated ---- */", declarations, driver.source(),
                           entry_points(name, program, symbols, arg_types, result_types, lower, upper)])
     return c_source, kernels
 
@@ -561,6 +558,6 @@ def compile_symbolic_loops(loops: dict[str, Computation], module: Module, sizes:
         end = "/* ---- end of interface ---- */"
         runtime_c = runtime_c[:runtime_c.index(end) + len(end)] + "\n"
     points = [vector_entry_point(name, program) for name, program in programs.items()]
-    _link(tm, mod, "\n".join([runtime_c, GENERATED, declarations, driver.source(), *points]),
+    _link(tm, mod, "\n".join([runtime_c, "/* ---- generated ---- */", declarations, driver.source(), *points]),
           path, runtime_object)
     return driver.symbols

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from nbxla.codegen import aot
-from nbxla.codegen.aot_support import RUNTIME_API
 from nbxla.compiler import compile_module
 from nbxla.hlo.parser import parse_hlo
 from nbxla.runtime import native_loops
@@ -110,6 +109,6 @@ def test_the_routines_a_driver_calls_are_found_by_the_interfaces_names():
         for t in ("f32", "f64", "c64", "c128", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"):
             declared |= {f"nbxla_{family}_{t}"} | ({f"nbxla_gemm_{t}_prepacked"} if family == "gemm" else set())
     declared |= {f"nbxla_masked_dot_{t}" for t in ("f32", "f64", "c64", "c128")}
-    assert all(RUNTIME_API.fullmatch(name) for name in declared), \
-        sorted(n for n in declared if not RUNTIME_API.fullmatch(n))
-    assert not RUNTIME_API.fullmatch("nbxla_k_add_fusion_3") and not RUNTIME_API.fullmatch("nbxla_p1")
+    assert all(aot._RUNTIME_API.fullmatch(name) for name in declared), \
+        sorted(n for n in declared if not aot._RUNTIME_API.fullmatch(n))
+    assert not aot._RUNTIME_API.fullmatch("nbxla_k_add_fusion_3") and not aot._RUNTIME_API.fullmatch("nbxla_p1")
