@@ -53,7 +53,10 @@ def test_strength_reduction_is_off_around_every_kernels_code_generation(monkeypa
 
 def test_no_kernel_gets_strength_reduction_and_llvm_keeps_it_for_others(monkeypatch):
     """At each kernel's code generation LSR is off (LLVM's global -disable-lsr set), and
-    after it the option is back off for code that is not nbxla's."""
+    after it the option is back off for code that is not nbxla's.  (A kernel is compiled
+    first: the process's one-time helpers -- libcalls.py's, made with the first kernel -- are
+    not kernels.)"""
+    _full_kernel("warm_up")()
     disabled, seen = [False], []
     set_option = llvm.set_option
 
