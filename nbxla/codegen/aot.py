@@ -42,7 +42,7 @@ from .aot_driver import Driver, KernelSource, leaf_shapes
 from .aot_library import ALIGN
 from .aot_loops import LoopFunctions, llvm_loops_enabled
 from .aot_symbolic import SymbolicDriver, entry_points, header, symbols_in, vector_entry_point
-from .cpu import object_engine, optimize_module
+from .cpu import machine_code, object_engine, optimize_module
 from .elemental import ELEMENTAL_RULES
 from .kernels import emit_kernel, standalone_computation, structure_key
 from .toolkit import KernelSpec
@@ -181,6 +181,16 @@ def target_machine(cpu: str):
     return target.create_target_machine(cpu=cpu, opt=3, reloc="pic", codemodel="default")
 
 
+def _object_code(tm, mod) -> bytes:
+    with machine_code():        # (as the jit's: no loop strength reduction)
+        return tm.emit_object(mod)
+
+
+def _assembly(tm, mod) -> str:
+    with machine_code():
+        return tm.emit_assembly(mod)
+
+
 def run_tool(cmd: list[str], what: str) -> None:
     with stage("c-compiler"):
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -222,7 +232,7 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
     result_shapes = leaf_shapes(computation.root.shape)
     os.makedirs(out_dir, exist_ok=True)
     files = {}
-    for wanted, kind, text in ((emit_llvm, "ll", lambda: str(mod)), (emit_asm, "s", lambda: tm.emit_assembly(mod)),
+    for wanted, kind, text in ((emit_llvm, "ll", lambda: str(mod)), (emit_asm, "s", lambda: _assembly(tm, mod)),
                                (emit_c, "driver.c", lambda: c_source)):
         if wanted:
             files[kind] = os.path.join(out_dir, f"{name}.{kind}")
@@ -231,7 +241,7 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
     with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
         kernels_o, driver_c, driver_o = (os.path.join(tmp, n) for n in ("kernels.o", "driver.c", "driver.o"))
         with open(kernels_o, "wb") as f:
-            f.write(tm.emit_object(mod))
+            f.write(_object_code(tm, mod))
         with open(driver_c, "w") as f:
             f.write(c_source)
         try:
@@ -324,7 +334,7 @@ def _link(tm, mod, c_source: str, path: str, runtime_object) -> None:
     with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
         kernels_o, driver_c = os.path.join(tmp, "kernels.o"), os.path.join(tmp, "driver.c")
         with open(kernels_o, "wb") as f:
-            f.write(tm.emit_object(mod))
+            f.write(_object_code(tm, mod))
         with open(driver_c, "w") as f:
             f.write(c_source)
         objects, flags = [kernels_o], [*_C_FLAGS, "-O3"]
@@ -481,7 +491,7 @@ def compile_symbolic_object(symbolic: Module, probes: tuple[Module, Module], siz
     with tempfile.TemporaryDirectory(prefix="nbxla-aot-") as tmp:
         kernels_o, source, driver_o = (os.path.join(tmp, n) for n in ("kernels.o", "driver.c", "driver.o"))
         with open(kernels_o, "wb") as f:
-            f.write(tm.emit_object(mod))
+            f.write(_object_code(tm, mod))
         with open(source, "w") as f:
             f.write(c_source)
         compile_driver(cc, source, driver_o, cpu)

@@ -11,7 +11,7 @@ import functools
 import hashlib
 import os
 import threading
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
@@ -76,7 +76,8 @@ def jit_engine(mod):
         mod.verify()
         optimize_module(mod, tm)
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
-        engine.finalize_object()
+        with machine_code():
+            engine.finalize_object()
     return engine
 
 
@@ -93,7 +94,8 @@ def object_engine(mod=None, obj: bytes | None = None):
         else:
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
             engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        engine.finalize_object()
+        with machine_code():
+            engine.finalize_object()
     return engine, obj if obj is not None else captured[0]
 
 
@@ -117,7 +119,7 @@ class CompiledKernels:
     def asm(self) -> str:
         """The assembly, printed on first request (it costs a second code generation)."""
         if self._asm is None:
-            with _lock:
+            with machine_code():
                 mod = llvm.parse_assembly(self.llvm_ir_optimized)
                 self._asm = host_target_machine().emit_assembly(mod)
         return self._asm
@@ -218,7 +220,6 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
             ir_module, specs, unsupported = _emit_module(module_name, fusions, object_data_offset, light, in_place)
     if not specs:           # (every kernel refused: no LLVM module and engine of nothing)
         return CompiledKernels({}, {}, _empty_module_text(module_name), _empty_module_text(module_name), unsupported)
-    strength_reduction = not _all_light(fusions, light)
     with _lock:
         tm = host_target_machine()
         with stage("llvm-ir"):
@@ -229,8 +230,7 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
                 text = _with_data_layout(text, str(tm.target_data))
     # The same kernels compiled before under other names (object_keys.py): their machine code.
     symbols = list(specs)
-    code_key = object_key(text, symbols, f"{target_fingerprint()},lsr={strength_reduction}") \
-        if store is not None else None
+    code_key = object_key(text, symbols, target_fingerprint()) if store is not None else None
     found = store.load(code_key) if code_key else None
     if found is not None and len(found[0].get("symbols", ())) == len(symbols):
         meta, obj = found
@@ -244,7 +244,7 @@ def _compile_kernels(module_name: str, fusions: list[tuple[str, Computation]],
             mod.verify()
             optimize_module(mod, tm)
             optimized = str(mod)
-    kernels = _load(specs, unsupported, text, optimized, None, mod, strength_reduction=strength_reduction)
+    kernels = _load(specs, unsupported, text, optimized, None, mod)
     if store is not None and key and kernels.object_code is not None:
         store.save(key, {"specs": {n: asdict(s) for n, s in specs.items()}, "unsupported": unsupported,
                          "llvm_ir": text, "llvm_ir_optimized": optimized}, kernels.object_code)
@@ -286,15 +286,16 @@ def _compile_helper_kernel(name: str, emit, pipeline: str) -> CompiledKernels:
             mod.verify()
             optimize_module(mod, tm, pipeline)
             optimized = str(mod)
-    return _load({name: spec}, {}, text, optimized, None, mod, strength_reduction=pipeline != "hand-vectorized")
+    return _load({name: spec}, {}, text, optimized, None, mod)
 
 
 # LLVM pipelines (``optimize_module``): "full", O3 with the loop and SLP vectorizers and the
 # unroller (loops of "light" kernels opt out of the unroller: see ``light_kernel``);
 # "hand-vectorized", for kernels emitted as vector operations, register-blocked, their short
 # loops unrolled and their pointers stepped as emitted (the patch GEMM's ``stepping_loop``):
-# only SROA (their accumulators are allocas), instcombine and simplifycfg, and machine code
-# generated without loop strength reduction.  What they lose to the missing passes, measured
+# only SROA (their accumulators are allocas), instcombine and simplifycfg (and, as all machine
+# code here, no loop strength reduction: ``machine_code``).  What they lose to the missing
+# passes, measured
 # side by side on twelve patch-GEMM geometries (LeNet-5's, conv2d's, benchmarks/conv.py's
 # native ones, f64 with window dilation) against O3 less the unroller and vectorizers and with
 # LSR: nothing beyond the noise (run times 0.96-1.05x; the inner loop's code is the same: one
@@ -335,17 +336,6 @@ def optimize_module(mod, tm, pipeline: str = "full") -> None:
     pto.loop_interleaving = False
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
-
-
-def _all_light(fusions: list[tuple[str, Computation]], light: frozenset) -> bool:
-    """Are all the kernels of a module light?  Then its machine code is generated without loop
-    strength reduction (LSR): on light kernels it took 35-50% of the code generator's time
-    (measured kernel by kernel, side by side: correlation's four column reductions 77 -> 40 ms
-    of CPU on a loaded machine, LeNet-5's five small kernels 43 -> 25 ms) and made none of the
-    programs of ``benchmarks/programs.py`` and ``compile_time.py`` at their small sizes
-    measurably slower (x86 addressing takes base + index * scale as it is).  LSR is a switch for a whole module's
-    code generation (``_without_strength_reduction``), so one heavy kernel keeps it for all."""
-    return bool(fusions) and all(name in light for name, _ in fusions)
 
 
 def light_kernel(comp: Computation) -> bool:
@@ -444,22 +434,29 @@ def _with_data_layout(text: str, layout: str) -> str:
 
 
 @contextmanager
-def _without_strength_reduction():
-    """LLVM's code generator without loop strength reduction, for the code generated inside
-    the block (``_lock`` held: the switch is LLVM's global ``-disable-lsr`` option; code that
-    another thread generates meanwhile outside ``_lock`` -- AOT's object files -- would lose
-    only LSR's speed, not correctness)."""
-    llvm.set_option("nbxla", "-disable-lsr=true")
-    try:
-        yield
-    finally:
-        llvm.set_option("nbxla", "-disable-lsr=false")
+def machine_code():
+    """Hold ``_lock`` while LLVM generates machine code inside the block, without loop strength
+    reduction (LSR).  Why: LSR took 35-50% of the code generator's time on small kernels and
+    60-85% on kernels of many addresses per iteration (tiled transposes: 238 -> 48 ms each,
+    in-place updates in loops: 120 -> 12 ms; vadv's two modules at npbench S 917 -> 306 ms,
+    2/3 of its first call's LLVM time), and made nothing measurably faster (x86 addresses
+    take base + index * scale as they are): side by side in one process, LSR on against off,
+    vadv and scattering_self_energies at S, benchmarks/loop_programs.py and programs.py
+    --size small ran within the noise of a loaded machine (CPU-time ratios 0.97-1.05 where
+    re-measured; identical code measured 0.9-1.1 there).  The switch is LLVM's global
+    ``-disable-lsr`` option: it is set for the block only and cleared after, so that other
+    users of LLVM in the process (numba) keep their pipelines."""
+    with _lock:
+        llvm.set_option("nbxla", "-disable-lsr=true")
+        try:
+            yield
+        finally:
+            llvm.set_option("nbxla", "-disable-lsr=false")
 
 
 def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None,
-          strength_reduction: bool = True, compiled_name=lambda name: name) -> CompiledKernels:
+          compiled_name=lambda name: name) -> CompiledKernels:
     """JIT-load the optimized module; with ``obj``, its machine code is taken as given.
-    ``strength_reduction``: False for hand-vectorized kernels (see ``PIPELINES``).
     ``compiled_name``: a global's name in ``obj`` (compiled for kernels of other names)."""
     captured: list[bytes] = []
     ensure_registered(_new_target_machine)
@@ -469,7 +466,7 @@ def _load(specs, unsupported, text, optimized, obj: bytes | None, mod=None,
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
         engine.set_object_cache(notify_func=lambda m, buf: captured.append(bytes(buf)),
                                 getbuffer_func=lambda m: obj)
-        with (nullcontext() if strength_reduction or obj is not None else _without_strength_reduction()):
+        with machine_code():
             engine.finalize_object()
         addresses = {name: engine.get_function_address(compiled_name(name)) for name in specs}
         for spec in specs.values():

@@ -177,8 +177,8 @@ def emit_patch_gemm(module: ir.Module, name: str, g: PatchGemm) -> KernelSpec:
     def stepping_loop(count: int, name: str, pointers: list, steps: list[int], body):
         """``body(p)`` ``count`` (>= 1) times, each pointer of ``p`` advanced by its step (in
         elements) after every iteration: the loop's address arithmetic strength-reduced as
-        emitted, so that LLVM's code generator runs without loop strength reduction (the
-        "hand-vectorized" pipeline of codegen/cpu.py)."""
+        emitted, so that LLVM's code generator needs no loop strength reduction (it runs
+        without, as for every kernel: codegen/cpu.py's ``machine_code``)."""
         pre = b.block
         loop = b.append_basic_block(f"{name}.body")
         after = b.append_basic_block(f"{name}.end")

@@ -64,6 +64,8 @@ class TraceContext:
         # loop traced again -- inside another loop's next trace -- starts with their slots
         # instead of tracing once more to learn them (nested loops traced 2^depth times).
         self.loop_checks_seen: dict[tuple, list] = {}
+        # Short loops found cheap to unroll (cheap_loops.key): reached again, unrolled at once.
+        self.cheap_loops: set[tuple] = set()
         self.loop_condition = False      # a rolled loop's condition is being traced
         # (builder, index, size, axis) ids -> (builder, index instruction) checked already
         self.bounds_checked: dict[tuple, tuple] = {}

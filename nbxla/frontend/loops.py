@@ -32,7 +32,7 @@ from ..errors import NbxlaError, NotCompilableError
 from ..flags import current_flags
 from ..hlo import Builder, Shape, TupleShape
 from ..hlo.builder import unique_name
-from . import loop_checks, step_undo
+from . import cheap_loops, loop_checks, step_undo
 from .unroll_cost import kernels_per_step, moving_windows, size as _size
 from .control import (UNDEFINED, CannotRoll, Snapshot, check_closed, getitem, is_value, location_at,
                       scalar_test, tracers_in, view_root)
@@ -83,12 +83,19 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
         # kernels of their own past UNROLL_KERNEL_BUDGET: nested 4-step loops of window
         # reductions were 16 kernels to compile)
         budget = sys.maxsize if short else flags.unroll_budget if unroll_max else 0
+        seen = cheap_loops.key(body, lineno, r, state) if short else None
+        if seen is not None and seen in ctx.cheap_loops:
+            ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops (at most "
+                                       f"{unroll_max}) are unrolled"))
+            return _python_loop(r, body, state, last, None)
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
                           (min(r[0], r[-1]), max(r[0], r[-1])),
                           unroll_budget=(len(r), budget), written=written).run()
             return tuple(state) + (r[-1],)
         except _Cheap as e:
+            if seen is not None:
+                ctx.cheap_loops.add(seen)
             ctx.loop_decisions.append((lineno, "unrolled", f"{len(r)} steps: short loops (at most "
                                        f"{unroll_max}) are unrolled" if short else str(e)))
             return _python_loop(r, body, state, last, None)

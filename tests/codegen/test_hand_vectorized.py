@@ -1,7 +1,7 @@
 """The "hand-vectorized" LLVM pipeline (codegen/cpu.py's PIPELINES) and the kernels without
-LLVM work: the patch GEMM's machine code is generated without loop strength reduction, every
-other kernel's with it (the switch is LLVM's global option, so both sides are checked, in
-both orders); a module of no kernels gets no LLVM engine, and a program of library calls only
+LLVM work: every kernel's machine code, the patch GEMM's and the others', is generated without
+loop strength reduction (the switch is LLVM's global option: it is cleared after each, in
+both orders, and code that is not nbxla's keeps LSR); a module of no kernels gets no LLVM engine, and a program of library calls only
 (conv2d's convolution loop) still computes NumPy's result.  The patch GEMM's own results
 against the evaluator: tests/runtime/test_conv_blocks.py."""
 
@@ -17,17 +17,6 @@ from nbxla.codegen import cpu
 from nbxla.codegen.patch_gemm import PatchGemm, emit_patch_gemm
 from nbxla.codegen.kernels import emit_kernel
 from nbxla.hlo.parser import parse_hlo
-
-
-def _ran_strength_reduction(compile_something) -> bool:
-    """Did LLVM run loop strength reduction while ``compile_something()`` ran?"""
-    llvm.set_time_passes(True)
-    try:
-        compile_something()
-    finally:
-        report = llvm.report_and_reset_timings()
-        llvm.set_time_passes(False)
-    return "Loop Strength Reduction" in report
 
 
 def _patch_gemm(name):
@@ -49,9 +38,9 @@ def _full_kernel(name):
 
 
 @pytest.mark.parametrize("hand_first", [True, False])
-def test_strength_reduction_is_off_only_for_hand_vectorized_kernels(monkeypatch, hand_first):
-    """LLVM's -disable-lsr is set around the hand-vectorized kernel's code generation only,
-    and cleared after it."""
+def test_strength_reduction_is_off_around_every_kernels_code_generation(monkeypatch, hand_first):
+    """LLVM's -disable-lsr is set around each kernel's code generation, hand-vectorized or
+    not, and cleared after it."""
     calls = []
     real = llvm.set_option
     monkeypatch.setattr(llvm, "set_option", lambda name, option: (calls.append(option), real(name, option)))
@@ -59,13 +48,29 @@ def test_strength_reduction_is_off_only_for_hand_vectorized_kernels(monkeypatch,
     for kind, compile_it in (order if hand_first else order[::-1]):
         calls.clear()
         compile_it()
-        assert calls == (["-disable-lsr=true", "-disable-lsr=false"] if kind == "hand" else []), kind
+        assert calls == ["-disable-lsr=true", "-disable-lsr=false"], kind
 
 
-def test_kernels_compiled_after_a_hand_vectorized_one_keep_strength_reduction():
-    """(LLVM's own pass timing: the global switch really is back off for the next kernel)"""
-    _patch_gemm("hv_before")()
-    assert _ran_strength_reduction(_full_kernel("full_after"))
+def test_no_kernel_gets_strength_reduction_and_llvm_keeps_it_for_others(monkeypatch):
+    """At each kernel's code generation LSR is off (LLVM's global -disable-lsr set), and
+    after it the option is back off for code that is not nbxla's.  (A kernel is compiled
+    first: the process's one-time helpers -- libcalls.py's, made with the first kernel -- are
+    not kernels.)"""
+    _full_kernel("warm_up")()
+    disabled, seen = [False], []
+    set_option = llvm.set_option
+
+    def tracked(name, option):
+        if option.startswith("-disable-lsr="):
+            disabled[0] = option == "-disable-lsr=true"
+        set_option(name, option)
+    monkeypatch.setattr(llvm, "set_option", tracked)
+    finalize = llvm.ExecutionEngine.finalize_object
+    monkeypatch.setattr(llvm.ExecutionEngine, "finalize_object",
+                        lambda self: (seen.append(disabled[0]), finalize(self))[1])
+    _patch_gemm("hv_timed")()
+    _full_kernel("full_timed")()
+    assert seen == [True, True] and disabled == [False]
 
 
 def test_unknown_pipeline_is_refused_by_name():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
@@ -97,25 +98,56 @@ def two_sizes(x, b, big):
     return np.maximum(x + b, 0), big * 2.0 + 1.0
 
 
-@pytest.mark.parametrize("big_rows,without_lsr", [(LIGHT_KERNEL_ELEMENTS // 16, True),
-                                                  (LIGHT_KERNEL_ELEMENTS // 16 + 1, False)])
-def test_strength_reduction_off_only_when_every_kernel_is_light(monkeypatch, big_rows, without_lsr):
-    """A module of light kernels only gets machine code without loop strength reduction (it
-    took a third or more of their code generation for no speed); one heavy kernel keeps it."""
-    monkeypatch.setenv("NBXLA_CACHE_DIR", "off")
-    seen = []
-    original = cpu._load
+def _strength_reduction_at_code_generation(monkeypatch, run) -> list[bool]:
+    """Was LLVM's loop strength reduction on (its global ``-disable-lsr`` option off) at each
+    machine-code generation while ``run()`` ran, in order?"""
+    disabled, seen = [False], []
+    set_option = llvm.set_option
 
-    def load(*args, **kwargs):
-        seen.append(kwargs.get("strength_reduction", True))
-        return original(*args, **kwargs)
-    monkeypatch.setattr(cpu, "_load", load)
+    def tracked(name, option):
+        if option.startswith("-disable-lsr="):
+            disabled[0] = option == "-disable-lsr=true"
+        set_option(name, option)
+    monkeypatch.setattr(llvm, "set_option", tracked)
+    for cls, method in ((llvm.ExecutionEngine, "finalize_object"), (llvm.TargetMachine, "emit_object")):
+        def noted(self, *args, _real=getattr(cls, method)):
+            seen.append(not disabled[0])
+            return _real(self, *args)
+        monkeypatch.setattr(cls, method, noted)
+    run()
+    return seen
+
+
+@pytest.mark.parametrize("big_rows", [LIGHT_KERNEL_ELEMENTS // 16, LIGHT_KERNEL_ELEMENTS // 16 + 1])
+def test_no_kernel_gets_strength_reduction_light_or_not(monkeypatch, big_rows):
+    """Machine code without loop strength reduction for light and heavy kernels alike (it took
+    a third to most of their code generation for no speed: cpu.machine_code), on both sides
+    of the light threshold (once a heavy kernel kept it for its whole module)."""
+    monkeypatch.setenv("NBXLA_CACHE_DIR", "off")
     rng = np.random.default_rng(2)
     x, b = rng.standard_normal((64, 16)), rng.standard_normal(16)
     big = rng.standard_normal((big_rows, 16))
     f = nbxla.jit(two_sizes)
-    got = f(x, b, big)
-    want = two_sizes(x, b, big)
-    for g, w in zip(got, want):
+    got = []
+    seen = _strength_reduction_at_code_generation(monkeypatch, lambda: got.extend(f(x, b, big)))
+    assert seen and not any(seen), seen
+    for g, w in zip(got, two_sizes(x, b, big)):
         np.testing.assert_array_equal(g, w)
-    assert seen == [not without_lsr]
+
+
+def recurrence(x, a):
+    y = np.zeros_like(x)
+    for k in range(1, x.shape[0]):
+        y[k] = a * y[k - 1] + x[k]
+    return y
+
+
+def test_native_loops_get_no_strength_reduction(monkeypatch):
+    monkeypatch.setenv("NBXLA_CACHE_DIR", "off")
+    x = np.random.default_rng(4).random(300)
+    f = nbxla.jit(recurrence)
+    got = []
+    seen = _strength_reduction_at_code_generation(monkeypatch, lambda: got.append(f(x, 0.5)))
+    assert seen and not any(seen), seen
+    assert any(i.opcode == "while" for i in f.last_compilation.optimized.entry.instructions)
+    np.testing.assert_allclose(got[0], recurrence(x, 0.5), rtol=1e-12)

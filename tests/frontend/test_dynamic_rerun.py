@@ -31,6 +31,10 @@ RERUN = rerun_directory(globals(), LEFT_OUT, skip={
     "test_filled_array_traced_once": "counts the loop body's traces of a static compile (a symbolic one "
                                      "traces at several sizes)",
     "test_rolled_from_the_start_with_the_steps_types": "counts the loop body's traces of a static compile",
+    "test_a_loop_reached_again_with_the_same_kinds_is_unrolled_without_counting":
+        "counts the loop body's traces of a static compile (a symbolic one traces at several sizes)",
+    "test_a_loop_reached_with_other_shapes_is_counted_again":
+        "counts the loop body's traces of a static compile (a symbolic one traces at several sizes)",
     "test_python_steps_copy_only_small_states": "counts the step copies of one trace (a symbolic compile "
                                                 "traces at several sizes)",
     "test_float_to_int_casts_out_of_range": "NumPy's vectorized cast of NaN and out-of-range floats depends on "
