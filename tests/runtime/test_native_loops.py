@@ -323,3 +323,26 @@ def test_a_singular_solve_in_a_native_loop_raises_numpys_error(monkeypatch):
         batched_solves(A, np.ones(4), 3)
     with pytest.raises(np.linalg.LinAlgError):
         nbxla.jit(batched_solves)(A, np.ones(4), 3)
+
+
+def complex_products(A, B, steps):
+    x = B
+    for k in range(steps):
+        x = A @ x * 0.5 + B
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.complex128, np.complex64])
+@pytest.mark.parametrize("n, cols", [(7, 5), (12, 16)])
+def test_complex_products_in_native_loops_match_numpy(dtype, n, cols, monkeypatch):
+    # (the support code's complex GEMMs, compiled at -O2 inside an -O3 object: aot_runtime.c;
+    # sizes past and short of its 4-row and register-panel blocks)
+    use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
+    A = ((RNG.random((n, n)) + 1j * RNG.random((n, n))) / n).astype(dtype)
+    B = (RNG.random((n, cols)) + 1j * RNG.random((n, cols))).astype(dtype)
+    jitted = nbxla.jit(complex_products)
+    got = jitted(A, B, 6)
+    ok, detail = compare_arrays(got, complex_products(A, B, 6), rtol=1e-4 if dtype == np.complex64 else 1e-10)
+    assert ok, detail
+    loops = loops_of(jitted.last_compilation)
+    assert loops and all(how.startswith("native") for how in loops.values()), loops
