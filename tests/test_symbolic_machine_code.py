@@ -12,18 +12,12 @@ import nbxla.codegen.cpu as cpu
 from nbxla.hlo.symbolic import module_is_symbolic
 from nbxla.runtime.cache import CompilationCache
 from nbxla.symbolic_machine_code import split_functions
+# (mlp_step: elementwise kernels, and a column sum -- the bias gradient -- whose code at size 1 differs)
+from tests.test_dynamic_forty_sizes import mlp_step
 
 RNG = np.random.default_rng(34)
 W1 = RNG.random((32, 16), dtype=np.float32) / 32
 W2 = RNG.random((16, 4), dtype=np.float32) / 16
-
-
-def mlp_step(x, y, w1, w2):
-    """Elementwise kernels, and a column sum (the bias gradient) whose code at size 1 differs."""
-    h = np.tanh(x @ w1)
-    g = h @ w2 - y
-    gh = (g @ w2.T) * (1 - h * h)
-    return w1 - 0.01 * (x.T @ gh), w2 - 0.01 * (h.T @ g), gh.sum(axis=0)
 
 
 def _args(n):

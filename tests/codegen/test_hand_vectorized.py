@@ -17,6 +17,7 @@ from nbxla.codegen import cpu
 from nbxla.codegen.patch_gemm import PatchGemm, emit_patch_gemm
 from nbxla.codegen.kernels import emit_kernel
 from nbxla.hlo.parser import parse_hlo
+from tests.codegen.test_light_kernels import _strength_reduction_at_code_generation
 
 
 def _patch_gemm(name):
@@ -57,20 +58,12 @@ def test_no_kernel_gets_strength_reduction_and_llvm_keeps_it_for_others(monkeypa
     first: the process's one-time helpers -- libcalls.py's, made with the first kernel -- are
     not kernels.)"""
     _full_kernel("warm_up")()
-    disabled, seen = [False], []
-    set_option = llvm.set_option
 
-    def tracked(name, option):
-        if option.startswith("-disable-lsr="):
-            disabled[0] = option == "-disable-lsr=true"
-        set_option(name, option)
-    monkeypatch.setattr(llvm, "set_option", tracked)
-    finalize = llvm.ExecutionEngine.finalize_object
-    monkeypatch.setattr(llvm.ExecutionEngine, "finalize_object",
-                        lambda self: (seen.append(disabled[0]), finalize(self))[1])
-    _patch_gemm("hv_timed")()
-    _full_kernel("full_timed")()
-    assert seen == [True, True] and disabled == [False]
+    def run():
+        _patch_gemm("hv_timed")()
+        _full_kernel("full_timed")()
+    seen, on_after = _strength_reduction_at_code_generation(monkeypatch, run)
+    assert len(seen) >= 2 and not any(seen) and on_after, (seen, on_after)
 
 
 def test_unknown_pipeline_is_refused_by_name():

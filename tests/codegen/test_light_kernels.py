@@ -98,9 +98,10 @@ def two_sizes(x, b, big):
     return np.maximum(x + b, 0), big * 2.0 + 1.0
 
 
-def _strength_reduction_at_code_generation(monkeypatch, run) -> list[bool]:
+def _strength_reduction_at_code_generation(monkeypatch, run) -> tuple[list[bool], bool]:
     """Was LLVM's loop strength reduction on (its global ``-disable-lsr`` option off) at each
-    machine-code generation while ``run()`` ran, in order?"""
+    machine-code generation while ``run()`` ran, in order?  And is it on again after (for
+    LLVM's other users)?"""
     disabled, seen = [False], []
     set_option = llvm.set_option
 
@@ -115,7 +116,7 @@ def _strength_reduction_at_code_generation(monkeypatch, run) -> list[bool]:
             return _real(self, *args)
         monkeypatch.setattr(cls, method, noted)
     run()
-    return seen
+    return seen, not disabled[0]
 
 
 @pytest.mark.parametrize("big_rows", [LIGHT_KERNEL_ELEMENTS // 16, LIGHT_KERNEL_ELEMENTS // 16 + 1])
@@ -129,7 +130,7 @@ def test_no_kernel_gets_strength_reduction_light_or_not(monkeypatch, big_rows):
     big = rng.standard_normal((big_rows, 16))
     f = nbxla.jit(two_sizes)
     got = []
-    seen = _strength_reduction_at_code_generation(monkeypatch, lambda: got.extend(f(x, b, big)))
+    seen, _ = _strength_reduction_at_code_generation(monkeypatch, lambda: got.extend(f(x, b, big)))
     assert seen and not any(seen), seen
     for g, w in zip(got, two_sizes(x, b, big)):
         np.testing.assert_array_equal(g, w)
@@ -147,7 +148,7 @@ def test_native_loops_get_no_strength_reduction(monkeypatch):
     x = np.random.default_rng(4).random(300)
     f = nbxla.jit(recurrence)
     got = []
-    seen = _strength_reduction_at_code_generation(monkeypatch, lambda: got.append(f(x, 0.5)))
+    seen, _ = _strength_reduction_at_code_generation(monkeypatch, lambda: got.append(f(x, 0.5)))
     assert seen and not any(seen), seen
     assert any(i.opcode == "while" for i in f.last_compilation.optimized.entry.instructions)
     np.testing.assert_allclose(got[0], recurrence(x, 0.5), rtol=1e-12)
