@@ -70,15 +70,20 @@ def sort_may_defer(instr: Instruction) -> bool:
 
 
 def sort_thunk(instr: Instruction, fallback: Callable):
-    comparator = instr.attrs["to_apply"]
+    keys, refusal = _recognized_keys(instr.attrs["to_apply"], "sort")
+    return (None, refusal) if keys is None else (_SortThunk(instr, keys, fallback), None)
+
+
+def _recognized_keys(comparator, what: str) -> tuple[list | None, str | None]:
+    """(the comparator's keys, None), or (None, why it is no key order this module knows)."""
     try:
         keys = _ordered_keys(comparator.root)
         for key in keys:
             _check_key_expression(key.expr)
     except _NotRecognized as e:
-        return None, f"sort comparator %{comparator.name} is not a recognized key order ({e}); " \
+        return None, f"{what} comparator %{comparator.name} is not a recognized key order ({e}); " \
                      "it runs through the evaluator's merge sort"
-    return _SortThunk(instr, keys, fallback), None
+    return keys, None
 
 
 def _ordered_keys(node: Instruction) -> list[_Key]:
@@ -224,7 +229,7 @@ class _SortThunk:
             result = [o.copy() for o in operands]
         else:
             with np.errstate(all="ignore"):
-                columns = self._sortable_columns(operands)
+                columns = _sortable_columns(self.keys, operands, self.interpreter)
             if columns is None:             # NaNs under a plain float comparison
                 return self.fallback(operands)
             if len(columns) > 1:
@@ -252,29 +257,23 @@ class _SortThunk:
             return True
         return column.dtype.kind == "f" and column.size > 0 and not np.min(np.abs(column)) > 0  # NaN: not > 0
 
-    def _sortable_columns(self, operands) -> list[np.ndarray] | None:
-        """Arrays whose stable ascending lexicographic order is the comparator's order."""
-        columns = []
-        for key in self.keys:
-            values = _evaluate_key(key.expr, operands, self.interpreter)
-            values = np.broadcast_to(values, operands[0].shape)
-            ascending = _ascending_columns(values, key)
-            if ascending is None:
-                return None
-            columns += ascending
-        return columns
+
+def _sortable_columns(keys: list[_Key], operands, interpreter) -> list[np.ndarray] | None:
+    """Arrays whose stable ascending lexicographic order is the comparator's order (None: NaN
+    keys under a plain float comparison, which only the evaluator's merge sort orders)."""
+    columns = []
+    for key in keys:
+        values = np.broadcast_to(_evaluate_key(key.expr, operands, interpreter), operands[0].shape)
+        ascending = _ascending_columns(values, key)
+        if ascending is None:
+            return None
+        columns += ascending
+    return columns
 
 
 def top_k_thunk(instr: Instruction, fallback: Callable):
-    comparator = instr.attrs["called_computations"][0]
-    try:
-        keys = _ordered_keys(comparator.root)
-        for key in keys:
-            _check_key_expression(key.expr)
-    except _NotRecognized as e:
-        return None, f"TopK comparator %{comparator.name} is not a recognized key order ({e}); " \
-                     "it runs through the evaluator's merge sort"
-    return _TopKThunk(instr, keys, fallback), None
+    keys, refusal = _recognized_keys(instr.attrs["called_computations"][0], "TopK")
+    return (None, refusal) if keys is None else (_TopKThunk(instr, keys, fallback), None)
 
 
 class _TopKThunk:
@@ -290,14 +289,10 @@ class _TopKThunk:
 
     def __call__(self, operands: list[np.ndarray]):
         (x,) = operands
-        columns = []
         with np.errstate(all="ignore"):
-            for key in self.keys:
-                values = np.broadcast_to(_evaluate_key(key.expr, [x], self.interpreter), x.shape)
-                ascending = _ascending_columns(values, key)
-                if ascending is None:
-                    return self.fallback(operands)
-                columns += ascending
+            columns = _sortable_columns(self.keys, [x], self.interpreter)
+        if columns is None:
+            return self.fallback(operands)
         perm = np.lexsort(columns[::-1], axis=-1) if len(columns) > 1 else \
             np.argsort(columns[0], axis=-1, kind="stable")
         perm = np.ascontiguousarray(perm[..., :self.k])

@@ -57,7 +57,7 @@ def test_output_limit(m, k, n, thin):
     dots = [i for c in f.last_compilation.optimized.computations for i in c.instructions if i.opcode == "dot"]
     assert len(dots) == 1
     if not all(isinstance(d, int) for o in (dots[0], *dots[0].operands) for d in o.shape.dims):
-        return                          # (the symbolic rerun: the plan is made per size, at run time)
+        pytest.skip("the symbolic rerun: a dot of unknown size is planned per size at run time")
     assert DotThunk(dots[0]).thin == thin
 
 
