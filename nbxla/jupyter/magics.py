@@ -145,12 +145,7 @@ class XlaMagics(Magics):
                 paths = prepared.compilation.dump(args.dump)
                 report.append(f"wrote {len(paths)} files to {args.dump}")
         except SyntaxError as e:
-            # IPython would show a SyntaxError with the stack into nbxla; keep its usual display.
-            e.filename = filename
-            error = CellSyntaxError(str(e))
-            lines = self.shell.SyntaxTB.structured_traceback(type(e), e, [])
-            error._render_traceback_ = lambda: lines
-            raise error from e
+            raise self._syntax_error(e, filename) from e
         except Exception as e:
             self._presentable(e)
             raise
@@ -161,6 +156,15 @@ class XlaMagics(Magics):
             else:
                 display(item)
         return value
+
+    def _syntax_error(self, e: SyntaxError, filename: str) -> CellSyntaxError:
+        """The cell's SyntaxError shown as IPython shows one (IPython would otherwise print the
+        stack into nbxla)."""
+        e.filename = filename
+        error = CellSyntaxError(str(e))
+        lines = self.shell.SyntaxTB.structured_traceback(type(e), e, [])
+        error._render_traceback_ = lambda: lines
+        return error
 
     def _xla_dask(self, args, source: str, number: int, filename: str):
         """A cell reading dask arrays: the names it binds become dask arrays (nbxla.dask)."""
@@ -190,11 +194,7 @@ class XlaMagics(Magics):
                                      filename_display=self._display_name,
                                      label=f"Cell In[{number}]")
         except SyntaxError as e:
-            e.filename = filename
-            error = CellSyntaxError(str(e))
-            lines = self.shell.SyntaxTB.structured_traceback(type(e), e, [])
-            error._render_traceback_ = lambda: lines
-            raise error from e
+            raise self._syntax_error(e, filename) from e
         except Exception as e:
             self._presentable(e)
             raise
