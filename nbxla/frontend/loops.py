@@ -61,9 +61,10 @@ class _Cheap(Exception):
 # ---- loops -----------------------------------------------------------------------------------
 
 def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: int, target=(UNDEFINED,),
-              written: tuple = ()):
+              written: tuple = (), dead: tuple = ()):
     """The loop; returns the state after it and the loop variable's last value.  ``written``:
-    the names whose items the body writes (see ``_Loop.run``)."""
+    the names whose items the body writes (see ``_Loop.run``); ``dead``: the names whose value
+    on entry it never reads (``loop_writes.dead_on_entry``)."""
     (last,) = target
     if range_fn is not builtins.range or not any(isinstance(a, Tracer) for a in args):
         r = range_fn(*args)
@@ -91,7 +92,7 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
                           (min(r[0], r[-1]), max(r[0], r[-1])),
-                          unroll_budget=(len(r), budget), written=written).run()
+                          unroll_budget=(len(r), budget), written=written, dead=dead).run()
             return tuple(state) + (r[-1],)
         except _Cheap as e:
             if seen is not None:
@@ -114,7 +115,8 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
                                  "use a Python int step")
     lo_hi = _dynamic_bounds(start, stop, step)
     try:
-        state = _Loop(ctx, body, state, names, lineno, start, stop, step, lo_hi, written=written).run()
+        state = _Loop(ctx, body, state, names, lineno, start, stop, step, lo_hi, written=written,
+                      dead=dead).run()
     except CannotRoll as e:
         raise NotCompilableError(
             f"a loop over range() with traced bounds could not be traced once: {e}",
@@ -216,7 +218,7 @@ def _dynamic_bounds(start, stop, step):
 
 
 
-def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tuple = ()):
+def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tuple = (), dead: tuple = ()):
     ctx = active_context()
     budget = _Budget(ctx, lineno, "its condition is a Python value") if ctx is not None else None
     last = None         # (the state before the last step run in Python, how to undo that step)
@@ -245,7 +247,8 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tup
         seeds = _seeds(before, state)
         undo.restore()
         try:
-            rolled = _Loop(ctx, body, before, names, lineno, cond=cond, written=written, seeds=seeds).run()
+            rolled = _Loop(ctx, body, before, names, lineno, cond=cond, written=written, seeds=seeds,
+                           dead=dead).run()
             undo.drop_instructions()
             return rolled
         except CannotRoll:
@@ -255,7 +258,7 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tup
                 raise NbxlaError("internal error: a while loop's step, run again, gave a "
                                  "condition of another kind") from None
     try:
-        return _Loop(ctx, body, state, names, lineno, cond=cond, written=written).run()
+        return _Loop(ctx, body, state, names, lineno, cond=cond, written=written, dead=dead).run()
     except CannotRoll as e:
         raise NotCompilableError(
             f"a `while` loop on a traced condition could not be traced once: {e}",
@@ -285,8 +288,9 @@ class _Loop:
     """One rolled loop: traces the body (and condition) into computations, emits the while."""
 
     def __init__(self, ctx, body, state, names, lineno, start=None, stop=None, step=None,
-                 index_range=None, cond=None, unroll_budget=(0, 0), written=(), seeds=()):
+                 index_range=None, cond=None, unroll_budget=(0, 0), written=(), seeds=(), dead=()):
         self.ctx, self.body, self.state, self.names, self.lineno = ctx, body, resolved_state(state), names, lineno
+        self.dead = frozenset(dead)      # (names whose value on entry the body never reads)
         self.written_names, self.seeds = written, seeds
         self.start, self.stop, self.step, self.index_range, self.cond = start, stop, step, index_range, cond
         self.counted = cond is None
@@ -463,13 +467,15 @@ class _Loop:
                 raise CannotRoll(f"the body binds `{self.names[k]}` to a slice whose bounds are read from "
                                  "the data, whose length depends on the data")
             elif old is UNDEFINED or type(old) is OneBranch and type(new) is OneBranch \
-                    or _redefined_function(old, new):
+                    or _redefined_function(old, new) or self.names[k] in self.dead:
                 # a Python value first bound in the body (an inner loop's variable), or a
                 # helper the body defines afresh each step (``def f(...)`` in the loop): the
                 # same in every iteration, since the body is traced once.  A name only a
                 # traced branch binds (``if E - w >= 0: dHG = ...``) stays unreadable after
                 # the loop as before it (the step of an outer loop before this one bound it
-                # so: npbench's scattering self-energies unrolled five loops over that)
+                # so: npbench's scattering self-energies unrolled five loops over that).  An
+                # inner loop's variable bound before the loop (``dead``: never read before the
+                # body binds it) is the same: 3mm's second triple loop reuses the first's ``k``.
                 self.static_after[k] = new
             elif _is_number(old) and _is_number(new) and type(old) is type(new) \
                     and (not self.counted or not isinstance(old, int)):
