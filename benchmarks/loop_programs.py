@@ -27,10 +27,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import nbxla  # noqa: E402
-from nbxla.examples import (channel_flow, cholesky, contour_integral, correlation, covariance, crc16, durbin,  # noqa: E402
-                            floyd_warshall, go_fast, gramschmidt, gramschmidt_left, gramschmidt_outer, histogram_fill,
-                            iir_filter, jacobi_2d, kahan_sum, lu, lu_pivot, mandelbrot, nbody, newton_sqrt, nussinov,
-                            pairwise_distances, seidel_2d, spmv, symm, syr2k, trisolv, trmm, wave_2d, widest_path)
+from nbxla.examples import (advect_until, channel_flow, cholesky, contour_integral, correlation, covariance,  # noqa: E402
+                            crc16, durbin, floyd_warshall, fnv1a, go_fast, gramschmidt, gramschmidt_left,
+                            gramschmidt_outer, histogram_fill, iir_filter, jacobi_2d, k3mm_loops, kahan_sum, knn_smooth,
+                            lu, lu_pivot, mandelbrot, nbody, newton_sqrt, nussinov, pairwise_distances, seidel_2d, spmv,
+                            symm, syr2k, thomas, trisolv, trmm, wave_2d, widest_path)
 from nbxla.runtime.cache import DEFAULT_CACHE  # noqa: E402
 
 
@@ -130,6 +131,17 @@ def programs(quick: bool):
         "nbody": (nbody, lambda: _bodies(rng, s(100, 12), s(50, 6))),
         # (a slice whose bounds are read from the data: npbench's S size)
         "spmv": (spmv, lambda: _csr(rng, s(4096, 60), s(4096, 60), s(8192, 120))),
+        # (found by hunting, numba-style: loop variables reused by every nest, a sweep reading
+        # an array it updated, NumPy scalar types on array items, a float clock, an argsort
+        # per step)
+        "k3mm_loops": (k3mm_loops, lambda: tuple(rng.random(shape) for shape in
+                                                 [(s(40, 8), s(42, 9)), (s(42, 9), s(43, 10)),
+                                                  (s(43, 10), s(41, 7)), (s(41, 7), s(44, 11))])),
+        "thomas": (thomas, lambda: (rng.random(s(20000, 200)), rng.random(s(20000, 200)) + 4,
+                                    rng.random(s(20000, 200)), rng.random(s(20000, 200)))),
+        "fnv1a": (fnv1a, lambda: (rng.integers(0, 256, s(20000, 100)).astype(np.uint8),)),
+        "advect_until": (advect_until, lambda: (rng.random(s(2000, 50)), 1.0, 1.0 / s(2000, 50), s(0.5, 0.2))),
+        "knn_smooth": (knn_smooth, lambda: (rng.random(s(500, 30)), rng.random(s(500, 30)), 5)),
     }
 
 

@@ -559,3 +559,68 @@ def spmv(A_row, A_col, A_val, x):
         vals = A_val[A_row[i]:A_row[i + 1]]
         y[i] = vals @ x[cols]
     return y
+
+
+# ---- shapes found by hunting (issue 30): numba-style scalar loops, a float clock -------------
+
+def k3mm_loops(A, B, C, D):
+    """polybench's 3mm as its C source writes it: three triple loops reusing ``i, j, k``."""
+    E = np.zeros((A.shape[0], B.shape[1]))
+    F = np.zeros((C.shape[0], D.shape[1]))
+    G = np.zeros((A.shape[0], D.shape[1]))
+    for i in range(A.shape[0]):
+        for j in range(B.shape[1]):
+            for k in range(A.shape[1]):
+                E[i, j] += A[i, k] * B[k, j]
+    for i in range(C.shape[0]):
+        for j in range(D.shape[1]):
+            for k in range(C.shape[1]):
+                F[i, j] += C[i, k] * D[k, j]
+    for i in range(E.shape[0]):
+        for j in range(F.shape[1]):
+            for k in range(E.shape[1]):
+                G[i, j] += E[i, k] * F[k, j]
+    return G
+
+
+def thomas(a, b, c, d):
+    """A tridiagonal solve (Thomas's algorithm), element by element."""
+    n = d.shape[0]
+    cp, dp, x = np.empty(n), np.empty(n), np.empty(n)
+    cp[0], dp[0] = c[0] / b[0], d[0] / b[0]
+    for i in range(1, n):
+        m = b[i] - a[i] * cp[i - 1]
+        cp[i] = c[i] / m
+        dp[i] = (d[i] - a[i] * dp[i - 1]) / m
+    x[n - 1] = dp[n - 1]
+    for i in range(n - 2, -1, -1):
+        x[i] = dp[i] - cp[i] * x[i + 1]
+    return x
+
+
+def fnv1a(data):
+    """The FNV-1a hash of a byte array (uint32 arithmetic that wraps)."""
+    h = np.uint32(2166136261)
+    for i in range(data.shape[0]):
+        h = (h ^ np.uint32(data[i])) * np.uint32(16777619)
+    return h
+
+
+def advect_until(u, c, dx, t_end):
+    """Upwind advection on a periodic line, stepped on a float clock until ``t_end``."""
+    t, dt, steps = 0.0, 0.5 * dx / c, 0
+    while t < t_end:
+        u[1:] = u[1:] - c * dt / dx * (u[1:] - u[:-1])
+        u[0] = u[-1]
+        t += dt
+        steps += 1
+    return u, steps
+
+
+def knn_smooth(X, y, k):
+    """Each point's value replaced by the mean over its ``k`` nearest neighbours (an argsort per
+    point)."""
+    out = np.empty(X.shape[0])
+    for i in range(X.shape[0]):
+        out[i] = np.mean(y[np.argsort(np.abs(X - X[i]))[:k]])
+    return out

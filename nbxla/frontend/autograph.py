@@ -36,7 +36,7 @@ import types
 from typing import Callable
 
 from . import runtime
-from .loop_writes import with_written
+from .loop_writes import dead_on_entry, with_written
 from .registry import entry_point
 
 AG = "__nbxla_ag__"
@@ -245,6 +245,7 @@ class _Converter(ast.NodeTransformer):
             return node
         range_args = [self.visit(a) for a in it.args]
         names = [n for n in _state_names(node.body) if n != node.target.id and self._rebindable(n)]
+        dead = dead_on_entry(node.body, names)
         body = self._visit_body(node.body)
         k = next(_counter)
         fname = f"{_PREFIX}for_{k}"
@@ -254,7 +255,7 @@ class _Converter(ast.NodeTransformer):
                      ast.Tuple(range_args, ast.Load()), ast.Name(fname, ast.Load()),
                      self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
                      _const(node.lineno), self._state_call([target]))
-        with_written(call, node.body, names)
+        with_written(call, node.body, names, dead)
         # the loop variable keeps its last value after the loop, as in Python
         outputs = names + [target] if self._rebindable(target) else names
         if outputs is names:
@@ -363,6 +364,8 @@ class _Converter(ast.NodeTransformer):
             return node
         test = self.visit(node.test)
         names = [n for n in _state_names([node.test] + node.body) if self._rebindable(n)]
+        # (the test reads before the body: a name it reads is live on entry)
+        dead = [n for n in dead_on_entry(node.body, names) if n not in _state_names([node.test])]
         body = self._visit_body(node.body)
         k = next(_counter)
         cname, bname = f"{_PREFIX}while_cond_{k}", f"{_PREFIX}while_body_{k}"
@@ -371,7 +374,7 @@ class _Converter(ast.NodeTransformer):
         call = _call("while_loop", ast.Name(cname, ast.Load()), ast.Name(bname, ast.Load()),
                      self._state_call(names), ast.Tuple([_const(n) for n in names], ast.Load()),
                      _const(node.lineno))
-        with_written(call, node.body, names)
+        with_written(call, node.body, names, dead)
         return _located([cond, fn, *self._rebind(names, call)], node)
 
     def visit_If(self, node):

@@ -104,6 +104,13 @@ def call(f, *args, **kwargs):
         from .rules import convert
         value = convert(args[0], np.int64 if f is int else np.float64)
         return IndexTracer(ctx, value.instr) if f is int else Tracer(ctx, value.instr)
+    if isinstance(f, type) and issubclass(f, np.number) and len(args) == 1 and not kwargs \
+            and isinstance(args[0], Tracer):
+        # np.uint32(traced), np.float32(x[i]): NumPy's scalar types cast as astype does (a hash
+        # loop's ``h ^ np.uint32(data[i])``; before, NumPy asked the tracer for its value)
+        from .rules import convert
+        value = convert(args[0], np.dtype(f))
+        return Tracer(ctx, value.instr) if value is args[0] else value
     if any(f is m for m in _ARRAY_MAKERS) and args and has_tracer(args[0]):
         from .rules import asarray, convert
         value = asarray(ctx, _stack_nested(ctx, args[0]))

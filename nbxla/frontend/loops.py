@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import builtins
 import sys
-import types
 
 import numpy as np
 
@@ -38,6 +37,7 @@ from .control import (UNDEFINED, CannotRoll, Snapshot, check_closed, getitem, is
                       scalar_test, tracers_in, view_root)
 from .promotion import (OneBranch, active_context, drop_promotions, has_tracer, promote_owned, reaches,
                         resolved_state)
+from .loop_values import is_number, redefined_function, same_static, step_seeds, stored_type
 from .ragged import RaggedSlice
 from .selection import Selection, SelectionAfterLoop
 from .tracer import Tracer
@@ -61,9 +61,10 @@ class _Cheap(Exception):
 # ---- loops -----------------------------------------------------------------------------------
 
 def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: int, target=(UNDEFINED,),
-              written: tuple = ()):
+              written: tuple = (), dead: tuple = ()):
     """The loop; returns the state after it and the loop variable's last value.  ``written``:
-    the names whose items the body writes (see ``_Loop.run``)."""
+    the names whose items the body writes (see ``_Loop.run``); ``dead``: the names whose value
+    on entry it never reads (``loop_writes.dead_on_entry``)."""
     (last,) = target
     if range_fn is not builtins.range or not any(isinstance(a, Tracer) for a in args):
         r = range_fn(*args)
@@ -91,7 +92,7 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
         try:
             state = _Loop(ctx, body, state, names, lineno, r.start, r.stop, r.step,
                           (min(r[0], r[-1]), max(r[0], r[-1])),
-                          unroll_budget=(len(r), budget), written=written).run()
+                          unroll_budget=(len(r), budget), written=written, dead=dead).run()
             return tuple(state) + (r[-1],)
         except _Cheap as e:
             if seen is not None:
@@ -114,7 +115,8 @@ def for_range(range_fn, args: tuple, body, state: tuple, names: tuple, lineno: i
                                  "use a Python int step")
     lo_hi = _dynamic_bounds(start, stop, step)
     try:
-        state = _Loop(ctx, body, state, names, lineno, start, stop, step, lo_hi, written=written).run()
+        state = _Loop(ctx, body, state, names, lineno, start, stop, step, lo_hi, written=written,
+                      dead=dead).run()
     except CannotRoll as e:
         raise NotCompilableError(
             f"a loop over range() with traced bounds could not be traced once: {e}",
@@ -216,17 +218,25 @@ def _dynamic_bounds(start, stop, step):
 
 
 
-def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tuple = ()):
+def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tuple = (), dead: tuple = ()):
     ctx = active_context()
     budget = _Budget(ctx, lineno, "its condition is a Python value") if ctx is not None else None
     last = None         # (the state before the last step run in Python, how to undo that step)
     steps = 0
+    clock_tried = ctx is None
     while True:
         test = scalar_test(cond(state))
         if isinstance(test, Tracer):
             break
         if not test:
             return state
+        if not clock_tried and last is not None and steps > current_flags().unroll_max \
+                and has_tracer(state):
+            clock_tried = True
+            rolled, state = _roll_on_python_numbers(ctx, cond, body, last, state, names, lineno, written, dead)
+            if rolled:
+                return state
+            continue
         last = (state, step_undo.StepUndo(ctx, state)) \
             if ctx is not None and step_undo.undo_affordable(steps, state) else None
         state = body(state)
@@ -242,10 +252,11 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tup
         # of CPU).  Where the body cannot be rolled from there (it needs a Python value the
         # step made traced), the step is run again in Python and the loop rolled after it.
         before, undo = last
-        seeds = _seeds(before, state)
+        seeds = step_seeds(before, state)
         undo.restore()
         try:
-            rolled = _Loop(ctx, body, before, names, lineno, cond=cond, written=written, seeds=seeds).run()
+            rolled = _Loop(ctx, body, before, names, lineno, cond=cond, written=written, seeds=seeds,
+                           dead=dead).run()
             undo.drop_instructions()
             return rolled
         except CannotRoll:
@@ -255,7 +266,7 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tup
                 raise NbxlaError("internal error: a while loop's step, run again, gave a "
                                  "condition of another kind") from None
     try:
-        return _Loop(ctx, body, state, names, lineno, cond=cond, written=written).run()
+        return _Loop(ctx, body, state, names, lineno, cond=cond, written=written, dead=dead).run()
     except CannotRoll as e:
         raise NotCompilableError(
             f"a `while` loop on a traced condition could not be traced once: {e}",
@@ -264,29 +275,35 @@ def while_loop(cond, body, state: tuple, names: tuple, lineno: int, written: tup
             "lists or counters in it; or run it eagerly (mode=\"auto\")") from None
 
 
-def _seeds(before: tuple, after: tuple) -> list[tuple]:
-    """(slot, value before, shape, dtype, weak, a Python number) of each name a loop step changed from a
-    Python number, or first bound, to a traced value, or to another number of its type: the
-    types the loop's first trace would find and ask for (``_Loop._trace``'s requests), known
-    from the step run in Python, so that the body is not traced once more only to learn them.
-    (Names that held traced values are left to the trace: it checks how they were written.)"""
-    seeds = []
-    for k, (old, new) in enumerate(zip(before, after)):
-        if not (_is_number(old) or old is UNDEFINED and isinstance(new, Tracer)):
-            continue
-        if isinstance(new, Tracer):
-            seeds.append((k, old, *_stored_type(new), bool(getattr(new, "weak", False)), False))
-        elif _is_number(new) and type(new) is type(old) and new != old:
-            seeds.append((k, old, (), np.asarray(new).dtype, True, True))     # (weak, a number)
-    return seeds
+def _roll_on_python_numbers(ctx, cond, body, last, state, names, lineno, written, dead):
+    """A ``while`` whose condition reads only Python numbers the body changes (``while t <
+    t_end: ...; t += dt``), past ``--unroll_max`` steps run in Python: rolled from before the
+    last of them with those numbers traced, so the condition is traced too -- the same IEEE
+    arithmetic, the same trip count (before, every step was unrolled: 20 steps of a 1-D
+    advection were 40 kernels, 0.4x NumPy, and 2000 were refused).  (rolled?, state): where it
+    cannot be rolled so, the step is run again in Python and the loop goes on there."""
+    before, undo = last
+    seeds = step_seeds(before, state)
+    if not any(number for *_, number in seeds):
+        return False, state
+    undo.restore()
+    try:
+        rolled = _Loop(ctx, body, before, names, lineno, cond=cond, written=written, seeds=seeds,
+                       dead=dead).run()
+        undo.drop_instructions()
+        return True, rolled
+    except CannotRoll:
+        undo.restore()
+        return False, body(before)
 
 
 class _Loop:
     """One rolled loop: traces the body (and condition) into computations, emits the while."""
 
     def __init__(self, ctx, body, state, names, lineno, start=None, stop=None, step=None,
-                 index_range=None, cond=None, unroll_budget=(0, 0), written=(), seeds=()):
+                 index_range=None, cond=None, unroll_budget=(0, 0), written=(), seeds=(), dead=()):
         self.ctx, self.body, self.state, self.names, self.lineno = ctx, body, resolved_state(state), names, lineno
+        self.dead = frozenset(dead)      # (names whose value on entry the body never reads)
         self.written_names, self.seeds = written, seeds
         self.start, self.stop, self.step, self.index_range, self.cond = start, stop, step, index_range, cond
         self.counted = cond is None
@@ -317,7 +334,7 @@ class _Loop:
         self.rebound: dict[int, Tracer] = {}
         self.weak: set[int] = set()      # rebound names that were Python numbers
         self.numbers: set[int] = set()   # ...that were not traced before the loop
-        for k, old, shape, dtype, weak, number in self.seeds:      # (see _seeds)
+        for k, old, shape, dtype, weak, number in self.seeds:      # (see step_seeds)
             self.rebound[k] = self._initial_for(old, shape, dtype)
             if weak:
                 self.weak.add(k)
@@ -443,7 +460,7 @@ class _Loop:
             if isinstance(new, Tracer):
                 if getattr(new, "weak", False):          # a loop index: a Python int
                     self.weak.add(k)
-                requests.append((k, old, *_stored_type(new)))
+                requests.append((k, old, *stored_type(new)))
             elif isinstance(new, Selection) and old is UNDEFINED and not self.short \
                     and not self.ctx.names_outlive:
                 # ``values = data[mask]; res[i] = values.mean()``: a temporary of each step.
@@ -463,15 +480,17 @@ class _Loop:
                 raise CannotRoll(f"the body binds `{self.names[k]}` to a slice whose bounds are read from "
                                  "the data, whose length depends on the data")
             elif old is UNDEFINED or type(old) is OneBranch and type(new) is OneBranch \
-                    or _redefined_function(old, new):
+                    or redefined_function(old, new) or self.names[k] in self.dead:
                 # a Python value first bound in the body (an inner loop's variable), or a
                 # helper the body defines afresh each step (``def f(...)`` in the loop): the
                 # same in every iteration, since the body is traced once.  A name only a
                 # traced branch binds (``if E - w >= 0: dHG = ...``) stays unreadable after
                 # the loop as before it (the step of an outer loop before this one bound it
-                # so: npbench's scattering self-energies unrolled five loops over that)
+                # so: npbench's scattering self-energies unrolled five loops over that).  An
+                # inner loop's variable bound before the loop (``dead``: never read before the
+                # body binds it) is the same: 3mm's second triple loop reuses the first's ``k``.
                 self.static_after[k] = new
-            elif _is_number(old) and _is_number(new) and type(old) is type(new) \
+            elif is_number(old) and is_number(new) and type(old) is type(new) \
                     and (not self.counted or not isinstance(old, int)):
                 # a Python counter in a while loop on array values, or a Python float the body
                 # changes (``t += dt``): it becomes traced, a Python number in promotion.  (A
@@ -479,15 +498,15 @@ class _Loop:
                 self.weak.add(k)
                 self.numbers.add(k)
                 requests.append((k, old, (), np.asarray(new).dtype))
-            elif not _same_static(old, new):
+            elif not same_static(old, new):
                 raise CannotRoll(f"the body changes `{self.names[k]}`, a Python value "
                                  f"({type(old).__name__})")
         for k, init in self.rebound.items():
             new = new_state[k]
             if not isinstance(new, Tracer):
                 raise CannotRoll(f"the body binds `{self.names[k]}` to a Python value")
-            if _stored_type(new) != (init.shape, init.dtype):
-                requests.append((k, init, *_stored_type(new)))
+            if stored_type(new) != (init.shape, init.dtype):
+                requests.append((k, init, *stored_type(new)))
         return body_comp, cond_comp, outs, requests
 
     def _initial_for(self, old, shape, dtype) -> Tracer:
@@ -592,6 +611,8 @@ class _Loop:
                                  "that may be out of bounds, a negative integer power)")
             if [t.version for t in self.objects] != versions:
                 raise CannotRoll("the condition writes into an array")
+            if not isinstance(test, Tracer):     # (a constant test: no loop to build)
+                raise CannotRoll("the condition reads no value of the loop's state")
             from .rules import asarray
             test = asarray(ctx, test)
             if test.dtype != np.bool_:
@@ -648,35 +669,9 @@ class _Loop:
 
 
 
-def _stored_type(t: Tracer) -> tuple:
-    """(shape, dtype) of a value the body gave, read without re-deriving a view: outside the
-    body's trace that would build the view's slice in the outer computation from the body's
-    values (a view bound in the body, its base written after)."""
-    return t.stored_instr.shape.dims, t.stored_instr.shape.dtype
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float, complex)) and not isinstance(v, bool)
-
-
 def _weak(ctx, instr) -> Tracer:
     from .index_tracer import weak_scalar
     return weak_scalar(ctx, instr)
-
-
-def _redefined_function(old, new) -> bool:
-    """``def``/``lambda`` run again by the loop body: a new function object of the same code."""
-    return isinstance(old, types.FunctionType) and isinstance(new, types.FunctionType) \
-        and old.__code__ is new.__code__
-
-
-def _same_static(old, new) -> bool:
-    if type(old) is not type(new):
-        return False
-    try:
-        return bool(old == new) if not isinstance(old, np.ndarray) else np.array_equal(old, new)
-    except Exception:
-        return False
 
 
 def _reason(e: Exception) -> str:

@@ -13,6 +13,7 @@ from .loop_dots import LoopInvariantDots
 from .loop_layouts import LoopLayouts
 from .pipeline import Pass, Pipeline, PipelineResult
 from .simplify import AlgebraicSimplifier, ConstantFolding
+from .update_order import UpdatesAfterReaders
 from .verifier import verify_module
 from .while_state import WhileStateElimination
 from .window_loops import WindowLoops
@@ -25,7 +26,7 @@ def default_pipeline(donated_parameters=frozenset()) -> Pipeline:
         LayoutNormalization(), CallInliner(), ImportedFusions(), AlgebraicSimplifier(), ConstantFolding(),
         CommonSubexpressionElimination(), DotRewrites(), WhileStateElimination(), LoopInvariantDots(), WindowLoops(),
         LoopLayouts(), DeadCodeElimination(), FloatNormalization(),
-        Fusion(), DeadCodeElimination(),
+        Fusion(), DeadCodeElimination(), UpdatesAfterReaders(),
         BufferAssignment(donated_parameters),
     ])
 
@@ -37,5 +38,5 @@ def optimize(module, donated_parameters=frozenset()) -> PipelineResult:
 __all__ = ["Pass", "Pipeline", "PipelineResult", "default_pipeline", "optimize", "verify_module",
            "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
            "DeadCodeElimination", "Fusion", "BufferAssignment", "BufferPlan", "CallInliner",
-           "LayoutNormalization", "DotRewrites", "WhileStateElimination", "ImportedFusions",
+           "LayoutNormalization", "DotRewrites", "WhileStateElimination", "ImportedFusions", "UpdatesAfterReaders",
            "LoopInvariantDots", "FloatNormalization", "WindowLoops", "LoopLayouts"]

@@ -1,7 +1,8 @@
 """Buffer assignment: where every array value of the entry computation lives while it runs.
 
 After fusion the entry computation is a list of kernels and library calls in the order they
-will run (this order is the schedule).  Each array value they produce needs memory from the
+will run (this order is the schedule; ``update_order.py`` runs the other readers of an array
+before the kernel that updates it in place, where they do not need the update).  Each array value they produce needs memory from the
 moment it is written until its last reader has run.  The plan places all such values in one
 arena, reusing the memory of dead values (best fit by size, offsets aligned to 64 bytes), so
 the arena is usually much smaller than the sum of all values.

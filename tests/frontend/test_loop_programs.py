@@ -622,6 +622,15 @@ def _csr(rows, cols=9):
 
 kernel(lambda n=10: _csr(n), rtol=1e-12)(examples.spmv)
 
+# (found by hunting, issue 30: loop variables reused by every nest, a sweep reading an array it
+# updated, NumPy scalar types on array items, a float clock, an argsort per step)
+kernel(lambda n=6: (rand(n, n + 1), rand(n + 1, n + 2), rand(n + 2, n), rand(n, n + 3)),
+       rtol=1e-10)(examples.k3mm_loops)
+kernel(lambda n=10: (rand(n), rand(n) + 4, rand(n), rand(n)), rtol=1e-12)(examples.thomas)
+kernel(lambda n=10: (RNG.integers(0, 256, n).astype(np.uint8),))(examples.fnv1a)
+kernel(lambda n=10: (rand(30), 1.0, 1.0 / 30, (n - 0.5) * 0.5 / 30), rtol=1e-12)(examples.advect_until)
+kernel(lambda n=10: (rand(n), rand(n), 3), rtol=1e-12)(examples.knn_smooth)
+
 
 # ---- the runs --------------------------------------------------------------------------------
 

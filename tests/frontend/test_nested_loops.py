@@ -133,3 +133,71 @@ def test_name_bound_in_one_branch_read_after_the_loops():
     G = RNG.random((2, 4, 3, 3))
     idx = np.arange(4, dtype=np.int32)
     check_or_same_error(reads_branch_name_after, G, idx, np.zeros((2, 4, 3, 3)))
+
+
+# ---- loop variables reused by later loops (code written loop by loop: i, j, k every time) -----
+
+def two_products(A, B, C):
+    """3mm's form: the second nest's inner ``for k`` rebinds the ``k`` the first left an int.
+    Its value on entry is never read, so the nest rolls (before: "the body changes `k`, a
+    Python value", unrolled, and past the unroll budget refused)."""
+    n, m = A.shape
+    E = np.zeros((n, n))
+    G = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            for k in range(m):
+                E[i, j] += A[i, k] * B[k, j]
+    for i in range(n):
+        for j in range(n):
+            for k in range(n):
+                G[i, j] += E[i, k] * C[k, j]
+    return G, k + j           # (the last values, as in Python)
+
+
+def reads_previous_k(A):
+    """``k`` read before the inner loop binds it: its value on entry is live (the last step's
+    inner index), not dead."""
+    k = 0
+    acc = np.zeros(A.shape[0])
+    for i in range(A.shape[0]):
+        acc[i] = A[i, k]
+        for k in range(A.shape[1] - i % 2):
+            acc[i] += A[i, k]
+    return acc
+
+
+def reads_k_in_else(A):
+    k = 1
+    acc = np.zeros(A.shape[0])
+    for i in range(A.shape[0]):
+        for k in range(i % 3):
+            acc[i] += A[i, k]
+        else:
+            acc[i] += k
+    return acc
+
+
+@pytest.mark.parametrize("n,m", [(3, 2), (12, 9)])
+def test_reused_inner_loop_variable_rolls(n, m):
+    A, B, C = RNG.random((n, m)), RNG.random((m, n)), RNG.random((n, n))
+    check(two_products, A, B, C)
+    if n <= 4:          # (short loops unroll by choice)
+        return
+    f = jit(two_products)
+    with quiet():
+        f(A, B, C)
+    import inspect
+    source, first = inspect.getsourcelines(two_products)
+    second_i = first + [k for k, line in enumerate(source) if "for i in" in line][1]
+    second_j = first + [k for k, line in enumerate(source) if "for j in" in line][1]
+    decisions = f.last_compilation.loop_decisions
+    # (before: the first step of the second i loop was run in Python, its j loop unrolled)
+    assert {how for line, how, _ in decisions if line in (second_i, second_j)} == {"rolled"}, decisions
+
+
+@pytest.mark.parametrize("n", [3, 7])
+def test_inner_loop_variable_read_before_it_is_bound(n):
+    A = RNG.random((n, 6))
+    check_or_same_error(reads_previous_k, A)
+    check_or_same_error(reads_k_in_else, A)

@@ -48,8 +48,16 @@ def count_above(x, n):
 
 def python_while(x, n):
     k = 0
-    while k < n:                        # a Python condition: traced step by step
+    while k < n:                        # a Python condition: rolled, k traced (past --unroll_max steps)
         x = x * 0.5 + np.sin(x)
+        k += 1
+    return x
+
+
+def python_while_needs_k(x, n):
+    k = 0
+    while k < n:                        # k needed as a Python int (a shape): traced step by step
+        x = x * 0.5 + np.sin(x) + np.ones(k % 2 + 1).sum()
         k += 1
     return x
 
@@ -74,8 +82,9 @@ def test_long_selection_loops_roll():
 
 
 def test_unrolled_loops_stop_at_the_instruction_budget():
-    # a while on a Python condition is traced step by step; its steps add up to the budget
-    error, seconds = _refused(python_while, RNG.random(8), loops.UNROLL_LIMIT)
+    # a while on a Python condition that cannot roll is traced step by step; its steps add up
+    # to the budget
+    error, seconds = _refused(python_while_needs_k, RNG.random(8), loops.UNROLL_LIMIT)
     assert "too long to unroll" in str(error), str(error)
     assert seconds < 10, f"refused after {seconds:.2f} s"
 
@@ -87,6 +96,8 @@ def test_short_unrolled_loops_compile(npt):
 
 def test_python_while_loops():
     check(python_while, RNG.random(8), 30)
-    error, seconds = _refused(python_while, RNG.random(8), 10**6)
+    check(python_while, RNG.random(8), loops.UNROLL_LIMIT + 1)         # (rolled: not refused)
+    check(python_while_needs_k, RNG.random(8), 30)
+    error, seconds = _refused(python_while_needs_k, RNG.random(8), 10**6)
     assert "too long to unroll" in str(error) and "while k < n:" in str(error), str(error)
     assert seconds < 10, f"refused after {seconds:.2f} s"

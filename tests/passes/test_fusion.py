@@ -283,7 +283,7 @@ def test_history_records_text_only_for_passes_that_changed_the_module():
     names = [r.name for r in result.history]
     assert names == ["layouts", "call-inliner", "imported-fusions", "algsimp", "constant-folding", "cse",
                      "dot-rewrites", "while-state", "loop-invariant-dots", "window-loops", "loop-layouts", "dce", "float-normalization",
-                     "fusion", "dce",
+                     "fusion", "dce", "updates-after-readers",
                      "buffer-assignment"]
     for rec in result.history:
         assert (rec.text is not None) == rec.changed
