@@ -20,8 +20,9 @@ it back costs more than the kernel, and nothing else can run in that time anyway
 
 The trampoline embeds this process's addresses (``numpy.ndarray``'s type object, ``None``,
 ``PyErr_SetString``): it is compiled in each process (~30 ms, once, on first use) and never
-stored in the persistent cache.  Native loops' trampolines (one per count of arrays: the loop
-takes them as separate arguments) are compiled when a loop of that count first needs one.  ``None`` where CPython's C API is not reachable (not
+stored in the persistent cache.  Native loops' and object entry points' trampolines (one per
+count of arrays: those take them as separate arguments) are compiled when a callee of that
+count first needs one.  ``None`` where CPython's C API is not reachable (not
 CPython, or ids are not addresses): callers keep ctypes.
 """
 
@@ -78,8 +79,9 @@ _state: dict = {}       # "engine", "method", "new" once compiled; "failed" when
 
 def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, type_error: int,
                   long_from: int, save_thread: int, restore_thread: int) -> str:
-    """The LLVM IR of ``nbxla_kernel_call`` and ``nbxla_object_call`` (see the module docstring)
-    for this process's addresses (``nbxla_loop_call_<count>``: ``loop_trampoline_ir``)."""
+    """The LLVM IR of ``nbxla_kernel_call`` (see the module docstring) for this process's
+    addresses (``nbxla_loop_call_<count>`` and ``nbxla_object_call_<count>``:
+    ``loop_trampoline_ir``, ``object_trampoline_ir``)."""
     module, addresses, gil = _trampoline_module("nbxla_fastcall", data_offset, array_type, none, set_error,
                                                 type_error, save_thread, restore_thread)
 
@@ -105,24 +107,6 @@ def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, 
         b.inttoptr(_word(b, words, 0), kernel_type.as_pointer()), [pointers, ir.Constant(_I64, 0), extent]))
     _return_none(b, none)
 
-    # nbxla_object_call: self = [entry, arrays, release, extent];
-    # void entry(PyObject *array_0, ..., i64 begin = 0, i64 end = extent)
-    b, words, _, nargs, fail = _gathering_function(module, "nbxla_object_call", MAX_OBJECT_ARGS, addresses)
-    fn = b.function
-    address, extent, release = _word(b, words, 0), _word(b, words, 3), _word(b, words, 2)
-    done = fn.append_basic_block("done")
-    switch = b.switch(nargs, fail)      # (before the GIL is released: fail needs it)
-    for count in range(1, MAX_OBJECT_ARGS + 1):
-        case = fn.append_basic_block(f"args{count}")
-        switch.add_case(ir.Constant(_I64, count), case)
-        b.position_at_end(case)
-        entry_type = ir.FunctionType(ir.VoidType(), [_I8P] * count + [_I64, _I64])
-        objects = [b.load(b.gep(fn.args[1], [ir.Constant(_I64, k)])) for k in range(count)]
-        _without_gil(b, release, gil, lambda: b.call(b.inttoptr(address, entry_type.as_pointer()),
-                                                     objects + [ir.Constant(_I64, 0), extent]))
-        b.branch(done)
-    b.position_at_end(done)
-    _return_none(b, none)
     return str(module)
 
 
@@ -169,6 +153,25 @@ def loop_trampoline_ir(count: int, data_offset: int, array_type: int, none: int,
     b.position_at_end(failed)       # (the code as a Python int: check_loop_code says what it means)
     long_type = ir.FunctionType(_I8P, [ir.IntType(64)])
     b.ret(b.call(b.inttoptr(ir.Constant(_I64, long_from), long_type.as_pointer()), [b.sext(rc, _I64)]))
+    return str(module)
+
+
+def object_trampoline_ir(count: int, data_offset: int, array_type: int, none: int, set_error: int,
+                         type_error: int, long_from: int, save_thread: int, restore_thread: int) -> str:
+    """The LLVM IR of ``nbxla_object_call_<count>``: self = [entry, arrays (= count), release,
+    extent]; calls ``void entry(PyObject *array_0, ..., i64 begin = 0, i64 end = extent)``.
+    One per count, made on first need, as ``loop_trampoline_ir``'s (all 16 counts in one
+    switch were 20 ms of every process's first fast call)."""
+    name = f"nbxla_object_call_{count}"
+    module, addresses, gil = _trampoline_module(name, data_offset, array_type, none, set_error, type_error,
+                                                save_thread, restore_thread)
+    b, words, _, nargs, fail = _gathering_function(module, name, count, addresses)
+    address, extent, release = _word(b, words, 0), _word(b, words, 3), _word(b, words, 2)
+    entry_type = ir.FunctionType(ir.VoidType(), [_I8P] * count + [_I64, _I64])
+    objects = [b.load(b.gep(b.function.args[1], [ir.Constant(_I64, k)])) for k in range(count)]
+    _without_gil(b, release, gil, lambda: b.call(b.inttoptr(address, entry_type.as_pointer()),
+                                                 objects + [ir.Constant(_I64, 0), extent]))
+    _return_none(b, none)
     return str(module)
 
 
@@ -267,20 +270,21 @@ def _compile() -> dict | None:
     addresses = _api_addresses()
     engine = _engine(trampoline_ir(ARRAY_DATA_OFFSET, *addresses))
     methods = {name: _MethodDef(name.encode(), engine.get_function_address(name), METH_FASTCALL, None)
-               for name in ("nbxla_kernel_call", "nbxla_object_call")}
+               for name in ("nbxla_kernel_call",)}
     new = ctypes.pythonapi.PyCFunction_NewEx
     new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
     return {"engines": [engine], "methods": methods, "new": new, "addresses": addresses}
 
 
-def _loop_method(state: dict, count: int) -> str:
-    """The name of the loop trampoline for ``count`` arrays in ``state["methods"]``, compiled
-    into its own engine on first use."""
-    name = f"nbxla_loop_call_{count}"
+def _counted_method(state: dict, kind: str, count: int) -> str:
+    """The name of the ``kind`` ("loop" or "object") trampoline for ``count`` arrays in
+    ``state["methods"]``, compiled into its own engine on first use."""
+    name = f"nbxla_{kind}_call_{count}"
     if name not in state["methods"]:
         with _lock:
             if name not in state["methods"]:
-                engine = _engine(loop_trampoline_ir(count, ARRAY_DATA_OFFSET, *state["addresses"]))
+                make = loop_trampoline_ir if kind == "loop" else object_trampoline_ir
+                engine = _engine(make(count, ARRAY_DATA_OFFSET, *state["addresses"]))
                 state["engines"].append(engine)
                 state["methods"][name] = _MethodDef(name.encode(), engine.get_function_address(name),
                                                     METH_FASTCALL, None)
@@ -325,7 +329,7 @@ def loop_caller(address: int, arrays: int):
     state = _compiled()
     if state is None:
         return None
-    return _made(_loop_method(state, arrays), [address, arrays, 1])
+    return _made(_counted_method(state, "loop", arrays), [address, arrays, 1])
 
 
 def object_caller(address: int, extent: int, arrays: int, release: bool = False):
@@ -335,7 +339,10 @@ def object_caller(address: int, extent: int, arrays: int, release: bool = False)
     where fast calls are not available or for more than ``MAX_OBJECT_ARGS`` arrays."""
     if not 1 <= arrays <= MAX_OBJECT_ARGS:
         return None
-    return _made("nbxla_object_call", [address, arrays, int(release), extent])
+    state = _compiled()
+    if state is None:
+        return None
+    return _made(_counted_method(state, "object", arrays), [address, arrays, int(release), extent])
 
 
 def _made(name: str, words: list):
