@@ -94,39 +94,36 @@ def _row_sum(t: str, k: int) -> str:
             f"  %baccn{k} = call reassoc contract {t} {_fma(t)}({t} %a{k}, {t} %pj, {t} %bacc{k})\n")
 
 
-def module_ir(t: str, data_offset: int) -> str:
-    """The kernel on raw pointers (``noalias``: the vectorizer needs no overlap checks) and
-    an entry taking the array objects, reading each data pointer at ``data_offset``."""
-    loads = []
-    for name in ("A", "p", "r", "s", "q"):
-        loads.append(f"  %{name}.at = getelementptr i8, i8* %{name}.obj, i64 {data_offset}\n"
-                     f"  %{name}.pp = bitcast i8* %{name}.at to {t}**\n"
-                     f"  %{name} = load {t}*, {t}** %{name}.pp\n")
-    objects = ", ".join(f"i8* %{name}.obj" for name in ("A", "p", "r", "s", "q"))
-    chained_objects = ", ".join(f"i8* %{name}.obj" for name in ("A", "p", "s", "q"))
-    chained_loads = "".join(load for name, load in zip(("A", "p", "r", "s", "q"), loads) if name != "r")
-    # The same two entries for CPython's fastcall trampoline (runtime/fastcall.py's
-    # ``object_caller``: array objects, then ``begin, end``): the sizes come in an int64
-    # array ``[m, n]`` after the arrays, the range is not used.
+KINDS = ("dual", "chained")
+
+
+def module_ir(t: str, data_offset: int, kind: str) -> str:
+    """The ``kind`` kernel ("dual" or "chained") on raw pointers (``noalias``: the vectorizer
+    needs no overlap checks) and its two entries taking the array objects, reading each data
+    pointer at ``data_offset``: one for ctypes (``nbxla_<kind>_gemv``: the sizes as ints), one
+    for CPython's fastcall trampoline (``nbxla_<kind>_gemv_objects``, runtime/fastcall.py's
+    ``object_caller``: array objects, then ``begin, end``; the sizes come in an int64 array
+    ``[m, n]`` after the arrays, the range is not used).
+    One kind a module, its kernel not inlined into the entries: a program uses one kind, and
+    LLVM optimized and emitted the kernels once per entry (both kinds, four copies: 0.17 s of
+    CPU, most of a GEMV program's first call, for code one call never ran)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown GEMV pair kind {kind!r}; one of {', '.join(KINDS)}")
+    names = ("A", "p", "r", "s", "q") if kind == "dual" else ("A", "p", "s", "q")
+    loads = "".join(f"  %{name}.at = getelementptr i8, i8* %{name}.obj, i64 {data_offset}\n"
+                    f"  %{name}.pp = bitcast i8* %{name}.at to {t}**\n"
+                    f"  %{name} = load {t}*, {t}** %{name}.pp\n" for name in names)
+    objects = ", ".join(f"i8* %{name}.obj" for name in names)
     dims = (f"  %dims.at = getelementptr i8, i8* %dims.obj, i64 {data_offset}\n"
             f"  %dims.pp = bitcast i8* %dims.at to i64**\n  %dims = load i64*, i64** %dims.pp\n"
             f"  %m = load i64, i64* %dims\n  %n.p = getelementptr i64, i64* %dims, i64 1\n"
             f"  %n = load i64, i64* %n.p\n")
-    fast = (f"define void @nbxla_dual_gemv_objects({objects}, i8* %dims.obj, i64 %begin, i64 %end) {{\n"
-            f"entry:\n" + "".join(loads) + dims +
-            f"  call void @dual_gemv_kernel({t}* %A, {t}* %p, {t}* %r, {t}* %s, {t}* %q, i64 %m, i64 %n)\n"
-            f"  ret void\n}}\n"
-            f"define void @nbxla_chained_gemv_objects({chained_objects}, i8* %dims.obj, i64 %begin, i64 %end) {{\n"
-            f"entry:\n" + chained_loads + dims +
-            f"  call void @chained_gemv_kernel({t}* %A, {t}* %p, {t}* %s, {t}* %q, i64 %m, i64 %n)\n"
-            f"  ret void\n}}\n")
-    return (fast + _kernel_ir(t) + _chained_ir(t) +
-            f"define void @nbxla_dual_gemv({objects}, i64 %m, i64 %n) {{\nentry:\n" + "".join(loads) +
-            f"  call void @dual_gemv_kernel({t}* %A, {t}* %p, {t}* %r, {t}* %s, {t}* %q, i64 %m, i64 %n)\n"
-            f"  ret void\n}}\n"
-            f"define void @nbxla_chained_gemv({chained_objects}, i64 %m, i64 %n) {{\nentry:\n" + chained_loads +
-            f"  call void @chained_gemv_kernel({t}* %A, {t}* %p, {t}* %s, {t}* %q, i64 %m, i64 %n)\n"
-            f"  ret void\n}}\n")
+    call = (f"  call void @{kind}_gemv_kernel(" + ", ".join(f"{t}* %{name}" for name in names) +
+            ", i64 %m, i64 %n)\n  ret void\n}\n")
+    kernel = f"declare {t} {_fma(t)}({t}, {t}, {t})\n" + (_kernel_ir(t) if kind == "dual" else _chained_ir(t))
+    return (f"define void @nbxla_{kind}_gemv_objects({objects}, i8* %dims.obj, i64 %begin, i64 %end) {{\n"
+            f"entry:\n" + loads + dims + call + kernel +
+            f"define void @nbxla_{kind}_gemv({objects}, i64 %m, i64 %n) {{\nentry:\n" + loads + call)
 
 
 def _kernel_ir(t: str) -> str:
@@ -159,10 +156,8 @@ def _kernel_ir(t: str) -> str:
                       f"  store {t} %sjj1, {t}* %sjj.p\n", "rowend")
     noalias = "noalias nocapture"
     return f"""
-declare {t} {fma}({t}, {t}, {t})
-
 define internal void @dual_gemv_kernel({t}* {noalias} readonly %A, {t}* {noalias} readonly %p,
-    {t}* {noalias} readonly %r, {t}* {noalias} %s, {t}* {noalias} %q, i64 %m, i64 %n) alwaysinline {{
+    {t}* {noalias} readonly %r, {t}* {noalias} %s, {t}* {noalias} %q, i64 %m, i64 %n) noinline {{
 {_prologue(t)}{''.join(block)}{left}rowend:
   %qi.p = getelementptr inbounds {t}, {t}* %q, i64 %i
   store {t} %acc1, {t}* %qi.p
@@ -187,7 +182,7 @@ def _chained_ir(t: str) -> str:
     noalias = "noalias nocapture"
     return f"""
 define internal void @chained_gemv_kernel({t}* {noalias} readonly %A, {t}* {noalias} readonly %p,
-    {t}* {noalias} %s, {t}* {noalias} %q, i64 %m, i64 %n) alwaysinline {{
+    {t}* {noalias} %s, {t}* {noalias} %q, i64 %m, i64 %n) noinline {{
 {_prologue(t)}rowsB:
   %bi = phi i64 [0, %startb], [%bnext, %rowendB]
 {head}  br label %colsA

@@ -249,12 +249,13 @@ def _alias_scope_list(module: ir.Module, name: str):
 
 
 def counted_loop(b: ir.IRBuilder, begin, end, name: str, body, step=None, interleave: int = 1,
-                 vectorize_first: bool = False) -> None:
+                 vectorize_first: bool = False, vectorize: bool = True) -> None:
     """``for (i = begin; i < end; i += step) body(i)`` (step 1 by default); leaves the
     builder after the loop.  ``interleave`` > 1 asks LLVM's vectorizer for that many vector
     iterations in flight (see ``_loop_metadata``).  ``vectorize_first``: the loop is not
     unrolled before LLVM's vectorizer has seen it (the loops it leaves may be): see
-    ``_VECTORIZE_FIRST``."""
+    ``_VECTORIZE_FIRST``.  ``vectorize=False``: LLVM's vectorizer leaves the loop alone
+    (``llvm.loop.vectorize.enable`` false: a cold path, not worth its copies of the body)."""
     pre = b.block
     head = b.append_basic_block(f"{name}.head")
     loop = b.append_basic_block(f"{name}.body")
@@ -272,6 +273,8 @@ def counted_loop(b: ir.IRBuilder, begin, end, name: str, body, step=None, interl
     hints = []
     if interleave > 1:
         hints.append([ir.MetaDataString(b.module, "llvm.loop.interleave.count"), ir.Constant(I32, interleave)])
+    if not vectorize:
+        hints.append([ir.MetaDataString(b.module, "llvm.loop.vectorize.enable"), ir.Constant(ir.IntType(1), 0)])
     if _no_unrolling.get():
         hints.append([ir.MetaDataString(b.module, "llvm.loop.unroll.disable")])
     elif vectorize_first:

@@ -82,7 +82,7 @@ def emit_versioned_loop(b: ir.IRBuilder, begin, end, trig: list[Instruction],
         counted_loop(b, start, stop, "check", check)
         with b.if_else(b.icmp_unsigned("!=", b.load(flag), ir.Constant(_I8, 0))) as (full, cheap):
             with full:
-                counted_loop(b, start, stop, "full", make_body(frozenset()))
+                counted_loop(b, start, stop, "full", make_body(frozenset()), vectorize=False)
             with cheap:
                 counted_loop(b, start, stop, "bounded", make_body(bounded), interleave=interleave)
     counted_loop(b, begin, end, "block", block, step=const_i64(BLOCK))

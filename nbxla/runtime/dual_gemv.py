@@ -20,7 +20,7 @@ from ..codegen.gemv_pairs import LLVM_TYPES, module_ir
 from .cpu_kernels import ARRAY_DATA_OFFSET, run_split, worker_count
 from .fastcall import object_caller
 
-_compiled: dict[str, tuple] = {}    # element type -> (engine, dual, chained); the engine keeps the code
+_compiled: dict[tuple, tuple] = {}  # (element type, kind) -> (engine, ctypes entry); the engine keeps the code
 _lock = threading.Lock()
 
 
@@ -33,14 +33,14 @@ def available(element_type: str) -> bool:
 def dual_gemv(element_type: str) -> Callable:
     """``fn(A, p, r, s, q, rows, cols)`` on C-contiguous arrays (``A`` of ``rows x cols``,
     ``s`` and ``q`` written), for an element type ``available`` accepts."""
-    return _entries(element_type)[1]
+    return _entries(element_type, "dual")[1]
 
 
 def chained_gemv(element_type: str) -> Callable:
     """``fn(A, p, s, q, rows, cols)``: ``q = A @ p`` and then ``s = q @ A`` (ATAx), each row
     block's part of ``s`` added while the block is still in L1 (one pass over ``A`` from
     memory or L2), for an element type ``available`` accepts."""
-    return _entries(element_type)[2]
+    return _entries(element_type, "chained")[1]
 
 
 def pair_caller(element_type: str, chained: bool, release: bool = False) -> Callable | None:
@@ -51,28 +51,30 @@ def pair_caller(element_type: str, chained: bool, release: bool = False) -> Call
     a 190x210 ATAx call; the built-in one ~0.1 us.  Every argument must be an exact ndarray
     (else TypeError); shapes, dtypes and contiguity are the caller's to guarantee, as for
     ctypes.  ``release``: the GIL is released while it runs (large matrices)."""
-    engine = _entries(element_type)[0]
-    name = "nbxla_chained_gemv_objects" if chained else "nbxla_dual_gemv_objects"
+    kind = "chained" if chained else "dual"
+    engine = _entries(element_type, kind)[0]
+    name = f"nbxla_{kind}_gemv_objects"
     return object_caller(engine.get_function_address(name), 0, 5 if chained else 6, release=release)
 
 
-def _entries(element_type: str) -> tuple:
+def _entries(element_type: str, kind: str) -> tuple:
+    """(engine, ctypes entry) of the ``kind`` kernel for ``element_type``, compiled on first use
+    (each kind apart: a program uses one, see ``gemv_pairs.module_ir``)."""
     with _lock:
-        if element_type not in _compiled:
-            _compiled[element_type] = _compile(LLVM_TYPES[element_type])
-    return _compiled[element_type]
+        if (element_type, kind) not in _compiled:
+            _compiled[element_type, kind] = _compile(LLVM_TYPES[element_type], kind)
+    return _compiled[element_type, kind]
 
 
-def _compile(t: str):
+def _compile(t: str, kind: str):
     import llvmlite.binding as llvm
     from ..codegen.cpu import jit_engine
-    mod = llvm.parse_assembly(module_ir(t, ARRAY_DATA_OFFSET))
+    mod = llvm.parse_assembly(module_ir(t, ARRAY_DATA_OFFSET, kind))
     mod.triple = llvm.get_process_triple()
     engine = jit_engine(mod)
-    five = ctypes.CFUNCTYPE(None, *[ctypes.py_object] * 5, ctypes.c_int64, ctypes.c_int64)
-    four = ctypes.CFUNCTYPE(None, *[ctypes.py_object] * 4, ctypes.c_int64, ctypes.c_int64)
-    return engine, five(engine.get_function_address("nbxla_dual_gemv")), \
-        four(engine.get_function_address("nbxla_chained_gemv"))
+    arrays = 5 if kind == "dual" else 4
+    entry = ctypes.CFUNCTYPE(None, *[ctypes.py_object] * arrays, ctypes.c_int64, ctypes.c_int64)
+    return engine, entry(engine.get_function_address(f"nbxla_{kind}_gemv"))
 
 
 # Row blocks per thread of a split pair: each block writes its own partial ``s``, summed after.

@@ -20,7 +20,9 @@ it back costs more than the kernel, and nothing else can run in that time anyway
 
 The trampoline embeds this process's addresses (``numpy.ndarray``'s type object, ``None``,
 ``PyErr_SetString``): it is compiled in each process (~30 ms, once, on first use) and never
-stored in the persistent cache.  ``None`` where CPython's C API is not reachable (not
+stored in the persistent cache.  Native loops' and object entry points' trampolines (one per
+count of arrays: those take them as separate arguments) are compiled when a callee of that
+count first needs one.  ``None`` where CPython's C API is not reachable (not
 CPython, or ids are not addresses): callers keep ctypes.
 """
 
@@ -77,17 +79,11 @@ _state: dict = {}       # "engine", "method", "new" once compiled; "failed" when
 
 def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, type_error: int,
                   long_from: int, save_thread: int, restore_thread: int) -> str:
-    """The LLVM IR of ``nbxla_kernel_call`` and ``nbxla_loop_call`` (see the module docstring)
-    for this process's addresses."""
-    module = ir.Module(name="nbxla_fastcall")
-    message = "nbxla fast call: wrong number of arguments or an argument that is not a numpy.ndarray"
-    text = bytearray(message.encode() + b"\0")
-    glob = ir.GlobalVariable(module, ir.ArrayType(_I8, len(text)), "nbxla_fastcall_message")
-    glob.global_constant, glob.linkage = True, "private"
-    glob.initializer = ir.Constant(ir.ArrayType(_I8, len(text)), text)
-    addresses = dict(data_offset=data_offset, array_type=array_type, none=none, set_error=set_error,
-                     type_error=type_error, message=glob)
-    gil = (save_thread, restore_thread)
+    """The LLVM IR of ``nbxla_kernel_call`` (see the module docstring) for this process's
+    addresses (``nbxla_loop_call_<count>`` and ``nbxla_object_call_<count>``:
+    ``loop_trampoline_ir``, ``object_trampoline_ir``)."""
+    module, addresses, gil = _trampoline_module("nbxla_fastcall", data_offset, array_type, none, set_error,
+                                                type_error, save_thread, restore_thread)
 
     # nbxla_kernel_call: self = [kernel, arrays, release, extent, extras, extras' data pointers...]
     b, words, pointers, nargs, _ = _gathering_function(module, "nbxla_kernel_call", MAX_BUFFERS, addresses)
@@ -111,62 +107,70 @@ def trampoline_ir(data_offset: int, array_type: int, none: int, set_error: int, 
         b.inttoptr(_word(b, words, 0), kernel_type.as_pointer()), [pointers, ir.Constant(_I64, 0), extent]))
     _return_none(b, none)
 
-    # nbxla_loop_call: self = [loop function, arrays, release]; int loop(void *buffer_0, ...)
-    b, words, pointers, nargs, fail = _gathering_function(module, "nbxla_loop_call", MAX_LOOP_ARGS, addresses)
-    fn = b.function
+    return str(module)
+
+
+def _trampoline_module(name: str, data_offset: int, array_type: int, none: int, set_error: int,
+                       type_error: int, save_thread: int, restore_thread: int) -> tuple:
+    """A module with the TypeError message: (module, the addresses _gathering_function takes,
+    the GIL's (save, restore) functions)."""
+    module = ir.Module(name=name)
+    message = "nbxla fast call: wrong number of arguments or an argument that is not a numpy.ndarray"
+    text = bytearray(message.encode() + b"\0")
+    glob = ir.GlobalVariable(module, ir.ArrayType(_I8, len(text)), "nbxla_fastcall_message")
+    glob.global_constant, glob.linkage = True, "private"
+    glob.initializer = ir.Constant(ir.ArrayType(_I8, len(text)), text)
+    addresses = dict(data_offset=data_offset, array_type=array_type, none=none, set_error=set_error,
+                     type_error=type_error, message=glob)
+    return module, addresses, (save_thread, restore_thread)
+
+
+def loop_trampoline_ir(count: int, data_offset: int, array_type: int, none: int, set_error: int,
+                       type_error: int, long_from: int, save_thread: int, restore_thread: int) -> str:
+    """The LLVM IR of ``nbxla_loop_call_<count>``: self = [loop function, arrays (= count),
+    release]; calls ``int loop(void *buffer_0, ..., void *buffer_<count-1>)``.  One function
+    (and module) per count, compiled when a loop of that count first needs it: one function
+    for every count up to MAX_LOOP_ARGS (a switch of 64 calls of 1..64 arguments, 2080 loads)
+    cost 0.12-0.15 s of CPU in every process that ran a native loop, for the one or two counts
+    a program uses."""
+    module, addresses, gil = _trampoline_module(f"nbxla_loop_call_{count}", data_offset, array_type, none,
+                                                set_error, type_error, save_thread, restore_thread)
+    b, words, pointers, nargs, fail = _gathering_function(module, f"nbxla_loop_call_{count}", count, addresses)
     address = _word(b, words, 0)
     release = b.icmp_unsigned("!=", _word(b, words, 2), ir.Constant(_I64, 0))
     state = b.alloca(_I8P)
     with b.if_then(release):
         b.store(b.call(b.inttoptr(ir.Constant(_I64, gil[0]), _SAVE.as_pointer()), []), state)
-    done, unknown = fn.append_basic_block("done"), fn.append_basic_block("unknown_count")
-    switch = b.switch(nargs, unknown)
-    rcs = []
-    for count in range(1, MAX_LOOP_ARGS + 1):
-        case = fn.append_basic_block(f"args{count}")
-        switch.add_case(ir.Constant(_I64, count), case)
-        b.position_at_end(case)
-        loop_type = ir.FunctionType(_I32, [_I8P] * count)
-        buffers = [b.load(b.gep(pointers, [ir.Constant(_I64, k)])) for k in range(count)]
-        rcs.append((b.call(b.inttoptr(address, loop_type.as_pointer()), buffers), case))
-        b.branch(done)
-    b.position_at_end(done)
-    rc = b.phi(_I32)
-    for value, case in rcs:
-        rc.add_incoming(value, case)
+    loop_type = ir.FunctionType(_I32, [_I8P] * count)
+    buffers = [b.load(b.gep(pointers, [ir.Constant(_I64, k)])) for k in range(count)]
+    rc = b.call(b.inttoptr(address, loop_type.as_pointer()), buffers)
     with b.if_then(release):
         b.call(b.inttoptr(ir.Constant(_I64, gil[1]), _RESTORE.as_pointer()), [b.load(state)])
-    after = b.block
-    b.position_at_end(unknown)      # (loop_caller allows no other count: the GIL back, TypeError)
-    with b.if_then(release):
-        b.call(b.inttoptr(ir.Constant(_I64, gil[1]), _RESTORE.as_pointer()), [b.load(state)])
-    b.branch(fail)
-    b.position_at_end(after)
-    failed, fine = fn.append_basic_block("failed"), fn.append_basic_block("fine")
+    failed, fine = b.function.append_basic_block("failed"), b.function.append_basic_block("fine")
     b.cbranch(b.icmp_signed("==", rc, ir.Constant(_I32, 0)), fine, failed)
     b.position_at_end(fine)
     _return_none(b, none)
     b.position_at_end(failed)       # (the code as a Python int: check_loop_code says what it means)
     long_type = ir.FunctionType(_I8P, [ir.IntType(64)])
     b.ret(b.call(b.inttoptr(ir.Constant(_I64, long_from), long_type.as_pointer()), [b.sext(rc, _I64)]))
+    return str(module)
 
-    # nbxla_object_call: self = [entry, arrays, release, extent];
-    # void entry(PyObject *array_0, ..., i64 begin = 0, i64 end = extent)
-    b, words, _, nargs, fail = _gathering_function(module, "nbxla_object_call", MAX_OBJECT_ARGS, addresses)
-    fn = b.function
+
+def object_trampoline_ir(count: int, data_offset: int, array_type: int, none: int, set_error: int,
+                         type_error: int, long_from: int, save_thread: int, restore_thread: int) -> str:
+    """The LLVM IR of ``nbxla_object_call_<count>``: self = [entry, arrays (= count), release,
+    extent]; calls ``void entry(PyObject *array_0, ..., i64 begin = 0, i64 end = extent)``.
+    One per count, made on first need, as ``loop_trampoline_ir``'s (all 16 counts in one
+    switch were 20 ms of every process's first fast call)."""
+    name = f"nbxla_object_call_{count}"
+    module, addresses, gil = _trampoline_module(name, data_offset, array_type, none, set_error, type_error,
+                                                save_thread, restore_thread)
+    b, words, _, nargs, fail = _gathering_function(module, name, count, addresses)
     address, extent, release = _word(b, words, 0), _word(b, words, 3), _word(b, words, 2)
-    done = fn.append_basic_block("done")
-    switch = b.switch(nargs, fail)      # (before the GIL is released: fail needs it)
-    for count in range(1, MAX_OBJECT_ARGS + 1):
-        case = fn.append_basic_block(f"args{count}")
-        switch.add_case(ir.Constant(_I64, count), case)
-        b.position_at_end(case)
-        entry_type = ir.FunctionType(ir.VoidType(), [_I8P] * count + [_I64, _I64])
-        objects = [b.load(b.gep(fn.args[1], [ir.Constant(_I64, k)])) for k in range(count)]
-        _without_gil(b, release, gil, lambda: b.call(b.inttoptr(address, entry_type.as_pointer()),
-                                                     objects + [ir.Constant(_I64, 0), extent]))
-        b.branch(done)
-    b.position_at_end(done)
+    entry_type = ir.FunctionType(ir.VoidType(), [_I8P] * count + [_I64, _I64])
+    objects = [b.load(b.gep(b.function.args[1], [ir.Constant(_I64, k)])) for k in range(count)]
+    _without_gil(b, release, gil, lambda: b.call(b.inttoptr(address, entry_type.as_pointer()),
+                                                 objects + [ir.Constant(_I64, 0), extent]))
     _return_none(b, none)
     return str(module)
 
@@ -241,26 +245,50 @@ def _gathering_function(module: ir.Module, name: str, capacity: int, addresses: 
     return b, words, pointers, nargs, fail
 
 
+def _api_addresses() -> tuple:
+    """This process's addresses the trampolines embed, in ``trampoline_ir``'s order after the
+    data offset."""
+    api = ctypes.pythonapi
+    type_error = ctypes.c_void_p.in_dll(api, "PyExc_TypeError")
+    return (id(np.ndarray), id(None), ctypes.cast(api.PyErr_SetString, ctypes.c_void_p).value,
+            ctypes.addressof(type_error), *[ctypes.cast(getattr(api, name), ctypes.c_void_p).value
+                                            for name in ("PyLong_FromLong", "PyEval_SaveThread",
+                                                         "PyEval_RestoreThread")])
+
+
+def _engine(text: str):
+    import llvmlite.binding as llvm
+    from ..codegen.cpu import object_engine
+    mod = llvm.parse_assembly(text)
+    mod.triple = llvm.get_process_triple()
+    return object_engine(mod)[0]      # (unoptimized IR: straight calls, no loops worth it)
+
+
 def _compile() -> dict | None:
     if sys.implementation.name != "cpython" or ARRAY_DATA_OFFSET is None:
         return None
-    import llvmlite.binding as llvm
-    from ..codegen.cpu import object_engine
-    api = ctypes.pythonapi
-    type_error = ctypes.c_void_p.in_dll(api, "PyExc_TypeError")
-    text = trampoline_ir(ARRAY_DATA_OFFSET, id(np.ndarray), id(None),
-                         ctypes.cast(api.PyErr_SetString, ctypes.c_void_p).value,
-                         ctypes.addressof(type_error), *[ctypes.cast(getattr(api, name), ctypes.c_void_p).value
-                                                         for name in ("PyLong_FromLong", "PyEval_SaveThread",
-                                                                      "PyEval_RestoreThread")])
-    mod = llvm.parse_assembly(text)
-    mod.triple = llvm.get_process_triple()
-    engine, _ = object_engine(mod)      # (unoptimized IR: straight calls, no loops worth it)
+    addresses = _api_addresses()
+    engine = _engine(trampoline_ir(ARRAY_DATA_OFFSET, *addresses))
     methods = {name: _MethodDef(name.encode(), engine.get_function_address(name), METH_FASTCALL, None)
-               for name in ("nbxla_kernel_call", "nbxla_loop_call", "nbxla_object_call")}
-    new = api.PyCFunction_NewEx
+               for name in ("nbxla_kernel_call",)}
+    new = ctypes.pythonapi.PyCFunction_NewEx
     new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
-    return {"engine": engine, "methods": methods, "new": new}
+    return {"engines": [engine], "methods": methods, "new": new, "addresses": addresses}
+
+
+def _counted_method(state: dict, kind: str, count: int) -> str:
+    """The name of the ``kind`` ("loop" or "object") trampoline for ``count`` arrays in
+    ``state["methods"]``, compiled into its own engine on first use."""
+    name = f"nbxla_{kind}_call_{count}"
+    if name not in state["methods"]:
+        with _lock:
+            if name not in state["methods"]:
+                make = loop_trampoline_ir if kind == "loop" else object_trampoline_ir
+                engine = _engine(make(count, ARRAY_DATA_OFFSET, *state["addresses"]))
+                state["engines"].append(engine)
+                state["methods"][name] = _MethodDef(name.encode(), engine.get_function_address(name),
+                                                    METH_FASTCALL, None)
+    return name
 
 
 def _compiled() -> dict | None:
@@ -298,7 +326,10 @@ def loop_caller(address: int, arrays: int):
     ``MAX_LOOP_ARGS`` buffers."""
     if not 1 <= arrays <= MAX_LOOP_ARGS:
         return None
-    return _made("nbxla_loop_call", [address, arrays, 1])
+    state = _compiled()
+    if state is None:
+        return None
+    return _made(_counted_method(state, "loop", arrays), [address, arrays, 1])
 
 
 def object_caller(address: int, extent: int, arrays: int, release: bool = False):
@@ -308,7 +339,10 @@ def object_caller(address: int, extent: int, arrays: int, release: bool = False)
     where fast calls are not available or for more than ``MAX_OBJECT_ARGS`` arrays."""
     if not 1 <= arrays <= MAX_OBJECT_ARGS:
         return None
-    return _made("nbxla_object_call", [address, arrays, int(release), extent])
+    state = _compiled()
+    if state is None:
+        return None
+    return _made(_counted_method(state, "object", arrays), [address, arrays, int(release), extent])
 
 
 def _made(name: str, words: list):

@@ -436,6 +436,29 @@ def test_jit_trig_on_both_sides_of_the_limit(dtype):
     assert "check" in f.last_compilation.stage("llvm_ir")      # (the versioned loop)
 
 
+def test_the_full_reduction_loop_of_a_versioned_kernel_is_left_scalar():
+    """Blocks with an argument above the limit (or not finite) are the cold path: their loop
+    (Payne-Hanek's reductions) is not vectorized -- its vector copies were a third of a trig
+    kernel's LLVM time -- while the check and the bounded loop are; the values are checked on
+    both sides of the limit by test_jit_trig_on_both_sides_of_the_limit."""
+    import re
+    import nbxla
+    f = nbxla.jit(lambda a, c: np.sin(a - c) * np.cos(c / 2) + np.sin(c))
+    a = np.linspace(-3, 3, 5000)
+    a[7] = 1e30                                     # (one block takes the full loop)
+    np.testing.assert_allclose(f(a, a[::-1].copy()), f.fn(a, a[::-1].copy()), rtol=1e-14, atol=1e-14)
+    text = f.last_compilation.stage("llvm_ir")
+    full_latch = re.search(r"br label %\"?full\.head\"?, !llvm\.loop (!\d+)", text)
+    assert full_latch, "the full loop's latch carries loop metadata"
+    loop_id = re.search(re.escape(full_latch.group(1)) + r" = [^\n]*", text).group(0)
+    hints = re.findall(r"!\d+", loop_id.split("=", 1)[1])
+    assert any('"llvm.loop.vectorize.enable", i1 0' in re.search(re.escape(h) + r" = [^\n]*", text).group(0)
+               for h in hints)
+    optimized = f.last_compilation.stage("llvm_ir_optimized")
+    loops = re.findall(r"^(vector\.body\d*|full\.body\d*|bounded\.body\d*|check\.body\d*):", optimized, re.M)
+    assert sum(name.startswith("vector.body") for name in loops) == 2, loops    # check, bounded
+
+
 def test_trig_with_costly_arguments_is_not_versioned():
     """The check recomputes the arguments: a sin of an exp (or of a division) keeps one loop
     with the full reduction."""

@@ -151,6 +151,32 @@ def test_loop_caller_checks_its_arguments():
         call(np.ones(1), 3.0)
 
 
+@pytest.mark.parametrize("kind", ["loop", "object"])
+def test_counted_trampolines_are_compiled_per_count_when_first_needed(kind, monkeypatch):
+    """A native loop's (or object entry point's) trampoline is made for its count of arrays when
+    a callee of that count first needs one (compiling every count up front was most of a loop
+    program's first call), and serves every later callee of the count; the counts at both ends
+    of the range work, and the process-wide trampoline holds neither kind."""
+    state = fastcall._compiled()
+    monkeypatch.setitem(state, "methods", {k: v for k, v in state["methods"].items()
+                                            if not k.startswith(f"nbxla_{kind}_call_")})
+    monkeypatch.setitem(state, "engines", list(state["engines"]))
+    made = []
+    real = getattr(fastcall, f"{kind}_trampoline_ir")
+    monkeypatch.setattr(fastcall, f"{kind}_trampoline_ir", lambda count, *a: made.append(count) or real(count, *a))
+    most = fastcall.MAX_LOOP_ARGS if kind == "loop" else fastcall.MAX_OBJECT_ARGS
+    for count in (3, 3, 1, most):
+        # (never reaches the address: refused first)
+        call = fastcall.loop_caller(1, count) if kind == "loop" else fastcall.object_caller(1, 1, count)
+        with pytest.raises(TypeError, match="wrong number"):
+            call(*[np.ones(1)] * (count + 1))
+        with pytest.raises(TypeError, match="not a numpy.ndarray"):
+            call(*[np.ones(1)] * (count - 1), 3.0)
+    assert made == [3, 1, most]
+    text = fastcall.trampoline_ir(fastcall.ARRAY_DATA_OFFSET, *state["addresses"])
+    assert "nbxla_loop_call" not in text and "nbxla_object_call" not in text
+
+
 class _nothing:
     def __enter__(self):
         return self

@@ -1,6 +1,8 @@
 """The straight-line entry runner (runtime/straight_line.py): which entries get it, and that
 what it gives equals NumPy through every way the jit and the executable call it."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -184,6 +186,35 @@ def test_pair_kernels_agree_on_both_sides_of_the_row_block(kind, extra):
         for got, expected in zip(f(A, p, r), want):
             np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
     assert f"{kind}(" in _native(f).run.source
+
+
+@pytest.mark.parametrize("kind", ["dual", "chained"])
+def test_a_pair_compiles_only_its_own_kind_and_its_kernel_once(kind, monkeypatch):
+    """A program uses one kind of pair: only that kind's module is compiled, and its kernel stays
+    one function called by both entries (ctypes and fastcall), not a copy inlined into each
+    (four copies of the two kernels were most of a GEMV program's first call)."""
+    from nbxla.codegen import cpu
+    from nbxla.runtime import dual_gemv
+    monkeypatch.setattr(dual_gemv, "_compiled", {})
+    optimized = []
+    real = cpu.jit_engine
+
+    def keep_text(mod):
+        engine = real(mod)
+        optimized.append(str(mod))
+        return engine
+    monkeypatch.setattr(cpu, "jit_engine", keep_text)
+    g = _rng()
+    A, p, r = g.uniform(-1, 1, size=(20, 11)), g.uniform(-1, 1, size=11), g.uniform(-1, 1, size=20)
+    fn = (lambda A, p, r: (r @ A, A @ p)) if kind == "dual" else (lambda A, p, r: ((A @ p) @ A, A @ p))
+    for got, want in zip(nbxla.jit(fn, cache=CompilationCache())(A, p, r), fn(A, p, r)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert list(dual_gemv._compiled) == [("f64", kind)]
+    other = "chained" if kind == "dual" else "dual"
+    (text,) = optimized
+    assert f"@{other}_gemv_kernel" not in text
+    assert len(re.findall(rf"define internal [^(]*@{kind}_gemv_kernel\(", text)) == 1
+    assert len(re.findall(rf"call [^(]*@{kind}_gemv_kernel\(", text)) == 2
 
 
 @pytest.mark.parametrize("kind", ["dual", "chained"])
