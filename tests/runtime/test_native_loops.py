@@ -130,16 +130,25 @@ def test_a_large_dot_keeps_the_loop_host_driven():
 
 
 def test_without_a_c_compiler_loops_are_host_driven_and_still_right(monkeypatch, tmp_path):
-    """A loop with a step of the driver's C (a dot: the support code's GEMM) needs the C
-    compiler; a loop of kernels only does not (it is made in LLVM, codegen/aot_loops.py)."""
+    """A loop with a step of the driver's C (a dot of more than SMALL_DOT_WORK multiply-adds:
+    the support code's GEMM) needs the C compiler; a loop of kernels only does not (it is made
+    in LLVM, codegen/aot_loops.py), nor one whose dots are small (the dot kernel)."""
+    from nbxla.passes.fused_dots import SMALL_DOT_WORK
     from tests.runtime.test_native_loop_runtime import DOT_LOOP
     monkeypatch.setenv("PATH", str(tmp_path))                 # no cc there
     monkeypatch.setenv("NBXLA_CACHE_DIR", "off")
-    module = parse_hlo(DOT_LOOP)
-    compilation = compile_module(parse_hlo(DOT_LOOP), "cpu")
+    large = DOT_LOOP.replace("f64[4,4]", "f64[40,40]").replace("f64[4]", "f64[40,24]")
+    assert 40 * 40 * 24 > SMALL_DOT_WORK
+    module = parse_hlo(large)
+    compilation = compile_module(parse_hlo(large), "cpu")
     (how,) = loops_of(compilation).values()
     assert how.startswith("host-driven") and "`cc`" in how, how
     assert "host loop over compiled program(s) %cond, %body (host-driven" in compilation.stage("execution")
+    check(compilation.executable, module, [np.eye(40) * 0.02 + 0.001, RNG.random((40, 24))])
+    module = parse_hlo(DOT_LOOP)
+    compilation = compile_module(parse_hlo(DOT_LOOP), "cpu")
+    (how,) = loops_of(compilation).values()
+    assert how.startswith("native"), how
     check(compilation.executable, module, [np.eye(4) * 0.5 + 0.1, np.linspace(0, 1, 4)])
     module = parse_hlo(COUNTED_LOOP % 7)
     compilation = compile_module(parse_hlo(COUNTED_LOOP % 7), "cpu")
