@@ -127,7 +127,8 @@ class AotKernels(KernelSource):
             return self._emit(id(instr), instr.name, instr.attrs["calls"], label(instr))
         # Own-kernel ops, and any op the elemental emitter handles that the optimizer left
         # outside a fusion (jit runs small slices as NumPy views): a kernel of that one op.
-        if instr.opcode in OWN_KERNEL or instr.opcode in ELEMENTAL_RULES:
+        # A small dot: the dot kernel (``aot_library.small_dot_kernel``).
+        if instr.opcode in OWN_KERNEL or instr.opcode in ELEMENTAL_RULES or instr.opcode == "dot":
             return self._emit(id(instr), instr.name, standalone_computation(instr), label(instr))
         what, jit = instr.opcode, "under jit it runs through the reference evaluator, in Python"
         if what == "custom-call":

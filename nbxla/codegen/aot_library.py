@@ -18,7 +18,9 @@ from ..hlo.evaluator_common import label
 from ..hlo.evaluator_linalg import MASKED_DOT_TARGET, SOLVE_TARGET, lapack_uplo, masked_dot_axes
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shapes import Shape
+from ..passes.fused_dots import keeps_native
 from .elemental import row_major_strides
+from .kernels import standalone_computation
 from .toolkit import product
 
 ALIGN = 64
@@ -52,6 +54,16 @@ def solve_kind(driver, instr: Instruction) -> int:
     if t not in kinds or any(x.shape.element_type != t for x in instr.operands):
         raise AotError(f"{label(instr)}: {SOLVE_TARGET} of {t} has no native implementation")
     return kinds[t]
+
+def small_dot_kernel(instr: Instruction) -> bool:
+    """Does the dot ``instr`` run as an LLVM kernel of the object (the jit's dot kernel,
+    ``codegen/dot_kernels.py``) rather than a call of the C GEMM?  Where fused dots keep that
+    kernel (``passes/fused_dots.keeps_native``: products of at most SMALL_DOT_WORK
+    multiply-adds).  Why: the C GEMM packs its operands into panels, a cost a 3x3 product
+    does not repay; and a loop whose steps are all kernels is compiled by LLVM alone, with no
+    C compiler run (``aot_loops``: a complex 3x3 product's support code cost ~0.1 s of gcc)."""
+    return keeps_native(standalone_computation(instr))
+
 
 class _Room:
     """Places in the per-step region for one step's temporaries."""
@@ -98,7 +110,11 @@ class LibrarySteps:
 
     def _dot(self, instr: Instruction) -> None:
         """A GEMM per batch over operands put in [batch, m, k] and [batch, k, n] order
-        (half-precision results computed in f32 and rounded once, like the evaluator)."""
+        (half-precision results computed in f32 and rounded once, like the evaluator); a
+        small product is the jit's dot kernel instead (``small_dot_kernel``)."""
+        if small_dot_kernel(instr):
+            self._kernel(instr)
+            return
         lhs, rhs = instr.operands
         compute = self._compute_type(instr, "dot")
         a = instr.attrs

@@ -102,6 +102,13 @@ class LoopFunctions:
         if fn is None:
             fn = ir.Function(self.module, _PROGRAM, f"{program.symbol}_native")
             fn.linkage = "internal"
+            if any(op[0] == "while" for op in program.ops):
+                # A program that runs a loop (an outer loop's body) stays a function of its
+                # own: inlined, the whole nest became one function, and LLVM's memory passes
+                # (GVN, DSE, LICM) grew faster than its size (npbench's scattering_self_energies,
+                # eight nested loops: 1.1-1.3 s of optimizer as one function, 0.5-0.6 apart).
+                # The innermost bodies (kernels only) still inline into their loop.
+                fn.attributes.add("noinline")
             self.programs[program.symbol] = fn
             frame = _Frame(self, fn)
             for op in program.ops:

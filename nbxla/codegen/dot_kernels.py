@@ -25,7 +25,7 @@ from llvmlite import ir
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
-from ..hlo.shapes import compute_type, is_float
+from ..hlo.shapes import compute_type, is_complex, is_float
 from ..passes.fused_dots import dot_epilogue_refusal, fused_dot
 from . import bf16
 from .elemental import ElementalEmitter, const_i64, delinearize, linear_index, llvm_type
@@ -80,10 +80,12 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
     out_t = dot.shape.element_type
     ct = compute_type(out_t)                       # the dot's register type
     acc_t = "f32" if ct == "f16" else ct
-    if not is_float(acc_t) and acc_t[0] not in "su":
+    complex_sum = is_complex(acc_t)
+    if not is_float(acc_t) and not complex_sum and acc_t[0] not in "su":
         raise UnsupportedError(f"a {out_t} dot has no native code path")
     acc_ty = llvm_type(acc_t)
-    zero = ir.Constant(acc_ty, 0.0 if is_float(acc_t) else 0)
+    # (complex: a {re, im} struct, zeroinitializer)
+    zero = ir.Constant(acc_ty, None if complex_sum else 0.0 if is_float(acc_t) else 0)
     # Sizes read when the kernel runs, where they are a batch of unknown size: the
     # contraction's length (``x.T @ g``, a weight gradient) and the row's length (a matrix
     # times a vector, ``x @ w`` -> [b]); else constants.  One kernel for every batch size.
@@ -137,11 +139,23 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
         return em.convert_value(v, ct, acc_t)
 
     def multiply_add(total, x, y):
+        if complex_sum:
+            return complex_multiply_add(total, x, y)
         if is_float(acc_t):
             # fmuladd: a fused multiply-add where the machine has one (as BLAS and XLA use),
             # half the instructions of a multiply and an add
             return em.intrinsic("llvm.fmuladd", acc_ty, [x, y, total])
         return b.add(total, b.mul(x, y))
+
+    def complex_multiply_add(total, x, y):
+        # (t + x y per part, as two fused multiply-adds each: re = t + xr yr - xi yi,
+        # im = t + xr yi + xi yr; BLAS's complex GEMMs sum the same four products)
+        part = acc_ty.elements[0]
+        (tr, ti), (xr, xi), (yr, yi) = em.parts(total), em.parts(x), em.parts(y)
+
+        def fma(a, c, t):
+            return em.intrinsic("llvm.fmuladd", part, [a, c, t])
+        return em.pack(fma(xr, yr, fma(b.fneg(xi), yi, tr)), fma(xr, yi, fma(xi, yr, ti)))
 
     def slot(jj):
         return b.gep(acc, [const_i64(0), jj])
@@ -159,7 +173,9 @@ def emit_dot_kernel(module: ir.Module, name: str, comp: Computation) -> KernelSp
                 em.reset_memo()
                 cidx = delinearize(b, c, contracted) if contracted else []
                 x, y = (operand(k, full, cidx) for k in (0, 1))
-                if is_float(acc_t):
+                if complex_sum:
+                    step = complex_multiply_add(b.load(total), x, y)
+                elif is_float(acc_t):
                     step = b.fadd(b.load(total), b.fmul(x, y, flags=("contract",)),
                                   flags=("reassoc", "nsz", "contract"))
                 else:

@@ -18,6 +18,8 @@ from .attributes import ATTRIBUTE_KINDS, COMPUTATION_ATTRS
 from .opcodes import OPCODES, VARIADIC
 from .shapes import AnyShape
 
+_COMPUTATION_KEYS = frozenset(COMPUTATION_ATTRS)
+
 
 @dataclass(frozen=True)
 class SourceLocation:
@@ -52,6 +54,10 @@ class Instruction:
 
     @property
     def called_computations(self) -> list["Computation"]:
+        # (most instructions call nothing: one C-level test of their few attributes instead
+        # of ten lookups -- walks of a traced loop nest ask this ~50K times per compile)
+        if _COMPUTATION_KEYS.isdisjoint(self.attrs):
+            return []
         out = []
         for key in COMPUTATION_ATTRS:
             value = self.attrs.get(key)

@@ -37,7 +37,7 @@ def fused_dot(comp: Computation) -> Instruction | None:
 
 def dot_epilogue_refusal(comp: Computation) -> str | None:
     """None when ``comp`` is a dot with an elementwise epilogue that the native dot kernel
-    emits; otherwise why not.  The form: exactly one dot, of a real type; its operands
+    emits; otherwise why not.  The form: exactly one dot (complex: of operands of its type); its operands
     computed by elemental ops from the parameters; every value computed from the dot
     elementwise on the dot's dims (it reads the dot where it is itself evaluated); every
     output on the dot's dims."""
@@ -46,8 +46,11 @@ def dot_epilogue_refusal(comp: Computation) -> str | None:
         return f"{len(dots)} dots in one fusion"
     dot = dots[0]
     t = dot.shape.element_type
-    if is_complex(t) or t == "pred":
+    if t == "pred":
         return f"a {t} dot"
+    if is_complex(t) and any(o.shape.element_type != t for o in dot.operands):
+        # (the kernel converts operands between real types only)
+        return f"a {t} dot of {' and '.join(o.shape.element_type for o in dot.operands)} operands"
     root = comp.root
     outputs = list(root.operands) if root.opcode == "tuple" else [root]
     if any(o.shape.is_tuple or o.shape.dims != dot.shape.dims for o in outputs):

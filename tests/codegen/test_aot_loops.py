@@ -68,16 +68,32 @@ def test_a_loop_reading_a_full_reduction_is_one_llvm_function():
     assert "for (;;)" not in generated, generated
 
 
+def power(A, x):
+    for _ in range(30):
+        x = A @ x
+    return x
+
+
 def test_a_loop_with_a_library_step_stays_c():
-    def power(A, x):
-        for _ in range(30):
-            x = A @ x
-        return x
+    from nbxla.passes.fused_dots import SMALL_DOT_WORK
+    jitted = nbxla.jit(power, cache=CompilationCache())
+    A, x = RNG.random((40, 40)) / 40, RNG.random((40, 24))
+    assert 40 * 40 * 24 > SMALL_DOT_WORK          # (the C GEMM's; smaller: the dot kernel)
+    np.testing.assert_allclose(jitted(A, x), power(A, x), rtol=1e-12)
+    c = _driver_c(jitted.last_compilation.stage("optimized_hlo"))
+    assert "for (;;)" in c and "_loop1" not in c
+
+
+def test_a_loop_of_small_products_is_one_llvm_function():
+    """A product of at most SMALL_DOT_WORK multiply-adds is the dot kernel
+    (``aot_library.small_dot_kernel``): the loop is LLVM's, no C GEMM call."""
     jitted = nbxla.jit(power, cache=CompilationCache())
     A, x = RNG.random((6, 6)) / 6, RNG.random(6)
     np.testing.assert_allclose(jitted(A, x), power(A, x), rtol=1e-12)
     c = _driver_c(jitted.last_compilation.stage("optimized_hlo"))
-    assert "for (;;)" in c and "_loop1" not in c
+    generated = c[c.index("/* ---- generated ---- */"):]
+    assert "_loop1(in, out, scratch);" in generated and "nbxla_gemm" not in generated, generated
+    assert "for (;;)" not in generated, generated
 
 
 def iir(x, b0, b1, a1):

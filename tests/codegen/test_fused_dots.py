@@ -21,12 +21,14 @@ from nbxla.testing import compare_arrays
 
 RNG = np.random.default_rng(11)
 NUMPY_TYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16,
-               "s32": np.int32, "s8": np.int8}
+               "s32": np.int32, "s8": np.int8, "c64": np.complex64, "c128": np.complex128}
 
 
 def sample(t: str, dims) -> np.ndarray:
     if t[0] == "s":
         return RNG.integers(-5, 6, dims).astype(NUMPY_TYPES[t])
+    if t[0] == "c":
+        return (RNG.standard_normal(dims) + 1j * RNG.standard_normal(dims)).astype(NUMPY_TYPES[t])
     return RNG.standard_normal(dims).astype(NUMPY_TYPES[t])
 
 
@@ -93,7 +95,7 @@ def dot_fusion_module(lhs: tuple, rhs: tuple, out: tuple, dnums: str, types=("f3
                  f"  %zeros = {O} broadcast({ot}[] %zero), dimensions={{}}",
                  f"  ROOT %relu = {O} maximum({O} %add, {O} %zeros)"]
     elif epilogue == "tanh2":
-        body += [f"  %two = {ot}[] constant(2)",
+        body += [f"  %two = {ot}[] constant({'(2, 0)' if ot[0] == 'c' else 2})",
                  f"  %twos = {O} broadcast({ot}[] %two), dimensions={{}}",
                  f"  %mul = {O} multiply({O} %dot.1, {O} %twos)",
                  f"  ROOT %tanh = {O} tanh({O} %mul)"]
@@ -184,6 +186,32 @@ def test_dimension_numbers(lhs, rhs, out, dnums):
 def test_element_types(types, rtol):
     text, inputs = dot_fusion_module((6, 24), (24, 10), (6, 10), MATMUL, types=types)
     run_and_check(text, inputs, rtol=rtol)
+
+
+@pytest.mark.parametrize("t", ["c64", "c128"])
+@pytest.mark.parametrize("lhs, rhs, out, dnums", [
+    ((3, 3), (3, 3), (3, 3), MATMUL),                                   # columns
+    ((7, 5), (5, 13), (7, 13), MATMUL),                                 # sizes off any vector width
+    ((12, 20), (20,), (12,), MATMUL),                                   # matrix @ vector
+    ((40,), (40,), (), "lhs_contracting_dims={0}, rhs_contracting_dims={0}"),
+    ((2, 64), (200, 64), (2, 200), "lhs_contracting_dims={1}, rhs_contracting_dims={1}"),   # inner
+    ((5, 7, 12), (5, 9, 12), (5, 7, 9), "lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+                                        "rhs_contracting_dims={2}"),                       # packed
+])
+@pytest.mark.parametrize("epilogue", ["none", "tanh2"])
+def test_complex_dots_run_as_one_native_kernel(t, lhs, rhs, out, dnums, epilogue):
+    """Complex products in every loop form of the kernel, with and without an epilogue,
+    against the evaluator (complex sums in another order than NumPy's: to rounding)."""
+    text, inputs = dot_fusion_module(lhs, rhs, out, dnums, types=(t,) * 3, epilogue=epilogue, kind="kOutput")
+    comp = run_and_check(text, inputs, rtol=1e-4 if t == "c64" else 1e-12)
+    assert how_fusions_run(comp)["fusion"].startswith("kept")
+
+
+def test_complex_dot_of_real_operands_is_split():
+    """The kernel converts operands between real types only: a c64 dot of f32 operands is split."""
+    text, inputs = dot_fusion_module((4, 6), (6, 5), (4, 5), MATMUL, types=("f32", "f32", "c64"), epilogue="none")
+    from nbxla.passes.fused_dots import dot_epilogue_refusal
+    assert "f32 and f32 operands" in dot_epilogue_refusal(parse_hlo(text).computation("fused_computation"))
 
 
 def test_large_integer_dot_stays_native():

@@ -130,16 +130,25 @@ def test_a_large_dot_keeps_the_loop_host_driven():
 
 
 def test_without_a_c_compiler_loops_are_host_driven_and_still_right(monkeypatch, tmp_path):
-    """A loop with a step of the driver's C (a dot: the support code's GEMM) needs the C
-    compiler; a loop of kernels only does not (it is made in LLVM, codegen/aot_loops.py)."""
+    """A loop with a step of the driver's C (a dot of more than SMALL_DOT_WORK multiply-adds:
+    the support code's GEMM) needs the C compiler; a loop of kernels only does not (it is made
+    in LLVM, codegen/aot_loops.py), nor one whose dots are small (the dot kernel)."""
+    from nbxla.passes.fused_dots import SMALL_DOT_WORK
     from tests.runtime.test_native_loop_runtime import DOT_LOOP
     monkeypatch.setenv("PATH", str(tmp_path))                 # no cc there
     monkeypatch.setenv("NBXLA_CACHE_DIR", "off")
-    module = parse_hlo(DOT_LOOP)
-    compilation = compile_module(parse_hlo(DOT_LOOP), "cpu")
+    large = DOT_LOOP.replace("f64[4,4]", "f64[40,40]").replace("f64[4]", "f64[40,24]")
+    assert 40 * 40 * 24 > SMALL_DOT_WORK
+    module = parse_hlo(large)
+    compilation = compile_module(parse_hlo(large), "cpu")
     (how,) = loops_of(compilation).values()
     assert how.startswith("host-driven") and "`cc`" in how, how
     assert "host loop over compiled program(s) %cond, %body (host-driven" in compilation.stage("execution")
+    check(compilation.executable, module, [np.eye(40) * 0.02 + 0.001, RNG.random((40, 24))])
+    module = parse_hlo(DOT_LOOP)
+    compilation = compile_module(parse_hlo(DOT_LOOP), "cpu")
+    (how,) = loops_of(compilation).values()
+    assert how.startswith("native"), how
     check(compilation.executable, module, [np.eye(4) * 0.5 + 0.1, np.linspace(0, 1, 4)])
     module = parse_hlo(COUNTED_LOOP % 7)
     compilation = compile_module(parse_hlo(COUNTED_LOOP % 7), "cpu")
@@ -333,10 +342,12 @@ def complex_products(A, B, steps):
 
 
 @pytest.mark.parametrize("dtype", [np.complex128, np.complex64])
-@pytest.mark.parametrize("n, cols", [(7, 5), (12, 16)])
+@pytest.mark.parametrize("n, cols", [(7, 5), (12, 16), (41, 21), (48, 32)])
 def test_complex_products_in_native_loops_match_numpy(dtype, n, cols, monkeypatch):
-    # (the support code's complex GEMMs, compiled at -O2 inside an -O3 object: aot_runtime.c;
-    # sizes past and short of its 4-row and register-panel blocks)
+    # (small products: the dot kernel in LLVM (codegen/aot_library.small_dot_kernel); past
+    # SMALL_DOT_WORK (41 * 41 * 21, 48 * 48 * 32): the support code's complex GEMMs, compiled at
+    # -O2 inside an -O3 object: aot_runtime.c; sizes past and short of its 4-row and
+    # register-panel blocks)
     use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
     A = ((RNG.random((n, n)) + 1j * RNG.random((n, n))) / n).astype(dtype)
     B = (RNG.random((n, cols)) + 1j * RNG.random((n, cols))).astype(dtype)
@@ -346,3 +357,27 @@ def test_complex_products_in_native_loops_match_numpy(dtype, n, cols, monkeypatc
     assert ok, detail
     loops = loops_of(jitted.last_compilation)
     assert loops and all(how.startswith("native") for how in loops.values()), loops
+
+
+@pytest.mark.parametrize("dtype", [np.complex128, np.complex64, np.float64])
+def test_small_products_in_native_loops_need_no_c_compiler(dtype, monkeypatch):
+    """A loop whose dots are small (at most SMALL_DOT_WORK multiply-adds a product) runs them
+    as LLVM dot kernels: every step is LLVM's, so no C compiler runs (its support code for a
+    complex GEMM alone cost ~0.1 s of gcc).  Past the threshold the C GEMM runs (gcc)."""
+    from nbxla.compile_clock import recording
+    from nbxla.passes.fused_dots import SMALL_DOT_WORK
+    use_flags(monkeypatch, "--unroll_budget=0 --unroll_max=0")
+    monkeypatch.setenv("NBXLA_CACHE_DIR", "off")
+    for n, cols, c_compiled in ((6, 3, False), (40, 24, True)):
+        assert (n * n * cols > SMALL_DOT_WORK) == c_compiled
+        A = ((RNG.random((n, n)) + 1j * RNG.random((n, n))) / n).astype(dtype) if dtype != np.float64 \
+            else RNG.random((n, n)) / n
+        B = RNG.random((n, cols)).astype(dtype)
+        jitted = nbxla.jit(complex_products)
+        with recording() as stages:
+            got = jitted(A, B, 5)
+        ok, detail = compare_arrays(got, complex_products(A, B, 5), rtol=1e-4 if dtype == np.complex64 else 1e-10)
+        assert ok, detail
+        loops = loops_of(jitted.last_compilation)
+        assert loops and all(how.startswith("native") for how in loops.values()), loops
+        assert ("c-compiler" in stages) == c_compiled, (n, cols, dict(stages))
