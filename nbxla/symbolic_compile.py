@@ -43,7 +43,7 @@ from .codegen.run_sizes import smallest_sizes
 from .runtime.conv_epilogue import fold_convolution_epilogues
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
 from .runtime.symbolic_loops import SymbolicLoops, loops_for
-from .symbolic_machine_code import earlier_machine_code
+from .symbolic_machine_code import earlier_light, earlier_machine_code
 from .runtime.executable import cpu_executable, resolve_device
 
 _CONTROL = ("while", "conditional", "call")
@@ -415,8 +415,10 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
             # Kernels may read sizes along unknown axes when they run (a column sum's row
             # count): the emitters see which axes those are (``codegen/toolkit.unknown_axes``).
             mark_unknown_axes(symbolic_optimized, pipe1.module, other)
-            # (Compared before compiling: a refusal costs no LLVM time.)
-            emitted = emitted or kernel_llvm_ir(pipe1.module)
+            # (Compared before compiling: a refusal costs no LLVM time.)  After a static
+            # compile, both probes are emitted with its light kernels light (``earlier_light``).
+            light = earlier_light(earlier) if kind == "earlier" else frozenset()
+            emitted = emitted or kernel_llvm_ir(pipe1.module, light)
             if other_probe is not second_probe:
                 # The kernels' code is compared at 2h+1, from the symbolic program the two
                 # probes agree on (what optimizing a trace at 2h+1 gives, when the passes
@@ -426,7 +428,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
                 other = bind_module(symbolic_optimized, {n: second_probe(h) for h, n in by_size.items()})
                 mark_unknown_axes(symbolic_optimized, other)
                 other_probe = second_probe
-            extents = _same_kernels(emitted, kernel_llvm_ir(other), by_size, other_probe)
+            extents = _same_kernels(emitted, kernel_llvm_ir(other, light), by_size, other_probe)
             if kind == "earlier":
                 machine_code = earlier_machine_code(emitted, earlier, pipe1.module)
             break

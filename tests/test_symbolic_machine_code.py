@@ -68,3 +68,52 @@ def test_split_functions_keeps_globals_apart_from_functions():
 def test_an_unterminated_function_is_refused():
     with pytest.raises(ValueError):
         split_functions('define void @"k"()\n{\nentry:\n')
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _emissions(monkeypatch) -> list[int]:
+    """How many times the kernels' LLVM IR is emitted (``kernel_llvm_ir``) per call."""
+    import nbxla.runtime.cpu_executable as cpu_executable
+    import nbxla.symbolic_compile as symbolic_compile
+    import nbxla.symbolic_machine_code as symbolic_machine_code
+    counts = [0]
+    original = cpu_executable.kernel_llvm_ir
+
+    def counted(*args, **kwargs):
+        counts[0] += 1
+        return original(*args, **kwargs)
+    for module in (cpu_executable, symbolic_compile, symbolic_machine_code):
+        monkeypatch.setattr(module, "kernel_llvm_ir", counted, raising=False)
+    return counts
+
+
+@pytest.mark.parametrize("first_rows, light", [(1, True), (300, False)])
+def test_after_a_static_compile_the_probes_are_emitted_once_each_as_it_emitted_them(monkeypatch, first_rows, light):
+    """The symbolic compile at the second size emits its two probes' kernels once each (no third
+    emission to compare with the static compile's light kernels), with the static compile's
+    light kernels light: a row of 256 at 1 row is light (not unrolled), at 300 rows (76800
+    elements, over ``LIGHT_KERNEL_ELEMENTS``) it is not -- both sides of the threshold.  The
+    softmax row reduction's code differs at size 1, so its kernel is compiled again (light
+    when the static one was), and serves every size against NumPy, 4096 rows included."""
+    cache = CompilationCache()
+    f = nbxla.jit(_softmax, cache=cache)
+    rng = np.random.default_rng(35)
+    x = rng.random((first_rows, 256), dtype=np.float32)
+    np.testing.assert_allclose(f(x), _softmax(x), rtol=2e-5, atol=1e-7)
+    static_ir = f.last_compilation.executable.native.kernels.llvm_ir
+    assert ("llvm.loop.unroll.disable" in static_ir) == light
+    counts = _emissions(monkeypatch)
+    x = rng.random((first_rows + 1, 256), dtype=np.float32)
+    np.testing.assert_allclose(f(x), _softmax(x), rtol=2e-5, atol=1e-7)
+    assert cache.misses == 2 and module_is_symbolic(f.last_compilation.hlo)
+    assert counts[0] == 2
+    symbolic_ir = f.last_compilation.executable.native.kernels.llvm_ir
+    assert ("llvm.loop.unroll.disable" in symbolic_ir) == light
+    for n in [2, 3, 17, 1, 4096]:
+        x = rng.random((n, 256), dtype=np.float32)
+        np.testing.assert_allclose(f(x), _softmax(x), rtol=2e-5, atol=1e-7, err_msg=f"size {n}")
+    assert cache.misses == 2
