@@ -39,6 +39,7 @@ from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, generalize_modu
 from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
 from .passes.imported_fusions import split_dots_of_unknown_size
+from .codegen.elemental import leading_unit_dims
 from .codegen.run_sizes import smallest_sizes
 from .runtime.conv_epilogue import fold_convolution_epilogues
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
@@ -281,7 +282,7 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
         generalize_module(untouched, traced.module, by_size, second_probe)
         return _optimize_probe(traced.module).module, second_probe
 
-    with smallest_sizes(lower):     # (the kernels serve these sizes and more: the guard)
+    with smallest_sizes(lower), leading_unit_dims():     # (the kernels serve these sizes and more: the guard)
         compilation, extents = _compile_probes(first.module.name, symbolic_hlo, first.module, second.module,
                                                by_size, device, explanation, trace_ms, list(first.loop_decisions),
                                                probe, None if sizes or reused is None else reused,
@@ -298,6 +299,15 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
                                      f"({program.loops.removeprefix('host-driven: ')})")
     _make_instance_now(program, hints)
     return program
+
+
+def static_compile_context(leaves: list):
+    """The context a static compile of a function whose dimensions may later become unknown
+    runs in: a leading dimension of size 1 of some array argument -- the automatic mode's first
+    size is often 1 -- is indexed in its kernels like any other (``leading_unit_dims``), so that
+    the symbolic compile at the next size takes their machine code."""
+    return leading_unit_dims(any(is_array_leaf(leaf) and np.ndim(leaf) >= 1 and np.shape(leaf)[0] == 1
+                                 for leaf in leaves))
 
 
 def _make_instance_now(program: SymbolicProgram, values: dict[str, int]) -> None:
@@ -528,7 +538,7 @@ def compile_symbolic_module(module, at: dict[str, int] | None = None, device: st
     module1 = bind_module(module, hints)
     module2 = bind_module(module, {name: second_probe(size) for name, size in hints.items()})
     bind_ms = (time.perf_counter() - start) * 1e3
-    with smallest_sizes({name: 2 for name in names}):      # (run_symbolic's sizes: >= 2)
+    with smallest_sizes({name: 2 for name in names}), leading_unit_dims():      # (run_symbolic's sizes: >= 2)
         compilation, extents = _compile_probes(module.name, module, module1, module2, by_size, device, "", bind_ms, [])
     program = SymbolicProgram(None, compilation, {}, extents)
     _make_instance_now(program, hints)
@@ -693,4 +703,4 @@ def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str, probe
     raise SymbolicDimensionError(f"kernel {kernel}'s range ({e1}, then {e2}) is not a multiple of one size")
 
 
-__all__ = ["SymbolicProgram", "compile_symbolic", "compile_symbolic_module", "run_symbolic", "SymbolicDimensionError"]
+__all__ = ["SymbolicProgram", "compile_symbolic", "static_compile_context", "compile_symbolic_module", "run_symbolic", "SymbolicDimensionError"]

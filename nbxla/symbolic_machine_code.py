@@ -5,8 +5,10 @@ every size, right after a static compile of the first size.  The symbolic progra
 probe takes the static compile's instruction names, so its kernels are the same LLVM IR text
 as the static compile's wherever they are the same code; such a kernel's machine code is the
 static compile's, and LLVM need not run for it again (LLVM is most of a small program's
-compile time).  Kernels whose code differs -- at size 1 the code generator drops the size-1
-dimension from a column reduction's index arithmetic -- are compiled, alone.
+compile time).  Kernels whose code differs -- a column reduction reads its row count at run
+time, a size-1 dimension other than the leading one is dropped from the static compile's index
+arithmetic (the leading one is not: ``codegen.elemental.leading_unit_dims``) -- are compiled,
+alone.
 
 Why kernel by kernel, not the whole module or nothing: in an MLP training step one column
 reduction (the bias gradient) differed at size 1 and the five elementwise kernels did not;
@@ -64,7 +66,7 @@ def earlier_light(earlier) -> frozenset:
     symbolic program's first probe, which takes the earlier compile's names, emits these light
     too.  Why: its kernels are then the very IR the earlier compile compiled wherever they are
     the same code (their machine code serves), and are emitted once, not a second time to be
-    compared; a kernel that differs (the size-1 specialised row reduction of softmax) is
+    compared; a kernel that differs (a column sum that reads its row count at run time) is
     compiled light as well -- its loops are not unrolled, which LLVM's time on the symbolic
     compile (the second size's) is most of, and which buys nothing at the sizes seen so far."""
     native = getattr(earlier.executable, "native", None)

@@ -1,8 +1,9 @@
 """The automatic mode's symbolic compile takes, kernel by kernel, the machine code of the static
 compile before it (``nbxla/symbolic_machine_code.py``): kernels whose LLVM IR is the same are
 not compiled again; those whose code differs are compiled alone.  The three sides: every kernel
-the same (``test_dynamic_dims``' ``wide``: no LLVM at all), none the same (softmax's row
-reductions at size 1: the whole module), and some the same (here).  Results against NumPy."""
+the same (``test_dynamic_dims``' ``wide``, softmax after batch 1: no LLVM at all), none the
+same (a column softmax after a static compile at one column: the whole module), and some the
+same (an MLP step's column sum reads its row count at run time).  Results against NumPy."""
 
 import numpy as np
 import pytest
@@ -97,8 +98,7 @@ def test_after_a_static_compile_the_probes_are_emitted_once_each_as_it_emitted_t
     emission to compare with the static compile's light kernels), with the static compile's
     light kernels light: a row of 256 at 1 row is light (not unrolled), at 300 rows (76800
     elements, over ``LIGHT_KERNEL_ELEMENTS``) it is not -- both sides of the threshold.  The
-    softmax row reduction's code differs at size 1, so its kernel is compiled again (light
-    when the static one was), and serves every size against NumPy, 4096 rows included."""
+    kernels serve every size against NumPy, 4096 rows included."""
     cache = CompilationCache()
     f = nbxla.jit(_softmax, cache=cache)
     rng = np.random.default_rng(35)
@@ -116,4 +116,50 @@ def test_after_a_static_compile_the_probes_are_emitted_once_each_as_it_emitted_t
     for n in [2, 3, 17, 1, 4096]:
         x = rng.random((n, 256), dtype=np.float32)
         np.testing.assert_allclose(f(x), _softmax(x), rtol=2e-5, atol=1e-7, err_msg=f"size {n}")
+    assert cache.misses == 2
+
+
+def _scaled_softmax(x, scale):
+    return _softmax(x) * scale
+
+
+def _column_softmax(x, scale):
+    return _softmax(x.T).T * scale
+
+
+_SCALE_ROW = np.random.default_rng(37).random((1, 256), dtype=np.float32)
+_SCALE_COLUMN = _SCALE_ROW.T.copy()
+
+
+@pytest.mark.parametrize("fn, scale, first, second, compiled_again", [
+    # batch 1, then 2: the leading size-1 dimension indexed, the same code at both
+    (lambda x, scale: _softmax(x), _SCALE_ROW, (1, 256), (2, 256), False),
+    # a trailing size-1 dimension (a column, unknown along axis 1): dropped at size 1, other code
+    (_column_softmax, _SCALE_COLUMN, (256, 1), (256, 2), True),
+    # an operand of size 1 at every size: broadcast at batch 2 but not at 1 -- other code there
+    (_scaled_softmax, _SCALE_ROW, (1, 256), (2, 256), None),
+])
+def test_a_static_compile_at_size_1_gives_the_symbolic_program_its_machine_code(monkeypatch, fn, scale, first,
+                                                                                second, compiled_again):
+    """The automatic mode's static compile at batch size 1 indexes the leading dimension like
+    any other (``codegen.elemental.leading_unit_dims``), so its softmax row reduction is the very
+    code the symbolic program at the next size emits: no LLVM then.  The other side: a size-1
+    dimension that is not leading (a column, made unknown along axis 1) is still dropped from
+    the static compile's index arithmetic, and the symbolic compile compiles its kernel.  Results
+    against NumPy at every size, in all cases (a ``[1, 256]`` operand besides the batch too)."""
+    modules = _compiled_kernels(monkeypatch)
+    cache = CompilationCache()
+    rng = np.random.default_rng(36)
+    f = nbxla.jit(fn, cache=cache)
+
+    def check(shape):
+        x = rng.random(shape, dtype=np.float32)
+        np.testing.assert_allclose(f(x, scale), fn(x, scale), rtol=2e-5, atol=1e-7, err_msg=f"shape {shape}")
+    check(first)
+    check(second)
+    assert cache.misses == 2 and module_is_symbolic(f.last_compilation.hlo)
+    if compiled_again is not None:
+        assert len(modules) == (2 if compiled_again else 1)
+    for n in [3, 17, 1, 300]:
+        check((n, 256) if first[0] != second[0] else (256, n))
     assert cache.misses == 2
