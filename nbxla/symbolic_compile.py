@@ -76,6 +76,7 @@ class SymbolicProgram:
     # Executables made while compiling (``_make_instance_now``), by sizes: the first instance at
     # those sizes takes one instead of planning and building it again
     _premade: dict = field(default_factory=dict)
+    _whole_module: bool | None = None
     _instances: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -113,8 +114,7 @@ class SymbolicProgram:
         # a convolution folded into a fusion runs as a library call that reads the fusion's
         # shapes: those are bound too, not only the entry)
         # (and a fusion the evaluator runs reads its fused computation's shapes)
-        module = (bind_module if self.has_control_flow or self.has_convolutions or self.has_interpreted
-                  else bind_entry)(base.optimized, values)
+        module = (bind_module if self._binds_whole_module() else bind_entry)(base.optimized, values)
         kernels = base.executable.native.kernels
         specs = {name: self.extents[name].bind(spec, values) for name, spec in kernels.specs.items()}
         loop_thunks = None
@@ -129,6 +129,13 @@ class SymbolicProgram:
         if self.sizes:
             _give_sizes(executable, [np.asarray(size.bind(values), dtype) for size, dtype in self.sizes])
         return executable
+
+    def _binds_whole_module(self) -> bool:
+        """Does an instance bind every computation's shapes, not only the entry's?  (Asked once:
+        the answer scans every computation, which was a tenth of making an instance.)"""
+        if self._whole_module is None:
+            self._whole_module = self.has_control_flow or self.has_convolutions or self.has_interpreted
+        return self._whole_module
 
     @property
     def has_control_flow(self) -> bool:
