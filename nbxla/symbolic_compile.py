@@ -42,7 +42,8 @@ from .passes.imported_fusions import split_dots_of_unknown_size
 from .codegen.elemental import leading_unit_dims
 from .codegen.run_sizes import smallest_sizes
 from .runtime.conv_epilogue import fold_convolution_epilogues
-from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
+from .codegen.cpu import LIGHT_KERNEL_ELEMENTS, compile_kernels
+from .runtime.cpu_executable import ARRAY_DATA_OFFSET, CpuExecutable, kernel_computations, kernel_llvm_ir
 from .runtime.symbolic_loops import SymbolicLoops, loops_for
 from .symbolic_machine_code import earlier_light, earlier_machine_code
 from .runtime.executable import cpu_executable, resolve_device
@@ -77,6 +78,11 @@ class SymbolicProgram:
     # those sizes takes one instead of planning and building it again
     _premade: dict = field(default_factory=dict)
     _whole_module: bool | None = None
+    # Kernels compiled light, as the static compile before compiled them at its small size
+    # (``earlier_light``), and the machine code of every kernel compiled unrolled, made for
+    # the first instance at which a light kernel's work exceeds LIGHT_KERNEL_ELEMENTS
+    light: frozenset = frozenset()
+    _unrolled: object = None
     _instances: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -117,6 +123,9 @@ class SymbolicProgram:
         module = (bind_module if self._binds_whole_module() else bind_entry)(base.optimized, values)
         kernels = base.executable.native.kernels
         specs = {name: self.extents[name].bind(spec, values) for name, spec in kernels.specs.items()}
+        if self.light and any(specs[name].parallel_extent * max(1, specs[name].work_per_unit) > LIGHT_KERNEL_ELEMENTS
+                              for name in self.light if name in specs):
+            kernels = self._unrolled_kernels()
         loop_thunks = None
         if isinstance(self.loops, SymbolicLoops):
             loop_thunks, why = self.loops.thunks(module.entry, values)
@@ -129,6 +138,23 @@ class SymbolicProgram:
         if self.sizes:
             _give_sizes(executable, [np.asarray(size.bind(values), dtype) for size, dtype in self.sizes])
         return executable
+
+    def _unrolled_kernels(self):
+        """The program's kernels compiled as a static compile of large sizes compiles them (loops
+        unrolled), once.  Why: the light kernels a static compile at a small size made (and the
+        symbolic program took, or compiled alike) ran 0.91-0.95x a static compile of layernorm's
+        rows at 4096 rows; the first probe's kernels are emitted again without ``light`` and
+        compiled -- the same code otherwise, the same symbols."""
+        if self._unrolled is None:
+            probe = self.compilation.pipeline.module
+            with smallest_sizes(self.lower), leading_unit_dims():
+                emitted = kernel_llvm_ir(probe)
+            distinct, _ = kernel_computations(probe)
+            start = time.perf_counter()
+            self._unrolled = compile_kernels(probe.name, distinct, None, None, ARRAY_DATA_OFFSET, emitted)
+            self.compilation.timings_ms["codegen"] = self.compilation.timings_ms.get("codegen", 0.0) + \
+                (time.perf_counter() - start) * 1e3
+        return self._unrolled
 
     def _binds_whole_module(self) -> bool:
         """Does an instance bind every computation's shapes, not only the entry's?  (Asked once:
@@ -298,6 +324,7 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
     for (leaf, dim), name in sorted(marks.items()):
         symbols.setdefault(name, []).append((leaf, dim))
     program = SymbolicProgram(first, compilation, symbols, extents, sizes, bounds, lower)
+    program.light = getattr(compilation, "light_kernels", frozenset())
     program.loops = _native_loops(compilation)
     if isinstance(program.loops, str) and program.loops and "NBXLA_NATIVE_LOOPS=0" not in program.loops:
         # (a static compile runs its loops natively, where host-driven ones pay a Python
@@ -411,7 +438,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     if fallback is not None:
         seconds.append(("fallback", fallback))
     optimize_ms = (time.perf_counter() - start) * 1e3
-    codegen_ms, emitted, machine_code = 0.0, None, None
+    codegen_ms, emitted, machine_code, used_light = 0.0, None, None, frozenset()
     for k, (kind, make_second) in enumerate(seconds):
         start = time.perf_counter()
         other, other_probe = make_second()
@@ -448,6 +475,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
             extents = _same_kernels(emitted, kernel_llvm_ir(other, light), by_size, other_probe)
             if kind == "earlier":
                 machine_code = earlier_machine_code(emitted, earlier, pipe1.module)
+            used_light = light
             break
         except SymbolicDimensionError:
             if names is not None:
@@ -474,6 +502,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     compilation = Compilation(name, resolve_device(device), symbolic_hlo, symbolic_optimized,
                               executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
                               pipe1, explanation, loop_decisions)
+    compilation.light_kernels = used_light     # (``SymbolicProgram.light``)
     return compilation, extents
 
 

@@ -163,3 +163,27 @@ def test_a_static_compile_at_size_1_gives_the_symbolic_program_its_machine_code(
     for n in [3, 17, 1, 300]:
         check((n, 256) if first[0] != second[0] else (256, n))
     assert cache.misses == 2
+
+
+def test_light_kernels_are_compiled_unrolled_once_an_instance_is_large(monkeypatch):
+    """After a static compile at batch 1 the symbolic program runs that compile's light kernels
+    (loops not unrolled); at sizes where a light kernel's work exceeds ``LIGHT_KERNEL_ELEMENTS``
+    (4096 rows of 256) its kernels are compiled unrolled, once, as a static compile of such a
+    size would (light ones ran 0.91-0.95x there); small sizes keep the light code -- both sides
+    of the threshold.  One compilation in the cache throughout; results against NumPy."""
+    modules = _compiled_kernels(monkeypatch)
+    cache = CompilationCache()
+    f = nbxla.jit(_softmax, cache=cache)
+    rng = np.random.default_rng(38)
+
+    def run(n):
+        x = rng.random((n, 256), dtype=np.float32)
+        np.testing.assert_allclose(f(x), _softmax(x), rtol=2e-5, atol=1e-7, err_msg=f"size {n}")
+        return f.last_compilation.executable.native.kernels.llvm_ir
+    run(1)
+    assert "llvm.loop.unroll.disable" in run(2) and "llvm.loop.unroll.disable" in run(40)
+    assert len(modules) == 1
+    assert "llvm.loop.unroll.disable" not in run(4096)
+    assert len(modules) == 2
+    assert "llvm.loop.unroll.disable" not in run(5000) and "llvm.loop.unroll.disable" in run(41)
+    assert len(modules) == 2 and cache.misses == 2
