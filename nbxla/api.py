@@ -39,7 +39,7 @@ from .frontend.tracer import Tracer
 from .dynamic_dims import DimensionPolicy, find_or_compile
 from .runtime.cache import DEFAULT_CACHE, CacheKey, CompilationCache
 from .runtime.donation import protect_aliases
-from .symbolic_compile import compile_symbolic
+from .symbolic_compile import compile_symbolic, static_compile_context
 from .runtime.executable import resolve_device
 
 
@@ -392,10 +392,12 @@ class CompiledFunction:
                 program = trace(fn, leaves, treedef, name=_module_name(self.fn), leaf_names=names(),
                                 argument_views=True)
             trace_ms = (time.perf_counter() - start) * 1e3
-            return CompiledProgram(program, compile_module(program.module, device, trace_ms,
-                                                           dump_to=flags.dump_to,
-                                                           loop_decisions=program.loop_decisions,
-                                                           donated=donations(program)))
+            # (kernels whose leading size 1 may become unknown: indexed as at any size)
+            with static_compile_context(leaves if self._dims.enabled and device == "cpu" else []):
+                return CompiledProgram(program, compile_module(program.module, device, trace_ms,
+                                                               dump_to=flags.dump_to,
+                                                               loop_decisions=program.loop_decisions,
+                                                               donated=donations(program)))
 
         entry, hit = self.cache.get_or_compile(key, self, self.__name__, signature, names, device,
                                                compile_now)

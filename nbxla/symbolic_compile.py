@@ -39,11 +39,13 @@ from .hlo.symbolic import (SizeProduct, bind_entry, bind_module, generalize_modu
 from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
 from .passes.buffer_assignment import plan_buffers
 from .passes.imported_fusions import split_dots_of_unknown_size
+from .codegen.elemental import leading_unit_dims
 from .codegen.run_sizes import smallest_sizes
 from .runtime.conv_epilogue import fold_convolution_epilogues
-from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
+from .codegen.cpu import LIGHT_KERNEL_ELEMENTS, compile_kernels
+from .runtime.cpu_executable import ARRAY_DATA_OFFSET, CpuExecutable, kernel_computations, kernel_llvm_ir
 from .runtime.symbolic_loops import SymbolicLoops, loops_for
-from .symbolic_machine_code import earlier_machine_code
+from .symbolic_machine_code import earlier_light, earlier_machine_code
 from .runtime.executable import cpu_executable, resolve_device
 
 _CONTROL = ("while", "conditional", "call")
@@ -75,6 +77,12 @@ class SymbolicProgram:
     # Executables made while compiling (``_make_instance_now``), by sizes: the first instance at
     # those sizes takes one instead of planning and building it again
     _premade: dict = field(default_factory=dict)
+    _whole_module: bool | None = None
+    # Kernels compiled light, as the static compile before compiled them at its small size
+    # (``earlier_light``), and the machine code of every kernel compiled unrolled, made for
+    # the first instance at which a light kernel's work exceeds LIGHT_KERNEL_ELEMENTS
+    light: frozenset = frozenset()
+    _unrolled: object = None
     _instances: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -112,10 +120,12 @@ class SymbolicProgram:
         # a convolution folded into a fusion runs as a library call that reads the fusion's
         # shapes: those are bound too, not only the entry)
         # (and a fusion the evaluator runs reads its fused computation's shapes)
-        module = (bind_module if self.has_control_flow or self.has_convolutions or self.has_interpreted
-                  else bind_entry)(base.optimized, values)
+        module = (bind_module if self._binds_whole_module() else bind_entry)(base.optimized, values)
         kernels = base.executable.native.kernels
         specs = {name: self.extents[name].bind(spec, values) for name, spec in kernels.specs.items()}
+        if self.light and any(specs[name].parallel_extent * max(1, specs[name].work_per_unit) > LIGHT_KERNEL_ELEMENTS
+                              for name in self.light if name in specs):
+            kernels = self._unrolled_kernels()
         loop_thunks = None
         if isinstance(self.loops, SymbolicLoops):
             loop_thunks, why = self.loops.thunks(module.entry, values)
@@ -128,6 +138,30 @@ class SymbolicProgram:
         if self.sizes:
             _give_sizes(executable, [np.asarray(size.bind(values), dtype) for size, dtype in self.sizes])
         return executable
+
+    def _unrolled_kernels(self):
+        """The program's kernels compiled as a static compile of large sizes compiles them (loops
+        unrolled), once.  Why: the light kernels a static compile at a small size made (and the
+        symbolic program took, or compiled alike) ran 0.91-0.95x a static compile of layernorm's
+        rows at 4096 rows; the first probe's kernels are emitted again without ``light`` and
+        compiled -- the same code otherwise, the same symbols."""
+        if self._unrolled is None:
+            probe = self.compilation.pipeline.module
+            with smallest_sizes(self.lower), leading_unit_dims():
+                emitted = kernel_llvm_ir(probe)
+            distinct, _ = kernel_computations(probe)
+            start = time.perf_counter()
+            self._unrolled = compile_kernels(probe.name, distinct, None, None, ARRAY_DATA_OFFSET, emitted)
+            self.compilation.timings_ms["codegen"] = self.compilation.timings_ms.get("codegen", 0.0) + \
+                (time.perf_counter() - start) * 1e3
+        return self._unrolled
+
+    def _binds_whole_module(self) -> bool:
+        """Does an instance bind every computation's shapes, not only the entry's?  (Asked once:
+        the answer scans every computation, which was a tenth of making an instance.)"""
+        if self._whole_module is None:
+            self._whole_module = self.has_control_flow or self.has_convolutions or self.has_interpreted
+        return self._whole_module
 
     @property
     def has_control_flow(self) -> bool:
@@ -281,7 +315,7 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
         generalize_module(untouched, traced.module, by_size, second_probe)
         return _optimize_probe(traced.module).module, second_probe
 
-    with smallest_sizes(lower):     # (the kernels serve these sizes and more: the guard)
+    with smallest_sizes(lower), leading_unit_dims():     # (the kernels serve these sizes and more: the guard)
         compilation, extents = _compile_probes(first.module.name, symbolic_hlo, first.module, second.module,
                                                by_size, device, explanation, trace_ms, list(first.loop_decisions),
                                                probe, None if sizes or reused is None else reused,
@@ -290,6 +324,7 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
     for (leaf, dim), name in sorted(marks.items()):
         symbols.setdefault(name, []).append((leaf, dim))
     program = SymbolicProgram(first, compilation, symbols, extents, sizes, bounds, lower)
+    program.light = getattr(compilation, "light_kernels", frozenset())
     program.loops = _native_loops(compilation)
     if isinstance(program.loops, str) and program.loops and "NBXLA_NATIVE_LOOPS=0" not in program.loops:
         # (a static compile runs its loops natively, where host-driven ones pay a Python
@@ -298,6 +333,15 @@ def _compile_symbolic(trace_at: Callable[[list, list | None], TracedProgram], le
                                      f"({program.loops.removeprefix('host-driven: ')})")
     _make_instance_now(program, hints)
     return program
+
+
+def static_compile_context(leaves: list):
+    """The context a static compile of a function whose dimensions may later become unknown
+    runs in: a leading dimension of size 1 of some array argument -- the automatic mode's first
+    size is often 1 -- is indexed in its kernels like any other (``leading_unit_dims``), so that
+    the symbolic compile at the next size takes their machine code."""
+    return leading_unit_dims(any(is_array_leaf(leaf) and np.ndim(leaf) >= 1 and np.shape(leaf)[0] == 1
+                                 for leaf in leaves))
 
 
 def _make_instance_now(program: SymbolicProgram, values: dict[str, int]) -> None:
@@ -394,7 +438,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     if fallback is not None:
         seconds.append(("fallback", fallback))
     optimize_ms = (time.perf_counter() - start) * 1e3
-    codegen_ms, emitted, machine_code = 0.0, None, None
+    codegen_ms, emitted, machine_code, used_light = 0.0, None, None, frozenset()
     for k, (kind, make_second) in enumerate(seconds):
         start = time.perf_counter()
         other, other_probe = make_second()
@@ -415,8 +459,10 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
             # Kernels may read sizes along unknown axes when they run (a column sum's row
             # count): the emitters see which axes those are (``codegen/toolkit.unknown_axes``).
             mark_unknown_axes(symbolic_optimized, pipe1.module, other)
-            # (Compared before compiling: a refusal costs no LLVM time.)
-            emitted = emitted or kernel_llvm_ir(pipe1.module)
+            # (Compared before compiling: a refusal costs no LLVM time.)  After a static
+            # compile, both probes are emitted with its light kernels light (``earlier_light``).
+            light = earlier_light(earlier) if kind == "earlier" else frozenset()
+            emitted = emitted or kernel_llvm_ir(pipe1.module, light)
             if other_probe is not second_probe:
                 # The kernels' code is compared at 2h+1, from the symbolic program the two
                 # probes agree on (what optimizing a trace at 2h+1 gives, when the passes
@@ -426,9 +472,10 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
                 other = bind_module(symbolic_optimized, {n: second_probe(h) for h, n in by_size.items()})
                 mark_unknown_axes(symbolic_optimized, other)
                 other_probe = second_probe
-            extents = _same_kernels(emitted, kernel_llvm_ir(other), by_size, other_probe)
+            extents = _same_kernels(emitted, kernel_llvm_ir(other, light), by_size, other_probe)
             if kind == "earlier":
                 machine_code = earlier_machine_code(emitted, earlier, pipe1.module)
+            used_light = light
             break
         except SymbolicDimensionError:
             if names is not None:
@@ -455,6 +502,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     compilation = Compilation(name, resolve_device(device), symbolic_hlo, symbolic_optimized,
                               executable, {"trace": trace_ms, "optimize": optimize_ms, "codegen": codegen_ms},
                               pipe1, explanation, loop_decisions)
+    compilation.light_kernels = used_light     # (``SymbolicProgram.light``)
     return compilation, extents
 
 
@@ -526,7 +574,7 @@ def compile_symbolic_module(module, at: dict[str, int] | None = None, device: st
     module1 = bind_module(module, hints)
     module2 = bind_module(module, {name: second_probe(size) for name, size in hints.items()})
     bind_ms = (time.perf_counter() - start) * 1e3
-    with smallest_sizes({name: 2 for name in names}):      # (run_symbolic's sizes: >= 2)
+    with smallest_sizes({name: 2 for name in names}), leading_unit_dims():      # (run_symbolic's sizes: >= 2)
         compilation, extents = _compile_probes(module.name, module, module1, module2, by_size, device, "", bind_ms, [])
     program = SymbolicProgram(None, compilation, {}, extents)
     _make_instance_now(program, hints)
@@ -691,4 +739,4 @@ def _extent_symbol(e1: int, e2: int, by_size: dict[int, str], kernel: str, probe
     raise SymbolicDimensionError(f"kernel {kernel}'s range ({e1}, then {e2}) is not a multiple of one size")
 
 
-__all__ = ["SymbolicProgram", "compile_symbolic", "compile_symbolic_module", "run_symbolic", "SymbolicDimensionError"]
+__all__ = ["SymbolicProgram", "compile_symbolic", "static_compile_context", "compile_symbolic_module", "run_symbolic", "SymbolicDimensionError"]

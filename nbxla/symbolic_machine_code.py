@@ -5,8 +5,10 @@ every size, right after a static compile of the first size.  The symbolic progra
 probe takes the static compile's instruction names, so its kernels are the same LLVM IR text
 as the static compile's wherever they are the same code; such a kernel's machine code is the
 static compile's, and LLVM need not run for it again (LLVM is most of a small program's
-compile time).  Kernels whose code differs -- at size 1 the code generator drops the size-1
-dimension from a column reduction's index arithmetic -- are compiled, alone.
+compile time).  Kernels whose code differs -- a column reduction reads its row count at run
+time, a size-1 dimension other than the leading one is dropped from the static compile's index
+arithmetic (the leading one is not: ``codegen.elemental.leading_unit_dims``) -- are compiled,
+alone.
 
 Why kernel by kernel, not the whole module or nothing: in an MLP training step one column
 reduction (the bias gradient) differed at size 1 and the five elementwise kernels did not;
@@ -20,7 +22,7 @@ import re
 from dataclasses import replace
 
 from .codegen.cpu import CompiledKernels, EmittedKernels, compile_kernels
-from .runtime.cpu_executable import ARRAY_DATA_OFFSET, kernel_computations, kernel_llvm_ir
+from .runtime.cpu_executable import ARRAY_DATA_OFFSET, kernel_computations
 
 _DATALAYOUT = re.compile(r'^target datalayout = .*$', re.M)
 _DEFINED = re.compile(r'^define\b[^@]*@"?([^"(\s]+)"?\(')
@@ -59,19 +61,30 @@ def _group(spec, name: str) -> list[str]:
     return [name] + [extra for extra in (spec.object_entry, spec.finish_name) if extra]
 
 
+def earlier_light(earlier) -> frozenset:
+    """The kernels the earlier compile compiled light (``codegen.cpu.light_kernel``): the
+    symbolic program's first probe, which takes the earlier compile's names, emits these light
+    too.  Why: its kernels are then the very IR the earlier compile compiled wherever they are
+    the same code (their machine code serves), and are emitted once, not a second time to be
+    compared; a kernel that differs (a column sum that reads its row count at run time) is
+    compiled light as well -- its loops are not unrolled, which LLVM's time on the symbolic
+    compile (the second size's) is most of, and which buys nothing at the sizes seen so far."""
+    native = getattr(earlier.executable, "native", None)
+    kernels = getattr(native, "kernels", None)
+    return frozenset(getattr(kernels, "light", ()) or ())
+
+
 def earlier_machine_code(emitted: EmittedKernels, earlier, probe_module):
     """(``CompiledKernels`` for ``emitted``'s kernels, the kernel symbol of each instruction)
     reusing the earlier compile's machine code for every kernel whose functions are the very
     LLVM IR it compiled, compiling the others alone; None when nothing can be reused (no
     earlier kernels, loops compiled natively there, refusals, other globals or declarations).
-    ``probe_module``: the symbolic program's first probe, whose kernels are emitted as the
-    earlier compile emitted them (light kernels compared as light)."""
+    ``emitted``: the symbolic program's first probe's kernels (``probe_module``), emitted as
+    the earlier compile emitted them (its light kernels light: ``earlier_light``)."""
     native = getattr(earlier.executable, "native", None)
     kernels = getattr(native, "kernels", None)
     if kernels is None or emitted.unsupported or kernels.unsupported or native.loops:
         return None
-    if kernels.light:
-        emitted = kernel_llvm_ir(probe_module, kernels.light)
     if without_datalayout(emitted.text) == without_datalayout(kernels.llvm_ir):
         return replace(kernels, specs=dict(emitted.specs)), dict(native.kernel_symbols)
     try:

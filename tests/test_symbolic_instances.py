@@ -28,3 +28,19 @@ def test_the_compiles_instance_serves_its_call_and_each_new_size_makes_one(monke
     program = cache.entries()[0].value
     assert program.instances == 3 and not program._premade
     assert "symbolic" in f.last_compilation.explanation         # (the record as the caller completed it)
+
+
+def test_what_an_instance_binds_is_decided_once_per_program(monkeypatch):
+    """Whether an instance binds every computation's shapes or the entry's alone depends on the
+    program only (control flow, convolutions, fusions the evaluator runs): asked once, not per
+    size (each answer scans every computation).  Results against NumPy at each size."""
+    asked = []
+    original = symbolic_compile.SymbolicProgram.has_convolutions
+    monkeypatch.setattr(symbolic_compile.SymbolicProgram, "has_convolutions",
+                        property(lambda self: asked.append(1) or original.fget(self)))
+    f = nbxla.jit(elementwise, cache=CompilationCache(), dynamic=True)
+    rng = np.random.default_rng(6)
+    for n in [4, 5, 6, 7, 9, 12]:
+        x, y = rng.random((n, 8)), rng.random((n, 8))
+        np.testing.assert_allclose(f(x, y), elementwise(x, y))
+    assert len(asked) == 1

@@ -18,6 +18,8 @@ family would scatter the one table that says which opcodes fuse.
 
 from __future__ import annotations
 
+import contextvars
+from contextlib import contextmanager
 from typing import Callable
 
 import numpy as np
@@ -126,11 +128,41 @@ def row_major_strides(dims) -> list[int]:
 MAX_EMITTED_VALUES = 20000
 
 
+# Set while kernels are emitted whose leading dimension may be unknown (``leading_unit_dims``).
+_LEADING_UNIT_INDEXED = contextvars.ContextVar("nbxla_leading_unit_indexed", default=False)
+
+
+@contextmanager
+def leading_unit_dims(indexed: bool = True):
+    """Inside: a leading dimension of size 1 is indexed like any other (its index times its
+    stride, an index that is 0 at run time), not dropped from the index arithmetic.  Why: a
+    program compiled for every size of its batch dimension after a static compile at batch 1
+    (the automatic mode's first size) then finds that compile's kernels the very same code as
+    its own and takes their machine code (``symbolic_machine_code``) instead of running LLVM
+    again; a dimension of size 1 elsewhere (keepdims) is size 1 at every size and stays dropped.
+    Costs a multiplication by 0 (folded by LLVM) or a division of a row number by a constant."""
+    token = _LEADING_UNIT_INDEXED.set(indexed)
+    try:
+        yield
+    finally:
+        _LEADING_UNIT_INDEXED.reset(token)
+
+
+def leading_unit_indexed() -> bool:
+    return _LEADING_UNIT_INDEXED.get()
+
+
+def _dropped(d: int, n) -> bool:
+    """Is dimension ``d`` of size ``n`` left out of the index arithmetic?"""
+    return n == 1 and not (d == 0 and _LEADING_UNIT_INDEXED.get())
+
+
 def linear_index(b: ir.IRBuilder, index: list, dims) -> ir.Value:
-    """The row-major flat position of a per-dimension ``index`` (size-1 dims contribute nothing)."""
+    """The row-major flat position of a per-dimension ``index`` (size-1 dims contribute nothing,
+    but see ``leading_unit_dims``)."""
     acc = None
-    for i, stride, n in zip(index, row_major_strides(dims), dims):
-        if n == 1 or stride == 0:
+    for d, (i, stride, n) in enumerate(zip(index, row_major_strides(dims), dims)):
+        if _dropped(d, n) or stride == 0:
             continue
         term = i if stride == 1 else b.mul(i, const_i64(stride))
         acc = term if acc is None else b.add(acc, term)
@@ -141,10 +173,10 @@ def delinearize(b: ir.IRBuilder, linear: ir.Value, dims) -> list:
     """The per-dimension index of row-major position ``linear`` (no remainder on the outermost
     non-unit dimension: ``linear`` is already below its extent)."""
     strides = row_major_strides(dims)
-    first = next((d for d, n in enumerate(dims) if n != 1), None)
+    first = next((d for d, n in enumerate(dims) if not _dropped(d, n)), None)
     out = []
     for d, (n, stride) in enumerate(zip(dims, strides)):
-        if n == 1:
+        if _dropped(d, n):
             out.append(const_i64(0))
             continue
         q = linear if stride == 1 else b.udiv(linear, const_i64(stride))

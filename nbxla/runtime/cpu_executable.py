@@ -32,6 +32,7 @@ import numpy as np
 
 from ..codegen.convolution import native_convolution_refusal
 from ..codegen.cpu import CompiledKernels, compile_kernels, emit_llvm_ir, light_kernel, target_fingerprint
+from ..codegen.elemental import leading_unit_indexed
 from ..codegen.kernels import standalone_computation, structure_key
 from ..errors import InterpretedWarning
 from ..hlo.opcodes import OWN_KERNEL
@@ -187,6 +188,8 @@ class CpuExecutable:
         if store is not None:
             names = ",".join(symbol for symbol, _ in compiled) + repr(sorted(in_place)) + \
                 repr([(getattr(comp, "unknown_axes", None), getattr(comp, "unknown_shapes", None)) for _, comp in distinct])
+            # (kernels emitted with leading size-1 dimensions indexed are other code)
+            names += ",leading-unit-indexed" if leading_unit_indexed() else ""
             key = hashlib.sha256((target_fingerprint() + f"{ARRAY_DATA_OFFSET}," + names +
                                   print_module(module, KEY_TEXT)).encode()).hexdigest()
         self.kernels: CompiledKernels = kernels if kernels is not None else \
