@@ -22,7 +22,7 @@ LAYERS = [
     {"nbxla.codegen"},
     {"nbxla.runtime"},
     {"nbxla.compiler", "nbxla.aot", "nbxla.call_check", "nbxla.dynamic_dims", "nbxla.symbolic_compile",
-     "nbxla.symbolic_machine_code"},
+     "nbxla.symbolic_machine_code", "nbxla.symbolic_program"},
     {"nbxla.api", "nbxla.cell", "nbxla.cell_check", "nbxla.random"},
     {"nbxla.cluster", "nbxla.autodiff", "nbxla.dask", "nbxla.profiler"},
     {"nbxla.jupyter"},

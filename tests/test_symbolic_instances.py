@@ -6,6 +6,7 @@ import numpy as np
 
 import nbxla
 import nbxla.symbolic_compile as symbolic_compile
+import nbxla.symbolic_program as symbolic_program
 from nbxla.runtime.cache import CompilationCache
 
 
@@ -15,8 +16,8 @@ def elementwise(x, y):
 
 def test_the_compiles_instance_serves_its_call_and_each_new_size_makes_one(monkeypatch):
     planned = []
-    original = symbolic_compile.plan_buffers
-    monkeypatch.setattr(symbolic_compile, "plan_buffers", lambda module: planned.append(1) or original(module))
+    original = symbolic_program.plan_buffers
+    monkeypatch.setattr(symbolic_program, "plan_buffers", lambda module: planned.append(1) or original(module))
     cache = CompilationCache()
     f = nbxla.jit(elementwise, cache=cache, dynamic=True)
     rng = np.random.default_rng(5)

@@ -153,9 +153,9 @@ def test_a_size_the_runtime_reads_as_a_number_refuses_the_compile(monkeypatch):
     ``the unknown size ... used as a number``.  That must be a refusal of the compile (then
     compiled for the concrete size), not an error of a later call: here the buffer plan is made
     to read the fused computations' sizes, as such a path would."""
-    import nbxla.symbolic_compile as symbolic_compile
+    import nbxla.symbolic_program as symbolic_program
     from nbxla.hlo.shapes import SymbolicDimensionError
-    real = symbolic_compile.plan_buffers
+    real = symbolic_program.plan_buffers
 
     def reads_fused_sizes(module):
         for fusion in module.entry.instructions:
@@ -163,13 +163,13 @@ def test_a_size_the_runtime_reads_as_a_number_refuses_the_compile(monkeypatch):
                 for instr in fusion.attrs["calls"].instructions:
                     [int(d) for d in instr.shape.dims]
         return real(module)
-    monkeypatch.setattr(symbolic_compile, "plan_buffers", reads_fused_sizes)
+    monkeypatch.setattr(symbolic_program, "plan_buffers", reads_fused_sizes)
     text = ("HloModule t\nENTRY e { p = f32[b,20,40]{2,1,0} parameter(0)\n"
             " r = f32[800*b]{0} reshape(p)\n c = f32[] constant(2)\n k = f32[800*b]{0} broadcast(c), dimensions={}\n"
             " ROOT m = f32[800*b]{0} multiply(r, k) }")
     with pytest.raises(SymbolicDimensionError, match=r"runtime needs a size as a number \(the unknown size .*b used as a number\)"):
         compile_symbolic_module(parse_hlo(text))
-    monkeypatch.setattr(symbolic_compile, "plan_buffers", real)
+    monkeypatch.setattr(symbolic_program, "plan_buffers", real)
     program = compile_symbolic_module(parse_hlo(text))
     x = np.ones((3, 20, 40), np.float32)
     assert np.array_equal(np.asarray(run_symbolic(program, [x])[0]), np.full(2400, 2, np.float32))
