@@ -39,6 +39,23 @@ SMALL_STATE = 64        # bytes: a loop's state leaves up to this size live in r
 CALLED_KERNEL_ELEMENTS = 256
 
 
+# In a loop nest this deep (or deeper), every program that runs a loop stays a function of its
+# own, called by its loop; in shallower nests everything inlines into the outermost loop.  Why:
+# inlined, a deep nest became one function and LLVM's memory passes (GVN, DSE, LICM) grew faster
+# than its size (npbench's scattering_self_energies, eight nested loops: 1.1-1.3 s of optimizer
+# as one function, 0.5-0.6 s apart; its first call 1.5-1.6 s with the calls, 1.8-2.3 s with the
+# innermost loops' bodies inlined); but in shallow nests the calls cost more than LLVM's time
+# (the body running the innermost loop called per outer step: seidel_2d, three deep, 154 -> 220
+# us; spmv, two deep, 24 -> 50 us, npbench S).
+DEEP_NEST = 4
+
+
+def loop_depth(program: Program) -> int:
+    """How deep the loops ``program`` runs are nested (0: it runs none)."""
+    return max((1 + max(loop_depth(op[1].cond), loop_depth(op[1].body))
+                for op in program.ops or () if op[0] == "while"), default=0)
+
+
 def llvm_loops_enabled() -> bool:
     """``NBXLA_LLVM_LOOPS=0`` leaves every loop to the driver's C (to compare, or to debug)."""
     return os.environ.get("NBXLA_LLVM_LOOPS", "1") != "0"
@@ -56,6 +73,7 @@ class LoopFunctions:
         self.module, self.prefix = module, prefix
         self.programs: dict[str, ir.Function] = {}
         self.pending: list[tuple[str, WhileStep]] = []
+        self.deep_nest = False          # (the nest being emitted is DEEP_NEST deep: see there)
         self.names: list[str] = []          # the loops emitted
 
     def loop(self, step: WhileStep) -> str:
@@ -69,6 +87,7 @@ class LoopFunctions:
         """Emit the loops ``c_source`` calls."""
         for name, step in self.pending:
             if f"{name}(in, out, scratch);" in c_source:
+                self.deep_nest = 1 + max(loop_depth(step.cond), loop_depth(step.body)) >= DEEP_NEST
                 frame = _Frame(self, ir.Function(self.module, _PROGRAM, name))
                 frame.run_while(step)
                 frame.b.ret_void()
@@ -88,6 +107,7 @@ class LoopFunctions:
             scratch = b.call(alloc, [_i64(64), _i64(-(-program.scratch_bytes // 64) * 64)])
             with b.if_then(b.icmp_unsigned("==", scratch, ir.Constant(_PTR, None))):
                 b.ret(ir.Constant(ir.IntType(32), 1))
+        self.deep_nest = loop_depth(program) >= DEEP_NEST
         b.call(self.program(program), [ins, outs, scratch])
         if program.scratch_bytes:
             b.call(self._libc("free", ir.VoidType(), [_PTR]), [scratch])
@@ -102,12 +122,7 @@ class LoopFunctions:
         if fn is None:
             fn = ir.Function(self.module, _PROGRAM, f"{program.symbol}_native")
             fn.linkage = "internal"
-            if any(op[0] == "while" for op in program.ops):
-                # A program that runs a loop (an outer loop's body) stays a function of its
-                # own: inlined, the whole nest became one function, and LLVM's memory passes
-                # (GVN, DSE, LICM) grew faster than its size (npbench's scattering_self_energies,
-                # eight nested loops: 1.1-1.3 s of optimizer as one function, 0.5-0.6 apart).
-                # The innermost bodies (kernels only) still inline into their loop.
+            if self.deep_nest and loop_depth(program) > 0:
                 fn.attributes.add("noinline")
             self.programs[program.symbol] = fn
             frame = _Frame(self, fn)
