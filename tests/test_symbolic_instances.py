@@ -45,3 +45,22 @@ def test_what_an_instance_binds_is_decided_once_per_program(monkeypatch):
         x, y = rng.random((n, 8)), rng.random((n, 8))
         np.testing.assert_allclose(f(x, y), elementwise(x, y))
     assert len(asked) == 1
+
+
+def test_run_symbolic_at_the_last_size_and_at_others():
+    """``run_symbolic`` reuses the last call's runner while the sizes stay the same: results at
+    alternating sizes against NumPy, and a size below the program's least still refused after
+    a call at a size it serves."""
+    import pytest
+    from nbxla.hlo.parser import parse_hlo
+    from nbxla.hlo.shapes import SymbolicDimensionError
+    from nbxla.symbolic_compile import compile_symbolic_module, run_symbolic
+    program = compile_symbolic_module(parse_hlo(
+        "HloModule t\nENTRY e { p = f32[b,8]{1,0} parameter(0)\n c = f32[] constant(3)\n"
+        " k = f32[b,8]{1,0} broadcast(c), dimensions={}\n ROOT m = f32[b,8]{1,0} multiply(p, k) }"))
+    rng = np.random.default_rng(7)
+    for n in [5, 5, 9, 5, 9, 9]:
+        x = rng.random((n, 8), dtype=np.float32)
+        np.testing.assert_allclose(np.asarray(run_symbolic(program, [x])[0]), 3 * x, rtol=1e-6)
+    with pytest.raises(SymbolicDimensionError, match="specialised"):
+        run_symbolic(program, [np.ones((1, 8), np.float32)])
