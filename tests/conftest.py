@@ -95,12 +95,14 @@ FORCED_THRESHOLDS = {   # module -> constant -> (low, high)
     "nbxla.runtime.host_memory": {"MIN_POOLED_BYTES": (0, 1 << 62)},      # outputs from the recycled pool
     "nbxla.runtime.bf16_arrays": {"NATIVE_MIN_ELEMENTS": (0, 1 << 62)},   # native f32 -> bf16 rounding
     "nbxla.codegen.column_groups": {"MIN_ELEMENTS": (0, 1 << 62)},        # column kernels in groups
+    "nbxla.codegen.aot_loops": {"DEEP_NEST": (1, 1 << 30)},               # loop programs kept as calls
 }
 THRESHOLD_PINNING_FILES = ("runtime/test_potrf_call.py", "runtime/test_update_gemv.py",
                            "runtime/test_donation.py", "frontend/test_loop_layouts.py",
                            "runtime/test_gemm_epilogue.py", "runtime/test_thin_gemm.py",
                            "runtime/test_host_memory.py", "runtime/test_bf16_arrays.py",
-                           "codegen/test_column_groups.py", "runtime/test_blas_policy.py")
+                           "codegen/test_column_groups.py", "runtime/test_blas_policy.py",
+                           "codegen/test_aot_loops.py")
 FORCED = os.environ.get("NBXLA_TEST_THRESHOLDS", "")
 if FORCED:
     import importlib
