@@ -18,7 +18,6 @@ compiled once -- a few milliseconds, memoized per size -- never LLVM again.
 from __future__ import annotations
 
 import contextvars
-import re
 from math import gcd
 import time
 from dataclasses import replace
@@ -42,7 +41,7 @@ from .codegen.run_sizes import smallest_sizes
 from .runtime.conv_epilogue import fold_convolution_epilogues
 from .runtime.cpu_executable import CpuExecutable, kernel_llvm_ir
 from .runtime.symbolic_loops import loops_for
-from .symbolic_machine_code import earlier_light, earlier_machine_code
+from .symbolic_machine_code import earlier_light, earlier_machine_code, without_datalayout
 from .runtime.executable import cpu_executable, resolve_device
 from .symbolic_program import KernelSizes, SymbolicProgram, run_symbolic
 
@@ -523,12 +522,9 @@ def _probe_leaves(leaves: list, marks: dict, size_of) -> list:
     return out
 
 
-_DATALAYOUT = re.compile(r'^target datalayout = .*$', re.M)
-
-
 def _same_code(text1: str, text2: str) -> None:
     """The two probes' kernels must be the same LLVM IR (sizes only through the ranges)."""
-    a, b = _DATALAYOUT.sub("", text1), _DATALAYOUT.sub("", text2)
+    a, b = without_datalayout(text1), without_datalayout(text2)
     if a == b:
         return
     kernel = "a kernel"
