@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from ..hlo.aliasing import constant_starts, outside_window, update_chain
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import ELEMENTWISE
 from .elemental import ElementalEmitter, const_i64, linear_index
@@ -32,6 +33,9 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
     root = comp.root
     if root.opcode == "select":
         return emit_box_update(module, name, comp, _libc)
+    chain = update_chain(comp)
+    if len(chain) > 1:
+        return _emit_chain(module, name, comp, chain)
     target, update = root.operands[0], root.operands[1]
     params = comp.parameters
     shapes = [p.shape for p in params] + [root.shape]
@@ -78,6 +82,31 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
     return KernelSpec(name, "in-place", 1, product(dims))      # (two passes: one call, [0, 1))
 
 
+def _emit_chain(module: ir.Module, name: str, comp: Computation, chain: list[Instruction]) -> KernelSpec:
+    """Windows written one after another, innermost update first (``aliasing.update_chain``:
+    each update reads the target only outside every window, so one pass each is exact)."""
+    target = chain[0].operands[0]
+    params = comp.parameters
+    fn, b = kernel_function(module, name)
+    bufs = KernelBuffers(b, fn.args[0], [p.shape for p in params] + [comp.root.shape])
+    out = len(params)
+    em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, out if params[k] is target else k,
+                                                            params[k].shape.dims, index))
+    for link in chain:
+        update, starts = link.operands[1], constant_starts(link)
+
+        def element(index, update=update, starts=starts):
+            em.reset_memo()
+            at = [b.add(i, const_i64(s)) for i, s in zip(index, starts)]
+            bufs.store(b, out, linear_index(b, at, link.shape.dims), em.value(update, index))
+        if update.shape.dims:
+            nest(b, update.shape.dims, "c", element)
+        else:
+            element([])
+    b.ret_void()
+    return KernelSpec(name, "in-place", 1, sum(product(d.operands[1].shape.dims) for d in chain))
+
+
 def _masked_window(root: Instruction, update: Instruction, target: Instruction):
     """(dimension, range) when the update is ``select(lo <= iota < hi, new, window)`` with
     ``window`` the target's own values at the window (a slice of index-dependent length masked
@@ -105,7 +134,7 @@ def _one_pass(comp: Computation, root: Instruction, target: Instruction) -> bool
     # (a slice that lies wholly outside the window reads values this kernel never writes:
     # ``p[-1, :] = p[-2, :]``)
     readers = [i for i in comp.instructions if i is not root and any(o is target for o in i.operands)
-               and not _outside_window(i, root)]
+               and not outside_window(i, root)]
     if not all(r.operands[0] is target and r.operands.count(target) == 1 and
                (_window_slice(r, root) if r.opcode == "slice" else r.opcode == "dynamic-slice" and
                 list(r.attrs.get("dynamic_slice_sizes", ())) == list(update.shape.dims) and
@@ -129,20 +158,6 @@ def _one_pass(comp: Computation, root: Instruction, target: Instruction) -> bool
                 return False
             tainted.add(id(instr))
     return True
-
-
-def _outside_window(r: Instruction, root: Instruction) -> bool:
-    """Whether ``r`` is a ``slice`` of the target whose elements all lie outside the window
-    ``root`` writes (constant starts): apart along at least one dimension."""
-    if r.opcode != "slice" or r.operands.count(root.operands[0]) != 1:
-        return False
-    starts = []
-    for s, n, u in zip(root.operands[2:], root.shape.dims, root.operands[1].shape.dims):
-        if s.opcode != "constant" or s.shape.rank != 0:
-            return False
-        starts.append(min(max(int(s.literal), 0), n - u))
-    return any(sl.limit <= start or sl.start >= start + u
-               for sl, start, u in zip(r.attrs["slice"], starts, root.operands[1].shape.dims))
 
 
 def _squeezed(dims) -> tuple:

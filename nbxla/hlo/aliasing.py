@@ -67,10 +67,59 @@ def updated_parameter(comp: Computation) -> int | None:
     root = comp.root
     if root.opcode == "select":
         return box_updated_parameter(root)
-    if root.opcode != "dynamic-update-slice" or root.operands[0].opcode != "parameter" \
-            or 0 in root.operands[1].shape.dims or len(root.operands) != 2 + root.shape.rank:
+    chain = update_chain(comp)
+    return None if chain is None else chain[0].operands[0].parameter_number
+
+
+def update_chain(comp: Computation) -> list[Instruction] | None:
+    """The ``dynamic-update-slice`` instructions ``comp``'s root is made of, innermost first:
+    ``[root]`` for one update of a parameter, or a chain ``dus_n(... dus_1(param, u_1) ..., u_n)``
+    (boundary rows set one after another: ``p[-1, :] = p[-2, :]; p[0, :] = p[1, :]``) that
+    can be written window after window into the parameter's buffer: every start constant,
+    no instruction but its successor reads a link, and every other read of the parameter a
+    ``slice`` outside all the windows (so no window's values depend on the order of the
+    writes).  None for any other root."""
+    chain = [comp.root]
+    while chain[-1].opcode == "dynamic-update-slice" and chain[-1].operands[0].opcode == "dynamic-update-slice":
+        chain.append(chain[-1].operands[0])
+    chain.reverse()
+    if any(d.opcode != "dynamic-update-slice" or 0 in d.operands[1].shape.dims
+           or len(d.operands) != 2 + d.shape.rank for d in chain) or chain[0].operands[0].opcode != "parameter":
         return None
-    return root.operands[0].parameter_number
+    if len(chain) == 1:
+        return chain
+    target = chain[0].operands[0]
+    links = {id(d) for d in chain}
+    for instr in comp.instructions:
+        if id(instr) in links:
+            continue
+        if any(id(o) in links for o in instr.operands):
+            return None
+        if any(o is target for o in instr.operands) and not all(outside_window(instr, d, target) for d in chain):
+            return None
+    return chain if all(constant_starts(d) is not None for d in chain) else None
+
+
+def constant_starts(update: Instruction) -> list[int] | None:
+    """The clamped start indices of a ``dynamic-update-slice`` whose starts are constants, or None."""
+    starts = []
+    for s, n, u in zip(update.operands[2:], update.shape.dims, update.operands[1].shape.dims):
+        if s.opcode != "constant" or s.shape.rank != 0:
+            return None
+        starts.append(min(max(int(s.literal), 0), n - u))
+    return starts
+
+
+def outside_window(r: Instruction, update: Instruction, target: Instruction | None = None) -> bool:
+    """Whether ``r`` is a ``slice`` of ``target`` (default: the array ``update`` writes into;
+    ``update`` a ``dynamic-update-slice`` with constant starts) whose elements all lie outside
+    the window: apart along at least one dimension."""
+    target = update.operands[0] if target is None else target
+    if r.opcode != "slice" or r.operands.count(target) != 1:
+        return False
+    starts = constant_starts(update)
+    return starts is not None and any(sl.limit <= start or sl.start >= start + u for sl, start, u in
+                                      zip(r.attrs["slice"], starts, update.operands[1].shape.dims))
 
 
 def scatters_in_place(instr: Instruction) -> bool:

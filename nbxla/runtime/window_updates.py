@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from ..hlo.aliasing import is_byte_view, updated_parameter
+from ..hlo.aliasing import is_byte_view, update_chain, updated_parameter
 from ..hlo.ir import Instruction, Module
 from ..passes.buffer_assignment import operand_buffers
 from .cpu_kernels import (KERNEL_TYPE, PARALLEL_THRESHOLD, DotThunk, FullReductionThunk, KernelThunk, data_pointer,
@@ -58,7 +58,8 @@ def window_update_fusions(module: Module) -> frozenset[int]:
         comp = instr.attrs["calls"]
         if getattr(comp, "unknown_axes", None) or updated_parameter(comp) is None:
             continue
-        window = math.prod(comp.root.operands[1].shape.dims) / max(1, math.prod(instr.shape.dims))
+        written = sum(math.prod(d.operands[1].shape.dims) for d in update_chain(comp) or [comp.root])
+        window = written / max(1, math.prod(instr.shape.dims))
         if window > COPY_WINDOW_FRACTION:
             if reusable is None:
                 reusable = operand_buffers(module.entry)
