@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..hlo.aliasing import constant_starts, outside_window, update_chain
+from ..hlo.aliasing import chain_reads, constant_starts, outside_window, update_chain
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import ELEMENTWISE
 from .elemental import ElementalEmitter, const_i64, linear_index
@@ -83,28 +83,52 @@ def emit_in_place_update(module: ir.Module, name: str, comp: Computation) -> Ker
 
 
 def _emit_chain(module: ir.Module, name: str, comp: Computation, chain: list[Instruction]) -> KernelSpec:
-    """Windows written one after another, innermost update first (``aliasing.update_chain``:
-    each update reads the target only outside every window, so one pass each is exact)."""
+    """Windows written one after another into the target's buffer, innermost update first
+    (``aliasing.update_chain``): every value of the chain an update reads is read from that
+    buffer, which holds it still at the positions read.  A link whose update reads its own
+    window (``p[1:-1, 1:-1] = f(p)`` before the walls) computes it into a temporary first."""
     target = chain[0].operands[0]
     params = comp.parameters
     fn, b = kernel_function(module, name)
     bufs = KernelBuffers(b, fn.args[0], [p.shape for p in params] + [comp.root.shape])
     out = len(params)
-    em = ElementalEmitter(b, comp, lambda k, index: load_at(b, bufs, out if params[k] is target else k,
-                                                            params[k].shape.dims, index))
-    for link in chain:
+    dims = comp.root.shape.dims
+    in_buffer = {id(d) for d in chain[:-1]}
+    em = _ChainEmitter(b, comp, lambda k, index: load_at(b, bufs, out if params[k] is target else k,
+                                                         params[k].shape.dims, index),
+                       in_buffer, lambda index: load_at(b, bufs, out, dims, index))
+    own_window = {k for r, _, links in chain_reads(comp, chain) for k in links
+                  if not outside_window(r, chain[k], r.operands[0])}
+    for k, link in enumerate(chain):
         update, starts = link.operands[1], constant_starts(link)
 
-        def element(index, update=update, starts=starts):
-            em.reset_memo()
+        def store_window(index, value, starts=starts):
             at = [b.add(i, const_i64(s)) for i, s in zip(index, starts)]
-            bufs.store(b, out, linear_index(b, at, link.shape.dims), em.value(update, index))
-        if update.shape.dims:
+            bufs.store(b, out, linear_index(b, at, dims), value)
+        if k not in own_window or (k == 0 and _one_pass(comp, link, target)):
+            def element(index, update=update, store_window=store_window):
+                em.reset_memo()
+                store_window(index, em.value(update, index))
             nest(b, update.shape.dims, "c", element)
         else:
-            element([])
+            compute_then_store(b, module, _libc, em, update, update.shape.dims,
+                               lambda name, body, shape=update.shape.dims: nest(b, shape, name, body), store_window)
     b.ret_void()
     return KernelSpec(name, "in-place", 1, sum(product(d.operands[1].shape.dims) for d in chain))
+
+
+class _ChainEmitter(ElementalEmitter):
+    """An emitter that reads the chain's intermediate arrays from the target's buffer."""
+
+    def __init__(self, b, comp, load, in_buffer: set[int], read_buffer):
+        super().__init__(b, comp, load)
+        self.in_buffer = in_buffer
+        self.read_buffer = read_buffer
+
+    def _emit(self, instr: Instruction, index: list) -> ir.Value:
+        if id(instr) in self.in_buffer:
+            return self.read_buffer(index)
+        return super()._emit(instr, index)
 
 
 def _masked_window(root: Instruction, update: Instruction, target: Instruction):

@@ -74,11 +74,13 @@ def updated_parameter(comp: Computation) -> int | None:
 def update_chain(comp: Computation) -> list[Instruction] | None:
     """The ``dynamic-update-slice`` instructions ``comp``'s root is made of, innermost first:
     ``[root]`` for one update of a parameter, or a chain ``dus_n(... dus_1(param, u_1) ..., u_n)``
-    (boundary rows set one after another: ``p[-1, :] = p[-2, :]; p[0, :] = p[1, :]``) that
-    can be written window after window into the parameter's buffer: every start constant,
-    no instruction but its successor reads a link, and every other read of the parameter a
-    ``slice`` outside all the windows (so no window's values depend on the order of the
-    writes).  None for any other root."""
+    (walls set one after another: ``p[:, -1] = p[:, -2]; p[0, :] = p[1, :]``) that can be
+    written window after window into the parameter's buffer.  Every start is a constant, and
+    the value before link ``j`` (the parameter, or link ``j - 1``) is read only by link ``j``
+    itself or by ``slice`` instructions outside the windows of links ``j .. k - 1`` for every
+    later link ``k`` whose update uses them: when link ``k`` is written, the buffer holds
+    those values still.  (Reads inside link ``k``'s own window are the kernel's business:
+    ``chain_reads_own_window``.)  None for any other root."""
     chain = [comp.root]
     while chain[-1].opcode == "dynamic-update-slice" and chain[-1].operands[0].opcode == "dynamic-update-slice":
         chain.append(chain[-1].operands[0])
@@ -88,16 +90,36 @@ def update_chain(comp: Computation) -> list[Instruction] | None:
         return None
     if len(chain) == 1:
         return chain
-    target = chain[0].operands[0]
-    links = {id(d) for d in chain}
+    if any(constant_starts(d) is None for d in chain):
+        return None
+    for r, j, links in chain_reads(comp, chain):
+        for k in links:
+            if k > j and not (r.opcode == "slice" and all(outside_window(r, chain[m], r.operands[0])
+                                                          for m in range(j, k))):
+                return None
+    return chain
+
+
+def chain_reads(comp: Computation, chain: list[Instruction]):
+    """(reader, j, links) for each instruction reading the value before link ``j`` (the
+    parameter for 0, else link ``j - 1``), other than link ``j`` through its operand 0:
+    ``links`` the numbers of the links whose update depends on the reader."""
+    values = {id(chain[0].operands[0]): 0} | {id(d): j + 1 for j, d in enumerate(chain[:-1])}
+    uses: dict[int, set[int]] = {}          # instruction id -> links whose update reads it
+    for k, d in enumerate(chain):
+        stack = [d.operands[1]]
+        while stack:
+            instr = stack.pop()
+            if k in uses.setdefault(id(instr), set()) or id(instr) in values:
+                continue
+            uses[id(instr)].add(k)
+            stack.extend(instr.operands)
+    link_number = {id(d): k for k, d in enumerate(chain)}
     for instr in comp.instructions:
-        if id(instr) in links:
-            continue
-        if any(id(o) in links for o in instr.operands):
-            return None
-        if any(o is target for o in instr.operands) and not all(outside_window(instr, d, target) for d in chain):
-            return None
-    return chain if all(constant_starts(d) is not None for d in chain) else None
+        k = link_number.get(id(instr))
+        for o in dict.fromkeys(instr.operands[1:] if k is not None else instr.operands):
+            if id(o) in values:
+                yield instr, values[id(o)], {k} if k is not None else uses.get(id(instr), set())
 
 
 def constant_starts(update: Instruction) -> list[int] | None:
