@@ -51,6 +51,9 @@ def generalize_module(m1: Module, m2: Module, symbols: dict[int, str], probe=sec
     pairs = {id(c2): c1 for c1, c2 in zip(m1.computations, m2.computations)}
     out_comps = {id(c1): Computation(c1.name) for c1 in m1.computations}
     result = Module(m1.name)
+    # (a program has few distinct pairs of shapes -- eos: about ten over 2K instructions --, and
+    # shapes are immutable: each pair is generalized once and its result shared)
+    general: dict = {}
     for c1, c2 in zip(m1.computations, m2.computations):
         if len(c1.instructions) != len(c2.instructions):
             raise SymbolicDimensionError(
@@ -70,7 +73,11 @@ def generalize_module(m1: Module, m2: Module, symbols: dict[int, str], probe=sec
                 raise SymbolicDimensionError(f"the program's structure depends on the size ({_where(where)})")
             # (equal shapes -- most of a program's, its constants and its unbatched values -- are
             # immutable and shared, as ``clone_module`` shares them)
-            shape = i1.shape if i1.shape == i2.shape else _general_shape(i1.shape, i2.shape, symbols, probe, where)
+            pair = (i1.shape, i2.shape)
+            shape = general.get(pair)
+            if shape is None:
+                shape = general[pair] = i1.shape if i1.shape == i2.shape else \
+                    _general_shape(i1.shape, i2.shape, symbols, probe, where)
             attrs = {}
             for key in (i1.attrs.keys() | i2.attrs.keys() if i1.attrs or i2.attrs else ()):
                 attrs[key] = _general_attr(key, i1.attrs.get(key), i2.attrs.get(key), pairs, out_comps, where)

@@ -128,8 +128,11 @@ def test_generalize_names_the_instruction_only_when_it_refuses(monkeypatch):
     lift_size_constants(m1, m2, {h: "b"})
     symbolic_module = generalize_module(m1, m2, {h: "b"})
     assert named == []
-    # (equal shapes are shared, as clone_module shares them; scaled ones are symbolic)
+    # (each pair of probe shapes is generalized once, its result shared, as clone_module
+    # shares shapes; scaled dimensions are symbolic)
     assert symbolic_module.entry.root.shape.dims == (SymDim("b", 32),)
+    by_name = {i.name: i for i in symbolic_module.entry.instructions}
+    assert by_name["bc"].shape is by_name["d"].shape and by_name["d"].shape.dims == (SymDim("b", 1), 32)
     m1, m2 = _probe(h, PROBE), _probe(second_probe(h), PROBE)
     with pytest.raises(SymbolicDimensionError, match=r"constant computed from a size \(%"):
         generalize_module(m1, m2, {h: "b"})
