@@ -33,7 +33,7 @@ from .hlo.shapes import SymDim, SymbolicDimensionError
 from .hlo.ir import clone_module
 from .hlo.symbolic import (bind_module, generalize_module, lift_size_constants, mark_unknown_axes,
                            second_probe, size_from_probes, symbols_of_module, upper_probes)
-from .passes import BufferAssignment, Pipeline, default_pipeline, optimize
+from .passes import BufferAssignment, Pipeline, default_pipeline, optimize, verify_module
 from .passes.buffer_assignment import plan_buffers
 from .passes.imported_fusions import split_dots_of_unknown_size
 from .codegen.elemental import leading_unit_dims
@@ -254,7 +254,7 @@ def _compile_probes(name: str, symbolic_hlo, module1, module2, by_size: dict[int
     (an optimized module, its probe) to compare with when neither gives the same code."""
     start = time.perf_counter()
     with stage("passes"):
-        pipe1 = optimize(module1)
+        pipe1 = _optimize_first_probe(module1, earlier is not None)
     _check_kernel_ranges(pipe1.module, by_size)
     if _fold_convolutions(pipe1.module):
         pipe1.facts["buffer-assignment"] = plan_buffers(pipe1.module)
@@ -426,6 +426,19 @@ def _check_kernel_ranges(module, by_size: dict[int, str]) -> None:
             if len(found) > 1:
                 raise SymbolicDimensionError(f"kernel %{instr.name}'s range has two unknown sizes "
                                              f"({', '.join(sorted(found))}): their product")
+
+
+def _optimize_first_probe(module, verified_elsewhere: bool):
+    """The optimizer on the first probe (the program that runs, its pass history kept).  After
+    a static compile of the same program (``verified_elsewhere``: the automatic mode's first
+    size), whose passes were each verified, only the result is verified here: the modules
+    between passes are that compile's at other sizes (the probes must agree), and verifying
+    each was a tenth of the passes' time, which this compile pays on top of the static one."""
+    if not verified_elsewhere:
+        return optimize(module)
+    result = Pipeline(default_pipeline().passes, verify=False).run(module)
+    verify_module(result.module)
+    return result
 
 
 def _optimize_probe(module):

@@ -38,7 +38,16 @@ class TreeDef:
 LEAF = TreeDef("leaf")
 
 
+# Types that are always one leaf (exact types: a subclass may hold arrays): answered before
+# the container and array-holder tests, which cost a dataclass check per leaf -- a function
+# that reads a dict of 112 coefficients flattened them on every call at a new size.
+_PLAIN_LEAVES = frozenset({float, int, bool, complex, str, bytes, type(None), np.ndarray,
+                           np.float64, np.float32, np.int64, np.int32, np.bool_})
+
+
 def tree_flatten(tree, _objects: int = 0) -> tuple[list, TreeDef]:
+    if type(tree) in _PLAIN_LEAVES:
+        return [tree], LEAF
     if isinstance(tree, (tuple, list)) and not hasattr(tree, "_fields"):
         flat, defs = [], []
         for item in tree:

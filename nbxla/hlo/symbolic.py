@@ -51,6 +51,9 @@ def generalize_module(m1: Module, m2: Module, symbols: dict[int, str], probe=sec
     pairs = {id(c2): c1 for c1, c2 in zip(m1.computations, m2.computations)}
     out_comps = {id(c1): Computation(c1.name) for c1 in m1.computations}
     result = Module(m1.name)
+    # (a program has few distinct pairs of shapes -- eos: about ten over 2K instructions --, and
+    # shapes are immutable: each pair is generalized once and its result shared)
+    general: dict = {}
     for c1, c2 in zip(m1.computations, m2.computations):
         if len(c1.instructions) != len(c2.instructions):
             raise SymbolicDimensionError(
@@ -62,13 +65,21 @@ def generalize_module(m1: Module, m2: Module, symbols: dict[int, str], probe=sec
         new = out_comps[id(c1)]
         made: list[Instruction] = []
         for i1, i2 in zip(c1.instructions, c2.instructions):
-            where = _where(i1)
+            # (``where`` is the instruction, named (``_where``) only in an error: formatting the
+            # name of every instruction was a fifth of a comparison made three times a compile)
+            where = i1
             if i1.opcode != i2.opcode or len(i1.operands) != len(i2.operands) or \
                     [index1[id(o)] for o in i1.operands] != [index2[id(o)] for o in i2.operands]:
-                raise SymbolicDimensionError(f"the program's structure depends on the size ({where})")
-            shape = _general_shape(i1.shape, i2.shape, symbols, probe, where)
+                raise SymbolicDimensionError(f"the program's structure depends on the size ({_where(where)})")
+            # (equal shapes -- most of a program's, its constants and its unbatched values -- are
+            # immutable and shared, as ``clone_module`` shares them)
+            pair = (i1.shape, i2.shape)
+            shape = general.get(pair)
+            if shape is None:
+                shape = general[pair] = i1.shape if i1.shape == i2.shape else \
+                    _general_shape(i1.shape, i2.shape, symbols, probe, where)
             attrs = {}
-            for key in set(i1.attrs) | set(i2.attrs):
+            for key in (i1.attrs.keys() | i2.attrs.keys() if i1.attrs or i2.attrs else ()):
                 attrs[key] = _general_attr(key, i1.attrs.get(key), i2.attrs.get(key), pairs, out_comps, where)
             i2.name = i1.name
             copy = Instruction(i1.opcode, shape, [made[index1[id(o)]] for o in i1.operands], attrs,
@@ -86,13 +97,13 @@ def _where(instr: Instruction) -> str:
     return f"%{instr.name}" + (f" at line {instr.location.line}" if instr.location is not None else "")
 
 
-def _general_shape(s1, s2, symbols: dict[int, str], probe, where: str):
+def _general_shape(s1, s2, symbols: dict[int, str], probe, where: Instruction):
     if s1.is_tuple or s2.is_tuple:
         if not (s1.is_tuple and s2.is_tuple and len(s1.elements) == len(s2.elements)):
-            raise SymbolicDimensionError(f"a result whose structure depends on the size ({where})")
+            raise SymbolicDimensionError(f"a result whose structure depends on the size ({_where(where)})")
         return TupleShape(tuple(_general_shape(a, b, symbols, probe, where) for a, b in zip(s1.elements, s2.elements)))
     if s1.element_type != s2.element_type or len(s1.dims) != len(s2.dims) or s1.layout != s2.layout:
-        raise SymbolicDimensionError(f"a result type that depends on the size ({where})")
+        raise SymbolicDimensionError(f"a result type that depends on the size ({_where(where)})")
     dims = []
     for d1, d2 in zip(s1.dims, s2.dims):
         if d1 == d2:
@@ -102,34 +113,34 @@ def _general_shape(s1, s2, symbols: dict[int, str], probe, where: str):
     return type(s1)(s1.element_type, tuple(dims), s1.layout)
 
 
-def _scaled_symbol(d1: int, d2: int, symbols: dict[int, str], probe, where: str) -> SymDim:
+def _scaled_symbol(d1: int, d2: int, symbols: dict[int, str], probe, where: Instruction) -> SymDim:
     """``k*b`` where ``d1 = k*h1`` and ``d2 = k*probe(h1)`` for one symbol's size ``h1``."""
     for hint, name in symbols.items():
         if d1 % hint == 0 and d1 // hint * probe(hint) == d2:
             return SymDim(name, d1 // hint)
     raise SymbolicDimensionError(f"a dimension ({d1} at one size, {d2} at another) that is not a "
-                                 f"multiple of one unknown size ({where})")
+                                 f"multiple of one unknown size ({_where(where)})")
 
 
 def _general_attr(key, v1, v2, pairs, out_comps, where):
     if isinstance(v1, Computation):
         if pairs.get(id(v2)) is not v1:
-            raise SymbolicDimensionError(f"{key} calls different computations at different sizes ({where})")
+            raise SymbolicDimensionError(f"{key} calls different computations at different sizes ({_where(where)})")
         return out_comps[id(v1)]
     if isinstance(v1, tuple) and v1 and all(isinstance(v, Computation) for v in v1):
         if not (isinstance(v2, tuple) and len(v1) == len(v2) and all(pairs.get(id(b)) is a for a, b in zip(v1, v2))):
-            raise SymbolicDimensionError(f"{key} calls different computations at different sizes ({where})")
+            raise SymbolicDimensionError(f"{key} calls different computations at different sizes ({_where(where)})")
         return tuple(out_comps[id(v)] for v in v1)
     if isinstance(v1, np.ndarray) or isinstance(v2, np.ndarray):
         if not (isinstance(v1, np.ndarray) and isinstance(v2, np.ndarray) and v1.dtype == v2.dtype
                 and v1.shape == v2.shape and np.array_equal(v1, v2, equal_nan=v1.dtype.kind in "fc")):
-            raise SymbolicDimensionError(f"a constant computed from a size ({where}): the code uses "
+            raise SymbolicDimensionError(f"a constant computed from a size ({_where(where)}): the code uses "
                                          "a size as a number")
         return v1
     if key == "metadata":
         return v1
     if v1 != v2:
-        raise SymbolicDimensionError(f"the attribute {key}={v1} depends on the size ({where})")
+        raise SymbolicDimensionError(f"the attribute {key}={v1} depends on the size ({_where(where)})")
     return v1
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
+from collections import Counter
 from typing import Callable
 
 import numpy as np
@@ -662,8 +663,15 @@ def _share_identical_kernels(compiled: list[tuple[str, Instruction]], updates=fr
     few kernels once per step, and LLVM's optimizer costs tens of ms per kernel."""
     first: dict[str, str] = {}
     distinct, shared = [], []
-    for symbol, instr in compiled:
-        comp = _kernel_computation(instr)
+    comps = [(symbol, instr, _kernel_computation(instr)) for symbol, instr in compiled]
+    # (Identical kernels have as many instructions: a kernel alone in its count is keyed by its
+    # symbol, not its text -- printing eos's 900-instruction kernel was 8 ms per emission.)
+    counts = Counter((instr.opcode, len(comp.instructions)) for _, instr, comp in comps)
+    for symbol, instr, comp in comps:
+        if counts[instr.opcode, len(comp.instructions)] == 1:
+            distinct.append((symbol, comp))
+            shared.append((symbol, instr))
+            continue
         # (with the axes known only at run time, which change the code: symbolic_compile.py)
         key = instr.opcode + ("-in-place" if id(instr) in updates else "") + "\n" + structure_key(comp) + \
             repr(getattr(comp, "unknown_axes", "")) + repr(getattr(comp, "unknown_shapes", ""))
