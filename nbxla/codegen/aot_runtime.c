@@ -572,9 +572,13 @@ NBXLA_API(nbxla_sort) void nbxla_sort(int n_ops, char *const *in, char *const *o
 /* A stable sort of n_ops arrays along one axis (viewed as [outer, n, inner]) by the keys its
  * comparator was recognized to order by (hlo/sort_keys.py), in place of nbxla_sort's calls of
  * the comparator: each key, the values of one operand, becomes an unsigned integer whose
- * ascending order is the key's order (equal keys equal), and the row's positions are sorted
- * stably by the keys, least significant key first: an insertion sort for short rows, a
- * least-significant-byte radix sort beyond (passes over a byte all keys share skipped).
+ * ascending order is the key's order (equal keys equal), and the row is sorted stably by the
+ * keys, least significant key first: an insertion sort for short rows, a least-significant-byte
+ * radix sort beyond (passes over a byte all keys share skipped).  Several operands: the keys
+ * carry their positions, by which every operand is gathered.  One operand sorted by itself
+ * (np.sort): the keys alone are sorted and mapped back to values (half the radix sort's
+ * traffic), the values a key does not tell apart (-0 and +0, NaNs: equal under a float
+ * comparison) put back in their input order.
  * Returns 1 when a float key under a plain comparison meets a NaN (no strict weak order: the
  * caller then runs nbxla_sort, the comparator's merge sort, on the whole sort); 0 when sorted.
  * ``scratch``: 24n bytes (struct nbxla_sort_key and its codes: in the interface). */
@@ -585,7 +589,7 @@ static const int nbxla_key_width[] = {4, 8, 1, 2, 4, 8, 1, 2, 4, 8};
 
 /* The key of the element at p as an unsigned integer of the key's width; 1 for a NaN the
  * comparison does not order. */
-static inline int nbxla_key_of(int type, int flags, const char *p, uint64_t *key) {
+static inline __attribute__((always_inline)) int nbxla_key_of(int type, int flags, const char *p, uint64_t *key) {
     int width = nbxla_key_width[type];
     uint64_t mask = width == 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * width)) - 1;
     uint64_t sign = (uint64_t)1 << (8 * width - 1), bits;
@@ -623,6 +627,82 @@ static inline int nbxla_key_of(int type, int flags, const char *p, uint64_t *key
     return 0;
 }
 
+/* The keys of n elements (stride step bytes) in key[k] = key of values[pos[k]] (pos NULL: of
+ * values[k]); 1 for a NaN the comparison does not order.  A loop per type: no switch per element. */
+static int nbxla_keys_of(int type, int flags, const char *values, int64_t step, const uint32_t *pos,
+                         int64_t n, uint64_t *key) {
+#define NBXLA_KEYS_OF(T)                                                                          \
+    case T:                                                                                     \
+        for (int64_t j = 0; j < n; j++)                                                         \
+            if (nbxla_key_of(T, flags, values + (pos ? pos[j] : j) * step, &key[j])) return 1;  \
+        return 0;
+    switch (type) {
+        NBXLA_KEYS_OF(NBXLA_KEY_F32) NBXLA_KEYS_OF(NBXLA_KEY_F64) NBXLA_KEYS_OF(NBXLA_KEY_S8)
+        NBXLA_KEYS_OF(NBXLA_KEY_S16) NBXLA_KEYS_OF(NBXLA_KEY_S32) NBXLA_KEYS_OF(NBXLA_KEY_S64)
+        NBXLA_KEYS_OF(NBXLA_KEY_U8) NBXLA_KEYS_OF(NBXLA_KEY_U16) NBXLA_KEYS_OF(NBXLA_KEY_U32)
+        default: NBXLA_KEYS_OF(NBXLA_KEY_U64)
+    }
+#undef NBXLA_KEYS_OF
+}
+
+/* The value (width bytes at p) whose key is ``key`` (for the values a key tells apart). */
+static void nbxla_value_of(int type, int flags, uint64_t key, char *p) {
+    int width = nbxla_key_width[type];
+    uint64_t mask = width == 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * width)) - 1;
+    uint64_t sign = (uint64_t)1 << (8 * width - 1);
+    uint64_t bits = flags & NBXLA_KEY_DESCENDING ? ~key & mask : key;
+    if (type <= NBXLA_KEY_F64) bits = (bits & sign) ? bits ^ sign : ~bits & mask;
+    else if (type <= NBXLA_KEY_S64) bits ^= sign;
+    switch (width) {
+        case 1: { uint8_t v = (uint8_t)bits; memcpy(p, &v, 1); break; }
+        case 2: { uint16_t v = (uint16_t)bits; memcpy(p, &v, 2); break; }
+        case 4: { uint32_t v = (uint32_t)bits; memcpy(p, &v, 4); break; }
+        default: memcpy(p, &bits, 8);
+    }
+}
+
+/* Stable sort of key[0..n) (pos, when not NULL, moved along); the result ends in *key / *pos,
+ * which the radix passes swap with *key2 / *pos2. */
+static void nbxla_sort_row(uint64_t **key_, uint32_t **pos_, uint64_t **key2_, uint32_t **pos2_, int64_t n,
+                           int width) {
+    uint64_t *key = *key_, *key2 = *key2_;
+    uint32_t *pos = *pos_, *pos2 = *pos2_;
+    if (n <= NBXLA_SORT_SHORT) {
+        for (int64_t j = 1; j < n; j++) {
+            uint64_t kj = key[j];
+            uint32_t pj = pos ? pos[j] : 0;
+            int64_t m = j;
+            for (; m > 0 && key[m - 1] > kj; m--) {
+                key[m] = key[m - 1];
+                if (pos) pos[m] = pos[m - 1];
+            }
+            key[m] = kj;
+            if (pos) pos[m] = pj;
+        }
+        return;
+    }
+    uint32_t count[8][256];
+    memset(count, 0, sizeof(count[0]) * width);
+    for (int64_t j = 0; j < n; j++)
+        for (int b = 0; b < width; b++) count[b][(key[j] >> (8 * b)) & 255]++;
+    for (int b = 0; b < width; b++) {
+        uint32_t *c = count[b], sum = 0;
+        if (c[(key[0] >> (8 * b)) & 255] == (uint32_t)n) continue;     /* one byte for all */
+        for (int d = 0; d < 256; d++) { uint32_t here = c[d]; c[d] = sum; sum += here; }
+        if (pos)
+            for (int64_t j = 0; j < n; j++) {
+                uint32_t at = c[(key[j] >> (8 * b)) & 255]++;
+                key2[at] = key[j];
+                pos2[at] = pos[j];
+            }
+        else
+            for (int64_t j = 0; j < n; j++) key2[c[(key[j] >> (8 * b)) & 255]++] = key[j];
+        uint64_t *tk = key; key = key2; key2 = tk;
+        uint32_t *tp = pos; pos = pos2; pos2 = tp;
+    }
+    *key_ = key; *key2_ = key2; *pos_ = pos; *pos2_ = pos2;
+}
+
 /* Elements [0, n) of one array moved to out in the order pos (element size esize). */
 static void nbxla_gather_row(char *out, const char *in, const uint32_t *pos, int64_t n, int64_t inner,
                              int64_t esize) {
@@ -638,50 +718,55 @@ static void nbxla_gather_row(char *out, const char *in, const uint32_t *pos, int
 #undef NBXLA_GATHER
 }
 
+/* One operand sorted by its own key: the sorted keys as values; the values sharing a key with
+ * others (zeros and NaNs under a float comparison) copied from the input in its order into
+ * their key's places. */
+static void nbxla_values_row(char *out, const char *in, const uint64_t *key, int64_t n, int64_t inner,
+                             int type, int flags, int64_t esize) {
+    for (int64_t k = 0; k < n; k++) nbxla_value_of(type, flags, key[k], out + k * inner * esize);
+    if (type > NBXLA_KEY_F64 || (flags & NBXLA_KEY_TOTAL_ORDER)) return;      /* keys tell all apart */
+    uint64_t zero_key, nan_key = (flags & NBXLA_KEY_NANS_FIRST) ? 0 : ~(uint64_t)0 >> (64 - 8 * esize);
+    static const char zeros[8];
+    nbxla_key_of(type, flags, zeros, &zero_key);
+    int64_t zero_at = -1, nan_at = -1;
+    for (int64_t k = 0; k < n; k++) {
+        if (key[k] == zero_key && zero_at < 0) zero_at = k;
+        if (key[k] == nan_key && nan_at < 0) nan_at = k;
+    }
+    if (zero_at < 0 && nan_at < 0) return;
+    for (int64_t j = 0; j < n; j++) {
+        const char *p = in + j * inner * esize;
+        int zero, nan;
+        if (type == NBXLA_KEY_F32) { float v; memcpy(&v, p, 4); zero = v == 0; nan = v != v; }
+        else { double v; memcpy(&v, p, 8); zero = v == 0; nan = v != v; }
+        if (zero) memcpy(out + zero_at++ * inner * esize, p, esize);
+        else if (nan) memcpy(out + nan_at++ * inner * esize, p, esize);
+    }
+}
+
 NBXLA_API(nbxla_sort_keys) int nbxla_sort_keys(int n_ops, char *const *in, char *const *out, const int64_t *esize,
                                 int64_t outer, int64_t n, int64_t inner, int n_keys,
                                 const struct nbxla_sort_key *keys, uint64_t *scratch) {
-    uint32_t count[8][256];
+    int values_only = n_ops == 1 && n_keys == 1;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             int64_t base = o * n * inner + i;
             uint64_t *key = scratch, *key2 = scratch + n;
-            uint32_t *pos = (uint32_t *)(scratch + 2 * n), *pos2 = pos + n;
-            for (int64_t j = 0; j < n; j++) pos[j] = j;
+            uint32_t *pos = values_only ? NULL : (uint32_t *)(scratch + 2 * n), *pos2 = pos ? pos + n : NULL;
+            for (int64_t j = 0; pos && j < n; j++) pos[j] = j;
             for (int k = n_keys - 1; k >= 0; k--) {     /* stable passes: least significant key first */
-                int type = keys[k].type, flags = keys[k].flags, width = nbxla_key_width[type];
-                const char *values = in[keys[k].operand] + base * esize[keys[k].operand];
-                int64_t step = inner * esize[keys[k].operand];
-                for (int64_t j = 0; j < n; j++)
-                    if (nbxla_key_of(type, flags, values + pos[j] * step, &key[j])) return 1;
-                if (n <= NBXLA_SORT_SHORT) {
-                    for (int64_t j = 1; j < n; j++) {
-                        uint64_t kj = key[j];
-                        uint32_t pj = pos[j], m = j;
-                        for (; m > 0 && key[m - 1] > kj; m--) { key[m] = key[m - 1]; pos[m] = pos[m - 1]; }
-                        key[m] = kj;
-                        pos[m] = pj;
-                    }
-                    continue;
-                }
-                memset(count, 0, sizeof(count[0]) * width);
-                for (int64_t j = 0; j < n; j++)
-                    for (int b = 0; b < width; b++) count[b][(key[j] >> (8 * b)) & 255]++;
-                for (int b = 0; b < width; b++) {
-                    uint32_t *c = count[b], sum = 0;
-                    if (c[(key[0] >> (8 * b)) & 255] == (uint32_t)n) continue;     /* one byte for all */
-                    for (int d = 0; d < 256; d++) { uint32_t here = c[d]; c[d] = sum; sum += here; }
-                    for (int64_t j = 0; j < n; j++) {
-                        uint32_t at = c[(key[j] >> (8 * b)) & 255]++;
-                        key2[at] = key[j];
-                        pos2[at] = pos[j];
-                    }
-                    uint64_t *tk = key; key = key2; key2 = tk;
-                    uint32_t *tp = pos; pos = pos2; pos2 = tp;
-                }
+                int op = keys[k].operand;
+                if (nbxla_keys_of(keys[k].type, keys[k].flags, in[op] + base * esize[op], inner * esize[op],
+                                  pos, n, key))
+                    return 1;
+                nbxla_sort_row(&key, &pos, &key2, &pos2, n, nbxla_key_width[keys[k].type]);
             }
-            for (int j = 0; j < n_ops; j++)
-                nbxla_gather_row(out[j] + base * esize[j], in[j] + base * esize[j], pos, n, inner, esize[j]);
+            if (values_only)
+                nbxla_values_row(out[0] + base * esize[0], in[0] + base * esize[0], key, n, inner, keys[0].type,
+                                 keys[0].flags, esize[0]);
+            else
+                for (int j = 0; j < n_ops; j++)
+                    nbxla_gather_row(out[j] + base * esize[j], in[j] + base * esize[j], pos, n, inner, esize[j]);
         }
     return 0;
 }

@@ -76,10 +76,11 @@ def sorts_module(types: list[str], comparator: str, lengths=LENGTHS) -> str:
     for m, n in enumerate(lengths):
         args = [f"a{m}_{k}" for k in range(len(types))]
         body += [f"  {a} = {t}[3,{n}] parameter({m * len(types) + k})" for k, (a, t) in enumerate(zip(args, types))]
-        shape = "(" + ", ".join(f"{t}[3,{n}]" for t in types) + ")"
+        shape = "(" + ", ".join(f"{t}[3,{n}]" for t in types) + ")" if len(types) > 1 else f"{types[0]}[3,{n}]"
         body.append(f"  s{m} = {shape} sort({', '.join(args)}), dimensions={{1}}, to_apply=less")
-        results += [f"  g{m}_{k} = {t}[3,{n}] get-tuple-element(s{m}), index={k}" for k, t in enumerate(types)]
-    names = [f"g{m}_{k}" for m in range(len(lengths)) for k in range(len(types))]
+        if len(types) > 1:
+            results += [f"  g{m}_{k} = {t}[3,{n}] get-tuple-element(s{m}), index={k}" for k, t in enumerate(types)]
+    names = [f"g{m}_{k}" if len(types) > 1 else f"s{m}" for m in range(len(lengths)) for k in range(len(types))]
     shapes = [f"{t}[3,{n}]" for n in lengths for t in types]
     root = f"  ROOT out = ({', '.join(shapes)}) tuple({', '.join(names)})"
     return "HloModule sorts\n\nless {\n" + params + "\n" + comparator + "\n}\n\nENTRY main {\n" + \
@@ -197,3 +198,45 @@ def test_lexicographic_keys_least_significant_pass_first(tmp_path):
         inputs += [rng.choice(SPECIAL[:6], (3, n)), rng.integers(0, 4, (3, n)).astype(np.uint8),
                    np.broadcast_to(np.arange(n, dtype=np.int32), (3, n)).copy()]
     _check_against_the_evaluator(sorts_module(types, comparator), tmp_path, "lexsort", [inputs], True, False)
+
+
+def _nan_payloads(dtype) -> np.ndarray:
+    """NaNs of distinct bits (sign, payload): a sort must keep them apart and in order."""
+    if dtype == np.float64:
+        bits = np.array([0x7FF8000000000001, 0xFFF8000000000002, 0x7FF0000000000003], np.uint64)
+    else:
+        bits = np.array([0x7FC00001, 0xFFC00002, 0x7F800003], np.uint32)
+    return bits.view(dtype)
+
+
+@pytest.mark.parametrize("name", ["nan-last", "nan-last-descending", "nan-first", "totalorder-LT",
+                                  "totalorder-GT", "plain-LT"])
+@pytest.mark.parametrize("t", ["f32", "f64"])
+def test_one_operand_sorted_by_its_own_float_key(name, t, tmp_path):
+    """np.sort's shape: the keys alone sorted and mapped back to values; -0 / +0 and NaNs of
+    different bits (equal under a float comparison) come out in their input order."""
+    comparator, typed, merge = FLOAT_COMPARATORS[name]
+    rng = np.random.default_rng(6)
+    dtype = Shape(t).dtype
+    with np.errstate(invalid="ignore"):
+        pool = np.concatenate([SPECIAL.astype(dtype), _nan_payloads(dtype)])
+    pool = pool if name != "plain-LT" else pool[~np.isnan(pool)]
+    input_sets = [_inputs(lambda s: rng.choice(pool, s), [t]),
+                  _inputs(lambda s: rng.standard_normal(s).astype(dtype), [t])]
+    _check_against_the_evaluator(sorts_module([t], comparator), tmp_path, f"one_{t}_{name.replace('-', '_')}",
+                                 input_sets, typed, merge)
+
+
+@pytest.mark.parametrize("t", ["s8", "s64", "u16", "u32", "pred"])
+@pytest.mark.parametrize("direction", ["LT", "GT"])
+def test_one_operand_sorted_by_its_own_integer_key(t, direction, tmp_path):
+    rng = np.random.default_rng(7)
+    dtype = Shape(t).dtype
+    if t == "pred":
+        keys = lambda s: rng.random(s) < 0.5     # noqa: E731
+    else:
+        info = np.iinfo(dtype)
+        keys = lambda s: rng.integers(info.min, info.max, s, dtype=dtype, endpoint=True)     # noqa: E731
+    comparator = f"  ROOT c = pred[] compare(l0, r0), direction={direction}"
+    _check_against_the_evaluator(sorts_module([t], comparator), tmp_path, f"one_{t}_{direction}",
+                                 [_inputs(keys, [t])], True, False)
