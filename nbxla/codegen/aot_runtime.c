@@ -718,30 +718,46 @@ static void nbxla_gather_row(char *out, const char *in, const uint32_t *pos, int
 #undef NBXLA_GATHER
 }
 
+/* The first k of sorted key[0..n) with key[k] >= want. */
+static int64_t nbxla_lower_bound(const uint64_t *key, int64_t n, uint64_t want) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (key[mid] < want) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+/* The values of a key class (the zeros, or the NaNs) copied from the input, in its order, to
+ * out from position at on. */
+static void nbxla_class_in_order(char *out, const char *in, int64_t at, int64_t n, int64_t inner, int type,
+                                 int64_t esize, int nans) {
+    for (int64_t j = 0; j < n; j++) {
+        const char *p = in + j * inner * esize;
+        int member;
+        if (type == NBXLA_KEY_F32) { float v; memcpy(&v, p, 4); member = nans ? v != v : v == 0; }
+        else { double v; memcpy(&v, p, 8); member = nans ? v != v : v == 0; }
+        if (member) memcpy(out + at++ * inner * esize, p, esize);
+    }
+}
+
 /* One operand sorted by its own key: the sorted keys as values; the values sharing a key with
- * others (zeros and NaNs under a float comparison) copied from the input in its order into
- * their key's places. */
+ * others (zeros and NaNs under a float comparison), where the sorted keys have them (binary
+ * searches), copied from the input in its order into their key's places. */
 static void nbxla_values_row(char *out, const char *in, const uint64_t *key, int64_t n, int64_t inner,
                              int type, int flags, int64_t esize) {
     for (int64_t k = 0; k < n; k++) nbxla_value_of(type, flags, key[k], out + k * inner * esize);
-    if (type > NBXLA_KEY_F64 || (flags & NBXLA_KEY_TOTAL_ORDER)) return;      /* keys tell all apart */
-    uint64_t zero_key, nan_key = (flags & NBXLA_KEY_NANS_FIRST) ? 0 : ~(uint64_t)0 >> (64 - 8 * esize);
+    if (type > NBXLA_KEY_F64 || (flags & NBXLA_KEY_TOTAL_ORDER) || n == 0) return;    /* keys tell all apart */
+    uint64_t zero_key, mask = ~(uint64_t)0 >> (64 - 8 * esize);
     static const char zeros[8];
     nbxla_key_of(type, flags, zeros, &zero_key);
-    int64_t zero_at = -1, nan_at = -1;
-    for (int64_t k = 0; k < n; k++) {
-        if (key[k] == zero_key && zero_at < 0) zero_at = k;
-        if (key[k] == nan_key && nan_at < 0) nan_at = k;
-    }
-    if (zero_at < 0 && nan_at < 0) return;
-    for (int64_t j = 0; j < n; j++) {
-        const char *p = in + j * inner * esize;
-        int zero, nan;
-        if (type == NBXLA_KEY_F32) { float v; memcpy(&v, p, 4); zero = v == 0; nan = v != v; }
-        else { double v; memcpy(&v, p, 8); zero = v == 0; nan = v != v; }
-        if (zero) memcpy(out + zero_at++ * inner * esize, p, esize);
-        else if (nan) memcpy(out + nan_at++ * inner * esize, p, esize);
-    }
+    int64_t zero_at = nbxla_lower_bound(key, n, zero_key);
+    if (zero_at < n && key[zero_at] == zero_key)
+        nbxla_class_in_order(out, in, zero_at, n, inner, type, esize, 0);
+    if ((flags & NBXLA_KEY_NANS_LAST) && key[n - 1] == mask)
+        nbxla_class_in_order(out, in, nbxla_lower_bound(key, n, mask), n, inner, type, esize, 1);
+    if ((flags & NBXLA_KEY_NANS_FIRST) && key[0] == 0)
+        nbxla_class_in_order(out, in, 0, n, inner, type, esize, 1);
 }
 
 NBXLA_API(nbxla_sort_keys) int nbxla_sort_keys(int n_ops, char *const *in, char *const *out, const int64_t *esize,
