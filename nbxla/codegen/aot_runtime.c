@@ -587,62 +587,68 @@ NBXLA_API(nbxla_sort) void nbxla_sort(int n_ops, char *const *in, char *const *o
 
 static const int nbxla_key_width[] = {4, 8, 1, 2, 4, 8, 1, 2, 4, 8};
 
-/* The key of the element at p as an unsigned integer of the key's width; 1 for a NaN the
- * comparison does not order. */
-static inline __attribute__((always_inline)) int nbxla_key_of(int type, int flags, const char *p, uint64_t *key) {
+/* The key of the element at p as an unsigned integer of the key's width; *unordered set for a
+ * NaN the comparison does not order.  Without branches on the value: the loops over a row's
+ * elements vectorize. */
+static inline __attribute__((always_inline)) uint64_t nbxla_key_bits(int type, int flags, const char *p,
+                                                                     int *unordered) {
     int width = nbxla_key_width[type];
     uint64_t mask = width == 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * width)) - 1;
     uint64_t sign = (uint64_t)1 << (8 * width - 1), bits;
+    uint64_t flip = flags & NBXLA_KEY_DESCENDING ? mask : 0;
     if (type <= NBXLA_KEY_F64) {
-        int nan;
+        int nan, zero;
         if (type == NBXLA_KEY_F32) {
             float v; memcpy(&v, p, 4);
-            nan = v != v;
-            if (!nan && v == 0 && !(flags & NBXLA_KEY_TOTAL_ORDER)) v = 0;      /* -0 == +0 */
-            uint32_t b; memcpy(&b, &v, 4); bits = b;
+            uint32_t b; memcpy(&b, &v, 4);
+            nan = v != v; zero = v == 0; bits = b;
         } else {
             double v; memcpy(&v, p, 8);
-            nan = v != v;
-            if (!nan && v == 0 && !(flags & NBXLA_KEY_TOTAL_ORDER)) v = 0;
             memcpy(&bits, &v, 8);
+            nan = v != v; zero = v == 0;
         }
-        if (nan && !(flags & NBXLA_KEY_TOTAL_ORDER)) {      /* NaNs all equal, placed apart */
-            if (flags & NBXLA_KEY_NANS_LAST) { *key = mask; return 0; }
-            if (flags & NBXLA_KEY_NANS_FIRST) { *key = 0; return 0; }
-            return 1;
-        }
-        /* sign-magnitude to offset order: -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN
-         * (numbers never map to 0 or the mask, which the NaNs above take) */
-        bits = (bits & sign) ? ~bits & mask : bits | sign;
-    } else {
-        switch (width) {
-            case 1: { uint8_t v; memcpy(&v, p, 1); bits = v; break; }
-            case 2: { uint16_t v; memcpy(&v, p, 2); bits = v; break; }
-            case 4: { uint32_t v; memcpy(&v, p, 4); bits = v; break; }
-            default: memcpy(&bits, p, 8);
-        }
-        if (type <= NBXLA_KEY_S64) bits ^= sign;        /* two's complement to offset order */
+        if (flags & NBXLA_KEY_TOTAL_ORDER)      /* -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN */
+            return (((bits & sign) ? ~bits & mask : bits | sign) ^ flip);
+        bits = zero ? 0 : bits;                 /* -0 == +0 */
+        /* sign-magnitude to offset order (numbers never map to 0 or the mask: NaNs, all equal,
+         * take the one their place says) */
+        uint64_t key = ((bits & sign) ? ~bits & mask : bits | sign) ^ flip;
+        *unordered |= nan & !(flags & (NBXLA_KEY_NANS_LAST | NBXLA_KEY_NANS_FIRST));
+        return nan ? (flags & NBXLA_KEY_NANS_LAST ? mask : 0) : key;
     }
-    *key = flags & NBXLA_KEY_DESCENDING ? ~bits & mask : bits;
-    return 0;
+    switch (width) {
+        case 1: { uint8_t v; memcpy(&v, p, 1); bits = v; break; }
+        case 2: { uint16_t v; memcpy(&v, p, 2); bits = v; break; }
+        case 4: { uint32_t v; memcpy(&v, p, 4); bits = v; break; }
+        default: memcpy(&bits, p, 8);
+    }
+    if (type <= NBXLA_KEY_S64) bits ^= sign;        /* two's complement to offset order */
+    return bits ^ flip;
 }
 
 /* The keys of n elements (stride step bytes) in key[k] = key of values[pos[k]] (pos NULL: of
- * values[k]); 1 for a NaN the comparison does not order.  A loop per type: no switch per element. */
+ * values[k]); 1 for a NaN the comparison does not order.  A loop per type (and for contiguous
+ * rows): no switch per element, vectorized. */
 static int nbxla_keys_of(int type, int flags, const char *values, int64_t step, const uint32_t *pos,
                          int64_t n, uint64_t *key) {
-#define NBXLA_KEYS_OF(T)                                                                          \
+    int unordered = 0;
+#define NBXLA_KEYS_OF(T, W)                                                                       \
     case T:                                                                                     \
-        for (int64_t j = 0; j < n; j++)                                                         \
-            if (nbxla_key_of(T, flags, values + (pos ? pos[j] : j) * step, &key[j])) return 1;  \
-        return 0;
+        if (pos)                                                                                \
+            for (int64_t j = 0; j < n; j++) key[j] = nbxla_key_bits(T, flags, values + pos[j] * step, &unordered); \
+        else if (step == W)                                                                     \
+            for (int64_t j = 0; j < n; j++) key[j] = nbxla_key_bits(T, flags, values + j * W, &unordered); \
+        else                                                                                    \
+            for (int64_t j = 0; j < n; j++) key[j] = nbxla_key_bits(T, flags, values + j * step, &unordered); \
+        break;
     switch (type) {
-        NBXLA_KEYS_OF(NBXLA_KEY_F32) NBXLA_KEYS_OF(NBXLA_KEY_F64) NBXLA_KEYS_OF(NBXLA_KEY_S8)
-        NBXLA_KEYS_OF(NBXLA_KEY_S16) NBXLA_KEYS_OF(NBXLA_KEY_S32) NBXLA_KEYS_OF(NBXLA_KEY_S64)
-        NBXLA_KEYS_OF(NBXLA_KEY_U8) NBXLA_KEYS_OF(NBXLA_KEY_U16) NBXLA_KEYS_OF(NBXLA_KEY_U32)
-        default: NBXLA_KEYS_OF(NBXLA_KEY_U64)
+        NBXLA_KEYS_OF(NBXLA_KEY_F32, 4) NBXLA_KEYS_OF(NBXLA_KEY_F64, 8) NBXLA_KEYS_OF(NBXLA_KEY_S8, 1)
+        NBXLA_KEYS_OF(NBXLA_KEY_S16, 2) NBXLA_KEYS_OF(NBXLA_KEY_S32, 4) NBXLA_KEYS_OF(NBXLA_KEY_S64, 8)
+        NBXLA_KEYS_OF(NBXLA_KEY_U8, 1) NBXLA_KEYS_OF(NBXLA_KEY_U16, 2) NBXLA_KEYS_OF(NBXLA_KEY_U32, 4)
+        default: NBXLA_KEYS_OF(NBXLA_KEY_U64, 8)
     }
 #undef NBXLA_KEYS_OF
+    return unordered;
 }
 
 /* The value (width bytes at p) whose key is ``key`` (for the values a key tells apart). */
@@ -663,8 +669,9 @@ static void nbxla_value_of(int type, int flags, uint64_t key, char *p) {
 
 /* Stable sort of key[0..n) (pos, when not NULL, moved along); the result ends in *key / *pos,
  * which the radix passes swap with *key2 / *pos2. */
-static void nbxla_sort_row(uint64_t **key_, uint32_t **pos_, uint64_t **key2_, uint32_t **pos2_, int64_t n,
-                           int width) {
+static inline __attribute__((always_inline)) void nbxla_sort_row_of(uint64_t **key_, uint32_t **pos_,
+                                                                   uint64_t **key2_, uint32_t **pos2_, int64_t n,
+                                                                   int width) {
     uint64_t *key = *key_, *key2 = *key2_;
     uint32_t *pos = *pos_, *pos2 = *pos2_;
     if (n <= NBXLA_SORT_SHORT) {
@@ -701,6 +708,16 @@ static void nbxla_sort_row(uint64_t **key_, uint32_t **pos_, uint64_t **key2_, u
         uint32_t *tp = pos; pos = pos2; pos2 = tp;
     }
     *key_ = key; *key2_ = key2; *pos_ = pos; *pos2_ = pos2;
+}
+
+/* (one copy per key width: the byte loops unrolled, ~25% faster at 500 f64 keys) */
+static void nbxla_sort_row(uint64_t **key, uint32_t **pos, uint64_t **key2, uint32_t **pos2, int64_t n, int width) {
+    switch (width) {
+        case 1: nbxla_sort_row_of(key, pos, key2, pos2, n, 1); break;
+        case 2: nbxla_sort_row_of(key, pos, key2, pos2, n, 2); break;
+        case 4: nbxla_sort_row_of(key, pos, key2, pos2, n, 4); break;
+        default: nbxla_sort_row_of(key, pos, key2, pos2, n, 8);
+    }
 }
 
 /* Elements [0, n) of one array moved to out in the order pos (element size esize). */
@@ -748,9 +765,9 @@ static void nbxla_values_row(char *out, const char *in, const uint64_t *key, int
                              int type, int flags, int64_t esize) {
     for (int64_t k = 0; k < n; k++) nbxla_value_of(type, flags, key[k], out + k * inner * esize);
     if (type > NBXLA_KEY_F64 || (flags & NBXLA_KEY_TOTAL_ORDER) || n == 0) return;    /* keys tell all apart */
-    uint64_t zero_key, mask = ~(uint64_t)0 >> (64 - 8 * esize);
     static const char zeros[8];
-    nbxla_key_of(type, flags, zeros, &zero_key);
+    int unordered = 0;
+    uint64_t mask = ~(uint64_t)0 >> (64 - 8 * esize), zero_key = nbxla_key_bits(type, flags, zeros, &unordered);
     int64_t zero_at = nbxla_lower_bound(key, n, zero_key);
     if (zero_at < n && key[zero_at] == zero_key)
         nbxla_class_in_order(out, in, zero_at, n, inner, type, esize, 0);
