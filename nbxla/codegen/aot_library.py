@@ -22,7 +22,7 @@ from ..hlo.shapes import Shape
 from ..passes.fused_dots import keeps_native
 from .elemental import row_major_strides
 from .kernels import standalone_computation
-from .sort_keys import sort_may_meet_nans, typed_sort_keys
+from .sort_keys import leading_elements_read, sort_may_meet_nans, typed_sort_keys
 from .toolkit import product
 
 ALIGN = 64
@@ -227,7 +227,9 @@ class LibrarySteps:
             # (the comparator orders by keys: a typed sort on them, no call per comparison)
             self.lines.append("    static const struct nbxla_sort_key keys[] = {" +
                               ", ".join("{%d, %d, %d}" % key for key in keys) + "};")
-            typed = f"nbxla_sort_keys({len(ins)}, si, so, es, {geometry}, {len(keys)}, keys, " \
+            # (only the first `keep` of each row read, np.argsort(d)[:k]: a selection may do)
+            keep = max(1, leading_elements_read(self.comp, instr))
+            typed = f"nbxla_sort_keys({len(ins)}, si, so, es, {geometry}, {len(keys)}, keys, {keep}, " \
                     f"(uint64_t *){self.local_place()})"
             if not sort_may_meet_nans(instr.attrs["to_apply"]):
                 self.lines += [f"    {typed};", "}"]

@@ -97,7 +97,7 @@ enum { NBXLA_KEY_F32, NBXLA_KEY_F64, NBXLA_KEY_S8, NBXLA_KEY_S16, NBXLA_KEY_S32,
 #define NBXLA_KEY_TOTAL_ORDER 8
 NBXLA_API(nbxla_sort_keys) int nbxla_sort_keys(int n_ops, char *const *in, char *const *out, const int64_t *esize,
                                 int64_t outer, int64_t n, int64_t inner, int n_keys,
-                                const struct nbxla_sort_key *keys, uint64_t *scratch);
+                                const struct nbxla_sort_key *keys, int64_t keep, uint64_t *scratch);
 NBXLA_API(nbxla_topk) void nbxla_topk(const char *x, char *values, int32_t *positions, int64_t rows, int64_t n,
                              int64_t k, int64_t esize, nbxla_kernel before, int64_t before_extent,
                              char *scratch);
@@ -579,6 +579,8 @@ NBXLA_API(nbxla_sort) void nbxla_sort(int n_ops, char *const *in, char *const *o
  * (np.sort): the keys alone are sorted and mapped back to values (half the radix sort's
  * traffic), the values a key does not tell apart (-0 and +0, NaNs: equal under a float
  * comparison) put back in their input order.
+ * Where only the first ``keep`` elements of each row are read (keep = n: all), few of a long row
+ * and one key: the stable selection of the keep least keys instead of a sort.
  * Returns 1 when a float key under a plain comparison meets a NaN (no strict weak order: the
  * caller then runs nbxla_sort, the comparator's merge sort, on the whole sort); 0 when sorted.
  * ``scratch``: 24n bytes (struct nbxla_sort_key and its codes: in the interface). */
@@ -745,8 +747,9 @@ static int64_t nbxla_lower_bound(const uint64_t *key, int64_t n, uint64_t want) 
     return lo;
 }
 
-/* The values of a key class (the zeros, or the NaNs) copied from the input, in its order, to
- * out from position at on. */
+/* The values of a key class (the zeros, or the NaNs) copied from the input (n elements), in its
+ * order, to out from position at on (past the keys sorted, where only the first are kept: the
+ * row has room for all). */
 static void nbxla_class_in_order(char *out, const char *in, int64_t at, int64_t n, int64_t inner, int type,
                                  int64_t esize, int nans) {
     for (int64_t j = 0; j < n; j++) {
@@ -761,45 +764,75 @@ static void nbxla_class_in_order(char *out, const char *in, int64_t at, int64_t 
 /* One operand sorted by its own key: the sorted keys as values; the values sharing a key with
  * others (zeros and NaNs under a float comparison), where the sorted keys have them (binary
  * searches), copied from the input in its order into their key's places. */
-static void nbxla_values_row(char *out, const char *in, const uint64_t *key, int64_t n, int64_t inner,
-                             int type, int flags, int64_t esize) {
-    for (int64_t k = 0; k < n; k++) nbxla_value_of(type, flags, key[k], out + k * inner * esize);
-    if (type > NBXLA_KEY_F64 || (flags & NBXLA_KEY_TOTAL_ORDER) || n == 0) return;    /* keys tell all apart */
+static void nbxla_values_row(char *out, const char *in, const uint64_t *key, int64_t count, int64_t n,
+                             int64_t inner, int type, int flags, int64_t esize) {
+    for (int64_t k = 0; k < count; k++) nbxla_value_of(type, flags, key[k], out + k * inner * esize);
+    if (type > NBXLA_KEY_F64 || (flags & NBXLA_KEY_TOTAL_ORDER) || count == 0) return;  /* keys tell all apart */
     static const char zeros[8];
     int unordered = 0;
     uint64_t mask = ~(uint64_t)0 >> (64 - 8 * esize), zero_key = nbxla_key_bits(type, flags, zeros, &unordered);
-    int64_t zero_at = nbxla_lower_bound(key, n, zero_key);
-    if (zero_at < n && key[zero_at] == zero_key)
+    int64_t zero_at = nbxla_lower_bound(key, count, zero_key);
+    if (zero_at < count && key[zero_at] == zero_key)
         nbxla_class_in_order(out, in, zero_at, n, inner, type, esize, 0);
-    if ((flags & NBXLA_KEY_NANS_LAST) && key[n - 1] == mask)
-        nbxla_class_in_order(out, in, nbxla_lower_bound(key, n, mask), n, inner, type, esize, 1);
+    if ((flags & NBXLA_KEY_NANS_LAST) && key[count - 1] == mask)
+        nbxla_class_in_order(out, in, nbxla_lower_bound(key, count, mask), n, inner, type, esize, 1);
     if ((flags & NBXLA_KEY_NANS_FIRST) && key[0] == 0)
         nbxla_class_in_order(out, in, 0, n, inner, type, esize, 1);
 }
 
+#define NBXLA_SELECT_MAX 16     /* rows whose first keep <= this many are read: selection, not a sort */
+
+/* The keep least of key[0..n) in order, ties by position (a stable sort's first keep), into
+ * best / best_pos: each key that beats the last kept one is inserted after the kept keys equal
+ * to it.  O(n) for most inputs (a key rarely enters once the kept ones are small). */
+static void nbxla_select_least(const uint64_t *key, uint64_t *best, uint32_t *best_pos, int64_t n, int64_t keep) {
+    int64_t have = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint64_t kj = key[j];
+        if (have == keep && kj >= best[keep - 1]) continue;
+        int64_t m = have < keep ? have++ : keep - 1;
+        for (; m > 0 && best[m - 1] > kj; m--) { best[m] = best[m - 1]; best_pos[m] = best_pos[m - 1]; }
+        best[m] = kj;
+        best_pos[m] = (uint32_t)j;
+    }
+}
+
 NBXLA_API(nbxla_sort_keys) int nbxla_sort_keys(int n_ops, char *const *in, char *const *out, const int64_t *esize,
                                 int64_t outer, int64_t n, int64_t inner, int n_keys,
-                                const struct nbxla_sort_key *keys, uint64_t *scratch) {
+                                const struct nbxla_sort_key *keys, int64_t keep, uint64_t *scratch) {
     int values_only = n_ops == 1 && n_keys == 1;
+    /* only the first keep of each row read: the stable selection of the keep least keys */
+    int select = n_keys == 1 && keep >= 1 && keep < n && keep <= NBXLA_SELECT_MAX && n > NBXLA_SORT_SHORT;
+    int64_t count = select ? keep : n;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             int64_t base = o * n * inner + i;
             uint64_t *key = scratch, *key2 = scratch + n;
             uint32_t *pos = values_only ? NULL : (uint32_t *)(scratch + 2 * n), *pos2 = pos ? pos + n : NULL;
-            for (int64_t j = 0; pos && j < n; j++) pos[j] = j;
-            for (int k = n_keys - 1; k >= 0; k--) {     /* stable passes: least significant key first */
-                int op = keys[k].operand;
-                if (nbxla_keys_of(keys[k].type, keys[k].flags, in[op] + base * esize[op], inner * esize[op],
-                                  pos, n, key))
+            if (select) {
+                int op = keys[0].operand;
+                if (nbxla_keys_of(keys[0].type, keys[0].flags, in[op] + base * esize[op], inner * esize[op], NULL,
+                                  n, key))
                     return 1;
-                nbxla_sort_row(&key, &pos, &key2, &pos2, n, nbxla_key_width[keys[k].type]);
+                nbxla_select_least(key, key2, (uint32_t *)(scratch + 2 * n), n, keep);
+                key = key2;
+                pos = (uint32_t *)(scratch + 2 * n);
+            } else {
+                for (int64_t j = 0; pos && j < n; j++) pos[j] = j;
+                for (int k = n_keys - 1; k >= 0; k--) {     /* stable passes: least significant key first */
+                    int op = keys[k].operand;
+                    if (nbxla_keys_of(keys[k].type, keys[k].flags, in[op] + base * esize[op], inner * esize[op],
+                                      pos, n, key))
+                        return 1;
+                    nbxla_sort_row(&key, &pos, &key2, &pos2, n, nbxla_key_width[keys[k].type]);
+                }
             }
             if (values_only)
-                nbxla_values_row(out[0] + base * esize[0], in[0] + base * esize[0], key, n, inner, keys[0].type,
-                                 keys[0].flags, esize[0]);
+                nbxla_values_row(out[0] + base * esize[0], in[0] + base * esize[0], key, count, n, inner,
+                                 keys[0].type, keys[0].flags, esize[0]);
             else
                 for (int j = 0; j < n_ops; j++)
-                    nbxla_gather_row(out[j] + base * esize[j], in[j] + base * esize[j], pos, n, inner, esize[j]);
+                    nbxla_gather_row(out[j] + base * esize[j], in[j] + base * esize[j], pos, count, inner, esize[j]);
         }
     return 0;
 }

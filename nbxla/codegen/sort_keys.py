@@ -13,10 +13,10 @@ the comparator's merge sort.
 
 from __future__ import annotations
 
-from ..hlo.ir import Computation
+from ..hlo.ir import Computation, Instruction
 from ..hlo.sort_keys import KeyOrderNotRecognized, SortKey, comparator_keys
 
-__all__ = ["sort_may_meet_nans", "typed_sort_keys"]
+__all__ = ["leading_elements_read", "sort_may_meet_nans", "typed_sort_keys"]
 
 # The type codes of ``enum { NBXLA_KEY_F32, ... }`` and the flags of ``aot_runtime.c``.
 _TYPE_CODES = {"f32": 0, "f64": 1, "s8": 2, "s16": 3, "s32": 4, "s64": 5,
@@ -63,3 +63,37 @@ def _typed_key(key: SortKey) -> tuple[int, int, int] | None:
     elif key.kind not in ("",):
         return None
     return expr.parameter_number // 2, _TYPE_CODES[t], flags
+
+
+def leading_elements_read(comp: Computation, sort: Instruction) -> int:
+    """How many leading elements of each row (along the sorted axis) the users of ``sort`` in
+    ``comp`` read: the bound of slices from 0 (``np.argsort(d)[:k]``), directly or as the only use
+    of a fusion's parameter; the row's length where anything else reads it (a partial sort
+    then only needs the first ones in order)."""
+    axis = sort.attrs["dimensions"][0]
+    n = sort.operands[0].shape.dims[axis]
+    users = comp.users()
+    values = [u for u in users[sort] if u.opcode == "get-tuple-element"] if sort.shape.is_tuple else [sort]
+    if sort.shape.is_tuple and len(values) != len(users[sort]):
+        return n
+    read = 0
+    for value in values:
+        for user in users[value]:
+            if user.opcode == "fusion":
+                fused = user.attrs["calls"]
+                inner_users = fused.users()
+                params = [p for p in fused.parameters
+                          if user.operands[p.parameter_number] is value]
+                reads = [_slice_bound(u, axis, n) for p in params for u in inner_users[p]]
+            else:
+                reads = [_slice_bound(user, axis, n)]
+            read = max([read] + reads)
+    return read
+
+
+def _slice_bound(user: Instruction, axis: int, n: int) -> int:
+    """The end of a slice from 0 along ``axis`` (step 1), else ``n`` (the whole row read)."""
+    if user.opcode != "slice":
+        return n
+    along = user.attrs["slice"][axis]
+    return along.limit if along.start == 0 and along.stride == 1 else n

@@ -67,9 +67,10 @@ FLOAT_COMPARATORS = {
 }
 
 
-def sorts_module(types: list[str], comparator: str, lengths=LENGTHS) -> str:
+def sorts_module(types: list[str], comparator: str, lengths=LENGTHS, keep=None) -> str:
     """A module sorting (p0, p1, ...) of shape [3, n] along axis 1 for each n of ``lengths``
-    (one sort each) with ``comparator`` (a body on l0 r0 l1 r1 ...)."""
+    (one sort each) with ``comparator`` (a body on l0 r0 l1 r1 ...); with ``keep``, the results
+    are the first ``keep`` of each row (slices)."""
     params = "\n".join(f"  {n}{k} = {t}[] parameter({2 * k + j})"
                        for k, t in enumerate(types) for j, n in enumerate(("l", "r")))
     body, results = [], []
@@ -82,6 +83,12 @@ def sorts_module(types: list[str], comparator: str, lengths=LENGTHS) -> str:
             results += [f"  g{m}_{k} = {t}[3,{n}] get-tuple-element(s{m}), index={k}" for k, t in enumerate(types)]
     names = [f"g{m}_{k}" if len(types) > 1 else f"s{m}" for m in range(len(lengths)) for k in range(len(types))]
     shapes = [f"{t}[3,{n}]" for n in lengths for t in types]
+    if keep is not None:
+        kept = [min(keep, n) for n in lengths for _ in types]
+        results += [f"  h{j} = {shape.split('[')[0]}[3,{k}] slice({name}), slice={{[0:3], [0:{k}]}}"
+                    for j, (name, shape, k) in enumerate(zip(names, shapes, kept))]
+        names = [f"h{j}" for j in range(len(names))]
+        shapes = [f"{shape.split('[')[0]}[3,{k}]" for shape, k in zip(shapes, kept)]
     root = f"  ROOT out = ({', '.join(shapes)}) tuple({', '.join(names)})"
     return "HloModule sorts\n\nless {\n" + params + "\n" + comparator + "\n}\n\nENTRY main {\n" + \
         "\n".join(body + results + [root]) + "\n}\n"
@@ -240,3 +247,49 @@ def test_one_operand_sorted_by_its_own_integer_key(t, direction, tmp_path):
     comparator = f"  ROOT c = pred[] compare(l0, r0), direction={direction}"
     _check_against_the_evaluator(sorts_module([t], comparator), tmp_path, f"one_{t}_{direction}",
                                  [_inputs(keys, [t])], True, False)
+
+
+@pytest.mark.parametrize("keep", [1, 5, 16, 17])
+@pytest.mark.parametrize("name", ["nan-last", "nan-last-descending", "nan-first", "totalorder-GT", "plain-LT"])
+@pytest.mark.parametrize("operands", [["f64", "s32"], ["f32"]])
+def test_only_the_first_elements_read_select_them(keep, name, operands, tmp_path):
+    """Where only a row's first ``keep`` elements are read (slices from 0, np.argsort(d)[:k]),
+    up to 16 of a row longer than 64 are selected, not sorted: the same first elements, ties by
+    position (rows of 40: sorted; keep 17: sorted; a plain comparison meeting NaNs: the merge
+    sort)."""
+    comparator, typed, merge = FLOAT_COMPARATORS[name]
+    rng = np.random.default_rng(8)
+    t = operands[0]
+    dtype = Shape(t).dtype
+    with np.errstate(invalid="ignore"):
+        pool = np.concatenate([SPECIAL.astype(dtype), _nan_payloads(dtype)])
+    pools = [pool[~np.isnan(pool)], pool] if name != "plain-LT" else [pool[~np.isnan(pool)]]
+    lengths = (40, 100, 300)
+    input_sets = [_inputs(lambda s: rng.choice(p, s), operands, lengths) for p in pools]
+    input_sets.append(_inputs(lambda s: rng.standard_normal(s).astype(dtype), operands, lengths))
+    descending = rng.standard_normal((3, 300)).astype(dtype)
+    descending.sort(axis=1)
+    input_sets.append(_inputs(lambda s: descending[:, ::-1][:, :s[1]].copy(), operands, lengths))  # (every key enters)
+    text = sorts_module(operands, comparator, lengths, keep=keep)
+    _check_against_the_evaluator(text, tmp_path, f"keep_{keep}_{t}_{len(operands)}_{name.replace('-', '_')}",
+                                 input_sets, typed, merge)
+    generated = open(nbxla.aot.compile(parse_hlo(text), None, str(tmp_path / "k"), "k", emit_c=True)
+                     .files["driver.c"]).read().split("/* ---- generated ---- */")[1]
+    assert f", keys, {keep}, " in generated
+
+
+def test_a_row_read_whole_anywhere_is_sorted_whole(tmp_path):
+    """One user slicing the first 3, another reading the whole row: every element is sorted."""
+    text = sorts_module(["f64"], FLOAT_COMPARATORS["nan-last"][0], (100,))
+    text = text.replace("  ROOT out = (f64[3,100]) tuple(s0)",
+                        "  first = f64[3,3] slice(s0), slice={[0:3], [0:3]}\n  ROOT out = (f64[3,3], f64[3,100]) tuple(first, s0)")
+    rng = np.random.default_rng(9)
+    inputs = [rng.standard_normal((3, 100))]
+    obj, exe = build(parse_hlo(text), None, tmp_path, "whole")
+    got = run(obj, exe, inputs, tmp_path)
+    want = flatten(evaluate(parse_hlo(text), inputs))
+    for g, w in zip(got, want, strict=True):
+        assert g.tobytes() == w.tobytes()
+    generated = open(nbxla.aot.compile(parse_hlo(text), None, str(tmp_path / "c"), "whole", emit_c=True)
+                     .files["driver.c"]).read().split("/* ---- generated ---- */")[1]
+    assert ", keys, 100, " in generated
