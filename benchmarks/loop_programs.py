@@ -30,8 +30,9 @@ import nbxla  # noqa: E402
 from nbxla.examples import (advect_until, channel_flow, cholesky, contour_integral, correlation, covariance,  # noqa: E402
                             crc16, durbin, floyd_warshall, fnv1a, go_fast, gramschmidt, gramschmidt_left,
                             gramschmidt_outer, histogram_fill, iir_filter, jacobi_2d, k3mm_loops, kahan_sum, knn_smooth,
-                            lu, lu_pivot, mandelbrot, nbody, newton_sqrt, nussinov, pairwise_distances, seidel_2d, spmv,
-                            symm, syr2k, thomas, trisolv, trmm, wave_2d, widest_path)
+                            lu, lu_pivot, mandelbrot, nbody, newton_sqrt, nussinov, pairwise_distances, rolling_median,
+                            seidel_2d, sort_rows, spmv, stable_ranks, symm, syr2k, thomas, top_k_rows, trisolv, trmm,
+                            wave_2d, widest_path)
 from nbxla.runtime.cache import DEFAULT_CACHE  # noqa: E402
 
 
@@ -83,6 +84,12 @@ def _csr(rng, rows, cols, nnz):
     flat = np.sort(rng.choice(rows * cols, nnz, replace=False))
     indptr = np.searchsorted(flat // cols, np.arange(rows + 1)).astype(np.uint32)
     return indptr, (flat % cols).astype(np.uint32), rng.random(nnz), rng.random(cols)
+
+
+def _with_nans(rng, a):
+    a[rng.random(a.shape) < 0.05] = np.nan
+    a[rng.random(a.shape) < 0.02] = -0.0
+    return a
 
 
 def programs(quick: bool):
@@ -142,6 +149,13 @@ def programs(quick: bool):
         "fnv1a": (fnv1a, lambda: (rng.integers(0, 256, s(20000, 100)).astype(np.uint8),)),
         "advect_until": (advect_until, lambda: (rng.random(s(2000, 50)), 1.0, 1.0 / s(2000, 50), s(0.5, 0.2))),
         "knn_smooth": (knn_smooth, lambda: (rng.random(s(500, 30)), rng.random(s(500, 30)), 5)),
+        # (sorts inside loops: a window's median, the top k of each row by argsort(-row), rows
+        # sorted in place with NaNs and signed zeros, a stable argsort of integer labels)
+        "rolling_median": (rolling_median, lambda: (rng.random(s(20000, 200)), 15)),
+        "top_k_rows": (top_k_rows, lambda: (rng.integers(0, 20, (s(500, 30), s(500, 30))).astype(np.float64), 5)),
+        "sort_rows": (sort_rows, lambda: (_with_nans(rng, rng.standard_normal((s(500, 30), s(500, 30)))),)),
+        "stable_ranks": (stable_ranks, lambda: (rng.integers(0, 30, (s(500, 30), s(500, 30))).astype(np.int32),
+                                                rng.random((s(500, 30), s(500, 30))))),
     }
 
 

@@ -624,3 +624,35 @@ def knn_smooth(X, y, k):
     for i in range(X.shape[0]):
         out[i] = np.mean(y[np.argsort(np.abs(X - X[i]))[:k]])
     return out
+
+
+def rolling_median(x, w):
+    """The median of each window of ``w`` samples, by sorting the window (a sort per step)."""
+    out = np.empty(x.shape[0] - w + 1)
+    for i in range(x.shape[0] - w + 1):
+        out[i] = np.sort(x[i:i + w])[w // 2]
+    return out
+
+
+def top_k_rows(A, k):
+    """The columns of each row's ``k`` largest entries, largest first (argsort of -row)."""
+    top = np.empty((A.shape[0], k), np.int64)
+    for i in range(A.shape[0]):
+        top[i] = np.argsort(-A[i], kind="stable")[:k]
+    return top
+
+
+def sort_rows(A):
+    """Each row sorted in place, one row per step (NaNs go last, as NumPy puts them)."""
+    for i in range(A.shape[0]):
+        A[i] = np.sort(A[i])
+    return A
+
+
+def stable_ranks(labels, weights):
+    """Per step, the weights ordered by their integer labels (ties keep their order: a stable
+    argsort), and their running sum's largest value."""
+    best = np.empty(labels.shape[0])
+    for i in range(labels.shape[0]):
+        best[i] = np.max(np.cumsum(weights[i][np.argsort(labels[i], kind="stable")]))
+    return best

@@ -266,7 +266,7 @@ def compile_object(module: Module, name: str, out_dir: str, *, parallel_threshol
 
 # The support code compiled on its own (see "the interface" in aot_runtime.c): the routines a
 # driver calls, by the names the interface declares.
-_RUNTIME_API = re.compile(r"\bnbxla_(?:parallel|full_reduce|transpose|solve|sort|topk|select_and_scatter|fft|"
+_RUNTIME_API = re.compile(r"\bnbxla_(?:parallel|full_reduce|transpose|solve|sort|sort_keys|topk|select_and_scatter|fft|"
                           r"(?:gemm|conv|masked_dot|potrf)_[a-z0-9]+(?:_prepacked)?)\b")
 _C_FLAGS = ["-std=gnu11", "-fPIC", "-fcx-limited-range", "-march=native"]
 

@@ -1,7 +1,8 @@
 """The steps of an ahead-of-time driver that call the C routines of ``aot_runtime.c``.
 
 ``dot`` (a packed GEMM; constant weights packed here, at compile time), ``convolution``,
-``sort`` and ``topk`` (a merge sort driven by a comparator kernel), ``select-and-scatter``,
+``sort`` (a typed sort on the keys a recognized comparator orders by, ``codegen/sort_keys.py``;
+else a merge sort driven by a comparator kernel) and ``topk`` (that merge sort), ``select-and-scatter``,
 ``fft`` and the custom calls with a C implementation (LAPACK's Cholesky, XLA's TopK).  Each
 emits the call with its geometry as constants, converts operands where the routine computes in
 another type (through convert kernels), and asks for the scratch its step needs.  A mixin of
@@ -21,6 +22,7 @@ from ..hlo.shapes import Shape
 from ..passes.fused_dots import keeps_native
 from .elemental import row_major_strides
 from .kernels import standalone_computation
+from .sort_keys import leading_elements_read, sort_may_meet_nans, typed_sort_keys
 from .toolkit import product
 
 ALIGN = 64
@@ -215,14 +217,29 @@ class LibrarySteps:
             self.lines += [f"memcpy({o}, {i}, {b.nbytes});" for i, o, b in zip(ins, outs, self.values[id(instr)])]
             return
         axis = instr.attrs["dimensions"][0]
-        less = self.driver.kernels.scalar(instr.attrs["to_apply"], "sort comparator")
         sizes = ", ".join(str(o.shape.dtype.itemsize) for o in operands)
         n = dims[axis]
+        geometry = f"{product(dims[:axis])}, {n}, {product(dims[axis + 1:])}"
         self.lines += ["{", f"    char *si[] = {{{', '.join(ins)}}};", f"    char *so[] = {{{', '.join(outs)}}};",
-                       f"    static const int64_t es[] = {{{sizes}}};",
-                       f"    nbxla_sort({len(ins)}, si, so, es, {product(dims[:axis])}, {n}, {product(dims[axis + 1:])}, "
+                       f"    static const int64_t es[] = {{{sizes}}};"]
+        keys = typed_sort_keys(instr.attrs["to_apply"])
+        if keys is not None:
+            # (the comparator orders by keys: a typed sort on them, no call per comparison)
+            self.lines.append("    static const struct nbxla_sort_key keys[] = {" +
+                              ", ".join("{%d, %d, %d}" % key for key in keys) + "};")
+            # (only the first `keep` of each row read, np.argsort(d)[:k]: a selection may do)
+            keep = max(1, leading_elements_read(self.comp, instr))
+            typed = f"nbxla_sort_keys({len(ins)}, si, so, es, {geometry}, {len(keys)}, keys, {keep}, " \
+                    f"(uint64_t *){self.local_place()})"
+            if not sort_may_meet_nans(instr.attrs["to_apply"]):
+                self.lines += [f"    {typed};", "}"]
+                self._region(24 * n)
+                return
+            self.lines.append(f"    if ({typed})")        # (NaNs under a plain float comparison)
+        less = self.driver.kernels.scalar(instr.attrs["to_apply"], "sort comparator")
+        self.lines += [f"    nbxla_sort({len(ins)}, si, so, es, {geometry}, "
                        f"{less.name}, {less.parallel_extent}, (int64_t *){self.local_place()});", "}"]
-        self._region(16 * n)
+        self._region(24 * n)
 
     def _topk(self, instr: Instruction) -> None:
         (x,) = instr.operands

@@ -630,6 +630,15 @@ kernel(lambda n=10: (rand(n), rand(n) + 4, rand(n), rand(n)), rtol=1e-12)(exampl
 kernel(lambda n=10: (RNG.integers(0, 256, n).astype(np.uint8),))(examples.fnv1a)
 kernel(lambda n=10: (rand(30), 1.0, 1.0 / 30, (n - 0.5) * 0.5 / 30), rtol=1e-12)(examples.advect_until)
 kernel(lambda n=10: (rand(n), rand(n), 3), rtol=1e-12)(examples.knn_smooth)
+# (sorts inside loops, native: windows of both sides of the typed sort's insertion-sort limit
+# (64); ties under a stable argsort; NaNs and signed zeros in sorted rows)
+kernel(lambda: (rand(100), rand(100), 3), rtol=1e-12, name="knn_smooth_long")(examples.knn_smooth)  # (selection)
+kernel(lambda n=10: (rand(n + 69), 70), rtol=1e-12)(examples.rolling_median)
+kernel(lambda n=10: (rand(n + 4), 5), rtol=1e-12, name="rolling_median_short")(examples.rolling_median)
+kernel(lambda n=10: (RNG.integers(0, 5, (n, 80)).astype(np.float64), 4))(examples.top_k_rows)
+kernel(lambda n=10: (np.where(rand(n, 70) < 0.1, np.nan, np.where(rand(n, 70) < 0.1, -0.0, rand(n, 70) - 0.5)),))(
+    examples.sort_rows)
+kernel(lambda n=10: (RNG.integers(-3, 3, (n, 90)).astype(np.int32), rand(n, 90)), rtol=1e-12)(examples.stable_ranks)
 
 
 # ---- the runs --------------------------------------------------------------------------------
