@@ -20,9 +20,9 @@ it back costs more than the kernel, and nothing else can run in that time anyway
 
 The trampoline embeds this process's addresses (``numpy.ndarray``'s type object, ``None``,
 ``PyErr_SetString``): it is compiled in each process (once, on first use; by the -O0 code
-generator, as glue: ``cpu.object_engine``) and never stored in the persistent cache.  Native loops' and object entry points' trampolines (one per
-count of arrays: those take them as separate arguments) are compiled when a callee of that
-count first needs one.  ``None`` where CPython's C API is not reachable (not
+generator, as glue: ``cpu.object_engine``) and never stored in the persistent cache.  Native
+loops' and object entry points' trampolines (one per count of arrays: those take them as
+separate arguments) are compiled when a callee of that count first needs one.  ``None`` where CPython's C API is not reachable (not
 CPython, or ids are not addresses): callers keep ctypes.
 """
 
