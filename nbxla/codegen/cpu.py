@@ -50,9 +50,9 @@ def _host_cpu() -> tuple[str, str]:
     return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
-def _new_target_machine():
+def _new_target_machine(opt: int = 3):
     name, features = _host_cpu()
-    return llvm.Target.from_default_triple().create_target_machine(cpu=name, features=features, opt=3, jit=True)
+    return llvm.Target.from_default_triple().create_target_machine(cpu=name, features=features, opt=opt, jit=True)
 
 
 def host_target_machine():
@@ -81,15 +81,19 @@ def jit_engine(mod):
     return engine
 
 
-def object_engine(mod=None, obj: bytes | None = None):
+def object_engine(mod=None, obj: bytes | None = None, glue: bool = False):
     """(an MCJIT engine, its object code) for an optimized parsed module ``mod``, or for object
     code ``obj`` compiled earlier that way (loaded as given: no module, no LLVM passes).  The
-    code lives as long as the engine (the native loops' libraries made without a C compiler)."""
+    code lives as long as the engine (the native loops' libraries made without a C compiler).
+    ``glue``: ``mod`` is straight-line glue (runtime/fastcall.py's trampolines: loads, checks,
+    one call), compiled by LLVM's fast instruction selector (-O0 code generation): 2 ms against
+    6.5-8 ms at -O3 per trampoline, each a part of every process's first call, for no
+    measurable difference per call (benchmarks/small_calls.py)."""
     captured: list[bytes] = []
     ensure_registered(_new_target_machine)
     with _lock:
         if obj is None:
-            engine = llvm.create_mcjit_compiler(mod, _new_target_machine())
+            engine = llvm.create_mcjit_compiler(mod, _new_target_machine(0 if glue else 3))
             engine.set_object_cache(notify_func=lambda m, buf: captured.append(bytes(buf)))
         else:
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())

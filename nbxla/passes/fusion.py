@@ -69,7 +69,7 @@ class _Fuser(Legality, Construction):
         for instr in list(reversed(self.comp.instructions)):
             if instr.opcode in FUSIBLE and id(instr) not in self.group_of and id(instr) in live and \
                     instr.opcode not in ("constant",) and not self._trivial(instr):
-                group = Group(instr, self._users, self._position, self._spans)
+                group = Group(instr, self._users, self._position, self._spans, self.comp.root)
                 self._groups.append(group)
                 self.grow(group)
         self.merge_siblings()
@@ -213,6 +213,8 @@ class _Fuser(Legality, Construction):
         for o in dict.fromkeys(p.operands):
             self._users[id(o)].append(clone)
             owner = self.group_of.get(id(o))
+            if owner is not None:
+                owner.outside_user_added(o)                  # (the copy is not a member yet)
             if owner is not None and owner is not group:     # ``o`` is read from outside now
                 owner.stretch(self._position[id(o)], owner.last)
         return clone
@@ -241,6 +243,9 @@ class _Fuser(Legality, Construction):
         self._users[id(p)].extend(self._users.pop(id(clone)))
         for o in dict.fromkeys(p.operands):
             self._users[id(o)].remove(clone)
+            owner = self.group_of.get(id(o))
+            if owner is not None:
+                owner.outside_user_removed(o)
         self.comp.instructions.remove(clone)
 
     # ---- multi-output sibling fusion -------------------------------------------------------

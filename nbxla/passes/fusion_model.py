@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ..hlo.ir import Instruction
 from ..hlo.division import is_expensive
 from ..hlo.opcodes import ELEMENTWISE, EXPENSIVE, NOT_KERNELS, TRANSCENDENTAL
+from .fusion_groups import ROOT_MAPS, Group, Spans
 
 # Arrays one kernel may read (XLA's GPU limit, operands and outputs: 96).  The count is of the
 # group's frontier while it grows, which for a wide formula grown half-way is far wider than
@@ -63,6 +64,11 @@ TRANSCENDENTAL_REUSE = 8
 # 9.6 s of CPU in code generation for 123 instructions; as operands, a fraction of that).
 INLINE_CONSTANT_ELEMENTS = 4096
 
+# Legality of a new member without reductions from the group's kept facts (``Group.outputs``),
+# not by ``Legality.check`` over all members: the two give the same answers (tests compare the
+# fusions made either way on random graphs, with this off).
+INCREMENTAL_CHECKS = True
+
 # Never duplicated into a consumer: an update rewrites a whole array (computed once, in place).
 NOT_DUPLICATED = EXPENSIVE | {"dynamic-update-slice"}
 
@@ -107,106 +113,6 @@ def reduce_space(r: Instruction):
     """(input dims, reduced dims) of a reduce."""
     return r.operands[0].shape.dims, tuple(sorted(r.attrs["dimensions"]))
 
-
-class Spans:
-    """How many groups span a position ``q`` (``first <= q < last``), in O(log n) per change and
-    per question: a Fenwick tree over half-positions (clones sit half-way between the
-    instructions) counting ``+1`` at each group's ``first`` and ``-1`` at its ``last``.  Asking
-    every group instead made each reachability walk linear in the number of groups: quadratic
-    on unrolled loops (a 16k-instruction Cholesky spent half its fusion time there)."""
-
-    def __init__(self, positions: int):
-        self.tree = [0] * (2 * positions + 8)
-        self.deltas: dict[int, int] = {}        # the point values, to rebuild a larger tree
-
-    def _add(self, q: float, delta: int) -> None:
-        k = int(2 * q) + 1
-        self.deltas[k] = self.deltas.get(k, 0) + delta
-        if k >= len(self.tree):                 # past the end (clones of the last ones)
-            self.tree = [0] * (2 * k + 8)
-            for j, d in self.deltas.items():
-                self._bump(j, d)
-        else:
-            self._bump(k, delta)
-
-    def _bump(self, k: int, delta: int) -> None:
-        tree = self.tree
-        while k < len(tree):
-            tree[k] += delta
-            k += k & -k
-
-    def move(self, old: tuple | None, new: tuple) -> None:
-        """A group's span changed from ``old`` (None: a new group) to ``new`` (first, last)."""
-        if old == new:
-            return
-        if old is not None:
-            self._add(old[0], -1)
-            self._add(old[1], 1)
-        self._add(new[0], 1)
-        self._add(new[1], -1)
-
-    def spanned(self, q: float) -> bool:
-        k, total = min(int(2 * q) + 1, len(self.tree) - 1), 0
-        while k > 0:
-            total += self.tree[k]
-            k -= k & -k
-        return total > 0
-
-
-class Group:
-    """Members of a future fusion, with the facts legality checks need kept up to date."""
-
-    def __init__(self, seed: Instruction, users, position: dict[int, float], spans: Spans):
-        self.position, self.spans = position, spans
-        # The last member's position, and the first of a member ever read from outside (an
-        # output): what leaves the group starts there (clones of early constants do not count).
-        # Changed only through ``stretch`` (``spans`` follows them).
-        self.first = self.last = position[id(seed)]
-        spans.move(None, (self.first, self.last))
-        self.members: list[Instruction] = []
-        self.ids: set[int] = set()
-        self.dims: set[tuple] = set()
-        self.has_reduce = False
-        self.params: dict[int, Instruction] = {}   # operands from outside (not constants: copied in)
-        self.external_users: dict[int, Instruction] = {}
-        self.clones: dict[int, Instruction] = {}    # original's id -> its copy in this group
-        self.origin: dict[int, Instruction] = {}    # copy's id -> its original
-        # Per member: the index maps (hashed paths of index-changing reads from an output) at
-        # which the kernel evaluates it, and its distance from the outputs.
-        self.maps: dict[int, frozenset] = {id(seed): ROOT_MAPS}
-        self.reads: dict[int, frozenset] = {}       # the same for arrays read from outside
-        self.depth: dict[int, int] = {id(seed): 0}
-        self.values = 1
-        self.add(seed, users)
-
-    def stretch(self, first: float, last: float) -> None:
-        first, last = min(self.first, first), max(self.last, last)
-        self.spans.move((self.first, self.last), (first, last))
-        self.first, self.last = first, last
-
-    def add(self, instr: Instruction, users) -> None:
-        self.members.append(instr)
-        where = self.position[id(instr)]
-        self.stretch(self.first, where)
-        self.ids.add(id(instr))
-        if not (instr.opcode == "constant" and instr.shape.rank == 0):   # scalars: duplicated
-            self.dims.add(None if instr.shape.is_tuple else instr.shape.dims)
-        self.has_reduce |= instr.opcode == "reduce"
-        self.params.pop(id(instr), None)
-        for o in instr.operands:
-            if id(o) not in self.ids and o.opcode != "constant":
-                self.params[id(o)] = o
-        self.external_users.pop(id(instr), None)
-        for u in users[id(instr)]:
-            if id(u) not in self.ids:
-                self.external_users[id(u)] = u
-                self.stretch(where, self.last)
-
-    def __contains__(self, instr: Instruction) -> bool:
-        return id(instr) in self.ids
-
-
-ROOT_MAPS = frozenset((0,))
 
 
 def small_pick(instr: Instruction) -> bool:
@@ -415,9 +321,16 @@ class Legality:
         reason = self._cost(group, p)
         if reason is not None:
             return reason
-        if group.has_reduce or p.opcode == "reduce" or p.shape.is_tuple or \
-                (not (p.opcode == "constant" and p.shape.rank == 0) and group.dims != {p.shape.dims}):
+        if group.has_reduce or p.opcode == "reduce" or p.shape.is_tuple or None in group.dims or \
+                not INCREMENTAL_CHECKS:
             return self.check(group.members + [p], users, cycles=False) or self._cycle_with(group, p, users)
+        # Without reductions, ``check`` asks two things: one shape for every output, and the
+        # operand count; both follow from the group's kept facts.  (Asking ``check`` walked every
+        # member's users per candidate: quadratic, 20 ms of crc16's fusion, whose loop body mixes
+        # scalars and one-element arrays.)
+        if (not (p.opcode == "constant" and p.shape.rank == 0) and group.dims != {p.shape.dims}) and \
+                len(group.output_dims_after(p, users)) > 1:
+            return "outputs of different shapes cannot share one loop"
         params = len(group.params) - (id(p) in group.params) + \
             sum(1 for o in dict.fromkeys(p.operands)
                 if id(o) not in group.ids and id(o) not in group.params and o.opcode != "constant")

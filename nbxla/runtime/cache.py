@@ -19,6 +19,7 @@ from typing import Any, Callable, Hashable
 import numpy as np
 
 from ..hlo.shapes import from_numpy_dtype
+from .collector import older_objects_frozen
 
 
 class CacheKey:
@@ -200,7 +201,8 @@ class CompilationCache:
             earlier = [e for e in self._entries.values() if e.key[0] == code_key]
             explanation = explain_miss(code_name, signature, leaf_names, earlier)
             start = time.perf_counter()
-            value = compile_fn()
+            with older_objects_frozen():        # (collections walk only the compilation's objects)
+                value = compile_fn()
             seconds = time.perf_counter() - start
             entry = CacheEntry(key, code_name, signature, leaf_names, device, value, seconds, explanation)
             self._entries[key] = entry

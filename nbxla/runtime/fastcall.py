@@ -19,10 +19,10 @@ kernels a thunk marks as long enough (``release``): for a small kernel, releasin
 it back costs more than the kernel, and nothing else can run in that time anyway.
 
 The trampoline embeds this process's addresses (``numpy.ndarray``'s type object, ``None``,
-``PyErr_SetString``): it is compiled in each process (~30 ms, once, on first use) and never
-stored in the persistent cache.  Native loops' and object entry points' trampolines (one per
-count of arrays: those take them as separate arguments) are compiled when a callee of that
-count first needs one.  ``None`` where CPython's C API is not reachable (not
+``PyErr_SetString``): it is compiled in each process (once, on first use; by the -O0 code
+generator, as glue: ``cpu.object_engine``) and never stored in the persistent cache.  Native
+loops' and object entry points' trampolines (one per count of arrays: those take them as
+separate arguments) are compiled when a callee of that count first needs one.  ``None`` where CPython's C API is not reachable (not
 CPython, or ids are not addresses): callers keep ctypes.
 """
 
@@ -261,7 +261,7 @@ def _engine(text: str):
     from ..codegen.cpu import object_engine
     mod = llvm.parse_assembly(text)
     mod.triple = llvm.get_process_triple()
-    return object_engine(mod)[0]      # (unoptimized IR: straight calls, no loops worth it)
+    return object_engine(mod, glue=True)[0]   # (unoptimized IR: straight calls, no loops worth it)
 
 
 def _compile() -> dict | None:

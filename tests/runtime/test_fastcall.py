@@ -245,3 +245,26 @@ def test_object_caller_checks_its_arguments():
         call(np.ones(1))
     with pytest.raises(TypeError, match="not a numpy.ndarray"):
         call(np.ones(1), (1,))
+
+
+def test_trampolines_are_compiled_by_the_fast_instruction_selector(monkeypatch):
+    """The trampolines are glue (loads, checks, one call): their machine code comes from LLVM's
+    -O0 code generator (2 ms against 6.5-8 ms at -O3, per trampoline, in every process's first
+    call), and they still check and call as before."""
+    from nbxla.codegen import cpu
+    state = fastcall._compiled()
+    monkeypatch.setitem(state, "methods", {k: v for k, v in state["methods"].items()
+                                            if not k.startswith("nbxla_loop_call_")})
+    monkeypatch.setitem(state, "engines", list(state["engines"]))
+    levels = []
+    real = cpu._new_target_machine
+    monkeypatch.setattr(cpu, "_new_target_machine", lambda opt=3: levels.append(opt) or real(opt))
+    call = fastcall.loop_caller(1, 2)
+    assert levels == [0]
+    with pytest.raises(TypeError, match="wrong number"):
+        call(np.ones(1))
+    with pytest.raises(TypeError, match="not a numpy.ndarray"):
+        call(np.ones(1), 3.0)
+    looped = nbxla.jit(rolled, cache=CompilationCache())
+    x = np.arange(5.0)
+    np.testing.assert_allclose(looped(x, 7), rolled(x, 7))
