@@ -215,6 +215,7 @@ class _Fuser(Legality, Construction):
             owner = self.group_of.get(id(o))
             if owner is not None:
                 owner.outside_user_added(o)                  # (the copy is not a member yet)
+                owner.external_users[id(clone)] = clone      # (a path out: cycle checks start there)
             if owner is not None and owner is not group:     # ``o`` is read from outside now
                 owner.stretch(self._position[id(o)], owner.last)
         return clone
@@ -246,6 +247,7 @@ class _Fuser(Legality, Construction):
             owner = self.group_of.get(id(o))
             if owner is not None:
                 owner.outside_user_removed(o)
+                owner.external_users.pop(id(clone), None)
         self.comp.instructions.remove(clone)
 
     # ---- multi-output sibling fusion -------------------------------------------------------

@@ -283,9 +283,10 @@ class Legality:
         one reaches the users of all its members.  Instructions are in topological order, so
         the walk stops at a group whose outputs all come after ``limit``: what it leads to comes
         after them (without this, every legality check walked the rest of the module, quadratic
-        on long programs).  An ungrouped instruction after ``limit`` stops it too unless some
-        group spans ``limit`` (an output before it, a member after it): only through such a
-        group can a walk come back.
+        on long programs).  An ungrouped instruction after ``limit`` stops it too.  Neither
+        stops it while some group spans ``limit`` (an output before it, a member after it):
+        through such a group a walk comes back, also from a group past ``limit`` (a chain of
+        groups, each feeding the next, led back into the kernel: a cycle).
         """
         position = self._position
         spanning = self._spans.spanned(limit)
@@ -300,7 +301,7 @@ class Legality:
                 continue
             seen.add(id(instr))
             group = self.group_of.get(id(instr))
-            if position[id(instr)] > limit and (group.first > limit if group is not None else not spanning):
+            if position[id(instr)] > limit and not spanning and (group is None or group.first > limit):
                 continue
             stack.extend(users[id(instr)])
             # (once per group: doing it for each member reached made this quadratic in the

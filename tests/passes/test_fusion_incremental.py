@@ -4,10 +4,13 @@ join and copies are made) decides exactly as the full check over all members did
 
 import re
 
+import numpy as np
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from nbxla.hlo import Builder, Module, Shape
+from nbxla.hlo.evaluator import evaluate
 from nbxla.hlo.ir import clone_module
 from nbxla.hlo.printer import print_module
 from nbxla.passes import fusion_model
@@ -118,3 +121,30 @@ def test_outputs_of_two_shapes_are_still_refused(monkeypatch):
 
 def test_a_wide_formula_fuses_the_same_either_way(monkeypatch):
     _assert_same_decisions(wide_formula(120, 3), monkeypatch)
+
+
+def twice_read_chain(n: int) -> Module:
+    """Scalars and one-element arrays, each value read twice through reshapes: groups form
+    in a chain, each feeding the next, that leads back into an earlier kernel unless the
+    cycle check walks on past the candidate while a group spans it."""
+    b = Builder("mixed")
+    x = b.parameter(Shape(F64, ()), "x")
+    v = b.parameter(Shape(F64, (1,)), "v")
+    for k in range(n):
+        if k % 2:
+            x = b.op("add", x, b.reshape(b.op("multiply", v, v), ()))
+        else:
+            v = b.op("add", v, b.reshape(x, (1,)))
+    return Module("mixed", b.build(b.op("tuple", x)))
+
+
+@pytest.mark.parametrize("n", [10, 40, 41])
+def test_fusion_never_makes_a_cycle_through_a_chain_of_kernels(n):
+    """40 steps made ``materialize`` raise a CycleError: a group past the candidate's position
+    stopped the walk, though the groups after it led back to one spanning that position."""
+    module = twice_read_chain(n)
+    args = [np.float64(0.3), np.array([0.7])]
+    want = evaluate(clone_module(module), args)
+    Fusion().run(module)
+    module.entry.sort_topologically()                   # (raises on a cycle)
+    np.testing.assert_allclose(evaluate(module, args), want, rtol=1e-12)
