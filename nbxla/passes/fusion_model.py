@@ -147,8 +147,8 @@ def same_index(user: Instruction, operand: Instruction) -> bool:
     (so that the emitter's memo shares one evaluation among such readers)?"""
     if operand.shape.is_tuple or user.shape.is_tuple:
         return False
-    if operand.shape.rank == 0:
-        return True                 # a scalar has one element: every read is the same
+    if operand.shape.size == 1:
+        return True                 # one element (a scalar, ``x[None]``): every read is the same
     if user.is_elementwise:
         return True
     op = user.opcode

@@ -148,3 +148,20 @@ def test_fusion_never_makes_a_cycle_through_a_chain_of_kernels(n):
     Fusion().run(module)
     module.entry.sort_topologically()                   # (raises on a cycle)
     np.testing.assert_allclose(evaluate(module, args), want, rtol=1e-12)
+
+
+def test_one_element_values_are_read_at_one_position(monkeypatch):
+    """Reads through reshapes between ``()`` and ``(1,)`` counted as reads at new positions, so
+    a chain reading each value twice doubled its index maps per step: fusion time grew
+    exponentially (8.6 s at 80 steps).  A one-element value has one position."""
+    from nbxla.passes import fusion_model as fm
+    widest = []
+    original = fm.read_maps
+
+    def recording(user, operand, maps):
+        got = original(user, operand, maps)
+        widest.append(len(got))
+        return got
+    monkeypatch.setattr(fm, "read_maps", recording)
+    Fusion().run(twice_read_chain(30))
+    assert widest and max(widest) <= 2, max(widest)
