@@ -76,9 +76,22 @@ def _table(module: ir.Module, name: str, elem: ir.IntType, values: list[int]) ->
         gv = ir.GlobalVariable(module, arr, name)
         gv.global_constant = True
         gv.linkage = "internal"
-        gv.initializer = ir.Constant(arr, values)
+        gv.initializer = ir.FormattedConstant(arr, _table_text(name, elem, values))
         gv.align = 16
     return gv
+
+
+_TABLE_TEXTS: dict[str, str] = {}
+
+
+def _table_text(name: str, elem: ir.IntType, values: list[int]) -> str:
+    """The table's initializer as IR text, formatted once per process (llvmlite formats an
+    ``ir.Constant`` array element by element, each time a module is printed: the three f64
+    tables took ~10 ms a module)."""
+    text = _TABLE_TEXTS.get(name)
+    if text is None:
+        text = _TABLE_TEXTS[name] = "[" + ", ".join(f"{elem} {v}" for v in values) + "]"
+    return text
 
 
 def _lookup(b: ir.IRBuilder, gv: ir.GlobalVariable, idx: ir.Value) -> ir.Value:

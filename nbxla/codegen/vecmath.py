@@ -4,6 +4,9 @@ intrinsics it calls, and the dispatch that computes ``half`` in ``float`` and ro
 
 from __future__ import annotations
 
+import contextvars
+from contextlib import contextmanager
+
 from llvmlite import ir
 
 _F32, _F64, _F16 = ir.FloatType(), ir.DoubleType(), ir.HalfType()
@@ -41,8 +44,11 @@ class VecMath:
         self.module = b.module
 
     # constants
-    def c(self, v: float) -> ir.Constant:
+    def c(self, v: float) -> ir.Value:
         if self.lanes:
+            pool = _pool.get()
+            if pool is not None and v != 0.0:
+                return pool.splat(self.b, self.ty, v)
             return ir.Constant(self.ty, [ir.Constant(self.ty.element, v)] * self.lanes)
         return ir.Constant(self.ty, v)
 
@@ -153,3 +159,63 @@ def dispatch(b, x, f32_impl, f64_impl):
     if st == "double":
         return f64_impl(VecMath(b, x.type), x)
     raise TypeError(f"no transcendental for {x.type}")
+
+
+# ---- float constants of vector functions, from one table -----------------------------------------
+
+_pool = contextvars.ContextVar("vecmath_constant_pool", default=None)
+
+
+@contextmanager
+def constants_from_memory(module: ir.Module):
+    """Inside: vector float constants (but zeros) are loads from one table of ``module`` and
+    splats.  For functions called in a loop (``math_calls``): constants cannot be hoisted out
+    of a function, and LLVM's JIT code model gives each constant-pool operand its own 64-bit
+    address (a ``movabs`` and a load each: twenty more instructions a call of tanh); from one
+    table the address is formed once and each constant is a broadcast from an offset of it."""
+    token = _pool.set(_ConstantPool(module))
+    try:
+        yield
+    finally:
+        _pool.reset(token)
+
+
+class _ConstantPool:
+    def __init__(self, module: ir.Module):
+        self.module = module
+        self.tables: dict[str, tuple[ir.GlobalVariable, list]] = {}
+        self.splats: dict[tuple, ir.Value] = {}
+
+    def splat(self, b: ir.IRBuilder, ty: ir.VectorType, v: float) -> ir.Value:
+        key = (b.function.name, str(ty), v)
+        if key not in self.splats:
+            el = ty.element
+            table, values = self._table(el)
+            if v not in values:
+                values.append(v)
+                table.value_type = ir.ArrayType(el, len(values))
+                table.initializer = ir.Constant(table.value_type, values)
+            base_key = (b.function.name, str(el))
+            if base_key not in self.splats:       # (the address, loaded once: see _table)
+                self.splats[base_key] = b.load(self.tables[f"nbxla_math_constants_{el}"][2])
+            scalar = b.load(b.gep(self.splats[base_key], [ir.Constant(ir.IntType(64), values.index(v))],
+                                  inbounds=True))
+            one = b.insert_element(ir.Constant(ty, None), scalar, ir.Constant(ir.IntType(32), 0))
+            self.splats[key] = b.shuffle_vector(one, ir.Constant(ty, None),
+                                                 ir.Constant(ir.VectorType(ir.IntType(32), ty.count), None))
+        return self.splats[key]
+
+    def _table(self, el: ir.Type):
+        """The table of ``el`` constants, and a variable holding its address: a function loads
+        the address from it, which LLVM cannot fold into each constant's operand (from the
+        table itself it formed ``table+8``, ``table+16``... each with its own ``movabs``)."""
+        name = f"nbxla_math_constants_{el}"
+        if name not in self.tables:
+            table = ir.GlobalVariable(self.module, ir.ArrayType(el, 0), name)
+            table.linkage = "internal"            # (written by nothing, but not marked constant:
+            table.align = 64                      # LLVM would fold the loads back into operands)
+            address = ir.GlobalVariable(self.module, el.as_pointer(), name + "_address")
+            address.linkage = "internal"
+            address.initializer = table.bitcast(el.as_pointer())
+            self.tables[name] = (table, [], address)
+        return self.tables[name][:2]
