@@ -236,7 +236,30 @@ def _define(module: ir.Module, name: str) -> None:
     fn = ir.Function(module, ir.FunctionType(ty, [ty] * arity), name)
     fn.attributes = _Attributes(["nounwind"] + _width_attributes(ty, int(match.group(4) or 0)))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    if match.group(1) in ("sin", "cos", "tan") and not match.group(3):
+        # (scalar full forms: trig_guard's cold loop calls several; one shares the reduction)
+        parts = b.call(_trig_parts(module, ty), [fn.args[0]])
+        q, s, c = (b.extract_value(parts, k) for k in range(3))
+        b.ret(T.emit_trig_from_parts(b, match.group(1), fn.args[0], q, s, c))
+        return
     b.ret(emit(b, *fn.args))
+
+
+def _trig_parts(module: ir.Module, ty: ir.Type) -> ir.Function:
+    """The module's function of sin/cos/tan's shared full-form work (``emit_trig_parts``):
+    Payne-Hanek's reduction and both polynomials, once for the scalar sin, cos and tan."""
+    name = f"{PREFIX}trig_parts_f{_BITS[str(ty)]}"
+    fn = module.globals.get(name)
+    if fn is None:
+        parts_ty = ir.LiteralStructType([ir.IntType(64), ir.DoubleType(), ir.DoubleType()])
+        fn = ir.Function(module, ir.FunctionType(parts_ty, [ty]), name)
+        fn.attributes = _Attributes(["nounwind"])
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        value = ir.Constant(parts_ty, None)
+        for k, v in enumerate(T.emit_trig_parts(b, fn.args[0])):
+            value = b.insert_value(value, v, k)
+        b.ret(value)
+    return fn
 
 
 def link_bodies(mod, bodies) -> None:

@@ -72,7 +72,8 @@ from __future__ import annotations
 
 from .exp_log import (emit_erf, emit_exp, emit_expm1, emit_log, emit_log1p, emit_logistic,  # noqa: F401
                       emit_pow, emit_tanh)
-from .trig import emit_atan2, emit_cos, emit_sin, emit_sincos, emit_tan  # noqa: F401
+from .trig import (emit_atan2, emit_cos, emit_sin, emit_sincos, emit_tan,  # noqa: F401
+                   emit_trig_from_parts, emit_trig_parts)
 from .trig_reduction import BOUNDED_TRIG_LIMIT  # noqa: F401
 
 __all__ = ["emit_exp", "emit_expm1", "emit_log", "emit_log1p", "emit_tanh", "emit_logistic",

@@ -78,6 +78,45 @@ def _tan_from(m: VecMath, q, s, c):
     return m.sel(odd, m.neg(m.div(c, s)), m.div(s, c))
 
 
+def _full_parts_f64(m: VecMath, x):
+    """(quadrant, sin and cos polynomials) of the full form for a double x."""
+    q, r, rlo = payne_hanek_f64(m, x)
+    small = m.lt(m.abs(x), m.c(PIO4))                  # |x| < pi/4: no reduction
+    q = m.b.select(small, m.ci(0), q)
+    r = m.sel(small, x, r)
+    rlo = m.sel(small, m.c(0.0), rlo)
+    return (q, *_sincos_poly(m, r, rlo, 64))
+
+
+def _full_parts_f32(m: VecMath, x, xd):
+    """The same for a float x, in double (``m``, ``xd``: x widened)."""
+    q, r, rlo = payne_hanek_f32(m, x)
+    small = m.lt(m.abs(xd), m.c(PIO4))                 # |x| < pi/4: no reduction
+    q = m.b.select(small, m.ci(0), q)
+    r = m.sel(small, xd, m.add(r, m.sub(xd, xd)))     # +-inf, NaN -> NaN
+    return (q, *_sincos_poly(m, r, rlo, "f32d"))
+
+
+def _from_parts_f64(m: VecMath, x, q, s, c, outputs):
+    values = []
+    for which, tiny_identity in outputs:
+        v = which(m, q, s, c)
+        if tiny_identity:
+            v = m.sel(m.lt(m.abs(x), m.c(2.0 ** -27)), x, v)
+        values.append(v)
+    return values
+
+
+def _from_parts_f32(m: VecMath, m32: VecMath, x, q, s, c, outputs):
+    values = []
+    for which, tiny_identity in outputs:
+        v = m.b.fptrunc(which(m, q, s, c), x.type)
+        if tiny_identity:
+            v = m32.sel(m32.lt(m32.abs(x), m32.c(2.0 ** -13)), x, v)
+        values.append(v)
+    return values
+
+
 def _trig(*outputs, bounded: bool = False):
     """f32 and f64 implementations of the functions ``outputs`` ((from_quadrant,
     tiny_identity) pairs) sharing one argument reduction; one value, or a tuple for several.
@@ -88,20 +127,10 @@ def _trig(*outputs, bounded: bool = False):
     def f64(m: VecMath, x):
         if bounded:
             q, r, rlo = cody_waite_f64(m, x)                   # (q = 0, r = x for |x| < pi/4)
+            q, s, c = (q, *_sincos_poly(m, r, rlo, 64))
         else:
-            q, r, rlo = payne_hanek_f64(m, x)
-            small = m.lt(m.abs(x), m.c(PIO4))                  # |x| < pi/4: no reduction
-            q = m.b.select(small, m.ci(0), q)
-            r = m.sel(small, x, r)
-            rlo = m.sel(small, m.c(0.0), rlo)
-        s, c = _sincos_poly(m, r, rlo, 64)
-        values = []
-        for which, tiny_identity in outputs:
-            v = which(m, q, s, c)
-            if tiny_identity:
-                v = m.sel(m.lt(m.abs(x), m.c(2.0 ** -27)), x, v)
-            values.append(v)
-        return finish(values)
+            q, s, c = _full_parts_f64(m, x)
+        return finish(_from_parts_f64(m, x, q, s, c, outputs))
 
     def f32(m32: VecMath, x):
         b = m32.b
@@ -109,20 +138,32 @@ def _trig(*outputs, bounded: bool = False):
         m = VecMath(b, xd.type)
         if bounded:
             q, r, rlo = cody_waite_f32(m, xd)
+            q, s, c = (q, *_sincos_poly(m, r, rlo, "f32d"))
         else:
-            q, r, rlo = payne_hanek_f32(m, x)
-            small = m.lt(m.abs(xd), m.c(PIO4))                 # |x| < pi/4: no reduction
-            q = b.select(small, m.ci(0), q)
-            r = m.sel(small, xd, m.add(r, m.sub(xd, xd)))     # +-inf, NaN -> NaN
-        s, c = _sincos_poly(m, r, rlo, "f32d")
-        values = []
-        for which, tiny_identity in outputs:
-            v = b.fptrunc(which(m, q, s, c), x.type)
-            if tiny_identity:
-                v = m32.sel(m32.lt(m32.abs(x), m32.c(2.0 ** -13)), x, v)
-            values.append(v)
-        return finish(values)
+            q, s, c = _full_parts_f32(m, x, xd)
+        return finish(_from_parts_f32(m, m32, x, q, s, c, outputs))
     return f32, f64
+
+
+_FROM = {"sin": (_sin_from, True), "cos": (_cos_from, False), "tan": (_tan_from, True)}
+
+
+def emit_trig_parts(b: ir.IRBuilder, x: ir.Value):
+    """The work sin, cos and tan of a float or double x share in their full form: (quadrant
+    as an integer, sin and cos polynomials as doubles), for ``emit_trig_from_parts``."""
+    if str(scalar_type(x.type)) == "double":
+        return _full_parts_f64(VecMath(b, x.type), x)
+    xd = widen(b, x, 64)
+    return _full_parts_f32(VecMath(b, xd.type), x, xd)
+
+
+def emit_trig_from_parts(b: ir.IRBuilder, name: str, x: ir.Value, q, s, c) -> ir.Value:
+    """``name`` ("sin", "cos", "tan") of x from ``emit_trig_parts``' values: bit for bit
+    emit_sin's, emit_cos's, emit_tan's full form."""
+    m = VecMath(b, s.type)
+    if str(scalar_type(x.type)) == "double":
+        return _from_parts_f64(m, x, q, s, c, [_FROM[name]])[0]
+    return _from_parts_f32(m, VecMath(b, x.type), x, q, s, c, [_FROM[name]])[0]
 
 
 _SIN = _trig((_sin_from, True))
