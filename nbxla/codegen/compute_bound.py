@@ -83,6 +83,11 @@ def prefer_wide_vectors(fn: ir.Function, comp: Computation, host_avx512: bool | 
     return True
 
 
+def prefers_wide_vectors(fn: ir.Function) -> bool:
+    """Was ``fn`` given 512-bit vectors (``prefer_wide_vectors``)?"""
+    return _WIDE in fn.attributes
+
+
 # Vector iterations in flight for a kernel with an approximated transcendental (see above) ...
 INTERLEAVE = 4
 # ... where its loop runs at least this many elements (a row of 30 would skip the interleaved

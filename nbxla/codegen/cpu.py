@@ -21,6 +21,7 @@ from llvmlite import ir
 from ..compile_clock import stage
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
+from . import math_calls
 from .kernels import emit_kernel
 from .libcalls import ensure_registered
 from .object_keys import global_name, object_key, renamed, with_module_id
@@ -329,6 +330,7 @@ def optimize_module(mod, tm, pipeline: str = "full") -> None:
         passes.add_instruction_combine_pass()
         passes.add_simplify_cfg_pass()
         passes.run(mod, llvm.create_pass_builder(tm, pto))
+        _link_math_bodies(mod, tm)
         return
     pto.loop_vectorization = pto.slp_vectorization = pipeline != "hand-vectorized"
     pto.loop_unrolling = pipeline == "full"
@@ -340,6 +342,16 @@ def optimize_module(mod, tm, pipeline: str = "full") -> None:
     pto.loop_interleaving = False
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
+    _link_math_bodies(mod, tm)
+
+
+def _link_math_bodies(mod, tm) -> None:
+    """The bodies of the transcendentals ``mod``'s optimized kernels call (``math_calls``: their
+    vector widths are known only now), optimized as kernels are and linked in."""
+    bodies = math_calls.called_bodies(mod)
+    if bodies is not None:
+        optimize_module(bodies, tm, "hand-vectorized")
+        math_calls.link_bodies(mod, bodies)
 
 
 def light_kernel(comp: Computation) -> bool:

@@ -77,7 +77,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
             emit_versioned_loop(b, begin, end, trig, lambda: emitter(LinearEmitter, load), make_body,
                                 interleave=interleave_count(comp))
         else:
-            counted_loop(b, begin, end, "i", make_body(), interleave=interleave_count(comp))
+            counted_loop(b, begin, end, "i", make_body(), interleave=interleave_count(comp), widen_math=True)
         b.ret_void()
         return KernelSpec(name, "linear", product(dims), 1)
 
@@ -115,7 +115,7 @@ def emit_loop_kernel(module: ir.Module, name: str, comp: Computation) -> KernelS
                                 index=lambda j: outer + [j], interleave=interleave_count(comp, last[0]))
         elif last:
             counted_loop(b, const_i64(0), const_i64(last[0]), "j0", lambda j: make_inner()([j]),
-                         interleave=interleave_count(comp, last[0]), vectorize_first=within_rows)
+                         interleave=interleave_count(comp, last[0]), vectorize_first=within_rows, widen_math=True)
         else:
             nest(b, last, "j", make_inner())
     counted_loop(b, begin, end, "row", row_body)

@@ -19,6 +19,7 @@ from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import LINEAR_INDEXABLE, NATIVE_COMBINERS
 from ..hlo.reducers import reducer_op
 from ..hlo.shapes import compute_type, is_complex, is_float
+from . import math_calls
 from .run_sizes import current_scope
 from .elemental import (I1, I8, I32, I64, ElementalEmitter, const_i64, from_storage, linear_index, llvm_type,
                         storage_type, to_storage)
@@ -249,13 +250,16 @@ def _alias_scope_list(module: ir.Module, name: str):
 
 
 def counted_loop(b: ir.IRBuilder, begin, end, name: str, body, step=None, interleave: int = 1,
-                 vectorize_first: bool = False, vectorize: bool = True) -> None:
+                 vectorize_first: bool = False, vectorize: bool = True, widen_math: bool = False) -> None:
     """``for (i = begin; i < end; i += step) body(i)`` (step 1 by default); leaves the
     builder after the loop.  ``interleave`` > 1 asks LLVM's vectorizer for that many vector
     iterations in flight (see ``_loop_metadata``).  ``vectorize_first``: the loop is not
     unrolled before LLVM's vectorizer has seen it (the loops it leaves may be): see
     ``_VECTORIZE_FIRST``.  ``vectorize=False``: LLVM's vectorizer leaves the loop alone
-    (``llvm.loop.vectorize.enable`` false: a cold path, not worth its copies of the body)."""
+    (``llvm.loop.vectorize.enable`` false: a cold path, not worth its copies of the body).
+    ``widen_math``: where the body calls transcendentals (``math_calls``), the ``interleave``
+    vector iterations become one iteration of vectors ``interleave`` times as wide
+    (``math_calls.widened_loop``)."""
     pre = b.block
     head = b.append_basic_block(f"{name}.head")
     loop = b.append_basic_block(f"{name}.body")
@@ -266,12 +270,21 @@ def counted_loop(b: ir.IRBuilder, begin, end, name: str, body, step=None, interl
     i.add_incoming(begin, pre)
     b.cbranch(b.icmp_signed("<", i, end), loop, after)
     b.position_at_end(loop)
-    body(i)
+    widened = None
+    if widen_math and vectorize and interleave > 1:
+        with math_calls.widened_loop(interleave) as width:
+            body(i)
+        widened = width()
+    else:
+        body(i)
     nxt = b.add(i, const_i64(1) if step is None else step, name=f"{name}.next")
     i.add_incoming(nxt, b.block)
     latch = b.branch(head)
     hints = []
-    if interleave > 1:
+    if widened:
+        hints.append([ir.MetaDataString(b.module, "llvm.loop.vectorize.width"), ir.Constant(I32, widened)])
+        hints.append([ir.MetaDataString(b.module, "llvm.loop.vectorize.enable"), ir.Constant(ir.IntType(1), 1)])
+    elif interleave > 1:
         hints.append([ir.MetaDataString(b.module, "llvm.loop.interleave.count"), ir.Constant(I32, interleave)])
     if not vectorize:
         hints.append([ir.MetaDataString(b.module, "llvm.loop.vectorize.enable"), ir.Constant(ir.IntType(1), 0)])

@@ -84,6 +84,6 @@ def emit_versioned_loop(b: ir.IRBuilder, begin, end, trig: list[Instruction],
             with full:
                 counted_loop(b, start, stop, "full", make_body(frozenset()), vectorize=False)
             with cheap:
-                counted_loop(b, start, stop, "bounded", make_body(bounded), interleave=interleave)
+                counted_loop(b, start, stop, "bounded", make_body(bounded), interleave=interleave, widen_math=True)
     counted_loop(b, begin, end, "block", block, step=const_i64(BLOCK))
 
