@@ -55,6 +55,7 @@ CASES = {
     "column_strip": ("f64", (5, 777), (777, 1350), 1),          # 1350 = 168 vectors + 6 columns
     "f32_strip": ("f32", (8, 1030), (1030, 1030), 1),            # 64 vectors + 6, rest of 6 rows
     "lhs_transposed": ("f64", (900, 8), (900, 1200), 0),         # x.T @ w
+    "lhs_transposed_strip": ("f64", (900, 5), (900, 1203), 0),   # and 3 columns past the vectors
 }
 
 
