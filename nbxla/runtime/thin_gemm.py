@@ -102,6 +102,10 @@ class ThinGemmDot(DotThunk):
     def __call__(self, operands, outs=None):
         lhs, rhs = (np.ascontiguousarray(o) for o in operands)
         out = outs[0] if outs else self.make()
+        if not out.flags.c_contiguous:          # (the kernel writes by pointer: into memory of its own)
+            result = self([lhs, rhs])
+            np.copyto(out, result)
+            return out
         out2d = out.reshape(self.m, self.n)
         if self.chunks == 1:
             self.fn(_POINTERS(data_pointer(lhs), data_pointer(rhs), data_pointer(out2d)), 0, self.k)

@@ -106,3 +106,14 @@ def test_jit_mlp_layer_and_gemm_form_against_numpy():
     g = nbxla.jit(scaled_update)
     np.testing.assert_allclose(g(1.5, 1.2, c, x, w), scaled_update(1.5, 1.2, c, x, w), rtol=1e-10, atol=1e-10)
     assert "thin-GEMM kernel" in g.compiled_inputs(1.5, 1.2, c, x, w)[0].stage("execution")
+
+
+def test_strided_output_gets_the_product():
+    """A planned output that is not contiguous (the kernel writes by pointer) is written by a copy."""
+    instr = dot_module("f64", (8, 512), (512, 2048)).entry.root
+    thunk = ThinGemmDot(instr)
+    rng = np.random.default_rng(5)
+    x, w = rng.uniform(-1, 1, (8, 512)), rng.uniform(-1, 1, (512, 2048))
+    out = np.zeros((8, 4096))[:, ::2]
+    assert thunk([x, w], [out]) is out
+    np.testing.assert_allclose(out, x @ w, rtol=1e-10, atol=1e-10)
