@@ -38,7 +38,8 @@ from .persistent_cache import default_cache
 # pays for itself (each packed element is used m times).
 THIN_ROWS = 16
 # Fewest matrix elements (k * n): smaller matrices stay in the caches, where OpenBLAS's
-# packing costs little, and each geometry costs an LLVM compile (~50 ms).
+# packing costs little, and each geometry costs an LLVM compile (70-140 ms of CPU: 8 and 16
+# rows; once per process, then from the persistent cache).
 MIN_MATRIX_ELEMENTS = 1 << 20
 # Fewest contraction rows, and fewest per chunk (a chunk's fixed cost: zeroing its partial
 # sums and adding them up, m * n each).
