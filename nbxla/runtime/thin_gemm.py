@@ -3,8 +3,11 @@ weight) -- on nbxla's streaming kernel (``codegen/thin_gemm.py``) instead of Ope
 
 Why: such a product reads the matrix once and uses each element ``m`` times; OpenBLAS packs
 the matrix into blocks before its micro-kernel reads them and runs well below the memory's
-speed.  Measured on the shared 2-core AVX-512 VM, one thread, CPU time (least of repeats):
-8x30000 @ 30000x2000 f64 (npbench's mlp S) 52 ms in OpenBLAS, 36 ms in the kernel.
+speed.  Measured on the shared 2-core AVX-512 VM, one thread, CPU time (least of repeats,
+load 10): 8x30000 @ 30000x2000 f64 (npbench's mlp S) 52 ms in OpenBLAS, 31-33 ms in the
+kernel; f32 35.5 / 17.4 ms.  npbench's mlp through jit, both cores (at real-time priority
+above the machine's other load, least of 15): S 33.9 ms NumPy, 19.6-25.0 ms nbxla (34.9 before);
+M 196-268 ms NumPy, 106-175 ms nbxla.
 
 How: the contraction is cut into chunks of at least ``CHUNK_DEPTH`` rows, ``CHUNKS_PER_WORKER``
 per thread of the pool, taken from a shared counter (``run_split``: a descheduled thread
@@ -37,9 +40,11 @@ from .persistent_cache import default_cache
 # Most rows (m): each row's sums are a block of registers; past a few rows OpenBLAS's packing
 # pays for itself (each packed element is used m times).
 THIN_ROWS = 16
-# Fewest matrix elements (k * n): smaller matrices stay in the caches, where OpenBLAS's
-# packing costs little, and each geometry costs an LLVM compile (70-140 ms of CPU: 8 and 16
-# rows; once per process, then from the persistent cache).
+# Fewest matrix elements (k * n).  At the limit the kernel still beat OpenBLAS on one core
+# (8x1024 @ 1024x1024 f64: 0.40 against 0.54 ms; 16x1024 @ 1024x2048 1.96 / 2.26; 2x1024 @
+# 1024x1024 0.14 / 0.33; thread CPU, load 10), but below it a call is short next to what
+# each geometry costs to compile (70-140 ms of LLVM's CPU for 8 and 16 rows; once per
+# process, then from the persistent cache) and the pool's split; smaller ones are unmeasured.
 MIN_MATRIX_ELEMENTS = 1 << 20
 # Fewest contraction rows, and fewest per chunk (a chunk's fixed cost: zeroing its partial
 # sums and adding them up, m * n each).
