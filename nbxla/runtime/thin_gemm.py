@@ -70,7 +70,7 @@ def thin_gemm_refusal(instr: Instruction) -> str | None:
         return "unknown dimensions"
     lhs_perm, rhs_perm, (batch, m, k, n) = matmul_layout(instr, a.dims, b.dims)
     if batch != 1 or a.rank != 2 or b.rank != 2:
-        return "a batch of products"
+        return "not one product of two matrices (a batch, or a vector operand)"
     if not 2 <= m <= THIN_ROWS:
         return f"not 2 to {THIN_ROWS} rows"
     if k < MIN_DEPTH or k * n < MIN_MATRIX_ELEMENTS or n < 64 // dtype.itemsize:
