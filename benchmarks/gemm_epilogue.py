@@ -1,8 +1,9 @@
 """GEMM-bound programs (npbench's gemm / k2mm / k3mm / mlp forms, float64) under NumPy and
 nbxla.jit, with and without (``nbxla before``) the GEMM epilogue fold (``runtime/gemm_epilogue.py``:
 a dot scaled and added to an array of its shape runs as one ``?gemm`` with alpha and beta, into
-the caller's array when donated) and the thin-GEMM rule (``cpu_kernels.THIN_OUTPUT``: a small
-output over a deep contraction on one BLAS thread, split over the pool).  ``nbxla before`` is
+the caller's array when donated), the thin-GEMM rule (``cpu_kernels.THIN_OUTPUT``: a small
+output over a deep contraction on one BLAS thread, split over the pool) and the thin-GEMM
+kernel (``runtime/thin_gemm.py``: a few rows against a large row-major matrix, streamed).  ``nbxla before`` is
 compiled with both switched off in this process, so the contenders run interleaved on the same
 inputs.
 
@@ -21,7 +22,7 @@ import time
 import numpy as np
 
 import nbxla
-from nbxla.runtime import cpu_executable, cpu_kernels
+from nbxla.runtime import cpu_executable, cpu_kernels, gemm_epilogue
 
 
 def gemm(alpha, beta, C, A, B):
@@ -84,14 +85,17 @@ def main() -> None:
         base, written = inputs(name, args.size)
         fresh = lambda: [a.copy() if k in written else a for k, a in enumerate(base)]  # noqa: E731
         contenders = {"numpy": fn, "nbxla": nbxla.jit(fn)}
-        # (compiled by its first call here, while the fold and the thin-GEMM rule are off)
-        saved = cpu_executable.fold_gemm_epilogues, cpu_kernels.THIN_OUTPUT
+        # (compiled by its first call here, while the fold, the thin-GEMM rule and kernel are off)
+        saved = (cpu_executable.fold_gemm_epilogues, cpu_kernels.THIN_OUTPUT, cpu_executable.thin_gemm_refusal,
+                 gemm_epilogue.thin_gemm_refusal)
         cpu_executable.fold_gemm_epilogues, cpu_kernels.THIN_OUTPUT = (lambda module, plan=None: {}), 0
+        cpu_executable.thin_gemm_refusal = gemm_epilogue.thin_gemm_refusal = lambda instr: "off"
         try:
             before = nbxla.jit(fn)
             before(*fresh())
         finally:
-            cpu_executable.fold_gemm_epilogues, cpu_kernels.THIN_OUTPUT = saved
+            (cpu_executable.fold_gemm_epilogues, cpu_kernels.THIN_OUTPUT, cpu_executable.thin_gemm_refusal,
+             gemm_epilogue.thin_gemm_refusal) = saved
         contenders["nbxla before"] = before
         contenders["nbxla"](*fresh())
         best = {k: [np.inf, np.inf] for k in contenders}

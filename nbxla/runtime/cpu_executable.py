@@ -47,6 +47,7 @@ from .cpu_control import ConditionalThunk, OwnedResult, WhileThunk, flatten_leav
     program_computations
 from .cpu_kernels import ARRAY_DATA_OFFSET, c_strides, DotThunk, FullReductionThunk, KernelThunk, WidenedDotThunk
 from .native_dots import native_dot_refusal, NativeGemmDot
+from .thin_gemm import thin_gemm_refusal, ThinGemmDot
 from .conv_epilogue import fold_convolution_epilogues, runs_as_library
 from .donation import donated_output, uses_arena
 from .gemm_epilogue import AccumulatingGemm, fold_gemm_epilogues, runs_as_gemm
@@ -354,6 +355,8 @@ class CpuExecutable:
         if instr.opcode == "dot":
             if native_dot_refusal(instr) is None:
                 return NativeGemmDot(instr)
+            if thin_gemm_refusal(instr) is None:
+                return ThinGemmDot(instr)
             for thunk in (DotThunk, WidenedDotThunk):
                 if thunk.applies(instr):
                     return thunk(instr)

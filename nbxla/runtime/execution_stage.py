@@ -9,6 +9,7 @@ from .blas_threads import TWO_THREADS_PAY
 from .cpu_kernels import DotThunk, FullReductionThunk, KernelThunk, worker_count
 from .donation import describe_places
 from .native_dots import NativeGemmDot
+from .thin_gemm import ThinGemmDot
 from .native_loops import NativeLoopThunk
 from .window_updates import WindowUpdateThunk
 
@@ -43,7 +44,7 @@ def how_it_runs(executable, instr: Instruction, thunk) -> str:
                 f"still in cache (update_gemv; NumPy's BLAS per block)")
     if isinstance(thunk, DotThunk) and instr.name in getattr(executable.run, "paired", ()):
         return "native kernel: with the other GEMV of the same matrix, one pass over it (dual_gemv)"
-    if isinstance(thunk, NativeGemmDot):
+    if isinstance(thunk, (NativeGemmDot, ThinGemmDot)):
         return f"native kernel: {thunk.how}"
     if isinstance(thunk, DotThunk):
         split = f", {thunk.split[0]} split over the pool" if thunk.split else ""

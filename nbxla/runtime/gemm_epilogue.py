@@ -41,6 +41,7 @@ from .blas_threads import openblas_libraries
 from .cpu_kernels import DotThunk, run_split
 from .fusion_fold import fold_producer, operands_survive, sole_loop_fusion_user, users_by_operand
 from .native_dots import native_dot_refusal
+from .thin_gemm import thin_gemm_refusal
 from .update_gemv import may_pair
 
 # A coefficient: a sum of terms, each a constant times the 0-d fusion parameters it names.
@@ -94,6 +95,8 @@ def gemm_refusal(dot: Instruction) -> str | None:
         return "a small product: the fold's fixed cost outweighs the pass it saves"
     if dot.shape.element_type in ("f32", "f64") and native_dot_refusal(dot) is None:
         return "nbxla's own GEMM kernel runs it"
+    if thin_gemm_refusal(dot) is None:
+        return "nbxla's thin-GEMM kernel runs it"
     return None
 
 

@@ -28,6 +28,8 @@ LEFT_OUT = {
                      "instance bound to other sizes does not take",
     "test_native_loop_entries": "asserts the native loop runners of the static program (control flow "
                                 "has no symbolic runtime path yet)",
+    "test_thin_gemm_kernel": "asserts that the static program's dot runs on the thin-GEMM kernel at its "
+                             "row counts (a larger leading dim passes THIN_ROWS: BLAS then)",
     "test_gemm_epilogue": "asserts that the static program's dot runs as one ?gemm with its scale-and-add "
                           "(a program with unknown dimensions keeps the two steps)",
 }

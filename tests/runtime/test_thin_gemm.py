@@ -1,7 +1,8 @@
 """Thin GEMMs (a small output over a deep contraction: an MLP's few rows against a large
-weight) run on one BLAS thread, split over nbxla's pool along their longer side
-(``cpu_kernels.THIN_SIDE``, ``THIN_OUTPUT``): results against eager NumPy on both sides of the output limit
-and of the split's size, split by rows and by columns, transposed.  (The GEMM epilogue fold
+weight) that nbxla's thin-GEMM kernel leaves to BLAS (here: all, the kernel switched off) run
+on one BLAS thread, split over nbxla's pool along their longer side (``cpu_kernels.THIN_SIDE``,
+``THIN_OUTPUT``): results against eager NumPy on both sides of the output limit and of the
+split's size, split by rows and by columns, transposed.  (The GEMM epilogue fold
 splitting its accumulation the same way: ``test_gemm_epilogue``.)"""
 
 import numpy as np
@@ -18,6 +19,14 @@ def busy_cores(monkeypatch):
     threads run them): pinned busy here, so the split is what runs whatever the machine's load."""
     from nbxla.runtime import blas_threads
     monkeypatch.setattr(blas_threads.machine_load, "free_cores", lambda: 0.3)
+
+
+@pytest.fixture(autouse=True)
+def blas_runs_thin_products(monkeypatch):
+    """nbxla's thin-GEMM kernel (test_thin_gemm_kernel) off: these are OpenBLAS's thin products."""
+    from nbxla.runtime import cpu_executable, gemm_epilogue
+    for module in (cpu_executable, gemm_epilogue):
+        monkeypatch.setattr(module, "thin_gemm_refusal", lambda instr: "off in this test")
 
 
 def _rand(shape, seed, dtype=np.float64):
