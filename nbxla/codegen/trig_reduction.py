@@ -19,12 +19,11 @@ from .vecmath import VecMath
 # |x| >= pi/4 (smaller x need no reduction): computing a Cody-Waite reduction as well and
 # selecting would only add work, since a branch-free kernel pays for both paths anyway.
 
-def _two_over_pi_bits(nbits: int) -> int:
-    """floor(2/pi * 2**nbits), by Machin's formula in integer arithmetic (64 guard bits)."""
-    prec = nbits + 64
+def _pi_fixed(prec: int) -> int:
+    """pi * 2**prec by Machin's formula in integer arithmetic, off by < 2**10 units (truncations)."""
     one = 1 << prec
 
-    def atan_inv(k):                                   # atan(1/k) * 2**prec (truncations)
+    def atan_inv(k):                                   # atan(1/k) * 2**prec
         total, term, n, sign = 0, one // k, 1, 1
         while term:
             total += sign * (term // n)
@@ -32,8 +31,13 @@ def _two_over_pi_bits(nbits: int) -> int:
             n += 2
             sign = -sign
         return total
-    pi = 16 * atan_inv(5) - 4 * atan_inv(239)         # pi * 2**prec, off by < 2**10 units
-    return (1 << (prec + nbits + 1)) // pi
+    return 16 * atan_inv(5) - 4 * atan_inv(239)
+
+
+def _two_over_pi_bits(nbits: int) -> int:
+    """floor(2/pi * 2**nbits) (64 guard bits)."""
+    prec = nbits + 64
+    return (1 << (prec + nbits + 1)) // _pi_fixed(prec)
 
 
 # Bits at positions 1 .. _PH_NBITS: enough for the largest f64 exponent (e = 972 for inf/NaN)
@@ -278,17 +282,7 @@ def _pio2_parts() -> tuple[float, float, float]:
     """pi/2 = P1 + P2 + P3 (+ ~2**-160), each the double nearest to what is left."""
     from fractions import Fraction
     prec = 256
-    one = 1 << prec
-
-    def atan_inv(k):
-        total, term, n, sign = 0, one // k, 1, 1
-        while term:
-            total += sign * (term // n)
-            term //= k * k
-            n += 2
-            sign = -sign
-        return total
-    rest = Fraction(16 * atan_inv(5) - 4 * atan_inv(239), 2 << prec)
+    rest = Fraction(_pi_fixed(prec), 2 << prec)
     parts = []
     for _ in range(3):
         parts.append(float(rest))
