@@ -80,7 +80,8 @@ def update_chain(comp: Computation) -> list[Instruction] | None:
     itself or by ``slice`` instructions outside the windows of links ``j .. k - 1`` for every
     later link ``k`` whose update uses them: when link ``k`` is written, the buffer holds
     those values still.  (Reads inside link ``k``'s own window are the kernel's business:
-    ``chain_reads_own_window``.)  None for any other root."""
+    ``codegen/updates._emit_chain`` computes such a link into a temporary first.)  None for any
+    other root."""
     chain = [comp.root]
     while chain[-1].opcode == "dynamic-update-slice" and chain[-1].operands[0].opcode == "dynamic-update-slice":
         chain.append(chain[-1].operands[0])
